@@ -1,0 +1,169 @@
+// The Drizzle schema: every table nachtwacht reads or writes. docs/data-model.md
+// explains each column and how the host application writes into these tables.
+//
+// Times are ISO 8601 UTC text with milliseconds (`Date#toISOString()`), so text order
+// is time order and `grens` comparisons are plain string comparisons on an index.
+import { sql } from "drizzle-orm";
+import {
+  index,
+  integer,
+  primaryKey,
+  sqliteTable,
+  text,
+  uniqueIndex,
+} from "drizzle-orm/sqlite-core";
+
+export const tenants = sqliteTable("tenants", {
+  id: integer("id").primaryKey({ autoIncrement: true }),
+  naam: text("naam").notNull(),
+  actief: integer("actief", { mode: "boolean" }).notNull().default(true),
+  aangemaakt: text("aangemaakt").notNull(),
+});
+
+export const administrators = sqliteTable(
+  "administrators",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    naam: text("naam").notNull(),
+    email: text("email").notNull(),
+    actief: integer("actief", { mode: "boolean" }).notNull().default(true),
+  },
+  (t) => [index("administrators_tenant_idx").on(t.tenantId)],
+);
+
+// The audit log: one SHA-256 hash chain per tenant (src/audit/chain.ts,
+// docs/audit-chain.md). The table is WITHOUT ROWID (see the migration) so a tenant's
+// chain is stored contiguously in (tenant_id, seq) order: verification then reads it
+// sequentially instead of jumping through the file.
+export const auditEntries = sqliteTable(
+  "audit_entries",
+  {
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    seq: integer("seq").notNull(),
+    id: integer("id").notNull(),
+    createdAt: text("created_at").notNull(),
+    actor: text("actor").notNull(),
+    action: text("action").notNull(),
+    subject: text("subject").notNull(),
+    details: text("details").notNull(),
+    prevHash: text("prev_hash").notNull(),
+    hash: text("hash").notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.tenantId, t.seq] }),
+    uniqueIndex("audit_entries_id_idx").on(t.id),
+    index("audit_entries_created_idx").on(t.createdAt),
+    index("audit_entries_tenant_created_idx").on(t.tenantId, t.createdAt),
+  ],
+);
+
+// Per tenant: the sequence number and hash of the last entry audit-retentie deleted.
+// The oldest remaining entry must link to it (or to the genesis value when none).
+export const auditRetentionAnchors = sqliteTable("audit_retention_anchors", {
+  tenantId: integer("tenant_id")
+    .primaryKey()
+    .references(() => tenants.id),
+  seq: integer("seq").notNull(),
+  hash: text("hash").notNull(),
+  bijgewerkt: text("bijgewerkt").notNull(),
+});
+
+// Chain heads recorded by audit-anker, HMAC-signed when AUDIT_ANKER_SLEUTEL is set.
+export const auditHeadAnchors = sqliteTable(
+  "audit_head_anchors",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    seq: integer("seq").notNull(),
+    hash: text("hash").notNull(),
+    tijdstip: text("tijdstip").notNull(),
+    handtekening: text("handtekening"),
+  },
+  (t) => [index("audit_head_anchors_tenant_seq_idx").on(t.tenantId, t.seq)],
+);
+
+// BeveiligingsLog: login attempts written by the host application.
+export const loginAttempts = sqliteTable(
+  "login_attempts",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    tijdstip: text("tijdstip").notNull(),
+    account: text("account").notNull(),
+    ip: text("ip").notNull(),
+    gelukt: integer("gelukt", { mode: "boolean" }).notNull(),
+    reden: text("reden"),
+    tenantId: integer("tenant_id").references(() => tenants.id),
+  },
+  (t) => [
+    index("login_attempts_tijdstip_idx").on(t.tijdstip),
+    index("login_attempts_tenant_tijdstip_idx").on(t.tenantId, t.tijdstip),
+    // beveiligingslog-analyse reads only failed attempts of the last hour.
+    index("login_attempts_failed_idx")
+      .on(t.tijdstip, t.ip, t.account)
+      .where(sql`gelukt = 0`),
+  ],
+);
+
+export const backupStatuses = sqliteTable(
+  "backup_statuses",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    ontvangen: text("ontvangen").notNull(),
+    exitCode: integer("exit_code").notNull(),
+    gelukt: integer("gelukt", { mode: "boolean" }).notNull(),
+    bestandsnaam: text("bestandsnaam"),
+    grootte: integer("grootte"),
+    foutmelding: text("foutmelding"),
+    bron: text("bron").notNull(),
+  },
+  (t) => [index("backup_statuses_ontvangen_idx").on(t.ontvangen)],
+);
+
+// The job-run history: one row per run, written when it starts and updated when it
+// ends. A row with `beeindigd` null and uitkomst 'bezig' after the process died is
+// an interrupted run.
+export const jobRuns = sqliteTable(
+  "job_runs",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    job: text("job").notNull(),
+    gestart: text("gestart").notNull(),
+    beeindigd: text("beeindigd"),
+    // 'bezig' | 'ok' | 'afwijking' (a check answered 409) | 'fout'
+    uitkomst: text("uitkomst").notNull(),
+    httpStatus: integer("http_status"),
+    samenvatting: text("samenvatting"),
+    fout: text("fout"),
+  },
+  (t) => [index("job_runs_job_gestart_idx").on(t.job, t.gestart)],
+);
+
+// weekrapport: one row per (administrator, tenant, ISO week) once the transport
+// accepted the message, so a rerun in the same week sends only what is still owed.
+export const weeklyReportDeliveries = sqliteTable(
+  "weekly_report_deliveries",
+  {
+    administratorId: integer("administrator_id")
+      .notNull()
+      .references(() => administrators.id),
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    isoWeek: text("iso_week").notNull(),
+    verstuurd: text("verstuurd").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.administratorId, t.tenantId, t.isoWeek] })],
+);
+
+// Facts the service keeps about itself, e.g. when it was installed (taken-controle).
+export const serviceMeta = sqliteTable("service_meta", {
+  key: text("key").primaryKey(),
+  value: text("value").notNull(),
+});

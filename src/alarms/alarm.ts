@@ -1,0 +1,42 @@
+// The one alarm sink every job raises through. Channels: a structured JSON line on
+// stderr (always), an error-tracking event (when SENTRY_DSN is set) and, for the
+// alarms that need a person, an e-mail to the daily-report recipient.
+
+export type AlarmType =
+  | "audit-chain-broken"
+  | "backup-failure"
+  | "mail-failure"
+  | "backup-missing"
+  | "job-missed"
+  | "db-integrity"
+  | "login-bruteforce"
+  | "internal-error";
+
+export interface Alarm {
+  type: AlarmType;
+  /** One Dutch sentence an operator can act on. */
+  message: string;
+  /** Facts for the event; never a secret. */
+  context?: Record<string, unknown>;
+}
+
+export interface AlarmSink {
+  raise(alarm: Alarm): Promise<void>;
+}
+
+/** Writes one JSON line per alarm; `write` defaults to stderr. */
+export function stderrAlarmLine(alarm: Alarm, now: Date, write: (line: string) => void = (l) => process.stderr.write(l)): void {
+  write(
+    JSON.stringify({ time: now.toISOString(), level: "error", alarm: alarm.type, message: alarm.message, ...(alarm.context ? { context: alarm.context } : {}) }) +
+      "\n",
+  );
+}
+
+/** The sink without error tracking or mail: the log line only. */
+export function logOnlyAlarmSink(clock: () => Date = () => new Date()): AlarmSink {
+  return {
+    async raise(alarm) {
+      stderrAlarmLine(alarm, clock());
+    },
+  };
+}

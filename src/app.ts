@@ -1,0 +1,72 @@
+// createApp(deps): the HTTP face of the service. The gate, the job wrapper and the
+// error mapping live here once; the jobs themselves are plain functions in src/jobs/.
+import { Elysia } from "elysia";
+import type { Deps } from "./deps.ts";
+import { RunningJobs } from "./job-runs.ts";
+import { ALL_JOBS } from "./jobs/index.ts";
+import type { JobDefinition } from "./jobs/job.ts";
+import { authGate } from "./http/auth.ts";
+import { HttpError, json } from "./http/errors.ts";
+import { errorText, mountJob } from "./http/job-route.ts";
+import { log } from "./logger.ts";
+
+export interface AppOptions {
+  /** The jobs to mount; all eleven by default. Tests may pass their own. */
+  jobs?: JobDefinition<any>[];
+  running?: RunningJobs;
+}
+
+/** Largest request body the server reads at all; backup-status allows far less. */
+export const MAX_REQUEST_BODY = 1024 * 1024;
+
+/** SQLite failures that mean "not now" rather than "broken": 503, try again later. */
+const UNAVAILABLE = new Set(["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN"]);
+
+/** SQLITE_BUSY for SQLITE_BUSY_SNAPSHOT and the like; undefined for other errors. */
+function sqliteCode(e: unknown): string | undefined {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? /^SQLITE_[A-Z]+/.exec(code)?.[0] : undefined;
+}
+
+export function createApp(deps: Deps, options: AppOptions = {}) {
+  const running = options.running ?? new RunningJobs();
+  const app = new Elysia({ serve: { maxRequestBodySize: MAX_REQUEST_BODY } })
+    .decorate("running", running)
+    .onRequest(authGate(deps.config.cronSecret))
+    .onError(({ code, error }) => {
+      if (error instanceof HttpError) return json(error.status, { error: error.message });
+      if (code === "NOT_FOUND") return json(404, { error: "Onbekend pad." });
+      if (code === "PARSE") return json(400, { error: "Ongeldige body: geen geldige JSON." });
+      if (code === "VALIDATION") return json(400, { error: "Ongeldige aanvraag." });
+      const sqlite = sqliteCode(error);
+      const unavailable = sqlite !== undefined && UNAVAILABLE.has(sqlite);
+      // Unexpected: reported with its message, answered without a stack trace.
+      void deps.alarms
+        .raise({
+          type: "internal-error",
+          message: unavailable ? `Database niet beschikbaar (${sqlite})` : "Onverwachte fout in de service",
+          context: { error: errorText(error), code: String(code) },
+        })
+        .catch((e) => log("error", "alarm failed", { error: errorText(e) }));
+      if (unavailable) {
+        return json(503, { error: `De database is tijdelijk niet beschikbaar (${sqlite}); probeer het later opnieuw.` }, { "retry-after": "60" });
+      }
+      return json(500, { error: "Interne fout; de fout is gemeld." });
+    })
+    .get(
+      "/health",
+      () => {
+        try {
+          deps.store.sqlite.query("SELECT 1").get();
+          return json(200, { status: "ok", database: "bereikbaar", lopendeTaken: running.names() });
+        } catch {
+          return json(503, { status: "fout", database: "onbereikbaar" });
+        }
+      },
+      { detail: { summary: "Of de service en de database bereikbaar zijn (zonder token)." } },
+    );
+  for (const job of options.jobs ?? ALL_JOBS) mountJob(app, deps, running, job);
+  return app;
+}
+
+export type App = ReturnType<typeof createApp>;

@@ -1,0 +1,174 @@
+// Configuration (contract §2): parsed once at start. A missing secret, or any value
+// that is set but invalid, stops the start with a message naming the variable; no
+// value silently falls back to its default.
+
+export interface Config {
+  cronSecret: string;
+  auditRetentieDagen: number;
+  beveiligingslogRetentieDagen: number;
+  /** DAGRAPPORT_EMAIL, else SUPPORT_EMAIL, else null: daily report and alarm mails. */
+  dagrapportEmail: string | null;
+  databasePath: string;
+  port: number;
+  host: string;
+  smtpUrl: string | null;
+  mailFrom: string;
+  sentryDsn: string | null;
+  rapportTijdzone: string;
+  backupMaxUren: number;
+  auditAnkerSleutel: string | null;
+  auditAnkerBestand: string;
+  takenMargeMinuten: number;
+  inlogDrempelIp: number;
+  inlogDrempelAccount: number;
+}
+
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(`${variable}: ${message}`);
+    this.name = "ConfigError";
+  }
+}
+
+export const SECRET_HINT =
+  "make one with: openssl rand -hex 32  (or: node -e \"console.log(require('crypto').randomBytes(32).toString('hex'))\")";
+
+type Env = Record<string, string | undefined>;
+
+/** A set variable is its trimmed value; unset and empty both count as not set. */
+function read(env: Env, name: string): string | undefined {
+  const v = env[name];
+  if (v === undefined) return undefined;
+  const t = v.trim();
+  return t === "" ? undefined : t;
+}
+
+function positiveInt(env: Env, name: string, fallback: number, max = 1_000_000): number {
+  const v = read(env, name);
+  if (v === undefined) return fallback;
+  if (!/^[0-9]+$/.test(v)) throw new ConfigError(name, `must be a positive integer, got ${JSON.stringify(v)}`);
+  const n = Number(v);
+  if (n < 1 || n > max) throw new ConfigError(name, `must be between 1 and ${max}, got ${v}`);
+  return n;
+}
+
+function email(env: Env, name: string): string | undefined {
+  const v = read(env, name);
+  if (v === undefined) return undefined;
+  // Deliberately simple: one @, no spaces, a dot in the domain. The SMTP server
+  // has the final word; this catches typos such as a missing @ at start-up.
+  if (!/^[^\s@<>]+@[^\s@<>]+\.[^\s@<>]+$/.test(v)) {
+    throw new ConfigError(name, `is not an e-mail address: ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+function timeZone(env: Env, name: string, fallback: string): string {
+  const v = read(env, name) ?? fallback;
+  try {
+    new Intl.DateTimeFormat("en-GB", { timeZone: v });
+  } catch {
+    throw new ConfigError(name, `is not a known time zone: ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+export function parseConfig(env: Env): Config {
+  const cronSecret = env.CRON_SECRET;
+  if (cronSecret === undefined || cronSecret === "") {
+    throw new ConfigError("CRON_SECRET", `is required; ${SECRET_HINT}`);
+  }
+  // Never echo the value, not even in this message.
+  if (cronSecret.length < 32) {
+    throw new ConfigError("CRON_SECRET", `is shorter than 32 characters; ${SECRET_HINT}`);
+  }
+  if (/\s/.test(cronSecret) || !/^[\x21-\x7e]+$/.test(cronSecret)) {
+    throw new ConfigError("CRON_SECRET", `may contain only printable ASCII without spaces; ${SECRET_HINT}`);
+  }
+
+  const smtpUrl = read(env, "SMTP_URL");
+  if (smtpUrl !== undefined) {
+    let u: URL;
+    try {
+      u = new URL(smtpUrl);
+    } catch {
+      throw new ConfigError("SMTP_URL", "is not a URL (expected smtp://host:port or smtps://user:pass@host:port)");
+    }
+    if (u.protocol !== "smtp:" && u.protocol !== "smtps:") {
+      throw new ConfigError("SMTP_URL", `must start with smtp:// or smtps://, got ${u.protocol}//`);
+    }
+    if (!u.hostname) throw new ConfigError("SMTP_URL", "has no host");
+  }
+
+  const sentryDsn = read(env, "SENTRY_DSN");
+  if (sentryDsn !== undefined) {
+    let ok = false;
+    try {
+      const u = new URL(sentryDsn);
+      ok = (u.protocol === "http:" || u.protocol === "https:") && u.username !== "" && /\/\d+$/.test(u.pathname);
+    } catch {}
+    if (!ok) throw new ConfigError("SENTRY_DSN", "is not a DSN (expected https://<key>@<host>/<project-id>)");
+  }
+
+  const port = read(env, "PORT");
+  let portNumber = 3000;
+  if (port !== undefined) {
+    if (!/^[0-9]+$/.test(port) || Number(port) > 65535) {
+      throw new ConfigError("PORT", `must be a port number 0-65535, got ${JSON.stringify(port)}`);
+    }
+    portNumber = Number(port);
+  }
+
+  const ankerSleutel = read(env, "AUDIT_ANKER_SLEUTEL");
+  if (ankerSleutel !== undefined && ankerSleutel.length < 32) {
+    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `is shorter than 32 characters; ${SECRET_HINT}`);
+  }
+
+  const dagrapportEmail = email(env, "DAGRAPPORT_EMAIL");
+  const supportEmail = email(env, "SUPPORT_EMAIL");
+  const mailFrom = read(env, "MAIL_FROM");
+  if (mailFrom !== undefined) {
+    const addr = /^[^<>]*<([^<>]+)>$/.exec(mailFrom)?.[1] ?? mailFrom;
+    email({ MAIL_FROM: addr }, "MAIL_FROM");
+  }
+
+  return {
+    cronSecret,
+    auditRetentieDagen: positiveInt(env, "AUDIT_RETENTIE_DAGEN", 2555, 100_000),
+    beveiligingslogRetentieDagen: positiveInt(env, "BEVEILIGINGSLOG_RETENTIE_DAGEN", 90, 100_000),
+    dagrapportEmail: dagrapportEmail ?? supportEmail ?? null,
+    databasePath: read(env, "DATABASE_PATH") ?? "./data/nachtwacht.db",
+    port: portNumber,
+    host: read(env, "HOST") ?? "127.0.0.1",
+    smtpUrl: smtpUrl ?? null,
+    mailFrom: mailFrom ?? "nachtwacht <nachtwacht@localhost.localdomain>",
+    sentryDsn: sentryDsn ?? null,
+    rapportTijdzone: timeZone(env, "RAPPORT_TIJDZONE", "Europe/Amsterdam"),
+    backupMaxUren: positiveInt(env, "BACKUP_MAX_UREN", 26, 24 * 366),
+    auditAnkerSleutel: ankerSleutel ?? null,
+    auditAnkerBestand: read(env, "AUDIT_ANKER_BESTAND") ?? "./data/audit-ankers.jsonl",
+    takenMargeMinuten: positiveInt(env, "TAKEN_MARGE_MINUTEN", 30, 24 * 60),
+    inlogDrempelIp: positiveInt(env, "INLOG_DREMPEL_IP", 20),
+    inlogDrempelAccount: positiveInt(env, "INLOG_DREMPEL_ACCOUNT", 10),
+  };
+}
+
+/** The config as it may be logged: every secret replaced. */
+export function redactedConfig(c: Config): Record<string, unknown> {
+  let smtp: string | null = null;
+  if (c.smtpUrl) {
+    const u = new URL(c.smtpUrl);
+    if (u.password) u.password = "***";
+    smtp = u.toString();
+  }
+  return {
+    ...c,
+    cronSecret: "***",
+    auditAnkerSleutel: c.auditAnkerSleutel ? "***" : null,
+    smtpUrl: smtp,
+    sentryDsn: c.sentryDsn ? "(set)" : null,
+  };
+}

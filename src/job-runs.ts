@@ -1,0 +1,81 @@
+// The job-run history and the guard against running one job twice at once. Every
+// run is written when it starts (so a run killed mid-way stays visible as 'bezig'
+// with no end) and completed when it ends, whatever the outcome.
+import type { Database } from "bun:sqlite";
+import type { JobName } from "./schedule.ts";
+
+export type Outcome = "bezig" | "ok" | "afwijking" | "fout";
+
+export interface JobRunRow {
+  id: number;
+  job: string;
+  gestart: string;
+  beeindigd: string | null;
+  uitkomst: Outcome;
+  httpStatus: number | null;
+  samenvatting: string | null;
+  fout: string | null;
+}
+
+/** The summary kept per run is bounded: the history must not grow with a report's size. */
+const MAX_SUMMARY = 4000;
+
+export function startRun(sqlite: Database, job: JobName, now: Date): number {
+  const row = sqlite
+    .query("INSERT INTO job_runs (job, gestart, uitkomst) VALUES (?, ?, 'bezig') RETURNING id")
+    .get(job, now.toISOString()) as { id: number };
+  return row.id;
+}
+
+export function finishRun(
+  sqlite: Database,
+  id: number,
+  end: Date,
+  r: { uitkomst: Exclude<Outcome, "bezig">; httpStatus: number; samenvatting?: unknown; fout?: string | null },
+): void {
+  let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
+  if (summary !== null && summary.length > MAX_SUMMARY) summary = summary.slice(0, MAX_SUMMARY - 1) + "…";
+  sqlite
+    .query("UPDATE job_runs SET beeindigd = ?, uitkomst = ?, http_status = ?, samenvatting = ?, fout = ? WHERE id = ?")
+    .run(end.toISOString(), r.uitkomst, r.httpStatus, summary, r.fout ?? null, id);
+}
+
+export function lastRun(sqlite: Database, job: string): JobRunRow | null {
+  return sqlite
+    .query(
+      `SELECT id, job, gestart, beeindigd, uitkomst, http_status AS httpStatus, samenvatting, fout
+       FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1`,
+    )
+    .get(job) as JobRunRow | null;
+}
+
+/** Jobs running in this process; a second call of one of them is refused. */
+export class RunningJobs {
+  private readonly running = new Set<JobName>();
+  private readonly idle: (() => void)[] = [];
+
+  tryStart(job: JobName): boolean {
+    if (this.running.has(job)) return false;
+    this.running.add(job);
+    return true;
+  }
+
+  finish(job: JobName): void {
+    this.running.delete(job);
+    if (this.running.size === 0) for (const f of this.idle.splice(0)) f();
+  }
+
+  get size(): number {
+    return this.running.size;
+  }
+
+  names(): JobName[] {
+    return [...this.running];
+  }
+
+  /** Resolves when no job runs (used on shutdown). */
+  whenIdle(): Promise<void> {
+    if (this.running.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idle.push(resolve));
+  }
+}

@@ -1,0 +1,12 @@
+// PLACEHOLDER until its issue lands: answers 501 so the route exists and is gated.
+import { HttpError } from "../http/errors.ts";
+import { defineJob } from "./job.ts";
+
+export const dagrapportJob = defineJob({
+  name: "dagrapport",
+  summary: "dagrapport (nog niet gebouwd)",
+  description: "Nog niet gebouwd.",
+  async run() {
+    throw new HttpError(501, "De taak dagrapport is nog niet gebouwd.");
+  },
+});

@@ -1,0 +1,12 @@
+// PLACEHOLDER until its issue lands: answers 501 so the route exists and is gated.
+import { HttpError } from "../http/errors.ts";
+import { defineJob } from "./job.ts";
+
+export const dbOnderhoudJob = defineJob({
+  name: "db-onderhoud",
+  summary: "db-onderhoud (nog niet gebouwd)",
+  description: "Nog niet gebouwd.",
+  async run() {
+    throw new HttpError(501, "De taak db-onderhoud is nog niet gebouwd.");
+  },
+});

@@ -1,0 +1,30 @@
+// What a job file exports: the work as a plain function and what the route needs to
+// mount and document it. src/http/job-route.ts mounts every job the same way.
+import type { Deps } from "../deps.ts";
+import type { JobName } from "../schedule.ts";
+
+export interface JobResult<B = Record<string, unknown>> {
+  /** 200, 409 for a check that found something not in order, 502 for a failed send. */
+  status: 200 | 409 | 502;
+  body: B;
+}
+
+export interface JobDefinition<I = undefined> {
+  name: JobName;
+  /** One line for Swagger UI. */
+  summary: string;
+  description: string;
+  /** Reads and validates the request body (after auth); jobs without input never read it. */
+  input?: (request: Request) => Promise<I>;
+  run(deps: Deps, now: Date, input: I): Promise<JobResult>;
+  /** OpenAPI: JSON schemas of the bodies per status, and of the request body. */
+  openapi?: {
+    responses?: Record<number, { description: string; schema?: unknown }>;
+    requestBody?: unknown;
+  };
+}
+
+/** Keeps the input type of a job definition while storing it in a list. */
+export function defineJob<I>(def: JobDefinition<I>): JobDefinition<any> {
+  return def as JobDefinition<any>;
+}

@@ -1,0 +1,12 @@
+// PLACEHOLDER until its issue lands: answers 501 so the route exists and is gated.
+import { HttpError } from "../http/errors.ts";
+import { defineJob } from "./job.ts";
+
+export const takenControleJob = defineJob({
+  name: "taken-controle",
+  summary: "taken-controle (nog niet gebouwd)",
+  description: "Nog niet gebouwd.",
+  async run() {
+    throw new HttpError(501, "De taak taken-controle is nog niet gebouwd.");
+  },
+});
