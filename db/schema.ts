@@ -167,3 +167,16 @@ export const serviceMeta = sqliteTable("service_meta", {
   key: text("key").primaryKey(),
   value: text("value").notNull(),
 });
+
+// The latest audit-verificatie result per tenant: weekrapport and dagrapport show it.
+export const auditVerificationState = sqliteTable("audit_verification_state", {
+  tenantId: integer("tenant_id")
+    .primaryKey()
+    .references(() => tenants.id),
+  gecontroleerd: text("gecontroleerd").notNull(),
+  intact: integer("intact", { mode: "boolean" }).notNull(),
+  aantalEntries: integer("aantal_entries").notNull(),
+  foutSeq: integer("fout_seq"),
+  foutEntryId: integer("fout_entry_id"),
+  foutReden: text("fout_reden"),
+});

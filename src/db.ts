@@ -54,7 +54,12 @@ export function migrate(db: Db): void {
   internal.dialect.migrate(embeddedMigrationMetas(), internal.session, {});
 }
 
-export function openStore(path: string): Store {
+export function installedAt(sqlite: Database): Date | null {
+  const row = sqlite.query("SELECT value FROM service_meta WHERE key = 'geinstalleerd'").get() as { value: string } | null;
+  return row ? new Date(row.value) : null;
+}
+
+export function openStore(path: string, now: Date = new Date()): Store {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
   // auto_vacuum only takes effect on an empty database (or after VACUUM): set it
@@ -64,6 +69,9 @@ export function openStore(path: string): Store {
   applyPragmas(sqlite);
   const db = drizzle(sqlite, { schema });
   migrate(db);
+  // taken-controle does not call a job missed before its first expected time after
+  // the service was installed: the first start on this database is that moment.
+  sqlite.query("INSERT OR IGNORE INTO service_meta (key, value) VALUES ('geinstalleerd', ?)").run(now.toISOString());
   return {
     db,
     sqlite,
