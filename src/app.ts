@@ -8,6 +8,7 @@ import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";
 import { HttpError, json } from "./http/errors.ts";
 import { errorText, mountJob } from "./http/job-route.ts";
+import { docs } from "./http/docs.ts";
 import { log } from "./logger.ts";
 
 export interface AppOptions {
@@ -64,7 +65,8 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
         }
       },
       { detail: { summary: "Of de service en de database bereikbaar zijn (zonder token)." } },
-    );
+    )
+    .use(docs());
   for (const job of options.jobs ?? ALL_JOBS) mountJob(app, deps, running, job);
   return app;
 }

@@ -1,0 +1,57 @@
+// Swagger UI for triggering jobs by hand, served entirely by the service: hosts are
+// often offline, so the bundle and stylesheet of swagger-ui-dist are embedded (in the
+// compiled binary too) and served from /docs/assets/, never from a CDN. The docs are
+// public and live outside /api/, so the auth gate lets them through; the jobs they
+// call still need the token, which the Authorize button sends as a bearer header.
+import { openapi } from "@elysiajs/openapi";
+import { Elysia } from "elysia";
+// `type: "file"` embeds the file in `bun build --compile`; the import is its path.
+import bundlePath from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "file" };
+import cssPath from "swagger-ui-dist/swagger-ui.css" with { type: "file" };
+
+export const DOCS_PATH = "/docs";
+export const SPEC_PATH = "/docs/json";
+const BUNDLE_URL = "/docs/assets/swagger-ui-bundle.js";
+const CSS_URL = "/docs/assets/swagger-ui.css";
+
+function asset(path: string, contentType: string) {
+  // The files change only with a new binary; a day of caching spares reloads.
+  return () =>
+    new Response(Bun.file(path), {
+      headers: { "content-type": contentType, "cache-control": "public, max-age=86400" },
+    });
+}
+
+export function docs() {
+  return new Elysia({ name: "nachtwacht-docs" })
+    .get(BUNDLE_URL, asset(bundlePath, "text/javascript; charset=utf-8"), { detail: { hide: true } })
+    .get(CSS_URL, asset(cssPath, "text/css; charset=utf-8"), { detail: { hide: true } })
+    .use(
+      openapi({
+        path: DOCS_PATH,
+        specPath: SPEC_PATH,
+        provider: "swagger-ui",
+        documentation: {
+          info: {
+            title: "nachtwacht",
+            version: "1",
+            description:
+              "Nachtelijke taken van de service: retentie, verificatie van de audit-keten, rapporten, back-upstatus en controles. " +
+              "Klik op Authorize en vul het CRON_SECRET in (zonder 'Bearer ') om een taak met de hand te starten.",
+          },
+          tags: [{ name: "cron", description: "De taken die de crontab van de host aanroept (contract §5)." }],
+          components: { securitySchemes: { bearerAuth: { type: "http", scheme: "bearer" } } },
+        },
+        swagger: {
+          cdn: BUNDLE_URL,
+          theme: CSS_URL,
+          // Without an absolute spec URL the page at /docs/ resolves it relatively and fails.
+          url: SPEC_PATH,
+          // The default validator badge would fetch from validator.swagger.io.
+          validatorUrl: null,
+          persistAuthorization: false,
+          tryItOutEnabled: false,
+        } as Record<string, unknown>,
+      }),
+    );
+}
