@@ -1,0 +1,112 @@
+// The compiled binary as a real process: built with the `npm run build` flags, started
+// from an empty temp dir on a free port, called with real fetch. Size and start time
+// are printed (bench/startup.ts measures them properly); nothing here asserts timings.
+import { Database } from "bun:sqlite";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { buildBinary, startBinary, type RunningBinary } from "./binary.ts";
+
+const SECRET = "e2e-" + "9f".repeat(30); // 64 characters, unique enough to grep for
+
+let bin: string;
+let app: RunningBinary & { dir: string };
+
+beforeAll(async () => {
+  const b = await buildBinary();
+  bin = b.path;
+  // DATABASE_PATH left unset: the default ./data/nachtwacht.db is relative to the cwd.
+  app = await startBinary(bin, { CRON_SECRET: SECRET });
+  const mb = (statSync(bin).size / 1024 / 1024).toFixed(1);
+  console.log(`binary: ${mb} MB, built in ${(b.ms / 1000).toFixed(1)} s, start → first /health answer ${app.startMs.toFixed(0)} ms`);
+}, 180_000);
+
+afterAll(async () => {
+  await app?.stop();
+});
+
+async function post(path: string, init: { token?: string | null; body?: string } = {}) {
+  const headers: Record<string, string> = {};
+  const token = init.token === undefined ? SECRET : init.token;
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  if (init.body !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(`${app.url}${path}`, { method: "POST", headers, body: init.body });
+  return { status: res.status, type: res.headers.get("content-type") ?? "", text: await res.text(), res };
+}
+
+describe("the compiled binary", () => {
+  test("started in an empty directory it creates and migrates its database there and answers /health", async () => {
+    const res = await fetch(`${app.url}/health`);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ status: "ok" });
+    const dbPath = join(app.dir, "data", "nachtwacht.db");
+    expect(existsSync(dbPath)).toBe(true);
+    const db = new Database(dbPath, { readonly: true });
+    try {
+      const tables = (db.query("SELECT name FROM sqlite_master WHERE type = 'table'").all() as { name: string }[]).map((r) => r.name);
+      expect(tables).toEqual(expect.arrayContaining(["backup_statuses", "job_runs", "audit_entries", "__drizzle_migrations"]));
+    } finally {
+      db.close();
+    }
+  });
+
+  test("a job without a token or with a wrong one is 401 with WWW-Authenticate: Bearer", async () => {
+    for (const token of [null, "wrong", SECRET.slice(0, -1)]) {
+      const r = await post("/api/cron/audit-verificatie", { token });
+      expect(r.status).toBe(401);
+      expect(r.res.headers.get("www-authenticate")).toBe("Bearer");
+      expect(JSON.parse(r.text).error).toEqual(expect.any(String));
+    }
+  });
+
+  test("backup-status with the token stores the report and answers 200 JSON", async () => {
+    const r = await post("/api/cron/backup-status", { body: JSON.stringify({ exitCode: 0, bestandsnaam: "e2e.db.gz", grootte: 1234 }) });
+    expect(r.status).toBe(200);
+    expect(r.type).toContain("application/json");
+    expect(JSON.parse(r.text)).toEqual({ ok: true, gelukt: true });
+    const db = new Database(join(app.dir, "data", "nachtwacht.db"), { readonly: true });
+    try {
+      const row = db.query("SELECT exit_code, bestandsnaam, grootte, bron FROM backup_statuses ORDER BY id DESC LIMIT 1").get();
+      expect(row).toEqual({ exit_code: 0, bestandsnaam: "e2e.db.gz", grootte: 1234, bron: "host-cron" });
+    } finally {
+      db.close();
+    }
+  });
+
+  test("unknown paths are 404 JSON and GET on a job path does not run it", async () => {
+    const unknown = await post("/api/cron/bestaat-niet");
+    expect(unknown.status).toBe(404);
+    const get = await fetch(`${app.url}/api/cron/backup-status`, { headers: { authorization: `Bearer ${SECRET}` } });
+    expect([404, 405]).toContain(get.status);
+  });
+
+  test("the Swagger UI, its assets and the spec are served by the binary itself", async () => {
+    const page = await fetch(`${app.url}/docs`);
+    expect(page.status).toBe(200);
+    const html = await page.text();
+    expect(html).toContain('src="/docs/assets/swagger-ui-bundle.js"');
+    expect(html).not.toMatch(/https?:\/\//);
+    for (const asset of ["/docs/assets/swagger-ui-bundle.js", "/docs/assets/swagger-ui.css"]) {
+      const r = await fetch(`${app.url}${asset}`);
+      expect(r.status).toBe(200);
+      expect((await r.arrayBuffer()).byteLength).toBeGreaterThan(100_000);
+    }
+    const spec = (await (await fetch(`${app.url}/docs/json`)).json()) as { paths: Record<string, unknown> };
+    expect(Object.keys(spec.paths).filter((p) => p.startsWith("/api/cron/"))).toHaveLength(11);
+  });
+
+  test("the secret appears neither on the process's command line nor in anything it wrote", async () => {
+    const cmdline = readFileSync(`/proc/${app.pid}/cmdline`, "utf8");
+    expect(cmdline).not.toContain(SECRET);
+    // a 401 and a success were logged by now; the secret must be in neither
+    expect(app.output().length).toBeGreaterThan(0);
+    expect(app.output()).not.toContain(SECRET);
+  });
+
+  test("without CRON_SECRET the binary refuses to start, naming the variable", async () => {
+    const p = Bun.spawn([bin], { cwd: app.dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", PORT: "0" }, stdout: "pipe", stderr: "pipe" });
+    const [code, stderr] = await Promise.all([p.exited, new Response(p.stderr).text()]);
+    expect(code).toBe(2);
+    expect(stderr).toContain("CRON_SECRET");
+  });
+});
