@@ -3,7 +3,7 @@
 import type { Deps } from "../deps.ts";
 import type { JobName } from "../schedule.ts";
 
-export interface JobResult<B = Record<string, unknown>> {
+export interface JobResult<B extends object = object> {
   /** 200, 409 for a check that found something not in order, 502 for a failed send. */
   status: 200 | 409 | 502;
   body: B;
@@ -16,7 +16,7 @@ export interface JobDefinition<I = undefined> {
   description: string;
   /** Reads and validates the request body (after auth); jobs without input never read it. */
   input?: (request: Request) => Promise<I>;
-  run(deps: Deps, now: Date, input: I): Promise<JobResult>;
+  run(deps: Deps, now: Date, input: I): Promise<JobResult<object>>;
   /** OpenAPI: JSON schemas of the bodies per status, and of the request body. */
   openapi?: {
     responses?: Record<number, { description: string; schema?: unknown }>;
