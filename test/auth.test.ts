@@ -1,0 +1,143 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { bearerChecker, isProtectedPath } from "../src/http/auth.ts";
+import { defineJob } from "../src/jobs/job.ts";
+import { call, makeTestEnv, SECRET, type TestEnv } from "./helpers.ts";
+
+// A job that reads a JSON body, to show the gate decides before any body is read.
+let bodyReads = 0;
+const echoJob = defineJob({
+  name: "backup-status",
+  summary: "test",
+  description: "test",
+  input: async (req: Request) => {
+    bodyReads++;
+    return JSON.parse(await req.text());
+  },
+  run: async (_deps, _now, input) => ({ status: 200, body: { ok: true, input } }),
+});
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+
+describe("the auth gate", () => {
+  const path = "/api/cron/backup-status";
+  const setup = () => {
+    env = makeTestEnv({}, { jobs: [echoJob] });
+    bodyReads = 0;
+  };
+
+  test("the right token passes", async () => {
+    setup();
+    const r = await call(env.app, path, { body: '{"a":1}' });
+    expect(r.status).toBe(200);
+    expect(r.json).toEqual({ ok: true, input: { a: 1 } });
+  });
+
+  test("the scheme word is case-insensitive", async () => {
+    setup();
+    for (const scheme of ["bearer", "BEARER", "BeArEr"]) {
+      const r = await call(env.app, path, { token: null, headers: { authorization: `${scheme} ${SECRET}` }, body: "{}" });
+      expect(r.status).toBe(200);
+    }
+  });
+
+  const refused: [string, Record<string, string>][] = [
+    ["missing header", {}],
+    ["empty header", { authorization: "" }],
+    ["scheme only", { authorization: "Bearer" }],
+    ["scheme and space only", { authorization: "Bearer " }],
+    ["wrong token", { authorization: "Bearer wrong-token-0123456789abcdef0123456789" }],
+    ["the secret with one character changed", { authorization: `Bearer ${SECRET.slice(0, -1)}X` }],
+    ["the secret plus a character", { authorization: `Bearer ${SECRET}x` }],
+    ["a prefix of the secret", { authorization: `Bearer ${SECRET.slice(0, 32)}` }],
+    ["Basic scheme with the secret", { authorization: `Basic ${SECRET}` }],
+    ["Basic scheme base64", { authorization: `Basic ${btoa(`cron:${SECRET}`)}` }],
+    ["no space after Bearer", { authorization: `Bearer${SECRET}` }],
+    ["two tokens", { authorization: `Bearer ${SECRET} ${SECRET}` }],
+    ["a huge header", { authorization: `Bearer ${"a".repeat(8000)}` }],
+  ];
+  for (const [name, headers] of refused) {
+    test(`${name} → 401 {error} with WWW-Authenticate: Bearer, body unread`, async () => {
+      setup();
+      const r = await call(env.app, path, { token: null, headers, body: '{"exitCode":0}' });
+      expect(r.status).toBe(401);
+      expect(typeof r.json.error).toBe("string");
+      expect(r.headers.get("www-authenticate")).toBe("Bearer");
+      expect(r.headers.get("content-type")).toContain("application/json");
+      expect(r.text).not.toContain(SECRET);
+      expect(bodyReads).toBe(0);
+    });
+  }
+
+  test("a wrong token with a malformed body is 401, not 400", async () => {
+    setup();
+    const r = await call(env.app, path, { token: "wrong", body: "{not json", headers: { "content-type": "application/json" } });
+    expect(r.status).toBe(401);
+    expect(bodyReads).toBe(0);
+  });
+
+  test("a token in the query string is not accepted", async () => {
+    setup();
+    for (const q of [`?access_token=${SECRET}`, `?token=${SECRET}`, `?authorization=Bearer%20${SECRET}`]) {
+      const r = await call(env.app, path + q, { token: null, body: "{}" });
+      expect(r.status).toBe(401);
+    }
+  });
+
+  test("every job path is gated, including odd spellings", async () => {
+    env = makeTestEnv();
+    for (const p of ["/api/cron/weekrapport", "/api/cron/audit-verificatie", "/api/cron/weekrapport/", "//api/cron/dagrapport", "/API/CRON/dagrapport", "/api/cron/unknown"]) {
+      const r = await call(env.app, p, { token: null });
+      expect(r.status).toBe(401);
+    }
+  });
+
+  test("with a valid token an unknown job path is 404 {error}", async () => {
+    env = makeTestEnv();
+    const r = await call(env.app, "/api/cron/bestaat-niet");
+    expect(r.status).toBe(404);
+    expect(typeof r.json.error).toBe("string");
+  });
+
+  test("a GET on a job path does not run the job", async () => {
+    setup();
+    const r = await call(env.app, path, { method: "GET" });
+    expect([404, 405]).toContain(r.status);
+    expect(bodyReads).toBe(0);
+    const runs = env.store.sqlite.query("SELECT count(*) AS n FROM job_runs").get() as { n: number };
+    expect(runs.n).toBe(0);
+  });
+
+  test("GET /health needs no token and says nothing secret", async () => {
+    env = makeTestEnv();
+    const r = await call(env.app, "/health", { method: "GET", token: null });
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({ status: "ok", database: "bereikbaar" });
+    expect(r.text).not.toContain(SECRET);
+    expect(r.text).not.toContain(env.config.databasePath);
+  });
+
+  test("GET /health answers 503 when the database is gone", async () => {
+    env = makeTestEnv();
+    env.store.sqlite.close();
+    const r = await call(env.app, "/health", { method: "GET", token: null });
+    expect(r.status).toBe(503);
+    env.store.close = () => {};
+  });
+});
+
+describe("bearerChecker and isProtectedPath", () => {
+  const check = bearerChecker(SECRET);
+  test("accepts only the exact secret", () => {
+    expect(check(`Bearer ${SECRET}`)).toBe(true);
+    expect(check(`Bearer  ${SECRET}`)).toBe(true);
+    expect(check(null)).toBe(false);
+    expect(check(`Bearer ${SECRET.toUpperCase()}`)).toBe(false);
+  });
+  test("protects everything under /api/", () => {
+    expect(isProtectedPath("/api/cron/x")).toBe(true);
+    expect(isProtectedPath("//API//cron")).toBe(true);
+    expect(isProtectedPath("/health")).toBe(false);
+    expect(isProtectedPath("/docs")).toBe(false);
+  });
+});
