@@ -1,7 +1,7 @@
 // Wiring the real dependencies and starting the HTTP server; used by the entry point
 // and the demo. Nothing here is imported by the app or the jobs.
 import { dirname, join, resolve } from "node:path";
-import { logOnlyAlarmSink } from "./alarms/alarm.ts";
+import { createAlarmSink } from "./alarms/sink.ts";
 import { createApp } from "./app.ts";
 import { redactedConfig, type Config } from "./config.ts";
 import { openStore } from "./db.ts";
@@ -15,7 +15,10 @@ export function wireDeps(config: Config): Deps {
   const dataDir = dirname(resolve(config.databasePath));
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
   const clock = () => new Date();
-  return { store, mailer, alarms: logOnlyAlarmSink(clock), clock, config };
+  // Values no alarm may carry: the secret, the anchor key, the SMTP password.
+  const secrets = [config.cronSecret, config.auditAnkerSleutel ?? "", config.smtpUrl ? decodeURIComponent(new URL(config.smtpUrl).password) : ""];
+  const alarms = createAlarmSink({ sentryDsn: config.sentryDsn, clock, secrets });
+  return { store, mailer, alarms, clock, config };
 }
 
 export function startServer(config: Config) {

@@ -1,0 +1,66 @@
+// The alarm sink the service runs with: always one JSON line on stderr, an
+// error-tracking event when SENTRY_DSN is set, and any further channels (the e-mail
+// channel joins from src/mail/). A channel that fails is logged and never stops the
+// others, nor the job that raised the alarm.
+import { log } from "../logger.ts";
+import { stderrAlarmLine, type Alarm, type AlarmSink } from "./alarm.ts";
+import { createSentryChannel, scrubSecrets } from "./sentry.ts";
+
+/** One more way an alarm reaches someone. raise() may throw; the sink catches it. */
+export interface AlarmChannel {
+  /** For the log line when the channel fails, e.g. "e-mail". */
+  name?: string;
+  raise(alarm: Alarm): Promise<void>;
+}
+
+export interface AlarmSinkOptions {
+  sentryDsn: string | null;
+  clock: () => Date;
+  channels?: AlarmChannel[];
+  /** Values scrubbed from every alarm before any channel sees it (the CRON_SECRET). */
+  secrets?: string[];
+  /** Longest wait for the error-tracking event; default 2000 ms. */
+  sentryFlushTimeoutMs?: number;
+  /** Where the JSON line goes; stderr by default. */
+  writeLine?: (line: string) => void;
+}
+
+export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
+  const secrets = o.secrets ?? [];
+  const channels: AlarmChannel[] = [];
+  if (o.sentryDsn) {
+    channels.push({
+      name: "sentry",
+      ...createSentryChannel({
+        dsn: o.sentryDsn,
+        secrets,
+        flushTimeoutMs: o.sentryFlushTimeoutMs,
+        onUndelivered: (alarm) =>
+          log("warn", "error-tracking event not delivered in time", { alarm: alarm.type, timeoutMs: o.sentryFlushTimeoutMs ?? 2000 }),
+      }),
+    });
+  }
+  channels.push(...(o.channels ?? []));
+
+  return {
+    async raise(raw) {
+      const alarm = scrubSecrets(raw, secrets);
+      try {
+        stderrAlarmLine(alarm, o.clock(), o.writeLine);
+      } catch {
+        // stderr closed: the other channels still get the alarm
+      }
+      const results = await Promise.allSettled(channels.map((c) => c.raise(alarm)));
+      results.forEach((r, i) => {
+        if (r.status === "rejected") {
+          const e = r.reason;
+          log("error", "alarm channel failed", {
+            channel: channels[i]!.name ?? `channel ${i}`,
+            alarm: alarm.type,
+            error: scrubSecrets(e instanceof Error ? `${e.name}: ${e.message}` : String(e), secrets),
+          });
+        }
+      });
+    },
+  };
+}
