@@ -1,0 +1,85 @@
+#!/bin/bash
+# Calls one nachtwacht job on loopback, as /etc/cron.d/nachtwacht does:
+#
+#   nachtwacht-call.sh <job> <max-time-seconds> [json-body]
+#
+# Exits with curl's status: 0 for a 2xx answer, 22 for any other HTTP status (the body
+# is still logged: --fail-with-body), 28 on --max-time, 7 when nothing listens.
+# Output goes to syslog with the tag nachtwacht-<job>; NACHTWACHT_LOG=stdout prints it
+# instead (by hand, and in the tests).
+#
+# The secret: it is read from the root-only environment file (parsed here, never
+# sourced, so the file is not executed), and given to curl as a header on STDIN
+# (-H @-). The only command that sees it is `printf`, a bash builtin: bash writes it into
+# the pipe itself without starting a process, so no process's argv (ps,
+# /proc/<pid>/cmdline) ever contains it, and curl's argv holds only "@-". Do not turn on
+# `set -x` here: it would print the printf line, secret included, to stderr.
+set -euo pipefail
+
+job="${1:-}"
+max_time="${2:-60}"
+body="${3:-}"
+env_file="${NACHTWACHT_ENV:-/etc/nachtwacht/nachtwacht.env}"
+
+case "$job" in
+  '' | *[!a-z-]*) echo "usage: nachtwacht-call.sh <job> <max-time-seconds> [json-body]" >&2; exit 64 ;;
+esac
+case "$max_time" in
+  '' | *[!0-9]*) echo "nachtwacht-call: max-time must be a number of seconds, got '$max_time'" >&2; exit 64 ;;
+esac
+
+if [ "${NACHTWACHT_LOG:-syslog}" = stdout ]; then
+  sink() { cat; }
+else
+  sink() { logger -t "nachtwacht-$job"; }
+fi
+
+CRON_SECRET="" PORT="" HOST=""
+# systemd EnvironmentFile lines: KEY=VALUE, optionally quoted; # and ; start comments.
+read_env() {
+  local line key val
+  while IFS= read -r line || [ -n "$line" ]; do
+    line="${line#"${line%%[![:space:]]*}"}"
+    case "$line" in '' | '#'* | ';'*) continue ;; esac
+    key="${line%%=*}"
+    val="${line#*=}"
+    key="${key%"${key##*[![:space:]]}"}"
+    case "$val" in
+      \"*\") val="${val:1:${#val}-2}" ;;
+      \'*\') val="${val:1:${#val}-2}" ;;
+    esac
+    case "$key" in CRON_SECRET | PORT | HOST) printf -v "$key" '%s' "$val" ;; esac
+  done <"$1"
+}
+if [ ! -r "$env_file" ]; then
+  echo "nachtwacht-call: cannot read $env_file (run as root)" | sink
+  exit 78
+fi
+read_env "$env_file"
+if [ -z "$CRON_SECRET" ]; then
+  echo "nachtwacht-call: CRON_SECRET is not set in $env_file" | sink
+  exit 78
+fi
+
+# The service listens on HOST (default loopback); a wildcard address is reached on loopback.
+host="${HOST:-127.0.0.1}"
+case "$host" in
+  0.0.0.0) host=127.0.0.1 ;;
+  :: | '[::]') host='[::1]' ;;
+  \[*) ;;
+  *:*) host="[$host]" ;;
+esac
+url="http://$host:${PORT:-3000}/api/cron/$job"
+
+args=(--fail-with-body --silent --show-error --max-time "$max_time" --request POST
+  --write-out '\n(HTTP %{http_code}, %{time_total} s)\n' --header @-)
+if [ -n "$body" ]; then
+  args+=(--header 'Content-Type: application/json' --data-raw "$body")
+fi
+
+status=0
+printf 'Authorization: Bearer %s\n' "$CRON_SECRET" | curl "${args[@]}" "$url" 2>&1 | sink || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "nachtwacht-call: $job failed (curl exit $status)" | sink
+fi
+exit "$status"
