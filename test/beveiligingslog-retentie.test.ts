@@ -1,0 +1,80 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { recordLoginAttempt } from "../src/audit/chain.ts";
+import { runBeveiligingslogRetentie } from "../src/jobs/beveiligingslog-retentie.ts";
+import { addTenant, call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+
+const DAY = 24 * 3600 * 1000;
+const iso = (ms: number) => new Date(ms).toISOString();
+/** NOW − 90 × 24 h */
+const GRENS = "2026-04-24T12:00:00.000Z";
+
+function attempt(e: TestEnv, tijdstip: string, gelukt = false) {
+  return recordLoginAttempt(e.store.sqlite, { account: "anna@example.nl", ip: "203.0.113.7", gelukt, tijdstip, reden: gelukt ? null : "wachtwoord-onjuist" });
+}
+function remaining(e: TestEnv): string[] {
+  return (e.store.sqlite.query("SELECT tijdstip FROM login_attempts ORDER BY tijdstip").values() as [string][]).map(([t]) => t);
+}
+
+describe("beveiligingslog-retentie", () => {
+  test("grens is now − 90 × 24 h; attempts strictly older are deleted, one exactly at grens is kept", async () => {
+    env = makeTestEnv();
+    const t = addTenant(env.store);
+    attempt(env, "2025-01-01T00:00:00.000Z", true);
+    attempt(env, iso(Date.parse(GRENS) - 1));
+    attempt(env, GRENS);
+    attempt(env, iso(NOW.getTime() - DAY));
+    recordLoginAttempt(env.store.sqlite, { account: "b", ip: "192.0.2.1", gelukt: true, tijdstip: "2026-01-01T00:00:00.000Z", tenantId: t });
+    const r = await call(env.app, "/api/cron/beveiligingslog-retentie");
+    expect(r.status).toBe(200);
+    expect(r.json).toEqual({ ok: true, verwijderd: 3, retentieDagen: 90, grens: GRENS });
+    expect(remaining(env)).toEqual([GRENS, iso(NOW.getTime() - DAY)]);
+  });
+
+  test("BEVEILIGINGSLOG_RETENTIE_DAGEN is honoured", async () => {
+    env = makeTestEnv({ BEVEILIGINGSLOG_RETENTIE_DAGEN: "10" });
+    attempt(env, "2026-07-13T11:59:59.999Z");
+    attempt(env, "2026-07-13T12:00:00.000Z");
+    const r = await call(env.app, "/api/cron/beveiligingslog-retentie");
+    expect(r.json).toEqual({ ok: true, verwijderd: 1, retentieDagen: 10, grens: "2026-07-13T12:00:00.000Z" });
+    expect(remaining(env)).toEqual(["2026-07-13T12:00:00.000Z"]);
+  });
+
+  test("nothing old: 0 deleted, nothing touched", async () => {
+    env = makeTestEnv();
+    attempt(env, iso(NOW.getTime() - 3 * DAY));
+    const r = await call(env.app, "/api/cron/beveiligingslog-retentie");
+    expect(r.json).toEqual({ ok: true, verwijderd: 0, retentieDagen: 90, grens: GRENS });
+    expect(remaining(env)).toHaveLength(1);
+  });
+
+  test("deletes in bounded batches, pausing between them, and counts every row", async () => {
+    env = makeTestEnv();
+    for (let i = 0; i < 25; i++) attempt(env, iso(Date.parse("2026-01-01T00:00:00Z") + i * 60_000));
+    attempt(env, iso(NOW.getTime() - DAY));
+    const batches: number[] = [];
+    let pauses = 0;
+    const r = await runBeveiligingslogRetentie(env.deps, NOW, {
+      batchSize: 10,
+      afterBatch: (n) => batches.push(n),
+      pause: async () => {
+        pauses++;
+      },
+    });
+    expect(r.body.verwijderd).toBe(25);
+    expect(batches).toEqual([10, 20, 25]);
+    expect(pauses).toBe(2);
+    expect(remaining(env)).toHaveLength(1);
+  });
+
+  test("the run is recorded in the job-run history", async () => {
+    env = makeTestEnv();
+    attempt(env, "2025-01-01T00:00:00.000Z");
+    await call(env.app, "/api/cron/beveiligingslog-retentie");
+    const run = env.store.sqlite.query("SELECT job, uitkomst, http_status, samenvatting FROM job_runs").get() as Record<string, unknown>;
+    expect(run).toMatchObject({ job: "beveiligingslog-retentie", uitkomst: "ok", http_status: 200 });
+    expect(String(run.samenvatting)).toContain('"verwijderd":1');
+  });
+});
