@@ -51,6 +51,8 @@ export function createSentryChannel(o: SentryChannelOptions): SentryChannel {
     stackParser: Sentry.defaultStackParser,
     // An alarm is a message, not an exception: no synthetic stack trace of the sink.
     attachStacktrace: false,
+    // Alarm contexts nest (gebroken[].fout): the default depth of 3 would flatten them.
+    normalizeDepth: 8,
     // Last line of defence: whatever ends up in the event, the secret does not.
     beforeSend: (event) => scrubSecrets(event, secrets),
   });
