@@ -1,12 +1,165 @@
-// PLACEHOLDER until its issue lands: answers 501 so the route exists and is gated.
-import { HttpError } from "../http/errors.ts";
-import { defineJob } from "./job.ts";
+// taken-controle (contract §4): the jobs watching themselves. For every scheduled job
+// the schedule table (src/schedule.ts) says when it should last have fired; the
+// job-run history says whether it did, and how its latest run ended.
+import { Cron } from "croner";
+import { installedAt } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { SCHEDULE } from "../schedule.ts";
+import { defineJob, type JobResult } from "./job.ts";
+
+export type TaakStatus = "ok" | "gemist" | "faalt" | "onderbroken" | "wacht" | "nog-niet-verwacht";
+
+export interface TaakRegel {
+  job: string;
+  cron: string;
+  /** The last time the schedule fired at or before now (UTC). */
+  laatsteVerwacht: string;
+  /** For a missed job: the fire time since which no run started. */
+  gemistSinds?: string;
+  laatsteRun: { gestart: string; beeindigd: string | null; uitkomst: string } | null;
+  status: TaakStatus;
+}
+
+export interface TakenControleBody {
+  ok: boolean;
+  margeMinuten: number;
+  taken: TaakRegel[];
+  gemist: string[];
+  /** Jobs whose latest run failed or was interrupted. */
+  falend: string[];
+}
+
+/**
+ * The last fire time at or before `at`. croner's previousRuns excludes a fire time
+ * equal to the reference, so the reference is moved one millisecond on.
+ */
+function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
+  return cron.previousRuns(1, new Date(at.getTime() + 1))[0] ?? null;
+}
+
+export async function runTakenControle(deps: Deps, now: Date): Promise<JobResult<TakenControleBody>> {
+  const { sqlite } = deps.store;
+  const margeMinuten = deps.config.takenMargeMinuten;
+  const graceMs = margeMinuten * 60_000;
+  // Without the install time (someone removed it) nothing is exempt: the watchdog
+  // should rather alarm once too often than stay silent.
+  const installed = installedAt(sqlite);
+  const startedSince = sqlite.query("SELECT 1 FROM job_runs WHERE job = ? AND gestart >= ? LIMIT 1");
+  const latestRun = sqlite.query(
+    "SELECT gestart, beeindigd, uitkomst FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1",
+  );
+  const beforeInstall = (d: Date) => installed !== null && d.getTime() < installed.getTime();
+
+  const taken: TaakRegel[] = [];
+  const gemist: string[] = [];
+  const falend: string[] = [];
+  for (const entry of SCHEDULE) {
+    if (entry.cron === null) continue;
+    const cron = new Cron(entry.cron, { timezone: "UTC" });
+    const expected = lastFireAtOrBefore(cron, now);
+    // The newest fire time whose grace has run out. Checking only the very last fire
+    // time would never find a job that runs more often than the grace (every 15
+    // minutes against 30): its last fire time is always still within grace.
+    const due = lastFireAtOrBefore(cron, new Date(now.getTime() - graceMs));
+    const run = latestRun.get(entry.job) as TaakRegel["laatsteRun"];
+
+    // A run counts from the moment it started, also one still 'bezig' (running now,
+    // or interrupted: the job was called, so it was not missed).
+    const missed = due !== null && !beforeInstall(due) && startedSince.get(entry.job, due.toISOString()) === null;
+    // Only the latest run is judged: a failure followed by a run still in progress
+    // waits for that run's outcome. A run with no end after longer than the grace
+    // was interrupted (the process died or was restarted); its work was not done.
+    const failed = run?.uitkomst === "fout";
+    const interrupted =
+      run !== null && run.uitkomst === "bezig" && run.beeindigd === null && now.getTime() - new Date(run.gestart).getTime() > graceMs;
+
+    let status: TaakStatus;
+    if (expected === null || beforeInstall(expected)) status = "nog-niet-verwacht";
+    else if (missed) status = "gemist";
+    else if (failed) status = "faalt";
+    else if (interrupted) status = "onderbroken";
+    else if (startedSince.get(entry.job, expected.toISOString()) === null) status = "wacht";
+    else status = "ok";
+
+    if (missed) gemist.push(entry.job);
+    if (failed || interrupted) falend.push(entry.job);
+    taken.push({
+      job: entry.job,
+      cron: entry.cron,
+      laatsteVerwacht: expected ? expected.toISOString() : "",
+      ...(missed ? { gemistSinds: due!.toISOString() } : {}),
+      laatsteRun: run,
+      status,
+    });
+  }
+
+  const ok = gemist.length === 0 && falend.length === 0;
+  const body: TakenControleBody = { ok, margeMinuten, taken, gemist, falend };
+  if (ok) return { status: 200, body };
+
+  const parts: string[] = [];
+  if (gemist.length) parts.push(`niet gestart: ${gemist.join(", ")}`);
+  if (falend.length) parts.push(`laatste run mislukt of onderbroken: ${falend.join(", ")}`);
+  await deps.alarms.raise({
+    type: "job-missed",
+    message: `Geplande taken lopen niet zoals verwacht (${parts.join("; ")}). Controleer de crontab en de service.`,
+    context: {
+      gemist,
+      falend,
+      margeMinuten,
+      taken: taken.filter((t) => t.status === "gemist" || t.status === "faalt" || t.status === "onderbroken"),
+    },
+  });
+  return { status: 409, body };
+}
+
+const bodySchema = {
+  type: "object",
+  required: ["ok", "margeMinuten", "taken", "gemist", "falend"],
+  properties: {
+    ok: { type: "boolean" },
+    margeMinuten: { type: "integer" },
+    taken: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["job", "cron", "laatsteVerwacht", "laatsteRun", "status"],
+        properties: {
+          job: { type: "string" },
+          cron: { type: "string" },
+          laatsteVerwacht: { type: "string", format: "date-time" },
+          gemistSinds: { type: "string", format: "date-time" },
+          laatsteRun: {
+            type: ["object", "null"],
+            properties: {
+              gestart: { type: "string" },
+              beeindigd: { type: ["string", "null"] },
+              uitkomst: { type: "string", enum: ["bezig", "ok", "afwijking", "fout"] },
+            },
+          },
+          status: { type: "string", enum: ["ok", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"] },
+        },
+      },
+    },
+    gemist: { type: "array", items: { type: "string" } },
+    falend: { type: "array", items: { type: "string" } },
+  },
+};
 
 export const takenControleJob = defineJob({
   name: "taken-controle",
-  summary: "taken-controle (nog niet gebouwd)",
-  description: "Nog niet gebouwd.",
-  async run() {
-    throw new HttpError(501, "De taak taken-controle is nog niet gebouwd.");
+  summary: "Controleert of elke geplande taak op tijd liep en niet faalde",
+  description:
+    "Voor elke taak in het schema: het laatste verwachte starttijdstip (cron, UTC) tegen de run-geschiedenis, met TAKEN_MARGE_MINUTEN marge. " +
+    "`gemist`: geen run gestart sinds een starttijdstip waarvan de marge verstreken is. `faalt`: de laatste run eindigde in een fout. " +
+    "`onderbroken`: de laatste run is langer dan de marge geleden gestart en nooit beëindigd. `wacht`: verwacht, nog binnen de marge. " +
+    "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en een alarm (`type` = `job-missed`) " +
+    "wanneer een taak gemist is of faalt.",
+  run: (deps, now) => runTakenControle(deps, now),
+  openapi: {
+    responses: {
+      200: { description: "Alle geplande taken liepen op tijd.", schema: bodySchema },
+      409: { description: "Een taak is gemist, faalt of is onderbroken; alarm verstuurd.", schema: bodySchema },
+    },
   },
 });

@@ -1,0 +1,197 @@
+import { describe, expect, test } from "bun:test";
+import { Cron } from "croner";
+import { runTakenControle } from "../src/jobs/taken-controle.ts";
+import { SCHEDULE } from "../src/schedule.ts";
+import { call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
+
+const MIN = 60_000;
+const at = (iso: string) => new Date(iso);
+
+function addRun(env: TestEnv, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000) {
+  env.store.sqlite
+    .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, ?)")
+    .run(
+      job,
+      gestart.toISOString(),
+      durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
+      uitkomst,
+      uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
+    );
+}
+
+/** Every scheduled job ran at its last fire time at or before `now`, except `skip`. */
+function healthyRuns(env: TestEnv, now: Date, skip: string[] = []) {
+  for (const e of SCHEDULE) {
+    if (e.cron === null || skip.includes(e.job)) continue;
+    const last = new Cron(e.cron, { timezone: "UTC" }).previousRuns(1, new Date(now.getTime() + 1))[0]!;
+    addRun(env, e.job, new Date(last.getTime() + 2000));
+  }
+}
+
+function setInstalled(env: TestEnv, d: Date) {
+  env.store.sqlite.query("UPDATE service_meta SET value = ? WHERE key = 'geinstalleerd'").run(d.toISOString());
+}
+
+const statusOf = (body: { taken: { job: string; status: string }[] }, job: string) => body.taken.find((t) => t.job === job)?.status;
+
+describe("taken-controle", () => {
+  test("every scheduled job ran since its last fire time → 200, all ok, backup-status (no cron) not listed", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW);
+      const r = await runTakenControle(env.deps, NOW);
+      expect(r.status).toBe(200);
+      expect(r.body.ok).toBe(true);
+      expect(r.body.taken).toHaveLength(10);
+      expect(r.body.taken.every((t) => t.status === "ok")).toBe(true);
+      expect(r.body.taken.map((t) => t.job)).not.toContain("backup-status");
+      const dag = r.body.taken.find((t) => t.job === "dagrapport")!;
+      expect(dag.laatsteVerwacht).toBe("2026-07-23T06:00:00.000Z");
+      expect(dag.laatsteRun).toEqual({ gestart: "2026-07-23T06:00:02.000Z", beeindigd: "2026-07-23T06:00:03.000Z", uitkomst: "ok" });
+      expect(env.alarms.raised).toHaveLength(0);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a daily job one minute past its grace → 409 gemist and a job-missed alarm", async () => {
+    const env = makeTestEnv();
+    try {
+      const now = at("2026-07-23T06:31:00.000Z"); // dagrapport fires 06:00, grace 30 min
+      healthyRuns(env, now, ["dagrapport"]);
+      addRun(env, "dagrapport", at("2026-07-22T06:00:01.000Z")); // yesterday's run
+      const r = await runTakenControle(env.deps, now);
+      expect(r.status).toBe(409);
+      expect(r.body.gemist).toEqual(["dagrapport"]);
+      expect(r.body.falend).toEqual([]);
+      const dag = r.body.taken.find((t) => t.job === "dagrapport")!;
+      expect(dag).toMatchObject({ status: "gemist", laatsteVerwacht: "2026-07-23T06:00:00.000Z", gemistSinds: "2026-07-23T06:00:00.000Z" });
+      expect(env.alarms.raised).toHaveLength(1);
+      expect(env.alarms.raised[0]!.type).toBe("job-missed");
+      expect(env.alarms.raised[0]!.message).toContain("dagrapport");
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("the same job one minute before its grace ends → 200 with status wacht, no alarm", async () => {
+    const env = makeTestEnv();
+    try {
+      const now = at("2026-07-23T06:29:00.000Z");
+      healthyRuns(env, now, ["dagrapport"]);
+      addRun(env, "dagrapport", at("2026-07-22T06:00:01.000Z"));
+      const r = await runTakenControle(env.deps, now);
+      expect(r.status).toBe(200);
+      expect(statusOf(r.body, "dagrapport")).toBe("wacht");
+      expect(env.alarms.raised).toHaveLength(0);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("TAKEN_MARGE_MINUTEN sets the grace: 10 minutes → missed at 06:11", async () => {
+    const env = makeTestEnv({ TAKEN_MARGE_MINUTEN: "10" });
+    try {
+      const now = at("2026-07-23T06:11:00.000Z");
+      healthyRuns(env, now, ["dagrapport"]);
+      const r = await runTakenControle(env.deps, now);
+      expect(r.body.margeMinuten).toBe(10);
+      expect(r.body.gemist).toEqual(["dagrapport"]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a job firing more often than the grace is still found missed once it stops being called", async () => {
+    const env = makeTestEnv();
+    try {
+      // beveiligingslog-analyse fires every 15 minutes; its last run was 11:00.
+      healthyRuns(env, NOW, ["beveiligingslog-analyse"]);
+      addRun(env, "beveiligingslog-analyse", at("2026-07-23T11:00:01.000Z"));
+      const r = await runTakenControle(env.deps, NOW);
+      expect(r.status).toBe(409);
+      expect(r.body.gemist).toEqual(["beveiligingslog-analyse"]);
+      // 12:00 is the last fire time; 11:30 is the newest one whose 30 minutes of grace are over.
+      expect(r.body.taken.find((t) => t.job === "beveiligingslog-analyse")).toMatchObject({
+        laatsteVerwacht: "2026-07-23T12:00:00.000Z",
+        gemistSinds: "2026-07-23T11:30:00.000Z",
+      });
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a newly installed service with no runs at all does not alarm before the first expected time plus grace", async () => {
+    const env = makeTestEnv();
+    try {
+      setInstalled(env, new Date(NOW.getTime() - 10 * MIN)); // installed 11:50
+      const r = await runTakenControle(env.deps, NOW);
+      expect(r.status).toBe(200);
+      expect(env.alarms.raised).toHaveLength(0);
+      // Only beveiligingslog-analyse was due since 11:50 (at 12:00), and it is within grace.
+      expect(statusOf(r.body, "beveiligingslog-analyse")).toBe("wacht");
+      for (const t of r.body.taken.filter((t) => t.job !== "beveiligingslog-analyse")) expect(t.status).toBe("nog-niet-verwacht");
+
+      // 31 minutes after its first expected time the job that never ran is missed.
+      const later = await runTakenControle(env.deps, at("2026-07-23T12:31:00.000Z"));
+      expect(later.status).toBe(409);
+      expect(later.body.gemist).toEqual(["beveiligingslog-analyse"]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a job whose last run failed → 409 faalt; a check that answered 409 (afwijking) is not failing", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW, ["dagrapport", "backup-controle"]);
+      addRun(env, "dagrapport", at("2026-07-23T06:00:01.000Z"), "fout");
+      addRun(env, "backup-controle", at("2026-07-23T11:15:01.000Z"), "afwijking");
+      const r = await runTakenControle(env.deps, NOW);
+      expect(r.status).toBe(409);
+      expect(r.body.falend).toEqual(["dagrapport"]);
+      expect(r.body.gemist).toEqual([]);
+      expect(statusOf(r.body, "dagrapport")).toBe("faalt");
+      expect(statusOf(r.body, "backup-controle")).toBe("ok");
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-missed"]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a run left 'bezig' for longer than the grace is onderbroken (counted as started, listed as failing); a running one is fine", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW, ["audit-verificatie", "beveiligingslog-analyse"]);
+      addRun(env, "audit-verificatie", at("2026-07-23T01:00:01.000Z"), "bezig", null); // process died mid-run
+      addRun(env, "beveiligingslog-analyse", at("2026-07-23T12:00:00.000Z"), "bezig", null); // running right now
+      const r = await runTakenControle(env.deps, NOW);
+      expect(r.status).toBe(409);
+      expect(r.body.gemist).toEqual([]);
+      expect(r.body.falend).toEqual(["audit-verificatie"]);
+      expect(statusOf(r.body, "audit-verificatie")).toBe("onderbroken");
+      expect(statusOf(r.body, "beveiligingslog-analyse")).toBe("ok");
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("over HTTP: taken-controle's own run counts, so it never reports itself missed", async () => {
+    const env = makeTestEnv();
+    try {
+      const now = at("2026-07-23T13:16:00.000Z"); // its own fire time 12:45 is 31 minutes ago
+      healthyRuns(env, now, ["taken-controle"]);
+      env.setNow(now);
+      const res = await call(env.app, "/api/cron/taken-controle");
+      expect(res.status).toBe(200);
+      expect(res.json.taken.find((t: { job: string }) => t.job === "taken-controle")).toMatchObject({
+        status: "ok",
+        laatsteRun: { gestart: now.toISOString(), beeindigd: null, uitkomst: "bezig" },
+      });
+      const row = env.store.sqlite.query("SELECT uitkomst FROM job_runs WHERE job = 'taken-controle'").get() as { uitkomst: string };
+      expect(row.uitkomst).toBe("ok");
+    } finally {
+      env.cleanup();
+    }
+  });
+});
