@@ -1,12 +1,120 @@
-// PLACEHOLDER until its issue lands: answers 501 so the route exists and is gated.
-import { HttpError } from "../http/errors.ts";
-import { defineJob } from "./job.ts";
+// weekrapport (contract §3): one e-mail per active administrator of every active
+// tenant about that tenant's last seven days. Each tenant's figures are gathered and
+// rendered once, then addressed to each of its administrators. A message the
+// transport accepted is recorded per (administrator, tenant, ISO week), so a rerun in
+// the same week sends only what is still owed.
+import { WeeklyReport } from "../../emails/WeeklyReport.tsx";
+import type { Deps } from "../deps.ts";
+import { isoWeek } from "../format.ts";
+import { renderEmail } from "../mail/render.ts";
+import { recordDelivery, tenantWeekStats, WEEK_MS, weeklyReportProps, weeklySubject, weekRecipients, type WeekRecipient } from "../reports/weekly.ts";
+import { defineJob, type JobResult } from "./job.ts";
+
+/** Messages in flight at once: about the pool's connections, so they stay busy. */
+export const IN_FLIGHT = 5;
+/** Failing addresses named in the alarm; the counts are always complete. */
+const MAX_NAMED_FAILURES = 20;
+
+export interface WeekrapportResult {
+  verstuurd: number;
+  fouten: number;
+  overgeslagen: number;
+  bezorging: "smtp" | "outbox";
+  week: string;
+}
+
+function errorMessage(e: unknown): string {
+  const m = e instanceof Error ? e.message : String(e);
+  return m.length > 300 ? m.slice(0, 299) + "…" : m;
+}
+
+export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<WeekrapportResult>> {
+  const { sqlite } = deps.store;
+  const week = isoWeek(now);
+  const van = new Date(now.getTime() - WEEK_MS);
+  const tijdzone = deps.config.rapportTijdzone;
+
+  const recipients = weekRecipients(sqlite, week);
+  const byTenant = new Map<number, WeekRecipient[]>();
+  for (const r of recipients) {
+    const list = byTenant.get(r.tenantId);
+    if (list) list.push(r);
+    else byTenant.set(r.tenantId, [r]);
+  }
+
+  let verstuurd = 0;
+  let fouten = 0;
+  let overgeslagen = 0;
+  const mislukt: { adres: string; tenantId: number; fout: string }[] = [];
+  const inFlight = new Set<Promise<void>>();
+
+  for (const [tenantId, admins] of byTenant) {
+    const owed = admins.filter((a) => !a.alVerstuurd);
+    overgeslagen += admins.length - owed.length;
+    if (owed.length === 0) continue;
+
+    const stats = tenantWeekStats(sqlite, tenantId, van, now);
+    const props = weeklyReportProps(owed[0]!.tenant, stats, { week, van, tot: now, tijdzone });
+    const { html, text } = await renderEmail(WeeklyReport, props);
+    const subject = weeklySubject(props);
+
+    for (const admin of owed) {
+      // Bounded concurrency: wait for a slot before starting the next message.
+      while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
+      const p: Promise<void> = deps.mailer
+        .send({ to: admin.email, subject, html, text })
+        .then(
+          () => {
+            recordDelivery(sqlite, admin, week, deps.clock());
+            verstuurd++;
+          },
+          (e) => {
+            fouten++;
+            if (mislukt.length < MAX_NAMED_FAILURES) mislukt.push({ adres: admin.email, tenantId, fout: errorMessage(e) });
+          },
+        )
+        .finally(() => inFlight.delete(p));
+      inFlight.add(p);
+    }
+  }
+  await Promise.all(inFlight);
+
+  const bezorging = deps.mailer.bezorging;
+  if (fouten > 0) {
+    await deps.alarms.raise({
+      type: "mail-failure",
+      message: `Weekrapport ${week}: ${fouten} van ${fouten + verstuurd} berichten niet verstuurd; een nieuwe aanroep deze week verstuurt alleen die.`,
+      context: { week, verstuurd, fouten, overgeslagen, bezorging, mislukt },
+    });
+  }
+  return { status: 200, body: { verstuurd, fouten, overgeslagen, bezorging, week } };
+}
+
+const resultSchema = {
+  type: "object",
+  required: ["verstuurd", "fouten", "overgeslagen", "bezorging", "week"],
+  properties: {
+    verstuurd: { type: "integer", description: "Berichten die de mailserver (of de outbox) aannam." },
+    fouten: { type: "integer", description: "Berichten die mislukten; bij > 0 volgt een alarm (mail-failure)." },
+    overgeslagen: { type: "integer", description: "Berichten die deze ISO-week al eerder verstuurd zijn." },
+    bezorging: { type: "string", enum: ["smtp", "outbox"], description: "outbox: SMTP_URL ontbreekt, berichten staan als .eml in de outbox-map." },
+    week: { type: "string", example: "2026-W30", description: "ISO-week (UTC) waarvoor verstuurd is." },
+  },
+};
 
 export const weekrapportJob = defineJob({
   name: "weekrapport",
-  summary: "weekrapport (nog niet gebouwd)",
-  description: "Nog niet gebouwd.",
-  async run() {
-    throw new HttpError(501, "De taak weekrapport is nog niet gebouwd.");
+  summary: "Weekrapport per beheerder van elke actieve tenant versturen",
+  description:
+    "Stuurt elke actieve beheerder van elke actieve tenant het overzicht van de afgelopen zeven dagen van die tenant: " +
+    "audit-activiteit per actie, inlogpogingen (geslaagd, mislukt, IP-adressen) en de staat van de auditketen. " +
+    "Veilig om opnieuw aan te roepen: in dezelfde ISO-week gaat alleen wat nog niet verstuurd is. " +
+    "Antwoordt ook met 200 als er berichten mislukten (`fouten` > 0); dat meldt het alarm mail-failure.",
+  run: (deps, now) => runWeekrapport(deps, now),
+  openapi: {
+    responses: {
+      200: { description: "Verstuurd; `fouten` telt mislukte berichten.", schema: resultSchema },
+      409: { description: "De taak loopt al." },
+    },
   },
 });

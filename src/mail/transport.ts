@@ -1,17 +1,62 @@
 // The real mailer: nodemailer over SMTP_URL, or .eml files in an outbox folder when
 // no SMTP_URL is set (the start-up log and the job responses then say so).
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import nodemailer from "nodemailer";
+import type SMTPPool from "nodemailer/lib/smtp-pool";
 import type { Mailer, MailMessage } from "./mailer.ts";
 
-export function createMailer(opts: { smtpUrl: string | null; from: string; outboxDir: string }): Mailer {
+export interface MailerOptions {
+  smtpUrl: string | null;
+  from: string;
+  outboxDir: string;
+  /** Parallel SMTP connections of the pool (the weekly batch uses them). */
+  maxConnections?: number;
+  /** Milliseconds; see smtpOptions. */
+  timeouts?: { connection?: number; greeting?: number; socket?: number };
+}
+
+/** Connections the pool opens at most; the weekly report keeps about as many messages in flight. */
+export const POOL_CONNECTIONS = 5;
+
+/**
+ * nodemailer options for an SMTP_URL. `smtp://` connects in plain text and upgrades
+ * with STARTTLS whenever the server offers it (nodemailer's default; the certificate is
+ * verified); `smtps://` is TLS from the first byte. User and password come from the
+ * URL, percent-decoded. Without a port nodemailer uses 587 (smtp) or 465 (smtps).
+ */
+export function smtpOptions(smtpUrl: string, o: Pick<MailerOptions, "maxConnections" | "timeouts"> = {}): SMTPPool.Options {
+  const u = new URL(smtpUrl);
+  const secure = u.protocol === "smtps:";
+  const user = decodeURIComponent(u.username);
+  const pass = decodeURIComponent(u.password);
+  return {
+    pool: true,
+    maxConnections: o.maxConnections ?? POOL_CONNECTIONS,
+    maxMessages: 100,
+    host: u.hostname.replace(/^\[|\]$/g, ""),
+    ...(u.port ? { port: Number(u.port) } : {}),
+    secure,
+    ...(user ? { auth: { user, pass } } : {}),
+    // A mail server that does not answer must not hold a job for minutes: fail the
+    // message and let the job count it (and a rerun deliver it).
+    connectionTimeout: o.timeouts?.connection ?? 15_000,
+    greetingTimeout: o.timeouts?.greeting ?? 15_000,
+    socketTimeout: o.timeouts?.socket ?? 30_000,
+  };
+}
+
+export function createMailer(opts: MailerOptions): Mailer {
   if (opts.smtpUrl) {
-    const transport = nodemailer.createTransport(opts.smtpUrl);
+    const transport = nodemailer.createTransport(smtpOptions(opts.smtpUrl, opts));
     return {
       bezorging: "smtp",
       async send(m: MailMessage) {
         const info = await transport.sendMail({ from: opts.from, to: m.to, subject: m.subject, html: m.html, text: m.text });
+        // A server may accept the message but refuse its only recipient.
+        if (info.rejected.length > 0 && info.accepted.length === 0) {
+          throw new Error(`ontvanger geweigerd: ${info.rejected.join(", ")} (${info.response})`);
+        }
         return { messageId: info.messageId };
       },
       async close() {
@@ -27,7 +72,11 @@ export function createMailer(opts: { smtpUrl: string | null; from: string; outbo
       const info = await stream.sendMail({ from: opts.from, to: m.to, subject: m.subject, html: m.html, text: m.text });
       mkdirSync(opts.outboxDir, { recursive: true });
       const name = `${new Date().toISOString().replace(/[:.]/g, "-")}-${process.pid}-${++counter}.eml`;
-      writeFileSync(join(opts.outboxDir, name), info.message as Buffer);
+      // Written under a temporary name and renamed, so whoever reads the folder never
+      // sees half a message.
+      const tmp = join(opts.outboxDir, `.${name}.tmp`);
+      writeFileSync(tmp, info.message as Buffer);
+      renameSync(tmp, join(opts.outboxDir, name));
       return { messageId: info.messageId };
     },
     async close() {},

@@ -1,0 +1,225 @@
+// Dagrapport: the operator's morning overview. The props are exactly the report the
+// dagrapport job answers with (src/reports/daily.ts builds them).
+import type { ReactNode } from "react";
+import { getal } from "../src/format.ts";
+import { Alinea, Feiten, Kengetallen, Kop, Label, Layout, StatusBanner, Tabel, type Niveau } from "./layout.tsx";
+
+export type Uitkomst = "ok" | "afwijking" | "fout" | "bezig" | "nooit";
+
+export interface DailyReportProps {
+  /** When the report was made, `dd/mm/yyyy hh:mm` in `tijdzone`. */
+  gemaakt: string;
+  tijdzone: string;
+  status: { niveau: Niveau; kop: string; punten: string[] };
+  /** Contract §3: from the newest BackupStatus; FOUT and '-' when none was ever reported. */
+  backup: { resultaat: "OK" | "FOUT"; gelukt: boolean; datum: string; grootte: string; bron: string };
+  backupDetail: {
+    /** ISO receive time of the newest BackupStatus, null when none. */
+    ontvangen: string | null;
+    exitCode: number | null;
+    bestandsnaam: string | null;
+    foutmelding: string | null;
+    ouderdomUren: number | null;
+    maxUren: number;
+    /** Older than BACKUP_MAX_UREN. */
+    teOud: boolean;
+  };
+  inlogpogingen: {
+    van: string;
+    tot: string;
+    totaal: number;
+    gelukt: number;
+    mislukt: number;
+    mislukteIps: number;
+    topMislukteIps: { ip: string; aantal: number }[];
+  };
+  verificatie: {
+    /** Latest verification of any tenant, or '-'. */
+    tijdstip: string;
+    gecontroleerd: number;
+    nietGecontroleerd: number;
+    aantalGebroken: number;
+    gebroken: { tenantId: number; tenant: string; seq: number | null; reden: string | null; uitleg: string; gecontroleerd: string }[];
+  };
+  taken: {
+    job: string;
+    cron: string;
+    uitkomst: Uitkomst;
+    laatsteStart: string;
+    laatsteEinde: string;
+    laatstVerwacht: string;
+    volgende: string;
+    achterstallig: boolean;
+  }[];
+  database: { bytes: number; grootte: string; walBytes: number };
+}
+
+const UITKOMST: Record<Uitkomst, { tekst: string; niveau: Niveau | null }> = {
+  ok: { tekst: "OK", niveau: "ok" },
+  afwijking: { tekst: "Afwijking", niveau: "let-op" },
+  fout: { tekst: "Fout", niveau: "actie" },
+  bezig: { tekst: "Bezig", niveau: null },
+  nooit: { tekst: "Nog nooit", niveau: null },
+};
+
+function Backup({ p }: { p: DailyReportProps }) {
+  const b = p.backup;
+  const d = p.backupDetail;
+  if (d.ontvangen === null) {
+    return (
+      <Alinea>
+        <Label niveau="actie">FOUT: er is nog nooit een back-up gemeld.</Label> De back-up op de host meldt zich na elke run bij
+        backup-status; controleer of die taak in de crontab staat en draait.
+      </Alinea>
+    );
+  }
+  const rijen: [string, ReactNode][] = [
+    ["Resultaat", <Label niveau={b.gelukt ? "ok" : "actie"}>{b.resultaat}</Label>],
+    ["Datum", d.teOud ? <Label niveau="actie">{`${b.datum} (${d.ouderdomUren} uur geleden, grens ${d.maxUren} uur)`}</Label> : b.datum],
+    ["Grootte", b.grootte],
+    ["Bestand", d.bestandsnaam ?? "-"],
+    ["Bron", b.bron],
+  ];
+  if (!b.gelukt) {
+    rijen.push(["Exitcode", String(d.exitCode)]);
+    rijen.push(["Foutmelding", d.foutmelding ?? "(geen)"]);
+  }
+  return <Feiten rijen={rijen} />;
+}
+
+export function DailyReport(p: DailyReportProps) {
+  const achterstallig = p.taken.filter((t) => t.achterstallig).length;
+  return (
+    <Layout preview={`${p.status.kop}${p.status.punten.length ? ` · ${p.status.punten[0]}` : ""}`} soort="Dagrapport" titel={`Dagrapport van ${p.gemaakt.slice(0, 10)}`} tijdzone={p.tijdzone}>
+      <StatusBanner niveau={p.status.niveau} kop={p.status.kop} punten={p.status.punten} />
+      <Kengetallen
+        items={[
+          { waarde: p.backup.resultaat, label: "laatste back-up", niveau: p.backup.gelukt && !p.backupDetail.teOud ? "ok" : "actie" },
+          {
+            waarde: p.verificatie.aantalGebroken === 0 ? "Intact" : `${getal(p.verificatie.aantalGebroken)} gebroken`,
+            label: "auditketens",
+            niveau: p.verificatie.aantalGebroken === 0 ? "ok" : "actie",
+          },
+          { waarde: getal(p.inlogpogingen.mislukt), label: "mislukte inlogpogingen (24 uur)" },
+          { waarde: achterstallig === 0 ? "Op tijd" : `${achterstallig} te laat`, label: "geplande taken", niveau: achterstallig === 0 ? "ok" : "let-op" },
+        ]}
+      />
+
+      <Kop>Back-up</Kop>
+      <Backup p={p} />
+
+      <Kop>Controle van de auditketens</Kop>
+      <Feiten
+        rijen={[
+          ["Laatste controle", p.verificatie.tijdstip],
+          ["Tenants gecontroleerd", getal(p.verificatie.gecontroleerd)],
+          ["Nog niet gecontroleerd", getal(p.verificatie.nietGecontroleerd)],
+          ["Gebroken ketens", p.verificatie.aantalGebroken === 0 ? <Label niveau="ok">0</Label> : <Label niveau="actie">{getal(p.verificatie.aantalGebroken)}</Label>],
+        ]}
+      />
+      {p.verificatie.gebroken.length > 0 ? (
+        <>
+          <Alinea>Gebroken ketens: dit kan op manipulatie van het auditlog wijzen. Bewaar de database en de back-ups van vóór de fout.</Alinea>
+          <Tabel
+            kolommen={[{ kop: "Tenant" }, { kop: "Volgnr.", rechts: true }, { kop: "Reden" }]}
+            rijen={p.verificatie.gebroken.map((g) => [`${g.tenant} (#${g.tenantId})`, g.seq === null ? "–" : getal(g.seq), g.uitleg])}
+          />
+        </>
+      ) : null}
+
+      <Kop>Inlogpogingen, laatste 24 uur</Kop>
+      <Feiten
+        rijen={[
+          ["Totaal", getal(p.inlogpogingen.totaal)],
+          ["Geslaagd", getal(p.inlogpogingen.gelukt)],
+          ["Mislukt", getal(p.inlogpogingen.mislukt)],
+          ["IP-adressen met mislukte pogingen", getal(p.inlogpogingen.mislukteIps)],
+        ]}
+      />
+      {p.inlogpogingen.topMislukteIps.length > 0 ? (
+        <Tabel
+          kolommen={[{ kop: "IP-adres met de meeste mislukte pogingen" }, { kop: "Mislukt", rechts: true }]}
+          rijen={p.inlogpogingen.topMislukteIps.map((r) => [r.ip, getal(r.aantal)])}
+        />
+      ) : null}
+
+      <Kop>Geplande taken</Kop>
+      <Tabel
+        kolommen={[{ kop: "Taak" }, { kop: "Laatste start" }, { kop: "Uitkomst" }, { kop: "Volgende" }]}
+        rijen={p.taken.map((t) => {
+          const u = UITKOMST[t.uitkomst];
+          return [
+            t.job,
+            t.laatsteStart,
+            t.achterstallig ? (
+              <Label niveau="let-op">{`Te laat (verwacht ${t.laatstVerwacht})`}</Label>
+            ) : u.niveau ? (
+              <Label niveau={u.niveau}>{u.tekst}</Label>
+            ) : (
+              u.tekst
+            ),
+            t.volgende,
+          ];
+        })}
+      />
+
+      <Kop>Database</Kop>
+      <Feiten
+        rijen={[
+          ["Grootte", `${p.database.grootte} (${getal(p.database.bytes)} bytes)`],
+          ["Waarvan write-ahead log", `${getal(p.database.walBytes)} bytes`],
+        ]}
+      />
+      <Alinea gedempt>Gemaakt op {p.gemaakt}.</Alinea>
+    </Layout>
+  );
+}
+
+DailyReport.PreviewProps = {
+  gemaakt: "23/07/2026 08:00",
+  tijdzone: "Europe/Amsterdam",
+  status: {
+    niveau: "let-op",
+    kop: "Aandacht nodig",
+    punten: ["De laatste run van beveiligingslog-analyse (23/07/2026 07:45) vond een afwijking."],
+  },
+  backup: { resultaat: "OK", gelukt: true, datum: "23/07/2026 03:12", grootte: "23.4 MB", bron: "host-cron" },
+  backupDetail: {
+    ontvangen: "2026-07-23T01:12:00.000Z",
+    exitCode: 0,
+    bestandsnaam: "nachtwacht-2026-07-23.db.zst",
+    foutmelding: null,
+    ouderdomUren: 4,
+    maxUren: 26,
+    teOud: false,
+  },
+  inlogpogingen: {
+    van: "22/07/2026 08:00",
+    tot: "23/07/2026 08:00",
+    totaal: 1294,
+    gelukt: 1187,
+    mislukt: 107,
+    mislukteIps: 19,
+    topMislukteIps: [
+      { ip: "203.0.113.17", aantal: 41 },
+      { ip: "198.51.100.4", aantal: 12 },
+      { ip: "192.0.2.55", aantal: 6 },
+    ],
+  },
+  verificatie: { tijdstip: "23/07/2026 03:00", gecontroleerd: 42, nietGecontroleerd: 0, aantalGebroken: 0, gebroken: [] },
+  taken: [
+    { job: "weekrapport", cron: "0 18 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 20:00", laatsteEinde: "19/07/2026 20:01", laatstVerwacht: "19/07/2026 20:00", volgende: "26/07/2026 20:00", achterstallig: false },
+    { job: "audit-retentie", cron: "0 2 1 1 *", uitkomst: "ok", laatsteStart: "01/01/2026 03:00", laatsteEinde: "01/01/2026 03:02", laatstVerwacht: "01/01/2026 03:00", volgende: "01/01/2027 03:00", achterstallig: false },
+    { job: "beveiligingslog-retentie", cron: "0 3 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 05:00", laatsteEinde: "23/07/2026 05:00", laatstVerwacht: "23/07/2026 05:00", volgende: "24/07/2026 05:00", achterstallig: false },
+    { job: "audit-verificatie", cron: "0 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:00", laatsteEinde: "23/07/2026 03:00", laatstVerwacht: "23/07/2026 03:00", volgende: "24/07/2026 03:00", achterstallig: false },
+    { job: "dagrapport", cron: "0 6 * * *", uitkomst: "ok", laatsteStart: "22/07/2026 08:00", laatsteEinde: "22/07/2026 08:00", laatstVerwacht: "22/07/2026 08:00", volgende: "24/07/2026 08:00", achterstallig: false },
+    { job: "audit-anker", cron: "30 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:30", laatsteEinde: "23/07/2026 03:30", laatstVerwacht: "23/07/2026 03:30", volgende: "24/07/2026 03:30", achterstallig: false },
+    { job: "backup-controle", cron: "15 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:15", laatsteEinde: "23/07/2026 07:15", laatstVerwacht: "23/07/2026 07:15", volgende: "23/07/2026 08:15", achterstallig: false },
+    { job: "taken-controle", cron: "45 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:45", achterstallig: false },
+    { job: "beveiligingslog-analyse", cron: "*/15 * * * *", uitkomst: "afwijking", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:15", achterstallig: false },
+    { job: "db-onderhoud", cron: "0 4 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 06:00", laatsteEinde: "19/07/2026 06:00", laatstVerwacht: "19/07/2026 06:00", volgende: "26/07/2026 06:00", achterstallig: false },
+  ],
+  database: { bytes: 48_922_624, grootte: "46.7 MB", walBytes: 4_128_768 },
+} satisfies DailyReportProps;
+
+export default DailyReport;

@@ -1,0 +1,103 @@
+// The e-mail channel of the alarm sink: mails the daily-report recipient for the
+// alarms a person must act on today, and stays quiet for the rest (missed jobs,
+// brute-force attempts and mail failures are in the daily report and the log; a
+// mail-failure alarm mailed through the failing mail server would go nowhere anyway).
+import { Alarm as AlarmTemplate, type AlarmProps } from "../../emails/Alarm.tsx";
+import { formatDatum } from "../format.ts";
+import { renderEmail } from "../mail/render.ts";
+import type { Mailer } from "../mail/mailer.ts";
+import type { Alarm, AlarmType } from "./alarm.ts";
+
+interface Guidance {
+  titel: string;
+  watTeDoen: string[];
+}
+
+/** The alarms that are mailed, with what the recipient should do. */
+export const MAILED_ALARMS: Partial<Record<AlarmType, Guidance>> = {
+  "audit-chain-broken": {
+    titel: "Auditketen gebroken",
+    watTeDoen: [
+      "Verander niets aan de database en maak direct een kopie van het databasebestand en het ankerbestand (AUDIT_ANKER_BESTAND): dat is het bewijs.",
+      "Zoek in de gegevens hieronder de tenant en het volgnummer van de eerste fout en vergelijk die entries met een back-up van vóór de fout.",
+      "Ga na wie schrijftoegang tot de database had (host, back-up, beheerders) en behandel het als mogelijk beveiligingsincident.",
+      "Roep audit-verificatie opnieuw aan nadat de oorzaak bekend is; de uitkomst staat ook in het volgende dagrapport.",
+    ],
+  },
+  "backup-failure": {
+    titel: "Back-up mislukt",
+    watTeDoen: [
+      "Lees de foutmelding en exitcode hieronder en het log van de back-uptaak op de host.",
+      "Los de oorzaak op (schijfruimte, rechten, bereikbaarheid van de opslag) en start de back-up met de hand opnieuw.",
+      "Controleer daarna dat backup-status een geslaagde run meldt (het dagrapport toont dan OK).",
+    ],
+  },
+  "backup-missing": {
+    titel: "Back-up ontbreekt of is te oud",
+    watTeDoen: [
+      "Controleer of de back-uptaak in de crontab van de host staat en gedraaid heeft (journalctl / syslog van cron).",
+      "Controleer dat de back-uptaak na elke run backup-status aanroept met het juiste token.",
+      "Start een back-up met de hand en kijk of die binnen BACKUP_MAX_UREN als geslaagd wordt gemeld.",
+    ],
+  },
+  "db-integrity": {
+    titel: "Database-integriteit aangetast",
+    watTeDoen: [
+      "Stop schrijvende processen waar dat kan en maak een kopie van het databasebestand met de -wal en -shm bestanden.",
+      "Voer `sqlite3 <bestand> 'PRAGMA integrity_check'` uit op de kopie voor de volledige lijst van fouten.",
+      "Herstel zo nodig de laatste goede back-up en controleer daarna de auditketens met audit-verificatie.",
+    ],
+  },
+};
+
+const MAX_CONTEXT_ROWS = 25;
+const MAX_VALUE_CHARS = 600;
+
+function contextRows(context: Record<string, unknown> | undefined): AlarmProps["context"] {
+  if (!context) return [];
+  const rows = Object.entries(context).map(([sleutel, v]) => {
+    let waarde = v === null || v === undefined ? "-" : typeof v === "string" ? v : typeof v === "number" || typeof v === "boolean" ? String(v) : JSON.stringify(v);
+    if (waarde.length > MAX_VALUE_CHARS) waarde = waarde.slice(0, MAX_VALUE_CHARS - 1) + "…";
+    return { sleutel, waarde };
+  });
+  if (rows.length > MAX_CONTEXT_ROWS) {
+    const rest = rows.length - MAX_CONTEXT_ROWS;
+    return [...rows.slice(0, MAX_CONTEXT_ROWS), { sleutel: "…", waarde: `nog ${rest} velden, zie het log` }];
+  }
+  return rows;
+}
+
+export function alarmEmailProps(alarm: Alarm, now: Date, tijdzone: string): AlarmProps | null {
+  const guidance = MAILED_ALARMS[alarm.type];
+  if (!guidance) return null;
+  return {
+    type: alarm.type,
+    titel: guidance.titel,
+    message: alarm.message,
+    tijdstip: formatDatum(now, tijdzone),
+    tijdzone,
+    context: contextRows(alarm.context),
+    watTeDoen: guidance.watTeDoen,
+  };
+}
+
+export function alarmSubject(p: AlarmProps): string {
+  const message = p.message.length > 120 ? p.message.slice(0, 119) + "…" : p.message;
+  return `ALARM ${p.titel}: ${message}`;
+}
+
+/**
+ * An alarm channel (src/alarms/sink.ts) that mails `recipient` for the serious alarm
+ * types only. A failed send rejects; the sink logs it and the other channels go on.
+ */
+export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzone: string; clock: () => Date }) {
+  return {
+    name: "e-mail",
+    async raise(alarm: Alarm): Promise<void> {
+      const props = alarmEmailProps(alarm, o.clock(), o.tijdzone);
+      if (!props) return;
+      const { html, text } = await renderEmail(AlarmTemplate, props);
+      await o.mailer.send({ to: o.recipient, subject: alarmSubject(props), html, text });
+    },
+  };
+}

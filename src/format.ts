@@ -1,0 +1,77 @@
+// Formatting shared by the reports: sizes with 1024-based units, dates as
+// dd/mm/yyyy hh:mm in the report time zone, and ISO week keys.
+
+const UNITS = ["B", "KB", "MB", "GB", "TB", "PB"] as const;
+
+/**
+ * `512 B`, `1.0 KB`, `1.5 KB`, `23.4 MB`: 1024-based, bytes whole, every larger unit
+ * with one decimal. A value that would round to 1024.0 of a unit is shown in the next
+ * one (1048575 B is `1.0 MB`, not `1024.0 KB`).
+ */
+export function formatSize(bytes: number): string {
+  if (!Number.isFinite(bytes) || bytes < 0) throw new RangeError(`size must be a finite number ≥ 0, got ${bytes}`);
+  if (bytes < 1024) return `${Math.round(bytes)} B`;
+  let unit = 1;
+  let value = bytes / 1024;
+  while (unit < UNITS.length - 1 && Number(value.toFixed(1)) >= 1024) {
+    value /= 1024;
+    unit++;
+  }
+  return `${value.toFixed(1)} ${UNITS[unit]}`;
+}
+
+const dateFormats = new Map<string, Intl.DateTimeFormat>();
+
+function dateFormat(timeZone: string): Intl.DateTimeFormat {
+  let f = dateFormats.get(timeZone);
+  if (!f) {
+    // en-GB with h23 gives day/month/year and 00-23 hours; nl-NL would give dashes
+    // and a comma. formatToParts keeps the layout ours whatever the locale data does.
+    f = new Intl.DateTimeFormat("en-GB", {
+      timeZone,
+      day: "2-digit",
+      month: "2-digit",
+      year: "numeric",
+      hour: "2-digit",
+      minute: "2-digit",
+      hourCycle: "h23",
+    });
+    dateFormats.set(timeZone, f);
+  }
+  return f;
+}
+
+/** `dd/mm/yyyy hh:mm` of an instant in a time zone (e.g. Europe/Amsterdam). */
+export function formatDatum(instant: Date | string, timeZone: string): string {
+  const d = typeof instant === "string" ? new Date(instant) : instant;
+  if (Number.isNaN(d.getTime())) throw new RangeError(`not a date: ${String(instant)}`);
+  const parts: Record<string, string> = {};
+  for (const p of dateFormat(timeZone).formatToParts(d)) parts[p.type] = p.value;
+  return `${parts.day}/${parts.month}/${parts.year} ${parts.hour}:${parts.minute}`;
+}
+
+/** `dd/mm/yyyy` of an instant in a time zone. */
+export function formatDag(instant: Date | string, timeZone: string): string {
+  return formatDatum(instant, timeZone).slice(0, 10);
+}
+
+/** ISO 8601 week of an instant, taken in UTC: `2026-W30`. Weeks run Monday to Sunday. */
+export function isoWeek(instant: Date): string {
+  const day = Date.UTC(instant.getUTCFullYear(), instant.getUTCMonth(), instant.getUTCDate());
+  const weekday = (instant.getUTCDay() + 6) % 7; // Monday 0 … Sunday 6
+  // The Thursday of this week decides the week's year.
+  const thursday = new Date(day + (3 - weekday) * 86_400_000);
+  const year = thursday.getUTCFullYear();
+  const week = Math.floor((thursday.getTime() - Date.UTC(year, 0, 1)) / (7 * 86_400_000)) + 1;
+  return `${year}-W${String(week).padStart(2, "0")}`;
+}
+
+/** Dutch count with a noun: `1 bericht`, `3 berichten`. */
+export function aantal(n: number, enkelvoud: string, meervoud: string): string {
+  return `${n.toLocaleString("nl-NL")} ${n === 1 ? enkelvoud : meervoud}`;
+}
+
+/** A number with Dutch thousands separators: `12.345`. */
+export function getal(n: number): string {
+  return n.toLocaleString("nl-NL");
+}

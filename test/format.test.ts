@@ -1,0 +1,63 @@
+import { describe, expect, test } from "bun:test";
+import { formatDatum, formatSize, isoWeek } from "../src/format.ts";
+
+describe("formatSize (1024-based)", () => {
+  test("bytes stay whole below 1024", () => {
+    expect(formatSize(0)).toBe("0 B");
+    expect(formatSize(512)).toBe("512 B");
+    expect(formatSize(1023)).toBe("1023 B");
+  });
+
+  test("1024 bytes is 1.0 KB, and larger units carry one decimal", () => {
+    expect(formatSize(1024)).toBe("1.0 KB");
+    expect(formatSize(1536)).toBe("1.5 KB");
+    expect(formatSize(23.4 * 1024 * 1024)).toBe("23.4 MB");
+  });
+
+  test("a value that would round to 1024.0 moves up a unit", () => {
+    expect(formatSize(1024 * 1024 - 1)).toBe("1.0 MB");
+    expect(formatSize(1024 * 1024)).toBe("1.0 MB");
+    expect(formatSize(1024 * 1024 - 52)).toBe("1023.9 KB");
+    expect(formatSize(1024 ** 3 - 1)).toBe("1.0 GB");
+    expect(formatSize(1024 ** 3)).toBe("1.0 GB");
+    expect(formatSize(1.5 * 1024 ** 4)).toBe("1.5 TB");
+  });
+
+  test("a negative or non-finite size is refused", () => {
+    expect(() => formatSize(-1)).toThrow();
+    expect(() => formatSize(Number.NaN)).toThrow();
+  });
+});
+
+describe("formatDatum (dd/mm/yyyy hh:mm in a time zone)", () => {
+  test("summer time in Amsterdam is UTC+2", () => {
+    expect(formatDatum(new Date("2026-07-23T12:00:00Z"), "Europe/Amsterdam")).toBe("23/07/2026 14:00");
+  });
+
+  test("winter time in Amsterdam is UTC+1", () => {
+    expect(formatDatum(new Date("2026-01-05T07:03:00Z"), "Europe/Amsterdam")).toBe("05/01/2026 08:03");
+  });
+
+  test("midnight is 00, and the local date may differ from the UTC date", () => {
+    expect(formatDatum("2026-01-04T23:30:00.000Z", "Europe/Amsterdam")).toBe("05/01/2026 00:30");
+    expect(formatDatum("2026-03-29T01:00:00.000Z", "Europe/Amsterdam")).toBe("29/03/2026 03:00");
+    expect(formatDatum("2026-07-23T12:00:00.000Z", "UTC")).toBe("23/07/2026 12:00");
+  });
+});
+
+describe("isoWeek (UTC)", () => {
+  test("weeks run Monday to Sunday", () => {
+    expect(isoWeek(new Date("2026-07-20T00:00:00Z"))).toBe("2026-W30"); // Monday
+    expect(isoWeek(new Date("2026-07-23T12:00:00Z"))).toBe("2026-W30");
+    expect(isoWeek(new Date("2026-07-26T18:00:00Z"))).toBe("2026-W30"); // Sunday, weekrapport's fire time
+    expect(isoWeek(new Date("2026-07-27T00:00:00Z"))).toBe("2026-W31");
+  });
+
+  test("the Thursday decides the year at the turn of the year", () => {
+    expect(isoWeek(new Date("2026-01-01T00:00:00Z"))).toBe("2026-W01"); // a Thursday
+    expect(isoWeek(new Date("2026-12-31T00:00:00Z"))).toBe("2026-W53");
+    expect(isoWeek(new Date("2027-01-03T12:00:00Z"))).toBe("2026-W53"); // Sunday
+    expect(isoWeek(new Date("2027-01-04T00:00:00Z"))).toBe("2027-W01");
+    expect(isoWeek(new Date("2024-12-30T00:00:00Z"))).toBe("2025-W01");
+  });
+});

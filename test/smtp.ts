@@ -1,0 +1,146 @@
+// A real SMTP server in-process for the mail tests: listens on 127.0.0.1 on a free
+// port, parses every message with mailparser, can refuse chosen recipients with 550,
+// and can be stopped to simulate an outage.
+import { dirname, join } from "node:path";
+import { simpleParser } from "mailparser";
+import { SMTPServer } from "smtp-server";
+import { createApp } from "../src/app.ts";
+import { parseConfig } from "../src/config.ts";
+import { openStore } from "../src/db.ts";
+import type { Deps } from "../src/deps.ts";
+import { createMailer } from "../src/mail/transport.ts";
+import { NOW, RecordingAlarms, SECRET, tempDir } from "./helpers.ts";
+
+export interface ReceivedMail {
+  /** Envelope recipients (RCPT TO). */
+  to: string[];
+  from: string;
+  subject: string;
+  html: string;
+  text: string;
+  /** The user that authenticated, if any. */
+  user: string | null;
+}
+
+export interface TestSmtp {
+  port: number;
+  /** `smtp://127.0.0.1:<port>` */
+  url: string;
+  received: ReceivedMail[];
+  /** Recipients answered with 550 at RCPT TO. */
+  refuse: Set<string>;
+  stop(): Promise<void>;
+}
+
+export async function startSmtp(o: { refuse?: Iterable<string> } = {}): Promise<TestSmtp> {
+  const received: ReceivedMail[] = [];
+  const refuse = new Set<string>(o.refuse ?? []);
+  const server = new SMTPServer({
+    authOptional: true,
+    // Accept AUTH without TLS: the test server has no certificate a client would trust.
+    allowInsecureAuth: true,
+    hideSTARTTLS: true,
+    // Without this each connection waits on a reverse DNS lookup.
+    disableReverseLookup: true,
+    closeTimeout: 200,
+    logger: false,
+    onAuth(auth, _session, callback) {
+      callback(null, { user: auth.username });
+    },
+    onRcptTo(address, _session, callback) {
+      if (refuse.has(address.address)) {
+        const err = Object.assign(new Error(`Mailbox unavailable: ${address.address}`), { responseCode: 550 });
+        return callback(err);
+      }
+      callback();
+    },
+    onData(stream, session, callback) {
+      simpleParser(stream)
+        .then((mail) => {
+          received.push({
+            to: session.envelope.rcptTo.map((r) => r.address),
+            from: session.envelope.mailFrom ? session.envelope.mailFrom.address : "",
+            subject: mail.subject ?? "",
+            html: typeof mail.html === "string" ? mail.html : "",
+            text: mail.text ?? "",
+            user: typeof session.user === "string" ? session.user : null,
+          });
+          callback();
+        })
+        .catch((e) => callback(e));
+    },
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => resolve());
+  });
+  const address = server.server.address();
+  if (address === null || typeof address === "string") throw new Error("smtp server has no port");
+  const port = address.port;
+  let stopped = false;
+  return {
+    port,
+    url: `smtp://127.0.0.1:${port}`,
+    received,
+    refuse,
+    stop() {
+      if (stopped) return Promise.resolve();
+      stopped = true;
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** A port on 127.0.0.1 nothing listens on (opened and closed again). */
+export async function closedPort(): Promise<number> {
+  const s = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+  const port = s.port;
+  s.stop(true);
+  return port;
+}
+
+/**
+ * Like makeTestEnv, but with the REAL mailer of src/mail/transport.ts: over SMTP when
+ * `env.SMTP_URL` is set (point it at startSmtp()), else the outbox folder.
+ */
+export function makeMailEnv(env: Record<string, string> = {}) {
+  const { dir, cleanup } = tempDir();
+  const config = parseConfig({
+    CRON_SECRET: SECRET,
+    DATABASE_PATH: join(dir, "data", "test.db"),
+    AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
+    MAIL_FROM: "nachtwacht <nachtwacht@example.test>",
+    ...env,
+  });
+  let now = NOW;
+  const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * 24 * 3600 * 1000));
+  const outboxDir = join(dirname(config.databasePath), "outbox");
+  // Short timeouts: a test against a closed port must fail fast, not after 15 s.
+  const mailer = createMailer({
+    smtpUrl: config.smtpUrl,
+    from: config.mailFrom,
+    outboxDir,
+    timeouts: { connection: 2000, greeting: 2000, socket: 5000 },
+  });
+  const alarms = new RecordingAlarms();
+  const deps: Deps = { store, mailer, alarms, clock: () => now, config };
+  const app = createApp(deps);
+  return {
+    deps,
+    store,
+    mailer,
+    alarms,
+    config,
+    dir,
+    outboxDir,
+    app,
+    setNow(d: Date) {
+      now = d;
+    },
+    async cleanup() {
+      await mailer.close();
+      store.close();
+      cleanup();
+    },
+  };
+}
