@@ -70,7 +70,8 @@ export async function startBinary(bin: string, env: Record<string, string>): Pro
   });
   const decoder = new TextDecoder();
   const drain = async (s: ReadableStream<Uint8Array>) => {
-    for await (const chunk of s) out += decoder.decode(chunk);
+    const reader = s.getReader();
+    for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
   };
   const drained = Promise.all([drain(proc.stdout), drain(proc.stderr)]);
   let startMs = -1;

@@ -1,0 +1,182 @@
+#!/bin/bash
+# Installs or upgrades nachtwacht on a Debian/Ubuntu host (run as root):
+#
+#   ops/install.sh [--binary PATH] [--root DIR] [--no-system] [--skip-backup]
+#   ops/install.sh --rotate-secret [--root DIR] [--no-system]
+#
+#   /usr/local/bin/nachtwacht                the binary (npm run build → dist/nachtwacht)
+#   /usr/local/lib/nachtwacht/               nachtwacht-call.sh, backup.sh
+#   /etc/nachtwacht/nachtwacht.env           root:root 600, CRON_SECRET made here once
+#   /etc/systemd/system/nachtwacht.service   runs the binary as the user nachtwacht
+#   /etc/cron.d/nachtwacht                   the schedule (generated from src/schedule.ts)
+#   /var/lib/nachtwacht/                     database, anchors, outbox (user nachtwacht)
+#   /var/backups/nachtwacht/                 backups (root 700)
+#
+# Running it again upgrades: files are replaced, the environment file and its secrets are
+# kept, the database is backed up first and migrated by the new binary when it starts.
+#
+# --root DIR installs under DIR (like DESTDIR) and implies --no-system: no user, no
+# chown, no apt, no systemctl. The tests install into a temp dir this way.
+set -euo pipefail
+
+here="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
+ROOT=/
+SYSTEM=1
+BINARY=""
+ROTATE=0
+SKIP_BACKUP=0
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --root) ROOT="${2:?--root needs a directory}"; shift 2 ;;
+    --root=*) ROOT="${1#--root=}"; shift ;;
+    --binary) BINARY="${2:?--binary needs a path}"; shift 2 ;;
+    --binary=*) BINARY="${1#--binary=}"; shift ;;
+    --no-system) SYSTEM=0; shift ;;
+    --rotate-secret) ROTATE=1; shift ;;
+    --skip-backup) SKIP_BACKUP=1; shift ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
+  esac
+done
+ROOT="${ROOT%/}"
+[ -n "$ROOT" ] && SYSTEM=0 # anything but / is a staging tree
+if [ "$SYSTEM" = 1 ] && [ "$(id -u)" != 0 ]; then
+  echo "install.sh: run as root (or use --root DIR --no-system to stage into a directory)" >&2
+  exit 77
+fi
+
+say() { printf 'nachtwacht-install: %s\n' "$*"; }
+die() { printf 'nachtwacht-install: %s\n' "$*" >&2; exit 1; }
+
+ENV_DIR="$ROOT/etc/nachtwacht"
+ENV_FILE="$ENV_DIR/nachtwacht.env"
+LIB_DIR="$ROOT/usr/local/lib/nachtwacht"
+DATA_DIR="$ROOT/var/lib/nachtwacht"
+BACKUP_DIR="$ROOT/var/backups/nachtwacht"
+
+# 32 random bytes in hex. Captured from stdout, so it is on no command line.
+new_secret() {
+  local s
+  s=$(openssl rand -hex 32 2>/dev/null) || s=""
+  if ! [[ "$s" =~ ^[0-9a-f]{64}$ ]]; then
+    s=$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  fi
+  [[ "$s" =~ ^[0-9a-f]{64}$ ]] || die "could not make a random secret"
+  printf '%s' "$s"
+}
+
+# Writes the environment file from $1 (template or the current file) to a 600 temp file
+# and moves it into place. Empty CRON_SECRET= / AUDIT_ANKER_SLEUTEL= lines are filled,
+# a missing CRON_SECRET is appended, a set one is kept unless --rotate-secret. Lines go
+# through bash's printf builtin only: the secrets never reach another process's argv.
+write_env() {
+  local src=$1 tmp line key val has_secret=0 changed=0
+  tmp=$(mktemp "$ENV_DIR/.nachtwacht.env.XXXXXX") # mode 600
+  while IFS= read -r line || [ -n "$line" ]; do
+    key="${line%%=*}"
+    val="${line#*=}"
+    if [ "$line" != "$key" ] && [ "$key" = CRON_SECRET ]; then
+      has_secret=1
+      if [ -z "${val//[[:space:]]/}" ] || [ "$ROTATE" = 1 ]; then
+        line="CRON_SECRET=$(new_secret)"
+        changed=1
+      fi
+    elif [ "$line" != "$key" ] && [ "$key" = AUDIT_ANKER_SLEUTEL ] && [ -z "${val//[[:space:]]/}" ]; then
+      line="AUDIT_ANKER_SLEUTEL=$(new_secret)"
+    fi
+    printf '%s\n' "$line" >>"$tmp"
+  done <"$src"
+  if [ "$has_secret" = 0 ]; then
+    printf 'CRON_SECRET=%s\n' "$(new_secret)" >>"$tmp"
+    changed=1
+  fi
+  [ "$SYSTEM" = 1 ] && chown root:root "$tmp"
+  chmod 600 "$tmp"
+  mv -f "$tmp" "$ENV_FILE"
+  if [ "$changed" = 1 ]; then say "CRON_SECRET written to $ENV_FILE (root, 600)"; else say "kept the CRON_SECRET in $ENV_FILE"; fi
+}
+
+restart_and_wait() {
+  systemctl daemon-reload
+  systemctl enable nachtwacht.service >/dev/null
+  systemctl restart nachtwacht.service
+  local port
+  port=$(sed -n 's/^PORT=\([0-9]*\).*/\1/p' "$ENV_FILE" | tail -n1)
+  for _ in $(seq 1 50); do
+    if curl -fsS --max-time 2 "http://127.0.0.1:${port:-3000}/health" >/dev/null 2>&1; then
+      say "nachtwacht is running on 127.0.0.1:${port:-3000} (journalctl -u nachtwacht)"
+      return 0
+    fi
+    sleep 0.2
+  done
+  systemctl --no-pager status nachtwacht.service || true
+  die "the service did not answer /health; see journalctl -u nachtwacht"
+}
+
+if [ "$ROTATE" = 1 ]; then
+  [ -f "$ENV_FILE" ] || die "$ENV_FILE does not exist; install first"
+  write_env "$ENV_FILE"
+  # The crontab reads the file at every call; the service reads it at start.
+  [ "$SYSTEM" = 1 ] && restart_and_wait
+  exit 0
+fi
+
+if [ -z "$BINARY" ]; then
+  for b in "$here/../dist/nachtwacht" "$here/nachtwacht"; do
+    [ -x "$b" ] && { BINARY="$b"; break; }
+  done
+fi
+[ -n "$BINARY" ] && [ -f "$BINARY" ] || die "no binary: run 'npm run build' first or pass --binary PATH"
+
+if [ "$SYSTEM" = 1 ]; then
+  missing=()
+  for cmd in curl sqlite3 gzip logger; do command -v "$cmd" >/dev/null || missing+=("$cmd"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    pkgs=("${missing[@]/logger/bsdutils}")
+    say "installing ${pkgs[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
+  fi
+  if ! getent passwd nachtwacht >/dev/null; then
+    useradd --system --user-group --home-dir /var/lib/nachtwacht --no-create-home --shell /usr/sbin/nologin nachtwacht
+    say "created system user nachtwacht"
+  fi
+  zone=$(date +%Z)
+  [ "$zone" = UTC ] || say "WARNING: the host clock is in $zone; the crontab's times are UTC (contract §5). Debian's cron ignores CRON_TZ: run 'timedatectl set-timezone UTC' or the jobs fire at local times and taken-controle reports them as missed."
+fi
+
+install -d -m 755 "$ROOT/usr/local/bin" "$LIB_DIR" "$ROOT/etc/cron.d" "$ROOT/etc/systemd/system" "$ROOT/usr/local/share/doc/nachtwacht"
+install -d -m 700 "$ENV_DIR" "$BACKUP_DIR"
+install -d -m 750 "$DATA_DIR"
+[ "$SYSTEM" = 1 ] && chown nachtwacht:nachtwacht "$DATA_DIR"
+
+# Upgrade: a backup of the current database before the new binary migrates it.
+if [ "$SYSTEM" = 1 ] && [ "$SKIP_BACKUP" = 0 ] && [ -f "$DATA_DIR/nachtwacht.db" ] && [ -x "$LIB_DIR/backup.sh" ]; then
+  say "backing up the database before the upgrade"
+  NACHTWACHT_LOG=stdout "$LIB_DIR/backup.sh" || die "the pre-upgrade backup failed (see above); fix it or rerun with --skip-backup"
+fi
+
+# Files are copied to a temp name and renamed: a running binary is never overwritten in place.
+put() { # <mode> <source> <target>
+  install -m "$1" "$2" "$3.new"
+  mv -f "$3.new" "$3"
+}
+put 755 "$BINARY" "$ROOT/usr/local/bin/nachtwacht"
+put 755 "$here/nachtwacht-call.sh" "$LIB_DIR/nachtwacht-call.sh"
+put 755 "$here/backup.sh" "$LIB_DIR/backup.sh"
+put 644 "$here/nachtwacht.service" "$ROOT/etc/systemd/system/nachtwacht.service"
+# cron ignores files in cron.d that are group- or world-writable or not owned by root.
+put 644 "$here/nachtwacht.cron" "$ROOT/etc/cron.d/nachtwacht"
+[ -f "$here/../docs/operations.md" ] && put 644 "$here/../docs/operations.md" "$ROOT/usr/local/share/doc/nachtwacht/operations.md"
+
+if [ -f "$ENV_FILE" ]; then
+  write_env "$ENV_FILE"
+else
+  write_env "$here/nachtwacht.env.example"
+fi
+
+if [ "$SYSTEM" = 1 ]; then
+  restart_and_wait
+else
+  say "staged into $ROOT (no user, no systemd)"
+fi

@@ -1,0 +1,167 @@
+// ops/install.sh staged into a temp dir (--root: no user, no systemd): the environment
+// file with a fresh secret, root-only, never overwritten; the files in their places.
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseConfig } from "../src/config.ts";
+import { ROOT } from "./binary.ts";
+
+const INSTALL = join(ROOT, "ops", "install.sh");
+
+let dir: string;
+let stage: string;
+let fakeBinary: string;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "nachtwacht-install-"));
+  stage = join(dir, "root");
+  fakeBinary = join(dir, "nachtwacht");
+  writeFileSync(fakeBinary, "#!/bin/sh\necho fake\n", { mode: 0o755 });
+});
+
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+async function install(args: string[] = [], path = "/usr/local/bin:/usr/bin:/bin") {
+  const p = Bun.spawn(["bash", INSTALL, "--root", stage, ...args], { env: { PATH: path }, stdout: "pipe", stderr: "pipe" });
+  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code, out: out + err };
+}
+
+const envPath = () => join(stage, "etc/nachtwacht/nachtwacht.env");
+const envText = () => readFileSync(envPath(), "utf8");
+const value = (key: string) => new RegExp(`^${key}=(.*)$`, "m").exec(envText())?.[1];
+const mode = (p: string) => statSync(p).mode & 0o777;
+
+/** KEY=VALUE lines as systemd's EnvironmentFile reads them (no quotes used here). */
+function parseEnvFile(text: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const line of text.split("\n")) {
+    const m = /^([A-Z_]+)=(.*)$/.exec(line);
+    if (m) env[m[1]!] = m[2]!;
+  }
+  return env;
+}
+
+describe("ops/install.sh --root", () => {
+  test("creates the environment file with mode 600 and fresh 64-hex secrets, never printing them", async () => {
+    const r = await install(["--binary", fakeBinary]);
+    expect(r.code).toBe(0);
+    expect(mode(envPath())).toBe(0o600);
+    expect(mode(join(stage, "etc/nachtwacht"))).toBe(0o700);
+    const secret = value("CRON_SECRET")!;
+    const key = value("AUDIT_ANKER_SLEUTEL")!;
+    expect(secret).toMatch(/^[0-9a-f]{64}$/);
+    expect(key).toMatch(/^[0-9a-f]{64}$/);
+    expect(key).not.toBe(secret);
+    expect(r.out).not.toContain(secret);
+    // the file is a valid configuration for the service as systemd hands it over
+    const config = parseConfig({ ...parseEnvFile(envText()), DATABASE_PATH: join(dir, "x.db") });
+    expect(config.cronSecret).toBe(secret);
+    expect(config.port).toBe(3000);
+    expect(config.host).toBe("127.0.0.1");
+  });
+
+  test("a second run keeps the secrets and the operator's own lines", async () => {
+    expect((await install(["--binary", fakeBinary])).code).toBe(0);
+    const secret = value("CRON_SECRET");
+    const key = value("AUDIT_ANKER_SLEUTEL");
+    writeFileSync(envPath(), envText() + "DAGRAPPORT_EMAIL=ops@example.com\n");
+    chmodSync(envPath(), 0o644); // someone loosened it
+    const r = await install(["--binary", fakeBinary]);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("kept the CRON_SECRET");
+    expect(value("CRON_SECRET")).toBe(secret);
+    expect(value("AUDIT_ANKER_SLEUTEL")).toBe(key);
+    expect(value("DAGRAPPORT_EMAIL")).toBe("ops@example.com");
+    expect(mode(envPath())).toBe(0o600);
+  });
+
+  test("an existing file without CRON_SECRET gets one appended; its other lines stay", async () => {
+    mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
+    writeFileSync(envPath(), "PORT=4000\n# comment\n");
+    expect((await install(["--binary", fakeBinary])).code).toBe(0);
+    expect(envText()).toStartWith("PORT=4000\n# comment\nCRON_SECRET=");
+    expect(value("CRON_SECRET")).toMatch(/^[0-9a-f]{64}$/);
+    expect(value("AUDIT_ANKER_SLEUTEL")).toBeUndefined();
+  });
+
+  test("without a working openssl the secret comes from /dev/urandom", async () => {
+    const bin = join(dir, "bin");
+    mkdirSync(bin);
+    writeFileSync(join(bin, "openssl"), "#!/bin/sh\nexit 127\n", { mode: 0o755 });
+    expect((await install(["--binary", fakeBinary], `${bin}:/usr/bin:/bin`)).code).toBe(0);
+    expect(value("CRON_SECRET")).toMatch(/^[0-9a-f]{64}$/);
+  });
+
+  test("--rotate-secret replaces only CRON_SECRET", async () => {
+    expect((await install(["--binary", fakeBinary])).code).toBe(0);
+    const before = envText();
+    const r = await install(["--rotate-secret"]);
+    expect(r.code).toBe(0);
+    const secret = value("CRON_SECRET")!;
+    expect(secret).toMatch(/^[0-9a-f]{64}$/);
+    expect(before).not.toContain(secret);
+    expect(envText().replace(/^CRON_SECRET=.*$/m, "")).toBe(before.replace(/^CRON_SECRET=.*$/m, ""));
+    expect(mode(envPath())).toBe(0o600);
+  });
+
+  test("puts the binary, scripts, unit and generated cron file in place with the right modes", async () => {
+    expect((await install(["--binary", fakeBinary])).code).toBe(0);
+    const files: [string, number, string][] = [
+      ["usr/local/bin/nachtwacht", 0o755, fakeBinary],
+      ["usr/local/lib/nachtwacht/nachtwacht-call.sh", 0o755, join(ROOT, "ops/nachtwacht-call.sh")],
+      ["usr/local/lib/nachtwacht/backup.sh", 0o755, join(ROOT, "ops/backup.sh")],
+      ["etc/systemd/system/nachtwacht.service", 0o644, join(ROOT, "ops/nachtwacht.service")],
+      ["etc/cron.d/nachtwacht", 0o644, join(ROOT, "ops/nachtwacht.cron")],
+    ];
+    for (const [target, m, source] of files) {
+      expect(mode(join(stage, target))).toBe(m);
+      expect(readFileSync(join(stage, target), "utf8")).toBe(readFileSync(source, "utf8"));
+    }
+    expect(mode(join(stage, "var/lib/nachtwacht"))).toBe(0o750);
+    expect(mode(join(stage, "var/backups/nachtwacht"))).toBe(0o700);
+  });
+
+  test("refuses to run without a binary", async () => {
+    const r = await install(["--binary", join(dir, "absent")]);
+    expect(r.code).not.toBe(0);
+    expect(r.out).toContain("no binary");
+  });
+});
+
+describe("ops/nachtwacht.service", () => {
+  const unit = readFileSync(join(ROOT, "ops/nachtwacht.service"), "utf8");
+  test("runs the binary as nachtwacht with the root-only environment file, restarts it, and is hardened", () => {
+    for (const line of [
+      "EnvironmentFile=/etc/nachtwacht/nachtwacht.env",
+      "User=nachtwacht",
+      "Restart=always",
+      "WorkingDirectory=/var/lib/nachtwacht",
+      "Environment=DATABASE_PATH=/var/lib/nachtwacht/nachtwacht.db",
+      "ExecStart=/usr/local/bin/nachtwacht",
+      "NoNewPrivileges=yes",
+      "ProtectSystem=strict",
+      "ReadWritePaths=/var/lib/nachtwacht",
+      "PrivateTmp=yes",
+    ]) {
+      expect(unit.split("\n")).toContain(line);
+    }
+  });
+
+  const analyze = Bun.which("systemd-analyze");
+  test.skipIf(!analyze)("systemd-analyze verify finds no unknown or invalid setting", async () => {
+    // ExecStart must exist for verify; everything else is the unit as shipped.
+    const d = mkdtempSync(join(tmpdir(), "nachtwacht-unit-"));
+    try {
+      writeFileSync(join(d, "nachtwacht.service"), unit.replace(/^ExecStart=.*$/m, "ExecStart=/bin/true"));
+      const p = Bun.spawn([analyze!, "verify", join(d, "nachtwacht.service")], { stdout: "pipe", stderr: "pipe" });
+      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+      expect(out + err).toBe("");
+      expect(code).toBe(0);
+    } finally {
+      rmSync(d, { recursive: true, force: true });
+    }
+  });
+});
+if (!Bun.which("systemd-analyze")) console.warn("SKIPPED the systemd-analyze check of ops/nachtwacht.service: systemd-analyze is not installed");
