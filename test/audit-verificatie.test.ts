@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { appendAuditEntry, entryHash, type AppendedEntry } from "../src/audit/chain.ts";
+import { runAuditVerificatie } from "../src/jobs/audit-verificatie.ts";
 import { addTenant, call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
@@ -220,6 +221,21 @@ describe("audit-verificatie", () => {
     const r = await call(env.app, PATH);
     expect(r.status).toBe(200);
     expect(r.json.resultaten[0]).toMatchObject({ intact: true, aantalEntries: 4 });
+  });
+
+  test("verifying on worker threads gives the same results as in-thread", async () => {
+    env = makeTestEnv();
+    chain(env, "A", 20);
+    const b = chain(env, "B", 15);
+    chain(env, "C", 0);
+    chain(env, "D", 7);
+    env.store.sqlite.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq = 9", [b.tenantId]);
+    const inThread = await runAuditVerificatie(env.deps, NOW, { workers: 0 });
+    const pooled = await runAuditVerificatie(env.deps, NOW, { workers: 2 });
+    expect(pooled).toEqual(inThread);
+    expect(pooled.status).toBe(409);
+    expect(pooled.body.resultaten[1]!.fout).toEqual({ seq: 10, entryId: b.entries[9]!.id, reden: "volgnummer-gat" });
+    expect(pooled.body.resultaten.map((r) => r.aantalEntries)).toEqual([20, 14, 0, 7]);
   });
 
   test("the verification run is recorded as afwijking in the job-run history when a chain is broken", async () => {

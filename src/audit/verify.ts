@@ -35,7 +35,7 @@ export interface VerifyOptions {
   headAnchors?: AnchorRef[];
 }
 
-type Row = [number, number, string, string, string, string, string, string, string];
+type Row = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
 export function verifyTenantChain(sqlite: Database, tenantId: number, opts: VerifyOptions = {}): TenantChainResult {
   const stmt = sqlite
@@ -53,10 +53,12 @@ export function verifyTenantChain(sqlite: Database, tenantId: number, opts: Veri
   let prevHash = anchor ? anchor.hash : GENESIS_HASH;
   let fout: ChainBreak | undefined;
 
-  for (const r of stmt.values(tenantId) as unknown as Iterable<Row>) {
+  // iterate() steps the cursor row by row; values() would build every row first
+  // (1M entries: 1.4 GB peak RSS and 3x slower, bench/verify-memory.ts).
+  for (const r of stmt.iterate(tenantId) as IterableIterator<Row>) {
     count++;
     if (fout) continue; // first break found: only count the rest
-    const [seq, id, createdAt, actor, action, subject, details, rowPrevHash, hash] = r;
+    const { seq, id, created_at: createdAt, actor, action, subject, details, prev_hash: rowPrevHash, hash } = r;
     // Same bytes as canonicalText(); one native JSON.stringify of the array is the
     // cheapest way to build them (faster than concatenating per-field escapes).
     const text = JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, actor, action, subject, details, rowPrevHash]);
