@@ -139,6 +139,23 @@ describe("audit-anker", () => {
     expect(verifyAnchorSignature(KEY, facts, "zz")).toBe(false);
   });
 
+  test("signed anchors of an untouched chain: audit-verificatie stays 200", async () => {
+    const env = makeTestEnv({ AUDIT_ANKER_SLEUTEL: KEY });
+    try {
+      const t = addTenant(env.store);
+      chain(env, t, 4);
+      await runAuditAnker(env.deps, NOW);
+      chain(env, t, 3, NOW.getTime());
+      await runAuditAnker(env.deps, NOW);
+      expect(loadHeadAnchors(env.store.sqlite, t, KEY)).toEqual({ anchors: [{ seq: 4, hash: expect.any(String) }, { seq: 7, hash: expect.any(String) }], gecontroleerd: true });
+      const res = await call(env.app, "/api/cron/audit-verificatie");
+      expect(res.status).toBe(200);
+      expect(res.json.resultaten[0]).toMatchObject({ intact: true, aantalEntries: 7 });
+    } finally {
+      env.cleanup();
+    }
+  });
+
   test("tail truncation after an anchor → kop-ontbreekt (the bare chain still looks intact)", async () => {
     const env = makeTestEnv({ AUDIT_ANKER_SLEUTEL: KEY });
     try {
@@ -211,6 +228,9 @@ describe("audit-anker", () => {
       const r = withAnchorSignatures(sqlite, t, verifyTenantChain(sqlite, t, { headAnchors: loaded.anchors }), loaded);
       const entry10 = sqlite.query("SELECT id FROM audit_entries WHERE tenant_id = ? AND seq = 10").get(t) as { id: number };
       expect(r).toEqual({ intact: false, aantalEntries: 10, fout: { seq: 10, entryId: entry10.id, reden: "anker-afwijkend" } });
+      const res = await call(env.app, "/api/cron/audit-verificatie");
+      expect(res.status).toBe(409);
+      expect(res.json.resultaten[0].fout).toEqual({ seq: 10, entryId: entry10.id, reden: "anker-afwijkend" });
 
       // Clearing the signature instead does not help: with a key, unsigned counts as invalid.
       sqlite.query("UPDATE audit_head_anchors SET handtekening = NULL WHERE tenant_id = ?").run(t);

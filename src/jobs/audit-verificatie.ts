@@ -1,6 +1,7 @@
 // audit-verificatie (contract §3): verifies every tenant's hash chain, streaming, and
 // keeps each tenant's latest result for the reports. A broken chain is 409 and one
 // alarm per run naming the broken tenants.
+import { loadHeadAnchors, withAnchorSignatures } from "../audit/anchors.ts";
 import { verifyTenants, workerCount, type TenantTask } from "../audit/verify-parallel.ts";
 import type { AnchorRef, ChainBreak } from "../audit/verify.ts";
 import type { Deps } from "../deps.ts";
@@ -33,11 +34,13 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
   const { sqlite } = deps.store;
   const tenants = sqlite.query("SELECT id, naam FROM tenants ORDER BY id").all() as { id: number; naam: string }[];
   const retentionAnchor = sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?");
-  const headAnchors = sqlite.query("SELECT seq, hash FROM audit_head_anchors WHERE tenant_id = ? ORDER BY seq");
+  // Head anchors (audit-anker); with AUDIT_ANKER_SLEUTEL set only validly signed ones
+  // are passed on, and an invalid signature breaks the chain (anker-afwijkend).
+  const headAnchors = new Map(tenants.map((t) => [t.id, loadHeadAnchors(sqlite, t.id, deps.config.auditAnkerSleutel)]));
   const tasks: TenantTask[] = tenants.map((t) => ({
     tenantId: t.id,
     retentionAnchor: retentionAnchor.get(t.id) as AnchorRef | null,
-    headAnchors: headAnchors.all(t.id) as AnchorRef[],
+    headAnchors: headAnchors.get(t.id)!.anchors,
   }));
   const workers = o.workers ?? workerCount((sqlite.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n);
   // Each chain is streamed (verify.ts): memory does not grow with its length.
@@ -54,7 +57,7 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
   const resultaten: VerificatieResultaat[] = [];
   sqlite.transaction(() => {
     for (const t of tenants) {
-      const r = checked.get(t.id)!;
+      const r = withAnchorSignatures(sqlite, t.id, checked.get(t.id)!, headAnchors.get(t.id)!);
       saveState.run(t.id, tijdstip, r.intact ? 1 : 0, r.aantalEntries, r.fout?.seq ?? null, r.fout?.entryId ?? null, r.fout?.reden ?? null);
       resultaten.push({ tenantId: t.id, tenant: t.naam, intact: r.intact, aantalEntries: r.aantalEntries, ...(r.fout ? { fout: r.fout } : {}) });
     }
