@@ -21,7 +21,7 @@ export interface AlarmProps {
 export function Alarm(p: AlarmProps) {
   return (
     <Layout preview={p.message} soort={`Alarm · ${p.type}`} titel={p.titel} tijdzone={p.tijdzone}>
-      <StatusBanner niveau="actie" kop={p.message} />
+      <StatusBanner niveau="actie" label={`Alarm · ${p.tijdstip}`} kop={p.message} />
       <Kop>Wat te doen</Kop>
       <ol style={{ color: "#1f2937", fontSize: "14px", lineHeight: "21px", margin: "8px 0", paddingLeft: "22px" }}>
         {p.watTeDoen.map((stap, i) => (
@@ -49,11 +49,11 @@ Alarm.PreviewProps = {
   context: [
     { sleutel: "gecontroleerd", waarde: "42" },
     { sleutel: "aantalGebroken", waarde: "1" },
-    { sleutel: "gebroken", waarde: '[{"tenantId":7,"tenant":"Gemeente Zuiderhaven","seq":18204,"entryId":90211,"reden":"hash-afwijkend"}]' },
+    { sleutel: "gebroken", waarde: "tenantId: 7, tenant: Gemeente Zuiderhaven, seq: 18204, entryId: 90211, reden: hash-afwijkend" },
   ],
   watTeDoen: [
     "Verander niets aan de database en maak direct een kopie van het databasebestand en het ankerbestand: dat is het bewijs.",
-    "Zoek in de tabel hierboven de tenant en het volgnummer van de eerste fout; vergelijk die entry met de back-up van vóór de fout.",
+    "Zoek in de gegevens hieronder de tenant en het volgnummer van de eerste fout en vergelijk die entries met een back-up van vóór de fout.",
     "Ga na wie schrijftoegang tot de database had (host, back-up, beheerders) en meld een mogelijk beveiligingsincident.",
   ],
 } satisfies AlarmProps;

@@ -62,6 +62,12 @@ const UITKOMST: Record<Uitkomst, { tekst: string; niveau: Niveau | null }> = {
   nooit: { tekst: "Nog nooit", niveau: null },
 };
 
+/** `19/07/2026 20:00` → `19/07 20:00` inside the jobs table; another year keeps its year. */
+function kort(datum: string, jaar: string): string {
+  if (datum.length !== 16 || datum.slice(6, 10) !== jaar) return datum;
+  return `${datum.slice(0, 5)} ${datum.slice(11)}`;
+}
+
 function Backup({ p }: { p: DailyReportProps }) {
   const b = p.backup;
   const d = p.backupDetail;
@@ -89,19 +95,24 @@ function Backup({ p }: { p: DailyReportProps }) {
 
 export function DailyReport(p: DailyReportProps) {
   const achterstallig = p.taken.filter((t) => t.achterstallig).length;
+  const jaar = p.gemaakt.slice(6, 10);
   return (
     <Layout preview={`${p.status.kop}${p.status.punten.length ? ` · ${p.status.punten[0]}` : ""}`} soort="Dagrapport" titel={`Dagrapport van ${p.gemaakt.slice(0, 10)}`} tijdzone={p.tijdzone}>
-      <StatusBanner niveau={p.status.niveau} kop={p.status.kop} punten={p.status.punten} />
+      <StatusBanner niveau={p.status.niveau} label={`Status op ${p.gemaakt}`} kop={p.status.kop} punten={p.status.punten} />
       <Kengetallen
         items={[
           { waarde: p.backup.resultaat, label: "laatste back-up", niveau: p.backup.gelukt && !p.backupDetail.teOud ? "ok" : "actie" },
           {
-            waarde: p.verificatie.aantalGebroken === 0 ? "Intact" : `${getal(p.verificatie.aantalGebroken)} gebroken`,
-            label: "auditketens",
+            waarde: p.verificatie.aantalGebroken === 0 ? "Intact" : getal(p.verificatie.aantalGebroken),
+            label: p.verificatie.aantalGebroken === 0 ? "auditketens" : "gebroken auditketens",
             niveau: p.verificatie.aantalGebroken === 0 ? "ok" : "actie",
           },
-          { waarde: getal(p.inlogpogingen.mislukt), label: "mislukte inlogpogingen (24 uur)" },
-          { waarde: achterstallig === 0 ? "Op tijd" : `${achterstallig} te laat`, label: "geplande taken", niveau: achterstallig === 0 ? "ok" : "let-op" },
+          { waarde: getal(p.inlogpogingen.mislukt), label: "mislukte logins (24 uur)" },
+          {
+            waarde: achterstallig === 0 ? "Op tijd" : getal(achterstallig),
+            label: achterstallig === 0 ? "geplande taken" : "taken te laat",
+            niveau: achterstallig === 0 ? "ok" : "let-op",
+          },
         ]}
       />
 
@@ -145,20 +156,20 @@ export function DailyReport(p: DailyReportProps) {
 
       <Kop>Geplande taken</Kop>
       <Tabel
-        kolommen={[{ kop: "Taak" }, { kop: "Laatste start" }, { kop: "Uitkomst" }, { kop: "Volgende" }]}
+        kolommen={[{ kop: "Taak", nowrap: true }, { kop: "Laatste start", nowrap: true }, { kop: "Uitkomst" }, { kop: "Volgende", nowrap: true }]}
         rijen={p.taken.map((t) => {
           const u = UITKOMST[t.uitkomst];
           return [
             t.job,
-            t.laatsteStart,
+            kort(t.laatsteStart, jaar),
             t.achterstallig ? (
-              <Label niveau="let-op">{`Te laat (verwacht ${t.laatstVerwacht})`}</Label>
+              <Label niveau="let-op">{`Te laat, verwacht ${kort(t.laatstVerwacht, jaar)}`}</Label>
             ) : u.niveau ? (
               <Label niveau={u.niveau}>{u.tekst}</Label>
             ) : (
               u.tekst
             ),
-            t.volgende,
+            kort(t.volgende, jaar),
           ];
         })}
       />

@@ -20,6 +20,8 @@ export interface WeeklyReportProps {
     /** Distinct IP addresses with at least one failed attempt. */
     mislukteIps: number;
     topMislukteIps: { ip: string; aantal: number }[];
+    /** Unusually many failures (src/reports/weekly.ts veelMislukt): shown in amber. */
+    opvallend: boolean;
   };
   keten: {
     staat: "intact" | "gebroken" | "nooit";
@@ -69,7 +71,6 @@ function Keten({ keten }: { keten: WeeklyReportProps["keten"] }) {
 
 export function WeeklyReport(p: WeeklyReportProps) {
   const weekNr = Number(p.week.slice(p.week.indexOf("W") + 1));
-  const mislukteNiveau: Niveau = p.inlog.mislukt === 0 ? "ok" : p.status.niveau === "ok" ? "ok" : "let-op";
   return (
     <Layout
       preview={`${p.status.kop} · ${aantal(p.audit.totaal, "audit-gebeurtenis", "audit-gebeurtenissen")} · ${aantal(p.inlog.mislukt, "mislukte inlogpoging", "mislukte inlogpogingen")}`}
@@ -81,12 +82,12 @@ export function WeeklyReport(p: WeeklyReportProps) {
         Beste beheerder, dit is het overzicht van <strong>{p.tenant}</strong> over de afgelopen zeven dagen: van {p.van} tot{" "}
         {p.tot}.
       </Alinea>
-      <StatusBanner niveau={p.status.niveau} kop={p.status.kop} punten={p.status.punten} />
+      <StatusBanner niveau={p.status.niveau} label={`Status van week ${weekNr}`} kop={p.status.kop} punten={p.status.punten} />
       <Kengetallen
         items={[
           { waarde: getal(p.audit.totaal), label: "audit-gebeurtenissen" },
           { waarde: getal(p.inlog.gelukt), label: "geslaagde inlogpogingen" },
-          { waarde: getal(p.inlog.mislukt), label: "mislukte inlogpogingen", niveau: mislukteNiveau },
+          { waarde: getal(p.inlog.mislukt), label: "mislukte inlogpogingen", niveau: p.inlog.opvallend ? "let-op" : "ok" },
           {
             waarde: p.keten.staat === "intact" ? "Intact" : p.keten.staat === "gebroken" ? "Gebroken" : "Onbekend",
             label: "auditketen",
@@ -106,12 +107,11 @@ export function WeeklyReport(p: WeeklyReportProps) {
       />
 
       <Kop>Inlogpogingen</Kop>
-      <Tabel
-        kolommen={[{ kop: "Inlogpogingen" }, { kop: "Aantal", rechts: true }]}
+      <Feiten
         rijen={[
           ["Totaal", getal(p.inlog.totaal)],
           ["Geslaagd", getal(p.inlog.gelukt)],
-          ["Mislukt", getal(p.inlog.mislukt)],
+          ["Mislukt", p.inlog.opvallend ? <Label niveau="let-op">{getal(p.inlog.mislukt)}</Label> : getal(p.inlog.mislukt)],
           ["IP-adressen met mislukte pogingen", getal(p.inlog.mislukteIps)],
         ]}
       />
@@ -157,6 +157,7 @@ WeeklyReport.PreviewProps = {
       { ip: "198.51.100.4", aantal: 7 },
       { ip: "192.0.2.55", aantal: 4 },
     ],
+    opvallend: false,
   },
   keten: { staat: "intact", gecontroleerd: "26/07/2026 03:00", aantalEntries: 48211, fout: null },
 } satisfies WeeklyReportProps;

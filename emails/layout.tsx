@@ -9,10 +9,10 @@ export type Niveau = "ok" | "let-op" | "actie";
 
 const FONT = "-apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif";
 
-const KLEUR: Record<Niveau, { rand: string; achtergrond: string; tekst: string; label: string }> = {
-  ok: { rand: "#16a34a", achtergrond: "#f0fdf4", tekst: "#14532d", label: "IN ORDE" },
-  "let-op": { rand: "#d97706", achtergrond: "#fffbeb", tekst: "#78350f", label: "LET OP" },
-  actie: { rand: "#dc2626", achtergrond: "#fef2f2", tekst: "#7f1d1d", label: "ACTIE NODIG" },
+const KLEUR: Record<Niveau, { rand: string; achtergrond: string; tekst: string }> = {
+  ok: { rand: "#16a34a", achtergrond: "#f0fdf4", tekst: "#14532d" },
+  "let-op": { rand: "#d97706", achtergrond: "#fffbeb", tekst: "#78350f" },
+  actie: { rand: "#dc2626", achtergrond: "#fef2f2", tekst: "#7f1d1d" },
 };
 
 export function Layout(props: {
@@ -50,7 +50,7 @@ export function Layout(props: {
 }
 
 /** The headline: in order or not, and why. */
-export function StatusBanner(props: { niveau: Niveau; kop: string; punten?: string[] }) {
+export function StatusBanner(props: { niveau: Niveau; kop: string; punten?: string[]; /** Small line above the headline, e.g. "Status van week 30". */ label: string }) {
   const k = KLEUR[props.niveau];
   return (
     <Section
@@ -62,7 +62,7 @@ export function StatusBanner(props: { niveau: Niveau; kop: string; punten?: stri
         padding: "12px 16px",
       }}
     >
-      <Text style={{ color: k.rand, fontSize: "11px", fontWeight: 700, letterSpacing: "0.08em", margin: 0 }}>{k.label}</Text>
+      <Text style={{ color: k.rand, fontSize: "11px", fontWeight: 700, letterSpacing: "0.08em", margin: 0, textTransform: "uppercase" }}>{props.label}</Text>
       <Text style={{ color: k.tekst, fontSize: "17px", fontWeight: 600, lineHeight: "24px", margin: "2px 0 0" }}>{props.kop}</Text>
       {props.punten && props.punten.length > 0 ? (
         <ul style={{ color: k.tekst, fontSize: "14px", lineHeight: "21px", margin: "8px 0 0", paddingLeft: "20px" }}>
@@ -106,7 +106,7 @@ export function Kengetallen(props: { items: Kengetal[] }) {
               verticalAlign: "top",
             }}
           >
-            <div style={{ border: "1px solid #e5e7eb", borderRadius: "6px", padding: "10px 12px", backgroundColor: "#f9fafb" }}>
+            <div style={{ border: "1px solid #e5e7eb", borderRadius: "6px", padding: "10px 12px", backgroundColor: "#f9fafb", minHeight: "62px" }}>
               <Text
                 style={{
                   color: item.niveau && item.niveau !== "ok" ? KLEUR[item.niveau].rand : "#111827",
@@ -149,7 +149,7 @@ export function Kop(props: { children: ReactNode }) {
 
 export function Alinea(props: { children: ReactNode; gedempt?: boolean }) {
   return (
-    <Text style={{ color: props.gedempt ? "#6b7280" : "#1f2937", fontSize: "14px", lineHeight: "21px", margin: "8px 0" }}>
+    <Text style={{ color: props.gedempt ? "#6b7280" : "#1f2937", fontSize: "14px", lineHeight: "21px", margin: "14px 0 8px" }}>
       {props.children}
     </Text>
   );
@@ -159,6 +159,8 @@ export interface Kolom {
   kop: string;
   /** Numbers are right-aligned. */
   rechts?: boolean;
+  /** Keep on one line (dates, names). */
+  nowrap?: boolean;
 }
 
 const cell: CSSProperties = { padding: "7px 8px", fontSize: "13px", lineHeight: "18px", borderBottom: "1px solid #f0f1f3", color: "#1f2937" };
@@ -192,7 +194,15 @@ export function Tabel(props: { kolommen: Kolom[]; rijen: ReactNode[][]; leeg?: s
         {props.rijen.map((rij, r) => (
           <tr key={r}>
             {rij.map((waarde, i) => (
-              <td key={i} style={{ ...cell, textAlign: props.kolommen[i]?.rechts ? "right" : "left", fontVariantNumeric: "tabular-nums" }}>
+              <td
+                key={i}
+                style={{
+                  ...cell,
+                  textAlign: props.kolommen[i]?.rechts ? "right" : "left",
+                  whiteSpace: props.kolommen[i]?.nowrap ? "nowrap" : undefined,
+                  fontVariantNumeric: "tabular-nums",
+                }}
+              >
                 {waarde}
               </td>
             ))}

@@ -32,14 +32,15 @@ export interface TestSmtp {
   stop(): Promise<void>;
 }
 
-export async function startSmtp(o: { refuse?: Iterable<string> } = {}): Promise<TestSmtp> {
+/** `starttls`: offer STARTTLS with smtp-server's built-in self-signed certificate. */
+export async function startSmtp(o: { refuse?: Iterable<string>; starttls?: boolean } = {}): Promise<TestSmtp> {
   const received: ReceivedMail[] = [];
   const refuse = new Set<string>(o.refuse ?? []);
   const server = new SMTPServer({
     authOptional: true,
     // Accept AUTH without TLS: the test server has no certificate a client would trust.
     allowInsecureAuth: true,
-    hideSTARTTLS: true,
+    hideSTARTTLS: !o.starttls,
     // Without this each connection waits on a reverse DNS lookup.
     disableReverseLookup: true,
     closeTimeout: 200,

@@ -53,10 +53,26 @@ export const MAILED_ALARMS: Partial<Record<AlarmType, Guidance>> = {
 const MAX_CONTEXT_ROWS = 25;
 const MAX_VALUE_CHARS = 600;
 
+/** A context value as one readable line: `tenant: Beta BV, seq: 7; tenant: …` rather than JSON. */
+function readable(v: unknown, depth = 0): string {
+  if (v === null || v === undefined) return "-";
+  if (typeof v === "string") return v;
+  if (typeof v === "number" || typeof v === "boolean") return String(v);
+  if (depth >= 2) return JSON.stringify(v);
+  if (Array.isArray(v)) return v.length === 0 ? "(geen)" : v.map((x) => readable(x, depth + 1)).join("; ");
+  if (typeof v === "object") {
+    return Object.entries(v as Record<string, unknown>)
+      .filter(([, x]) => x !== undefined)
+      .map(([k, x]) => `${k}: ${readable(x, depth + 1)}`)
+      .join(", ");
+  }
+  return String(v);
+}
+
 function contextRows(context: Record<string, unknown> | undefined): AlarmProps["context"] {
   if (!context) return [];
   const rows = Object.entries(context).map(([sleutel, v]) => {
-    let waarde = v === null || v === undefined ? "-" : typeof v === "string" ? v : typeof v === "number" || typeof v === "boolean" ? String(v) : JSON.stringify(v);
+    let waarde = readable(v);
     if (waarde.length > MAX_VALUE_CHARS) waarde = waarde.slice(0, MAX_VALUE_CHARS - 1) + "…";
     return { sleutel, waarde };
   });

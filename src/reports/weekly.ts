@@ -104,10 +104,15 @@ export function tenantWeekStats(sqlite: Database, tenantId: number, van: Date, t
 const VERIFICATIE_OUD_MS = 48 * 3600 * 1000;
 
 /**
- * What the report says at the top. Many failed logins count as "let op" from 25 on
- * when they are more than a quarter of the successful ones: a handful of typos in a
- * busy week is normal, a stream of failures is not.
+ * Failed logins worth a word: from 25 on, when they are more than a quarter of the
+ * successful ones. A handful of typos in a busy week is normal, a stream of failures
+ * is not.
  */
+export function veelMislukt(inlog: { gelukt: number; mislukt: number }): boolean {
+  return inlog.mislukt >= 25 && inlog.mislukt * 4 > inlog.gelukt;
+}
+
+/** What the report says at the top. */
 export function weekStatus(s: TenantWeekStats, now: Date, tijdzone: string): WeeklyReportProps["status"] {
   const punten: string[] = [];
   let niveau: Niveau = "ok";
@@ -116,7 +121,7 @@ export function weekStatus(s: TenantWeekStats, now: Date, tijdzone: string): Wee
   };
   if (s.keten.staat === "gebroken") {
     raise("actie");
-    const seq = s.keten.fout?.seq != null ? ` bij volgnummer ${s.keten.fout.seq}` : "";
+    const seq = s.keten.fout?.seq != null ? ` bij volgnummer ${getal(s.keten.fout.seq)}` : "";
     punten.push(`De auditketen is gebroken${seq}: ${redenUitleg(s.keten.fout?.reden ?? null)}.`);
   } else if (s.keten.staat === "nooit") {
     raise("let-op");
@@ -125,7 +130,7 @@ export function weekStatus(s: TenantWeekStats, now: Date, tijdzone: string): Wee
     raise("let-op");
     punten.push(`De laatste controle van de auditketen is van ${formatDatum(s.keten.gecontroleerd, tijdzone)}, langer dan twee dagen geleden.`);
   }
-  if (s.inlog.mislukt >= 25 && s.inlog.mislukt * 4 > s.inlog.gelukt) {
+  if (veelMislukt(s.inlog)) {
     raise("let-op");
     punten.push(`Opvallend veel mislukte inlogpogingen: ${getal(s.inlog.mislukt)} van ${getal(s.inlog.totaal)}, vanaf ${getal(s.inlog.mislukteIps)} IP-adressen.`);
   }
@@ -146,7 +151,7 @@ export function weeklyReportProps(
     tijdzone: o.tijdzone,
     status: weekStatus(s, o.tot, o.tijdzone),
     audit: s.audit,
-    inlog: s.inlog,
+    inlog: { ...s.inlog, opvallend: veelMislukt(s.inlog) },
     keten: {
       staat: s.keten.staat,
       gecontroleerd: s.keten.gecontroleerd ? formatDatum(s.keten.gecontroleerd, o.tijdzone) : null,

@@ -1,0 +1,283 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { statSync } from "node:fs";
+import { recordLoginAttempt } from "../src/audit/chain.ts";
+import { runDagrapport } from "../src/jobs/dagrapport.ts";
+import { addTenant, call, NOW } from "./helpers.ts";
+import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
+
+const HOUR = 3600 * 1000;
+const SUMMER = new Date("2026-07-23T12:00:00.000Z");
+const WINTER = new Date("2026-01-05T07:03:00.000Z");
+
+const toClean: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const f of toClean.splice(0).reverse()) await f();
+});
+
+async function setup(env: Record<string, string> = {}) {
+  const smtp = await startSmtp();
+  const e = makeMailEnv({ SMTP_URL: smtp.url, ...env });
+  toClean.push(() => smtp.stop(), () => e.cleanup());
+  return { smtp, env: e };
+}
+
+type Env = ReturnType<typeof makeMailEnv>;
+
+function addBackup(env: Env, b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }) {
+  env.store.sqlite
+    .query(
+      "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, ?, ?, ?, 'host-cron')",
+    )
+    .run(b.ontvangen.toISOString(), b.exitCode, b.exitCode === 0 ? 1 : 0, b.bestandsnaam ?? null, b.grootte ?? null, b.foutmelding ?? "");
+}
+
+function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok") {
+  env.store.sqlite
+    .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, 200)")
+    .run(job, gestart.toISOString(), new Date(gestart.getTime() + 1000).toISOString(), uitkomst);
+}
+
+describe("dagrapport: recipient", () => {
+  test("DAGRAPPORT_EMAIL receives it, before SUPPORT_EMAIL", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test", SUPPORT_EMAIL: "support@example.test" });
+    const res = await call(env.app, "/api/cron/dagrapport");
+    expect(res.status).toBe(200);
+    expect(res.json).toMatchObject({ ok: true, verzonden: true, ontvanger: "ops@example.test", bezorging: "smtp" });
+    expect(smtp.received.map((m) => m.to)).toEqual([["ops@example.test"]]);
+    expect(smtp.received[0]!.subject).toMatch(/^Dagrapport 23\/07\/2026: actie nodig \(\d+ punten\)$/);
+  });
+
+  test("SUPPORT_EMAIL receives it when DAGRAPPORT_EMAIL is not set", async () => {
+    const { smtp, env } = await setup({ SUPPORT_EMAIL: "support@example.test" });
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ ok: true, verzonden: true, ontvanger: "support@example.test" });
+    expect(smtp.received.map((m) => m.to)).toEqual([["support@example.test"]]);
+  });
+
+  test("no recipient: nothing is sent, verzonden false, and the whole report is in the JSON", async () => {
+    const { smtp, env } = await setup();
+    addBackup(env, { ontvangen: new Date(NOW.getTime() - 2 * HOUR), exitCode: 0, grootte: 1536, bestandsnaam: "db.zst" });
+    const res = await call(env.app, "/api/cron/dagrapport");
+    expect(res.status).toBe(200);
+    expect(smtp.received).toEqual([]);
+    expect(res.json.ok).toBe(true);
+    expect(res.json.verzonden).toBe(false);
+    expect("ontvanger" in res.json).toBe(false);
+    expect(res.json.bezorging).toBe("smtp");
+    expect(res.json.backup).toEqual({ resultaat: "OK", gelukt: true, datum: "23/07/2026 12:00", grootte: "1.5 KB", bron: "host-cron" });
+    for (const key of ["gemaakt", "tijdzone", "status", "backupDetail", "inlogpogingen", "verificatie", "taken", "database"]) {
+      expect(res.json).toHaveProperty(key);
+    }
+    expect(res.json.taken.map((t: { job: string }) => t.job)).toEqual([
+      "weekrapport",
+      "audit-retentie",
+      "beveiligingslog-retentie",
+      "audit-verificatie",
+      "dagrapport",
+      "audit-anker",
+      "backup-controle",
+      "taken-controle",
+      "beveiligingslog-analyse",
+      "db-onderhoud",
+    ]);
+  });
+});
+
+describe("dagrapport: backup section (contract §3)", () => {
+  test("a successful backup in summer time: OK, local date, 1024-based size, bron", async () => {
+    const { env } = await setup();
+    addBackup(env, { ontvangen: new Date(SUMMER.getTime() - 3 * HOUR), exitCode: 0, grootte: 999 });
+    addBackup(env, { ontvangen: SUMMER, exitCode: 0, grootte: Math.round(23.4 * 1024 * 1024), bestandsnaam: "nachtwacht.db.zst" });
+    const r = await runDagrapport(env.deps, new Date(SUMMER.getTime() + 60_000));
+    expect(r.body.backup).toEqual({ resultaat: "OK", gelukt: true, datum: "23/07/2026 14:00", grootte: "23.4 MB", bron: "host-cron" });
+    expect(r.body.backupDetail).toMatchObject({ bestandsnaam: "nachtwacht.db.zst", exitCode: 0, teOud: false });
+  });
+
+  test("a failed backup in winter time: FOUT with its size, date and the error message", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    addBackup(env, { ontvangen: WINTER, exitCode: 3, grootte: 1023, foutmelding: "schijf vol" });
+    const r = await runDagrapport(env.deps, new Date(WINTER.getTime() + 60_000));
+    expect(r.body.backup).toEqual({ resultaat: "FOUT", gelukt: false, datum: "05/01/2026 08:03", grootte: "1023 B", bron: "host-cron" });
+    expect(r.body.status.niveau).toBe("actie");
+    expect(r.body.status.punten).toContain("De laatste back-up (05/01/2026 08:03) is mislukt: schijf vol.");
+    const m = smtp.received[0]!;
+    expect(m.text).toMatch(/Resultaat\s+FOUT/);
+    expect(m.text).toMatch(/Datum\s+05\/01\/2026 08:03/);
+    expect(m.text).toMatch(/Foutmelding\s+schijf vol/);
+    expect(m.html).toContain("05/01/2026 08:03");
+    expect(m.html).toContain("schijf vol");
+  });
+
+  test("no backup ever reported: FOUT, gelukt false, and '-' for datum, grootte and bron", async () => {
+    const { env } = await setup();
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.backup).toEqual({ resultaat: "FOUT", gelukt: false, datum: "-", grootte: "-", bron: "-" });
+    expect(r.body.status.punten).toContain("Er is nog nooit een back-up gemeld.");
+  });
+
+  test("a successful backup older than BACKUP_MAX_UREN is OK but needs action", async () => {
+    const { env } = await setup({ BACKUP_MAX_UREN: "26" });
+    addBackup(env, { ontvangen: new Date(NOW.getTime() - 30 * HOUR), exitCode: 0, grootte: 2048 });
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.backup.resultaat).toBe("OK");
+    expect(r.body.backupDetail).toMatchObject({ teOud: true, ouderdomUren: 30, maxUren: 26 });
+    expect(r.body.status.niveau).toBe("actie");
+  });
+});
+
+describe("dagrapport: further sections", () => {
+  test("login attempts of the last 24 hours: totals, distinct failing IPs, top failing IPs", async () => {
+    const { env } = await setup();
+    const s = env.store.sqlite;
+    const at = (h: number) => new Date(NOW.getTime() - h * HOUR);
+    for (let i = 0; i < 4; i++) recordLoginAttempt(s, { account: "a", ip: "10.0.0.1", gelukt: true, tijdstip: at(i + 1) });
+    for (let i = 0; i < 3; i++) recordLoginAttempt(s, { account: "b", ip: "203.0.113.9", gelukt: false, tijdstip: at(i + 1) });
+    recordLoginAttempt(s, { account: "c", ip: "198.51.100.7", gelukt: false, tijdstip: at(23) });
+    recordLoginAttempt(s, { account: "c", ip: "198.51.100.8", gelukt: false, tijdstip: at(25) }); // outside the 24 h
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.inlogpogingen).toEqual({
+      van: "22/07/2026 14:00",
+      tot: "23/07/2026 14:00",
+      totaal: 8,
+      gelukt: 4,
+      mislukt: 4,
+      mislukteIps: 2,
+      topMislukteIps: [
+        { ip: "203.0.113.9", aantal: 3 },
+        { ip: "198.51.100.7", aantal: 1 },
+      ],
+    });
+  });
+
+  test("the latest verification: when, how many tenants, which chains are broken", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const a = addTenant(env.store, "Alfa BV");
+    const b = addTenant(env.store, "Beta BV");
+    addTenant(env.store, "Nieuw BV");
+    const q = env.store.sqlite.query(
+      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    );
+    q.run(a, "2026-07-23T01:00:03.000Z", 1, 10, null, null, null);
+    q.run(b, "2026-07-23T01:00:04.000Z", 0, 10, 7, 77, "volgnummer-gat");
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.verificatie).toEqual({
+      tijdstip: "23/07/2026 03:00",
+      gecontroleerd: 2,
+      nietGecontroleerd: 1,
+      aantalGebroken: 1,
+      gebroken: [
+        {
+          tenantId: b,
+          tenant: "Beta BV",
+          seq: 7,
+          reden: "volgnummer-gat",
+          uitleg: "er ontbreken entries midden in de keten (gat in de volgnummers)",
+          gecontroleerd: "23/07/2026 03:00",
+        },
+      ],
+    });
+    expect(smtp.received[0]!.text).toContain("Beta BV (#2)");
+    expect(smtp.received[0]!.text).toContain("De auditketen van 1 tenant is gebroken (Beta BV).");
+  });
+
+  test("each scheduled job's last run, and overdue once its fire time plus TAKEN_MARGE_MINUTEN passed without a run", async () => {
+    const { env } = await setup({ TAKEN_MARGE_MINUTEN: "30" });
+    // NOW is 12:00Z. audit-verificatie (01:00) ran; backup-controle (:15) last ran at 10:15;
+    // beveiligingslog-analyse (*/15) is due 11:30 and ran 11:30 but failed; taken-controle
+    // (:45) is due 11:45 but still inside its 30 minutes of grace.
+    addRun(env, "audit-verificatie", new Date("2026-07-23T01:00:02.000Z"));
+    addRun(env, "backup-controle", new Date("2026-07-23T10:15:01.000Z"));
+    addRun(env, "beveiligingslog-analyse", new Date("2026-07-23T11:30:00.000Z"), "fout");
+    addRun(env, "taken-controle", new Date("2026-07-23T10:45:00.000Z"));
+    const r = await runDagrapport(env.deps, NOW);
+    const byJob = Object.fromEntries(r.body.taken.map((t) => [t.job, t]));
+    expect(byJob["audit-verificatie"]).toEqual({
+      job: "audit-verificatie",
+      cron: "0 1 * * *",
+      uitkomst: "ok",
+      laatsteStart: "23/07/2026 03:00",
+      laatsteEinde: "23/07/2026 03:00",
+      laatstVerwacht: "23/07/2026 03:00",
+      volgende: "24/07/2026 03:00",
+      achterstallig: false,
+    });
+    expect(byJob["backup-controle"]).toMatchObject({ laatstVerwacht: "23/07/2026 13:15", achterstallig: true });
+    expect(byJob["beveiligingslog-analyse"]).toMatchObject({ uitkomst: "fout", achterstallig: false });
+    expect(byJob["taken-controle"]).toMatchObject({ laatstVerwacht: "23/07/2026 12:45", achterstallig: false });
+    expect(byJob["dagrapport"]).toMatchObject({ uitkomst: "nooit", laatsteStart: "-", achterstallig: true });
+    expect(r.body.status.punten).toContain("backup-controle is niet gestart sinds 23/07/2026 13:15.");
+    expect(r.body.status.punten).toContain("De laatste run van beveiligingslog-analyse (23/07/2026 13:30) is mislukt.");
+  });
+
+  test("a job is not overdue for fire times before the service was installed", async () => {
+    const { env } = await setup();
+    env.store.sqlite.query("UPDATE service_meta SET value = ? WHERE key = 'geinstalleerd'").run(new Date(NOW.getTime() - 5 * 60_000).toISOString());
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.taken.filter((t) => t.achterstallig)).toEqual([]);
+  });
+
+  test("database size is page_count × page_size plus the write-ahead log", async () => {
+    const { env } = await setup();
+    const r = await runDagrapport(env.deps, NOW);
+    const { page_count } = env.store.sqlite.query("PRAGMA page_count").get() as { page_count: number };
+    const { page_size } = env.store.sqlite.query("PRAGMA page_size").get() as { page_size: number };
+    const wal = statSync(`${env.config.databasePath}-wal`).size;
+    expect(r.body.database.walBytes).toBe(wal);
+    expect(r.body.database.bytes).toBe(page_count * page_size + wal);
+    expect(r.body.database.grootte).toMatch(/^\d+\.\d (KB|MB)$/);
+  });
+});
+
+describe("dagrapport: a failed send", () => {
+  test("SMTP server down: 502 with ok and verzonden false, the report, the error, and a mail-failure alarm", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    addBackup(env, { ontvangen: SUMMER, exitCode: 0, grootte: 512 });
+    await smtp.stop();
+    const res = await call(env.app, "/api/cron/dagrapport");
+    expect(res.status).toBe(502);
+    expect(res.json).toMatchObject({
+      ok: false,
+      verzonden: false,
+      ontvanger: "ops@example.test",
+      bezorging: "smtp",
+      backup: { resultaat: "OK", gelukt: true, datum: "23/07/2026 14:00", grootte: "512 B", bron: "host-cron" },
+    });
+    expect(res.json.error).toStartWith("Het dagrapport kon niet worden verstuurd naar ops@example.test");
+    expect(res.json.taken).toHaveLength(10);
+    expect(env.alarms.raised.map((a) => a.type)).toEqual(["mail-failure"]);
+    // The job-run history records the failed send.
+    const run = env.store.sqlite.query("SELECT uitkomst, http_status AS httpStatus FROM job_runs WHERE job = 'dagrapport'").get();
+    expect(run).toEqual({ uitkomst: "fout", httpStatus: 502 });
+  });
+
+  test("SMTP_URL pointing at a closed port: 502", async () => {
+    const port = await closedPort();
+    const env = makeMailEnv({ SMTP_URL: `smtp://127.0.0.1:${port}`, SUPPORT_EMAIL: "support@example.test" });
+    toClean.push(() => env.cleanup());
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.status).toBe(502);
+    expect(r.body).toMatchObject({ ok: false, verzonden: false });
+    expect(r.body.error).toContain("ECONNREFUSED");
+  });
+});
+
+describe("dagrapport: the e-mail", () => {
+  test("HTML and text show the same facts as the JSON", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    addBackup(env, { ontvangen: SUMMER, exitCode: 0, grootte: 1536, bestandsnaam: "nachtwacht-2026-07-23.db.zst" });
+    recordLoginAttempt(env.store.sqlite, { account: "x", ip: "203.0.113.9", gelukt: false, tijdstip: new Date(SUMMER.getTime() - HOUR) });
+    const r = await runDagrapport(env.deps, new Date(SUMMER.getTime() + HOUR));
+    const m = smtp.received[0]!;
+    expect(m.subject).toStartWith("Dagrapport 23/07/2026: ");
+    for (const part of [m.text, m.html]) {
+      expect(part).toContain("23/07/2026 14:00");
+      expect(part).toContain("1.5 KB");
+      expect(part).toContain("nachtwacht-2026-07-23.db.zst");
+      expect(part).toContain("203.0.113.9");
+      expect(part).toContain(r.body.database.grootte);
+    }
+    expect(m.text).toMatch(/Resultaat\s+OK/);
+    expect(m.text).toContain("Mislukte logins (24 uur): 1");
+  });
+});

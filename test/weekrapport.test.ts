@@ -1,0 +1,266 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
+import { openStore } from "../src/db.ts";
+import { runWeekrapport } from "../src/jobs/weekrapport.ts";
+import { createMailer } from "../src/mail/transport.ts";
+import { WEEK_STATS_SQL } from "../src/reports/weekly.ts";
+import { addAdmin, addTenant, call, NOW } from "./helpers.ts";
+import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
+
+// NOW = Thursday 2026-07-23T12:00Z, ISO week 2026-W30; the report covers 16/07 12:00Z .. NOW.
+const DAY = 24 * 3600 * 1000;
+const ago = (ms: number) => new Date(NOW.getTime() - ms);
+
+const toClean: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const f of toClean.splice(0).reverse()) await f();
+});
+
+async function setup(refuse: string[] = []) {
+  const smtp = await startSmtp({ refuse });
+  const env = makeMailEnv({ SMTP_URL: smtp.url });
+  toClean.push(() => smtp.stop(), () => env.cleanup());
+  return { smtp, env };
+}
+
+function recipientsOf(smtp: TestSmtp): string[] {
+  return smtp.received.flatMap((m) => m.to).sort();
+}
+
+describe("weekrapport: who receives it", () => {
+  test("one message per active administrator of every active tenant, none to inactive tenants or administrators", async () => {
+    const { smtp, env } = await setup();
+    const a = addTenant(env.store, "Alfa BV");
+    const b = addTenant(env.store, "Beta BV");
+    const c = addTenant(env.store, "Gamma BV (opgeheven)", false);
+    addAdmin(env.store, a, "anna@alfa.test");
+    addAdmin(env.store, a, "oud@alfa.test", false);
+    addAdmin(env.store, a, "gedeeld@example.test");
+    addAdmin(env.store, b, "gedeeld@example.test");
+    addAdmin(env.store, c, "carl@gamma.test");
+
+    const res = await call(env.app, "/api/cron/weekrapport");
+    expect(res.status).toBe(200);
+    expect(res.json).toEqual({ verstuurd: 3, fouten: 0, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
+    expect(recipientsOf(smtp)).toEqual(["anna@alfa.test", "gedeeld@example.test", "gedeeld@example.test"]);
+    // The administrator of two tenants gets each tenant's own report.
+    const gedeeld = smtp.received.filter((m) => m.to[0] === "gedeeld@example.test").map((m) => m.subject).sort();
+    expect(gedeeld).toEqual(["Weekrapport Alfa BV, week 30: aandacht nodig", "Weekrapport Beta BV, week 30: aandacht nodig"]);
+    expect(smtp.received.every((m) => m.from === "nachtwacht@example.test")).toBe(true);
+    expect(env.alarms.raised).toEqual([]);
+  });
+
+  test("no active administrators: nothing sent, nothing failed", async () => {
+    const { smtp, env } = await setup();
+    addTenant(env.store, "Leeg BV");
+    const r = await runWeekrapport(env.deps, NOW);
+    expect(r).toEqual({ status: 200, body: { verstuurd: 0, fouten: 0, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
+    expect(smtp.received).toEqual([]);
+  });
+});
+
+describe("weekrapport: content", () => {
+  test("the tenant's last seven days: subject, key numbers in both the HTML and the text part", async () => {
+    const { smtp, env } = await setup();
+    const t = addTenant(env.store, "Alfa BV");
+    const other = addTenant(env.store, "Ander BV");
+    addAdmin(env.store, t, "anna@alfa.test");
+    const s = env.store.sqlite;
+    // Older than seven days: not counted. Then 4 views and 3 edits inside the week.
+    appendAuditEntry(s, { tenantId: t, actor: "x", action: "dossier.verwijderd", subject: "d0", createdAt: ago(7 * DAY + 1) });
+    for (let i = 0; i < 4; i++) appendAuditEntry(s, { tenantId: t, actor: "x", action: "dossier.bekeken", subject: `d${i}`, createdAt: ago(7 * DAY - i * 1000) });
+    for (let i = 0; i < 3; i++) appendAuditEntry(s, { tenantId: t, actor: "x", action: "dossier.gewijzigd", subject: `d${i}`, createdAt: ago(DAY + i) });
+    // Another tenant's activity stays out of this report.
+    appendAuditEntry(s, { tenantId: other, actor: "y", action: "dossier.bekeken", subject: "z", createdAt: ago(DAY) });
+    for (let i = 0; i < 5; i++) recordLoginAttempt(s, { account: "anna", ip: "10.0.0.1", gelukt: true, tenantId: t, tijdstip: ago(2 * DAY + i) });
+    recordLoginAttempt(s, { account: "anna", ip: "203.0.113.9", gelukt: false, tenantId: t, tijdstip: ago(DAY) });
+    recordLoginAttempt(s, { account: "anna", ip: "203.0.113.9", gelukt: false, tenantId: t, tijdstip: ago(DAY - 1) });
+    recordLoginAttempt(s, { account: "bob", ip: "198.51.100.7", gelukt: false, tenantId: t, tijdstip: ago(3 * DAY) });
+    recordLoginAttempt(s, { account: "bob", ip: "198.51.100.8", gelukt: false, tenantId: t, tijdstip: ago(8 * DAY) });
+    recordLoginAttempt(s, { account: "eve", ip: "198.51.100.9", gelukt: false, tenantId: other, tijdstip: ago(DAY) });
+    s.query(
+      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries) VALUES (?, ?, 1, 8)",
+    ).run(t, "2026-07-23T01:00:05.000Z");
+
+    const r = await runWeekrapport(env.deps, NOW);
+    expect(r.body).toMatchObject({ verstuurd: 1, fouten: 0 });
+    expect(smtp.received).toHaveLength(1);
+    const m = smtp.received[0]!;
+    expect(m.subject).toBe("Weekrapport Alfa BV, week 30: alles in orde");
+
+    // Text part: the key figures and the tables.
+    expect(m.text).toContain("Audit-gebeurtenissen: 7");
+    expect(m.text).toContain("Geslaagde inlogpogingen: 5");
+    expect(m.text).toContain("Mislukte inlogpogingen: 3");
+    expect(m.text).toMatch(/dossier\.bekeken\s+4\s+57%/);
+    expect(m.text).toMatch(/dossier\.gewijzigd\s+3\s+43%/);
+    expect(m.text).not.toContain("dossier.verwijderd");
+    expect(m.text).toMatch(/IP-adressen met mislukte pogingen\s+2/);
+    expect(m.text).toMatch(/203\.0\.113\.9\s+2/);
+    expect(m.text).toMatch(/Uitkomst\s+Intact/);
+    expect(m.text).toMatch(/Laatst gecontroleerd\s+23\/07\/2026 03:00/);
+    // The period in the report time zone (UTC+2 in July).
+    expect(m.text).toContain("van 16/07/2026 14:00 tot 23/07/2026 14:00");
+
+    // HTML part: the same numbers in their cells.
+    expect(m.html).toContain("Alles in orde");
+    expect(m.html).toMatch(/>dossier\.bekeken<\/td><td[^>]*>4<\/td>/);
+    expect(m.html).toMatch(/>dossier\.gewijzigd<\/td><td[^>]*>3<\/td>/);
+    expect(m.html).toMatch(/>7<\/p>\s*<p[^>]*>audit-gebeurtenissen</);
+    expect(m.html).toMatch(/>5<\/p>\s*<p[^>]*>geslaagde inlogpogingen</);
+    expect(m.html).toMatch(/>3<\/p>\s*<p[^>]*>mislukte inlogpogingen</);
+    expect(m.html).toContain("203.0.113.9");
+    expect(m.html).toContain("16/07/2026 14:00");
+  });
+
+  test("a broken chain is the headline, with the sequence number and the reason", async () => {
+    const { smtp, env } = await setup();
+    const t = addTenant(env.store, "Alfa BV");
+    addAdmin(env.store, t, "anna@alfa.test");
+    env.store.sqlite
+      .query(
+        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, 0, 120, 57, 57, 'hash-afwijkend')",
+      )
+      .run(t, "2026-07-23T01:00:00.000Z");
+    await runWeekrapport(env.deps, NOW);
+    const m = smtp.received[0]!;
+    expect(m.subject).toBe("Weekrapport Alfa BV, week 30: actie nodig");
+    expect(m.text).toContain("Actie nodig: de auditketen is gebroken");
+    expect(m.text).toContain("De auditketen is gebroken bij volgnummer 57");
+    expect(m.text).toMatch(/Eerste fout bij volgnummer\s+57/);
+    expect(m.html).toContain("de hash klopt niet meer");
+  });
+
+  test("a chain never verified says so", async () => {
+    const { smtp, env } = await setup();
+    addAdmin(env.store, addTenant(env.store, "Alfa BV"), "anna@alfa.test");
+    await runWeekrapport(env.deps, NOW);
+    expect(smtp.received[0]!.text).toContain("De auditketen is nog nooit gecontroleerd.");
+    expect(smtp.received[0]!.text).toContain("Auditketen: Onbekend");
+  });
+});
+
+describe("weekrapport: failures and reruns", () => {
+  test("a recipient refused by the server counts in fouten while the others arrive, and raises mail-failure", async () => {
+    const { smtp, env } = await setup(["weg@alfa.test"]);
+    const t = addTenant(env.store, "Alfa BV");
+    addAdmin(env.store, t, "anna@alfa.test");
+    addAdmin(env.store, t, "weg@alfa.test");
+    addAdmin(env.store, t, "piet@alfa.test");
+
+    const r = await runWeekrapport(env.deps, NOW);
+    expect(r).toEqual({ status: 200, body: { verstuurd: 2, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
+    expect(recipientsOf(smtp)).toEqual(["anna@alfa.test", "piet@alfa.test"]);
+    expect(env.alarms.raised).toHaveLength(1);
+    const alarm = env.alarms.raised[0]!;
+    expect(alarm.type).toBe("mail-failure");
+    expect(alarm.context).toMatchObject({ week: "2026-W30", verstuurd: 2, fouten: 1 });
+    const mislukt = (alarm.context as { mislukt: { adres: string; fout: string }[] }).mislukt;
+    expect(mislukt.map((f) => f.adres)).toEqual(["weg@alfa.test"]);
+    expect(mislukt[0]!.fout).toContain("550");
+  });
+
+  test("a rerun in the same ISO week sends only the failed ones; a new week sends all again", async () => {
+    const { smtp, env } = await setup(["weg@alfa.test"]);
+    const t = addTenant(env.store, "Alfa BV");
+    addAdmin(env.store, t, "anna@alfa.test");
+    addAdmin(env.store, t, "weg@alfa.test");
+    addAdmin(env.store, addTenant(env.store, "Beta BV"), "bert@beta.test");
+    expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 2, fouten: 1, overgeslagen: 0 });
+
+    smtp.refuse.clear();
+    smtp.received.length = 0;
+    const later = new Date(NOW.getTime() + 2 * DAY); // Saturday, still 2026-W30
+    expect((await runWeekrapport(env.deps, later)).body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 2, bezorging: "smtp", week: "2026-W30" });
+    expect(recipientsOf(smtp)).toEqual(["weg@alfa.test"]);
+
+    smtp.received.length = 0;
+    expect((await runWeekrapport(env.deps, later)).body).toMatchObject({ verstuurd: 0, fouten: 0, overgeslagen: 3 });
+    expect(smtp.received).toEqual([]);
+
+    const nextWeek = new Date(NOW.getTime() + 7 * DAY);
+    expect((await runWeekrapport(env.deps, nextWeek)).body).toMatchObject({ verstuurd: 3, overgeslagen: 0, week: "2026-W31" });
+    const rows = env.store.sqlite.query("SELECT iso_week, count(*) AS n FROM weekly_report_deliveries GROUP BY iso_week").all();
+    expect(rows).toEqual([
+      { iso_week: "2026-W30", n: 3 },
+      { iso_week: "2026-W31", n: 3 },
+    ]);
+  });
+
+  test("after an SMTP outage the rerun delivers exactly the failed messages", async () => {
+    const { smtp, env } = await setup();
+    const t = addTenant(env.store, "Alfa BV");
+    for (const a of ["a@alfa.test", "b@alfa.test", "c@alfa.test"]) addAdmin(env.store, t, a);
+    // Delivered before the outage.
+    expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 3 });
+    addAdmin(env.store, t, "d@alfa.test");
+    addAdmin(env.store, addTenant(env.store, "Beta BV"), "e@beta.test");
+
+    await smtp.stop();
+    await env.deps.mailer.close();
+    const down = createMailer({ smtpUrl: smtp.url, from: env.config.mailFrom, outboxDir: env.outboxDir, timeouts: { connection: 2000 } });
+    const during = await runWeekrapport({ ...env.deps, mailer: down }, NOW);
+    await down.close();
+    expect(during).toEqual({ status: 200, body: { verstuurd: 0, fouten: 2, overgeslagen: 3, bezorging: "smtp", week: "2026-W30" } });
+    expect(env.alarms.raised.map((a) => a.type)).toEqual(["mail-failure"]);
+
+    const back = await startSmtp();
+    toClean.push(() => back.stop());
+    const up = createMailer({ smtpUrl: back.url, from: env.config.mailFrom, outboxDir: env.outboxDir });
+    toClean.push(() => up.close());
+    const after = await runWeekrapport({ ...env.deps, mailer: up }, NOW);
+    expect(after.body).toMatchObject({ verstuurd: 2, fouten: 0, overgeslagen: 3 });
+    expect(recipientsOf(back)).toEqual(["d@alfa.test", "e@beta.test"]);
+  });
+
+  test("many administrators go through the pool with a bounded number in flight", async () => {
+    const { smtp, env } = await setup();
+    for (let t = 0; t < 10; t++) {
+      const id = addTenant(env.store, `Tenant ${t}`);
+      for (let a = 0; a < 6; a++) addAdmin(env.store, id, `admin${a}@t${t}.test`);
+    }
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const real = env.deps.mailer;
+    const counting = {
+      bezorging: real.bezorging,
+      close: () => real.close(),
+      async send(m: Parameters<typeof real.send>[0]) {
+        maxInFlight = Math.max(maxInFlight, ++inFlight);
+        try {
+          return await real.send(m);
+        } finally {
+          inFlight--;
+        }
+      },
+    };
+    const r = await runWeekrapport({ ...env.deps, mailer: counting }, NOW);
+    expect(r.body).toMatchObject({ verstuurd: 60, fouten: 0 });
+    expect(smtp.received).toHaveLength(60);
+    expect(maxInFlight).toBeGreaterThan(1);
+    expect(maxInFlight).toBeLessThanOrEqual(5);
+  });
+});
+
+describe("weekrapport: the per-tenant statistics use indexes", () => {
+  test("EXPLAIN QUERY PLAN of each per-tenant statement searches an index, never scans the table", () => {
+    const store = openStore(":memory:");
+    try {
+      const plans = Object.entries(WEEK_STATS_SQL).map(([name, sql]) => {
+        const params = name === "keten" ? [1] : [1, "2026-07-16T12:00:00.000Z", "2026-07-23T12:00:00.000Z"];
+        const rows = store.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[];
+        return [name, rows.map((r) => r.detail).join(" | ")] as const;
+      });
+      for (const [name, plan] of plans) {
+        expect({ name, plan }).not.toMatchObject({ plan: expect.stringMatching(/SCAN (audit_entries|login_attempts)/) });
+      }
+      const byName = Object.fromEntries(plans);
+      expect(byName.auditPerActie).toContain("SEARCH audit_entries USING INDEX audit_entries_tenant_created_idx (tenant_id=? AND created_at>? AND created_at<?)");
+      expect(byName.inlog).toContain("SEARCH login_attempts USING INDEX login_attempts_tenant_tijdstip_idx (tenant_id=? AND tijdstip>? AND tijdstip<?)");
+      expect(byName.topMislukteIps).toContain("SEARCH login_attempts USING INDEX login_attempts_tenant_tijdstip_idx (tenant_id=? AND tijdstip>? AND tijdstip<?)");
+      expect(byName.keten).toMatch(/^SEARCH audit_verification_state USING/);
+    } finally {
+      store.close();
+    }
+  });
+});
