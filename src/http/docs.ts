@@ -14,18 +14,30 @@ export const SPEC_PATH = "/docs/json";
 const BUNDLE_URL = "/docs/assets/swagger-ui-bundle.js";
 const CSS_URL = "/docs/assets/swagger-ui.css";
 
-function asset(path: string, contentType: string) {
-  // The files change only with a new binary; a day of caching spares reloads.
-  return () =>
-    new Response(Bun.file(path), {
-      headers: { "content-type": contentType, "cache-control": "public, max-age=86400" },
-    });
+/**
+ * Swagger UI shows, under every response, a ready-made curl command with the bearer
+ * token in it. Pasted into a shell it puts the secret on a command line and in the
+ * shell history (contract §6); pasted into a ticket it leaks it. The block is hidden.
+ */
+const EXTRA_CSS = "\n/* nachtwacht: no curl line with the secret in it */\n.swagger-ui .curl-command { display: none; }\n";
+
+// The files change only with a new binary; a day of caching spares reloads.
+const CACHE = "public, max-age=86400";
+let css: string | undefined;
+
+function bundle() {
+  return new Response(Bun.file(bundlePath), { headers: { "content-type": "text/javascript; charset=utf-8", "cache-control": CACHE } });
+}
+
+async function stylesheet() {
+  css ??= (await Bun.file(cssPath).text()) + EXTRA_CSS;
+  return new Response(css, { headers: { "content-type": "text/css; charset=utf-8", "cache-control": CACHE } });
 }
 
 export function docs() {
   return new Elysia({ name: "nachtwacht-docs" })
-    .get(BUNDLE_URL, asset(bundlePath, "text/javascript; charset=utf-8"), { detail: { hide: true } })
-    .get(CSS_URL, asset(cssPath, "text/css; charset=utf-8"), { detail: { hide: true } })
+    .get(BUNDLE_URL, bundle, { detail: { hide: true } })
+    .get(CSS_URL, stylesheet, { detail: { hide: true } })
     .use(
       openapi({
         path: DOCS_PATH,
