@@ -3,8 +3,9 @@
 // are printed (bench/startup.ts measures them properly); nothing here asserts timings.
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { appendAuditEntry } from "../src/audit/chain.ts";
 import { buildBinary, startBinary, type RunningBinary } from "./binary.ts";
 
 const SECRET = "e2e-" + "9f".repeat(30); // 64 characters, unique enough to grep for
@@ -16,7 +17,8 @@ beforeAll(async () => {
   const b = await buildBinary();
   bin = b.path;
   // DATABASE_PATH left unset: the default ./data/nachtwacht.db is relative to the cwd.
-  app = await startBinary(bin, { CRON_SECRET: SECRET });
+  // No SMTP_URL: mail goes to the outbox folder beside the database.
+  app = await startBinary(bin, { CRON_SECRET: SECRET, DAGRAPPORT_EMAIL: "ops@example.com" });
   const mb = (statSync(bin).size / 1024 / 1024).toFixed(1);
   console.log(`binary: ${mb} MB, built in ${(b.ms / 1000).toFixed(1)} s, start → first /health answer ${app.startMs.toFixed(0)} ms`);
 }, 180_000);
@@ -71,6 +73,42 @@ describe("the compiled binary", () => {
     } finally {
       db.close();
     }
+  });
+
+  test("audit-verificatie in the binary: 200 for intact chains, 409 naming the tampered entry", async () => {
+    const db = new Database(join(app.dir, "data", "nachtwacht.db"));
+    db.run("PRAGMA busy_timeout = 5000");
+    try {
+      for (const naam of ["Alfa BV", "Beta BV"]) {
+        const { id } = db.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES (?, 1, ?) RETURNING id").get(naam, new Date().toISOString()) as { id: number };
+        for (let i = 0; i < 5; i++) appendAuditEntry(db, { tenantId: id, actor: "a@example.com", action: "login", subject: `s${i}` });
+      }
+      const ok = await post("/api/cron/audit-verificatie");
+      expect(ok.status).toBe(200);
+      expect(JSON.parse(ok.text)).toMatchObject({ gecontroleerd: 2, aantalGebroken: 0 });
+
+      db.run("UPDATE audit_entries SET subject = 'vervalst' WHERE seq = 3 AND tenant_id = (SELECT id FROM tenants WHERE naam = 'Beta BV')");
+      const broken = await post("/api/cron/audit-verificatie");
+      expect(broken.status).toBe(409);
+      const body = JSON.parse(broken.text) as { aantalGebroken: number; resultaten: { tenant: string; intact: boolean; fout?: { seq: number; reden: string } }[] };
+      expect(body.aantalGebroken).toBe(1);
+      expect(body.resultaten.find((r) => r.tenant === "Beta BV")).toMatchObject({ intact: false, fout: { seq: 3, reden: "hash-afwijkend" } });
+      expect(app.output()).toContain("audit-chain-broken");
+    } finally {
+      db.close();
+    }
+  });
+
+  test("dagrapport renders its e-mail template inside the binary and writes it to the outbox", async () => {
+    const r = await post("/api/cron/dagrapport");
+    expect(r.status).toBe(200);
+    expect(JSON.parse(r.text)).toMatchObject({ ok: true, verzonden: true, bezorging: "outbox", ontvanger: "ops@example.com" });
+    const outbox = join(app.dir, "data", "outbox");
+    const mails = readdirSync(outbox).filter((f) => f.endsWith(".eml"));
+    const texts = mails.map((f) => readFileSync(join(outbox, f), "utf8"));
+    const daily = texts.filter((t) => /^To: ops@example\.com/m.test(t) && /Content-Type: text\/html/i.test(t) && /Content-Type: text\/plain/i.test(t));
+    expect(daily.length).toBeGreaterThanOrEqual(1);
+    for (const t of texts) expect(t).not.toContain(SECRET);
   });
 
   test("unknown paths are 404 JSON and GET on a job path does not run it", async () => {
