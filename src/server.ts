@@ -1,6 +1,7 @@
 // Wiring the real dependencies and starting the HTTP server; used by the entry point
 // and the demo. Nothing here is imported by the app or the jobs.
 import { dirname, join, resolve } from "node:path";
+import { mailAlarmChannel } from "./alarms/mail-channel.ts";
 import { createAlarmSink } from "./alarms/sink.ts";
 import { createApp } from "./app.ts";
 import { redactedConfig, type Config } from "./config.ts";
@@ -17,7 +18,12 @@ export function wireDeps(config: Config): Deps {
   const clock = () => new Date();
   // Values no alarm may carry: the secret, the anchor key, the SMTP password.
   const secrets = [config.cronSecret, config.auditAnkerSleutel ?? "", config.smtpUrl ? decodeURIComponent(new URL(config.smtpUrl).password) : ""];
-  const alarms = createAlarmSink({ sentryDsn: config.sentryDsn, clock, secrets });
+  // Serious alarms (broken chain, backup, database integrity) are also mailed to the
+  // daily-report recipient when there is one.
+  const channels = config.dagrapportEmail
+    ? [mailAlarmChannel({ mailer, recipient: config.dagrapportEmail, tijdzone: config.rapportTijdzone, clock })]
+    : [];
+  const alarms = createAlarmSink({ sentryDsn: config.sentryDsn, clock, secrets, channels });
   return { store, mailer, alarms, clock, config };
 }
 

@@ -4,8 +4,10 @@ import { join } from "node:path";
 import { simpleParser } from "mailparser";
 import { mailAlarmChannel } from "../src/alarms/mail-channel.ts";
 import { createAlarmSink } from "../src/alarms/sink.ts";
+import { parseConfig } from "../src/config.ts";
 import { createMailer, smtpOptions } from "../src/mail/transport.ts";
-import { addAdmin, addTenant, call, NOW, tempDir } from "./helpers.ts";
+import { wireDeps } from "../src/server.ts";
+import { addAdmin, addTenant, call, NOW, SECRET, tempDir } from "./helpers.ts";
 import { makeMailEnv, startSmtp } from "./smtp.ts";
 
 const toClean: (() => unknown)[] = [];
@@ -182,5 +184,30 @@ describe("alarm e-mail", () => {
     await sink.raise({ type: "backup-failure", message: "nog een keer" });
     expect(smtp.received).toHaveLength(1);
     expect(lines).toHaveLength(2);
+  });
+
+  test("the service's own wiring mails serious alarms to DAGRAPPORT_EMAIL, and not without one", async () => {
+    const smtp = await startSmtp();
+    const { dir, cleanup } = tempDir();
+    toClean.push(cleanup, () => smtp.stop());
+    const base = { CRON_SECRET: SECRET, SMTP_URL: smtp.url, AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") };
+    const withRecipient = wireDeps(parseConfig({ ...base, DATABASE_PATH: join(dir, "a", "n.db"), DAGRAPPORT_EMAIL: "ops@example.test" }));
+    const without = wireDeps(parseConfig({ ...base, DATABASE_PATH: join(dir, "b", "n.db") }));
+    toClean.push(
+      () => withRecipient.mailer.close(),
+      () => withRecipient.store.close(),
+      () => without.mailer.close(),
+      () => without.store.close(),
+    );
+    const stderr = process.stderr.write;
+    process.stderr.write = (() => true) as typeof process.stderr.write; // the sink's JSON lines
+    try {
+      await withRecipient.alarms.raise({ type: "db-integrity", message: "quick_check faalt", context: { fouten: ["row 5 missing from index x"] } });
+      await withRecipient.alarms.raise({ type: "job-missed", message: "dagrapport niet gestart" });
+      await without.alarms.raise({ type: "audit-chain-broken", message: "keten gebroken" });
+    } finally {
+      process.stderr.write = stderr;
+    }
+    expect(smtp.received.map((m) => [m.to[0], m.subject])).toEqual([["ops@example.test", "ALARM Database-integriteit aangetast: quick_check faalt"]]);
   });
 });
