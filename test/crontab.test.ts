@@ -76,7 +76,8 @@ describe("nachtwacht-call.sh", () => {
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), "nachtwacht-call-"));
     // A curl that writes its own argv to a file, then runs the real one: what `ps` would show.
-    writeFileSync(join(dir, "curl"), `#!/bin/bash\nprintf '%s\\n' "$@" >> "${dir}/curl-argv"\nexec /usr/bin/curl "$@"\n`);
+    const realCurl = Bun.which("curl") ?? "/usr/bin/curl";
+    writeFileSync(join(dir, "curl"), `#!/bin/bash\nprintf '%s\\n' "$@" >> "${dir}/curl-argv"\nexec ${realCurl} "$@"\n`);
     chmodSync(join(dir, "curl"), 0o755);
     server = Bun.serve({
       hostname: "127.0.0.1",
@@ -109,7 +110,7 @@ describe("nachtwacht-call.sh", () => {
 
   async function run(args: string[], env: Record<string, string>) {
     const p = Bun.spawn(["bash", CALL, ...args], {
-      env: { PATH: `${dir}:/usr/bin:/bin`, NACHTWACHT_LOG: "stdout", ...env },
+      env: { PATH: `${dir}:/usr/local/bin:/usr/bin:/bin`, NACHTWACHT_LOG: "stdout", ...env },
       stdout: "pipe",
       stderr: "pipe",
     });
