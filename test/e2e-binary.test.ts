@@ -129,8 +129,21 @@ describe("the compiled binary", () => {
       expect(r.status).toBe(200);
       expect((await r.arrayBuffer()).byteLength).toBeGreaterThan(100_000);
     }
-    const spec = (await (await fetch(`${app.url}/docs/json`)).json()) as { paths: Record<string, unknown> };
-    expect(Object.keys(spec.paths).filter((p) => p.startsWith("/api/cron/"))).toHaveLength(11);
+    const spec = (await (await fetch(`${app.url}/docs/json`)).json()) as {
+      paths: Record<string, { post?: { security?: unknown; requestBody?: unknown; responses: Record<string, { content?: unknown }> } }>;
+      components: { securitySchemes: unknown };
+    };
+    expect(spec.components.securitySchemes).toEqual({ bearerAuth: { type: "http", scheme: "bearer" } });
+    const jobs = Object.keys(spec.paths).filter((p) => p.startsWith("/api/cron/"));
+    expect(jobs).toHaveLength(11);
+    // every job: bearer auth, a 401, and the schema of its 200 body; backup-status its request body
+    for (const path of jobs) {
+      const op = spec.paths[path]!.post!;
+      expect(op.security).toEqual([{ bearerAuth: [] }]);
+      expect(Object.keys(op.responses)).toEqual(expect.arrayContaining(["200", "401"]));
+      expect(op.responses["200"]!.content).toBeDefined();
+      expect(op.requestBody !== undefined).toBe(path === "/api/cron/backup-status");
+    }
   });
 
   test("the secret appears neither on the process's command line nor in anything it wrote", async () => {
