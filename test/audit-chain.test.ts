@@ -236,8 +236,10 @@ describe("appending", () => {
     const tenant = addTenant(store, "Race");
     const script = join(import.meta.dir, "fixtures", "append-worker.ts");
     const N = 300;
+    // both start at the same instant, well after both processes are up
+    const startAt = String(Date.now() + 1500);
     const procs = ["A", "B"].map((name) =>
-      Bun.spawn([process.execPath, script, path, String(tenant), String(N), name], { stdout: "pipe", stderr: "pipe" }),
+      Bun.spawn([process.execPath, script, path, String(tenant), String(N), name, startAt], { stdout: "pipe", stderr: "pipe" }),
     );
     const codes = await Promise.all(procs.map((p) => p.exited));
     const errs = await Promise.all(procs.map((p) => new Response(p.stderr).text()));
