@@ -7,7 +7,18 @@ import { WeeklyReport } from "../../emails/WeeklyReport.tsx";
 import type { Deps } from "../deps.ts";
 import { isoWeek } from "../format.ts";
 import { renderEmail } from "../mail/render.ts";
-import { recordDelivery, tenantWeekStats, WEEK_MS, weeklyReportProps, weeklySubject, weekRecipients, type WeekRecipient } from "../reports/weekly.ts";
+import {
+  recordDelivery,
+  releaseDelivery,
+  reserveDelivery,
+  SENDING,
+  tenantWeekStats,
+  WEEK_MS,
+  weeklyReportProps,
+  weeklySubject,
+  weekRecipients,
+  type WeekRecipient,
+} from "../reports/weekly.ts";
 import { defineJob, type JobResult } from "./job.ts";
 
 /** Messages in flight at once: about the pool's connections, so they stay busy. */
@@ -19,6 +30,12 @@ export interface WeekrapportResult {
   verstuurd: number;
   fouten: number;
   overgeslagen: number;
+  /**
+   * Only when > 0: reports whose send an earlier run started but never finished (the
+   * service died meanwhile). They may have arrived, so they are not sent again; the
+   * alarm names them. Part of `overgeslagen`.
+   */
+  onzeker?: number;
   bezorging: "smtp" | "outbox";
   week: string;
 }
@@ -46,6 +63,7 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
   let fouten = 0;
   let overgeslagen = 0;
   const mislukt: { adres: string; tenantId: number; fout: string }[] = [];
+  const onzeker = recipients.filter((r) => r.onzeker).map((r) => ({ adres: r.email, tenantId: r.tenantId }));
   const inFlight = new Set<Promise<void>>();
 
   for (const [tenantId, admins] of byTenant) {
@@ -61,6 +79,9 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
     for (const admin of owed) {
       // Bounded concurrency: wait for a slot before starting the next message.
       while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
+      // Marked before it leaves: should the service die before the outcome is
+      // recorded, the rerun reports it as uncertain rather than sending it twice.
+      reserveDelivery(sqlite, admin, week);
       const p: Promise<void> = deps.mailer
         .send({ to: admin.email, subject, html, text })
         .then(
@@ -69,6 +90,7 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
             verstuurd++;
           },
           (e) => {
+            releaseDelivery(sqlite, admin, week);
             fouten++;
             if (mislukt.length < MAX_NAMED_FAILURES) mislukt.push({ adres: admin.email, tenantId, fout: errorMessage(e) });
           },
@@ -87,7 +109,18 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
       context: { week, verstuurd, fouten, overgeslagen, bezorging, mislukt },
     });
   }
-  return { status: 200, body: { verstuurd, fouten, overgeslagen, bezorging, week } };
+  if (onzeker.length > 0) {
+    await deps.alarms.raise({
+      type: "mail-failure",
+      message:
+        `Weekrapport ${week}: bij ${onzeker.length} bericht(en) is niet bekend of ze aankwamen; de service stopte tijdens het versturen. ` +
+        `Ze worden niet opnieuw verstuurd (geen dubbele berichten). Controleer het log van de mailserver; om ze toch opnieuw te sturen: ` +
+        `DELETE FROM weekly_report_deliveries WHERE iso_week = '${week}' AND verstuurd = '${SENDING}', en roep weekrapport opnieuw aan.`,
+      context: { week, onzeker: onzeker.slice(0, MAX_NAMED_FAILURES), aantal: onzeker.length },
+    });
+  }
+  const body: WeekrapportResult = { verstuurd, fouten, overgeslagen, ...(onzeker.length > 0 ? { onzeker: onzeker.length } : {}), bezorging, week };
+  return { status: 200, body };
 }
 
 const resultSchema = {
@@ -97,6 +130,12 @@ const resultSchema = {
     verstuurd: { type: "integer", description: "Berichten die de mailserver (of de outbox) aannam." },
     fouten: { type: "integer", description: "Berichten die mislukten; bij > 0 volgt een alarm (mail-failure)." },
     overgeslagen: { type: "integer", description: "Berichten die deze ISO-week al eerder verstuurd zijn." },
+    onzeker: {
+      type: "integer",
+      description:
+        "Alleen als > 0: berichten waarvan een eerdere run het versturen begon maar de uitkomst nooit vastlegde (de service stopte). " +
+        "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze. Deel van `overgeslagen`.",
+    },
     bezorging: { type: "string", enum: ["smtp", "outbox"], description: "outbox: SMTP_URL ontbreekt, berichten staan als .eml in de outbox-map." },
     week: { type: "string", example: "2026-W30", description: "ISO-week (UTC) waarvoor verstuurd is." },
   },

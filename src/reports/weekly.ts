@@ -31,7 +31,16 @@ export interface WeekRecipient {
   email: string;
   /** This administrator already received this tenant's report in this ISO week. */
   alVerstuurd: boolean;
+  /**
+   * A send of this report started but its outcome was never recorded (the process
+   * died in between): it may or may not have arrived. Not sent again (alVerstuurd is
+   * true too), so nobody gets it twice; weekrapport reports it instead.
+   */
+  onzeker: boolean;
 }
+
+/** weekly_report_deliveries.verstuurd of a send in progress (else the ISO time of acceptance). */
+export const SENDING = "verzenden";
 
 /**
  * Every active administrator of every active tenant, in tenant order, marked when the
@@ -42,7 +51,8 @@ export function weekRecipients(sqlite: Database, isoWeek: string): WeekRecipient
     sqlite
       .query(
         `SELECT t.id AS tenantId, t.naam AS tenant, a.id AS administratorId, a.email AS email,
-           d.administrator_id IS NOT NULL AS alVerstuurd
+           d.administrator_id IS NOT NULL AS alVerstuurd,
+           coalesce(d.verstuurd = '${SENDING}', 0) AS onzeker
          FROM tenants t
          JOIN administrators a ON a.tenant_id = t.id AND a.actief = 1
          LEFT JOIN weekly_report_deliveries d
@@ -50,14 +60,36 @@ export function weekRecipients(sqlite: Database, isoWeek: string): WeekRecipient
          WHERE t.actief = 1
          ORDER BY t.id, a.id`,
       )
-      .all(isoWeek) as (Omit<WeekRecipient, "alVerstuurd"> & { alVerstuurd: number })[]
-  ).map((r) => ({ ...r, alVerstuurd: r.alVerstuurd === 1 }));
+      .all(isoWeek) as (Omit<WeekRecipient, "alVerstuurd" | "onzeker"> & { alVerstuurd: number; onzeker: number })[]
+  ).map((r) => ({ ...r, alVerstuurd: r.alVerstuurd === 1, onzeker: r.onzeker === 1 }));
+}
+
+/**
+ * Marks a send as started, before the message goes to the transport. SMTP cannot say
+ * whether a message arrived when the sender dies between the server's "250 OK" and
+ * recording it; with this mark such a message is reported as uncertain instead of
+ * being sent a second time by the rerun.
+ */
+export function reserveDelivery(sqlite: Database, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
+  sqlite
+    .query("INSERT OR IGNORE INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)")
+    .run(r.administratorId, r.tenantId, isoWeek, SENDING);
+}
+
+/** The transport refused the message: no longer reserved, so a rerun sends it. */
+export function releaseDelivery(sqlite: Database, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
+  sqlite
+    .query("DELETE FROM weekly_report_deliveries WHERE administrator_id = ? AND tenant_id = ? AND iso_week = ? AND verstuurd = ?")
+    .run(r.administratorId, r.tenantId, isoWeek, SENDING);
 }
 
 /** Records that the transport accepted this administrator's report of this week. */
 export function recordDelivery(sqlite: Database, r: { administratorId: number; tenantId: number }, isoWeek: string, now: Date): void {
   sqlite
-    .query("INSERT OR IGNORE INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)")
+    .query(
+      `INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)
+       ON CONFLICT (administrator_id, tenant_id, iso_week) DO UPDATE SET verstuurd = excluded.verstuurd WHERE verstuurd = '${SENDING}'`,
+    )
     .run(r.administratorId, r.tenantId, isoWeek, now.toISOString());
 }
 
