@@ -49,10 +49,21 @@ export function lastRun(sqlite: Database, job: string): JobRunRow | null {
     .get(job) as JobRunRow | null;
 }
 
+/** A running job given up on (shutdown did not wait for it any longer). */
+export class JobInterrupted extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "JobInterrupted";
+  }
+}
+
 /** Jobs running in this process; a second call of one of them is refused. */
 export class RunningJobs {
   private readonly running = new Set<JobName>();
+  private readonly runIds = new Map<JobName, number>();
   private readonly idle: (() => void)[] = [];
+  private readonly interrupters = new Set<(e: Error) => void>();
+  private closed = false;
 
   tryStart(job: JobName): boolean {
     if (this.running.has(job)) return false;
@@ -60,9 +71,45 @@ export class RunningJobs {
     return true;
   }
 
+  /** The job_runs row of a running job, so shutdown can close it when it must give up waiting. */
+  setRun(job: JobName, runId: number): void {
+    if (this.running.has(job)) this.runIds.set(job, runId);
+  }
+
   finish(job: JobName): void {
     this.running.delete(job);
+    this.runIds.delete(job);
     if (this.running.size === 0) for (const f of this.idle.splice(0)) f();
+  }
+
+  /** Shutdown: no job starts any more (the wrapper answers 503). */
+  close(): void {
+    this.closed = true;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /**
+   * The job's own outcome, unless interrupt() comes first: then it rejects with
+   * JobInterrupted and the wrapper answers and records that, while the job itself is
+   * left behind (the process is about to exit).
+   */
+  race<T>(work: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.interrupters.add(reject);
+      work.then(resolve, reject).finally(() => this.interrupters.delete(reject));
+    });
+  }
+
+  interrupt(message: string): void {
+    for (const stop of [...this.interrupters]) stop(new JobInterrupted(message));
+  }
+
+  /** Running jobs that have a job_runs row. */
+  runs(): { job: JobName; runId: number }[] {
+    return [...this.runIds].map(([job, runId]) => ({ job, runId }));
   }
 
   get size(): number {

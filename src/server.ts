@@ -3,13 +3,29 @@
 import { dirname, join, resolve } from "node:path";
 import { mailAlarmChannel } from "./alarms/mail-channel.ts";
 import { createAlarmSink } from "./alarms/sink.ts";
-import { createApp } from "./app.ts";
+import { createApp, type AppOptions } from "./app.ts";
 import { redactedConfig, type Config } from "./config.ts";
-import { openStore } from "./db.ts";
+import { openStore, type Store } from "./db.ts";
 import type { Deps } from "./deps.ts";
-import { RunningJobs } from "./job-runs.ts";
+import { finishRun, RunningJobs } from "./job-runs.ts";
 import { log } from "./logger.ts";
 import { createMailer } from "./mail/transport.ts";
+
+/**
+ * Folds the WAL back into the database file and closes it. The host application may
+ * hold the database open, so the checkpoint waits at most a second and is logged
+ * when it could not finish (SQLite completes it later; nothing is lost either way).
+ */
+export function closeDatabase(store: Store): void {
+  try {
+    store.sqlite.run("PRAGMA busy_timeout = 1000");
+    const r = store.sqlite.query("PRAGMA wal_checkpoint(TRUNCATE)").get() as { busy: number; log: number; checkpointed: number };
+    if (r.busy !== 0) log("warn", "WAL checkpoint at shutdown was blocked by another connection", { ...r });
+  } catch (e) {
+    log("warn", "WAL checkpoint at shutdown failed", { error: e instanceof Error ? e.message : String(e) });
+  }
+  store.close();
+}
 
 export function wireDeps(config: Config): Deps {
   const store = openStore(config.databasePath);
@@ -27,10 +43,25 @@ export function wireDeps(config: Config): Deps {
   return { store, mailer, alarms, clock, config };
 }
 
-export function startServer(config: Config) {
+/**
+ * How long SIGTERM waits for running jobs. Within systemd's TimeoutStopSec (300 s) with
+ * room to spare; a job still running then is recorded as interrupted and the process
+ * exits. Every job commits in small transactions, so any moment between two of them
+ * is a safe point: the next run picks up where this one stopped.
+ */
+export const SHUTDOWN_GRACE_MS = 25_000;
+
+export interface ServerOptions {
+  shutdownGraceMs?: number;
+  /** The jobs to mount; all eleven by default (test fixtures pass their own). */
+  jobs?: AppOptions["jobs"];
+}
+
+export function startServer(config: Config, options: ServerOptions = {}) {
   const deps = wireDeps(config);
   const running = new RunningJobs();
-  const app = createApp(deps, { running }).listen({ port: config.port, hostname: config.host });
+  const graceMs = options.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
+  const app = createApp(deps, { running, jobs: options.jobs }).listen({ port: config.port, hostname: config.host });
   const url = `http://${config.host}:${app.server?.port}`;
   log("info", "nachtwacht listening", { url, config: redactedConfig(config) });
   if (deps.mailer.bezorging === "outbox") {
@@ -44,14 +75,38 @@ export function startServer(config: Config) {
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
-    log("info", "shutting down", { signal, running: running.names() });
-    // Stop accepting new requests, let running jobs finish, then close the database.
-    void app.server?.stop(false);
-    await running.whenIdle();
-    await deps.mailer.close();
-    deps.store.close();
-    log("info", "stopped", { signal });
-    process.exit(0);
+    log("info", "shutting down", { signal, running: running.names(), graceMs });
+    // Stop accepting connections and starting jobs; let running jobs finish, for at most graceMs.
+    running.close();
+    const drained = app.server?.stop(false) ?? Promise.resolve();
+    const finished = await Promise.race([running.whenIdle().then(() => true), Bun.sleep(graceMs).then(() => false)]);
+    let exitCode = 0;
+    if (finished) {
+      // The last answers are still being written: give them a moment.
+      await Promise.race([drained, Bun.sleep(2000)]);
+    } else {
+      // Each waiting caller gets 503 {error} and the run is recorded as 'fout'. The
+      // jobs commit in small transactions, so whatever they committed stays; the
+      // database is closed between two of those, and a rerun does the rest.
+      const message = `Onderbroken: de service werd gestopt (${signal}) en wachtte ${Math.round(graceMs / 1000)} s; de taak was toen niet klaar. Wat af was, is bewaard; een nieuwe aanroep maakt het werk af.`;
+      const left = running.names();
+      running.interrupt(message);
+      log("error", "jobs still running at shutdown were interrupted", { signal, jobs: left, graceMs });
+      await Promise.race([drained, Bun.sleep(1000)]);
+      // A run whose wrapper could not record it (should not happen): recorded here.
+      for (const { job, runId } of running.runs()) {
+        try {
+          finishRun(deps.store.sqlite, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message });
+        } catch (e) {
+          log("error", "could not record an interrupted run", { job, runId, error: e instanceof Error ? e.message : String(e) });
+        }
+      }
+      exitCode = 1;
+    }
+    void deps.mailer.close().catch(() => {});
+    closeDatabase(deps.store);
+    log("info", "stopped", { signal, exitCode });
+    process.exit(exitCode);
   };
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
   process.on("SIGINT", () => void shutdown("SIGINT"));

@@ -3,7 +3,7 @@
 // 409, and records every run in the job-run history: start, end, outcome, summary, error.
 import type { Elysia } from "elysia";
 import type { Deps } from "../deps.ts";
-import { finishRun, startRun, type RunningJobs } from "../job-runs.ts";
+import { finishRun, JobInterrupted, startRun, type RunningJobs } from "../job-runs.ts";
 import type { JobDefinition } from "../jobs/job.ts";
 import { jobPath } from "../schedule.ts";
 import { log } from "../logger.ts";
@@ -22,14 +22,18 @@ export function errorText(e: unknown): string {
 
 export async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, request: Request): Promise<Response> {
   const input = def.input ? await def.input(request) : undefined;
+  if (running.isClosed) {
+    return json(503, { error: "De service wordt gestopt; roep de taak over een minuut opnieuw aan." }, { "retry-after": "60" });
+  }
   if (!running.tryStart(def.name)) {
     return json(409, { error: `De taak ${def.name} loopt al; een tweede aanroep wordt niet tegelijk uitgevoerd.` });
   }
   try {
     const started = deps.clock();
     const runId = startRun(deps.store.sqlite, def.name, started);
+    running.setRun(def.name, runId);
     try {
-      const result = await def.run(deps, started, input);
+      const result = await running.race(def.run(deps, started, input));
       finishRun(deps.store.sqlite, runId, deps.clock(), {
         uitkomst: outcomeOf(result.status),
         httpStatus: result.status,
@@ -37,6 +41,15 @@ export async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDe
       });
       return json(result.status, result.body);
     } catch (e) {
+      if (e instanceof JobInterrupted) {
+        // Shutdown stopped waiting: what the job committed stays, the rest is for a rerun.
+        try {
+          finishRun(deps.store.sqlite, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: e.message });
+        } catch (recordError) {
+          log("error", "could not record an interrupted run", { job: def.name, runId, error: errorText(recordError) });
+        }
+        return json(503, { error: e.message }, { "retry-after": "60" });
+      }
       try {
         finishRun(deps.store.sqlite, runId, deps.clock(), { uitkomst: "fout", httpStatus: 500, fout: errorText(e) });
       } catch (recordError) {
