@@ -44,7 +44,7 @@ export function wireDeps(config: Config): Deps {
 }
 
 /**
- * How long SIGTERM waits for running jobs. Within systemd's TimeoutStopSec (300 s) with
+ * How long SIGTERM waits for running jobs. Within the unit's TimeoutStopSec (60 s) with
  * room to spare; a job still running then is recorded as interrupted and the process
  * exits. Every job commits in small transactions, so any moment between two of them
  * is a safe point: the next run picks up where this one stopped.
