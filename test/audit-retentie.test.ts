@@ -137,6 +137,38 @@ describe("audit-retentie", () => {
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
+  test("a batch takes the next rows of several tenants; a crash between batches leaves every chain verifiable", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "Alfa");
+    const b = addTenant(env.store, "Beta");
+    for (let i = 0; i < 5; i++) add(env, a, iso(Date.parse("2011-01-01T00:00:00Z") + i * DAY));
+    for (let i = 0; i < 3; i++) add(env, b, iso(Date.parse("2012-01-01T00:00:00Z") + i * DAY));
+    add(env, a, "2024-01-01T00:00:00.000Z");
+    add(env, b, "2024-01-01T00:00:00.000Z");
+    const grens = retentionBoundary(NOW, 2555);
+    const seen: [unknown, unknown][] = [];
+    await expect(
+      deleteOldAuditEntries(env.store.sqlite, grens, NOW, {
+        batchSize: 4, // two rows of each tenant per batch
+        pause: async () => {},
+        afterBatch: (n) => {
+          seen.push([(anchor(env, a) as { seq: number }).seq, (anchor(env, b) as { seq: number }).seq]);
+          if (n >= 4) throw new Error("simulated crash");
+        },
+      }),
+    ).rejects.toThrow("simulated crash");
+    expect(seen).toEqual([[2, 2]]);
+    expect(seqs(env, a)).toEqual([3, 4, 5, 6]);
+    expect(seqs(env, b)).toEqual([3, 4]);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+
+    const r = await runAuditRetentie(env.deps, NOW, { batchSize: 4, pause: async () => {} });
+    expect(r.body.verwijderd).toBe(4);
+    expect(seqs(env, a)).toEqual([6]);
+    expect(seqs(env, b)).toEqual([4]);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+  });
+
   test("a tampered entry in the old part is not deleted: deletion stops before it, an alarm is raised, verification still finds it", async () => {
     env = makeTestEnv();
     const t = addTenant(env.store, "Zorggroep");

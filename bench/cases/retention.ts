@@ -1,0 +1,52 @@
+// Retention at scale, on a fresh copy of the database each run, while bench/writer.ts
+// inserts a row every 10 ms in another process:
+//   --kind login  beveiligingslog-retentie (≈ ½ of the login attempts)
+//   --kind audit  audit-retentie (≈ ⅓ of the audit entries)
+//   --mode job    the real job;  --mode delete  one unbatched DELETE of the same rows
+//
+//   bun bench/cases/retention.ts --db <copy> --kind login --mode job
+import { retentionBoundary } from "../../src/audit/retention.ts";
+import { openStore } from "../../src/db.ts";
+import { runAuditRetentie } from "../../src/jobs/audit-retentie.ts";
+import { runBeveiligingslogRetentie } from "../../src/jobs/beveiligingslog-retentie.ts";
+import { arg, benchDeps, BUN, NOW, report } from "../lib.ts";
+
+const db = arg("db");
+const kind = arg("kind");
+const mode = arg("mode");
+const store = openStore(db, NOW);
+const deps = benchDeps(store);
+
+const writer = Bun.spawn([BUN, new URL("../writer.ts", import.meta.url).pathname, "--db", db, "--kind", kind], { stdout: "pipe", stderr: "inherit" });
+const reader = writer.stdout.getReader();
+const decoder = new TextDecoder();
+let out = "";
+while (!out.includes("ready\n")) {
+  const r = await reader.read();
+  if (r.done) throw new Error("writer exited before it was ready");
+  out += decoder.decode(r.value, { stream: true });
+}
+out = out.slice(out.indexOf("ready\n") + 6);
+await Bun.sleep(300); // the writer's waits before the run, for comparison
+
+const t0 = performance.now();
+let deleted: number;
+if (mode === "job") {
+  const r = kind === "login" ? await runBeveiligingslogRetentie(deps, NOW) : await runAuditRetentie(deps, NOW);
+  deleted = r.body.verwijderd;
+} else {
+  const grens = retentionBoundary(NOW, kind === "login" ? deps.config.beveiligingslogRetentieDagen : deps.config.auditRetentieDagen);
+  deleted =
+    kind === "login"
+      ? store.sqlite.query("DELETE FROM login_attempts WHERE tijdstip < ?").run(grens).changes
+      : store.sqlite.query("DELETE FROM audit_entries WHERE created_at < ?").run(grens).changes;
+}
+const seconds = (performance.now() - t0) / 1000;
+await Bun.sleep(300);
+
+writer.kill("SIGTERM");
+for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
+await writer.exited;
+const waits = JSON.parse(out.trim().split("\n").at(-1)!) as { inserts: number; maxMs: number; p99Ms: number; p50Ms: number };
+store.close();
+report({ kind, mode, seconds, deleted, writer: waits });

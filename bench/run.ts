@@ -1,0 +1,287 @@
+// The benchmark runner (issue 7). Builds (or reuses) the demo databases of a size under
+// .bench-data/, runs every case in its own child process (so each peak RSS is that
+// case's own), and prints every figure as one JSON line:
+//   {"bench","size","metric","value","unit","target","baseline","ratio","ok"}
+// then a summary table. Targets hold at size L; at other sizes `ok` is null.
+//
+//   bun run bench -- S          # small: under a minute
+//   bun run bench -- L          # 1,000 tenants, 10,000 administrators, 5M + 5M rows
+//   bun run bench -- M --seed 7 --cases verify,retention
+//
+// Cases: verify, retention, weekrapport, reports, binary.
+import { Database } from "bun:sqlite";
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { cpus, totalmem } from "node:os";
+import { BUN, DATA_DIR, dbPath, FIFTH, ROOT, SIZES, type SizeName } from "./lib.ts";
+
+const args = process.argv.slice(2).filter((a) => a !== "--");
+const flag = (name: string) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? args.splice(i, 2)[1] : undefined;
+};
+const seed = Number(flag("seed") ?? "42");
+const only = flag("cases")?.split(",");
+const size = (args[0] ?? "S").toUpperCase() as SizeName;
+if (!(size in SIZES) || size === "XS") {
+  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,retention,weekrapport,reports,binary]");
+  process.exit(2);
+}
+const scored = size === "L";
+const wants = (c: string) => !only || only.includes(c);
+
+type Target = { op: "<=" | ">="; limit: number; on: "value" | "ratio" };
+interface Figure {
+  bench: string;
+  size: SizeName;
+  metric: string;
+  value: number | null;
+  unit: string;
+  target: string | null;
+  baseline: number | null;
+  ratio: number | null;
+  ok: boolean | null;
+  note?: string;
+}
+const figures: Figure[] = [];
+
+const round = (x: number) => (Math.abs(x) >= 1000 ? Math.round(x) : Math.abs(x) >= 10 ? +x.toFixed(1) : +x.toFixed(3));
+
+function fig(
+  bench: string,
+  metric: string,
+  value: number | null,
+  unit: string,
+  o: { target?: Target; baseline?: number | null; ratio?: number | null; note?: string; sizeName?: SizeName } = {},
+): void {
+  const ratio = o.ratio ?? (o.baseline != null && value != null && o.baseline !== 0 ? value / o.baseline : null);
+  const t = o.target;
+  let ok: boolean | null = null;
+  if (t && scored && value !== null) {
+    const x = t.on === "ratio" ? ratio : value;
+    ok = x !== null && (t.op === "<=" ? x <= t.limit : x >= t.limit);
+  }
+  const f: Figure = {
+    bench,
+    size: o.sizeName ?? size,
+    metric,
+    value: value === null ? null : round(value),
+    unit,
+    target: t ? `${t.on === "ratio" ? "ratio " : ""}${t.op} ${t.limit}` : null,
+    baseline: o.baseline == null ? null : round(o.baseline),
+    ratio: ratio === null ? null : +ratio.toFixed(2),
+    ok,
+    ...(o.note ? { note: o.note } : {}),
+  };
+  figures.push(f);
+  console.log(JSON.stringify(f));
+}
+
+/** Runs a child and returns its last stdout line as JSON; stderr passes through. */
+async function child<T>(cmd: string[], label: string): Promise<T | null> {
+  const p = Bun.spawn([BUN, ...cmd], { cwd: ROOT, stdout: "pipe", stderr: "inherit" });
+  const out = await new Response(p.stdout).text();
+  const code = await p.exited;
+  const last = out.trim().split("\n").at(-1) ?? "";
+  if (code !== 0 || !last.startsWith("{")) {
+    console.error(`[bench] ${label} failed (exit ${code})`);
+    fig(label, "failed", null, "", { note: `exit ${code}` });
+    return null;
+  }
+  return JSON.parse(last) as T;
+}
+
+const log = (msg: string) => console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}`);
+
+function checkpoint(file: string): void {
+  const db = new Database(file);
+  db.run("PRAGMA busy_timeout = 5000");
+  db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  db.close();
+}
+
+async function ensureDb(s: SizeName): Promise<string> {
+  const file = dbPath(s, seed);
+  if (existsSync(file)) return file;
+  mkdirSync(DATA_DIR, { recursive: true });
+  // a database of this size and seed built by older code is stale: make room
+  const prefix = `${s}-seed${seed}-`;
+  for (const f of readdirSync(DATA_DIR)) if (f.startsWith(prefix)) rmSync(join(DATA_DIR, f), { force: true });
+  log(`building ${s} (${JSON.stringify(SIZES[s])}) into ${file}`);
+  const r = await child<{ seconds: number }>(["bench/build.ts", "--db", file, "--size", s, "--seed", String(seed)], `build-${s}`);
+  if (!r) throw new Error(`building ${s} failed`);
+  fig("demo-data", "build-seconds", r.seconds, "s", { sizeName: s });
+  return file;
+}
+
+async function warm(file: string): Promise<void> {
+  // Read the file once so no case pays for cold disk reads that another does not.
+  await Bun.spawn(["cat", file], { stdout: "ignore" }).exited;
+}
+
+const t0 = performance.now();
+const db = await ensureDb(size);
+const fifth = FIFTH[size];
+const fifthDb = fifth && wants("verify") ? await ensureDb(fifth) : null;
+const sz = SIZES[size];
+
+// 1. audit-verificatie
+if (wants("verify")) {
+  type V = { seconds: number; entries: number; workers: number; peakRssMb: number; mismatches?: number };
+  await warm(db);
+  const run = (file: string, mode: string) => child<V>(["bench/cases/verify.ts", "--db", file, "--mode", mode], `verify-${mode}`);
+  log("audit-verificatie: floor (parallel), job, twice each; floor (one thread); naive");
+  const fp1 = await run(db, "floor-parallel");
+  const job1 = await run(db, "job");
+  const fp2 = await run(db, "floor-parallel");
+  const job2 = await run(db, "job");
+  const f1 = await run(db, "floor");
+  const naive = await run(db, "naive");
+  let jobFifth: V | null = null;
+  if (fifthDb) {
+    await warm(fifthDb);
+    jobFifth = await run(fifthDb, "job");
+  }
+  const best = (a: V | null, b: V | null) => (a && b ? (a.seconds <= b.seconds ? a : b) : (a ?? b));
+  const job = best(job1, job2);
+  const fp = best(fp1, fp2);
+  if (job) {
+    const peak = Math.max(job1?.peakRssMb ?? 0, job2?.peakRssMb ?? 0);
+    fig("audit-verificatie", "entries-per-second", job.entries / job.seconds, "entries/s", { target: { op: ">=", limit: 1_000_000, on: "value" }, note: `${job.entries} entries, ${job.workers} workers, best of 2` });
+    fig("audit-verificatie", "seconds", job.seconds, "s");
+    fig("audit-verificatie", "peak-rss", peak, "MB", { target: { op: "<=", limit: 200, on: "value" } });
+    if (jobFifth) {
+      fig("audit-verificatie", "peak-rss-growth-vs-fifth", peak - jobFifth.peakRssMb, "MB", {
+        target: { op: "<=", limit: 20, on: "value" },
+        baseline: jobFifth.peakRssMb,
+        ratio: peak / jobFifth.peakRssMb,
+        note: `baseline: peak RSS at ${fifth} (${jobFifth.entries} entries, ${jobFifth.workers} workers, ${round(jobFifth.entries / jobFifth.seconds)} entries/s)`,
+      });
+    }
+    if (fp) fig("audit-verificatie", "time-vs-floor-same-parallelism", job.seconds, "s", { target: { op: "<=", limit: 1.5, on: "ratio" }, baseline: fp.seconds, note: `floor: ${fp.workers} workers, ${round(fp.entries / fp.seconds)} entries/s, best of 2` });
+    if (f1) fig("audit-verificatie", "time-vs-floor-one-thread", job.seconds, "s", { baseline: f1.seconds, note: `information; floor one thread ${round(f1.entries / f1.seconds)} entries/s, peak ${f1.peakRssMb} MB` });
+    if (naive) fig("audit-verificatie", "time-vs-naive", job.seconds, "s", { baseline: naive.seconds, note: `naive .all() + JSON.stringify(row): ${round(naive.entries / naive.seconds)} entries/s, peak ${naive.peakRssMb} MB` });
+  }
+}
+
+// 2. retention, each run on a fresh copy, with a concurrent writer process
+if (wants("retention")) {
+  type R = { seconds: number; deleted: number; peakRssMb: number; writer: { inserts: number; maxMs: number; p99Ms: number; p50Ms: number } };
+  checkpoint(db);
+  for (const [kind, bench, rows] of [
+    ["login", "beveiligingslog-retentie", sz.logins],
+    ["audit", "audit-retentie", sz.audit],
+  ] as const) {
+    const res: Record<string, R | null> = {};
+    for (const mode of ["delete", "job"] as const) {
+      const copy = join(DATA_DIR, `work-${kind}-${mode}.db`);
+      const c0 = performance.now();
+      for (const f of [copy, `${copy}-wal`, `${copy}-shm`]) rmSync(f, { force: true });
+      await Bun.spawn(["cp", db, copy]).exited;
+      // flush the copy now, or the first checkpoint's fsync would write all of it
+      await Bun.spawn(["sync", copy]).exited;
+      log(`${bench}: ${mode === "job" ? "the job" : "one unbatched DELETE"} (copy took ${round((performance.now() - c0) / 1000)} s)`);
+      res[mode] = await child<R>(["bench/cases/retention.ts", "--db", copy, "--kind", kind, "--mode", mode], `${bench}-${mode}`);
+      for (const f of [copy, `${copy}-wal`, `${copy}-shm`]) rmSync(f, { force: true });
+    }
+    const { job, delete: del } = res;
+    if (job && del) {
+      if (job.deleted !== del.deleted) log(`WARNING ${bench}: job deleted ${job.deleted}, DELETE ${del.deleted}`);
+      fig(bench, "time-vs-unbatched-delete", job.seconds, "s", {
+        target: { op: "<=", limit: 1.5, on: "ratio" },
+        baseline: del.seconds,
+        note: `${job.deleted} of ${rows} rows (${round((100 * job.deleted) / rows)}%), ${round(job.deleted / job.seconds)} rows/s; DELETE removed ${del.deleted}`,
+      });
+      fig(bench, "writer-max-wait", job.writer.maxMs, "ms", { target: { op: "<=", limit: 150, on: "value" }, baseline: del.writer.maxMs, note: `baseline: the writer's worst wait during the unbatched DELETE; ${job.writer.inserts} inserts during the job` });
+      fig(bench, "writer-p99-wait", job.writer.p99Ms, "ms", { baseline: del.writer.p99Ms, note: `baseline: p99 during the unbatched DELETE; p50 ${job.writer.p50Ms} / ${del.writer.p50Ms} ms` });
+      fig(bench, "peak-rss", job.peakRssMb, "MB", { note: "information (no target)" });
+    }
+  }
+}
+
+// 3. weekrapport to a local SMTP sink
+if (wants("weekrapport")) {
+  type W = {
+    seconds: number;
+    verstuurd: number;
+    received: number;
+    perSecond: number;
+    jobPeakRssMb: number;
+    tenants: number;
+    profile: { statsSeconds: number; renderSeconds: number; renderMsPerTenant: number; htmlKbPerMessage: number; smtpBytesPerMessage: number };
+  };
+  log(`weekrapport: ${sz.admins} administrators to an SMTP sink`);
+  const w = await child<W>(["bench/cases/weekrapport.ts", "--db", db], "weekrapport");
+  if (w) {
+    const p = w.profile;
+    fig("weekrapport", "messages-per-second", w.perSecond, "msg/s", {
+      target: { op: ">=", limit: 200, on: "value" },
+      note: `${w.verstuurd} messages (${w.received} received by the sink) in ${round(w.seconds)} s; active administrators of active tenants`,
+    });
+    fig("weekrapport", "peak-rss", w.jobPeakRssMb, "MB", { target: { op: "<=", limit: 250, on: "value" } });
+    fig("weekrapport", "profile-sqlite-stats", p.statsSeconds, "s", { note: `per-tenant statistics of ${w.tenants} tenants alone` });
+    fig("weekrapport", "profile-render", p.renderSeconds, "s", { note: `${round(p.renderMsPerTenant)} ms per tenant (once per tenant), ${round(p.htmlKbPerMessage)} KB HTML; extrapolated from 100 tenants` });
+    fig("weekrapport", "profile-smtp-and-rest", w.seconds - p.statsSeconds - p.renderSeconds, "s", { note: `job time minus statistics and rendering; ${round(p.smtpBytesPerMessage / 1024)} KB per message on the wire` });
+  }
+}
+
+// 4. dagrapport and beveiligingslog-analyse
+if (wants("reports")) {
+  type D = { firstMs: number; medianMs: number; status: number; peakRssMb: number; aantalVerdacht?: { ip: number; account: number }; verzonden?: boolean; received?: number };
+  const d = await child<D>(["bench/cases/reports.ts", "--db", db, "--job", "dagrapport"], "dagrapport");
+  if (d) fig("dagrapport", "duration", d.firstMs, "ms", { target: { op: "<=", limit: 250, on: "value" }, note: `no recipient; first run in a fresh process, median of 5 more ${round(d.medianMs)} ms` });
+  const ds = await child<D>(["bench/cases/reports.ts", "--db", db, "--job", "dagrapport", "--smtp"], "dagrapport-smtp");
+  if (ds) fig("dagrapport", "duration-with-mail", ds.firstMs, "ms", { note: `information: rendered and sent to the SMTP sink (${ds.received} received); median of 5 more ${round(ds.medianMs)} ms` });
+  const a = await child<D>(["bench/cases/reports.ts", "--db", db, "--job", "analyse"], "beveiligingslog-analyse");
+  if (a) fig("beveiligingslog-analyse", "duration", a.firstMs, "ms", { target: { op: "<=", limit: 100, on: "value" }, note: `status ${a.status}, offenders ${JSON.stringify(a.aantalVerdacht)}; median of 5 more ${round(a.medianMs)} ms` });
+}
+
+// 5. the binary (bench/startup.ts: builds it with the package.json build command)
+if (wants("binary")) {
+  log("binary: start to first answer, idle RSS (bench/startup.ts)");
+  const p = Bun.spawn([BUN, "bench/startup.ts", "5"], { cwd: ROOT, stdout: "pipe", stderr: "inherit" });
+  const out = await new Response(p.stdout).text();
+  const summary = out
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .find((l) => l.bench === "startup-summary") as
+    | { runs: number; binaryMb: number; startToFirstAnswerMs: { median: number; min: number; max: number }; rssIdleMb: number; rssAfterSpecAndJobMb: number }
+    | undefined;
+  if ((await p.exited) !== 0 || !summary) fig("binary", "failed", null, "", { note: "bench/startup.ts failed" });
+  else {
+    const s = summary.startToFirstAnswerMs;
+    fig("binary", "start-to-first-answer", s.median, "ms", { target: { op: "<=", limit: 200, on: "value" }, note: `median of ${summary.runs} (min ${s.min}, max ${s.max}), new database each; binary ${summary.binaryMb} MB` });
+    fig("binary", "idle-rss", summary.rssIdleMb, "MB", { target: { op: "<=", limit: 100, on: "value" }, note: `after serving the spec and a job: ${summary.rssAfterSpecAndJobMb} MB` });
+  }
+}
+
+const totalSeconds = (performance.now() - t0) / 1000;
+fig("bench", "total-seconds", totalSeconds, "s", { note: `${size}, seed ${seed}, database building included` });
+
+// Summary table
+const machine = {
+  nproc: cpus().length,
+  model: cpus()[0]?.model ?? "?",
+  memGb: +(totalmem() / 1024 ** 3).toFixed(1),
+  bun: Bun.version,
+  loadavg: (await Bun.file("/proc/loadavg").text()).split(" ").slice(0, 3).join(" "),
+};
+const rows = figures.map((f) => [
+  f.bench,
+  f.metric,
+  f.value === null ? "-" : `${f.value} ${f.unit}`,
+  f.target ?? "",
+  f.baseline === null ? "" : String(f.baseline),
+  f.ratio === null ? "" : String(f.ratio),
+  f.ok === null ? "" : f.ok ? "ok" : "MISSED",
+]);
+const head = ["bench", "metric", "value", "target", "baseline", "ratio", "ok"];
+const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+const line = (r: string[]) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ");
+console.error("");
+console.error(`Summary, size ${size} (${JSON.stringify(sz)}), ${machine.nproc} × ${machine.model}, ${machine.memGb} GB, Bun ${machine.bun}, load ${machine.loadavg}`);
+console.error(line(head));
+for (const r of rows) console.error(line(r));
+if (!scored) console.error(`(targets are scored at size L only)`);
+writeFileSync(join(DATA_DIR, `last-${size}.json`), JSON.stringify({ size, seed, machine, at: new Date().toISOString(), figures }, null, 2) + "\n");
