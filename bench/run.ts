@@ -166,7 +166,13 @@ if (wants("verify")) {
 
 // 2. retention, each run on a fresh copy, with a concurrent writer process
 if (wants("retention")) {
-  type R = { seconds: number; deleted: number; peakRssMb: number; writer: { inserts: number; maxMs: number; p99Ms: number; p50Ms: number } };
+  type R = {
+    seconds: number;
+    deleted: number;
+    peakRssMb: number;
+    writer: { inserts: number; maxMs: number; p99Ms: number; p50Ms: number };
+    profile: { batches: number; lockSeconds: number; checkpointSeconds: number; lockMsP50: number; lockMsMax: number; sizeP50: number } | null;
+  };
   checkpoint(db);
   for (const [kind, bench, rows] of [
     ["login", "beveiligingslog-retentie", sz.logins],
@@ -195,6 +201,11 @@ if (wants("retention")) {
       fig(bench, "writer-max-wait", job.writer.maxMs, "ms", { target: { op: "<=", limit: 150, on: "value" }, baseline: del.writer.maxMs, note: `baseline: the writer's worst wait during the unbatched DELETE; ${job.writer.inserts} inserts during the job` });
       fig(bench, "writer-p99-wait", job.writer.p99Ms, "ms", { baseline: del.writer.p99Ms, note: `baseline: p99 during the unbatched DELETE; p50 ${job.writer.p50Ms} / ${del.writer.p50Ms} ms` });
       fig(bench, "peak-rss", job.peakRssMb, "MB", { note: "information (no target)" });
+      const p = job.profile;
+      if (p) {
+        fig(bench, "profile-lock-held", p.lockSeconds, "s", { note: `${p.batches} batches of about ${p.sizeP50} rows; lock held p50 ${round(p.lockMsP50)} ms, max ${round(p.lockMsMax)} ms` });
+        fig(bench, "profile-checkpoints", p.checkpointSeconds, "s", { note: "after each batch, outside the write lock; the rest of the job time is the gaps" });
+      }
     }
   }
 }

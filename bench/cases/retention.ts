@@ -29,10 +29,14 @@ while (!out.includes("ready\n")) {
 out = out.slice(out.indexOf("ready\n") + 6);
 await Bun.sleep(300); // the writer's waits before the run, for comparison
 
+// The job's batches: how long each held the write lock, and its checkpoint after.
+const batches: { size: number; lockMs: number; checkpointMs: number }[] = [];
+const onBatch = (b: { size: number; lockMs: number; checkpointMs: number }) => batches.push(b);
+
 const t0 = performance.now();
 let deleted: number;
 if (mode === "job") {
-  const r = kind === "login" ? await runBeveiligingslogRetentie(deps, NOW) : await runAuditRetentie(deps, NOW);
+  const r = kind === "login" ? await runBeveiligingslogRetentie(deps, NOW, { onBatch }) : await runAuditRetentie(deps, NOW, { onBatch });
   deleted = r.body.verwijderd;
 } else {
   const grens = retentionBoundary(NOW, kind === "login" ? deps.config.beveiligingslogRetentieDagen : deps.config.auditRetentieDagen);
@@ -49,4 +53,17 @@ for (let r = await reader.read(); !r.done; r = await reader.read()) out += decod
 await writer.exited;
 const waits = JSON.parse(out.trim().split("\n").at(-1)!) as { inserts: number; maxMs: number; p99Ms: number; p50Ms: number };
 store.close();
-report({ kind, mode, seconds, deleted, writer: waits });
+const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
+const lock = sorted(batches.map((b) => b.lockMs));
+const sizes = sorted(batches.map((b) => b.size));
+const profile = batches.length
+  ? {
+      batches: batches.length,
+      lockSeconds: lock.reduce((a, b) => a + b, 0) / 1000,
+      checkpointSeconds: batches.reduce((a, b) => a + b.checkpointMs, 0) / 1000,
+      lockMsP50: lock[Math.floor(lock.length / 2)],
+      lockMsMax: lock.at(-1),
+      sizeP50: sizes[Math.floor(sizes.length / 2)],
+    }
+  : null;
+report({ kind, mode, seconds, deleted, writer: waits, profile });
