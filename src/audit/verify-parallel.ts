@@ -8,7 +8,8 @@ import { verifyTenantChain, type AnchorRef, type TenantChainResult } from "./ver
 
 export interface TenantTask {
   tenantId: number;
-  retentionAnchor: AnchorRef | null;
+  /** Leave out to have the verifier read it in the same snapshot as the chain. */
+  retentionAnchor?: AnchorRef | null;
   headAnchors: AnchorRef[];
 }
 

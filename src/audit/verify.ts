@@ -37,7 +37,27 @@ export interface VerifyOptions {
 
 type Row = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
+/**
+ * Verifies one tenant's chain. Without `retentionAnchor` in the options the anchor is
+ * read from audit_retention_anchors in the same read transaction as the chain: one
+ * snapshot, so an audit-retentie batch committing meanwhile (which moves the anchor and
+ * deletes the entries together) can never make the two disagree.
+ */
 export function verifyTenantChain(sqlite: Database, tenantId: number, opts: VerifyOptions = {}): TenantChainResult {
+  const own = !sqlite.inTransaction;
+  if (own) sqlite.run("BEGIN");
+  try {
+    const retentionAnchor =
+      opts.retentionAnchor !== undefined
+        ? opts.retentionAnchor
+        : (sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?").get(tenantId) as AnchorRef | null);
+    return verifySnapshot(sqlite, tenantId, { ...opts, retentionAnchor });
+  } finally {
+    if (own) sqlite.run("COMMIT");
+  }
+}
+
+function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions): TenantChainResult {
   const stmt = sqlite
     .query(
       `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash

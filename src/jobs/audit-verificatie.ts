@@ -3,7 +3,7 @@
 // alarm per run naming the broken tenants.
 import { loadHeadAnchors, withAnchorSignatures } from "../audit/anchors.ts";
 import { verifyTenants, workerCount, type TenantTask } from "../audit/verify-parallel.ts";
-import type { AnchorRef, ChainBreak } from "../audit/verify.ts";
+import type { ChainBreak } from "../audit/verify.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 
@@ -33,15 +33,12 @@ export interface VerificatieOptions {
 export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieOptions = {}): Promise<JobResult<VerificatieBody>> {
   const { sqlite } = deps.store;
   const tenants = sqlite.query("SELECT id, naam FROM tenants ORDER BY id").all() as { id: number; naam: string }[];
-  const retentionAnchor = sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?");
   // Head anchors (audit-anker); with AUDIT_ANKER_SLEUTEL set only validly signed ones
   // are passed on, and an invalid signature breaks the chain (anker-afwijkend).
   const headAnchors = new Map(tenants.map((t) => [t.id, loadHeadAnchors(sqlite, t.id, deps.config.auditAnkerSleutel)]));
-  const tasks: TenantTask[] = tenants.map((t) => ({
-    tenantId: t.id,
-    retentionAnchor: retentionAnchor.get(t.id) as AnchorRef | null,
-    headAnchors: headAnchors.get(t.id)!.anchors,
-  }));
+  // No retentionAnchor here: the verifier reads it in the same snapshot as the chain,
+  // so an audit-retentie run committing meanwhile cannot make them disagree.
+  const tasks: TenantTask[] = tenants.map((t) => ({ tenantId: t.id, headAnchors: headAnchors.get(t.id)!.anchors }));
   const workers = o.workers ?? workerCount((sqlite.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n);
   // Each chain is streamed (verify.ts): memory does not grow with its length.
   const checked = await verifyTenants(sqlite, deps.store.path, tasks, workers);
