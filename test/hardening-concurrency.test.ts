@@ -10,8 +10,7 @@ import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { openStore } from "../src/db.ts";
-import { bulkChain, BUN, flakySmtp, ROOT, startService, tempDir, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, testDatabase, BUN, flakySmtp, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
 import { SECRET } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -21,15 +20,7 @@ afterEach(async () => {
   for (const f of cleanups.splice(0).reverse()) await f();
 });
 
-function database(fill: (s: Database) => void) {
-  const { dir, cleanup } = tempDir();
-  cleanups.push(cleanup);
-  const path = join(dir, "data", "nachtwacht.db");
-  const store = openStore(path, new Date(now - 730 * DAY));
-  fill(store.sqlite);
-  store.close();
-  return { dir, path, env: { CRON_SECRET: SECRET, DATABASE_PATH: path, AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl") } };
-}
+const database = (fill: (s: Database) => void) => testDatabase(cleanups, new Date(now - 730 * DAY), fill);
 
 async function service(env: Record<string, string>): Promise<ServiceProcess> {
   const svc = await startService(env);

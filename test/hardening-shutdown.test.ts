@@ -8,10 +8,9 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { createApp } from "../src/app.ts";
-import { openStore } from "../src/db.ts";
 import { RunningJobs } from "../src/job-runs.ts";
 import { SHUTDOWN_GRACE_MS } from "../src/server.ts";
-import { bulkChain, ROOT, startService, tempDir, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, testDatabase, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
 import { call, makeTestEnv, SECRET } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -21,15 +20,7 @@ afterEach(async () => {
   for (const f of cleanups.splice(0).reverse()) await f();
 });
 
-function database(fill: (s: Database) => void) {
-  const { dir, cleanup } = tempDir();
-  cleanups.push(cleanup);
-  const path = join(dir, "data", "nachtwacht.db");
-  const store = openStore(path, new Date(now - 730 * DAY));
-  fill(store.sqlite);
-  store.close();
-  return { dir, path, env: { CRON_SECRET: SECRET, DATABASE_PATH: path, AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl") } };
-}
+const database = (fill: (s: Database) => void) => testDatabase(cleanups, new Date(now - 730 * DAY), fill);
 
 async function whenRunning(path: string, job: string) {
   const probe = new Database(path, { readonly: true });

@@ -26,7 +26,8 @@ const AUDIT_SPAN_DAYS = 3650;
 /** Login attempts span 180 days, so the 90-day retention deletes about half. */
 const LOGIN_SPAN_DAYS = 180;
 
-function rng(seed: number): () => number {
+/** mulberry32: a small seeded PRNG, so demo data (and crash points in tests) repeat. */
+export function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -53,7 +54,7 @@ const ACTIONS = [
 const REASONS = ["wachtwoord-onjuist", "account-onbekend", "account-geblokkeerd", "2fa-onjuist"];
 
 export function fillDemoData(sqlite: Database, sizes: DemoSizes, now: Date, seed = 42): void {
-  const rand = rng(seed);
+  const rand = seededRandom(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
   const nowMs = now.getTime();
   const iso = (ms: number) => new Date(ms).toISOString();
