@@ -187,6 +187,20 @@ describe("weekrapport: failures and reruns", () => {
     ]);
   });
 
+  test("delivery records older than 13 weeks are pruned on the next run; the last 13 weeks stay", async () => {
+    const { env } = await setup();
+    const t = addTenant(env.store, "Alfa BV");
+    const admin = addAdmin(env.store, t, "anna@alfa.test");
+    const ins = env.store.sqlite.query(
+      "INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, '2026-01-01T00:00:00.000Z')",
+    );
+    // NOW is in 2026-W30: W18 is the oldest of the 13 weeks kept (W18..W30)
+    for (const week of ["2025-W52", "2026-W01", "2026-W17", "2026-W18", "2026-W29"]) ins.run(admin, t, week);
+    expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 1 });
+    const weeks = (env.store.sqlite.query("SELECT iso_week FROM weekly_report_deliveries ORDER BY iso_week").all() as { iso_week: string }[]).map((r) => r.iso_week);
+    expect(weeks).toEqual(["2026-W18", "2026-W29", "2026-W30"]);
+  });
+
   test("after an SMTP outage the rerun delivers exactly the failed messages", async () => {
     const { smtp, env } = await setup();
     const t = addTenant(env.store, "Alfa BV");

@@ -16,6 +16,8 @@ import {
   WEEK_MS,
   weeklyReportProps,
   weeklySubject,
+  DELIVERY_WEEKS_KEPT,
+  pruneDeliveries,
   weekRecipients,
   type WeekRecipient,
 } from "../reports/weekly.ts";
@@ -51,6 +53,7 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
   const van = new Date(now.getTime() - WEEK_MS);
   const tijdzone = deps.config.rapportTijdzone;
 
+  pruneDeliveries(sqlite, isoWeek(new Date(now.getTime() - (DELIVERY_WEEKS_KEPT - 1) * WEEK_MS)));
   const recipients = weekRecipients(sqlite, week);
   const byTenant = new Map<number, WeekRecipient[]>();
   for (const r of recipients) {

@@ -39,6 +39,17 @@ export interface WeekRecipient {
   onzeker: boolean;
 }
 
+/** Weeks of delivery records kept: the rerun guard needs only the current week; a quarter stays for reference. */
+export const DELIVERY_WEEKS_KEPT = 13;
+
+/**
+ * Removes delivery records of weeks before `oldestKept` ('YYYY-Www' sorts as text), so
+ * the table holds about 13 weeks × administrators instead of growing for years.
+ */
+export function pruneDeliveries(sqlite: Database, oldestKept: string): number {
+  return sqlite.query("DELETE FROM weekly_report_deliveries WHERE iso_week < ?").run(oldestKept).changes;
+}
+
 /** weekly_report_deliveries.verstuurd of a send in progress (else the ISO time of acceptance). */
 export const SENDING = "verzenden";
 
