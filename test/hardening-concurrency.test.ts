@@ -10,7 +10,7 @@ import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { bulkChain, testDatabase, BUN, flakySmtp, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, testDatabase, waitForRun, BUN, flakySmtp, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
 import { SECRET } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -33,19 +33,6 @@ async function service(env: Record<string, string>): Promise<ServiceProcess> {
 
 const post = (svc: ServiceProcess, job: string, headers: Record<string, string> = {}) =>
   fetch(`${svc.url}/api/cron/${job}`, { method: "POST", headers: { authorization: `Bearer ${SECRET}`, ...headers } });
-
-async function waitForRunning(path: string, job: string) {
-  const probe = new Database(path, { readonly: true });
-  try {
-    for (let i = 0; i < 2000; i++) {
-      if (probe.query("SELECT 1 FROM job_runs WHERE job = ? AND uitkomst = 'bezig'").get(job)) return;
-      await Bun.sleep(2);
-    }
-    throw new Error(`${job} never started`);
-  } finally {
-    probe.close();
-  }
-}
 
 function runsOf(path: string, job: string) {
   const s = new Database(path, { readonly: true });
@@ -130,7 +117,7 @@ describe("the same job twice at once, over HTTP", () => {
   test("two clients: the second gets 409 {error} at once, the job runs once and every report goes out once", async () => {
     const { db, svc, log } = await slowWeekrapport();
     const first = post(svc, "weekrapport");
-    await waitForRunning(db.path, "weekrapport");
+    await waitForRun(db.path, "weekrapport");
     const t0 = performance.now();
     const second = await post(svc, "weekrapport");
     expect(second.status).toBe(409);
@@ -159,7 +146,7 @@ describe("the same job twice at once, over HTTP", () => {
 
     // 1. The scheduled call is running; someone presses "Execute" in Swagger UI.
     const scheduled = cron();
-    await waitForRunning(db.path, "weekrapport");
+    await waitForRun(db.path, "weekrapport");
     const manual = await swagger();
     expect(manual.status).toBe(409);
     expect(((await manual.json()) as { error: string }).error).toContain("loopt al");
@@ -172,7 +159,7 @@ describe("the same job twice at once, over HTTP", () => {
     s.run("DELETE FROM weekly_report_deliveries"); // as if a new week: all owed again
     s.close();
     const manual2 = swagger();
-    await waitForRunning(db.path, "weekrapport");
+    await waitForRun(db.path, "weekrapport");
     const scheduled2 = cron();
     expect(await scheduled2.exited).toBe(22);
     const out = await new Response(scheduled2.stdout as ReadableStream).text();

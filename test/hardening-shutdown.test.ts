@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { createApp } from "../src/app.ts";
 import { RunningJobs } from "../src/job-runs.ts";
 import { SHUTDOWN_GRACE_MS } from "../src/server.ts";
-import { bulkChain, testDatabase, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, testDatabase, waitForRun, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
 import { call, makeTestEnv, SECRET } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -21,19 +21,6 @@ afterEach(async () => {
 });
 
 const database = (fill: (s: Database) => void) => testDatabase(cleanups, new Date(now - 730 * DAY), fill);
-
-async function whenRunning(path: string, job: string) {
-  const probe = new Database(path, { readonly: true });
-  try {
-    for (let i = 0; i < 5000; i++) {
-      if (probe.query("SELECT 1 FROM job_runs WHERE job = ? AND uitkomst = 'bezig'").get(job)) return;
-      await Bun.sleep(1);
-    }
-    throw new Error(`${job} never started`);
-  } finally {
-    probe.close();
-  }
-}
 
 /** The database after the process is gone: sound, and no WAL content left behind. */
 function closedCleanly(path: string) {
@@ -73,7 +60,7 @@ describe("SIGTERM", () => {
     const svc: ServiceProcess = await startService(db.env);
     const t0 = performance.now();
     const answer = fetch(`${svc.url}/api/cron/audit-retentie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
-    await whenRunning(db.path, "audit-retentie");
+    await waitForRun(db.path, "audit-retentie");
     svc.proc.kill("SIGTERM");
     const r = await answer;
     expect(r.status).toBe(200);
@@ -109,7 +96,7 @@ describe("SIGTERM", () => {
     const db = database(() => {});
     const svc = await startService({ ...db.env, SHUTDOWN_GRACE_MS: "1500" }, join(ROOT, "test/fixtures/server-slow-job.ts"));
     const answer = fetch(`${svc.url}/api/cron/db-onderhoud`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
-    await whenRunning(db.path, "db-onderhoud");
+    await waitForRun(db.path, "db-onderhoud");
     await Bun.sleep(200);
     const t0 = performance.now();
     svc.proc.kill("SIGTERM");

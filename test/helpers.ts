@@ -38,31 +38,36 @@ export class RecordingAlarms implements AlarmSink {
   }
 }
 
-export interface TestEnv {
+export interface TestEnv<M extends Mailer = RecordingMailer> {
   deps: Deps;
   store: Store;
-  mailer: RecordingMailer;
+  mailer: M;
   alarms: RecordingAlarms;
   config: Config;
   dir: string;
   app: ReturnType<typeof createApp>;
   /** Sets the clock the jobs see. */
   setNow(d: Date): void;
-  cleanup(): void;
+  /** Closes the database (at once) and the mailer, and removes the directory. */
+  cleanup(): Promise<void>;
 }
 
-/** A fresh app on its own database file; `env` overrides configuration variables. */
-export function makeTestEnv(env: Record<string, string> = {}, options: AppOptions = {}): TestEnv {
+/**
+ * A fresh app on its own database file (`dir/data/test.db`, installed a year before
+ * NOW, clock at NOW); `env` overrides configuration variables, `makeMailer` builds the
+ * mailer from the parsed config.
+ */
+export function buildTestEnv<M extends Mailer>(env: Record<string, string>, options: AppOptions, makeMailer: (config: Config) => M): TestEnv<M> {
   const { dir, cleanup } = tempDir();
   const config = parseConfig({
     CRON_SECRET: SECRET,
-    DATABASE_PATH: join(dir, "test.db"),
+    DATABASE_PATH: join(dir, "data", "test.db"),
     AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
     ...env,
   });
   let now = NOW;
   const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * 24 * 3600 * 1000));
-  const mailer = new RecordingMailer();
+  const mailer = makeMailer(config);
   const alarms = new RecordingAlarms();
   const deps: Deps = { store, mailer, alarms, clock: () => now, config };
   const app = createApp(deps, options);
@@ -77,11 +82,17 @@ export function makeTestEnv(env: Record<string, string> = {}, options: AppOption
     setNow(d) {
       now = d;
     },
-    cleanup() {
+    async cleanup() {
       store.close();
+      await mailer.close();
       cleanup();
     },
   };
+}
+
+/** A fresh app with a recording mailer; `env` overrides configuration variables. */
+export function makeTestEnv(env: Record<string, string> = {}, options: AppOptions = {}): TestEnv {
+  return buildTestEnv(env, options, () => new RecordingMailer());
 }
 
 export interface PostOptions {

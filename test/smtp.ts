@@ -4,12 +4,8 @@
 import { dirname, join } from "node:path";
 import { simpleParser } from "mailparser";
 import { SMTPServer } from "smtp-server";
-import { createApp } from "../src/app.ts";
-import { parseConfig } from "../src/config.ts";
-import { openStore } from "../src/db.ts";
-import type { Deps } from "../src/deps.ts";
 import { createMailer } from "../src/mail/transport.ts";
-import { NOW, RecordingAlarms, SECRET, tempDir } from "./helpers.ts";
+import { buildTestEnv } from "./helpers.ts";
 
 export interface ReceivedMail {
   /** Envelope recipients (RCPT TO). */
@@ -105,43 +101,14 @@ export async function closedPort(): Promise<number> {
  * `env.SMTP_URL` is set (point it at startSmtp()), else the outbox folder.
  */
 export function makeMailEnv(env: Record<string, string> = {}) {
-  const { dir, cleanup } = tempDir();
-  const config = parseConfig({
-    CRON_SECRET: SECRET,
-    DATABASE_PATH: join(dir, "data", "test.db"),
-    AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
-    MAIL_FROM: "nachtwacht <nachtwacht@example.test>",
-    ...env,
-  });
-  let now = NOW;
-  const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * 24 * 3600 * 1000));
-  const outboxDir = join(dirname(config.databasePath), "outbox");
-  // Short timeouts: a test against a closed port must fail fast, not after 15 s.
-  const mailer = createMailer({
-    smtpUrl: config.smtpUrl,
-    from: config.mailFrom,
-    outboxDir,
-    timeouts: { connection: 2000, greeting: 2000, socket: 5000 },
-  });
-  const alarms = new RecordingAlarms();
-  const deps: Deps = { store, mailer, alarms, clock: () => now, config };
-  const app = createApp(deps);
-  return {
-    deps,
-    store,
-    mailer,
-    alarms,
-    config,
-    dir,
-    outboxDir,
-    app,
-    setNow(d: Date) {
-      now = d;
-    },
-    async cleanup() {
-      await mailer.close();
-      store.close();
-      cleanup();
-    },
-  };
+  const t = buildTestEnv({ MAIL_FROM: "nachtwacht <nachtwacht@example.test>", ...env }, {}, (config) =>
+    // Short timeouts: a test against a closed port must fail fast, not after 15 s.
+    createMailer({
+      smtpUrl: config.smtpUrl,
+      from: config.mailFrom,
+      outboxDir: join(dirname(config.databasePath), "outbox"),
+      timeouts: { connection: 2000, greeting: 2000, socket: 5000 },
+    }),
+  );
+  return { ...t, outboxDir: join(dirname(t.config.databasePath), "outbox") };
 }
