@@ -2,6 +2,7 @@
 // run is written when it starts (so a run killed mid-way stays visible as 'bezig'
 // with no end) and completed when it ends, whatever the outcome.
 import type { Database } from "bun:sqlite";
+import { Cron } from "croner";
 import type { JobName } from "./schedule.ts";
 
 export type Outcome = "bezig" | "ok" | "afwijking" | "fout";
@@ -125,4 +126,51 @@ export class RunningJobs {
     if (this.running.size === 0) return Promise.resolve();
     return new Promise((resolve) => this.idle.push(resolve));
   }
+}
+
+/**
+ * The last fire time at or before `at`. croner's previousRuns excludes a fire time
+ * equal to the reference, so the reference is moved one millisecond on.
+ */
+function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
+  return cron.previousRuns(1, new Date(at.getTime() + 1))[0] ?? null;
+}
+
+export interface DueState {
+  /** The newest fire time at or before now. */
+  expected: Date | null;
+  /** No fire time yet since the service was installed: nothing is expected of the job. */
+  notYetExpected: boolean;
+  /** The newest fire time whose grace has run out. */
+  due: Date | null;
+  /** No run started since `due`, and `due` is not before the install time. */
+  missed: boolean;
+  /** A run started since `expected`. */
+  ranSinceExpected: boolean;
+  /** The next fire time after now. */
+  next: Date | null;
+}
+
+/**
+ * Where a scheduled job stands against its cron expression (UTC) and the job-run
+ * history: the one rule that taken-controle and the daily report both apply. A run
+ * counts from the moment it started, also one still 'bezig'. Checking only the very
+ * last fire time would never find a job that runs more often than the grace (every
+ * 15 minutes against 30): its last fire time is always still within grace, hence `due`.
+ */
+export function dueState(sqlite: Database, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
+  const cron = new Cron(cronExpression, { timezone: "UTC" });
+  const beforeInstall = (d: Date) => installed !== null && d.getTime() < installed.getTime();
+  const startedSince = (d: Date) =>
+    sqlite.query("SELECT 1 FROM job_runs WHERE job = ? AND gestart >= ? LIMIT 1").get(job, d.toISOString()) !== null;
+  const expected = lastFireAtOrBefore(cron, now);
+  const due = lastFireAtOrBefore(cron, new Date(now.getTime() - graceMs));
+  return {
+    expected,
+    notYetExpected: expected === null || beforeInstall(expected),
+    due,
+    missed: due !== null && !beforeInstall(due) && !startedSince(due),
+    ranSinceExpected: expected !== null && startedSince(expected),
+    next: cron.nextRun(now),
+  };
 }

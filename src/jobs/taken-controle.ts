@@ -1,9 +1,9 @@
 // taken-controle (contract §4): the jobs watching themselves. For every scheduled job
 // the schedule table (src/schedule.ts) says when it should last have fired; the
 // job-run history says whether it did, and how its latest run ended.
-import { Cron } from "croner";
 import { installedAt } from "../db.ts";
 import type { Deps } from "../deps.ts";
+import { dueState } from "../job-runs.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { defineJob, type JobResult } from "./job.ts";
 
@@ -29,14 +29,6 @@ export interface TakenControleBody {
   falend: string[];
 }
 
-/**
- * The last fire time at or before `at`. croner's previousRuns excludes a fire time
- * equal to the reference, so the reference is moved one millisecond on.
- */
-function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
-  return cron.previousRuns(1, new Date(at.getTime() + 1))[0] ?? null;
-}
-
 export async function runTakenControle(deps: Deps, now: Date): Promise<JobResult<TakenControleBody>> {
   const { sqlite } = deps.store;
   const margeMinuten = deps.config.takenMargeMinuten;
@@ -44,28 +36,18 @@ export async function runTakenControle(deps: Deps, now: Date): Promise<JobResult
   // Without the install time (someone removed it) nothing is exempt: the watchdog
   // should rather alarm once too often than stay silent.
   const installed = installedAt(sqlite);
-  const startedSince = sqlite.query("SELECT 1 FROM job_runs WHERE job = ? AND gestart >= ? LIMIT 1");
   const latestRun = sqlite.query(
     "SELECT gestart, beeindigd, uitkomst FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1",
   );
-  const beforeInstall = (d: Date) => installed !== null && d.getTime() < installed.getTime();
 
   const taken: TaakRegel[] = [];
   const gemist: string[] = [];
   const falend: string[] = [];
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
-    const cron = new Cron(entry.cron, { timezone: "UTC" });
-    const expected = lastFireAtOrBefore(cron, now);
-    // The newest fire time whose grace has run out. Checking only the very last fire
-    // time would never find a job that runs more often than the grace (every 15
-    // minutes against 30): its last fire time is always still within grace.
-    const due = lastFireAtOrBefore(cron, new Date(now.getTime() - graceMs));
+    const { expected, notYetExpected, due, missed, ranSinceExpected } = dueState(sqlite, entry.job, entry.cron, now, graceMs, installed);
     const run = latestRun.get(entry.job) as TaakRegel["laatsteRun"];
 
-    // A run counts from the moment it started, also one still 'bezig' (running now,
-    // or interrupted: the job was called, so it was not missed).
-    const missed = due !== null && !beforeInstall(due) && startedSince.get(entry.job, due.toISOString()) === null;
     // Only the latest run is judged: a failure followed by a run still in progress
     // waits for that run's outcome. A run with no end after longer than the grace
     // was interrupted (the process died or was restarted); its work was not done.
@@ -74,11 +56,11 @@ export async function runTakenControle(deps: Deps, now: Date): Promise<JobResult
       run !== null && run.uitkomst === "bezig" && run.beeindigd === null && now.getTime() - new Date(run.gestart).getTime() > graceMs;
 
     let status: TaakStatus;
-    if (expected === null || beforeInstall(expected)) status = "nog-niet-verwacht";
+    if (notYetExpected) status = "nog-niet-verwacht";
     else if (missed) status = "gemist";
     else if (failed) status = "faalt";
     else if (interrupted) status = "onderbroken";
-    else if (startedSince.get(entry.job, expected.toISOString()) === null) status = "wacht";
+    else if (!ranSinceExpected) status = "wacht";
     else status = "ok";
 
     if (missed) gemist.push(entry.job);

@@ -3,10 +3,10 @@
 // answers with this object and the e-mail shows the same, so they never disagree.
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
-import { Cron } from "croner";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
 import type { Config } from "../config.ts";
 import { installedAt, type Store } from "../db.ts";
+import { dueState } from "../job-runs.ts";
 import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { redenUitleg, type Niveau } from "./shared.ts";
@@ -131,17 +131,13 @@ export function jobsSection(sqlite: Database, now: Date, config: Pick<Config, "r
   const last = sqlite.query(
     `SELECT gestart, beeindigd, uitkomst FROM job_runs WHERE job = ? AND gestart < ? ORDER BY gestart DESC, id DESC LIMIT 1`,
   );
-  const startedSince = sqlite.query("SELECT 1 AS x FROM job_runs WHERE job = ? AND gestart >= ? LIMIT 1");
   const out: DailyReport["taken"] = [];
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
-    const cron = new Cron(entry.cron, { timezone: "UTC" });
-    // previousRuns(1, ref) is the newest fire time strictly before ref.
-    const due = cron.previousRuns(1, new Date(now.getTime() - margeMs + 1))[0] ?? null;
-    const next = cron.nextRun(now);
+    // The same rule as taken-controle: overdue = no run started since the newest fire
+    // time whose grace has run out (and that is not before the install time).
+    const { due, missed: achterstallig, next } = dueState(sqlite, entry.job, entry.cron, now, margeMs, installed);
     const run = last.get(entry.job, now.toISOString()) as { gestart: string; beeindigd: string | null; uitkomst: string } | null;
-    const expected = due !== null && (installed === null || due.getTime() >= installed.getTime());
-    const achterstallig = expected && startedSince.get(entry.job, due!.toISOString()) === null;
     out.push({
       job: entry.job,
       cron: entry.cron,
