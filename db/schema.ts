@@ -73,7 +73,8 @@ export const auditRetentionAnchors = sqliteTable("audit_retention_anchors", {
   bijgewerkt: text("bijgewerkt").notNull(),
 });
 
-// Chain heads recorded by audit-anker, HMAC-signed when AUDIT_ANKER_SLEUTEL is set.
+// Chain heads recorded by audit-anker before signed checkpoints (HMAC-signed or unsigned).
+// No longer written nor trusted; kept so that nothing is lost on upgrade (docs/audit-chain.md).
 export const auditHeadAnchors = sqliteTable(
   "audit_head_anchors",
   {
@@ -87,6 +88,27 @@ export const auditHeadAnchors = sqliteTable(
     handtekening: text("handtekening"),
   },
   (t) => [index("audit_head_anchors_tenant_seq_idx").on(t.tenantId, t.seq)],
+);
+
+// The database copy of AUDIT_ANKER_BESTAND (src/audit/anchor-file.ts): one row per line
+// of that file, keyed by the line's byte offset. The file is the authority; verification
+// compares every row with the line at its offset. `bereik` (checkpoints and installation
+// checkpoints only) is the tree's compact range at that size, so the next audit-anker
+// run extends it instead of rehashing the chain; it is checked against the signed root
+// before use.
+export const auditAnchorLog = sqliteTable(
+  "audit_anchor_log",
+  {
+    positie: integer("positie").primaryKey(),
+    // 'checkpoint' | 'retentie' | 'installatie'
+    soort: text("soort").notNull(),
+    tenantId: integer("tenant_id"),
+    // checkpoint: tree size; retentie: seq of the last deleted entry; installatie: tree size
+    grootte: integer("grootte").notNull(),
+    note: text("note").notNull(),
+    bereik: text("bereik"),
+  },
+  (t) => [index("audit_anchor_log_tenant_idx").on(t.tenantId, t.soort, t.grootte)],
 );
 
 // BeveiligingsLog: login attempts written by the host application.

@@ -1,6 +1,7 @@
 // Configuration (contract §2): parsed once at start. A missing secret, or any value
 // that is set but invalid, stops the start with a message naming the variable; no
 // value silently falls back to its default.
+import { NoteKeyError, parseSignerKey, parseVerifierKey } from "./audit/note.ts";
 
 export interface Config {
   cronSecret: string;
@@ -16,7 +17,10 @@ export interface Config {
   sentryDsn: string | null;
   rapportTijdzone: string;
   backupMaxUren: number;
-  auditAnkerSleutel: string | null;
+  /** Ed25519 signing key in note format (PRIVATE+KEY+…): signs checkpoints and retention records. */
+  auditAnkerSleutel: string;
+  /** Public verifier keys trusted besides the signing key's own (earlier keys, after a key change). */
+  auditVertrouwdeSleutels: string[];
   auditAnkerBestand: string;
   takenMargeMinuten: number;
   inlogDrempelIp: number;
@@ -35,6 +39,8 @@ export class ConfigError extends Error {
 
 export const SECRET_HINT =
   "make one with: openssl rand -hex 32  (or: node -e \"console.log(require('crypto').randomBytes(32).toString('hex'))\")";
+
+export const KEY_HINT = "make a key pair with: nachtwacht key  (or: bun run key)";
 
 type Env = Record<string, string | undefined>;
 
@@ -123,8 +129,25 @@ export function parseConfig(env: Env): Config {
   }
 
   const ankerSleutel = read(env, "AUDIT_ANKER_SLEUTEL");
-  if (ankerSleutel !== undefined && ankerSleutel.length < 32) {
-    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `is shorter than 32 characters; ${SECRET_HINT}`);
+  if (ankerSleutel === undefined) {
+    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `is required: the Ed25519 key that signs the audit checkpoints; ${KEY_HINT}`);
+  }
+  if (!ankerSleutel.startsWith("PRIVATE+KEY+")) {
+    // Never echo the value: it may be an old HMAC secret.
+    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `is not an Ed25519 signing key (PRIVATE+KEY+…); an HMAC key of an earlier version is no longer used; ${KEY_HINT}`);
+  }
+  try {
+    parseSignerKey(ankerSleutel);
+  } catch (e) {
+    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `${e instanceof NoteKeyError ? e.message : "is not a valid signing key"}; ${KEY_HINT}`);
+  }
+  const vertrouwd = (read(env, "AUDIT_VERTROUWDE_SLEUTELS") ?? "").split(/[\s,]+/).filter((k) => k !== "");
+  for (const [i, k] of vertrouwd.entries()) {
+    try {
+      parseVerifierKey(k);
+    } catch (e) {
+      throw new ConfigError("AUDIT_VERTROUWDE_SLEUTELS", `key ${i + 1} ${e instanceof NoteKeyError ? e.message : "is not a verifier key"}`);
+    }
   }
 
   const dagrapportEmail = email(env, "DAGRAPPORT_EMAIL");
@@ -148,7 +171,8 @@ export function parseConfig(env: Env): Config {
     sentryDsn: sentryDsn ?? null,
     rapportTijdzone: timeZone(env, "RAPPORT_TIJDZONE", "Europe/Amsterdam"),
     backupMaxUren: positiveInt(env, "BACKUP_MAX_UREN", 26, 24 * 366),
-    auditAnkerSleutel: ankerSleutel ?? null,
+    auditAnkerSleutel: ankerSleutel,
+    auditVertrouwdeSleutels: vertrouwd,
     auditAnkerBestand: read(env, "AUDIT_ANKER_BESTAND") ?? "./data/audit-ankers.jsonl",
     takenMargeMinuten: positiveInt(env, "TAKEN_MARGE_MINUTEN", 30, 24 * 60),
     inlogDrempelIp: positiveInt(env, "INLOG_DREMPEL_IP", 20),
@@ -167,7 +191,7 @@ export function redactedConfig(c: Config): Record<string, unknown> {
   return {
     ...c,
     cronSecret: "***",
-    auditAnkerSleutel: c.auditAnkerSleutel ? "***" : null,
+    auditAnkerSleutel: "***",
     smtpUrl: smtp,
     sentryDsn: c.sentryDsn ? "(set)" : null,
   };

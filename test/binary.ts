@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pkg from "../package.json" with { type: "json" };
+import { TEST_SIGNING_KEY } from "./helpers.ts";
 
 export const ROOT = resolve(import.meta.dir, "..");
 /** Bun itself: under `bun test` this is the bun binary, wherever PATH points. */
@@ -64,7 +65,7 @@ export async function startBinary(bin: string, env: Record<string, string>): Pro
   const t0 = performance.now();
   const proc = Bun.spawn([bin], {
     cwd: dir,
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, DATABASE_PATH: join(dir, "data", "nachtwacht.db"), PORT: String(port), HOST: "127.0.0.1", ...env },
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, DATABASE_PATH: join(dir, "data", "nachtwacht.db"), PORT: String(port), HOST: "127.0.0.1", AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, ...env },
     stdout: "pipe",
     stderr: "pipe",
   });

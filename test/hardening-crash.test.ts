@@ -14,7 +14,7 @@ import { parseConfig } from "../src/config.ts";
 import { applyPragmas, openStore } from "../src/db.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { bulkChain, BUN, flakySmtp, prng, ROOT, startService, tempDir, verifyAll, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
-import { RecordingAlarms, RecordingMailer, SECRET } from "./helpers.ts";
+import { RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY } from "./helpers.ts";
 
 const SEED = Number(process.env.CRASH_SEED ?? 8);
 const rand = prng(SEED);
@@ -68,7 +68,7 @@ function makeDatabase(): { path: string; dir: string; hashes: Map<string, string
 }
 
 function env(db: { path: string; dir: string }, extra: Record<string, string> = {}) {
-  return { CRON_SECRET: SECRET, DATABASE_PATH: db.path, AUDIT_ANKER_BESTAND: join(db.dir, "ankers.jsonl"), ...extra };
+  return { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: db.path, AUDIT_ANKER_BESTAND: join(db.dir, "ankers.jsonl"), ...extra };
 }
 
 /** Starts the job over HTTP and SIGKILLs the service once `progress()` reaches `target` (plus 0–3 ms). */

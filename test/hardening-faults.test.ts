@@ -14,7 +14,7 @@ import { openStore } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import { createMailer } from "../src/mail/transport.ts";
 import { bulkChain, BUN, fakeSentry, flakySmtp, verifyAll, type FakeSentry } from "./fixtures/hardening.ts";
-import { addAdmin, addTenant, call, makeTestEnv, NOW, RecordingAlarms, RecordingMailer, SECRET, tempDir, type TestEnv } from "./helpers.ts";
+import { addAdmin, addTenant, call, makeTestEnv, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, tempDir, type TestEnv } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
 const cleanups: (() => unknown)[] = [];
@@ -255,7 +255,7 @@ describe("the database read-only or the disk full", () => {
     // (HARDENING_NO_MOUNT=1 takes the fallback on purpose.)
     const tmpfs = !process.env.HARDENING_NO_MOUNT && Bun.spawnSync(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", dir], { stderr: "pipe" }).exitCode === 0;
     if (tmpfs) cleanups.push(() => Bun.spawnSync(["umount", "-l", dir]));
-    const config = parseConfig({ CRON_SECRET: SECRET, DATABASE_PATH: join(dir, "db", "n.db"), AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") });
+    const config = parseConfig({ CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: join(dir, "db", "n.db"), AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") });
     const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * DAY));
     cleanups.push(() => store.close());
     const alarms = new RecordingAlarms();

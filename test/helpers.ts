@@ -11,6 +11,9 @@ import type { Deps } from "../src/deps.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 
 export const SECRET = "test-secret-0123456789abcdef0123456789abcdef";
+/** A fixed Ed25519 key pair in note format, for tests only (made with `nachtwacht key`). */
+export const TEST_SIGNING_KEY = "PRIVATE+KEY+nachtwacht.test/sleutel+04706f76+AfO1+waq/kEMf5iWcnHxmDmxSp7UaHorpI2ScjdvRrRr";
+export const TEST_VERIFIER_KEY = "nachtwacht.test/sleutel+04706f76+Aaz207b2QEx/XF+SdROXncBC9wVo9P46bYDZjcEehm4L";
 export const NOW = new Date("2026-07-23T12:00:00.000Z");
 
 export function tempDir(prefix = "nachtwacht-test-"): { dir: string; cleanup(): void } {
@@ -61,6 +64,7 @@ export function buildTestEnv<M extends Mailer>(env: Record<string, string>, opti
   const { dir, cleanup } = tempDir();
   const config = parseConfig({
     CRON_SECRET: SECRET,
+    AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
     DATABASE_PATH: join(dir, "data", "test.db"),
     AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
     ...env,

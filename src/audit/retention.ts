@@ -20,8 +20,12 @@
 //   tries, so after a 30 ms batch it tries again within 15 ms, after up to 128 ms
 //   within 25 ms, later within 50 or 100 ms (gapAfter()).
 import type { Database } from "bun:sqlite";
-import { entryHash, GENESIS_HASH } from "./chain.ts";
-import type { BreakReason } from "./verify.ts";
+import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
+import { syncTail } from "./anchoring.ts";
+import { entryHash } from "./chain.ts";
+import type { CompactRange } from "./merkle.ts";
+import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
+import { chainStart, linkBreak, type BreakReason } from "./verify.ts";
 
 const DAY_MS = 24 * 3600 * 1000;
 
@@ -142,18 +146,33 @@ export const TENANT_GROUP = 100;
 
 type EntryRow = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
+/** What a retention record needs besides the deleted entries. */
+export interface RetentionSigning {
+  /** AUDIT_ANKER_BESTAND. */
+  path: string;
+  keys: Keys;
+  retentieDagen: number;
+}
+
 /**
  * Deletes old audit entries of every tenant that has any. Before an entry is deleted it
- * is checked like the verifier does (hash, link to the previous entry or the anchor,
- * no seq gap): retention must not erase the evidence of tampering, so a tenant's
- * deletion stops before the first entry that does not check out. A batch reads at most
- * its size in rows, spread over a group of tenants; a long prefix continues in the
- * next batch.
+ * is checked like the verifier does (hash, link to the previous entry or the chain's
+ * signed start, no seq gap): retention must not erase the evidence of tampering, so a
+ * tenant's deletion stops before the first entry that does not check out. A batch reads
+ * at most its size in rows, spread over a group of tenants; a long prefix continues in
+ * the next batch.
+ *
+ * Every batch writes, per tenant it touched, a signed retention record (seq and hash of
+ * the last deleted entry, its created_at, grens, the retention days, the run's time and
+ * the tree's compact range there) to the anchor file and audit_anchor_log, in the same
+ * write transaction as the DELETE: verification then accepts the shortened chain only
+ * from a record that justifies it.
  */
 export async function deleteOldAuditEntries(
   sqlite: Database,
   grens: string,
   now: Date,
+  signing: RetentionSigning,
   o: RetentionOptions = {},
 ): Promise<AuditRetentionResult> {
   // One index probe per tenant (tenant_id, created_at): tenants with nothing older
@@ -171,20 +190,38 @@ export async function deleteOldAuditEntries(
     `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
      FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT ?`,
   );
-  const anchorOf = sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?");
+  const firstSeq = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1");
   const del = sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= ?");
   const upsertAnchor = sqlite.query(
     `INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, ?, ?, ?)
      ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, bijgewerkt = excluded.bijgewerkt`,
   );
+  const { signer, verifiers } = signing.keys;
+  const tijdstip = now.toISOString();
 
   const gestopt: RetentionStop[] = [];
+  /** Each tenant's chain start as this run left it: read (and its signature checked) once. */
+  const starts = new Map<number, { seq: number; hash: string; range: CompactRange }>();
 
-  /** Up to `limit` rows of one tenant's prefix; returns rows read, deleted, and whether the tenant is done. */
-  const tenantStep = (tenantId: number, limit: number): { rows: number; n: number; done: boolean } => {
-    const anchor = anchorOf.get(tenantId) as { seq: number; hash: string } | null;
-    let prevSeq = anchor?.seq ?? 0;
-    let prevHash = anchor?.hash ?? GENESIS_HASH;
+  /** Up to `limit` rows of one tenant's prefix; returns rows read, deleted, the record to sign, and whether the tenant is done. */
+  const tenantStep = (tenantId: number, limit: number): { rows: number; n: number; done: boolean; record: RetentionRecord | null } => {
+    let start = starts.get(tenantId);
+    if (!start) {
+      const f = firstSeq.get(tenantId) as { seq: number } | null;
+      const s = chainStart(sqlite, tenantId, f?.seq ?? null, verifiers);
+      if (!s.ok) {
+        // The chain's start is not justified by a signed record: keep everything as evidence.
+        const e = sqlite.query("SELECT id FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, f!.seq) as { id: number };
+        gestopt.push({ tenantId, seq: f!.seq, entryId: e.id, reden: s.reden });
+        return { rows: 0, n: 0, done: true, record: null };
+      }
+      start = { seq: s.seq, hash: s.hash, range: s.range.clone() };
+      starts.set(tenantId, start);
+    }
+    let prevSeq = start.seq;
+    let prevHash = start.hash;
+    let lastCreatedAt = "";
+    const range = start.range.clone();
     let n = 0;
     let done = false;
     let rows = 0;
@@ -196,31 +233,29 @@ export async function deleteOldAuditEntries(
         done = true;
         break;
       }
-      const reden: BreakReason | null =
-        entryHash({ tenantId, seq, createdAt, actor, action, subject, details, prevHash: rowPrevHash }) !== hash
-          ? "hash-afwijkend"
-          : n === 0 && (seq !== prevSeq + 1 || rowPrevHash !== prevHash)
-            ? "anker-afwijkend"
-            : seq !== prevSeq + 1
-              ? "volgnummer-gat"
-              : rowPrevHash !== prevHash
-                ? "koppeling-verbroken"
-                : null;
+      const reden = linkBreak(entryHash({ tenantId, seq, createdAt, actor, action, subject, details, prevHash: rowPrevHash }) !== hash, n === 0, seq, rowPrevHash, prevSeq, prevHash);
       if (reden) {
         gestopt.push({ tenantId, seq, entryId: id, reden });
         done = true;
         break;
       }
       n++;
+      range.pushEntryHash(hash);
       prevSeq = seq;
       prevHash = hash;
+      lastCreatedAt = createdAt;
     }
     if (rows < limit) done = true;
-    if (n > 0) {
-      del.run(tenantId, prevSeq);
-      upsertAnchor.run(tenantId, prevSeq, prevHash, now.toISOString());
-    }
-    return { rows, n, done };
+    if (n === 0) return { rows, n, done, record: null };
+    del.run(tenantId, prevSeq);
+    upsertAnchor.run(tenantId, prevSeq, prevHash, tijdstip);
+    starts.set(tenantId, { seq: prevSeq, hash: prevHash, range });
+    return {
+      rows,
+      n,
+      done,
+      record: { tenantId, seq: prevSeq, hash: prevHash, createdAt: lastCreatedAt, grens, retentieDagen: signing.retentieDagen, tijdstip, bereik: range },
+    };
   };
 
   // Tenants are taken TENANT_GROUP at a time, and each batch takes the next rows of
@@ -231,6 +266,8 @@ export async function deleteOldAuditEntries(
   let next = 0;
   let active: number[] = [];
   const batch = sqlite.transaction((size: number): { n: number; done: boolean } => {
+    // Records a crash left in the file after its fsync but before its COMMIT.
+    syncTail(sqlite, signing.path, verifiers);
     if (active.length === 0) {
       active = tenants.slice(next, next + TENANT_GROUP);
       next += active.length;
@@ -238,10 +275,19 @@ export async function deleteOldAuditEntries(
     const per = Math.max(1, Math.floor(size / active.length));
     let n = 0;
     const unfinished: number[] = [];
+    const lines: StoredLine[] = [];
     for (const tenantId of active) {
       const r = tenantStep(tenantId, per);
       n += r.n;
       if (!r.done) unfinished.push(tenantId);
+      if (r.record) lines.push({ soort: "retentie", tenantId, note: signRetentionRecord(signer, r.record), positie: 0, grootte: r.record.seq, bereik: null });
+    }
+    if (lines.length > 0) {
+      // The file before the COMMIT: a crash in between leaves a record for entries
+      // that still exist, which verification accepts; the reverse would not be.
+      const positions = appendLines(signing.path, lines);
+      lines.forEach((l, i) => (l.positie = positions[i]!));
+      insertRows(sqlite, lines);
     }
     active = unfinished;
     return { n, done: active.length === 0 && next >= tenants.length };

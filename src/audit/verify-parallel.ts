@@ -4,13 +4,13 @@
 // done, so one long chain does not hold the others up.
 import type { Database } from "bun:sqlite";
 import { cpus } from "node:os";
-import { verifyTenantChain, type AnchorRef, type TenantChainResult } from "./verify.ts";
+import { parseVerifierKey } from "./note.ts";
+import { verifyTenantChain, type CheckpointRef, type TenantChainResult } from "./verify.ts";
 
 export interface TenantTask {
   tenantId: number;
-  /** Leave out to have the verifier read it in the same snapshot as the chain. */
-  retentionAnchor?: AnchorRef | null;
-  headAnchors: AnchorRef[];
+  /** The tenant's newest signed checkpoint from the anchor file. */
+  checkpoint: CheckpointRef | null;
 }
 
 /** Workers worth starting for this many entries: below the threshold one is enough. */
@@ -28,12 +28,15 @@ export async function verifyTenants(
   dbPath: string,
   tasks: TenantTask[],
   workers: number,
+  /** Verifier keys (note format) trusted for retention records. */
+  verifierKeys: string[],
 ): Promise<Map<number, TenantChainResult>> {
   const results = new Map<number, TenantChainResult>();
   if (workers <= 0 || dbPath === ":memory:" || tasks.length === 0) {
+    const verifiers = verifierKeys.map(parseVerifierKey);
     let lastYield = performance.now();
     for (const t of tasks) {
-      results.set(t.tenantId, verifyTenantChain(sqlite, t.tenantId, t));
+      results.set(t.tenantId, verifyTenantChain(sqlite, t.tenantId, { checkpoint: t.checkpoint, verifiers }));
       // Every ~20 ms give the event loop a real turn (a macrotask, not a microtask) so
       // /health and a second call of this job (409) are answered meanwhile.
       if (performance.now() - lastYield > 20) {
@@ -62,7 +65,7 @@ export async function verifyTenants(
               next();
             };
             w.onerror = (e) => reject(new Error(`verification worker failed: ${e.message}`));
-            w.postMessage({ dbPath });
+            w.postMessage({ dbPath, verifierKeys });
             next();
           }),
       ),

@@ -1,15 +1,25 @@
 // The streaming chain verifier: walks one tenant's entries in seq order with a
-// statement iterator, keeping only the previous entry's seq and hash, so memory does
-// not grow with the length of the chain.
+// statement iterator, keeping only the previous entry's seq and hash and the Merkle
+// tree's compact range, so memory does not grow with the length of the chain.
+//
+// Besides the links it recomputes the RFC 6962 root over the entry hashes and compares
+// it with the tenant's newest signed checkpoint (from the anchor file), and it starts
+// a chain that audit-retentie shortened from that deletion's signed retention record.
 import type { Database } from "bun:sqlite";
 import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "./chain.ts";
+import { CompactRange } from "./merkle.ts";
+import type { Verifier } from "./note.ts";
+import { openRetentionRecord, retentionUnjustified, type RetentionRecord } from "./records.ts";
 
 export type BreakReason =
   | "hash-afwijkend"
   | "koppeling-verbroken"
   | "volgnummer-gat"
   | "anker-afwijkend"
-  | "kop-ontbreekt";
+  | "kop-ontbreekt"
+  | "checkpoint-afwijkend"
+  | "retentie-ontbreekt"
+  | "retentie-ongeldig";
 
 export interface ChainBreak {
   seq: number;
@@ -23,56 +33,102 @@ export interface TenantChainResult {
   fout?: ChainBreak;
 }
 
-export interface AnchorRef {
-  seq: number;
-  hash: string;
+/**
+ * The one rule for a broken link, shared by the verifier, audit-retentie and audit-anker: hash first, then the first entry's link to the start, then gaps, then links.
+ */
+export function linkBreak(hashDiffers: boolean, isFirst: boolean, seq: number, rowPrevHash: string, prevSeq: number, prevHash: string): BreakReason | null {
+  if (hashDiffers) return "hash-afwijkend";
+  if (isFirst && (seq !== prevSeq + 1 || rowPrevHash !== prevHash)) return "anker-afwijkend";
+  if (seq !== prevSeq + 1) return "volgnummer-gat";
+  if (rowPrevHash !== prevHash) return "koppeling-verbroken";
+  return null;
+}
+
+/** A signed tree head the chain must still reach: size and 32-byte root. */
+export interface CheckpointRef {
+  size: number;
+  root: Uint8Array;
 }
 
 export interface VerifyOptions {
-  /** Where audit-retentie cut the chain: the oldest remaining entry links to it. */
-  retentionAnchor?: AnchorRef | null;
-  /** Recorded chain heads (audit-anker): each must still be in the chain unchanged. */
-  headAnchors?: AnchorRef[];
+  /** The tenant's newest signed checkpoint; null when it has none yet. */
+  checkpoint: CheckpointRef | null;
+  /** Keys whose signatures on retention records are trusted. */
+  verifiers: Verifier[];
 }
 
 type Row = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
+/** Where a chain starts: genesis, or the signed retention record of the deletion before it. */
+export type ChainStart =
+  | { ok: true; seq: number; hash: string; range: CompactRange; record: RetentionRecord | null }
+  | { ok: false; reden: "retentie-ontbreekt" | "retentie-ongeldig" };
+
 /**
- * Verifies one tenant's chain. Without `retentionAnchor` in the options the anchor is
- * read from audit_retention_anchors in the same read transaction as the chain: one
- * snapshot, so an audit-retentie batch committing meanwhile (which moves the anchor and
- * deletes the entries together) can never make the two disagree.
+ * The start of a chain whose oldest remaining entry has `firstSeq` (null: no entries):
+ * genesis for seq 1, else a validly signed, justified retention record in
+ * audit_anchor_log that ends at firstSeq − 1 (for an empty chain: the newest one).
  */
-export function verifyTenantChain(sqlite: Database, tenantId: number, opts: VerifyOptions = {}): TenantChainResult {
+export function chainStart(sqlite: Database, tenantId: number, firstSeq: number | null, verifiers: Verifier[]): ChainStart {
+  if (firstSeq === 1) return { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null };
+  const rows = (
+    firstSeq === null
+      ? sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY grootte DESC, positie DESC LIMIT 1").all(tenantId)
+      : sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' AND grootte = ? ORDER BY positie DESC").all(tenantId, firstSeq - 1)
+  ) as { note: string }[];
+  if (rows.length === 0) {
+    return firstSeq === null ? { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null } : { ok: false, reden: "retentie-ontbreekt" };
+  }
+  for (const { note } of rows) {
+    const o = openRetentionRecord(note, tenantId, verifiers);
+    if (!o.ok || retentionUnjustified(o.record) !== null) continue;
+    if (firstSeq !== null && o.record.seq !== firstSeq - 1) continue;
+    return { ok: true, seq: o.record.seq, hash: o.record.hash, range: o.record.bereik, record: o.record };
+  }
+  return { ok: false, reden: "retentie-ongeldig" };
+}
+
+/**
+ * Verifies one tenant's chain in one read snapshot: its start (genesis or retention
+ * record) and its entries are read together, so an audit-retentie batch committing
+ * meanwhile (which deletes entries and adds their record in one transaction) can never
+ * make the two disagree.
+ */
+export function verifyTenantChain(sqlite: Database, tenantId: number, opts: VerifyOptions): TenantChainResult {
   const own = !sqlite.inTransaction;
   if (own) sqlite.run("BEGIN");
   try {
-    const retentionAnchor =
-      opts.retentionAnchor !== undefined
-        ? opts.retentionAnchor
-        : (sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?").get(tenantId) as AnchorRef | null);
-    return verifySnapshot(sqlite, tenantId, { ...opts, retentionAnchor });
+    return verifySnapshot(sqlite, tenantId, opts);
   } finally {
     if (own) sqlite.run("COMMIT");
   }
 }
 
+const rootsEqual = (a: Uint8Array, b: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
+
 function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions): TenantChainResult {
-  const stmt = sqlite
-    .query(
-      `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
-       FROM audit_entries WHERE tenant_id = ? ORDER BY seq`,
-    );
-  const anchor = opts.retentionAnchor ?? null;
-  // Head anchors at or below the retention anchor lie in the part retention removed.
-  const heads = (opts.headAnchors ?? []).filter((h) => h.seq > (anchor?.seq ?? 0)).sort((a, b) => a.seq - b.seq);
-  let headIdx = 0;
-
-  let count = 0;
-  let prevSeq = anchor ? anchor.seq : 0;
-  let prevHash = anchor ? anchor.hash : GENESIS_HASH;
+  const first = sqlite.query("SELECT seq, id FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as {
+    seq: number;
+    id: number;
+  } | null;
+  const start = chainStart(sqlite, tenantId, first?.seq ?? null, opts.verifiers);
+  if (!start.ok) {
+    const count = (sqlite.query("SELECT count(*) AS n FROM audit_entries WHERE tenant_id = ?").get(tenantId) as { n: number }).n;
+    return { intact: false, aantalEntries: count, fout: { seq: first!.seq, entryId: first!.id, reden: start.reden } };
+  }
+  const cp = opts.checkpoint;
+  const range = start.range.clone();
   let fout: ChainBreak | undefined;
+  // A checkpoint exactly at the retention point is compared with the record's range.
+  if (cp && cp.size === range.size && !rootsEqual(range.root(), cp.root)) fout = { seq: cp.size, entryId: null, reden: "checkpoint-afwijkend" };
 
+  const stmt = sqlite.query(
+    `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
+     FROM audit_entries WHERE tenant_id = ? ORDER BY seq`,
+  );
+  let count = 0;
+  let prevSeq = start.seq;
+  let prevHash = start.hash;
   // iterate() steps the cursor row by row; values() would build every row first
   // (1M entries: 1.4 GB peak RSS and 3x slower, bench/verify-memory.ts).
   for (const r of stmt.iterate(tenantId) as IterableIterator<Row>) {
@@ -82,29 +138,20 @@ function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions)
     // Same bytes as canonicalText(); one native JSON.stringify of the array is the
     // cheapest way to build them (faster than concatenating per-field escapes).
     const text = JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, actor, action, subject, details, rowPrevHash]);
-    if (sha256Hex(text) !== hash) {
-      fout = { seq, entryId: id, reden: "hash-afwijkend" };
-    } else if (count === 1 && (seq !== prevSeq + 1 || rowPrevHash !== prevHash)) {
-      // The oldest remaining entry must follow the genesis value or the retention
-      // anchor: anything else means older entries went missing some other way.
-      fout = { seq, entryId: id, reden: "anker-afwijkend" };
-    } else if (seq !== prevSeq + 1) {
-      fout = { seq, entryId: id, reden: "volgnummer-gat" };
-    } else if (rowPrevHash !== prevHash) {
-      fout = { seq, entryId: id, reden: "koppeling-verbroken" };
-    } else {
-      // seqs are consecutive here, so every head anchor inside the chain is met.
-      while (headIdx < heads.length && heads[headIdx]!.seq === seq) {
-        if (heads[headIdx]!.hash !== hash) fout ??= { seq, entryId: id, reden: "anker-afwijkend" };
-        headIdx++;
-      }
+    // The oldest remaining entry must link to genesis or to the retention record.
+    const reden = linkBreak(sha256Hex(text) !== hash, count === 1, seq, rowPrevHash, prevSeq, prevHash);
+    if (reden) {
+      fout = { seq, entryId: id, reden };
+    } else if (cp && cp.size >= seq) {
+      range.pushEntryHash(hash);
+      // Entries past the checkpoint are new since audit-anker: nothing signed covers them yet.
+      if (range.size === cp.size && !rootsEqual(range.root(), cp.root)) fout = { seq, entryId: id, reden: "checkpoint-afwijkend" };
     }
     prevSeq = seq;
     prevHash = hash;
   }
 
-  // A recorded head beyond the last entry: the newest entries were cut off.
-  const missing = fout ? undefined : heads[headIdx];
-  if (missing) fout = { seq: missing.seq, entryId: null, reden: "kop-ontbreekt" };
+  // A signed checkpoint beyond the last entry: the newest entries were cut off.
+  if (!fout && cp && cp.size > prevSeq) fout = { seq: cp.size, entryId: null, reden: "kop-ontbreekt" };
   return fout ? { intact: false, aantalEntries: count, fout } : { intact: true, aantalEntries: count };
 }

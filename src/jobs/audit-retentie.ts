@@ -2,6 +2,7 @@
 // per tenant only a prefix of the chain, and records where each chain was cut as the
 // tenant's retention anchor so audit-verificatie still succeeds afterwards.
 import { deleteOldAuditEntries, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
+import { auditKeys } from "../audit/keys.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 
@@ -15,7 +16,8 @@ export type RetentieBody = {
 export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.auditRetentieDagen;
   const grens = retentionBoundary(now, retentieDagen);
-  const { verwijderd, gestopt } = await deleteOldAuditEntries(deps.store.sqlite, grens, now, o);
+  const signing = { path: deps.config.auditAnkerBestand, keys: auditKeys(deps.config), retentieDagen };
+  const { verwijderd, gestopt } = await deleteOldAuditEntries(deps.store.sqlite, grens, now, signing, o);
   if (gestopt.length > 0) {
     // The old part of these chains does not check out: it stays as evidence, and the
     // next audit-verificatie reports it as well.
@@ -44,8 +46,8 @@ export const auditRetentieJob = defineJob({
   summary: "Verwijdert audit-entries ouder dan AUDIT_RETENTIE_DAGEN",
   description:
     "Verwijdert per tenant het begin van de hashketen tot de eerste entry die niet ouder is dan `grens` " +
-    "(nooit een gat), in kleine schrijftransacties, en legt volgnummer en hash van de laatst verwijderde entry " +
-    "vast als retentie-anker. Een keten die in het te verwijderen deel niet klopt, blijft vanaf die plek staan (alarm).",
+    "(nooit een gat), in kleine schrijftransacties. Per batch en tenant een ondertekend retentierecord (volgnummer, hash en " +
+    "tijdstip van de laatst verwijderde entry, grens, bewaartermijn, de compacte boom op dat punt) in AUDIT_ANKER_BESTAND en de database. Een keten die in het te verwijderen deel niet klopt, blijft vanaf die plek staan (alarm).",
   run: (deps, now) => runAuditRetentie(deps, now),
   openapi: { responses: { 200: { description: "Verwijderd.", schema: RETENTIE_SCHEMA } } },
 });

@@ -1,9 +1,12 @@
-// audit-verificatie (contract §3): verifies every tenant's hash chain, streaming, and
-// keeps each tenant's latest result for the reports. A broken chain is 409 and one
-// alarm per run naming the broken tenants.
-import { loadHeadAnchors, withAnchorSignatures } from "../audit/anchors.ts";
-import { verifyTenants, workerCount, type TenantTask } from "../audit/verify-parallel.ts";
-import type { ChainBreak } from "../audit/verify.ts";
+// audit-verificatie: compares the anchor file with its copy in the database and
+// verifies every tenant's hash chain against its newest signed checkpoint, streaming
+// (src/audit/verify-all.ts), and keeps each tenant's latest result for the reports. A
+// broken chain or anchor file is 409 and one alarm per run naming what is broken.
+import type { FileReason, RowReason } from "../audit/anchor-check.ts";
+import { auditKeys } from "../audit/keys.ts";
+import { verifyInstallation } from "../audit/verify-all.ts";
+import { workerCount } from "../audit/verify-parallel.ts";
+import type { BreakReason } from "../audit/verify.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 
@@ -12,13 +15,23 @@ export type VerificatieResultaat = {
   tenant: string;
   intact: boolean;
   aantalEntries: number;
-  fout?: ChainBreak;
+  fout?: { seq: number; entryId: number | null; reden: BreakReason | RowReason };
+};
+
+export type AnkerbestandResultaat = {
+  intact: boolean;
+  bestand: string;
+  regels: number;
+  reden?: FileReason;
+  toelichting?: string;
+  waarschuwingen: string[];
 };
 
 export type VerificatieBody = {
   gecontroleerd: number;
   aantalGebroken: number;
   resultaten: VerificatieResultaat[];
+  ankerbestand: AnkerbestandResultaat;
   tijdstip: string;
 };
 
@@ -32,16 +45,11 @@ export interface VerificatieOptions {
 
 export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieOptions = {}): Promise<JobResult<VerificatieBody>> {
   const { sqlite } = deps.store;
+  const keys = auditKeys(deps.config);
+  const bestand = deps.config.auditAnkerBestand;
   const tenants = sqlite.query("SELECT id, naam FROM tenants ORDER BY id").all() as { id: number; naam: string }[];
-  // Head anchors (audit-anker); with AUDIT_ANKER_SLEUTEL set only validly signed ones
-  // are passed on, and an invalid signature breaks the chain (anker-afwijkend).
-  const headAnchors = new Map(tenants.map((t) => [t.id, loadHeadAnchors(sqlite, t.id, deps.config.auditAnkerSleutel)]));
-  // No retentionAnchor here: the verifier reads it in the same snapshot as the chain,
-  // so an audit-retentie run committing meanwhile cannot make them disagree.
-  const tasks: TenantTask[] = tenants.map((t) => ({ tenantId: t.id, headAnchors: headAnchors.get(t.id)!.anchors }));
   const workers = o.workers ?? workerCount((sqlite.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n);
-  // Each chain is streamed (verify.ts): memory does not grow with its length.
-  const checked = await verifyTenants(sqlite, deps.store.path, tasks, workers);
+  const v = await verifyInstallation(sqlite, deps.store.path, bestand, tenants.map((t) => t.id), keys.verifiers, { workers });
 
   const tijdstip = now.toISOString();
   const saveState = sqlite.query(
@@ -51,41 +59,63 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
        aantal_entries = excluded.aantal_entries, fout_seq = excluded.fout_seq,
        fout_entry_id = excluded.fout_entry_id, fout_reden = excluded.fout_reden`,
   );
-  const resultaten: VerificatieResultaat[] = [];
+  const names = new Map(tenants.map((t) => [t.id, t.naam]));
+  const resultaten: VerificatieResultaat[] = v.tenants.map((r) => ({ ...r, tenant: names.get(r.tenantId)! }));
   sqlite.transaction(() => {
-    for (const t of tenants) {
-      const r = withAnchorSignatures(sqlite, t.id, checked.get(t.id)!, headAnchors.get(t.id)!);
-      saveState.run(t.id, tijdstip, r.intact ? 1 : 0, r.aantalEntries, r.fout?.seq ?? null, r.fout?.entryId ?? null, r.fout?.reden ?? null);
-      resultaten.push({ tenantId: t.id, tenant: t.naam, intact: r.intact, aantalEntries: r.aantalEntries, ...(r.fout ? { fout: r.fout } : {}) });
-    }
+    for (const r of resultaten) saveState.run(r.tenantId, tijdstip, r.intact ? 1 : 0, r.aantalEntries, r.fout?.seq ?? null, r.fout?.entryId ?? null, r.fout?.reden ?? null);
   }).immediate();
 
+  const probleem = v.probleem;
+  const ankerbestand: AnkerbestandResultaat = {
+    intact: !probleem,
+    bestand,
+    regels: v.regels,
+    ...(probleem ? { reden: probleem.reden, toelichting: probleem.toelichting } : {}),
+    waarschuwingen: v.waarschuwingen,
+  };
+
   const gebroken = resultaten.filter((r) => !r.intact);
-  if (gebroken.length > 0) {
-    const namen = gebroken.slice(0, 10).map((r) => `${r.tenant} (${r.tenantId})`).join(", ");
+  if (gebroken.length > 0 || probleem) {
+    const namen = gebroken.slice(0, 10).map((r) => `${r.tenant} (${r.tenantId}): ${r.fout!.reden}`).join(", ");
     await deps.alarms.raise({
       type: "audit-chain-broken",
       message:
-        `Audit-hashketen verbroken bij ${gebroken.length} tenant(s): ${namen}` +
-        (gebroken.length > 10 ? ` en ${gebroken.length - 10} andere` : "") +
-        ". Mogelijk is er met de audit-log geknoeid.",
+        (probleem ? `Ankerbestand: ${probleem.reden} — ${probleem.toelichting}. ` : "") +
+        (gebroken.length > 0
+          ? `Audit-hashketen verbroken bij ${gebroken.length} tenant(s): ${namen}` + (gebroken.length > 10 ? ` en ${gebroken.length - 10} andere` : "") + ". "
+          : "") +
+        "Mogelijk is er met de audit-log geknoeid.",
       context: {
         aantalGebroken: gebroken.length,
+        ankerbestand,
         gebroken: gebroken.slice(0, MAX_IN_ALARM).map((r) => ({ tenantId: r.tenantId, tenant: r.tenant, fout: r.fout })),
       },
     });
   }
   return {
-    status: gebroken.length > 0 ? 409 : 200,
-    body: { gecontroleerd: tenants.length, aantalGebroken: gebroken.length, resultaten, tijdstip },
+    status: gebroken.length > 0 || probleem ? 409 : 200,
+    body: { gecontroleerd: tenants.length, aantalGebroken: gebroken.length, resultaten, ankerbestand, tijdstip },
   };
 }
 
 const RESULT_SCHEMA = {
   type: "object",
-  required: ["gecontroleerd", "aantalGebroken", "resultaten", "tijdstip"],
+  required: ["gecontroleerd", "aantalGebroken", "resultaten", "ankerbestand", "tijdstip"],
   properties: {
     gecontroleerd: { type: "integer", description: "Aantal gecontroleerde tenants (alle tenants)." },
+    ankerbestand: {
+      type: "object",
+      description: "Het ankerbestand tegen de kopie in de database.",
+      required: ["intact", "bestand", "regels", "waarschuwingen"],
+      properties: {
+        intact: { type: "boolean" },
+        bestand: { type: "string" },
+        regels: { type: "integer" },
+        reden: { type: "string", enum: ["bestand-ontbreekt", "bestand-ingekort", "bestand-gewijzigd", "database-teruggezet"] },
+        toelichting: { type: "string" },
+        waarschuwingen: { type: "array", items: { type: "string" } },
+      },
+    },
     aantalGebroken: { type: "integer", description: "Aantal tenants met een verbroken keten." },
     tijdstip: { type: "string", format: "date-time" },
     resultaten: {
@@ -105,7 +135,13 @@ const RESULT_SCHEMA = {
             properties: {
               seq: { type: "integer" },
               entryId: { type: ["integer", "null"], description: "null bij kop-ontbreekt (de entry bestaat niet meer)." },
-              reden: { type: "string", enum: ["hash-afwijkend", "koppeling-verbroken", "volgnummer-gat", "anker-afwijkend", "kop-ontbreekt"] },
+              reden: {
+                type: "string",
+                enum: [
+                  "hash-afwijkend", "koppeling-verbroken", "volgnummer-gat", "anker-afwijkend", "kop-ontbreekt",
+                  "checkpoint-afwijkend", "retentie-ontbreekt", "retentie-ongeldig", "checkpoint-ontbreekt", "checkpoint-niet-in-bestand",
+                ],
+              },
             },
           },
         },
@@ -118,10 +154,12 @@ export const auditVerificatieJob = defineJob({
   name: "audit-verificatie",
   summary: "Controleert de SHA-256-hashketen van elke tenant",
   description:
-    "Per tenant, in volgorde: elke hash wordt herberekend, elke prevHash moet gelijk zijn aan de hash ervoor, " +
-    "volgnummers zonder gat, de oudste entry sluit aan op de genesiswaarde of het retentie-anker, en elk vastgelegd " +
-    "kop-anker staat nog ongewijzigd in de keten. 409 met hetzelfde object en een alarm (`audit-chain-broken`) " +
-    "zodra één keten verbroken is. Het resultaat per tenant wordt bewaard voor de rapporten.",
+    "Vergelijkt eerst het ankerbestand (de autoriteit) regel voor regel met de kopie in de database, en controleert dan per " +
+    "tenant, in volgorde: elke hash wordt herberekend, elke prevHash moet gelijk zijn aan de hash ervoor, volgnummers zonder gat, " +
+    "de oudste entry sluit aan op de genesiswaarde of op een ondertekend, gerechtvaardigd retentierecord, en de RFC 6962-root " +
+    "over de entry-hashes is gelijk aan die van het nieuwste ondertekende checkpoint in het bestand, dat de keten nog haalt. " +
+    "409 met hetzelfde object en een alarm (`audit-chain-broken`) zodra één keten of het ankerbestand niet klopt. " +
+    "Het resultaat per tenant wordt bewaard voor de rapporten.",
   run: (deps, now) => runAuditVerificatie(deps, now),
   openapi: {
     responses: {

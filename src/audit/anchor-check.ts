@@ -1,0 +1,191 @@
+// Compares the database's copy of the anchor file (audit_anchor_log) with the file
+// itself, line by line in one streaming pass, and collects from the file — the
+// authority — each tenant's newest checkpoint, which the chain must still reach.
+//
+// The database is read in one snapshot taken before the file is read: every line a
+// row refers to was appended before that row committed, so the file then holds at
+// least what the snapshot does.
+import { Database } from "bun:sqlite";
+import { existsSync } from "node:fs";
+import { readLines } from "./anchor-file.ts";
+import type { Verifier } from "./note.ts";
+import { anchorLineText, openCheckpoint, openInstallationCheckpoint, openRetentionRecord, type AnchorLine, type Checkpoint } from "./records.ts";
+
+/** What is wrong with the anchor file as a whole. */
+export type FileReason = "bestand-ontbreekt" | "bestand-ingekort" | "bestand-gewijzigd" | "database-teruggezet";
+/** What is wrong with one tenant's rows in audit_anchor_log. */
+export type RowReason = "checkpoint-ontbreekt" | "checkpoint-niet-in-bestand";
+
+export interface FileProblem {
+  reden: FileReason;
+  positie: number | null;
+  toelichting: string;
+}
+
+export interface RowProblem {
+  reden: RowReason;
+  /** Tree size (checkpoint) or seq (retention record) of the row or line concerned. */
+  seq: number;
+  positie: number;
+}
+
+export interface FileCheckpoint extends Checkpoint {
+  positie: number;
+  /** The line lies beyond the database's last row (written by a run whose commit the database lacks). */
+  inTail: boolean;
+}
+
+export interface AnchorComparison {
+  /** The file exists. */
+  bestand: boolean;
+  regels: number;
+  /** Lines written before signed checkpoints, no longer trusted (docs/audit-chain.md). */
+  oudeRegels: number;
+  /** The first file-level problem, if any. */
+  probleem?: FileProblem;
+  /** The first row problem per tenant. */
+  perTenant: Map<number, RowProblem>;
+  /** The newest checkpoint per tenant in the file, signature verified. */
+  checkpoints: Map<number, FileCheckpoint>;
+  waarschuwingen: string[];
+}
+
+type Row = { positie: number; soort: AnchorLine["soort"]; tenantId: number | null; grootte: number; note: string };
+
+/** Whether a record's signature holds under a trusted key (and it names its tenant). */
+export function recordVerifies(l: AnchorLine, verifiers: Verifier[]): boolean {
+  if (l.soort === "installatie") return openInstallationCheckpoint(l.note, verifiers).ok;
+  if (l.tenantId === null) return false;
+  if (l.soort === "checkpoint") return openCheckpoint(l.note, l.tenantId, verifiers).ok;
+  return openRetentionRecord(l.note, l.tenantId, verifiers).ok;
+}
+
+/** The size a record stands for: tree size, or the seq of the last deleted entry. */
+export function recordSize(l: AnchorLine, verifiers: Verifier[]): number | null {
+  if (l.soort === "installatie") {
+    const o = openInstallationCheckpoint(l.note, verifiers);
+    return o.ok ? o.checkpoint.size : null;
+  }
+  if (l.tenantId === null) return null;
+  if (l.soort === "checkpoint") {
+    const o = openCheckpoint(l.note, l.tenantId, verifiers);
+    return o.ok ? o.checkpoint.size : null;
+  }
+  const o = openRetentionRecord(l.note, l.tenantId, verifiers);
+  return o.ok ? o.record.seq : null;
+}
+
+/**
+ * Runs on its own read-only connection to `dbPath` (the shared connection cannot stay
+ * in a transaction while the event loop turns), yielding every few thousand lines.
+ */
+export async function compareWithFile(dbPath: string, path: string, verifiers: Verifier[]): Promise<AnchorComparison> {
+  const sqlite = new Database(dbPath, { readonly: true });
+  try {
+    sqlite.run("PRAGMA busy_timeout = 5000");
+    return await compare(sqlite, path, verifiers);
+  } finally {
+    sqlite.close();
+  }
+}
+
+async function compare(sqlite: Database, path: string, verifiers: Verifier[]): Promise<AnchorComparison> {
+  const out: AnchorComparison = { bestand: existsSync(path), regels: 0, oudeRegels: 0, perTenant: new Map(), checkpoints: new Map(), waarschuwingen: [] };
+  const fileProblem = (p: FileProblem) => {
+    out.probleem ??= p;
+  };
+  const rowProblem = (tenantId: number | null, p: RowProblem, toelichting: string) => {
+    if (tenantId === null) fileProblem({ reden: p.reden === "checkpoint-ontbreekt" ? "database-teruggezet" : "bestand-gewijzigd", positie: p.positie, toelichting });
+    else if (!out.perTenant.has(tenantId)) out.perTenant.set(tenantId, p);
+  };
+
+  sqlite.run("BEGIN");
+  try {
+    const rows = sqlite
+      .query("SELECT positie, soort, tenant_id AS tenantId, grootte, note FROM audit_anchor_log ORDER BY positie")
+      .iterate() as IterableIterator<Row>;
+    let row = rows.next();
+
+    /** Newest checkpoint line per tenant (verified at the end: one signature per tenant). */
+    const newest = new Map<number, { note: string; positie: number; inTail: boolean }>();
+    let tail = false;
+    let tailInstallations = 0;
+    let recordAfterInstallation = false;
+
+    if (!out.bestand) {
+      if (!row.done) fileProblem({ reden: "bestand-ontbreekt", positie: null, toelichting: `${path} bestaat niet, maar de database verwijst ernaar` });
+      return out;
+    }
+
+    let lastYield = performance.now();
+    for (const fl of readLines(path)) {
+      out.regels++;
+      if (performance.now() - lastYield > 20) {
+        await new Promise((r) => setImmediate(r));
+        lastYield = performance.now();
+      }
+      // Rows that point before this line start no line of the file.
+      while (!row.done && row.value.positie < fl.positie) {
+        const r = row.value;
+        const forged = !recordVerifies(r, verifiers);
+        if (forged) rowProblem(r.tenantId, { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} staat niet in het bestand`);
+        else fileProblem({ reden: "bestand-gewijzigd", positie: r.positie, toelichting: `het bestand heeft op positie ${r.positie} geen regel meer, de database wel` });
+        row = rows.next();
+      }
+      const p = fl.parsed;
+      if (p.kind === "oud") {
+        out.oudeRegels++;
+      } else if (!row.done && row.value.positie === fl.positie) {
+        const r = row.value;
+        if (anchorLineText(r) !== fl.text) {
+          // Which side changed: the one whose signature no longer holds.
+          if (p.kind === "record" && recordVerifies(p.line, verifiers) && !recordVerifies(r, verifiers)) {
+            rowProblem(r.tenantId, { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} wijkt af van het bestand`);
+          } else {
+            fileProblem({ reden: "bestand-gewijzigd", positie: fl.positie, toelichting: `regel op positie ${fl.positie} wijkt af van de database` });
+          }
+        }
+        row = rows.next();
+      } else if (p.kind === "onleesbaar") {
+        // No row refers to it: a line torn by a crash during an append.
+        out.waarschuwingen.push(`onleesbare regel zonder databaserij op positie ${fl.positie} (afgebroken schrijfactie?)`);
+      } else {
+        // A record the database does not have. After the database's last row this is the
+        // tail a crash between fsync and COMMIT leaves: at most one run.
+        if (row.done) {
+          tail = true;
+          if (tailInstallations > 0) recordAfterInstallation = true;
+          if (p.line.soort === "installatie") tailInstallations++;
+        } else {
+          const size = recordSize(p.line, verifiers) ?? 0;
+          rowProblem(p.line.tenantId, { reden: "checkpoint-ontbreekt", seq: size, positie: fl.positie }, `regel op positie ${fl.positie} ontbreekt in de database`);
+        }
+      }
+      if (p.kind === "record" && p.line.soort === "checkpoint" && p.line.tenantId !== null) {
+        newest.set(p.line.tenantId, { note: p.line.note, positie: fl.positie, inTail: tail });
+      }
+    }
+    // One run ends with its installation checkpoint: more than that is not a crash.
+    if (tailInstallations > 1 || recordAfterInstallation) {
+      fileProblem({ reden: "database-teruggezet", positie: null, toelichting: "het bestand bevat meer dan één run die de database niet kent: de database is ouder dan het bestand" });
+    }
+    // Rows beyond the end of the file.
+    for (; !row.done; row = rows.next()) {
+      const r = row.value;
+      if (recordVerifies(r, verifiers)) {
+        fileProblem({ reden: "bestand-ingekort", positie: r.positie, toelichting: `de database verwijst naar positie ${r.positie}, voorbij het einde van het bestand` });
+      } else {
+        rowProblem(r.tenantId, { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} staat niet in het bestand`);
+      }
+    }
+
+    for (const [tenantId, n] of newest) {
+      const o = openCheckpoint(n.note, tenantId, verifiers);
+      if (o.ok) out.checkpoints.set(tenantId, { ...o.checkpoint, positie: n.positie, inTail: n.inTail });
+      else fileProblem({ reden: "bestand-gewijzigd", positie: n.positie, toelichting: `checkpoint van tenant ${tenantId} op positie ${n.positie}: ${o.error}` });
+    }
+    return out;
+  } finally {
+    sqlite.run("COMMIT");
+  }
+}

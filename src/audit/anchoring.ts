@@ -1,0 +1,224 @@
+// Anchoring (audit-anker): per tenant a signed checkpoint of its chain, and one signed
+// installation checkpoint over every record in the anchor file; appended to the file
+// (the authority) and copied into audit_anchor_log, in one write transaction.
+//
+// Incremental: a tenant's newest checkpoint row keeps the tree's compact range at its
+// size, so a run hashes only the entries since. That range is used only when it folds
+// to the signed root of that checkpoint; otherwise the tree is rebuilt from the chain's
+// start (genesis or the signed retention record).
+import type { Database } from "bun:sqlite";
+import { appendLines, databaseEnd, insertRows, readLines, type StoredLine } from "./anchor-file.ts";
+import { recordSize } from "./anchor-check.ts";
+import { CHAIN_VERSION, sha256Hex } from "./chain.ts";
+import { CompactRange, leafHashOfBytes } from "./merkle.ts";
+import type { Verifier } from "./note.ts";
+import { openCheckpoint, openInstallationCheckpoint, signCheckpoint, signInstallationCheckpoint, anchorLineText, type Keys } from "./records.ts";
+import { chainStart, linkBreak, type BreakReason } from "./verify.ts";
+
+/** The file holds records the database lacks that are more than one crashed run: refused. */
+export class AnchorFileError extends Error {
+  constructor(
+    readonly reden: "database-teruggezet" | "bestand-gewijzigd",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Copies the file's tail — records after the database's last row, left by a crash
+ * between an append's fsync and its COMMIT — into audit_anchor_log. Runs inside the
+ * caller's write transaction, before it appends. More than one run's worth is not a
+ * crash but a database older than the file: AnchorFileError, nothing copied.
+ */
+export function syncTail(sqlite: Database, path: string, verifiers: Verifier[]): number {
+  const rows: StoredLine[] = [];
+  let installations = 0;
+  let afterInstallation = false;
+  for (const fl of readLines(path, databaseEnd(sqlite))) {
+    if (fl.parsed.kind !== "record") continue;
+    const l = fl.parsed.line;
+    const grootte = recordSize(l, verifiers);
+    if (grootte === null) throw new AnchorFileError("bestand-gewijzigd", `regel op positie ${fl.positie} van het ankerbestand is niet geldig ondertekend`);
+    if (installations > 0) afterInstallation = true;
+    if (l.soort === "installatie") installations++;
+    rows.push({ ...l, positie: fl.positie, grootte, bereik: null });
+  }
+  if (installations > 1 || afterInstallation) {
+    throw new AnchorFileError("database-teruggezet", "het ankerbestand bevat meer dan één run die de database niet kent: de database is ouder dan het bestand");
+  }
+  insertRows(sqlite, rows);
+  return rows.length;
+}
+
+type Row = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
+
+export interface Refusal {
+  tenantId: number;
+  seq: number;
+  reden: BreakReason;
+}
+
+interface TenantBase {
+  range: CompactRange;
+  /** Hash of entry range.size when known (genesis or retention record), to check the next link. */
+  hash: string | null;
+}
+
+/** Where a tenant's tree continues from: its newest valid checkpoint row, else the chain's start. */
+function tenantBase(sqlite: Database, tenantId: number, firstSeq: number, verifiers: Verifier[]): TenantBase | { reden: BreakReason } {
+  const prev = sqlite
+    .query("SELECT grootte, note, bereik FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'checkpoint' ORDER BY grootte DESC, positie DESC LIMIT 1")
+    .get(tenantId) as { grootte: number; note: string; bereik: string | null } | null;
+  if (prev && prev.bereik !== null && prev.grootte >= firstSeq - 1) {
+    const o = openCheckpoint(prev.note, tenantId, verifiers);
+    if (o.ok && o.checkpoint.size === prev.grootte) {
+      try {
+        const range = CompactRange.decode(prev.grootte, prev.bereik);
+        if (Buffer.from(range.root()).equals(o.checkpoint.root)) return { range, hash: null };
+      } catch {}
+    }
+  }
+  const start = chainStart(sqlite, tenantId, firstSeq, verifiers);
+  if (!start.ok) return { reden: start.reden };
+  return { range: start.range, hash: start.hash };
+}
+
+/**
+ * Extends one tenant's tree to its head, checking each new entry's hash and link on
+ * the way: a chain that does not check out is not signed. Null when nothing changed.
+ */
+function extendTenant(sqlite: Database, tenantId: number, verifiers: Verifier[]): { range: CompactRange } | { refusal: Refusal } | null {
+  sqlite.run("BEGIN");
+  try {
+    const first = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
+    const head = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1").get(tenantId) as { seq: number } | null;
+    if (!first || !head) return null;
+    const latest = sqlite
+      .query("SELECT grootte FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'checkpoint' ORDER BY grootte DESC LIMIT 1")
+      .get(tenantId) as { grootte: number } | null;
+    if (latest && latest.grootte === head.seq) return null;
+    const base = tenantBase(sqlite, tenantId, first.seq, verifiers);
+    if ("reden" in base) return { refusal: { tenantId, seq: first.seq, reden: base.reden } };
+    const { range } = base;
+    let prevHash = base.hash;
+    let prevSeq = range.size;
+    let isFirst = true;
+    const rows = sqlite
+      .query(
+        `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
+         FROM audit_entries WHERE tenant_id = ? AND seq > ? ORDER BY seq`,
+      )
+      .iterate(tenantId, range.size) as IterableIterator<Row>;
+    for (const r of rows) {
+      const text = JSON.stringify([CHAIN_VERSION, tenantId, r.seq, r.created_at, r.actor, r.action, r.subject, r.details, r.prev_hash]);
+      // Extending a checkpoint, the hash of its last entry is not at hand: that one link is
+      // the verifier's to check (it recomputes the whole tree).
+      const reden = linkBreak(sha256Hex(text) !== r.hash, isFirst && prevHash !== null, r.seq, r.prev_hash, prevSeq, prevHash ?? r.prev_hash);
+      isFirst = false;
+      if (reden) return { refusal: { tenantId, seq: r.seq, reden } };
+      range.pushEntryHash(r.hash);
+      prevSeq = r.seq;
+      prevHash = r.hash;
+    }
+    return { range };
+  } finally {
+    sqlite.run("COMMIT");
+  }
+}
+
+/** The installation tree up to the file's end, from the newest valid installation row or from the start. */
+function installationRange(sqlite: Database, path: string, verifiers: Verifier[]): { range: CompactRange; rebuilt: boolean } {
+  const last = sqlite
+    .query("SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1")
+    .get() as { positie: number; note: string; grootte: number; bereik: string | null } | null;
+  let range = new CompactRange();
+  let from = 0;
+  let rebuilt = last !== null;
+  if (last && last.bereik !== null) {
+    const o = openInstallationCheckpoint(last.note, verifiers);
+    let candidate: CompactRange | null = null;
+    try {
+      candidate = CompactRange.decode(last.grootte, last.bereik);
+    } catch {}
+    // The row's line must still stand in the file where the row says.
+    const line = anchorLineText({ soort: "installatie", tenantId: null, note: last.note });
+    let inFile = false;
+    for (const fl of readLines(path, last.positie)) {
+      inFile = fl.text === line;
+      break;
+    }
+    if (o.ok && candidate && inFile && o.checkpoint.size === candidate.size && Buffer.from(candidate.root()).equals(o.checkpoint.root)) {
+      range = candidate;
+      from = last.positie + Buffer.byteLength(line) + 1;
+      rebuilt = false;
+    }
+  }
+  for (const fl of readLines(path, from)) {
+    if (fl.parsed.kind === "record" && fl.parsed.line.soort !== "installatie") range.pushLeafHash(leafHashOfBytes(Buffer.from(fl.parsed.line.note, "utf8")));
+  }
+  return { range, rebuilt };
+}
+
+export interface AnchoringResult {
+  checkpoints: { tenantId: number; size: number; root: string }[];
+  unchanged: number;
+  refused: Refusal[];
+  /** The installation checkpoint this run signed; null when nothing changed. */
+  installatie: string | null;
+  /** Tail lines copied from the file into the database (after a crash). */
+  hersteld: number;
+  /** The installation tree had to be rebuilt from the whole file. */
+  herbouwd: boolean;
+}
+
+export function anchorAll(sqlite: Database, path: string, keys: Keys): AnchoringResult {
+  const tenants = (sqlite.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
+  const lines: StoredLine[] = [];
+  const refused: Refusal[] = [];
+  const checkpoints: AnchoringResult["checkpoints"] = [];
+  let unchanged = 0;
+  for (const tenantId of tenants) {
+    const r = extendTenant(sqlite, tenantId, keys.verifiers);
+    if (r === null) {
+      unchanged++;
+      continue;
+    }
+    if ("refusal" in r) {
+      refused.push(r.refusal);
+      continue;
+    }
+    const note = signCheckpoint(keys.signer, tenantId, r.range);
+    lines.push({ soort: "checkpoint", tenantId, note, positie: 0, grootte: r.range.size, bereik: r.range.encode() });
+    checkpoints.push({ tenantId, size: r.range.size, root: Buffer.from(r.range.root()).toString("base64") });
+  }
+
+  // One write transaction, synchronous throughout (the connection is shared with the
+  // rest of the process): the tail check, the installation tree, the append, the copy.
+  sqlite.run("BEGIN IMMEDIATE");
+  try {
+    const hersteld = syncTail(sqlite, path, keys.verifiers);
+    const inst = installationRange(sqlite, path, keys.verifiers);
+    const changed = lines.length > 0 || hersteld > 0 || inst.range.size > ((sqlite.query("SELECT max(grootte) AS n FROM audit_anchor_log WHERE soort = 'installatie'").get() as { n: number | null }).n ?? 0);
+    let installatie: string | null = null;
+    if (changed) {
+      for (const l of lines) inst.range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
+      installatie = signInstallationCheckpoint(keys.signer, inst.range);
+      lines.push({ soort: "installatie", tenantId: null, note: installatie, positie: 0, grootte: inst.range.size, bereik: inst.range.encode() });
+      const positions = appendLines(path, lines);
+      lines.forEach((l, i) => (l.positie = positions[i]!));
+      insertRows(sqlite, lines);
+    }
+    sqlite.run("COMMIT");
+    return { checkpoints, unchanged, refused, installatie, hersteld, herbouwd: inst.rebuilt };
+  } catch (e) {
+    sqlite.run("ROLLBACK");
+    throw e;
+  }
+}
+
+/** The newest installation checkpoint in the database, for the daily report. */
+export function latestInstallationCheckpoint(sqlite: Database): string | null {
+  const row = sqlite.query("SELECT note FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1").get() as { note: string } | null;
+  return row?.note ?? null;
+}

@@ -1,0 +1,177 @@
+// RFC 6962 Merkle trees over a chain's entry hashes (docs/audit-chain.md, "Checkpoints").
+//
+// Leaf data is the 32 raw bytes of an entry's `hash`; leaf hash SHA-256(0x00 ‖ data),
+// node hash SHA-256(0x01 ‖ left ‖ right). The same trees as golang.org/x/mod/sumdb/tlog
+// (RecordHash, NodeHash, TreeHash), which test/merkle-go.test.ts checks.
+//
+// A compact range is the list of roots of the perfect subtrees that make up a tree of
+// size n, largest first (one per set bit of n). It is all that is needed to go on
+// appending leaves and to compute the root at any later size, so audit-anker extends a
+// checkpoint with only the entries since, and audit-retentie keeps it in its signed
+// record when the leaves themselves are deleted.
+
+const LEAF = Buffer.alloc(33); // 0x00 ‖ 32 bytes
+const NODE = Buffer.alloc(65); // 0x01 ‖ 32 ‖ 32
+NODE[0] = 1;
+
+function sha256(data: Uint8Array): Uint8Array {
+  return Bun.CryptoHasher.hash("sha256", data) as unknown as Uint8Array;
+}
+
+/** SHA-256(0x00 ‖ data) for 32 bytes of data. */
+export function leafHash(data: Uint8Array): Uint8Array {
+  LEAF.set(data, 1);
+  return sha256(LEAF);
+}
+
+/** The leaf hash of an entry hash given as 64 lowercase hex characters. */
+export function leafHashOfHex(hex: string): Uint8Array {
+  LEAF.write(hex, 1, "hex");
+  return sha256(LEAF);
+}
+
+/** SHA-256(0x00 ‖ data) for data of any length (the installation tree's leaves: whole notes). */
+export function leafHashOfBytes(data: Uint8Array): Uint8Array {
+  const b = new Uint8Array(data.length + 1);
+  b.set(data, 1);
+  return sha256(b);
+}
+
+/** SHA-256(0x01 ‖ left ‖ right). */
+export function nodeHash(left: Uint8Array, right: Uint8Array): Uint8Array {
+  NODE.set(left, 1);
+  NODE.set(right, 33);
+  return sha256(NODE);
+}
+
+/** The hash of an empty tree: SHA-256 of nothing. */
+export const EMPTY_ROOT: Uint8Array = sha256(new Uint8Array(0));
+
+/** The heights of the perfect subtrees of a tree of `size` leaves, largest first. */
+function heights(size: number): number[] {
+  const out: number[] = [];
+  for (let h = 52; h >= 0; h--) if (Math.floor(size / 2 ** h) % 2 === 1) out.push(h);
+  return out;
+}
+
+/** A growing tree, kept as its compact range: O(log n) memory, O(1) amortised per leaf. */
+export class CompactRange {
+  #size: number;
+  /** Subtree roots, largest first; #heights[i] is the height of #hashes[i]. */
+  #hashes: Uint8Array[];
+  #heights: number[];
+
+  constructor(size = 0, hashes: Uint8Array[] = []) {
+    const hs = heights(size);
+    if (hs.length !== hashes.length) throw new Error(`a compact range of size ${size} has ${hs.length} hashes, got ${hashes.length}`);
+    this.#size = size;
+    this.#hashes = hashes.slice();
+    this.#heights = hs;
+  }
+
+  get size(): number {
+    return this.#size;
+  }
+
+  /** Appends one leaf, given as its leaf hash. */
+  pushLeafHash(h: Uint8Array): void {
+    let hash = h;
+    let height = 0;
+    while (this.#heights.length > 0 && this.#heights[this.#heights.length - 1] === height) {
+      hash = nodeHash(this.#hashes.pop()!, hash);
+      this.#heights.pop();
+      height++;
+    }
+    this.#hashes.push(hash);
+    this.#heights.push(height);
+    this.#size++;
+  }
+
+  /** Appends an entry by its hash (64 hex characters). */
+  pushEntryHash(hex: string): void {
+    this.pushLeafHash(leafHashOfHex(hex));
+  }
+
+  /** The RFC 6962 root at the current size. */
+  root(): Uint8Array {
+    if (this.#hashes.length === 0) return EMPTY_ROOT;
+    let r = this.#hashes[this.#hashes.length - 1]!;
+    for (let i = this.#hashes.length - 2; i >= 0; i--) r = nodeHash(this.#hashes[i]!, r);
+    return r;
+  }
+
+  hashes(): Uint8Array[] {
+    return this.#hashes.slice();
+  }
+
+  clone(): CompactRange {
+    return new CompactRange(this.#size, this.#hashes);
+  }
+
+  /** Base64 hashes separated by one space ("" for size 0): how records and the database store it. */
+  encode(): string {
+    return this.#hashes.map((h) => Buffer.from(h).toString("base64")).join(" ");
+  }
+
+  static decode(size: number, text: string): CompactRange {
+    const parts = text === "" ? [] : text.split(" ");
+    return new CompactRange(
+      size,
+      parts.map((p) => {
+        const b = Buffer.from(p, "base64");
+        if (b.length !== 32 || b.toString("base64") !== p) throw new Error("a compact range hash is not 32 bytes of base64");
+        return new Uint8Array(b);
+      }),
+    );
+  }
+}
+
+/** The RFC 6962 root over a list of leaf hashes. */
+export function treeHash(leafHashes: Uint8Array[]): Uint8Array {
+  const r = new CompactRange();
+  for (const h of leafHashes) r.pushLeafHash(h);
+  return r.root();
+}
+
+function largestPowerOfTwoBelow(n: number): number {
+  let k = 1;
+  while (k * 2 < n) k *= 2;
+  return k;
+}
+
+/** RFC 6962 §2.1.1 audit path of leaf `index` in the tree over `leaves` (leaf hashes). */
+export function inclusionProof(leaves: Uint8Array[], index: number): Uint8Array[] {
+  if (index < 0 || index >= leaves.length) throw new Error(`leaf ${index} is not in a tree of ${leaves.length}`);
+  const path = (lo: number, hi: number, i: number): Uint8Array[] => {
+    if (hi - lo === 1) return [];
+    const k = largestPowerOfTwoBelow(hi - lo);
+    if (i < lo + k) return [...path(lo, lo + k, i), treeHash(leaves.slice(lo + k, hi))];
+    return [...path(lo + k, hi, i), treeHash(leaves.slice(lo, lo + k))];
+  };
+  return path(0, leaves.length, index);
+}
+
+/** RFC 9162 §2.1.3.2: does `proof` show leaf `index` (leaf hash `leaf`) in the tree of `size` with `root`? */
+export function verifyInclusion(leaf: Uint8Array, index: number, size: number, proof: Uint8Array[], root: Uint8Array): boolean {
+  if (index < 0 || index >= size) return false;
+  let fn = index;
+  let sn = size - 1;
+  let r = leaf;
+  for (const p of proof) {
+    if (sn === 0) return false;
+    if (fn % 2 === 1 || fn === sn) {
+      r = nodeHash(p, r);
+      if (fn % 2 === 0) {
+        while (fn % 2 === 0 && fn !== 0) {
+          fn = Math.floor(fn / 2);
+          sn = Math.floor(sn / 2);
+        }
+      }
+    } else {
+      r = nodeHash(r, p);
+    }
+    fn = Math.floor(fn / 2);
+    sn = Math.floor(sn / 2);
+  }
+  return sn === 0 && Buffer.from(r).equals(Buffer.from(root));
+}

@@ -1,0 +1,169 @@
+// C2SP signed-note v1 with Ed25519 (signature type 0x01), byte for byte as
+// golang.org/x/mod/sumdb/note reads and writes it, including its key encodings:
+//
+//   signer key (secret, env file only):  PRIVATE+KEY+<name>+<key ID, 8 hex>+<base64(0x01 ‖ 32-byte seed)>
+//   verifier key (public):               <name>+<key ID, 8 hex>+<base64(0x01 ‖ 32-byte public key)>
+//   key ID = first 4 bytes of SHA-256(name ‖ 0x0A ‖ 0x01 ‖ public key), big-endian
+//   note = text ending in "\n", a blank line, then lines "— <name> base64(key ID ‖ signature)\n"
+//
+// A verifier trusts only the verifier keys it is given: signatures from unknown keys
+// are ignored, a known key's signature that fails rejects the note (as Go's note.Open).
+import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
+
+const ALG_ED25519 = 0x01;
+const PKCS8_ED25519 = Buffer.from("302e020100300506032b657004220420", "hex");
+const SPKI_ED25519 = Buffer.from("302a300506032b6570032100", "hex");
+
+export interface Signer {
+  name: string;
+  keyId: number;
+  /** The matching verifier key, in note format: what auditors are given. */
+  verifierKey: string;
+  sign(text: string): Uint8Array;
+}
+
+export interface Verifier {
+  name: string;
+  keyId: number;
+  verifierKey: string;
+  verify(text: string, sig: Uint8Array): boolean;
+}
+
+export class NoteKeyError extends Error {}
+
+/** Key names: non-empty, no Unicode spaces, no "+". */
+export function isValidKeyName(name: string): boolean {
+  return name !== "" && !/[\s+\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/u.test(name) && !/[\x00-\x1f]/.test(name);
+}
+
+export function keyId(name: string, publicKey: Uint8Array): number {
+  const h = new Bun.CryptoHasher("sha256").update(name).update("\n").update(new Uint8Array([ALG_ED25519])).update(publicKey).digest();
+  return h.readUInt32BE(0);
+}
+
+const hex8 = (id: number) => id.toString(16).padStart(8, "0");
+
+function rawPublicKey(pub: KeyObject): Uint8Array {
+  return new Uint8Array(Buffer.from(pub.export({ format: "jwk" }).x!, "base64url"));
+}
+
+function strictBase64(s: string): Buffer | null {
+  const b = Buffer.from(s, "base64");
+  return b.toString("base64") === s ? b : null;
+}
+
+export function verifierKeyString(name: string, publicKey: Uint8Array): string {
+  return `${name}+${hex8(keyId(name, publicKey))}+${Buffer.concat([Buffer.from([ALG_ED25519]), publicKey]).toString("base64")}`;
+}
+
+/** Parses a signer key (PRIVATE+KEY+…); throws NoteKeyError saying what is wrong, never echoing the key. */
+/** Splits at the first `n − 1` "+" (the base64 key at the end may itself contain "+"), as Go's note does. */
+function chop(s: string, n: number): string[] {
+  const out: string[] = [];
+  let rest = s;
+  for (let i = 0; i < n - 1; i++) {
+    const k = rest.indexOf("+");
+    if (k < 0) return out;
+    out.push(rest.slice(0, k));
+    rest = rest.slice(k + 1);
+  }
+  out.push(rest);
+  return out;
+}
+
+export function parseSignerKey(skey: string): Signer {
+  const parts = chop(skey, 5);
+  if (parts.length !== 5 || parts[0] !== "PRIVATE" || parts[1] !== "KEY") {
+    throw new NoteKeyError("is not a signing key of the form PRIVATE+KEY+<naam>+<id>+<sleutel>");
+  }
+  const [, , name, idHex, b64] = parts as [string, string, string, string, string];
+  if (!isValidKeyName(name)) throw new NoteKeyError("has an invalid key name");
+  const raw = strictBase64(b64);
+  if (!/^[0-9a-f]{8}$/.test(idHex) || !raw || raw.length !== 33 || raw[0] !== ALG_ED25519) {
+    throw new NoteKeyError("is not a valid Ed25519 signing key");
+  }
+  const priv = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519, raw.subarray(1)]), format: "der", type: "pkcs8" });
+  const pub = rawPublicKey(createPublicKey(priv));
+  const id = keyId(name, pub);
+  if (hex8(id) !== idHex) throw new NoteKeyError("has a key ID that does not match its key");
+  return { name, keyId: id, verifierKey: verifierKeyString(name, pub), sign: (text) => new Uint8Array(sign(null, Buffer.from(text, "utf8"), priv)) };
+}
+
+/** Parses a verifier key (<name>+<id>+<key>). */
+export function parseVerifierKey(vkey: string): Verifier {
+  const parts = chop(vkey, 3);
+  if (parts.length !== 3) throw new NoteKeyError("is not a verifier key of the form <naam>+<id>+<sleutel>");
+  const [name, idHex, b64] = parts as [string, string, string];
+  if (!isValidKeyName(name)) throw new NoteKeyError("has an invalid key name");
+  const raw = strictBase64(b64);
+  if (!/^[0-9a-f]{8}$/.test(idHex) || !raw || raw.length !== 33 || raw[0] !== ALG_ED25519) {
+    throw new NoteKeyError("is not a valid Ed25519 verifier key");
+  }
+  const pubBytes = new Uint8Array(raw.subarray(1));
+  const id = keyId(name, pubBytes);
+  if (hex8(id) !== idHex) throw new NoteKeyError("has a key ID that does not match its key");
+  const pub = createPublicKey({ key: Buffer.concat([SPKI_ED25519, pubBytes]), format: "der", type: "spki" });
+  return { name, keyId: id, verifierKey: vkey, verify: (text, sig) => sig.length === 64 && verify(null, Buffer.from(text, "utf8"), pub, sig) };
+}
+
+/** A new key pair in note format. */
+export function generateKeyPair(name: string): { signerKey: string; verifierKey: string } {
+  if (!isValidKeyName(name)) throw new NoteKeyError("has an invalid key name");
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  const seed = Buffer.from(privateKey.export({ format: "jwk" }).d!, "base64url");
+  const pub = rawPublicKey(publicKey);
+  const id = hex8(keyId(name, pub));
+  return {
+    signerKey: `PRIVATE+KEY+${name}+${id}+${Buffer.concat([Buffer.from([ALG_ED25519]), seed]).toString("base64")}`,
+    verifierKey: verifierKeyString(name, pub),
+  };
+}
+
+/** Note text must be non-empty, end in a newline, and hold no control characters but newline. */
+function checkText(text: string): void {
+  if (text === "" || !text.endsWith("\n")) throw new Error("note text must end in a newline");
+  if (/[\x00-\x09\x0b-\x1f]/.test(text)) throw new Error("note text may not contain control characters");
+}
+
+/** Signs `text` (which ends in "\n") with every signer: the complete note. */
+export function signNote(text: string, ...signers: Signer[]): string {
+  checkText(text);
+  let out = text + "\n";
+  for (const s of signers) {
+    const id = Buffer.alloc(4);
+    id.writeUInt32BE(s.keyId, 0);
+    out += `\u2014 ${s.name} ${Buffer.concat([id, s.sign(text)]).toString("base64")}\n`;
+  }
+  return out;
+}
+
+export type OpenResult =
+  | { ok: true; text: string; verifiedBy: string[] }
+  | { ok: false; reason: "misvormd" | "onbekende-sleutel" | "handtekening-ongeldig" };
+
+/**
+ * Opens a signed note: its text when at least one signature from a trusted key
+ * verifies and none from a trusted key fails.
+ */
+export function openNote(note: string, verifiers: Verifier[]): OpenResult {
+  if (!note.endsWith("\n") || /[\x00-\x09\x0b-\x1f]/.test(note)) return { ok: false, reason: "misvormd" };
+  const split = note.lastIndexOf("\n\n");
+  if (split < 0) return { ok: false, reason: "misvormd" };
+  const text = note.slice(0, split + 1);
+  const sigLines = note.slice(split + 2, -1).split("\n");
+  if (text === "" || sigLines.length === 0 || sigLines.length > 100) return { ok: false, reason: "misvormd" };
+  const verifiedBy: string[] = [];
+  for (const line of sigLines) {
+    const m = /^\u2014 (\S+) (\S+)$/u.exec(line);
+    if (!m) return { ok: false, reason: "misvormd" };
+    const raw = strictBase64(m[2]!);
+    if (!raw || raw.length < 5) return { ok: false, reason: "misvormd" };
+    const id = raw.readUInt32BE(0);
+    const v = verifiers.find((x) => x.name === m[1] && x.keyId === id);
+    if (!v) continue;
+    if (!v.verify(text, new Uint8Array(raw.subarray(4)))) return { ok: false, reason: "handtekening-ongeldig" };
+    verifiedBy.push(v.verifierKey);
+  }
+  if (verifiedBy.length === 0) return { ok: false, reason: "onbekende-sleutel" };
+  return { ok: true, text, verifiedBy };
+}

@@ -1,0 +1,71 @@
+// Verification of a whole installation — the database's chains against the anchor
+// file — as the nightly audit-verificatie and the offline `verify` command both do it.
+import type { Database } from "bun:sqlite";
+import { compareWithFile, type FileProblem, type RowReason } from "./anchor-check.ts";
+import type { Verifier } from "./note.ts";
+import { verifyTenants } from "./verify-parallel.ts";
+import type { BreakReason, CheckpointRef } from "./verify.ts";
+
+export interface TenantVerdict {
+  tenantId: number;
+  intact: boolean;
+  aantalEntries: number;
+  fout?: { seq: number; entryId: number | null; reden: BreakReason | RowReason };
+}
+
+export interface InstallationVerdict {
+  tenants: TenantVerdict[];
+  /** The first problem of the anchor file as a whole. */
+  probleem?: FileProblem;
+  regels: number;
+  waarschuwingen: string[];
+}
+
+/** A chain that does not reach a checkpoint from the file's tail: the database lost a run. */
+const LOST_REASONS = new Set<string>(["kop-ontbreekt", "checkpoint-afwijkend"]);
+
+export interface VerifyAllOptions {
+  workers: number;
+  /** Check the chains against these checkpoints instead of the file's newest (verify --checkpoint). */
+  checkpoints?: Map<number, CheckpointRef>;
+}
+
+export async function verifyInstallation(
+  sqlite: Database,
+  dbPath: string,
+  anchorPath: string,
+  tenantIds: number[],
+  verifiers: Verifier[],
+  o: VerifyAllOptions,
+): Promise<InstallationVerdict> {
+  // The anchor file is the authority: its rows in the database must equal its lines, and
+  // each tenant's newest checkpoint in it is what the chain must still reach.
+  const cmp = await compareWithFile(dbPath, anchorPath, verifiers);
+  const targets = o.checkpoints ?? cmp.checkpoints;
+  const tasks = tenantIds.map((tenantId) => {
+    const c = targets.get(tenantId);
+    return { tenantId, checkpoint: c ? { size: c.size, root: c.root } : null };
+  });
+  // Each chain is streamed (verify.ts): memory does not grow with its length.
+  const checked = await verifyTenants(sqlite, dbPath, tasks, o.workers, verifiers.map((v) => v.verifierKey));
+
+  let probleem = cmp.probleem;
+  const tenants: TenantVerdict[] = [];
+  for (const tenantId of tenantIds) {
+    const r = checked.get(tenantId)!;
+    const row = cmp.perTenant.get(tenantId);
+    // The chain's own break first; else a row of the database copy that does not match the file.
+    const fout = r.fout ?? (row ? { seq: row.seq, entryId: null, reden: row.reden } : undefined);
+    if (r.fout && LOST_REASONS.has(r.fout.reden) && cmp.checkpoints.get(tenantId)?.inTail && !o.checkpoints) {
+      probleem ??= {
+        reden: "database-teruggezet",
+        positie: null,
+        toelichting: `tenant ${tenantId} haalt een checkpoint niet dat alleen het bestand nog kent: de database is ouder dan het bestand`,
+      };
+    }
+    tenants.push({ tenantId, intact: !fout, aantalEntries: r.aantalEntries, ...(fout ? { fout } : {}) });
+  }
+  const waarschuwingen = [...cmp.waarschuwingen];
+  if (cmp.oudeRegels > 0) waarschuwingen.push(`${cmp.oudeRegels} regel(s) uit een eerdere versie (HMAC-kopankers) in het ankerbestand worden niet meer vertrouwd.`);
+  return { tenants, ...(probleem ? { probleem } : {}), regels: cmp.regels, waarschuwingen };
+}

@@ -1,0 +1,279 @@
+// The attacks of docs/audit-chain.md's threat model, tried as a database writer would:
+// with plain SQL on the database (and, for root, on the anchor file), after audit-anker
+// signed the chains. Each must make the nightly audit-verificatie, called over HTTP,
+// answer 409 with the reason that says what happened, and raise the alarm.
+import { afterEach, describe, expect, test } from "bun:test";
+import { copyFileSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Database } from "bun:sqlite";
+import { appendAuditEntry, entryHash } from "../src/audit/chain.ts";
+import { openStore } from "../src/db.ts";
+import { addTenant, call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+
+const DAY = 24 * 3600 * 1000;
+
+function fill(e: TestEnv, tenantId: number, n: number, from = 0) {
+  for (let i = from; i < from + n; i++) {
+    appendAuditEntry(e.store.sqlite, {
+      tenantId,
+      actor: `user${i}@example.nl`,
+      action: "dossier.gewijzigd",
+      subject: `dossier/${i}`,
+      details: { i },
+      createdAt: new Date(NOW.getTime() - (1000 - i) * DAY),
+    });
+  }
+}
+
+/** Two tenants with 40 and 25 entries, signed by audit-anker. */
+async function anchored(): Promise<{ a: number; b: number }> {
+  env = makeTestEnv();
+  const a = addTenant(env.store, "Gemeente Delft");
+  const b = addTenant(env.store, "Stichting Leiden");
+  fill(env, a, 40);
+  fill(env, b, 25);
+  const r = await call(env.app, "/api/cron/audit-anker");
+  expect(r.status).toBe(200);
+  expect(r.json.aantal).toBe(2);
+  return { a, b };
+}
+
+async function verify() {
+  return call(env.app, "/api/cron/audit-verificatie");
+}
+
+function tenantResult(body: any, tenantId: number) {
+  return body.resultaten.find((r: any) => r.tenantId === tenantId);
+}
+
+type Row = { tenant_id: number; seq: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
+
+/** Rewrites a tenant's chain from `fromSeq` on so that every hash and link is consistent again. */
+function recompute(sqlite: Database, tenantId: number, fromSeq: number) {
+  const rows = sqlite.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= ? ORDER BY seq").all(tenantId, fromSeq) as Row[];
+  let prev = (sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, fromSeq - 1) as { hash: string } | null)?.hash;
+  for (const r of rows) {
+    const prevHash = prev ?? r.prev_hash;
+    const hash = entryHash({ tenantId, seq: r.seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash });
+    sqlite.query("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?").run(prevHash, hash, tenantId, r.seq);
+    prev = hash;
+  }
+}
+
+function expectAlarm() {
+  expect(env.alarms.raised.map((x) => x.type)).toContain("audit-chain-broken");
+}
+
+describe("tamper evidence: the nightly check, over HTTP, against a database writer", () => {
+  test("untouched: 200, the anchor file and every chain intact", async () => {
+    const { a } = await anchored();
+    const r = await verify();
+    expect(r.status).toBe(200);
+    expect(r.json.ankerbestand).toMatchObject({ intact: true });
+    expect(tenantResult(r.json, a)).toMatchObject({ intact: true, aantalEntries: 40 });
+    expect(env.alarms.raised).toEqual([]);
+  });
+
+  test("a field changed → hash-afwijkend", async () => {
+    const { a } = await anchored();
+    env.store.sqlite.query("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 12").run(a);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 12, reden: "hash-afwijkend" });
+    expectAlarm();
+  });
+
+  test("a middle entry deleted → volgnummer-gat", async () => {
+    const { a } = await anchored();
+    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq = 20").run(a);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 21, reden: "volgnummer-gat" });
+  });
+
+  test("two entries swapped (contents exchanged) → koppeling-verbroken or hash-afwijkend at the first", async () => {
+    const { a } = await anchored();
+    const s = env.store.sqlite;
+    const r10 = s.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq = 10").get(a) as Row;
+    const r11 = s.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq = 11").get(a) as Row;
+    const put = s.query("UPDATE audit_entries SET created_at = ?, actor = ?, action = ?, subject = ?, details = ?, prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?");
+    put.run(r11.created_at, r11.actor, r11.action, r11.subject, r11.details, r11.prev_hash, r11.hash, a, 10);
+    put.run(r10.created_at, r10.actor, r10.action, r10.subject, r10.details, r10.prev_hash, r10.hash, a, 11);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 10, reden: "hash-afwijkend" });
+  });
+
+  test("a sequence gap (seq renumbered) → volgnummer-gat", async () => {
+    const { a } = await anchored();
+    // Renumber the newest entry: seq 40 becomes 42, hash recomputed to match its content.
+    const s = env.store.sqlite;
+    s.query("UPDATE audit_entries SET seq = 42 WHERE tenant_id = ? AND seq = 40").run(a);
+    recompute(s, a, 42);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 42, reden: "volgnummer-gat" });
+  });
+
+  test("oldest entries deleted and the retention anchor rewritten to match → retentie-ontbreekt", async () => {
+    const { a } = await anchored();
+    const s = env.store.sqlite;
+    const h = (s.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 15").get(a) as { hash: string }).hash;
+    s.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 15").run(a);
+    s.query("INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, 15, ?, ?)").run(a, h, NOW.toISOString());
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 16, reden: "retentie-ontbreekt" });
+    expectAlarm();
+  });
+
+  test("oldest entries deleted and a retention record forged into the database → retentie-ongeldig", async () => {
+    const { a } = await anchored();
+    // A real record of another tenant, its origin edited: the signature no longer holds.
+    env.setNow(new Date(NOW.getTime()));
+    const s = env.store.sqlite;
+    s.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 15").run(a);
+    const note = `nachtwacht.test/sleutel/tenant/${a}/retentie\nseq 15\nhash ${"0".repeat(64)}\ncreated-at 2020-01-01T00:00:00.000Z\ngrens 2021-01-01T00:00:00.000Z\nretentiedagen 1\ntijdstip 2026-01-01T00:00:00.000Z\nbereik ${"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= ".repeat(4).trim()}\n\n— nachtwacht.test/sleutel BHBvdg${"A".repeat(82)}==\n`;
+    s.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'retentie', ?, 15, ?)").run(a, note);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 16, reden: "retentie-ongeldig" });
+  });
+
+  test("newest entries cut and every checkpoint row of that tenant deleted → kop-ontbreekt", async () => {
+    const { a } = await anchored();
+    const s = env.store.sqlite;
+    s.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq > 30").run(a);
+    s.query("DELETE FROM audit_anchor_log WHERE tenant_id = ?").run(a);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 40, entryId: null, reden: "kop-ontbreekt" });
+    expectAlarm();
+  });
+
+  test("the chain recomputed from one entry on and every checkpoint row deleted → checkpoint-afwijkend", async () => {
+    const { a } = await anchored();
+    const s = env.store.sqlite;
+    s.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 25").run(a);
+    recompute(s, a, 25);
+    s.query("DELETE FROM audit_anchor_log WHERE tenant_id = ?").run(a);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 40, reden: "checkpoint-afwijkend" });
+  });
+
+  test("only the checkpoint rows deleted (chain intact) → checkpoint-ontbreekt", async () => {
+    const { a } = await anchored();
+    // A second run so the deleted rows are not the database's last (that would be a crash's tail).
+    fill(env, a, 3, 40);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE tenant_id = ? AND grootte = 40").run(a);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 40, reden: "checkpoint-ontbreekt" });
+  });
+
+  test("a checkpoint row altered → checkpoint-niet-in-bestand", async () => {
+    const { b } = await anchored();
+    const s = env.store.sqlite;
+    const row = s.query("SELECT positie, note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'checkpoint'").get(b) as { positie: number; note: string };
+    s.query("UPDATE audit_anchor_log SET note = ? WHERE positie = ?").run(row.note.replace("\n25\n", "\n20\n"), row.positie);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, b).fout).toMatchObject({ reden: "checkpoint-niet-in-bestand" });
+  });
+
+  test("a forged checkpoint row inserted → checkpoint-niet-in-bestand", async () => {
+    const { b } = await anchored();
+    const s = env.store.sqlite;
+    const row = s.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'checkpoint'").get(b) as { note: string };
+    s.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (5, 'checkpoint', ?, 30, ?)").run(b, row.note.replace("\n25\n", "\n30\n"));
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, b).fout).toMatchObject({ reden: "checkpoint-niet-in-bestand" });
+  });
+
+  test("the database replaced by an older copy → database-teruggezet", async () => {
+    const { a } = await anchored();
+    const copy = join(env.dir, "oud.db");
+    env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    copyFileSync(env.config.databasePath, copy);
+    // Two more days of entries and anchoring.
+    for (const day of [1, 2]) {
+      fill(env, a, 5, 40 + (day - 1) * 5);
+      expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    }
+    env.store.close();
+    copyFileSync(copy, env.config.databasePath);
+    rmSync(env.config.databasePath + "-wal", { force: true });
+    rmSync(env.config.databasePath + "-shm", { force: true });
+    const fresh = openStore(env.config.databasePath);
+    (env.deps as { store: typeof fresh }).store = fresh;
+    (env as { store: typeof fresh }).store = fresh;
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "database-teruggezet" });
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 50, reden: "kop-ontbreekt" });
+    expectAlarm();
+  });
+
+  test("the anchor file truncated while the database is intact → bestand-ingekort", async () => {
+    await anchored();
+    const size = readFileSync(env.config.auditAnkerBestand).length;
+    truncateSync(env.config.auditAnkerBestand, Math.floor(size / 2));
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: expect.stringMatching(/^bestand-(ingekort|gewijzigd)$/) });
+    expectAlarm();
+  });
+
+  test("the anchor file truncated at a line boundary → bestand-ingekort", async () => {
+    await anchored();
+    const text = readFileSync(env.config.auditAnkerBestand, "utf8");
+    writeFileSync(env.config.auditAnkerBestand, text.split("\n").slice(0, 1).join("\n") + "\n");
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "bestand-ingekort" });
+  });
+
+  test("the anchor file altered → bestand-gewijzigd", async () => {
+    await anchored();
+    const text = readFileSync(env.config.auditAnkerBestand, "utf8");
+    writeFileSync(env.config.auditAnkerBestand, text.replace("\\n40\\n", "\\n41\\n"));
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "bestand-gewijzigd" });
+  });
+
+  test("the anchor file removed → bestand-ontbreekt", async () => {
+    await anchored();
+    rmSync(env.config.auditAnkerBestand);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "bestand-ontbreekt" });
+    expectAlarm();
+  });
+});
+
+describe("no false alarm", () => {
+  test("anchoring twice, growing chains, audit-retentie in between: every verification is 200", async () => {
+    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    const a = addTenant(env.store, "A");
+    const b = addTenant(env.store, "B");
+    fill(env, a, 40);
+    fill(env, b, 10);
+    for (const job of ["audit-anker", "audit-verificatie", "audit-retentie", "audit-verificatie", "audit-anker", "audit-verificatie"]) {
+      const r = await call(env.app, `/api/cron/${job}`);
+      expect({ job, status: r.status }).toEqual({ job, status: 200 });
+      if (job === "audit-retentie") expect(r.json.verwijderd).toBeGreaterThan(0);
+    }
+    fill(env, a, 5, 40);
+    expect((await call(env.app, "/api/cron/audit-anker")).json.aantal).toBe(1);
+    const r = await verify();
+    expect(r.status).toBe(200);
+    expect(env.alarms.raised).toEqual([]);
+  });
+});
