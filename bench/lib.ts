@@ -79,8 +79,20 @@ export const noopAlarms: AlarmSink & { raised: number } = {
   },
 };
 
+/** The benchmark's signing key (a test key, public in this repository). */
+export const BENCH_SIGNING_KEY = "PRIVATE+KEY+nachtwacht.bench/sleutel+11e47d05+AVJDQQth8S4y1FZ3eBCH/AUC6VHBJChhheYMCk+ShHue";
+
+/** Each benchmark database has its anchor file beside it. */
+export const anchorFileOf = (databasePath: string) => `${databasePath}.ankers.jsonl`;
+
 export function benchConfig(databasePath: string, env: Record<string, string> = {}): Config {
-  return parseConfig({ CRON_SECRET: "bench-" + "0".repeat(58), DATABASE_PATH: databasePath, ...env });
+  return parseConfig({
+    CRON_SECRET: "bench-" + "0".repeat(58),
+    AUDIT_ANKER_SLEUTEL: BENCH_SIGNING_KEY,
+    DATABASE_PATH: databasePath,
+    AUDIT_ANKER_BESTAND: anchorFileOf(databasePath),
+    ...env,
+  });
 }
 
 export function benchDeps(store: Store, env: Record<string, string> = {}, mailer: Mailer = noopMailer): Deps {

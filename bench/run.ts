@@ -8,12 +8,12 @@
 //   bun run bench -- L          # 1,000 tenants, 10,000 administrators, 5M + 5M rows
 //   bun run bench -- M --seed 7 --cases verify,retention
 //
-// Cases: verify, retention, weekrapport, reports, binary.
+// Cases: verify, anker, retention, weekrapport, reports, binary.
 import { Database } from "bun:sqlite";
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cpus, totalmem } from "node:os";
-import { BUN, DATA_DIR, dbPath, FIFTH, ROOT, SIZES, type SizeName } from "./lib.ts";
+import { anchorFileOf, BUN, DATA_DIR, dbPath, FIFTH, ROOT, SIZES, type SizeName } from "./lib.ts";
 
 const args = process.argv.slice(2).filter((a) => a !== "--");
 const flag = (name: string) => {
@@ -24,7 +24,7 @@ const seed = Number(flag("seed") ?? "42");
 const only = flag("cases")?.split(",");
 const size = (args[0] ?? "S").toUpperCase() as SizeName;
 if (!(size in SIZES) || size === "XS") {
-  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,retention,weekrapport,reports,binary]");
+  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,anker,retention,weekrapport,reports,binary]");
   process.exit(2);
 }
 const scored = size === "L";
@@ -114,6 +114,37 @@ async function ensureDb(s: SizeName): Promise<string> {
   return file;
 }
 
+/**
+ * Signs every chain of a cached database once (audit-anker's first run: every entry
+ * hashed), so verification has checkpoints to recompute; the figure is kept beside it.
+ */
+async function ensureAnchored(file: string, s: SizeName): Promise<void> {
+  const cached = `${file}.anker-full.json`;
+  if (!existsSync(anchorFileOf(file)) || !existsSync(cached)) {
+    rmSync(anchorFileOf(file), { force: true });
+    log(`audit-anker: first run over ${s} (every entry)`);
+    const r = await child<{ seconds: number; checkpoints: number; entries: number }>(["bench/cases/anker.ts", "--db", file, "--mode", "full"], `anker-full-${s}`);
+    if (!r) throw new Error("anchoring failed");
+    writeFileSync(cached, JSON.stringify(r));
+    checkpoint(file);
+  }
+  const r = JSON.parse(await Bun.file(cached).text()) as { seconds: number; checkpoints: number; entries: number };
+  fig("audit-anker", "first-run-seconds", r.seconds, "s", { sizeName: s, note: `${r.checkpoints} checkpoints over ${r.entries} entries (measured when the data was built)` });
+}
+
+/** A copy of a database and its anchor file, for a case that changes them. */
+async function copyWithAnchors(file: string, copy: string): Promise<void> {
+  for (const f of [copy, `${copy}-wal`, `${copy}-shm`, anchorFileOf(copy)]) rmSync(f, { force: true });
+  await Bun.spawn(["cp", file, copy]).exited;
+  await Bun.spawn(["cp", anchorFileOf(file), anchorFileOf(copy)]).exited;
+  // flush the copy now, or the first checkpoint's fsync would write all of it
+  await Bun.spawn(["sync", copy]).exited;
+}
+
+function removeCopy(copy: string): void {
+  for (const f of [copy, `${copy}-wal`, `${copy}-shm`, anchorFileOf(copy)]) rmSync(f, { force: true });
+}
+
 async function warm(file: string): Promise<void> {
   // Read the file once so no case pays for cold disk reads that another does not.
   await Bun.spawn(["cat", file], { stdout: "ignore" }).exited;
@@ -121,8 +152,10 @@ async function warm(file: string): Promise<void> {
 
 const t0 = performance.now();
 const db = await ensureDb(size);
+await ensureAnchored(db, size);
 const fifth = FIFTH[size];
 const fifthDb = fifth && wants("verify") ? await ensureDb(fifth) : null;
+if (fifthDb && fifth) await ensureAnchored(fifthDb, fifth);
 const sz = SIZES[size];
 
 // 1. audit-verificatie
@@ -164,6 +197,23 @@ if (wants("verify")) {
   }
 }
 
+// 1b. audit-anker after a day of new entries: incremental, O(new entries)
+if (wants("anker")) {
+  type A = { seconds: number; checkpoints: number; added: number; entries: number };
+  const copy = join(DATA_DIR, "work-anker.db");
+  await copyWithAnchors(db, copy);
+  log("audit-anker: a day of new entries (5,000 over every tenant), then a run");
+  const a = await child<A>(["bench/cases/anker.ts", "--db", copy, "--mode", "incremental", "--new", "5000"], "anker-incremental");
+  removeCopy(copy);
+  const full = JSON.parse(await Bun.file(`${db}.anker-full.json`).text()) as { seconds: number; entries: number };
+  if (a) {
+    fig("audit-anker", "incremental-run-seconds", a.seconds, "s", {
+      baseline: full.seconds,
+      note: `${a.added} new entries, ${a.checkpoints} checkpoints, ${a.entries} entries in all; baseline: the first run over every entry`,
+    });
+  }
+}
+
 // 2. retention, each run on a fresh copy, with a concurrent writer process
 if (wants("retention")) {
   type R = {
@@ -182,13 +232,10 @@ if (wants("retention")) {
     for (const mode of ["delete", "job"] as const) {
       const copy = join(DATA_DIR, `work-${kind}-${mode}.db`);
       const c0 = performance.now();
-      for (const f of [copy, `${copy}-wal`, `${copy}-shm`]) rmSync(f, { force: true });
-      await Bun.spawn(["cp", db, copy]).exited;
-      // flush the copy now, or the first checkpoint's fsync would write all of it
-      await Bun.spawn(["sync", copy]).exited;
+      await copyWithAnchors(db, copy);
       log(`${bench}: ${mode === "job" ? "the job" : "one unbatched DELETE"} (copy took ${round((performance.now() - c0) / 1000)} s)`);
       res[mode] = await child<R>(["bench/cases/retention.ts", "--db", copy, "--kind", kind, "--mode", mode], `${bench}-${mode}`);
-      for (const f of [copy, `${copy}-wal`, `${copy}-shm`]) rmSync(f, { force: true });
+      removeCopy(copy);
     }
     const { job, delete: del } = res;
     if (job && del) {
