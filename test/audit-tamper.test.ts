@@ -277,3 +277,35 @@ describe("no false alarm", () => {
     expect(env.alarms.raised).toEqual([]);
   });
 });
+
+describe("tamper evidence: what the check itself reads", () => {
+  test("a tenant's row deleted (foreign keys off) and its entries changed: the file still names it, so it is checked", async () => {
+    const { a } = await anchored();
+    const s = env.store.sqlite;
+    s.run("PRAGMA foreign_keys = OFF");
+    s.query("DELETE FROM audit_verification_state WHERE tenant_id = ?").run(a);
+    s.query("DELETE FROM tenants WHERE id = ?").run(a);
+    s.query("UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 3").run(a);
+    s.run("PRAGMA foreign_keys = ON");
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a)).toMatchObject({ intact: false, fout: { seq: 3, reden: "hash-afwijkend" } });
+  });
+
+  test("head anchors of an earlier version (HMAC) in the database and the file are retired: never used, reported as a warning", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "Gemeente Delft");
+    fill(env, a, 10);
+    // An old anchor claiming a head the chain never had: if it were still trusted, this would break the chain.
+    const old = { tenantId: a, seq: 99, hash: "f".repeat(64), tijdstip: NOW.toISOString(), handtekening: null };
+    env.store.sqlite.query("INSERT INTO audit_head_anchors (tenant_id, seq, hash, tijdstip, handtekening) VALUES (?, ?, ?, ?, NULL)").run(a, old.seq, old.hash, old.tijdstip);
+    writeFileSync(env.config.auditAnkerBestand, JSON.stringify(old) + "\n");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const r = await verify();
+    expect(r.status).toBe(200);
+    expect(r.json.ankerbestand.waarschuwingen).toEqual([
+      expect.stringContaining("1 regel(s) uit een eerdere versie"),
+      expect.stringContaining("1 kop-anker(s) uit een eerdere versie"),
+    ]);
+  });
+});

@@ -42,7 +42,10 @@ export async function verifyInstallation(
   // each tenant's newest checkpoint in it is what the chain must still reach.
   const cmp = await compareWithFile(dbPath, anchorPath, verifiers);
   const targets = o.checkpoints ?? cmp.checkpoints;
-  const tasks = tenantIds.map((tenantId) => {
+  // A tenant the file has checkpoints for is checked even when its row is gone from the
+  // tenants table: deleting that row must not take its chain out of the check.
+  const ids = [...new Set([...tenantIds, ...targets.keys()])].sort((a, b) => a - b);
+  const tasks = ids.map((tenantId) => {
     const c = targets.get(tenantId);
     return { tenantId, checkpoint: c ? { size: c.size, root: c.root } : null };
   });
@@ -51,7 +54,7 @@ export async function verifyInstallation(
 
   let probleem = cmp.probleem;
   const tenants: TenantVerdict[] = [];
-  for (const tenantId of tenantIds) {
+  for (const tenantId of ids) {
     const r = checked.get(tenantId)!;
     const row = cmp.perTenant.get(tenantId);
     // The chain's own break first; else a row of the database copy that does not match the file.
@@ -66,6 +69,9 @@ export async function verifyInstallation(
     tenants.push({ tenantId, intact: !fout, aantalEntries: r.aantalEntries, ...(fout ? { fout } : {}) });
   }
   const waarschuwingen = [...cmp.waarschuwingen];
+  // Head anchors of earlier versions (HMAC-signed or unsigned) are retired: never trusted, only counted.
   if (cmp.oudeRegels > 0) waarschuwingen.push(`${cmp.oudeRegels} regel(s) uit een eerdere versie (HMAC-kopankers) in het ankerbestand worden niet meer vertrouwd.`);
+  const { n: oldRows } = sqlite.query("SELECT count(*) AS n FROM audit_head_anchors").get() as { n: number };
+  if (oldRows > 0) waarschuwingen.push(`${oldRows} kop-anker(s) uit een eerdere versie (HMAC) in de database worden niet meer vertrouwd; ondertekende checkpoints vervangen ze.`);
   return { tenants, ...(probleem ? { probleem } : {}), regels: cmp.regels, waarschuwingen };
 }

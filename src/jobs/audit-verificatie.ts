@@ -60,9 +60,10 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
        fout_entry_id = excluded.fout_entry_id, fout_reden = excluded.fout_reden`,
   );
   const names = new Map(tenants.map((t) => [t.id, t.naam]));
-  const resultaten: VerificatieResultaat[] = v.tenants.map((r) => ({ ...r, tenant: names.get(r.tenantId)! }));
+  const resultaten: VerificatieResultaat[] = v.tenants.map((r) => ({ ...r, tenant: names.get(r.tenantId) ?? "(niet meer in de tabel tenants)" }));
   sqlite.transaction(() => {
-    for (const r of resultaten) saveState.run(r.tenantId, tijdstip, r.intact ? 1 : 0, r.aantalEntries, r.fout?.seq ?? null, r.fout?.entryId ?? null, r.fout?.reden ?? null);
+    // State is kept per row of tenants (the reports read it by tenant).
+    for (const r of resultaten) if (names.has(r.tenantId)) saveState.run(r.tenantId, tijdstip, r.intact ? 1 : 0, r.aantalEntries, r.fout?.seq ?? null, r.fout?.entryId ?? null, r.fout?.reden ?? null);
   }).immediate();
 
   const probleem = v.probleem;
@@ -94,7 +95,7 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
   }
   return {
     status: gebroken.length > 0 || probleem ? 409 : 200,
-    body: { gecontroleerd: tenants.length, aantalGebroken: gebroken.length, resultaten, ankerbestand, tijdstip },
+    body: { gecontroleerd: resultaten.length, aantalGebroken: gebroken.length, resultaten, ankerbestand, tijdstip },
   };
 }
 
