@@ -199,17 +199,16 @@ describe("tamper evidence: the nightly check, over HTTP, against a database writ
   test("the database replaced by an older copy → database-teruggezet", async () => {
     const { a } = await anchored();
     const copy = join(env.dir, "oud.db");
-    env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
-    copyFileSync(env.config.databasePath, copy);
+    env.store.sqlite.query("VACUUM INTO ?").run(copy);
     // Two more days of entries and anchoring.
     for (const day of [1, 2]) {
       fill(env, a, 5, 40 + (day - 1) * 5);
       expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     }
     env.store.close();
+    // A new file in its place (a new inode), as a restore from a backup makes it.
+    for (const f of ["-wal", "-shm", ""]) rmSync(env.config.databasePath + f, { force: true });
     copyFileSync(copy, env.config.databasePath);
-    rmSync(env.config.databasePath + "-wal", { force: true });
-    rmSync(env.config.databasePath + "-shm", { force: true });
     const fresh = openStore(env.config.databasePath);
     (env.deps as { store: typeof fresh }).store = fresh;
     (env as { store: typeof fresh }).store = fresh;
@@ -307,5 +306,34 @@ describe("tamper evidence: what the check itself reads", () => {
       expect.stringContaining("1 regel(s) uit een eerdere versie"),
       expect.stringContaining("1 kop-anker(s) uit een eerdere versie"),
     ]);
+  });
+
+  test("audit-anker does not launder: a recomputed chain whose checkpoint rows were deleted is refused, and the next verification still finds it", async () => {
+    const { a } = await anchored();
+    const s = env.store.sqlite;
+    s.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 25").run(a);
+    recompute(s, a, 25);
+    s.query("DELETE FROM audit_anchor_log WHERE tenant_id = ?").run(a);
+    fill(env, a, 2, 40);
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.status).toBe(409);
+    expect(anker.json.geweigerd).toEqual([expect.objectContaining({ tenantId: a })]);
+    expect(anker.json.checkpoints.map((c: { tenantId: number }) => c.tenantId)).not.toContain(a);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 40, reden: "checkpoint-afwijkend" });
+  });
+
+  test("audit-anker does not launder: a recomputed chain with a spoilt compact range in its row is refused (checkpoint-afwijkend)", async () => {
+    const { a } = await anchored();
+    const s = env.store.sqlite;
+    s.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 25").run(a);
+    recompute(s, a, 25);
+    s.query("UPDATE audit_anchor_log SET bereik = 'kapot' WHERE tenant_id = ? AND soort = 'checkpoint'").run(a);
+    fill(env, a, 2, 40);
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.status).toBe(409);
+    expect(anker.json.geweigerd).toEqual([{ tenantId: a, seq: 40, reden: "checkpoint-afwijkend" }]);
+    expect((await verify()).status).toBe(409);
   });
 });

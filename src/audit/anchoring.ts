@@ -8,12 +8,12 @@
 // start (genesis or the signed retention record).
 import type { Database } from "bun:sqlite";
 import { appendLines, databaseEnd, insertRows, readLines, type StoredLine } from "./anchor-file.ts";
-import { recordSize } from "./anchor-check.ts";
+import { compareWithFile, recordSize, type RowReason } from "./anchor-check.ts";
 import { CHAIN_VERSION, sha256Hex } from "./chain.ts";
 import { CompactRange, leafHashOfBytes } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
-import { openCheckpoint, openInstallationCheckpoint, signCheckpoint, signInstallationCheckpoint, anchorLineText, type Keys } from "./records.ts";
-import { chainStart, linkBreak, type BreakReason } from "./verify.ts";
+import { openInstallationCheckpoint, signCheckpoint, signInstallationCheckpoint, anchorLineText, type Keys } from "./records.ts";
+import { chainStart, linkBreak, type BreakReason, type CheckpointRef } from "./verify.ts";
 
 /** The file holds records the database lacks that are more than one crashed run: refused. */
 export class AnchorFileError extends Error {
@@ -56,50 +56,69 @@ type Row = { seq: number; id: number; created_at: string; actor: string; action:
 export interface Refusal {
   tenantId: number;
   seq: number;
-  reden: BreakReason;
+  reden: BreakReason | RowReason;
 }
 
-interface TenantBase {
-  range: CompactRange;
-  /** Hash of entry range.size when known (genesis or retention record), to check the next link. */
-  hash: string | null;
-}
-
-/** Where a tenant's tree continues from: its newest valid checkpoint row, else the chain's start. */
-function tenantBase(sqlite: Database, tenantId: number, firstSeq: number, verifiers: Verifier[]): TenantBase | { reden: BreakReason } {
-  const prev = sqlite
-    .query("SELECT grootte, note, bereik FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'checkpoint' ORDER BY grootte DESC, positie DESC LIMIT 1")
-    .get(tenantId) as { grootte: number; note: string; bereik: string | null } | null;
-  if (prev && prev.bereik !== null && prev.grootte >= firstSeq - 1) {
-    const o = openCheckpoint(prev.note, tenantId, verifiers);
-    if (o.ok && o.checkpoint.size === prev.grootte) {
-      try {
-        const range = CompactRange.decode(prev.grootte, prev.bereik);
-        if (Buffer.from(range.root()).equals(o.checkpoint.root)) return { range, hash: null };
-      } catch {}
-    }
-  }
+/**
+ * Where a tenant's tree continues from. With a previous checkpoint (the file's newest,
+ * passed in): its row's compact range when that folds to the signed root, else the tree
+ * rebuilt from the chain's start, which must reach the same root — a log never signs a
+ * checkpoint inconsistent with one it signed before, so a chain recomputed by a database
+ * writer is refused here, not signed. Without one: the chain's start (genesis or the
+ * signed retention record).
+ */
+function tenantBase(sqlite: Database, tenantId: number, firstSeq: number, prev: CheckpointRef | null, verifiers: Verifier[]): { range: CompactRange; hash: string | null } | { reden: BreakReason; seq: number } {
   const start = chainStart(sqlite, tenantId, firstSeq, verifiers);
-  if (!start.ok) return { reden: start.reden };
-  return { range: start.range, hash: start.hash };
+  if (!start.ok) return { reden: start.reden, seq: firstSeq };
+  if (!prev || prev.size <= start.seq) return { range: start.range, hash: start.hash };
+  const row = sqlite
+    .query("SELECT bereik FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'checkpoint' AND grootte = ? AND bereik IS NOT NULL ORDER BY positie DESC LIMIT 1")
+    .get(tenantId, prev.size) as { bereik: string } | null;
+  if (row) {
+    try {
+      const range = CompactRange.decode(prev.size, row.bereik);
+      if (Buffer.from(range.root()).equals(prev.root)) return { range, hash: null };
+    } catch {}
+  }
+  // Rebuild: every entry from the start up to the previous checkpoint.
+  const range = start.range.clone();
+  let prevSeq = start.seq;
+  let prevHash = start.hash;
+  const rows = sqlite
+    .query(
+      `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
+       FROM audit_entries WHERE tenant_id = ? AND seq <= ? ORDER BY seq`,
+    )
+    .iterate(tenantId, prev.size) as IterableIterator<Row>;
+  for (const r of rows) {
+    const text = JSON.stringify([CHAIN_VERSION, tenantId, r.seq, r.created_at, r.actor, r.action, r.subject, r.details, r.prev_hash]);
+    const reden = linkBreak(sha256Hex(text) !== r.hash, prevSeq === start.seq, r.seq, r.prev_hash, prevSeq, prevHash);
+    if (reden) return { reden, seq: r.seq };
+    range.pushEntryHash(r.hash);
+    prevSeq = r.seq;
+    prevHash = r.hash;
+  }
+  if (range.size < prev.size) return { reden: "kop-ontbreekt", seq: prev.size };
+  if (!Buffer.from(range.root()).equals(prev.root)) return { reden: "checkpoint-afwijkend", seq: prev.size };
+  return { range, hash: prevHash };
 }
 
 /**
  * Extends one tenant's tree to its head, checking each new entry's hash and link on
  * the way: a chain that does not check out is not signed. Null when nothing changed.
  */
-function extendTenant(sqlite: Database, tenantId: number, verifiers: Verifier[]): { range: CompactRange } | { refusal: Refusal } | null {
+function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | null, verifiers: Verifier[]): { range: CompactRange } | { refusal: Refusal } | null {
   sqlite.run("BEGIN");
   try {
     const first = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
     const head = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1").get(tenantId) as { seq: number } | null;
     if (!first || !head) return null;
-    const latest = sqlite
-      .query("SELECT grootte FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'checkpoint' ORDER BY grootte DESC LIMIT 1")
-      .get(tenantId) as { grootte: number } | null;
-    if (latest && latest.grootte === head.seq) return null;
-    const base = tenantBase(sqlite, tenantId, first.seq, verifiers);
-    if ("reden" in base) return { refusal: { tenantId, seq: first.seq, reden: base.reden } };
+    if (prev && prev.size >= head.seq) {
+      // Nothing new; a chain now shorter than its checkpoint is the verifier's to report.
+      return prev.size === head.seq ? null : { refusal: { tenantId, seq: prev.size, reden: "kop-ontbreekt" } };
+    }
+    const base = tenantBase(sqlite, tenantId, first.seq, prev, verifiers);
+    if ("reden" in base) return { refusal: { tenantId, seq: base.seq, reden: base.reden } };
     const { range } = base;
     let prevHash = base.hash;
     let prevSeq = range.size;
@@ -112,8 +131,8 @@ function extendTenant(sqlite: Database, tenantId: number, verifiers: Verifier[])
       .iterate(tenantId, range.size) as IterableIterator<Row>;
     for (const r of rows) {
       const text = JSON.stringify([CHAIN_VERSION, tenantId, r.seq, r.created_at, r.actor, r.action, r.subject, r.details, r.prev_hash]);
-      // Extending a checkpoint, the hash of its last entry is not at hand: that one link is
-      // the verifier's to check (it recomputes the whole tree).
+      // Extending a stored compact range, the hash of its last entry is not at hand: that
+      // one link is the verifier's to check (it recomputes the whole tree).
       const reden = linkBreak(sha256Hex(text) !== r.hash, isFirst && prevHash !== null, r.seq, r.prev_hash, prevSeq, prevHash ?? r.prev_hash);
       isFirst = false;
       if (reden) return { refusal: { tenantId, seq: r.seq, reden } };
@@ -172,14 +191,30 @@ export interface AnchoringResult {
   herbouwd: boolean;
 }
 
-export function anchorAll(sqlite: Database, path: string, keys: Keys): AnchoringResult {
+/**
+ * One anchoring run. It first compares the anchor file with its database copy (as the
+ * verifier does): a file that is damaged, or that holds runs the database lacks, stops
+ * the run (AnchorFileError), and a tenant whose rows do not match the file is refused.
+ * What it extends is each tenant's newest checkpoint in the file.
+ */
+export async function anchorAll(sqlite: Database, dbPath: string, path: string, keys: Keys): Promise<AnchoringResult> {
+  const cmp = await compareWithFile(dbPath, path, keys.verifiers);
+  if (cmp.probleem) {
+    throw new AnchorFileError(cmp.probleem.reden === "database-teruggezet" ? "database-teruggezet" : "bestand-gewijzigd", `${cmp.probleem.reden}: ${cmp.probleem.toelichting}`);
+  }
   const tenants = (sqlite.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
   const lines: StoredLine[] = [];
   const refused: Refusal[] = [];
   const checkpoints: AnchoringResult["checkpoints"] = [];
   let unchanged = 0;
   for (const tenantId of tenants) {
-    const r = extendTenant(sqlite, tenantId, keys.verifiers);
+    const rowProblem = cmp.perTenant.get(tenantId);
+    if (rowProblem) {
+      refused.push({ tenantId, seq: rowProblem.seq, reden: rowProblem.reden });
+      continue;
+    }
+    const prev = cmp.checkpoints.get(tenantId) ?? null;
+    const r = extendTenant(sqlite, tenantId, prev && { size: prev.size, root: prev.root }, keys.verifiers);
     if (r === null) {
       unchanged++;
       continue;

@@ -21,7 +21,9 @@
 //   within 25 ms, later within 50 or 100 ms (gapAfter()).
 import type { Database } from "bun:sqlite";
 import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
-import { syncTail } from "./anchoring.ts";
+import type { RowReason } from "./anchor-check.ts";
+import { AnchorFileError, syncTail } from "./anchoring.ts";
+import { verifyInstallation } from "./verify-all.ts";
 import { entryHash } from "./chain.ts";
 import type { CompactRange } from "./merkle.ts";
 import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
@@ -131,8 +133,8 @@ async function inBatches(
 export interface RetentionStop {
   tenantId: number;
   seq: number;
-  entryId: number;
-  reden: BreakReason;
+  entryId: number | null;
+  reden: BreakReason | RowReason;
 }
 
 export interface AuditRetentionResult {
@@ -154,6 +156,10 @@ export interface RetentionSigning {
   path: string;
   keys: Keys;
   retentieDagen: number;
+  /** The database file, for the verification before anything is deleted (workers read it). */
+  dbPath: string;
+  /** Verification workers (see workerCount). */
+  workers: number;
 }
 
 /**
@@ -180,12 +186,26 @@ export async function deleteOldAuditEntries(
   // One index probe per tenant (tenant_id, created_at): tenants with nothing older
   // than grens cost nothing more.
   const oldest = sqlite.query("SELECT min(created_at) AS m FROM audit_entries WHERE tenant_id = ?");
-  const tenants = (sqlite.query("SELECT id FROM tenants ORDER BY id").values() as [number][])
+  const candidates = (sqlite.query("SELECT id FROM tenants ORDER BY id").values() as [number][])
     .map(([id]) => id)
     .filter((id) => {
       const m = (oldest.get(id) as { m: string | null }).m;
       return m !== null && m < grens;
     });
+  const gestopt: RetentionStop[] = [];
+  if (candidates.length === 0) return { verwijderd: 0, gestopt };
+
+  // First the whole check audit-verificatie makes (anchor file against its copy, every
+  // chain against its newest signed checkpoint): what does not check out is evidence,
+  // and deleting it would erase the proof of which entries were changed.
+  const { signer, verifiers } = signing.keys;
+  const verdict = await verifyInstallation(sqlite, signing.dbPath, signing.path, candidates, verifiers, { workers: signing.workers });
+  if (verdict.probleem) {
+    throw new AnchorFileError(verdict.probleem.reden === "database-teruggezet" ? "database-teruggezet" : "bestand-gewijzigd", `${verdict.probleem.reden}: ${verdict.probleem.toelichting}`);
+  }
+  const broken = new Map(verdict.tenants.filter((t) => !t.intact).map((t) => [t.tenantId, t.fout!]));
+  for (const [tenantId, f] of broken) if (candidates.includes(tenantId)) gestopt.push({ tenantId, seq: f.seq, entryId: f.entryId, reden: f.reden });
+  const tenants = candidates.filter((id) => !broken.has(id));
 
   // The chain from its start, in seq order (the WITHOUT ROWID primary key).
   const head = sqlite.query(
@@ -198,10 +218,8 @@ export async function deleteOldAuditEntries(
     `INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, ?, ?, ?)
      ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, bijgewerkt = excluded.bijgewerkt`,
   );
-  const { signer, verifiers } = signing.keys;
   const tijdstip = now.toISOString();
 
-  const gestopt: RetentionStop[] = [];
   /** Each tenant's chain start as this run left it: read (and its signature checked) once. */
   const starts = new Map<number, { seq: number; hash: string; range: CompactRange }>();
 

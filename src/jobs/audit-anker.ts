@@ -35,7 +35,7 @@ export async function runAuditAnker(deps: Deps, _now: Date): Promise<JobResult<A
   const base = { bestand, verificatieSleutel: keys.signer.verifierKey };
   let r;
   try {
-    r = anchorAll(deps.store.sqlite, bestand, keys);
+    r = await anchorAll(deps.store.sqlite, deps.store.path, bestand, keys);
   } catch (e) {
     if (!(e instanceof AnchorFileError)) throw e;
     await deps.alarms.raise({
