@@ -2,7 +2,7 @@
 // dagrapport job answers with (src/reports/daily.ts builds them).
 import type { ReactNode } from "react";
 import { getal } from "../src/format.ts";
-import { Alinea, Feiten, Kengetallen, Kop, Label, Layout, StatusBanner, Tabel, type Niveau } from "./layout.tsx";
+import { Alinea, Code, Codeblok, Feiten, Kengetallen, Kop, Label, Layout, StatusBanner, Tabel, type Niveau } from "./layout.tsx";
 
 export type Uitkomst = "ok" | "afwijking" | "fout" | "bezig" | "nooit";
 
@@ -40,6 +40,17 @@ export interface DailyReportProps {
     nietGecontroleerd: number;
     aantalGebroken: number;
     gebroken: { tenantId: number; tenant: string; seq: number | null; reden: string | null; uitleg: string; gecontroleerd: string }[];
+  };
+  /** What the operator keeps off the machine, and the key an auditor checks it with. */
+  anker: {
+    /**
+     * The newest installation checkpoint that audit-anker signed, verbatim: a signed
+     * note (origin, tree size, root, a blank line, the signature line), ending in "\n".
+     * null before audit-anker first signed one.
+     */
+    installatieCheckpoint: string | null;
+    /** The public verifier key (<naam>+<id>+<sleutel>); never the signing key. */
+    verificatieSleutel: string;
   };
   taken: {
     job: string;
@@ -130,13 +141,31 @@ export function DailyReport(p: DailyReportProps) {
       />
       {p.verificatie.gebroken.length > 0 ? (
         <>
-          <Alinea>Gebroken ketens: dit kan op manipulatie van het auditlog wijzen. Bewaar de database en de back-ups van vóór de fout.</Alinea>
+          <Alinea>Gebroken ketens: dit kan op manipulatie van het auditlog wijzen. Bewaar de database, het ankerbestand en de back-ups van vóór de fout.</Alinea>
           <Tabel
             kolommen={[{ kop: "Tenant" }, { kop: "Volgnr.", rechts: true }, { kop: "Reden" }]}
             rijen={p.verificatie.gebroken.map((g) => [`${g.tenant} (#${g.tenantId})`, g.seq === null ? "–" : getal(g.seq), g.uitleg])}
           />
         </>
       ) : null}
+
+      <Kop>Installatie-checkpoint</Kop>
+      {p.anker.installatieCheckpoint === null ? (
+        <Alinea>
+          Er is nog geen installatie-checkpoint: audit-anker heeft nog niets ondertekend. Na de eerstvolgende run van audit-anker
+          staat het hier.
+        </Alinea>
+      ) : (
+        <>
+          <Alinea>
+            Bewaar deze e-mail buiten deze server: <Code>nachtwacht verify --checkpoint &lt;bestand&gt;</Code>, met het blok
+            hieronder als bestand, controleert of de database en het ankerbestand deze ondertekende toestand nog bevatten.
+          </Alinea>
+          <Codeblok>{p.anker.installatieCheckpoint}</Codeblok>
+        </>
+      )}
+      <Alinea>Openbare verificatiesleutel, waarmee een auditor de handtekening controleert:</Alinea>
+      <Codeblok>{p.anker.verificatieSleutel}</Codeblok>
 
       <Kop>Inlogpogingen, laatste 24 uur</Kop>
       <Feiten
@@ -218,6 +247,12 @@ DailyReport.PreviewProps = {
     ],
   },
   verificatie: { tijdstip: "23/07/2026 03:00", gecontroleerd: 42, nietGecontroleerd: 0, aantalGebroken: 0, gebroken: [] },
+  anker: {
+    installatieCheckpoint:
+      "nachtwacht.zuiderhaven.nl/audit/installatie\n1873\nDuL77MTej25munc5vNg7hiNzed0ORLwlOAxlf0NsOOs=\n\n" +
+      "\u2014 nachtwacht.zuiderhaven.nl/audit hOAEN0JqlqjgBqHBYakQZE/iT5U6OPhvfoIXO0kTScPFh/FR2afkjF1QAjvN5oZpO334lWo8owF1wQEUpzMW99VmCwY=\n",
+    verificatieSleutel: "nachtwacht.zuiderhaven.nl/audit+84e00437+AfPPJGLHWCXskLnJfYcHKOkkktoe1IRUgcS+39nOPJ/U",
+  },
   taken: [
     { job: "weekrapport", cron: "0 18 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 20:00", laatsteEinde: "19/07/2026 20:01", laatstVerwacht: "19/07/2026 20:00", volgende: "26/07/2026 20:00", achterstallig: false },
     { job: "audit-retentie", cron: "0 2 1 1 *", uitkomst: "ok", laatsteStart: "01/01/2026 03:00", laatsteEinde: "01/01/2026 03:02", laatstVerwacht: "01/01/2026 03:00", volgende: "01/01/2027 03:00", achterstallig: false },

@@ -61,8 +61,9 @@ function Keten({ keten }: { keten: WeeklyReportProps["keten"] }) {
       <Feiten rijen={rijen} />
       {keten.staat === "gebroken" ? (
         <Alinea>
-          Een gebroken keten betekent dat het auditlog na het schrijven is veranderd of ingekort. Neem contact op met de
-          beheerder van de dienst; de database en de back-ups van vóór de fout zijn het bewijsmateriaal.
+          Een gebroken keten betekent dat het auditlog of de ondertekende vastlegging ervan na het schrijven is veranderd of
+          ingekort. Neem contact op met de beheerder van de dienst; de database en de back-ups van vóór de fout zijn het
+          bewijsmateriaal.
         </Alinea>
       ) : null}
     </>

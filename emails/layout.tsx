@@ -229,6 +229,40 @@ export function Feiten(props: { rijen: [string, ReactNode][] }) {
   );
 }
 
+const MONO = "ui-monospace, SFMono-Regular, Menlo, Consolas, 'Liberation Mono', monospace";
+
+/**
+ * Text to be kept or copied exactly (a signed note, a key): monospace, every line and
+ * character as given. A <pre>, so the text part keeps the lines too; long lines wrap
+ * on screen only.
+ */
+export function Codeblok(props: { children: string }) {
+  return (
+    <pre
+      style={{
+        backgroundColor: "#f3f4f6",
+        border: "1px solid #e5e7eb",
+        borderRadius: "4px",
+        color: "#111827",
+        fontFamily: MONO,
+        fontSize: "12px",
+        lineHeight: "18px",
+        margin: "8px 0",
+        padding: "10px 12px",
+        whiteSpace: "pre-wrap",
+        wordBreak: "break-all",
+      }}
+    >
+      {props.children}
+    </pre>
+  );
+}
+
+/** A command or name inside a sentence. */
+export function Code(props: { children: ReactNode }) {
+  return <code style={{ fontFamily: MONO, fontSize: "13px" }}>{props.children}</code>;
+}
+
 /** A small colored word for a state inside a table or sentence. */
 export function Label(props: { niveau: Niveau; children: ReactNode }) {
   const k = KLEUR[props.niveau];

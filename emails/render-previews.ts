@@ -65,6 +65,12 @@ const dagFout: DailyReportProps = {
   ),
 };
 
+/** A fresh installation: audit-anker has not signed an installation checkpoint yet. */
+const dagNieuw: DailyReportProps = {
+  ...DailyReport.PreviewProps,
+  anker: { ...DailyReport.PreviewProps.anker, installatieCheckpoint: null },
+};
+
 const backupAlarm: AlarmProps = {
   type: "backup-failure",
   titel: "Back-up mislukt",
@@ -88,6 +94,7 @@ const previews: [string, ComponentType<any>, object][] = [
   ["WeeklyReport-gebroken", WeeklyReport, weekGebroken],
   ["DailyReport", DailyReport, DailyReport.PreviewProps],
   ["DailyReport-fout", DailyReport, dagFout],
+  ["DailyReport-zonder-checkpoint", DailyReport, dagNieuw],
   ["Alarm", Alarm, Alarm.PreviewProps],
   ["Alarm-backup", Alarm, backupAlarm],
 ];

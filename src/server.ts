@@ -4,6 +4,7 @@ import { dirname, join, resolve } from "node:path";
 import { mailAlarmChannel } from "./alarms/mail-channel.ts";
 import { createAlarmSink } from "./alarms/sink.ts";
 import { createApp, type AppOptions } from "./app.ts";
+import { auditKeys } from "./audit/keys.ts";
 import { redactedConfig, type Config } from "./config.ts";
 import { openStore, type Store } from "./db.ts";
 import type { Deps } from "./deps.ts";
@@ -63,7 +64,8 @@ export function startServer(config: Config, options: ServerOptions = {}) {
   const graceMs = options.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
   const app = createApp(deps, { running, jobs: options.jobs }).listen({ port: config.port, hostname: config.host });
   const url = `http://${config.host}:${app.server?.port}`;
-  log("info", "nachtwacht listening", { url, config: redactedConfig(config) });
+  // The public verifier key, for auditors and `nachtwacht verify` (the signing key stays redacted).
+  log("info", "nachtwacht listening", { url, config: redactedConfig(config), verificatieSleutel: auditKeys(config).signer.verifierKey });
   if (deps.mailer.bezorging === "outbox") {
     log("warn", "SMTP_URL is not set: e-mail is NOT delivered, it is written as .eml files to the outbox folder", {
       outbox: join(dirname(resolve(config.databasePath)), "outbox"),

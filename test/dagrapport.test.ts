@@ -1,8 +1,13 @@
 import { afterEach, describe, expect, test } from "bun:test";
-import { statSync } from "node:fs";
-import { recordLoginAttempt } from "../src/audit/chain.ts";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { simpleParser } from "mailparser";
+import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
+import { openNote, parseVerifierKey } from "../src/audit/note.ts";
+import { openInstallationCheckpoint } from "../src/audit/records.ts";
 import { runDagrapport } from "../src/jobs/dagrapport.ts";
-import { addTenant, call, NOW } from "./helpers.ts";
+import { redenUitleg } from "../src/reports/shared.ts";
+import { addTenant, call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
 
 const HOUR = 3600 * 1000;
@@ -279,5 +284,142 @@ describe("dagrapport: the e-mail", () => {
     }
     expect(m.text).toMatch(/Resultaat\s+OK/);
     expect(m.text).toContain("Mislukte logins (24 uur): 1");
+  });
+});
+
+describe("dagrapport: installation checkpoint and verifier key", () => {
+  const verifiers = [parseVerifierKey(TEST_VERIFIER_KEY)];
+  /** The base64 seed of the signing key: no part of any report may contain it. */
+  const privateSeed = TEST_SIGNING_KEY.split("+").slice(4).join("+");
+
+  function addEntries(env: Env, tenantId: number, n: number) {
+    for (let i = 0; i < n; i++) {
+      appendAuditEntry(env.store.sqlite, { tenantId, actor: "anna@example.nl", action: "dossier.gewijzigd", subject: `dossier/${i}`, details: { i }, createdAt: new Date(NOW.getTime() - 3600_000) });
+    }
+  }
+
+  /** The installation checkpoints in the anchor file, oldest first. */
+  function fileInstallationNotes(env: Env): string[] {
+    return readFileSync(env.config.auditAnkerBestand, "utf8")
+      .split("\n")
+      .filter((l) => l !== "")
+      .map((l) => JSON.parse(l) as { soort: string; note: string })
+      .filter((l) => l.soort === "installatie")
+      .map((l) => l.note);
+  }
+
+  /**
+   * The note block of a text part, as an operator would cut it out: from the origin line
+   * (`<key name>/installatie`) through the last signature line ("— …").
+   */
+  function noteFromText(text: string): string {
+    const lines = text.split(/\r?\n/);
+    const start = lines.findIndex((l) => /^\S+\/installatie$/.test(l));
+    expect(start).toBeGreaterThanOrEqual(0);
+    let end = lines.indexOf("", start) + 1; // the blank line between text and signatures
+    expect(end).toBeGreaterThan(start);
+    while (lines[end]?.startsWith("\u2014 ")) end++;
+    return lines.slice(start, end).join("\n") + "\n";
+  }
+
+  /** The contents of every <pre> in the HTML part. */
+  function preBlocks(html: string): string[] {
+    const unescape = (s: string) => s.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&quot;/g, '"').replace(/&#x27;|&#39;/g, "'").replace(/&amp;/g, "&");
+    return [...html.matchAll(/<pre[^>]*>([\s\S]*?)<\/pre>/g)].map((m) => unescape(m[1]!));
+  }
+
+  test("before audit-anker signed anything: a clear line instead of a block, and the public key", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.anker).toEqual({ installatieCheckpoint: null, verificatieSleutel: TEST_VERIFIER_KEY });
+    const m = smtp.received[0]!;
+    expect(m.text).toContain("Er is nog geen installatie-checkpoint: audit-anker heeft nog niets ondertekend.");
+    expect(m.text).not.toContain("nachtwacht verify --checkpoint");
+    expect(m.text.split("\n")).toContain(TEST_VERIFIER_KEY);
+    expect(preBlocks(m.html)).toEqual([TEST_VERIFIER_KEY]);
+    for (const part of [m.text, m.html, JSON.stringify(r.body)]) expect(part).not.toContain(privateSeed);
+  });
+
+  test("the newest installation checkpoint, verbatim in the JSON, the HTML and the text part, opens under the verifier key", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const a = addTenant(env.store, "Gemeente Delft");
+    const b = addTenant(env.store, "Stichting Leiden");
+    addEntries(env, a, 5);
+    addEntries(env, b, 3);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    addEntries(env, a, 2);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const notes = fileInstallationNotes(env);
+    expect(notes).toHaveLength(2);
+    const newest = notes[1]!;
+
+    const res = await call(env.app, "/api/cron/dagrapport");
+    expect(res.status).toBe(200);
+    expect(res.json.anker).toEqual({ installatieCheckpoint: newest, verificatieSleutel: TEST_VERIFIER_KEY });
+
+    // smtp.received is the message as mailparser read it off the wire.
+    const m = smtp.received[0]!;
+    const fromText = noteFromText(m.text);
+    expect(fromText).toBe(newest);
+    const opened = openNote(fromText, verifiers);
+    expect(opened.ok).toBe(true);
+    const cp = openInstallationCheckpoint(fromText, verifiers);
+    expect(cp.ok && cp.checkpoint.size).toBe(3); // two checkpoints of the first run, one of the second
+    expect(m.text).toContain(
+      "Bewaar deze e-mail buiten deze server: nachtwacht verify --checkpoint <bestand>, met het blok hieronder als bestand, controleert of de database en het ankerbestand deze ondertekende toestand nog bevatten.",
+    );
+    expect(m.text.split("\n")).toContain(TEST_VERIFIER_KEY);
+
+    expect(preBlocks(m.html)).toEqual([newest, TEST_VERIFIER_KEY]);
+    expect(m.html).toContain("nachtwacht verify --checkpoint &lt;bestand&gt;");
+    for (const part of [m.text, m.html, res.text]) expect(part).not.toContain(privateSeed);
+  });
+
+  test("the raw message (outbox .eml, unix newlines) is valid MIME: 7-bit, lines within 998 octets, and the note survives parsing", async () => {
+    const env = makeMailEnv({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    toClean.push(() => env.cleanup());
+    addEntries(env, addTenant(env.store, "Gemeente Delft"), 4);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    expect((await call(env.app, "/api/cron/dagrapport")).status).toBe(200);
+    const [file] = readdirSync(env.outboxDir).filter((f) => f.endsWith(".eml"));
+    const raw = readFileSync(join(env.outboxDir, file!));
+    expect(raw.every((byte) => byte < 0x80)).toBe(true);
+    expect(Math.max(...raw.toString("latin1").split(/\r?\n/).map((l) => l.length))).toBeLessThanOrEqual(998);
+    const parsed = await simpleParser(raw);
+    const note = noteFromText(parsed.text ?? "");
+    expect(note).toBe(fileInstallationNotes(env).at(-1)!);
+    expect(openNote(note, verifiers).ok).toBe(true);
+    expect(preBlocks(typeof parsed.html === "string" ? parsed.html : "")[0]).toBe(note);
+  });
+
+  test("every reason the verifier reports is explained in the report, none by its bare code", async () => {
+    const { env } = await setup();
+    const codes = [
+      "hash-afwijkend", "koppeling-verbroken", "volgnummer-gat", "anker-afwijkend", "kop-ontbreekt",
+      "checkpoint-afwijkend", "retentie-ontbreekt", "retentie-ongeldig", "checkpoint-ontbreekt", "checkpoint-niet-in-bestand",
+    ];
+    const q = env.store.sqlite.query(
+      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, 0, 10, 3, NULL, ?)",
+    );
+    for (const code of codes) q.run(addTenant(env.store, `Tenant ${code}`), "2026-07-23T01:00:00.000Z", code);
+    const r = await runDagrapport(env.deps, NOW);
+    const uitleg = r.body.verificatie.gebroken.map((g) => [g.reden, g.uitleg]);
+    expect(uitleg.map(([code]) => code)).toEqual(codes);
+    for (const [code, text] of uitleg) {
+      expect(text).not.toBe(code!);
+      expect(text).not.toContain(code!);
+    }
+    expect(Object.fromEntries(uitleg)).toMatchObject({
+      "kop-ontbreekt": expect.stringContaining("nieuwste ondertekende checkpoint"),
+      "checkpoint-afwijkend": expect.stringContaining("Merkle-root"),
+      "retentie-ontbreekt": expect.stringContaining("zonder ondertekend retentierecord"),
+      "checkpoint-niet-in-bestand": expect.stringContaining("niet in het ankerbestand"),
+    });
+    for (const code of ["bestand-ontbreekt", "bestand-ingekort", "bestand-gewijzigd", "database-teruggezet"]) {
+      expect(redenUitleg(code)).not.toBe(code);
+      expect(redenUitleg(code)).toMatch(/ankerbestand|database/);
+    }
+    expect(redenUitleg("iets-nieuws")).toBe("iets-nieuws");
+    expect(redenUitleg("toString")).toBe("toString");
   });
 });

@@ -7,7 +7,7 @@ import { createAlarmSink } from "../src/alarms/sink.ts";
 import { parseConfig } from "../src/config.ts";
 import { createMailer, smtpOptions } from "../src/mail/transport.ts";
 import { wireDeps } from "../src/server.ts";
-import { addAdmin, addTenant, call, NOW, SECRET, tempDir } from "./helpers.ts";
+import { addAdmin, addTenant, call, NOW, SECRET, tempDir, TEST_SIGNING_KEY } from "./helpers.ts";
 import { makeMailEnv, startSmtp } from "./smtp.ts";
 
 const toClean: (() => unknown)[] = [];
@@ -190,7 +190,7 @@ describe("alarm e-mail", () => {
     const smtp = await startSmtp();
     const { dir, cleanup } = tempDir();
     toClean.push(cleanup, () => smtp.stop());
-    const base = { CRON_SECRET: SECRET, SMTP_URL: smtp.url, AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") };
+    const base = { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, SMTP_URL: smtp.url, AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") };
     const withRecipient = wireDeps(parseConfig({ ...base, DATABASE_PATH: join(dir, "a", "n.db"), DAGRAPPORT_EMAIL: "ops@example.test" }));
     const without = wireDeps(parseConfig({ ...base, DATABASE_PATH: join(dir, "b", "n.db") }));
     toClean.push(

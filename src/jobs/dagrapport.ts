@@ -61,7 +61,7 @@ const backupSchema = {
 
 const reportSchema = {
   type: "object",
-  required: ["ok", "verzonden", "bezorging", "gemaakt", "tijdzone", "status", "backup", "backupDetail", "inlogpogingen", "verificatie", "taken", "database"],
+  required: ["ok", "verzonden", "bezorging", "gemaakt", "tijdzone", "status", "backup", "backupDetail", "inlogpogingen", "verificatie", "anker", "taken", "database"],
   properties: {
     ok: { type: "boolean" },
     verzonden: { type: "boolean", description: "false zonder ontvanger (DAGRAPPORT_EMAIL en SUPPORT_EMAIL leeg) of als versturen mislukte." },
@@ -110,6 +110,27 @@ const reportSchema = {
         gebroken: { type: "array", items: { type: "object" } },
       },
     },
+    anker: {
+      type: "object",
+      description:
+        "Wat de beheerder buiten de server bewaart: het nieuwste installatie-checkpoint, waartegen `nachtwacht verify --checkpoint <bestand>` " +
+        "de database en het ankerbestand controleert, en de openbare sleutel die de handtekening controleert.",
+      required: ["installatieCheckpoint", "verificatieSleutel"],
+      properties: {
+        installatieCheckpoint: {
+          type: ["string", "null"],
+          description: "Het ondertekende installatie-checkpoint van audit-anker, letterlijk (signed note, eindigt op een regeleinde); null zolang audit-anker er geen heeft ondertekend.",
+          example:
+            "nachtwacht.zuiderhaven.nl/audit/installatie\n1873\nDuL77MTej25munc5vNg7hiNzed0ORLwlOAxlf0NsOOs=\n\n" +
+            "\u2014 nachtwacht.zuiderhaven.nl/audit hOAEN0JqlqjgBqHBYakQZE/iT5U6OPhvfoIXO0kTScPFh/FR2afkjF1QAjvN5oZpO334lWo8owF1wQEUpzMW99VmCwY=\n",
+        },
+        verificatieSleutel: {
+          type: "string",
+          description: "De openbare verificatiesleutel (<naam>+<id>+<sleutel>), nooit de ondertekeningssleutel.",
+          example: "nachtwacht.zuiderhaven.nl/audit+84e00437+AfPPJGLHWCXskLnJfYcHKOkkktoe1IRUgcS+39nOPJ/U",
+        },
+      },
+    },
     taken: {
       type: "array",
       items: {
@@ -135,7 +156,8 @@ export const dagrapportJob = defineJob({
   summary: "Dagrapport maken en mailen",
   description:
     "Maakt het dagelijkse rapport (back-up, inlogpogingen van de laatste 24 uur, laatste verificatie van de auditketens, " +
-    "geplande taken, databasegrootte) en mailt het naar DAGRAPPORT_EMAIL, anders SUPPORT_EMAIL. Zonder ontvanger wordt " +
+    "het nieuwste installatie-checkpoint met de openbare verificatiesleutel, geplande taken, databasegrootte) en mailt het " +
+    "naar DAGRAPPORT_EMAIL, anders SUPPORT_EMAIL. Zonder ontvanger wordt " +
     "niets verstuurd (`verzonden: false`); het antwoord bevat altijd het hele rapport.",
   run: (deps, now) => runDagrapport(deps, now),
   openapi: {

@@ -1,9 +1,12 @@
 // The data of the daily report: backup, login attempts of the last 24 hours, the
-// latest verification, each scheduled job's last run and the database size. The job
+// latest verification, the newest installation checkpoint and the public key to check
+// it with, each scheduled job's last run and the database size. The job
 // answers with this object and the e-mail shows the same, so they never disagree.
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
+import { latestInstallationCheckpoint } from "../audit/anchoring.ts";
+import { auditKeys } from "../audit/keys.ts";
 import type { Config } from "../config.ts";
 import { installedAt, type Store } from "../db.ts";
 import { dueState } from "../job-runs.ts";
@@ -120,6 +123,18 @@ export function verificationSection(sqlite: Database, tijdzone: string): DailyRe
 }
 
 /**
+ * The newest installation checkpoint, verbatim, and the public verifier key: mailed
+ * every day, so the operator holds a signed state off the machine that
+ * `nachtwacht verify --checkpoint` later checks the database and anchor file against.
+ */
+export function anchorSection(sqlite: Database, config: Pick<Config, "auditAnkerSleutel" | "auditVertrouwdeSleutels">): DailyReport["anker"] {
+  return {
+    installatieCheckpoint: latestInstallationCheckpoint(sqlite),
+    verificatieSleutel: auditKeys(config).signer.verifierKey,
+  };
+}
+
+/**
  * Per scheduled job: its last run, the last time it was due (a fire time whose grace
  * of TAKEN_MARGE_MINUTEN has passed) and whether a run started since then. A job is
  * not overdue for fire times before the service was installed.
@@ -210,6 +225,7 @@ export function buildDailyReport(store: Store, config: Config, now: Date): Daily
     ...backupSection(store.sqlite, now, config),
     inlogpogingen: loginSection(store.sqlite, now, tz),
     verificatie: verificationSection(store.sqlite, tz),
+    anker: anchorSection(store.sqlite, config),
     taken: jobsSection(store.sqlite, now, config),
     database: databaseSection(store),
   };

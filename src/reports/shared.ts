@@ -1,17 +1,34 @@
 // What the reports share: the status levels and the plain-language reasons of a
-// broken chain (the `reden` codes of audit-verificatie, contract §3).
+// broken chain or anchor file (the `reden` codes of audit-verificatie, contract §3).
+import type { FileReason, RowReason } from "../audit/anchor-check.ts";
+import type { BreakReason } from "../audit/verify.ts";
 export type { Niveau } from "../../emails/layout.tsx";
 
-const REDEN: Record<string, string> = {
+/** Every code the verifier reports (the type makes a new code without explanation a compile error). */
+const REDEN: Record<BreakReason | RowReason | FileReason, string> = {
+  // A tenant's chain (src/audit/verify.ts).
   "hash-afwijkend": "een entry is na het schrijven gewijzigd (de hash klopt niet meer)",
   "koppeling-verbroken": "een entry verwijst niet naar de entry ervoor (koppeling verbroken)",
   "volgnummer-gat": "er ontbreken entries midden in de keten (gat in de volgnummers)",
-  "anker-afwijkend": "het begin van de keten sluit niet aan op het retentie-anker",
-  "kop-ontbreekt": "een vastgelegde kop van de keten is verdwenen of gewijzigd (entries afgeknipt of herschreven)",
+  "anker-afwijkend":
+    "de oudste overgebleven entry sluit niet aan op het begin van de keten of op het ondertekende retentierecord waar de keten na opschonen begint",
+  "kop-ontbreekt": "de keten houdt op vóór het nieuwste ondertekende checkpoint: de nieuwste entries zijn verwijderd of de database is teruggezet",
+  "checkpoint-afwijkend":
+    "de herberekende Merkle-root wijkt af van het ondertekende checkpoint: entries zijn gewijzigd en de keten is opnieuw doorgerekend",
+  "retentie-ontbreekt": "oudere entries zijn verdwenen zonder ondertekend retentierecord",
+  "retentie-ongeldig": "het retentierecord is niet geldig ondertekend of rechtvaardigt de verwijdering niet",
+  // A tenant's rows in the database copy of the anchor file (src/audit/anchor-check.ts).
+  "checkpoint-ontbreekt": "een record uit het ankerbestand ontbreekt in de kopie in de database",
+  "checkpoint-niet-in-bestand": "een checkpoint in de database staat niet in het ankerbestand: gewijzigd of vervalst",
+  // The anchor file as a whole.
+  "bestand-ontbreekt": "het ankerbestand ontbreekt, terwijl de database ernaar verwijst",
+  "bestand-ingekort": "het ankerbestand is ingekort: de database verwijst naar regels voorbij het einde",
+  "bestand-gewijzigd": "het ankerbestand is gewijzigd: een regel wijkt af van de database of is niet geldig ondertekend",
+  "database-teruggezet": "de database is teruggezet: het ankerbestand bevat runs die de database niet kent",
 };
 
 /** A Dutch explanation of a verification `reden` code. */
 export function redenUitleg(reden: string | null): string {
   if (reden === null) return "reden onbekend";
-  return REDEN[reden] ?? reden;
+  return Object.hasOwn(REDEN, reden) ? REDEN[reden as keyof typeof REDEN] : reden;
 }

@@ -1,0 +1,35 @@
+// What the service prints when it starts: the redacted configuration and the public
+// verifier key that auditors need, never the signing key (started from source as a
+// real process, as systemd would run it).
+import { afterEach, describe, expect, test } from "bun:test";
+import { startService, testDatabase } from "./fixtures/hardening.ts";
+import { NOW, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+
+const cleanups: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const f of cleanups.splice(0).reverse()) await f();
+});
+
+describe("start output", () => {
+  test("the listening line carries the public verifier key; neither the signing key nor the secret appears anywhere", async () => {
+    const db = testDatabase(cleanups, NOW, () => {});
+    const svc = await startService(db.env);
+    cleanups.push(() => (svc.proc.exitCode === null ? svc.proc.kill("SIGKILL") : undefined));
+    // Stop it and wait for the exit: then every line it wrote has been read.
+    svc.proc.kill("SIGTERM");
+    expect(await svc.exited).toBe(0);
+    const out = svc.output();
+
+    const lines = out.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as Record<string, any>);
+    const listening = lines.find((l) => l.message === "nachtwacht listening");
+    expect(listening).toBeDefined();
+    expect(listening!.verificatieSleutel).toBe(TEST_VERIFIER_KEY);
+    expect(listening!.config.auditAnkerSleutel).toBe("***");
+
+    const seed = TEST_SIGNING_KEY.split("+").slice(4).join("+");
+    expect(out).not.toContain(TEST_SIGNING_KEY);
+    expect(out).not.toContain(seed);
+    expect(out).not.toContain("PRIVATE+KEY");
+    expect(out).not.toContain(SECRET);
+  });
+});
