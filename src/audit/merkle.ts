@@ -54,19 +54,34 @@ function heights(size: number): number[] {
   return out;
 }
 
-/** A growing tree, kept as its compact range: O(log n) memory, O(1) amortised per leaf. */
+const TMP = Buffer.alloc(32);
+
+function hashInto(data: Uint8Array, out: Uint8Array): void {
+  Bun.CryptoHasher.hash("sha256", data, out as unknown as Uint8Array);
+}
+
+/**
+ * A growing tree, kept as its compact range: O(log n) memory, O(1) amortised per leaf,
+ * and no allocation per leaf (the verifier pushes millions): each height has one
+ * buffer, since a compact range holds at most one subtree of each height.
+ */
 export class CompactRange {
   #size: number;
-  /** Subtree roots, largest first; #heights[i] is the height of #hashes[i]. */
-  #hashes: Uint8Array[];
+  /** Heights of the subtrees present, largest first. */
   #heights: number[];
+  /** #slot[h]: the root of the subtree of height h, when h is in #heights. */
+  #slot: Buffer[] = [];
 
   constructor(size = 0, hashes: Uint8Array[] = []) {
     const hs = heights(size);
     if (hs.length !== hashes.length) throw new Error(`a compact range of size ${size} has ${hs.length} hashes, got ${hashes.length}`);
     this.#size = size;
-    this.#hashes = hashes.slice();
     this.#heights = hs;
+    hs.forEach((h, i) => this.#buf(h).set(hashes[i]!));
+  }
+
+  #buf(h: number): Buffer {
+    return (this.#slot[h] ??= Buffer.alloc(32));
   }
 
   get size(): number {
@@ -75,42 +90,54 @@ export class CompactRange {
 
   /** Appends one leaf, given as its leaf hash. */
   pushLeafHash(h: Uint8Array): void {
-    let hash = h;
-    let height = 0;
-    while (this.#heights.length > 0 && this.#heights[this.#heights.length - 1] === height) {
-      hash = nodeHash(this.#hashes.pop()!, hash);
-      this.#heights.pop();
-      height++;
-    }
-    this.#hashes.push(hash);
-    this.#heights.push(height);
-    this.#size++;
+    TMP.set(h);
+    this.#pushTmp();
   }
 
-  /** Appends an entry by its hash (64 hex characters). */
+  /** Appends an entry by its hash (64 hex characters): leaf hash SHA-256(0x00 ‖ bytes). */
   pushEntryHash(hex: string): void {
-    this.pushLeafHash(leafHashOfHex(hex));
+    LEAF.write(hex, 1, "hex");
+    hashInto(LEAF, TMP);
+    this.#pushTmp();
+  }
+
+  /** Merges TMP (a subtree of height 0) into the range. */
+  #pushTmp(): void {
+    let height = 0;
+    const hs = this.#heights;
+    while (hs.length > 0 && hs[hs.length - 1] === height) {
+      NODE.set(this.#slot[height]!, 1);
+      NODE.set(TMP, 33);
+      hashInto(NODE, TMP);
+      hs.pop();
+      height++;
+    }
+    this.#buf(height).set(TMP);
+    hs.push(height);
+    this.#size++;
   }
 
   /** The RFC 6962 root at the current size. */
   root(): Uint8Array {
-    if (this.#hashes.length === 0) return EMPTY_ROOT;
-    let r = this.#hashes[this.#hashes.length - 1]!;
-    for (let i = this.#hashes.length - 2; i >= 0; i--) r = nodeHash(this.#hashes[i]!, r);
+    const hs = this.#heights;
+    if (hs.length === 0) return EMPTY_ROOT;
+    let r: Uint8Array = Buffer.from(this.#slot[hs[hs.length - 1]!]!);
+    for (let i = hs.length - 2; i >= 0; i--) r = nodeHash(this.#slot[hs[i]!]!, r);
     return r;
   }
 
+  /** The subtree roots, largest first (copies). */
   hashes(): Uint8Array[] {
-    return this.#hashes.slice();
+    return this.#heights.map((h) => new Uint8Array(this.#slot[h]!));
   }
 
   clone(): CompactRange {
-    return new CompactRange(this.#size, this.#hashes);
+    return new CompactRange(this.#size, this.hashes());
   }
 
   /** Base64 hashes separated by one space ("" for size 0): how records and the database store it. */
   encode(): string {
-    return this.#hashes.map((h) => Buffer.from(h).toString("base64")).join(" ");
+    return this.#heights.map((h) => this.#slot[h]!.toString("base64")).join(" ");
   }
 
   static decode(size: number, text: string): CompactRange {
