@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { Database } from "bun:sqlite";
 import { appendAuditEntry, entryHash } from "../src/audit/chain.ts";
 import { openStore } from "../src/db.ts";
+import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
 import { addTenant, call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
@@ -274,6 +275,42 @@ describe("no false alarm", () => {
     const r = await verify();
     expect(r.status).toBe(200);
     expect(env.alarms.raised).toEqual([]);
+  });
+});
+
+describe("retention that stops part way", () => {
+  test("records signed, deletion interrupted after one batch: no false alarm, and the rerun finishes", async () => {
+    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    const a = addTenant(env.store, "A");
+    fill(env, a, 40); // 1000 to 961 days old: past the 900 days
+    fill(env, a, 30, 200); // 800 to 771 days old: kept
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    await expect(runAuditRetentie(env.deps, NOW, { batchSize: 3, afterBatch: () => { throw new Error("gestopt na één batch"); } })).rejects.toThrow("gestopt");
+    const first = env.store.sqlite.query("SELECT min(seq) AS f FROM audit_entries WHERE tenant_id = ?").get(a) as { f: number };
+    expect(first.f).toBe(4);
+    const record = env.store.sqlite.query("SELECT grootte FROM audit_anchor_log WHERE soort = 'retentie'").get() as { grootte: number };
+    expect(record.grootte).toBe(40);
+    expect((await verify()).status).toBe(200);
+    const again = await runAuditRetentie(env.deps, NOW);
+    expect(again.status).toBe(200);
+    const after = env.store.sqlite.query("SELECT min(seq) AS f FROM audit_entries WHERE tenant_id = ?").get(a) as { f: number };
+    expect(after.f).toBe(41);
+    expect((await verify()).status).toBe(200);
+    expect(env.alarms.raised).toEqual([]);
+  });
+
+  test("entries left between an interrupted deletion and its record, then recomputed: anker-afwijkend", async () => {
+    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    const a = addTenant(env.store, "A");
+    fill(env, a, 40);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    await expect(runAuditRetentie(env.deps, NOW, { batchSize: 3, afterBatch: () => { throw new Error("gestopt"); } })).rejects.toThrow();
+    const { grootte } = env.store.sqlite.query("SELECT grootte FROM audit_anchor_log WHERE soort = 'retentie'").get() as { grootte: number };
+    env.store.sqlite.query("UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 5").run(a);
+    recompute(env.store.sqlite, a, 5);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: grootte, reden: "anker-afwijkend" });
   });
 });
 

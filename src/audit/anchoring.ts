@@ -87,9 +87,9 @@ function tenantBase(sqlite: Database, tenantId: number, firstSeq: number, prev: 
   const rows = sqlite
     .query(
       `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
-       FROM audit_entries WHERE tenant_id = ? AND seq <= ? ORDER BY seq`,
+       FROM audit_entries WHERE tenant_id = ? AND seq > ? AND seq <= ? ORDER BY seq`,
     )
-    .iterate(tenantId, prev.size) as IterableIterator<Row>;
+    .iterate(tenantId, start.seq, prev.size) as IterableIterator<Row>;
   for (const r of rows) {
     const text = JSON.stringify([CHAIN_VERSION, tenantId, r.seq, r.created_at, r.actor, r.action, r.subject, r.details, r.prev_hash]);
     const reden = linkBreak(sha256Hex(text) !== r.hash, prevSeq === start.seq, r.seq, r.prev_hash, prevSeq, prevHash);

@@ -145,8 +145,6 @@ export interface AuditRetentionResult {
 
 /** Tenants whose prefixes are deleted side by side (see deleteOldAuditEntries). */
 export const TENANT_GROUP = 100;
-/** The fewest rows a batch takes from a tenant it touches (when the tenant has that many). */
-export const MIN_ROWS_PER_TENANT = 250;
 
 type EntryRow = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
@@ -170,11 +168,10 @@ export interface RetentionSigning {
  * at most its size in rows, spread over a group of tenants; a long prefix continues in
  * the next batch.
  *
- * Every batch writes, per tenant it touched, a signed retention record (seq and hash of
- * the last deleted entry, its created_at, grens, the retention days, the run's time and
- * the tree's compact range there) to the anchor file and audit_anchor_log, in the same
- * write transaction as the DELETE: verification then accepts the shortened chain only
- * from a record that justifies it.
+ * Per tenant one signed retention record (seq and hash of the last entry to delete, its
+ * created_at, grens, the retention days, the run's time and the tree's compact range
+ * there) goes to the anchor file and audit_anchor_log before anything is deleted:
+ * verification accepts a shortened chain only from a record that justifies it.
  */
 export async function deleteOldAuditEntries(
   sqlite: Database,
@@ -207,118 +204,150 @@ export async function deleteOldAuditEntries(
   for (const [tenantId, f] of broken) if (candidates.includes(tenantId)) gestopt.push({ tenantId, seq: f.seq, entryId: f.entryId, reden: f.reden });
   const tenants = candidates.filter((id) => !broken.has(id));
 
-  // The chain from its start, in seq order (the WITHOUT ROWID primary key).
-  const head = sqlite.query(
-    `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
-     FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT ?`,
-  );
-  const firstSeq = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1");
-  const del = sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= ?");
+  const tijdstip = now.toISOString();
+  let verwijderd = 0;
+  // Groups of tenants: planned (and their records signed) together, then deleted side by side.
+  for (let g = 0; g < tenants.length; g += TENANT_GROUP) {
+    const group = tenants.slice(g, g + TENANT_GROUP);
+    const plans: DeletionPlan[] = [];
+    for (const tenantId of group) {
+      const p = planTenant(sqlite, tenantId, grens, verifiers, gestopt);
+      if (p) plans.push(p);
+      // Planning reads; give the event loop a turn between tenants.
+      await new Promise((r) => setImmediate(r));
+    }
+    recordPlans(sqlite, plans, signing, grens, tijdstip);
+    verwijderd += await deletePlanned(sqlite, plans, o);
+  }
+  return { verwijderd, gestopt };
+}
+
+/** What audit-retentie deletes of one tenant: every entry up to `seq`, justified by `record`. */
+interface DeletionPlan {
+  tenantId: number;
+  /** The oldest entry still there. */
+  from: number;
+  /** The last entry to delete. */
+  seq: number;
+  hash: string;
+  /** A new record to sign; null when an earlier run's record already covers `seq` (it stopped part way). */
+  record: Omit<RetentionRecord, "tijdstip" | "grens" | "retentieDagen"> | null;
+}
+
+/**
+ * Reads one tenant's prefix older than grens (in one snapshot, no write lock), checking
+ * each entry as the verifier does and extending the tree's compact range from the
+ * chain's start. An entry that does not check out stops the prefix before it (gestopt).
+ */
+function planTenant(sqlite: Database, tenantId: number, grens: string, verifiers: Keys["verifiers"], gestopt: RetentionStop[]): DeletionPlan | null {
+  sqlite.run("BEGIN");
+  try {
+    const first = sqlite.query("SELECT seq, id FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number; id: number } | null;
+    if (!first) return null;
+    const start = chainStart(sqlite, tenantId, first.seq, verifiers);
+    if (!start.ok) {
+      // The chain's start is not justified by a signed record: keep everything as evidence.
+      gestopt.push({ tenantId, seq: first.seq, entryId: first.id, reden: start.reden });
+      return null;
+    }
+    const range = start.range.clone();
+    let prevSeq = start.seq;
+    let prevHash = start.hash;
+    let lastCreatedAt = "";
+    const rows = sqlite
+      .query(
+        `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
+         FROM audit_entries WHERE tenant_id = ? AND seq > ? ORDER BY seq`,
+      )
+      .iterate(tenantId, start.seq) as IterableIterator<EntryRow>;
+    for (const r of rows) {
+      if (r.created_at >= grens) break;
+      const reden = linkBreak(
+        entryHash({ tenantId, seq: r.seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: r.prev_hash }) !== r.hash,
+        r.seq === start.seq + 1,
+        r.seq,
+        r.prev_hash,
+        prevSeq,
+        prevHash,
+      );
+      if (reden) {
+        gestopt.push({ tenantId, seq: r.seq, entryId: r.id, reden });
+        break;
+      }
+      range.pushEntryHash(r.hash);
+      prevSeq = r.seq;
+      prevHash = r.hash;
+      lastCreatedAt = r.created_at;
+    }
+    if (prevSeq < first.seq) return null;
+    return {
+      tenantId,
+      from: first.seq,
+      seq: prevSeq,
+      hash: prevHash,
+      record: prevSeq > start.seq ? { tenantId, seq: prevSeq, hash: prevHash, createdAt: lastCreatedAt, bereik: range } : null,
+    };
+  } finally {
+    sqlite.run("COMMIT");
+  }
+}
+
+/**
+ * Signs the group's retention records and, in one short write transaction, appends them
+ * to the anchor file (fsynced before the COMMIT) and its copy in the database, before a
+ * single entry is deleted: a crash at any later point leaves entries that the record
+ * already covers, which verification accepts when they link up to its hash.
+ */
+function recordPlans(sqlite: Database, plans: DeletionPlan[], signing: RetentionSigning, grens: string, tijdstip: string): void {
+  const lines: StoredLine[] = [];
+  for (const p of plans) {
+    if (!p.record) continue;
+    const note = signRetentionRecord(signing.keys.signer, { ...p.record, grens, retentieDagen: signing.retentieDagen, tijdstip });
+    lines.push({ soort: "retentie", tenantId: p.tenantId, note, positie: 0, grootte: p.seq, bereik: null });
+  }
   const upsertAnchor = sqlite.query(
     `INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, ?, ?, ?)
      ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, bijgewerkt = excluded.bijgewerkt`,
   );
-  const tijdstip = now.toISOString();
-
-  /** Each tenant's chain start as this run left it: read (and its signature checked) once. */
-  const starts = new Map<number, { seq: number; hash: string; range: CompactRange }>();
-
-  /** Up to `limit` rows of one tenant's prefix; returns rows read, deleted, the record to sign, and whether the tenant is done. */
-  const tenantStep = (tenantId: number, limit: number): { rows: number; n: number; done: boolean; record: RetentionRecord | null } => {
-    let start = starts.get(tenantId);
-    if (!start) {
-      const f = firstSeq.get(tenantId) as { seq: number } | null;
-      const s = chainStart(sqlite, tenantId, f?.seq ?? null, verifiers);
-      if (!s.ok) {
-        // The chain's start is not justified by a signed record: keep everything as evidence.
-        const e = sqlite.query("SELECT id FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, f!.seq) as { id: number };
-        gestopt.push({ tenantId, seq: f!.seq, entryId: e.id, reden: s.reden });
-        return { rows: 0, n: 0, done: true, record: null };
-      }
-      start = { seq: s.seq, hash: s.hash, range: s.range.clone() };
-      starts.set(tenantId, start);
-    }
-    let prevSeq = start.seq;
-    let prevHash = start.hash;
-    let lastCreatedAt = "";
-    const range = start.range.clone();
-    let n = 0;
-    let done = false;
-    let rows = 0;
-    // Streamed: a batch of many rows never sits in memory as one array.
-    for (const r of head.iterate(tenantId, limit) as IterableIterator<EntryRow>) {
-      rows++;
-      const { seq, id, created_at: createdAt, actor, action, subject, details, prev_hash: rowPrevHash, hash } = r;
-      if (createdAt >= grens) {
-        done = true;
-        break;
-      }
-      const reden = linkBreak(entryHash({ tenantId, seq, createdAt, actor, action, subject, details, prevHash: rowPrevHash }) !== hash, n === 0, seq, rowPrevHash, prevSeq, prevHash);
-      if (reden) {
-        gestopt.push({ tenantId, seq, entryId: id, reden });
-        done = true;
-        break;
-      }
-      n++;
-      range.pushEntryHash(hash);
-      prevSeq = seq;
-      prevHash = hash;
-      lastCreatedAt = createdAt;
-    }
-    if (rows < limit) done = true;
-    if (n === 0) return { rows, n, done, record: null };
-    del.run(tenantId, prevSeq);
-    upsertAnchor.run(tenantId, prevSeq, prevHash, tijdstip);
-    starts.set(tenantId, { seq: prevSeq, hash: prevHash, range });
-    return {
-      rows,
-      n,
-      done,
-      record: { tenantId, seq: prevSeq, hash: prevHash, createdAt: lastCreatedAt, grens, retentieDagen: signing.retentieDagen, tijdstip, bereik: range },
-    };
-  };
-
-  // Tenants are taken TENANT_GROUP at a time, and the batches take the next rows of the
-  // group's unfinished tenants in turn (round robin). Chains lie apart in the primary
-  // key, but the created_at index interleaves all tenants: one tenant's prefix touches a
-  // different index page for nearly every entry, a group's prefixes share them. At
-  // 1,000 tenants this took 55 s per tenant and 23 s per group (bench/run.ts).
-  // A batch gives each tenant it touches at least MIN_ROWS_PER_TENANT rows: every
-  // tenant touched costs a signed record, a DELETE and two inserts whatever its rows.
-  let next = 0;
-  let queue: number[] = [];
-  const batch = sqlite.transaction((size: number): { n: number; done: boolean } => {
+  sqlite.transaction(() => {
     // Records a crash left in the file after its fsync but before its COMMIT.
-    syncTail(sqlite, signing.path, verifiers);
-    if (queue.length === 0) {
-      queue = tenants.slice(next, next + TENANT_GROUP);
-      next += queue.length;
-    }
-    const per = Math.max(MIN_ROWS_PER_TENANT, Math.floor(size / queue.length));
-    const turn = queue.splice(0, Math.max(1, Math.ceil(size / per)));
-    let n = 0;
-    const lines: StoredLine[] = [];
-    for (const tenantId of turn) {
-      const r = tenantStep(tenantId, per);
-      n += r.n;
-      if (!r.done) queue.push(tenantId);
-      if (r.record) lines.push({ soort: "retentie", tenantId, note: signRetentionRecord(signer, r.record), positie: 0, grootte: r.record.seq, bereik: null });
-    }
+    syncTail(sqlite, signing.path, signing.keys.verifiers);
     if (lines.length > 0) {
-      // The file before the COMMIT: a crash in between leaves a record for entries
-      // that still exist, which verification accepts; the reverse would not be.
       const positions = appendLines(signing.path, lines);
       lines.forEach((l, i) => (l.positie = positions[i]!));
       insertRows(sqlite, lines);
     }
-    return { n, done: queue.length === 0 && next >= tenants.length };
-  });
+    // Where an append starts once a whole chain is gone (src/audit/chain.ts).
+    for (const p of plans) upsertAnchor.run(p.tenantId, p.seq, p.hash, tijdstip);
+  }).immediate();
+}
 
-  if (tenants.length === 0) return { verwijderd: 0, gestopt };
-  // A lower target than the login attempts': audit batches vary more (hashing, cold
-  // index pages), and at 40 ms single batches reached 180 ms on a shared 2-core host.
-  const verwijderd = await inBatches(sqlite, o, { targetMs: 30, initial: 2000, min: 200, max: 50_000 }, (size) => batch.immediate(size));
-  return { verwijderd, gestopt };
+/**
+ * Deletes the planned prefixes in short write transactions. Each batch takes the next
+ * rows of every unfinished tenant of the group (round robin): chains lie apart in the
+ * primary key, but the created_at index interleaves all tenants, so one tenant's prefix
+ * touches a different index page for nearly every entry and a group's prefixes share
+ * them (at 1,000 tenants: 55 s per tenant, 23 s per group; bench/run.ts).
+ */
+async function deletePlanned(sqlite: Database, plans: DeletionPlan[], o: RetentionOptions): Promise<number> {
+  const del = sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= ?");
+  const next = new Map(plans.map((p) => [p.tenantId, p.from]));
+  let active = plans.filter((p) => p.from <= p.seq);
+  const batch = sqlite.transaction((size: number): { n: number; done: boolean } => {
+    const per = Math.max(1, Math.floor(size / Math.max(1, active.length)));
+    let n = 0;
+    for (const p of active) {
+      const upTo = Math.min(p.seq, next.get(p.tenantId)! + per - 1);
+      n += del.run(p.tenantId, upTo).changes;
+      next.set(p.tenantId, upTo + 1);
+    }
+    active = active.filter((p) => next.get(p.tenantId)! <= p.seq);
+    return { n, done: active.length === 0 };
+  });
+  if (active.length === 0) return 0;
+  // A lower target than the login attempts': audit batches vary more (cold index
+  // pages), and at 40 ms single batches reached 180 ms on a shared 2-core host.
+  return inBatches(sqlite, o, { targetMs: 30, initial: 2000, min: 200, max: 50_000 }, (size) => batch.immediate(size));
 }
 
 /** Deletes login attempts older than grens, in batches by the tijdstip index. */

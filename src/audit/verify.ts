@@ -59,22 +59,27 @@ export interface VerifyOptions {
 
 type Row = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
-/** Where a chain starts: genesis, or the signed retention record of the deletion before it. */
+/**
+ * Where a chain's tree starts: genesis, or a signed retention record. Entries up to
+ * `seq` may still exist (a retention run signs its records before it deletes, and may
+ * have been stopped part way): they must then link up to the record's hash.
+ */
 export type ChainStart =
   | { ok: true; seq: number; hash: string; range: CompactRange; record: RetentionRecord | null }
   | { ok: false; reden: "retentie-ontbreekt" | "retentie-ongeldig" };
 
 /**
  * The start of a chain whose oldest remaining entry has `firstSeq` (null: no entries):
- * genesis for seq 1, else a validly signed, justified retention record in
- * audit_anchor_log that ends at firstSeq − 1 (for an empty chain: the newest one).
+ * genesis for seq 1; else the validly signed, justified retention record in
+ * audit_anchor_log with the lowest seq at or after firstSeq − 1 (for an empty chain:
+ * the newest one). No such record: the older entries went missing some other way.
  */
 export function chainStart(sqlite: Database, tenantId: number, firstSeq: number | null, verifiers: Verifier[]): ChainStart {
   if (firstSeq === 1) return { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null };
   const rows = (
     firstSeq === null
-      ? sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY grootte DESC, positie DESC LIMIT 1").all(tenantId)
-      : sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' AND grootte = ? ORDER BY positie DESC").all(tenantId, firstSeq - 1)
+      ? sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY grootte DESC, positie DESC").all(tenantId)
+      : sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' AND grootte >= ? ORDER BY grootte, positie DESC").all(tenantId, firstSeq - 1)
   ) as { note: string }[];
   if (rows.length === 0) {
     return firstSeq === null ? { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null } : { ok: false, reden: "retentie-ontbreekt" };
@@ -82,7 +87,7 @@ export function chainStart(sqlite: Database, tenantId: number, firstSeq: number 
   for (const { note } of rows) {
     const o = openRetentionRecord(note, tenantId, verifiers);
     if (!o.ok || retentionUnjustified(o.record) !== null) continue;
-    if (firstSeq !== null && o.record.seq !== firstSeq - 1) continue;
+    if (firstSeq !== null && o.record.seq < firstSeq - 1) continue;
     return { ok: true, seq: o.record.seq, hash: o.record.hash, range: o.record.bereik, record: o.record };
   }
   return { ok: false, reden: "retentie-ongeldig" };
@@ -127,8 +132,11 @@ function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions)
      FROM audit_entries WHERE tenant_id = ? ORDER BY seq`,
   );
   let count = 0;
-  let prevSeq = start.seq;
-  let prevHash = start.hash;
+  // Entries up to start.seq still there (retention signed their deletion but had not
+  // finished it): they are in the record's range already and must link up to its hash.
+  const pending = first !== null && first.seq <= start.seq;
+  let prevSeq = pending ? first.seq - 1 : start.seq;
+  let prevHash: string | null = pending ? null : start.hash;
   // iterate() steps the cursor row by row; values() would build every row first
   // (1M entries: 1.4 GB peak RSS and 3x slower, bench/verify-memory.ts).
   for (const r of stmt.iterate(tenantId) as IterableIterator<Row>) {
@@ -138,10 +146,12 @@ function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions)
     // Same bytes as canonicalText(); one native JSON.stringify of the array is the
     // cheapest way to build them (faster than concatenating per-field escapes).
     const text = JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, actor, action, subject, details, rowPrevHash]);
-    // The oldest remaining entry must link to genesis or to the retention record.
-    const reden = linkBreak(sha256Hex(text) !== hash, count === 1, seq, rowPrevHash, prevSeq, prevHash);
+    // The oldest entry after the start must link to genesis or to the retention record.
+    const reden = linkBreak(sha256Hex(text) !== hash, !pending && count === 1, seq, rowPrevHash, prevSeq, prevHash ?? rowPrevHash);
     if (reden) {
       fout = { seq, entryId: id, reden };
+    } else if (seq <= start.seq) {
+      if (seq === start.seq && hash !== start.hash) fout = { seq, entryId: id, reden: "anker-afwijkend" };
     } else if (cp && cp.size >= seq) {
       range.pushEntryHash(hash);
       // Entries past the checkpoint are new since audit-anker: nothing signed covers them yet.
@@ -150,6 +160,8 @@ function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions)
     prevSeq = seq;
     prevHash = hash;
   }
+  // Pending entries that stop short of the record: the ones up to it are gone.
+  if (!fout && pending && prevSeq < start.seq) fout = { seq: start.seq, entryId: null, reden: "kop-ontbreekt" };
 
   // A signed checkpoint beyond the last entry: the newest entries were cut off.
   if (!fout && cp && cp.size > prevSeq) fout = { seq: cp.size, entryId: null, reden: "kop-ontbreekt" };
