@@ -2,6 +2,7 @@
 // that is set but invalid, stops the start with a message naming the variable; no
 // value silently falls back to its default.
 import { NoteKeyError, parseSignerKey, parseVerifierKey } from "./audit/note.ts";
+import { parseSmtpUrl, SmtpUrlError } from "./mail/smtp-url.ts";
 
 export interface Config {
   cronSecret: string;
@@ -97,16 +98,15 @@ export function parseConfig(env: Env): Config {
 
   const smtpUrl = read(env, "SMTP_URL");
   if (smtpUrl !== undefined) {
-    let u: URL;
+    // Everything the mailer (and the alarm sink's secret list) later takes from the URL
+    // is checked here, by the same code: host, port, and the percent-decoding of user
+    // and password. The messages never contain the URL, so never the password.
     try {
-      u = new URL(smtpUrl);
-    } catch {
-      throw new ConfigError("SMTP_URL", "is not a URL (expected smtp://host:port or smtps://user:pass@host:port)");
+      parseSmtpUrl(smtpUrl);
+    } catch (e) {
+      if (e instanceof SmtpUrlError) throw new ConfigError("SMTP_URL", e.message);
+      throw new ConfigError("SMTP_URL", "could not be read");
     }
-    if (u.protocol !== "smtp:" && u.protocol !== "smtps:") {
-      throw new ConfigError("SMTP_URL", `must start with smtp:// or smtps://, got ${u.protocol}//`);
-    }
-    if (!u.hostname) throw new ConfigError("SMTP_URL", "has no host");
   }
 
   const sentryDsn = read(env, "SENTRY_DSN");

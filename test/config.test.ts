@@ -1,6 +1,9 @@
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import fc from "fast-check";
 import { ConfigError, parseConfig, redactedConfig } from "../src/config.ts";
+import { smtpOptions } from "../src/mail/transport.ts";
+import { TEST_SIGNING_KEY } from "./helpers.ts";
 
 const SECRET = "x".repeat(64);
 const ok = (env: Record<string, string> = {}) => parseConfig({ CRON_SECRET: SECRET, ...env });
@@ -128,5 +131,83 @@ describe("configuration", () => {
     const err = await new Response(proc.stderr).text();
     expect(err).toContain("AUDIT_RETENTIE_DAGEN");
     expect(err).not.toContain(SECRET);
+  });
+});
+
+// SMTP_URL is taken apart again when the mailer is built (src/mail/transport.ts) and
+// when the alarm sink learns which values to scrub (src/server.ts): whatever those
+// parse must already have been checked at start, with a ConfigError naming SMTP_URL.
+describe("SMTP_URL: everything the mailer parses later is checked at start", () => {
+  const base = { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY };
+  const smtpFailure = (url: string) => failure({ ...base, SMTP_URL: url });
+
+  const refused: [string, string, string][] = [
+    // [why, url, the secret part that must not be echoed]
+    ["a bare % in the password", "smtps://u:50%off@mail.example.nl", "50%off"],
+    ["a % not followed by two hex digits at the end of the password", "smtp://u:geheim-wachtwoord%2@mail.example.nl:587", "geheim-wachtwoord"],
+    ["a percent-encoded byte that is no UTF-8", "smtp://u:geheim%ffwachtwoord@mail.example.nl", "geheim%ffwachtwoord"],
+    ["a bare % in the user name", "smtp://100%zeker:geheimwachtwoord@mail.example.nl", "geheimwachtwoord"],
+    ["a password without a user name (the mailer would drop it)", "smtp://:geheimwachtwoord@mail.example.nl", "geheimwachtwoord"],
+    ["port 0", "smtp://u:geheimwachtwoord@mail.example.nl:0", "geheimwachtwoord"],
+    ["a port out of range", "smtp://u:geheimwachtwoord@mail.example.nl:70000", "geheimwachtwoord"],
+  ];
+  for (const [why, url, secretPart] of refused) {
+    test(`${why} is refused naming SMTP_URL, without echoing the password`, () => {
+      const e = smtpFailure(url);
+      expect(e.variable).toBe("SMTP_URL");
+      expect(e.message.startsWith("SMTP_URL:")).toBe(true);
+      expect(e.message).not.toContain(secretPart);
+      expect(e.message).not.toContain(url);
+    });
+  }
+
+  test("an accepted SMTP_URL builds the mailer options: user and password percent-decoded, port a number", () => {
+    const c = parseConfig({ ...base, SMTP_URL: "smtps://mail%40example.nl:50%25off%2Fp%C3%A9@[::1]:465" });
+    const o = smtpOptions(c.smtpUrl!);
+    expect(o).toMatchObject({ host: "::1", port: 465, secure: true, auth: { user: "mail@example.nl", pass: "50%off/pé" } });
+    expect(smtpOptions(parseConfig({ ...base, SMTP_URL: "smtp://mail.example.nl" }).smtpUrl!)).not.toHaveProperty("port");
+  });
+
+  // Mostly the characters that matter in a URL's user info, now and then any code point.
+  const urlChar = fc.oneof(
+    { weight: 3, arbitrary: fc.constantFrom("%", "%", "2", "5", "f", "F", "0", "c", "3", "@", ":", "/", "#", "?", "[", "]", " ", "é", "\\") },
+    { weight: 1, arbitrary: fc.string({ unit: "binary", minLength: 1, maxLength: 1 }) },
+  );
+
+  test("any password written into the URL: either a ConfigError naming SMTP_URL that does not echo it, or options the mailer can use", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: urlChar, maxLength: 24 }), fc.string({ unit: urlChar, maxLength: 12 }), (pw, user) => {
+        const password = `Wachtwoord-${pw}`;
+        const url = `smtps://${user}:${password}@mail.example.nl:465`;
+        let c;
+        try {
+          c = parseConfig({ ...base, SMTP_URL: url });
+        } catch (e) {
+          expect(e).toBeInstanceOf(ConfigError);
+          expect((e as ConfigError).variable).toBe("SMTP_URL");
+          expect((e as ConfigError).message).not.toContain(password);
+          return;
+        }
+        if (c.smtpUrl === null) return; // only white space: not set
+        const o = smtpOptions(c.smtpUrl);
+        expect(typeof o.host).toBe("string");
+        redactedConfig(c);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test("the entry point stops with exit code 2 and a line naming SMTP_URL, no stack trace and no password", async () => {
+    const proc = Bun.spawn([process.execPath, join(import.meta.dir, "..", "src", "index.ts")], {
+      env: { PATH: process.env.PATH ?? "", ...base, SMTP_URL: "smtps://u:50%off@mail.example.nl", DATABASE_PATH: ":memory:" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const [code, err] = await Promise.all([proc.exited, new Response(proc.stderr).text()]);
+    expect(err).toContain("SMTP_URL");
+    expect(err).not.toContain("50%off");
+    expect(err).not.toContain("URIError");
+    expect(err).not.toMatch(/\n\s+at /);
+    expect(code).toBe(2);
   });
 });

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import nodemailer from "nodemailer";
 import type SMTPPool from "nodemailer/lib/smtp-pool";
 import type { Mailer, MailMessage } from "./mailer.ts";
+import { parseSmtpUrl } from "./smtp-url.ts";
 
 export interface MailerOptions {
   smtpUrl: string | null;
@@ -24,18 +25,17 @@ export const POOL_CONNECTIONS = 5;
  * with STARTTLS whenever the server offers it (nodemailer's default; the certificate is
  * verified); `smtps://` is TLS from the first byte. User and password come from the
  * URL, percent-decoded. Without a port nodemailer uses 587 (smtp) or 465 (smtps).
+ * parseSmtpUrl is the same check parseConfig ran at start, so this does not throw for
+ * a configured SMTP_URL.
  */
 export function smtpOptions(smtpUrl: string, o: Pick<MailerOptions, "maxConnections" | "timeouts"> = {}): SMTPPool.Options {
-  const u = new URL(smtpUrl);
-  const secure = u.protocol === "smtps:";
-  const user = decodeURIComponent(u.username);
-  const pass = decodeURIComponent(u.password);
+  const { secure, host, port, user, pass } = parseSmtpUrl(smtpUrl);
   return {
     pool: true,
     maxConnections: o.maxConnections ?? POOL_CONNECTIONS,
     maxMessages: 100,
-    host: u.hostname.replace(/^\[|\]$/g, ""),
-    ...(u.port ? { port: Number(u.port) } : {}),
+    host,
+    ...(port !== undefined ? { port } : {}),
     secure,
     ...(user ? { auth: { user, pass } } : {}),
     // A mail server that does not answer must not hold a job for minutes: fail the
