@@ -1,11 +1,14 @@
 import { describe, expect, test } from "bun:test";
 import { Cron } from "croner";
-import { runTakenControle } from "../src/jobs/taken-controle.ts";
-import { SCHEDULE } from "../src/schedule.ts";
+import { defineJob, type JobContext } from "../src/jobs/job.ts";
+import { runTakenControle, takenControleJob } from "../src/jobs/taken-controle.ts";
+import { SCHEDULE, type JobName } from "../src/schedule.ts";
 import { call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
 
 const MIN = 60_000;
 const at = (iso: string) => new Date(iso);
+/** Called directly: no run of this process is going on. */
+const idle: JobContext = { running: [] };
 
 function addRun(env: TestEnv, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000) {
   env.store.sqlite
@@ -39,7 +42,7 @@ describe("taken-controle", () => {
     const env = makeTestEnv();
     try {
       healthyRuns(env, NOW);
-      const r = await runTakenControle(env.deps, NOW);
+      const r = await runTakenControle(env.deps, NOW, idle);
       expect(r.status).toBe(200);
       expect(r.body.ok).toBe(true);
       expect(r.body.taken).toHaveLength(10);
@@ -60,7 +63,7 @@ describe("taken-controle", () => {
       const now = at("2026-07-23T06:31:00.000Z"); // dagrapport fires 06:00, grace 30 min
       healthyRuns(env, now, ["dagrapport"]);
       addRun(env, "dagrapport", at("2026-07-22T06:00:01.000Z")); // yesterday's run
-      const r = await runTakenControle(env.deps, now);
+      const r = await runTakenControle(env.deps, now, idle);
       expect(r.status).toBe(409);
       expect(r.body.gemist).toEqual(["dagrapport"]);
       expect(r.body.falend).toEqual([]);
@@ -80,7 +83,7 @@ describe("taken-controle", () => {
       const now = at("2026-07-23T06:29:00.000Z");
       healthyRuns(env, now, ["dagrapport"]);
       addRun(env, "dagrapport", at("2026-07-22T06:00:01.000Z"));
-      const r = await runTakenControle(env.deps, now);
+      const r = await runTakenControle(env.deps, now, idle);
       expect(r.status).toBe(200);
       expect(statusOf(r.body, "dagrapport")).toBe("wacht");
       expect(env.alarms.raised).toHaveLength(0);
@@ -94,7 +97,7 @@ describe("taken-controle", () => {
     try {
       const now = at("2026-07-23T06:11:00.000Z");
       healthyRuns(env, now, ["dagrapport"]);
-      const r = await runTakenControle(env.deps, now);
+      const r = await runTakenControle(env.deps, now, idle);
       expect(r.body.margeMinuten).toBe(10);
       expect(r.body.gemist).toEqual(["dagrapport"]);
     } finally {
@@ -108,7 +111,7 @@ describe("taken-controle", () => {
       // beveiligingslog-analyse fires every 15 minutes; its last run was 11:00.
       healthyRuns(env, NOW, ["beveiligingslog-analyse"]);
       addRun(env, "beveiligingslog-analyse", at("2026-07-23T11:00:01.000Z"));
-      const r = await runTakenControle(env.deps, NOW);
+      const r = await runTakenControle(env.deps, NOW, idle);
       expect(r.status).toBe(409);
       expect(r.body.gemist).toEqual(["beveiligingslog-analyse"]);
       // 12:00 is the last fire time; 11:30 is the newest one whose 30 minutes of grace are over.
@@ -125,7 +128,7 @@ describe("taken-controle", () => {
     const env = makeTestEnv();
     try {
       setInstalled(env, new Date(NOW.getTime() - 10 * MIN)); // installed 11:50
-      const r = await runTakenControle(env.deps, NOW);
+      const r = await runTakenControle(env.deps, NOW, idle);
       expect(r.status).toBe(200);
       expect(env.alarms.raised).toHaveLength(0);
       // Only beveiligingslog-analyse was due since 11:50 (at 12:00), and it is within grace.
@@ -133,7 +136,7 @@ describe("taken-controle", () => {
       for (const t of r.body.taken.filter((t) => t.job !== "beveiligingslog-analyse")) expect(t.status).toBe("nog-niet-verwacht");
 
       // 31 minutes after its first expected time the job that never ran is missed.
-      const later = await runTakenControle(env.deps, at("2026-07-23T12:31:00.000Z"));
+      const later = await runTakenControle(env.deps, at("2026-07-23T12:31:00.000Z"), idle);
       expect(later.status).toBe(409);
       expect(later.body.gemist).toEqual(["beveiligingslog-analyse"]);
     } finally {
@@ -147,7 +150,7 @@ describe("taken-controle", () => {
       healthyRuns(env, NOW, ["dagrapport", "backup-controle"]);
       addRun(env, "dagrapport", at("2026-07-23T06:00:01.000Z"), "fout");
       addRun(env, "backup-controle", at("2026-07-23T11:15:01.000Z"), "afwijking");
-      const r = await runTakenControle(env.deps, NOW);
+      const r = await runTakenControle(env.deps, NOW, idle);
       expect(r.status).toBe(409);
       expect(r.body.falend).toEqual(["dagrapport"]);
       expect(r.body.gemist).toEqual([]);
@@ -165,7 +168,7 @@ describe("taken-controle", () => {
       healthyRuns(env, NOW, ["audit-verificatie", "beveiligingslog-analyse"]);
       addRun(env, "audit-verificatie", at("2026-07-23T01:00:01.000Z"), "bezig", null); // process died mid-run
       addRun(env, "beveiligingslog-analyse", at("2026-07-23T12:00:00.000Z"), "bezig", null); // running right now
-      const r = await runTakenControle(env.deps, NOW);
+      const r = await runTakenControle(env.deps, NOW, idle);
       expect(r.status).toBe(409);
       expect(r.body.gemist).toEqual([]);
       expect(r.body.falend).toEqual(["audit-verificatie"]);
@@ -176,7 +179,7 @@ describe("taken-controle", () => {
     }
   });
 
-  test("over HTTP: taken-controle's own run counts, so it never reports itself missed", async () => {
+  test("over HTTP: taken-controle's own run counts, so it never reports itself missed (it is running: loopt)", async () => {
     const env = makeTestEnv();
     try {
       const now = at("2026-07-23T13:16:00.000Z"); // its own fire time 12:45 is 31 minutes ago
@@ -185,11 +188,115 @@ describe("taken-controle", () => {
       const res = await call(env.app, "/api/cron/taken-controle");
       expect(res.status).toBe(200);
       expect(res.json.taken.find((t: { job: string }) => t.job === "taken-controle")).toMatchObject({
-        status: "ok",
+        status: "loopt",
         laatsteRun: { gestart: now.toISOString(), beeindigd: null, uitkomst: "bezig" },
       });
       const row = env.store.sqlite.query("SELECT uitkomst FROM job_runs WHERE job = 'taken-controle'").get() as { uitkomst: string };
       expect(row.uitkomst).toBe("ok");
+    } finally {
+      env.cleanup();
+    }
+  });
+});
+
+describe("taken-controle: runs this process is running right now", () => {
+  /** A job that stays running until `finish()`; `started` resolves once the wrapper has recorded its run. */
+  function heldJob(name: "beveiligingslog-retentie" | "beveiligingslog-analyse") {
+    let finish!: () => void;
+    let markStarted!: () => void;
+    const release = new Promise<void>((r) => (finish = r));
+    const started = new Promise<void>((r) => (markStarted = r));
+    const job = defineJob({
+      name,
+      summary: "t",
+      description: "t",
+      run: async () => {
+        markStarted();
+        await release;
+        return { status: 200, body: { ok: true } };
+      },
+    });
+    return { job, started, finish };
+  }
+
+  test("a long retention run still going after the grace is 'loopt', not onderbroken: 200, no alarm", async () => {
+    const retentie = heldJob("beveiligingslog-retentie");
+    const env = makeTestEnv({}, { jobs: [retentie.job, takenControleJob] });
+    let running: ReturnType<typeof call> | undefined;
+    try {
+      const now = at("2026-07-23T03:45:00.000Z"); // beveiligingslog-retentie fired 03:00, grace 30 minutes
+      healthyRuns(env, now, ["beveiligingslog-retentie", "taken-controle"]);
+      env.setNow(at("2026-07-23T03:00:01.000Z"));
+      running = call(env.app, "/api/cron/beveiligingslog-retentie");
+      await retentie.started;
+
+      env.setNow(now);
+      const res = await call(env.app, "/api/cron/taken-controle");
+      expect(res.status).toBe(200);
+      expect(res.json).toMatchObject({ ok: true, gemist: [], falend: [] });
+      expect(res.json.taken.find((t: { job: string }) => t.job === "beveiligingslog-retentie")).toMatchObject({
+        status: "loopt",
+        laatsteRun: { gestart: "2026-07-23T03:00:01.000Z", beeindigd: null, uitkomst: "bezig" },
+      });
+      expect(env.alarms.raised).toHaveLength(0);
+
+      retentie.finish();
+      expect((await running).status).toBe(200);
+    } finally {
+      retentie.finish();
+      await running?.catch(() => {});
+      await env.cleanup();
+    }
+  });
+
+  test("a job whose later calls were refused because its run is still going is 'loopt', not gemist", async () => {
+    const analyse = heldJob("beveiligingslog-analyse");
+    const env = makeTestEnv({}, { jobs: [analyse.job, takenControleJob] });
+    let running: ReturnType<typeof call> | undefined;
+    try {
+      healthyRuns(env, NOW, ["beveiligingslog-analyse", "taken-controle"]);
+      env.setNow(at("2026-07-23T11:00:01.000Z"));
+      running = call(env.app, "/api/cron/beveiligingslog-analyse");
+      await analyse.started;
+      // The 11:15, 11:30 and 11:45 calls found it running: 409, no run recorded.
+      env.setNow(at("2026-07-23T11:15:00.000Z"));
+      expect((await call(env.app, "/api/cron/beveiligingslog-analyse")).status).toBe(409);
+
+      env.setNow(NOW); // 12:00: the 11:30 fire time is past its grace without a run that started since
+      const res = await call(env.app, "/api/cron/taken-controle");
+      expect(res.status).toBe(200);
+      expect(res.json.gemist).toEqual([]);
+      expect(statusOf(res.json, "beveiligingslog-analyse")).toBe("loopt");
+      expect(env.alarms.raised).toHaveLength(0);
+
+      analyse.finish();
+      expect((await running).status).toBe(200);
+    } finally {
+      analyse.finish();
+      await running?.catch(() => {});
+      await env.cleanup();
+    }
+  });
+
+  test("the same rows without that run in the process (it died): onderbroken and gemist with a job-missed alarm", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW, ["beveiligingslog-analyse", "beveiligingslog-retentie"]);
+      addRun(env, "beveiligingslog-retentie", at("2026-07-23T03:00:01.000Z"), "bezig", null);
+      addRun(env, "beveiligingslog-analyse", at("2026-07-23T11:00:01.000Z"), "bezig", null);
+      const r = await runTakenControle(env.deps, NOW, idle);
+      expect(r.status).toBe(409);
+      expect(statusOf(r.body, "beveiligingslog-retentie")).toBe("onderbroken");
+      expect(statusOf(r.body, "beveiligingslog-analyse")).toBe("gemist");
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-missed"]);
+
+      // Called directly with the process's running runs passed in: the same rows are 'loopt'.
+      const ids = env.store.sqlite.query("SELECT job, id AS runId FROM job_runs WHERE uitkomst = 'bezig'").all() as { job: JobName; runId: number }[];
+      const live = await runTakenControle(env.deps, NOW, { running: ids });
+      expect(live.status).toBe(200);
+      expect(statusOf(live.body, "beveiligingslog-retentie")).toBe("loopt");
+      expect(statusOf(live.body, "beveiligingslog-analyse")).toBe("loopt");
+      expect(env.alarms.raised).toHaveLength(1);
     } finally {
       env.cleanup();
     }

@@ -33,7 +33,7 @@ export async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDe
     const runId = startRun(deps.store.sqlite, def.name, started);
     running.setRun(def.name, runId);
     try {
-      const result = await running.race(def.run(deps, started, input));
+      const result = await running.race(def.run(deps, started, input, { running: running.runs() }));
       finishRun(deps.store.sqlite, runId, deps.clock(), {
         uitkomst: outcomeOf(result.status),
         httpStatus: result.status,

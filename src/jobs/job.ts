@@ -9,6 +9,22 @@ export interface JobResult<B extends object = object> {
   body: B;
 }
 
+/** A run this process is executing, with its job_runs row. */
+export interface RunningRun {
+  job: JobName;
+  runId: number;
+}
+
+/**
+ * What the job wrapper (src/http/job-route.ts) knows about this process when it starts
+ * a job, passed in like Deps: taken-controle must not call a run interrupted or missed
+ * while this very process is still running it.
+ */
+export interface JobContext {
+  /** Runs this process was executing when the job started, the calling job's own included. */
+  running: readonly RunningRun[];
+}
+
 export interface JobDefinition<I = undefined> {
   name: JobName;
   /** One line for Swagger UI. */
@@ -16,7 +32,7 @@ export interface JobDefinition<I = undefined> {
   description: string;
   /** Reads and validates the request body (after auth); jobs without input never read it. */
   input?: (request: Request) => Promise<I>;
-  run(deps: Deps, now: Date, input: I): Promise<JobResult<object>>;
+  run(deps: Deps, now: Date, input: I, context: JobContext): Promise<JobResult<object>>;
   /** OpenAPI: JSON schemas of the bodies per status, and of the request body. */
   openapi?: {
     responses?: Record<number, { description: string; schema?: unknown }>;

@@ -5,9 +5,9 @@ import { installedAt } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { dueState } from "../job-runs.ts";
 import { SCHEDULE } from "../schedule.ts";
-import { defineJob, type JobResult } from "./job.ts";
+import { defineJob, type JobContext, type JobResult } from "./job.ts";
 
-export type TaakStatus = "ok" | "gemist" | "faalt" | "onderbroken" | "wacht" | "nog-niet-verwacht";
+export type TaakStatus = "ok" | "loopt" | "gemist" | "faalt" | "onderbroken" | "wacht" | "nog-niet-verwacht";
 
 export interface TaakRegel {
   job: string;
@@ -29,7 +29,15 @@ export interface TakenControleBody {
   falend: string[];
 }
 
-export async function runTakenControle(deps: Deps, now: Date): Promise<JobResult<TakenControleBody>> {
+/**
+ * `context.running`: the runs this process is executing right now (the job wrapper
+ * passes them). Such a job is alive, whatever its row looks like: a run older than the
+ * grace is a long run, not an interrupted one, and the calls the guard refused with 409
+ * while it ran left no row, which is no missed fire time either. It is reported as
+ * `loopt`, without alarm; its outcome is judged by the next check after it ended.
+ * Called directly (a test, a tool beside the service) nothing of this process runs.
+ */
+export async function runTakenControle(deps: Deps, now: Date, context: JobContext = { running: [] }): Promise<JobResult<TakenControleBody>> {
   const { sqlite } = deps.store;
   const margeMinuten = deps.config.takenMargeMinuten;
   const graceMs = margeMinuten * 60_000;
@@ -43,20 +51,29 @@ export async function runTakenControle(deps: Deps, now: Date): Promise<JobResult
   const taken: TaakRegel[] = [];
   const gemist: string[] = [];
   const falend: string[] = [];
+  const runningHere = new Set(context.running.map((r) => r.job));
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
-    const { expected, notYetExpected, due, missed, ranSinceExpected } = dueState(sqlite, entry.job, entry.cron, now, graceMs, installed);
+    const { expected, notYetExpected, due, missed: dueMissed, ranSinceExpected } = dueState(sqlite, entry.job, entry.cron, now, graceMs, installed);
     const run = latestRun.get(entry.job) as TaakRegel["laatsteRun"];
 
     // Only the latest run is judged: a failure followed by a run still in progress
     // waits for that run's outcome. A run with no end after longer than the grace
     // was interrupted (the process died or was restarted); its work was not done.
-    const failed = run?.uitkomst === "fout";
+    // A job this process is running right now is neither interrupted nor missed.
+    const loopt = runningHere.has(entry.job);
+    const failed = !loopt && run?.uitkomst === "fout";
     const interrupted =
-      run !== null && run.uitkomst === "bezig" && run.beeindigd === null && now.getTime() - new Date(run.gestart).getTime() > graceMs;
+      !loopt &&
+      run !== null &&
+      run.uitkomst === "bezig" &&
+      run.beeindigd === null &&
+      now.getTime() - new Date(run.gestart).getTime() > graceMs;
+    const missed = !loopt && dueMissed;
 
     let status: TaakStatus;
-    if (notYetExpected) status = "nog-niet-verwacht";
+    if (loopt) status = "loopt";
+    else if (notYetExpected) status = "nog-niet-verwacht";
     else if (missed) status = "gemist";
     else if (failed) status = "faalt";
     else if (interrupted) status = "onderbroken";
@@ -119,7 +136,7 @@ const bodySchema = {
               uitkomst: { type: "string", enum: ["bezig", "ok", "afwijking", "fout"] },
             },
           },
-          status: { type: "string", enum: ["ok", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"] },
+          status: { type: "string", enum: ["ok", "loopt", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"] },
         },
       },
     },
@@ -134,10 +151,12 @@ export const takenControleJob = defineJob({
   description:
     "Voor elke taak in het schema: het laatste verwachte starttijdstip (cron, UTC) tegen de run-geschiedenis, met TAKEN_MARGE_MINUTEN marge. " +
     "`gemist`: geen run gestart sinds een starttijdstip waarvan de marge verstreken is. `faalt`: de laatste run eindigde in een fout. " +
-    "`onderbroken`: de laatste run is langer dan de marge geleden gestart en nooit beëindigd. `wacht`: verwacht, nog binnen de marge. " +
+    "`onderbroken`: de laatste run is langer dan de marge geleden gestart en nooit beëindigd, en deze service voert hem niet meer uit. " +
+    "`loopt`: deze service voert de taak op dit moment uit (ook een lange run, ook taken-controle zelf); geen alarm, ook niet als " +
+    "aanroepen in de tussentijd met 409 geweigerd zijn. `wacht`: verwacht, nog binnen de marge. " +
     "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en een alarm (`type` = `job-missed`) " +
     "wanneer een taak gemist is of faalt.",
-  run: (deps, now) => runTakenControle(deps, now),
+  run: (deps, now, _input, context) => runTakenControle(deps, now, context),
   openapi: {
     responses: {
       200: { description: "Alle geplande taken liepen op tijd.", schema: bodySchema },
