@@ -28,12 +28,23 @@ export function startRun(sqlite: Database, job: JobName, now: Date): number {
   return row.id;
 }
 
-export function finishRun(
-  sqlite: Database,
-  id: number,
-  end: Date,
-  r: { uitkomst: Exclude<Outcome, "bezig">; httpStatus: number; samenvatting?: unknown; fout?: string | null },
-): void {
+/** How a run ended, as finishRun writes it. */
+export interface RunEnd {
+  uitkomst: Exclude<Outcome, "bezig">;
+  httpStatus: number;
+  samenvatting?: unknown;
+  fout?: string | null;
+}
+
+/** A completed run whose end this process could not write to job_runs yet (see RunningJobs.keepEnd). */
+export interface KeptEnd {
+  job: JobName;
+  runId: number;
+  end: Date;
+  result: RunEnd;
+}
+
+export function finishRun(sqlite: Database, id: number, end: Date, r: RunEnd): void {
   let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
   if (summary !== null && summary.length > MAX_SUMMARY) summary = summary.slice(0, MAX_SUMMARY - 1) + "…";
   sqlite
@@ -64,6 +75,7 @@ export class RunningJobs {
   private readonly runIds = new Map<JobName, number>();
   private readonly idle: (() => void)[] = [];
   private readonly interrupters = new Set<(e: Error) => void>();
+  private readonly keptEnds = new Map<number, KeptEnd>();
   private closed = false;
 
   tryStart(job: JobName): boolean {
@@ -121,11 +133,47 @@ export class RunningJobs {
     return [...this.running];
   }
 
+  /**
+   * Keeps the end of a completed run whose job_runs UPDATE failed, until
+   * writeKeptEnds() manages to write it. Memory only: a restart before that loses it
+   * (the alarm raised when it failed says the job completed).
+   */
+  keepEnd(kept: KeptEnd): void {
+    this.keptEnds.set(kept.runId, kept);
+  }
+
+  /** Ends kept because they could not be written yet, oldest first. */
+  keptEndsList(): KeptEnd[] {
+    return [...this.keptEnds.values()];
+  }
+
+  forgetEnd(runId: number): void {
+    this.keptEnds.delete(runId);
+  }
+
   /** Resolves when no job runs (used on shutdown). */
   whenIdle(): Promise<void> {
     if (this.running.size === 0) return Promise.resolve();
     return new Promise((resolve) => this.idle.push(resolve));
   }
+}
+
+/**
+ * Writes the ends kept in `running` (each tried once; one that fails again stays kept)
+ * and returns the ones written. Never throws: it runs before an unrelated job.
+ */
+export function writeKeptEnds(sqlite: Database, running: RunningJobs): KeptEnd[] {
+  const written: KeptEnd[] = [];
+  for (const kept of running.keptEndsList()) {
+    try {
+      finishRun(sqlite, kept.runId, kept.end, kept.result);
+      running.forgetEnd(kept.runId);
+      written.push(kept);
+    } catch {
+      // Still not writable: the caller logs how many stay kept.
+    }
+  }
+  return written;
 }
 
 /**

@@ -1,6 +1,11 @@
-import { afterEach, describe, expect, test } from "bun:test";
+import { afterEach, describe, expect, spyOn, test } from "bun:test";
+import { Cron } from "croner";
 import { lastRun } from "../src/job-runs.ts";
+import { backupControleJob } from "../src/jobs/backup-controle.ts";
+import { dagrapportJob } from "../src/jobs/dagrapport.ts";
 import { defineJob } from "../src/jobs/job.ts";
+import { takenControleJob } from "../src/jobs/taken-controle.ts";
+import { SCHEDULE } from "../src/schedule.ts";
 import { call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
@@ -115,5 +120,108 @@ describe("the job wrapper", () => {
     expect(r.status).toBe(400);
     expect(r.json).toEqual({ error: "exitCode ontbreekt" });
     expect(lastRun(env.store.sqlite, "backup-status")).toBeNull();
+  });
+});
+
+describe("the job wrapper: a completed job whose end cannot be recorded", () => {
+  const RECIPIENT = "beheer@example.nl";
+  const at = (iso: string) => new Date(iso);
+  const runRow = (job: string) =>
+    env.store.sqlite
+      .query("SELECT id, uitkomst, beeindigd, http_status AS httpStatus, samenvatting, fout FROM job_runs WHERE job = ? ORDER BY id DESC LIMIT 1")
+      .get(job) as { id: number; uitkomst: string; beeindigd: string | null; httpStatus: number | null; samenvatting: string | null; fout: string | null };
+
+  /** Every other scheduled job ran at its last fire time, so only dagrapport is judged. */
+  function othersRan(now: Date) {
+    for (const e of SCHEDULE) {
+      if (e.cron === null || e.job === "dagrapport") continue;
+      const last = new Cron(e.cron, { timezone: "UTC" }).previousRuns(1, new Date(now.getTime() + 1))[0]!;
+      env.store.sqlite
+        .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, 'ok', 200)")
+        .run(e.job, new Date(last.getTime() + 1000).toISOString(), new Date(last.getTime() + 2000).toISOString());
+    }
+  }
+
+  /** Runs `f` with the error log lines (stderr) captured instead of written. */
+  async function capturingStderr<T>(f: () => Promise<T>): Promise<{ value: T; lines: string[] }> {
+    const lines: string[] = [];
+    const spy = spyOn(process.stderr, "write").mockImplementation(((chunk: unknown) => {
+      lines.push(String(chunk));
+      return true;
+    }) as typeof process.stderr.write);
+    try {
+      return { value: await f(), lines };
+    } finally {
+      spy.mockRestore();
+    }
+  }
+
+  test("the finishing UPDATE of job_runs fails after dagrapport mailed: the caller gets the job's 200, the mail went once, logged and alarmed, and nothing invites a rerun", async () => {
+    env = makeTestEnv({ DAGRAPPORT_EMAIL: RECIPIENT }, { jobs: [dagrapportJob, takenControleJob, backupControleJob] });
+    othersRan(at("2026-07-23T06:45:00.000Z"));
+    env.store.sqlite.run(
+      "CREATE TRIGGER boekhouding_kapot BEFORE UPDATE ON job_runs WHEN NEW.uitkomst <> 'bezig' BEGIN SELECT RAISE(ABORT, 'boekhouding kapot (test)'); END",
+    );
+
+    env.setNow(at("2026-07-23T06:00:01.000Z"));
+    const { value: r, lines } = await capturingStderr(() => call(env.app, "/api/cron/dagrapport"));
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({ ok: true, verzonden: true, ontvanger: RECIPIENT });
+    expect(env.mailer.sent.map((m) => m.to)).toEqual([RECIPIENT]);
+
+    // Reported, not swallowed: an error line in the log and an alarm that says the job is done.
+    const logged = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.level === "error");
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toMatchObject({ job: "dagrapport", httpStatus: 200 });
+    expect(String(logged[0]!.error)).toContain("boekhouding kapot (test)");
+    expect(env.alarms.raised).toHaveLength(1);
+    expect(env.alarms.raised[0]!.type).toBe("internal-error");
+    expect(env.alarms.raised[0]!.message).toContain("dagrapport");
+    expect(env.alarms.raised[0]!.message).toContain("niet opnieuw");
+    expect(runRow("dagrapport")).toMatchObject({ uitkomst: "bezig", beeindigd: null }); // the database refused every write
+
+    // 45 minutes on, the database still refusing: taken-controle does not call the run
+    // onderbroken (which would ask for a rerun); it reads the end this process kept.
+    env.setNow(at("2026-07-23T06:45:00.000Z"));
+    const tc = await capturingStderr(() => call(env.app, "/api/cron/taken-controle"));
+    expect(tc.value.status).toBe(200);
+    expect(tc.value.json.falend).toEqual([]);
+    expect(tc.value.json.taken.find((t: { job: string }) => t.job === "dagrapport")).toMatchObject({
+      status: "ok",
+      laatsteRun: { gestart: "2026-07-23T06:00:01.000Z", beeindigd: "2026-07-23T06:00:01.000Z", uitkomst: "ok" },
+    });
+    expect(env.alarms.raised.map((a) => a.type)).toEqual(["internal-error", "internal-error"]); // taken-controle's own end could not be written either
+
+    // The database takes writes again: the next job call writes the kept ends first.
+    env.store.sqlite.run("DROP TRIGGER boekhouding_kapot");
+    env.setNow(at("2026-07-23T07:15:00.000Z"));
+    expect((await call(env.app, "/api/cron/backup-controle")).status).toBeOneOf([200, 409]);
+    expect(runRow("dagrapport")).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: "2026-07-23T06:00:01.000Z" });
+    expect(runRow("taken-controle")).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: "2026-07-23T06:45:00.000Z" });
+    expect(env.mailer.sent).toHaveLength(1);
+  });
+
+  test("the database turns read-only right after the job (SQLITE_READONLY on the finishing UPDATE): the job's 200, not 503 that makes cron call it again", async () => {
+    const thenReadOnly = defineJob({
+      ...dagrapportJob,
+      run: async (deps, now, input, context) => {
+        const result = await dagrapportJob.run(deps, now, input, context);
+        deps.store.sqlite.run("PRAGMA query_only = 1");
+        return result;
+      },
+    });
+    env = makeTestEnv({ DAGRAPPORT_EMAIL: RECIPIENT }, { jobs: [thenReadOnly, backupControleJob] });
+    const { value: r } = await capturingStderr(() => call(env.app, "/api/cron/dagrapport"));
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({ ok: true, verzonden: true });
+    expect(env.mailer.sent).toHaveLength(1);
+    expect(env.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);
+    expect(String(env.alarms.raised[0]!.context?.fout)).toContain("readonly database");
+
+    env.store.sqlite.run("PRAGMA query_only = 0");
+    await call(env.app, "/api/cron/backup-controle");
+    const row = runRow("dagrapport");
+    expect(row).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: NOW.toISOString() });
+    expect(env.mailer.sent).toHaveLength(1);
   });
 });

@@ -8,7 +8,7 @@ import { call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
 const MIN = 60_000;
 const at = (iso: string) => new Date(iso);
 /** Called directly: no run of this process is going on. */
-const idle: JobContext = { running: [] };
+const idle: JobContext = { running: [], unrecorded: [] };
 
 function addRun(env: TestEnv, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000) {
   env.store.sqlite
@@ -292,7 +292,7 @@ describe("taken-controle: runs this process is running right now", () => {
 
       // Called directly with the process's running runs passed in: the same rows are 'loopt'.
       const ids = env.store.sqlite.query("SELECT job, id AS runId FROM job_runs WHERE uitkomst = 'bezig'").all() as { job: JobName; runId: number }[];
-      const live = await runTakenControle(env.deps, NOW, { running: ids });
+      const live = await runTakenControle(env.deps, NOW, { running: ids, unrecorded: [] });
       expect(live.status).toBe(200);
       expect(statusOf(live.body, "beveiligingslog-retentie")).toBe("loopt");
       expect(statusOf(live.body, "beveiligingslog-analyse")).toBe("loopt");

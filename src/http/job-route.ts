@@ -1,11 +1,13 @@
 // The job wrapper: every job goes through here. It reads the job's input (auth was
 // already decided in onRequest), refuses a second concurrent call of the same job with
 // 409, and records every run in the job-run history: start, end, outcome, summary, error.
+// A job that completed is answered with its own result even when recording its end
+// fails (recordEnd).
 import type { Elysia } from "elysia";
 import type { Deps } from "../deps.ts";
-import { finishRun, JobInterrupted, startRun, type RunningJobs } from "../job-runs.ts";
-import type { JobDefinition } from "../jobs/job.ts";
-import { jobPath } from "../schedule.ts";
+import { finishRun, JobInterrupted, startRun, writeKeptEnds, type RunEnd, type RunningJobs } from "../job-runs.ts";
+import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
+import { jobPath, type JobName } from "../schedule.ts";
 import { log } from "../logger.ts";
 import { json } from "./errors.ts";
 
@@ -20,6 +22,73 @@ export function errorText(e: unknown): string {
   return msg.length > 2000 ? msg.slice(0, 1999) + "…" : msg;
 }
 
+/** What a job learns about this process when it starts (src/jobs/job.ts JobContext). */
+function jobContext(running: RunningJobs): JobContext {
+  return {
+    running: running.runs(),
+    unrecorded: running.keptEndsList().map((k) => ({ job: k.job, runId: k.runId, beeindigd: k.end.toISOString(), uitkomst: k.result.uitkomst })),
+  };
+}
+
+/**
+ * Writes the end of a run whose job COMPLETED. Its work is done (a report mailed, rows
+ * deleted), so whatever happens here the caller gets the job's own response: a 5xx
+ * would make cron or an operator run it again, and mail the report twice. A failure is
+ * never swallowed: logged as error and raised as an internal-error alarm that says the
+ * job completed and must not be run again.
+ *
+ * The row must not stay 'bezig' if that can be helped: taken-controle calls such a row
+ * onderbroken after the grace and alarms, which asks for a rerun. So, when the UPDATE fails:
+ *  1. it is tried once more without the summary (the one part of variable size), with
+ *     `fout` saying that the summary is missing; the outcome and status are the job's own;
+ *  2. if that fails too, that end is kept in this process (RunningJobs.keepEnd) and
+ *     written at the start of the next job call, once the database takes writes again.
+ *     Meanwhile taken-controle gets the kept ends (JobContext.unrecorded) and judges the
+ *     run by them instead of by its 'bezig' row. Only a restart before then loses the kept
+ *     end; the row then reads as onderbroken, and the alarm raised here already said the
+ *     job completed, with its status.
+ */
+async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, end: Date, result: RunEnd): Promise<void> {
+  let firstError: unknown;
+  try {
+    finishRun(deps.store.sqlite, runId, end, result);
+    return;
+  } catch (e) {
+    firstError = e;
+  }
+  const minimal: RunEnd = {
+    uitkomst: result.uitkomst,
+    httpStatus: result.httpStatus,
+    fout: `De taak is voltooid (HTTP ${result.httpStatus}); de samenvatting kon niet worden vastgelegd: ${errorText(firstError)}`,
+  };
+  let kept = false;
+  try {
+    finishRun(deps.store.sqlite, runId, end, minimal);
+  } catch {
+    running.keepEnd({ job, runId, end, result: minimal });
+    kept = true;
+  }
+  const error = errorText(firstError);
+  log("error", "a completed job's end could not be recorded in job_runs; its response was sent as it was", {
+    job,
+    runId,
+    httpStatus: result.httpStatus,
+    error,
+    recorded: kept ? "kept in memory, written at the next job call" : "without summary",
+  });
+  try {
+    await deps.alarms.raise({
+      type: "internal-error",
+      message:
+        `De taak ${job} is voltooid (HTTP ${result.httpStatus}), maar het einde van run ${runId} kon niet in job_runs worden vastgelegd. ` +
+        `Voer de taak niet opnieuw uit; controleer de database (schrijfbaar, schijfruimte, vergrendeling).`,
+      context: { job, runId, httpStatus: result.httpStatus, uitkomst: result.uitkomst, fout: error, vastgelegd: kept ? "nog niet (in het geheugen bewaard)" : "zonder samenvatting" },
+    });
+  } catch (e) {
+    log("error", "alarm failed", { error: errorText(e) });
+  }
+}
+
 export async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, request: Request): Promise<Response> {
   const input = def.input ? await def.input(request) : undefined;
   if (running.isClosed) {
@@ -29,17 +98,17 @@ export async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDe
     return json(409, { error: `De taak ${def.name} loopt al; een tweede aanroep wordt niet tegelijk uitgevoerd.` });
   }
   try {
+    if (running.keptEndsList().length > 0) {
+      for (const k of writeKeptEnds(deps.store.sqlite, running)) {
+        log("info", "the end of an earlier run was recorded late", { job: k.job, runId: k.runId, uitkomst: k.result.uitkomst });
+      }
+    }
     const started = deps.clock();
     const runId = startRun(deps.store.sqlite, def.name, started);
     running.setRun(def.name, runId);
+    let result: JobResult<object>;
     try {
-      const result = await running.race(def.run(deps, started, input, { running: running.runs() }));
-      finishRun(deps.store.sqlite, runId, deps.clock(), {
-        uitkomst: outcomeOf(result.status),
-        httpStatus: result.status,
-        samenvatting: result.body,
-      });
-      return json(result.status, result.body);
+      result = await running.race(def.run(deps, started, input, jobContext(running)));
     } catch (e) {
       if (e instanceof JobInterrupted) {
         // Shutdown stopped waiting: what the job committed stays, the rest is for a rerun.
@@ -57,6 +126,13 @@ export async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDe
       }
       throw e;
     }
+    // Only the job's own outcome decides the response from here on (see recordEnd).
+    await recordEnd(deps, running, def.name, runId, deps.clock(), {
+      uitkomst: outcomeOf(result.status),
+      httpStatus: result.status,
+      samenvatting: result.body,
+    });
+    return json(result.status, result.body);
   } finally {
     running.finish(def.name);
   }

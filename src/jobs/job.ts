@@ -1,6 +1,7 @@
 // What a job file exports: the work as a plain function and what the route needs to
 // mount and document it. src/http/job-route.ts mounts every job the same way.
 import type { Deps } from "../deps.ts";
+import type { Outcome } from "../job-runs.ts";
 import type { JobName } from "../schedule.ts";
 
 export interface JobResult<B extends object = object> {
@@ -23,6 +24,11 @@ export interface RunningRun {
 export interface JobContext {
   /** Runs this process was executing when the job started, the calling job's own included. */
   running: readonly RunningRun[];
+  /**
+   * Runs this process completed whose end it could not write to job_runs (their row
+   * still says 'bezig'): how they really ended. See recordEnd in src/http/job-route.ts.
+   */
+  unrecorded: readonly (RunningRun & { beeindigd: string; uitkomst: Exclude<Outcome, "bezig"> })[];
 }
 
 export interface JobDefinition<I = undefined> {

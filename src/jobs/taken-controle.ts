@@ -37,7 +37,11 @@ export interface TakenControleBody {
  * `loopt`, without alarm; its outcome is judged by the next check after it ended.
  * Called directly (a test, a tool beside the service) nothing of this process runs.
  */
-export async function runTakenControle(deps: Deps, now: Date, context: JobContext = { running: [] }): Promise<JobResult<TakenControleBody>> {
+export async function runTakenControle(
+  deps: Deps,
+  now: Date,
+  context: JobContext = { running: [], unrecorded: [] },
+): Promise<JobResult<TakenControleBody>> {
   const { sqlite } = deps.store;
   const margeMinuten = deps.config.takenMargeMinuten;
   const graceMs = margeMinuten * 60_000;
@@ -45,8 +49,11 @@ export async function runTakenControle(deps: Deps, now: Date, context: JobContex
   // should rather alarm once too often than stay silent.
   const installed = installedAt(sqlite);
   const latestRun = sqlite.query(
-    "SELECT gestart, beeindigd, uitkomst FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1",
+    "SELECT id, gestart, beeindigd, uitkomst FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1",
   );
+  // Runs that completed in this process but whose end could not be written yet: judged
+  // by how they really ended, not as a 'bezig' row (src/http/job-route.ts recordEnd).
+  const keptEnds = new Map(context.unrecorded.map((u) => [u.runId, u]));
 
   const taken: TaakRegel[] = [];
   const gemist: string[] = [];
@@ -55,7 +62,11 @@ export async function runTakenControle(deps: Deps, now: Date, context: JobContex
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
     const { expected, notYetExpected, due, missed: dueMissed, ranSinceExpected } = dueState(sqlite, entry.job, entry.cron, now, graceMs, installed);
-    const run = latestRun.get(entry.job) as TaakRegel["laatsteRun"];
+    const row = latestRun.get(entry.job) as ({ id: number } & NonNullable<TaakRegel["laatsteRun"]>) | null;
+    const kept = row ? keptEnds.get(row.id) : undefined;
+    const run: TaakRegel["laatsteRun"] = row
+      ? { gestart: row.gestart, beeindigd: kept ? kept.beeindigd : row.beeindigd, uitkomst: kept ? kept.uitkomst : row.uitkomst }
+      : null;
 
     // Only the latest run is judged: a failure followed by a run still in progress
     // waits for that run's outcome. A run with no end after longer than the grace
