@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { closeSync, copyFileSync, openSync, readSync, statSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { runDbOnderhoud } from "../src/jobs/db-onderhoud.ts";
+import { convertToIncrementalAutoVacuum, runDbOnderhoud } from "../src/jobs/db-onderhoud.ts";
 import { call, makeTestEnv, NOW, tempDir, type TestEnv } from "./helpers.ts";
 
 function addLoginAttempts(sqlite: Database, n: number) {
@@ -38,7 +38,7 @@ describe("db-onderhoud", () => {
       const res = await runDbOnderhoud(env.deps, NOW);
       expect(res.status).toBe(200);
       const b = res.body;
-      expect(b).toMatchObject({ ok: true, integriteit: "ok", autoVacuum: "incremental", omgezet: false, vrijePaginasNa: 0 });
+      expect(b).toMatchObject({ ok: true, integriteit: "ok", autoVacuum: "incremental", omzetting: null, vrijePaginasNa: 0 });
       expect(b.groottevoor).toBe(before);
       expect(b.vrijePaginasVoor).toBeGreaterThan(1000); // more than one vacuum step
       expect(b.vacuumStappen).toBe(Math.ceil(b.vrijePaginasVoor / 1000));
@@ -55,35 +55,104 @@ describe("db-onderhoud", () => {
     }
   });
 
-  test("an existing database without auto-vacuum is converted once (VACUUM), and says so", async () => {
-    const t = tempDir();
+  /** A database created before auto_vacuum was set: it stays at auto_vacuum NONE. */
+  function oldDatabase(t: { dir: string }): TestEnv {
     const path = join(t.dir, "oud.db");
-    // A database created before auto_vacuum was set: tables already exist when
-    // openStore first sees it, so it stays at auto_vacuum NONE.
+    // Tables already exist when openStore first sees it, so it keeps auto_vacuum NONE.
     const old = new Database(path, { create: true });
     old.run("CREATE TABLE ouder (x)");
     old.close();
+    const env = makeTestEnv({ DATABASE_PATH: path });
+    expect(env.store.sqlite.query("PRAGMA auto_vacuum").get()).toEqual({ auto_vacuum: 0 });
+    addLoginAttempts(env.store.sqlite, 20_000);
+    env.store.sqlite.run("DELETE FROM login_attempts");
+    return env;
+  }
+
+  test("the weekly job never runs the full VACUUM: auto_vacuum NONE stays, the body says the conversion is pending and what it would free, the rest is done", async () => {
+    const t = tempDir();
     let env: TestEnv | undefined;
     try {
-      env = makeTestEnv({ DATABASE_PATH: path });
+      env = oldDatabase(t);
       const { sqlite } = env.store;
+      const res = await call(env.app, "/api/cron/db-onderhoud");
+      expect(res.status).toBe(200);
+      const b = res.json;
+      expect(b).toMatchObject({ ok: true, integriteit: "ok", autoVacuum: "none", vacuumStappen: 0 });
+      // Nothing was rewritten: the free pages are still there (PRAGMA optimize may take one
+      // or two for its statistics), the setting unchanged.
+      expect(b.vrijePaginasVoor).toBeGreaterThan(100);
+      expect(b.vrijePaginasNa).toBeGreaterThan(b.vrijePaginasVoor - 5);
       expect(sqlite.query("PRAGMA auto_vacuum").get()).toEqual({ auto_vacuum: 0 });
-      addLoginAttempts(sqlite, 20_000);
-      sqlite.run("DELETE FROM login_attempts");
+      expect(sqlite.query("SELECT value FROM service_meta WHERE key = 'auto_vacuum_omgezet'").get()).toBeNull();
+      // Pending, with what it would give back at least.
+      expect(b.omzetting).toMatchObject({ open: true, vrijePaginas: b.vrijePaginasVoor, vrijTeMaken: b.vrijePaginasVoor * b.paginaGrootte });
+      expect(b.omzetting.toelichting).toContain("VACUUM");
+      expect(b.omzetting.toelichting).toContain("niet");
+      // The rest of the upkeep still happened.
+      expect(b.checkpoint).toMatchObject({ modus: "TRUNCATE", busy: false });
+      expect(env.alarms.raised).toHaveLength(0);
+    } finally {
+      await env?.cleanup();
+      t.cleanup();
+    }
+  });
 
-      const first = await runDbOnderhoud(env.deps, NOW);
-      expect(first.status).toBe(200);
-      expect(first.body).toMatchObject({ omgezet: true, autoVacuum: "incremental", vrijePaginasNa: 0, vacuumStappen: 0 });
-      expect(first.body.vrijePaginasVoor).toBeGreaterThan(0);
-      expect(first.body.vrijgemaakt).toBeGreaterThan(0);
+  test("convertToIncrementalAutoVacuum (the operator's command) converts it once; then the weekly job has nothing pending and vacuums in steps", async () => {
+    const t = tempDir();
+    let env: TestEnv | undefined;
+    try {
+      env = oldDatabase(t);
+      const { sqlite } = env.store;
+      const vrij = (sqlite.query("PRAGMA freelist_count").get() as { freelist_count: number }).freelist_count;
+      expect(vrij).toBeGreaterThan(0);
+
+      const r = convertToIncrementalAutoVacuum(env.store, NOW);
+      expect(r).toMatchObject({ integriteit: "ok", voor: "none", autoVacuum: "incremental", omgezet: true });
+      expect(r.vrijgemaakt).toBeGreaterThanOrEqual(vrij * r.paginaGrootte);
+      expect(r.grootteNa).toBe(onDisk(env.store.path));
       expect(sqlite.query("PRAGMA auto_vacuum").get()).toEqual({ auto_vacuum: 2 });
+      expect(sqlite.query("PRAGMA freelist_count").get()).toEqual({ freelist_count: 0 });
       expect(sqlite.query("SELECT value FROM service_meta WHERE key = 'auto_vacuum_omgezet'").get()).toEqual({ value: NOW.toISOString() });
 
-      const second = await runDbOnderhoud(env.deps, NOW);
-      expect(second.body.omgezet).toBe(false);
-      expect(second.body.autoVacuum).toBe("incremental");
+      // A second call has nothing to do.
+      expect(convertToIncrementalAutoVacuum(env.store, NOW)).toMatchObject({ voor: "incremental", autoVacuum: "incremental", omgezet: false, vrijgemaakt: 0 });
+
+      addLoginAttempts(sqlite, 20_000);
+      sqlite.run("DELETE FROM login_attempts");
+      const weekly = await runDbOnderhoud(env.deps, NOW);
+      expect(weekly.body).toMatchObject({ autoVacuum: "incremental", omzetting: null, vrijePaginasNa: 0 });
+      expect(weekly.body.vacuumStappen).toBeGreaterThan(0);
     } finally {
-      env?.cleanup();
+      await env?.cleanup();
+      t.cleanup();
+    }
+  });
+
+  test("convertToIncrementalAutoVacuum refuses a database that fails quick_check: nothing rewritten", async () => {
+    const t = tempDir();
+    let env: TestEnv | undefined;
+    try {
+      const source = oldDatabase(t);
+      const { sqlite: s, path } = source.store;
+      const { rootpage } = s.query("SELECT rootpage FROM sqlite_schema WHERE name = 'login_attempts_failed_idx'").get() as { rootpage: number };
+      const { page_size } = s.query("PRAGMA page_size").get() as { page_size: number };
+      s.run("PRAGMA wal_checkpoint(TRUNCATE)"); // everything in the main file
+      await source.cleanup();
+      // Overwrite the root page of an index with a fixed garbage pattern, then open it afresh.
+      const fd = openSync(path, "r+");
+      writeSync(fd, Buffer.alloc(page_size, 0xa5), 0, page_size, (rootpage - 1) * page_size);
+      closeSync(fd);
+      env = makeTestEnv({ DATABASE_PATH: path });
+      const { sqlite } = env.store;
+
+      const r = convertToIncrementalAutoVacuum(env.store, NOW);
+      expect(r.omgezet).toBe(false);
+      expect(r.autoVacuum).toBe("none");
+      expect(r.integriteit).not.toBe("ok");
+      expect(sqlite.query("PRAGMA auto_vacuum").get()).toEqual({ auto_vacuum: 0 });
+    } finally {
+      await env?.cleanup();
       t.cleanup();
     }
   });
@@ -113,7 +182,7 @@ describe("db-onderhoud", () => {
       expect(res.status).toBe(409);
       expect(res.json.ok).toBe(false);
       expect(res.json.integriteit).toContain(`Tree ${rootpage} page ${rootpage}: btreeInitPage() returns error code 11`);
-      expect(res.json).toMatchObject({ checkpoint: null, vacuumStappen: 0, omgezet: false, vrijgemaakt: 0 });
+      expect(res.json).toMatchObject({ checkpoint: null, vacuumStappen: 0, omzetting: null, vrijgemaakt: 0 });
       expect(env.alarms.raised).toHaveLength(1);
       expect(env.alarms.raised[0]!.type).toBe("db-integrity");
       // Nothing was written over the damaged page.

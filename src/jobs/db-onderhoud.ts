@@ -5,12 +5,16 @@
 // Writers (the host application, other jobs) must never wait long: every step is
 // either a read (quick_check runs on a WAL snapshot and blocks nobody) or a short
 // write transaction — the incremental vacuum works in steps with a pause between
-// them, and the checkpoint waits at most CHECKPOINT_WAIT_MS for the lock. The one
-// exception is the one-time conversion of an old database to incremental
-// auto-vacuum, which needs a full VACUUM; the response says when that happened.
+// them, and the checkpoint waits at most CHECKPOINT_WAIT_MS for the lock.
+//
+// The weekly job never runs a full VACUUM. An old database without auto-vacuum needs
+// one, once, to become incremental: on a large file that blocks every writer for
+// minutes. The job only reports that conversion as pending (`omzetting`, with what it
+// would give back); convertToIncrementalAutoVacuum below does it, called by an operator
+// command in a maintenance window.
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
-import { BUSY_TIMEOUT_MS } from "../db.ts";
+import { BUSY_TIMEOUT_MS, type Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { log } from "../logger.ts";
 import { defineJob, type JobResult } from "./job.ts";
@@ -36,12 +40,22 @@ export interface Checkpoint {
   gecheckpoint: number;
 }
 
+/** The one-time conversion to incremental auto-vacuum that a database without auto-vacuum still needs. */
+export interface OmzettingOpen {
+  open: true;
+  /** Free pages now; the conversion gives them back (this job cannot without it). */
+  vrijePaginas: number;
+  /** Bytes the conversion would give back at least: vrijePaginas × paginaGrootte. */
+  vrijTeMaken: number;
+  toelichting: string;
+}
+
 export interface DbOnderhoudBody {
   ok: boolean;
   integriteit: "ok" | string[];
   autoVacuum: AutoVacuum;
-  /** True when this run converted the database to incremental auto-vacuum (full VACUUM). */
-  omgezet: boolean;
+  /** Set while the database has auto_vacuum NONE: the conversion is pending (this job never does it). */
+  omzetting: OmzettingOpen | null;
   /** Database file plus its -wal file, in bytes. */
   groottevoor: number;
   grootteNa: number;
@@ -106,12 +120,30 @@ function checkpoint(sqlite: Database): Checkpoint {
   return { modus, busy: r.busy !== 0, logPaginas: r.log, gecheckpoint: r.checkpointed };
 }
 
+function autoVacuumOf(sqlite: Database): AutoVacuum {
+  return AUTO_VACUUM[pragmaNumber(sqlite, "auto_vacuum")] ?? "none";
+}
+
+function pendingConversion(autoVacuum: AutoVacuum, vrijePaginas: number, paginaGrootte: number): OmzettingOpen | null {
+  if (autoVacuum !== "none") return null;
+  return {
+    open: true,
+    vrijePaginas,
+    vrijTeMaken: vrijePaginas * paginaGrootte,
+    toelichting:
+      "De database heeft geen auto-vacuum: vrije pagina's gaan niet terug naar het bestandssysteem. Deze wekelijkse taak doet de " +
+      "eenmalige omzetting naar incrementeel auto-vacuum niet, want die vraagt een volledige VACUUM die alle schrijvers blokkeert " +
+      "zolang hij duurt (minuten bij een groot bestand). Voer de omzetting uit met het beheercommando, in een onderhoudsvenster.",
+  };
+}
+
 export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<DbOnderhoudBody>> {
   const { sqlite, path } = deps.store;
   const groottevoor = databaseBytes(path);
   const paginaGrootte = pragmaNumber(sqlite, "page_size");
   const vrijePaginasVoor = pragmaNumber(sqlite, "freelist_count");
-  let autoVacuum = AUTO_VACUUM[pragmaNumber(sqlite, "auto_vacuum")] ?? "none";
+  const autoVacuum = autoVacuumOf(sqlite);
+  const omzetting = pendingConversion(autoVacuum, vrijePaginasVoor, paginaGrootte);
 
   const integriteit = quickCheck(sqlite);
   if (integriteit !== "ok") {
@@ -120,7 +152,7 @@ export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<D
       ok: false,
       integriteit,
       autoVacuum,
-      omgezet: false,
+      omzetting,
       groottevoor,
       grootteNa: groottevoor,
       vrijgemaakt: 0,
@@ -141,20 +173,14 @@ export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<D
   // Refreshes the planner's statistics where they are stale; bounded by SQLite itself.
   sqlite.run("PRAGMA optimize");
 
-  let omgezet = false;
   let vacuumStappen = 0;
-  if (autoVacuum === "none") {
-    // auto_vacuum can only change through a full VACUUM, which rewrites the whole file
-    // and blocks writers for its duration. Done once, here, where maintenance is
-    // expected; from then on the steps below reclaim space without blocking.
-    log("warn", "db-onderhoud: database wordt eenmalig omgezet naar auto_vacuum INCREMENTAL (VACUUM)", { database: path });
-    sqlite.run("PRAGMA auto_vacuum = INCREMENTAL");
-    sqlite.run("VACUUM");
-    autoVacuum = AUTO_VACUUM[pragmaNumber(sqlite, "auto_vacuum")] ?? "none";
-    omgezet = autoVacuum === "incremental";
-    sqlite
-      .query("INSERT OR REPLACE INTO service_meta (key, value) VALUES ('auto_vacuum_omgezet', ?)")
-      .run(now.toISOString());
+  if (omzetting) {
+    // auto_vacuum can only change through a full VACUUM: never here (see the top of the file).
+    log("warn", "db-onderhoud: auto_vacuum is NONE; the one-time conversion (full VACUUM) is pending and left to the operator", {
+      database: path,
+      vrijePaginas: omzetting.vrijePaginas,
+      vrijTeMaken: omzetting.vrijTeMaken,
+    });
   } else if (autoVacuum === "incremental") {
     // Each PRAGMA is its own short write transaction.
     let free = vrijePaginasVoor;
@@ -176,7 +202,7 @@ export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<D
     ok: true,
     integriteit,
     autoVacuum,
-    omgezet,
+    omzetting,
     groottevoor,
     grootteNa,
     vrijgemaakt: groottevoor - grootteNa,
@@ -189,9 +215,86 @@ export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<D
   return { status: 200, body };
 }
 
+export interface OmzettingResultaat {
+  integriteit: "ok" | string[];
+  /** auto_vacuum before the call, and after it. */
+  voor: AutoVacuum;
+  autoVacuum: AutoVacuum;
+  /** True when this call converted the database (ran the VACUUM). */
+  omgezet: boolean;
+  paginaGrootte: number;
+  vrijePaginasVoor: number;
+  /** Database file plus its -wal file, in bytes, before and after. */
+  groottevoor: number;
+  grootteNa: number;
+  vrijgemaakt: number;
+  checkpoint: Checkpoint | null;
+}
+
+/**
+ * The one-time conversion of a database without auto-vacuum (auto_vacuum NONE) to
+ * incremental auto-vacuum, for an operator command; the weekly job never calls it.
+ * `PRAGMA auto_vacuum` can only leave NONE through a full VACUUM: the whole file is
+ * rewritten (through the WAL, so about the database's size again in free disk space)
+ * and every writer, the host application included, waits or fails with SQLITE_BUSY
+ * for as long as it takes — minutes on a large file. Run it in a maintenance window.
+ *
+ * Does nothing on a database that is already incremental or FULL (FULL gives pages
+ * back at every commit) and refuses one that fails quick_check: rewriting a damaged
+ * file can make it worse. Records the moment in service_meta ('auto_vacuum_omgezet').
+ * Synchronous: nothing else of this process runs in between.
+ */
+export function convertToIncrementalAutoVacuum(store: Store, now: Date): OmzettingResultaat {
+  const { sqlite, path } = store;
+  const groottevoor = databaseBytes(path);
+  const paginaGrootte = pragmaNumber(sqlite, "page_size");
+  const vrijePaginasVoor = pragmaNumber(sqlite, "freelist_count");
+  const voor = autoVacuumOf(sqlite);
+  const unchanged = (integriteit: OmzettingResultaat["integriteit"]): OmzettingResultaat => ({
+    integriteit,
+    voor,
+    autoVacuum: voor,
+    omgezet: false,
+    paginaGrootte,
+    vrijePaginasVoor,
+    groottevoor,
+    grootteNa: groottevoor,
+    vrijgemaakt: 0,
+    checkpoint: null,
+  });
+  const integriteit = quickCheck(sqlite);
+  if (integriteit !== "ok") return unchanged(integriteit);
+  if (voor !== "none") return unchanged(integriteit);
+
+  log("warn", "auto_vacuum conversion: full VACUUM of the database, writers wait until it is done", { database: path, groottevoor });
+  sqlite.run("PRAGMA auto_vacuum = INCREMENTAL");
+  sqlite.run("VACUUM");
+  const autoVacuum = autoVacuumOf(sqlite);
+  const omgezet = autoVacuum === "incremental";
+  if (omgezet) {
+    sqlite.query("INSERT OR REPLACE INTO service_meta (key, value) VALUES ('auto_vacuum_omgezet', ?)").run(now.toISOString());
+  }
+  // The VACUUM went through the WAL: the file only shrinks once that is checkpointed.
+  const cp = checkpoint(sqlite);
+  const grootteNa = databaseBytes(path);
+  log("info", "auto_vacuum conversion done", { database: path, autoVacuum, groottevoor, grootteNa });
+  return {
+    integriteit,
+    voor,
+    autoVacuum,
+    omgezet,
+    paginaGrootte,
+    vrijePaginasVoor,
+    groottevoor,
+    grootteNa,
+    vrijgemaakt: groottevoor - grootteNa,
+    checkpoint: cp,
+  };
+}
+
 const bodySchema = {
   type: "object",
-  required: ["ok", "integriteit", "autoVacuum", "omgezet", "groottevoor", "grootteNa", "vrijgemaakt", "vrijePaginasVoor", "vrijePaginasNa", "checkpoint"],
+  required: ["ok", "integriteit", "autoVacuum", "omzetting", "groottevoor", "grootteNa", "vrijgemaakt", "vrijePaginasVoor", "vrijePaginasNa", "checkpoint"],
   properties: {
     ok: { type: "boolean" },
     integriteit: {
@@ -199,7 +302,18 @@ const bodySchema = {
       oneOf: [{ type: "string", enum: ["ok"] }, { type: "array", items: { type: "string" } }],
     },
     autoVacuum: { type: "string", enum: ["none", "full", "incremental"] },
-    omgezet: { type: "boolean", description: "Deze run zette de database eenmalig om naar incrementeel auto-vacuum (volledige VACUUM)." },
+    omzetting: {
+      type: ["object", "null"],
+      description:
+        "Alleen bij `autoVacuum` = `none`: de eenmalige omzetting naar incrementeel auto-vacuum staat open. Deze taak voert haar nooit uit " +
+        "(volledige VACUUM, blokkeert schrijvers); dat doet het beheercommando. `vrijTeMaken`: bytes die de omzetting minstens teruggeeft.",
+      properties: {
+        open: { type: "boolean", const: true },
+        vrijePaginas: { type: "integer" },
+        vrijTeMaken: { type: "integer" },
+        toelichting: { type: "string" },
+      },
+    },
     groottevoor: { type: "integer", description: "Bytes: databasebestand plus -wal, vóór het onderhoud." },
     grootteNa: { type: "integer" },
     vrijgemaakt: { type: "integer", description: "groottevoor − grootteNa, in bytes." },
@@ -224,8 +338,9 @@ export const dbOnderhoudJob = defineJob({
   summary: "SQLite-onderhoud: integriteitscontrole, optimize, WAL-checkpoint, vrije pagina's teruggeven",
   description:
     "PRAGMA quick_check, PRAGMA optimize, incrementeel vacuum in kleine stappen (schrijvers wachten hooguit kort) en een WAL-checkpoint " +
-    "(TRUNCATE, of PASSIVE wanneer de database bezet is). Een bestaande database zonder auto-vacuum wordt eenmalig omgezet " +
-    "(volledige VACUUM, blokkeert schrijvers zolang die duurt; `omgezet: true`). Antwoord met grootte vóór en na en de vrijgemaakte bytes. " +
+    "(TRUNCATE, of PASSIVE wanneer de database bezet is). Een bestaande database zonder auto-vacuum wordt níet omgezet: die omzetting " +
+    "vraagt een volledige VACUUM die schrijvers blokkeert; het antwoord meldt haar in `omzetting` (met wat ze zou vrijmaken) en de rest " +
+    "van het onderhoud gaat door. Antwoord met grootte vóór en na en de vrijgemaakte bytes. " +
     "409 en een alarm (`type` = `db-integrity`) wanneer de integriteitscontrole faalt; dan wordt niets verder aangeraakt.",
   run: (deps, now) => runDbOnderhoud(deps, now),
   openapi: {
