@@ -1,5 +1,6 @@
 // Formatting shared by the reports: sizes with 1024-based units, dates as
 // dd/mm/yyyy hh:mm in the report time zone, and ISO week keys.
+import { DAY_MS } from "./time.ts";
 
 const UNITS = ["B", "KB", "MB", "GB", "TB", "PB"] as const;
 
@@ -60,9 +61,9 @@ export function isoWeek(instant: Date): string {
   const day = Date.UTC(instant.getUTCFullYear(), instant.getUTCMonth(), instant.getUTCDate());
   const weekday = (instant.getUTCDay() + 6) % 7; // Monday 0 … Sunday 6
   // The Thursday of this week decides the week's year.
-  const thursday = new Date(day + (3 - weekday) * 86_400_000);
+  const thursday = new Date(day + (3 - weekday) * DAY_MS);
   const year = thursday.getUTCFullYear();
-  const week = Math.floor((thursday.getTime() - Date.UTC(year, 0, 1)) / (7 * 86_400_000)) + 1;
+  const week = Math.floor((thursday.getTime() - Date.UTC(year, 0, 1)) / (7 * DAY_MS)) + 1;
   return `${year}-W${String(week).padStart(2, "0")}`;
 }
 
