@@ -9,6 +9,7 @@
 //
 // Each is one line of AUDIT_ANKER_BESTAND (JSON: soort, tenantId, note) and one row
 // of audit_anchor_log.
+import { retentionBoundary } from "../time.ts";
 import { CompactRange } from "./merkle.ts";
 import { openNote, signNote, type Signer, type Verifier } from "./note.ts";
 
@@ -93,7 +94,6 @@ export function parseRetentionText(keyName: string, tenantId: number, text: stri
   return { tenantId, seq, hash: v.hash!, createdAt: v["created-at"]!, grens: v.grens!, retentieDagen: Number(v.retentiedagen), tijdstip: v.tijdstip!, bereik };
 }
 
-const DAY_MS = 24 * 3600 * 1000;
 
 /**
  * Why a retention record does not justify its deletion, or null when it does: the last
@@ -102,7 +102,7 @@ const DAY_MS = 24 * 3600 * 1000;
  */
 export function retentionUnjustified(r: RetentionRecord): string | null {
   if (!(r.createdAt < r.grens)) return `de laatst verwijderde entry (${r.createdAt}) is niet ouder dan de grens ${r.grens}`;
-  const latest = new Date(Date.parse(r.tijdstip) - r.retentieDagen * DAY_MS).toISOString();
+  const latest = retentionBoundary(new Date(r.tijdstip), r.retentieDagen);
   if (r.grens > latest) return `de grens ${r.grens} ligt na het tijdstip ${r.tijdstip} min ${r.retentieDagen} dagen`;
   return null;
 }

@@ -29,12 +29,7 @@ import type { CompactRange } from "./merkle.ts";
 import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
 import { chainStart, linkBreak, type BreakReason } from "./verify.ts";
 
-const DAY_MS = 24 * 3600 * 1000;
-
-/** now − days × 24 h, as the ISO text the tables store (so `<` is a string compare). */
-export function retentionBoundary(now: Date, days: number): string {
-  return new Date(now.getTime() - days * DAY_MS).toISOString();
-}
+export { retentionBoundary } from "../time.ts";
 
 /** SQLite's default busy handler: the moments (ms after the first failed try) it tries again. */
 const BUSY_RETRIES_MS = [0, 1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228];

@@ -12,11 +12,11 @@ import { installedAt, type Store } from "../db.ts";
 import { dueState } from "../job-runs.ts";
 import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { SCHEDULE } from "../schedule.ts";
+import { DAY_MS } from "../time.ts";
 import { redenUitleg, type Niveau } from "./shared.ts";
 
 export type DailyReport = DailyReportProps;
 
-const DAY_MS = 24 * 3600 * 1000;
 /** Broken chains listed by name in the report; the count is always complete. */
 const MAX_GEBROKEN = 50;
 
