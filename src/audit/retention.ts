@@ -25,7 +25,6 @@ import type { RowReason } from "./anchor-check.ts";
 import { AnchorFileError, syncTail } from "./anchoring.ts";
 import { verifyInstallation } from "./verify-all.ts";
 import { entryHash } from "./chain.ts";
-import type { CompactRange } from "./merkle.ts";
 import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
 import { chainStart, linkBreak, type BreakReason } from "./verify.ts";
 
