@@ -8,7 +8,7 @@ import { auditKeys } from "./audit/keys.ts";
 import { redactedConfig, type Config } from "./config.ts";
 import { openStore, type Store } from "./db.ts";
 import type { Deps } from "./deps.ts";
-import { finishRun, RunningJobs } from "./job-runs.ts";
+import { finishRun, RunningJobs, writeKeptEnds } from "./job-runs.ts";
 import { log } from "./logger.ts";
 import { createMailer } from "./mail/transport.ts";
 
@@ -105,6 +105,11 @@ export function startServer(config: Config, options: ServerOptions = {}) {
       }
       exitCode = 1;
     }
+    // Ends of completed runs that could not be written when they finished (job-route.ts
+    // recordEnd): one last try, or their rows would read as interrupted after the restart.
+    writeKeptEnds(deps.store.sqlite, running);
+    const unwritten = running.keptEndsList();
+    if (unwritten.length > 0) log("error", "the end of a completed run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId })) });
     void deps.mailer.close().catch(() => {});
     closeDatabase(deps.store);
     log("info", "stopped", { signal, exitCode });
