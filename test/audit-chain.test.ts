@@ -3,9 +3,17 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import vectors from "./vectors/audit-chain.json" with { type: "json" };
 import { appendAuditEntry, canonicalJson, canonicalText, entryHash, GENESIS_HASH, type ChainFields } from "../src/audit/chain.ts";
-import { verifyTenantChain } from "../src/audit/verify.ts";
+import { CompactRange } from "../src/audit/merkle.ts";
+import { generateKeyPair, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import { signRetentionRecord } from "../src/audit/records.ts";
+import { verifyTenantChain, type CheckpointRef, type VerifyOptions } from "../src/audit/verify.ts";
 import { openStore } from "../src/db.ts";
-import { addTenant, tempDir } from "./helpers.ts";
+import { addTenant, tempDir, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+
+const SIGNER = parseSignerKey(TEST_SIGNING_KEY);
+const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
+/** Nothing signed: no checkpoint, no trusted retention record. */
+const BARE: VerifyOptions = { checkpoint: null, verifiers: VERIFIERS };
 
 describe("known-answer vectors (test/vectors/audit-chain.json, docs/audit-chain.md)", () => {
   test("the genesis value is 64 zeros", () => {
@@ -66,11 +74,39 @@ function chainOf(n: number) {
     });
   }
   const q = (sql: string, ...p: (string | number)[]) => store.sqlite.query(sql).run(...p);
+  const row = (seq: number) => store.sqlite.query("SELECT seq, hash, created_at FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenant, seq) as { seq: number; hash: string; created_at: string };
+  /** The RFC 6962 tree over the entry hashes 1..size, as they are now. */
+  const range = (size: number) => {
+    const r = new CompactRange();
+    for (let s = 1; s <= size; s++) r.pushEntryHash(row(s).hash);
+    return r;
+  };
+  /**
+   * A retention record for deleting 1..seq, signed with `signer`, in audit_anchor_log as
+   * audit-retentie writes it (`grens` defaults to one that justifies the deletion).
+   */
+  const retentionRecord = (seq: number, o: { signer?: typeof SIGNER; grens?: string; hash?: string } = {}) => {
+    const last = row(seq);
+    const note = signRetentionRecord(o.signer ?? SIGNER, {
+      tenantId: tenant,
+      seq,
+      hash: o.hash ?? last.hash,
+      createdAt: last.created_at,
+      grens: o.grens ?? "2026-06-01T00:00:00.000Z",
+      retentieDagen: 30,
+      tijdstip: "2026-07-23T12:00:00.000Z",
+      bereik: range(seq),
+    });
+    const { p } = store.sqlite.query("SELECT coalesce(max(positie), -1) + 1000 AS p FROM audit_anchor_log").get() as { p: number };
+    q("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note, bereik) VALUES (?, 'retentie', ?, ?, ?, NULL)", p, tenant, seq, note);
+  };
   return {
     store,
     tenant,
     q,
-    verify: () => verifyTenantChain(store.sqlite, tenant),
+    range,
+    retentionRecord,
+    verify: (checkpoint: CheckpointRef | null = null) => verifyTenantChain(store.sqlite, tenant, { ...BARE, checkpoint }),
     done() {
       store.close();
       cleanup();
@@ -171,39 +207,53 @@ describe("the streaming verifier detects each kind of tampering", () => {
     c.done();
   });
 
-  test("the oldest entries deleted without a retention anchor → anker-afwijkend", () => {
+  test("the oldest entries deleted without a retention record → retentie-ontbreekt at the oldest left", () => {
     const c = chainOf(10);
     c.q("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 3", c.tenant);
-    expect(c.verify().fout).toMatchObject({ seq: 4, reden: "anker-afwijkend" });
+    const fourth = c.store.sqlite.query("SELECT id FROM audit_entries WHERE tenant_id = ? AND seq = 4").get(c.tenant) as { id: number };
+    expect(c.verify()).toEqual({ intact: false, aantalEntries: 7, fout: { seq: 4, entryId: fourth.id, reden: "retentie-ontbreekt" } });
     c.done();
   });
 
-  test("a cut chain that follows its retention anchor is intact", () => {
+  test("a cut chain that starts from its signed, justified retention record is intact; a record that does not match, is not trusted or not justified is not", () => {
     const c = chainOf(10);
-    const third = c.store.sqlite.query("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? AND seq = 3").get(c.tenant) as any;
+    const full = c.range(10);
+    c.retentionRecord(3);
     c.q("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 3", c.tenant);
-    expect(verifyTenantChain(c.store.sqlite, c.tenant, { retentionAnchor: third })).toEqual({ intact: true, aantalEntries: 7 });
-    expect(verifyTenantChain(c.store.sqlite, c.tenant, { retentionAnchor: { seq: 3, hash: "b".repeat(64) } }).fout).toMatchObject({
-      seq: 4,
-      reden: "anker-afwijkend",
-    });
+    expect(c.verify()).toEqual({ intact: true, aantalEntries: 7 });
+    // The tree goes on from the record's compact range: the checkpoint over all ten entries still holds.
+    expect(c.verify({ size: 10, root: full.root() })).toEqual({ intact: true, aantalEntries: 7 });
     c.done();
+
+    // A record naming another hash for entry 3: entry 4 does not link to it.
+    const wrongHash = chainOf(10);
+    wrongHash.retentionRecord(3, { hash: "b".repeat(64) });
+    wrongHash.q("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 3", wrongHash.tenant);
+    expect(wrongHash.verify().fout).toMatchObject({ seq: 4, reden: "anker-afwijkend" });
+    wrongHash.done();
+
+    // Signed with a key that is not trusted.
+    const foreign = chainOf(10);
+    foreign.retentionRecord(3, { signer: parseSignerKey(generateKeyPair("nachtwacht.test/sleutel").signerKey) });
+    foreign.q("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 3", foreign.tenant);
+    expect(foreign.verify().fout).toMatchObject({ seq: 4, reden: "retentie-ongeldig" });
+    foreign.done();
+
+    // Validly signed but not justified: grens later than tijdstip − 30 days.
+    const unjustified = chainOf(10);
+    unjustified.retentionRecord(3, { grens: "2026-07-01T00:00:00.000Z" });
+    unjustified.q("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 3", unjustified.tenant);
+    expect(unjustified.verify().fout).toMatchObject({ seq: 4, reden: "retentie-ongeldig" });
+    unjustified.done();
   });
 
-  test("head anchors: a changed anchored entry and a cut-off tail are detected", () => {
+  test("checkpoints: a chain that reaches its signed root is intact; a changed root and a cut-off tail are detected", () => {
     const c = chainOf(10);
-    const eighth = c.store.sqlite.query("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? AND seq = 8").get(c.tenant) as any;
-    expect(verifyTenantChain(c.store.sqlite, c.tenant, { headAnchors: [eighth] }).intact).toBe(true);
-    expect(verifyTenantChain(c.store.sqlite, c.tenant, { headAnchors: [{ seq: 8, hash: "c".repeat(64) }] }).fout).toMatchObject({
-      seq: 8,
-      reden: "anker-afwijkend",
-    });
+    const eight = c.range(8);
+    expect(c.verify({ size: 8, root: eight.root() })).toEqual({ intact: true, aantalEntries: 10 });
+    expect(c.verify({ size: 8, root: new Uint8Array(32).fill(0xcc) }).fout).toMatchObject({ seq: 8, reden: "checkpoint-afwijkend" });
     c.q("DELETE FROM audit_entries WHERE tenant_id = ? AND seq >= 8", c.tenant);
-    expect(verifyTenantChain(c.store.sqlite, c.tenant, { headAnchors: [eighth] }).fout).toEqual({
-      seq: 8,
-      entryId: null,
-      reden: "kop-ontbreekt",
-    });
+    expect(c.verify({ size: 8, root: eight.root() })).toEqual({ intact: false, aantalEntries: 7, fout: { seq: 8, entryId: null, reden: "kop-ontbreekt" } });
     c.done();
   });
 });
@@ -212,12 +262,14 @@ describe("appending", () => {
   test("continues from the retention anchor after the whole chain was deleted", () => {
     const c = chainOf(3);
     const last = c.store.sqlite.query("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? AND seq = 3").get(c.tenant) as any;
+    c.retentionRecord(3);
     c.q("DELETE FROM audit_entries WHERE tenant_id = ?", c.tenant);
     c.q("INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, ?, ?, ?)", c.tenant, last.seq, last.hash, "2026-01-02T00:00:00.000Z");
+    expect(c.verify()).toEqual({ intact: true, aantalEntries: 0 });
     const e = appendAuditEntry(c.store.sqlite, { tenantId: c.tenant, actor: "a", action: "b", subject: "c" });
     expect(e.seq).toBe(4);
     expect(e.prevHash).toBe(last.hash);
-    expect(verifyTenantChain(c.store.sqlite, c.tenant, { retentionAnchor: last }).intact).toBe(true);
+    expect(c.verify()).toEqual({ intact: true, aantalEntries: 1 });
     c.done();
   });
 
@@ -256,7 +308,7 @@ describe("appending", () => {
     const firstA = store.sqlite.query("SELECT min(seq) AS s FROM audit_entries WHERE tenant_id = ? AND actor = 'A'").get(tenant) as any;
     const lastB = store.sqlite.query("SELECT max(seq) AS s FROM audit_entries WHERE tenant_id = ? AND actor = 'B'").get(tenant) as any;
     expect(firstB.s < lastA.s && firstA.s < lastB.s).toBe(true);
-    expect(verifyTenantChain(store.sqlite, tenant)).toEqual({ intact: true, aantalEntries: 2 * N });
+    expect(verifyTenantChain(store.sqlite, tenant, BARE)).toEqual({ intact: true, aantalEntries: 2 * N });
     store.close();
     cleanup();
   }, 60_000);
