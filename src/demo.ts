@@ -2,7 +2,9 @@
 // first look. It generates a secret for this run only and prints it with a curl line;
 // production gets its secret from the root-only environment file (docs/operations.md).
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname } from "node:path";
+import { generateKeyPair, parseSignerKey } from "./audit/note.ts";
 import { parseConfig } from "./config.ts";
 import { openStore } from "./db.ts";
 import { DEMO_DEFAULT, fillDemoData } from "./cli/demo-data.ts";
@@ -11,6 +13,16 @@ import { startServer } from "./server.ts";
 const env = { ...process.env };
 env.DATABASE_PATH ??= "./data/demo.db";
 env.AUDIT_ANKER_BESTAND ??= "./data/demo-audit-ankers.jsonl";
+// The demo's signing key lives beside its database, so its checkpoints stay verifiable
+// from one start to the next (production keeps it in the root-only env file).
+const KEY_FILE = "./data/demo-audit-sleutel";
+if (!env.AUDIT_ANKER_SLEUTEL) {
+  if (!existsSync(KEY_FILE)) {
+    mkdirSync(dirname(KEY_FILE), { recursive: true });
+    writeFileSync(KEY_FILE, generateKeyPair("nachtwacht.demo/sleutel").signerKey + "\n", { mode: 0o600 });
+  }
+  env.AUDIT_ANKER_SLEUTEL = readFileSync(KEY_FILE, "utf8").trim();
+}
 const generated = !env.CRON_SECRET;
 if (generated) env.CRON_SECRET = randomBytes(32).toString("hex");
 const config = parseConfig(env);
@@ -27,6 +39,7 @@ process.stdout.write(`
   nachtwacht demo is running on ${config.databasePath}
 
   Swagger UI:  ${url}/docs
+  Public key (audit checkpoints): ${parseSignerKey(config.auditAnkerSleutel).verifierKey}
   Health:      ${url}/health
   Secret for this demo run (new every start):
     ${secretLine}

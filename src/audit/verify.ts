@@ -65,7 +65,7 @@ type Row = { seq: number; id: number; created_at: string; actor: string; action:
  * have been stopped part way): they must then link up to the record's hash.
  */
 export type ChainStart =
-  | { ok: true; seq: number; hash: string; range: CompactRange; record: RetentionRecord | null }
+  | { ok: true; seq: number; hash: string; range: CompactRange; record: RetentionRecord | null; note: string | null }
   | { ok: false; reden: "retentie-ontbreekt" | "retentie-ongeldig" };
 
 /**
@@ -75,20 +75,20 @@ export type ChainStart =
  * the newest one). No such record: the older entries went missing some other way.
  */
 export function chainStart(sqlite: Database, tenantId: number, firstSeq: number | null, verifiers: Verifier[]): ChainStart {
-  if (firstSeq === 1) return { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null };
+  if (firstSeq === 1) return { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null, note: null };
   const rows = (
     firstSeq === null
       ? sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY grootte DESC, positie DESC").all(tenantId)
       : sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' AND grootte >= ? ORDER BY grootte, positie DESC").all(tenantId, firstSeq - 1)
   ) as { note: string }[];
   if (rows.length === 0) {
-    return firstSeq === null ? { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null } : { ok: false, reden: "retentie-ontbreekt" };
+    return firstSeq === null ? { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null, note: null } : { ok: false, reden: "retentie-ontbreekt" };
   }
   for (const { note } of rows) {
     const o = openRetentionRecord(note, tenantId, verifiers);
     if (!o.ok || retentionUnjustified(o.record) !== null) continue;
     if (firstSeq !== null && o.record.seq < firstSeq - 1) continue;
-    return { ok: true, seq: o.record.seq, hash: o.record.hash, range: o.record.bereik, record: o.record };
+    return { ok: true, seq: o.record.seq, hash: o.record.hash, range: o.record.bereik, record: o.record, note };
   }
   return { ok: false, reden: "retentie-ongeldig" };
 }

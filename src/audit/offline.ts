@@ -1,0 +1,216 @@
+// What an auditor runs, with the public key(s) alone and nothing of the service: the
+// whole check of a database against its anchor file, the check against an
+// installation checkpoint kept off the machine (the daily e-mail), and the export and
+// offline check of one tenant's bundle with an RFC 6962 inclusion proof.
+// src/cli/audit.ts gives them their command line.
+import { Database } from "bun:sqlite";
+import { existsSync } from "node:fs";
+import { readLines } from "./anchor-file.ts";
+import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "./chain.ts";
+import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex, verifyInclusion } from "./merkle.ts";
+import type { Verifier } from "./note.ts";
+import { openCheckpoint, openInstallationCheckpoint, openRetentionRecord, retentionUnjustified } from "./records.ts";
+import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
+import { chainStart, linkBreak, type CheckpointRef } from "./verify.ts";
+
+/** The check could not be made (a missing file, an unreadable database, a malformed input): exit 2. */
+export class CannotCheck extends Error {}
+
+function openReadOnly(dbPath: string): Database {
+  if (!existsSync(dbPath)) throw new CannotCheck(`database niet gevonden: ${dbPath}`);
+  try {
+    const db = new Database(dbPath, { readonly: true, strict: true });
+    db.run("PRAGMA busy_timeout = 5000");
+    db.query("SELECT 1 FROM audit_entries LIMIT 1").get();
+    return db;
+  } catch (e) {
+    throw new CannotCheck(`database niet te lezen: ${dbPath}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+/** The nightly job's check, offline: the database against its anchor file. */
+export async function verifyDatabase(dbPath: string, anchorPath: string, verifiers: Verifier[]): Promise<InstallationVerdict> {
+  const db = openReadOnly(dbPath);
+  try {
+    const tenants = (db.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
+    return await verifyInstallation(db, dbPath, anchorPath, tenants, verifiers, { workers: 0 });
+  } finally {
+    db.close();
+  }
+}
+
+export interface WitnessVerdict {
+  ok: boolean;
+  /** Why the anchor file does not hold the checkpoint's state; absent when it does. */
+  fout?: string;
+  grootte: number;
+  verdict?: InstallationVerdict;
+}
+
+/**
+ * Does the database and its anchor file still hold the state an installation checkpoint
+ * (kept off the machine) signed? The checkpoint's tree is over the file's checkpoint and
+ * retention lines in order: the root over the first `size` of them must equal it, and
+ * the chains must still reach each tenant's newest checkpoint among those lines.
+ */
+export async function verifyAgainstInstallationCheckpoint(dbPath: string, anchorPath: string, note: string, verifiers: Verifier[]): Promise<WitnessVerdict> {
+  const o = openInstallationCheckpoint(note, verifiers);
+  if (!o.ok) throw new CannotCheck(`het installatie-checkpoint is niet geldig ondertekend door een vertrouwde sleutel (${o.error})`);
+  const size = o.checkpoint.size;
+  if (!existsSync(anchorPath)) return { ok: false, grootte: size, fout: `ankerbestand ontbreekt: ${anchorPath}` };
+  const range = new CompactRange();
+  const newest = new Map<number, string>();
+  for (const fl of readLines(anchorPath)) {
+    if (range.size >= size) break;
+    if (fl.parsed.kind !== "record" || fl.parsed.line.soort === "installatie") continue;
+    const l = fl.parsed.line;
+    range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
+    if (l.soort === "checkpoint" && l.tenantId !== null) newest.set(l.tenantId, l.note);
+  }
+  if (range.size < size) {
+    return { ok: false, grootte: size, fout: `het ankerbestand bevat ${range.size} records, het checkpoint telt er ${size}: het bestand is ingekort of teruggezet` };
+  }
+  if (!Buffer.from(range.root()).equals(o.checkpoint.root)) {
+    return { ok: false, grootte: size, fout: "de eerste records van het ankerbestand geven een andere root dan het checkpoint: het bestand is herschreven" };
+  }
+  const targets = new Map<number, CheckpointRef>();
+  for (const [tenantId, n] of newest) {
+    const c = openCheckpoint(n, tenantId, verifiers);
+    if (!c.ok) return { ok: false, grootte: size, fout: `checkpoint van tenant ${tenantId} in het bestand is niet geldig ondertekend` };
+    targets.set(tenantId, c.checkpoint);
+  }
+  const db = openReadOnly(dbPath);
+  try {
+    const tenants = (db.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
+    const verdict = await verifyInstallation(db, dbPath, anchorPath, tenants, verifiers, { workers: 0, checkpoints: targets });
+    const ok = !verdict.probleem && verdict.tenants.every((t) => t.intact);
+    return { ok, grootte: size, verdict };
+  } finally {
+    db.close();
+  }
+}
+
+/** The first line of a bundle. */
+export interface BundleHeader {
+  soort: "nachtwacht-bundel-v1";
+  tenantId: number;
+  verificatieSleutels: string[];
+  /** The tenant's newest checkpoint in the anchor file (a signed note). */
+  checkpoint: string;
+  /** The signed retention record the exported chain starts from; null from genesis. */
+  retentie: string | null;
+  bewijs?: { seq: number; index: number; grootte: number; hashes: string[] };
+}
+
+export interface BundleEntry {
+  seq: number;
+  id: number;
+  createdAt: string;
+  actor: string;
+  action: string;
+  subject: string;
+  details: string;
+  prevHash: string;
+  hash: string;
+}
+
+type Row = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
+
+/** One tenant's entries with what proves them, as JSON lines; `proveSeq` adds an inclusion proof. */
+export async function exportBundle(dbPath: string, anchorPath: string, tenantId: number, verifiers: Verifier[], proveSeq?: number): Promise<string[]> {
+  let checkpoint: string | null = null;
+  if (!existsSync(anchorPath)) throw new CannotCheck(`ankerbestand niet gevonden: ${anchorPath}`);
+  for (const fl of readLines(anchorPath)) {
+    const p = fl.parsed;
+    if (p.kind === "record" && p.line.soort === "checkpoint" && p.line.tenantId === tenantId) checkpoint = p.line.note;
+  }
+  if (checkpoint === null) throw new CannotCheck(`tenant ${tenantId} heeft nog geen checkpoint in het ankerbestand`);
+  const cp = openCheckpoint(checkpoint, tenantId, verifiers);
+  if (!cp.ok) throw new CannotCheck(`het nieuwste checkpoint van tenant ${tenantId} is niet geldig ondertekend (${cp.error})`);
+  const size = cp.checkpoint.size;
+
+  const db = openReadOnly(dbPath);
+  try {
+    db.run("BEGIN");
+    const first = db.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
+    const start = chainStart(db, tenantId, first?.seq ?? null, verifiers);
+    if (!start.ok) throw new CannotCheck(`de keten van tenant ${tenantId} begint niet bij een geldig retentierecord (${start.reden}); controleer eerst met verify`);
+    const entries: BundleEntry[] = [];
+    for (const r of db.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq > ? AND seq <= ? ORDER BY seq").iterate(tenantId, start.seq, size) as IterableIterator<Row>) {
+      entries.push({ seq: r.seq, id: r.id, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: r.prev_hash, hash: r.hash });
+    }
+    db.run("COMMIT");
+    const header: BundleHeader = { soort: "nachtwacht-bundel-v1", tenantId, verificatieSleutels: verifiers.map((v) => v.verifierKey), checkpoint, retentie: start.note };
+    if (proveSeq !== undefined) {
+      if (start.seq > 0) throw new CannotCheck("een inclusiebewijs kan alleen zolang de keten vanaf seq 1 bestaat; na audit-retentie ontbreken de oudste bladeren");
+      if (proveSeq < 1 || proveSeq > size) throw new CannotCheck(`seq ${proveSeq} valt buiten het checkpoint (grootte ${size})`);
+      if (entries.length !== size) throw new CannotCheck(`de keten haalt het checkpoint niet (${entries.length} van ${size} entries); controleer eerst met verify`);
+      const leaves = entries.map((e) => leafHashOfHex(e.hash));
+      header.bewijs = { seq: proveSeq, index: proveSeq - 1, grootte: size, hashes: inclusionProof(leaves, proveSeq - 1).map((h) => Buffer.from(h).toString("base64")) };
+    }
+    return [JSON.stringify(header), ...entries.map((e) => JSON.stringify(e))];
+  } finally {
+    db.close();
+  }
+}
+
+export interface BundleVerdict {
+  ok: boolean;
+  tenantId: number | null;
+  entries: number;
+  fout?: string;
+  /** The inclusion proof held (absent when the bundle has none). */
+  bewijs?: boolean;
+}
+
+/** Checks a bundle offline, with only the trusted public keys. */
+export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerdict {
+  const nonEmpty = lines.filter((l) => l.trim() !== "");
+  let header: BundleHeader;
+  let entries: BundleEntry[];
+  try {
+    header = JSON.parse(nonEmpty[0] ?? "") as BundleHeader;
+    entries = nonEmpty.slice(1).map((l) => JSON.parse(l) as BundleEntry);
+  } catch {
+    throw new CannotCheck("geen bundel: een regel is geen JSON");
+  }
+  if (header?.soort !== "nachtwacht-bundel-v1" || !Number.isSafeInteger(header.tenantId) || typeof header.checkpoint !== "string") {
+    throw new CannotCheck("geen bundel van nachtwacht (nachtwacht-bundel-v1)");
+  }
+  const tenantId = header.tenantId;
+  const fail = (fout: string): BundleVerdict => ({ ok: false, tenantId, entries: entries.length, fout });
+  const cp = openCheckpoint(header.checkpoint, tenantId, verifiers);
+  if (!cp.ok) return fail(`het checkpoint is niet geldig ondertekend door een vertrouwde sleutel (${cp.error})`);
+  let range = new CompactRange();
+  let prevSeq = 0;
+  let prevHash = GENESIS_HASH;
+  if (header.retentie !== null) {
+    const r = openRetentionRecord(header.retentie, tenantId, verifiers);
+    if (!r.ok) return fail(`het retentierecord is niet geldig ondertekend (${r.error})`);
+    const why = retentionUnjustified(r.record);
+    if (why) return fail(`het retentierecord rechtvaardigt de verwijdering niet: ${why}`);
+    range = r.record.bereik.clone();
+    prevSeq = r.record.seq;
+    prevHash = r.record.hash;
+  }
+  for (const [i, e] of entries.entries()) {
+    const text = JSON.stringify([CHAIN_VERSION, tenantId, e.seq, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash]);
+    const reden = linkBreak(sha256Hex(text) !== e.hash, i === 0, e.seq, e.prevHash, prevSeq, prevHash);
+    if (reden) return fail(`entry seq ${e.seq}: ${reden}`);
+    range.pushEntryHash(e.hash);
+    prevSeq = e.seq;
+    prevHash = e.hash;
+  }
+  if (range.size !== cp.checkpoint.size) return fail(`de bundel bevat entries tot seq ${range.size}, het checkpoint telt er ${cp.checkpoint.size}`);
+  if (!Buffer.from(range.root()).equals(cp.checkpoint.root)) return fail("de entries geven een andere Merkle-root dan het ondertekende checkpoint");
+  const out: BundleVerdict = { ok: true, tenantId, entries: entries.length };
+  if (header.bewijs) {
+    const b = header.bewijs;
+    const entry = entries.find((e) => e.seq === b.seq);
+    const proof = b.hashes.map((h) => new Uint8Array(Buffer.from(h, "base64")));
+    const held = entry !== undefined && b.index === b.seq - 1 && b.grootte === cp.checkpoint.size && verifyInclusion(leafHashOfHex(entry.hash), b.index, b.grootte, proof, cp.checkpoint.root);
+    if (!held) return { ...fail(`het inclusiebewijs voor seq ${b.seq} klopt niet`), bewijs: false };
+    out.bewijs = true;
+  }
+  return out;
+}

@@ -1,0 +1,183 @@
+// The auditor's commands as separate processes: `verify` with the public key alone
+// (exit 0 / 1 / 2), `export` and `verify --bundel` with an inclusion proof, `verify
+// --checkpoint` with the installation checkpoint of the daily e-mail (the one check that
+// catches a rollback of both the database and the anchor file), and `key`.
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { copyFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
+import { appendAuditEntry } from "../src/audit/chain.ts";
+import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import { BUN, buildBinary, ROOT } from "./binary.ts";
+import { addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+// Each command is a new process (a generous bound: a hang is the failure here).
+setDefaultTimeout(120_000);
+
+const DAY = 24 * 3600 * 1000;
+
+function fill(e: TestEnv, tenantId: number, n: number, from = 0) {
+  for (let i = from; i < from + n; i++) {
+    appendAuditEntry(e.store.sqlite, { tenantId, actor: `u${i}@example.nl`, action: "dossier.gewijzigd", subject: `dossier/${i}`, details: { i }, createdAt: new Date(NOW.getTime() - (500 - i) * DAY) });
+  }
+}
+
+async function signed(): Promise<{ a: number; b: number }> {
+  env = makeTestEnv();
+  const a = addTenant(env.store, "A");
+  const b = addTenant(env.store, "B");
+  fill(env, a, 37);
+  fill(env, b, 12);
+  expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+  return { a, b };
+}
+
+/** Runs a command with no secret in its environment: only PATH and HOME. */
+async function run(args: string[], o: { stdin?: string; exe?: string[] } = {}) {
+  const p = Bun.spawn([...(o.exe ?? [BUN, join(ROOT, "src/index.ts")]), ...args], {
+    cwd: env.dir,
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir },
+    stdin: o.stdin === undefined ? "ignore" : new Blob([o.stdin]),
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code, out, err };
+}
+
+const base = () => ["--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY];
+
+describe("nachtwacht verify (public key only)", () => {
+  test("a sound database: exit 0; a changed entry: exit 1 naming the reden", async () => {
+    const { a } = await signed();
+    const ok = await run(["verify", ...base()]);
+    expect(ok.code).toBe(0);
+    expect(ok.out).toContain("RESULTAAT: de database klopt met het ankerbestand.");
+    env.store.sqlite.query("UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 9").run(a);
+    const bad = await run(["verify", ...base()]);
+    expect(bad.code).toBe(1);
+    expect(bad.out).toContain(`tenant ${a}: GEBROKEN bij seq 9: hash-afwijkend`);
+  });
+
+  test("newest entries cut and the tenant's rows deleted: exit 1 (kop-ontbreekt)", async () => {
+    const { b } = await signed();
+    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq > 5").run(b);
+    env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE tenant_id = ?").run(b);
+    const r = await run(["verify", ...base()]);
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(`tenant ${b}: GEBROKEN bij seq 12: kop-ontbreekt`);
+  });
+
+  test("exit 2 when it cannot check: no key, a missing database, a malformed key; the anchor file removed is exit 1", async () => {
+    await signed();
+    const noKey = await run(["verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand]);
+    expect(noKey.code).toBe(2);
+    expect(noKey.err).toContain("geen publieke sleutel");
+    expect((await run(["verify", ...base(), "--db", join(env.dir, "bestaat-niet.db")])).code).toBe(2);
+    expect((await run(["verify", "--db", env.config.databasePath, "--sleutel", "geen-sleutel"])).code).toBe(2);
+    expect((await run(["verify", "--onbekend"])).code).toBe(2);
+    rmSync(env.config.auditAnkerBestand);
+    const gone = await run(["verify", ...base()]);
+    expect(gone.code).toBe(1);
+    expect(gone.out).toContain("bestand-ontbreekt");
+  });
+
+  test("the compiled binary carries the command", async () => {
+    await signed();
+    const { path } = await buildBinary();
+    const r = await run(["verify", ...base()], { exe: [path] });
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("RESULTAAT: de database klopt met het ankerbestand.");
+  }, 120_000);
+});
+
+describe("nachtwacht export and verify --bundel", () => {
+  test("a bundle verifies offline; a changed entry, another key or a wrong proof does not", async () => {
+    const { a } = await signed();
+    const file = join(env.dir, "bundel.jsonl");
+    const ex = await run(["export", ...base(), "--tenant", String(a), "--bewijs", "23", "--uit", file]);
+    expect(ex.code).toBe(0);
+    const lines = readFileSync(file, "utf8").trimEnd().split("\n");
+    expect(lines).toHaveLength(1 + 37);
+    expect(JSON.parse(lines[0]!)).toMatchObject({ soort: "nachtwacht-bundel-v1", tenantId: a, retentie: null, bewijs: { seq: 23, index: 22, grootte: 37 } });
+    const ok = await run(["verify", "--bundel", file, "--sleutel", TEST_VERIFIER_KEY]);
+    expect(ok.code).toBe(0);
+    expect(ok.out).toContain("inclusiebewijs klopt");
+
+    const entry = JSON.parse(lines[10]!);
+    writeFileSync(file, [...lines.slice(0, 10), JSON.stringify({ ...entry, subject: "dossier/anders" }), ...lines.slice(11)].join("\n"));
+    const changed = await run(["verify", "--bundel", file, "--sleutel", TEST_VERIFIER_KEY]);
+    expect(changed.code).toBe(1);
+    expect(changed.out).toContain(`entry seq ${entry.seq}: hash-afwijkend`);
+
+    const other = (await run(["key", "--naam", "nachtwacht.test/sleutel"])).out.match(/publieke sleutel.*: (\S+)/)![1]!;
+    writeFileSync(file, lines.join("\n"));
+    const wrongKey = await run(["verify", "--bundel", file, "--sleutel", other]);
+    expect(wrongKey.code).toBe(1);
+    expect(wrongKey.out).toContain("niet geldig ondertekend");
+
+    const header = JSON.parse(lines[0]!);
+    header.bewijs.seq = 24;
+    writeFileSync(file, [JSON.stringify(header), ...lines.slice(1)].join("\n"));
+    const wrongProof = await run(["verify", "--bundel", file, "--sleutel", TEST_VERIFIER_KEY]);
+    expect(wrongProof.code).toBe(1);
+    expect(wrongProof.out).toContain("inclusiebewijs voor seq 24 klopt niet");
+  });
+});
+
+describe("nachtwacht verify --checkpoint (the off-machine witness)", () => {
+  test("holds for the e-mailed checkpoint; after both the database and the anchor file were rolled back it exits 1, though the nightly check sees nothing", async () => {
+    const { a } = await signed();
+    // The state after the first run, as root would keep it to roll back to.
+    env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    const oldDb = join(env.dir, "oud.db");
+    env.store.sqlite.query("VACUUM INTO ?").run(oldDb);
+    const oldFile = join(env.dir, "oud.jsonl");
+    copyFileSync(env.config.auditAnkerBestand, oldFile);
+    // A day later: new entries, anchored; the daily e-mail carries this checkpoint.
+    fill(env, a, 4, 37);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const mailed = latestInstallationCheckpoint(env.store.sqlite)!;
+    const cpFile = join(env.dir, "checkpoint.txt");
+    writeFileSync(cpFile, `\n${mailed}\n\n`); // as copied out of an e-mail, blank lines around it
+    expect((await run(["verify", ...base(), "--checkpoint", cpFile])).code).toBe(0);
+    expect((await run(["verify", ...base(), "--checkpoint", "-"], { stdin: mailed })).code).toBe(0);
+
+    // Root rolls both back to the earlier pair.
+    env.store.close();
+    for (const f of ["-wal", "-shm", ""]) rmSync(env.config.databasePath + f, { force: true });
+    copyFileSync(oldDb, env.config.databasePath);
+    copyFileSync(oldFile, env.config.auditAnkerBestand);
+    expect((await run(["verify", ...base()])).code).toBe(0);
+    const witness = await run(["verify", ...base(), "--checkpoint", cpFile]);
+    expect(witness.code).toBe(1);
+    expect(witness.out).toContain("ingekort of teruggezet");
+    expect(witness.out).toContain("RESULTAAT: database en ankerbestand bevatten de toestand van het checkpoint NIET.");
+    env.store = (await import("../src/db.ts")).openStore(env.config.databasePath);
+  });
+
+  test("an installation checkpoint that is not validly signed cannot be checked (exit 2)", async () => {
+    await signed();
+    const mailed = latestInstallationCheckpoint(env.store.sqlite)!;
+    const r = await run(["verify", ...base(), "--checkpoint", "-"], { stdin: mailed.replace(/\n\d+\n/, "\n999\n") });
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("niet geldig ondertekend");
+  });
+});
+
+describe("nachtwacht key", () => {
+  test("prints a signing key for the env file and its public key; both parse and belong together", async () => {
+    env = makeTestEnv();
+    const r = await run(["key", "--naam", "nachtwacht.voorbeeld/a1"]);
+    expect(r.code).toBe(0);
+    const secret = /^AUDIT_ANKER_SLEUTEL=(PRIVATE\+KEY\+\S+)$/m.exec(r.out)![1]!;
+    const pub = /^# publieke sleutel.*: (\S+)$/m.exec(r.out)![1]!;
+    expect(parseSignerKey(secret).verifierKey).toBe(pub);
+    expect(parseVerifierKey(pub).name).toBe("nachtwacht.voorbeeld/a1");
+    const other = await run(["key"]);
+    expect(other.out).toMatch(/^AUDIT_ANKER_SLEUTEL=PRIVATE\+KEY\+nachtwacht\.[^/\s]+\/[0-9a-f]{8}\+/m);
+    expect((await run(["key", "--naam", "met spatie"])).code).toBe(2);
+  });
+});
