@@ -87,9 +87,10 @@ describe("the host application writing while the jobs run", () => {
     // Verified again after everything settled, and once more by the service itself.
     const s = new Database(db.path, { readonly: true });
     try {
-      for (const c of verifyAll(s)) {
+      for (const c of verifyAll(s, db.env.AUDIT_ANKER_BESTAND)) {
         expect(c.intact).toBe(true);
         expect(c.ankerSeq).toBe(6000);
+        expect(c.retentieSeq).toBe(6000);
         expect(c.aantalEntries).toBe(c.tenantId <= 3 ? 2000 : 500);
       }
     } finally {

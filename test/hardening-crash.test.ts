@@ -1,8 +1,8 @@
 // Crashes (issue 8, part 4). The service runs as a real process (`bun src/index.ts`)
 // and is killed with SIGKILL at seeded random points in the middle of a job — several
 // times on the same database — then restarted. After every kill: the database is
-// sound, every chain verifies, the retention anchors are exactly where the deletion
-// stopped, and the job-run history shows the interrupted run as not finished. After
+// sound, every chain verifies, nothing was deleted beyond its signed retention record,
+// and the job-run history shows the interrupted run as not finished. After
 // the last kill a rerun completes the work; for the weekly report, across all kills
 // and the rerun, no administrator gets a report twice.
 //
@@ -13,8 +13,10 @@ import { join } from "node:path";
 import { parseConfig } from "../src/config.ts";
 import { applyPragmas, openStore } from "../src/db.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
-import { bulkChain, BUN, flakySmtp, prng, ROOT, startService, tempDir, verifyAll, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
-import { RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY } from "./helpers.ts";
+import { parseVerifierKey } from "../src/audit/note.ts";
+import { openRetentionRecord } from "../src/audit/records.ts";
+import { bulkChain, BUN, deletedEntries, flakySmtp, prng, ROOT, startService, tempDir, verifyAll, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
+import { RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const SEED = Number(process.env.CRASH_SEED ?? 8);
 const rand = prng(SEED);
@@ -126,34 +128,42 @@ beforeAll(async () => {
 });
 
 describe("SIGKILL in the middle of a job, again and again, then a rerun", () => {
-  test("audit-retentie (4 kills): chains verify, anchors sit exactly where deletion stopped, interrupted runs stay 'bezig'; taken-controle says onderbroken; the rerun finishes", async () => {
+  test("audit-retentie (4 kills): chains verify, nothing is deleted beyond its signed retention record, interrupted runs stay 'bezig'; taken-controle says onderbroken; the rerun finishes and audit-verificatie is 200", async () => {
     const db = makeDatabase();
+    const anchorFile = join(db.dir, "ankers.jsonl");
     const total = TENANTS * (OLD_PER_TENANT + NEW_PER_TENANT);
     let probe = new Database(db.path, { readonly: true });
-    // Entries deleted so far = sum of the anchors' seqs (deletion is a prefix from seq 1).
-    const deleted = () => (probe.query("SELECT coalesce(sum(seq), 0) AS n FROM audit_retention_anchors").get() as { n: number }).n;
+    // Entries deleted so far (deletion is a prefix from seq 1; the records are signed before it starts).
+    const deleted = () => deletedEntries(probe);
     for (let round = 0; round < 4; round++) {
       const svc = await startService(env(db));
       const before = deleted();
       const target = before + 1 + Math.floor(rand() * (TENANTS * OLD_PER_TENANT - before) * 0.5);
       await killDuring(svc, "audit-retentie", deleted, target);
       inspect(db.path, (s) => {
-        const chains = verifyAll(s);
+        const chains = verifyAll(s, anchorFile);
         const remaining = (s.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n;
-        let anchored = 0;
+        let gone = 0;
         for (const c of chains) {
           expect(c.intact).toBe(true);
-          expect(c.eersteSeq).toBe(c.ankerSeq + 1);
-          // whole batches only: the anchor is exactly the last entry deleted (below)
-          if (c.ankerSeq > 0) {
+          // Every deleted entry is covered by a signed record; the record covers the whole old
+          // prefix (signed before any deletion), and the anchor was moved with it.
+          expect(c.eersteSeq! - 1).toBeLessThanOrEqual(c.retentieSeq);
+          expect([0, OLD_PER_TENANT]).toContain(c.retentieSeq);
+          expect(c.ankerSeq).toBe(c.retentieSeq);
+          if (c.retentieSeq > 0) {
+            const row = s.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY positie DESC LIMIT 1").get(c.tenantId) as { note: string };
+            const o = openRetentionRecord(row.note, c.tenantId, [parseVerifierKey(TEST_VERIFIER_KEY)]);
+            expect(o.ok && o.record.hash).toBe(db.hashes.get(`${c.tenantId}/${c.retentieSeq}`)!);
             const a = s.query("SELECT hash FROM audit_retention_anchors WHERE tenant_id = ?").get(c.tenantId) as { hash: string };
-            expect(a.hash).toBe(db.hashes.get(`${c.tenantId}/${c.ankerSeq}`)!);
+            expect(a.hash).toBe(db.hashes.get(`${c.tenantId}/${c.retentieSeq}`)!);
           }
-          anchored += c.ankerSeq;
+          // No hole: what is left is exactly the chain after the deleted prefix.
+          expect(c.aantalEntries).toBe(OLD_PER_TENANT + NEW_PER_TENANT - (c.eersteSeq! - 1));
+          gone += c.eersteSeq! - 1;
         }
-        // Nothing deleted without an anchor, nothing anchored that is still there.
-        expect(anchored + remaining).toBe(total);
-        expect(anchored).toBeGreaterThanOrEqual(before);
+        expect(gone + remaining).toBe(total);
+        expect(gone).toBeGreaterThanOrEqual(before);
         expect(lastRun(s, "audit-retentie")).toEqual({ uitkomst: "bezig", beeindigd: null });
       });
     }
@@ -172,10 +182,18 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     const r = await fetch(`${svc.url}/api/cron/audit-retentie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
     expect(r.status).toBe(200);
     const body = (await r.json()) as { verwijderd: number };
+    // The whole installation as the service checks it: the anchor file and its copy agree, every chain verifies.
+    const v = await fetch(`${svc.url}/api/cron/audit-verificatie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
+    expect(v.status).toBe(200);
     svc.proc.kill("SIGTERM");
     expect(await svc.exited).toBe(0);
     inspect(db.path, (s) => {
-      for (const c of verifyAll(s)) expect(c).toMatchObject({ intact: true, ankerSeq: OLD_PER_TENANT, aantalEntries: NEW_PER_TENANT });
+      for (const c of verifyAll(s, anchorFile)) {
+        expect(c).toMatchObject({ intact: true, ankerSeq: OLD_PER_TENANT, retentieSeq: OLD_PER_TENANT, eersteSeq: OLD_PER_TENANT + 1, aantalEntries: NEW_PER_TENANT });
+      }
+      // One signed record per tenant: the reruns found their prefixes covered already.
+      const records = s.query("SELECT count(*) AS n FROM audit_anchor_log WHERE soort = 'retentie'").get() as { n: number };
+      expect(records.n).toBe(TENANTS);
       expect(lastRun(s, "audit-retentie").uitkomst).toBe("ok");
       const deletedBefore = TENANTS * OLD_PER_TENANT - body.verwijderd;
       expect(deletedBefore).toBeGreaterThan(0);

@@ -13,7 +13,7 @@ import { parseConfig } from "../src/config.ts";
 import { openStore } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import { createMailer } from "../src/mail/transport.ts";
-import { bulkChain, BUN, fakeSentry, flakySmtp, verifyAll, type FakeSentry } from "./fixtures/hardening.ts";
+import { bulkChain, BUN, deletedEntries, fakeSentry, flakySmtp, verifyAll, type FakeSentry } from "./fixtures/hardening.ts";
 import { addAdmin, addTenant, call, makeTestEnv, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, tempDir, type TestEnv } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -209,7 +209,7 @@ describe("the database read-only or the disk full", () => {
     expect(count(env, "audit_verification_state")).toBe(1);
   });
 
-  test("read-only in the middle of audit-retentie: the failing batch is rolled back, every chain still links to its anchor; the rerun deletes the rest", async () => {
+  test("read-only in the middle of audit-retentie: the failing batch is rolled back, every chain still starts from its signed retention record; the rerun deletes the rest", async () => {
     const env = track(makeTestEnv());
     const tenants = [addTenant(env.store, "A"), addTenant(env.store, "B"), addTenant(env.store, "C")];
     const old = NOW.getTime() - 3000 * DAY;
@@ -217,9 +217,15 @@ describe("the database read-only or the disk full", () => {
       bulkChain(env.store.sqlite, t, 5000, old - 400 * DAY, old); // older than grens: several batches
       bulkChain(env.store.sqlite, t, 100, NOW.getTime() - 10 * DAY, NOW.getTime() - DAY);
     }
-    // The job pauses between batches; this runs in the first pause.
-    setTimeout(() => env.store.sqlite.run("PRAGMA query_only = 1"), 0);
+    // The job pauses between batches (its records are signed and stored before the first):
+    // once a batch has deleted something, the database goes read-only in that pause.
+    const readOnly = setInterval(() => {
+      if (deletedEntries(env.store.sqlite) === 0) return;
+      env.store.sqlite.run("PRAGMA query_only = 1");
+      clearInterval(readOnly);
+    }, 0);
     const r = await call(env.app, "/api/cron/audit-retentie");
+    clearInterval(readOnly);
     expect(r.status).toBe(503);
     expect(r.json.error).toContain("SQLITE_READONLY");
     await Bun.sleep(0);
@@ -230,22 +236,24 @@ describe("the database read-only or the disk full", () => {
     // the first batch committed, the one that met the read-only database did not
     expect(deleted).toBeGreaterThan(0);
     expect(deleted).toBeLessThan(15_000);
-    let anchored = 0;
-    for (const c of verifyAll(env.store.sqlite)) anchored += c.ankerSeq;
-    expect(anchored).toBe(deleted); // every deleted entry is behind an anchor
-    for (const c of verifyAll(env.store.sqlite)) {
+    expect(deletedEntries(env.store.sqlite)).toBe(deleted); // deletion is a prefix of each chain
+    for (const c of verifyAll(env.store.sqlite, env.config.auditAnkerBestand)) {
       expect(c.intact).toBe(true);
-      // anchor and remaining chain meet: nothing deleted without moving the anchor
-      expect(c.eersteSeq).toBe(c.ankerSeq + 1);
+      // the record of the whole old prefix was signed first: every deleted entry is covered by it
+      expect(c.retentieSeq).toBe(5000);
+      expect(c.ankerSeq).toBe(5000);
+      expect(c.eersteSeq! - 1).toBeLessThanOrEqual(c.retentieSeq);
     }
     // The run could not be closed on a read-only database: it stays visibly unfinished.
     const run = env.store.sqlite.query("SELECT uitkomst, beeindigd FROM job_runs WHERE job = 'audit-retentie'").get();
     expect(run).toEqual({ uitkomst: "bezig", beeindigd: null });
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
 
     const again = await call(env.app, "/api/cron/audit-retentie");
     expect(again.status).toBe(200);
     expect(again.json.verwijderd).toBe(15_000 - deleted);
-    for (const c of verifyAll(env.store.sqlite)) expect(c).toMatchObject({ intact: true, ankerSeq: 5000, eersteSeq: 5001, aantalEntries: 100 });
+    for (const c of verifyAll(env.store.sqlite, env.config.auditAnkerBestand)) expect(c).toMatchObject({ intact: true, ankerSeq: 5000, retentieSeq: 5000, eersteSeq: 5001, aantalEntries: 100 });
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   }, 30_000);
 
   test("disk full during audit-verificatie: 503 SQLITE_FULL, alarm, no verification state half-written; space freed → the rerun writes all of it", async () => {

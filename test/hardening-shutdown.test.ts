@@ -73,7 +73,7 @@ describe("SIGTERM", () => {
     expect(runs(db.path, "audit-retentie")).toEqual([{ uitkomst: "ok", httpStatus: 200, beeindigd: 1, fout: null }]);
     closedCleanly(db.path);
     const s = new Database(db.path, { readonly: true });
-    for (const c of verifyAll(s)) expect(c).toMatchObject({ intact: true, ankerSeq: 8000, aantalEntries: 100 });
+    for (const c of verifyAll(s, db.env.AUDIT_ANKER_BESTAND)) expect(c).toMatchObject({ intact: true, ankerSeq: 8000, retentieSeq: 8000, eersteSeq: 8001, aantalEntries: 100 });
     s.close();
     const log = svc.output();
     expect(log).toContain('"message":"shutting down","signal":"SIGTERM","running":["audit-retentie"]');
