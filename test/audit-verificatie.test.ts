@@ -1,5 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { appendAuditEntry, entryHash, type AppendedEntry } from "../src/audit/chain.ts";
+import { readFileSync, writeFileSync } from "node:fs";
+import { runAuditAnker } from "../src/jobs/audit-anker.ts";
 import { runAuditVerificatie } from "../src/jobs/audit-verificatie.ts";
 import { addTenant, call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
 
@@ -32,6 +34,9 @@ type Row = { tenant_id: number; seq: number; created_at: string; actor: string; 
 function row(e: TestEnv, tenantId: number, seq: number): Row {
   return e.store.sqlite.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, seq) as Row;
 }
+/** The body's ankerbestand part when nothing was ever anchored: no file, no rows. */
+const noFile = (e: TestEnv) => ({ intact: true, bestand: e.config.auditAnkerBestand, regels: 0, waarschuwingen: [] });
+
 function rehash(r: Row): string {
   return entryHash({ tenantId: r.tenant_id, seq: r.seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: r.prev_hash });
 }
@@ -52,6 +57,7 @@ describe("audit-verificatie", () => {
         { tenantId: b.tenantId, tenant: "Stichting Leiden", intact: true, aantalEntries: 3 },
         { tenantId: empty, tenant: "Nieuw", intact: true, aantalEntries: 0 },
       ],
+      ankerbestand: noFile(env),
       tijdstip: NOW.toISOString(),
     });
     expect(env.alarms.raised).toEqual([]);
@@ -67,10 +73,10 @@ describe("audit-verificatie", () => {
     env = makeTestEnv();
     const r = await call(env.app, PATH);
     expect(r.status).toBe(200);
-    expect(r.json).toEqual({ gecontroleerd: 0, aantalGebroken: 0, resultaten: [], tijdstip: NOW.toISOString() });
+    expect(r.json).toEqual({ gecontroleerd: 0, aantalGebroken: 0, resultaten: [], ankerbestand: noFile(env), tijdstip: NOW.toISOString() });
   });
 
-  const tampers: [string, (e: TestEnv, t: number, es: AppendedEntry[]) => void, { seq: number; reden: string; entry?: number | null }][] = [
+  const tampers: [string, (e: TestEnv, t: number, es: AppendedEntry[]) => void | Promise<void>, { seq: number; reden: string; entry?: number | null }][] = [
     [
       "a field changed",
       (e, t) => e.store.sqlite.run("UPDATE audit_entries SET details = '{\"i\":99}' WHERE tenant_id = ? AND seq = 4", [t]),
@@ -127,14 +133,14 @@ describe("audit-verificatie", () => {
       { seq: 10, reden: "volgnummer-gat", entry: 9999 },
     ],
     [
-      "the oldest entries deleted by hand, without a retention anchor",
+      "the oldest entries deleted by hand, without a signed retention record",
       (e, t) => e.store.sqlite.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 2", [t]),
-      { seq: 3, reden: "anker-afwijkend" },
+      { seq: 3, reden: "retentie-ontbreekt" },
     ],
     [
-      "the newest entries cut off below a recorded head anchor",
-      (e, t, es) => {
-        e.store.sqlite.run("INSERT INTO audit_head_anchors (tenant_id, seq, hash, tijdstip) VALUES (?, ?, ?, ?)", [t, 8, es[7]!.hash, NOW.toISOString()]);
+      "the newest entries cut off below a signed checkpoint",
+      async (e, t) => {
+        expect((await runAuditAnker(e.deps, NOW)).status).toBe(200);
         e.store.sqlite.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq >= 7", [t]);
       },
       { seq: 8, reden: "kop-ontbreekt", entry: null },
@@ -146,7 +152,7 @@ describe("audit-verificatie", () => {
       env = makeTestEnv();
       const ok = chain(env, "Intact BV", 4);
       const { tenantId, entries } = chain(env, "Zorggroep Zwolle", 8);
-      tamper(env, tenantId, entries);
+      await tamper(env, tenantId, entries);
       const r = await call(env.app, PATH);
       expect(r.status).toBe(409);
       expect(r.json.gecontroleerd).toBe(2);
@@ -162,8 +168,11 @@ describe("audit-verificatie", () => {
       const alarm = env.alarms.raised[0]!;
       expect(alarm.type).toBe("audit-chain-broken");
       expect(alarm.message).toContain("Zorggroep Zwolle");
+      // The anchor file itself is sound (or absent, when nothing was anchored): only the chain is broken.
+      expect(r.json.ankerbestand).toMatchObject({ intact: true, bestand: env.config.auditAnkerBestand });
       expect(alarm.context).toEqual({
         aantalGebroken: 1,
+        ankerbestand: r.json.ankerbestand,
         gebroken: [{ tenantId, tenant: "Zorggroep Zwolle", fout: { seq: expected.seq, entryId, reden: expected.reden } }],
       });
       const state = env.store.sqlite.query("SELECT intact, fout_seq, fout_reden FROM audit_verification_state WHERE tenant_id = ?").get(tenantId);
@@ -171,16 +180,41 @@ describe("audit-verificatie", () => {
     });
   }
 
-  test("a retention anchor that was altered is anker-afwijkend", async () => {
-    env = makeTestEnv();
-    const { tenantId, entries } = chain(env, "T", 5);
-    env.store.sqlite.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 2", [tenantId]);
-    env.store.sqlite.run("INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, 2, ?, ?)", [tenantId, entries[1]!.hash, NOW.toISOString()]);
+  test("a signed retention record altered in the database copy → retentie-ongeldig", async () => {
+    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "3" });
+    const { tenantId, entries } = chain(env, "T", 5); // days −5 … −1: −5 and −4 are older than grens
+    expect((await runAuditAnker(env.deps, NOW)).status).toBe(200);
+    const ret = await call(env.app, "/api/cron/audit-retentie");
+    expect(ret.json.verwijderd).toBe(2);
     expect((await call(env.app, PATH)).status).toBe(200);
-    env.store.sqlite.run("UPDATE audit_retention_anchors SET hash = ? WHERE tenant_id = ?", ["cd".repeat(32), tenantId]);
+    const rec = env.store.sqlite.query("SELECT positie, note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'").get(tenantId) as { positie: number; note: string };
+    expect(rec.note).toContain(`\nhash ${entries[1]!.hash}\n`);
+    // The record now names another hash for the last deleted entry; its signature no longer holds.
+    env.store.sqlite.run("UPDATE audit_anchor_log SET note = ? WHERE positie = ?", [rec.note.replace(entries[1]!.hash, "cd".repeat(32)), rec.positie]);
     const r = await call(env.app, PATH);
     expect(r.status).toBe(409);
-    expect(r.json.resultaten[0].fout).toEqual({ seq: 3, entryId: entries[2]!.id, reden: "anker-afwijkend" });
+    expect(r.json.resultaten[0].fout).toEqual({ seq: 3, entryId: entries[2]!.id, reden: "retentie-ongeldig" });
+  });
+
+  test("the ankerbestand part: after audit-anker its lines are counted; a file problem alone is 409 with no broken chain, and the alarm names it", async () => {
+    env = makeTestEnv();
+    chain(env, "A", 4);
+    chain(env, "B", 2);
+    expect((await runAuditAnker(env.deps, NOW)).status).toBe(200);
+    const ok = await call(env.app, PATH);
+    expect(ok.status).toBe(200);
+    // two tenant checkpoints and one installation checkpoint
+    expect(ok.json.ankerbestand).toEqual({ intact: true, bestand: env.config.auditAnkerBestand, regels: 3, waarschuwingen: [] });
+
+    const text = readFileSync(env.config.auditAnkerBestand, "utf8");
+    writeFileSync(env.config.auditAnkerBestand, text.replace("\\n4\\n", "\\n5\\n"));
+    const r = await call(env.app, PATH);
+    expect(r.status).toBe(409);
+    expect(r.json.aantalGebroken).toBe(0);
+    expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "bestand-gewijzigd", regels: 3 });
+    expect(env.alarms.raised).toHaveLength(1);
+    expect(env.alarms.raised[0]!.message).toContain("bestand-gewijzigd");
+    expect(env.alarms.raised[0]!.context).toMatchObject({ aantalGebroken: 0, ankerbestand: r.json.ankerbestand });
   });
 
   test("several broken tenants raise ONE alarm per run, naming each", async () => {
