@@ -3,6 +3,8 @@
 // `export` are the audit commands of src/cli/audit.ts, which need no configuration.
 // Each branch imports only what it needs: a command starts without loading the server.
 
+export {};
+
 const AUDIT_COMMANDS = new Set(["key", "verify", "export"]);
 const [command, ...rest] = Bun.argv.slice(2);
 

@@ -1,0 +1,150 @@
+// The formats against a real peer: Go's golang.org/x/mod/sumdb/note opens every note
+// nachtwacht signs, and golang.org/x/mod/sumdb/tlog computes the same RFC 6962 roots and
+// inclusion proofs (test/go/peer.go; Debian's golang-go and golang-golang-x-mod-dev).
+// The other way round too: a note Go signs opens with our code, and Go's key strings
+// parse. And the known-answer vectors of test/vectors/checkpoints.json.
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { anchorAll } from "../src/audit/anchoring.ts";
+import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
+import { appendAuditEntry } from "../src/audit/chain.ts";
+import { auditKeys } from "../src/audit/keys.ts";
+import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex } from "../src/audit/merkle.ts";
+import { openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import { signCheckpoint, signInstallationCheckpoint, signRetentionRecord, parseAnchorLineText } from "../src/audit/records.ts";
+import { ROOT } from "./binary.ts";
+import { addTenant, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+
+// `go run` compiles the peer first: a generous bound (a hang is the failure).
+setDefaultTimeout(180_000);
+
+let env: TestEnv | undefined;
+afterEach(() => env?.cleanup());
+
+const GOPATH = "/usr/share/gocode";
+const b64 = (b: Uint8Array) => Buffer.from(b).toString("base64");
+
+interface GoAnswer {
+  notes: { ok: boolean; error?: string; text?: string; origin?: string; size?: number; root?: string }[] | null;
+  trees: { root: string; proofs: Record<string, string[]>; checks: string[] | null }[] | null;
+  sign?: { skey: string; vkey: string; note: string };
+}
+
+async function goPeer(request: unknown): Promise<GoAnswer> {
+  if (!Bun.which("go") || !existsSync(join(GOPATH, "src/golang.org/x/mod/sumdb/note"))) {
+    throw new Error("this test needs Go and golang.org/x/mod: apt-get install golang-go golang-golang-x-mod-dev (.ci/run does)");
+  }
+  const cache = mkdtempSync(join(tmpdir(), "nachtwacht-go-"));
+  try {
+    const p = Bun.spawn(["go", "run", join(ROOT, "test/go/peer.go")], {
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: cache, GO111MODULE: "off", GOPATH, GOCACHE: join(cache, "build"), GOFLAGS: "" },
+      stdin: new Blob([JSON.stringify(request)]),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+    if (code !== 0) throw new Error(`go peer failed (${code}): ${err}`);
+    return JSON.parse(out) as GoAnswer;
+  } finally {
+    rmSync(cache, { recursive: true, force: true });
+  }
+}
+
+describe("what nachtwacht signs, checked by Go's note and tlog", () => {
+  test("every checkpoint, retention record and installation checkpoint of a real run opens with note.Open; the roots are tlog's; our inclusion proofs are tlog's", async () => {
+    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    // Odd, even and power-of-two trees; sizes 1 to 3 are in the vectors below.
+    const sizes = [4, 5, 7, 8, 9, 16, 33];
+    const hashes = new Map<number, string[]>();
+    for (const n of sizes) {
+      const t = addTenant(env.store, `T${n}`);
+      hashes.set(t, []);
+      for (let i = 0; i < n; i++) {
+        const e = appendAuditEntry(env.store.sqlite, { tenantId: t, actor: "a", action: "b", subject: `s${i}`, details: { i }, createdAt: new Date(NOW.getTime() - (i < 3 ? 1000 : 100) * 24 * 3600 * 1000) });
+        hashes.get(t)!.push(e.hash);
+      }
+    }
+    // Retention first (the three oldest entries of each tenant), so its signed records are in the file too.
+    expect((await runAuditRetentie(env.deps, NOW)).body.verwijderd).toBe(3 * sizes.length);
+    const r = await anchorAll(env.store.sqlite, env.store.path, env.config.auditAnkerBestand, auditKeys(env.config));
+    expect(r.checkpoints).toHaveLength(sizes.length);
+    const lines = readFileSync(env.config.auditAnkerBestand, "utf8").trimEnd().split("\n").map((l) => parseAnchorLineText(l));
+    const notes = lines.map((l) => (l.kind === "record" ? l.line.note : ""));
+    expect(notes.every((n) => n !== "")).toBe(true);
+    expect(lines.filter((l) => l.kind === "record" && l.line.soort === "retentie")).toHaveLength(sizes.length);
+
+    const tenants = [...hashes.keys()];
+    const trees = tenants.map((t) => {
+      const leaves = hashes.get(t)!.map((h) => b64(Buffer.from(h, "hex")));
+      const n = leaves.length;
+      const idx = [...new Set([0, Math.floor(n / 2), n - 1])];
+      const leafHashes = hashes.get(t)!.map(leafHashOfHex);
+      return { leaves, proofs: idx, check: idx.map((i) => ({ index: i, proof: inclusionProof(leafHashes, i).map(b64) })) };
+    });
+    const tampered = "x" + notes[0]!;
+    const go = await goPeer({ vkeys: [TEST_VERIFIER_KEY], notes: [...notes, tampered], trees });
+
+    const opened = go.notes!;
+    for (let i = 0; i < notes.length; i++) expect({ i, ok: opened[i]!.ok, error: opened[i]!.error }).toEqual({ i, ok: true, error: undefined });
+    expect(opened.at(-1)!.ok).toBe(false);
+    // Each tenant checkpoint: Go's parse of the body, against tlog.TreeHash over the entry hashes.
+    for (const [k, t] of tenants.entries()) {
+      const i = lines.findIndex((l) => l.kind === "record" && l.line.soort === "checkpoint" && l.line.tenantId === t);
+      expect(opened[i]!.origin).toBe(`nachtwacht.test/sleutel/tenant/${t}`);
+      expect(opened[i]!.size).toBe(hashes.get(t)!.length);
+      expect(opened[i]!.root).toBe(go.trees![k]!.root);
+      // Our RFC 6962 audit paths are tlog's, and tlog.CheckRecord accepts them.
+      for (const c of trees[k]!.check) expect(go.trees![k]!.proofs[String(c.index)] ?? []).toEqual(c.proof);
+      expect(go.trees![k]!.checks!.every((x) => x === "")).toBe(true);
+    }
+    // The installation checkpoint: a tree over the notes of the lines before it.
+    const inst = lines.findIndex((l) => l.kind === "record" && l.line.soort === "installatie");
+    const instTree = await goPeer({ vkeys: [], notes: [], trees: [{ leaves: notes.slice(0, inst).map((n) => b64(Buffer.from(n, "utf8"))), proofs: [], check: [] }] });
+    expect(opened[inst]!.origin).toBe("nachtwacht.test/sleutel/installatie");
+    expect(opened[inst]!.root).toBe(instTree.trees![0]!.root);
+  });
+
+  test("a note Go signs opens with our code; Go's key strings parse and belong together", async () => {
+    const go = await goPeer({ vkeys: [], notes: [], trees: [], sign: { name: "peer.go.test/sleutel", text: "go.example/log\n3\nq6ysVYr5XqVS+qO5PClRz3TRAn5sv5pAkiwJqPfuhpM=\n" } });
+    const s = go.sign!;
+    const opened = openNote(s.note, [parseVerifierKey(s.vkey)]);
+    expect(opened).toEqual({ ok: true, text: "go.example/log\n3\nq6ysVYr5XqVS+qO5PClRz3TRAn5sv5pAkiwJqPfuhpM=\n", verifiedBy: [s.vkey] });
+    expect(parseSignerKey(s.skey).verifierKey).toBe(s.vkey);
+    // A signature by a key we do not trust is not accepted.
+    expect(openNote(s.note, [parseVerifierKey(TEST_VERIFIER_KEY)])).toEqual({ ok: false, reason: "onbekende-sleutel" });
+  });
+});
+
+describe("known-answer vectors (test/vectors/checkpoints.json)", () => {
+  const v = JSON.parse(readFileSync(join(ROOT, "test/vectors/checkpoints.json"), "utf8"));
+  const signer = parseSignerKey(v.signingKey);
+
+  test("our code reproduces every note byte for byte", () => {
+    expect(signer.verifierKey).toBe(v.verifierKey);
+    for (const c of v.checkpoints) {
+      const r = new CompactRange();
+      for (const h of v.entryHashes.slice(0, c.size)) r.pushEntryHash(h);
+      expect({ size: c.size, root: b64(r.root()), bereik: r.encode(), note: signCheckpoint(signer, v.tenantId, r) }).toEqual({ size: c.size, root: c.root, bereik: c.bereik, note: c.note });
+    }
+    const ret = v.retention;
+    const bereik = CompactRange.decode(ret.seq, ret.bereik);
+    expect(signRetentionRecord(signer, { ...ret, bereik })).toBe(ret.note);
+    const inst = new CompactRange();
+    for (const n of [v.checkpoints.at(-1).note, ret.note]) inst.pushLeafHash(leafHashOfBytes(Buffer.from(n, "utf8")));
+    expect(b64(inst.root())).toBe(v.installation.root);
+    expect(signInstallationCheckpoint(signer, inst)).toBe(v.installation.note);
+  });
+
+  test("Go opens every vector note and computes the same roots", async () => {
+    const notes = [...v.checkpoints.map((c: { note: string }) => c.note), v.retention.note, v.installation.note];
+    const trees = v.checkpoints.map((c: { size: number }) => ({ leaves: v.entryHashes.slice(0, c.size).map((h: string) => b64(Buffer.from(h, "hex"))), proofs: [], check: [] }));
+    const go = await goPeer({ vkeys: [v.verifierKey], notes, trees });
+    expect(go.notes!.every((n) => n.ok)).toBe(true);
+    v.checkpoints.forEach((c: { root: string }, i: number) => {
+      expect(go.notes![i]!.root).toBe(c.root);
+      expect(go.trees![i]!.root).toBe(c.root);
+    });
+  });
+});
