@@ -6,7 +6,7 @@
 #
 #   /usr/local/bin/nachtwacht                the binary (npm run build → dist/nachtwacht)
 #   /usr/local/lib/nachtwacht/               nachtwacht-call.sh, backup.sh
-#   /etc/nachtwacht/nachtwacht.env           root:root 600, CRON_SECRET made here once
+#   /etc/nachtwacht/nachtwacht.env           root:root 600, CRON_SECRET and the audit signing key made here once
 #   /etc/systemd/system/nachtwacht.service   runs the binary as the user nachtwacht
 #   /etc/cron.d/nachtwacht                   the schedule (generated from src/schedule.ts)
 #   /var/lib/nachtwacht/                     database, anchors, outbox (user nachtwacht)
@@ -66,12 +66,23 @@ new_secret() {
   printf '%s' "$s"
 }
 
+# A new Ed25519 signing key from the installed binary (`nachtwacht key`), read from its
+# stdout: the AUDIT_ANKER_SLEUTEL=… line, then a comment with the public key.
+new_signing_key() {
+  local out
+  out=$("$ROOT/usr/local/bin/nachtwacht" key) || die "could not make a signing key with $ROOT/usr/local/bin/nachtwacht key"
+  [[ "$out" == AUDIT_ANKER_SLEUTEL=PRIVATE+KEY+* ]] || die "nachtwacht key gave no signing key"
+  printf '%s' "$out"
+}
+
 # Writes the environment file from $1 (template or the current file) to a 600 temp file
-# and moves it into place. Empty CRON_SECRET= / AUDIT_ANKER_SLEUTEL= lines are filled,
-# a missing CRON_SECRET is appended, a set one is kept unless --rotate-secret. Lines go
-# through bash's printf builtin only: the secrets never reach another process's argv.
+# and moves it into place. An empty CRON_SECRET= line is filled, a missing one appended,
+# a set one kept unless --rotate-secret. AUDIT_ANKER_SLEUTEL: an empty or missing one
+# gets a new Ed25519 key; an HMAC key of an earlier version is replaced by one (its
+# anchors are retired, docs/audit-chain.md). Lines go through bash's printf builtin
+# only: the secrets never reach another process's argv.
 write_env() {
-  local src=$1 tmp line key val has_secret=0 changed=0
+  local src=$1 tmp line key val has_secret=0 has_key=0 changed=0
   tmp=$(mktemp "$ENV_DIR/.nachtwacht.env.XXXXXX") # mode 600
   while IFS= read -r line || [ -n "$line" ]; do
     key="${line%%=*}"
@@ -82,14 +93,24 @@ write_env() {
         line="CRON_SECRET=$(new_secret)"
         changed=1
       fi
-    elif [ "$line" != "$key" ] && [ "$key" = AUDIT_ANKER_SLEUTEL ] && [ -z "${val//[[:space:]]/}" ]; then
-      line="AUDIT_ANKER_SLEUTEL=$(new_secret)"
+    elif [ "$line" != "$key" ] && [ "$key" = AUDIT_ANKER_SLEUTEL ]; then
+      has_key=1
+      if [[ "$val" != PRIVATE+KEY+* ]]; then
+        [ -n "${val//[[:space:]]/}" ] && say "AUDIT_ANKER_SLEUTEL was an HMAC key of an earlier version: replaced by a new Ed25519 signing key (the old anchors are retired)"
+        line=$(new_signing_key)
+        say "a new audit signing key was written to $ENV_FILE; its public key: ${line##*: }"
+      fi
     fi
     printf '%s\n' "$line" >>"$tmp"
   done <"$src"
   if [ "$has_secret" = 0 ]; then
     printf 'CRON_SECRET=%s\n' "$(new_secret)" >>"$tmp"
     changed=1
+  fi
+  if [ "$has_key" = 0 ]; then
+    line=$(new_signing_key)
+    printf '%s\n' "$line" >>"$tmp"
+    say "a new audit signing key was written to $ENV_FILE; its public key: ${line##*: }"
   fi
   [ "$SYSTEM" = 1 ] && chown root:root "$tmp"
   chmod 600 "$tmp"

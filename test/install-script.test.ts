@@ -5,7 +5,8 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writ
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseConfig } from "../src/config.ts";
-import { ROOT } from "./binary.ts";
+import { parseSignerKey } from "../src/audit/note.ts";
+import { BUN, ROOT } from "./binary.ts";
 
 const INSTALL = join(ROOT, "ops", "install.sh");
 
@@ -16,8 +17,9 @@ let fakeBinary: string;
 beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), "nachtwacht-install-"));
   stage = join(dir, "root");
+  // The binary's code from source (install.sh runs its `key` command).
   fakeBinary = join(dir, "nachtwacht");
-  writeFileSync(fakeBinary, "#!/bin/sh\necho fake\n", { mode: 0o755 });
+  writeFileSync(fakeBinary, `#!/bin/sh\nexec ${JSON.stringify(BUN)} ${JSON.stringify(join(ROOT, "src/index.ts"))} "$@"\n`, { mode: 0o755 });
 });
 
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
@@ -52,9 +54,12 @@ describe("ops/install.sh --root", () => {
     const secret = value("CRON_SECRET")!;
     const key = value("AUDIT_ANKER_SLEUTEL")!;
     expect(secret).toMatch(/^[0-9a-f]{64}$/);
-    expect(key).toMatch(/^[0-9a-f]{64}$/);
-    expect(key).not.toBe(secret);
+    // An Ed25519 signing key; its public half is in a comment below it and printed, the key itself never.
+    const publicKey = parseSignerKey(key).verifierKey;
+    expect(envText()).toContain(`# publieke sleutel (voor auditors en nachtwacht verify --sleutel): ${publicKey}`);
+    expect(r.out).toContain(`its public key: ${publicKey}`);
     expect(r.out).not.toContain(secret);
+    expect(r.out).not.toContain(key.split("+").at(-1)!);
     // the file is a valid configuration for the service as systemd hands it over
     const config = parseConfig({ ...parseEnvFile(envText()), DATABASE_PATH: join(dir, "x.db") });
     expect(config.cronSecret).toBe(secret);
@@ -77,13 +82,26 @@ describe("ops/install.sh --root", () => {
     expect(mode(envPath())).toBe(0o600);
   });
 
-  test("an existing file without CRON_SECRET gets one appended; its other lines stay", async () => {
+  test("an existing file without CRON_SECRET and signing key gets both appended; its other lines stay", async () => {
     mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
     writeFileSync(envPath(), "PORT=4000\n# comment\n");
     expect((await install(["--binary", fakeBinary])).code).toBe(0);
     expect(envText()).toStartWith("PORT=4000\n# comment\nCRON_SECRET=");
     expect(value("CRON_SECRET")).toMatch(/^[0-9a-f]{64}$/);
-    expect(value("AUDIT_ANKER_SLEUTEL")).toBeUndefined();
+    expect(parseSignerKey(value("AUDIT_ANKER_SLEUTEL")!).name).toMatch(/^nachtwacht\./);
+  });
+
+  test("an HMAC key of an earlier version is replaced by an Ed25519 key, and the operator is told", async () => {
+    mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
+    const hmac = "ab".repeat(32);
+    writeFileSync(envPath(), `CRON_SECRET=${"cd".repeat(32)}\nAUDIT_ANKER_SLEUTEL=${hmac}\n`);
+    const r = await install(["--binary", fakeBinary]);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("was an HMAC key of an earlier version");
+    expect(r.out).not.toContain(hmac);
+    expect(envText()).not.toContain(hmac);
+    expect(value("AUDIT_ANKER_SLEUTEL")).toStartWith("PRIVATE+KEY+");
+    expect(value("CRON_SECRET")).toBe("cd".repeat(32));
   });
 
   test("without a working openssl the secret comes from /dev/urandom", async () => {
