@@ -1,8 +1,13 @@
 import { afterEach, describe, expect, test } from "bun:test";
+import { appendLines, insertRows, readLines } from "../src/audit/anchor-file.ts";
 import { appendAuditEntry, GENESIS_HASH, type AppendedEntry } from "../src/audit/chain.ts";
-import { deleteOldAuditEntries, retentionBoundary } from "../src/audit/retention.ts";
+import { auditKeys } from "../src/audit/keys.ts";
+import { CompactRange } from "../src/audit/merkle.ts";
+import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import { anchorLineText, openRetentionRecord, signRetentionRecord, type AnchorLine, type RetentionRecord } from "../src/audit/records.ts";
+import { deleteOldAuditEntries, retentionBoundary, type RetentionSigning } from "../src/audit/retention.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
-import { addTenant, call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
+import { addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
@@ -21,6 +26,35 @@ function anchor(e: TestEnv, tenantId: number) {
   return e.store.sqlite.query("SELECT seq, hash, bijgewerkt FROM audit_retention_anchors WHERE tenant_id = ?").get(tenantId);
 }
 const iso = (ms: number) => new Date(ms).toISOString();
+const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
+
+/** What audit-retentie passes to deleteOldAuditEntries. */
+function signing(e: TestEnv): RetentionSigning {
+  return { path: e.config.auditAnkerBestand, keys: auditKeys(e.config), retentieDagen: e.config.auditRetentieDagen, dbPath: e.store.path, workers: 0 };
+}
+/** The retention records in audit_anchor_log (of one tenant, or all), opened with the test key, in file order. */
+function records(e: TestEnv, tenantId?: number): RetentionRecord[] {
+  const rows = e.store.sqlite
+    .query("SELECT tenant_id AS t, note FROM audit_anchor_log WHERE soort = 'retentie' AND (?1 IS NULL OR tenant_id = ?1) ORDER BY positie")
+    .all(tenantId ?? null) as { t: number; note: string }[];
+  return rows.map((r) => {
+    const o = openRetentionRecord(r.note, r.t, VERIFIERS);
+    if (!o.ok) throw new Error(`record of tenant ${r.t} does not open: ${o.error}`);
+    return o.record;
+  });
+}
+/** The anchor file's lines, and the database copy's rows rendered as lines: the same, position for position. */
+function fileAndCopy(e: TestEnv) {
+  const file = [...readLines(e.config.auditAnkerBestand)].map((l) => ({ positie: l.positie, text: l.text }));
+  const rows = e.store.sqlite.query("SELECT positie, soort, tenant_id AS tenantId, note FROM audit_anchor_log ORDER BY positie").all() as (AnchorLine & { positie: number })[];
+  return { file, copy: rows.map((r) => ({ positie: r.positie, text: anchorLineText(r) })) };
+}
+/** The tree's compact range over a tenant's entry hashes 1..seq (all still present). */
+function rangeUpTo(e: TestEnv, tenantId: number, seq: number): CompactRange {
+  const r = new CompactRange();
+  for (const [h] of e.store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq <= ? ORDER BY seq").values(tenantId, seq) as [string][]) r.pushEntryHash(h);
+  return r;
+}
 
 describe("audit-retentie", () => {
   test("grens is now − 2555 × 24 h; entries strictly older are deleted, an entry exactly at grens is kept", async () => {
@@ -37,6 +71,12 @@ describe("audit-retentie", () => {
     expect(seqs(env, t)).toEqual([3, 4]);
     // the retention anchor is the last deleted entry, written at the job's clock
     expect(anchor(env, t)).toEqual({ seq: 2, hash: last.hash, bijgewerkt: NOW.toISOString() });
+    // and the deletion is justified by one signed record of exactly that
+    const [rec, ...more] = records(env, t);
+    expect(more).toEqual([]);
+    expect(rec).toMatchObject({ tenantId: t, seq: 2, hash: last.hash, createdAt: last.createdAt, grens: GRENS, retentieDagen: 2555, tijdstip: NOW.toISOString() });
+    expect(rec!.bereik.size).toBe(2);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
   test("AUDIT_RETENTIE_DAGEN is honoured", async () => {
@@ -84,6 +124,14 @@ describe("audit-retentie", () => {
     expect(r.json.verwijderd).toBe(8 + 4);
     expect(anchor(env, young)).toBeNull();
     expect((anchor(env, old) as { seq: number }).seq).toBe(4);
+    // one signed record per tenant touched, in the anchor file and in its database copy
+    expect(records(env).map((r) => [r.tenantId, r.seq])).toEqual([
+      [mixed, 8],
+      [old, 4],
+    ]);
+    const { file, copy } = fileAndCopy(env);
+    expect(file).toHaveLength(2);
+    expect(copy).toEqual(file);
 
     const v = await call(env.app, "/api/cron/audit-verificatie");
     expect(v.status).toBe(200);
@@ -104,37 +152,47 @@ describe("audit-retentie", () => {
     add(env, t, "2020-01-01T00:00:00.000Z");
     await call(env.app, "/api/cron/audit-retentie");
     const before = anchor(env, t);
+    const lines = fileAndCopy(env);
     const r = await call(env.app, "/api/cron/audit-retentie");
     expect(r.json.verwijderd).toBe(0);
     expect(anchor(env, t)).toEqual(before);
+    // nothing deleted, nothing signed
+    expect(fileAndCopy(env)).toEqual(lines);
+    expect(lines.file).toHaveLength(1);
   });
 
-  test("deletes in bounded batches, each moving the anchor; a crash between batches leaves a verifiable chain", async () => {
+  test("deletes in bounded batches after signing one record for the whole prefix; a crash between batches leaves a verifiable chain, and the rerun finishes without signing again", async () => {
     env = makeTestEnv();
     const t = addTenant(env.store);
     for (let i = 0; i < 11; i++) add(env, t, iso(Date.parse("2011-01-01T00:00:00Z") + i * DAY));
     add(env, t, "2024-01-01T00:00:00.000Z");
     const grens = retentionBoundary(NOW, 2555);
-    const anchorsSeen: unknown[] = [];
+    const seen: { first: number; records: number[]; anchor: unknown }[] = [];
     await expect(
-      deleteOldAuditEntries(env.store.sqlite, grens, NOW, {
+      deleteOldAuditEntries(env.store.sqlite, grens, NOW, signing(env), {
         batchSize: 3,
         pause: async () => {},
         afterBatch: (n) => {
-          anchorsSeen.push(anchor(env, t));
+          seen.push({ first: seqs(env, t)[0]!, records: records(env, t).map((r) => r.seq), anchor: (anchor(env, t) as { seq: number }).seq });
           if (n >= 6) throw new Error("simulated crash");
         },
       }),
     ).rejects.toThrow("simulated crash");
-    expect(anchorsSeen.map((a) => (a as { seq: number }).seq)).toEqual([3, 6]);
+    // The record (and the anchor) cover all 11 from before the first batch on.
+    expect(seen).toEqual([
+      { first: 4, records: [11], anchor: 11 },
+      { first: 7, records: [11], anchor: 11 },
+    ]);
     expect(seqs(env, t)).toEqual([7, 8, 9, 10, 11, 12]);
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
 
-    // the next run finishes the job
+    // the next run finishes the job under the record it finds
     const r = await runAuditRetentie(env.deps, NOW, { batchSize: 3, pause: async () => {} });
     expect(r.body.verwijderd).toBe(5);
     expect(seqs(env, t)).toEqual([12]);
+    expect(records(env, t).map((x) => x.seq)).toEqual([11]);
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+    expect(env.alarms.raised).toEqual([]);
   });
 
   test("a batch takes the next rows of several tenants; a crash between batches leaves every chain verifiable", async () => {
@@ -146,30 +204,63 @@ describe("audit-retentie", () => {
     add(env, a, "2024-01-01T00:00:00.000Z");
     add(env, b, "2024-01-01T00:00:00.000Z");
     const grens = retentionBoundary(NOW, 2555);
-    const seen: [unknown, unknown][] = [];
+    const seen: [number, number][] = [];
     await expect(
-      deleteOldAuditEntries(env.store.sqlite, grens, NOW, {
+      deleteOldAuditEntries(env.store.sqlite, grens, NOW, signing(env), {
         batchSize: 4, // two rows of each tenant per batch
         pause: async () => {},
         afterBatch: (n) => {
-          seen.push([(anchor(env, a) as { seq: number }).seq, (anchor(env, b) as { seq: number }).seq]);
+          seen.push([seqs(env, a)[0]!, seqs(env, b)[0]!]);
           if (n >= 4) throw new Error("simulated crash");
         },
       }),
     ).rejects.toThrow("simulated crash");
-    expect(seen).toEqual([[2, 2]]);
+    expect(seen).toEqual([[3, 3]]);
     expect(seqs(env, a)).toEqual([3, 4, 5, 6]);
     expect(seqs(env, b)).toEqual([3, 4]);
+    expect(records(env).map((r) => [r.tenantId, r.seq])).toEqual([
+      [a, 5],
+      [b, 3],
+    ]);
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
 
     const r = await runAuditRetentie(env.deps, NOW, { batchSize: 4, pause: async () => {} });
     expect(r.body.verwijderd).toBe(4);
     expect(seqs(env, a)).toEqual([6]);
     expect(seqs(env, b)).toEqual([4]);
+    expect(records(env)).toHaveLength(2);
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
-  test("a tampered entry in the old part is not deleted: deletion stops before it, an alarm is raised, verification still finds it", async () => {
+  test("however many batches, each tenant touched gets exactly one signed record, in the anchor file and in audit_anchor_log; verification after retention is 200", async () => {
+    env = makeTestEnv();
+    const tenants = [addTenant(env.store, "A"), addTenant(env.store, "B"), addTenant(env.store, "C")];
+    addTenant(env.store, "Jong");
+    for (const [i, t] of tenants.entries()) {
+      for (let k = 0; k < 7 + i; k++) add(env, t, iso(Date.parse("2011-01-01T00:00:00Z") + k * DAY));
+      add(env, t, "2024-01-01T00:00:00.000Z");
+    }
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const batches: number[] = [];
+    const r = await runAuditRetentie(env.deps, NOW, { batchSize: 3, pause: async () => {}, onBatch: (b) => batches.push(b.rows) });
+    expect(r.status).toBe(200);
+    expect(r.body.verwijderd).toBe(7 + 8 + 9);
+    expect(batches.length).toBeGreaterThan(3);
+    expect(records(env).map((x) => [x.tenantId, x.seq])).toEqual(tenants.map((t, i) => [t, 7 + i]));
+    // The file is the authority; its copy in the database has every line at the same position.
+    const { file, copy } = fileAndCopy(env);
+    expect(copy).toEqual(file);
+    expect(file.filter((l) => l.text.includes('"soort":"retentie"'))).toHaveLength(3);
+    const v = await call(env.app, "/api/cron/audit-verificatie");
+    expect(v.status).toBe(200);
+    expect(v.json.resultaten.map((x: { aantalEntries: number }) => x.aantalEntries)).toEqual([1, 1, 1, 0]);
+    // and audit-anker goes on from the records and the checkpoints before them
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+    expect(env.alarms.raised).toEqual([]);
+  });
+
+  test("a tampered entry in the old part is not deleted: the chain is kept whole as evidence, an alarm is raised, verification still finds it", async () => {
     env = makeTestEnv();
     const t = addTenant(env.store, "Zorggroep");
     add(env, t, "2012-01-01T00:00:00.000Z");
@@ -179,8 +270,10 @@ describe("audit-retentie", () => {
     env.store.sqlite.run("UPDATE audit_entries SET actor = 'mallory' WHERE tenant_id = ? AND seq = 2", [t]);
     const r = await call(env.app, "/api/cron/audit-retentie");
     expect(r.status).toBe(200);
-    expect(r.json.verwijderd).toBe(1);
-    expect(seqs(env, t)).toEqual([2, 3, 4]);
+    // audit-retentie first checks the whole chain, as audit-verificatie does: nothing of it is deleted or signed
+    expect(r.json.verwijderd).toBe(0);
+    expect(seqs(env, t)).toEqual([1, 2, 3, 4]);
+    expect(records(env)).toEqual([]);
     expect(env.alarms.raised).toHaveLength(1);
     expect(env.alarms.raised[0]).toMatchObject({
       type: "audit-chain-broken",
@@ -191,7 +284,7 @@ describe("audit-retentie", () => {
     expect(v.json.resultaten[0].fout).toMatchObject({ seq: 2, reden: "hash-afwijkend" });
   });
 
-  test("old entries deleted by hand (no anchor) make retention keep the rest: verification stays 409 anker-afwijkend", async () => {
+  test("old entries deleted by hand (no signed record) make retention keep the rest: verification stays 409 retentie-ontbreekt", async () => {
     env = makeTestEnv();
     const t = addTenant(env.store);
     add(env, t, "2012-01-01T00:00:00.000Z");
@@ -201,10 +294,11 @@ describe("audit-retentie", () => {
     const r = await call(env.app, "/api/cron/audit-retentie");
     expect(r.json.verwijderd).toBe(0);
     expect(anchor(env, t)).toBeNull();
-    expect(env.alarms.raised[0]).toMatchObject({ type: "audit-chain-broken", context: { gestopt: [{ seq: 2, reden: "anker-afwijkend" }] } });
+    expect(records(env)).toEqual([]);
+    expect(env.alarms.raised[0]).toMatchObject({ type: "audit-chain-broken", context: { gestopt: [{ seq: 2, reden: "retentie-ontbreekt" }] } });
     const v = await call(env.app, "/api/cron/audit-verificatie");
     expect(v.status).toBe(409);
-    expect(v.json.resultaten[0].fout).toMatchObject({ seq: 2, reden: "anker-afwijkend" });
+    expect(v.json.resultaten[0].fout).toMatchObject({ seq: 2, reden: "retentie-ontbreekt" });
   });
 
   test("the first entry of a fresh chain links to the genesis value, which retention checks too", async () => {
@@ -214,6 +308,113 @@ describe("audit-retentie", () => {
     expect(first.prevHash).toBe(GENESIS_HASH);
     const r = await call(env.app, "/api/cron/audit-retentie");
     expect(r.json.verwijderd).toBe(1);
+    expect(env.alarms.raised).toEqual([]);
+  });
+
+  /**
+   * A record signed with the real key (by whoever holds it) and written as audit-retentie
+   * writes it, file line and database row, then the prefix deleted: the signature holds,
+   * the justification does not.
+   */
+  async function unjustified(e: TestEnv, t: number, seq: number, fields: { grens: string; tijdstip?: string; retentieDagen?: number; createdAt?: string }) {
+    const last = e.store.sqlite.query("SELECT hash, created_at FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(t, seq) as { hash: string; created_at: string };
+    const note = signRetentionRecord(parseSignerKey(TEST_SIGNING_KEY), {
+      tenantId: t,
+      seq,
+      hash: last.hash,
+      createdAt: fields.createdAt ?? last.created_at,
+      grens: fields.grens,
+      retentieDagen: fields.retentieDagen ?? 2555,
+      tijdstip: fields.tijdstip ?? NOW.toISOString(),
+      bereik: rangeUpTo(e, t, seq),
+    });
+    const line = { soort: "retentie" as const, tenantId: t, note };
+    const [positie] = appendLines(e.config.auditAnkerBestand, [line]);
+    e.store.sqlite.transaction(() => insertRows(e.store.sqlite, [{ ...line, positie: positie!, grootte: seq, bereik: null }]))();
+    e.store.sqlite.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= ?", [t, seq]);
+  }
+
+  test("a validly signed record whose last deleted entry is not older than its grens → retentie-ongeldig", async () => {
+    env = makeTestEnv();
+    const t = addTenant(env.store, "T");
+    for (let i = 0; i < 4; i++) add(env, t, iso(NOW.getTime() - (10 - i) * DAY)); // recent: nothing is due
+    add(env, t, NOW);
+    // grens is the created_at of the last entry it deletes (not older than it), and itself long enough ago
+    const third = (env.store.sqlite.query("SELECT created_at FROM audit_entries WHERE tenant_id = ? AND seq = 3").get(t) as { created_at: string }).created_at;
+    await unjustified(env, t, 3, { grens: third, retentieDagen: 1 });
+    const v = await call(env.app, "/api/cron/audit-verificatie");
+    expect(v.status).toBe(409);
+    expect(v.json.ankerbestand).toMatchObject({ intact: true });
+    expect(v.json.resultaten[0].fout).toMatchObject({ seq: 4, reden: "retentie-ongeldig" });
+  });
+
+  test("a validly signed record whose grens is later than its tijdstip minus its retention days → retentie-ongeldig; audit-retentie keeps that chain", async () => {
+    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "3" }); // so entry 4 (7 days old) is due for this run
+    const t = addTenant(env.store, "T");
+    for (let i = 0; i < 4; i++) add(env, t, iso(NOW.getTime() - (10 - i) * DAY));
+    add(env, t, NOW);
+    // entries 6 to 9 days old deleted under a "2555 days" record whose grens is 5 days before its tijdstip
+    await unjustified(env, t, 3, { grens: iso(NOW.getTime() - 5 * DAY) });
+    const v = await call(env.app, "/api/cron/audit-verificatie");
+    expect(v.status).toBe(409);
+    expect(v.json.resultaten[0].fout).toMatchObject({ seq: 4, reden: "retentie-ongeldig" });
+    // A justified record a day later (1 day of retention) is the same deletion, justified.
+    const ok = makeTestEnv();
+    try {
+      const u = addTenant(ok.store, "T");
+      for (let i = 0; i < 4; i++) add(ok, u, iso(NOW.getTime() - (10 - i) * DAY));
+      await unjustified(ok, u, 3, { grens: iso(NOW.getTime() - 5 * DAY), retentieDagen: 5 });
+      expect((await call(ok.app, "/api/cron/audit-verificatie")).status).toBe(200);
+    } finally {
+      await ok.cleanup();
+    }
+    // audit-retentie does not build on it: nothing deleted, its alarm names it
+    const r = await call(env.app, "/api/cron/audit-retentie");
+    expect(r.status).toBe(200);
+    expect(r.json.verwijderd).toBe(0);
+    expect(seqs(env, t)).toEqual([4, 5]);
+    expect(env.alarms.raised.at(-1)).toMatchObject({ type: "audit-chain-broken", context: { gestopt: [{ tenantId: t, seq: 4, reden: "retentie-ongeldig" }] } });
+  });
+
+  test("a crash between appending the records to the file and the COMMIT never gives a false alarm; the next run copies them in and finishes", async () => {
+    env = makeTestEnv();
+    const t = addTenant(env.store, "T");
+    for (let i = 0; i < 6; i++) add(env, t, iso(Date.parse("2011-01-01T00:00:00Z") + i * DAY));
+    add(env, t, "2024-01-01T00:00:00.000Z");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const grens = retentionBoundary(NOW, 2555);
+    // What the run signs and fsyncs before its COMMIT: the record of seq 1..6. The crash
+    // comes before its row, its anchor and any deletion are committed.
+    const last = env.store.sqlite.query("SELECT hash, created_at FROM audit_entries WHERE tenant_id = ? AND seq = 6").get(t) as { hash: string; created_at: string };
+    const note = signRetentionRecord(parseSignerKey(TEST_SIGNING_KEY), {
+      tenantId: t,
+      seq: 6,
+      hash: last.hash,
+      createdAt: last.created_at,
+      grens,
+      retentieDagen: 2555,
+      tijdstip: NOW.toISOString(),
+      bereik: rangeUpTo(env, t, 6),
+    });
+    appendLines(env.config.auditAnkerBestand, [{ soort: "retentie", tenantId: t, note }]);
+    expect(records(env)).toEqual([]);
+    expect(anchor(env, t)).toBeNull();
+
+    const v = await call(env.app, "/api/cron/audit-verificatie");
+    expect(v.status).toBe(200);
+    expect(v.json.ankerbestand).toMatchObject({ intact: true });
+
+    const r = await call(env.app, "/api/cron/audit-retentie");
+    expect(r.status).toBe(200);
+    expect(r.json.verwijderd).toBe(6);
+    expect(seqs(env, t)).toEqual([7]);
+    // the crashed run's line is in the database now, at its place in the file
+    const { file, copy } = fileAndCopy(env);
+    expect(copy).toEqual(file);
+    expect(copy.some((l) => l.text.includes(JSON.stringify(note)))).toBe(true);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
     expect(env.alarms.raised).toEqual([]);
   });
 });
