@@ -133,7 +133,7 @@ function pendingConversion(autoVacuum: AutoVacuum, vrijePaginas: number, paginaG
     toelichting:
       "De database heeft geen auto-vacuum: vrije pagina's gaan niet terug naar het bestandssysteem. Deze wekelijkse taak doet de " +
       "eenmalige omzetting naar incrementeel auto-vacuum niet, want die vraagt een volledige VACUUM die alle schrijvers blokkeert " +
-      "zolang hij duurt (minuten bij een groot bestand). Voer de omzetting uit met het beheercommando, in een onderhoudsvenster.",
+      "zolang hij duurt (minuten bij een groot bestand). Voer de omzetting uit in een onderhoudsvenster, met de service gestopt: nachtwacht db-convert --ja.",
   };
 }
 
@@ -306,7 +306,7 @@ const bodySchema = {
       type: ["object", "null"],
       description:
         "Alleen bij `autoVacuum` = `none`: de eenmalige omzetting naar incrementeel auto-vacuum staat open. Deze taak voert haar nooit uit " +
-        "(volledige VACUUM, blokkeert schrijvers); dat doet het beheercommando. `vrijTeMaken`: bytes die de omzetting minstens teruggeeft.",
+        "(volledige VACUUM, blokkeert schrijvers); dat doet `nachtwacht db-convert --ja`, met de service gestopt. `vrijTeMaken`: bytes die de omzetting minstens teruggeeft.",
       properties: {
         open: { type: "boolean", const: true },
         vrijePaginas: { type: "integer" },

@@ -1,0 +1,52 @@
+// `nachtwacht db-convert [--ja]`: the one-time conversion of a database without
+// incremental auto-vacuum (made before that was the default), which the weekly
+// db-onderhoud only reports. It rewrites the whole file with a full VACUUM: writers
+// wait for minutes on a large file, so it is an explicit operator command, run with
+// the service stopped, and it asks for --ja first.
+import { existsSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { openStore } from "../db.ts";
+import { convertToIncrementalAutoVacuum } from "../jobs/db-onderhoud.ts";
+
+const HELP =
+  "gebruik: nachtwacht db-convert [--db BESTAND] [--ja]\n" +
+  "  Zet een database zonder incrementele auto-vacuum eenmalig om (volledige VACUUM). Dat herschrijft het hele\n" +
+  "  bestand en houdt schrijvers minuten op bij een groot bestand: stop eerst de service (systemctl stop nachtwacht)\n" +
+  "  en maak een back-up. Zonder --ja zegt het alleen wat het zou doen.\n" +
+  "  exit 0: omgezet (of niet nodig); 1: de database is beschadigd; 2: niet uitgevoerd.";
+
+export function runDbConvert(argv: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): number {
+  let values;
+  try {
+    ({ values } = parseArgs({ args: argv, options: { db: { type: "string" }, ja: { type: "boolean" }, help: { type: "boolean", short: "h" } }, strict: true }));
+  } catch (e) {
+    err(`${e instanceof Error ? e.message : String(e)}\n${HELP}`);
+    return 2;
+  }
+  if (values.help) {
+    out(HELP);
+    return 0;
+  }
+  const path = values.db ?? env.DATABASE_PATH ?? "./data/nachtwacht.db";
+  if (!existsSync(path)) {
+    err(`database niet gevonden: ${path}`);
+    return 2;
+  }
+  if (!values.ja) {
+    out(`LET OP: dit herschrijft ${path} volledig (VACUUM); schrijvers wachten zolang het duurt.`);
+    out("Stop eerst de service en maak een back-up; voer het dan uit met --ja.");
+    return 2;
+  }
+  const store = openStore(path);
+  try {
+    const r = convertToIncrementalAutoVacuum(store, new Date());
+    if (r.integriteit !== "ok") {
+      out(`NIET omgezet: quick_check meldt ${JSON.stringify(r.integriteit)}; herstel eerst de database (docs/operations.md).`);
+      return 1;
+    }
+    out(r.omgezet ? `omgezet: auto_vacuum is nu ${r.autoVacuum}; ${r.vrijgemaakt} bytes vrijgemaakt (${r.groottevoor} → ${r.grootteNa}).` : `niet nodig: auto_vacuum is al ${r.autoVacuum}.`);
+    return 0;
+  } finally {
+    store.close();
+  }
+}

@@ -1,0 +1,53 @@
+// `nachtwacht db-convert`: the one-time auto-vacuum conversion, as an explicit operator
+// command that says what it will do and acts only with --ja.
+import { Database } from "bun:sqlite";
+import { afterEach, expect, test } from "bun:test";
+import { join } from "node:path";
+import { openStore } from "../src/db.ts";
+import { BUN, ROOT } from "./binary.ts";
+import { tempDir } from "./helpers.ts";
+
+const dirs: { cleanup(): void }[] = [];
+afterEach(() => dirs.splice(0).forEach((d) => d.cleanup()));
+
+async function run(args: string[], env: Record<string, string>) {
+  const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), ...args], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...env }, stdout: "pipe", stderr: "pipe" });
+  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code, out: out + err };
+}
+
+const autoVacuum = (path: string) => {
+  const db = new Database(path, { readonly: true });
+  try {
+    return (db.query("PRAGMA auto_vacuum").get() as { auto_vacuum: number }).auto_vacuum;
+  } finally {
+    db.close();
+  }
+};
+
+test("warns and does nothing without --ja; converts with it; then has nothing to do", async () => {
+  const d = tempDir();
+  dirs.push(d);
+  const path = join(d.dir, "oud.db");
+  // A database from before incremental auto-vacuum: a table exists before openStore sets it.
+  const old = new Database(path, { create: true });
+  old.run("CREATE TABLE ouder (x)");
+  old.close();
+  openStore(path).close();
+  expect(autoVacuum(path)).toBe(0);
+
+  const dry = await run(["db-convert"], { DATABASE_PATH: path });
+  expect(dry.code).toBe(2);
+  expect(dry.out).toContain("LET OP");
+  expect(autoVacuum(path)).toBe(0);
+
+  const done = await run(["db-convert", "--ja"], { DATABASE_PATH: path });
+  expect(done.code).toBe(0);
+  expect(done.out).toContain("omgezet: auto_vacuum is nu incremental");
+  expect(autoVacuum(path)).toBe(2);
+
+  const again = await run(["db-convert", "--ja", "--db", path], {});
+  expect(again.code).toBe(0);
+  expect(again.out).toContain("niet nodig");
+  expect((await run(["db-convert", "--db", join(d.dir, "geen.db"), "--ja"], {})).code).toBe(2);
+});
