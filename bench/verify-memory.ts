@@ -63,8 +63,9 @@ async function main() {
     const results = await verifyTenants(
       store.sqlite,
       values.verify,
-      tenants.map((tenantId) => ({ tenantId, retentionAnchor: null, headAnchors: [] })),
+      tenants.map((tenantId) => ({ tenantId, checkpoint: null })),
       workers,
+      [],
     );
     const seconds = +((performance.now() - t0) / 1000).toFixed(2);
     const entries = [...results.values()].reduce((n, r) => n + r.aantalEntries, 0);

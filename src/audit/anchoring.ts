@@ -234,7 +234,7 @@ export async function anchorAll(sqlite: Database, dbPath: string, path: string, 
   try {
     const hersteld = syncTail(sqlite, path, keys.verifiers);
     const inst = installationRange(sqlite, path, keys.verifiers);
-    const changed = lines.length > 0 || hersteld > 0 || inst.range.size > ((sqlite.query("SELECT max(grootte) AS n FROM audit_anchor_log WHERE soort = 'installatie'").get() as { n: number | null }).n ?? 0);
+    const changed = lines.length > 0 || inst.range.size > ((sqlite.query("SELECT max(grootte) AS n FROM audit_anchor_log WHERE soort = 'installatie'").get() as { n: number | null }).n ?? 0);
     let installatie: string | null = null;
     if (changed) {
       for (const l of lines) inst.range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
