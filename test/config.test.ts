@@ -3,10 +3,11 @@ import { join } from "node:path";
 import fc from "fast-check";
 import { ConfigError, parseConfig, redactedConfig } from "../src/config.ts";
 import { smtpOptions } from "../src/mail/transport.ts";
-import { TEST_SIGNING_KEY } from "./helpers.ts";
+import { TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const SECRET = "x".repeat(64);
-const ok = (env: Record<string, string> = {}) => parseConfig({ CRON_SECRET: SECRET, ...env });
+const REQUIRED = { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY };
+const ok = (env: Record<string, string> = {}) => parseConfig({ ...REQUIRED, ...env });
 const failure = (env: Record<string, string | undefined>) => {
   try {
     parseConfig(env);
@@ -31,7 +32,8 @@ describe("configuration", () => {
       sentryDsn: null,
       rapportTijdzone: "Europe/Amsterdam",
       backupMaxUren: 26,
-      auditAnkerSleutel: null,
+      auditAnkerSleutel: TEST_SIGNING_KEY,
+      auditVertrouwdeSleutels: [],
       auditAnkerBestand: "./data/audit-ankers.jsonl",
       takenMargeMinuten: 30,
       inlogDrempelIp: 20,
@@ -59,7 +61,7 @@ describe("configuration", () => {
   });
 
   test("a CRON_SECRET of exactly 32 characters is accepted", () => {
-    expect(parseConfig({ CRON_SECRET: "y".repeat(32) }).cronSecret).toBe("y".repeat(32));
+    expect(ok({ CRON_SECRET: "y".repeat(32) }).cronSecret).toBe("y".repeat(32));
   });
 
   test("a CRON_SECRET with spaces or control characters is refused", () => {
@@ -90,11 +92,41 @@ describe("configuration", () => {
   ];
   for (const [name, value] of invalid) {
     test(`${name}=${JSON.stringify(value)} stops the start naming ${name}`, () => {
-      const e = failure({ CRON_SECRET: SECRET, [name]: value });
+      const e = failure({ ...REQUIRED, [name]: value });
       expect(e.variable).toBe(name);
       expect(e.message.startsWith(`${name}:`)).toBe(true);
     });
   }
+
+  test("a missing AUDIT_ANKER_SLEUTEL stops the start and says how to make one", () => {
+    const e = failure({ CRON_SECRET: SECRET });
+    expect(e.variable).toBe("AUDIT_ANKER_SLEUTEL");
+    expect(e.message).toContain("nachtwacht key");
+  });
+
+  test("an HMAC key of an earlier version is refused without echoing it", () => {
+    const hmac = "oude-hmac-sleutel-0123456789abcdef0123456789abcdef";
+    const e = failure({ ...REQUIRED, AUDIT_ANKER_SLEUTEL: hmac });
+    expect(e.variable).toBe("AUDIT_ANKER_SLEUTEL");
+    expect(e.message).toContain("HMAC");
+    expect(e.message).not.toContain(hmac);
+  });
+
+  test("a signing key with a spoilt key byte is refused without echoing it", () => {
+    const spoilt = TEST_SIGNING_KEY.slice(0, -4) + (TEST_SIGNING_KEY.endsWith("AAAA") ? "BBBB" : "AAAA");
+    const e = failure({ ...REQUIRED, AUDIT_ANKER_SLEUTEL: spoilt });
+    expect(e.variable).toBe("AUDIT_ANKER_SLEUTEL");
+    expect(e.message).not.toContain(spoilt.slice(spoilt.lastIndexOf("+") + 1));
+  });
+
+  test("AUDIT_VERTROUWDE_SLEUTELS: verifier keys separated by commas or spaces; a bad one is named by its place", () => {
+    expect(ok({ AUDIT_VERTROUWDE_SLEUTELS: ` ${TEST_VERIFIER_KEY},  ` }).auditVertrouwdeSleutels).toEqual([TEST_VERIFIER_KEY]);
+    const e = failure({ ...REQUIRED, AUDIT_VERTROUWDE_SLEUTELS: `${TEST_VERIFIER_KEY} nachtwacht.oud/sleutel+00000000+AAAA` });
+    expect(e.variable).toBe("AUDIT_VERTROUWDE_SLEUTELS");
+    expect(e.message).toContain("key 2");
+    // A signing key there by mistake is refused too: it would publish the private key as "trusted".
+    expect(failure({ ...REQUIRED, AUDIT_VERTROUWDE_SLEUTELS: TEST_SIGNING_KEY }).variable).toBe("AUDIT_VERTROUWDE_SLEUTELS");
+  });
 
   test("DAGRAPPORT_EMAIL wins over SUPPORT_EMAIL, which is the fallback", () => {
     expect(ok({ DAGRAPPORT_EMAIL: "dag@example.nl", SUPPORT_EMAIL: "support@example.nl" }).dagrapportEmail).toBe("dag@example.nl");
@@ -114,16 +146,16 @@ describe("configuration", () => {
   });
 
   test("the redacted config hides the secret, the anchor key and the SMTP password", () => {
-    const c = ok({ SMTP_URL: "smtp://user:hunter2hunter2@mail.example.nl:587", AUDIT_ANKER_SLEUTEL: "k".repeat(40) });
+    const c = ok({ SMTP_URL: "smtp://user:hunter2hunter2@mail.example.nl:587" });
     const text = JSON.stringify(redactedConfig(c));
     expect(text).not.toContain(SECRET);
     expect(text).not.toContain("hunter2hunter2");
-    expect(text).not.toContain("k".repeat(40));
+    expect(text).not.toContain(TEST_SIGNING_KEY.slice(TEST_SIGNING_KEY.lastIndexOf("+") + 1));
   });
 
   test("the entry point refuses to start with a bad variable and names it", async () => {
     const proc = Bun.spawn([process.execPath, join(import.meta.dir, "..", "src", "index.ts")], {
-      env: { PATH: process.env.PATH ?? "", CRON_SECRET: SECRET, AUDIT_RETENTIE_DAGEN: "zeven" },
+      env: { PATH: process.env.PATH ?? "", ...REQUIRED, AUDIT_RETENTIE_DAGEN: "zeven" },
       stdout: "pipe",
       stderr: "pipe",
     });
