@@ -5,6 +5,7 @@ import { simpleParser } from "mailparser";
 import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
 import { openNote, parseVerifierKey } from "../src/audit/note.ts";
 import { openInstallationCheckpoint } from "../src/audit/records.ts";
+import { runBackupControle } from "../src/jobs/backup-controle.ts";
 import { runDagrapport } from "../src/jobs/dagrapport.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
 import { addTenant, call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
@@ -128,6 +129,17 @@ describe("dagrapport: backup section (contract §3)", () => {
     expect(r.body.backup.resultaat).toBe("OK");
     expect(r.body.backupDetail).toMatchObject({ teOud: true, ouderdomUren: 30, maxUren: 26 });
     expect(r.body.status.niveau).toBe("actie");
+  });
+
+  test("a backup exactly BACKUP_MAX_UREN old is too old in the report as in backup-controle (one rule)", async () => {
+    const { env } = await setup({ BACKUP_MAX_UREN: "26" });
+    addBackup(env, { ontvangen: new Date(NOW.getTime() - 26 * HOUR), exitCode: 0, grootte: 2048 });
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.backupDetail).toMatchObject({ teOud: true, ouderdomUren: 26 });
+    expect((await runBackupControle(env.deps, NOW)).status).toBe(409);
+    addBackup(env, { ontvangen: new Date(NOW.getTime() - 26 * HOUR + 1), exitCode: 0, grootte: 2048 });
+    expect((await runDagrapport(env.deps, NOW)).body.backupDetail.teOud).toBe(false);
+    expect((await runBackupControle(env.deps, NOW)).status).toBe(200);
   });
 });
 

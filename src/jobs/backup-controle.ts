@@ -25,6 +25,15 @@ export interface BackupControleBody {
   maxUren: number;
 }
 
+/**
+ * The one rule for "too old", used here and by the daily report: a backup must be
+ * younger than BACKUP_MAX_UREN, so one exactly that old is already overdue. Compared on
+ * the exact age in milliseconds, not the rounded hours shown.
+ */
+export function backupOverdue(ageMs: number, maxUren: number): boolean {
+  return ageMs >= maxUren * 3_600_000;
+}
+
 export async function runBackupControle(deps: Deps, now: Date): Promise<JobResult<BackupControleBody>> {
   const maxUren = deps.config.backupMaxUren;
   const row = deps.store.sqlite
@@ -41,9 +50,7 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   let reden: BackupReden | undefined;
   if (!laatsteBackup) reden = "geen-backup";
   else if (!laatsteBackup.gelukt) reden = "mislukt";
-  // "younger than BACKUP_MAX_UREN": exactly that old is already overdue. Compared on
-  // the exact age, not the rounded one shown.
-  else if (ageMs! >= maxUren * 3_600_000) reden = "te-oud";
+  else if (backupOverdue(ageMs!, maxUren)) reden = "te-oud";
 
   if (!reden) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren } };
 

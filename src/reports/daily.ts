@@ -13,6 +13,7 @@ import { dueState } from "../job-runs.ts";
 import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { DAY_MS } from "../time.ts";
+import { backupOverdue } from "../jobs/backup-controle.ts";
 import { redenUitleg, type Niveau } from "./shared.ts";
 
 export type DailyReport = DailyReportProps;
@@ -59,7 +60,7 @@ export function backupSection(sqlite: Database, now: Date, config: Pick<Config, 
       foutmelding: row.foutmelding || null,
       ouderdomUren,
       maxUren: config.backupMaxUren,
-      teOud: now.getTime() - Date.parse(row.ontvangen) > config.backupMaxUren * 3600_000,
+      teOud: backupOverdue(now.getTime() - Date.parse(row.ontvangen), config.backupMaxUren),
     },
   } satisfies Pick<DailyReport, "backup" | "backupDetail">;
 }
