@@ -117,7 +117,7 @@ describe("alarm sink", () => {
     env = envWithRealSink(null, lines);
     const r = await call(env.app, "/api/cron/backup-status", { body: '{"exitCode":1,"foutmelding":"disk full"}' });
     expect(r.json).toEqual({ ok: true, gelukt: false });
-    await Bun.sleep(100);
+    // raise() has returned with the call (it awaits its bounded flush when a DSN is set).
     expect(sink.envelopes).toEqual([]);
     expect(JSON.parse(lines[0]!)).toMatchObject({ level: "error", alarm: "backup-failure", message: "disk full" });
   });
@@ -156,7 +156,6 @@ describe("alarm sink", () => {
     await alarms.raise({ type: "backup-failure", message: "x" });
     const ms = performance.now() - t0;
     expect(ms).toBeLessThan(2000);
-    expect(ms).toBeGreaterThanOrEqual(250);
   });
 
   test("an unreachable endpoint (nothing listening) does not throw", async () => {

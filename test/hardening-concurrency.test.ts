@@ -10,7 +10,7 @@ import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { bulkChain, testDatabase, waitForRun, BUN, flakySmtp, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, testDatabase, waitForRow, waitForRun, BUN, flakySmtp, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
 import { SECRET } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -56,8 +56,9 @@ describe("the host application writing while the jobs run", () => {
     const appenders = [1, 2, 3].map((t) =>
       Bun.spawn([BUN, join(ROOT, "test/fixtures/append-timed.ts"), db.path, String(t), "1500", `app${t}`], { stdout: "pipe", stderr: "inherit" }),
     );
-    await Bun.sleep(50);
-    const [retentie, verificatie] = await Promise.all([post(svc, "audit-retentie"), Bun.sleep(20).then(() => post(svc, "audit-verificatie"))]);
+    // Every appender is writing before the jobs start; verification starts once retention runs.
+    for (const t of [1, 2, 3]) await waitForRow(db.path, "SELECT 1 FROM audit_entries WHERE actor = ?", `app${t}`);
+    const [retentie, verificatie] = await Promise.all([post(svc, "audit-retentie"), waitForRow(db.path, "SELECT 1 FROM job_runs WHERE job = 'audit-retentie'").then(() => post(svc, "audit-verificatie"))]);
     expect(retentie.status).toBe(200);
     expect(((await retentie.json()) as { verwijderd: number }).verwijderd).toBe(4 * 6000);
     expect(verificatie.status).toBe(200);
@@ -155,7 +156,6 @@ describe("the same job twice at once, over HTTP", () => {
     expect(await new Response(scheduled.stdout as ReadableStream).text()).toContain("(HTTP 200");
 
     // 2. Next week's run started by hand; the crontab fires meanwhile.
-    await Bun.sleep(10);
     const s = new Database(db.path);
     s.run("DELETE FROM weekly_report_deliveries"); // as if a new week: all owed again
     s.close();

@@ -63,6 +63,7 @@ describe("the job wrapper", () => {
 
   test("a second call while the job still runs gets 409 {error} and does not run it", async () => {
     const g = gate();
+    const started = gate();
     let runs = 0;
     const job = defineJob({
       name: "audit-verificatie",
@@ -70,13 +71,14 @@ describe("the job wrapper", () => {
       description: "t",
       run: async () => {
         runs++;
+        started.open();
         await g.p;
         return { status: 200, body: { ok: true } };
       },
     });
     env = makeTestEnv({}, { jobs: [job] });
     const first = call(env.app, "/api/cron/audit-verificatie");
-    await Bun.sleep(10);
+    await started.p;
     const second = await call(env.app, "/api/cron/audit-verificatie");
     expect(second.status).toBe(409);
     expect(typeof second.json.error).toBe("string");
@@ -94,11 +96,12 @@ describe("the job wrapper", () => {
 
   test("two different jobs may run at the same time", async () => {
     const g = gate();
-    const slow = defineJob({ name: "weekrapport", summary: "t", description: "t", run: async () => (await g.p, { status: 200, body: { ok: true } }) });
+    const started = gate();
+    const slow = defineJob({ name: "weekrapport", summary: "t", description: "t", run: async () => (started.open(), await g.p, { status: 200, body: { ok: true } }) });
     const fast = defineJob({ name: "dagrapport", summary: "t", description: "t", run: async () => ({ status: 200, body: { ok: true } }) });
     env = makeTestEnv({}, { jobs: [slow, fast] });
     const a = call(env.app, "/api/cron/weekrapport");
-    await Bun.sleep(5);
+    await started.p;
     expect((await call(env.app, "/api/cron/dagrapport")).status).toBe(200);
     g.open();
     expect((await a).status).toBe(200);
