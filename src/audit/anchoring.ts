@@ -9,7 +9,7 @@
 import type { Database } from "bun:sqlite";
 import { appendLines, databaseEnd, insertRows, readLines, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type RowReason } from "./anchor-check.ts";
-import { CHAIN_VERSION, sha256Hex } from "./chain.ts";
+import { entriesAfter, rowHash } from "./chain.ts";
 import { CompactRange, leafHashOfBytes } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openInstallationCheckpoint, signCheckpoint, signInstallationCheckpoint, anchorLineText, type Keys } from "./records.ts";
@@ -51,7 +51,6 @@ export function syncTail(sqlite: Database, path: string, verifiers: Verifier[]):
   return rows.length;
 }
 
-type Row = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
 export interface Refusal {
   tenantId: number;
@@ -84,15 +83,8 @@ function tenantBase(sqlite: Database, tenantId: number, firstSeq: number, prev: 
   const range = start.range.clone();
   let prevSeq = start.seq;
   let prevHash = start.hash;
-  const rows = sqlite
-    .query(
-      `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
-       FROM audit_entries WHERE tenant_id = ? AND seq > ? AND seq <= ? ORDER BY seq`,
-    )
-    .iterate(tenantId, start.seq, prev.size) as IterableIterator<Row>;
-  for (const r of rows) {
-    const text = JSON.stringify([CHAIN_VERSION, tenantId, r.seq, r.created_at, r.actor, r.action, r.subject, r.details, r.prev_hash]);
-    const reden = linkBreak(sha256Hex(text) !== r.hash, prevSeq === start.seq, r.seq, r.prev_hash, prevSeq, prevHash);
+  for (const r of entriesAfter(sqlite, tenantId, start.seq, prev.size)) {
+    const reden = linkBreak(rowHash(tenantId, r) !== r.hash, prevSeq === start.seq, r.seq, r.prev_hash, prevSeq, prevHash);
     if (reden) return { reden, seq: r.seq };
     range.pushEntryHash(r.hash);
     prevSeq = r.seq;
@@ -123,17 +115,10 @@ function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | 
     let prevHash = base.hash;
     let prevSeq = range.size;
     let isFirst = true;
-    const rows = sqlite
-      .query(
-        `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
-         FROM audit_entries WHERE tenant_id = ? AND seq > ? ORDER BY seq`,
-      )
-      .iterate(tenantId, range.size) as IterableIterator<Row>;
-    for (const r of rows) {
-      const text = JSON.stringify([CHAIN_VERSION, tenantId, r.seq, r.created_at, r.actor, r.action, r.subject, r.details, r.prev_hash]);
+    for (const r of entriesAfter(sqlite, tenantId, range.size)) {
       // Extending a stored compact range, the hash of its last entry is not at hand: that
       // one link is the verifier's to check (it recomputes the whole tree).
-      const reden = linkBreak(sha256Hex(text) !== r.hash, isFirst && prevHash !== null, r.seq, r.prev_hash, prevSeq, prevHash ?? r.prev_hash);
+      const reden = linkBreak(rowHash(tenantId, r) !== r.hash, isFirst && prevHash !== null, r.seq, r.prev_hash, prevSeq, prevHash ?? r.prev_hash);
       isFirst = false;
       if (reden) return { refusal: { tenantId, seq: r.seq, reden } };
       range.pushEntryHash(r.hash);

@@ -25,17 +25,48 @@ export interface ChainFields {
  * of the version tag and the fields in a fixed order, encoded as UTF-8.
  */
 export function canonicalText(e: ChainFields): string {
-  return JSON.stringify([
-    CHAIN_VERSION,
-    e.tenantId,
-    e.seq,
-    e.createdAt,
-    e.actor,
-    e.action,
-    e.subject,
-    e.details,
-    e.prevHash,
-  ]);
+  return canonicalTextOf(e.tenantId, e.seq, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash);
+}
+
+/**
+ * The one place the canonical array is written. Positional, so the verifier's loop
+ * builds no object per row: one native JSON.stringify of the array is the cheapest
+ * way to the bytes (faster than concatenating per-field escapes).
+ */
+function canonicalTextOf(tenantId: number, seq: number, createdAt: string, actor: string, action: string, subject: string, details: string, prevHash: string): string {
+  return JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, actor, action, subject, details, prevHash]);
+}
+
+/** An audit_entries row as stored. */
+export interface EntryRow {
+  seq: number;
+  id: number;
+  created_at: string;
+  actor: string;
+  action: string;
+  subject: string;
+  details: string;
+  prev_hash: string;
+  hash: string;
+}
+
+/** The hash a stored row's fields give (compare with its `hash` column). */
+export function rowHash(tenantId: number, r: EntryRow): string {
+  return sha256Hex(canonicalTextOf(tenantId, r.seq, r.created_at, r.actor, r.action, r.subject, r.details, r.prev_hash));
+}
+
+/**
+ * A tenant's entries with afterSeq < seq <= uptoSeq, in seq order, streamed: iterate()
+ * steps the cursor row by row (values() would build every row first: 1M entries, 1.4 GB
+ * peak RSS and 3x slower, bench/verify-memory.ts). Raw SQL: the verification scan.
+ */
+export function entriesAfter(sqlite: Database, tenantId: number, afterSeq = 0, uptoSeq = Number.MAX_SAFE_INTEGER): IterableIterator<EntryRow> {
+  return sqlite
+    .query(
+      `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
+       FROM audit_entries WHERE tenant_id = ? AND seq > ? AND seq <= ? ORDER BY seq`,
+    )
+    .iterate(tenantId, afterSeq, uptoSeq) as IterableIterator<EntryRow>;
 }
 
 export function sha256Hex(text: string): string {

@@ -6,7 +6,7 @@
 import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { readLines } from "./anchor-file.ts";
-import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "./chain.ts";
+import { entriesAfter, entryHash, GENESIS_HASH, type ChainFields } from "./chain.ts";
 import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex, verifyInclusion } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openCheckpoint, openInstallationCheckpoint, openRetentionRecord, retentionUnjustified } from "./records.ts";
@@ -102,19 +102,12 @@ export interface BundleHeader {
   bewijs?: { seq: number; index: number; grootte: number; hashes: string[] };
 }
 
-export interface BundleEntry {
-  seq: number;
+/** One entry of a bundle: the hashed fields (the tenant is the bundle's), its id and hash. */
+export interface BundleEntry extends Omit<ChainFields, "tenantId"> {
   id: number;
-  createdAt: string;
-  actor: string;
-  action: string;
-  subject: string;
-  details: string;
-  prevHash: string;
   hash: string;
 }
 
-type Row = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
 /** One tenant's entries with what proves them, as JSON lines; `proveSeq` adds an inclusion proof. */
 export async function exportBundle(dbPath: string, anchorPath: string, tenantId: number, verifiers: Verifier[], proveSeq?: number): Promise<string[]> {
@@ -136,7 +129,7 @@ export async function exportBundle(dbPath: string, anchorPath: string, tenantId:
     const start = chainStart(db, tenantId, first?.seq ?? null, verifiers);
     if (!start.ok) throw new CannotCheck(`de keten van tenant ${tenantId} begint niet bij een geldig retentierecord (${start.reden}); controleer eerst met verify`);
     const entries: BundleEntry[] = [];
-    for (const r of db.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq > ? AND seq <= ? ORDER BY seq").iterate(tenantId, start.seq, size) as IterableIterator<Row>) {
+    for (const r of entriesAfter(db, tenantId, start.seq, size)) {
       entries.push({ seq: r.seq, id: r.id, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: r.prev_hash, hash: r.hash });
     }
     db.run("COMMIT");
@@ -194,8 +187,7 @@ export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerd
     prevHash = r.record.hash;
   }
   for (const [i, e] of entries.entries()) {
-    const text = JSON.stringify([CHAIN_VERSION, tenantId, e.seq, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash]);
-    const reden = linkBreak(sha256Hex(text) !== e.hash, i === 0, e.seq, e.prevHash, prevSeq, prevHash);
+    const reden = linkBreak(entryHash({ ...e, tenantId }) !== e.hash, i === 0, e.seq, e.prevHash, prevSeq, prevHash);
     if (reden) return fail(`entry seq ${e.seq}: ${reden}`);
     range.pushEntryHash(e.hash);
     prevSeq = e.seq;

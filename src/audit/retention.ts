@@ -24,7 +24,7 @@ import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
 import type { RowReason } from "./anchor-check.ts";
 import { AnchorFileError, syncTail } from "./anchoring.ts";
 import { verifyInstallation } from "./verify-all.ts";
-import { entryHash } from "./chain.ts";
+import { entriesAfter, rowHash } from "./chain.ts";
 import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
 import { chainStart, linkBreak, type BreakReason } from "./verify.ts";
 
@@ -140,7 +140,6 @@ export interface AuditRetentionResult {
 /** Tenants whose prefixes are deleted side by side (see deleteOldAuditEntries). */
 export const TENANT_GROUP = 100;
 
-type EntryRow = { seq: number; id: number; created_at: string; actor: string; action: string; subject: string; details: string; prev_hash: string; hash: string };
 
 /** What a retention record needs besides the deleted entries. */
 export interface RetentionSigning {
@@ -248,16 +247,10 @@ function planTenant(sqlite: Database, tenantId: number, grens: string, verifiers
     let prevSeq = start.seq;
     let prevHash = start.hash;
     let lastCreatedAt = "";
-    const rows = sqlite
-      .query(
-        `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
-         FROM audit_entries WHERE tenant_id = ? AND seq > ? ORDER BY seq`,
-      )
-      .iterate(tenantId, start.seq) as IterableIterator<EntryRow>;
-    for (const r of rows) {
+    for (const r of entriesAfter(sqlite, tenantId, start.seq)) {
       if (r.created_at >= grens) break;
       const reden = linkBreak(
-        entryHash({ tenantId, seq: r.seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: r.prev_hash }) !== r.hash,
+        rowHash(tenantId, r) !== r.hash,
         r.seq === start.seq + 1,
         r.seq,
         r.prev_hash,
