@@ -1,24 +1,64 @@
-// Entry point of the binary and of `npm start`: with no argument (or `serve`) it parses
-// the configuration, wires the real dependencies and serves; `key`, `verify` and
-// `export` are the audit commands of src/cli/audit.ts, which need no configuration;
-// `db-convert` is the one-time auto-vacuum conversion (src/cli/db-convert.ts).
-// Each branch imports only what it needs: a command starts without loading the server.
+// Entry point of the binary and of `npm start`. With no argument (or `serve`) it parses
+// the configuration, wires the real dependencies and serves. The operator's commands:
+// `key`, `verify`, `export` (src/cli/audit.ts, no configuration needed), `db-convert`
+// (src/cli/db-convert.ts), `config check` (src/cli/config-check.ts), `crontab`
+// (src/cli/crontab.ts) and `demo` (src/demo.ts). Each branch imports only what it needs:
+// a command starts without loading the server.
 
 export {};
 
+const USAGE = `gebruik: nachtwacht [opdracht] [--help]
+  serve                 de service starten (standaard), geconfigureerd door de omgeving
+  key                   een nieuw Ed25519-sleutelpaar voor AUDIT_ANKER_SLEUTEL
+  verify                database en ankerbestand offline controleren met publieke sleutels
+  export                de keten van één tenant als bundel voor een auditor
+  config check          de configuratie controleren zonder te starten
+  crontab               /etc/cron.d/nachtwacht uit de planning afdrukken
+  db-convert            eenmalige omzetting naar incrementele auto-vacuum
+  demo                  de service op een demodatabase in ./data
+Exitcodes: 0 gelukt, 1 gevonden wat niet klopt, 2 kon niet (gebruik, configuratie, bestand).`;
+
 const AUDIT_COMMANDS = new Set(["key", "verify", "export"]);
 const [command, ...rest] = Bun.argv.slice(2);
+const out = (s: string) => console.log(s);
+const err = (s: string) => console.error(s);
+const wantsHelp = rest.includes("--help") || rest.includes("-h");
 
-if (command !== undefined && AUDIT_COMMANDS.has(command)) {
+if (command === "help" || command === "--help" || command === "-h") {
+  out(USAGE);
+  process.exit(0);
+} else if (command !== undefined && AUDIT_COMMANDS.has(command)) {
   const { runAuditCommand } = await import("./cli/audit.ts");
-  const code = await runAuditCommand([command, ...rest], process.env, (s) => console.log(s), (s) => console.error(s));
-  process.exit(code);
+  process.exit(await runAuditCommand([command, ...rest], process.env, out, err));
 } else if (command === "db-convert") {
   const { runDbConvert } = await import("./cli/db-convert.ts");
-  process.exit(runDbConvert(rest, process.env, (s) => console.log(s), (s) => console.error(s)));
+  process.exit(runDbConvert(rest, process.env, out, err));
+} else if (command === "config") {
+  const { runConfigCheck } = await import("./cli/config-check.ts");
+  if (rest[0] !== "check") {
+    err("gebruik: nachtwacht config check [--env BESTAND]");
+    process.exit(2);
+  }
+  process.exit(runConfigCheck(rest.slice(1), process.env, out, err));
+} else if (command === "crontab") {
+  if (wantsHelp) {
+    out("gebruik: nachtwacht crontab\n  Drukt /etc/cron.d/nachtwacht af, gegenereerd uit de planning (src/schedule.ts); install.sh schrijft het.");
+    process.exit(0);
+  }
+  const { crontab } = await import("./cli/crontab.ts");
+  process.stdout.write(crontab());
+} else if (command === "demo") {
+  if (wantsHelp) {
+    out("gebruik: nachtwacht demo\n  Start de service op ./data/demo.db met demodata (eenmalig gevuld), mail als .eml in ./data/outbox.");
+    process.exit(0);
+  }
+  await import("./demo.ts");
 } else if (command !== undefined && command !== "serve") {
-  process.stderr.write(`nachtwacht: unknown command ${JSON.stringify(command)}; commands: serve (default), key, verify, export, db-convert (each with --help)\n`);
+  err(`nachtwacht: onbekende opdracht ${JSON.stringify(command)}\n${USAGE}`);
   process.exit(2);
+} else if (wantsHelp) {
+  out("gebruik: nachtwacht [serve]\n  Start de service; alle instellingen komen uit de omgeving (docs/operations.md, ops/nachtwacht.env.example).\n  Controleer ze vooraf met: nachtwacht config check --env /etc/nachtwacht/nachtwacht.env");
+  process.exit(0);
 } else {
   const { ConfigError, parseConfig } = await import("./config.ts");
   const { startServer } = await import("./server.ts");

@@ -1,0 +1,100 @@
+// `nachtwacht config check [--env FILE]`: validates the configuration without starting
+// the service, and names every bad variable in one run (the start names only the first).
+// Without --env it checks the environment it runs in. Values are never printed: the
+// file holds the secret and the signing key.
+//
+// Exit codes: 0 in order, 1 one or more variables wrong, 2 the check could not run
+// (unreadable file, a line that is no KEY=VALUE, unknown option).
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { generateKeyPair } from "../audit/note.ts";
+import { ConfigError, parseConfig } from "../config.ts";
+
+const USAGE =
+  "gebruik: nachtwacht config check [--env BESTAND]\n" +
+  "  Controleert de configuratie zonder te starten en noemt elke foute variabele (nooit een waarde).\n" +
+  "  --env  een omgevingsbestand (KEY=VALUE per regel, zoals /etc/nachtwacht/nachtwacht.env);\n" +
+  "         zonder --env de omgeving waarin het commando draait.\n" +
+  "  Exitcode: 0 in orde, 1 fouten gevonden, 2 kon niet controleren.";
+
+/** A line of an environment file that is no KEY=VALUE: named by its number, never shown. */
+export class EnvFileError extends Error {}
+
+/**
+ * systemd EnvironmentFile lines as ops/nachtwacht-call.sh reads them: KEY=VALUE, the value
+ * optionally in matching quotes; blank lines and lines starting with # or ; are skipped.
+ */
+export function parseEnvFile(text: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const line = raw.trimStart();
+    if (line === "" || line.startsWith("#") || line.startsWith(";")) return;
+    const eq = line.indexOf("=");
+    const key = eq < 0 ? "" : line.slice(0, eq).trimEnd();
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(key)) throw new EnvFileError(`regel ${i + 1} is geen KEY=VALUE`);
+    let value = line.slice(eq + 1);
+    if (value.length >= 2 && (value[0] === '"' || value[0] === "'") && value.endsWith(value[0]!)) value = value.slice(1, -1);
+    env[key] = value;
+  });
+  return env;
+}
+
+/**
+ * Every configuration error, not only the first: after each error the variable gets a
+ * stand-in (a valid placeholder for the two required ones, its default for the rest)
+ * and parsing goes on.
+ */
+export function allConfigErrors(env: Record<string, string | undefined>): ConfigError[] {
+  const trial: Record<string, string | undefined> = { ...env };
+  const errors: ConfigError[] = [];
+  const standIn: Record<string, () => string> = {
+    CRON_SECRET: () => "0".repeat(64),
+    AUDIT_ANKER_SLEUTEL: () => generateKeyPair("config.check/plaatsvervanger").signerKey,
+  };
+  for (;;) {
+    try {
+      parseConfig(trial);
+      return errors;
+    } catch (e) {
+      if (!(e instanceof ConfigError)) throw e;
+      // A stand-in that fails again would loop: report and stop.
+      if (errors.some((x) => x.variable === e.variable)) return errors;
+      errors.push(e);
+      trial[e.variable] = standIn[e.variable]?.();
+      if (trial[e.variable] === undefined) delete trial[e.variable];
+    }
+  }
+}
+
+export function runConfigCheck(argv: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): number {
+  let values;
+  try {
+    ({ values } = parseArgs({ args: argv, options: { env: { type: "string" }, help: { type: "boolean", short: "h" } }, strict: true, allowPositionals: false }));
+  } catch (e) {
+    err(`nachtwacht config check: ${(e as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  if (values.help) {
+    out(USAGE);
+    return 0;
+  }
+  let checked: Record<string, string | undefined> = env;
+  if (values.env !== undefined) {
+    try {
+      checked = parseEnvFile(readFileSync(values.env, "utf8"));
+    } catch (e) {
+      const why = e instanceof EnvFileError ? e.message : `niet leesbaar (${(e as NodeJS.ErrnoException).code ?? "fout"})`;
+      err(`nachtwacht config check: ${values.env}: ${why}`);
+      return 2;
+    }
+  }
+  const errors = allConfigErrors(checked);
+  const where = values.env ?? "de omgeving";
+  if (errors.length === 0) {
+    out(`in orde: ${where}`);
+    return 0;
+  }
+  for (const e of errors) out(e.message);
+  out(`${errors.length} ${errors.length === 1 ? "fout" : "fouten"} in ${where}`);
+  return 1;
+}

@@ -1,0 +1,114 @@
+// The operator's commands in the one binary: `--help` for each, `config check`,
+// `crontab`, `demo`, and an unknown command. Run against the compiled binary (built once
+// per test run by test/binary.ts) as a real process; the environment file is read from
+// disk, so no secret is on a command line.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildBinary, freePort, ROOT } from "./binary.ts";
+import { TEST_SIGNING_KEY } from "./helpers.ts";
+
+let bin: string;
+let dir: string;
+beforeAll(async () => {
+  bin = (await buildBinary()).path;
+  dir = mkdtempSync(join(tmpdir(), "nachtwacht-cli-"));
+}, 120_000);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+async function run(args: string[], env: Record<string, string> = {}) {
+  const p = Bun.spawn([bin, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, ...env }, stdout: "pipe", stderr: "pipe" });
+  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code, out, err };
+}
+
+const SECRET = "9f".repeat(32);
+
+describe("nachtwacht <command> --help", () => {
+  for (const cmd of [[], ["serve"], ["key"], ["verify"], ["export"], ["config", "check"], ["crontab"], ["db-convert"], ["demo"]]) {
+    test(`${["nachtwacht", ...cmd].join(" ")} --help: usage on stdout, exit 0, nothing started`, async () => {
+      const r = await run([...cmd, "--help"]);
+      expect(r.code).toBe(0);
+      expect(r.out).toContain("gebruik: nachtwacht");
+      expect(r.err).toBe("");
+    });
+  }
+
+  test("an unknown command: exit 2 with the list of commands on stderr", async () => {
+    const r = await run(["vernietig"]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('onbekende opdracht "vernietig"');
+    expect(r.err).toContain("config check");
+  });
+});
+
+describe("nachtwacht config check", () => {
+  test("a sound env file: exit 0", async () => {
+    const file = join(dir, "goed.env");
+    writeFileSync(file, `# comment\nCRON_SECRET=${SECRET}\nAUDIT_ANKER_SLEUTEL="${TEST_SIGNING_KEY}"\n\nPORT=3100\n; also a comment\n`);
+    const r = await run(["config", "check", "--env", file]);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("in orde");
+  });
+
+  test("every bad variable is named in one run, exit 1, and no value is printed", async () => {
+    const file = join(dir, "fout.env");
+    const password = "geheim50%wachtwoord";
+    writeFileSync(
+      file,
+      [`CRON_SECRET=kort-geheim`, `AUDIT_ANKER_SLEUTEL=oude-hmac-sleutel-0123456789abcdef0123456789`, `PORT=http`, `SMTP_URL=smtps://u:${password}@mail.example.nl`, `RAPPORT_TIJDZONE=Europe/Atlantis`, `BACKUP_MAX_UREN=26`].join("\n"),
+    );
+    const r = await run(["config", "check", "--env", file]);
+    expect(r.code).toBe(1);
+    const named = r.out.split("\n").filter((l) => /^[A-Z_]+:/.test(l)).map((l) => l.split(":")[0]);
+    expect(named.sort()).toEqual(["AUDIT_ANKER_SLEUTEL", "CRON_SECRET", "PORT", "RAPPORT_TIJDZONE", "SMTP_URL"]);
+    expect(r.out).toContain("5 fouten");
+    for (const secret of ["kort-geheim", "oude-hmac-sleutel", password]) expect(r.out + r.err).not.toContain(secret);
+  });
+
+  test("the environment itself when no file is given; a missing signing key is named", async () => {
+    const r = await run(["config", "check"], { CRON_SECRET: SECRET });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain("AUDIT_ANKER_SLEUTEL: is required");
+    expect(r.out).toContain("nachtwacht key");
+    const ok = await run(["config", "check"], { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY });
+    expect(ok.code).toBe(0);
+  });
+
+  test("exit 2 when it cannot check: a missing file, a line that is no KEY=VALUE (named by number, not shown)", async () => {
+    expect((await run(["config", "check", "--env", join(dir, "bestaat-niet.env")])).code).toBe(2);
+    const file = join(dir, "kapot.env");
+    writeFileSync(file, `CRON_SECRET=${SECRET}\nexport GEHEIM-REGEL\n`);
+    const r = await run(["config", "check", "--env", file]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("regel 2");
+    expect(r.err).not.toContain("GEHEIM-REGEL");
+    expect((await run(["config"])).code).toBe(2);
+  });
+});
+
+describe("nachtwacht crontab and demo", () => {
+  test("crontab prints the committed cron file", async () => {
+    const r = await run(["crontab"]);
+    expect(r.code).toBe(0);
+    expect(r.out).toBe(readFileSync(join(ROOT, "ops", "nachtwacht.cron"), "utf8"));
+  });
+
+  test("demo starts the service on a demo database in ./data and answers /health", async () => {
+    const port = freePort();
+    const p = Bun.spawn([bin, "demo"], { cwd: dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, PORT: String(port) }, stdout: "pipe", stderr: "pipe" });
+    try {
+      let health = 0;
+      for (let i = 0; i < 600 && health !== 200 && p.exitCode === null; i++) {
+        health = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.status, () => 0);
+        if (health !== 200) await Bun.sleep(50);
+      }
+      expect(health).toBe(200);
+      expect(readFileSync(join(dir, "data", "demo-audit-sleutel"), "utf8")).toStartWith("PRIVATE+KEY+");
+    } finally {
+      p.kill();
+      await p.exited;
+    }
+  }, 60_000);
+});
