@@ -152,7 +152,7 @@ fi
 
 if [ "$SYSTEM" = 1 ]; then
   missing=()
-  for cmd in curl sqlite3 gzip logger; do command -v "$cmd" >/dev/null || missing+=("$cmd"); done
+  for cmd in curl logger; do command -v "$cmd" >/dev/null || missing+=("$cmd"); done
   if [ ${#missing[@]} -gt 0 ]; then
     pkgs=("${missing[@]/logger/bsdutils}")
     say "installing ${pkgs[*]}"

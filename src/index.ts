@@ -1,7 +1,8 @@
 // Entry point of the binary and of `npm start`. With no argument (or `serve`) it parses
 // the configuration, wires the real dependencies and serves. The operator's commands:
 // `key`, `verify`, `export` (src/cli/audit.ts, no configuration needed), `db-convert`
-// (src/cli/db-convert.ts), `config check` (src/cli/config-check.ts), `crontab`
+// (src/cli/db-convert.ts), `config check` (src/cli/config-check.ts), `backup`
+// (src/cli/backup.ts), `crontab`
 // (src/cli/crontab.ts) and `demo` (src/demo.ts). Each branch imports only what it needs:
 // a command starts without loading the server.
 
@@ -13,6 +14,7 @@ const USAGE = `gebruik: nachtwacht [opdracht] [--help]
   verify                database en ankerbestand offline controleren met publieke sleutels
   export                de keten van één tenant als bundel voor een auditor
   config check          de configuratie controleren zonder te starten
+  backup                online kopie van de database, gecontroleerd en gecomprimeerd, gemeld aan backup-status
   crontab               /etc/cron.d/nachtwacht uit de planning afdrukken
   db-convert            eenmalige omzetting naar incrementele auto-vacuum
   demo                  de service op een demodatabase in ./data
@@ -40,6 +42,9 @@ if (command === "help" || command === "--help" || command === "-h") {
     process.exit(2);
   }
   process.exit(runConfigCheck(rest.slice(1), process.env, out, err));
+} else if (command === "backup") {
+  const { runBackup } = await import("./cli/backup.ts");
+  process.exit(await runBackup(rest, process.env, out, err));
 } else if (command === "crontab") {
   if (wantsHelp) {
     out("gebruik: nachtwacht crontab\n  Drukt /etc/cron.d/nachtwacht af, gegenereerd uit de planning (src/schedule.ts); install.sh schrijft het.");

@@ -1,5 +1,6 @@
-// ops/backup.sh against the running binary: a real online copy with the sqlite3 CLI
-// while the database is in use, the report to backup-status, and forced failures.
+// ops/backup.sh, the thin caller of `nachtwacht backup`, with the compiled binary against
+// the running service: a real online copy while the database is in use, the report to
+// backup-status, and forced failures. No sqlite3 CLI is needed.
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -9,8 +10,6 @@ import { buildBinary, ROOT, startBinary, type RunningBinary } from "./binary.ts"
 
 const SCRIPT = join(ROOT, "ops", "backup.sh");
 const SECRET = "backup-" + "5a".repeat(30);
-const hasSqlite3 = Bun.which("sqlite3") !== null && Bun.which("curl") !== null;
-if (!hasSqlite3) console.warn("SKIPPED test/backup-script.test.ts: the sqlite3 or curl command is missing (apt-get install -y sqlite3 curl)");
 
 interface Row {
   exit_code: number;
@@ -21,7 +20,8 @@ interface Row {
   bron: string;
 }
 
-describe.skipIf(!hasSqlite3)("ops/backup.sh", () => {
+describe("ops/backup.sh → nachtwacht backup", () => {
+  let bin: string;
   let app: RunningBinary & { dir: string };
   let work: string;
   let envFile: string;
@@ -29,6 +29,7 @@ describe.skipIf(!hasSqlite3)("ops/backup.sh", () => {
 
   beforeAll(async () => {
     const { path } = await buildBinary();
+    bin = path;
     app = await startBinary(path, { CRON_SECRET: SECRET });
     dbPath = join(app.dir, "data", "nachtwacht.db");
     work = mkdtempSync(join(tmpdir(), "nachtwacht-backup-"));
@@ -50,7 +51,8 @@ describe.skipIf(!hasSqlite3)("ops/backup.sh", () => {
   async function runBackup(env: Record<string, string>) {
     const p = Bun.spawn(["bash", SCRIPT], {
       env: {
-        PATH: "/usr/local/bin:/usr/bin:/bin",
+        PATH: "/usr/bin:/bin", // no sqlite3 needed: nothing but the binary
+        NACHTWACHT_BIN: bin,
         NACHTWACHT_ENV: envFile,
         NACHTWACHT_LOG: "stdout",
         NACHTWACHT_DB: dbPath,
@@ -118,6 +120,7 @@ describe.skipIf(!hasSqlite3)("ops/backup.sh", () => {
     expect(newestStatus()).toEqual({ exit_code: 0, gelukt: 1, bestandsnaam: name, grootte: size, foutmelding: null, bron: "host-cron" });
     expect(r.out).toContain(`backup ok: ${join(dir, name)}`);
     expect(r.out).toContain('{"ok":true,"gelukt":true}');
+    expect(r.out).not.toContain(SECRET);
   }, 30_000);
 
   test("a missing database is reported with a non-zero exit code and the reason, and the script fails", async () => {
@@ -129,16 +132,26 @@ describe.skipIf(!hasSqlite3)("ops/backup.sh", () => {
     expect(r.out).toContain('{"ok":true,"gelukt":false}');
   });
 
-  test("a failing command is reported with its own exit code and error output", async () => {
+  test("a failing step is reported with its exit code and the error it got", async () => {
     // The backup "directory" is a file: mkdir fails, even for root.
     const notADir = join(work, "blocker");
     writeFileSync(notADir, "x");
     const r = await runBackup({ NACHTWACHT_BACKUP_DIR: join(notADir, "sub") });
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(73);
     const row = newestStatus();
-    expect(row).toMatchObject({ exit_code: 1, gelukt: 0 });
+    expect(row).toMatchObject({ exit_code: 73, gelukt: 0 });
     expect(row.foutmelding).toContain("aanmaken van de back-upmap");
-    expect(row.foutmelding).toMatch(/mkdir: .*Not a directory/);
+    expect(row.foutmelding).toMatch(/ENOTDIR|not a directory/i);
+  });
+
+  test("a backup made but not reported (service unreachable): exit 75, the backup is kept", async () => {
+    const dir = join(work, "onbereikbaar");
+    const env2 = join(work, "dicht.env");
+    writeFileSync(env2, `CRON_SECRET=${SECRET}\nPORT=1\nHOST=127.0.0.1\n`, { mode: 0o600 });
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, NACHTWACHT_ENV: env2 });
+    expect(r.code).toBe(75);
+    expect(r.out).toContain("backup-status niet bereikt");
+    expect(readdirSync(dir).filter((f) => f.endsWith(".db.gz"))).toHaveLength(1);
   });
 
   test("a corrupt database is not passed off as a backup", async () => {

@@ -1,0 +1,257 @@
+// `nachtwacht backup`: the host backup of the database, run by /etc/cron.d/nachtwacht as
+// root (through ops/backup.sh), so the host needs no sqlite3 CLI.
+//
+//  1. an online, consistent copy with SQLite's VACUUM INTO: one read transaction, so the
+//     copy is a snapshot even while the service writes (a plain cp of a live WAL
+//     database can copy a torn state and misses what is still in the -wal file);
+//  2. an integrity check of the copy, gzip, and an atomic rename into the backup folder;
+//     the anchor file is copied beside it (gzip), old backups are pruned;
+//  3. its name and size reported to backup-status ({"exitCode":0,...}).
+// On any failure the step, its exit code and its error are reported instead
+// ({"exitCode":N,"foutmelding":...}) and the command exits with that code.
+//
+// The secret for the report is read from the environment file (--env), never from the
+// command line. Exit codes (sysexits): 0 ok, 64 usage, 65 the copy is not sound,
+// 66 no database, 73 backup folder not usable, 74 any other I/O error, 75 backup made
+// but the report to backup-status failed.
+import { Database } from "bun:sqlite";
+import { createReadStream, createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, accessSync, constants } from "node:fs";
+import { basename, join } from "node:path";
+import { pipeline } from "node:stream/promises";
+import { parseArgs } from "node:util";
+import { createGzip } from "node:zlib";
+import { parseEnvFile } from "./config-check.ts";
+
+const USAGE =
+  "gebruik: nachtwacht backup [--env BESTAND] [--db BESTAND] [--map MAP] [--ankers BESTAND] [--bewaar-dagen N] [--geen-melding]\n" +
+  "  Maakt een online kopie van de database (VACUUM INTO), controleert en comprimeert die in --map,\n" +
+  "  kopieert het ankerbestand ernaast en meldt het resultaat aan backup-status.\n" +
+  "  --env           omgevingsbestand met CRON_SECRET, PORT, HOST (standaard /etc/nachtwacht/nachtwacht.env)\n" +
+  "  --db            standaard DATABASE_PATH uit --env, anders /var/lib/nachtwacht/nachtwacht.db\n" +
+  "  --map           standaard /var/backups/nachtwacht\n" +
+  "  --ankers        standaard AUDIT_ANKER_BESTAND uit --env, anders /var/lib/nachtwacht/audit-ankers.jsonl\n" +
+  "  --bewaar-dagen  oudere back-ups in --map worden na een geslaagde back-up verwijderd (standaard 30)\n" +
+  "  --geen-melding  niets aan backup-status melden\n" +
+  "  Exitcode: 0 gelukt, 65 kopie niet in orde, 66 geen database, 73 map onbruikbaar, 74 andere I/O-fout, 75 melding mislukt.";
+
+export interface BackupOptions {
+  db: string;
+  dir: string;
+  anchors: string;
+  keepDays: number;
+  now: Date;
+}
+
+export interface BackupDone {
+  name: string;
+  path: string;
+  size: number;
+  anchorsCopied: boolean;
+  pruned: string[];
+}
+
+/** A failed step: its exit code and a Dutch message naming the step. */
+export class BackupError extends Error {
+  constructor(
+    readonly exitCode: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const stampOf = (d: Date) => d.toISOString().replace(/[-:]/g, "").replace(/\.\d{3}Z$/, "Z");
+const why = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
+async function gzipFile(from: string, to: string): Promise<void> {
+  await pipeline(createReadStream(from), createGzip({ level: 9 }), createWriteStream(to, { mode: 0o600 }));
+}
+
+/** The backup itself: every step, or a BackupError naming the one that failed. */
+export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
+  let step = `controleren van de database ${o.db}`;
+  const fail = (code: number, e?: unknown): never => {
+    throw new BackupError(code, `backup mislukt bij: ${step}${e === undefined ? "" : `: ${why(e)}`}`);
+  };
+  // Opening a missing path would create an empty database and back that up.
+  try {
+    accessSync(o.db, constants.R_OK);
+    if (!statSync(o.db).isFile()) fail(66, new Error("geen bestand"));
+  } catch (e) {
+    if (e instanceof BackupError) throw e;
+    fail(66, new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
+  }
+
+  step = `aanmaken van de back-upmap ${o.dir}`;
+  try {
+    mkdirSync(o.dir, { recursive: true, mode: 0o700 });
+    accessSync(o.dir, constants.W_OK);
+  } catch (e) {
+    fail(73, e);
+  }
+
+  const stamp = stampOf(o.now);
+  const name = `nachtwacht-${stamp}.db.gz`;
+  const tmp = join(o.dir, `.nachtwacht-${stamp}.db.tmp`);
+  const clean = () => {
+    for (const f of [tmp, `${tmp}.gz`]) rmSync(f, { force: true });
+  };
+  try {
+    step = "online kopie (VACUUM INTO)";
+    try {
+      const src = new Database(o.db, { readonly: true });
+      try {
+        src.run("PRAGMA busy_timeout = 30000");
+        src.query("VACUUM INTO ?").run(tmp);
+      } finally {
+        src.close();
+      }
+    } catch (e) {
+      fail(65, e);
+    }
+
+    step = "integriteitscontrole van de kopie";
+    let check: string;
+    try {
+      const copy = new Database(tmp, { readonly: true });
+      try {
+        check = (copy.query("PRAGMA integrity_check").values() as [string][]).map(([v]) => v).join("; ");
+      } finally {
+        copy.close();
+      }
+    } catch (e) {
+      return fail(65, e);
+    }
+    if (check !== "ok") fail(65, new Error(`integrity_check van de kopie: ${check.slice(0, 500)}`));
+
+    step = "comprimeren";
+    const path = join(o.dir, name);
+    try {
+      await gzipFile(tmp, `${tmp}.gz`);
+      renameSync(`${tmp}.gz`, path);
+    } catch (e) {
+      fail(74, e);
+    }
+    const size = statSync(path).size;
+
+    let anchorsCopied = false;
+    if (existsSync(o.anchors)) {
+      step = `kopiëren van het ankerbestand ${o.anchors}`;
+      const to = join(o.dir, `audit-ankers-${stamp}.jsonl.gz`);
+      try {
+        await gzipFile(o.anchors, `${to}.tmp`);
+        renameSync(`${to}.tmp`, to);
+      } catch (e) {
+        rmSync(`${to}.tmp`, { force: true });
+        fail(74, e);
+      }
+      anchorsCopied = true;
+    }
+
+    step = `opruimen van back-ups ouder dan ${o.keepDays} dagen`;
+    const pruned: string[] = [];
+    const cutoff = o.now.getTime() - o.keepDays * 86_400_000;
+    try {
+      for (const f of readdirSync(o.dir)) {
+        if (!/^nachtwacht-\d{8}T\d{6}Z\.db\.gz$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz$/.test(f)) continue;
+        const p = join(o.dir, f);
+        if (statSync(p).mtimeMs < cutoff) {
+          rmSync(p);
+          pruned.push(f);
+        }
+      }
+    } catch (e) {
+      fail(74, e);
+    }
+    return { name, path, size, anchorsCopied, pruned };
+  } finally {
+    clean();
+  }
+}
+
+/** POSTs a result to backup-status on the local service; returns its answer. */
+async function report(env: Record<string, string>, body: object): Promise<{ status: number; text: string }> {
+  const secret = env.CRON_SECRET;
+  if (!secret) throw new Error("CRON_SECRET staat niet in het omgevingsbestand");
+  const host = env.HOST && env.HOST !== "0.0.0.0" ? env.HOST : "127.0.0.1";
+  const url = `http://${host.includes(":") ? `[${host}]` : host}:${env.PORT || "3000"}/api/cron/backup-status`;
+  const r = await fetch(url, {
+    method: "POST",
+    headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(30_000),
+  });
+  return { status: r.status, text: await r.text() };
+}
+
+export async function runBackup(argv: string[], processEnv: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        env: { type: "string" },
+        db: { type: "string" },
+        map: { type: "string" },
+        ankers: { type: "string" },
+        "bewaar-dagen": { type: "string" },
+        "geen-melding": { type: "boolean" },
+        help: { type: "boolean", short: "h" },
+      },
+      strict: true,
+    }));
+  } catch (e) {
+    err(`nachtwacht backup: ${why(e)}\n${USAGE}`);
+    return 64;
+  }
+  if (values.help) {
+    out(USAGE);
+    return 0;
+  }
+  const keepText = values["bewaar-dagen"] ?? "30";
+  if (!/^[1-9][0-9]{0,4}$/.test(keepText)) {
+    err(`nachtwacht backup: --bewaar-dagen moet een positief geheel getal zijn\n${USAGE}`);
+    return 64;
+  }
+  const envPath = values.env ?? "/etc/nachtwacht/nachtwacht.env";
+  const reporting = !values["geen-melding"];
+  let env: Record<string, string> = {};
+  if (reporting || values.env !== undefined) {
+    try {
+      env = parseEnvFile(readFileSync(envPath, "utf8"));
+    } catch (e) {
+      err(`nachtwacht backup: omgevingsbestand ${envPath} niet leesbaar (${(e as NodeJS.ErrnoException).code ?? why(e)}); draai als root, of geef --geen-melding`);
+      return 66;
+    }
+  }
+  const options: BackupOptions = {
+    db: values.db ?? env.DATABASE_PATH ?? processEnv.DATABASE_PATH ?? "/var/lib/nachtwacht/nachtwacht.db",
+    dir: values.map ?? "/var/backups/nachtwacht",
+    anchors: values.ankers ?? env.AUDIT_ANKER_BESTAND ?? "/var/lib/nachtwacht/audit-ankers.jsonl",
+    keepDays: Number(keepText),
+    now: new Date(),
+  };
+
+  let code = 0;
+  let body: object;
+  try {
+    const done = await makeBackup(options);
+    out(`backup ok: ${done.path} (${done.size} bytes)${done.anchorsCopied ? "; ankerbestand ernaast" : ""}${done.pruned.length ? `; ${done.pruned.length} oude verwijderd` : ""}`);
+    body = { exitCode: 0, bestandsnaam: basename(done.path), grootte: done.size };
+  } catch (e) {
+    const be = e instanceof BackupError ? e : new BackupError(74, `backup mislukt: ${why(e)}`);
+    code = be.exitCode;
+    err(be.message);
+    body = { exitCode: code, foutmelding: be.message.slice(0, 4000) };
+  }
+  if (!reporting) return code;
+  try {
+    const r = await report(env, body);
+    out(`backup-status: HTTP ${r.status} ${r.text}`);
+    if (r.status !== 200) return code || 75;
+  } catch (e) {
+    err(`backup-status niet bereikt: ${why(e)}`);
+    return code || 75;
+  }
+  return code;
+}
