@@ -6,7 +6,7 @@ import { RunningJobs } from "./job-runs.ts";
 import { ALL_JOBS } from "./jobs/index.ts";
 import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";
-import { HttpError, json } from "./http/errors.ts";
+import { HttpError, json, validationMessage } from "./http/errors.ts";
 import { errorText, mountJob } from "./http/job-route.ts";
 import { docs } from "./http/docs.ts";
 import { log } from "./logger.ts";
@@ -32,13 +32,13 @@ function sqliteCode(e: unknown): string | undefined {
 export function createApp(deps: Deps, options: AppOptions = {}) {
   const running = options.running ?? new RunningJobs();
   const app = new Elysia({ serve: { maxRequestBodySize: MAX_REQUEST_BODY } })
-    .decorate("running", running)
     .onRequest(authGate(deps.config.cronSecret))
     .onError(({ code, error }) => {
       if (error instanceof HttpError) return json(error.status, { error: error.message });
       if (code === "NOT_FOUND") return json(404, { error: "Onbekend pad." });
       if (code === "PARSE") return json(400, { error: "Ongeldige body: geen geldige JSON." });
-      if (code === "VALIDATION") return json(400, { error: "Ongeldige aanvraag." });
+      // A body that does not match its schema (src/http/body.ts): the field, by name.
+      if (code === "VALIDATION") return json(400, { error: validationMessage(error) });
       const sqlite = sqliteCode(error);
       const unavailable = sqlite !== undefined && UNAVAILABLE.has(sqlite);
       // Unexpected: reported with its message, answered without a stack trace.
@@ -70,5 +70,3 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
   for (const job of options.jobs ?? ALL_JOBS) mountJob(app, deps, running, job);
   return app;
 }
-
-export type App = ReturnType<typeof createApp>;

@@ -79,7 +79,7 @@ describe("backup-controle", () => {
       addBackup(env, 26);
       const r = await runBackupControle(env.deps, NOW);
       expect(r.status).toBe(409);
-      expect(r.body.reden).toBe("te-oud");
+      expect(r.body).toMatchObject({ ok: false, reden: "te-oud" });
       addBackup(env, 25.99);
       expect((await runBackupControle(env.deps, NOW)).status).toBe(200);
     } finally {

@@ -39,12 +39,12 @@ describe("db-onderhoud", () => {
       expect(res.status).toBe(200);
       const b = res.body;
       expect(b).toMatchObject({ ok: true, integriteit: "ok", autoVacuum: "incremental", omzetting: null, vrijePaginasNa: 0 });
-      expect(b.groottevoor).toBe(before);
+      expect(b.grootteVoor).toBe(before);
       expect(b.vrijePaginasVoor).toBeGreaterThan(1000); // more than one vacuum step
       expect(b.vacuumStappen).toBe(Math.ceil(b.vrijePaginasVoor / 1000));
       expect(b.grootteNa).toBe(onDisk(path));
-      expect(b.grootteNa).toBeLessThan(b.groottevoor / 4);
-      expect(b.vrijgemaakt).toBe(b.groottevoor - b.grootteNa);
+      expect(b.grootteNa).toBeLessThan(b.grootteVoor / 4);
+      expect(b.vrijgemaakt).toBe(b.grootteVoor - b.grootteNa);
       expect(b.vrijgemaakt).toBeGreaterThan(b.vrijePaginasVoor * b.paginaGrootte * 0.9);
       // The WAL was folded back and truncated.
       expect(b.checkpoint!).toMatchObject({ modus: "TRUNCATE", busy: false });

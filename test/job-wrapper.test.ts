@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, spyOn, test } from "bun:test";
 import { Cron } from "croner";
+import { t } from "elysia";
 import { lastRun } from "../src/job-runs.ts";
 import { backupControleJob } from "../src/jobs/backup-controle.ts";
 import { dagrapportJob } from "../src/jobs/dagrapport.ts";
@@ -107,22 +108,28 @@ describe("the job wrapper", () => {
     expect((await a).status).toBe(200);
   });
 
-  test("an input error is answered before a run is recorded", async () => {
-    const { HttpError } = await import("../src/http/errors.ts");
+  test("an input error is answered before a run is recorded: 400 naming the field, 413 over the job's cap", async () => {
+    let runs = 0;
     const job = defineJob({
       name: "backup-status",
       summary: "t",
       description: "t",
-      input: async () => {
-        throw new HttpError(400, "exitCode ontbreekt");
-      },
-      run: async () => ({ status: 200, body: { ok: true } }),
+      input: { schema: t.Object({ tenant: t.Object({ id: t.String() }) }), maxBytes: 100 },
+      run: async () => (runs++, { status: 200, body: { ok: true } }),
     });
     env = makeTestEnv({}, { jobs: [job] });
-    const r = await call(env.app, "/api/cron/backup-status", { body: "{}" });
+    const r = await call(env.app, "/api/cron/backup-status", { body: '{"tenant":{"id":7}}' });
     expect(r.status).toBe(400);
-    expect(r.json).toEqual({ error: "exitCode ontbreekt" });
+    expect(r.json).toEqual({ error: "Veld tenant.id moet een tekst (string) zijn." });
+    const missing = await call(env.app, "/api/cron/backup-status", { body: "{}" });
+    expect(missing.json).toEqual({ error: "Veld tenant ontbreekt (verplicht: een JSON-object met ten minste id)." });
+    const big = await call(env.app, "/api/cron/backup-status", { body: JSON.stringify({ tenant: { id: "x".repeat(100) } }) });
+    expect(big.status).toBe(413);
+    expect(big.json).toEqual({ error: "Body te groot: backup-status accepteert hoogstens 100 bytes." });
     expect(lastRun(env.store.sqlite, "backup-status")).toBeNull();
+    expect(runs).toBe(0);
+    expect((await call(env.app, "/api/cron/backup-status", { body: '{"tenant":{"id":"7"}}' })).status).toBe(200);
+    expect(runs).toBe(1);
   });
 });
 

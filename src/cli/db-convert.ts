@@ -44,7 +44,7 @@ export function runDbConvert(argv: string[], env: Record<string, string | undefi
       out(`NIET omgezet: quick_check meldt ${JSON.stringify(r.integriteit)}; herstel eerst de database (docs/operations.md).`);
       return 1;
     }
-    out(r.omgezet ? `omgezet: auto_vacuum is nu ${r.autoVacuum}; ${r.vrijgemaakt} bytes vrijgemaakt (${r.groottevoor} → ${r.grootteNa}).` : `niet nodig: auto_vacuum is al ${r.autoVacuum}.`);
+    out(r.omgezet ? `omgezet: auto_vacuum is nu ${r.autoVacuum}; ${r.vrijgemaakt} bytes vrijgemaakt (${r.grootteVoor} → ${r.grootteNa}).` : `niet nodig: auto_vacuum is al ${r.autoVacuum}.`);
     return 0;
   } finally {
     store.close();

@@ -1,3 +1,10 @@
+// What the service answers when it does not answer with a job's result: `{ error }`
+// with a Dutch message, and the 400 for a body that does not match its schema.
+import { t, type ValidationError } from "elysia";
+
+/** The body of every answer that is not a job's own result. */
+export const ErrorBody = t.Object({ error: t.String({ description: "Wat er mis is." }) });
+
 /** An error with the HTTP status and the Dutch message the client should see. */
 export class HttpError extends Error {
   constructor(
@@ -14,4 +21,82 @@ export function json(status: number, body: unknown, headers: Record<string, stri
     status,
     headers: { "content-type": "application/json; charset=utf-8", ...headers },
   });
+}
+
+/** A JSON Schema node as far as the messages below read it. */
+interface SchemaNode {
+  type?: string;
+  anyOf?: SchemaNode[];
+  enum?: unknown[];
+  const?: unknown;
+  required?: string[];
+  minimum?: number;
+  maximum?: number;
+}
+
+function bounds(s: SchemaNode): string {
+  const parts: string[] = [];
+  // The safe-integer bounds only say "a whole JSON number"; not worth a mention.
+  if (typeof s.minimum === "number" && s.minimum !== Number.MIN_SAFE_INTEGER) parts.push(`≥ ${s.minimum}`);
+  if (typeof s.maximum === "number" && s.maximum !== Number.MAX_SAFE_INTEGER) parts.push(`≤ ${s.maximum}`);
+  return parts.length > 0 ? ` ${parts.join(" en ")}` : "";
+}
+
+/** What a schema asks for, in Dutch: "een geheel getal ≥ 0 of null". */
+export function expectation(schema: unknown): string {
+  const s = (schema ?? {}) as SchemaNode;
+  if (Array.isArray(s.anyOf)) {
+    const orNull = s.anyOf.some((a) => a.type === "null");
+    return [...s.anyOf.filter((a) => a.type !== "null").map(expectation), ...(orNull ? ["null"] : [])].join(" of ");
+  }
+  if (Array.isArray(s.enum)) return `één van ${s.enum.map((v) => JSON.stringify(v)).join(", ")}`;
+  if (s.const !== undefined) return JSON.stringify(s.const);
+  switch (s.type) {
+    case "integer":
+      return `een geheel getal${bounds(s)}`;
+    case "number":
+      return `een getal${bounds(s)}`;
+    case "string":
+      return "een tekst (string)";
+    case "boolean":
+      return "true of false";
+    case "array":
+      return "een lijst (array)";
+    case "null":
+      return "null";
+    case "object":
+      return s.required && s.required.length > 0 ? `een JSON-object met ten minste ${s.required.join(", ")}` : "een JSON-object";
+  }
+  return "een geldige waarde";
+}
+
+function acceptsNull(schema: SchemaNode): boolean {
+  return schema.type === "null" || (Array.isArray(schema.anyOf) && schema.anyOf.some(acceptsNull));
+}
+
+/** `/checkpoints/0/root` → `checkpoints[0].root`. */
+function fieldName(path: string): string {
+  let out = "";
+  for (const part of path.split("/").slice(1)) {
+    const key = part.replace(/~1/g, "/").replace(/~0/g, "~");
+    out += /^\d+$/.test(key) ? `[${key}]` : out === "" ? key : `.${key}`;
+  }
+  return out;
+}
+
+/**
+ * The 400 message for a body that does not match its schema: the first field that is
+ * wrong, by name, and what it should be. Never the value itself (it may be anything,
+ * a secret pasted in the wrong place included).
+ */
+export function validationMessage(error: Pick<ValidationError, "valueError">): string {
+  const first = error.valueError;
+  if (!first) return "Ongeldige body.";
+  const schema = first.schema as SchemaNode;
+  const field = fieldName(first.path);
+  if (field === "") return `Ongeldige body: verwacht ${expectation(schema)}.`;
+  if (first.value === undefined || (first.value === null && !acceptsNull(schema))) {
+    return `Veld ${field} ontbreekt (verplicht: ${expectation(schema)}).`;
+  }
+  return `Veld ${field} moet ${expectation(schema)} zijn.`;
 }

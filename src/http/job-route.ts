@@ -1,15 +1,18 @@
 // The job wrapper: every job goes through here. It reads the job's input (auth was
-// already decided in onRequest), refuses a second concurrent call of the same job with
-// 409, and records every run in the job-run history: start, end, outcome, summary, error.
+// already decided in onRequest; src/http/body.ts), refuses a second concurrent call of
+// the same job with 409, and records every run in the job-run history: start, end,
+// outcome, summary, error. mountJob documents each route: the job's own answers and the
+// wrapper's (routeResponses).
 // A job that completed is answered with its own result even when recording its end
 // fails (recordEnd).
-import type { Elysia } from "elysia";
+import { t, type Elysia, type TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
 import { finishRun, JobInterrupted, startRun, writeKeptEnds, type RunEnd, type RunningJobs } from "../job-runs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, type JobName } from "../schedule.ts";
 import { log } from "../logger.ts";
-import { json } from "./errors.ts";
+import { bodyReader } from "./body.ts";
+import { ErrorBody, json } from "./errors.ts";
 
 function outcomeOf(status: number): "ok" | "afwijking" | "fout" {
   if (status >= 200 && status < 300) return "ok";
@@ -89,8 +92,7 @@ async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: 
   }
 }
 
-export async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, request: Request): Promise<Response> {
-  const input = def.input ? await def.input(request) : undefined;
+async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, input: unknown): Promise<Response> {
   if (running.isClosed) {
     return json(503, { error: "De service wordt gestopt; roep de taak over een minuut opnieuw aan." }, { "retry-after": "60" });
   }
@@ -138,18 +140,44 @@ export async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDe
   }
 }
 
-export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, running: RunningJobs, def: JobDefinition<any>): void {
-  const responses: Record<string, unknown> = {
-    401: { description: "Ontbrekend of ongeldig token." },
-  };
-  for (const [status, r] of Object.entries(def.openapi?.responses ?? {})) {
-    responses[status] = r.schema
-      ? { description: r.description, content: { "application/json": { schema: r.schema } } }
-      : { description: r.description };
+/** One documented answer of a job's route. */
+export interface RouteResponse {
+  description: string;
+  schema: TSchema;
+}
+
+/**
+ * Every answer of a job's route, for the OpenAPI document: the job's own (its
+ * `responses`) and the wrapper's beside them. A 409 is also the answer to a second call
+ * while the job runs, so a job's own 409 body is documented as either.
+ */
+export function routeResponses(def: JobDefinition<any>): Record<number, RouteResponse> {
+  const own = def.responses;
+  const out: Record<number, RouteResponse> = {};
+  if (own) out[200] = own[200];
+  if (def.input) {
+    out[400] = { description: "Ongeldige body; de melding noemt het veld.", schema: ErrorBody };
+    const max = def.input.maxBytes;
+    out[413] = { description: `Body groter dan ${max % 1024 === 0 ? `${max / 1024} KiB` : `${max} bytes`}.`, schema: ErrorBody };
   }
-  app.post(jobPath(def.name), ({ request }) => runJobRequest(deps, running, def, request), {
-    // Elysia never reads the body: a job either has no input or reads it itself, so
-    // nothing is parsed before (or instead of) the job's own bounded reading.
+  out[401] = { description: "Ontbrekend of ongeldig token.", schema: ErrorBody };
+  out[409] = own?.[409]
+    ? { description: `${own[409].description} Loopt de taak al: \`{error}\`.`, schema: t.Union([own[409].schema, ErrorBody]) }
+    : { description: "De taak loopt al.", schema: ErrorBody };
+  if (own?.[502]) out[502] = own[502];
+  out[503] = { description: "De service wordt gestopt of de database is tijdelijk niet beschikbaar; probeer het na Retry-After opnieuw.", schema: ErrorBody };
+  return out;
+}
+
+export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, running: RunningJobs, def: JobDefinition<any>): void {
+  const responses: Record<string, unknown> = {};
+  for (const [status, r] of Object.entries(routeResponses(def))) {
+    responses[status] = { description: r.description, content: { "application/json": { schema: r.schema } } };
+  }
+  const readInput = def.input ? bodyReader(def.name, def.input) : undefined;
+  app.post(jobPath(def.name), async ({ request }) => runJobRequest(deps, running, def, readInput ? await readInput(request) : undefined), {
+    // Elysia never reads the body: a job either has no input or its body is read by
+    // bodyReader, so nothing is parsed before (or instead of) that bounded reading.
     parse: "none",
     detail: {
       tags: ["cron"],
@@ -157,14 +185,7 @@ export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: D
       description: def.description,
       security: [{ bearerAuth: [] }],
       responses,
-      ...(def.openapi?.requestBody
-        ? {
-            requestBody: {
-              required: true,
-              content: { "application/json": { schema: def.openapi.requestBody } },
-            },
-          }
-        : {}),
+      ...(def.input ? { requestBody: { required: true, content: { "application/json": { schema: def.input.schema } } } } : {}),
     } as any,
   });
 }

@@ -4,30 +4,30 @@
 // authority, fsynced) and copies them into audit_anchor_log. audit-verificatie then
 // finds cut-off, recomputed or rolled-back chains; `nachtwacht verify` does the same
 // offline with the public key alone. docs/audit-chain.md has the formats.
+import { t, type Static } from "elysia";
 import { AnchorFileError, anchorAll } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
 import type { Deps } from "../deps.ts";
+import { KetenReden } from "./audit-verificatie.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { integer, nullable, enumOf } from "./schema.ts";
 
-export interface AuditAnkerBody {
-  ok: boolean;
-  /** Checkpoints signed by this run. */
-  aantal: number;
-  /** Tenants whose chain had not grown since their newest checkpoint. */
-  ongewijzigd: number;
-  bestand: string;
-  /** The public key that verifies what this run signed. */
-  verificatieSleutel: string;
-  checkpoints: { tenantId: number; grootte: number; root: string }[];
-  /** The installation checkpoint this run signed (a signed note); null when nothing changed. */
-  installatie: string | null;
-  /** Tenants not signed because their new entries do not check out. */
-  geweigerd: { tenantId: number; seq: number; reden: string }[];
-  /** Lines a crash had left in the file only, now copied into the database. */
-  hersteld: number;
-  reden?: string;
-  fout?: string;
-}
+export const AuditAnkerBody = t.Object({
+  ok: t.Boolean(),
+  aantal: integer({ minimum: 0, description: "Aantal checkpoints dat deze run ondertekende." }),
+  ongewijzigd: integer({ minimum: 0, description: "Tenants waarvan de keten sinds het laatste checkpoint niet groeide." }),
+  bestand: t.String({ description: "AUDIT_ANKER_BESTAND." }),
+  verificatieSleutel: t.String({ description: "De publieke sleutel waarmee alles te controleren is (note-formaat)." }),
+  checkpoints: t.Array(t.Object({ tenantId: integer(), grootte: integer({ minimum: 0 }), root: t.String({ description: "base64" }) })),
+  installatie: nullable(t.String(), { description: "Het ondertekende installatie-checkpoint van deze run (signed note); null als er niets veranderde." }),
+  geweigerd: t.Array(t.Object({ tenantId: integer(), seq: integer(), reden: KetenReden }), {
+    description: "Tenants die niet zijn ondertekend omdat hun nieuwe entries niet kloppen.",
+  }),
+  hersteld: integer({ minimum: 0, description: "Regels die een crash alleen in het bestand had achtergelaten, nu in de database gekopieerd." }),
+  reden: t.Optional(enumOf(["database-teruggezet", "bestand-gewijzigd"], { description: "Alleen als niets is ondertekend omdat het ankerbestand niet met de database klopt." })),
+  fout: t.Optional(t.String({ description: "De toelichting bij `reden`." })),
+});
+export type AuditAnkerBody = Static<typeof AuditAnkerBody>;
 
 export async function runAuditAnker(deps: Deps, _now: Date): Promise<JobResult<AuditAnkerBody>> {
   const keys = auditKeys(deps.config);
@@ -70,38 +70,6 @@ export async function runAuditAnker(deps: Deps, _now: Date): Promise<JobResult<A
   };
 }
 
-const BODY_SCHEMA = {
-  type: "object",
-  required: ["ok", "aantal", "ongewijzigd", "bestand", "verificatieSleutel", "checkpoints", "installatie", "geweigerd", "hersteld"],
-  properties: {
-    ok: { type: "boolean" },
-    aantal: { type: "integer", description: "Aantal checkpoints dat deze run ondertekende." },
-    ongewijzigd: { type: "integer", description: "Tenants waarvan de keten sinds het laatste checkpoint niet groeide." },
-    bestand: { type: "string" },
-    verificatieSleutel: { type: "string", description: "De publieke sleutel waarmee alles te controleren is (note-formaat)." },
-    checkpoints: {
-      type: "array",
-      items: {
-        type: "object",
-        required: ["tenantId", "grootte", "root"],
-        properties: { tenantId: { type: "integer" }, grootte: { type: "integer" }, root: { type: "string", description: "base64" } },
-      },
-    },
-    installatie: { type: ["string", "null"], description: "Het ondertekende installatie-checkpoint van deze run (signed note)." },
-    geweigerd: {
-      type: "array",
-      items: {
-        type: "object",
-        required: ["tenantId", "seq", "reden"],
-        properties: { tenantId: { type: "integer" }, seq: { type: "integer" }, reden: { type: "string" } },
-      },
-    },
-    hersteld: { type: "integer" },
-    reden: { type: "string", enum: ["database-teruggezet", "bestand-gewijzigd"] },
-    fout: { type: "string" },
-  },
-};
-
 export const auditAnkerJob = defineJob({
   name: "audit-anker",
   summary: "Ondertekent per tenant een checkpoint van de auditketen, plus één installatie-checkpoint",
@@ -112,10 +80,8 @@ export const auditAnkerJob = defineJob({
     "(`audit-chain-broken`) wanneer nieuwe entries van een tenant niet kloppen (die tenant wordt niet ondertekend) of wanneer het " +
     "ankerbestand meer bevat dan de database kent (`database-teruggezet`).",
   run: (deps, now) => runAuditAnker(deps, now),
-  openapi: {
-    responses: {
-      200: { description: "Checkpoints ondertekend en vastgelegd.", schema: BODY_SCHEMA },
-      409: { description: "Een tenant geweigerd, of de database is ouder dan het ankerbestand.", schema: BODY_SCHEMA },
-    },
+  responses: {
+    200: { description: "Checkpoints ondertekend en vastgelegd.", schema: AuditAnkerBody },
+    409: { description: "Een tenant geweigerd, of de database is ouder dan het ankerbestand.", schema: AuditAnkerBody },
   },
 });

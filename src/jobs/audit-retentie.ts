@@ -1,22 +1,37 @@
 // audit-retentie: deletes audit entries older than AUDIT_RETENTIE_DAGEN,
 // per tenant only a prefix of the chain, and records where each chain was cut as the
 // tenant's retention anchor so audit-verificatie still succeeds afterwards.
+import { t, type Static } from "elysia";
 import { deleteOldAuditEntries, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
 import { AnchorFileError } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
 import { workerCount } from "../audit/verify-parallel.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { dateTime, integer, enumOf } from "./schema.ts";
 
-export type RetentieBody = {
-  ok: boolean;
-  verwijderd: number;
-  retentieDagen: number;
-  grens: string;
-  /** 409 only: why nothing was deleted. */
-  reden?: "database-teruggezet" | "bestand-gewijzigd";
-  fout?: string;
+const retentie = {
+  retentieDagen: integer({ description: "Toegepaste bewaartermijn in dagen (AUDIT_RETENTIE_DAGEN)." }),
+  grens: dateTime({ description: "now − retentieDagen × 24 h; entries van vóór dit moment zijn verwijderd." }),
 };
+
+/** 200: deleted (a chain that does not check out is left standing, with an alarm). */
+export const RetentieOk = t.Object({
+  ok: t.Literal(true),
+  verwijderd: integer({ minimum: 0, description: "Aantal verwijderde audit-entries." }),
+  ...retentie,
+});
+
+/** 409: the anchor file does not match the database, nothing deleted. */
+export const RetentieAfwijking = t.Object({
+  ok: t.Literal(false),
+  verwijderd: t.Literal(0),
+  ...retentie,
+  reden: enumOf(["database-teruggezet", "bestand-gewijzigd"], { description: "Waarom niets is verwijderd." }),
+  fout: t.String({ description: "De toelichting bij `reden`." }),
+});
+
+export type RetentieBody = Static<typeof RetentieOk> | Static<typeof RetentieAfwijking>;
 
 export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.auditRetentieDagen;
@@ -46,19 +61,6 @@ export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOption
   return { status: 200, body: { ok: true, verwijderd, retentieDagen, grens } };
 }
 
-const RETENTIE_SCHEMA = {
-  type: "object",
-  required: ["ok", "verwijderd", "retentieDagen", "grens"],
-  properties: {
-    ok: { type: "boolean" },
-    verwijderd: { type: "integer", description: "Aantal verwijderde audit-entries." },
-    retentieDagen: { type: "integer", description: "Toegepaste bewaartermijn in dagen (AUDIT_RETENTIE_DAGEN)." },
-    grens: { type: "string", format: "date-time", description: "now − retentieDagen × 24 h; entries van vóór dit moment zijn verwijderd." },
-    reden: { type: "string", enum: ["database-teruggezet", "bestand-gewijzigd"], description: "Alleen bij 409: waarom niets is verwijderd." },
-    fout: { type: "string" },
-  },
-};
-
 export const auditRetentieJob = defineJob({
   name: "audit-retentie",
   summary: "Verwijdert audit-entries ouder dan AUDIT_RETENTIE_DAGEN",
@@ -69,10 +71,8 @@ export const auditRetentieJob = defineJob({
     "boom op dat punt) in AUDIT_ANKER_BESTAND en de database. Een keten die niet klopt, blijft staan als bewijs (200 met alarm " +
     "`audit-chain-broken`); een ankerbestand dat niet met de database klopt: 409, niets verwijderd, alarm.",
   run: (deps, now) => runAuditRetentie(deps, now),
-  openapi: {
-    responses: {
-      200: { description: "Verwijderd.", schema: RETENTIE_SCHEMA },
-      409: { description: "Het ankerbestand klopt niet met de database: niets verwijderd.", schema: RETENTIE_SCHEMA },
-    },
+  responses: {
+    200: { description: "Verwijderd.", schema: RetentieOk },
+    409: { description: "Het ankerbestand klopt niet met de database: niets verwijderd.", schema: RetentieAfwijking },
   },
 });

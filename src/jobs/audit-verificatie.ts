@@ -2,6 +2,7 @@
 // verifies every tenant's hash chain against its newest signed checkpoint, streaming
 // (src/audit/verify-all.ts), and keeps each tenant's latest result for the reports. A
 // broken chain or anchor file is 409 and one alarm per run naming what is broken.
+import { t, type Static } from "elysia";
 import type { FileReason, RowReason } from "../audit/anchor-check.ts";
 import { auditKeys } from "../audit/keys.ts";
 import { verifyInstallation } from "../audit/verify-all.ts";
@@ -9,31 +10,68 @@ import { workerCount } from "../audit/verify-parallel.ts";
 import type { BreakReason } from "../audit/verify.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
-export type VerificatieResultaat = {
-  tenantId: number;
-  tenant: string;
-  intact: boolean;
-  aantalEntries: number;
-  fout?: { seq: number; entryId: number | null; reden: BreakReason | RowReason };
-};
+// Every reason code the verifier reports; the type assertions below make a new code
+// that is missing here a compile error.
+const BREAK_REASONS = [
+  "hash-afwijkend",
+  "koppeling-verbroken",
+  "volgnummer-gat",
+  "anker-afwijkend",
+  "kop-ontbreekt",
+  "checkpoint-afwijkend",
+  "retentie-ontbreekt",
+  "retentie-ongeldig",
+  "checkpoint-ontbreekt",
+  "checkpoint-niet-in-bestand",
+] as const satisfies readonly (BreakReason | RowReason)[];
+const FILE_REASONS = ["bestand-ontbreekt", "bestand-ingekort", "bestand-gewijzigd", "database-teruggezet"] as const satisfies readonly FileReason[];
+true satisfies BreakReason | RowReason extends (typeof BREAK_REASONS)[number] ? true : never;
+true satisfies FileReason extends (typeof FILE_REASONS)[number] ? true : never;
 
-export type AnkerbestandResultaat = {
-  intact: boolean;
-  bestand: string;
-  regels: number;
-  reden?: FileReason;
-  toelichting?: string;
-  waarschuwingen: string[];
-};
+/** Why a tenant's chain does not check out (audit-anker refuses a tenant for the same reasons). */
+export const KetenReden = enumOf(BREAK_REASONS);
 
-export type VerificatieBody = {
-  gecontroleerd: number;
-  aantalGebroken: number;
-  resultaten: VerificatieResultaat[];
-  ankerbestand: AnkerbestandResultaat;
-  tijdstip: string;
-};
+export const VerificatieResultaat = t.Object({
+  tenantId: integer(),
+  tenant: t.String({ description: "Naam van de tenant." }),
+  intact: t.Boolean(),
+  aantalEntries: integer({ minimum: 0, description: "Aantal (resterende) entries in de keten." }),
+  fout: t.Optional(
+    t.Object(
+      {
+        seq: integer(),
+        entryId: nullable(integer(), { description: "null bij kop-ontbreekt (de entry bestaat niet meer)." }),
+        reden: KetenReden,
+      },
+      { description: "Alleen bij een verbroken keten: de eerste plek waar de keten niet klopt." },
+    ),
+  ),
+});
+export type VerificatieResultaat = Static<typeof VerificatieResultaat>;
+
+export const AnkerbestandResultaat = t.Object(
+  {
+    intact: t.Boolean(),
+    bestand: t.String(),
+    regels: integer({ minimum: 0 }),
+    reden: t.Optional(enumOf(FILE_REASONS)),
+    toelichting: t.Optional(t.String()),
+    waarschuwingen: t.Array(t.String()),
+  },
+  { description: "Het ankerbestand tegen de kopie in de database." },
+);
+export type AnkerbestandResultaat = Static<typeof AnkerbestandResultaat>;
+
+export const VerificatieBody = t.Object({
+  gecontroleerd: integer({ minimum: 0, description: "Aantal gecontroleerde tenants (alle tenants)." }),
+  aantalGebroken: integer({ minimum: 0, description: "Aantal tenants met een verbroken keten." }),
+  resultaten: t.Array(VerificatieResultaat),
+  ankerbestand: AnkerbestandResultaat,
+  tijdstip: dateTime(),
+});
+export type VerificatieBody = Static<typeof VerificatieBody>;
 
 /** At most this many broken tenants are listed in the alarm's context. */
 const MAX_IN_ALARM = 50;
@@ -99,58 +137,6 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
   };
 }
 
-const RESULT_SCHEMA = {
-  type: "object",
-  required: ["gecontroleerd", "aantalGebroken", "resultaten", "ankerbestand", "tijdstip"],
-  properties: {
-    gecontroleerd: { type: "integer", description: "Aantal gecontroleerde tenants (alle tenants)." },
-    ankerbestand: {
-      type: "object",
-      description: "Het ankerbestand tegen de kopie in de database.",
-      required: ["intact", "bestand", "regels", "waarschuwingen"],
-      properties: {
-        intact: { type: "boolean" },
-        bestand: { type: "string" },
-        regels: { type: "integer" },
-        reden: { type: "string", enum: ["bestand-ontbreekt", "bestand-ingekort", "bestand-gewijzigd", "database-teruggezet"] },
-        toelichting: { type: "string" },
-        waarschuwingen: { type: "array", items: { type: "string" } },
-      },
-    },
-    aantalGebroken: { type: "integer", description: "Aantal tenants met een verbroken keten." },
-    tijdstip: { type: "string", format: "date-time" },
-    resultaten: {
-      type: "array",
-      items: {
-        type: "object",
-        required: ["tenantId", "tenant", "intact", "aantalEntries"],
-        properties: {
-          tenantId: { type: "integer" },
-          tenant: { type: "string", description: "Naam van de tenant." },
-          intact: { type: "boolean" },
-          aantalEntries: { type: "integer", description: "Aantal (resterende) entries in de keten." },
-          fout: {
-            type: "object",
-            description: "De eerste plek waar de keten niet klopt.",
-            required: ["seq", "entryId", "reden"],
-            properties: {
-              seq: { type: "integer" },
-              entryId: { type: ["integer", "null"], description: "null bij kop-ontbreekt (de entry bestaat niet meer)." },
-              reden: {
-                type: "string",
-                enum: [
-                  "hash-afwijkend", "koppeling-verbroken", "volgnummer-gat", "anker-afwijkend", "kop-ontbreekt",
-                  "checkpoint-afwijkend", "retentie-ontbreekt", "retentie-ongeldig", "checkpoint-ontbreekt", "checkpoint-niet-in-bestand",
-                ],
-              },
-            },
-          },
-        },
-      },
-    },
-  },
-};
-
 export const auditVerificatieJob = defineJob({
   name: "audit-verificatie",
   summary: "Controleert de SHA-256-hashketen van elke tenant",
@@ -162,10 +148,8 @@ export const auditVerificatieJob = defineJob({
     "409 met hetzelfde object en een alarm (`audit-chain-broken`) zodra één keten of het ankerbestand niet klopt. " +
     "Het resultaat per tenant wordt bewaard voor de rapporten.",
   run: (deps, now) => runAuditVerificatie(deps, now),
-  openapi: {
-    responses: {
-      200: { description: "Alle ketens intact.", schema: RESULT_SCHEMA },
-      409: { description: "Minstens één keten verbroken (of de taak loopt al: dan `{error}`).", schema: RESULT_SCHEMA },
-    },
+  responses: {
+    200: { description: "Alle ketens intact.", schema: VerificatieBody },
+    409: { description: "Minstens één keten of het ankerbestand klopt niet; alarm verstuurd.", schema: VerificatieBody },
   },
 });

@@ -1,29 +1,39 @@
-// backup-controle (contract §4): the watchdog of the host backup. backup-status only
+// backup-controle: the watchdog of the host backup. backup-status only
 // hears from a backup job that still runs; one that silently stopped calling is the
 // failure nobody sees, so this job checks the newest status on its own schedule.
+import { t, type Static } from "elysia";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
-export interface NewestBackup {
-  ontvangen: string;
-  exitCode: number;
-  gelukt: boolean;
-  bestandsnaam: string | null;
-  grootte: number | null;
-  foutmelding: string | null;
-  bron: string;
-}
+export const NewestBackup = t.Object(
+  {
+    ontvangen: dateTime(),
+    exitCode: integer(),
+    gelukt: t.Boolean(),
+    bestandsnaam: nullable(t.String()),
+    grootte: nullable(integer({ minimum: 0 })),
+    foutmelding: nullable(t.String()),
+    bron: t.String(),
+  },
+  { description: "De nieuwste status die backup-status ontving." },
+);
+export type NewestBackup = Static<typeof NewestBackup>;
 
-export type BackupReden = "geen-backup" | "mislukt" | "te-oud";
+const state = {
+  laatsteBackup: nullable(NewestBackup),
+  leeftijdUren: nullable(t.Number(), { description: "Leeftijd van de nieuwste status in uren, één decimaal; null zonder status." }),
+  maxUren: integer(),
+};
 
-export interface BackupControleBody {
-  ok: boolean;
-  reden?: BackupReden;
-  laatsteBackup: NewestBackup | null;
-  /** Age of the newest status in hours, one decimal; null when there is none. */
-  leeftijdUren: number | null;
-  maxUren: number;
-}
+/** 200: the newest backup succeeded and is recent. */
+export const BackupControleOk = t.Object({ ok: t.Literal(true), ...state });
+
+/** 409: none, the newest failed, or it is too old. */
+export const BackupControleAfwijking = t.Object({ ok: t.Literal(false), reden: enumOf(["geen-backup", "mislukt", "te-oud"]), ...state });
+
+export type BackupReden = Static<typeof BackupControleAfwijking>["reden"];
+export type BackupControleBody = Static<typeof BackupControleOk> | Static<typeof BackupControleAfwijking>;
 
 /**
  * The one rule for "too old", used here and by the daily report: a backup must be
@@ -77,31 +87,6 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   return { status: 409, body };
 }
 
-const newestSchema = {
-  type: ["object", "null"],
-  properties: {
-    ontvangen: { type: "string", format: "date-time" },
-    exitCode: { type: "integer" },
-    gelukt: { type: "boolean" },
-    bestandsnaam: { type: ["string", "null"] },
-    grootte: { type: ["integer", "null"] },
-    foutmelding: { type: ["string", "null"] },
-    bron: { type: "string" },
-  },
-};
-
-const bodySchema = (withReason: boolean) => ({
-  type: "object",
-  required: ["ok", "laatsteBackup", "leeftijdUren", "maxUren", ...(withReason ? ["reden"] : [])],
-  properties: {
-    ok: { type: "boolean" },
-    ...(withReason ? { reden: { type: "string", enum: ["geen-backup", "mislukt", "te-oud"] } } : {}),
-    laatsteBackup: newestSchema,
-    leeftijdUren: { type: ["number", "null"], description: "Leeftijd van de nieuwste status in uren, één decimaal." },
-    maxUren: { type: "integer" },
-  },
-});
-
 export const backupControleJob = defineJob({
   name: "backup-controle",
   summary: "Controleert of de nieuwste backup geslaagd en recent is",
@@ -109,10 +94,8 @@ export const backupControleJob = defineJob({
     "200 wanneer de nieuwste BackupStatus geslaagd is en jonger dan BACKUP_MAX_UREN. Anders 409 met `reden` " +
     "(`geen-backup`, `mislukt`, `te-oud`), de nieuwste status en haar leeftijd in uren, en een alarm (`type` = `backup-missing`).",
   run: (deps, now) => runBackupControle(deps, now),
-  openapi: {
-    responses: {
-      200: { description: "De nieuwste backup is geslaagd en recent.", schema: bodySchema(false) },
-      409: { description: "Geen backup, de nieuwste is mislukt of te oud; alarm verstuurd.", schema: bodySchema(true) },
-    },
+  responses: {
+    200: { description: "De nieuwste backup is geslaagd en recent.", schema: BackupControleOk },
+    409: { description: "Geen backup, de nieuwste is mislukt of te oud; alarm verstuurd.", schema: BackupControleAfwijking },
   },
 });

@@ -1,33 +1,38 @@
-// beveiligingslog-analyse (contract §4): failed login attempts of the last hour per
+// beveiligingslog-analyse: failed login attempts of the last hour per
 // IP address and per account against INLOG_DREMPEL_IP / INLOG_DREMPEL_ACCOUNT.
 //
 // "A threshold is passed" when the count reaches it: with a threshold of 20, the
 // 20th failure from one address raises the alarm (count >= threshold). That reads
 // the setting as "20 failures an hour is already too many".
 import type { Database } from "bun:sqlite";
+import { t, type Static } from "elysia";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { dateTime, integer, enumOf } from "./schema.ts";
 
 /** Offenders listed per kind; a wider attack is summed up in `aantalVerdacht`. */
 const MAX_LISTED = 100;
 const WINDOW_MS = 3600_000;
 
-export interface Verdacht {
-  soort: "ip" | "account";
-  waarde: string;
-  aantal: number;
-  eerste: string;
-  laatste: string;
-}
+export const Verdacht = t.Object({
+  soort: enumOf(["ip", "account"]),
+  waarde: t.String({ description: "Het IP-adres of de accountnaam." }),
+  aantal: integer({ minimum: 1, description: "Mislukte pogingen in het venster." }),
+  eerste: dateTime(),
+  laatste: dateTime(),
+});
+export type Verdacht = Static<typeof Verdacht>;
 
-export interface BeveiligingslogAnalyseBody {
-  ok: boolean;
-  venster: { van: string; tot: string };
-  drempels: { ip: number; account: number };
-  verdacht: Verdacht[];
-  /** How many IPs and accounts passed their threshold (the list shows at most 100 of each). */
-  aantalVerdacht: { ip: number; account: number };
-}
+const perSoort = (description: string) => t.Object({ ip: integer({ minimum: 0 }), account: integer({ minimum: 0 }) }, { description });
+
+export const BeveiligingslogAnalyseBody = t.Object({
+  ok: t.Boolean(),
+  venster: t.Object({ van: dateTime(), tot: dateTime() }, { description: "Het afgelopen uur: [van, tot]." }),
+  drempels: perSoort("INLOG_DREMPEL_IP en INLOG_DREMPEL_ACCOUNT."),
+  verdacht: t.Array(Verdacht, { description: "Eerst de IP-adressen, dan de accounts, elk met de meeste pogingen voorop; hoogstens 100 van elk." }),
+  aantalVerdacht: perSoort("Hoeveel IP-adressen en accounts de drempel bereikten (ook voorbij de 100 in `verdacht`)."),
+});
+export type BeveiligingslogAnalyseBody = Static<typeof BeveiligingslogAnalyseBody>;
 
 /**
  * The statement per kind. `gelukt = 0` and the range on `tijdstip` match the partial
@@ -76,34 +81,6 @@ export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<
   return { status: 409, body };
 }
 
-const bodySchema = {
-  type: "object",
-  required: ["ok", "venster", "drempels", "verdacht", "aantalVerdacht"],
-  properties: {
-    ok: { type: "boolean" },
-    venster: {
-      type: "object",
-      properties: { van: { type: "string", format: "date-time" }, tot: { type: "string", format: "date-time" } },
-    },
-    drempels: { type: "object", properties: { ip: { type: "integer" }, account: { type: "integer" } } },
-    verdacht: {
-      type: "array",
-      items: {
-        type: "object",
-        required: ["soort", "waarde", "aantal", "eerste", "laatste"],
-        properties: {
-          soort: { type: "string", enum: ["ip", "account"] },
-          waarde: { type: "string" },
-          aantal: { type: "integer" },
-          eerste: { type: "string", format: "date-time" },
-          laatste: { type: "string", format: "date-time" },
-        },
-      },
-    },
-    aantalVerdacht: { type: "object", properties: { ip: { type: "integer" }, account: { type: "integer" } } },
-  },
-};
-
 export const beveiligingslogAnalyseJob = defineJob({
   name: "beveiligingslog-analyse",
   summary: "Zoekt brute-force-pogingen in de mislukte inlogpogingen van het afgelopen uur",
@@ -112,10 +89,8 @@ export const beveiligingslogAnalyseJob = defineJob({
     "de drempel (INLOG_DREMPEL_IP, INLOG_DREMPEL_ACCOUNT) bereikt, is verdacht: 409 met elke overtreder (soort, waarde, aantal, eerste en laatste poging) " +
     "en een alarm (`type` = `login-bruteforce`). Anders 200 met een lege lijst.",
   run: (deps, now) => runBeveiligingslogAnalyse(deps, now),
-  openapi: {
-    responses: {
-      200: { description: "Niets verdachts in het afgelopen uur.", schema: bodySchema },
-      409: { description: "Een drempel is bereikt; alarm verstuurd.", schema: bodySchema },
-    },
+  responses: {
+    200: { description: "Niets verdachts in het afgelopen uur.", schema: BeveiligingslogAnalyseBody },
+    409: { description: "Een drempel is bereikt; alarm verstuurd.", schema: BeveiligingslogAnalyseBody },
   },
 });

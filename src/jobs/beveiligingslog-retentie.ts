@@ -1,15 +1,18 @@
-// beveiligingslog-retentie (contract §3): deletes login attempts older than
+// beveiligingslog-retentie: deletes login attempts older than
 // BEVEILIGINGSLOG_RETENTIE_DAGEN in small write transactions.
+import { t, type Static } from "elysia";
 import { deleteOldLoginAttempts, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { dateTime, integer } from "./schema.ts";
 
-export type RetentieBody = {
-  ok: true;
-  verwijderd: number;
-  retentieDagen: number;
-  grens: string;
-};
+export const RetentieBody = t.Object({
+  ok: t.Literal(true),
+  verwijderd: integer({ minimum: 0, description: "Aantal verwijderde inlogpogingen." }),
+  retentieDagen: integer({ description: "Toegepaste bewaartermijn in dagen (BEVEILIGINGSLOG_RETENTIE_DAGEN)." }),
+  grens: dateTime({ description: "nu − retentieDagen × 24 h; inlogpogingen van vóór dit moment zijn verwijderd." }),
+});
+export type RetentieBody = Static<typeof RetentieBody>;
 
 export async function runBeveiligingslogRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.beveiligingslogRetentieDagen;
@@ -25,21 +28,7 @@ export const beveiligingslogRetentieJob = defineJob({
     "Verwijdert de inlogpogingen (BeveiligingsLog) met een tijdstip strikt vóór `grens` = nu − retentieDagen × 24 h, " +
     "in kleine schrijftransacties zodat de applicatie zelf nooit lang op de database wacht.",
   run: (deps, now) => runBeveiligingslogRetentie(deps, now),
-  openapi: {
-    responses: {
-      200: {
-        description: "Verwijderd.",
-        schema: {
-          type: "object",
-          required: ["ok", "verwijderd", "retentieDagen", "grens"],
-          properties: {
-            ok: { type: "boolean", const: true },
-            verwijderd: { type: "integer", description: "Aantal verwijderde inlogpogingen." },
-            retentieDagen: { type: "integer", description: "Toegepaste bewaartermijn in dagen (BEVEILIGINGSLOG_RETENTIE_DAGEN)." },
-            grens: { type: "string", format: "date-time" },
-          },
-        },
-      },
-    },
+  responses: {
+    200: { description: "Verwijderd.", schema: RetentieBody },
   },
 });

@@ -1,19 +1,138 @@
-// dagrapport (contract §3): the daily operational report, mailed to DAGRAPPORT_EMAIL
+// dagrapport: the daily operational report, mailed to DAGRAPPORT_EMAIL
 // (else SUPPORT_EMAIL) and always returned whole in the response. No recipient: not
 // sent, `verzonden` false. A failed send: 502 with the report and a mail-failure alarm.
+import { t, type Static } from "elysia";
 import { DailyReport } from "../../emails/DailyReport.tsx";
 import type { Deps } from "../deps.ts";
 import { renderEmail } from "../mail/render.ts";
 import { buildDailyReport, dailySubject, type DailyReport as DailyReportData } from "../reports/daily.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
-export type DagrapportResult = {
-  ok: boolean;
-  verzonden: boolean;
-  ontvanger?: string;
-  bezorging: "smtp" | "outbox";
-  error?: string;
-} & DailyReportData;
+const datum = (description: string, example = "23/07/2026 14:00") =>
+  t.String({ example, description: `${description} dd/mm/yyyy hh:mm in RAPPORT_TIJDZONE.` });
+const count = (description?: string) => integer({ minimum: 0, ...(description ? { description } : {}) });
+
+/** The report itself: what the e-mail shows (DailyReportProps in emails/DailyReport.tsx, built by src/reports/daily.ts). */
+export const DailyReportBody = t.Object({
+  gemaakt: datum("Wanneer het rapport is gemaakt,", "23/07/2026 08:00"),
+  tijdzone: t.String({ example: "Europe/Amsterdam" }),
+  status: t.Object({
+    niveau: enumOf(["ok", "let-op", "actie"]),
+    kop: t.String(),
+    punten: t.Array(t.String(), { description: "Wat aandacht of actie vraagt, één zin per punt." }),
+  }),
+  backup: t.Object({
+    resultaat: enumOf(["OK", "FOUT"]),
+    gelukt: t.Boolean(),
+    datum: t.String({ example: "23/07/2026 14:00", description: "dd/mm/yyyy hh:mm in RAPPORT_TIJDZONE; '-' zonder back-up." }),
+    grootte: t.String({ example: "23.4 MB", description: "1024-gebaseerd; '-' zonder back-up of grootte." }),
+    bron: t.String({ example: "host-cron", description: "'-' zonder back-up." }),
+  }),
+  backupDetail: t.Object({
+    ontvangen: nullable(dateTime(), { description: "Ontvangsttijd van de nieuwste back-upstatus; null zonder back-up." }),
+    exitCode: nullable(integer()),
+    bestandsnaam: nullable(t.String()),
+    foutmelding: nullable(t.String()),
+    ouderdomUren: nullable(count("Hele uren sinds de nieuwste back-upstatus.")),
+    maxUren: integer({ description: "BACKUP_MAX_UREN." }),
+    teOud: t.Boolean({ description: "Ouder dan BACKUP_MAX_UREN." }),
+  }),
+  inlogpogingen: t.Object(
+    {
+      van: datum("Begin van het venster,"),
+      tot: datum("Einde van het venster,"),
+      totaal: count(),
+      gelukt: count(),
+      mislukt: count(),
+      mislukteIps: count("IP-adressen met minstens één mislukte poging."),
+      topMislukteIps: t.Array(t.Object({ ip: t.String(), aantal: count() }), { description: "Hoogstens 5, meeste mislukte pogingen voorop." }),
+    },
+    { description: "Laatste 24 uur, alle tenants." },
+  ),
+  verificatie: t.Object({
+    tijdstip: t.String({ example: "23/07/2026 02:30", description: "Laatste verificatie van een tenant, dd/mm/yyyy hh:mm in RAPPORT_TIJDZONE; '-' als er nog geen was." }),
+    gecontroleerd: count("Tenants met een verificatieresultaat."),
+    nietGecontroleerd: count("Tenants zonder verificatieresultaat."),
+    aantalGebroken: count(),
+    gebroken: t.Array(
+      t.Object({
+        tenantId: integer(),
+        tenant: t.String(),
+        seq: nullable(integer()),
+        reden: nullable(t.String({ description: "De `reden`-code van audit-verificatie." })),
+        uitleg: t.String({ description: "De reden in gewone taal." }),
+        gecontroleerd: datum("Wanneer deze keten gebroken werd bevonden,"),
+      }),
+      { description: "Hoogstens 50; `aantalGebroken` telt ze allemaal." },
+    ),
+  }),
+  anker: t.Object(
+    {
+      installatieCheckpoint: nullable(t.String(), {
+        description:
+          "Het ondertekende installatie-checkpoint van audit-anker, letterlijk (signed note, eindigt op een regeleinde); null zolang audit-anker er geen heeft ondertekend.",
+        example:
+          "nachtwacht.zuiderhaven.nl/audit/installatie\n1873\nDuL77MTej25munc5vNg7hiNzed0ORLwlOAxlf0NsOOs=\n\n" +
+          "\u2014 nachtwacht.zuiderhaven.nl/audit hOAEN0JqlqjgBqHBYakQZE/iT5U6OPhvfoIXO0kTScPFh/FR2afkjF1QAjvN5oZpO334lWo8owF1wQEUpzMW99VmCwY=\n",
+      }),
+      verificatieSleutel: t.String({
+        description: "De openbare verificatiesleutel (<naam>+<id>+<sleutel>), nooit de ondertekeningssleutel.",
+        example: "nachtwacht.zuiderhaven.nl/audit+84e00437+AfPPJGLHWCXskLnJfYcHKOkkktoe1IRUgcS+39nOPJ/U",
+      }),
+    },
+    {
+      description:
+        "Wat de beheerder buiten de server bewaart: het nieuwste installatie-checkpoint, waartegen `nachtwacht verify --checkpoint <bestand>` " +
+        "de database en het ankerbestand controleert, en de openbare sleutel die de handtekening controleert.",
+    },
+  ),
+  taken: t.Array(
+    t.Object({
+      job: t.String(),
+      cron: t.String(),
+      uitkomst: enumOf(["ok", "afwijking", "fout", "bezig", "nooit"]),
+      laatsteStart: t.String({ description: "dd/mm/yyyy hh:mm in RAPPORT_TIJDZONE; '-' als de taak nooit liep." }),
+      laatsteEinde: t.String({ description: "dd/mm/yyyy hh:mm in RAPPORT_TIJDZONE; '-' zonder einde." }),
+      laatstVerwacht: t.String({ description: "Het laatste starttijdstip waarvan de marge verstreken is, dd/mm/yyyy hh:mm; '-' als er nog geen was." }),
+      volgende: t.String({ description: "Het volgende starttijdstip, dd/mm/yyyy hh:mm; '-' als er geen is." }),
+      achterstallig: t.Boolean({ description: "Niet gestart sinds `laatstVerwacht`." }),
+    }),
+  ),
+  database: t.Object({
+    bytes: count("Pagina's × paginagrootte plus de -wal."),
+    grootte: t.String({ example: "23.4 MB" }),
+    walBytes: count(),
+  }),
+});
+
+// The wire body and the e-mail's props are one shape: a change to either that the other
+// lacks is a compile error here.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+true satisfies Same<Static<typeof DailyReportBody>, DailyReportData>;
+
+const bezorging = enumOf(["smtp", "outbox"], { description: "outbox: SMTP_URL ontbreekt, het bericht staat als .eml in de outbox-map." });
+
+/** 200: made, and sent when there is a recipient. */
+export const DagrapportVerstuurd = t.Object({
+  ok: t.Literal(true),
+  verzonden: t.Boolean({ description: "false zonder ontvanger (DAGRAPPORT_EMAIL en SUPPORT_EMAIL leeg)." }),
+  ontvanger: t.Optional(t.String({ description: "Alleen als er een ontvanger is ingesteld." })),
+  bezorging,
+  ...DailyReportBody.properties,
+});
+
+/** 502: the send failed; the report is still in the answer. */
+export const DagrapportNietVerstuurd = t.Object({
+  ok: t.Literal(false),
+  verzonden: t.Literal(false),
+  ontvanger: t.String(),
+  bezorging,
+  error: t.String({ description: "Waarom het versturen mislukte." }),
+  ...DailyReportBody.properties,
+});
+
+export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeof DagrapportNietVerstuurd>;
 
 export async function runDagrapport(deps: Deps, now: Date): Promise<JobResult<DagrapportResult>> {
   const report = buildDailyReport(deps.store, deps.config, now);
@@ -47,110 +166,6 @@ export async function runDagrapport(deps: Deps, now: Date): Promise<JobResult<Da
   return { status: 200, body: { ok: true, verzonden: true, ontvanger, bezorging, ...report } };
 }
 
-const backupSchema = {
-  type: "object",
-  required: ["resultaat", "gelukt", "datum", "grootte", "bron"],
-  properties: {
-    resultaat: { type: "string", enum: ["OK", "FOUT"] },
-    gelukt: { type: "boolean" },
-    datum: { type: "string", example: "23/07/2026 14:00", description: "dd/mm/yyyy hh:mm in RAPPORT_TIJDZONE; '-' zonder back-up." },
-    grootte: { type: "string", example: "23.4 MB", description: "1024-gebaseerd; '-' zonder back-up of grootte." },
-    bron: { type: "string", example: "host-cron", description: "'-' zonder back-up." },
-  },
-};
-
-const reportSchema = {
-  type: "object",
-  required: ["ok", "verzonden", "bezorging", "gemaakt", "tijdzone", "status", "backup", "backupDetail", "inlogpogingen", "verificatie", "anker", "taken", "database"],
-  properties: {
-    ok: { type: "boolean" },
-    verzonden: { type: "boolean", description: "false zonder ontvanger (DAGRAPPORT_EMAIL en SUPPORT_EMAIL leeg) of als versturen mislukte." },
-    ontvanger: { type: "string", description: "Alleen als er een ontvanger is ingesteld." },
-    bezorging: { type: "string", enum: ["smtp", "outbox"] },
-    error: { type: "string", description: "Alleen bij 502." },
-    gemaakt: { type: "string", example: "23/07/2026 08:00" },
-    tijdzone: { type: "string", example: "Europe/Amsterdam" },
-    status: {
-      type: "object",
-      properties: { niveau: { type: "string", enum: ["ok", "let-op", "actie"] }, kop: { type: "string" }, punten: { type: "array", items: { type: "string" } } },
-    },
-    backup: backupSchema,
-    backupDetail: {
-      type: "object",
-      properties: {
-        ontvangen: { type: ["string", "null"] },
-        exitCode: { type: ["integer", "null"] },
-        bestandsnaam: { type: ["string", "null"] },
-        foutmelding: { type: ["string", "null"] },
-        ouderdomUren: { type: ["integer", "null"] },
-        maxUren: { type: "integer" },
-        teOud: { type: "boolean" },
-      },
-    },
-    inlogpogingen: {
-      type: "object",
-      description: "Laatste 24 uur, alle tenants.",
-      properties: {
-        van: { type: "string" },
-        tot: { type: "string" },
-        totaal: { type: "integer" },
-        gelukt: { type: "integer" },
-        mislukt: { type: "integer" },
-        mislukteIps: { type: "integer" },
-        topMislukteIps: { type: "array", items: { type: "object", properties: { ip: { type: "string" }, aantal: { type: "integer" } } } },
-      },
-    },
-    verificatie: {
-      type: "object",
-      properties: {
-        tijdstip: { type: "string" },
-        gecontroleerd: { type: "integer" },
-        nietGecontroleerd: { type: "integer" },
-        aantalGebroken: { type: "integer" },
-        gebroken: { type: "array", items: { type: "object" } },
-      },
-    },
-    anker: {
-      type: "object",
-      description:
-        "Wat de beheerder buiten de server bewaart: het nieuwste installatie-checkpoint, waartegen `nachtwacht verify --checkpoint <bestand>` " +
-        "de database en het ankerbestand controleert, en de openbare sleutel die de handtekening controleert.",
-      required: ["installatieCheckpoint", "verificatieSleutel"],
-      properties: {
-        installatieCheckpoint: {
-          type: ["string", "null"],
-          description: "Het ondertekende installatie-checkpoint van audit-anker, letterlijk (signed note, eindigt op een regeleinde); null zolang audit-anker er geen heeft ondertekend.",
-          example:
-            "nachtwacht.zuiderhaven.nl/audit/installatie\n1873\nDuL77MTej25munc5vNg7hiNzed0ORLwlOAxlf0NsOOs=\n\n" +
-            "\u2014 nachtwacht.zuiderhaven.nl/audit hOAEN0JqlqjgBqHBYakQZE/iT5U6OPhvfoIXO0kTScPFh/FR2afkjF1QAjvN5oZpO334lWo8owF1wQEUpzMW99VmCwY=\n",
-        },
-        verificatieSleutel: {
-          type: "string",
-          description: "De openbare verificatiesleutel (<naam>+<id>+<sleutel>), nooit de ondertekeningssleutel.",
-          example: "nachtwacht.zuiderhaven.nl/audit+84e00437+AfPPJGLHWCXskLnJfYcHKOkkktoe1IRUgcS+39nOPJ/U",
-        },
-      },
-    },
-    taken: {
-      type: "array",
-      items: {
-        type: "object",
-        properties: {
-          job: { type: "string" },
-          cron: { type: "string" },
-          uitkomst: { type: "string", enum: ["ok", "afwijking", "fout", "bezig", "nooit"] },
-          laatsteStart: { type: "string" },
-          laatsteEinde: { type: "string" },
-          laatstVerwacht: { type: "string" },
-          volgende: { type: "string" },
-          achterstallig: { type: "boolean" },
-        },
-      },
-    },
-    database: { type: "object", properties: { bytes: { type: "integer" }, grootte: { type: "string" }, walBytes: { type: "integer" } } },
-  },
-};
-
 export const dagrapportJob = defineJob({
   name: "dagrapport",
   summary: "Dagrapport maken en mailen",
@@ -160,11 +175,8 @@ export const dagrapportJob = defineJob({
     "naar DAGRAPPORT_EMAIL, anders SUPPORT_EMAIL. Zonder ontvanger wordt " +
     "niets verstuurd (`verzonden: false`); het antwoord bevat altijd het hele rapport.",
   run: (deps, now) => runDagrapport(deps, now),
-  openapi: {
-    responses: {
-      200: { description: "Rapport gemaakt (en verstuurd als er een ontvanger is).", schema: reportSchema },
-      409: { description: "De taak loopt al." },
-      502: { description: "Versturen mislukt: `ok` en `verzonden` false, het rapport en `error`.", schema: reportSchema },
-    },
+  responses: {
+    200: { description: "Rapport gemaakt (en verstuurd als er een ontvanger is).", schema: DagrapportVerstuurd },
+    502: { description: "Versturen mislukt: `ok` en `verzonden` false, het rapport en `error`; alarm verstuurd.", schema: DagrapportNietVerstuurd },
   },
 });

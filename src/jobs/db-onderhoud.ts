@@ -1,4 +1,4 @@
-// db-onderhoud (contract §4): SQLite upkeep after the retention jobs deleted many
+// db-onderhoud: SQLite upkeep after the retention jobs deleted many
 // rows. Integrity check, optimizer statistics, free pages given back to the file
 // system, and the WAL folded back and truncated.
 //
@@ -13,11 +13,13 @@
 // would give back); convertToIncrementalAutoVacuum below does it, called by an operator
 // command in a maintenance window.
 import type { Database } from "bun:sqlite";
+import { t, type Static } from "elysia";
 import { statSync } from "node:fs";
 import { BUSY_TIMEOUT_MS, type Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { log } from "../logger.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { integer, nullable, enumOf } from "./schema.ts";
 
 /** Pages freed per incremental-vacuum transaction (4 MiB at the default page size). */
 export const VACUUM_STEP_PAGES = 1000;
@@ -28,45 +30,53 @@ const CHECKPOINT_WAIT_MS = 250;
 /** quick_check reports at most this many problems; more add nothing an operator needs. */
 const MAX_PROBLEMS = 100;
 
-export type AutoVacuum = "none" | "full" | "incremental";
+export const AutoVacuum = enumOf(["none", "full", "incremental"]);
+export type AutoVacuum = Static<typeof AutoVacuum>;
 const AUTO_VACUUM: Record<number, AutoVacuum> = { 0: "none", 1: "full", 2: "incremental" };
 
-export interface Checkpoint {
-  modus: "TRUNCATE" | "PASSIVE";
-  /** True when the checkpoint could not finish because of a reader or writer. */
-  busy: boolean;
-  /** Frames in the WAL, and how many of them were copied into the database. */
-  logPaginas: number;
-  gecheckpoint: number;
-}
+export const Checkpoint = t.Object({
+  modus: enumOf(["TRUNCATE", "PASSIVE"], { description: "PASSIVE wanneer TRUNCATE niet kon omdat de database bezet was." }),
+  busy: t.Boolean({ description: "true als de checkpoint niet af kon door een lezer of schrijver." }),
+  logPaginas: integer({ description: "Frames in de WAL." }),
+  gecheckpoint: integer({ description: "Daarvan naar de database gekopieerd." }),
+});
+export type Checkpoint = Static<typeof Checkpoint>;
 
 /** The one-time conversion to incremental auto-vacuum that a database without auto-vacuum still needs. */
-export interface OmzettingOpen {
-  open: true;
-  /** Free pages now; the conversion gives them back (this job cannot without it). */
-  vrijePaginas: number;
-  /** Bytes the conversion would give back at least: vrijePaginas × paginaGrootte. */
-  vrijTeMaken: number;
-  toelichting: string;
-}
+export const OmzettingOpen = t.Object(
+  {
+    open: t.Literal(true),
+    vrijePaginas: integer({ minimum: 0, description: "Vrije pagina's nu; de omzetting geeft ze terug (deze taak kan dat zonder haar niet)." }),
+    vrijTeMaken: integer({ minimum: 0, description: "Bytes die de omzetting minstens teruggeeft: vrijePaginas × paginaGrootte." }),
+    toelichting: t.String(),
+  },
+  {
+    description:
+      "Alleen bij `autoVacuum` = `none`: de eenmalige omzetting naar incrementeel auto-vacuum staat open. Deze taak voert haar nooit uit " +
+      "(volledige VACUUM, blokkeert schrijvers); dat doet `nachtwacht db-convert --ja`, met de service gestopt.",
+  },
+);
+export type OmzettingOpen = Static<typeof OmzettingOpen>;
 
-export interface DbOnderhoudBody {
-  ok: boolean;
-  integriteit: "ok" | string[];
-  autoVacuum: AutoVacuum;
-  /** Set while the database has auto_vacuum NONE: the conversion is pending (this job never does it). */
-  omzetting: OmzettingOpen | null;
-  /** Database file plus its -wal file, in bytes. */
-  groottevoor: number;
-  grootteNa: number;
-  vrijgemaakt: number;
-  vrijePaginasVoor: number;
-  vrijePaginasNa: number;
-  paginaGrootte: number;
-  vacuumStappen: number;
-  /** null when the integrity check failed: nothing is written to a damaged file. */
-  checkpoint: Checkpoint | null;
-}
+const Integriteit = t.Union([t.Literal("ok"), t.Array(t.String())], {
+  description: "`ok`, of de meldingen van PRAGMA quick_check (hoogstens 100).",
+});
+
+export const DbOnderhoudBody = t.Object({
+  ok: t.Boolean(),
+  integriteit: Integriteit,
+  autoVacuum: AutoVacuum,
+  omzetting: nullable(OmzettingOpen),
+  grootteVoor: integer({ minimum: 0, description: "Bytes: databasebestand plus -wal, vóór het onderhoud." }),
+  grootteNa: integer({ minimum: 0, description: "Bytes: databasebestand plus -wal, na het onderhoud." }),
+  vrijgemaakt: integer({ description: "grootteVoor − grootteNa, in bytes." }),
+  vrijePaginasVoor: integer({ minimum: 0 }),
+  vrijePaginasNa: integer({ minimum: 0 }),
+  paginaGrootte: integer({ minimum: 1 }),
+  vacuumStappen: integer({ minimum: 0, description: "Stappen van het incrementele vacuum (elk een korte schrijftransactie)." }),
+  checkpoint: nullable(Checkpoint, { description: "null als de integriteitscontrole faalde: in een beschadigd bestand wordt niets geschreven." }),
+});
+export type DbOnderhoudBody = Static<typeof DbOnderhoudBody>;
 
 function fileSize(path: string): number {
   try {
@@ -137,9 +147,9 @@ function pendingConversion(autoVacuum: AutoVacuum, vrijePaginas: number, paginaG
   };
 }
 
-export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<DbOnderhoudBody>> {
+export async function runDbOnderhoud(deps: Deps, _now: Date): Promise<JobResult<DbOnderhoudBody>> {
   const { sqlite, path } = deps.store;
-  const groottevoor = databaseBytes(path);
+  const grootteVoor = databaseBytes(path);
   const paginaGrootte = pragmaNumber(sqlite, "page_size");
   const vrijePaginasVoor = pragmaNumber(sqlite, "freelist_count");
   const autoVacuum = autoVacuumOf(sqlite);
@@ -153,8 +163,8 @@ export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<D
       integriteit,
       autoVacuum,
       omzetting,
-      groottevoor,
-      grootteNa: groottevoor,
+      grootteVoor,
+      grootteNa: grootteVoor,
       vrijgemaakt: 0,
       vrijePaginasVoor,
       vrijePaginasNa: vrijePaginasVoor,
@@ -203,9 +213,9 @@ export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<D
     integriteit,
     autoVacuum,
     omzetting,
-    groottevoor,
+    grootteVoor,
     grootteNa,
-    vrijgemaakt: groottevoor - grootteNa,
+    vrijgemaakt: grootteVoor - grootteNa,
     vrijePaginasVoor,
     vrijePaginasNa: pragmaNumber(sqlite, "freelist_count"),
     paginaGrootte,
@@ -225,7 +235,7 @@ export interface OmzettingResultaat {
   paginaGrootte: number;
   vrijePaginasVoor: number;
   /** Database file plus its -wal file, in bytes, before and after. */
-  groottevoor: number;
+  grootteVoor: number;
   grootteNa: number;
   vrijgemaakt: number;
   checkpoint: Checkpoint | null;
@@ -246,7 +256,7 @@ export interface OmzettingResultaat {
  */
 export function convertToIncrementalAutoVacuum(store: Store, now: Date): OmzettingResultaat {
   const { sqlite, path } = store;
-  const groottevoor = databaseBytes(path);
+  const grootteVoor = databaseBytes(path);
   const paginaGrootte = pragmaNumber(sqlite, "page_size");
   const vrijePaginasVoor = pragmaNumber(sqlite, "freelist_count");
   const voor = autoVacuumOf(sqlite);
@@ -257,8 +267,8 @@ export function convertToIncrementalAutoVacuum(store: Store, now: Date): Omzetti
     omgezet: false,
     paginaGrootte,
     vrijePaginasVoor,
-    groottevoor,
-    grootteNa: groottevoor,
+    grootteVoor,
+    grootteNa: grootteVoor,
     vrijgemaakt: 0,
     checkpoint: null,
   });
@@ -266,7 +276,7 @@ export function convertToIncrementalAutoVacuum(store: Store, now: Date): Omzetti
   if (integriteit !== "ok") return unchanged(integriteit);
   if (voor !== "none") return unchanged(integriteit);
 
-  log("warn", "auto_vacuum conversion: full VACUUM of the database, writers wait until it is done", { database: path, groottevoor });
+  log("warn", "auto_vacuum conversion: full VACUUM of the database, writers wait until it is done", { database: path, grootteVoor });
   sqlite.run("PRAGMA auto_vacuum = INCREMENTAL");
   sqlite.run("VACUUM");
   const autoVacuum = autoVacuumOf(sqlite);
@@ -277,7 +287,7 @@ export function convertToIncrementalAutoVacuum(store: Store, now: Date): Omzetti
   // The VACUUM went through the WAL: the file only shrinks once that is checkpointed.
   const cp = checkpoint(sqlite);
   const grootteNa = databaseBytes(path);
-  log("info", "auto_vacuum conversion done", { database: path, autoVacuum, groottevoor, grootteNa });
+  log("info", "auto_vacuum conversion done", { database: path, autoVacuum, grootteVoor, grootteNa });
   return {
     integriteit,
     voor,
@@ -285,53 +295,12 @@ export function convertToIncrementalAutoVacuum(store: Store, now: Date): Omzetti
     omgezet,
     paginaGrootte,
     vrijePaginasVoor,
-    groottevoor,
+    grootteVoor,
     grootteNa,
-    vrijgemaakt: groottevoor - grootteNa,
+    vrijgemaakt: grootteVoor - grootteNa,
     checkpoint: cp,
   };
 }
-
-const bodySchema = {
-  type: "object",
-  required: ["ok", "integriteit", "autoVacuum", "omzetting", "groottevoor", "grootteNa", "vrijgemaakt", "vrijePaginasVoor", "vrijePaginasNa", "checkpoint"],
-  properties: {
-    ok: { type: "boolean" },
-    integriteit: {
-      description: "`ok`, of de meldingen van PRAGMA quick_check (hoogstens 100).",
-      oneOf: [{ type: "string", enum: ["ok"] }, { type: "array", items: { type: "string" } }],
-    },
-    autoVacuum: { type: "string", enum: ["none", "full", "incremental"] },
-    omzetting: {
-      type: ["object", "null"],
-      description:
-        "Alleen bij `autoVacuum` = `none`: de eenmalige omzetting naar incrementeel auto-vacuum staat open. Deze taak voert haar nooit uit " +
-        "(volledige VACUUM, blokkeert schrijvers); dat doet `nachtwacht db-convert --ja`, met de service gestopt. `vrijTeMaken`: bytes die de omzetting minstens teruggeeft.",
-      properties: {
-        open: { type: "boolean", const: true },
-        vrijePaginas: { type: "integer" },
-        vrijTeMaken: { type: "integer" },
-        toelichting: { type: "string" },
-      },
-    },
-    groottevoor: { type: "integer", description: "Bytes: databasebestand plus -wal, vóór het onderhoud." },
-    grootteNa: { type: "integer" },
-    vrijgemaakt: { type: "integer", description: "groottevoor − grootteNa, in bytes." },
-    vrijePaginasVoor: { type: "integer" },
-    vrijePaginasNa: { type: "integer" },
-    paginaGrootte: { type: "integer" },
-    vacuumStappen: { type: "integer" },
-    checkpoint: {
-      type: ["object", "null"],
-      properties: {
-        modus: { type: "string", enum: ["TRUNCATE", "PASSIVE"] },
-        busy: { type: "boolean" },
-        logPaginas: { type: "integer" },
-        gecheckpoint: { type: "integer" },
-      },
-    },
-  },
-};
 
 export const dbOnderhoudJob = defineJob({
   name: "db-onderhoud",
@@ -343,10 +312,8 @@ export const dbOnderhoudJob = defineJob({
     "van het onderhoud gaat door. Antwoord met grootte vóór en na en de vrijgemaakte bytes. " +
     "409 en een alarm (`type` = `db-integrity`) wanneer de integriteitscontrole faalt; dan wordt niets verder aangeraakt.",
   run: (deps, now) => runDbOnderhoud(deps, now),
-  openapi: {
-    responses: {
-      200: { description: "Onderhoud uitgevoerd; de database is in orde.", schema: bodySchema },
-      409: { description: "De integriteitscontrole faalt; alarm verstuurd.", schema: bodySchema },
-    },
+  responses: {
+    200: { description: "Onderhoud uitgevoerd; de database is in orde.", schema: DbOnderhoudBody },
+    409: { description: "De integriteitscontrole faalt; alarm verstuurd.", schema: DbOnderhoudBody },
   },
 });

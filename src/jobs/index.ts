@@ -1,4 +1,5 @@
-// The eleven jobs, in the order of the contract. One file per job, named as its path.
+// The eleven jobs, in the order of the schedule table (src/schedule.ts). One file per job,
+// named as its path.
 import type { JobDefinition } from "./job.ts";
 import { weekrapportJob } from "./weekrapport.ts";
 import { auditRetentieJob } from "./audit-retentie.ts";

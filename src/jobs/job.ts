@@ -1,5 +1,6 @@
 // What a job file exports: the work as a plain function and what the route needs to
 // mount and document it. src/http/job-route.ts mounts every job the same way.
+import type { TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
 import type { Outcome } from "../job-runs.ts";
 import type { JobName } from "../schedule.ts";
@@ -31,19 +32,38 @@ export interface JobContext {
   unrecorded: readonly (RunningRun & { beeindigd: string; uitkomst: Exclude<Outcome, "bezig"> })[];
 }
 
+/** One of a job's own answers: what it means, and the TypeBox schema of its body. */
+export interface JobResponse {
+  description: string;
+  schema: TSchema;
+}
+
+/** A job's request body: the one declaration it is validated against and documented by. */
+export interface JobInput<S extends TSchema = TSchema> {
+  /** TypeBox schema of the body; the job gets Static<typeof schema>. */
+  schema: S;
+  /** At most this many bytes are read; a larger body is refused (413). */
+  maxBytes: number;
+}
+
 export interface JobDefinition<I = undefined> {
   name: JobName;
   /** One line for Swagger UI. */
   summary: string;
   description: string;
-  /** Reads and validates the request body (after auth); jobs without input never read it. */
-  input?: (request: Request) => Promise<I>;
+  /**
+   * The request body of a job that takes one. The job wrapper reads it after auth (at
+   * most maxBytes), parses it as JSON whatever the content type says and checks it
+   * against the schema before the job runs. Jobs without input never read the body.
+   */
+  input?: JobInput<TSchema & { static: I }>;
   run(deps: Deps, now: Date, input: I, context: JobContext): Promise<JobResult<object>>;
-  /** OpenAPI: JSON schemas of the bodies per status, and of the request body. */
-  openapi?: {
-    responses?: Record<number, { description: string; schema?: unknown }>;
-    requestBody?: unknown;
-  };
+  /**
+   * The job's own answers, shown in the OpenAPI document: 200, 409 for a check that
+   * found something not in order, 502 for a failed send. The job wrapper documents its
+   * own answers beside them (src/http/job-route.ts).
+   */
+  responses?: { 200: JobResponse; 409?: JobResponse; 502?: JobResponse };
 }
 
 /** Keeps the input type of a job definition while storing it in a list. */

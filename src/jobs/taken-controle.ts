@@ -1,33 +1,44 @@
-// taken-controle (contract §4): the jobs watching themselves. For every scheduled job
+// taken-controle: the jobs watching themselves. For every scheduled job
 // the schedule table (src/schedule.ts) says when it should last have fired; the
 // job-run history says whether it did, and how its latest run ended.
+import { t, type Static } from "elysia";
 import { installedAt } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { dueState } from "../job-runs.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
+import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
-export type TaakStatus = "ok" | "loopt" | "gemist" | "faalt" | "onderbroken" | "wacht" | "nog-niet-verwacht";
+export const TaakStatus = enumOf(["ok", "loopt", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"]);
+export type TaakStatus = Static<typeof TaakStatus>;
 
-export interface TaakRegel {
-  job: string;
-  cron: string;
-  /** The last time the schedule fired at or before now (UTC). */
-  laatsteVerwacht: string;
-  /** For a missed job: the fire time since which no run started. */
-  gemistSinds?: string;
-  laatsteRun: { gestart: string; beeindigd: string | null; uitkomst: string } | null;
-  status: TaakStatus;
-}
+export const TaakRegel = t.Object({
+  job: t.String(),
+  cron: t.String({ description: "Cron-expressie (UTC)." }),
+  laatsteVerwacht: nullable(dateTime(), {
+    description: "Het laatste starttijdstip volgens het schema, op of vóór nu (UTC); null als het schema nog nooit afging.",
+  }),
+  gemistSinds: t.Optional(dateTime({ description: "Alleen bij `gemist`: het starttijdstip sinds wanneer geen run startte." })),
+  laatsteRun: nullable(
+    t.Object({
+      gestart: dateTime(),
+      beeindigd: nullable(dateTime()),
+      uitkomst: enumOf(["bezig", "ok", "afwijking", "fout"]),
+    }),
+    { description: "De nieuwste run; null als de taak nooit liep." },
+  ),
+  status: TaakStatus,
+});
+export type TaakRegel = Static<typeof TaakRegel>;
 
-export interface TakenControleBody {
-  ok: boolean;
-  margeMinuten: number;
-  taken: TaakRegel[];
-  gemist: string[];
-  /** Jobs whose latest run failed or was interrupted. */
-  falend: string[];
-}
+export const TakenControleBody = t.Object({
+  ok: t.Boolean(),
+  margeMinuten: integer({ description: "TAKEN_MARGE_MINUTEN." }),
+  taken: t.Array(TaakRegel),
+  gemist: t.Array(t.String(), { description: "Taken die niet startten." }),
+  falend: t.Array(t.String(), { description: "Taken waarvan de laatste run mislukte of onderbroken is." }),
+});
+export type TakenControleBody = Static<typeof TakenControleBody>;
 
 /**
  * `context.running`: the runs this process is executing right now (the job wrapper
@@ -96,7 +107,7 @@ export async function runTakenControle(
     taken.push({
       job: entry.job,
       cron: entry.cron,
-      laatsteVerwacht: expected ? expected.toISOString() : "",
+      laatsteVerwacht: expected ? expected.toISOString() : null,
       ...(missed ? { gemistSinds: due!.toISOString() } : {}),
       laatsteRun: run,
       status,
@@ -123,39 +134,6 @@ export async function runTakenControle(
   return { status: 409, body };
 }
 
-const bodySchema = {
-  type: "object",
-  required: ["ok", "margeMinuten", "taken", "gemist", "falend"],
-  properties: {
-    ok: { type: "boolean" },
-    margeMinuten: { type: "integer" },
-    taken: {
-      type: "array",
-      items: {
-        type: "object",
-        required: ["job", "cron", "laatsteVerwacht", "laatsteRun", "status"],
-        properties: {
-          job: { type: "string" },
-          cron: { type: "string" },
-          laatsteVerwacht: { type: "string", format: "date-time" },
-          gemistSinds: { type: "string", format: "date-time" },
-          laatsteRun: {
-            type: ["object", "null"],
-            properties: {
-              gestart: { type: "string" },
-              beeindigd: { type: ["string", "null"] },
-              uitkomst: { type: "string", enum: ["bezig", "ok", "afwijking", "fout"] },
-            },
-          },
-          status: { type: "string", enum: ["ok", "loopt", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"] },
-        },
-      },
-    },
-    gemist: { type: "array", items: { type: "string" } },
-    falend: { type: "array", items: { type: "string" } },
-  },
-};
-
 export const takenControleJob = defineJob({
   name: "taken-controle",
   summary: "Controleert of elke geplande taak op tijd liep en niet faalde",
@@ -168,10 +146,8 @@ export const takenControleJob = defineJob({
     "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en een alarm (`type` = `job-missed`) " +
     "wanneer een taak gemist is of faalt.",
   run: (deps, now, _input, context) => runTakenControle(deps, now, context),
-  openapi: {
-    responses: {
-      200: { description: "Alle geplande taken liepen op tijd.", schema: bodySchema },
-      409: { description: "Een taak is gemist, faalt of is onderbroken; alarm verstuurd.", schema: bodySchema },
-    },
+  responses: {
+    200: { description: "Alle geplande taken liepen op tijd.", schema: TakenControleBody },
+    409: { description: "Een taak is gemist, faalt of is onderbroken; alarm verstuurd.", schema: TakenControleBody },
   },
 });

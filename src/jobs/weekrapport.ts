@@ -1,8 +1,9 @@
-// weekrapport (contract §3): one e-mail per active administrator of every active
+// weekrapport: one e-mail per active administrator of every active
 // tenant about that tenant's last seven days. Each tenant's figures are gathered and
 // rendered once, then addressed to each of its administrators. A message the
 // transport accepted is recorded per (administrator, tenant, ISO week), so a rerun in
 // the same week sends only what is still owed.
+import { t, type Static } from "elysia";
 import { WeeklyReport } from "../../emails/WeeklyReport.tsx";
 import type { Deps } from "../deps.ts";
 import { isoWeek } from "../format.ts";
@@ -22,25 +23,29 @@ import {
   type WeekRecipient,
 } from "../reports/weekly.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { integer, enumOf } from "./schema.ts";
 
 /** Messages in flight at once: about the pool's connections, so they stay busy. */
 export const IN_FLIGHT = 5;
 /** Failing addresses named in the alarm; the counts are always complete. */
 const MAX_NAMED_FAILURES = 20;
 
-export interface WeekrapportResult {
-  verstuurd: number;
-  fouten: number;
-  overgeslagen: number;
-  /**
-   * Only when > 0: reports whose send an earlier run started but never finished (the
-   * service died meanwhile). They may have arrived, so they are not sent again; the
-   * alarm names them. Part of `overgeslagen`.
-   */
-  onzeker?: number;
-  bezorging: "smtp" | "outbox";
-  week: string;
-}
+export const WeekrapportResult = t.Object({
+  verstuurd: integer({ minimum: 0, description: "Berichten die de mailserver (of de outbox) aannam." }),
+  fouten: integer({ minimum: 0, description: "Berichten die mislukten; bij > 0 volgt een alarm (mail-failure)." }),
+  overgeslagen: integer({ minimum: 0, description: "Berichten die deze ISO-week al eerder verstuurd zijn." }),
+  onzeker: t.Optional(
+    integer({
+      minimum: 1,
+      description:
+        "Alleen als > 0: berichten waarvan een eerdere run het versturen begon maar de uitkomst nooit vastlegde (de service stopte). " +
+        "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze. Deel van `overgeslagen`.",
+    }),
+  ),
+  bezorging: enumOf(["smtp", "outbox"], { description: "outbox: SMTP_URL ontbreekt, berichten staan als .eml in de outbox-map." }),
+  week: t.String({ pattern: "^\\d{4}-W\\d{2}$", example: "2026-W30", description: "ISO-week (UTC) waarvoor verstuurd is." }),
+});
+export type WeekrapportResult = Static<typeof WeekrapportResult>;
 
 function errorMessage(e: unknown): string {
   const m = e instanceof Error ? e.message : String(e);
@@ -126,24 +131,6 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
   return { status: 200, body };
 }
 
-const resultSchema = {
-  type: "object",
-  required: ["verstuurd", "fouten", "overgeslagen", "bezorging", "week"],
-  properties: {
-    verstuurd: { type: "integer", description: "Berichten die de mailserver (of de outbox) aannam." },
-    fouten: { type: "integer", description: "Berichten die mislukten; bij > 0 volgt een alarm (mail-failure)." },
-    overgeslagen: { type: "integer", description: "Berichten die deze ISO-week al eerder verstuurd zijn." },
-    onzeker: {
-      type: "integer",
-      description:
-        "Alleen als > 0: berichten waarvan een eerdere run het versturen begon maar de uitkomst nooit vastlegde (de service stopte). " +
-        "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze. Deel van `overgeslagen`.",
-    },
-    bezorging: { type: "string", enum: ["smtp", "outbox"], description: "outbox: SMTP_URL ontbreekt, berichten staan als .eml in de outbox-map." },
-    week: { type: "string", example: "2026-W30", description: "ISO-week (UTC) waarvoor verstuurd is." },
-  },
-};
-
 export const weekrapportJob = defineJob({
   name: "weekrapport",
   summary: "Weekrapport per beheerder van elke actieve tenant versturen",
@@ -153,10 +140,7 @@ export const weekrapportJob = defineJob({
     "Veilig om opnieuw aan te roepen: in dezelfde ISO-week gaat alleen wat nog niet verstuurd is. " +
     "Antwoordt ook met 200 als er berichten mislukten (`fouten` > 0); dat meldt het alarm mail-failure.",
   run: (deps, now) => runWeekrapport(deps, now),
-  openapi: {
-    responses: {
-      200: { description: "Verstuurd; `fouten` telt mislukte berichten.", schema: resultSchema },
-      409: { description: "De taak loopt al." },
-    },
+  responses: {
+    200: { description: "Verstuurd; `fouten` telt mislukte berichten.", schema: WeekrapportResult },
   },
 });
