@@ -11,7 +11,7 @@ export interface DailyReportProps {
   gemaakt: string;
   tijdzone: string;
   status: { niveau: Niveau; kop: string; punten: string[] };
-  /** Contract §3: from the newest BackupStatus; FOUT and '-' when none was ever reported. */
+  /** From the newest BackupStatus; FOUT and '-' when none was ever reported. */
   backup: { resultaat: "OK" | "FOUT"; gelukt: boolean; datum: string; grootte: string; bron: string };
   backupDetail: {
     /** ISO receive time of the newest BackupStatus, null when none. */

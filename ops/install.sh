@@ -163,7 +163,7 @@ if [ "$SYSTEM" = 1 ]; then
     say "created system user nachtwacht"
   fi
   zone=$(date +%Z)
-  [ "$zone" = UTC ] || say "WARNING: the host clock is in $zone; the crontab's times are UTC (contract §5). Debian's cron ignores CRON_TZ: run 'timedatectl set-timezone UTC' or the jobs fire at local times and taken-controle reports them as missed."
+  [ "$zone" = UTC ] || say "WARNING: the host clock is in $zone; the crontab's times are UTC (src/schedule.ts). Debian's cron ignores CRON_TZ: run 'timedatectl set-timezone UTC' or the jobs fire at local times and taken-controle reports them as missed."
 fi
 
 install -d -m 755 "$ROOT/usr/local/bin" "$LIB_DIR" "$ROOT/etc/cron.d" "$ROOT/etc/systemd/system" "$ROOT/usr/local/share/doc/nachtwacht"

@@ -1,6 +1,7 @@
-// Configuration (contract §2): parsed once at start. A missing secret, or any value
-// that is set but invalid, stops the start with a message naming the variable; no
-// value silently falls back to its default.
+// Configuration (README, Configuration; every variable in ops/nachtwacht.env.example):
+// parsed once at start. A missing secret, or any value that is set but invalid, stops
+// the start with a message naming the variable; no value silently falls back to its
+// default.
 import { NoteKeyError, parseSignerKey, parseVerifierKey } from "./audit/note.ts";
 import { parseSmtpUrl, SmtpUrlError } from "./mail/smtp-url.ts";
 

@@ -1,4 +1,4 @@
-// The one schedule table (contract §5): every job's path and cron expression (five
+// The one schedule table: every job's path and cron expression (five
 // fields, UTC). The crontab in ops/ is generated from it and taken-controle reads it.
 
 export const JOB_NAMES = [

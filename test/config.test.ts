@@ -19,7 +19,7 @@ const failure = (env: Record<string, string | undefined>) => {
 };
 
 describe("configuration", () => {
-  test("defaults follow the contract", () => {
+  test("defaults are as documented (README, Configuration)", () => {
     const c = ok();
     expect(c).toMatchObject({
       auditRetentieDagen: 2555,

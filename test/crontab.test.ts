@@ -8,9 +8,9 @@ import { Cron } from "croner";
 import { crontab } from "../src/cli/crontab.ts";
 import { buildBinary, ROOT, startBinary, type RunningBinary } from "./binary.ts";
 
-// Contract §5, copied here on purpose: the generator reads src/schedule.ts, this test
-// checks it against the contract's own table.
-const CONTRACT: Record<string, string> = {
+// The schedule as the README documents it (The jobs), copied here on purpose: the
+// generator reads src/schedule.ts, this test checks it against the documented table.
+const DOCUMENTED: Record<string, string> = {
   weekrapport: "0 18 * * 0",
   "audit-retentie": "0 2 1 1 *",
   "beveiligingslog-retentie": "0 3 * * *",
@@ -34,8 +34,8 @@ describe("generated crontab", () => {
     expect(readFileSync(join(ROOT, "ops", "nachtwacht.cron"), "utf8")).toBe(text);
   });
 
-  test("has one root line per scheduled job with the contract's expression, calling the wrapper with a max-time", () => {
-    for (const [job, expr] of Object.entries(CONTRACT)) {
+  test("has one root line per scheduled job with the documented expression, calling the wrapper with a max-time", () => {
+    for (const [job, expr] of Object.entries(DOCUMENTED)) {
       const lines = jobLines.filter((l) => l.includes(` ${job} `));
       expect(lines).toHaveLength(1);
       const m = /^(\S+ \S+ \S+ \S+ \S+) root \/usr\/local\/lib\/nachtwacht\/nachtwacht-call\.sh (\S+) (\d+)$/.exec(lines[0]!);
@@ -50,7 +50,7 @@ describe("generated crontab", () => {
   test("backup-status is not scheduled; the backup script that reports to it is", () => {
     expect(jobLines.some((l) => l.includes("backup-status"))).toBe(false);
     expect(jobLines).toContain("30 2 * * * root /usr/local/lib/nachtwacht/backup.sh");
-    expect(jobLines).toHaveLength(Object.keys(CONTRACT).length + 1);
+    expect(jobLines).toHaveLength(Object.keys(DOCUMENTED).length + 1);
   });
 
   test("runs under bash (printf is then a builtin) and holds no secret, header or token", () => {

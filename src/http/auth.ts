@@ -1,4 +1,4 @@
-// The auth gate (contract §1), the one place that decides who may call a job. It runs
+// The auth gate, the one place that decides who may call a job. It runs
 // in onRequest, before Elysia reads or parses a body, so a wrong token with a
 // malformed body is 401. Only the Authorization header counts: a token in the query
 // string would end up in access logs, so it is never read.

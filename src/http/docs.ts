@@ -17,7 +17,7 @@ const CSS_URL = "/docs/assets/swagger-ui.css";
 /**
  * Swagger UI shows, under every response, a ready-made curl command with the bearer
  * token in it. Pasted into a shell it puts the secret on a command line and in the
- * shell history (contract §6); pasted into a ticket it leaks it. The block is hidden.
+ * shell history; pasted into a ticket it leaks it. The block is hidden.
  */
 const EXTRA_CSS = "\n/* nachtwacht: no curl line with the secret in it */\n.swagger-ui .curl-command { display: none; }\n";
 
@@ -51,7 +51,7 @@ export function docs() {
               "Nachtelijke taken van de service: retentie, verificatie van de audit-keten, rapporten, back-upstatus en controles. " +
               "Klik op Authorize en vul het CRON_SECRET in (zonder 'Bearer ') om een taak met de hand te starten.",
           },
-          tags: [{ name: "cron", description: "De taken die de crontab van de host aanroept (contract §5)." }],
+          tags: [{ name: "cron", description: "De taken die de crontab van de host aanroept (planning: src/schedule.ts)." }],
           components: { securitySchemes: { bearerAuth: { type: "http", scheme: "bearer" } } },
         },
         swagger: {

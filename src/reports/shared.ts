@@ -1,5 +1,5 @@
 // What the reports share: the status levels and the plain-language reasons of a
-// broken chain or anchor file (the `reden` codes of audit-verificatie, contract §3).
+// broken chain or anchor file (the `reden` codes of audit-verificatie, docs/audit-chain.md).
 import type { FileReason, RowReason } from "../audit/anchor-check.ts";
 import type { BreakReason } from "../audit/verify.ts";
 export type { Niveau } from "../../emails/layout.tsx";
