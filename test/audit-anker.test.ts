@@ -5,7 +5,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import { copyFileSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { appendAuditEntry } from "../src/audit/chain.ts";
+import { appendAuditEntry, entryHash } from "../src/audit/chain.ts";
 import { openNote, parseVerifierKey } from "../src/audit/note.ts";
 import { openStore } from "../src/db.ts";
 import { addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
@@ -140,6 +140,28 @@ describe("audit-anker", () => {
     expect(env.alarms.raised.map((x) => x.type)).toContain("audit-chain-broken");
     const forA = fileLines(env.config.auditAnkerBestand).filter((l) => l.tenantId === a);
     expect(forA).toHaveLength(1);
+  });
+
+  test("the first new entry recomputed to link elsewhere (valid hash, wrong prev_hash) is refused, not signed over: koppeling-verbroken", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "A");
+    fill(env, a, 5);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    fill(env, a, 3);
+    // Entry 6 rewritten to follow a forged predecessor, its own hash made valid again,
+    // and the rest of the chain recomputed on top of it.
+    const rows = env.store.sqlite.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 6 ORDER BY seq").all(a) as Record<string, any>[];
+    let prev = "f".repeat(64);
+    for (const r of rows) {
+      const hash = entryHash({ tenantId: a, seq: r.seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: prev });
+      env.store.sqlite.query("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?").run(prev, hash, a, r.seq);
+      prev = hash;
+    }
+    const r = await call(env.app, "/api/cron/audit-anker");
+    expect(r.status).toBe(409);
+    expect(r.json.geweigerd).toEqual([{ tenantId: a, seq: 6, reden: "koppeling-verbroken" }]);
+    expect(r.json.aantal).toBe(0);
+    expect(fileLines(env.config.auditAnkerBestand).filter((l) => l.tenantId === a)).toHaveLength(1);
   });
 
   test("a line the file holds but the database lost to a crash before COMMIT is copied back (hersteld), not signed twice", async () => {

@@ -144,6 +144,18 @@ describe("tamper evidence: the nightly check, over HTTP, against a database writ
     expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 16, reden: "retentie-ongeldig" });
   });
 
+  test("a whole chain deleted and a retention record forged for it: 409 retentie-ongeldig (no entry left to name), not a 500", async () => {
+    const { a } = await anchored();
+    const s = env.store.sqlite;
+    s.query("DELETE FROM audit_entries WHERE tenant_id = ?").run(a);
+    const note = `nachtwacht.test/sleutel/tenant/${a}/retentie\nseq 40\nhash ${"0".repeat(64)}\ncreated-at 2020-01-01T00:00:00.000Z\ngrens 2021-01-01T00:00:00.000Z\nretentiedagen 1\ntijdstip 2026-01-01T00:00:00.000Z\nbereik ${"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= ".repeat(4).trim()}\n\n— nachtwacht.test/sleutel BHBvdg${"A".repeat(82)}==\n`;
+    s.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'retentie', ?, 40, ?)").run(a, note);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a)).toMatchObject({ intact: false, aantalEntries: 0, fout: { entryId: null, reden: "retentie-ongeldig" } });
+    expectAlarm();
+  });
+
   test("newest entries cut and every checkpoint row of that tenant deleted → kop-ontbreekt", async () => {
     const { a } = await anchored();
     const s = env.store.sqlite;

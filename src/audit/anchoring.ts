@@ -112,13 +112,15 @@ function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | 
     const base = tenantBase(sqlite, tenantId, first.seq, prev, verifiers);
     if ("reden" in base) return { refusal: { tenantId, seq: base.seq, reden: base.reden } };
     const { range } = base;
-    let prevHash = base.hash;
+    // Extending a stored compact range, the hash of its last entry is read from that
+    // entry: the first new entry must link to it. (Were that entry altered, the new one
+    // would not link and the tenant is refused; the verifier names the alteration.)
+    let prevHash =
+      base.hash ?? (sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, range.size) as { hash: string } | null)?.hash ?? null;
     let prevSeq = range.size;
     let isFirst = true;
     for (const r of entriesAfter(sqlite, tenantId, range.size)) {
-      // Extending a stored compact range, the hash of its last entry is not at hand: that
-      // one link is the verifier's to check (it recomputes the whole tree).
-      const reden = linkBreak(rowHash(tenantId, r) !== r.hash, isFirst && prevHash !== null, r.seq, r.prev_hash, prevSeq, prevHash ?? r.prev_hash);
+      const reden = linkBreak(rowHash(tenantId, r) !== r.hash, isFirst && base.hash !== null, r.seq, r.prev_hash, prevSeq, prevHash ?? r.prev_hash);
       isFirst = false;
       if (reden) return { refusal: { tenantId, seq: r.seq, reden } };
       range.pushEntryHash(r.hash);

@@ -118,7 +118,8 @@ function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions)
   const start = chainStart(sqlite, tenantId, first?.seq ?? null, opts.verifiers);
   if (!start.ok) {
     const count = (sqlite.query("SELECT count(*) AS n FROM audit_entries WHERE tenant_id = ?").get(tenantId) as { n: number }).n;
-    return { intact: false, aantalEntries: count, fout: { seq: first!.seq, entryId: first!.id, reden: start.reden } };
+    // No entries left: the break is at the signed record's place, not at an entry.
+    return { intact: false, aantalEntries: count, fout: first ? { seq: first.seq, entryId: first.id, reden: start.reden } : { seq: 0, entryId: null, reden: start.reden } };
   }
   const cp = opts.checkpoint;
   const range = start.range.clone();
