@@ -158,8 +158,8 @@ export const jobRuns = sqliteTable(
     job: text("job").notNull(),
     gestart: text("gestart").notNull(),
     beeindigd: text("beeindigd"),
-    // 'bezig' | 'ok' | 'afwijking' (a check answered 409) | 'fout'
-    uitkomst: text("uitkomst").notNull(),
+    // 'afwijking': a check answered 409
+    uitkomst: text("uitkomst").$type<"bezig" | "ok" | "afwijking" | "fout">().notNull(),
     httpStatus: integer("http_status"),
     samenvatting: text("samenvatting"),
     fout: text("fout"),

@@ -1,5 +1,6 @@
-// The one schedule table: every job's path and cron expression (five
-// fields, UTC). The crontab in ops/ is generated from it and taken-controle reads it.
+// The one schedule table: every job's cron expression (five fields, UTC) and its path
+// (jobPath). The crontab in ops/ is generated from it and taken-controle reads it;
+// the arithmetic on it (when a job was due) is src/schedule-due.ts.
 
 export const JOB_NAMES = [
   "weekrapport",
@@ -19,7 +20,6 @@ export type JobName = (typeof JOB_NAMES)[number];
 
 export interface ScheduleEntry {
   job: JobName;
-  path: `/api/cron/${JobName}`;
   /** null: not scheduled (backup-status is called by the host backup job). */
   cron: string | null;
 }
@@ -40,7 +40,6 @@ const cron: Record<JobName, string | null> = {
 
 export const SCHEDULE: readonly ScheduleEntry[] = JOB_NAMES.map((job) => ({
   job,
-  path: `/api/cron/${job}` as const,
   cron: cron[job],
 }));
 

@@ -8,9 +8,10 @@ import { auditKeys } from "./audit/keys.ts";
 import { redactedConfig, type Config } from "./config.ts";
 import { openStore, type Store } from "./db.ts";
 import type { Deps } from "./deps.ts";
-import { finishRun, RunningJobs, writeKeptEnds } from "./job-runs.ts";
+import { finishRun, writeKeptEnds } from "./job-runs.ts";
 import { log } from "./logger.ts";
 import { createMailer } from "./mail/transport.ts";
+import { RunningJobs } from "./running-jobs.ts";
 
 /**
  * Folds the WAL back into the database file and closes it. The host application may
@@ -19,6 +20,7 @@ import { createMailer } from "./mail/transport.ts";
  */
 export function closeDatabase(store: Store): void {
   try {
+    // Raw SQL: Drizzle has no builder for pragmas.
     store.sqlite.run("PRAGMA busy_timeout = 1000");
     const r = store.sqlite.query("PRAGMA wal_checkpoint(TRUNCATE)").get() as { busy: number; log: number; checkpointed: number };
     if (r.busy !== 0) log("warn", "WAL checkpoint at shutdown was blocked by another connection", { ...r });
@@ -98,7 +100,7 @@ export function startServer(config: Config, options: ServerOptions = {}) {
       // A run whose wrapper could not record it (should not happen): recorded here.
       for (const { job, runId } of running.runs()) {
         try {
-          finishRun(deps.store.sqlite, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message });
+          finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message });
         } catch (e) {
           log("error", "could not record an interrupted run", { job, runId, error: e instanceof Error ? e.message : String(e) });
         }
@@ -107,7 +109,7 @@ export function startServer(config: Config, options: ServerOptions = {}) {
     }
     // Ends of completed runs that could not be written when they finished (job-route.ts
     // recordEnd): one last try, or their rows would read as interrupted after the restart.
-    writeKeptEnds(deps.store.sqlite, running);
+    writeKeptEnds(deps.store.db, running);
     const unwritten = running.keptEndsList();
     if (unwritten.length > 0) log("error", "the end of a completed run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId })) });
     void deps.mailer.close().catch(() => {});

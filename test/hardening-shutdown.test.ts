@@ -8,7 +8,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { createApp } from "../src/app.ts";
-import { RunningJobs } from "../src/job-runs.ts";
+import { RunningJobs } from "../src/running-jobs.ts";
 import { SHUTDOWN_GRACE_MS } from "../src/server.ts";
 import { bulkChain, testDatabase, waitForRow, waitForRun, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
 import { call, makeTestEnv, SECRET } from "./helpers.ts";

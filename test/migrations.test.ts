@@ -1,13 +1,52 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { readFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { drizzle } from "drizzle-orm/bun-sqlite";
+import { readMigrationFiles } from "drizzle-orm/migrator";
 import { renderMigrationsModule } from "../db/embed-migrations.ts";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
-import { installedAt, openStore } from "../src/db.ts";
+import * as schema from "../db/schema.ts";
+import { applyPragmas, installedAt, openStore } from "../src/db.ts";
 import { tempDir } from "./helpers.ts";
 
 const folder = join(import.meta.dir, "..", "db", "migrations");
+
+/**
+ * A database as the code before drizzle's public migrator left it: that code fed the
+ * embedded files to drizzle's internal dialect migrator itself (hashing them the way
+ * the folder migrator does). Only the first `upTo` migrations when given.
+ */
+function migrateAsBefore(path: string, installed: Date, upTo = embeddedMigrations.journal.entries.length): void {
+  const sqlite = new Database(path, { create: true, strict: true });
+  sqlite.run("PRAGMA auto_vacuum = INCREMENTAL");
+  applyPragmas(sqlite);
+  const db = drizzle(sqlite, { schema });
+  const metas = embeddedMigrations.journal.entries.slice(0, upTo).map((e) => {
+    const text = embeddedMigrations.sql[e.tag]!;
+    return { sql: text.split("--> statement-breakpoint"), bps: e.breakpoints, folderMillis: e.when, hash: createHash("sha256").update(text).digest("hex") };
+  });
+  const internal = db as unknown as { dialect: { migrate(m: unknown, session: unknown, config: unknown): void }; session: unknown };
+  internal.dialect.migrate(metas, internal.session, {});
+  sqlite.query("INSERT OR IGNORE INTO service_meta (key, value) VALUES ('geinstalleerd', ?)").run(installed.toISOString());
+  sqlite.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES ('A', 1, '2026-01-01T00:00:00.000Z')").run();
+  sqlite.close();
+}
+
+/** __drizzle_migrations as stored (its `id` is not a rowid alias, so rowid orders it). */
+function appliedRows(sqlite: Database) {
+  return sqlite.query("SELECT rowid, id, hash, created_at FROM __drizzle_migrations ORDER BY rowid").all() as {
+    rowid: number;
+    id: number | null;
+    hash: string;
+    created_at: number;
+  }[];
+}
+
+function schemaSql(sqlite: Database) {
+  return sqlite.query("SELECT type, name, sql FROM sqlite_schema ORDER BY name").all();
+}
 
 describe("migrations", () => {
   test("the embedded set equals the migrations folder (run `bun run db:generate` after drizzle-kit generate)", () => {
@@ -70,6 +109,72 @@ describe("migrations", () => {
     expect(installedAt(second.sqlite)!.toISOString()).toBe("2026-01-01T00:00:00.000Z");
     second.close();
     cleanup();
+  });
+
+  test("the rows recorded are those of drizzle's folder migrator on db/migrations (hash and time per migration)", () => {
+    const { dir, cleanup } = tempDir();
+    const store = openStore(join(dir, "rows.db"));
+    const expected = readMigrationFiles({ migrationsFolder: folder }).map((m) => ({ hash: m.hash, created_at: m.folderMillis }));
+    expect(expected).toHaveLength(embeddedMigrations.journal.entries.length);
+    expect(appliedRows(store.sqlite).map(({ hash, created_at }) => ({ hash, created_at }))).toEqual(expected);
+    store.close();
+    cleanup();
+  });
+
+  test("a database migrated by the previous code opens with nothing re-applied: same rows, same schema, data and install time kept", () => {
+    const { dir, cleanup } = tempDir();
+    const path = join(dir, "before.db");
+    migrateAsBefore(path, new Date("2026-01-01T00:00:00.000Z"));
+    const old = new Database(path);
+    const rowsBefore = appliedRows(old);
+    const schemaBefore = schemaSql(old);
+    old.close();
+    expect(rowsBefore).toHaveLength(embeddedMigrations.journal.entries.length);
+
+    const store = openStore(path, new Date("2026-06-01T00:00:00.000Z"));
+    expect(appliedRows(store.sqlite)).toEqual(rowsBefore);
+    expect(schemaSql(store.sqlite)).toEqual(schemaBefore);
+    expect((store.sqlite.query("SELECT count(*) AS n FROM tenants").get() as { n: number }).n).toBe(1);
+    expect(installedAt(store.db)!.toISOString()).toBe("2026-01-01T00:00:00.000Z");
+    store.close();
+    cleanup();
+  });
+
+  test("a database the previous code migrated part of the way gets only the later migrations, recorded alike", () => {
+    const { dir, cleanup } = tempDir();
+    const path = join(dir, "partial.db");
+    const n = embeddedMigrations.journal.entries.length;
+    migrateAsBefore(path, new Date("2026-01-01T00:00:00.000Z"), n - 1);
+    const old = new Database(path);
+    const rowsBefore = appliedRows(old);
+    old.close();
+    expect(rowsBefore).toHaveLength(n - 1);
+
+    const store = openStore(path);
+    const rows = appliedRows(store.sqlite);
+    expect(rows.slice(0, n - 1)).toEqual(rowsBefore);
+    const last = readMigrationFiles({ migrationsFolder: folder })[n - 1]!;
+    expect(rows.slice(n - 1).map(({ hash, created_at }) => ({ hash, created_at }))).toEqual([{ hash: last.hash, created_at: last.folderMillis }]);
+    expect(store.sqlite.query("SELECT name FROM sqlite_schema WHERE name = 'audit_anchor_log'").get()).not.toBeNull();
+    expect((store.sqlite.query("SELECT count(*) AS n FROM tenants").get() as { n: number }).n).toBe(1);
+    store.close();
+    cleanup();
+  });
+
+  test("the temporary migrations folder is removed once the migrations ran", () => {
+    const { dir, cleanup } = tempDir();
+    const tmp = tempDir("nachtwacht-tmpdir-");
+    const saved = process.env.TMPDIR;
+    process.env.TMPDIR = tmp.dir;
+    try {
+      openStore(join(dir, "tmp.db")).close();
+      expect(readdirSync(tmp.dir)).toEqual([]);
+    } finally {
+      if (saved === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = saved;
+      tmp.cleanup();
+      cleanup();
+    }
   });
 
   test("the indexes the jobs rely on exist", () => {

@@ -1,9 +1,10 @@
 import { afterEach, describe, expect, test } from "bun:test";
+import { fillPlaceholders } from "drizzle-orm";
 import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
 import { openStore } from "../src/db.ts";
 import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import { createMailer } from "../src/mail/transport.ts";
-import { WEEK_STATS_SQL } from "../src/reports/weekly.ts";
+import { weekStatsStatements } from "../src/reports/weekly.ts";
 import { addAdmin, addTenant, call, NOW } from "./helpers.ts";
 import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
 
@@ -260,9 +261,10 @@ describe("weekrapport: the per-tenant statistics use indexes", () => {
   test("EXPLAIN QUERY PLAN of each per-tenant statement searches an index, never scans the table", () => {
     const store = openStore(":memory:");
     try {
-      const plans = Object.entries(WEEK_STATS_SQL).map(([name, sql]) => {
-        const params = name === "keten" ? [1] : [1, "2026-07-16T12:00:00.000Z", "2026-07-23T12:00:00.000Z"];
-        const rows = store.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[];
+      const plans = Object.entries(weekStatsStatements(store.db)).map(([name, statement]) => {
+        const { sql, params } = statement.getQuery();
+        const values = fillPlaceholders(params, { tenantId: 1, van: "2026-07-16T12:00:00.000Z", tot: "2026-07-23T12:00:00.000Z" });
+        const rows = store.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all(...(values as (string | number)[])) as { detail: string }[];
         return [name, rows.map((r) => r.detail).join(" | ")] as const;
       });
       for (const [name, plan] of plans) {

@@ -31,12 +31,3 @@ export function stderrAlarmLine(alarm: Alarm, now: Date, write: (line: string) =
       "\n",
   );
 }
-
-/** The sink without error tracking or mail: the log line only. */
-export function logOnlyAlarmSink(clock: () => Date = () => new Date()): AlarmSink {
-  return {
-    async raise(alarm) {
-      stderrAlarmLine(alarm, clock());
-    },
-  };
-}

@@ -101,6 +101,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     try {
       const src = new Database(o.db, { readonly: true });
       try {
+        // Raw SQL: pragmas and VACUUM INTO have no Drizzle builder.
         src.run("PRAGMA busy_timeout = 30000");
         src.query("VACUUM INTO ?").run(tmp);
       } finally {
@@ -115,6 +116,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     try {
       const copy = new Database(tmp, { readonly: true });
       try {
+        // Raw SQL: a pragma.
         check = (copy.query("PRAGMA integrity_check").values() as [string][]).map(([v]) => v).join("; ");
       } finally {
         copy.close();

@@ -4,14 +4,16 @@
 // answers with this object and the e-mail shows the same, so they never disagree.
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
+import { and, count, countDistinct, desc, eq, gte, lt, max, notExists, sql } from "drizzle-orm";
+import { auditVerificationState, backupStatuses, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
 import { latestInstallationCheckpoint } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
 import type { Config } from "../config.ts";
-import { installedAt, type Store } from "../db.ts";
-import { dueState } from "../job-runs.ts";
+import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
 import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { SCHEDULE } from "../schedule.ts";
+import { dueState } from "../schedule-due.ts";
 import { DAY_MS } from "../time.ts";
 import { backupOverdue } from "../jobs/backup-controle.ts";
 import { redenUitleg, type Niveau } from "./shared.ts";
@@ -21,21 +23,8 @@ export type DailyReport = DailyReportProps;
 /** Broken chains listed by name in the report; the count is always complete. */
 const MAX_GEBROKEN = 50;
 
-export function backupSection(sqlite: Database, now: Date, config: Pick<Config, "rapportTijdzone" | "backupMaxUren">) {
-  const row = sqlite
-    .query(
-      `SELECT ontvangen, exit_code AS exitCode, gelukt, bestandsnaam, grootte, foutmelding, bron
-       FROM backup_statuses ORDER BY ontvangen DESC, id DESC LIMIT 1`,
-    )
-    .get() as {
-    ontvangen: string;
-    exitCode: number;
-    gelukt: number;
-    bestandsnaam: string | null;
-    grootte: number | null;
-    foutmelding: string | null;
-    bron: string;
-  } | null;
+export function backupSection(db: Db, now: Date, config: Pick<Config, "rapportTijdzone" | "backupMaxUren">) {
+  const row = db.select().from(backupStatuses).orderBy(desc(backupStatuses.ontvangen), desc(backupStatuses.id)).limit(1).get();
   if (!row) {
     // Never reported: FOUT, and '-' for every fact, `bron` included (there is no origin).
     return {
@@ -43,7 +32,7 @@ export function backupSection(sqlite: Database, now: Date, config: Pick<Config, 
       backupDetail: { ontvangen: null, exitCode: null, bestandsnaam: null, foutmelding: null, ouderdomUren: null, maxUren: config.backupMaxUren, teOud: false },
     } satisfies Pick<DailyReport, "backup" | "backupDetail">;
   }
-  const gelukt = row.gelukt === 1;
+  const gelukt = row.gelukt;
   const ouderdomUren = Math.max(0, Math.floor((now.getTime() - Date.parse(row.ontvangen)) / 3600_000));
   return {
     backup: {
@@ -65,22 +54,28 @@ export function backupSection(sqlite: Database, now: Date, config: Pick<Config, 
   } satisfies Pick<DailyReport, "backup" | "backupDetail">;
 }
 
-export function loginSection(sqlite: Database, now: Date, tijdzone: string): DailyReport["inlogpogingen"] {
+export function loginSection(db: Db, now: Date, tijdzone: string): DailyReport["inlogpogingen"] {
   const van = new Date(now.getTime() - DAY_MS).toISOString();
   const tot = now.toISOString();
-  const totals = sqlite
-    .query("SELECT count(*) AS totaal, coalesce(sum(gelukt), 0) AS gelukt FROM login_attempts WHERE tijdstip >= ? AND tijdstip < ?")
-    .get(van, tot) as { totaal: number; gelukt: number };
+  const inWindow = and(gte(loginAttempts.tijdstip, van), lt(loginAttempts.tijdstip, tot));
+  const totals = db
+    .select({ totaal: count(), gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)` })
+    .from(loginAttempts)
+    .where(inWindow)
+    .get()!;
   // Failed attempts only: login_attempts_failed_idx (partial, gelukt = 0) covers these.
-  const { mislukteIps } = sqlite
-    .query("SELECT count(DISTINCT ip) AS mislukteIps FROM login_attempts WHERE gelukt = 0 AND tijdstip >= ? AND tijdstip < ?")
-    .get(van, tot) as { mislukteIps: number };
-  const topMislukteIps = sqlite
-    .query(
-      `SELECT ip, count(*) AS aantal FROM login_attempts WHERE gelukt = 0 AND tijdstip >= ? AND tijdstip < ?
-       GROUP BY ip ORDER BY aantal DESC, ip LIMIT 5`,
-    )
-    .all(van, tot) as { ip: string; aantal: number }[];
+  // The term is the index's own, a literal 0: a bound false needs SQLite to re-plan per value.
+  const failed = and(sql`${loginAttempts.gelukt} = 0`, inWindow);
+  const { mislukteIps } = db.select({ mislukteIps: countDistinct(loginAttempts.ip) }).from(loginAttempts).where(failed).get()!;
+  const aantal = count().as("aantal");
+  const topMislukteIps = db
+    .select({ ip: loginAttempts.ip, aantal })
+    .from(loginAttempts)
+    .where(failed)
+    .groupBy(loginAttempts.ip)
+    .orderBy(desc(aantal), loginAttempts.ip)
+    .limit(5)
+    .all();
   return {
     van: formatDatum(van, tijdzone),
     tot: formatDatum(tot, tijdzone),
@@ -92,28 +87,30 @@ export function loginSection(sqlite: Database, now: Date, tijdzone: string): Dai
   };
 }
 
-export function verificationSection(sqlite: Database, tijdzone: string): DailyReport["verificatie"] {
-  const s = sqlite
-    .query(
-      `SELECT max(gecontroleerd) AS laatste, count(*) AS gecontroleerd, coalesce(sum(intact = 0), 0) AS aantalGebroken
-       FROM audit_verification_state`,
-    )
-    .get() as { laatste: string | null; gecontroleerd: number; aantalGebroken: number };
-  const { nietGecontroleerd } = sqlite
-    .query(
-      `SELECT count(*) AS nietGecontroleerd FROM tenants t
-       WHERE NOT EXISTS (SELECT 1 FROM audit_verification_state s WHERE s.tenant_id = t.id)`,
-    )
-    .get() as { nietGecontroleerd: number };
-  const gebroken = (
-    sqlite
-      .query(
-        `SELECT s.tenant_id AS tenantId, t.naam AS tenant, s.fout_seq AS seq, s.fout_reden AS reden, s.gecontroleerd AS gecontroleerd
-         FROM audit_verification_state s JOIN tenants t ON t.id = s.tenant_id
-         WHERE s.intact = 0 ORDER BY s.tenant_id LIMIT ${MAX_GEBROKEN}`,
-      )
-      .all() as { tenantId: number; tenant: string; seq: number | null; reden: string | null; gecontroleerd: string }[]
-  ).map((g) => ({ ...g, uitleg: redenUitleg(g.reden), gecontroleerd: formatDatum(g.gecontroleerd, tijdzone) }));
+export function verificationSection(db: Db, tijdzone: string): DailyReport["verificatie"] {
+  const state = auditVerificationState;
+  const s = db
+    .select({
+      laatste: max(state.gecontroleerd),
+      gecontroleerd: count(),
+      aantalGebroken: sql<number>`coalesce(sum(${state.intact} = 0), 0)`,
+    })
+    .from(state)
+    .get()!;
+  const { nietGecontroleerd } = db
+    .select({ nietGecontroleerd: count() })
+    .from(tenants)
+    .where(notExists(db.select({ one: sql`1` }).from(state).where(eq(state.tenantId, tenants.id))))
+    .get()!;
+  const gebroken = db
+    .select({ tenantId: state.tenantId, tenant: tenants.naam, seq: state.foutSeq, reden: state.foutReden, gecontroleerd: state.gecontroleerd })
+    .from(state)
+    .innerJoin(tenants, eq(tenants.id, state.tenantId))
+    .where(eq(state.intact, false))
+    .orderBy(state.tenantId)
+    .limit(MAX_GEBROKEN)
+    .all()
+    .map((g) => ({ ...g, uitleg: redenUitleg(g.reden), gecontroleerd: formatDatum(g.gecontroleerd, tijdzone) }));
   return {
     tijdstip: s.laatste ? formatDatum(s.laatste, tijdzone) : "-",
     gecontroleerd: s.gecontroleerd,
@@ -135,29 +132,38 @@ export function anchorSection(sqlite: Database, config: Pick<Config, "auditAnker
   };
 }
 
+/** A job's last run started before `now`; run for every scheduled job, so prepared once. */
+const lastRunBeforeStatement = preparedPerConnection((db) =>
+  db
+    .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
+    .from(jobRuns)
+    .where(and(eq(jobRuns.job, sql.placeholder("job")), lt(jobRuns.gestart, sql.placeholder("now"))))
+    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+    .limit(1)
+    .prepare(),
+);
+
 /**
  * Per scheduled job: its last run, the last time it was due (a fire time whose grace
  * of TAKEN_MARGE_MINUTEN has passed) and whether a run started since then. A job is
  * not overdue for fire times before the service was installed.
  */
-export function jobsSection(sqlite: Database, now: Date, config: Pick<Config, "rapportTijdzone" | "takenMargeMinuten">): DailyReport["taken"] {
+export function jobsSection(db: Db, now: Date, config: Pick<Config, "rapportTijdzone" | "takenMargeMinuten">): DailyReport["taken"] {
   const tz = config.rapportTijdzone;
-  const installed = installedAt(sqlite);
+  const installed = installedAt(db);
   const margeMs = config.takenMargeMinuten * 60_000;
-  const last = sqlite.query(
-    `SELECT gestart, beeindigd, uitkomst FROM job_runs WHERE job = ? AND gestart < ? ORDER BY gestart DESC, id DESC LIMIT 1`,
-  );
+  const lastRunBefore = lastRunBeforeStatement(db);
   const out: DailyReport["taken"] = [];
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
     // The same rule as taken-controle: overdue = no run started since the newest fire
     // time whose grace has run out (and that is not before the install time).
-    const { due, missed: achterstallig, next } = dueState(sqlite, entry.job, entry.cron, now, margeMs, installed);
-    const run = last.get(entry.job, now.toISOString()) as { gestart: string; beeindigd: string | null; uitkomst: string } | null;
+    const { due, missed: achterstallig, next } = dueState(db, entry.job, entry.cron, now, margeMs, installed);
+    const run = lastRunBefore.get({ job: entry.job, now: now.toISOString() });
     out.push({
       job: entry.job,
       cron: entry.cron,
-      uitkomst: (run?.uitkomst as DailyReport["taken"][number]["uitkomst"]) ?? "nooit",
+      uitkomst: run?.uitkomst ?? "nooit",
       laatsteStart: run ? formatDatum(run.gestart, tz) : "-",
       laatsteEinde: run?.beeindigd ? formatDatum(run.beeindigd, tz) : "-",
       laatstVerwacht: due ? formatDatum(due, tz) : "-",
@@ -169,6 +175,7 @@ export function jobsSection(sqlite: Database, now: Date, config: Pick<Config, "r
 }
 
 export function databaseSection(store: Store): DailyReport["database"] {
+  // Raw SQL: Drizzle has no builder for pragmas.
   const { page_count } = store.sqlite.query("PRAGMA page_count").get() as { page_count: number };
   const { page_size } = store.sqlite.query("PRAGMA page_size").get() as { page_size: number };
   let walBytes = 0;
@@ -223,11 +230,11 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
 export function buildDailyReport(store: Store, config: Config, now: Date): DailyReport {
   const tz = config.rapportTijdzone;
   const body = {
-    ...backupSection(store.sqlite, now, config),
-    inlogpogingen: loginSection(store.sqlite, now, tz),
-    verificatie: verificationSection(store.sqlite, tz),
+    ...backupSection(store.db, now, config),
+    inlogpogingen: loginSection(store.db, now, tz),
+    verificatie: verificationSection(store.db, tz),
     anker: anchorSection(store.sqlite, config),
-    taken: jobsSection(store.sqlite, now, config),
+    taken: jobsSection(store.db, now, config),
     database: databaseSection(store),
   };
   return { gemaakt: formatDatum(now, tz), tijdzone: tz, status: dailyStatus(body), ...body };

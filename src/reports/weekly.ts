@@ -1,28 +1,71 @@
 // The data of the weekly report: who receives it, and per tenant the last seven days
 // (audit activity, login attempts, chain state). Every per-tenant statement is bounded
 // by an index on (tenant_id, time), so a run costs the tenant's week, not the table.
-import type { Database } from "bun:sqlite";
+import { and, count, desc, eq, gte, lt, sql } from "drizzle-orm";
+import {
+  administrators,
+  auditEntries,
+  auditVerificationState,
+  loginAttempts,
+  tenants,
+  weeklyReportDeliveries as deliveries,
+} from "../../db/schema.ts";
 import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
+import { asDrizzle, preparedPerConnection, type Conn } from "../db.ts";
 import { formatDatum, getal } from "../format.ts";
 import { redenUitleg, type Niveau } from "./shared.ts";
 
 export const WEEK_MS = 7 * 24 * 3600 * 1000;
 
-/** The statements per tenant; exported so a test can check their query plans. */
-export const WEEK_STATS_SQL = {
-  auditPerActie: `SELECT action AS actie, count(*) AS aantal FROM audit_entries
-    WHERE tenant_id = ? AND created_at >= ? AND created_at < ?
-    GROUP BY action ORDER BY aantal DESC, action`,
-  inlog: `SELECT count(*) AS totaal,
-      coalesce(sum(gelukt), 0) AS gelukt,
-      count(DISTINCT CASE WHEN gelukt = 0 THEN ip END) AS mislukteIps
-    FROM login_attempts WHERE tenant_id = ? AND tijdstip >= ? AND tijdstip < ?`,
-  topMislukteIps: `SELECT ip, count(*) AS aantal FROM login_attempts
-    WHERE tenant_id = ? AND tijdstip >= ? AND tijdstip < ? AND gelukt = 0
-    GROUP BY ip ORDER BY aantal DESC, ip LIMIT 5`,
-  keten: `SELECT gecontroleerd, intact, aantal_entries AS aantalEntries, fout_seq AS foutSeq, fout_reden AS foutReden
-    FROM audit_verification_state WHERE tenant_id = ?`,
-} as const;
+/**
+ * The statements per tenant, run for every tenant and so prepared once per connection;
+ * exported so a test can check their query plans. Parameters: tenantId, van, tot.
+ */
+export const weekStatsStatements = preparedPerConnection((db) => {
+  const tenantId = sql.placeholder("tenantId");
+  const van = sql.placeholder("van");
+  const tot = sql.placeholder("tot");
+  const auditAantal = count().as("aantal");
+  const ipAantal = count().as("aantal");
+  const loginsInWeek = and(eq(loginAttempts.tenantId, tenantId), gte(loginAttempts.tijdstip, van), lt(loginAttempts.tijdstip, tot));
+  return {
+    auditPerActie: db
+      .select({ actie: auditEntries.action, aantal: auditAantal })
+      .from(auditEntries)
+      .where(and(eq(auditEntries.tenantId, tenantId), gte(auditEntries.createdAt, van), lt(auditEntries.createdAt, tot)))
+      .groupBy(auditEntries.action)
+      .orderBy(desc(auditAantal), auditEntries.action)
+      .prepare(),
+    inlog: db
+      .select({
+        totaal: count(),
+        gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)`,
+        mislukteIps: sql<number>`count(DISTINCT CASE WHEN ${loginAttempts.gelukt} = 0 THEN ${loginAttempts.ip} END)`,
+      })
+      .from(loginAttempts)
+      .where(loginsInWeek)
+      .prepare(),
+    topMislukteIps: db
+      .select({ ip: loginAttempts.ip, aantal: ipAantal })
+      .from(loginAttempts)
+      .where(and(loginsInWeek, sql`${loginAttempts.gelukt} = 0`))
+      .groupBy(loginAttempts.ip)
+      .orderBy(desc(ipAantal), loginAttempts.ip)
+      .limit(5)
+      .prepare(),
+    keten: db
+      .select({
+        gecontroleerd: auditVerificationState.gecontroleerd,
+        intact: auditVerificationState.intact,
+        aantalEntries: auditVerificationState.aantalEntries,
+        foutSeq: auditVerificationState.foutSeq,
+        foutReden: auditVerificationState.foutReden,
+      })
+      .from(auditVerificationState)
+      .where(eq(auditVerificationState.tenantId, tenantId))
+      .prepare(),
+  };
+});
 
 export interface WeekRecipient {
   tenantId: number;
@@ -46,33 +89,66 @@ export const DELIVERY_WEEKS_KEPT = 13;
  * Removes delivery records of weeks before `oldestKept` ('YYYY-Www' sorts as text), so
  * the table holds about 13 weeks × administrators instead of growing for years.
  */
-export function pruneDeliveries(sqlite: Database, oldestKept: string): number {
-  return sqlite.query("DELETE FROM weekly_report_deliveries WHERE iso_week < ?").run(oldestKept).changes;
+export function pruneDeliveries(conn: Conn, oldestKept: string): void {
+  asDrizzle(conn).delete(deliveries).where(lt(deliveries.isoWeek, oldestKept)).run();
 }
 
 /** weekly_report_deliveries.verstuurd of a send in progress (else the ISO time of acceptance). */
 export const SENDING = "verzenden";
 
+/** The statements run for every message, so prepared once per connection. */
+const deliveryStatements = preparedPerConnection((db) => {
+  const administratorId = sql.placeholder("administratorId");
+  const tenantId = sql.placeholder("tenantId");
+  const isoWeek = sql.placeholder("isoWeek");
+  return {
+    reserve: db.insert(deliveries).values({ administratorId, tenantId, isoWeek, verstuurd: SENDING }).onConflictDoNothing().prepare(),
+    release: db
+      .delete(deliveries)
+      .where(
+        and(
+          eq(deliveries.administratorId, administratorId),
+          eq(deliveries.tenantId, tenantId),
+          eq(deliveries.isoWeek, isoWeek),
+          eq(deliveries.verstuurd, SENDING),
+        ),
+      )
+      .prepare(),
+    record: db
+      .insert(deliveries)
+      .values({ administratorId, tenantId, isoWeek, verstuurd: sql.placeholder("verstuurd") })
+      .onConflictDoUpdate({
+        target: [deliveries.administratorId, deliveries.tenantId, deliveries.isoWeek],
+        set: { verstuurd: sql`excluded.verstuurd` },
+        setWhere: eq(deliveries.verstuurd, SENDING),
+      })
+      .prepare(),
+  };
+});
+
 /**
  * Every active administrator of every active tenant, in tenant order, marked when the
  * report of `isoWeek` was already accepted for them (the rerun guard).
  */
-export function weekRecipients(sqlite: Database, isoWeek: string): WeekRecipient[] {
-  return (
-    sqlite
-      .query(
-        `SELECT t.id AS tenantId, t.naam AS tenant, a.id AS administratorId, a.email AS email,
-           d.administrator_id IS NOT NULL AS alVerstuurd,
-           coalesce(d.verstuurd = '${SENDING}', 0) AS onzeker
-         FROM tenants t
-         JOIN administrators a ON a.tenant_id = t.id AND a.actief = 1
-         LEFT JOIN weekly_report_deliveries d
-           ON d.administrator_id = a.id AND d.tenant_id = t.id AND d.iso_week = ?
-         WHERE t.actief = 1
-         ORDER BY t.id, a.id`,
-      )
-      .all(isoWeek) as (Omit<WeekRecipient, "alVerstuurd" | "onzeker"> & { alVerstuurd: number; onzeker: number })[]
-  ).map((r) => ({ ...r, alVerstuurd: r.alVerstuurd === 1, onzeker: r.onzeker === 1 }));
+export function weekRecipients(conn: Conn, isoWeek: string): WeekRecipient[] {
+  return asDrizzle(conn)
+    .select({
+      tenantId: tenants.id,
+      tenant: tenants.naam,
+      administratorId: administrators.id,
+      email: administrators.email,
+      alVerstuurd: sql<boolean>`${deliveries.administratorId} IS NOT NULL`.mapWith(Boolean),
+      onzeker: sql<boolean>`coalesce(${deliveries.verstuurd} = ${SENDING}, 0)`.mapWith(Boolean),
+    })
+    .from(tenants)
+    .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
+    .leftJoin(
+      deliveries,
+      and(eq(deliveries.administratorId, administrators.id), eq(deliveries.tenantId, tenants.id), eq(deliveries.isoWeek, isoWeek)),
+    )
+    .where(eq(tenants.actief, true))
+    .orderBy(tenants.id, administrators.id)
+    .all();
 }
 
 /**
@@ -81,27 +157,18 @@ export function weekRecipients(sqlite: Database, isoWeek: string): WeekRecipient
  * recording it; with this mark such a message is reported as uncertain instead of
  * being sent a second time by the rerun.
  */
-export function reserveDelivery(sqlite: Database, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
-  sqlite
-    .query("INSERT OR IGNORE INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)")
-    .run(r.administratorId, r.tenantId, isoWeek, SENDING);
+export function reserveDelivery(conn: Conn, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
+  deliveryStatements(conn).reserve.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek });
 }
 
 /** The transport refused the message: no longer reserved, so a rerun sends it. */
-export function releaseDelivery(sqlite: Database, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
-  sqlite
-    .query("DELETE FROM weekly_report_deliveries WHERE administrator_id = ? AND tenant_id = ? AND iso_week = ? AND verstuurd = ?")
-    .run(r.administratorId, r.tenantId, isoWeek, SENDING);
+export function releaseDelivery(conn: Conn, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
+  deliveryStatements(conn).release.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek });
 }
 
 /** Records that the transport accepted this administrator's report of this week. */
-export function recordDelivery(sqlite: Database, r: { administratorId: number; tenantId: number }, isoWeek: string, now: Date): void {
-  sqlite
-    .query(
-      `INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)
-       ON CONFLICT (administrator_id, tenant_id, iso_week) DO UPDATE SET verstuurd = excluded.verstuurd WHERE verstuurd = '${SENDING}'`,
-    )
-    .run(r.administratorId, r.tenantId, isoWeek, now.toISOString());
+export function recordDelivery(conn: Conn, r: { administratorId: number; tenantId: number }, isoWeek: string, now: Date): void {
+  deliveryStatements(conn).record.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek, verstuurd: now.toISOString() });
 }
 
 export interface TenantWeekStats {
@@ -116,19 +183,13 @@ export interface TenantWeekStats {
   };
 }
 
-export function tenantWeekStats(sqlite: Database, tenantId: number, van: Date, tot: Date): TenantWeekStats {
-  const from = van.toISOString();
-  const to = tot.toISOString();
-  const perActie = sqlite.query(WEEK_STATS_SQL.auditPerActie).all(tenantId, from, to) as { actie: string; aantal: number }[];
-  const inlog = sqlite.query(WEEK_STATS_SQL.inlog).get(tenantId, from, to) as { totaal: number; gelukt: number; mislukteIps: number };
-  const topMislukteIps = sqlite.query(WEEK_STATS_SQL.topMislukteIps).all(tenantId, from, to) as { ip: string; aantal: number }[];
-  const keten = sqlite.query(WEEK_STATS_SQL.keten).get(tenantId) as {
-    gecontroleerd: string;
-    intact: number;
-    aantalEntries: number;
-    foutSeq: number | null;
-    foutReden: string | null;
-  } | null;
+export function tenantWeekStats(conn: Conn, tenantId: number, van: Date, tot: Date): TenantWeekStats {
+  const statements = weekStatsStatements(conn);
+  const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
+  const perActie = statements.auditPerActie.all(params);
+  const inlog = statements.inlog.get(params)!;
+  const topMislukteIps = statements.topMislukteIps.all(params);
+  const keten = statements.keten.get(params);
   return {
     audit: { totaal: perActie.reduce((s, r) => s + r.aantal, 0), perActie },
     inlog: { ...inlog, mislukt: inlog.totaal - inlog.gelukt, topMislukteIps },
