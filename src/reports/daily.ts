@@ -16,7 +16,7 @@ import { SCHEDULE } from "../schedule.ts";
 import { dueState } from "../schedule-due.ts";
 import { DAY_MS } from "../time.ts";
 import { backupOverdue } from "../jobs/backup-controle.ts";
-import { redenUitleg, type Niveau } from "./shared.ts";
+import { redenUitleg, statusHeadline, worstLevel, type Niveau } from "./shared.ts";
 
 export type DailyReport = DailyReportProps;
 
@@ -194,7 +194,7 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
   const punten: string[] = [];
   let niveau: Niveau = "ok";
   const raise = (n: Niveau) => {
-    if (n === "actie" || (n === "let-op" && niveau === "ok")) niveau = n;
+    niveau = worstLevel(niveau, n);
   };
   if (r.backupDetail.ontvangen === null) {
     raise("actie");
@@ -222,7 +222,7 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
       punten.push(`De laatste run van ${t.job} (${t.laatsteStart}) ${t.uitkomst === "fout" ? "is mislukt" : "vond een afwijking"}.`);
     }
   }
-  const kop = niveau === "ok" ? "Alles in orde" : niveau === "actie" ? "Actie nodig" : "Aandacht nodig";
+  const kop = statusHeadline(niveau);
   return { niveau, kop, punten };
 }
 

@@ -2,7 +2,8 @@
 // broken chain or anchor file (the `reden` codes of audit-verificatie, docs/audit-chain.md).
 import type { FileReason, RowReason } from "../audit/anchor-check.ts";
 import type { BreakReason } from "../audit/verify.ts";
-export type { Niveau } from "../../emails/layout.tsx";
+import type { Niveau } from "../../emails/layout.tsx";
+export type { Niveau };
 
 /** Every code the verifier reports (the type makes a new code without explanation a compile error). */
 const REDEN: Record<BreakReason | RowReason | FileReason, string> = {
@@ -31,4 +32,16 @@ const REDEN: Record<BreakReason | RowReason | FileReason, string> = {
 export function redenUitleg(reden: string | null): string {
   if (reden === null) return "reden onbekend";
   return Object.hasOwn(REDEN, reden) ? REDEN[reden as keyof typeof REDEN] : reden;
+}
+
+const RANK: Record<Niveau, number> = { ok: 0, "let-op": 1, actie: 2 };
+
+/** The worse of two levels: a report's status is the worst level among its points. */
+export function worstLevel(a: Niveau, b: Niveau): Niveau {
+  return RANK[b] > RANK[a] ? b : a;
+}
+
+/** The status headline of a level; `actie` may name the cause. */
+export function statusHeadline(niveau: Niveau, actie = "Actie nodig"): string {
+  return niveau === "ok" ? "Alles in orde" : niveau === "actie" ? actie : "Aandacht nodig";
 }

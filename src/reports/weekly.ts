@@ -13,7 +13,7 @@ import {
 import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
 import { asDrizzle, preparedPerConnection, type Conn } from "../db.ts";
 import { formatDatum, getal } from "../format.ts";
-import { redenUitleg, type Niveau } from "./shared.ts";
+import { redenUitleg, statusHeadline, worstLevel, type Niveau } from "./shared.ts";
 
 export const WEEK_MS = 7 * 24 * 3600 * 1000;
 
@@ -221,7 +221,7 @@ export function weekStatus(s: TenantWeekStats, now: Date, tijdzone: string): Wee
   const punten: string[] = [];
   let niveau: Niveau = "ok";
   const raise = (n: Niveau) => {
-    if (n === "actie" || (n === "let-op" && niveau === "ok")) niveau = n;
+    niveau = worstLevel(niveau, n);
   };
   if (s.keten.staat === "gebroken") {
     raise("actie");
@@ -238,7 +238,7 @@ export function weekStatus(s: TenantWeekStats, now: Date, tijdzone: string): Wee
     raise("let-op");
     punten.push(`Opvallend veel mislukte inlogpogingen: ${getal(s.inlog.mislukt)} van ${getal(s.inlog.totaal)}, vanaf ${getal(s.inlog.mislukteIps)} IP-adressen.`);
   }
-  const kop = niveau === "ok" ? "Alles in orde" : niveau === "actie" ? "Actie nodig: de auditketen is gebroken" : "Aandacht nodig";
+  const kop = statusHeadline(niveau, "Actie nodig: de auditketen is gebroken");
   return { niveau, kop, punten };
 }
 
