@@ -2,7 +2,7 @@
 // error mapping live here once; the jobs themselves are plain functions in src/jobs/.
 import { Elysia } from "elysia";
 import type { Deps } from "./deps.ts";
-import { RunningJobs } from "./job-runs.ts";
+import { RunningJobs } from "./running-jobs.ts";
 import { ALL_JOBS } from "./jobs/index.ts";
 import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";

@@ -18,7 +18,8 @@ const USAGE = `gebruik: nachtwacht [opdracht] [--help]
   crontab               /etc/cron.d/nachtwacht uit de planning afdrukken
   db-convert            eenmalige omzetting naar incrementele auto-vacuum
   demo                  de service op een demodatabase in ./data
-Exitcodes: 0 gelukt, 1 gevonden wat niet klopt, 2 kon niet (gebruik, configuratie, bestand).`;
+Exitcodes: 0 gelukt, 1 gevonden wat niet klopt, 2 kon niet (gebruik, configuratie, bestand);
+backup gebruikt sysexits-codes (64–75, zie nachtwacht backup --help).`;
 
 const AUDIT_COMMANDS = new Set(["key", "verify", "export"]);
 const [command, ...rest] = Bun.argv.slice(2);

@@ -8,11 +8,6 @@ import { asDrizzle, type Conn } from "./db.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
 
-// Moved; re-exported until src/http/job-route.ts, src/app.ts and
-// src/jobs/taken-controle.ts import them from their new place.
-export { JobInterrupted, RunningJobs } from "./running-jobs.ts";
-export { dueState } from "./schedule-due.ts";
-
 export type JobRunRow = typeof jobRuns.$inferSelect;
 export type Outcome = JobRunRow["uitkomst"];
 

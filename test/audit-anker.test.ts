@@ -3,12 +3,11 @@
 // that opens the notes in checkpoint-go.test.ts.
 import { afterEach, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { copyFileSync, readFileSync, rmSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { appendAuditEntry, entryHash } from "../src/audit/chain.ts";
 import { openNote, parseVerifierKey } from "../src/audit/note.ts";
-import { openStore } from "../src/db.ts";
-import { addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, call, makeTestEnv, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
@@ -196,12 +195,7 @@ describe("audit-anker", () => {
       expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     }
     const sizeBefore = readFileSync(env.config.auditAnkerBestand).length;
-    env.store.close();
-    for (const f of ["-wal", "-shm", ""]) rmSync(env.config.databasePath + f, { force: true });
-    copyFileSync(copy, env.config.databasePath);
-    const fresh = openStore(env.config.databasePath);
-    (env.deps as { store: typeof fresh }).store = fresh;
-    (env as { store: typeof fresh }).store = fresh;
+    restoreDatabase(env, copy);
     return { a, sizeBefore };
   }
 

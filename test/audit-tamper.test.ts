@@ -3,13 +3,12 @@
 // signed the chains. Each must make the nightly audit-verificatie, called over HTTP,
 // answer 409 with the reason that says what happened, and raise the alarm.
 import { afterEach, describe, expect, test } from "bun:test";
-import { copyFileSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Database } from "bun:sqlite";
 import { appendAuditEntry, entryHash } from "../src/audit/chain.ts";
-import { openStore } from "../src/db.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
-import { addTenant, call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
+import { addTenant, call, makeTestEnv, NOW, restoreDatabase, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
@@ -218,13 +217,7 @@ describe("tamper evidence: the nightly check, over HTTP, against a database writ
       fill(env, a, 5, 40 + (day - 1) * 5);
       expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     }
-    env.store.close();
-    // A new file in its place (a new inode), as a restore from a backup makes it.
-    for (const f of ["-wal", "-shm", ""]) rmSync(env.config.databasePath + f, { force: true });
-    copyFileSync(copy, env.config.databasePath);
-    const fresh = openStore(env.config.databasePath);
-    (env.deps as { store: typeof fresh }).store = fresh;
-    (env as { store: typeof fresh }).store = fresh;
+    restoreDatabase(env, copy);
     const r = await verify();
     expect(r.status).toBe(409);
     expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "database-teruggezet" });

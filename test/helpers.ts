@@ -1,6 +1,6 @@
 // Shared test helpers: a fresh database file per test, a recording mailer and alarm
 // sink, a fixed clock, and a tiny request helper.
-import { mkdtempSync, rmSync } from "node:fs";
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Alarm, AlarmSink } from "../src/alarms/alarm.ts";
@@ -92,6 +92,19 @@ export function buildTestEnv<M extends Mailer>(env: Record<string, string>, opti
       cleanup();
     },
   };
+}
+
+/**
+ * Puts an earlier copy of the database back as a restore from a backup does (a new file,
+ * a new inode, no -wal or -shm) and gives the app a Store opened on it.
+ */
+export function restoreDatabase(env: TestEnv<any>, copy: string): void {
+  env.store.close();
+  for (const f of ["-wal", "-shm", ""]) rmSync(env.config.databasePath + f, { force: true });
+  copyFileSync(copy, env.config.databasePath);
+  const fresh = openStore(env.config.databasePath);
+  (env.deps as { store: Store }).store = fresh;
+  (env as { store: Store }).store = fresh;
 }
 
 /** A fresh app with a recording mailer; `env` overrides configuration variables. */

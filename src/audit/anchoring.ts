@@ -51,7 +51,6 @@ export function syncTail(sqlite: Database, path: string, verifiers: Verifier[]):
   return rows.length;
 }
 
-
 export interface Refusal {
   tenantId: number;
   seq: number;

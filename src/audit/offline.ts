@@ -108,7 +108,6 @@ export interface BundleEntry extends Omit<ChainFields, "tenantId"> {
   hash: string;
 }
 
-
 /** One tenant's entries with what proves them, as JSON lines; `proveSeq` adds an inclusion proof. */
 export async function exportBundle(dbPath: string, anchorPath: string, tenantId: number, verifiers: Verifier[], proveSeq?: number): Promise<string[]> {
   let checkpoint: string | null = null;

@@ -140,7 +140,6 @@ export interface AuditRetentionResult {
 /** Tenants whose prefixes are deleted side by side (see deleteOldAuditEntries). */
 export const TENANT_GROUP = 100;
 
-
 /** What a retention record needs besides the deleted entries. */
 export interface RetentionSigning {
   /** AUDIT_ANKER_BESTAND. */

@@ -57,7 +57,6 @@ export interface VerifyOptions {
   verifiers: Verifier[];
 }
 
-
 /**
  * Where a chain's tree starts: genesis, or a signed retention record. Entries up to
  * `seq` may still exist (a retention run signs its records before it deletes, and may

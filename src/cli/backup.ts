@@ -74,13 +74,12 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     throw new BackupError(code, `backup mislukt bij: ${step}${e === undefined ? "" : `: ${why(e)}`}`);
   };
   // Opening a missing path would create an empty database and back that up.
+  let readable = false;
   try {
     accessSync(o.db, constants.R_OK);
-    if (!statSync(o.db).isFile()) fail(66, new Error("geen bestand"));
-  } catch (e) {
-    if (e instanceof BackupError) throw e;
-    fail(66, new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
-  }
+    readable = statSync(o.db).isFile();
+  } catch {}
+  if (!readable) fail(66, new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
 
   step = `aanmaken van de back-upmap ${o.dir}`;
   try {

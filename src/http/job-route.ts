@@ -7,7 +7,8 @@
 // fails (recordEnd).
 import { t, type Elysia, type TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
-import { finishRun, JobInterrupted, startRun, writeKeptEnds, type RunEnd, type RunningJobs } from "../job-runs.ts";
+import { finishRun, startRun, writeKeptEnds, type RunEnd } from "../job-runs.ts";
+import { JobInterrupted, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, type JobName } from "../schedule.ts";
 import { log } from "../logger.ts";
@@ -54,7 +55,7 @@ function jobContext(running: RunningJobs): JobContext {
 async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, end: Date, result: RunEnd): Promise<void> {
   let firstError: unknown;
   try {
-    finishRun(deps.store.sqlite, runId, end, result);
+    finishRun(deps.store.db, runId, end, result);
     return;
   } catch (e) {
     firstError = e;
@@ -66,7 +67,7 @@ async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: 
   };
   let kept = false;
   try {
-    finishRun(deps.store.sqlite, runId, end, minimal);
+    finishRun(deps.store.db, runId, end, minimal);
   } catch {
     running.keepEnd({ job, runId, end, result: minimal });
     kept = true;
@@ -101,12 +102,12 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
   }
   try {
     if (running.keptEndsList().length > 0) {
-      for (const k of writeKeptEnds(deps.store.sqlite, running)) {
+      for (const k of writeKeptEnds(deps.store.db, running)) {
         log("info", "the end of an earlier run was recorded late", { job: k.job, runId: k.runId, uitkomst: k.result.uitkomst });
       }
     }
     const started = deps.clock();
-    const runId = startRun(deps.store.sqlite, def.name, started);
+    const runId = startRun(deps.store.db, def.name, started);
     running.setRun(def.name, runId);
     let result: JobResult<object>;
     try {
@@ -115,14 +116,14 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       if (e instanceof JobInterrupted) {
         // Shutdown stopped waiting: what the job committed stays, the rest is for a rerun.
         try {
-          finishRun(deps.store.sqlite, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: e.message });
+          finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: e.message });
         } catch (recordError) {
           log("error", "could not record an interrupted run", { job: def.name, runId, error: errorText(recordError) });
         }
         return json(503, { error: e.message }, { "retry-after": "60" });
       }
       try {
-        finishRun(deps.store.sqlite, runId, deps.clock(), { uitkomst: "fout", httpStatus: 500, fout: errorText(e) });
+        finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: 500, fout: errorText(e) });
       } catch (recordError) {
         log("error", "could not record the end of a failed run", { job: def.name, runId, error: errorText(recordError) });
       }

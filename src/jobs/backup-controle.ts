@@ -1,7 +1,10 @@
 // backup-controle: the watchdog of the host backup. backup-status only
 // hears from a backup job that still runs; one that silently stopped calling is the
 // failure nobody sees, so this job checks the newest status on its own schedule.
+import { desc } from "drizzle-orm";
 import { t, type Static } from "elysia";
+import { backupStatuses } from "../../db/schema.ts";
+import type { Db } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -44,16 +47,22 @@ export function backupOverdue(ageMs: number, maxUren: number): boolean {
   return ageMs >= maxUren * 3_600_000;
 }
 
+/** The newest status backup-status received, read here and by the daily report. */
+export function newestBackup(db: Db): NewestBackup | null {
+  const b = backupStatuses;
+  return (
+    db
+      .select({ ontvangen: b.ontvangen, exitCode: b.exitCode, gelukt: b.gelukt, bestandsnaam: b.bestandsnaam, grootte: b.grootte, foutmelding: b.foutmelding, bron: b.bron })
+      .from(b)
+      .orderBy(desc(b.ontvangen), desc(b.id))
+      .limit(1)
+      .get() ?? null
+  );
+}
+
 export async function runBackupControle(deps: Deps, now: Date): Promise<JobResult<BackupControleBody>> {
   const maxUren = deps.config.backupMaxUren;
-  const row = deps.store.sqlite
-    .query(
-      `SELECT ontvangen, exit_code AS exitCode, gelukt, bestandsnaam, grootte, foutmelding, bron
-       FROM backup_statuses ORDER BY ontvangen DESC, id DESC LIMIT 1`,
-    )
-    .get() as (Omit<NewestBackup, "gelukt"> & { gelukt: number }) | null;
-
-  const laatsteBackup: NewestBackup | null = row ? { ...row, gelukt: row.gelukt === 1 } : null;
+  const laatsteBackup = newestBackup(deps.store.db);
   const ageMs = laatsteBackup ? now.getTime() - new Date(laatsteBackup.ontvangen).getTime() : null;
   const leeftijdUren = ageMs === null ? null : Math.round(ageMs / 360_000) / 10;
 

@@ -4,7 +4,8 @@
 import { t, type Static } from "elysia";
 import { installedAt } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { dueState } from "../job-runs.ts";
+import { lastRun } from "../job-runs.ts";
+import { dueState } from "../schedule-due.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -53,15 +54,12 @@ export async function runTakenControle(
   now: Date,
   context: JobContext = { running: [], unrecorded: [] },
 ): Promise<JobResult<TakenControleBody>> {
-  const { sqlite } = deps.store;
+  const { db } = deps.store;
   const margeMinuten = deps.config.takenMargeMinuten;
   const graceMs = margeMinuten * 60_000;
   // Without the install time (someone removed it) nothing is exempt: the watchdog
   // should rather alarm once too often than stay silent.
-  const installed = installedAt(sqlite);
-  const latestRun = sqlite.query(
-    "SELECT id, gestart, beeindigd, uitkomst FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1",
-  );
+  const installed = installedAt(db);
   // Runs that completed in this process but whose end could not be written yet: judged
   // by how they really ended, not as a 'bezig' row (src/http/job-route.ts recordEnd).
   const keptEnds = new Map(context.unrecorded.map((u) => [u.runId, u]));
@@ -72,8 +70,8 @@ export async function runTakenControle(
   const runningHere = new Set(context.running.map((r) => r.job));
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
-    const { expected, notYetExpected, due, missed: dueMissed, ranSinceExpected } = dueState(sqlite, entry.job, entry.cron, now, graceMs, installed);
-    const row = latestRun.get(entry.job) as ({ id: number } & NonNullable<TaakRegel["laatsteRun"]>) | null;
+    const { expected, notYetExpected, due, missed: dueMissed, ranSinceExpected } = dueState(db, entry.job, entry.cron, now, graceMs, installed);
+    const row = lastRun(db, entry.job);
     const kept = row ? keptEnds.get(row.id) : undefined;
     const run: TaakRegel["laatsteRun"] = row
       ? { gestart: row.gestart, beeindigd: kept ? kept.beeindigd : row.beeindigd, uitkomst: kept ? kept.uitkomst : row.uitkomst }

@@ -53,13 +53,13 @@ function errorMessage(e: unknown): string {
 }
 
 export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<WeekrapportResult>> {
-  const { sqlite } = deps.store;
+  const { db } = deps.store;
   const week = isoWeek(now);
   const van = new Date(now.getTime() - WEEK_MS);
   const tijdzone = deps.config.rapportTijdzone;
 
-  pruneDeliveries(sqlite, isoWeek(new Date(now.getTime() - (DELIVERY_WEEKS_KEPT - 1) * WEEK_MS)));
-  const recipients = weekRecipients(sqlite, week);
+  pruneDeliveries(db, isoWeek(new Date(now.getTime() - (DELIVERY_WEEKS_KEPT - 1) * WEEK_MS)));
+  const recipients = weekRecipients(db, week);
   const byTenant = new Map<number, WeekRecipient[]>();
   for (const r of recipients) {
     const list = byTenant.get(r.tenantId);
@@ -79,7 +79,7 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
     overgeslagen += admins.length - owed.length;
     if (owed.length === 0) continue;
 
-    const stats = tenantWeekStats(sqlite, tenantId, van, now);
+    const stats = tenantWeekStats(db, tenantId, van, now);
     const props = weeklyReportProps(owed[0]!.tenant, stats, { week, van, tot: now, tijdzone });
     const { html, text } = await renderEmail(WeeklyReport, props);
     const subject = weeklySubject(props);
@@ -89,16 +89,16 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
       while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
       // Marked before it leaves: should the service die before the outcome is
       // recorded, the rerun reports it as uncertain rather than sending it twice.
-      reserveDelivery(sqlite, admin, week);
+      reserveDelivery(db, admin, week);
       const p: Promise<void> = deps.mailer
         .send({ to: admin.email, subject, html, text })
         .then(
           () => {
-            recordDelivery(sqlite, admin, week, deps.clock());
+            recordDelivery(db, admin, week, deps.clock());
             verstuurd++;
           },
           (e) => {
-            releaseDelivery(sqlite, admin, week);
+            releaseDelivery(db, admin, week);
             fouten++;
             if (mislukt.length < MAX_NAMED_FAILURES) mislukt.push({ adres: admin.email, tenantId, fout: errorMessage(e) });
           },

@@ -5,7 +5,7 @@
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
 import { and, count, countDistinct, desc, eq, gte, lt, max, notExists, sql } from "drizzle-orm";
-import { auditVerificationState, backupStatuses, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
+import { auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
 import { latestInstallationCheckpoint } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
@@ -15,7 +15,7 @@ import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { dueState } from "../schedule-due.ts";
 import { DAY_MS } from "../time.ts";
-import { backupOverdue } from "../jobs/backup-controle.ts";
+import { backupOverdue, newestBackup } from "../jobs/backup-controle.ts";
 import { redenUitleg, statusHeadline, worstLevel, type Niveau } from "./shared.ts";
 
 export type DailyReport = DailyReportProps;
@@ -24,7 +24,7 @@ export type DailyReport = DailyReportProps;
 const MAX_GEBROKEN = 50;
 
 export function backupSection(db: Db, now: Date, config: Pick<Config, "rapportTijdzone" | "backupMaxUren">) {
-  const row = db.select().from(backupStatuses).orderBy(desc(backupStatuses.ontvangen), desc(backupStatuses.id)).limit(1).get();
+  const row = newestBackup(db);
   if (!row) {
     // Never reported: FOUT, and '-' for every fact, `bron` included (there is no origin).
     return {
