@@ -62,6 +62,26 @@ export const auditEntries = sqliteTable(
   ],
 );
 
+// The write API's idempotency keys: an audit entry sent with a `sleutel` is stored
+// once per (tenant, sleutel); a retry with the same content gets the same receipt
+// (seq, id, hash), other content under the same sleutel is refused. `inhoud` is the
+// SHA-256 of the entry as sent (src/ingest/audit.ts). audit-retentie deletes a key
+// with its entry.
+export const auditKeys = sqliteTable(
+  "audit_sleutels",
+  {
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    sleutel: text("sleutel").notNull(),
+    inhoud: text("inhoud").notNull(),
+    seq: integer("seq").notNull(),
+    id: integer("id").notNull(),
+    hash: text("hash").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.sleutel] }), index("audit_sleutels_seq_idx").on(t.tenantId, t.seq)],
+);
+
 // Per tenant: the sequence number and hash of the last entry audit-retentie deleted.
 // The oldest remaining entry must link to it (or to the genesis value when none).
 export const auditRetentionAnchors = sqliteTable("audit_retention_anchors", {

@@ -9,12 +9,18 @@ import { authGate } from "./http/auth.ts";
 import { HttpError, json, validationMessage } from "./http/errors.ts";
 import { errorText, mountJob } from "./http/job-route.ts";
 import { docs } from "./http/docs.ts";
+import { mountIngest } from "./http/ingest-routes.ts";
+import { metricsRoute } from "./http/metrics.ts";
+import { Refusal } from "./ingest/write.ts";
+import { countRejected, newIngestCounters, type IngestCounters } from "./ingest/counters.ts";
 import { log } from "./logger.ts";
 
 export interface AppOptions {
   /** The jobs to mount; all eleven by default. Tests may pass their own. */
   jobs?: JobDefinition<any>[];
   running?: RunningJobs;
+  /** The write API's counters (read by /metrics); new ones by default. */
+  counters?: IngestCounters;
 }
 
 /** Largest request body the server reads at all; backup-status allows far less. */
@@ -31,10 +37,15 @@ function sqliteCode(e: unknown): string | undefined {
 
 export function createApp(deps: Deps, options: AppOptions = {}) {
   const running = options.running ?? new RunningJobs();
+  const counters = options.counters ?? newIngestCounters();
   const app = new Elysia({ serve: { maxRequestBodySize: MAX_REQUEST_BODY } })
-    .onRequest(authGate(deps.config.cronSecret))
+    .onRequest(
+      authGate({ cron: deps.config.cronSecret, app: deps.config.appSecret }, (scope, status) => {
+        if (scope === "app") countRejected(counters, status);
+      }),
+    )
     .onError(({ code, error }) => {
-      if (error instanceof HttpError) return json(error.status, { error: error.message });
+      if (error instanceof HttpError || error instanceof Refusal) return json(error.status, { error: error.message });
       if (code === "NOT_FOUND") return json(404, { error: "Onbekend pad." });
       if (code === "PARSE") return json(400, { error: "Ongeldige body: geen geldige JSON." });
       // A body that does not match its schema (src/http/body.ts): the field, by name.
@@ -66,7 +77,9 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       },
       { detail: { summary: "Of de service en de database bereikbaar zijn (zonder token)." } },
     )
-    .use(docs());
+    .use(docs())
+    .use(metricsRoute({ deps, running, counters }));
   for (const job of options.jobs ?? ALL_JOBS) mountJob(app, deps, running, job);
+  mountIngest(app, deps, counters);
   return app;
 }

@@ -3,10 +3,16 @@
 // the start with a message naming the variable; no value silently falls back to its
 // default.
 import { NoteKeyError, parseSignerKey, parseVerifierKey } from "./audit/note.ts";
+import { isEmailAddress } from "./mail/address.ts";
 import { parseSmtpUrl, SmtpUrlError } from "./mail/smtp-url.ts";
 
 export interface Config {
+  /** Opens the job endpoints (/api/cron/…) and nothing else. */
   cronSecret: string;
+  /** APP_SECRET: opens the write API (/api/audit, /api/inlogpogingen, /api/tenants/…) and nothing else; unset, that API is closed. */
+  appSecret: string | null;
+  /** METRICS_SECRET: opens /metrics from other hosts than loopback; unset, /metrics answers loopback only. */
+  metricsSecret: string | null;
   auditRetentieDagen: number;
   beveiligingslogRetentieDagen: number;
   /** DAGRAPPORT_EMAIL, else SUPPORT_EMAIL, else null: daily report and alarm mails. */
@@ -66,9 +72,7 @@ function positiveInt(env: Env, name: string, fallback: number, max = 1_000_000):
 function email(env: Env, name: string): string | undefined {
   const v = read(env, name);
   if (v === undefined) return undefined;
-  // Deliberately simple: one @, no spaces, a dot in the domain. The SMTP server
-  // has the final word; this catches typos such as a missing @ at start-up.
-  if (!/^[^\s@<>]+@[^\s@<>]+\.[^\s@<>]+$/.test(v)) {
+  if (!isEmailAddress(v)) {
     throw new ConfigError(name, `is not an e-mail address: ${JSON.stringify(v)}`);
   }
   return v;
@@ -84,17 +88,25 @@ function timeZone(env: Env, name: string, fallback: string): string {
   return v;
 }
 
+/** A shared secret: unset is undefined; set, it is at least 32 printable ASCII characters. */
+function secret(env: Env, name: string): string | undefined {
+  const v = env[name];
+  if (v === undefined || v === "") return undefined;
+  // Never echo the value, not even in these messages.
+  if (v.length < 32) throw new ConfigError(name, `is shorter than 32 characters; ${SECRET_HINT}`);
+  if (!/^[\x21-\x7e]+$/.test(v)) throw new ConfigError(name, `may contain only printable ASCII without spaces; ${SECRET_HINT}`);
+  return v;
+}
+
 export function parseConfig(env: Env): Config {
-  const cronSecret = env.CRON_SECRET;
-  if (cronSecret === undefined || cronSecret === "") {
-    throw new ConfigError("CRON_SECRET", `is required; ${SECRET_HINT}`);
-  }
-  // Never echo the value, not even in this message.
-  if (cronSecret.length < 32) {
-    throw new ConfigError("CRON_SECRET", `is shorter than 32 characters; ${SECRET_HINT}`);
-  }
-  if (/\s/.test(cronSecret) || !/^[\x21-\x7e]+$/.test(cronSecret)) {
-    throw new ConfigError("CRON_SECRET", `may contain only printable ASCII without spaces; ${SECRET_HINT}`);
+  const cronSecret = secret(env, "CRON_SECRET");
+  if (cronSecret === undefined) throw new ConfigError("CRON_SECRET", `is required; ${SECRET_HINT}`);
+  const appSecret = secret(env, "APP_SECRET") ?? null;
+  const metricsSecret = secret(env, "METRICS_SECRET") ?? null;
+  // One secret per scope: were two the same, a token for one scope would open the other.
+  if (appSecret !== null && appSecret === cronSecret) throw new ConfigError("APP_SECRET", "must differ from CRON_SECRET: each secret opens only its own endpoints");
+  if (metricsSecret !== null && (metricsSecret === cronSecret || metricsSecret === appSecret)) {
+    throw new ConfigError("METRICS_SECRET", "must differ from CRON_SECRET and APP_SECRET: each secret opens only its own endpoints");
   }
 
   const smtpUrl = read(env, "SMTP_URL");
@@ -161,6 +173,8 @@ export function parseConfig(env: Env): Config {
 
   return {
     cronSecret,
+    appSecret,
+    metricsSecret,
     auditRetentieDagen: positiveInt(env, "AUDIT_RETENTIE_DAGEN", 2555, 100_000),
     beveiligingslogRetentieDagen: positiveInt(env, "BEVEILIGINGSLOG_RETENTIE_DAGEN", 90, 100_000),
     dagrapportEmail: dagrapportEmail ?? supportEmail ?? null,
@@ -192,6 +206,8 @@ export function redactedConfig(c: Config): Record<string, unknown> {
   return {
     ...c,
     cronSecret: "***",
+    appSecret: c.appSecret ? "***" : null,
+    metricsSecret: c.metricsSecret ? "***" : null,
     auditAnkerSleutel: "***",
     smtpUrl: smtp,
     sentryDsn: c.sentryDsn ? "(set)" : null,

@@ -35,8 +35,8 @@ export function wireDeps(config: Config): Deps {
   const dataDir = dirname(resolve(config.databasePath));
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
   const clock = () => new Date();
-  // Values no alarm may carry: the secret, the anchor key, the SMTP password.
-  const secrets = [config.cronSecret, config.auditAnkerSleutel ?? "", config.smtpUrl ? decodeURIComponent(new URL(config.smtpUrl).password) : ""];
+  // Values no alarm may carry: the secrets, the anchor key, the SMTP password.
+  const secrets = [config.cronSecret, config.appSecret ?? "", config.metricsSecret ?? "", config.auditAnkerSleutel ?? "", config.smtpUrl ? decodeURIComponent(new URL(config.smtpUrl).password) : ""];
   // Serious alarms (broken chain, backup, database integrity) are also mailed to the
   // daily-report recipient when there is one.
   const channels = config.dagrapportEmail

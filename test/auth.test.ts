@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { t } from "elysia";
-import { bearerChecker, isProtectedPath } from "../src/http/auth.ts";
+import { bearerChecker, scopeOf } from "../src/http/auth.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { call, makeTestEnv, SECRET, type TestEnv } from "./helpers.ts";
 
@@ -135,7 +135,7 @@ describe("the auth gate", () => {
   });
 });
 
-describe("bearerChecker and isProtectedPath", () => {
+describe("bearerChecker and scopeOf", () => {
   const check = bearerChecker(SECRET);
   test("accepts only the exact secret", () => {
     expect(check(`Bearer ${SECRET}`)).toBe(true);
@@ -143,10 +143,15 @@ describe("bearerChecker and isProtectedPath", () => {
     expect(check(null)).toBe(false);
     expect(check(`Bearer ${SECRET.toUpperCase()}`)).toBe(false);
   });
-  test("protects everything under /api/", () => {
-    expect(isProtectedPath("/api/cron/x")).toBe(true);
-    expect(isProtectedPath("//API//cron")).toBe(true);
-    expect(isProtectedPath("/health")).toBe(false);
-    expect(isProtectedPath("/docs")).toBe(false);
+  test("protects everything under /api/: the jobs for the crontab, the rest for the application", () => {
+    expect(scopeOf("/api/cron/x")).toBe("cron");
+    expect(scopeOf("//API//cron")).toBe("cron");
+    expect(scopeOf("/api//CRON//dagrapport")).toBe("cron");
+    expect(scopeOf("/api/cronx")).toBe("app");
+    expect(scopeOf("/api/audit")).toBe("app");
+    expect(scopeOf("//api/tenants/1")).toBe("app");
+    expect(scopeOf("/api/")).toBe("app");
+    expect(scopeOf("/health")).toBe("open");
+    expect(scopeOf("/docs")).toBe("open");
   });
 });

@@ -39,7 +39,7 @@ describe("the secret comparison", () => {
   });
 
   test("the gate with its default comparison: the secret passes however 'Bearer' is written, a near miss is 401", () => {
-    const gate = authGate(SECRET);
+    const gate = authGate({ cron: SECRET, app: null });
     const req = (auth?: string) => new Request("http://x/api/cron/dagrapport", { method: "POST", headers: auth ? { authorization: auth } : {} });
     expect(gate({ request: req(`Bearer ${SECRET}`) })).toBeUndefined();
     expect(gate({ request: req(`bearer   ${SECRET}  `) })).toBeUndefined();

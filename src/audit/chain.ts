@@ -110,12 +110,60 @@ export interface AppendedEntry extends ChainFields {
   hash: string;
 }
 
+/** An entry ready to be chained: every field in its stored form. */
+export interface ChainInput {
+  tenantId: number;
+  /** ISO 8601 UTC with milliseconds. */
+  createdAt: string;
+  actor: string;
+  action: string;
+  subject: string;
+  /** Canonical JSON text (canonicalJson). */
+  details: string;
+}
+
 /**
- * Appends one entry to a tenant's chain. The read of the head and the insert run in
- * one IMMEDIATE transaction: SQLite's single writer lock then serialises appenders
- * from any number of processes, and the primary key (tenant_id, seq) would refuse a
- * fork even if it did not.
+ * Appends entries to their tenants' chains, in order, and returns them as stored. Must
+ * run inside an IMMEDIATE transaction (appendAuditEntry, src/ingest/audit.ts): SQLite's
+ * single writer lock then serialises appenders from any number of processes, and the
+ * primary key (tenant_id, seq) would refuse a fork even if it did not. Each tenant's head
+ * is read once per call: its newest entry; after audit-retentie deleted the whole chain,
+ * the retention anchor; for a new chain, genesis.
  */
+export function appendEntries(sqlite: Database, inputs: readonly ChainInput[]): AppendedEntry[] {
+  const heads = new Map<number, { seq: number; hash: string }>();
+  const headOf = (tenantId: number) => {
+    let head = heads.get(tenantId);
+    if (head === undefined) {
+      head =
+        (sqlite.query("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1").get(tenantId) as { seq: number; hash: string } | null) ??
+        (sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?").get(tenantId) as { seq: number; hash: string } | null) ?? {
+          seq: 0,
+          hash: GENESIS_HASH,
+        };
+    }
+    return head;
+  };
+  let { nextId } = sqlite.query("SELECT coalesce(max(id), 0) + 1 AS nextId FROM audit_entries").get() as { nextId: number };
+  const insert = sqlite.query(
+    `INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  );
+  const out: AppendedEntry[] = [];
+  for (const input of inputs) {
+    if (!ISO_UTC.test(input.createdAt)) throw new Error(`createdAt must be ISO 8601 UTC with milliseconds, got ${input.createdAt}`);
+    const prev = headOf(input.tenantId);
+    const fields: ChainFields = { ...input, seq: prev.seq + 1, prevHash: prev.hash };
+    const hash = entryHash(fields);
+    const id = nextId++;
+    insert.run(fields.tenantId, fields.seq, id, fields.createdAt, fields.actor, fields.action, fields.subject, fields.details, fields.prevHash, hash);
+    heads.set(input.tenantId, { seq: fields.seq, hash });
+    out.push({ ...fields, id, hash });
+  }
+  return out;
+}
+
+/** Appends one entry to a tenant's chain, in its own IMMEDIATE transaction. */
 export function appendAuditEntry(sqlite: Database, input: NewAuditEntry): AppendedEntry {
   const createdAt =
     input.createdAt === undefined
@@ -123,44 +171,15 @@ export function appendAuditEntry(sqlite: Database, input: NewAuditEntry): Append
       : typeof input.createdAt === "string"
         ? input.createdAt
         : input.createdAt.toISOString();
-  if (!ISO_UTC.test(createdAt)) throw new Error(`createdAt must be ISO 8601 UTC with milliseconds, got ${createdAt}`);
-  const details = canonicalJson(input.details ?? {});
-
-  const append = sqlite.transaction((): AppendedEntry => {
-    const head = sqlite
-      .query("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1")
-      .get(input.tenantId) as { seq: number; hash: string } | null;
-    // After audit-retentie deleted a whole chain the head is the retention anchor.
-    const anchor = head
-      ? null
-      : (sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?").get(input.tenantId) as {
-          seq: number;
-          hash: string;
-        } | null);
-    const prev = head ?? anchor;
-    const { nextId } = sqlite.query("SELECT coalesce(max(id), 0) + 1 AS nextId FROM audit_entries").get() as {
-      nextId: number;
-    };
-    const fields: ChainFields = {
-      tenantId: input.tenantId,
-      seq: prev ? prev.seq + 1 : 1,
-      createdAt,
-      actor: input.actor,
-      action: input.action,
-      subject: input.subject,
-      details,
-      prevHash: prev ? prev.hash : GENESIS_HASH,
-    };
-    const hash = entryHash(fields);
-    sqlite
-      .query(
-        `INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(fields.tenantId, fields.seq, nextId, createdAt, fields.actor, fields.action, fields.subject, details, fields.prevHash, hash);
-    return { ...fields, id: nextId, hash };
-  });
-  return append.immediate();
+  const entry: ChainInput = {
+    tenantId: input.tenantId,
+    createdAt,
+    actor: input.actor,
+    action: input.action,
+    subject: input.subject,
+    details: canonicalJson(input.details ?? {}),
+  };
+  return sqlite.transaction(() => appendEntries(sqlite, [entry])[0]!).immediate();
 }
 
 export interface NewLoginAttempt {

@@ -317,6 +317,8 @@ function recordPlans(sqlite: Database, plans: DeletionPlan[], signing: Retention
  */
 async function deletePlanned(sqlite: Database, plans: DeletionPlan[], o: RetentionOptions): Promise<number> {
   const del = sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= ?");
+  // The write API's idempotency keys go with their entries (src/ingest/audit.ts).
+  const delKeys = sqlite.query("DELETE FROM audit_sleutels WHERE tenant_id = ? AND seq <= ?");
   const next = new Map(plans.map((p) => [p.tenantId, p.from]));
   let active = plans.filter((p) => p.from <= p.seq);
   const batch = sqlite.transaction((size: number): { n: number; done: boolean } => {
@@ -325,6 +327,7 @@ async function deletePlanned(sqlite: Database, plans: DeletionPlan[], o: Retenti
     for (const p of active) {
       const upTo = Math.min(p.seq, next.get(p.tenantId)! + per - 1);
       n += del.run(p.tenantId, upTo).changes;
+      delKeys.run(p.tenantId, upTo);
       next.set(p.tenantId, upTo + 1);
     }
     active = active.filter((p) => next.get(p.tenantId)! <= p.seq);

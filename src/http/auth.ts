@@ -32,25 +32,67 @@ export function bearerChecker(
   };
 }
 
-/** True for every path under /api/, however its slashes and letters are written. */
-export function isProtectedPath(pathname: string): boolean {
-  return pathname.replace(/\/{2,}/g, "/").toLowerCase().startsWith("/api/");
+/** Who may call a path: the crontab (CRON_SECRET), the host application (APP_SECRET), or anyone. */
+export type Scope = "cron" | "app" | "open";
+
+/**
+ * The scope of a path, however its slashes and letters are written: the jobs under
+ * /api/cron/, the write API everywhere else under /api/, the rest (health, docs) open.
+ */
+export function scopeOf(pathname: string): Scope {
+  const p = pathname.replace(/\/{2,}/g, "/").toLowerCase();
+  if (p === "/api/cron" || p.startsWith("/api/cron/")) return "cron";
+  if (p.startsWith("/api/")) return "app";
+  return "open";
 }
 
 export function unauthorized(): Response {
   return json(401, { error: "Niet geautoriseerd: ontbrekend of ongeldig token." }, { "www-authenticate": "Bearer" });
 }
 
-export function authGate(secret: string): (ctx: { request: Request }) => Response | undefined {
-  const check = bearerChecker(secret);
+export function forbidden(scope: "cron" | "app"): Response {
+  return json(403, {
+    error:
+      scope === "cron"
+        ? "Verboden: dit token opent de schrijf-API, geen taken; taken vragen CRON_SECRET."
+        : "Verboden: dit token opent de taken, niet de schrijf-API; die vraagt APP_SECRET.",
+  });
+}
+
+export interface GateSecrets {
+  cron: string;
+  /** Unset: the write API is closed (every token 401, CRON_SECRET 403). */
+  app: string | null;
+}
+
+/**
+ * The gate: every path under /api/ needs the Bearer token of its own scope. Both
+ * secrets are compared on every protected request (constant time each), so the answer
+ * time does not tell which secret a token is near. A valid token of the other scope is
+ * 403, anything else 401.
+ */
+export function authGate(
+  secrets: GateSecrets,
+  /** Told of every refusal (for the write API's counters). */
+  onRefused: (scope: "cron" | "app", status: 401 | 403) => void = () => {},
+): (ctx: { request: Request }) => Response | undefined {
+  const isCron = bearerChecker(secrets.cron);
+  // Without APP_SECRET no token can match: a random secret stands in, so the work done is the same.
+  const isApp = bearerChecker(secrets.app ?? crypto.randomUUID() + crypto.randomUUID());
   return ({ request }) => {
     const url = request.url;
     // pathname without allocating a URL for every request
     const start = url.indexOf("/", url.indexOf("//") + 2);
     const end = url.indexOf("?", start);
     const pathname = start < 0 ? "/" : url.slice(start, end < 0 ? undefined : end);
-    if (!isProtectedPath(pathname)) return undefined;
-    if (check(request.headers.get("authorization"))) return undefined;
-    return unauthorized();
+    const scope = scopeOf(pathname);
+    if (scope === "open") return undefined;
+    const authorization = request.headers.get("authorization");
+    const cron = isCron(authorization);
+    const app = isApp(authorization);
+    if (scope === "cron" ? cron : app) return undefined;
+    const status = cron || app ? 403 : 401;
+    onRefused(scope, status);
+    return status === 403 ? forbidden(scope) : unauthorized();
   };
 }

@@ -5,6 +5,7 @@
 // TypeBox schema, the same declaration the OpenAPI document shows. A body that does
 // not match throws Elysia's ValidationError, which the one onError (src/app.ts) turns
 // into 400 naming the field.
+import type { Static, TSchema } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { ValidationError } from "elysia";
 import type { JobInput } from "../jobs/job.ts";
@@ -40,13 +41,16 @@ export async function readCappedBody(request: Request, max: number, tooLarge: st
   return out;
 }
 
-/** The reader of one job's body: compiled once, when the route is mounted. */
-export function bodyReader(job: JobName, input: JobInput): (request: Request) => Promise<unknown> {
-  const check = TypeCompiler.Compile(input.schema);
-  const tooLarge = `Body te groot: ${job} accepteert hoogstens ${input.maxBytes} bytes.`;
-  const expected = expectation(input.schema);
+/**
+ * A reader of JSON bodies of one schema, compiled once: at most `maxBytes` (413 with
+ * `tooLarge` above), UTF-8, JSON, then the schema; a mismatch throws Elysia's
+ * ValidationError, which onError turns into 400 naming the field.
+ */
+export function jsonBodyReader<T extends TSchema>(schema: T, maxBytes: number, tooLarge: string): (request: Request) => Promise<Static<T>> {
+  const check = TypeCompiler.Compile(schema);
+  const expected = expectation(schema);
   return async (request) => {
-    const bytes = await readCappedBody(request, input.maxBytes, tooLarge);
+    const bytes = await readCappedBody(request, maxBytes, tooLarge);
     let text: string;
     try {
       text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
@@ -60,7 +64,12 @@ export function bodyReader(job: JobName, input: JobInput): (request: Request) =>
     } catch {
       throw new HttpError(400, "Ongeldige body: geen geldige JSON.");
     }
-    if (!check.Check(value)) throw new ValidationError("body", input.schema, value, false, check.Errors(value));
+    if (!check.Check(value)) throw new ValidationError("body", schema, value, false, check.Errors(value));
     return value;
   };
+}
+
+/** The reader of one job's body: compiled once, when the route is mounted. */
+export function bodyReader(job: JobName, input: JobInput): (request: Request) => Promise<unknown> {
+  return jsonBodyReader(input.schema, input.maxBytes, `Body te groot: ${job} accepteert hoogstens ${input.maxBytes} bytes.`);
 }

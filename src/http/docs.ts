@@ -51,8 +51,16 @@ export function docs() {
               "Nachtelijke taken van de service: retentie, verificatie van de audit-keten, rapporten, back-upstatus en controles. " +
               "Klik op Authorize en vul het CRON_SECRET in (zonder 'Bearer ') om een taak met de hand te starten.",
           },
-          tags: [{ name: "cron", description: "De taken die de crontab van de host aanroept (planning: src/schedule.ts)." }],
-          components: { securitySchemes: { bearerAuth: { type: "http", scheme: "bearer" } } },
+          tags: [
+            { name: "cron", description: "De taken die de crontab van de host aanroept (planning: src/schedule.ts). Token: CRON_SECRET." },
+            { name: "schrijf-API", description: "Waarmee de applicatie audit-entries, inlogpogingen, tenants en beheerders aanlevert (docs/integration.md). Token: APP_SECRET." },
+          ],
+          components: {
+            securitySchemes: {
+              bearerAuth: { type: "http", scheme: "bearer", description: "CRON_SECRET: opent alleen de taken." },
+              appAuth: { type: "http", scheme: "bearer", description: "APP_SECRET: opent alleen de schrijf-API." },
+            },
+          },
         },
         swagger: {
           cdn: BUNDLE_URL,

@@ -1,5 +1,6 @@
 // What the service answers when it does not answer with a job's result: `{ error }`
 // with a Dutch message, and the 400 for a body that does not match its schema.
+import { ValueErrorType } from "@sinclair/typebox/errors";
 import { t, type ValidationError } from "elysia";
 
 /** The body of every answer that is not a job's own result. */
@@ -32,6 +33,19 @@ interface SchemaNode {
   required?: string[];
   minimum?: number;
   maximum?: number;
+  format?: string;
+  minLength?: number;
+  maxLength?: number;
+  minItems?: number;
+  maxItems?: number;
+}
+
+/** " van 1 tot 200 tekens", " van hoogstens 1000 elementen": a length rule, in Dutch. */
+function lengths(min: number | undefined, max: number | undefined, unit: string): string {
+  if (min !== undefined && min > 0 && max !== undefined) return ` van ${min} tot ${max} ${unit}`;
+  if (max !== undefined) return ` van hoogstens ${max} ${unit}`;
+  if (min !== undefined && min > 0) return ` van ten minste ${min} ${unit}`;
+  return "";
 }
 
 function bounds(s: SchemaNode): string {
@@ -57,11 +71,13 @@ export function expectation(schema: unknown): string {
     case "number":
       return `een getal${bounds(s)}`;
     case "string":
-      return "een tekst (string)";
+      if (s.format === "date-time") return "een tijdstip in ISO 8601 met tijdzone (bv. 2026-11-23T12:00:00Z)";
+      if (s.format === "email") return "een e-mailadres";
+      return `een tekst (string)${lengths(s.minLength, s.maxLength, "tekens")}`;
     case "boolean":
       return "true of false";
     case "array":
-      return "een lijst (array)";
+      return `een lijst (array)${lengths(s.minItems, s.maxItems, "elementen")}`;
     case "null":
       return "null";
     case "object":
@@ -94,6 +110,8 @@ export function validationMessage(error: Pick<ValidationError, "valueError">): s
   if (!first) return "Ongeldige body.";
   const schema = first.schema as SchemaNode;
   const field = fieldName(first.path);
+  // additionalProperties: false. A misspelt field would otherwise be dropped unseen.
+  if (first.type === ValueErrorType.ObjectAdditionalProperties) return `Onbekend veld ${field}.`;
   if (field === "") return `Ongeldige body: verwacht ${expectation(schema)}.`;
   if (first.value === undefined || (first.value === null && !acceptsNull(schema))) {
     return `Veld ${field} ontbreekt (verplicht: ${expectation(schema)}).`;

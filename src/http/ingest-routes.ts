@@ -1,0 +1,184 @@
+// The write API's routes: POST /api/audit, POST /api/inlogpogingen, PUT /api/tenants/{id}
+// and PUT /api/tenants/{id}/beheerders. The gate (src/http/auth.ts) lets only APP_SECRET
+// through, before any of the body is read; here the body is read with its cap and
+// schema, checked, and written in one transaction (src/ingest/write.ts) that never
+// blocks the event loop. The work itself is in src/ingest/.
+import { ValidationError, type Elysia, type TSchema } from "elysia";
+import type { Deps } from "../deps.ts";
+import { AuditBatch, AuditBatchResult, MAX_BATCH_BYTES, prepareAuditBatch, storeAuditBatch } from "../ingest/audit.ts";
+import { countRejected, type IngestCounters, type IngestKind } from "../ingest/counters.ts";
+import { LoginAttemptBatch, LoginAttemptResult, MAX_ATTEMPTS_BYTES, prepareLoginAttempts, storeLoginAttempts } from "../ingest/login-attempts.ts";
+import {
+  AdministratorList,
+  AdministratorsResult,
+  MAX_ADMINISTRATORS_BYTES,
+  MAX_TENANT_BYTES,
+  putAdministrators,
+  putTenant,
+  TenantInput,
+  TenantResult,
+} from "../ingest/tenants.ts";
+import { Refusal, writeTransaction } from "../ingest/write.ts";
+import { jsonBodyReader } from "./body.ts";
+import { ErrorBody, HttpError, json } from "./errors.ts";
+
+function kib(bytes: number): string {
+  return bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`;
+}
+
+function statusOf(e: unknown): number {
+  if (e instanceof HttpError || e instanceof Refusal) return e.status;
+  if (e instanceof ValidationError) return 400;
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" && code.startsWith("SQLITE_BUSY") ? 503 : 500;
+}
+
+/** A path parameter `{id}`: a tenant id, 1 … 2^31−1, written as digits only. */
+function tenantIdOf(raw: string): number {
+  if (!/^[1-9][0-9]{0,9}$/.test(raw) || Number(raw) > 2_147_483_647) {
+    throw new HttpError(400, "Ongeldig pad: {id} moet een tenant-id zijn (geheel getal ≥ 1).");
+  }
+  return Number(raw);
+}
+
+interface Endpoint<B extends TSchema> {
+  kind: IngestKind;
+  method: "post" | "put";
+  path: string;
+  summary: string;
+  description: string;
+  body: B;
+  maxBytes: number;
+  result: TSchema;
+  /** When the answer is 201 for a new resource: its description. */
+  created?: string;
+  /** The documented refusals besides 400/401/403/413/503. */
+  refusals: Record<number, string>;
+}
+
+function detail(e: Endpoint<TSchema>) {
+  const error = (description: string) => ({ description, content: { "application/json": { schema: ErrorBody } } });
+  const responses: Record<string, unknown> = {
+    200: { description: "Opgeslagen.", content: { "application/json": { schema: e.result } } },
+    ...(e.created ? { 201: { description: e.created, content: { "application/json": { schema: e.result } } } } : {}),
+    400: error("Ongeldige body of pad; de melding noemt het veld (bij een lijst met de index). Niets is opgeslagen."),
+    401: error("Ontbrekend of ongeldig token."),
+    403: error("Geldig token voor iets anders (CRON_SECRET): de schrijf-API vraagt APP_SECRET."),
+    413: error(`Body groter dan ${kib(e.maxBytes)}.`),
+    503: error("De database is bezet of niet beschikbaar; niets is opgeslagen. Probeer het na Retry-After opnieuw (met dezelfde sleutels)."),
+  };
+  for (const [status, description] of Object.entries(e.refusals)) responses[status] = error(description);
+  return {
+    tags: ["schrijf-API"],
+    summary: e.summary,
+    description: e.description,
+    security: [{ appAuth: [] }],
+    responses,
+    requestBody: { required: true, content: { "application/json": { schema: e.body } } },
+  } as any;
+}
+
+export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, counters: IngestCounters): void {
+  const { sqlite, db } = deps.store;
+  const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>) => Promise<Response>) => {
+    const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${e.path} accepteert hoogstens ${kib(e.maxBytes)}.`);
+    const handler = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
+      try {
+        const response = await handle(await read(request), params);
+        counters.accepted[e.kind]++;
+        return response;
+      } catch (err) {
+        countRejected(counters, statusOf(err));
+        throw err;
+      }
+    };
+    // Elysia never reads the body (parse: "none"): only the capped reader does, after the gate.
+    app[e.method](e.path, handler as any, { parse: "none", detail: detail(e) });
+  };
+
+  route(
+    {
+      kind: "audit",
+      method: "post",
+      path: "/api/audit",
+      summary: "Audit-entries toevoegen (batch, alles of niets)",
+      description:
+        "Voegt 1 tot 1000 entries toe aan de hash-ketens van hun tenants, in één transactie. nachtwacht berekent seq en hash; het antwoord geeft per entry een ontvangstbewijs. Een entry met `sleutel` wordt per tenant één keer opgeslagen: een herhaalde batch (na een time-out) krijgt dezelfde ontvangstbewijzen.",
+      body: AuditBatch,
+      maxBytes: MAX_BATCH_BYTES,
+      result: AuditBatchResult,
+      refusals: {
+        409: "Een sleutel is al gebruikt voor een andere entry van die tenant; de melding noemt hem. Niets is opgeslagen.",
+        422: "Een onbekende tenant; de melding noemt het veld en het id. Niets is opgeslagen.",
+      },
+    },
+    async (body) => {
+      const prepared = prepareAuditBatch(body, deps.clock());
+      const result = await writeTransaction(sqlite, () => storeAuditBatch(sqlite, prepared));
+      counters.stored.audit += result.opgeslagen;
+      counters.replayed += result.alBekend;
+      return json(200, result);
+    },
+  );
+
+  route(
+    {
+      kind: "inlogpogingen",
+      method: "post",
+      path: "/api/inlogpogingen",
+      summary: "Inlogpogingen toevoegen (batch, alles of niets)",
+      description: "Slaat 1 tot 1000 inlogpogingen op (de BeveiligingsLog) in één transactie.",
+      body: LoginAttemptBatch,
+      maxBytes: MAX_ATTEMPTS_BYTES,
+      result: LoginAttemptResult,
+      refusals: { 422: "Een onbekende tenant; de melding noemt het veld en het id. Niets is opgeslagen." },
+    },
+    async (body) => {
+      const rows = prepareLoginAttempts(body, deps.clock());
+      const result = await writeTransaction(sqlite, () => storeLoginAttempts(sqlite, rows));
+      counters.stored.inlogpogingen += result.opgeslagen;
+      return json(200, result);
+    },
+  );
+
+  route(
+    {
+      kind: "tenants",
+      method: "put",
+      path: "/api/tenants/:id",
+      summary: "Een tenant aanmaken of bijwerken",
+      description: "Maakt de tenant met dit id aan (201) of werkt naam en actief bij (200).",
+      body: TenantInput,
+      maxBytes: MAX_TENANT_BYTES,
+      result: TenantResult,
+      created: "Aangemaakt.",
+      refusals: {},
+    },
+    async (body, params) => {
+      const id = tenantIdOf(params.id!);
+      const now = deps.clock();
+      const result = await writeTransaction(sqlite, () => putTenant(db, id, body, now));
+      return json(result.nieuw ? 201 : 200, result);
+    },
+  );
+
+  route(
+    {
+      kind: "beheerders",
+      method: "put",
+      path: "/api/tenants/:id/beheerders",
+      summary: "De beheerders van een tenant vervangen",
+      description:
+        "Maakt de beheerders van de tenant gelijk aan de lijst, op e-mailadres: bekende worden bijgewerkt, nieuwe toegevoegd, ontbrekende op niet-actief gezet. Actieve beheerders krijgen het weekrapport.",
+      body: AdministratorList,
+      maxBytes: MAX_ADMINISTRATORS_BYTES,
+      result: AdministratorsResult,
+      refusals: { 404: "Onbekende tenant; maak hem eerst aan met PUT /api/tenants/{id}." },
+    },
+    async (body, params) => {
+      const id = tenantIdOf(params.id!);
+      return json(200, await writeTransaction(sqlite, () => putAdministrators(db, id, body)));
+    },
+  );
+}
+

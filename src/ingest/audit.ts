@@ -1,0 +1,174 @@
+// POST /api/audit: a batch of audit entries from the host application, appended to the
+// tenants' chains in one transaction. The application never computes seq or hash;
+// nachtwacht does, as for every other writer (src/audit/chain.ts appendEntries). An
+// entry with a `sleutel` is stored once per tenant: a retried batch gets the same
+// receipts, other content under a used sleutel is refused (409), and nothing of a
+// refused batch is stored.
+import type { Database } from "bun:sqlite";
+import { t, type Static } from "elysia";
+import { appendEntries, canonicalJson, sha256Hex, type ChainInput } from "../audit/chain.ts";
+import { dateTime, integer } from "../jobs/schema.ts";
+import { Refusal } from "./write.ts";
+
+export const MAX_BATCH_ENTRIES = 1000;
+/** The request body's limit: 1 MiB. */
+export const MAX_BATCH_BYTES = 1024 * 1024;
+/** One entry's details as canonical JSON, at most: 64 KiB. */
+export const MAX_DETAILS_BYTES = 64 * 1024;
+/** How deeply details may nest (objects and arrays). */
+export const MAX_DETAILS_DEPTH = 32;
+/** How far in the future a `tijdstip` may lie: clocks differ a little, not more. */
+export const MAX_FUTURE_MS = 60_000;
+
+/**
+ * A moment as the write API takes it: ISO 8601 with date, time to the second and a zone
+ * (Z or ±hh:mm). Without a zone the same text would mean another moment on another host.
+ */
+export const Moment = (description: string) =>
+  dateTime({ pattern: "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}:\\d{2})$", description });
+
+export const TenantId = integer({ minimum: 1, maximum: 2_147_483_647, description: "De tenant (tenants.id)." });
+
+export const AuditEntryInput = t.Object(
+  {
+    tenantId: TenantId,
+    actor: t.String({ minLength: 1, maxLength: 200, description: "Wie het deed (gebruiker, systeem)." }),
+    action: t.String({ minLength: 1, maxLength: 200, description: "Wat er gebeurde, bv. `factuur.verwijderd`." }),
+    subject: t.String({ maxLength: 1000, description: "Waarop het betrekking had; mag leeg zijn." }),
+    details: t.Optional(
+      t.Object({}, { additionalProperties: true, description: `Vrije gegevens (JSON-object, ≤ ${MAX_DETAILS_BYTES / 1024} KiB, ≤ ${MAX_DETAILS_DEPTH} niveaus diep); standaard {}.` }),
+    ),
+    tijdstip: t.Optional(Moment("Wanneer het gebeurde (ISO 8601 met tijdzone); standaard nu, hoogstens een minuut in de toekomst.")),
+    sleutel: t.Optional(
+      t.String({
+        minLength: 1,
+        maxLength: 200,
+        description: "Idempotentiesleutel, uniek per tenant: een herhaalde batch krijgt dezelfde ontvangstbewijzen en slaat niets dubbel op.",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const AuditBatch = t.Object(
+  { entries: t.Array(AuditEntryInput, { minItems: 1, maxItems: MAX_BATCH_ENTRIES, description: `1 tot ${MAX_BATCH_ENTRIES} entries, in volgorde.` }) },
+  { additionalProperties: false },
+);
+export type AuditBatch = Static<typeof AuditBatch>;
+
+export const Receipt = t.Object({
+  tenantId: integer(),
+  seq: integer({ description: "Plaats in de keten van de tenant." }),
+  id: integer({ description: "audit_entries.id" }),
+  hash: t.String({ description: "SHA-256 van de entry (hex); wat checkpoints en `nachtwacht export --bewijs` bewijzen." }),
+});
+export type Receipt = Static<typeof Receipt>;
+
+export const AuditBatchResult = t.Object({
+  opgeslagen: integer({ description: "Entries die nu zijn opgeslagen." }),
+  alBekend: integer({ description: "Entries met een sleutel die al was opgeslagen (een herhaalde batch): niet opnieuw opgeslagen." }),
+  ontvangstbewijzen: t.Array(Receipt, { description: "Per entry, in de volgorde van de batch." }),
+});
+export type AuditBatchResult = Static<typeof AuditBatchResult>;
+
+/** A `tijdstip` as stored (UTC, milliseconds); now when absent; Refusal 400 when more than a minute ahead. */
+export function storedMoment(tijdstip: string | undefined, now: Date, field: string): string {
+  if (tijdstip === undefined) return now.toISOString();
+  const at = new Date(tijdstip);
+  if (at.getTime() > now.getTime() + MAX_FUTURE_MS) throw new Refusal(400, `Veld ${field} ligt meer dan een minuut in de toekomst.`);
+  return at.toISOString();
+}
+
+function depthOf(value: unknown): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, d] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    if (d > deepest) deepest = d;
+    if (d > MAX_DETAILS_DEPTH) break;
+    for (const child of Object.values(v as object)) stack.push([child, d + 1]);
+  }
+  return deepest;
+}
+
+/** An entry as it will be chained, with its idempotency key and the hash of its content as sent. */
+interface Prepared {
+  entry: ChainInput;
+  sleutel: string | undefined;
+  content: string;
+}
+
+/**
+ * The checks that need no database, done before the transaction: when (≤ a minute
+ * ahead), the details' depth and size, and the canonical forms. Refusal 400 names the
+ * entry by index and field.
+ */
+export function prepareAuditBatch(batch: AuditBatch, now: Date): Prepared[] {
+  return batch.entries.map((e, i) => {
+    const createdAt = storedMoment(e.tijdstip, now, `entries[${i}].tijdstip`);
+    const details = e.details ?? {};
+    if (depthOf(details) > MAX_DETAILS_DEPTH) throw new Refusal(400, `Veld entries[${i}].details is dieper genest dan ${MAX_DETAILS_DEPTH} niveaus.`);
+    const text = canonicalJson(details);
+    if (Buffer.byteLength(text, "utf8") > MAX_DETAILS_BYTES) {
+      throw new Refusal(400, `Veld entries[${i}].details is groter dan ${MAX_DETAILS_BYTES / 1024} KiB.`);
+    }
+    // The content as sent: a retry without tijdstip is the same content, stored at its first time.
+    const content = sha256Hex(JSON.stringify([e.actor, e.action, e.subject, text, e.tijdstip === undefined ? null : createdAt]));
+    return { entry: { tenantId: e.tenantId, createdAt, actor: e.actor, action: e.action, subject: e.subject, details: text }, sleutel: e.sleutel, content };
+  });
+}
+
+/** Refuses the batch (422) when it names a tenant that does not exist. */
+export function requireTenants(sqlite: Database, tenantIds: Iterable<number>, field: (tenantId: number) => string): void {
+  const exists = sqlite.query("SELECT 1 FROM tenants WHERE id = ?");
+  for (const id of new Set(tenantIds)) {
+    if (exists.get(id) === null) {
+      throw new Refusal(422, `Onbekende tenant in ${field(id)}: ${id} bestaat niet (PUT /api/tenants/${id} maakt hem aan).`);
+    }
+  }
+}
+
+/**
+ * Stores a prepared batch; runs inside the write transaction (src/ingest/write.ts), so a
+ * Refusal stores nothing. Entries whose sleutel is already stored with the same content
+ * are answered from that row; with other content the batch is refused (409). The same
+ * sleutel twice in one batch counts as a retry of the first.
+ */
+export function storeAuditBatch(sqlite: Database, prepared: readonly Prepared[]): AuditBatchResult {
+  requireTenants(sqlite, prepared.map((p) => p.entry.tenantId), (id) => `entries[${prepared.findIndex((p) => p.entry.tenantId === id)}].tenantId`);
+  const stored = sqlite.query("SELECT inhoud, seq, id, hash FROM audit_sleutels WHERE tenant_id = ? AND sleutel = ?");
+  const receipts: (Receipt | undefined)[] = new Array(prepared.length);
+  /** Index in `prepared` of the first entry with a (tenant, sleutel) in this batch. */
+  const firstInBatch = new Map<string, number>();
+  const fresh: number[] = [];
+  const repeats: [index: number, first: number][] = [];
+  for (const [i, p] of prepared.entries()) {
+    if (p.sleutel === undefined) {
+      fresh.push(i);
+      continue;
+    }
+    const row = stored.get(p.entry.tenantId, p.sleutel) as { inhoud: string; seq: number; id: number; hash: string } | null;
+    const first = firstInBatch.get(`${p.entry.tenantId}\u0000${p.sleutel}`);
+    const earlier = row?.inhoud ?? (first === undefined ? undefined : prepared[first]!.content);
+    if (earlier !== undefined && earlier !== p.content) {
+      throw new Refusal(409, `Sleutel ${JSON.stringify(p.sleutel)} (entries[${i}]) is voor tenant ${p.entry.tenantId} al gebruikt voor een andere entry; niets van deze batch is opgeslagen.`);
+    }
+    if (row) receipts[i] = { tenantId: p.entry.tenantId, seq: row.seq, id: row.id, hash: row.hash };
+    else if (first !== undefined) repeats.push([i, first]);
+    else {
+      firstInBatch.set(`${p.entry.tenantId}\u0000${p.sleutel}`, i);
+      fresh.push(i);
+    }
+  }
+  const appended = appendEntries(sqlite, fresh.map((i) => prepared[i]!.entry));
+  const remember = sqlite.query("INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) VALUES (?, ?, ?, ?, ?, ?)");
+  for (const [k, i] of fresh.entries()) {
+    const a = appended[k]!;
+    receipts[i] = { tenantId: a.tenantId, seq: a.seq, id: a.id, hash: a.hash };
+    const p = prepared[i]!;
+    if (p.sleutel !== undefined) remember.run(a.tenantId, p.sleutel, p.content, a.seq, a.id, a.hash);
+  }
+  for (const [i, first] of repeats) receipts[i] = receipts[first];
+  return { opgeslagen: fresh.length, alBekend: prepared.length - fresh.length, ontvangstbewijzen: receipts as Receipt[] };
+}

@@ -1,0 +1,100 @@
+// PUT /api/tenants/{id} and PUT /api/tenants/{id}/beheerders: the host application keeps
+// nachtwacht's list of tenants and their administrators (the weekly report's recipients)
+// current, without access to the database. Drizzle's builder: a few rows per call.
+import { eq } from "drizzle-orm";
+import { t, type Static } from "elysia";
+import { administrators, tenants } from "../../db/schema.ts";
+import type { Db } from "../db.ts";
+import { integer } from "../jobs/schema.ts";
+import { EMAIL_PATTERN } from "../mail/address.ts";
+import { Refusal } from "./write.ts";
+
+export const MAX_ADMINISTRATORS = 1000;
+export const MAX_TENANT_BYTES = 64 * 1024;
+export const MAX_ADMINISTRATORS_BYTES = 512 * 1024;
+
+export const TenantInput = t.Object(
+  {
+    naam: t.String({ minLength: 1, maxLength: 200, description: "Naam van de tenant, zoals rapporten die tonen." }),
+    actief: t.Boolean({ description: "false: geen weekrapport meer; de audit-log blijft bewaard en gecontroleerd." }),
+  },
+  { additionalProperties: false },
+);
+export type TenantInput = Static<typeof TenantInput>;
+
+export const TenantResult = t.Object({
+  tenantId: integer(),
+  naam: t.String(),
+  actief: t.Boolean(),
+  aangemaakt: t.String({ description: "Wanneer nachtwacht de tenant voor het eerst zag." }),
+  nieuw: t.Boolean({ description: "true: met deze aanroep aangemaakt (HTTP 201)." }),
+});
+export type TenantResult = Static<typeof TenantResult>;
+
+export const AdministratorInput = t.Object(
+  {
+    naam: t.String({ minLength: 1, maxLength: 200 }),
+    email: t.String({ minLength: 3, maxLength: 320, pattern: EMAIL_PATTERN.source, description: "Uniek binnen de lijst (hoofdletters tellen niet)." }),
+    actief: t.Boolean({ description: "false: krijgt geen weekrapport." }),
+  },
+  { additionalProperties: false },
+);
+
+export const AdministratorList = t.Object(
+  {
+    beheerders: t.Array(AdministratorInput, {
+      maxItems: MAX_ADMINISTRATORS,
+      description: "De volledige lijst: wie er niet (meer) in staat, wordt op niet-actief gezet (niet verwijderd: de verzendadministratie van de weekrapporten verwijst ernaar).",
+    }),
+  },
+  { additionalProperties: false },
+);
+export type AdministratorList = Static<typeof AdministratorList>;
+
+export const Administrator = t.Object({ id: integer(), naam: t.String(), email: t.String(), actief: t.Boolean() });
+export const AdministratorsResult = t.Object({
+  tenantId: integer(),
+  beheerders: t.Array(Administrator, { description: "Alle beheerders van de tenant na de wijziging, ook de niet-actieve." }),
+});
+export type AdministratorsResult = Static<typeof AdministratorsResult>;
+
+/** Creates or updates a tenant; runs inside the write transaction. */
+export function putTenant(db: Db, tenantId: number, input: TenantInput, now: Date): TenantResult {
+  const existing = db.select({ aangemaakt: tenants.aangemaakt }).from(tenants).where(eq(tenants.id, tenantId)).get();
+  if (existing) {
+    db.update(tenants).set({ naam: input.naam, actief: input.actief }).where(eq(tenants.id, tenantId)).run();
+    return { tenantId, ...input, aangemaakt: existing.aangemaakt, nieuw: false };
+  }
+  const aangemaakt = now.toISOString();
+  db.insert(tenants).values({ id: tenantId, naam: input.naam, actief: input.actief, aangemaakt }).run();
+  return { tenantId, ...input, aangemaakt, nieuw: true };
+}
+
+/**
+ * Makes the tenant's administrators the given list, matched by e-mail address
+ * (case-insensitive): known ones are updated, new ones added, the rest set inactive.
+ * Runs inside the write transaction; an unknown tenant is 404, a duplicate address 400.
+ */
+export function putAdministrators(db: Db, tenantId: number, input: AdministratorList): AdministratorsResult {
+  if (db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, tenantId)).get() === undefined) {
+    throw new Refusal(404, `Onbekende tenant ${tenantId}: maak hem eerst aan met PUT /api/tenants/${tenantId}.`);
+  }
+  const listed = new Map<string, number>();
+  for (const [i, b] of input.beheerders.entries()) {
+    const key = b.email.toLowerCase();
+    const first = listed.get(key);
+    if (first !== undefined) throw new Refusal(400, `Veld beheerders[${i}].email komt al voor in beheerders[${first}].`);
+    listed.set(key, i);
+  }
+  const ofTenant = () => db.select().from(administrators).where(eq(administrators.tenantId, tenantId)).orderBy(administrators.id).all();
+  const known = new Map(ofTenant().map((a) => [a.email.toLowerCase(), a.id]));
+  for (const b of input.beheerders) {
+    const id = known.get(b.email.toLowerCase());
+    if (id !== undefined) db.update(administrators).set(b).where(eq(administrators.id, id)).run();
+    else db.insert(administrators).values({ tenantId, ...b }).run();
+  }
+  for (const [email, id] of known) {
+    if (!listed.has(email)) db.update(administrators).set({ actief: false }).where(eq(administrators.id, id)).run();
+  }
+  return { tenantId, beheerders: ofTenant().map(({ id, naam, email, actief }) => ({ id, naam, email, actief })) };
+}

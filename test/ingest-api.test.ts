@@ -1,0 +1,346 @@
+// The write API (src/http/ingest-routes.ts, src/ingest/): who may call what, exactly
+// once, all or nothing, every refusal naming what is wrong, and chains written through
+// it verify after retention and anchoring.
+import { afterEach, describe, expect, test } from "bun:test";
+import { authGate } from "../src/http/auth.ts";
+import { rowHash, type EntryRow } from "../src/audit/chain.ts";
+import { JOB_NAMES, jobPath } from "../src/schedule.ts";
+import { addTenant, call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
+import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
+
+const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
+const DAY = 24 * 3600 * 1000;
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+
+function appEnv(extra: Record<string, string> = {}): TestEnv {
+  env = makeTestEnv({ APP_SECRET, ...extra });
+  return env;
+}
+
+const send = (path: string, body: unknown, o: { token?: string | null; method?: string } = {}) =>
+  call(env.app, path, { token: o.token === undefined ? APP_SECRET : o.token, method: o.method ?? "POST", body: typeof body === "string" ? body : JSON.stringify(body) });
+
+const entry = auditEntry;
+
+const count = (table: string) => (env.store.sqlite.query(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+const stored = (tenantId: number) =>
+  env.store.sqlite.query("SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").all(tenantId) as EntryRow[];
+
+/** One valid request per write-API endpoint, for a database with tenant 1. */
+const INGEST = [
+  { path: "/api/audit", method: "POST", body: { entries: [entry(1, 0)] } },
+  { path: "/api/inlogpogingen", method: "POST", body: { pogingen: [{ account: "a@example.nl", ip: "192.0.2.1", gelukt: false }] } },
+  { path: "/api/tenants/1", method: "PUT", body: { naam: "Eén", actief: true } },
+  { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] } },
+] as const;
+
+describe("scope: each secret opens only its own endpoints", () => {
+  test("write API: APP_SECRET 200, CRON_SECRET 403, wrong or no token 401; nothing stored when refused", async () => {
+    appEnv();
+    addTenant(env.store, "Eén");
+    for (const e of INGEST) {
+      for (const [token, status] of [
+        [null, 401],
+        [WRONG, 401],
+        [SECRET, 403],
+      ] as const) {
+        const r = await send(e.path, e.body, { token, method: e.method });
+        expect({ path: e.path, token, status: r.status }).toEqual({ path: e.path, token, status });
+        expect(r.json.error).toBeString();
+      }
+    }
+    expect(count("audit_entries") + count("login_attempts") + count("administrators")).toBe(0);
+    for (const e of INGEST) expect((await send(e.path, e.body, { method: e.method })).status).toBe(200);
+    expect([count("audit_entries"), count("login_attempts"), count("administrators")]).toEqual([1, 1, 1]);
+    expect(env.deps.store.sqlite.query("SELECT naam FROM tenants WHERE id = 1").get()).toEqual({ naam: "Eén" });
+  });
+
+  test("jobs: APP_SECRET is 403 on every job and runs none; CRON_SECRET passes the gate", async () => {
+    appEnv();
+    for (const job of JOB_NAMES) {
+      const r = await call(env.app, jobPath(job), { token: APP_SECRET });
+      expect({ job, status: r.status }).toEqual({ job, status: 403 });
+      expect(r.json.error).toContain("CRON_SECRET");
+      expect((await call(env.app, jobPath(job), { token: WRONG })).status).toBe(401);
+    }
+    expect(count("job_runs")).toBe(0);
+    const gate = authGate({ cron: SECRET, app: APP_SECRET });
+    const req = (path: string, token: string) => new Request(`http://x${path}`, { method: "POST", headers: { authorization: `Bearer ${token}` } });
+    for (const job of JOB_NAMES) expect(gate({ request: req(jobPath(job), SECRET) })).toBeUndefined();
+    for (const e of INGEST) expect(gate({ request: req(e.path, APP_SECRET) })).toBeUndefined();
+    // One job really run with the cron secret, for the other side of the same gate.
+    expect((await call(env.app, jobPath("backup-controle"))).status).not.toBe(403);
+  });
+
+  test("without APP_SECRET the write API is closed: every token refused, nothing stored", async () => {
+    env = makeTestEnv();
+    addTenant(env.store);
+    for (const e of INGEST) {
+      expect((await send(e.path, e.body, { token: SECRET, method: e.method })).status).toBe(403);
+      expect((await send(e.path, e.body, { token: APP_SECRET, method: e.method })).status).toBe(401);
+    }
+    expect(count("audit_entries")).toBe(0);
+  });
+
+  test("auth is decided before the body is read: a wrong token with a malformed or oversized body is 401", async () => {
+    appEnv();
+    expect((await send("/api/audit", "{not json", { token: WRONG })).status).toBe(401);
+    expect((await send("/api/audit", "x".repeat(2 * 1024 * 1024), { token: SECRET })).status).toBe(403);
+  });
+});
+
+describe("POST /api/audit", () => {
+  test("receipts: nachtwacht computes seq and hash, per tenant, in batch order; the stored rows hash to them", async () => {
+    appEnv();
+    const a = addTenant(env.store, "A");
+    const b = addTenant(env.store, "B");
+    const r1 = await send("/api/audit", { entries: [entry(a, 0), entry(b, 1), entry(a, 2)] });
+    expect(r1.status).toBe(200);
+    expect(r1.json.opgeslagen).toBe(3);
+    expect(r1.json.alBekend).toBe(0);
+    expect(r1.json.ontvangstbewijzen.map((x: any) => [x.tenantId, x.seq])).toEqual([
+      [a, 1],
+      [b, 1],
+      [a, 2],
+    ]);
+    const r2 = await send("/api/audit", { entries: [entry(a, 3)] });
+    expect(r2.json.ontvangstbewijzen[0].seq).toBe(3);
+    const rows = stored(a);
+    expect(rows.map((r) => r.seq)).toEqual([1, 2, 3]);
+    for (const r of rows) expect(rowHash(a, r)).toBe(r.hash);
+    expect(rows[1]!.prev_hash).toBe(rows[0]!.hash);
+    expect([r1.json.ontvangstbewijzen[0], r1.json.ontvangstbewijzen[2], r2.json.ontvangstbewijzen[0]]).toEqual(
+      rows.map((r) => ({ tenantId: a, seq: r.seq, id: r.id, hash: r.hash })),
+    );
+    // details stored as canonical JSON (keys sorted), tijdstip defaults to the clock.
+    expect(rows[0]!.details).toBe('{"i":0,"nested":{"a":1,"b":2}}');
+    expect(rows[0]!.created_at).toBe(NOW.toISOString());
+  });
+
+  test("tijdstip: any offset is stored as UTC with milliseconds; more than a minute ahead is refused", async () => {
+    appEnv();
+    const a = addTenant(env.store);
+    expect((await send("/api/audit", { entries: [entry(a, 0, { tijdstip: "2026-07-23T14:00:00+02:00" })] })).status).toBe(200);
+    expect(stored(a)[0]!.created_at).toBe("2026-07-23T12:00:00.000Z");
+    const ahead = new Date(NOW.getTime() + 61_000).toISOString();
+    const r = await send("/api/audit", { entries: [entry(a, 1), entry(a, 2, { tijdstip: ahead })] });
+    expect(r.status).toBe(400);
+    expect(r.json.error).toContain("entries[1].tijdstip");
+    expect(count("audit_entries")).toBe(1);
+    const justAhead = new Date(NOW.getTime() + 60_000).toISOString();
+    expect((await send("/api/audit", { entries: [entry(a, 3, { tijdstip: justAhead })] })).status).toBe(200);
+  });
+
+  test("a retried batch with sleutels returns the same receipts and stores nothing twice", async () => {
+    appEnv();
+    const a = addTenant(env.store);
+    const batch = { entries: [entry(a, 0, { sleutel: "k0" }), entry(a, 1, { sleutel: "k1" }), entry(a, 2)] };
+    const first = await send("/api/audit", batch);
+    expect(first.status).toBe(200);
+    env.setNow(new Date(NOW.getTime() + 5000));
+    const retry = await send("/api/audit", { entries: batch.entries.slice(0, 2) });
+    expect(retry.status).toBe(200);
+    expect(retry.json).toEqual({ opgeslagen: 0, alBekend: 2, ontvangstbewijzen: first.json.ontvangstbewijzen.slice(0, 2) });
+    expect(count("audit_entries")).toBe(3);
+    // Half old, half new: the old ones answered, the new one appended after them.
+    const mixed = await send("/api/audit", { entries: [entry(a, 1, { sleutel: "k1" }), entry(a, 4, { sleutel: "k4" })] });
+    expect(mixed.json.opgeslagen).toBe(1);
+    expect(mixed.json.ontvangstbewijzen[0]).toEqual(first.json.ontvangstbewijzen[1]);
+    expect(mixed.json.ontvangstbewijzen[1].seq).toBe(4);
+    // The same sleutel twice in one batch: one entry, two equal receipts.
+    const twice = await send("/api/audit", { entries: [entry(a, 5, { sleutel: "k5" }), entry(a, 5, { sleutel: "k5" })] });
+    expect(twice.json.opgeslagen).toBe(1);
+    expect(twice.json.ontvangstbewijzen[0]).toEqual(twice.json.ontvangstbewijzen[1]);
+    // A sleutel is per tenant: another tenant may use it.
+    const b = addTenant(env.store, "B");
+    expect((await send("/api/audit", { entries: [entry(b, 0, { sleutel: "k0" })] })).json.opgeslagen).toBe(1);
+    expect(count("audit_entries")).toBe(6);
+  });
+
+  test("the same sleutel with other content is 409 naming it, and nothing of that batch is stored", async () => {
+    appEnv();
+    const a = addTenant(env.store);
+    await send("/api/audit", { entries: [entry(a, 0, { sleutel: "factuur-17" })] });
+    for (const changed of [{ subject: "dossier/9" }, { details: { i: 1 } }, { tijdstip: "2026-07-23T11:00:00.000Z" }, { actor: "iemand" }]) {
+      const r = await send("/api/audit", { entries: [entry(a, 5), entry(a, 0, { sleutel: "factuur-17", ...changed })] });
+      expect(r.status).toBe(409);
+      expect(r.json.error).toContain('"factuur-17"');
+      expect(r.json.error).toContain("entries[1]");
+    }
+    // Within one batch too.
+    const r = await send("/api/audit", { entries: [entry(a, 7, { sleutel: "x" }), entry(a, 8, { sleutel: "x" })] });
+    expect(r.status).toBe(409);
+    expect(count("audit_entries")).toBe(1);
+    expect(count("audit_sleutels")).toBe(1);
+  });
+
+  test("an unknown tenant is 422 naming the field and the id; nothing stored", async () => {
+    appEnv();
+    const a = addTenant(env.store);
+    const r = await send("/api/audit", { entries: [entry(a, 0), entry(a, 1), entry(4242, 2)] });
+    expect(r.status).toBe(422);
+    expect(r.json.error).toContain("entries[2].tenantId");
+    expect(r.json.error).toContain("4242");
+    expect(count("audit_entries")).toBe(0);
+  });
+
+  test("each invalid field is 400 naming the entry's index and the field; nothing stored", async () => {
+    appEnv();
+    const a = addTenant(env.store);
+    const cases: [Record<string, unknown>, string][] = [
+      [{ tenantId: "1" }, "entries[1].tenantId"],
+      [{ tenantId: 0 }, "entries[1].tenantId"],
+      [{ tenantId: 1.5 }, "entries[1].tenantId"],
+      [{ actor: "" }, "entries[1].actor"],
+      [{ actor: "x".repeat(201) }, "entries[1].actor"],
+      [{ action: 7 }, "entries[1].action"],
+      [{ subject: null }, "entries[1].subject"],
+      [{ subject: "x".repeat(1001) }, "entries[1].subject"],
+      [{ details: [1, 2] }, "entries[1].details"],
+      [{ details: "tekst" }, "entries[1].details"],
+      [{ details: { big: "x".repeat(70 * 1024) } }, "entries[1].details"],
+      [{ details: JSON.parse("[".repeat(0) + '{"a":'.repeat(40) + "1" + "}".repeat(40)) }, "entries[1].details"],
+      [{ tijdstip: "gisteren" }, "entries[1].tijdstip"],
+      [{ tijdstip: "2026-07-23 12:00" }, "entries[1].tijdstip"],
+      [{ sleutel: "" }, "entries[1].sleutel"],
+      [{ sleutel: "x".repeat(201) }, "entries[1].sleutel"],
+      [{ detials: {} }, "entries[1].detials"],
+    ];
+    for (const [change, field] of cases) {
+      const r = await send("/api/audit", { entries: [entry(a, 0), { ...entry(a, 1), ...change }] });
+      expect({ change: Object.keys(change)[0], status: r.status }).toEqual({ change: Object.keys(change)[0], status: 400 });
+      expect(r.json.error).toContain(field);
+    }
+    const missing = await send("/api/audit", { entries: [entry(a, 0), { tenantId: a, actor: "x", subject: "" }] });
+    expect(missing.json.error).toBe("Veld entries[1].action ontbreekt (verplicht: een tekst (string) van 1 tot 200 tekens).");
+    for (const body of [{}, { entries: [] }, { entries: {} }, [entry(a, 0)], "null"]) {
+      const r = await send("/api/audit", body);
+      expect(r.status).toBe(400);
+    }
+    expect(count("audit_entries")).toBe(0);
+  });
+
+  test("limits: 1,000 entries pass, 1,001 are 400; a body above 1 MiB is 413, also when chunked", async () => {
+    appEnv();
+    const a = addTenant(env.store);
+    const many = (n: number) => ({ entries: Array.from({ length: n }, (_, i) => entry(a, i)) });
+    const r = await send("/api/audit", many(1001));
+    expect(r.status).toBe(400);
+    expect(r.json.error).toContain("entries");
+    expect(count("audit_entries")).toBe(0);
+    const ok = await send("/api/audit", many(1000));
+    expect(ok.status).toBe(200);
+    expect(ok.json.ontvangstbewijzen.at(-1).seq).toBe(1000);
+    const big = JSON.stringify({ entries: [entry(a, 0, { details: { x: "y".repeat(1024 * 1024) } })] });
+    expect((await send("/api/audit", big)).status).toBe(413);
+    const chunked = new ReadableStream({
+      start(c) {
+        for (let i = 0; i < 20; i++) c.enqueue(new TextEncoder().encode("x".repeat(64 * 1024)));
+        c.close();
+      },
+    });
+    const res = await env.app.handle(new Request("http://localhost/api/audit", { method: "POST", headers: { authorization: `Bearer ${APP_SECRET}` }, body: chunked }));
+    expect(res.status).toBe(413);
+    expect(count("audit_entries")).toBe(1000);
+  });
+
+  test("chains written through the API verify after audit-retentie and audit-anker", async () => {
+    appEnv({ AUDIT_RETENTIE_DAGEN: "30" });
+    const a = addTenant(env.store, "A");
+    const b = addTenant(env.store, "B");
+    // 60 entries a day apart, the oldest 30 past retention; B interleaved.
+    const entries = Array.from({ length: 60 }, (_, i) => entry(i % 3 === 0 ? b : a, i, { tijdstip: new Date(NOW.getTime() - (60 - i) * DAY).toISOString(), sleutel: `s${i}` }));
+    expect((await send("/api/audit", { entries })).status).toBe(200);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const retentie = await call(env.app, "/api/cron/audit-retentie");
+    expect(retentie.status).toBe(200);
+    expect(retentie.json.verwijderd).toBeGreaterThan(25);
+    // The keys went with their entries; new ones append after the retention point.
+    expect(count("audit_sleutels")).toBe(count("audit_entries"));
+    expect((await send("/api/audit", { entries: [entry(a, 100, { sleutel: "na" })] })).status).toBe(200);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const v = await call(env.app, "/api/cron/audit-verificatie");
+    expect(v.status).toBe(200);
+    expect(v.json.aantalGebroken).toBe(0);
+    expect(v.json.resultaten.map((r: { tenantId: number; intact: boolean }) => [r.tenantId, r.intact])).toEqual([
+      [a, true],
+      [b, true],
+    ]);
+    expect(v.json.ankerbestand.intact).toBe(true);
+  });
+});
+
+describe("POST /api/inlogpogingen", () => {
+  test("stores a batch; an unknown tenant is 422 and an invalid field 400, storing nothing", async () => {
+    appEnv();
+    const a = addTenant(env.store);
+    const ok = await send("/api/inlogpogingen", {
+      pogingen: [
+        { account: "a@example.nl", ip: "192.0.2.1", gelukt: false, reden: "wachtwoord", tenantId: a, tijdstip: "2026-07-23T11:59:00Z" },
+        { account: "b@example.nl", ip: "2001:db8::1", gelukt: true },
+      ],
+    });
+    expect(ok.status).toBe(200);
+    expect(ok.json.opgeslagen).toBe(2);
+    expect(env.store.sqlite.query("SELECT tijdstip, account, ip, gelukt, reden, tenant_id FROM login_attempts ORDER BY id").all()).toEqual([
+      { tijdstip: "2026-07-23T11:59:00.000Z", account: "a@example.nl", ip: "192.0.2.1", gelukt: 0, reden: "wachtwoord", tenant_id: a },
+      { tijdstip: NOW.toISOString(), account: "b@example.nl", ip: "2001:db8::1", gelukt: 1, reden: null, tenant_id: null },
+    ]);
+    const unknown = await send("/api/inlogpogingen", { pogingen: [{ account: "c", ip: "192.0.2.3", gelukt: false }, { account: "d", ip: "192.0.2.4", gelukt: false, tenantId: 99 }] });
+    expect(unknown.status).toBe(422);
+    expect(unknown.json.error).toContain("pogingen[1].tenantId");
+    for (const [change, field] of [
+      [{ ip: "192.0.2.1; drop" }, "pogingen[0].ip"],
+      [{ gelukt: "nee" }, "pogingen[0].gelukt"],
+      [{ account: "" }, "pogingen[0].account"],
+      [{ tijdstip: new Date(NOW.getTime() + 120_000).toISOString() }, "pogingen[0].tijdstip"],
+    ] as const) {
+      const r = await send("/api/inlogpogingen", { pogingen: [{ account: "c", ip: "192.0.2.3", gelukt: false, ...change }] });
+      expect(r.status).toBe(400);
+      expect(r.json.error).toContain(field);
+    }
+    expect(count("login_attempts")).toBe(2);
+  });
+});
+
+describe("PUT /api/tenants/{id} and /beheerders", () => {
+  test("creates (201) and updates (200) a tenant; bad ids are 400", async () => {
+    appEnv();
+    const c = await send("/api/tenants/7", { naam: "Zeven", actief: true }, { method: "PUT" });
+    expect(c.status).toBe(201);
+    expect(c.json).toEqual({ tenantId: 7, naam: "Zeven", actief: true, aangemaakt: NOW.toISOString(), nieuw: true });
+    const u = await send("/api/tenants/7", { naam: "Zeven BV", actief: false }, { method: "PUT" });
+    expect(u.status).toBe(200);
+    expect(u.json).toEqual({ tenantId: 7, naam: "Zeven BV", actief: false, aangemaakt: NOW.toISOString(), nieuw: false });
+    for (const id of ["0", "-1", "abc", "1.5", "99999999999"]) expect((await send(`/api/tenants/${id}`, { naam: "x", actief: true }, { method: "PUT" })).status).toBe(400);
+    expect((await send("/api/tenants/8", { naam: "", actief: true }, { method: "PUT" })).json.error).toContain("naam");
+    expect(count("tenants")).toBe(1);
+  });
+
+  test("the administrator list is replaced by e-mail: updated, added, the missing set inactive; the weekly report uses it", async () => {
+    appEnv();
+    await send("/api/tenants/3", { naam: "Drie", actief: true }, { method: "PUT" });
+    const first = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }, { naam: "Bob", email: "bob@example.nl", actief: true }] }, { method: "PUT" });
+    expect(first.status).toBe(200);
+    const ids = Object.fromEntries(first.json.beheerders.map((b: { email: string; id: number }) => [b.email, b.id]));
+    const second = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans de Vries", email: "ANS@example.nl", actief: true }, { naam: "Cees", email: "cees@example.nl", actief: true }] }, { method: "PUT" });
+    expect(second.json.beheerders).toEqual([
+      { id: ids["ans@example.nl"], naam: "Ans de Vries", email: "ANS@example.nl", actief: true },
+      { id: ids["bob@example.nl"], naam: "Bob", email: "bob@example.nl", actief: false },
+      { id: expect.any(Number), naam: "Cees", email: "cees@example.nl", actief: true },
+    ]);
+    const dup = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "A", email: "x@example.nl", actief: true }, { naam: "B", email: "X@example.nl", actief: true }] }, { method: "PUT" });
+    expect(dup.status).toBe(400);
+    expect(dup.json.error).toContain("beheerders[1].email");
+    const bad = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "A", email: "geen-adres", actief: true }] }, { method: "PUT" });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error).toContain("beheerders[0].email");
+    const unknown = await send("/api/tenants/4/beheerders", { beheerders: [] }, { method: "PUT" });
+    expect(unknown.status).toBe(404);
+    const week = await call(env.app, "/api/cron/weekrapport");
+    expect(week.status).toBe(200);
+    expect(env.mailer.sent.map((m) => m.to).sort()).toEqual(["ANS@example.nl", "cees@example.nl"]);
+  });
+});

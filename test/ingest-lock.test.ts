@@ -1,0 +1,84 @@
+// The write API waits for another process's write lock without blocking the event loop
+// (src/ingest/write.ts): while the host application holds the lock, /health and other
+// requests are answered, and the batch is stored once the lock is free.
+import { afterEach, expect, test } from "bun:test";
+import { writeTransaction } from "../src/ingest/write.ts";
+import { addTenant, call, makeTestEnv, type TestEnv } from "./helpers.ts";
+import { APP_SECRET } from "./ingest-fixtures.ts";
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+
+/** Another process that holds the database's write lock until told to let go. */
+async function holdWriteLock(path: string) {
+  const child = Bun.spawn(
+    [
+      process.execPath,
+      "-e",
+      `const { Database } = require("bun:sqlite");
+       const db = new Database(${JSON.stringify(path)});
+       db.run("BEGIN IMMEDIATE");
+       console.log("locked");
+       for await (const line of console) { db.run("COMMIT"); db.close(); process.exit(0); }`,
+    ],
+    { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
+  );
+  const reader = child.stdout.getReader();
+  let out = "";
+  while (!out.includes("locked")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the lock holder exited: ${out}`);
+    out += new TextDecoder().decode(value);
+  }
+  return {
+    async release() {
+      child.stdin.write("go\n");
+      await child.stdin.end();
+      expect(await child.exited).toBe(0);
+    },
+  };
+}
+
+test("while another process holds the write lock, /health answers and the batch waits, then is stored once", async () => {
+  env = makeTestEnv({ APP_SECRET });
+  const tenantId = addTenant(env.store);
+  const lock = await holdWriteLock(env.config.databasePath);
+  let settled = false;
+  const pending = call(env.app, "/api/audit", { token: APP_SECRET, body: JSON.stringify({ entries: [{ tenantId, actor: "a", action: "b", subject: "c", sleutel: "k" }] }) }).then((r) => {
+    settled = true;
+    return r;
+  });
+  // The event loop is free: other requests are answered while the batch waits for the lock.
+  for (let i = 0; i < 3; i++) {
+    const health = await call(env.app, "/health", { method: "GET", token: null });
+    expect(health.status).toBe(200);
+  }
+  expect(settled).toBe(false);
+  await lock.release();
+  const r = await pending;
+  expect(r.status).toBe(200);
+  expect(r.json.ontvangstbewijzen[0].seq).toBe(1);
+  expect((env.store.sqlite.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n).toBe(1);
+});
+
+test("past its deadline the write gives up with SQLITE_BUSY and stores nothing; busy_timeout is restored", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const lock = await holdWriteLock(env.config.databasePath);
+  let tries = 0;
+  const work = () => {
+    tries++;
+    env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES ('2026-01-01T00:00:00.000Z', 'a', '192.0.2.1', 0, ?)").run(tenantId);
+  };
+  const error = await writeTransaction(env.store.sqlite, work, 50).then(
+    () => null,
+    (e) => e,
+  );
+  expect(error?.code).toStartWith("SQLITE_BUSY");
+  // BEGIN IMMEDIATE failed each time: the work itself never ran.
+  expect(tries).toBe(0);
+  expect(env.store.sqlite.query("PRAGMA busy_timeout").get()).toEqual({ timeout: 5000 });
+  await lock.release();
+  await writeTransaction(env.store.sqlite, work, 50);
+  expect((env.store.sqlite.query("SELECT count(*) AS n FROM login_attempts").get() as { n: number }).n).toBe(1);
+});
