@@ -291,12 +291,13 @@ describe("POST /api/inlogpogingen", () => {
     const unknown = await send("/api/inlogpogingen", { pogingen: [{ account: "c", ip: "192.0.2.3", gelukt: false }, { account: "d", ip: "192.0.2.4", gelukt: false, tenantId: 99 }] });
     expect(unknown.status).toBe(422);
     expect(unknown.json.error).toContain("pogingen[1].tenantId");
-    for (const [change, field] of [
+    const changes: [Record<string, unknown>, string][] = [
       [{ ip: "192.0.2.1; drop" }, "pogingen[0].ip"],
       [{ gelukt: "nee" }, "pogingen[0].gelukt"],
       [{ account: "" }, "pogingen[0].account"],
       [{ tijdstip: new Date(NOW.getTime() + 120_000).toISOString() }, "pogingen[0].tijdstip"],
-    ] as const) {
+    ];
+    for (const [change, field] of changes) {
       const r = await send("/api/inlogpogingen", { pogingen: [{ account: "c", ip: "192.0.2.3", gelukt: false, ...change }] });
       expect(r.status).toBe(400);
       expect(r.json.error).toContain(field);
