@@ -6,7 +6,7 @@
 #
 #   /usr/local/bin/nachtwacht                the binary (npm run build → dist/nachtwacht)
 #   /usr/local/lib/nachtwacht/               nachtwacht-call.sh, backup.sh
-#   /etc/nachtwacht/nachtwacht.env           root:root 600, CRON_SECRET and the audit signing key made here once
+#   /etc/nachtwacht/nachtwacht.env           root:root 600, CRON_SECRET, APP_SECRET and the audit signing key made here once
 #   /etc/systemd/system/nachtwacht.service   runs the binary as the user nachtwacht
 #   /etc/cron.d/nachtwacht                   the schedule (generated from src/schedule.ts)
 #   /var/lib/nachtwacht/                     database, anchors, outbox (user nachtwacht)
@@ -77,12 +77,14 @@ new_signing_key() {
 
 # Writes the environment file from $1 (template or the current file) to a 600 temp file
 # and moves it into place. An empty CRON_SECRET= line is filled, a missing one appended,
-# a set one kept unless --rotate-secret. AUDIT_ANKER_SLEUTEL: an empty or missing one
-# gets a new Ed25519 key; an HMAC key of an earlier version is replaced by one (its
+# a set one kept unless --rotate-secret. APP_SECRET (the host application's secret for
+# the write API): an empty or missing one gets a new secret of its own, a set one is
+# kept (empty the line to rotate it). AUDIT_ANKER_SLEUTEL: an empty or missing one
+# gets a new Ed25519 key (quoted or not, a set key is kept); an HMAC key of an earlier version is replaced by one (its
 # anchors are retired, docs/audit-chain.md). Lines go through bash's printf builtin
 # only: the secrets never reach another process's argv.
 write_env() {
-  local src=$1 tmp line key val has_secret=0 has_key=0 changed=0
+  local src=$1 tmp line key val unquoted has_secret=0 has_app=0 has_key=0 changed=0
   tmp=$(mktemp "$ENV_DIR/.nachtwacht.env.XXXXXX") # mode 600
   while IFS= read -r line || [ -n "$line" ]; do
     key="${line%%=*}"
@@ -93,9 +95,18 @@ write_env() {
         line="CRON_SECRET=$(new_secret)"
         changed=1
       fi
+    elif [ "$line" != "$key" ] && [ "$key" = APP_SECRET ]; then
+      has_app=1
+      if [ -z "${val//[[:space:]]/}" ]; then
+        line="APP_SECRET=$(new_secret)"
+        say "APP_SECRET written to $ENV_FILE: give it to the application for the write API (docs/integration.md)"
+      fi
     elif [ "$line" != "$key" ] && [ "$key" = AUDIT_ANKER_SLEUTEL ]; then
       has_key=1
-      if [[ "$val" != PRIVATE+KEY+* ]]; then
+      # systemd's EnvironmentFile takes KEY="value" and KEY='value' as the value inside.
+      unquoted="${val#[\"\']}"
+      unquoted="${unquoted%[\"\']}"
+      if [[ "$unquoted" != PRIVATE+KEY+* ]]; then
         [ -n "${val//[[:space:]]/}" ] && say "AUDIT_ANKER_SLEUTEL was an HMAC key of an earlier version: replaced by a new Ed25519 signing key (the old anchors are retired)"
         line=$(new_signing_key)
         say "a new audit signing key was written to $ENV_FILE; its public key: ${line##*: }"
@@ -106,6 +117,10 @@ write_env() {
   if [ "$has_secret" = 0 ]; then
     printf 'CRON_SECRET=%s\n' "$(new_secret)" >>"$tmp"
     changed=1
+  fi
+  if [ "$has_app" = 0 ]; then
+    printf 'APP_SECRET=%s\n' "$(new_secret)" >>"$tmp"
+    say "APP_SECRET written to $ENV_FILE: give it to the application for the write API (docs/integration.md)"
   fi
   if [ "$has_key" = 0 ]; then
     line=$(new_signing_key)

@@ -145,10 +145,30 @@ describe("configuration", () => {
     expect(c).toMatchObject({ auditRetentieDagen: 365, smtpUrl: "smtps://user:pw@mail.example.nl:465", rapportTijdzone: "UTC", port: 0 });
   });
 
-  test("the redacted config hides the secret, the anchor key and the SMTP password", () => {
-    const c = ok({ SMTP_URL: "smtp://user:hunter2hunter2@mail.example.nl:587" });
+  test("APP_SECRET and METRICS_SECRET: optional, each at least 32 printable characters and different from the others", () => {
+    expect(ok()).toMatchObject({ appSecret: null, metricsSecret: null });
+    const app = "a".repeat(40);
+    const metrics = "m".repeat(40);
+    expect(ok({ APP_SECRET: app, METRICS_SECRET: metrics })).toMatchObject({ appSecret: app, metricsSecret: metrics });
+    for (const name of ["APP_SECRET", "METRICS_SECRET"]) {
+      const short = failure({ ...REQUIRED, [name]: "kort-geheim-1234" });
+      expect(short.variable).toBe(name);
+      expect(short.message).not.toContain("kort-geheim-1234");
+      expect(failure({ ...REQUIRED, [name]: "a b".repeat(20) }).variable).toBe(name);
+    }
+    const same = failure({ ...REQUIRED, APP_SECRET: SECRET });
+    expect(same.variable).toBe("APP_SECRET");
+    expect(same.message).not.toContain(SECRET);
+    expect(failure({ ...REQUIRED, METRICS_SECRET: SECRET }).variable).toBe("METRICS_SECRET");
+    expect(failure({ ...REQUIRED, APP_SECRET: app, METRICS_SECRET: app }).variable).toBe("METRICS_SECRET");
+  });
+
+  test("the redacted config hides the secrets, the anchor key and the SMTP password", () => {
+    const c = ok({ SMTP_URL: "smtp://user:hunter2hunter2@mail.example.nl:587", APP_SECRET: "a".repeat(40), METRICS_SECRET: "m".repeat(40) });
     const text = JSON.stringify(redactedConfig(c));
     expect(text).not.toContain(SECRET);
+    expect(text).not.toContain("a".repeat(40));
+    expect(text).not.toContain("m".repeat(40));
     expect(text).not.toContain("hunter2hunter2");
     expect(text).not.toContain(TEST_SIGNING_KEY.slice(TEST_SIGNING_KEY.lastIndexOf("+") + 1));
   });

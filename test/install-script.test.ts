@@ -52,17 +52,22 @@ describe("ops/install.sh --root", () => {
     expect(mode(envPath())).toBe(0o600);
     expect(mode(join(stage, "etc/nachtwacht"))).toBe(0o700);
     const secret = value("CRON_SECRET")!;
+    const appSecret = value("APP_SECRET")!;
     const key = value("AUDIT_ANKER_SLEUTEL")!;
     expect(secret).toMatch(/^[0-9a-f]{64}$/);
+    expect(appSecret).toMatch(/^[0-9a-f]{64}$/);
+    expect(appSecret).not.toBe(secret);
     // An Ed25519 signing key; its public half is in a comment below it and printed, the key itself never.
     const publicKey = parseSignerKey(key).verifierKey;
     expect(envText()).toContain(`# publieke sleutel (voor auditors en nachtwacht verify --sleutel): ${publicKey}`);
     expect(r.out).toContain(`its public key: ${publicKey}`);
     expect(r.out).not.toContain(secret);
+    expect(r.out).not.toContain(appSecret);
     expect(r.out).not.toContain(key.split("+").at(-1)!);
     // the file is a valid configuration for the service as systemd hands it over
     const config = parseConfig({ ...parseEnvFile(envText()), DATABASE_PATH: join(dir, "x.db") });
     expect(config.cronSecret).toBe(secret);
+    expect(config.appSecret).toBe(appSecret);
     expect(config.port).toBe(3000);
     expect(config.host).toBe("127.0.0.1");
   });
@@ -70,6 +75,7 @@ describe("ops/install.sh --root", () => {
   test("a second run keeps the secrets and the operator's own lines", async () => {
     expect((await install(["--binary", fakeBinary])).code).toBe(0);
     const secret = value("CRON_SECRET");
+    const appSecret = value("APP_SECRET");
     const key = value("AUDIT_ANKER_SLEUTEL");
     writeFileSync(envPath(), envText() + "DAGRAPPORT_EMAIL=ops@example.com\n");
     chmodSync(envPath(), 0o644); // someone loosened it
@@ -78,16 +84,18 @@ describe("ops/install.sh --root", () => {
     expect(r.out).toContain("kept the CRON_SECRET");
     expect(value("CRON_SECRET")).toBe(secret);
     expect(value("AUDIT_ANKER_SLEUTEL")).toBe(key);
+    expect(value("APP_SECRET")).toBe(appSecret);
     expect(value("DAGRAPPORT_EMAIL")).toBe("ops@example.com");
     expect(mode(envPath())).toBe(0o600);
   });
 
-  test("an existing file without CRON_SECRET and signing key gets both appended; its other lines stay", async () => {
+  test("an existing file without CRON_SECRET, APP_SECRET and signing key gets all three appended; its other lines stay", async () => {
     mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
     writeFileSync(envPath(), "PORT=4000\n# comment\n");
     expect((await install(["--binary", fakeBinary])).code).toBe(0);
     expect(envText()).toStartWith("PORT=4000\n# comment\nCRON_SECRET=");
     expect(value("CRON_SECRET")).toMatch(/^[0-9a-f]{64}$/);
+    expect(value("APP_SECRET")).toMatch(/^[0-9a-f]{64}$/);
     expect(parseSignerKey(value("AUDIT_ANKER_SLEUTEL")!).name).toMatch(/^nachtwacht\./);
   });
 
@@ -102,6 +110,16 @@ describe("ops/install.sh --root", () => {
     expect(envText()).not.toContain(hmac);
     expect(value("AUDIT_ANKER_SLEUTEL")).toStartWith("PRIVATE+KEY+");
     expect(value("CRON_SECRET")).toBe("cd".repeat(32));
+  });
+
+  test("a quoted signing key is kept, not taken for an HMAC key", async () => {
+    expect((await install(["--binary", fakeBinary])).code).toBe(0);
+    const key = value("AUDIT_ANKER_SLEUTEL")!;
+    writeFileSync(envPath(), envText().replace(/^AUDIT_ANKER_SLEUTEL=.*$/m, `AUDIT_ANKER_SLEUTEL="${key}"`));
+    const r = await install(["--binary", fakeBinary]);
+    expect(r.code).toBe(0);
+    expect(r.out).not.toContain("HMAC");
+    expect(value("AUDIT_ANKER_SLEUTEL")).toBe(`"${key}"`);
   });
 
   test("without a working openssl the secret comes from /dev/urandom", async () => {
