@@ -25,6 +25,8 @@ if (!env.AUDIT_ANKER_SLEUTEL) {
 }
 const generated = !env.CRON_SECRET;
 if (generated) env.CRON_SECRET = randomBytes(32).toString("hex");
+const appGenerated = !env.APP_SECRET;
+if (appGenerated) env.APP_SECRET = randomBytes(32).toString("hex");
 const config = parseConfig(env);
 
 if (!existsSync(config.databasePath)) {
@@ -35,16 +37,22 @@ if (!existsSync(config.databasePath)) {
 
 const { url } = startServer(config);
 const secretLine = generated ? config.cronSecret : "(the CRON_SECRET from your environment)";
+const appSecretLine = appGenerated ? config.appSecret : "(the APP_SECRET from your environment)";
 process.stdout.write(`
   nachtwacht demo is running on ${config.databasePath}
 
   Swagger UI:  ${url}/docs
   Public key (audit checkpoints): ${parseSignerKey(config.auditAnkerSleutel).verifierKey}
   Health:      ${url}/health
-  Secret for this demo run (new every start):
-    ${secretLine}
+  Secrets for this demo run (new every start):
+    jobs (CRON_SECRET):       ${secretLine}
+    write API (APP_SECRET):   ${appSecretLine}
 
   Try a job (the header goes through stdin, so the secret is not on curl's command line):
     printf 'Authorization: Bearer %s' '${secretLine}' | curl -sS -H @- -X POST ${url}/api/cron/audit-verificatie
+
+  Write an audit entry for tenant 1 (docs/integration.md):
+    printf 'Authorization: Bearer %s' '${appSecretLine}' | curl -sS -H @- ${url}/api/audit \\
+      -d '{"entries":[{"tenantId":1,"actor":"demo","action":"demo.geprobeerd","subject":"","sleutel":"demo-1"}]}'
 
 `);

@@ -95,9 +95,13 @@ describe("nachtwacht crontab and demo", () => {
     expect(r.out).toBe(readFileSync(join(ROOT, "ops", "nachtwacht.cron"), "utf8"));
   });
 
-  test("demo starts the service on a demo database in ./data and answers /health", async () => {
+  test("demo starts the service on a demo database in ./data, answers /health, and its printed write-API line works", async () => {
     const port = freePort();
     const p = Bun.spawn([bin, "demo"], { cwd: dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, PORT: String(port) }, stdout: "pipe", stderr: "pipe" });
+    let printed = "";
+    const reading = (async () => {
+      for await (const chunk of p.stdout) printed += new TextDecoder().decode(chunk);
+    })();
     try {
       let health = 0;
       for (let i = 0; i < 600 && health !== 200 && p.exitCode === null; i++) {
@@ -106,9 +110,20 @@ describe("nachtwacht crontab and demo", () => {
       }
       expect(health).toBe(200);
       expect(readFileSync(join(dir, "data", "demo-audit-sleutel"), "utf8")).toStartWith("PRIVATE+KEY+");
+      // The banner is written right after the server listens; wait for its last line.
+      for (let i = 0; i < 200 && !printed.includes(`"sleutel":"demo-1"}]}'`); i++) await Bun.sleep(25);
+      const lines = printed.split("\n");
+      const at = lines.findIndex((l) => l.includes("Write an audit entry"));
+      const command = (lines[at + 1]! + "\n" + lines[at + 2]!).trim();
+      const run = Bun.spawnSync(["bash", "-c", command], { stdout: "pipe", stderr: "pipe" });
+      expect(run.exitCode).toBe(0);
+      const answer = JSON.parse(run.stdout.toString());
+      expect(answer.opgeslagen).toBe(1);
+      expect(answer.ontvangstbewijzen[0]).toMatchObject({ tenantId: 1, hash: expect.stringMatching(/^[0-9a-f]{64}$/) });
     } finally {
       p.kill();
       await p.exited;
+      await reading;
     }
   }, 60_000);
 });
