@@ -3,9 +3,10 @@ import { Database } from "bun:sqlite";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { eq } from "drizzle-orm";
+import { eq, sql, type SQL } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { migrate as drizzleMigrate } from "drizzle-orm/bun-sqlite/migrator";
+import type { AnySQLiteColumn } from "drizzle-orm/sqlite-core";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
 import * as schema from "../db/schema.ts";
 import { serviceMeta } from "../db/schema.ts";
@@ -22,35 +23,14 @@ export interface Store {
 }
 
 /**
- * A connection as the query functions take it: the Store's Drizzle (`store.db`) or the
- * bun:sqlite Database under it (`store.sqlite`, which src/jobs and src/http still pass).
- * Either way the statements run on that one connection, inside whatever transaction
- * is open on it.
- */
-export type Conn = Db | Database;
-
-const drizzleOfConnection = new WeakMap<Database, Db>();
-
-/** The Drizzle over `conn`; for a connection opened by openStore, that Store's `db`. */
-export function asDrizzle(conn: Conn): Db {
-  if (!(conn instanceof Database)) return conn;
-  let db = drizzleOfConnection.get(conn);
-  if (db === undefined) {
-    db = drizzle(conn, { schema });
-    drizzleOfConnection.set(conn, db);
-  }
-  return db;
-}
-
-/**
  * Statements prepared once per connection (drizzle's `.prepare()` with placeholders),
  * for queries run per tenant or per message: building and preparing a query on every
- * call took three times as long as running it (weekly statistics, bench S).
+ * call took three times as long as running it (weekly statistics, bench S). They run on
+ * the Store's one connection, inside whatever transaction is open on it.
  */
-export function preparedPerConnection<T>(prepare: (db: Db) => T): (conn: Conn) => T {
+export function preparedPerConnection<T>(prepare: (db: Db) => T): (db: Db) => T {
   const cache = new WeakMap<Db, T>();
-  return (conn) => {
-    const db = asDrizzle(conn);
+  return (db) => {
     let prepared = cache.get(db);
     if (prepared === undefined) {
       prepared = prepare(db);
@@ -58,6 +38,11 @@ export function preparedPerConnection<T>(prepare: (db: Db) => T): (conn: Conn) =
     }
     return prepared;
   };
+}
+
+/** `excluded.<column>` in an upsert's SET: the value the insert that conflicted would have written. */
+export function excluded(column: AnySQLiteColumn): SQL {
+  return sql`excluded.${sql.identifier(column.name)}`;
 }
 
 /** How long a statement waits for another process's write lock before SQLITE_BUSY. */
@@ -96,8 +81,8 @@ export function migrate(db: Db): void {
   }
 }
 
-export function installedAt(conn: Conn): Date | null {
-  const row = asDrizzle(conn)
+export function installedAt(db: Db): Date | null {
+  const row = db
     .select({ value: serviceMeta.value })
     .from(serviceMeta)
     .where(eq(serviceMeta.key, "geinstalleerd"))
@@ -114,7 +99,7 @@ export function openStore(path: string, now: Date = new Date()): Store {
   const tables = sqlite.query("SELECT count(*) AS n FROM sqlite_schema").get() as { n: number };
   if (tables.n === 0) sqlite.run("PRAGMA auto_vacuum = INCREMENTAL");
   applyPragmas(sqlite);
-  const db = asDrizzle(sqlite);
+  const db = drizzle(sqlite, { schema });
   migrate(db);
   // taken-controle does not call a job missed before its first expected time after
   // the service was installed: the first start on this database is that moment.

@@ -4,7 +4,7 @@
 // arithmetic src/schedule-due.ts.
 import { desc, eq } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
-import { asDrizzle, type Conn } from "./db.ts";
+import type { Db } from "./db.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
 
@@ -14,8 +14,8 @@ export type Outcome = JobRunRow["uitkomst"];
 /** The summary kept per run is bounded: the history must not grow with a report's size. */
 const MAX_SUMMARY = 4000;
 
-export function startRun(conn: Conn, job: JobName, now: Date): number {
-  const row = asDrizzle(conn)
+export function startRun(db: Db, job: JobName, now: Date): number {
+  const row = db
     .insert(jobRuns)
     .values({ job, gestart: now.toISOString(), uitkomst: "bezig" })
     .returning({ id: jobRuns.id })
@@ -31,19 +31,19 @@ export interface RunEnd {
   fout?: string | null;
 }
 
-export function finishRun(conn: Conn, id: number, end: Date, r: RunEnd): void {
+export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
   let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
   if (summary !== null && summary.length > MAX_SUMMARY) summary = summary.slice(0, MAX_SUMMARY - 1) + "…";
-  asDrizzle(conn)
+  db
     .update(jobRuns)
     .set({ beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout ?? null })
     .where(eq(jobRuns.id, id))
     .run();
 }
 
-export function lastRun(conn: Conn, job: string): JobRunRow | null {
+export function lastRun(db: Db, job: string): JobRunRow | null {
   return (
-    asDrizzle(conn)
+    db
       .select()
       .from(jobRuns)
       .where(eq(jobRuns.job, job))
@@ -57,11 +57,11 @@ export function lastRun(conn: Conn, job: string): JobRunRow | null {
  * Writes the ends kept in `running` (each tried once; one that fails again stays kept)
  * and returns the ones written. Never throws: it runs before an unrelated job.
  */
-export function writeKeptEnds(conn: Conn, running: RunningJobs): KeptEnd[] {
+export function writeKeptEnds(db: Db, running: RunningJobs): KeptEnd[] {
   const written: KeptEnd[] = [];
   for (const kept of running.keptEndsList()) {
     try {
-      finishRun(conn, kept.runId, kept.end, kept.result);
+      finishRun(db, kept.runId, kept.end, kept.result);
       running.forgetEnd(kept.runId);
       written.push(kept);
     } catch {

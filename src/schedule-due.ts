@@ -4,7 +4,7 @@
 import { Cron } from "croner";
 import { and, eq, gte, sql } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
-import { preparedPerConnection, type Conn } from "./db.ts";
+import { preparedPerConnection, type Db } from "./db.ts";
 import type { JobName } from "./schedule.ts";
 
 /**
@@ -47,10 +47,10 @@ export interface DueState {
  * last fire time would never find a job that runs more often than the grace (every
  * 15 minutes against 30): its last fire time is always still within grace, hence `due`.
  */
-export function dueState(conn: Conn, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
+export function dueState(db: Db, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
   const cron = new Cron(cronExpression, { timezone: "UTC" });
   const beforeInstall = (d: Date) => installed !== null && d.getTime() < installed.getTime();
-  const startedSince = (d: Date) => startedSinceStatement(conn).get({ job, since: d.toISOString() }) !== undefined;
+  const startedSince = (d: Date) => startedSinceStatement(db).get({ job, since: d.toISOString() }) !== undefined;
   const expected = lastFireAtOrBefore(cron, now);
   const due = lastFireAtOrBefore(cron, new Date(now.getTime() - graceMs));
   return {

@@ -96,7 +96,8 @@ describe("beveiligingslog-analyse", () => {
     const env = makeTestEnv();
     try {
       for (const column of ["ip", "account"] as const) {
-        const plan = (env.store.sqlite.query(`EXPLAIN QUERY PLAN ${offenderQuery(column)}`).all("a", "b", 1) as { detail: string }[])
+        const { sql } = offenderQuery(env.store.db, column, "a", "b", 1).toSQL();
+        const plan = (env.store.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all("a", "b", 1) as { detail: string }[])
           .map((r) => r.detail)
           .join("\n");
         expect(plan).toContain("USING COVERING INDEX login_attempts_failed_idx (tijdstip>? AND tijdstip<?)");

@@ -100,7 +100,12 @@ describe("nachtwacht crontab and demo", () => {
     const p = Bun.spawn([bin, "demo"], { cwd: dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, PORT: String(port) }, stdout: "pipe", stderr: "pipe" });
     let printed = "";
     const reading = (async () => {
-      for await (const chunk of p.stdout) printed += new TextDecoder().decode(chunk);
+      const reader = p.stdout.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        printed += new TextDecoder().decode(value);
+      }
     })();
     try {
       let health = 0;

@@ -1,24 +1,12 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { join } from "node:path";
-import { asDrizzle, openStore } from "../src/db.ts";
+import { openStore } from "../src/db.ts";
 import { lastRun, startRun } from "../src/job-runs.ts";
 import { reserveDelivery, weekRecipients } from "../src/reports/weekly.ts";
 import { NOW, tempDir } from "./helpers.ts";
 
 describe("store.db and store.sqlite are one connection", () => {
-  test("the Drizzle for the raw connection is the Store's own", () => {
-    const { dir, cleanup } = tempDir();
-    const store = openStore(join(dir, "one.db"));
-    try {
-      expect(asDrizzle(store.sqlite)).toBe(store.db);
-      expect(asDrizzle(store.db)).toBe(store.db);
-    } finally {
-      store.close();
-      cleanup();
-    }
-  });
-
   test("Drizzle statements take part in a transaction opened on the raw connection", () => {
     const { dir, cleanup } = tempDir();
     const path = join(dir, "tx.db");

@@ -25,7 +25,7 @@ describe("the job wrapper", () => {
     const r = await call(env.app, "/api/cron/dagrapport");
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ ok: true, n: 3 });
-    const run = lastRun(env.store.sqlite, "dagrapport")!;
+    const run = lastRun(env.store.db, "dagrapport")!;
     expect(run).toMatchObject({ job: "dagrapport", gestart: NOW.toISOString(), beeindigd: NOW.toISOString(), uitkomst: "ok", httpStatus: 200, fout: null });
     expect(JSON.parse(run.samenvatting!)).toEqual({ ok: true, n: 3 });
   });
@@ -36,7 +36,7 @@ describe("the job wrapper", () => {
     const r = await call(env.app, "/api/cron/backup-controle");
     expect(r.status).toBe(409);
     expect(r.json).toEqual({ ok: false, reden: "te-oud" });
-    expect(lastRun(env.store.sqlite, "backup-controle")).toMatchObject({ uitkomst: "afwijking", httpStatus: 409 });
+    expect(lastRun(env.store.db, "backup-controle")).toMatchObject({ uitkomst: "afwijking", httpStatus: 409 });
   });
 
   test("a thrown error is a 500 {error} without stack trace, recorded as fout and reported", async () => {
@@ -54,7 +54,7 @@ describe("the job wrapper", () => {
     expect(Object.keys(r.json)).toEqual(["error"]);
     expect(r.text).not.toContain("at ");
     expect(r.text).not.toContain("kapot");
-    const run = lastRun(env.store.sqlite, "weekrapport")!;
+    const run = lastRun(env.store.db, "weekrapport")!;
     expect(run.uitkomst).toBe("fout");
     expect(run.beeindigd).not.toBeNull();
     expect(run.fout).toContain("kapot bij stap 3");
@@ -85,7 +85,7 @@ describe("the job wrapper", () => {
     expect(typeof second.json.error).toBe("string");
     expect(runs).toBe(1);
     // the running run is visible in the history as not finished
-    expect(lastRun(env.store.sqlite, "audit-verificatie")).toMatchObject({ uitkomst: "bezig", beeindigd: null });
+    expect(lastRun(env.store.db, "audit-verificatie")).toMatchObject({ uitkomst: "bezig", beeindigd: null });
     g.open();
     expect((await first).status).toBe(200);
     // afterwards it can run again
@@ -126,7 +126,7 @@ describe("the job wrapper", () => {
     const big = await call(env.app, "/api/cron/backup-status", { body: JSON.stringify({ tenant: { id: "x".repeat(100) } }) });
     expect(big.status).toBe(413);
     expect(big.json).toEqual({ error: "Body te groot: backup-status accepteert hoogstens 100 bytes." });
-    expect(lastRun(env.store.sqlite, "backup-status")).toBeNull();
+    expect(lastRun(env.store.db, "backup-status")).toBeNull();
     expect(runs).toBe(0);
     expect((await call(env.app, "/api/cron/backup-status", { body: '{"tenant":{"id":"7"}}' })).status).toBe(200);
     expect(runs).toBe(1);

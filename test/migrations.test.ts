@@ -90,7 +90,7 @@ describe("migrations", () => {
     // audit entries are clustered by (tenant, seq)
     const ddl = store.sqlite.query("SELECT sql FROM sqlite_schema WHERE name = 'audit_entries'").get() as { sql: string };
     expect(ddl.sql).toContain("WITHOUT ROWID");
-    expect(installedAt(store.sqlite)).toBeInstanceOf(Date);
+    expect(installedAt(store.db)).toBeInstanceOf(Date);
     store.close();
     cleanup();
   });
@@ -106,7 +106,7 @@ describe("migrations", () => {
     expect((second.sqlite.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number }).n).toBe(
       embeddedMigrations.journal.entries.length,
     );
-    expect(installedAt(second.sqlite)!.toISOString()).toBe("2026-01-01T00:00:00.000Z");
+    expect(installedAt(second.db)!.toISOString()).toBe("2026-01-01T00:00:00.000Z");
     second.close();
     cleanup();
   });

@@ -5,8 +5,8 @@ import { t, type Static } from "elysia";
 import { deleteOldAuditEntries, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
 import { AnchorFileError } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
-import { workerCount } from "../audit/verify-parallel.ts";
 import type { Deps } from "../deps.ts";
+import { verificationWorkers } from "./audit-verificatie.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
 
@@ -36,8 +36,8 @@ export type RetentieBody = Static<typeof RetentieOk> | Static<typeof RetentieAfw
 export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.auditRetentieDagen;
   const grens = retentionBoundary(now, retentieDagen);
-  const { sqlite, path: dbPath } = deps.store;
-  const workers = workerCount((sqlite.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n);
+  const { db, sqlite, path: dbPath } = deps.store;
+  const workers = verificationWorkers(db);
   const signing = { path: deps.config.auditAnkerBestand, keys: auditKeys(deps.config), retentieDagen, dbPath, workers };
   let result;
   try {

@@ -2,12 +2,15 @@
 // verifies every tenant's hash chain against its newest signed checkpoint, streaming
 // (src/audit/verify-all.ts), and keeps each tenant's latest result for the reports. A
 // broken chain or anchor file is 409 and one alarm per run naming what is broken.
+import { count, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
+import { auditEntries, auditVerificationState, tenants } from "../../db/schema.ts";
 import type { FileReason, RowReason } from "../audit/anchor-check.ts";
 import { auditKeys } from "../audit/keys.ts";
 import { verifyInstallation } from "../audit/verify-all.ts";
 import { workerCount } from "../audit/verify-parallel.ts";
 import type { BreakReason } from "../audit/verify.ts";
+import { excluded, preparedPerConnection, type Db } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -81,28 +84,74 @@ export interface VerificatieOptions {
   workers?: number;
 }
 
+/**
+ * Worker threads for checking every chain (workerCount), by the number of audit entries:
+ * audit-verificatie and audit-retentie, which verifies before it deletes.
+ */
+export function verificationWorkers(db: Db): number {
+  const { entries } = db.select({ entries: count() }).from(auditEntries).get()!;
+  return workerCount(entries);
+}
+
+/** Keeps a tenant's latest result; run for every tenant, so prepared once per connection. */
+const saveStateStatement = preparedPerConnection((db) => {
+  const s = auditVerificationState;
+  return db
+    .insert(s)
+    .values({
+      tenantId: sql.placeholder("tenantId"),
+      gecontroleerd: sql.placeholder("gecontroleerd"),
+      intact: sql.placeholder("intact"),
+      aantalEntries: sql.placeholder("aantalEntries"),
+      foutSeq: sql.placeholder("foutSeq"),
+      foutEntryId: sql.placeholder("foutEntryId"),
+      foutReden: sql.placeholder("foutReden"),
+    })
+    .onConflictDoUpdate({
+      target: s.tenantId,
+      // every column but the key, from the row this run wrote
+      set: {
+        gecontroleerd: excluded(s.gecontroleerd),
+        intact: excluded(s.intact),
+        aantalEntries: excluded(s.aantalEntries),
+        foutSeq: excluded(s.foutSeq),
+        foutEntryId: excluded(s.foutEntryId),
+        foutReden: excluded(s.foutReden),
+      },
+    })
+    .prepare();
+});
+
 export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieOptions = {}): Promise<JobResult<VerificatieBody>> {
-  const { sqlite } = deps.store;
+  const { db, sqlite } = deps.store;
   const keys = auditKeys(deps.config);
   const bestand = deps.config.auditAnkerBestand;
-  const tenants = sqlite.query("SELECT id, naam FROM tenants ORDER BY id").all() as { id: number; naam: string }[];
-  const workers = o.workers ?? workerCount((sqlite.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n);
-  const v = await verifyInstallation(sqlite, deps.store.path, bestand, tenants.map((t) => t.id), keys.verifiers, { workers });
+  const tenantRows = db.select({ id: tenants.id, naam: tenants.naam }).from(tenants).orderBy(tenants.id).all();
+  const workers = o.workers ?? verificationWorkers(db);
+  const v = await verifyInstallation(sqlite, deps.store.path, bestand, tenantRows.map((t) => t.id), keys.verifiers, { workers });
 
   const tijdstip = now.toISOString();
-  const saveState = sqlite.query(
-    `INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden)
-     VALUES (?, ?, ?, ?, ?, ?, ?)
-     ON CONFLICT (tenant_id) DO UPDATE SET gecontroleerd = excluded.gecontroleerd, intact = excluded.intact,
-       aantal_entries = excluded.aantal_entries, fout_seq = excluded.fout_seq,
-       fout_entry_id = excluded.fout_entry_id, fout_reden = excluded.fout_reden`,
-  );
-  const names = new Map(tenants.map((t) => [t.id, t.naam]));
+  const names = new Map(tenantRows.map((t) => [t.id, t.naam]));
   const resultaten: VerificatieResultaat[] = v.tenants.map((r) => ({ ...r, tenant: names.get(r.tenantId) ?? "(niet meer in de tabel tenants)" }));
-  sqlite.transaction(() => {
-    // State is kept per row of tenants (the reports read it by tenant).
-    for (const r of resultaten) if (names.has(r.tenantId)) saveState.run(r.tenantId, tijdstip, r.intact ? 1 : 0, r.aantalEntries, r.fout?.seq ?? null, r.fout?.entryId ?? null, r.fout?.reden ?? null);
-  }).immediate();
+  const saveState = saveStateStatement(db);
+  db.transaction(
+    () => {
+      // State is kept per row of tenants (the reports read it by tenant).
+      for (const r of resultaten) {
+        if (!names.has(r.tenantId)) continue;
+        saveState.run({
+          tenantId: r.tenantId,
+          gecontroleerd: tijdstip,
+          intact: r.intact,
+          aantalEntries: r.aantalEntries,
+          foutSeq: r.fout?.seq ?? null,
+          foutEntryId: r.fout?.entryId ?? null,
+          foutReden: r.fout?.reden ?? null,
+        });
+      }
+    },
+    { behavior: "immediate" },
+  );
 
   const probleem = v.probleem;
   const ankerbestand: AnkerbestandResultaat = {

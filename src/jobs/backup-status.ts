@@ -6,6 +6,7 @@
 // characters. A failed backup must be recorded and alarmed even when its error text is
 // long; a 400 would lose exactly the report that matters.
 import { t, type Static } from "elysia";
+import { backupStatuses } from "../../db/schema.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable } from "./schema.ts";
@@ -49,12 +50,10 @@ export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport
     foutmelding: cut(input.foutmelding, MAX_FOUTMELDING),
   };
   const gelukt = report.exitCode === 0;
-  deps.store.sqlite
-    .query(
-      `INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron)
-       VALUES (?, ?, ?, ?, ?, ?, 'host-cron')`,
-    )
-    .run(now.toISOString(), report.exitCode, gelukt ? 1 : 0, report.bestandsnaam, report.grootte, report.foutmelding);
+  deps.store.db
+    .insert(backupStatuses)
+    .values({ ontvangen: now.toISOString(), ...report, gelukt, bron: "host-cron" })
+    .run();
   if (!gelukt) {
     const melding = report.foutmelding?.trim();
     await deps.alarms.raise({

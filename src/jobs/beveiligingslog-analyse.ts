@@ -4,8 +4,10 @@
 // "A threshold is passed" when the count reaches it: with a threshold of 20, the
 // 20th failure from one address raises the alarm (count >= threshold). That reads
 // the setting as "20 failures an hour is already too many".
-import type { Database } from "bun:sqlite";
+import { and, count, desc, gte, lte, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
+import { loginAttempts } from "../../db/schema.ts";
+import type { Db } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
@@ -35,33 +37,46 @@ export const BeveiligingslogAnalyseBody = t.Object({
 export type BeveiligingslogAnalyseBody = Static<typeof BeveiligingslogAnalyseBody>;
 
 /**
- * The statement per kind. `gelukt = 0` and the range on `tijdstip` match the partial
- * index login_attempts_failed_idx (tijdstip, ip, account) WHERE gelukt = 0, which also
- * covers every column read: SQLite walks only the last hour's failures in the index
- * and never touches the table, however many millions of rows it holds.
+ * Failed attempts in [van, tot] per IP address or per account, those at or over the
+ * threshold, most first. `gelukt = 0` (a literal, the index's own term) and the range
+ * on `tijdstip` match the partial index login_attempts_failed_idx (tijdstip, ip,
+ * account) WHERE gelukt = 0, which also covers every column read: SQLite walks only the
+ * last hour's failures in the index and never touches the table, however many millions
+ * of rows it holds. Run twice a job, so not kept prepared.
  */
-export function offenderQuery(column: "ip" | "account"): string {
-  return `SELECT ${column} AS waarde, count(*) AS aantal, min(tijdstip) AS eerste, max(tijdstip) AS laatste
-          FROM login_attempts
-          WHERE gelukt = 0 AND tijdstip >= ? AND tijdstip <= ?
-          GROUP BY ${column}
-          HAVING count(*) >= ?
-          ORDER BY aantal DESC, waarde`;
+export function offenderQuery(db: Db, column: "ip" | "account", van: string, tot: string, threshold: number) {
+  const a = loginAttempts;
+  const waarde = a[column];
+  const aantal = count().as("aantal");
+  return db
+    .select({
+      waarde,
+      aantal,
+      // min and max of a group are never null: typed as the column itself
+      eerste: sql`min(${a.tijdstip})`.mapWith(a.tijdstip),
+      laatste: sql`max(${a.tijdstip})`.mapWith(a.tijdstip),
+    })
+    .from(a)
+    .where(and(sql`${a.gelukt} = 0`, gte(a.tijdstip, van), lte(a.tijdstip, tot)))
+    .groupBy(waarde)
+    .having(gte(count(), threshold))
+    .orderBy(desc(aantal), waarde);
 }
 
-function offenders(sqlite: Database, soort: "ip" | "account", van: string, tot: string, threshold: number): Verdacht[] {
-  const rows = sqlite.query(offenderQuery(soort)).all(van, tot, threshold) as Omit<Verdacht, "soort">[];
-  return rows.map((r) => ({ soort, waarde: r.waarde, aantal: r.aantal, eerste: r.eerste, laatste: r.laatste }));
+function offenders(db: Db, soort: "ip" | "account", van: string, tot: string, threshold: number): Verdacht[] {
+  return offenderQuery(db, soort, van, tot, threshold)
+    .all()
+    .map((r) => ({ soort, ...r }));
 }
 
 export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<JobResult<BeveiligingslogAnalyseBody>> {
-  const { sqlite } = deps.store;
+  const { db } = deps.store;
   const van = new Date(now.getTime() - WINDOW_MS).toISOString();
   const tot = now.toISOString();
   const drempels = { ip: deps.config.inlogDrempelIp, account: deps.config.inlogDrempelAccount };
 
-  const ips = offenders(sqlite, "ip", van, tot, drempels.ip);
-  const accounts = offenders(sqlite, "account", van, tot, drempels.account);
+  const ips = offenders(db, "ip", van, tot, drempels.ip);
+  const accounts = offenders(db, "account", van, tot, drempels.account);
   const aantalVerdacht = { ip: ips.length, account: accounts.length };
   const verdacht = [...ips.slice(0, MAX_LISTED), ...accounts.slice(0, MAX_LISTED)];
   const body: BeveiligingslogAnalyseBody = { ok: verdacht.length === 0, venster: { van, tot }, drempels, verdacht, aantalVerdacht };

@@ -12,10 +12,14 @@
 // minutes. The job only reports that conversion as pending (`omzetting`, with what it
 // would give back); convertToIncrementalAutoVacuum below does it, called by an operator
 // command in a maintenance window.
+//
+// Raw SQL in this file: every step is a PRAGMA (or the VACUUM), which Drizzle has no
+// builder for; the one ordinary write (service_meta) goes through Drizzle.
 import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
 import { statSync } from "node:fs";
-import { BUSY_TIMEOUT_MS, type Store } from "../db.ts";
+import { serviceMeta } from "../../db/schema.ts";
+import { BUSY_TIMEOUT_MS, excluded, type Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { log } from "../logger.ts";
 import { defineJob, type JobResult } from "./job.ts";
@@ -282,7 +286,11 @@ export function convertToIncrementalAutoVacuum(store: Store, now: Date): Omzetti
   const autoVacuum = autoVacuumOf(sqlite);
   const omgezet = autoVacuum === "incremental";
   if (omgezet) {
-    sqlite.query("INSERT OR REPLACE INTO service_meta (key, value) VALUES ('auto_vacuum_omgezet', ?)").run(now.toISOString());
+    store.db
+      .insert(serviceMeta)
+      .values({ key: "auto_vacuum_omgezet", value: now.toISOString() })
+      .onConflictDoUpdate({ target: serviceMeta.key, set: { value: excluded(serviceMeta.value) } })
+      .run();
   }
   // The VACUUM went through the WAL: the file only shrinks once that is checkpointed.
   const cp = checkpoint(sqlite);

@@ -16,7 +16,7 @@ import { SCHEDULE } from "../schedule.ts";
 import { dueState } from "../schedule-due.ts";
 import { DAY_MS } from "../time.ts";
 import { backupOverdue, newestBackup } from "../jobs/backup-controle.ts";
-import { redenUitleg, statusHeadline, worstLevel, type Niveau } from "./shared.ts";
+import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export type DailyReport = DailyReportProps;
 
@@ -191,39 +191,29 @@ export function databaseSection(store: Store): DailyReport["database"] {
 }
 
 export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzone">): DailyReport["status"] {
-  const punten: string[] = [];
-  let niveau: Niveau = "ok";
-  const raise = (n: Niveau) => {
-    niveau = worstLevel(niveau, n);
-  };
+  const punten: StatusPunt[] = [];
   if (r.backupDetail.ontvangen === null) {
-    raise("actie");
-    punten.push("Er is nog nooit een back-up gemeld.");
+    punten.push(["actie", "Er is nog nooit een back-up gemeld."]);
   } else if (!r.backup.gelukt) {
-    raise("actie");
-    punten.push(`De laatste back-up (${r.backup.datum}) is mislukt${r.backupDetail.foutmelding ? `: ${r.backupDetail.foutmelding}` : ""}.`);
+    punten.push(["actie", `De laatste back-up (${r.backup.datum}) is mislukt${r.backupDetail.foutmelding ? `: ${r.backupDetail.foutmelding}` : ""}.`]);
   } else if (r.backupDetail.teOud) {
-    raise("actie");
-    punten.push(`De laatste back-up is ${r.backupDetail.ouderdomUren} uur oud (${r.backup.datum}); de grens is ${r.backupDetail.maxUren} uur.`);
+    punten.push(["actie", `De laatste back-up is ${r.backupDetail.ouderdomUren} uur oud (${r.backup.datum}); de grens is ${r.backupDetail.maxUren} uur.`]);
   }
   if (r.verificatie.aantalGebroken > 0) {
-    raise("actie");
     const namen = r.verificatie.gebroken.slice(0, 3).map((g) => g.tenant).join(", ");
-    punten.push(
+    punten.push([
+      "actie",
       `${r.verificatie.aantalGebroken === 1 ? "De auditketen van 1 tenant is" : `De auditketens van ${getal(r.verificatie.aantalGebroken)} tenants zijn`} gebroken (${namen}${r.verificatie.aantalGebroken > 3 ? ", …" : ""}).`,
-    );
+    ]);
   }
   for (const t of r.taken) {
     if (t.achterstallig) {
-      raise("let-op");
-      punten.push(`${t.job} is niet gestart sinds ${t.laatstVerwacht}.`);
+      punten.push(["let-op", `${t.job} is niet gestart sinds ${t.laatstVerwacht}.`]);
     } else if (t.uitkomst === "fout" || t.uitkomst === "afwijking") {
-      raise("let-op");
-      punten.push(`De laatste run van ${t.job} (${t.laatsteStart}) ${t.uitkomst === "fout" ? "is mislukt" : "vond een afwijking"}.`);
+      punten.push(["let-op", `De laatste run van ${t.job} (${t.laatsteStart}) ${t.uitkomst === "fout" ? "is mislukt" : "vond een afwijking"}.`]);
     }
   }
-  const kop = statusHeadline(niveau);
-  return { niveau, kop, punten };
+  return reportStatus(punten);
 }
 
 /** The whole daily report at `now`. */

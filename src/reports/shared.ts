@@ -37,11 +37,20 @@ export function redenUitleg(reden: string | null): string {
 const RANK: Record<Niveau, number> = { ok: 0, "let-op": 1, actie: 2 };
 
 /** The worse of two levels: a report's status is the worst level among its points. */
-export function worstLevel(a: Niveau, b: Niveau): Niveau {
+function worstLevel(a: Niveau, b: Niveau): Niveau {
   return RANK[b] > RANK[a] ? b : a;
 }
 
 /** The status headline of a level; `actie` may name the cause. */
-export function statusHeadline(niveau: Niveau, actie = "Actie nodig"): string {
+function statusHeadline(niveau: Niveau, actie = "Actie nodig"): string {
   return niveau === "ok" ? "Alles in orde" : niveau === "actie" ? actie : "Aandacht nodig";
+}
+
+/** A point of a report's status: how serious it is, and what it says. */
+export type StatusPunt = [Niveau, string];
+
+/** A report's status: the worst level among its points (ok without any), its headline and the points' texts. */
+export function reportStatus(punten: StatusPunt[], actie?: string): { niveau: Niveau; kop: string; punten: string[] } {
+  const niveau = punten.reduce<Niveau>((worst, [n]) => worstLevel(worst, n), "ok");
+  return { niveau, kop: statusHeadline(niveau, actie), punten: punten.map(([, tekst]) => tekst) };
 }

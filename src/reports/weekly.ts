@@ -11,9 +11,9 @@ import {
   weeklyReportDeliveries as deliveries,
 } from "../../db/schema.ts";
 import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
-import { asDrizzle, preparedPerConnection, type Conn } from "../db.ts";
+import { excluded, preparedPerConnection, type Db } from "../db.ts";
 import { formatDatum, getal } from "../format.ts";
-import { redenUitleg, statusHeadline, worstLevel, type Niveau } from "./shared.ts";
+import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export const WEEK_MS = 7 * 24 * 3600 * 1000;
 
@@ -89,8 +89,8 @@ export const DELIVERY_WEEKS_KEPT = 13;
  * Removes delivery records of weeks before `oldestKept` ('YYYY-Www' sorts as text), so
  * the table holds about 13 weeks × administrators instead of growing for years.
  */
-export function pruneDeliveries(conn: Conn, oldestKept: string): void {
-  asDrizzle(conn).delete(deliveries).where(lt(deliveries.isoWeek, oldestKept)).run();
+export function pruneDeliveries(db: Db, oldestKept: string): void {
+  db.delete(deliveries).where(lt(deliveries.isoWeek, oldestKept)).run();
 }
 
 /** weekly_report_deliveries.verstuurd of a send in progress (else the ISO time of acceptance). */
@@ -119,7 +119,7 @@ const deliveryStatements = preparedPerConnection((db) => {
       .values({ administratorId, tenantId, isoWeek, verstuurd: sql.placeholder("verstuurd") })
       .onConflictDoUpdate({
         target: [deliveries.administratorId, deliveries.tenantId, deliveries.isoWeek],
-        set: { verstuurd: sql`excluded.verstuurd` },
+        set: { verstuurd: excluded(deliveries.verstuurd) },
         setWhere: eq(deliveries.verstuurd, SENDING),
       })
       .prepare(),
@@ -130,8 +130,8 @@ const deliveryStatements = preparedPerConnection((db) => {
  * Every active administrator of every active tenant, in tenant order, marked when the
  * report of `isoWeek` was already accepted for them (the rerun guard).
  */
-export function weekRecipients(conn: Conn, isoWeek: string): WeekRecipient[] {
-  return asDrizzle(conn)
+export function weekRecipients(db: Db, isoWeek: string): WeekRecipient[] {
+  return db
     .select({
       tenantId: tenants.id,
       tenant: tenants.naam,
@@ -157,18 +157,18 @@ export function weekRecipients(conn: Conn, isoWeek: string): WeekRecipient[] {
  * recording it; with this mark such a message is reported as uncertain instead of
  * being sent a second time by the rerun.
  */
-export function reserveDelivery(conn: Conn, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
-  deliveryStatements(conn).reserve.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek });
+export function reserveDelivery(db: Db, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
+  deliveryStatements(db).reserve.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek });
 }
 
 /** The transport refused the message: no longer reserved, so a rerun sends it. */
-export function releaseDelivery(conn: Conn, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
-  deliveryStatements(conn).release.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek });
+export function releaseDelivery(db: Db, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
+  deliveryStatements(db).release.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek });
 }
 
 /** Records that the transport accepted this administrator's report of this week. */
-export function recordDelivery(conn: Conn, r: { administratorId: number; tenantId: number }, isoWeek: string, now: Date): void {
-  deliveryStatements(conn).record.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek, verstuurd: now.toISOString() });
+export function recordDelivery(db: Db, r: { administratorId: number; tenantId: number }, isoWeek: string, now: Date): void {
+  deliveryStatements(db).record.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek, verstuurd: now.toISOString() });
 }
 
 export interface TenantWeekStats {
@@ -183,8 +183,8 @@ export interface TenantWeekStats {
   };
 }
 
-export function tenantWeekStats(conn: Conn, tenantId: number, van: Date, tot: Date): TenantWeekStats {
-  const statements = weekStatsStatements(conn);
+export function tenantWeekStats(db: Db, tenantId: number, van: Date, tot: Date): TenantWeekStats {
+  const statements = weekStatsStatements(db);
   const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
   const perActie = statements.auditPerActie.all(params);
   const inlog = statements.inlog.get(params)!;
@@ -218,28 +218,19 @@ export function veelMislukt(inlog: { gelukt: number; mislukt: number }): boolean
 
 /** What the report says at the top. */
 export function weekStatus(s: TenantWeekStats, now: Date, tijdzone: string): WeeklyReportProps["status"] {
-  const punten: string[] = [];
-  let niveau: Niveau = "ok";
-  const raise = (n: Niveau) => {
-    niveau = worstLevel(niveau, n);
-  };
+  const punten: StatusPunt[] = [];
   if (s.keten.staat === "gebroken") {
-    raise("actie");
     const seq = s.keten.fout?.seq != null ? ` bij volgnummer ${getal(s.keten.fout.seq)}` : "";
-    punten.push(`De auditketen is gebroken${seq}: ${redenUitleg(s.keten.fout?.reden ?? null)}.`);
+    punten.push(["actie", `De auditketen is gebroken${seq}: ${redenUitleg(s.keten.fout?.reden ?? null)}.`]);
   } else if (s.keten.staat === "nooit") {
-    raise("let-op");
-    punten.push("De auditketen is nog nooit gecontroleerd.");
+    punten.push(["let-op", "De auditketen is nog nooit gecontroleerd."]);
   } else if (s.keten.gecontroleerd && now.getTime() - Date.parse(s.keten.gecontroleerd) > VERIFICATIE_OUD_MS) {
-    raise("let-op");
-    punten.push(`De laatste controle van de auditketen is van ${formatDatum(s.keten.gecontroleerd, tijdzone)}, langer dan twee dagen geleden.`);
+    punten.push(["let-op", `De laatste controle van de auditketen is van ${formatDatum(s.keten.gecontroleerd, tijdzone)}, langer dan twee dagen geleden.`]);
   }
   if (veelMislukt(s.inlog)) {
-    raise("let-op");
-    punten.push(`Opvallend veel mislukte inlogpogingen: ${getal(s.inlog.mislukt)} van ${getal(s.inlog.totaal)}, vanaf ${getal(s.inlog.mislukteIps)} IP-adressen.`);
+    punten.push(["let-op", `Opvallend veel mislukte inlogpogingen: ${getal(s.inlog.mislukt)} van ${getal(s.inlog.totaal)}, vanaf ${getal(s.inlog.mislukteIps)} IP-adressen.`]);
   }
-  const kop = statusHeadline(niveau, "Actie nodig: de auditketen is gebroken");
-  return { niveau, kop, punten };
+  return reportStatus(punten, "Actie nodig: de auditketen is gebroken");
 }
 
 export function weeklyReportProps(
