@@ -133,7 +133,10 @@ describe("the compiled binary", () => {
       paths: Record<string, { post?: { security?: unknown; requestBody?: unknown; responses: Record<string, { content?: unknown }> } }>;
       components: { securitySchemes: unknown };
     };
-    expect(spec.components.securitySchemes).toEqual({ bearerAuth: { type: "http", scheme: "bearer" } });
+    expect(spec.components.securitySchemes).toEqual({
+      bearerAuth: { type: "http", scheme: "bearer", description: "CRON_SECRET: opent alleen de taken." },
+      appAuth: { type: "http", scheme: "bearer", description: "APP_SECRET: opent alleen de schrijf-API." },
+    });
     const jobs = Object.keys(spec.paths).filter((p) => p.startsWith("/api/cron/"));
     expect(jobs).toHaveLength(11);
     // every job: bearer auth, a 401, and the schema of its 200 body; backup-status its request body

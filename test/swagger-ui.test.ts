@@ -43,12 +43,14 @@ describe.skipIf(!CHROMIUM)("Swagger UI from the binary in headless Chromium", ()
     await page.goto(`${app.url}/docs`);
     await page.locator(".swagger-ui .info .title").filter({ hasText: "nachtwacht" }).waitFor({ timeout: 20_000 });
 
-    // Authorize: the bearerAuth scheme asks for the token alone.
+    // Authorize: two schemes, bearerAuth (CRON_SECRET, the jobs) and appAuth (APP_SECRET,
+    // the write API); each asks for its token alone. The jobs need bearerAuth.
     await page.locator(".auth-wrapper button.authorize").click();
     const modal = page.locator(".dialog-ux .modal-ux");
-    await modal.locator("input").first().fill(SECRET);
-    await modal.locator("button.authorize").click();
-    await modal.locator("button.btn-done").click();
+    const cronForm = modal.locator("form").filter({ hasText: "bearerAuth" });
+    await cronForm.locator("input").fill(SECRET);
+    await cronForm.locator("button.authorize").click();
+    await modal.locator("button.btn-done").first().click();
     mkdirSync(join(ROOT, "out"), { recursive: true });
     await page.screenshot({ path: join(ROOT, "out", "swagger-overview.png") });
 
