@@ -23,6 +23,7 @@ import type { Database } from "bun:sqlite";
 import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
 import type { RowReason } from "./anchor-check.ts";
 import { AnchorFileError, syncTail } from "./anchoring.ts";
+import { retryWhenBusy } from "../ingest/write.ts";
 import { verifyInstallation } from "./verify-all.ts";
 import { entriesAfter, rowHash } from "./chain.ts";
 import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
@@ -100,9 +101,15 @@ async function inBatches(
   if (pacing.cacheKib !== undefined) sqlite.run(`PRAGMA cache_size = -${pacing.cacheKib}`);
   try {
     for (;;) {
-      const t0 = performance.now();
-      const { n, done } = step(size);
-      const lockMs = performance.now() - t0;
+      // The batch waits for another process's write lock without blocking the event loop.
+      let lockMs = 0;
+      const { n, done } = await retryWhenBusy(sqlite, () => {
+        const t0 = performance.now();
+        const r = step(size);
+        lockMs = performance.now() - t0;
+        return r;
+      });
+      const t0 = performance.now() - lockMs;
       verwijderd += n;
       const c0 = performance.now();
       if (n > 0) {
