@@ -7,10 +7,10 @@
 #
 # Settings (environment, defaults for the installed layout):
 #   NACHTWACHT_BIN              /usr/local/bin/nachtwacht
-#   NACHTWACHT_DB               /var/lib/nachtwacht/nachtwacht.db
+#   NACHTWACHT_DB               DATABASE_PATH from NACHTWACHT_ENV, else /var/lib/nachtwacht/nachtwacht.db
 #   NACHTWACHT_BACKUP_DIR       /var/backups/nachtwacht
 #   NACHTWACHT_BACKUP_KEEP_DAYS 30      older backups in BACKUP_DIR are deleted after a success
-#   NACHTWACHT_ANCHORS          /var/lib/nachtwacht/audit-ankers.jsonl  (copied beside each backup)
+#   NACHTWACHT_ANCHORS          AUDIT_ANKER_BESTAND from NACHTWACHT_ENV, else /var/lib/nachtwacht/audit-ankers.jsonl  (copied beside each backup)
 #   NACHTWACHT_ENV              /etc/nachtwacht/nachtwacht.env          (CRON_SECRET, PORT, HOST for the report)
 #   NACHTWACHT_LOG              syslog (tag nachtwacht-backup) or "stdout"
 # Copy BACKUP_DIR off the machine (rsync, restic, ...): a backup on the same disk is no backup.
@@ -19,10 +19,11 @@ umask 077 # the copies hold the audit trail
 
 args=(backup
   --env "${NACHTWACHT_ENV:-/etc/nachtwacht/nachtwacht.env}"
-  --db "${NACHTWACHT_DB:-/var/lib/nachtwacht/nachtwacht.db}"
   --map "${NACHTWACHT_BACKUP_DIR:-/var/backups/nachtwacht}"
-  --ankers "${NACHTWACHT_ANCHORS:-/var/lib/nachtwacht/audit-ankers.jsonl}"
   --bewaar-dagen "${NACHTWACHT_BACKUP_KEEP_DAYS:-30}")
+# Unset, `nachtwacht backup` takes the service's own paths from the env file.
+[ -n "${NACHTWACHT_DB:-}" ] && args+=(--db "$NACHTWACHT_DB")
+[ -n "${NACHTWACHT_ANCHORS:-}" ] && args+=(--ankers "$NACHTWACHT_ANCHORS")
 bin="${NACHTWACHT_BIN:-/usr/local/bin/nachtwacht}"
 
 if [ "${NACHTWACHT_LOG:-syslog}" = stdout ]; then

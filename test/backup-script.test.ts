@@ -123,6 +123,20 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     expect(r.out).not.toContain(SECRET);
   }, 30_000);
 
+  test("without NACHTWACHT_DB and NACHTWACHT_ANCHORS the paths come from the env file's DATABASE_PATH and AUDIT_ANKER_BESTAND", async () => {
+    const dir = join(work, "from-env");
+    const anchors = join(work, "env-ankers.jsonl");
+    writeFileSync(anchors, '{"tenantId":2,"seq":7}\n');
+    const ownEnv = join(work, "own.env");
+    writeFileSync(ownEnv, `${readFileSync(envFile, "utf8")}DATABASE_PATH=${dbPath}\nAUDIT_ANKER_BESTAND=${anchors}\n`, { mode: 0o600 });
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, NACHTWACHT_ENV: ownEnv, NACHTWACHT_DB: "", NACHTWACHT_ANCHORS: "" });
+    expect(r.code).toBe(0);
+    const files = readdirSync(dir);
+    const copied = files.find((f) => /^audit-ankers-.*\.jsonl\.gz$/.test(f))!;
+    expect(Buffer.from(Bun.gunzipSync(readFileSync(join(dir, copied)))).toString("utf8")).toBe('{"tenantId":2,"seq":7}\n');
+    expect(newestStatus().bestandsnaam).toBe(files.find((f) => f.endsWith(".db.gz"))!);
+  }, 30_000);
+
   test("a missing database is reported with a non-zero exit code and the reason, and the script fails", async () => {
     const r = await runBackup({ NACHTWACHT_BACKUP_DIR: join(work, "missing"), NACHTWACHT_DB: join(work, "geen.db") });
     expect(r.code).toBe(66);
