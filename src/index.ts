@@ -48,7 +48,7 @@ if (command === "help" || command === "--help" || command === "-h") {
   process.exit(await runBackup(rest, process.env, out, err));
 } else if (command === "crontab") {
   if (wantsHelp) {
-    out("gebruik: nachtwacht crontab\n  Drukt /etc/cron.d/nachtwacht af, gegenereerd uit de planning (src/schedule.ts); install.sh schrijft het.");
+    out("gebruik: nachtwacht crontab\n  Drukt /etc/cron.d/nachtwacht af, gegenereerd uit de planning (src/schedule.ts); gelijk aan ops/nachtwacht.cron, dat install.sh installeert.");
     process.exit(0);
   }
   const { crontab } = await import("./cli/crontab.ts");
