@@ -1,8 +1,40 @@
-// GET /metrics: Prometheus text exposition. (Being written; mounted by src/app.ts.)
+// GET /metrics: the state of the night watch for Prometheus, in the text exposition
+// format 0.0.4. Three parts, each usable on its own:
+//   collectMetrics(sources, now)  reads the state: a handful of indexed queries, the
+//                                 in-process guard and the write API's counters;
+//   renderMetrics(snapshot)       a plain function from that state to the text;
+//   metricsAccess(…)              who may read it: any loopback peer without a token,
+//                                 anyone else only with METRICS_SECRET.
+// The rules behind the values are the ones the jobs use (dueState with taken-controle's
+// grace, newestBackup and backupOverdue from backup-controle), never copies of them.
+// docs/operations.md ("Metrics") lists every metric; ops/nachtwacht-alerts.yml alerts on them.
+import { count, max, sql } from "drizzle-orm";
 import { Elysia } from "elysia";
+import { auditVerificationState } from "../../db/schema.ts";
+import { installedAt } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import type { IngestCounters } from "../ingest/counters.ts";
+import type { IngestCounters, IngestKind } from "../ingest/counters.ts";
+import { lastRun, type Outcome } from "../job-runs.ts";
+import { backupOverdue, newestBackup } from "../jobs/backup-controle.ts";
+import { log } from "../logger.ts";
 import type { RunningJobs } from "../running-jobs.ts";
+import { dueState } from "../schedule-due.ts";
+import { SCHEDULE, type JobName } from "../schedule.ts";
+import { bearerChecker, unauthorized } from "./auth.ts";
+import { ErrorBody, json } from "./errors.ts";
+import packageJson from "../../package.json" with { type: "json" };
+
+export const METRICS_PATH = "/metrics";
+export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
+
+/** Every value of job_runs.uitkomst, each a series of nachtwacht_job_last_outcome. */
+export const OUTCOMES: readonly Outcome[] = ["ok", "afwijking", "fout", "bezig"];
+const INGEST_KINDS: readonly IngestKind[] = ["audit", "inlogpogingen", "tenants", "beheerders"];
+/**
+ * Refusal statuses present from the first scrape (at 0), so that rate() and increase()
+ * see the first refusal of each: a series that appears with 1 counts as no increase.
+ */
+const REJECTED_STATUSES = ["400", "401", "403", "404", "409", "413", "422", "503"];
 
 export interface MetricsSources {
   deps: Deps;
@@ -10,6 +42,348 @@ export interface MetricsSources {
   counters: IngestCounters;
 }
 
-export function metricsRoute(_sources: MetricsSources) {
-  return new Elysia({ name: "metrics" });
+export interface JobMetrics {
+  job: JobName;
+  /** Start of the newest run (job_runs), null when it never ran. */
+  lastStart: Date | null;
+  /** End of the newest run, null while it has none (running, interrupted, never ran). */
+  lastEnd: Date | null;
+  /** Outcome of the newest run, null when it never ran. */
+  outcome: Outcome | null;
+  /** Runs in this process now (RunningJobs). */
+  running: boolean;
+  /** Has a cron line in the schedule table (backup-status has none). */
+  scheduled: boolean;
+  /** taken-controle's `gemist`: no run started since a fire time whose grace has passed. */
+  overdue: boolean;
+}
+
+/** What the database says; null when it could not be read (then only the in-process part is shown). */
+export interface DatabaseMetrics {
+  jobs: JobMetrics[];
+  audit: {
+    /** Tenants with a verification result (audit_verification_state). */
+    checked: number;
+    /** Of those, the tenants whose chain did not verify. */
+    broken: number;
+    /** Newest verification time, null when none. */
+    lastVerification: Date | null;
+  };
+  backup: {
+    /** When the newest status arrived; null when none ever did. */
+    received: Date | null;
+    succeeded: boolean;
+    /** backup-controle's rule: none at all, or the newest is BACKUP_MAX_UREN or older. */
+    overdue: boolean;
+  };
+}
+
+export interface MetricsSnapshot {
+  now: Date;
+  version: string;
+  backupMaxAgeSeconds: number;
+  takenMargeSeconds: number;
+  runningJobs: readonly JobName[];
+  database: DatabaseMetrics | null;
+  counters: IngestCounters;
+}
+
+/** Reads the state behind the metrics: per job 1 + 2 indexed lookups, and three single-row queries. */
+export function collectMetrics(sources: MetricsSources, now: Date): MetricsSnapshot {
+  const { deps, running, counters } = sources;
+  const runningJobs = running.names();
+  let database: DatabaseMetrics | null = null;
+  try {
+    database = readDatabase(deps, now, new Set(runningJobs), running);
+  } catch (e) {
+    // A database error (busy, locked, unreadable): a scrape every few seconds must not
+    // raise an alarm each time; `nachtwacht_database_up 0` says it. Anything else is a bug.
+    const code = (e as { code?: unknown } | null)?.code;
+    if (typeof code !== "string" || !code.startsWith("SQLITE_")) throw e;
+    log("warn", "/metrics could not read the database", { error: e instanceof Error ? e.message : String(e), code });
+  }
+  return {
+    now,
+    version: packageJson.version,
+    backupMaxAgeSeconds: deps.config.backupMaxUren * 3600,
+    takenMargeSeconds: deps.config.takenMargeMinuten * 60,
+    runningJobs,
+    database,
+    counters,
+  };
+}
+
+function readDatabase(deps: Deps, now: Date, runningHere: Set<JobName>, guard: RunningJobs): DatabaseMetrics {
+  const { db } = deps.store;
+  // Runs that completed here but whose end could not be written yet: taken as they
+  // really ended, as taken-controle does, not as their 'bezig' row.
+  const kept = new Map(guard.keptEndsList().map((k) => [k.runId, k]));
+  // taken-controle's grace and install time, so "overdue" here is its `gemist`.
+  const graceMs = deps.config.takenMargeMinuten * 60_000;
+  const installed = installedAt(db);
+  const jobs = SCHEDULE.map(({ job, cron }): JobMetrics => {
+    const row = lastRun(db, job);
+    const end = row ? kept.get(row.id) : undefined;
+    const running = runningHere.has(job);
+    // As taken-controle: a job this process is running is not missed, however long it runs.
+    const overdue = cron !== null && !running && dueState(db, job, cron, now, graceMs, installed).missed;
+    return {
+      job,
+      lastStart: row ? new Date(row.gestart) : null,
+      lastEnd: end ? end.end : row?.beeindigd ? new Date(row.beeindigd) : null,
+      outcome: end ? end.result.uitkomst : (row?.uitkomst ?? null),
+      running,
+      scheduled: cron !== null,
+      overdue,
+    };
+  });
+
+  // One row per tenant, never audit_entries.
+  const s = auditVerificationState;
+  const audit = db
+    .select({ checked: count(), broken: sql<number>`coalesce(sum(${s.intact} = 0), 0)`, last: max(s.gecontroleerd) })
+    .from(s)
+    .get()!;
+
+  const b = newestBackup(db);
+  const received = b ? new Date(b.ontvangen) : null;
+  return {
+    jobs,
+    audit: { checked: audit.checked, broken: Number(audit.broken), lastVerification: audit.last ? new Date(audit.last) : null },
+    backup: {
+      received,
+      succeeded: b?.gelukt ?? false,
+      overdue: received === null || backupOverdue(now.getTime() - received.getTime(), deps.config.backupMaxUren),
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------
+// The text format (https://prometheus.io/docs/instrumenting/exposition_formats/).
+
+type Labels = Record<string, string>;
+
+function escapeLabel(v: string): string {
+  return v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
+}
+
+function escapeHelp(v: string): string {
+  return v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n");
+}
+
+export function formatValue(v: number): string {
+  if (Number.isNaN(v)) return "NaN";
+  if (v === Infinity) return "+Inf";
+  if (v === -Infinity) return "-Inf";
+  return String(v);
+}
+
+const seconds = (d: Date | null): number => (d === null ? 0 : d.getTime() / 1000);
+const bool = (b: boolean): number => (b ? 1 : 0);
+
+class Exposition {
+  private readonly lines: string[] = [];
+
+  family(name: string, type: "gauge" | "counter", help: string, samples: [Labels, number][]): void {
+    this.lines.push(`# HELP ${name} ${escapeHelp(help)}`, `# TYPE ${name} ${type}`);
+    for (const [labels, value] of samples) {
+      const keys = Object.keys(labels);
+      const l = keys.length === 0 ? "" : `{${keys.map((k) => `${k}="${escapeLabel(labels[k]!)}"`).join(",")}}`;
+      this.lines.push(`${name}${l} ${formatValue(value)}`);
+    }
+  }
+
+  text(): string {
+    return this.lines.join("\n") + "\n";
+  }
+}
+
+/** The exposition text of a snapshot: a plain function of its input. */
+export function renderMetrics(m: MetricsSnapshot): string {
+  const out = new Exposition();
+  const N = "nachtwacht_";
+  out.family(`${N}build_info`, "gauge", "Always 1; the label version is the version of nachtwacht.", [[{ version: m.version }, 1]]);
+  out.family(`${N}database_up`, "gauge", "1 when this scrape could read the database; 0 leaves out every metric below that comes from it.", [
+    [{}, bool(m.database !== null)],
+  ]);
+
+  const running = new Set(m.runningJobs);
+  const db = m.database;
+  if (db) {
+    const jobs = db.jobs;
+    const per = (f: (j: JobMetrics) => number): [Labels, number][] => jobs.map((j) => [{ job: j.job }, f(j)]);
+    out.family(`${N}job_last_start_timestamp_seconds`, "gauge", "Unix time the newest run of the job started (job_runs); 0 when it never ran.", per((j) => seconds(j.lastStart)));
+    out.family(
+      `${N}job_last_end_timestamp_seconds`,
+      "gauge",
+      "Unix time the newest run of the job ended; 0 while that run has no end (running or interrupted) or when it never ran.",
+      per((j) => seconds(j.lastEnd)),
+    );
+    out.family(
+      `${N}job_last_duration_seconds`,
+      "gauge",
+      "Duration of the newest run of the job; while it has no end, the time since it started; 0 when it never ran.",
+      per((j) => (j.lastStart === null ? 0 : ((j.lastEnd ?? m.now).getTime() - j.lastStart.getTime()) / 1000)),
+    );
+    out.family(
+      `${N}job_last_outcome`,
+      "gauge",
+      "1 for the outcome of the newest run of the job (ok, afwijking = a check answered 409, fout, bezig = no end recorded), 0 for the others; all 0 when it never ran.",
+      jobs.flatMap((j) => OUTCOMES.map((o): [Labels, number] => [{ job: j.job, outcome: o }, bool(j.outcome === o)])),
+    );
+    out.family(`${N}job_running`, "gauge", "1 while this process runs the job.", per((j) => bool(j.running)));
+    out.family(`${N}job_scheduled`, "gauge", "1 when the job has a line in the crontab (backup-status is called by the host backup instead).", per((j) => bool(j.scheduled)));
+    out.family(
+      `${N}job_overdue`,
+      "gauge",
+      "1 when no run of the job started since a scheduled time whose grace (TAKEN_MARGE_MINUTEN) has passed: taken-controle's gemist.",
+      per((j) => bool(j.overdue)),
+    );
+  } else {
+    // Without the database the in-process part still holds.
+    out.family(
+      `${N}job_running`,
+      "gauge",
+      "1 while this process runs the job.",
+      SCHEDULE.map(({ job }): [Labels, number] => [{ job }, bool(running.has(job))]),
+    );
+  }
+  out.family(`${N}job_grace_seconds`, "gauge", "TAKEN_MARGE_MINUTEN in seconds: how long after its scheduled time a job counts as overdue.", [[{}, m.takenMargeSeconds]]);
+
+  if (db) {
+    out.family(`${N}audit_tenants_checked`, "gauge", "Tenants with a result of audit-verificatie (audit_verification_state).", [[{}, db.audit.checked]]);
+    out.family(`${N}audit_tenants_broken`, "gauge", "Tenants whose audit hash chain did not verify at their latest verification.", [[{}, db.audit.broken]]);
+    out.family(`${N}audit_last_verification_timestamp_seconds`, "gauge", "Unix time of the newest audit chain verification; 0 when none.", [
+      [{}, seconds(db.audit.lastVerification)],
+    ]);
+    out.family(`${N}backup_last_success`, "gauge", "1 when the newest backup status reports success; 0 when it failed or no backup was ever reported.", [
+      [{}, bool(db.backup.succeeded)],
+    ]);
+    if (db.backup.received !== null) {
+      out.family(`${N}backup_last_timestamp_seconds`, "gauge", "Unix time the newest backup status arrived (absent when none ever did).", [[{}, seconds(db.backup.received)]]);
+      out.family(`${N}backup_last_age_seconds`, "gauge", "Age of the newest backup status in seconds (absent when none ever arrived).", [
+        [{}, (m.now.getTime() - db.backup.received.getTime()) / 1000],
+      ]);
+    }
+    out.family(`${N}backup_overdue`, "gauge", "1 when no backup was ever reported or the newest is BACKUP_MAX_UREN or older (backup-controle's rule).", [
+      [{}, bool(db.backup.overdue)],
+    ]);
+  }
+  out.family(`${N}backup_max_age_seconds`, "gauge", "BACKUP_MAX_UREN in seconds.", [[{}, m.backupMaxAgeSeconds]]);
+
+  const c = m.counters;
+  out.family(
+    `${N}ingest_requests_accepted_total`,
+    "counter",
+    "Write API requests answered 2xx since the process started, per endpoint.",
+    INGEST_KINDS.map((k): [Labels, number] => [{ endpoint: k }, c.accepted[k]]),
+  );
+  out.family(
+    `${N}ingest_rows_stored_total`,
+    "counter",
+    "Rows the write API stored since the process started (audit entries, login attempts); not those answered from an earlier batch.",
+    (["audit", "inlogpogingen"] as const).map((k): [Labels, number] => [{ endpoint: k }, c.stored[k]]),
+  );
+  out.family(`${N}ingest_audit_entries_replayed_total`, "counter", "Audit entries answered from an earlier batch with the same sleutel (a retry) since the process started.", [
+    [{}, c.replayed],
+  ]);
+  const statuses = [...new Set([...REJECTED_STATUSES, ...Object.keys(c.rejected)])].sort();
+  out.family(
+    `${N}ingest_requests_rejected_total`,
+    "counter",
+    "Write API requests refused since the process started, per HTTP status.",
+    statuses.map((s): [Labels, number] => [{ status: s }, c.rejected[s] ?? 0]),
+  );
+  return out.text();
+}
+
+// ---------------------------------------------------------------------------------
+// Access.
+
+/** The peer addresses of this machine's loopback that open /metrics without a token. */
+const LOOPBACK = new Set(["127.0.0.1", "::1", "::ffff:127.0.0.1"]);
+
+export function isLoopback(address: string | null | undefined): boolean {
+  return address != null && LOOPBACK.has(address.toLowerCase());
+}
+
+/**
+ * Headers a reverse proxy adds. A request that carries one came through a proxy, so
+ * its loopback peer address is the proxy's, not the client's: it needs the token. The
+ * headers are never read for an address (anyone can send them); they only take the
+ * loopback exemption away.
+ */
+const PROXY_HEADERS = ["forwarded", "x-forwarded-for", "x-real-ip"];
+
+export interface MetricsSecrets {
+  metrics: string | null;
+  cron: string;
+  app: string | null;
+}
+
+export type MetricsAccess = { allowed: true } | { allowed: false; status: 401 } | { allowed: false; status: 403; error: string };
+
+const FORBIDDEN_OTHER_SECRET = "Verboden: dit token opent /metrics niet; van buiten deze machine vraagt /metrics METRICS_SECRET.";
+const FORBIDDEN_NO_SECRET = "Verboden: /metrics is alleen vanaf deze machine (loopback) leesbaar; METRICS_SECRET is niet ingesteld.";
+
+/**
+ * The access rule as a function of the peer address and the request headers. Loopback
+ * (127.0.0.1, ::1, ::ffff:127.0.0.1) needs nothing, unless a proxy header is present;
+ * an unknown peer counts as remote. From elsewhere only `Bearer <METRICS_SECRET>`
+ * opens it; CRON_SECRET and APP_SECRET are 403, anything else 401. All three secrets
+ * are compared on every remote request (constant time each, as the gate does).
+ */
+export function metricsAccess(secrets: MetricsSecrets): (peer: string | null | undefined, headers: Headers) => MetricsAccess {
+  // An unset secret stands in as a random one: no token matches it, the work is the same.
+  const standIn = () => crypto.randomUUID() + crypto.randomUUID();
+  const isMetrics = bearerChecker(secrets.metrics ?? standIn());
+  const isCron = bearerChecker(secrets.cron);
+  const isApp = bearerChecker(secrets.app ?? standIn());
+  return (peer, headers) => {
+    if (isLoopback(peer) && !PROXY_HEADERS.some((h) => headers.has(h))) return { allowed: true };
+    const authorization = headers.get("authorization");
+    // all three, never short-circuited: the time does not tell which secret a token is near
+    const metrics = isMetrics(authorization);
+    const cron = isCron(authorization);
+    const app = isApp(authorization);
+    if (metrics && secrets.metrics !== null) return { allowed: true };
+    if (secrets.metrics === null) return { allowed: false, status: 403, error: FORBIDDEN_NO_SECRET };
+    if (cron || app) return { allowed: false, status: 403, error: FORBIDDEN_OTHER_SECRET };
+    return { allowed: false, status: 401 };
+  };
+}
+
+const TEXT = { description: "De metrics in het Prometheus-tekstformaat 0.0.4.", content: { [METRICS_CONTENT_TYPE]: { schema: { type: "string" } } } };
+const error = (description: string) => ({ description, content: { "application/json": { schema: ErrorBody } } });
+
+export function metricsRoute(sources: MetricsSources) {
+  const { deps } = sources;
+  const access = metricsAccess({ metrics: deps.config.metricsSecret, cron: deps.config.cronSecret, app: deps.config.appSecret });
+  return new Elysia({ name: "nachtwacht-metrics" }).get(
+    METRICS_PATH,
+    ({ request, server }) => {
+      // The socket's peer address, never a header: X-Forwarded-For is whatever the client wrote.
+      const a = access(server?.requestIP(request)?.address, request.headers);
+      if (!a.allowed) return a.status === 401 ? unauthorized() : json(403, { error: a.error });
+      return new Response(renderMetrics(collectMetrics(sources, deps.clock())), {
+        headers: { "content-type": METRICS_CONTENT_TYPE, "cache-control": "no-store" },
+      });
+    },
+    {
+      detail: {
+        tags: ["metrics"],
+        summary: "Metrics voor Prometheus (tekstformaat 0.0.4)",
+        description:
+          "Per taak de laatste start, het einde, de duur en de uitkomst, of hij nu loopt en of hij achterstallig is; de audit-ketens " +
+          "(gecontroleerd, gebroken, laatste verificatie); de nieuwste back-up (leeftijd, gelukt); de tellers van de schrijf-API. " +
+          "Zonder token leesbaar vanaf deze machine (loopback, zonder proxy-headers); van elders alleen met `Authorization: Bearer <METRICS_SECRET>`. " +
+          "CRON_SECRET en APP_SECRET openen /metrics niet. docs/operations.md (Metrics) beschrijft elke metric.",
+        responses: {
+          200: TEXT,
+          401: error("Niet vanaf loopback en een ontbrekend of ongeldig token."),
+          403: error("Niet vanaf loopback met CRON_SECRET of APP_SECRET, of METRICS_SECRET is niet ingesteld."),
+        },
+      } as any,
+    },
+  );
 }

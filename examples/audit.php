@@ -1,0 +1,187 @@
+<?php
+// Sends one batch of audit entries to nachtwacht (POST /api/audit) and prints the
+// answer, with a receipt per entry, on stdout. Needs PHP ≥ 7.4 with the curl and json
+// extensions. docs/integration.md explains it.
+//
+//   NACHTWACHT_URL=https://nachtwacht.intern.example APP_SECRET=… php examples/audit.php batch.json
+//   … | php examples/audit.php                  # the batch on stdin
+//
+// In your application, require this file and call nachtwacht_send_audit() with your
+// entries; give every entry a `sleutel` (your own event id): a batch sent twice is then
+// stored once, and the second time answered with the same receipts.
+//
+// Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
+// NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
+// NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
+//
+// Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
+// the server's message is on stderr); 2 usage; 75 gave up for now (no answer, 5xx,
+// 429): send the same batch again later. The secret comes from the environment
+// (getenv) and only goes into a request header (CURLOPT_HTTPHEADER), never onto a
+// command line.
+
+declare(strict_types=1);
+
+/** A final answer (4xx other than 408/429): sending the same batch again will not help. */
+final class NachtwachtRefused extends RuntimeException
+{
+    public int $status;
+
+    public function __construct(int $status, string $error)
+    {
+        parent::__construct("HTTP $status: $error");
+        $this->status = $status;
+    }
+}
+
+/** No success after the allowed attempts, or the server asks to wait longer than allowed. */
+final class NachtwachtGaveUp extends RuntimeException
+{
+}
+
+function nachtwacht_retry_after_ms(?string $value): ?int
+{
+    if ($value === null) {
+        return null;
+    }
+    $value = trim($value);
+    if (preg_match('/^[0-9]+$/', $value) === 1) {
+        return (int) $value * 1000;
+    }
+    $at = strtotime($value);
+    return $at === false ? null : max(0, ($at - time()) * 1000);
+}
+
+function nachtwacht_error_of(string $body, int $status): string
+{
+    $decoded = json_decode($body, true);
+    if (is_array($decoded) && isset($decoded['error']) && is_string($decoded['error'])) {
+        return $decoded['error'];
+    }
+    $short = trim(substr($body, 0, 300));
+    return $short === '' ? "HTTP $status without a body" : $short;
+}
+
+/**
+ * POSTs the entries as one batch and returns the answer as an array
+ * (opgeslagen, alBekend, ontvangstbewijzen). Retries (the same bytes, so the same
+ * sleutels) after a connection error, a timeout, 408, 429 and 5xx, waiting
+ * 2^(attempt−1) × backoff_ms with jitter, or the server's Retry-After when longer.
+ * Throws NachtwachtRefused for a final answer, NachtwachtGaveUp otherwise.
+ *
+ * `details` must encode as a JSON object: an empty PHP array [] encodes as a JSON array
+ * (400); leave it out, or pass (object) [] or an associative array.
+ *
+ * @param list<array<string, mixed>|object> $entries
+ * @return array{opgeslagen: int, alBekend: int, ontvangstbewijzen: list<array{tenantId: int, seq: int, id: int, hash: string}>}
+ */
+function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, int $maxAttempts = 5, int $backoffMs = 500, int $maxDelayMs = 60000, ?callable $log = null): array
+{
+    // Encoded once: every attempt sends the same bytes, so the same sleutels.
+    $payload = json_encode(['entries' => $entries], JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_THROW_ON_ERROR);
+    $url = rtrim($baseUrl, '/') . '/api/audit';
+    for ($attempt = 1; ; $attempt++) {
+        $retryAfter = null;
+        $headers = [];
+        $ch = curl_init($url);
+        curl_setopt_array($ch, [
+            CURLOPT_POST => true,
+            CURLOPT_POSTFIELDS => $payload,
+            CURLOPT_HTTPHEADER => ["Authorization: Bearer $secret", 'Content-Type: application/json', 'Accept: application/json'],
+            CURLOPT_RETURNTRANSFER => true,
+            // The service never redirects; following one would take the header along.
+            CURLOPT_FOLLOWLOCATION => false,
+            CURLOPT_PROTOCOLS => CURLPROTO_HTTP | CURLPROTO_HTTPS,
+            CURLOPT_CONNECTTIMEOUT => 10,
+            CURLOPT_TIMEOUT => 60,
+            CURLOPT_HEADERFUNCTION => function ($ch, string $line) use (&$headers): int {
+                $parts = explode(':', $line, 2);
+                if (count($parts) === 2) {
+                    $headers[strtolower(trim($parts[0]))] = trim($parts[1]);
+                }
+                return strlen($line);
+            },
+        ]);
+        $body = curl_exec($ch);
+        $status = (int) curl_getinfo($ch, CURLINFO_RESPONSE_CODE);
+        $curlError = curl_error($ch);
+        unset($ch); // frees the handle (curl_close() is a no-op since PHP 8 and deprecated in 8.5)
+
+        if ($body === false || $status === 0) {
+            $reason = "no answer: $curlError";
+        } elseif ($status >= 200 && $status < 300) {
+            return json_decode((string) $body, true, 512, JSON_THROW_ON_ERROR);
+        } elseif (in_array($status, [408, 429, 500, 502, 503, 504], true)) {
+            $reason = "HTTP $status: " . nachtwacht_error_of((string) $body, $status);
+            $retryAfter = nachtwacht_retry_after_ms($headers['retry-after'] ?? null);
+        } else {
+            throw new NachtwachtRefused($status, nachtwacht_error_of((string) $body, $status));
+        }
+
+        if ($attempt >= $maxAttempts) {
+            throw new NachtwachtGaveUp("gave up after $attempt attempts: $reason");
+        }
+        if ($retryAfter !== null && $retryAfter > $maxDelayMs) {
+            throw new NachtwachtGaveUp("$reason; the server asks to wait " . ($retryAfter / 1000) . ' s (Retry-After), more than max_delay_ms');
+        }
+        $backoff = min($maxDelayMs, $backoffMs * 2 ** ($attempt - 1));
+        $delay = max($retryAfter ?? 0, intdiv($backoff, 2) + random_int(0, intdiv($backoff, 2)));
+        if ($log !== null) {
+            $log("attempt $attempt: $reason; again in $delay ms");
+        }
+        usleep($delay * 1000);
+    }
+}
+
+function nachtwacht_main(array $argv): int
+{
+    $say = function (string $m): void {
+        fwrite(STDERR, "audit.php: $m\n");
+    };
+    $baseUrl = getenv('NACHTWACHT_URL');
+    $secret = getenv('APP_SECRET');
+    if ($baseUrl === false || $baseUrl === '' || $secret === false || $secret === '') {
+        $say('NACHTWACHT_URL and APP_SECRET must be set (in the environment, never as arguments)');
+        return 2;
+    }
+    if (count($argv) > 2) {
+        $say('usage: audit.php [BATCH.json | -]');
+        return 2;
+    }
+    $file = count($argv) === 1 || $argv[1] === '-' ? 'php://stdin' : $argv[1];
+    $text = @file_get_contents($file);
+    // JSON objects stay objects (details {} must not become []): decode to stdClass.
+    $batch = $text === false ? null : json_decode($text, false);
+    if (!is_object($batch) || !isset($batch->entries) || !is_array($batch->entries)) {
+        $say("cannot read the batch from $file");
+        return 2;
+    }
+    $setting = function (string $name, int $default): int {
+        $v = getenv($name);
+        return $v === false || $v === '' ? $default : (int) $v;
+    };
+    try {
+        $answer = nachtwacht_send_audit(
+            $baseUrl,
+            $secret,
+            $batch->entries,
+            $setting('NACHTWACHT_MAX_ATTEMPTS', 5),
+            $setting('NACHTWACHT_BACKOFF_MS', 500),
+            $setting('NACHTWACHT_MAX_DELAY_MS', 60000),
+            $say
+        );
+    } catch (NachtwachtRefused $e) {
+        $say('refused, ' . $e->getMessage());
+        return 1;
+    } catch (NachtwachtGaveUp $e) {
+        $say($e->getMessage() . '; send the same batch again later');
+        return 75;
+    }
+    echo json_encode($answer, JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE), "\n";
+    return 0;
+}
+
+// Run as a script (not when required by your application).
+if (PHP_SAPI === 'cli' && realpath($_SERVER['SCRIPT_FILENAME'] ?? '') === __FILE__) {
+    exit(nachtwacht_main($argv));
+}

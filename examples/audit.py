@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Sends one batch of audit entries to nachtwacht (POST /api/audit) and prints the
+answer, with a receipt per entry, on stdout. Standard library only (urllib);
+Python 3.8 or newer. docs/integration.md explains it.
+
+    NACHTWACHT_URL=https://nachtwacht.intern.example APP_SECRET=... python3 examples/audit.py batch.json
+    ... | python3 examples/audit.py          # the batch on stdin
+
+In your application, import send_audit() and call it with your entries:
+
+    send_audit(base_url, secret, [{"tenantId": 1, "actor": user.email, "action": "factuur.verzonden",
+                                   "subject": f"factuur/{f.nummer}", "sleutel": f"evt-{event.id}"}])
+
+Give every entry a `sleutel` (your own event id): a batch sent twice is then stored
+once, and the second time answered with the same receipts.
+
+Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
+NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
+NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
+
+Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
+the server's message is on stderr); 2 usage; 75 gave up for now (no answer, 5xx,
+429): send the same batch again later.
+
+The secret is read from the environment and only ever put in a request header: it is
+never on a command line.
+"""
+
+import email.utils
+import json
+import os
+import random
+import socket
+import sys
+import time
+import http.client
+import urllib.error
+import urllib.request
+
+RETRYABLE = {408, 429, 500, 502, 503, 504}
+
+
+class Refused(Exception):
+    """A final answer (4xx other than 408/429): sending the same batch again will not help."""
+
+    def __init__(self, status, error):
+        super().__init__(f"HTTP {status}: {error}")
+        self.status = status
+        self.error = error
+
+
+class GaveUp(Exception):
+    """No success after the allowed attempts, or the server asks to wait longer than allowed."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # The service never redirects; following one would take the Authorization header along.
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+def _retry_after_ms(value):
+    """Retry-After as milliseconds (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return int(value) * 1000
+    try:
+        return max(0, int((email.utils.parsedate_to_datetime(value).timestamp() - time.time()) * 1000))
+    except (TypeError, ValueError):
+        return None
+
+
+def _error_of(body, status):
+    try:
+        error = json.loads(body).get("error")
+        if isinstance(error, str):
+            return error
+    except (ValueError, AttributeError):
+        pass
+    return body[:300].decode("utf-8", "replace").strip() or f"HTTP {status} without a body"
+
+
+def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_delay_ms=60_000, timeout_s=60, log=None):
+    """POSTs the entries as one batch; returns the answer {opgeslagen, alBekend, ontvangstbewijzen}.
+
+    Retries (the same bytes, so the same sleutels) after a connection error, a timeout,
+    408, 429 and 5xx, waiting 2^(attempt-1) x backoff_ms with jitter, or the server's
+    Retry-After when longer. Raises Refused for a final answer, GaveUp otherwise.
+    """
+    payload = json.dumps({"entries": entries}).encode("utf-8")
+    url = base_url.rstrip("/") + "/api/audit"
+    headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json", "Accept": "application/json"}
+    for attempt in range(1, max_attempts + 1):
+        retry_after = None
+        request = urllib.request.Request(url, data=payload, headers=headers, method="POST")
+        try:
+            with _opener.open(request, timeout=timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            body = e.read()
+            if e.code not in RETRYABLE:
+                raise Refused(e.code, _error_of(body, e.code)) from None
+            reason = f"HTTP {e.code}: {_error_of(body, e.code)}"
+            retry_after = _retry_after_ms(e.headers.get("Retry-After"))
+        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout, TimeoutError) as e:
+            reason = f"no answer: {getattr(e, 'reason', None) or e}"
+        if attempt >= max_attempts:
+            raise GaveUp(f"gave up after {attempt} attempts: {reason}")
+        if retry_after is not None and retry_after > max_delay_ms:
+            raise GaveUp(f"{reason}; the server asks to wait {retry_after / 1000:g} s (Retry-After), more than max_delay_ms")
+        delay = min(max_delay_ms, backoff_ms * 2 ** (attempt - 1))
+        delay = delay / 2 + random.random() * delay / 2
+        delay = max(delay, retry_after or 0)
+        if log:
+            log(f"attempt {attempt}: {reason}; again in {delay:.0f} ms")
+        time.sleep(delay / 1000)
+    raise GaveUp("max_attempts must be at least 1")
+
+
+def main(argv):
+    me = os.path.basename(argv[0])
+
+    def say(message):
+        print(f"{me}: {message}", file=sys.stderr)
+
+    base_url = os.environ.get("NACHTWACHT_URL")
+    secret = os.environ.get("APP_SECRET")
+    if not base_url or not secret:
+        say("NACHTWACHT_URL and APP_SECRET must be set (in the environment, never as arguments)")
+        return 2
+    if len(argv) > 2:
+        say(f"usage: {me} [BATCH.json | -]")
+        return 2
+    try:
+        if len(argv) == 1 or argv[1] == "-":
+            batch = json.load(sys.stdin)
+        else:
+            with open(argv[1], encoding="utf-8") as f:
+                batch = json.load(f)
+        entries = batch["entries"]
+        options = {k: int(os.environ[v]) for k, v in (("max_attempts", "NACHTWACHT_MAX_ATTEMPTS"), ("backoff_ms", "NACHTWACHT_BACKOFF_MS"), ("max_delay_ms", "NACHTWACHT_MAX_DELAY_MS")) if v in os.environ}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        say(f"cannot read the batch or the settings: {e}")
+        return 2
+    try:
+        answer = send_audit(base_url, secret, entries, log=say, **options)
+    except Refused as e:
+        say(f"refused, {e}")
+        return 1
+    except GaveUp as e:
+        say(f"{e}; send the same batch again later")
+        return 75
+    print(json.dumps(answer, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

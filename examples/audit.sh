@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Sends one batch of audit entries to nachtwacht (POST /api/audit) and prints the
+# answer, with a receipt per entry, on stdout. docs/integration.md explains it.
+#
+#   NACHTWACHT_URL=https://nachtwacht.intern.example APP_SECRET=… examples/audit.sh batch.json
+#   … | examples/audit.sh            # the batch on stdin
+#
+# The batch is {"entries":[{tenantId, actor, action, subject, details?, tijdstip?, sleutel?}, …]}
+# (examples/batch.json). Give every entry a `sleutel` (your own event id): a batch sent
+# twice is then stored once, and the second time answered with the same receipts.
+#
+# Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
+# NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
+# NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
+#
+# Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch,
+# the server's {"error"} is on stderr); 2 usage or curl cannot run; 75 gave up for now
+# (no answer, 5xx, 429): send the same file again later.
+#
+# APP_SECRET never appears on a command line (`ps`, /proc/<pid>/cmdline): curl reads the
+# Authorization header from its stdin (`--header @-`), fed by a here-string. Do not
+# replace that with `-H "Authorization: Bearer $APP_SECRET"`, and do not add -L (a
+# redirect would take the header along).
+set -euo pipefail
+
+me=${0##*/}
+die() { echo "$me: $*" >&2; exit 2; }
+
+[[ -n ${NACHTWACHT_URL:-} ]] || die "NACHTWACHT_URL is not set (e.g. http://127.0.0.1:3000)"
+[[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"
+[[ $# -le 1 ]] || die "usage: $me [BATCH.json | -]"
+max_attempts=${NACHTWACHT_MAX_ATTEMPTS:-5}
+base_ms=${NACHTWACHT_BACKOFF_MS:-500}
+max_delay_ms=${NACHTWACHT_MAX_DELAY_MS:-60000}
+for n in "$max_attempts" "$base_ms" "$max_delay_ms"; do [[ $n =~ ^[0-9]+$ ]] || die "NACHTWACHT_MAX_ATTEMPTS, _BACKOFF_MS and _MAX_DELAY_MS take whole numbers"; done
+command -v curl >/dev/null || die "curl is not installed"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Read once: every attempt sends the same bytes, so the same sleutels.
+if [[ $# -eq 0 || $1 == - ]]; then cat >"$work/batch.json"; else cp -- "$1" "$work/batch.json" || die "cannot read $1"; fi
+url=${NACHTWACHT_URL%/}/api/audit
+
+for ((attempt = 1; ; attempt++)); do
+  rc=0
+  status=$(curl --silent --show-error --proto '=http,https' \
+    --connect-timeout 10 --max-time 60 \
+    --request POST --header 'Content-Type: application/json' --header @- \
+    --data-binary @"$work/batch.json" \
+    --output "$work/answer" --dump-header "$work/headers" --write-out '%{http_code}' \
+    "$url" <<<"Authorization: Bearer $APP_SECRET") || rc=$?
+
+  retry_after=""
+  if ((rc != 0)); then
+    case $rc in
+      # could not resolve, connect, send or receive; timeout; empty reply; TLS handshake
+      5 | 6 | 7 | 16 | 18 | 28 | 35 | 52 | 55 | 56 | 92) reason="no answer (curl exit $rc)" ;;
+      *) die "curl failed (exit $rc); not retried" ;;
+    esac
+  else
+    case $status in
+      2??)
+        cat "$work/answer"
+        echo
+        exit 0
+        ;;
+      408 | 429 | 5??)
+        reason="HTTP $status $(head -c 300 "$work/answer")"
+        # The last Retry-After (curl may have dumped a 100 Continue before the answer); seconds only.
+        retry_after=$(tr -d '\r' <"$work/headers" | awk -F': *' 'tolower($1) == "retry-after" { v = $2 } END { print v }')
+        [[ $retry_after =~ ^[0-9]+$ ]] || retry_after=""
+        ;;
+      *)
+        # Final: the batch itself is wrong (400, 409, 413, 422) or the secret is (401, 403).
+        echo "$me: refused, HTTP $status: $(cat "$work/answer")" >&2
+        exit 1
+        ;;
+    esac
+  fi
+
+  if ((attempt >= max_attempts)); then
+    echo "$me: gave up after $attempt attempts: $reason; send the same batch again later" >&2
+    exit 75
+  fi
+  delay=$((base_ms << (attempt - 1)))
+  ((delay <= max_delay_ms)) || delay=$max_delay_ms
+  delay=$((delay / 2 + RANDOM % (delay / 2 + 1)))
+  if [[ -n $retry_after ]]; then
+    if ((retry_after * 1000 > max_delay_ms)); then
+      echo "$me: gave up: $reason; the server asks to wait ${retry_after} s (Retry-After), more than NACHTWACHT_MAX_DELAY_MS" >&2
+      exit 75
+    fi
+    ((retry_after * 1000 <= delay)) || delay=$((retry_after * 1000))
+  fi
+  echo "$me: attempt $attempt: $reason; again in ${delay} ms" >&2
+  sleep "$((delay / 1000)).$(printf '%03d' $((delay % 1000)))"
+done

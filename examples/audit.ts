@@ -1,0 +1,176 @@
+// Sends one batch of audit entries to nachtwacht (POST /api/audit) and prints the
+// answer, with a receipt per entry, on stdout. Plain fetch, no imports: copy it into
+// any TypeScript project. (Inside this repository, or with src/client.ts vendored,
+// NachtwachtClient does the same with the server's own types.) docs/integration.md
+// explains it.
+//
+//   NACHTWACHT_URL=https://nachtwacht.intern.example APP_SECRET=… bun examples/audit.ts batch.json
+//   … | bun examples/audit.ts                       # the batch on stdin
+//   node --experimental-strip-types examples/audit.ts batch.json   (Node ≥ 22.6; Node 20: compile first)
+//
+// Give every entry a `sleutel` (your own event id): a batch sent twice is then stored
+// once, and the second time answered with the same receipts.
+//
+// Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
+// NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
+// NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
+//
+// Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
+// the server's message is on stderr); 2 usage; 75 gave up for now (no answer, 5xx,
+// 429): send the same batch again later. The secret comes from the environment and only
+// goes into a request header, never onto a command line.
+import { readFileSync } from "node:fs";
+
+export interface AuditEntry {
+  tenantId: number;
+  actor: string;
+  action: string;
+  subject: string;
+  details?: Record<string, unknown>;
+  /** ISO 8601 with a zone; default: when nachtwacht receives it. */
+  tijdstip?: string;
+  /** Idempotency key, unique per tenant: your own event id. */
+  sleutel?: string;
+}
+
+export interface Receipt {
+  tenantId: number;
+  seq: number;
+  id: number;
+  hash: string;
+}
+
+export interface AuditAnswer {
+  opgeslagen: number;
+  alBekend: number;
+  ontvangstbewijzen: Receipt[];
+}
+
+/** A final answer (4xx other than 408/429): sending the same batch again will not help. */
+export class Refused extends Error {
+  readonly status: number;
+  constructor(status: number, error: string) {
+    super(`HTTP ${status}: ${error}`);
+    this.status = status;
+  }
+}
+
+/** No success after the allowed attempts, or the server asks to wait longer than allowed. */
+export class GaveUp extends Error {}
+
+export interface SendOptions {
+  maxAttempts?: number;
+  backoffMs?: number;
+  maxDelayMs?: number;
+  timeoutMs?: number;
+  log?: (message: string) => void;
+}
+
+const RETRYABLE = new Set([408, 429, 500, 502, 503, 504]);
+
+function retryAfterMs(value: string | null): number | null {
+  if (value === null) return null;
+  if (/^\s*\d+\s*$/.test(value)) return Number(value) * 1000;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
+}
+
+function errorOf(text: string, status: number): string {
+  try {
+    const e = (JSON.parse(text) as { error?: unknown }).error;
+    if (typeof e === "string") return e;
+  } catch {
+    // not JSON
+  }
+  return text.trim().slice(0, 300) || `HTTP ${status} without a body`;
+}
+
+/**
+ * POSTs the entries as one batch and returns the answer. Retries (the same bytes, so
+ * the same sleutels) after a connection error, a timeout, 408, 429 and 5xx, waiting
+ * 2^(attempt−1) × backoffMs with jitter, or the server's Retry-After when longer.
+ * Throws Refused for a final answer, GaveUp otherwise.
+ */
+export async function sendAudit(baseUrl: string, secret: string, entries: AuditEntry[], o: SendOptions = {}): Promise<AuditAnswer> {
+  const maxAttempts = o.maxAttempts ?? 5;
+  const backoffMs = o.backoffMs ?? 500;
+  const maxDelayMs = o.maxDelayMs ?? 60_000;
+  const body = JSON.stringify({ entries });
+  const url = `${baseUrl.replace(/\/+$/, "")}/api/audit`;
+  for (let attempt = 1; ; attempt++) {
+    let reason: string;
+    let wait: number | null = null;
+    try {
+      const res = await fetch(url, {
+        method: "POST",
+        headers: { authorization: `Bearer ${secret}`, "content-type": "application/json", accept: "application/json" },
+        body,
+        // The service never redirects; following one could take the header elsewhere.
+        redirect: "manual",
+        signal: AbortSignal.timeout(o.timeoutMs ?? 60_000),
+      });
+      const text = await res.text();
+      if (res.ok) return JSON.parse(text) as AuditAnswer;
+      if (!RETRYABLE.has(res.status)) throw new Refused(res.status, errorOf(text, res.status));
+      reason = `HTTP ${res.status}: ${errorOf(text, res.status)}`;
+      wait = retryAfterMs(res.headers.get("retry-after"));
+    } catch (e) {
+      if (e instanceof Refused) throw e;
+      reason = `no answer: ${e instanceof Error ? e.message : String(e)}`;
+    }
+    if (attempt >= maxAttempts) throw new GaveUp(`gave up after ${attempt} attempts: ${reason}`);
+    if (wait !== null && wait > maxDelayMs) throw new GaveUp(`${reason}; the server asks to wait ${wait / 1000} s (Retry-After), more than maxDelayMs`);
+    const backoff = Math.min(maxDelayMs, backoffMs * 2 ** (attempt - 1));
+    const delay = Math.round(Math.max(wait ?? 0, backoff / 2 + (Math.random() * backoff) / 2));
+    o.log?.(`attempt ${attempt}: ${reason}; again in ${delay} ms`);
+    await new Promise((resolve) => setTimeout(resolve, delay));
+  }
+}
+
+async function main(args: string[]): Promise<number> {
+  const say = (m: string) => console.error(`audit.ts: ${m}`);
+  const baseUrl = process.env.NACHTWACHT_URL;
+  const secret = process.env.APP_SECRET;
+  if (!baseUrl || !secret) {
+    say("NACHTWACHT_URL and APP_SECRET must be set (in the environment, never as arguments)");
+    return 2;
+  }
+  if (args.length > 1) {
+    say("usage: audit.ts [BATCH.json | -]");
+    return 2;
+  }
+  let entries: AuditEntry[];
+  let options: SendOptions;
+  const num = (name: string) => {
+    const v = process.env[name];
+    if (v === undefined) return undefined;
+    if (!/^\d+$/.test(v)) throw new Error(`${name} takes a whole number`);
+    return Number(v);
+  };
+  try {
+    options = { maxAttempts: num("NACHTWACHT_MAX_ATTEMPTS"), backoffMs: num("NACHTWACHT_BACKOFF_MS"), maxDelayMs: num("NACHTWACHT_MAX_DELAY_MS"), log: say };
+    const text = args.length === 0 || args[0] === "-" ? readFileSync(0, "utf8") : readFileSync(args[0]!, "utf8");
+    entries = (JSON.parse(text) as { entries: AuditEntry[] }).entries;
+    if (!Array.isArray(entries)) throw new Error("no entries array");
+  } catch (e) {
+    say(`cannot read the batch or the settings: ${e instanceof Error ? e.message : String(e)}`);
+    return 2;
+  }
+  try {
+    console.log(JSON.stringify(await sendAudit(baseUrl, secret, entries, options)));
+    return 0;
+  } catch (e) {
+    if (e instanceof Refused) {
+      say(`refused, ${e.message}`);
+      return 1;
+    }
+    if (e instanceof GaveUp) {
+      say(`${e.message}; send the same batch again later`);
+      return 75;
+    }
+    throw e;
+  }
+}
+
+// Run as a script (not when imported).
+if (import.meta.main ?? process.argv[1]?.endsWith("audit.ts")) process.exitCode = await main(process.argv.slice(2));

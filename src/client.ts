@@ -1,0 +1,234 @@
+// A small typed client for nachtwacht's write API (POST /api/audit, POST
+// /api/inlogpogingen, PUT /api/tenants/{id}, PUT /api/tenants/{id}/beheerders), for a
+// host application written in TypeScript. docs/integration.md says when to use it and
+// how to keep APP_SECRET.
+//
+// The types are the server's own: Static<typeof …> of the TypeBox schemas the routes
+// validate with (src/ingest/*.ts). Those imports are type-only and vanish when
+// compiled, so this file has no runtime dependency at all: it runs under Bun and under
+// Node ≥ 20 (global fetch, AbortSignal.timeout), e.g. after `bun build --target=node`.
+//
+// Retries: a call is tried again, with exponential backoff and jitter, at most
+// `maxAttempts` times, after an answer that says "not now" (503, 429) and after a
+// connection error. A Retry-After of the server is honoured: never tried earlier; when
+// it asks for longer than `maxDelayMs`, the client stops and throws (the error carries
+// retryAfterMs, so the caller can queue the batch). After a timeout, a dropped
+// connection or another 5xx the request may have been stored; such calls are retried
+// only when they are idempotent: PUTs, and audit batches in which every entry has a
+// `sleutel` (the service then answers a repeat with the same receipts). Login attempts
+// have no keys: they are retried only when the service certainly stored nothing.
+// Every other answer (4xx) is final: NachtwachtError with the status and the server's
+// `error` message.
+import type { Static } from "@sinclair/typebox";
+import type { AuditBatchResult as AuditBatchResultSchema, AuditEntryInput, Receipt as ReceiptSchema } from "./ingest/audit.ts";
+import type { LoginAttemptInput, LoginAttemptResult as LoginAttemptResultSchema } from "./ingest/login-attempts.ts";
+import type {
+  AdministratorInput,
+  AdministratorsResult as AdministratorsResultSchema,
+  TenantInput as TenantInputSchema,
+  TenantResult as TenantResultSchema,
+} from "./ingest/tenants.ts";
+
+/** One audit entry as POST /api/audit takes it. Give it a `sleutel` (e.g. your event id) so retries are safe. */
+export type AuditEntry = Static<typeof AuditEntryInput>;
+/** What the service answers per entry: where it stands in its tenant's chain and its hash. Keep it. */
+export type Receipt = Static<typeof ReceiptSchema>;
+export type AuditBatchResult = Static<typeof AuditBatchResultSchema>;
+/** One login attempt as POST /api/inlogpogingen takes it. */
+export type LoginAttempt = Static<typeof LoginAttemptInput>;
+export type LoginAttemptResult = Static<typeof LoginAttemptResultSchema>;
+export type TenantInput = Static<typeof TenantInputSchema>;
+export type TenantResult = Static<typeof TenantResultSchema>;
+/** One administrator in the full list PUT /api/tenants/{id}/beheerders takes. */
+export type Administrator = Static<typeof AdministratorInput>;
+export type AdministratorsResult = Static<typeof AdministratorsResultSchema>;
+
+/** Why a call is being retried, for logging (`onRetry`). */
+export interface RetryInfo {
+  method: string;
+  path: string;
+  /** The attempt that failed (1 = the first). */
+  attempt: number;
+  /** How long the client waits before the next attempt. */
+  delayMs: number;
+  /** The HTTP status, or null when there was no answer (connection error, timeout). */
+  status: number | null;
+  /** The server's `error`, or the connection error's message. */
+  reason: string;
+}
+
+export interface ClientOptions {
+  /** Where the service listens, e.g. `https://nachtwacht.intern.example` or `http://127.0.0.1:3000`. */
+  baseUrl: string;
+  /** APP_SECRET of the service. Take it from the environment or a secrets store, never from argv. */
+  secret: string;
+  /** Attempts per call, the first included (default 5). */
+  maxAttempts?: number;
+  /** Backoff: 2^(attempt−1) × this, with jitter (default 500 ms). */
+  baseDelayMs?: number;
+  /** The longest wait between two attempts (default 60 s, the service's own Retry-After). A Retry-After above it ends the retries. */
+  maxDelayMs?: number;
+  /** Per attempt, connecting and reading the answer included (default 30 s). */
+  timeoutMs?: number;
+  /** Called before each wait between attempts. */
+  onRetry?: (info: RetryInfo) => void;
+  /** Another fetch (a proxy agent, a test); the global one by default. */
+  fetch?: (input: string, init: RequestInit) => Promise<Response>;
+}
+
+/**
+ * A call that did not succeed. `status` is the HTTP status, or null when no answer came
+ * (connection error, timeout); `error` is the server's message (`{ error }`), or the
+ * connection error's. Never carries the secret.
+ */
+export class NachtwachtError extends Error {
+  override readonly name = "NachtwachtError";
+  constructor(
+    readonly method: string,
+    readonly path: string,
+    readonly status: number | null,
+    readonly error: string,
+    /** How many attempts were made. */
+    readonly attempts: number,
+    /** The server's Retry-After, in milliseconds, when it sent one. */
+    readonly retryAfterMs: number | null = null,
+    options?: { cause?: unknown },
+  ) {
+    super(`nachtwacht ${method} ${path}: ${status === null ? "geen antwoord" : `HTTP ${status}`}: ${error}`, options);
+  }
+
+  /** True when the same call may succeed later (no answer, 408, 429, 5xx); 4xx otherwise are final. */
+  get retryable(): boolean {
+    return this.status === null || this.status === 408 || this.status === 429 || this.status >= 500;
+  }
+}
+
+/** Retry-After as milliseconds: delta-seconds or an HTTP date; null when absent or unreadable. */
+export function parseRetryAfter(value: string | null, now = Date.now()): number | null {
+  if (value === null) return null;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v) * 1000;
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? null : Math.max(0, at - now);
+}
+
+/** No answer: did the request certainly not reach the service (nothing can have been stored)? */
+function refusedConnection(e: unknown): boolean {
+  const code = (x: unknown) => (x as { code?: unknown } | null)?.code;
+  return code(e) === "ECONNREFUSED" || code((e as { cause?: unknown } | null)?.cause) === "ECONNREFUSED";
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+export class NachtwachtClient {
+  readonly baseUrl: string;
+  // A private field: console.log(client) and JSON.stringify(client) do not show it.
+  readonly #secret: string;
+  readonly #o: Required<Omit<ClientOptions, "baseUrl" | "secret" | "onRetry" | "fetch">> & Pick<ClientOptions, "onRetry">;
+  readonly #fetch: (input: string, init: RequestInit) => Promise<Response>;
+
+  constructor(options: ClientOptions) {
+    const url = new URL(options.baseUrl);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError("baseUrl moet http: of https: zijn");
+    if (url.username !== "" || url.password !== "") throw new TypeError("baseUrl mag geen gebruikersnaam of wachtwoord bevatten");
+    if (typeof options.secret !== "string" || options.secret.length < 32) throw new TypeError("secret (APP_SECRET) ontbreekt of is korter dan 32 tekens");
+    this.baseUrl = url.href.replace(/\/+$/, "");
+    this.#secret = options.secret;
+    this.#o = {
+      maxAttempts: Math.max(1, Math.floor(options.maxAttempts ?? 5)),
+      baseDelayMs: options.baseDelayMs ?? 500,
+      maxDelayMs: options.maxDelayMs ?? 60_000,
+      timeoutMs: options.timeoutMs ?? 30_000,
+      onRetry: options.onRetry,
+    };
+    this.#fetch = options.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  /**
+   * Appends 1–1000 entries to their tenants' chains, all or nothing, and returns one
+   * receipt per entry in batch order. Retried after a timeout or 5xx only when every
+   * entry has a `sleutel`.
+   */
+  appendAudit(entries: readonly AuditEntry[]): Promise<AuditBatchResult> {
+    const idempotent = entries.length > 0 && entries.every((e) => e.sleutel !== undefined);
+    return this.#call<AuditBatchResult>("POST", "/api/audit", { entries }, idempotent);
+  }
+
+  /** Stores 1–1000 login attempts, all or nothing. No idempotency keys: retried only when nothing can have been stored. */
+  recordLoginAttempts(pogingen: readonly LoginAttempt[]): Promise<LoginAttemptResult> {
+    return this.#call<LoginAttemptResult>("POST", "/api/inlogpogingen", { pogingen }, false);
+  }
+
+  /** Creates (`nieuw: true`, HTTP 201) or updates a tenant. */
+  putTenant(id: number, tenant: TenantInput): Promise<TenantResult> {
+    return this.#call<TenantResult>("PUT", `/api/tenants/${tenantPath(id)}`, { naam: tenant.naam, actief: tenant.actief }, true);
+  }
+
+  /** Makes the tenant's administrators exactly this list (by e-mail; the missing ones set inactive). 404 for an unknown tenant. */
+  putAdministrators(id: number, beheerders: readonly Administrator[]): Promise<AdministratorsResult> {
+    return this.#call<AdministratorsResult>("PUT", `/api/tenants/${tenantPath(id)}/beheerders`, { beheerders }, true);
+  }
+
+  async #call<T>(method: string, path: string, body: unknown, idempotent: boolean): Promise<T> {
+    // Serialised once: every attempt sends the same bytes, the same sleutels.
+    const payload = JSON.stringify(body);
+    const headers = { authorization: `Bearer ${this.#secret}`, "content-type": "application/json", accept: "application/json" };
+    for (let attempt = 1; ; attempt++) {
+      let status: number | null = null;
+      let reason: string;
+      let retryAfterMs: number | null = null;
+      let cause: unknown;
+      // Whether the service certainly stored nothing: then any call may be repeated.
+      let nothingStored: boolean;
+      try {
+        // redirect: manual — the service never redirects; following one could carry the token elsewhere.
+        const res = await this.#fetch(this.baseUrl + path, { method, headers, body: payload, redirect: "manual", signal: AbortSignal.timeout(this.#o.timeoutMs) });
+        status = res.status;
+        const text = await res.text();
+        if (status >= 200 && status < 300) return JSON.parse(text) as T;
+        reason = errorMessage(text, status);
+        retryAfterMs = parseRetryAfter(res.headers.get("retry-after"));
+        nothingStored = status === 503 || status === 429;
+        const retryable = status === 408 || status === 429 || status >= 500;
+        if (!retryable) throw new NachtwachtError(method, path, status, reason, attempt, retryAfterMs);
+      } catch (e) {
+        if (e instanceof NachtwachtError) throw e;
+        if (status === null) {
+          cause = e;
+          reason = e instanceof Error ? e.message : String(e);
+          nothingStored = refusedConnection(e);
+        } else {
+          // The answer came but its body could not be read (connection lost) or parsed: the request may have been stored.
+          cause = e;
+          reason = `antwoord ${status} onleesbaar: ${e instanceof Error ? e.message : String(e)}`;
+          nothingStored = false;
+        }
+      }
+      const giveUp = (why?: string) => new NachtwachtError(method, path, status, why ? `${reason} (${why})` : reason, attempt, retryAfterMs, { cause });
+      if (!idempotent && !nothingStored) throw giveUp("niet herhaald: misschien al opgeslagen en zonder sleutel niet veilig te herhalen");
+      if (attempt >= this.#o.maxAttempts) throw giveUp(`opgegeven na ${attempt} pogingen`);
+      if (retryAfterMs !== null && retryAfterMs > this.#o.maxDelayMs) throw giveUp(`Retry-After ${retryAfterMs / 1000} s is langer dan maxDelayMs`);
+      const backoff = Math.min(this.#o.maxDelayMs, this.#o.baseDelayMs * 2 ** (attempt - 1));
+      const delayMs = Math.max(retryAfterMs ?? 0, Math.round(backoff / 2 + Math.random() * (backoff / 2)));
+      this.#o.onRetry?.({ method, path, attempt, delayMs, status, reason });
+      await sleep(delayMs);
+    }
+  }
+}
+
+function tenantPath(id: number): string {
+  if (!Number.isSafeInteger(id) || id < 1) throw new TypeError(`tenant-id moet een geheel getal ≥ 1 zijn, niet ${id}`);
+  return String(id);
+}
+
+/** The `error` of a `{ error }` body; else the start of the text. */
+function errorMessage(text: string, status: number): string {
+  try {
+    const parsed = JSON.parse(text) as { error?: unknown };
+    if (typeof parsed?.error === "string") return parsed.error;
+  } catch {
+    // not JSON: a proxy's page, say
+  }
+  const short = text.trim().slice(0, 200);
+  return short === "" ? `HTTP ${status} zonder body` : short;
+}

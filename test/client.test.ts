@@ -1,0 +1,397 @@
+// src/client.ts against the real service, started from source as a process: the four
+// calls, refusals as NachtwachtError with the server's message, retries with backoff
+// through a real flaky HTTP proxy (Retry-After honoured; retried after a lost answer only
+// when the call is idempotent), a real 503 while another process holds the database's
+// write lock, and the same client bundled for Node 20 and run there.
+import { Database } from "bun:sqlite";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { NachtwachtClient, NachtwachtError, parseRetryAfter, type AuditEntry, type ClientOptions, type RetryInfo } from "../src/client.ts";
+import { freePort } from "./binary.ts";
+import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
+import { TEST_SIGNING_KEY } from "./helpers.ts";
+
+const APP = `app-${randomBytes(24).toString("hex")}`;
+const CRON = `cron-${randomBytes(24).toString("hex")}`;
+
+let dir: string;
+let dbPath: string;
+let svc: ServiceProcess;
+let nextTenant = 100;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "nachtwacht-client-"));
+  dbPath = join(dir, "data", "nachtwacht.db");
+  svc = await startService({ CRON_SECRET: CRON, APP_SECRET: APP, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: dbPath, AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl") });
+});
+
+afterAll(async () => {
+  if (svc) {
+    svc.proc.kill("SIGTERM");
+    await svc.exited;
+  }
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const client = (o: Partial<ClientOptions> = {}) => new NachtwachtClient({ baseUrl: svc.url, secret: APP, baseDelayMs: 5, ...o });
+
+async function newTenant(): Promise<number> {
+  const id = nextTenant++;
+  expect((await client().putTenant(id, { naam: `Tenant ${id}`, actief: true })).nieuw).toBe(true);
+  return id;
+}
+
+const entry = (tenantId: number, i: number, sleutel?: string): AuditEntry => ({
+  tenantId,
+  actor: "anna@example.nl",
+  action: "dossier.bekeken",
+  subject: `dossier/${i}`,
+  details: { i },
+  ...(sleutel === undefined ? {} : { sleutel }),
+});
+
+function count(sql: string, ...params: number[]): number {
+  const db = new Database(dbPath, { readonly: true });
+  try {
+    return (db.query(sql).get(...params) as { n: number }).n;
+  } finally {
+    db.close();
+  }
+}
+const entriesOf = (tenantId: number) => count("SELECT count(*) AS n FROM audit_entries WHERE tenant_id = ?", tenantId);
+
+/** A rejection of `p`, which must be a NachtwachtError. */
+async function failure(p: Promise<unknown>): Promise<NachtwachtError> {
+  const e = await p.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  expect(e).toBeInstanceOf(NachtwachtError);
+  return e as NachtwachtError;
+}
+
+type Step = { status: number; retryAfter?: string } | "lose" | "pass";
+
+/**
+ * A real HTTP server in front of the service. Per request, in order: `{status}` answers
+ * that status (with Retry-After when given) without passing the request on; `lose`
+ * passes it on and answers 502 (the service stored it, the answer was lost); `pass`, and
+ * every request after the list, passes it on.
+ */
+function flakyProxy(steps: Step[]) {
+  const seen: { at: number; authorization: string | null; body: string }[] = [];
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    async fetch(req) {
+      const body = await req.text();
+      seen.push({ at: performance.now(), authorization: req.headers.get("authorization"), body });
+      const step = steps[seen.length - 1] ?? "pass";
+      if (typeof step === "object") return Response.json({ error: `proxy ${step.status}` }, { status: step.status, headers: step.retryAfter === undefined ? {} : { "retry-after": step.retryAfter } });
+      const res = await fetch(svc.url + new URL(req.url).pathname, { method: req.method, headers: { authorization: req.headers.get("authorization") ?? "", "content-type": "application/json" }, body });
+      const text = await res.text();
+      if (step === "lose") return new Response("Bad Gateway", { status: 502 });
+      return new Response(text, { status: res.status, headers: { "content-type": "application/json" } });
+    },
+  });
+  return { url: `http://127.0.0.1:${server.port}`, seen, stop: () => server.stop(true) };
+}
+
+describe("the four calls against the service", () => {
+  test("putTenant creates (nieuw) and updates; putAdministrators replaces the list by e-mail", async () => {
+    const c = client();
+    const id = nextTenant++;
+    const created = await c.putTenant(id, { naam: "Acme", actief: true });
+    expect(created).toMatchObject({ tenantId: id, naam: "Acme", actief: true, nieuw: true });
+    const updated = await c.putTenant(id, { naam: "Acme BV", actief: false });
+    expect(updated).toEqual({ tenantId: id, naam: "Acme BV", actief: false, aangemaakt: created.aangemaakt, nieuw: false });
+
+    const first = await c.putAdministrators(id, [
+      { naam: "Ans", email: "ans@example.nl", actief: true },
+      { naam: "Bob", email: "bob@example.nl", actief: true },
+    ]);
+    expect(first.beheerders.map((b) => [b.email, b.actief])).toEqual([
+      ["ans@example.nl", true],
+      ["bob@example.nl", true],
+    ]);
+    const second = await c.putAdministrators(id, [{ naam: "Ans de Vries", email: "ANS@example.nl", actief: true }]);
+    expect(second.beheerders).toEqual([
+      { id: first.beheerders[0]!.id, naam: "Ans de Vries", email: "ANS@example.nl", actief: true },
+      { id: first.beheerders[1]!.id, naam: "Bob", email: "bob@example.nl", actief: false },
+    ]);
+  });
+
+  test("appendAudit returns receipts in batch order; the same batch again returns the same receipts and stores nothing", async () => {
+    const c = client();
+    const t = await newTenant();
+    const batch = [entry(t, 0, "e-0"), entry(t, 1, "e-1"), entry(t, 2, "e-2")];
+    const first = await c.appendAudit(batch);
+    expect(first.opgeslagen).toBe(3);
+    expect(first.ontvangstbewijzen.map((r) => r.seq)).toEqual([1, 2, 3]);
+    for (const r of first.ontvangstbewijzen) expect(r.hash).toMatch(/^[0-9a-f]{64}$/);
+    expect(await c.appendAudit(batch)).toEqual({ opgeslagen: 0, alBekend: 3, ontvangstbewijzen: first.ontvangstbewijzen });
+    expect(entriesOf(t)).toBe(3);
+  });
+
+  test("recordLoginAttempts stores the attempts and returns their ids", async () => {
+    const t = await newTenant();
+    const before = count("SELECT count(*) AS n FROM login_attempts");
+    const r = await client().recordLoginAttempts([
+      { account: "a@example.nl", ip: "192.0.2.1", gelukt: false, reden: "wachtwoord", tenantId: t },
+      { account: "b@example.nl", ip: "2001:db8::1", gelukt: true },
+    ]);
+    expect(r.opgeslagen).toBe(2);
+    expect(r.ids).toHaveLength(2);
+    expect(count("SELECT count(*) AS n FROM login_attempts")).toBe(before + 2);
+  });
+});
+
+describe("refusals: NachtwachtError with the status and the server's message, never retried", () => {
+  test("409, 422, 400, 404, 401, 403", async () => {
+    const retries: RetryInfo[] = [];
+    const c = client({ onRetry: (i) => retries.push(i) });
+    const t = await newTenant();
+    await c.appendAudit([entry(t, 0, "factuur-17")]);
+
+    const conflict = await failure(c.appendAudit([entry(t, 1, "factuur-17")]));
+    expect(conflict).toMatchObject({ name: "NachtwachtError", method: "POST", path: "/api/audit", status: 409, attempts: 1, retryable: false });
+    expect(conflict.error).toContain('Sleutel "factuur-17" (entries[0])');
+    expect(conflict.message).toBe(`nachtwacht POST /api/audit: HTTP 409: ${conflict.error}`);
+
+    const unknown = await failure(c.appendAudit([entry(t, 2), entry(4242, 3)]));
+    expect(unknown.status).toBe(422);
+    expect(unknown.error).toContain("entries[1].tenantId");
+
+    const invalid = await failure(c.appendAudit([{ ...entry(t, 4), actor: "" }]));
+    expect(invalid.status).toBe(400);
+    expect(invalid.error).toContain("entries[0].actor");
+    const badAttempt = await failure(c.recordLoginAttempts([{ account: "a", ip: "not an ip", gelukt: false }]));
+    expect(badAttempt.status).toBe(400);
+    expect(badAttempt.error).toContain("pogingen[0].ip");
+
+    const noTenant = await failure(c.putAdministrators(nextTenant + 1000, []));
+    expect(noTenant.status).toBe(404);
+    expect(noTenant.path).toBe(`/api/tenants/${nextTenant + 1000}/beheerders`);
+
+    const wrong = await failure(client({ secret: "w".repeat(40) }).putTenant(t, { naam: "x", actief: true }));
+    expect(wrong.status).toBe(401);
+    const cron = await failure(client({ secret: CRON }).putTenant(t, { naam: "x", actief: true }));
+    expect(cron.status).toBe(403);
+    expect(cron.error).toContain("APP_SECRET");
+
+    expect(retries).toEqual([]);
+    expect(entriesOf(t)).toBe(1);
+  });
+
+  test("arguments the client refuses before sending", () => {
+    expect(() => client().putTenant(0, { naam: "x", actief: true })).toThrow(TypeError);
+    expect(() => new NachtwachtClient({ baseUrl: "ftp://x", secret: APP })).toThrow(TypeError);
+    expect(() => new NachtwachtClient({ baseUrl: "http://u:p@127.0.0.1", secret: APP })).toThrow(TypeError);
+    expect(() => new NachtwachtClient({ baseUrl: svc.url, secret: "short" })).toThrow(TypeError);
+  });
+
+  test("the secret is not visible in the client or its errors", async () => {
+    const c = client();
+    expect(JSON.stringify(c)).not.toContain(APP);
+    expect(Bun.inspect(c)).not.toContain(APP);
+    const e = await failure(c.putAdministrators(999_999, []));
+    expect(Bun.inspect(e)).not.toContain(APP);
+  });
+});
+
+describe("retries", () => {
+  test("503 with Retry-After: 0 twice, then stored: three attempts, the same bytes each time", async () => {
+    const proxy = flakyProxy([{ status: 503, retryAfter: "0" }, { status: 503, retryAfter: "0" }, "pass"]);
+    try {
+      const retries: RetryInfo[] = [];
+      const t = await newTenant();
+      const r = await client({ baseUrl: proxy.url, onRetry: (i) => retries.push(i) }).appendAudit([entry(t, 0, "r-0"), entry(t, 1, "r-1")]);
+      expect(r.opgeslagen).toBe(2);
+      expect(retries.map((i) => [i.attempt, i.status, i.reason])).toEqual([
+        [1, 503, "proxy 503"],
+        [2, 503, "proxy 503"],
+      ]);
+      expect(proxy.seen).toHaveLength(3);
+      expect(new Set(proxy.seen.map((s) => s.body)).size).toBe(1);
+      for (const s of proxy.seen) expect(s.authorization).toBe(`Bearer ${APP}`);
+      expect(entriesOf(t)).toBe(2);
+    } finally {
+      proxy.stop();
+    }
+  });
+
+  test("Retry-After is honoured: the next attempt waits at least that long", async () => {
+    const proxy = flakyProxy([{ status: 503, retryAfter: "1" }, "pass"]);
+    try {
+      const retries: RetryInfo[] = [];
+      const t = await newTenant();
+      await client({ baseUrl: proxy.url, onRetry: (i) => retries.push(i) }).appendAudit([entry(t, 0, "w-0")]);
+      expect(retries).toHaveLength(1);
+      expect(retries[0]!.delayMs).toBeGreaterThanOrEqual(1000);
+      expect(proxy.seen[1]!.at - proxy.seen[0]!.at).toBeGreaterThanOrEqual(990);
+    } finally {
+      proxy.stop();
+    }
+  });
+
+  test("a Retry-After longer than maxDelayMs ends the retries at once, with retryAfterMs for the caller", async () => {
+    const proxy = flakyProxy([{ status: 429, retryAfter: "120" }]);
+    try {
+      const e = await failure(client({ baseUrl: proxy.url, maxDelayMs: 1000 }).putTenant(1, { naam: "x", actief: true }));
+      expect(e).toMatchObject({ status: 429, attempts: 1, retryAfterMs: 120_000, retryable: true });
+      expect(e.message).toContain("Retry-After");
+      expect(proxy.seen).toHaveLength(1);
+    } finally {
+      proxy.stop();
+    }
+  });
+
+  test("a lost answer (502 after the service stored it): an audit batch with sleutels is retried and gets the stored receipts; one without is not retried", async () => {
+    const t = await newTenant();
+    const proxy = flakyProxy(["lose", "pass", "lose"]);
+    try {
+      const c = client({ baseUrl: proxy.url });
+      const r = await c.appendAudit([entry(t, 0, "l-0"), entry(t, 1, "l-1")]);
+      expect(r).toMatchObject({ opgeslagen: 0, alBekend: 2 });
+      expect(r.ontvangstbewijzen.map((x) => x.seq)).toEqual([1, 2]);
+      expect(entriesOf(t)).toBe(2);
+      // No sleutel on one entry: a repeat could store it twice, so the client stops and says so.
+      const e = await failure(c.appendAudit([entry(t, 2, "l-2"), entry(t, 3)]));
+      expect(e).toMatchObject({ status: 502, attempts: 1, retryable: true });
+      expect(e.error).toContain("niet herhaald");
+      expect(entriesOf(t)).toBe(4);
+      expect(proxy.seen).toHaveLength(3);
+    } finally {
+      proxy.stop();
+    }
+  });
+
+  test("login attempts (no keys): retried after 503, where nothing was stored; not after a lost answer", async () => {
+    const proxy = flakyProxy([{ status: 503, retryAfter: "0" }, "pass", "lose"]);
+    try {
+      const before = count("SELECT count(*) AS n FROM login_attempts");
+      const c = client({ baseUrl: proxy.url });
+      expect((await c.recordLoginAttempts([{ account: "x", ip: "192.0.2.9", gelukt: false }])).opgeslagen).toBe(1);
+      const e = await failure(c.recordLoginAttempts([{ account: "y", ip: "192.0.2.9", gelukt: false }]));
+      expect(e).toMatchObject({ status: 502, attempts: 1 });
+      expect(proxy.seen).toHaveLength(3);
+      expect(count("SELECT count(*) AS n FROM login_attempts")).toBe(before + 2);
+    } finally {
+      proxy.stop();
+    }
+  });
+
+  test("connection refused: retried (nothing can have been stored) up to maxAttempts, then status null", async () => {
+    const retries: RetryInfo[] = [];
+    const c = client({ baseUrl: `http://127.0.0.1:${freePort()}`, maxAttempts: 3, onRetry: (i) => retries.push(i) });
+    const e = await failure(c.recordLoginAttempts([{ account: "x", ip: "192.0.2.9", gelukt: false }]));
+    expect(e).toMatchObject({ status: null, attempts: 3, retryable: true });
+    expect(e.error).toContain("opgegeven na 3 pogingen");
+    expect(e.cause).toBeDefined();
+    expect(retries.map((i) => i.status)).toEqual([null, null]);
+  });
+
+  test("a timeout counts as no answer: retried for an idempotent call", async () => {
+    // A server that accepts the connection and never answers.
+    const silent = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+    try {
+      const retries: RetryInfo[] = [];
+      const e = await failure(client({ baseUrl: `http://127.0.0.1:${silent.port}`, timeoutMs: 100, maxAttempts: 2, onRetry: (i) => retries.push(i) }).putTenant(1, { naam: "x", actief: true }));
+      expect(e).toMatchObject({ status: null, attempts: 2 });
+      expect(retries).toHaveLength(1);
+    } finally {
+      silent.stop(true);
+    }
+  });
+
+  test("parseRetryAfter: seconds, an HTTP date, nonsense", () => {
+    const now = Date.parse("2026-07-23T12:00:00Z");
+    expect(parseRetryAfter("60", now)).toBe(60_000);
+    expect(parseRetryAfter("Thu, 23 Jul 2026 12:00:05 GMT", now)).toBe(5000);
+    expect(parseRetryAfter("Thu, 23 Jul 2026 11:00:00 GMT", now)).toBe(0);
+    expect(parseRetryAfter("soon", now)).toBeNull();
+    expect(parseRetryAfter(null, now)).toBeNull();
+  });
+});
+
+/** Another process that holds the database's write lock until told to let go (as in test/ingest-lock.test.ts). */
+async function holdWriteLock(path: string) {
+  const child = Bun.spawn(
+    [
+      process.execPath,
+      "-e",
+      `const { Database } = require("bun:sqlite");
+       const db = new Database(${JSON.stringify(path)});
+       db.run("BEGIN IMMEDIATE");
+       console.log("locked");
+       for await (const line of console) { db.run("COMMIT"); db.close(); process.exit(0); }`,
+    ],
+    { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
+  );
+  const reader = child.stdout.getReader();
+  let out = "";
+  while (!out.includes("locked")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the lock holder exited: ${out}`);
+    out += new TextDecoder().decode(value);
+  }
+  return {
+    async release() {
+      child.stdin.write("go\n");
+      await child.stdin.end();
+      expect(await child.exited).toBe(0);
+    },
+  };
+}
+
+test("a real 503: the service gives up on a write lock held by another process; its Retry-After (60 s) is honoured, so the client stops; later the same batch is stored once", async () => {
+  const t = await newTenant();
+  const batch = [entry(t, 0, "lock-0"), entry(t, 1, "lock-1")];
+  const lock = await holdWriteLock(dbPath);
+  let e: NachtwachtError;
+  try {
+    e = await failure(client({ maxDelayMs: 1000 }).appendAudit(batch));
+  } finally {
+    await lock.release();
+  }
+  expect(e).toMatchObject({ status: 503, attempts: 1, retryAfterMs: 60_000, retryable: true });
+  expect(e.error).toContain("SQLITE_BUSY");
+  expect(entriesOf(t)).toBe(0);
+  const r = await client().appendAudit(batch);
+  expect(r.opgeslagen).toBe(2);
+  expect(entriesOf(t)).toBe(2);
+}, 20_000);
+
+test("under Node 20: bundled for Node (no runtime dependency), the client stores and refuses as under Bun", async () => {
+  const node = Bun.which("node");
+  const version = node ? Bun.spawnSync([node, "--version"]).stdout.toString().trim() : "";
+  // Node ≥ 20 is what the README asks for on every machine: its absence is a failure, not a skip.
+  expect(Number(/^v(\d+)/.exec(version)?.[1] ?? 0)).toBeGreaterThanOrEqual(20);
+  const out = join(dir, "client.mjs");
+  const build = Bun.spawnSync([process.execPath, "build", "--target=node", "--format=esm", "src/client.ts", "--outfile", out], { cwd: ROOT, stderr: "pipe" });
+  expect(build.exitCode).toBe(0);
+  const bundled = readFileSync(out, "utf8");
+  // The server's schemas were types only: nothing of elysia or typebox is in the bundle.
+  expect(bundled).not.toMatch(/elysia|typebox|bun:/i);
+  const t = await newTenant();
+  const script = join(dir, "node-run.mjs");
+  writeFileSync(
+    script,
+    `import { NachtwachtClient, NachtwachtError } from ${JSON.stringify(out)};
+     const c = new NachtwachtClient({ baseUrl: process.env.NACHTWACHT_URL, secret: process.env.APP_SECRET, baseDelayMs: 5 });
+     const r = await c.appendAudit([{ tenantId: ${t}, actor: "node", action: "node.test", subject: "", sleutel: "node-1" }]);
+     let refused;
+     try { await c.putAdministrators(999999, []); } catch (e) { refused = { isError: e instanceof NachtwachtError, status: e.status }; }
+     console.log(JSON.stringify({ r, refused, node: process.version }));`,
+  );
+  const p = Bun.spawn([node, script], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", NACHTWACHT_URL: svc.url, APP_SECRET: APP }, stdout: "pipe", stderr: "pipe" });
+  const [code, stdout, stderr] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  expect({ code, stderr }).toEqual({ code: 0, stderr: "" });
+  const result = JSON.parse(stdout);
+  expect(result.r.ontvangstbewijzen.map((x: { tenantId: number; seq: number }) => [x.tenantId, x.seq])).toEqual([[t, 1]]);
+  expect(result.refused).toEqual({ isError: true, status: 404 });
+  expect(entriesOf(t)).toBe(1);
+});
