@@ -45,7 +45,8 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       }),
     )
     .onError(({ code, error }) => {
-      if (error instanceof HttpError || error instanceof Refusal) return json(error.status, { error: error.message });
+      if (error instanceof HttpError) return json(error.status, { error: error.message }, error.headers);
+      if (error instanceof Refusal) return json(error.status, { error: error.message });
       if (code === "NOT_FOUND") return json(404, { error: "Onbekend pad." });
       if (code === "PARSE") return json(400, { error: "Ongeldige body: geen geldige JSON." });
       // A body that does not match its schema (src/http/body.ts): the field, by name.

@@ -82,3 +82,24 @@ test("past its deadline the write gives up with SQLITE_BUSY and stores nothing; 
   await writeTransaction(env.store.sqlite, work, 50);
   expect((env.store.sqlite.query("SELECT count(*) AS n FROM login_attempts").get() as { n: number }).n).toBe(1);
 });
+
+test("a lock held longer than the wait: 503 with Retry-After 5 and {error}, nothing stored, no alarm; the retry stores it", async () => {
+  env = makeTestEnv({ APP_SECRET });
+  const tenantId = addTenant(env.store);
+  const body = JSON.stringify({ entries: [{ tenantId, actor: "a", action: "b", subject: "c", sleutel: "k" }] });
+  const lock = await holdWriteLock(env.config.databasePath);
+  let r;
+  try {
+    r = await call(env.app, "/api/audit", { token: APP_SECRET, body });
+  } finally {
+    await lock.release();
+  }
+  expect(r.status).toBe(503);
+  expect(r.headers.get("retry-after")).toBe("5");
+  expect(r.json.error).toContain("SQLITE_BUSY");
+  expect(env.alarms.raised).toEqual([]);
+  expect((env.store.sqlite.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n).toBe(0);
+  const retry = await call(env.app, "/api/audit", { token: APP_SECRET, body });
+  expect(retry.status).toBe(200);
+  expect(retry.json.opgeslagen).toBe(1);
+}, 20_000);

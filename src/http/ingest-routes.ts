@@ -20,6 +20,7 @@ import {
 } from "../ingest/tenants.ts";
 import { Refusal, writeTransaction } from "../ingest/write.ts";
 import { jsonBodyReader } from "./body.ts";
+import { log } from "../logger.ts";
 import { ErrorBody, HttpError, json } from "./errors.ts";
 
 function kib(bytes: number): string {
@@ -29,8 +30,25 @@ function kib(bytes: number): string {
 function statusOf(e: unknown): number {
   if (e instanceof HttpError || e instanceof Refusal) return e.status;
   if (e instanceof ValidationError) return 400;
+  return 500;
+}
+
+function isBusy(e: unknown): boolean {
   const code = (e as { code?: unknown } | null)?.code;
-  return typeof code === "string" && code.startsWith("SQLITE_BUSY") ? 503 : 500;
+  return typeof code === "string" && code.startsWith("SQLITE_BUSY");
+}
+
+/**
+ * Another process held the write lock for the whole wait (BUSY_TIMEOUT_MS): expected
+ * now and then (a long host transaction, a backup), so a 503 the client retries after a
+ * few seconds, logged, not an alarm per waiting request. Other errors pass on unchanged.
+ */
+function busyAnswer(e: unknown): unknown {
+  if (!isBusy(e)) return e;
+  log("warn", "write API: the database write lock stayed taken by another process; answered 503", { code: (e as { code: string }).code });
+  return new HttpError(503, "De database is bezet (SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast); niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.", {
+    "retry-after": "5",
+  });
 }
 
 /** A path parameter `{id}`: a tenant id, 1 … 2^31−1, written as digits only. */
@@ -87,7 +105,8 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
         const response = await handle(await read(request), params);
         counters.accepted[e.kind]++;
         return response;
-      } catch (err) {
+      } catch (caught) {
+        const err = busyAnswer(caught);
         countRejected(counters, statusOf(err));
         throw err;
       }
