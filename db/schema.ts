@@ -222,3 +222,23 @@ export const auditVerificationState = sqliteTable("audit_verification_state", {
   foutEntryId: integer("fout_entry_id"),
   foutReden: text("fout_reden"),
 });
+
+// The "already running" guard across processes: one row per job while a run holds it
+// (src/job-lease.ts). Taken in the IMMEDIATE transaction that writes the run's job_runs
+// row, renewed while the run goes on, deleted when it ends. A row whose `verloopt` has
+// passed belongs to a holder that died (or stopped renewing) and may be taken over.
+// The holder is `pid` plus `instantie`, a random id per service instance, so no
+// process takes another's row for its own; `host` and `pid_ns` (hostname, PID namespace)
+// say where that pid means something: a holder on this host whose pid is gone died, and
+// its row is taken over before it expires.
+export const jobLeases = sqliteTable("job_leases", {
+  job: text("job").primaryKey(),
+  pid: integer("pid").notNull(),
+  instantie: text("instantie").notNull(),
+  host: text("host").notNull(),
+  pidNs: text("pid_ns"),
+  runId: integer("run_id").notNull(),
+  verkregen: text("verkregen").notNull(),
+  vernieuwd: text("vernieuwd").notNull(),
+  verloopt: text("verloopt").notNull(),
+});

@@ -58,6 +58,15 @@ export interface DailyReportProps {
     uitkomst: Uitkomst;
     laatsteStart: string;
     laatsteEinde: string;
+    /** How long the last run took, in milliseconds; null while it runs, or when it never ran or never ended. */
+    laatsteDuurMs: number | null;
+    /** laatsteDuurMs as text (`12.4 s`, `3 min 05 s`), '-' without. */
+    laatsteDuur: string;
+    /** The median duration of the last (at most) ten successful runs, in milliseconds; null without one. */
+    gebruikelijkeDuurMs: number | null;
+    gebruikelijkeDuur: string;
+    /** How many successful runs that median is over (0–10). */
+    gebruikelijkOver: number;
     laatstVerwacht: string;
     volgende: string;
     achterstallig: boolean;
@@ -77,6 +86,12 @@ const UITKOMST: Record<Uitkomst, { tekst: string; niveau: Niveau | null }> = {
 function kort(datum: string, jaar: string): string {
   if (datum.length !== 16 || datum.slice(6, 10) !== jaar) return datum;
   return `${datum.slice(0, 5)} ${datum.slice(11)}`;
+}
+
+/** The last run's duration with the usual one (the median of the last successful runs) beside it. */
+function duur(t: DailyReportProps["taken"][number]): string {
+  if (t.gebruikelijkeDuurMs === null) return t.laatsteDuur;
+  return `${t.laatsteDuur} (${t.gebruikelijkeDuur})`;
 }
 
 function Backup({ p }: { p: DailyReportProps }) {
@@ -185,7 +200,13 @@ export function DailyReport(p: DailyReportProps) {
 
       <Kop>Geplande taken</Kop>
       <Tabel
-        kolommen={[{ kop: "Taak", nowrap: true }, { kop: "Laatste start", nowrap: true }, { kop: "Uitkomst" }, { kop: "Volgende", nowrap: true }]}
+        kolommen={[
+          { kop: "Taak", nowrap: true },
+          { kop: "Laatste start", nowrap: true },
+          { kop: "Uitkomst" },
+          { kop: "Duur (meestal)", nowrap: true },
+          { kop: "Volgende", nowrap: true },
+        ]}
         rijen={p.taken.map((t) => {
           const u = UITKOMST[t.uitkomst];
           return [
@@ -198,6 +219,7 @@ export function DailyReport(p: DailyReportProps) {
             ) : (
               u.tekst
             ),
+            duur(t),
             kort(t.volgende, jaar),
           ];
         })}
@@ -254,16 +276,16 @@ DailyReport.PreviewProps = {
     verificatieSleutel: "nachtwacht.zuiderhaven.nl/audit+84e00437+AfPPJGLHWCXskLnJfYcHKOkkktoe1IRUgcS+39nOPJ/U",
   },
   taken: [
-    { job: "weekrapport", cron: "0 18 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 20:00", laatsteEinde: "19/07/2026 20:01", laatstVerwacht: "19/07/2026 20:00", volgende: "26/07/2026 20:00", achterstallig: false },
-    { job: "audit-retentie", cron: "0 2 1 1 *", uitkomst: "ok", laatsteStart: "01/01/2026 03:00", laatsteEinde: "01/01/2026 03:02", laatstVerwacht: "01/01/2026 03:00", volgende: "01/01/2027 03:00", achterstallig: false },
-    { job: "beveiligingslog-retentie", cron: "0 3 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 05:00", laatsteEinde: "23/07/2026 05:00", laatstVerwacht: "23/07/2026 05:00", volgende: "24/07/2026 05:00", achterstallig: false },
-    { job: "audit-verificatie", cron: "0 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:00", laatsteEinde: "23/07/2026 03:00", laatstVerwacht: "23/07/2026 03:00", volgende: "24/07/2026 03:00", achterstallig: false },
-    { job: "dagrapport", cron: "0 6 * * *", uitkomst: "ok", laatsteStart: "22/07/2026 08:00", laatsteEinde: "22/07/2026 08:00", laatstVerwacht: "22/07/2026 08:00", volgende: "24/07/2026 08:00", achterstallig: false },
-    { job: "audit-anker", cron: "30 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:30", laatsteEinde: "23/07/2026 03:30", laatstVerwacht: "23/07/2026 03:30", volgende: "24/07/2026 03:30", achterstallig: false },
-    { job: "backup-controle", cron: "15 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:15", laatsteEinde: "23/07/2026 07:15", laatstVerwacht: "23/07/2026 07:15", volgende: "23/07/2026 08:15", achterstallig: false },
-    { job: "taken-controle", cron: "45 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:45", achterstallig: false },
-    { job: "beveiligingslog-analyse", cron: "*/15 * * * *", uitkomst: "afwijking", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:15", achterstallig: false },
-    { job: "db-onderhoud", cron: "0 4 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 06:00", laatsteEinde: "19/07/2026 06:00", laatstVerwacht: "19/07/2026 06:00", volgende: "26/07/2026 06:00", achterstallig: false },
+    { job: "weekrapport", cron: "0 18 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 20:00", laatsteEinde: "19/07/2026 20:01", laatsteDuurMs: 61200, laatsteDuur: "1 min 01 s", gebruikelijkeDuurMs: 58900, gebruikelijkeDuur: "58.9 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 20:00", volgende: "26/07/2026 20:00", achterstallig: false },
+    { job: "audit-retentie", cron: "0 2 1 1 *", uitkomst: "ok", laatsteStart: "01/01/2026 03:00", laatsteEinde: "01/01/2026 03:02", laatsteDuurMs: 124000, laatsteDuur: "2 min 04 s", gebruikelijkeDuurMs: 118000, gebruikelijkeDuur: "1 min 58 s", gebruikelijkOver: 2, laatstVerwacht: "01/01/2026 03:00", volgende: "01/01/2027 03:00", achterstallig: false },
+    { job: "beveiligingslog-retentie", cron: "0 3 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 05:00", laatsteEinde: "23/07/2026 05:00", laatsteDuurMs: 1900, laatsteDuur: "1.9 s", gebruikelijkeDuurMs: 2100, gebruikelijkeDuur: "2.1 s", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 05:00", volgende: "24/07/2026 05:00", achterstallig: false },
+    { job: "audit-verificatie", cron: "0 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:00", laatsteEinde: "23/07/2026 03:00", laatsteDuurMs: 14300, laatsteDuur: "14.3 s", gebruikelijkeDuurMs: 13800, gebruikelijkeDuur: "13.8 s", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 03:00", volgende: "24/07/2026 03:00", achterstallig: false },
+    { job: "dagrapport", cron: "0 6 * * *", uitkomst: "ok", laatsteStart: "22/07/2026 08:00", laatsteEinde: "22/07/2026 08:00", laatsteDuurMs: 190, laatsteDuur: "190 ms", gebruikelijkeDuurMs: 180, gebruikelijkeDuur: "180 ms", gebruikelijkOver: 10, laatstVerwacht: "22/07/2026 08:00", volgende: "24/07/2026 08:00", achterstallig: false },
+    { job: "audit-anker", cron: "30 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:30", laatsteEinde: "23/07/2026 03:30", laatsteDuurMs: 720, laatsteDuur: "720 ms", gebruikelijkeDuurMs: 450, gebruikelijkeDuur: "450 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 03:30", volgende: "24/07/2026 03:30", achterstallig: false },
+    { job: "backup-controle", cron: "15 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:15", laatsteEinde: "23/07/2026 07:15", laatsteDuurMs: 4, laatsteDuur: "4 ms", gebruikelijkeDuurMs: 4, gebruikelijkeDuur: "4 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:15", volgende: "23/07/2026 08:15", achterstallig: false },
+    { job: "taken-controle", cron: "45 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatsteDuurMs: 31, laatsteDuur: "31 ms", gebruikelijkeDuurMs: 28, gebruikelijkeDuur: "28 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:45", achterstallig: false },
+    { job: "beveiligingslog-analyse", cron: "*/15 * * * *", uitkomst: "afwijking", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatsteDuurMs: 2, laatsteDuur: "2 ms", gebruikelijkeDuurMs: 1, gebruikelijkeDuur: "1 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:15", achterstallig: false },
+    { job: "db-onderhoud", cron: "0 4 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 06:00", laatsteEinde: "19/07/2026 06:00", laatsteDuurMs: 3400, laatsteDuur: "3.4 s", gebruikelijkeDuurMs: 3100, gebruikelijkeDuur: "3.1 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 06:00", volgende: "26/07/2026 06:00", achterstallig: false },
   ],
   database: { bytes: 48_922_624, grootte: "46.7 MB", walBytes: 4_128_768 },
 } satisfies DailyReportProps;

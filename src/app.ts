@@ -1,12 +1,12 @@
 // createApp(deps): the HTTP face of the service. The gate, the job wrapper and the
 // error mapping live here once; the jobs themselves are plain functions in src/jobs/.
-import { Elysia } from "elysia";
+import { Elysia, t } from "elysia";
 import type { Deps } from "./deps.ts";
 import { RunningJobs } from "./running-jobs.ts";
 import { ALL_JOBS } from "./jobs/index.ts";
 import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";
-import { HttpError, json, validationMessage } from "./http/errors.ts";
+import { HttpError, json, unavailableCode, validationMessage } from "./http/errors.ts";
 import { errorText, mountJob } from "./http/job-route.ts";
 import { docs } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
@@ -23,17 +23,15 @@ export interface AppOptions {
   counters?: IngestCounters;
 }
 
+const HealthOk = t.Object({
+  status: t.Literal("ok"),
+  database: t.Literal("bereikbaar"),
+  lopendeTaken: t.Array(t.String(), { description: "De taken die nu in dit proces lopen." }),
+});
+const HealthDown = t.Object({ status: t.Literal("fout"), database: t.Literal("onbereikbaar") });
+
 /** Largest request body the server reads at all; backup-status allows far less. */
 export const MAX_REQUEST_BODY = 1024 * 1024;
-
-/** SQLite failures that mean "not now" rather than "broken": 503, try again later. */
-const UNAVAILABLE = new Set(["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN"]);
-
-/** SQLITE_BUSY for SQLITE_BUSY_SNAPSHOT and the like; undefined for other errors. */
-function sqliteCode(e: unknown): string | undefined {
-  const code = (e as { code?: unknown } | null)?.code;
-  return typeof code === "string" ? /^SQLITE_[A-Z]+/.exec(code)?.[0] : undefined;
-}
 
 export function createApp(deps: Deps, options: AppOptions = {}) {
   const running = options.running ?? new RunningJobs();
@@ -51,8 +49,8 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       if (code === "PARSE") return json(400, { error: "Ongeldige body: geen geldige JSON." });
       // A body that does not match its schema (src/http/body.ts): the field, by name.
       if (code === "VALIDATION") return json(400, { error: validationMessage(error) });
-      const sqlite = sqliteCode(error);
-      const unavailable = sqlite !== undefined && UNAVAILABLE.has(sqlite);
+      const sqlite = unavailableCode(error);
+      const unavailable = sqlite !== undefined;
       // Unexpected: reported with its message, answered without a stack trace.
       void deps.alarms
         .raise({
@@ -76,7 +74,15 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
           return json(503, { status: "fout", database: "onbereikbaar" });
         }
       },
-      { detail: { summary: "Of de service en de database bereikbaar zijn (zonder token)." } },
+      {
+        detail: {
+          summary: "Of de service en de database bereikbaar zijn (zonder token).",
+          responses: {
+            200: { description: "Service en database bereikbaar.", content: { "application/json": { schema: HealthOk } } },
+            503: { description: "De database is niet bereikbaar.", content: { "application/json": { schema: HealthDown } } },
+          },
+        } as any,
+      },
     )
     .use(docs())
     .use(metricsRoute({ deps, running, counters }));

@@ -1,6 +1,9 @@
 // The in-process guard: which jobs run in this process now (a second call of one of
 // them is refused), how shutdown waits for or interrupts them, and the ends of runs
-// that could not be written to the job-run history yet (src/job-runs.ts).
+// that could not be written to the job-run history yet (src/job-runs.ts). Across
+// processes the lease in the database guards the same (src/job-lease.ts); `holder`
+// names this instance in it.
+import { newLeaseHolder, type LeaseHolder } from "./job-lease.ts";
 import type { RunEnd } from "./job-runs.ts";
 import type { JobName } from "./schedule.ts";
 
@@ -28,6 +31,8 @@ export class RunningJobs {
   private readonly interrupters = new Set<(e: Error) => void>();
   private readonly keptEnds = new Map<number, KeptEnd>();
   private closed = false;
+  /** This instance as the holder of job leases: the pid and a random id of its own. */
+  readonly holder: LeaseHolder = newLeaseHolder();
 
   tryStart(job: JobName): boolean {
     if (this.running.has(job)) return false;

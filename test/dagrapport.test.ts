@@ -7,6 +7,7 @@ import { openNote, parseVerifierKey } from "../src/audit/note.ts";
 import { openInstallationCheckpoint } from "../src/audit/records.ts";
 import { runBackupControle } from "../src/jobs/backup-controle.ts";
 import { runDagrapport } from "../src/jobs/dagrapport.ts";
+import { formatDuur, median } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
 import { addTenant, call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
@@ -215,6 +216,11 @@ describe("dagrapport: further sections", () => {
       uitkomst: "ok",
       laatsteStart: "23/07/2026 03:00",
       laatsteEinde: "23/07/2026 03:00",
+      laatsteDuurMs: 1000,
+      laatsteDuur: "1.0 s",
+      gebruikelijkeDuurMs: 1000,
+      gebruikelijkeDuur: "1.0 s",
+      gebruikelijkOver: 1,
       laatstVerwacht: "23/07/2026 03:00",
       volgende: "24/07/2026 03:00",
       achterstallig: false,
@@ -225,6 +231,45 @@ describe("dagrapport: further sections", () => {
     expect(byJob["dagrapport"]).toMatchObject({ uitkomst: "nooit", laatsteStart: "-", achterstallig: true });
     expect(r.body.status.punten).toContain("backup-controle is niet gestart sinds 23/07/2026 13:15.");
     expect(r.body.status.punten).toContain("De laatste run van beveiligingslog-analyse (23/07/2026 13:30) is mislukt.");
+  });
+
+  test("each job's last duration and its usual one: the median of its last 10 successful runs", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const run = (job: string, gestart: string, ms: number | null, uitkomst = "ok") =>
+      env.store.sqlite
+        .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, 200)")
+        .run(job, gestart, ms === null ? null : new Date(Date.parse(gestart) + ms).toISOString(), uitkomst);
+    // audit-verificatie: twelve successful nights; the two oldest (very slow) fall outside the last ten.
+    const nights = [600_000, 500_000, 12_000, 14_000, 13_000, 15_000, 11_000, 16_000, 13_500, 12_500, 14_500, 13_800];
+    nights.forEach((ms, i) => run("audit-verificatie", new Date(Date.parse("2026-07-11T01:00:00.000Z") + i * 86_400_000).toISOString(), ms));
+    // …then a failed and an answered-409 run: shown as the last run, never part of the median.
+    run("audit-verificatie", "2026-07-23T01:00:00.000Z", 95_000, "fout");
+    // dagrapport: four successful runs (an even count: the mean of the middle two), the newest still going.
+    [200, 180, 260, 190].forEach((ms, i) => run("dagrapport", `2026-07-${String(18 + i).padStart(2, "0")}T06:00:00.000Z`, ms));
+    run("dagrapport", "2026-07-22T06:00:00.000Z", 3_725_000, "afwijking");
+    run("taken-controle", "2026-07-23T11:45:00.000Z", null, "bezig");
+    const r = await runDagrapport(env.deps, NOW);
+    const byJob = Object.fromEntries(r.body.taken.map((t) => [t.job, t]));
+    // last ten: 12000 14000 13000 15000 11000 16000 13500 12500 14500 13800 → sorted middle 13500 and 13800
+    expect(byJob["audit-verificatie"]).toMatchObject({
+      uitkomst: "fout",
+      laatsteDuurMs: 95_000,
+      laatsteDuur: "1 min 35 s",
+      gebruikelijkeDuurMs: 13_650,
+      gebruikelijkeDuur: "13.7 s",
+      gebruikelijkOver: 10,
+    });
+    expect(byJob["dagrapport"]).toMatchObject({ uitkomst: "afwijking", laatsteDuurMs: 3_725_000, laatsteDuur: "1 h 02 min", gebruikelijkeDuurMs: 195, gebruikelijkeDuur: "195 ms", gebruikelijkOver: 4 });
+    expect(byJob["taken-controle"]).toMatchObject({ uitkomst: "bezig", laatsteDuurMs: null, laatsteDuur: "-", gebruikelijkeDuurMs: null, gebruikelijkeDuur: "-", gebruikelijkOver: 0 });
+    expect(byJob["weekrapport"]).toMatchObject({ uitkomst: "nooit", laatsteDuurMs: null, gebruikelijkeDuurMs: null, gebruikelijkOver: 0 });
+    // The e-mail shows both, the usual one in brackets.
+    const m = smtp.received[0]!;
+    expect(m.html).toContain("Duur (meestal)");
+    expect(m.text).toContain("DUUR (MEESTAL)"); // the text part writes table headers in capitals
+    for (const part of [m.text, m.html]) {
+      expect(part).toContain("1 min 35 s (13.7 s)");
+      expect(part).toContain("1 h 02 min (195 ms)");
+    }
   });
 
   test("a job is not overdue for fire times before the service was installed", async () => {
@@ -243,6 +288,19 @@ describe("dagrapport: further sections", () => {
     expect(r.body.database.walBytes).toBe(wal);
     expect(r.body.database.bytes).toBe(page_count * page_size + wal);
     expect(r.body.database.grootte).toMatch(/^\d+\.\d (KB|MB)$/);
+  });
+});
+
+describe("dagrapport: durations", () => {
+  test("formatDuur and median", () => {
+    expect([null, 0, 999, 1000, 12_449, 59_949, 59_950, 185_000, 3_599_499, 3_599_500, 7_620_000].map(formatDuur)).toEqual([
+      "-", "0 ms", "999 ms", "1.0 s", "12.4 s", "59.9 s", "1 min 00 s", "3 min 05 s", "59 min 59 s", "1 h 00 min", "2 h 07 min",
+    ]);
+    expect(median([])).toBeNull();
+    expect(median([5])).toBe(5);
+    expect(median([9, 1, 5])).toBe(5);
+    expect(median([1, 2, 4, 9])).toBe(3);
+    expect(median([1, 2])).toBe(2); // 1.5 rounded
   });
 });
 

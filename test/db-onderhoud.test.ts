@@ -2,7 +2,17 @@ import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { closeSync, copyFileSync, openSync, readSync, statSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { convertToIncrementalAutoVacuum, runDbOnderhoud } from "../src/jobs/db-onderhoud.ts";
+import {
+  BACKUP_STATUSES_BEWAAR_DAGEN,
+  convertToIncrementalAutoVacuum,
+  JOB_RUNS_BEWAAR_DAGEN,
+  PRUNE_BATCH,
+  pruneOwnTables,
+  runDbOnderhoud,
+} from "../src/jobs/db-onderhoud.ts";
+import { runBackupControle } from "../src/jobs/backup-controle.ts";
+import { runTakenControle } from "../src/jobs/taken-controle.ts";
+import { buildDailyReport } from "../src/reports/daily.ts";
 import { call, makeTestEnv, NOW, tempDir, type TestEnv } from "./helpers.ts";
 
 function addLoginAttempts(sqlite: Database, n: number) {
@@ -182,7 +192,7 @@ describe("db-onderhoud", () => {
       expect(res.status).toBe(409);
       expect(res.json.ok).toBe(false);
       expect(res.json.integriteit).toContain(`Tree ${rootpage} page ${rootpage}: btreeInitPage() returns error code 11`);
-      expect(res.json).toMatchObject({ checkpoint: null, vacuumStappen: 0, omzetting: null, vrijgemaakt: 0 });
+      expect(res.json).toMatchObject({ checkpoint: null, vacuumStappen: 0, omzetting: null, vrijgemaakt: 0, opgeschoond: null });
       expect(env.alarms.raised).toHaveLength(1);
       expect(env.alarms.raised[0]!.type).toBe("db-integrity");
       // Nothing was written over the damaged page.
@@ -215,6 +225,142 @@ describe("db-onderhoud", () => {
     } finally {
       reader.run("ROLLBACK");
       reader.close();
+      env.cleanup();
+    }
+  });
+});
+
+describe("db-onderhoud: nachtwacht's own tables stay bounded", () => {
+  const DAY = 24 * 3600 * 1000;
+  const GRENS = new Date(NOW.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY).toISOString();
+
+  function run(env: TestEnv, job: string, gestart: Date, uitkomst = "ok", ms: number | null = 1500) {
+    env.store.sqlite
+      .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, 200)")
+      .run(job, gestart.toISOString(), ms === null ? null : new Date(gestart.getTime() + ms).toISOString(), uitkomst);
+  }
+
+  function backup(env: TestEnv, ontvangen: Date, exitCode = 0) {
+    env.store.sqlite
+      .query("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, 'db.gz', 1024, NULL, 'host-cron')")
+      .run(ontvangen.toISOString(), exitCode, exitCode === 0 ? 1 : 0);
+  }
+
+  /** A year and more of history: daily, weekly, yearly and quarter-hourly jobs, a run that died, a job no longer in the schedule. */
+  function history(env: TestEnv) {
+    const ago = (days: number, at = "06:00:01") => new Date(Date.parse(`2026-07-23T${at}.000Z`) - days * DAY);
+    env.store.sqlite.transaction(() => {
+      for (let d = 0; d < 200; d++) run(env, "dagrapport", ago(d), "ok", 1000 + (d % 7) * 100);
+      for (const [y, u] of [["2026", "ok"], ["2025", "ok"], ["2024", "fout"], ["2023", "ok"]] as const) run(env, "audit-retentie", new Date(`${y}-01-01T02:00:01.000Z`), u, 60_000);
+      for (let w = 0; w < 30; w++) run(env, "weekrapport", ago(100 + 7 * w, "18:00:01"), w % 3 === 0 ? "fout" : "ok", 12_000 + w);
+      for (let i = 0; i < 1300; i++) run(env, "beveiligingslog-analyse", new Date(NOW.getTime() - 120 * DAY - i * 15 * 60_000), i % 50 === 7 ? "afwijking" : "ok", 3);
+      run(env, "audit-verificatie", ago(100, "01:00:01"), "bezig", null); // its process died, long ago
+      for (let d = 0; d < 5; d++) run(env, "audit-verificatie", ago(d, "01:00:01"), "ok", 14_000);
+      for (let d = 0; d < 3; d++) run(env, "oude-taak", ago(200 + d));
+      for (let d = 1; d <= 150; d++) backup(env, new Date(NOW.getTime() - d * DAY));
+      backup(env, new Date(NOW.getTime() - 3600_000), 74); // the newest failed: still the one backup-controle reads
+    })();
+  }
+
+  /** What must stay, worked out independently of the job: per job its newest run and its ten newest successful ones. */
+  function expectedKeptOld(env: TestEnv): number[] {
+    const rows = env.store.sqlite
+      .query(
+        `SELECT id FROM (SELECT id, uitkomst, beeindigd, row_number() OVER (PARTITION BY job ORDER BY gestart DESC, id DESC) AS n,
+                row_number() OVER (PARTITION BY job, uitkomst = 'ok' AND beeindigd IS NOT NULL ORDER BY gestart DESC, id DESC) AS k
+           FROM job_runs)
+         WHERE n = 1 OR (uitkomst = 'ok' AND beeindigd IS NOT NULL AND k <= 10)`,
+      )
+      .all() as { id: number }[];
+    return rows.map((r) => r.id);
+  }
+
+  const ids = (env: TestEnv, sql: string, ...p: string[]) => (env.store.sqlite.query(sql).all(...p) as { id: number }[]).map((r) => r.id).sort((a, b) => a - b);
+
+  test("job_runs older than 90 days go, except each job's newest run and ten newest successful ones; backup_statuses older than 90 days go, except the newest; in batches of 500", async () => {
+    const env = makeTestEnv();
+    try {
+      history(env);
+      const keep = new Set(expectedKeptOld(env));
+      const expectedRuns = ids(env, "SELECT id FROM job_runs").filter((id) => keep.has(id) || ids(env, "SELECT id FROM job_runs WHERE id = ? AND gestart >= ?", String(id), GRENS).length > 0);
+      const runsBefore = ids(env, "SELECT id FROM job_runs").length;
+      const backupGrens = new Date(NOW.getTime() - BACKUP_STATUSES_BEWAAR_DAGEN * DAY).toISOString();
+      const expectedBackups = ids(env, "SELECT id FROM backup_statuses WHERE ontvangen >= ?", backupGrens);
+
+      const batches: [string, number][] = [];
+      const r = await pruneOwnTables(env.store, NOW, { onBatch: (table, n) => batches.push([table, n]) });
+      expect(r.jobRuns).toEqual({ verwijderd: runsBefore - expectedRuns.length, grens: GRENS, bewaarDagen: 90 });
+      expect(r.backupStatuses).toEqual({ verwijderd: 150 + 1 - expectedBackups.length, grens: backupGrens, bewaarDagen: 90 });
+      expect(r.jobRuns.verwijderd).toBeGreaterThan(2 * PRUNE_BATCH);
+      // One short transaction per batch of at most 500 rows.
+      const runBatches = batches.filter(([t]) => t === "job_runs").map(([, n]) => n);
+      expect(runBatches.slice(0, -1).every((n) => n === PRUNE_BATCH)).toBe(true);
+      expect(runBatches.length).toBe(Math.floor(r.jobRuns.verwijderd / PRUNE_BATCH) + 1);
+      expect(runBatches.reduce((a, b) => a + b, 0)).toBe(r.jobRuns.verwijderd);
+      expect(ids(env, "SELECT id FROM job_runs")).toEqual(expectedRuns);
+      expect(ids(env, "SELECT id FROM backup_statuses")).toEqual(expectedBackups);
+
+      const count = (job: string, where = "1") => (env.store.sqlite.query(`SELECT count(*) AS n FROM job_runs WHERE job = ? AND ${where}`).get(job) as { n: number }).n;
+      expect(count("dagrapport")).toBe(90); // the last 90 days
+      expect(count("audit-retentie")).toBe(3); // 2026, 2025, 2023: the yearly job's failed 2024 run is gone
+      expect(count("audit-retentie", "uitkomst = 'fout'")).toBe(0);
+      expect(count("weekrapport")).toBe(11); // all over 90 days old: the newest (failed) and the ten newest successful
+      expect(count("weekrapport", "uitkomst = 'fout'")).toBe(1);
+      expect(count("beveiligingslog-analyse")).toBe(10);
+      expect(count("audit-verificatie", "uitkomst = 'bezig'")).toBe(0);
+      expect(count("oude-taak")).toBe(3); // a job no longer scheduled: its (three, successful) newest runs, as for any job
+
+      // Running it again finds nothing more.
+      const again = await pruneOwnTables(env.store, NOW, { batch: 7 });
+      expect([again.jobRuns.verwijderd, again.backupStatuses.verwijderd]).toEqual([0, 0]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("the newest backup status stays however old it is", async () => {
+    const env = makeTestEnv();
+    try {
+      backup(env, new Date(NOW.getTime() - 300 * DAY));
+      backup(env, new Date(NOW.getTime() - 200 * DAY), 65);
+      const r = await pruneOwnTables(env.store, NOW, { batch: 1 });
+      expect(r.backupStatuses.verwijderd).toBe(1);
+      const left = env.store.sqlite.query("SELECT exit_code AS exitCode FROM backup_statuses").all();
+      expect(left).toEqual([{ exitCode: 65 }]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("taken-controle, backup-controle and the daily report read the same before and after the pruning; over HTTP the body says what went", async () => {
+    const env = makeTestEnv();
+    try {
+      history(env);
+      const reports = async () => ({
+        taken: (await runTakenControle(env.deps, NOW)).body,
+        backup: (await runBackupControle(env.deps, NOW)).body,
+        dag: buildDailyReport(env.store, env.config, NOW),
+      });
+      const before = await reports();
+      env.alarms.raised.length = 0;
+      const res = await call(env.app, "/api/cron/db-onderhoud");
+      expect(res.status).toBe(200);
+      expect(res.json.opgeschoond).toMatchObject({
+        jobRuns: { grens: GRENS, bewaarDagen: 90 },
+        backupStatuses: { verwijderd: 60, bewaarDagen: 90 },
+      });
+      expect(res.json.opgeschoond.jobRuns.verwijderd).toBeGreaterThan(1000);
+      // The db-onderhoud run itself is recorded: leave that job out of the comparison.
+      const after = await reports();
+      const withoutOwn = <T extends { job: string }>(rows: T[]) => rows.filter((r) => r.job !== "db-onderhoud");
+      expect(withoutOwn(after.taken.taken)).toEqual(withoutOwn(before.taken.taken));
+      expect(after.backup).toEqual(before.backup);
+      expect(withoutOwn(after.dag.taken)).toEqual(withoutOwn(before.dag.taken));
+      expect(after.dag.backup).toEqual(before.dag.backup);
+      expect(after.dag.backupDetail).toEqual(before.dag.backupDetail);
+      // The usual durations survived: the ten newest successful runs are kept.
+      expect(after.dag.taken.find((t) => t.job === "weekrapport")).toMatchObject({ gebruikelijkOver: 10 });
+    } finally {
       env.cleanup();
     }
   });

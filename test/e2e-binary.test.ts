@@ -136,6 +136,7 @@ describe("the compiled binary", () => {
     expect(spec.components.securitySchemes).toEqual({
       bearerAuth: { type: "http", scheme: "bearer", description: "CRON_SECRET: opent alleen de taken." },
       appAuth: { type: "http", scheme: "bearer", description: "APP_SECRET: opent alleen de schrijf-API." },
+      metricsAuth: { type: "http", scheme: "bearer", description: "METRICS_SECRET: opent alleen /metrics (van buiten loopback)." },
     });
     const jobs = Object.keys(spec.paths).filter((p) => p.startsWith("/api/cron/"));
     expect(jobs).toHaveLength(11);

@@ -176,7 +176,7 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     expect(tc.status).toBe(409);
     expect(tc.body.taken.find((t) => t.job === "audit-retentie")?.status).toBe("onderbroken");
     expect(tc.body.falend).toContain("audit-retentie");
-    expect(tc.alarms.map((a) => a.type)).toEqual(["job-missed"]);
+    expect(tc.alarms.map((a) => a.type)).toEqual(["job-missed", "job-interrupted"]);
 
     const svc = await startService(env(db));
     const r = await fetch(`${svc.url}/api/cron/audit-retentie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });

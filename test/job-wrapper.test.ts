@@ -62,6 +62,22 @@ describe("the job wrapper", () => {
     expect(env.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);
   });
 
+  test("a job failing on an unavailable database is answered 503 and recorded as 503, not 500", async () => {
+    const job = defineJob({
+      name: "backup-controle",
+      summary: "t",
+      description: "t",
+      run: async () => {
+        throw Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY" });
+      },
+    });
+    env = makeTestEnv({}, { jobs: [job] });
+    const r = await call(env.app, "/api/cron/backup-controle");
+    expect(r.status).toBe(503);
+    expect(r.headers.get("retry-after")).toBe("60");
+    expect(lastRun(env.store.db, "backup-controle")).toMatchObject({ uitkomst: "fout", httpStatus: 503 });
+  });
+
   test("a second call while the job still runs gets 409 {error} and does not run it", async () => {
     const g = gate();
     const started = gate();

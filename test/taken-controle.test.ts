@@ -1,7 +1,9 @@
 import { describe, expect, test } from "bun:test";
+import { Value } from "@sinclair/typebox/value";
 import { Cron } from "croner";
+import { newLeaseHolder } from "../src/job-lease.ts";
 import { defineJob, type JobContext } from "../src/jobs/job.ts";
-import { runTakenControle, takenControleJob } from "../src/jobs/taken-controle.ts";
+import { runTakenControle, takenControleJob, TakenControleBody } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE, type JobName } from "../src/schedule.ts";
 import { call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
 
@@ -29,6 +31,27 @@ function healthyRuns(env: TestEnv, now: Date, skip: string[] = []) {
     const last = new Cron(e.cron, { timezone: "UTC" }).previousRuns(1, new Date(now.getTime() + 1))[0]!;
     addRun(env, e.job, new Date(last.getTime() + 2000));
   }
+}
+
+/** The id of the newest run of `job`. */
+function newestRunId(env: TestEnv, job: string): number {
+  return (env.store.sqlite.query("SELECT id FROM job_runs WHERE job = ? ORDER BY id DESC LIMIT 1").get(job) as { id: number }).id;
+}
+
+/** This host as a lease holder writes it (hostname, PID namespace). */
+const HERE = newLeaseHolder();
+/** A pid that existed on this host and is gone (the child was reaped). */
+const DEAD_PID = Bun.spawnSync(["true"]).pid;
+
+/**
+ * A lease on `runId` as another process holds it (job_leases, src/job-lease.ts), valid
+ * until `verloopt`: by default a live process on this host (the test's own pid, another
+ * instance id), or one on another host.
+ */
+function addLease(env: TestEnv, job: string, runId: number, verloopt: Date, o: { pid?: number; host?: string } = {}) {
+  env.store.sqlite
+    .query("INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt) VALUES (?, ?, 'ander-proces-id', ?, ?, ?, ?, ?, ?)")
+    .run(job, o.pid ?? process.pid, o.host ?? HERE.host, HERE.pidNs, runId, "2026-07-23T00:00:00.000Z", "2026-07-23T00:00:00.000Z", verloopt.toISOString());
 }
 
 function setInstalled(env: TestEnv, d: Date) {
@@ -144,6 +167,21 @@ describe("taken-controle", () => {
     }
   });
 
+  test("a run whose process died before the job's first expected time is still onderbroken (not nog-niet-verwacht)", async () => {
+    const env = makeTestEnv();
+    try {
+      setInstalled(env, new Date(NOW.getTime() - 10 * MIN)); // installed 11:50; dagrapport first expected tomorrow 06:00
+      addRun(env, "dagrapport", at("2026-07-23T11:55:00.000Z"), "bezig", null); // started by hand, process died
+      const r = await runTakenControle(env.deps, NOW, idle);
+      expect(r.status).toBe(409);
+      expect(statusOf(r.body, "dagrapport")).toBe("onderbroken");
+      expect(statusOf(r.body, "weekrapport")).toBe("nog-niet-verwacht");
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-interrupted"]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
   test("a job whose last run failed → 409 faalt; a check that answered 409 (afwijking) is not failing", async () => {
     const env = makeTestEnv();
     try {
@@ -162,18 +200,146 @@ describe("taken-controle", () => {
     }
   });
 
-  test("a run left 'bezig' for longer than the grace is onderbroken (counted as started, listed as failing); a running one is fine", async () => {
+  test("a run left 'bezig' that no process keeps alive is onderbroken (job-interrupted); one whose lease another process renews is loopt", async () => {
     const env = makeTestEnv();
     try {
       healthyRuns(env, NOW, ["audit-verificatie", "beveiligingslog-analyse"]);
       addRun(env, "audit-verificatie", at("2026-07-23T01:00:01.000Z"), "bezig", null); // process died mid-run
-      addRun(env, "beveiligingslog-analyse", at("2026-07-23T12:00:00.000Z"), "bezig", null); // running right now
+      addRun(env, "beveiligingslog-analyse", at("2026-07-23T11:59:00.000Z"), "bezig", null); // running in another process
+      addLease(env, "beveiligingslog-analyse", newestRunId(env, "beveiligingslog-analyse"), at("2026-07-23T12:01:00.000Z"));
       const r = await runTakenControle(env.deps, NOW, idle);
       expect(r.status).toBe(409);
-      expect(r.body.gemist).toEqual([]);
-      expect(r.body.falend).toEqual(["audit-verificatie"]);
+      expect(r.body).toMatchObject({ gemist: [], falend: ["audit-verificatie"], onderbroken: ["audit-verificatie"], hangend: [] });
       expect(statusOf(r.body, "audit-verificatie")).toBe("onderbroken");
-      expect(statusOf(r.body, "beveiligingslog-analyse")).toBe("ok");
+      expect(r.body.taken.find((t) => t.job === "beveiligingslog-analyse")).toMatchObject({
+        status: "loopt",
+        levend: "ander-proces",
+        houder: { pid: process.pid, verloopt: "2026-07-23T12:01:00.000Z" },
+        maxLooptijdMinuten: 5,
+      });
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-interrupted"]);
+      expect(env.alarms.raised[0]!.message).toContain("De laatste run van audit-verificatie is nooit beëindigd");
+      expect(env.alarms.raised[0]!.message).not.toContain("beveiligingslog-analyse");
+      expect([...Value.Errors(TakenControleBody, r.body)]).toEqual([]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a lease does not keep a run alive once it has expired, nor when it belongs to another run", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW, ["dagrapport", "audit-anker"]);
+      addRun(env, "dagrapport", at("2026-07-23T11:58:00.000Z"), "bezig", null);
+      addLease(env, "dagrapport", newestRunId(env, "dagrapport"), NOW); // expires at 12:00:00.000: no longer valid at 12:00
+      addRun(env, "audit-anker", at("2026-07-23T01:30:00.000Z"), "ok");
+      const ankerOk = newestRunId(env, "audit-anker");
+      addRun(env, "audit-anker", at("2026-07-23T11:59:00.000Z"), "bezig", null);
+      addLease(env, "audit-anker", ankerOk, at("2026-07-23T12:05:00.000Z")); // a valid lease, but of the earlier run
+      const r = await runTakenControle(env.deps, NOW, idle);
+      expect(statusOf(r.body, "dagrapport")).toBe("onderbroken");
+      expect(statusOf(r.body, "audit-anker")).toBe("onderbroken");
+      expect(r.body.onderbroken).toEqual(["dagrapport", "audit-anker"]);
+
+      // One millisecond earlier the dagrapport lease is still valid: the run is alive.
+      const earlier = await runTakenControle(env.deps, new Date(NOW.getTime() - 1), idle);
+      expect(statusOf(earlier.body, "dagrapport")).toBe("loopt");
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a run alive in another process past its maximum run time hangt (job-hung, with the holder's pid); after its lease expired it is onderbroken", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW, ["audit-verificatie"]);
+      addRun(env, "audit-verificatie", at("2026-07-23T10:59:59.000Z"), "bezig", null);
+      const runId = newestRunId(env, "audit-verificatie");
+      addLease(env, "audit-verificatie", runId, at("2026-07-23T12:01:30.000Z"), { host: "elders.example" });
+
+      // Maximum 60 minutes: at 11:59:59 the run is exactly that old and still loopt.
+      const within = await runTakenControle(env.deps, at("2026-07-23T11:59:59.000Z"), idle);
+      expect(within.status).toBe(200);
+      expect(statusOf(within.body, "audit-verificatie")).toBe("loopt");
+
+      const r = await runTakenControle(env.deps, NOW, idle);
+      expect(r.status).toBe(409);
+      expect(r.body).toMatchObject({ ok: false, gemist: [], falend: [], onderbroken: [], hangend: ["audit-verificatie"] });
+      expect(r.body.taken.find((t) => t.job === "audit-verificatie")).toMatchObject({
+        status: "hangt",
+        levend: "ander-proces",
+        houder: { pid: process.pid, verloopt: "2026-07-23T12:01:30.000Z" },
+        maxLooptijdMinuten: 60,
+        laatsteRun: { gestart: "2026-07-23T10:59:59.000Z", beeindigd: null, uitkomst: "bezig" },
+      });
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-hung"]);
+      expect(env.alarms.raised[0]!.message).toContain(`audit-verificatie (gestart 2026-07-23T10:59:59.000Z, maximaal 60 min, proces pid ${process.pid})`);
+      expect([...Value.Errors(TakenControleBody, r.body)]).toEqual([]);
+
+      // The holder stopped renewing (it died): after the expiry the same row is onderbroken.
+      const later = await runTakenControle(env.deps, at("2026-07-23T12:01:30.000Z"), idle);
+      expect(statusOf(later.body, "audit-verificatie")).toBe("onderbroken");
+      expect(later.body.hangend).toEqual([]);
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-hung", "job-interrupted"]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a valid lease whose holder's pid is gone from this host keeps nothing alive (onderbroken at once); the same pid on another host counts until the expiry", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW, ["dagrapport", "audit-anker"]);
+      addRun(env, "dagrapport", at("2026-07-23T11:58:00.000Z"), "bezig", null);
+      addLease(env, "dagrapport", newestRunId(env, "dagrapport"), at("2026-07-23T12:01:00.000Z"), { pid: DEAD_PID });
+      addRun(env, "audit-anker", at("2026-07-23T11:58:00.000Z"), "bezig", null);
+      addLease(env, "audit-anker", newestRunId(env, "audit-anker"), at("2026-07-23T12:01:00.000Z"), { pid: DEAD_PID, host: "elders.example" });
+      const r = await runTakenControle(env.deps, NOW, idle);
+      expect(statusOf(r.body, "dagrapport")).toBe("onderbroken");
+      expect(r.body.taken.find((t) => t.job === "audit-anker")).toMatchObject({ status: "loopt", levend: "ander-proces", houder: { pid: DEAD_PID } });
+      expect(r.body.onderbroken).toEqual(["dagrapport"]);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("hangt, onderbroken and gemist in one check: each in its own list, each its own alarm type naming only its jobs", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW, ["dagrapport", "audit-verificatie", "beveiligingslog-retentie", "backup-controle"]);
+      // gemist: dagrapport fired 06:00 and its last run is yesterday's.
+      addRun(env, "dagrapport", at("2026-07-22T06:00:01.000Z"));
+      // onderbroken: beveiligingslog-retentie started 03:00 and its process died.
+      addRun(env, "beveiligingslog-retentie", at("2026-07-23T03:00:01.000Z"), "bezig", null);
+      // hangt: audit-verificatie alive in another process since 01:00 (maximum 60 minutes).
+      addRun(env, "audit-verificatie", at("2026-07-23T01:00:01.000Z"), "bezig", null);
+      addLease(env, "audit-verificatie", newestRunId(env, "audit-verificatie"), at("2026-07-23T12:01:00.000Z"));
+      // faalt: backup-controle's last run failed (job-missed, as before).
+      addRun(env, "backup-controle", at("2026-07-23T11:15:01.000Z"), "fout");
+      const r = await runTakenControle(env.deps, NOW, idle);
+      expect(r.status).toBe(409);
+      expect(r.body).toMatchObject({
+        ok: false,
+        gemist: ["dagrapport"],
+        falend: ["beveiligingslog-retentie", "backup-controle"],
+        onderbroken: ["beveiligingslog-retentie"],
+        hangend: ["audit-verificatie"],
+      });
+      expect(statusOf(r.body, "dagrapport")).toBe("gemist");
+      expect(statusOf(r.body, "beveiligingslog-retentie")).toBe("onderbroken");
+      expect(statusOf(r.body, "audit-verificatie")).toBe("hangt");
+      expect(statusOf(r.body, "backup-controle")).toBe("faalt");
+      const [missed, interrupted, hung] = env.alarms.raised;
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-missed", "job-interrupted", "job-hung"]);
+      expect(missed!.message).toBe("Geplande taken lopen niet zoals verwacht (niet gestart: dagrapport; laatste run mislukt: backup-controle). Controleer de crontab en de service.");
+      expect(interrupted!.message).toContain("beveiligingslog-retentie");
+      expect(hung!.message).toContain("audit-verificatie");
+      for (const a of [interrupted!, hung!]) expect(a.message).not.toContain("dagrapport");
+      expect(interrupted!.message).not.toContain("audit-verificatie");
+      expect(hung!.message).not.toContain("beveiligingslog-retentie");
+      expect(interrupted!.context).toMatchObject({ onderbroken: ["beveiligingslog-retentie"] });
+      expect(hung!.context).toMatchObject({ hangend: ["audit-verificatie"] });
+      expect([...Value.Errors(TakenControleBody, r.body)]).toEqual([]);
     } finally {
       env.cleanup();
     }
@@ -249,7 +415,7 @@ describe("taken-controle: runs this process is running right now", () => {
     }
   });
 
-  test("a job whose later calls were refused because its run is still going is 'loopt', not gemist", async () => {
+  test("a job whose later calls were refused because its run is still going is 'loopt', not gemist; past its maximum run time it hangt", async () => {
     const analyse = heldJob("beveiligingslog-analyse");
     const env = makeTestEnv({}, { jobs: [analyse.job, takenControleJob] });
     let running: ReturnType<typeof call> | undefined;
@@ -259,15 +425,26 @@ describe("taken-controle: runs this process is running right now", () => {
       running = call(env.app, "/api/cron/beveiligingslog-analyse");
       await analyse.started;
       // The 11:15, 11:30 and 11:45 calls found it running: 409, no run recorded.
-      env.setNow(at("2026-07-23T11:15:00.000Z"));
+      env.setNow(at("2026-07-23T11:05:01.000Z"));
       expect((await call(env.app, "/api/cron/beveiligingslog-analyse")).status).toBe(409);
+
+      // 11:05:01: five minutes, its maximum run time, and still loopt.
+      const within = await call(env.app, "/api/cron/taken-controle");
+      expect(within.status).toBe(200);
+      expect(within.json.taken.find((t: { job: string }) => t.job === "beveiligingslog-analyse")).toMatchObject({ status: "loopt", levend: "dit-proces" });
 
       env.setNow(NOW); // 12:00: the 11:30 fire time is past its grace without a run that started since
       const res = await call(env.app, "/api/cron/taken-controle");
-      expect(res.status).toBe(200);
-      expect(res.json.gemist).toEqual([]);
-      expect(statusOf(res.json, "beveiligingslog-analyse")).toBe("loopt");
-      expect(env.alarms.raised).toHaveLength(0);
+      expect(res.status).toBe(409);
+      expect(res.json).toMatchObject({ gemist: [], falend: [], onderbroken: [], hangend: ["beveiligingslog-analyse"] });
+      expect(res.json.taken.find((t: { job: string }) => t.job === "beveiligingslog-analyse")).toMatchObject({
+        status: "hangt",
+        levend: "dit-proces",
+        maxLooptijdMinuten: 5,
+        laatsteRun: { gestart: "2026-07-23T11:00:01.000Z", beeindigd: null, uitkomst: "bezig" },
+      });
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-hung"]);
+      expect(env.alarms.raised[0]!.message).toContain("beveiligingslog-analyse (gestart 2026-07-23T11:00:01.000Z, maximaal 5 min, in deze service)");
 
       analyse.finish();
       expect((await running).status).toBe(200);
@@ -278,7 +455,7 @@ describe("taken-controle: runs this process is running right now", () => {
     }
   });
 
-  test("the same rows without that run in the process (it died): onderbroken and gemist with a job-missed alarm", async () => {
+  test("the same rows without that run in the process (it died): onderbroken and gemist, each with its own alarm", async () => {
     const env = makeTestEnv();
     try {
       healthyRuns(env, NOW, ["beveiligingslog-analyse", "beveiligingslog-retentie"]);
@@ -288,15 +465,21 @@ describe("taken-controle: runs this process is running right now", () => {
       expect(r.status).toBe(409);
       expect(statusOf(r.body, "beveiligingslog-retentie")).toBe("onderbroken");
       expect(statusOf(r.body, "beveiligingslog-analyse")).toBe("gemist");
-      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-missed"]);
+      expect(r.body).toMatchObject({ gemist: ["beveiligingslog-analyse"], onderbroken: ["beveiligingslog-retentie"], falend: ["beveiligingslog-retentie"], hangend: [] });
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-missed", "job-interrupted"]);
 
-      // Called directly with the process's running runs passed in: the same rows are 'loopt'.
+      // Called directly with the process's running runs passed in: the same rows are alive.
+      // Within their maximum run time (at 03:30 for the retention run, 60 minutes) 'loopt';
+      // both past it at 12:00, so they hang.
       const ids = env.store.sqlite.query("SELECT job, id AS runId FROM job_runs WHERE uitkomst = 'bezig'").all() as { job: JobName; runId: number }[];
+      const early = await runTakenControle(env.deps, at("2026-07-23T03:30:00.000Z"), { running: ids, unrecorded: [] });
+      expect(statusOf(early.body, "beveiligingslog-retentie")).toBe("loopt");
       const live = await runTakenControle(env.deps, NOW, { running: ids, unrecorded: [] });
-      expect(live.status).toBe(200);
-      expect(statusOf(live.body, "beveiligingslog-retentie")).toBe("loopt");
-      expect(statusOf(live.body, "beveiligingslog-analyse")).toBe("loopt");
-      expect(env.alarms.raised).toHaveLength(1);
+      expect(live.status).toBe(409);
+      expect(statusOf(live.body, "beveiligingslog-retentie")).toBe("hangt");
+      expect(statusOf(live.body, "beveiligingslog-analyse")).toBe("hangt");
+      expect(live.body).toMatchObject({ gemist: [], onderbroken: [], falend: [], hangend: ["beveiligingslog-retentie", "beveiligingslog-analyse"] });
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-missed", "job-interrupted", "job-hung"]);
     } finally {
       env.cleanup();
     }

@@ -8,6 +8,8 @@ export type AlarmType =
   | "mail-failure"
   | "backup-missing"
   | "job-missed"
+  | "job-interrupted"
+  | "job-hung"
   | "db-integrity"
   | "login-bruteforce"
   | "internal-error";

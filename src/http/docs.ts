@@ -54,11 +54,13 @@ export function docs() {
           tags: [
             { name: "cron", description: "De taken die de crontab van de host aanroept (planning: src/schedule.ts). Token: CRON_SECRET." },
             { name: "schrijf-API", description: "Waarmee de applicatie audit-entries, inlogpogingen, tenants en beheerders aanlevert (docs/integration.md). Token: APP_SECRET." },
+            { name: "metrics", description: "Voor Prometheus: vanaf loopback zonder token, van elders met METRICS_SECRET (docs/operations.md, Metrics)." },
           ],
           components: {
             securitySchemes: {
               bearerAuth: { type: "http", scheme: "bearer", description: "CRON_SECRET: opent alleen de taken." },
               appAuth: { type: "http", scheme: "bearer", description: "APP_SECRET: opent alleen de schrijf-API." },
+              metricsAuth: { type: "http", scheme: "bearer", description: "METRICS_SECRET: opent alleen /metrics (van buiten loopback)." },
             },
           },
         },

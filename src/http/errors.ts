@@ -19,6 +19,21 @@ export class HttpError extends Error {
   }
 }
 
+/** SQLite failures that mean "not now" rather than "broken": 503, try again later. */
+const UNAVAILABLE = new Set(["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN"]);
+
+/** SQLITE_BUSY (for SQLITE_BUSY_SNAPSHOT and the like) when `e` is such a failure; else undefined. */
+export function unavailableCode(e: unknown): string | undefined {
+  const code = (e as { code?: unknown } | null)?.code;
+  const base = typeof code === "string" ? /^SQLITE_[A-Z]+/.exec(code)?.[0] : undefined;
+  return base !== undefined && UNAVAILABLE.has(base) ? base : undefined;
+}
+
+/** The status onError answers an unexpected error with: 503 for an unavailable database, else 500. */
+export function unexpectedStatus(e: unknown): 500 | 503 {
+  return unavailableCode(e) === undefined ? 500 : 503;
+}
+
 export function json(status: number, body: unknown, headers: Record<string, string> = {}): Response {
   return new Response(JSON.stringify(body), {
     status,

@@ -1,19 +1,21 @@
 // The job wrapper: every job goes through here. It reads the job's input (auth was
 // already decided in onRequest; src/http/body.ts), refuses a second concurrent call of
-// the same job with 409, and records every run in the job-run history: start, end,
-// outcome, summary, error. mountJob documents each route: the job's own answers and the
+// the same job with 409 — in this process (RunningJobs) and in any other process on
+// the same database (the lease, src/job-lease.ts) — and records every run in the
+// job-run history: start, end, outcome, summary, error. mountJob documents each route: the job's own answers and the
 // wrapper's (routeResponses).
 // A job that completed is answered with its own result even when recording its end
 // fails (recordEnd).
 import { t, type Elysia, type TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
-import { finishRun, startRun, writeKeptEnds, type RunEnd } from "../job-runs.ts";
+import { heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing } from "../job-lease.ts";
+import { finishRun, writeKeptEnds, type RunEnd } from "../job-runs.ts";
 import { JobInterrupted, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, type JobName } from "../schedule.ts";
 import { log } from "../logger.ts";
 import { bodyReader } from "./body.ts";
-import { ErrorBody, json } from "./errors.ts";
+import { ErrorBody, json, unexpectedStatus } from "./errors.ts";
 
 function outcomeOf(status: number): "ok" | "afwijking" | "fout" {
   if (status >= 200 && status < 300) return "ok";
@@ -42,7 +44,7 @@ function jobContext(running: RunningJobs): JobContext {
  * job completed and must not be run again.
  *
  * The row must not stay 'bezig' if that can be helped: taken-controle calls such a row
- * onderbroken after the grace and alarms, which asks for a rerun. So, when the UPDATE fails:
+ * onderbroken once no lease keeps it alive and alarms, which asks for a rerun. So, when the UPDATE fails:
  *  1. it is tried once more without the summary (the one part of variable size), with
  *     `fout` saying that the summary is missing; the outcome and status are the job's own;
  *  2. if that fails too, that end is kept in this process (RunningJobs.keepEnd) and
@@ -107,35 +109,68 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       }
     }
     const started = deps.clock();
-    const runId = startRun(deps.store.db, def.name, started);
-    running.setRun(def.name, runId);
-    let result: JobResult<object>;
-    try {
-      result = await running.race(def.run(deps, started, input, jobContext(running)));
-    } catch (e) {
-      if (e instanceof JobInterrupted) {
-        // Shutdown stopped waiting: what the job committed stays, the rest is for a rerun.
-        try {
-          finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: e.message });
-        } catch (recordError) {
-          log("error", "could not record an interrupted run", { job: def.name, runId, error: errorText(recordError) });
-        }
-        return json(503, { error: e.message }, { "retry-after": "60" });
-      }
-      try {
-        finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: 500, fout: errorText(e) });
-      } catch (recordError) {
-        log("error", "could not record the end of a failed run", { job: def.name, runId, error: errorText(recordError) });
-      }
-      throw e;
+    // The guard across processes: the lease and the run's row in one IMMEDIATE transaction.
+    const timing = leaseTiming(def.name);
+    const lease = startLeasedRun(deps.store.db, def.name, running.holder, started, timing.ttlMs);
+    if (!lease.ok) return json(409, { error: heldElsewhereMessage(def.name, lease.houder) });
+    if (lease.overgenomen) {
+      const o = lease.overgenomen;
+      log("warn", "took over the lease of another process: it expired (its holder died or hung) or its holder's pid is gone", {
+        job: def.name,
+        reden: o.reden,
+        pid: o.pid,
+        host: o.host,
+        runId: o.runId,
+        verkregen: o.verkregen,
+        verloopt: o.verloopt,
+      });
     }
-    // Only the job's own outcome decides the response from here on (see recordEnd).
-    await recordEnd(deps, running, def.name, runId, deps.clock(), {
-      uitkomst: outcomeOf(result.status),
-      httpStatus: result.status,
-      samenvatting: result.body,
-    });
-    return json(result.status, result.body);
+    const runId = lease.runId;
+    running.setRun(def.name, runId);
+    const renewer = startRenewing(deps.store.db, deps.clock, def.name, running.holder, runId, timing);
+    // An interrupted job is left running until the process exits: its lease stays until it expires.
+    let keepLease = false;
+    try {
+      let result: JobResult<object>;
+      try {
+        result = await running.race(def.run(deps, started, input, jobContext(running)));
+      } catch (e) {
+        if (e instanceof JobInterrupted) {
+          keepLease = true;
+          // Shutdown stopped waiting: what the job committed stays, the rest is for a rerun.
+          try {
+            finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: e.message });
+          } catch (recordError) {
+            log("error", "could not record an interrupted run", { job: def.name, runId, error: errorText(recordError) });
+          }
+          return json(503, { error: e.message }, { "retry-after": "60" });
+        }
+        try {
+          // The status the caller gets from onError (src/app.ts), recorded as such.
+          finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: unexpectedStatus(e), fout: errorText(e) });
+        } catch (recordError) {
+          log("error", "could not record the end of a failed run", { job: def.name, runId, error: errorText(recordError) });
+        }
+        throw e;
+      }
+      // Only the job's own outcome decides the response from here on (see recordEnd).
+      await recordEnd(deps, running, def.name, runId, deps.clock(), {
+        uitkomst: outcomeOf(result.status),
+        httpStatus: result.status,
+        samenvatting: result.body,
+      });
+      return json(result.status, result.body);
+    } finally {
+      renewer.stop();
+      if (!keepLease) {
+        try {
+          releaseLease(deps.store.db, def.name, running.holder, runId);
+        } catch (e) {
+          // It expires by itself; until then another process's call is refused.
+          log("error", "could not release a job's lease; it expires by itself", { job: def.name, runId, error: errorText(e) });
+        }
+      }
+    }
   } finally {
     running.finish(def.name);
   }
@@ -162,10 +197,12 @@ export function routeResponses(def: JobDefinition<any>): Record<number, RouteRes
     out[413] = { description: `Body groter dan ${max % 1024 === 0 ? `${max / 1024} KiB` : `${max} bytes`}.`, schema: ErrorBody };
   }
   out[401] = { description: "Ontbrekend of ongeldig token.", schema: ErrorBody };
+  out[403] = { description: "Een geldig token voor iets anders (APP_SECRET): de taken vragen CRON_SECRET.", schema: ErrorBody };
   out[409] = own?.[409]
-    ? { description: `${own[409].description} Loopt de taak al: \`{error}\`.`, schema: t.Union([own[409].schema, ErrorBody]) }
-    : { description: "De taak loopt al.", schema: ErrorBody };
+    ? { description: `${own[409].description} Loopt de taak al (hier of in een ander proces): \`{error}\`.`, schema: t.Union([own[409].schema, ErrorBody]) }
+    : { description: "De taak loopt al (in deze service of in een ander proces op dezelfde database).", schema: ErrorBody };
   if (own?.[502]) out[502] = own[502];
+  out[500] = { description: "Onverwachte fout; gemeld als alarm internal-error, zonder details in het antwoord.", schema: ErrorBody };
   out[503] = { description: "De service wordt gestopt of de database is tijdelijk niet beschikbaar; probeer het na Retry-After opnieuw.", schema: ErrorBody };
   return out;
 }

@@ -373,6 +373,8 @@ export function metricsRoute(sources: MetricsSources) {
       detail: {
         tags: ["metrics"],
         summary: "Metrics voor Prometheus (tekstformaat 0.0.4)",
+        // Loopback needs no token (the empty requirement); from elsewhere METRICS_SECRET.
+        security: [{}, { metricsAuth: [] }],
         description:
           "Per taak de laatste start, het einde, de duur en de uitkomst, of hij nu loopt en of hij achterstallig is; de audit-ketens " +
           "(gecontroleerd, gebroken, laatste verificatie); de nieuwste back-up (leeftijd, gelukt); de tellers van de schrijf-API. " +

@@ -1,6 +1,7 @@
 // db-onderhoud: SQLite upkeep after the retention jobs deleted many
-// rows. Integrity check, optimizer statistics, free pages given back to the file
-// system, and the WAL folded back and truncated.
+// rows. Integrity check, the pruning of nachtwacht's own history tables (job_runs and
+// backup_statuses, which otherwise grow for ever), optimizer statistics, free pages
+// given back to the file system, and the WAL folded back and truncated.
 //
 // Writers (the host application, other jobs) must never wait long: every step is
 // either a read (quick_check runs on a WAL snapshot and blocks nobody) or a short
@@ -14,16 +15,18 @@
 // command in a maintenance window.
 //
 // Raw SQL in this file: every step is a PRAGMA (or the VACUUM), which Drizzle has no
-// builder for; the one ordinary write (service_meta) goes through Drizzle.
+// builder for; the ordinary writes (the pruning, service_meta) go through Drizzle.
 import type { Database } from "bun:sqlite";
+import { and, desc, eq, inArray, isNotNull, lt, ne, notInArray } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { statSync } from "node:fs";
-import { serviceMeta } from "../../db/schema.ts";
-import { BUSY_TIMEOUT_MS, excluded, type Store } from "../db.ts";
+import { backupStatuses, jobRuns, serviceMeta } from "../../db/schema.ts";
+import { BUSY_TIMEOUT_MS, excluded, type Db, type Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { log } from "../logger.ts";
+import { DAY_MS } from "../time.ts";
 import { defineJob, type JobResult } from "./job.ts";
-import { integer, nullable, enumOf } from "./schema.ts";
+import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
 /** Pages freed per incremental-vacuum transaction (4 MiB at the default page size). */
 export const VACUUM_STEP_PAGES = 1000;
@@ -33,6 +36,19 @@ const STEP_PAUSE_MS = 5;
 const CHECKPOINT_WAIT_MS = 250;
 /** quick_check reports at most this many problems; more add nothing an operator needs. */
 const MAX_PROBLEMS = 100;
+
+/**
+ * job_runs older than this many days are pruned, except what the checks and reports read:
+ * per job its newest run (taken-controle, the daily report, /metrics) and its newest
+ * KEEP_OK_RUNS successful runs (the daily report's usual duration), however old.
+ */
+export const JOB_RUNS_BEWAAR_DAGEN = 90;
+/** Successful runs kept per job beyond the period: the daily report's median duration reads that many. */
+export const KEEP_OK_RUNS = 10;
+/** backup_statuses older than this many days are pruned; the newest is always kept (backup-controle, the daily report). */
+export const BACKUP_STATUSES_BEWAAR_DAGEN = 90;
+/** Rows per pruning transaction: each one is a short write, and writers get the lock in between. */
+export const PRUNE_BATCH = 500;
 
 export const AutoVacuum = enumOf(["none", "full", "incremental"]);
 export type AutoVacuum = Static<typeof AutoVacuum>;
@@ -66,9 +82,30 @@ const Integriteit = t.Union([t.Literal("ok"), t.Array(t.String())], {
   description: "`ok`, of de meldingen van PRAGMA quick_check (hoogstens 100).",
 });
 
+const Opgeschoond = t.Object({
+  verwijderd: integer({ minimum: 0, description: "Verwijderde rijen." }),
+  grens: dateTime({ description: "Rijen van vóór dit tijdstip zijn verwijderd (op de bewaarde na)." }),
+  bewaarDagen: integer({ minimum: 1 }),
+});
+
+export const Opschoning = t.Object(
+  {
+    jobRuns: Opgeschoond,
+    backupStatuses: Opgeschoond,
+  },
+  {
+    description:
+      `Wat van de eigen geschiedenis is verwijderd: job_runs ouder dan ${JOB_RUNS_BEWAAR_DAGEN} dagen, behalve per taak de nieuwste run en de ` +
+      `${KEEP_OK_RUNS} nieuwste geslaagde; backup_statuses ouder dan ${BACKUP_STATUSES_BEWAAR_DAGEN} dagen, behalve de nieuwste. In korte transacties van ` +
+      `hoogstens ${PRUNE_BATCH} rijen.`,
+  },
+);
+export type Opschoning = Static<typeof Opschoning>;
+
 export const DbOnderhoudBody = t.Object({
   ok: t.Boolean(),
   integriteit: Integriteit,
+  opgeschoond: nullable(Opschoning, { description: "null als de integriteitscontrole faalde: in een beschadigd bestand wordt niets verwijderd." }),
   autoVacuum: AutoVacuum,
   omzetting: nullable(OmzettingOpen),
   grootteVoor: integer({ minimum: 0, description: "Bytes: databasebestand plus -wal, vóór het onderhoud." }),
@@ -151,7 +188,108 @@ function pendingConversion(autoVacuum: AutoVacuum, vrijePaginas: number, paginaG
   };
 }
 
-export async function runDbOnderhoud(deps: Deps, _now: Date): Promise<JobResult<DbOnderhoudBody>> {
+/**
+ * Deletes up to `batch` rows chosen by `ids` (a query of at most `batch` ids) per write
+ * transaction until none are left, pausing between transactions; returns how many.
+ */
+async function deleteInBatches(
+  sqlite: Database,
+  pickIds: (limit: number) => number[],
+  remove: (ids: number[]) => void,
+  batch: number,
+  onBatch?: (rows: number) => void,
+): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const n = sqlite.transaction(() => {
+      const ids = pickIds(batch);
+      if (ids.length > 0) remove(ids);
+      return ids.length;
+    }).immediate();
+    onBatch?.(n);
+    total += n;
+    if (n < batch) return total;
+    await Bun.sleep(STEP_PAUSE_MS);
+  }
+}
+
+/** The job_runs rows kept whatever their age: per job the newest run and the newest KEEP_OK_RUNS successful ones. */
+function keptJobRuns(db: Db): number[] {
+  const keep: number[] = [];
+  const jobs = db.selectDistinct({ job: jobRuns.job }).from(jobRuns).all();
+  for (const { job } of jobs) {
+    // Each an index range on (job, gestart).
+    const newest = db.select({ id: jobRuns.id }).from(jobRuns).where(eq(jobRuns.job, job)).orderBy(desc(jobRuns.gestart), desc(jobRuns.id)).limit(1).get();
+    if (newest) keep.push(newest.id);
+    const ok = db
+      .select({ id: jobRuns.id })
+      .from(jobRuns)
+      .where(and(eq(jobRuns.job, job), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd)))
+      .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+      .limit(KEEP_OK_RUNS)
+      .all();
+    for (const r of ok) keep.push(r.id);
+  }
+  return keep;
+}
+
+/**
+ * Prunes nachtwacht's own history tables (JOB_RUNS_BEWAAR_DAGEN, BACKUP_STATUSES_BEWAAR_DAGEN),
+ * keeping what taken-controle, backup-controle and the reports read, in short write
+ * transactions (PRUNE_BATCH rows each) with a pause between them.
+ */
+export interface PruneOptions {
+  /** Rows per transaction (PRUNE_BATCH). */
+  batch?: number;
+  /** Called after each committed transaction with the rows it deleted (tests). */
+  onBatch?: (table: "job_runs" | "backup_statuses", rows: number) => void;
+}
+
+export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = {}): Promise<Opschoning> {
+  const batch = o.batch ?? PRUNE_BATCH;
+  const { db, sqlite } = store;
+  const runsGrens = new Date(now.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY_MS).toISOString();
+  const keep = keptJobRuns(db);
+  const runs = await deleteInBatches(
+    sqlite,
+    (limit) =>
+      db
+        .select({ id: jobRuns.id })
+        .from(jobRuns)
+        .where(and(lt(jobRuns.gestart, runsGrens), keep.length > 0 ? notInArray(jobRuns.id, keep) : undefined))
+        .limit(limit)
+        .all()
+        .map((r) => r.id),
+    (ids) => db.delete(jobRuns).where(inArray(jobRuns.id, ids)).run(),
+    batch,
+    (n) => o.onBatch?.("job_runs", n),
+  );
+
+  const backupsGrens = new Date(now.getTime() - BACKUP_STATUSES_BEWAAR_DAGEN * DAY_MS).toISOString();
+  // The same order as backup-controle's newestBackup.
+  const newest = db.select({ id: backupStatuses.id }).from(backupStatuses).orderBy(desc(backupStatuses.ontvangen), desc(backupStatuses.id)).limit(1).get();
+  const backups = await deleteInBatches(
+    sqlite,
+    (limit) =>
+      db
+        .select({ id: backupStatuses.id })
+        .from(backupStatuses)
+        .where(and(lt(backupStatuses.ontvangen, backupsGrens), newest ? ne(backupStatuses.id, newest.id) : undefined))
+        .orderBy(backupStatuses.ontvangen)
+        .limit(limit)
+        .all()
+        .map((r) => r.id),
+    (ids) => db.delete(backupStatuses).where(inArray(backupStatuses.id, ids)).run(),
+    batch,
+    (n) => o.onBatch?.("backup_statuses", n),
+  );
+  return {
+    jobRuns: { verwijderd: runs, grens: runsGrens, bewaarDagen: JOB_RUNS_BEWAAR_DAGEN },
+    backupStatuses: { verwijderd: backups, grens: backupsGrens, bewaarDagen: BACKUP_STATUSES_BEWAAR_DAGEN },
+  };
+}
+
+export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<DbOnderhoudBody>> {
   const { sqlite, path } = deps.store;
   const grootteVoor = databaseBytes(path);
   const paginaGrootte = pragmaNumber(sqlite, "page_size");
@@ -165,6 +303,7 @@ export async function runDbOnderhoud(deps: Deps, _now: Date): Promise<JobResult<
     const body: DbOnderhoudBody = {
       ok: false,
       integriteit,
+      opgeschoond: null,
       autoVacuum,
       omzetting,
       grootteVoor,
@@ -184,6 +323,9 @@ export async function runDbOnderhoud(deps: Deps, _now: Date): Promise<JobResult<
     return { status: 409, body };
   }
 
+  // The own history tables, before the vacuum so that the pages they free are given back too.
+  const opgeschoond = await pruneOwnTables(deps.store, now);
+
   // Refreshes the planner's statistics where they are stale; bounded by SQLite itself.
   sqlite.run("PRAGMA optimize");
 
@@ -196,8 +338,8 @@ export async function runDbOnderhoud(deps: Deps, _now: Date): Promise<JobResult<
       vrijTeMaken: omzetting.vrijTeMaken,
     });
   } else if (autoVacuum === "incremental") {
-    // Each PRAGMA is its own short write transaction.
-    let free = vrijePaginasVoor;
+    // Each PRAGMA is its own short write transaction. The pruning may have freed pages.
+    let free = pragmaNumber(sqlite, "freelist_count");
     while (free > 0) {
       sqlite.run(`PRAGMA incremental_vacuum(${VACUUM_STEP_PAGES})`);
       vacuumStappen++;
@@ -215,6 +357,7 @@ export async function runDbOnderhoud(deps: Deps, _now: Date): Promise<JobResult<
   const body: DbOnderhoudBody = {
     ok: true,
     integriteit,
+    opgeschoond,
     autoVacuum,
     omzetting,
     grootteVoor,
@@ -314,7 +457,9 @@ export const dbOnderhoudJob = defineJob({
   name: "db-onderhoud",
   summary: "SQLite-onderhoud: integriteitscontrole, optimize, WAL-checkpoint, vrije pagina's teruggeven",
   description:
-    "PRAGMA quick_check, PRAGMA optimize, incrementeel vacuum in kleine stappen (schrijvers wachten hooguit kort) en een WAL-checkpoint " +
+    `PRAGMA quick_check; de eigen geschiedenis opschonen (job_runs ouder dan ${JOB_RUNS_BEWAAR_DAGEN} dagen en backup_statuses ouder dan ` +
+    `${BACKUP_STATUSES_BEWAAR_DAGEN} dagen, met behoud van wat de controles en rapporten lezen: per taak de nieuwste run en de ${KEEP_OK_RUNS} ` +
+    "nieuwste geslaagde, en de nieuwste back-upstatus; `opgeschoond`); PRAGMA optimize, incrementeel vacuum in kleine stappen (schrijvers wachten hooguit kort) en een WAL-checkpoint " +
     "(TRUNCATE, of PASSIVE wanneer de database bezet is). Een bestaande database zonder auto-vacuum wordt níet omgezet: die omzetting " +
     "vraagt een volledige VACUUM die schrijvers blokkeert; het antwoord meldt haar in `omzetting` (met wat ze zou vrijmaken) en de rest " +
     "van het onderhoud gaat door. Antwoord met grootte vóór en na en de vrijgemaakte bytes. " +

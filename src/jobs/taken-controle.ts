@@ -1,21 +1,24 @@
 // taken-controle: the jobs watching themselves. For every scheduled job
-// the schedule table (src/schedule.ts) says when it should last have fired; the
-// job-run history says whether it did, and how its latest run ended.
+// the schedule table (src/schedule.ts) says when it should last have fired and how long
+// a run may take; the job-run history says whether it did, and how its latest run ended;
+// the in-process guard and the leases (src/job-lease.ts) say whether a run is alive.
 import { t, type Static } from "elysia";
 import { installedAt } from "../db.ts";
 import type { Deps } from "../deps.ts";
+import { liveLeases } from "../job-lease.ts";
 import { lastRun } from "../job-runs.ts";
 import { dueState } from "../schedule-due.ts";
-import { SCHEDULE } from "../schedule.ts";
+import { SCHEDULE, type JobName } from "../schedule.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
-export const TaakStatus = enumOf(["ok", "loopt", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"]);
+export const TaakStatus = enumOf(["ok", "loopt", "hangt", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"]);
 export type TaakStatus = Static<typeof TaakStatus>;
 
 export const TaakRegel = t.Object({
   job: t.String(),
   cron: t.String({ description: "Cron-expressie (UTC)." }),
+  maxLooptijdMinuten: integer({ minimum: 1, description: "De maximale looptijd uit het schema: een run die langer leeft, hangt." }),
   laatsteVerwacht: nullable(dateTime(), {
     description: "Het laatste starttijdstip volgens het schema, op of vóór nu (UTC); null als het schema nog nooit afging.",
   }),
@@ -28,6 +31,18 @@ export const TaakRegel = t.Object({
     }),
     { description: "De nieuwste run; null als de taak nooit liep." },
   ),
+  levend: t.Optional(
+    enumOf(["dit-proces", "ander-proces"], {
+      description:
+        "Alleen bij `loopt` en `hangt`: waaraan de service ziet dat de run leeft: deze service voert hem uit, of een ander proces houdt zijn lease (job_leases) geldig.",
+    }),
+  ),
+  houder: t.Optional(
+    t.Object(
+      { pid: integer(), verloopt: dateTime({ description: "Tot wanneer de lease geldt als het proces hem niet meer vernieuwt." }) },
+      { description: "Alleen bij `levend` = `ander-proces`: het proces dat de lease houdt." },
+    ),
+  ),
   status: TaakStatus,
 });
 export type TaakRegel = Static<typeof TaakRegel>;
@@ -36,17 +51,60 @@ export const TakenControleBody = t.Object({
   ok: t.Boolean(),
   margeMinuten: integer({ description: "TAKEN_MARGE_MINUTEN." }),
   taken: t.Array(TaakRegel),
-  gemist: t.Array(t.String(), { description: "Taken die niet startten." }),
-  falend: t.Array(t.String(), { description: "Taken waarvan de laatste run mislukte of onderbroken is." }),
+  gemist: t.Array(t.String(), { description: "Taken die niet startten (`gemist`)." }),
+  falend: t.Array(t.String(), { description: "Taken waarvan de laatste run mislukte (`faalt`) of onderbroken is (`onderbroken`)." }),
+  onderbroken: t.Array(t.String(), { description: "Taken waarvan de laatste run nooit eindigde en door geen proces meer wordt uitgevoerd (`onderbroken`; ook in `falend`)." }),
+  hangend: t.Array(t.String(), { description: "Taken waarvan een levende run langer loopt dan zijn maximale looptijd (`hangt`)." }),
 });
 export type TakenControleBody = Static<typeof TakenControleBody>;
 
+/** The alarms of one check, one per kind of problem, in this order. */
+function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakRegel[]) {
+  const out: { type: "job-missed" | "job-interrupted" | "job-hung"; message: string; context: Record<string, unknown> }[] = [];
+  const faalt = byStatus("faalt").map((r) => r.job);
+  if (body.gemist.length || faalt.length) {
+    const parts: string[] = [];
+    if (body.gemist.length) parts.push(`niet gestart: ${body.gemist.join(", ")}`);
+    if (faalt.length) parts.push(`laatste run mislukt: ${faalt.join(", ")}`);
+    out.push({
+      type: "job-missed",
+      message: `Geplande taken lopen niet zoals verwacht (${parts.join("; ")}). Controleer de crontab en de service.`,
+      context: { gemist: body.gemist, faalt, margeMinuten: body.margeMinuten, taken: [...byStatus("gemist"), ...byStatus("faalt")] },
+    });
+  }
+  if (body.onderbroken.length) {
+    out.push({
+      type: "job-interrupted",
+      message:
+        `De laatste run van ${body.onderbroken.join(", ")} is nooit beëindigd en geen proces voert hem nog uit: het proces is gestopt of gecrasht ` +
+        `terwijl de taak liep, en het werk is niet af. Zoek in het log van de service waarom het stopte en roep de taak opnieuw aan.`,
+      context: { onderbroken: body.onderbroken, taken: byStatus("onderbroken") },
+    });
+  }
+  if (body.hangend.length) {
+    const regels = byStatus("hangt");
+    const wie = regels.map((r) => `${r.job} (gestart ${r.laatsteRun?.gestart}, maximaal ${r.maxLooptijdMinuten} min, ${r.levend === "ander-proces" ? `proces pid ${r.houder?.pid}` : "in deze service"})`);
+    out.push({
+      type: "job-hung",
+      message:
+        `Een run loopt langer dan de maximale looptijd van de taak en hangt waarschijnlijk: ${wie.join("; ")}. Zolang hij loopt, worden nieuwe aanroepen ` +
+        `met 409 geweigerd. Kijk in het log wat de taak doet (database vergrendeld, mailserver die niet antwoordt); herstart de service als hij niet verder komt.`,
+      context: { hangend: body.hangend, taken: regels },
+    });
+  }
+  return out;
+}
+
 /**
- * `context.running`: the runs this process is executing right now (the job wrapper
- * passes them). Such a job is alive, whatever its row looks like: a run older than the
- * grace is a long run, not an interrupted one, and the calls the guard refused with 409
- * while it ran left no row, which is no missed fire time either. It is reported as
- * `loopt`, without alarm; its outcome is judged by the next check after it ended.
+ * A run is alive when this process runs it (`context.running`, passed by the job
+ * wrapper) or when another process holds its lease and keeps renewing it (job_leases,
+ * src/job-lease.ts; a lease that has expired belongs to a process that died). A live run
+ * is `loopt` — a long run, not an interrupted one; calls the guards refused with 409
+ * meanwhile left no row, which is no missed fire time either — until it outlives the
+ * job's maximum run time (the schedule table): then it `hangt`, with the alarm
+ * `job-hung`. The newest run still 'bezig' that nothing keeps alive is `onderbroken`
+ * (alarm `job-interrupted`): its process died. A fire time whose grace passed without a
+ * run is `gemist` and a last run that failed `faalt` (alarm `job-missed` for both).
  * Called directly (a test, a tool beside the service) nothing of this process runs.
  */
 export async function runTakenControle(
@@ -63,11 +121,10 @@ export async function runTakenControle(
   // Runs that completed in this process but whose end could not be written yet: judged
   // by how they really ended, not as a 'bezig' row (src/http/job-route.ts recordEnd).
   const keptEnds = new Map(context.unrecorded.map((u) => [u.runId, u]));
+  const leases = liveLeases(db, now);
 
   const taken: TaakRegel[] = [];
-  const gemist: string[] = [];
-  const falend: string[] = [];
-  const runningHere = new Set(context.running.map((r) => r.job));
+  const runningHere = new Set<JobName>(context.running.map((r) => r.job));
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
     const { expected, notYetExpected, due, missed: dueMissed, ranSinceExpected } = dueState(db, entry.job, entry.cron, now, graceMs, installed);
@@ -76,59 +133,54 @@ export async function runTakenControle(
     const run: TaakRegel["laatsteRun"] = row
       ? { gestart: row.gestart, beeindigd: kept ? kept.beeindigd : row.beeindigd, uitkomst: kept ? kept.uitkomst : row.uitkomst }
       : null;
+    const unfinished = run !== null && run.uitkomst === "bezig" && run.beeindigd === null;
 
     // Only the latest run is judged: a failure followed by a run still in progress
-    // waits for that run's outcome. A run with no end after longer than the grace
-    // was interrupted (the process died or was restarted); its work was not done.
-    // A job this process is running right now is neither interrupted nor missed.
-    const loopt = runningHere.has(entry.job);
-    const failed = !loopt && run?.uitkomst === "fout";
-    const interrupted =
-      !loopt &&
-      run !== null &&
-      run.uitkomst === "bezig" &&
-      run.beeindigd === null &&
-      now.getTime() - new Date(run.gestart).getTime() > graceMs;
-    const missed = !loopt && dueMissed;
+    // waits for that run's outcome.
+    const lease = row ? leases.get(entry.job) : undefined;
+    const here = runningHere.has(entry.job);
+    const elsewhere = !here && unfinished && lease !== undefined && lease.runId === row!.id;
+    const alive = here || elsewhere;
+    const hung = alive && unfinished && now.getTime() - new Date(run!.gestart).getTime() > entry.maxRuntimeMinutes * 60_000;
+    const failed = !alive && run?.uitkomst === "fout";
+    const interrupted = !alive && unfinished;
+    const missed = !alive && dueMissed;
 
     let status: TaakStatus;
-    if (loopt) status = "loopt";
-    else if (notYetExpected) status = "nog-niet-verwacht";
+    // A run whose process died is reported even before the job's first expected fire
+    // time (a run started by hand on a new installation): the caller never got an answer.
+    if (hung) status = "hangt";
+    else if (alive) status = "loopt";
+    else if (notYetExpected) status = interrupted ? "onderbroken" : "nog-niet-verwacht";
     else if (missed) status = "gemist";
     else if (failed) status = "faalt";
     else if (interrupted) status = "onderbroken";
     else if (!ranSinceExpected) status = "wacht";
     else status = "ok";
 
-    if (missed) gemist.push(entry.job);
-    if (failed || interrupted) falend.push(entry.job);
     taken.push({
       job: entry.job,
       cron: entry.cron,
+      maxLooptijdMinuten: entry.maxRuntimeMinutes,
       laatsteVerwacht: expected ? expected.toISOString() : null,
-      ...(missed ? { gemistSinds: due!.toISOString() } : {}),
+      ...(status === "gemist" ? { gemistSinds: due!.toISOString() } : {}),
       laatsteRun: run,
+      ...(alive ? { levend: here ? ("dit-proces" as const) : ("ander-proces" as const) } : {}),
+      ...(elsewhere ? { houder: { pid: lease!.pid, verloopt: lease!.verloopt } } : {}),
       status,
     });
   }
 
-  const ok = gemist.length === 0 && falend.length === 0;
-  const body: TakenControleBody = { ok, margeMinuten, taken, gemist, falend };
+  const byStatus = (s: TaakStatus) => taken.filter((r) => r.status === s);
+  const jobs = (s: TaakStatus) => byStatus(s).map((r) => r.job);
+  const gemist = jobs("gemist");
+  const onderbroken = jobs("onderbroken");
+  const hangend = jobs("hangt");
+  const falend = taken.filter((r) => r.status === "faalt" || r.status === "onderbroken").map((r) => r.job);
+  const ok = gemist.length === 0 && falend.length === 0 && hangend.length === 0;
+  const body: TakenControleBody = { ok, margeMinuten, taken, gemist, falend, onderbroken, hangend };
   if (ok) return { status: 200, body };
-
-  const parts: string[] = [];
-  if (gemist.length) parts.push(`niet gestart: ${gemist.join(", ")}`);
-  if (falend.length) parts.push(`laatste run mislukt of onderbroken: ${falend.join(", ")}`);
-  await deps.alarms.raise({
-    type: "job-missed",
-    message: `Geplande taken lopen niet zoals verwacht (${parts.join("; ")}). Controleer de crontab en de service.`,
-    context: {
-      gemist,
-      falend,
-      margeMinuten,
-      taken: taken.filter((t) => t.status === "gemist" || t.status === "faalt" || t.status === "onderbroken"),
-    },
-  });
+  for (const alarm of alarmsFor(body, byStatus)) await deps.alarms.raise(alarm);
   return { status: 409, body };
 }
 
@@ -136,16 +188,19 @@ export const takenControleJob = defineJob({
   name: "taken-controle",
   summary: "Controleert of elke geplande taak op tijd liep en niet faalde",
   description:
-    "Voor elke taak in het schema: het laatste verwachte starttijdstip (cron, UTC) tegen de run-geschiedenis, met TAKEN_MARGE_MINUTEN marge. " +
-    "`gemist`: geen run gestart sinds een starttijdstip waarvan de marge verstreken is. `faalt`: de laatste run eindigde in een fout. " +
-    "`onderbroken`: de laatste run is langer dan de marge geleden gestart en nooit beëindigd, en deze service voert hem niet meer uit. " +
-    "`loopt`: deze service voert de taak op dit moment uit (ook een lange run, ook taken-controle zelf); geen alarm, ook niet als " +
-    "aanroepen in de tussentijd met 409 geweigerd zijn. `wacht`: verwacht, nog binnen de marge. " +
-    "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en een alarm (`type` = `job-missed`) " +
-    "wanneer een taak gemist is of faalt.",
+    "Voor elke taak in het schema: het laatste verwachte starttijdstip (cron, UTC) tegen de run-geschiedenis, met TAKEN_MARGE_MINUTEN marge, " +
+    "en de maximale looptijd uit het schema. " +
+    "`loopt`: de run leeft, want deze service voert hem uit of een ander proces houdt zijn lease geldig (ook een lange run, ook taken-controle " +
+    "zelf); geen alarm, ook niet als aanroepen in de tussentijd met 409 geweigerd zijn. " +
+    "`hangt`: de run leeft, maar langer dan de maximale looptijd (alarm `job-hung`). " +
+    "`onderbroken`: de laatste run is nooit beëindigd en geen proces voert hem nog uit: het proces stierf (alarm `job-interrupted`). " +
+    "`gemist`: geen run gestart sinds een starttijdstip waarvan de marge verstreken is. `faalt`: de laatste run eindigde in een fout " +
+    "(beide alarm `job-missed`). `wacht`: verwacht, nog binnen de marge. " +
+    "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en per soort één alarm " +
+    "wanneer een taak gemist is, faalt, onderbroken is of hangt.",
   run: (deps, now, _input, context) => runTakenControle(deps, now, context),
   responses: {
     200: { description: "Alle geplande taken liepen op tijd.", schema: TakenControleBody },
-    409: { description: "Een taak is gemist, faalt of is onderbroken; alarm verstuurd.", schema: TakenControleBody },
+    409: { description: "Een taak is gemist, faalt, is onderbroken of hangt; alarm verstuurd.", schema: TakenControleBody },
   },
 });

@@ -1,10 +1,11 @@
 // The data of the daily report: backup, login attempts of the last 24 hours, the
 // latest verification, the newest installation checkpoint and the public key to check
-// it with, each scheduled job's last run and the database size. The job
+// it with, each scheduled job's last run (with its duration and the usual one) and the
+// database size. The job
 // answers with this object and the e-mail shows the same, so they never disagree.
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
-import { and, count, countDistinct, desc, eq, gte, lt, max, notExists, sql } from "drizzle-orm";
+import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, max, notExists, sql } from "drizzle-orm";
 import { auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
 import { latestInstallationCheckpoint } from "../audit/anchoring.ts";
@@ -143,16 +144,58 @@ const lastRunBeforeStatement = preparedPerConnection((db) =>
     .prepare(),
 );
 
+/** How many successful runs the usual duration is the median of. */
+export const USUAL_DURATION_RUNS = 10;
+
+/** A job's newest successful runs started before `now` (at most USUAL_DURATION_RUNS); prepared once. */
+const okRunsBeforeStatement = preparedPerConnection((db) =>
+  db
+    .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd })
+    .from(jobRuns)
+    .where(and(eq(jobRuns.job, sql.placeholder("job")), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, sql.placeholder("now"))))
+    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+    .limit(USUAL_DURATION_RUNS)
+    .prepare(),
+);
+
+/** The duration of a run in whole milliseconds, null while it has no end. */
+function durationMs(run: { gestart: string; beeindigd: string | null }): number | null {
+  if (run.beeindigd === null) return null;
+  return Math.max(0, Date.parse(run.beeindigd) - Date.parse(run.gestart));
+}
+
+/** The median, rounded to whole milliseconds (the mean of the middle two of an even count); null for none. */
+export function median(values: number[]): number | null {
+  if (values.length === 0) return null;
+  const v = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(v.length / 2);
+  return v.length % 2 === 1 ? v[mid]! : Math.round((v[mid - 1]! + v[mid]!) / 2);
+}
+
+/** `850 ms`, `12.4 s`, `3 min 05 s`, `2 h 07 min`; '-' for none. */
+export function formatDuur(ms: number | null): string {
+  if (ms === null) return "-";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 59_950) return `${(ms / 1000).toFixed(1)} s`;
+  const s = Math.round(ms / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, "0")} s`;
+  const m = Math.round(s / 60);
+  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
+}
+
 /**
  * Per scheduled job: its last run, the last time it was due (a fire time whose grace
  * of TAKEN_MARGE_MINUTEN has passed) and whether a run started since then. A job is
- * not overdue for fire times before the service was installed.
+ * not overdue for fire times before the service was installed. Beside the last run's
+ * duration the usual one: the median of its last USUAL_DURATION_RUNS successful runs
+ * (db-onderhoud keeps that many whatever their age).
  */
 export function jobsSection(db: Db, now: Date, config: Pick<Config, "rapportTijdzone" | "takenMargeMinuten">): DailyReport["taken"] {
   const tz = config.rapportTijdzone;
   const installed = installedAt(db);
   const margeMs = config.takenMargeMinuten * 60_000;
   const lastRunBefore = lastRunBeforeStatement(db);
+  const okRunsBefore = okRunsBeforeStatement(db);
   const out: DailyReport["taken"] = [];
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
@@ -160,12 +203,20 @@ export function jobsSection(db: Db, now: Date, config: Pick<Config, "rapportTijd
     // time whose grace has run out (and that is not before the install time).
     const { due, missed: achterstallig, next } = dueState(db, entry.job, entry.cron, now, margeMs, installed);
     const run = lastRunBefore.get({ job: entry.job, now: now.toISOString() });
+    const laatsteDuurMs = run ? durationMs(run) : null;
+    const usual = okRunsBefore.all({ job: entry.job, now: now.toISOString() }).map((r) => durationMs(r)!);
+    const gebruikelijkeDuurMs = median(usual);
     out.push({
       job: entry.job,
       cron: entry.cron,
       uitkomst: run?.uitkomst ?? "nooit",
       laatsteStart: run ? formatDatum(run.gestart, tz) : "-",
       laatsteEinde: run?.beeindigd ? formatDatum(run.beeindigd, tz) : "-",
+      laatsteDuurMs,
+      laatsteDuur: formatDuur(laatsteDuurMs),
+      gebruikelijkeDuurMs,
+      gebruikelijkeDuur: formatDuur(gebruikelijkeDuurMs),
+      gebruikelijkOver: usual.length,
       laatstVerwacht: due ? formatDatum(due, tz) : "-",
       volgende: next ? formatDatum(next, tz) : "-",
       achterstallig,

@@ -1,0 +1,425 @@
+// The "already running" guard across processes (src/job-lease.ts): the service started
+// twice from source on one database file, as two REAL processes. dagrapport is made to
+// run as long as the test wants by a real SMTP server that holds its reply to the DATA
+// command until the test releases it. Then: the second instance refuses the job with
+// 409 while the first runs it; a SIGKILLed holder's lease is taken over at once (its
+// pid is gone from this host); a holder that lives but stopped renewing (SIGSTOP)
+// keeps the job until its lease expires, and then loses it. Below, the lease functions
+// themselves on one database.
+import { Database } from "bun:sqlite";
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { join, resolve } from "node:path";
+import { SMTPServer } from "smtp-server";
+import { holderGone, leaseTiming, liveLeases, newLeaseHolder, releaseLease, renewLease, startLeasedRun, startRenewing, type LeaseHolder } from "../src/job-lease.ts";
+import { openStore } from "../src/db.ts";
+import { call, makeTestEnv, NOW, SECRET, tempDir, TEST_SIGNING_KEY } from "./helpers.ts";
+import { defineJob } from "../src/jobs/job.ts";
+import { createApp } from "../src/app.ts";
+import { freePort } from "./binary.ts";
+
+const ROOT = resolve(import.meta.dir, "..");
+const RECIPIENT = "ops@example.test";
+
+/** Polls `check` until it returns a value other than undefined/false; throws after `ms`. Never a fixed sleep as synchronisation. */
+async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = 15_000): Promise<T> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined && v !== false) return v;
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(5);
+  }
+}
+
+// ---------------------------------------------------------------- an SMTP server that holds its reply
+
+interface HoldingSmtp {
+  url: string;
+  /** Messages whose DATA reply is being held. */
+  held: number;
+  /** Messages accepted (answered 250). */
+  accepted: number;
+  /** From now on, hold the reply to every message until release(). */
+  hold(): void;
+  release(): void;
+  stop(): Promise<void>;
+}
+
+async function holdingSmtp(): Promise<HoldingSmtp> {
+  let holding = false;
+  let open: () => void = () => {};
+  let gate = Promise.resolve();
+  const state = {
+    url: "",
+    held: 0,
+    accepted: 0,
+    hold() {
+      holding = true;
+      gate = new Promise<void>((r) => (open = r));
+    },
+    release() {
+      holding = false;
+      open();
+    },
+    stop: () => new Promise<void>((r) => server.close(() => r())),
+  };
+  const server = new SMTPServer({
+    authOptional: true,
+    disableReverseLookup: true,
+    hideSTARTTLS: true,
+    closeTimeout: 100,
+    logger: false,
+    onData(stream, _session, callback) {
+      stream.on("data", () => {});
+      stream.on("end", async () => {
+        if (holding) {
+          state.held++;
+          await gate;
+        }
+        state.accepted++;
+        callback();
+      });
+    },
+  });
+  // A client killed mid-conversation resets its connection: expected here.
+  server.on("error", () => {});
+  await new Promise<void>((res, rej) => {
+    server.once("error", rej);
+    server.listen(0, "127.0.0.1", () => res());
+  });
+  state.url = `smtp://127.0.0.1:${(server.server.address() as { port: number }).port}`;
+  return state;
+}
+
+// ---------------------------------------------------------------- the service as a process
+
+interface Instance {
+  url: string;
+  pid: number;
+  proc: ReturnType<typeof Bun.spawn>;
+  output(): string;
+  exited: Promise<number | null>;
+}
+
+const children: Instance[] = [];
+
+async function startInstance(env: Record<string, string>): Promise<Instance> {
+  const port = freePort();
+  const url = `http://127.0.0.1:${port}`;
+  let out = "";
+  const proc = Bun.spawn([process.execPath, "src/index.ts", "serve"], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.HOME!, PORT: String(port), HOST: "127.0.0.1", ...env },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const decoder = new TextDecoder();
+  const drain = async (s: ReadableStream<Uint8Array>) => {
+    const reader = s.getReader();
+    for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
+  };
+  const drained = Promise.all([drain(proc.stdout as ReadableStream<Uint8Array>), drain(proc.stderr as ReadableStream<Uint8Array>)]);
+  const exited = proc.exited.then(async (code) => {
+    await drained;
+    return code;
+  });
+  const instance: Instance = { url, pid: proc.pid, proc, output: () => out, exited };
+  children.push(instance);
+  await until(`/health of pid ${proc.pid}`, async () => {
+    if (proc.exitCode !== null) throw new Error(`the service exited (${proc.exitCode}):\n${out}`);
+    return fetch(`${url}/health`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+  });
+  return instance;
+}
+
+async function post(i: Instance, job: string): Promise<{ status: number; json: any }> {
+  const r = await fetch(`${i.url}/api/cron/${job}`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
+  return { status: r.status, json: await r.json() };
+}
+
+let smtp: HoldingSmtp;
+const dirs: (() => void)[] = [];
+
+beforeAll(async () => {
+  smtp = await holdingSmtp();
+});
+
+afterEach(async () => {
+  smtp.release();
+  for (const c of children.splice(0)) {
+    if (c.proc.exitCode === null && c.proc.signalCode === null) {
+      c.proc.kill("SIGKILL");
+    }
+    await c.exited;
+  }
+  for (const d of dirs.splice(0)) d();
+});
+
+afterAll(async () => {
+  await smtp.stop();
+});
+
+/** A database installed just now (so taken-controle expects nothing yet) and the environment of an instance on it. */
+function sharedDatabase() {
+  const { dir, cleanup } = tempDir("nachtwacht-lease-");
+  dirs.push(cleanup);
+  const path = join(dir, "data", "nachtwacht.db");
+  openStore(path).close();
+  return {
+    path,
+    env: {
+      CRON_SECRET: SECRET,
+      AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
+      DATABASE_PATH: path,
+      AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
+      SMTP_URL: smtp.url,
+      DAGRAPPORT_EMAIL: RECIPIENT,
+      HOME: dir,
+    },
+  };
+}
+
+function query<T>(path: string, sql: string, ...params: (string | number)[]): T[] {
+  const s = new Database(path, { readonly: true });
+  try {
+    return s.query(sql).all(...params) as T[];
+  } finally {
+    s.close();
+  }
+}
+
+const leaseOf = (path: string, job: string) =>
+  query<{ pid: number; instantie: string; run_id: number; verloopt: string }>(path, "SELECT pid, instantie, run_id, verloopt FROM job_leases WHERE job = ?", job)[0];
+const runsOf = (path: string, job: string) =>
+  query<{ id: number; uitkomst: string; beeindigd: string | null }>(path, "SELECT id, uitkomst, beeindigd FROM job_runs WHERE job = ? ORDER BY id", job);
+const dagrapportOf = (body: { taken: { job: string }[] }) => body.taken.find((t) => t.job === "dagrapport") as any;
+
+/** Starts dagrapport on `i` with the SMTP reply held; resolves once its message is held (the job is mid-run), with its answer to come. */
+async function holdDagrapport(i: Instance): Promise<{ answer: Promise<{ status: number; json: any }> }> {
+  smtp.hold();
+  const heldBefore = smtp.held;
+  const answer = post(i, "dagrapport");
+  answer.catch(() => {}); // a killed holder never answers; the tests that care await it
+  await until("dagrapport's message to be held", () => smtp.held > heldBefore);
+  return { answer };
+}
+
+describe("the lease across two real processes on one database", () => {
+  test("a job running in instance A is refused in instance B with 409 {error} naming A; once A finished (200) B runs it", async () => {
+    const db = sharedDatabase();
+    const a = await startInstance(db.env);
+    const b = await startInstance(db.env);
+
+    const { answer: first } = await holdDagrapport(a);
+    const lease = leaseOf(db.path, "dagrapport")!;
+    expect(lease.pid).toBe(a.pid);
+
+    const refused = await post(b, "dagrapport");
+    expect(refused.status).toBe(409);
+    expect(Object.keys(refused.json)).toEqual(["error"]);
+    expect(refused.json.error).toStartWith("De taak dagrapport loopt al in een ander proces");
+    expect(refused.json.error).toContain(`pid ${a.pid}`);
+    // The refused call left no run: only A's, still going.
+    expect(runsOf(db.path, "dagrapport")).toEqual([{ id: lease.run_id, uitkomst: "bezig", beeindigd: null }]);
+
+    // B's taken-controle sees A's run alive through the lease.
+    const tc = await post(b, "taken-controle");
+    expect(tc.status).toBe(200);
+    expect(dagrapportOf(tc.json)).toMatchObject({ status: "loopt", levend: "ander-proces", houder: { pid: a.pid } });
+
+    smtp.release();
+    const done = await first;
+    expect(done.status).toBe(200);
+    expect(done.json).toMatchObject({ ok: true, verzonden: true, ontvanger: RECIPIENT });
+    expect(leaseOf(db.path, "dagrapport")).toBeUndefined();
+
+    const second = await post(b, "dagrapport");
+    expect(second.status).toBe(200);
+    expect(runsOf(db.path, "dagrapport").map((r) => r.uitkomst)).toEqual(["ok", "ok"]);
+    expect(leaseOf(db.path, "dagrapport")).toBeUndefined();
+
+    for (const i of [a, b]) {
+      i.proc.kill("SIGTERM");
+      expect(await i.exited).toBe(0);
+    }
+  }, 60_000);
+
+  test("a SIGKILLed holder: its run is onderbroken and its lease is taken over at once (its pid is gone); a holder that stopped renewing (SIGSTOP) keeps the job until its lease expires", async () => {
+    const db = sharedDatabase();
+    const a = await startInstance(db.env);
+    const b = await startInstance(db.env);
+
+    // A dies in the middle of the job; its lease row stays behind, not yet expired.
+    const killedAnswer = (await holdDagrapport(a)).answer.catch(() => "killed" as const);
+    const left = leaseOf(db.path, "dagrapport")!;
+    a.proc.kill("SIGKILL");
+    await a.exited;
+    expect(await killedAnswer).toBe("killed");
+    expect(leaseOf(db.path, "dagrapport")).toEqual(left);
+    expect(left.verloopt > new Date().toISOString()).toBe(true);
+    smtp.release();
+
+    const tc = await post(b, "taken-controle");
+    expect(tc.status).toBe(409);
+    expect(dagrapportOf(tc.json)).toMatchObject({ status: "onderbroken" });
+    expect(tc.json.onderbroken).toEqual(["dagrapport"]);
+    expect(b.output()).toContain('"alarm":"job-interrupted"');
+
+    const taken = await post(b, "dagrapport");
+    expect(taken.status).toBe(200);
+    expect(b.output()).toContain('"reden":"proces-weg"');
+    expect(runsOf(db.path, "dagrapport").map((r) => r.uitkomst)).toEqual(["bezig", "ok"]);
+    expect(leaseOf(db.path, "dagrapport")).toBeUndefined();
+
+    // C holds the job and is stopped: alive, but no longer renewing.
+    const c = await startInstance(db.env);
+    await holdDagrapport(c);
+    const held = leaseOf(db.path, "dagrapport")!;
+    expect(held.pid).toBe(c.pid);
+    c.proc.kill("SIGSTOP");
+    smtp.release();
+    const refused = await post(b, "dagrapport");
+    expect(refused.status).toBe(409);
+    expect(refused.json.error).toContain(`pid ${c.pid}`);
+    expect(dagrapportOf((await post(b, "taken-controle")).json)).toMatchObject({ status: "loopt", levend: "ander-proces", houder: { pid: c.pid } });
+
+    // Its expiry passes without a renewal (written, instead of waiting the 90 seconds).
+    const w = new Database(db.path);
+    w.run("PRAGMA busy_timeout = 5000");
+    w.query("UPDATE job_leases SET verloopt = ? WHERE job = 'dagrapport'").run(new Date(Date.now() - 1000).toISOString());
+    w.close();
+    expect(dagrapportOf((await post(b, "taken-controle")).json)).toMatchObject({ status: "onderbroken" });
+    const after = await post(b, "dagrapport");
+    expect(after.status).toBe(200);
+    expect(b.output()).toContain('"reden":"verlopen"');
+    expect(runsOf(db.path, "dagrapport").map((r) => r.uitkomst)).toEqual(["bezig", "ok", "bezig", "ok"]);
+    expect(leaseOf(db.path, "dagrapport")).toBeUndefined();
+
+    c.proc.kill("SIGKILL");
+    await c.exited;
+    b.proc.kill("SIGTERM");
+    expect(await b.exited).toBe(0);
+  }, 60_000);
+});
+
+describe("the lease functions on one database", () => {
+  const other = (): LeaseHolder => ({ ...newLeaseHolder(), host: "elders.example" });
+
+  test("taken in one transaction with the run's row; refused while another holder's lease is valid, taken over once it expired", () => {
+    const env = makeTestEnv();
+    try {
+      const db = env.store.db;
+      const a = other();
+      const mine = newLeaseHolder();
+      const first = startLeasedRun(db, "weekrapport", a, NOW, 90_000);
+      expect(first).toMatchObject({ ok: true, overgenomen: null });
+      const refused = startLeasedRun(db, "weekrapport", mine, new Date(NOW.getTime() + 89_999), 90_000);
+      expect(refused.ok).toBe(false);
+      expect(!refused.ok && refused.houder).toMatchObject({ pid: a.pid, instantie: a.instantie, host: "elders.example" });
+      // Nothing was written for the refused call.
+      expect((env.store.sqlite.query("SELECT count(*) AS n FROM job_runs").get() as { n: number }).n).toBe(1);
+
+      const later = new Date(NOW.getTime() + 90_000);
+      const taken = startLeasedRun(db, "weekrapport", mine, later, 90_000);
+      expect(taken.ok && taken.overgenomen).toMatchObject({ instantie: a.instantie, reden: "verlopen" });
+      expect(liveLeases(db, later).get("weekrapport")).toMatchObject({ instantie: mine.instantie, runId: taken.ok ? taken.runId : -1 });
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a holder never renews or releases another's lease, even with the same pid; its own it does", () => {
+    const env = makeTestEnv();
+    try {
+      const db = env.store.db;
+      const a = newLeaseHolder();
+      const b = newLeaseHolder(); // same pid and host, another instance
+      expect(b.pid).toBe(a.pid);
+      const r = startLeasedRun(db, "audit-anker", a, NOW, 90_000);
+      if (!r.ok) throw new Error("not taken");
+      expect(startLeasedRun(db, "audit-anker", b, NOW, 90_000).ok).toBe(false);
+      expect(holderGone({ pid: a.pid, host: a.host, pidNs: a.pidNs })).toBe(false);
+      expect(renewLease(db, "audit-anker", b, r.runId, NOW, 90_000)).toBe(false);
+      expect(releaseLease(db, "audit-anker", b, r.runId)).toBe(false);
+      expect(releaseLease(db, "audit-anker", a, r.runId + 1)).toBe(false);
+      expect(renewLease(db, "audit-anker", a, r.runId, new Date(NOW.getTime() + 30_000), 90_000)).toBe(true);
+      expect(liveLeases(db, new Date(NOW.getTime() + 119_999)).has("audit-anker")).toBe(true);
+      expect(releaseLease(db, "audit-anker", a, r.runId)).toBe(true);
+      expect(liveLeases(db, NOW).size).toBe(0);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("a lease whose holder's pid is gone from this host is taken over before it expires; one from another host is not", () => {
+    const env = makeTestEnv();
+    try {
+      const db = env.store.db;
+      const deadPid = Bun.spawnSync(["true"]).pid;
+      const here = { ...newLeaseHolder(), pid: deadPid };
+      const elsewhere = { ...other(), pid: deadPid };
+      expect(holderGone(here)).toBe(true);
+      expect(holderGone(elsewhere)).toBe(false);
+      expect(startLeasedRun(db, "dagrapport", here, NOW, 90_000).ok).toBe(true);
+      expect(liveLeases(db, NOW).has("dagrapport")).toBe(false);
+      const taken = startLeasedRun(db, "dagrapport", newLeaseHolder(), NOW, 90_000);
+      expect(taken.ok && taken.overgenomen).toMatchObject({ pid: deadPid, reden: "proces-weg" });
+
+      expect(startLeasedRun(db, "weekrapport", elsewhere, NOW, 90_000).ok).toBe(true);
+      expect(startLeasedRun(db, "weekrapport", newLeaseHolder(), NOW, 90_000).ok).toBe(false);
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("renewal every min(maxRuntime / 4, 30 s), expiry three renewals ahead; the renewer moves the expiry on until stopped", async () => {
+    expect(leaseTiming("dagrapport")).toEqual({ renewMs: 30_000, ttlMs: 90_000 });
+    expect(leaseTiming("backup-status")).toEqual({ renewMs: 30_000, ttlMs: 90_000 });
+    const env = makeTestEnv();
+    try {
+      const db = env.store.db;
+      const h = newLeaseHolder();
+      let now = NOW.getTime();
+      const clock = () => new Date(now);
+      const r = startLeasedRun(db, "taken-controle", h, clock(), 60);
+      if (!r.ok) throw new Error("not taken");
+      const verloopt = () => (env.store.sqlite.query("SELECT verloopt FROM job_leases WHERE job = 'taken-controle'").get() as { verloopt: string }).verloopt;
+      expect(verloopt()).toBe(new Date(NOW.getTime() + 60).toISOString());
+      const renewer = startRenewing(db, clock, "taken-controle", h, r.runId, { renewMs: 10, ttlMs: 60 });
+      try {
+        now += 1000;
+        await until("a renewal", () => verloopt() === new Date(NOW.getTime() + 1060).toISOString());
+      } finally {
+        renewer.stop();
+      }
+    } finally {
+      env.cleanup();
+    }
+  });
+
+  test("in-process: two service instances on one database (same pid): the second refuses with 409 naming the other process", async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    const job = defineJob({ name: "db-onderhoud", summary: "t", description: "t", run: async () => (started(), await gate, { status: 200, body: { ok: true } }) });
+    const env = makeTestEnv({}, { jobs: [job] });
+    try {
+      const second = createApp(env.deps, { jobs: [job] });
+      const first = call(env.app, "/api/cron/db-onderhoud");
+      await running;
+      const r = await call(second, "/api/cron/db-onderhoud");
+      expect(r.status).toBe(409);
+      expect(r.json.error).toContain(`loopt al in een ander proces (pid ${process.pid}`);
+      open();
+      expect((await first).status).toBe(200);
+      expect((await call(second, "/api/cron/db-onderhoud")).status).toBe(200);
+    } finally {
+      open();
+      await env.cleanup();
+    }
+  });
+});
