@@ -66,7 +66,7 @@ export interface ClientOptions {
   maxAttempts?: number;
   /** Backoff: 2^(attempt−1) × this, with jitter (default 500 ms). */
   baseDelayMs?: number;
-  /** The longest wait between two attempts (default 60 s, the service's own Retry-After). A Retry-After above it ends the retries. */
+  /** The longest wait between two attempts (default 60 s; the service's busy 503 asks for 5 s). A Retry-After above it ends the retries. */
   maxDelayMs?: number;
   /** Per attempt, connecting and reading the answer included (default 30 s). */
   timeoutMs?: number;

@@ -21,16 +21,17 @@ import {
 import { Refusal, writeTransaction } from "../ingest/write.ts";
 import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
-import { ErrorBody, HttpError, json } from "./errors.ts";
+import { ErrorBody, HttpError, json, unexpectedStatus } from "./errors.ts";
 
 function kib(bytes: number): string {
   return bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`;
 }
 
+/** The status the client gets for `e` (onError, src/app.ts), for the counters. */
 function statusOf(e: unknown): number {
   if (e instanceof HttpError || e instanceof Refusal) return e.status;
   if (e instanceof ValidationError) return 400;
-  return 500;
+  return unexpectedStatus(e);
 }
 
 function isBusy(e: unknown): boolean {
@@ -83,6 +84,7 @@ function detail(e: Endpoint<TSchema>) {
     401: error("Ontbrekend of ongeldig token."),
     403: error("Geldig token voor iets anders (CRON_SECRET): de schrijf-API vraagt APP_SECRET."),
     413: error(`Body groter dan ${kib(e.maxBytes)}.`),
+    500: error("Onverwachte fout; gemeld als alarm internal-error. Onbekend of de batch is opgeslagen: herhaal hem met dezelfde sleutels."),
     503: error("De database is bezet of niet beschikbaar; niets is opgeslagen. Probeer het na Retry-After opnieuw (met dezelfde sleutels)."),
   };
   for (const [status, description] of Object.entries(e.refusals)) responses[status] = error(description);
@@ -99,7 +101,8 @@ function detail(e: Endpoint<TSchema>) {
 export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, counters: IngestCounters): void {
   const { sqlite, db } = deps.store;
   const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>) => Promise<Response>) => {
-    const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${e.path} accepteert hoogstens ${kib(e.maxBytes)}.`);
+    const shown = e.path.replace(":id", "{id}");
+    const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`);
     const handler = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
       try {
         const response = await handle(await read(request), params);
