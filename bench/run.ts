@@ -8,7 +8,7 @@
 //   bun run bench -- L          # 1,000 tenants, 10,000 administrators, 5M + 5M rows
 //   bun run bench -- M --seed 7 --cases verify,retention
 //
-// Cases: verify, anker, retention, weekrapport, reports, binary.
+// Cases: verify, anker, retention, weekrapport, reports, ingest, binary.
 import { Database } from "bun:sqlite";
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -24,7 +24,7 @@ const seed = Number(flag("seed") ?? "42");
 const only = flag("cases")?.split(",");
 const size = (args[0] ?? "S").toUpperCase() as SizeName;
 if (!(size in SIZES) || size === "XS") {
-  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,anker,retention,weekrapport,reports,binary]");
+  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,anker,retention,weekrapport,reports,ingest,binary]");
   process.exit(2);
 }
 const scored = size === "L";
@@ -297,6 +297,81 @@ if (wants("reports")) {
   if (ds) fig("dagrapport", "duration-with-mail", ds.firstMs, "ms", { note: `information: rendered and sent to the SMTP sink (${ds.received} received); median of 5 more ${round(ds.medianMs)} ms` });
   const a = await child<D>(["bench/cases/reports.ts", "--db", db, "--job", "analyse"], "beveiligingslog-analyse");
   if (a) fig("beveiligingslog-analyse", "duration", a.firstMs, "ms", { target: { op: "<=", limit: 100, on: "value" }, note: `status ${a.status}, offenders ${JSON.stringify(a.aantalVerdacht)}; median of 5 more ${round(a.medianMs)} ms` });
+}
+
+// 4b. the write API (bench/ingest.ts): throughput, latency, appends and /health while jobs run; on a fresh copy
+if (wants("ingest")) {
+  type Lat = { n: number; p50Ms: number; p99Ms: number; maxMs: number };
+  type Probe = { ticks: number; p99Ms: number; maxMs: number; stallsOver30: number };
+  type Win = { label: string; seconds: number; status?: number; summary?: Record<string, unknown>; closedAfterSeconds?: number; append: Lat & { errors: number }; health: Lat & { errors: number }; probe: Probe };
+  type I = {
+    tenants: number;
+    idle: { append: Lat; health: Lat; errors: number; probe: Probe };
+    throughput: {
+      clients: number;
+      batch: number;
+      seconds: number;
+      entries: number;
+      perSecond: number;
+      errors: number;
+      requestLatency: Lat;
+      direct: { entries: number; seconds: number; perSecond: number };
+      storeAuditBatch: { entries: number; seconds: number; perSecond: number };
+    };
+    windows: Win[];
+    smtpReceived: number;
+    peakRssMb: number;
+  };
+  const copy = join(DATA_DIR, "work-ingest.db");
+  const c0 = performance.now();
+  await copyWithAnchors(db, copy);
+  log(`ingest: the write API on a copy (copy took ${round((performance.now() - c0) / 1000)} s); service process + clients, SMTP sink`);
+  const r = await child<I>(["bench/ingest.ts", "--db", copy, "--seconds", "10"], "ingest");
+  removeCopy(copy);
+  if (r) {
+    const t = r.throughput;
+    fig("ingest", "entries-per-second", t.perSecond, "entries/s", {
+      target: { op: ">=", limit: 50_000, on: "value" },
+      baseline: t.direct.perSecond,
+      note: `${t.clients} clients, ${t.batch}-entry batches over ${r.tenants} tenants, each entry with a sleutel: ${t.entries} in ${t.seconds} s, ${t.errors} errors, request p50 ${t.requestLatency.p50Ms} ms; baseline: appendEntries of the same entries in this process, 500-entry IMMEDIATE transactions (${t.direct.entries} in ${t.direct.seconds} s)`,
+    });
+    fig("ingest", "store-audit-batch-entries-per-second", t.storeAuditBatch.perSecond, "entries/s", {
+      baseline: t.direct.perSecond,
+      note: "information: prepareAuditBatch + storeAuditBatch in writeTransaction in one process (the API without HTTP, JSON and validation), same batches under new sleutels",
+    });
+    const i = r.idle;
+    fig("ingest", "append-p99-idle", i.append.p99Ms, "ms", {
+      target: { op: "<=", limit: 5, on: "value" },
+      baseline: i.health.p99Ms,
+      note: `${i.append.n} sequential single-entry appends, p50 ${i.append.p50Ms} ms, max ${i.append.maxMs} ms; baseline: GET /health interleaved, p50 ${i.health.p50Ms} ms, p99 ${i.health.p99Ms} ms, max ${i.health.maxMs} ms`,
+    });
+    const quiet = r.windows.find((w) => w.label === "quiet");
+    for (const w of r.windows) {
+      const during = w.label === "quiet" ? "without a job" : `during ${w.label}`;
+      const scoredHere = w.label !== "quiet";
+      const what = w.label === "quiet" ? "quiet" : w.label;
+      fig("ingest", `append-p99-${what}`, w.append.p99Ms, "ms", {
+        ...(scoredHere ? { target: { op: "<=", limit: 50, on: "value" } as Target } : {}),
+        baseline: scoredHere ? (quiet?.append.p99Ms ?? null) : null,
+        note: `single-entry appends every 10 ms (open loop) ${during}: ${w.append.n} sent, ${w.append.errors} errors, p50 ${w.append.p50Ms} ms${scoredHere ? `; job ${w.seconds} s, HTTP ${w.status}, ${JSON.stringify(w.summary)}${w.closedAfterSeconds !== undefined ? ` (the job's own request got no answer: the server closed it after ${w.closedAfterSeconds} s, Elysia's idleTimeout; status and result from job_runs)` : ""}; baseline: p99 without a job` : `; ${w.seconds} s`}`,
+      });
+      fig("ingest", `append-max-${what}`, w.append.maxMs, "ms", {
+        ...(scoredHere ? { target: { op: "<=", limit: 250, on: "value" } as Target } : {}),
+        baseline: scoredHere ? (quiet?.append.maxMs ?? null) : null,
+        ...(scoredHere ? { note: "baseline: the worst without a job" } : {}),
+      });
+      fig("ingest", `health-max-${what}`, w.health.maxMs, "ms", {
+        ...(scoredHere ? { target: { op: "<=", limit: 100, on: "value" } as Target } : {}),
+        baseline: scoredHere ? (quiet?.health.maxMs ?? null) : null,
+        note: `GET /health every 10 ms ${during}, send to answer: ${w.health.n} sent, ${w.health.errors} errors, p99 ${w.health.p99Ms} ms`,
+      });
+      fig("ingest", `event-loop-max-${what}`, w.probe.maxMs, "ms", {
+        ...(scoredHere ? { target: { op: "<=", limit: 100, on: "value" } as Target } : {}),
+        note: `inside the service process: the longest interval of a 10 ms setInterval ${during} (${w.probe.ticks} ticks, p99 ${w.probe.p99Ms} ms, ${w.probe.stallsOver30} over 30 ms)`,
+      });
+    }
+    fig("ingest", "peak-rss-clients", r.peakRssMb, "MB", { note: `information: the client process (pre-generated batches); SMTP sink received ${r.smtpReceived}` });
+  }
 }
 
 // 5. the binary (bench/startup.ts: builds it with the package.json build command)

@@ -1,0 +1,372 @@
+// The write API under SIGKILL. The real service runs as a process (`bun src/index.ts
+// serve`); several clients send batches of audit entries (1–200 entries over several
+// tenants, every entry with its own sleutel) and, at a seeded random moment, the
+// service is killed with SIGKILL and restarted on the same database and anchor file.
+// Every client retries each batch it got no answer for, with the same content and
+// sleutels, until it gets 200. Checked:
+//  - after every kill, before any retry: the database is sound, every chain links, and
+//    every batch sent so far is stored whole or not at all (all or none of its sleutels
+//    in audit_sleutels); a batch that was answered is stored whole;
+//  - a retry answers from what is stored: all entries `alBekend` when the kill came
+//    after the commit (the answer was lost), all `opgeslagen` when before;
+//  - at the end: each sleutel's entry is stored exactly once, the number of entries is
+//    the number of distinct sleutels sent, every receipt (first answer or retry) equals
+//    the stored row (seq, id, hash), and audit-anker then audit-verificatie answer 200
+//    with aantalGebroken 0.
+//
+// Seeded: INGEST_CRASH_SEED=<n> tries another seed (printed with the result);
+// INGEST_CRASH_ROUNDS=<n> another number of kills. The seed fixes each client's batches
+// and the kill schedule (after n answers in the round, plus 0–15 ms); which requests
+// are in flight at that moment is up to timing. About 15 s on 2 cores.
+import { Database } from "bun:sqlite";
+import { afterAll, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { applyPragmas } from "../src/db.ts";
+import { freePort } from "./binary.ts";
+import { prng, verifyAll } from "./fixtures/hardening.ts";
+import { SECRET, TEST_SIGNING_KEY } from "./helpers.ts";
+import { APP_SECRET } from "./ingest-fixtures.ts";
+
+const SEED = Number(process.env.INGEST_CRASH_SEED ?? 20261124);
+const ROUNDS = Number(process.env.INGEST_CRASH_ROUNDS ?? 20);
+const CLIENTS = 4;
+const TENANTS = 5;
+const MAX_BATCH = 200;
+// Separate streams, so timing (how many batches a client sends before a kill) does not
+// change the kill schedule or another client's batches: the seed fixes both.
+const killRand = prng(SEED);
+const clientRand = Array.from({ length: CLIENTS }, (_, c) => prng(SEED + 7919 * (c + 1)));
+const between = (rand: () => number, lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo + 1));
+
+const ROOT = join(import.meta.dir, "..");
+const dir = mkdtempSync(join(tmpdir(), "nachtwacht-ingest-crash-"));
+/** The service running now, if any: stopped and awaited when a check fails half way. */
+let current: Service | null = null;
+afterAll(async () => {
+  if (current && current.proc.exitCode === null && current.proc.signalCode === null) {
+    current.proc.kill("SIGKILL");
+    await current.exited;
+  }
+  rmSync(dir, { recursive: true, force: true });
+});
+const databasePath = join(dir, "data", "nachtwacht.db");
+const anchorFile = join(dir, "ankers.jsonl");
+
+// ------------------------------------------------------------------ the service
+
+interface Service {
+  url: string;
+  proc: ReturnType<typeof Bun.spawn>;
+  /** Exit code, or -1 when killed by a signal; resolves after its output is drained. */
+  exited: Promise<number>;
+  output(): string;
+}
+
+/** Starts `bun src/index.ts serve` on the shared files and polls /health (bounded by a deadline). */
+async function start(): Promise<Service> {
+  const port = freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const proc = Bun.spawn([process.execPath, "src/index.ts", "serve"], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: dir,
+      CRON_SECRET: SECRET,
+      APP_SECRET,
+      AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
+      DATABASE_PATH: databasePath,
+      AUDIT_ANKER_BESTAND: anchorFile,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+    },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  let out = "";
+  const decoder = new TextDecoder();
+  const drain = async (s: ReadableStream<Uint8Array>) => {
+    const reader = s.getReader();
+    for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
+  };
+  const drained = Promise.all([drain(proc.stdout as ReadableStream<Uint8Array>), drain(proc.stderr as ReadableStream<Uint8Array>)]);
+  const exited = proc.exited.then(async (code) => {
+    await drained;
+    return proc.signalCode ? -1 : code;
+  });
+  const deadline = performance.now() + 15_000;
+  while (performance.now() < deadline && proc.exitCode === null && proc.signalCode === null) {
+    try {
+      if ((await fetch(`${url}/health`)).status === 200) return (current = { url, proc, exited, output: () => out });
+    } catch {
+      await Bun.sleep(10); // polling /health: the port is not open yet
+    }
+  }
+  proc.kill("SIGKILL");
+  await exited;
+  throw new Error(`the service did not answer /health within 15 s:\n${out}`);
+}
+
+const cron = (svc: Service, job: string) => fetch(`${svc.url}/api/cron/${job}`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
+
+// ------------------------------------------------------------------ batches and clients
+
+interface Entry {
+  tenantId: number;
+  actor: string;
+  action: string;
+  subject: string;
+  details: Record<string, unknown>;
+  tijdstip?: string;
+  sleutel: string;
+}
+interface Receipt {
+  tenantId: number;
+  seq: number;
+  id: number;
+  hash: string;
+}
+interface Batch {
+  name: string;
+  body: string;
+  entries: Entry[];
+  /** Requests that got no answer (the service was killed, or the connection was stale). */
+  unanswered: number;
+  /**
+   * Whether the last check after a kill found it stored (all of it): false before any
+   * check; undefined when a request went unanswered while the service lived (unknown).
+   */
+  storedAtCheck: boolean | undefined;
+  receipts?: Receipt[];
+  /** On its 200: how many entries were already stored (a retry after a lost answer). */
+  alBekend?: number;
+}
+
+const batches: Batch[] = [];
+const epoch = Date.now() - 3600_000;
+const batchNo = Array.from({ length: CLIENTS }, () => 0);
+
+function newBatch(client: number): Batch {
+  const rand = clientRand[client]!;
+  const int = (lo: number, hi: number) => between(rand, lo, hi);
+  const n = int(1, MAX_BATCH);
+  const name = `c${client}-b${batchNo[client]!++}`;
+  const entries: Entry[] = [];
+  for (let i = 0; i < n; i++) {
+    const e: Entry = {
+      tenantId: int(1, TENANTS),
+      actor: `user${int(1, 50)}@example.nl`,
+      action: ["dossier.bekeken", "factuur.verwijderd", "gebruiker.ingelogd"][int(0, 2)]!,
+      subject: `${name}/${i}`,
+      details: { i, r: int(0, 1e6), nested: { z: 1, a: [name, i] } },
+      sleutel: `${name}-e${i}`,
+    };
+    // Half with an explicit time (in the past), half stored at the first arrival's time.
+    if (rand() < 0.5) e.tijdstip = new Date(epoch + int(0, 3_000_000)).toISOString();
+    entries.push(e);
+  }
+  const b: Batch = { name, body: JSON.stringify({ entries }), entries, unanswered: 0, storedAtCheck: false };
+  batches.push(b);
+  return b;
+}
+
+/** One client's work: the batches it owes a retry first, then new ones. */
+class Client {
+  readonly pending: Batch[] = [];
+  constructor(readonly index: number) {}
+
+  /**
+   * Sends batches until `stop()` says so (then only owed retries, when `flush`) or a
+   * request gets no answer while the service is dead. Returns when nothing is in flight.
+   */
+  async run(svc: Service, o: { dead: () => boolean; stop: () => boolean; flush: boolean; answered: () => void }): Promise<void> {
+    for (;;) {
+      if (o.dead()) return;
+      let b = this.pending[0];
+      if (!b) {
+        if (o.stop() || o.flush) return;
+        b = newBatch(this.index);
+        this.pending.push(b);
+      }
+      let r: Response;
+      let text: string;
+      try {
+        r = await fetch(`${svc.url}/api/audit`, { method: "POST", headers: { authorization: `Bearer ${APP_SECRET}`, "content-type": "application/json" }, body: b.body });
+        text = await r.text();
+      } catch {
+        b.unanswered++;
+        // Killed: the retry comes after the restart. A stale connection while alive: retry now (bounded).
+        if (!o.dead()) b.storedAtCheck = undefined;
+        if (b.unanswered > 50) throw new Error(`batch ${b.name}: no answer 50 times`);
+        continue;
+      }
+      if (r.status === 503) continue; // the database was busy: same batch again
+      if (r.status !== 200) throw new Error(`batch ${b.name}: HTTP ${r.status} ${text}`);
+      const body = JSON.parse(text) as { opgeslagen: number; alBekend: number; ontvangstbewijzen: Receipt[] };
+      const n = b.entries.length;
+      // All or nothing: a retry finds the whole batch stored (answer lost) or none of it,
+      // as the check after the kill found it.
+      const expected = b.storedAtCheck === undefined ? (body.alBekend === n ? n : 0) : b.storedAtCheck ? n : 0;
+      expect({ batch: b.name, opgeslagen: body.opgeslagen, alBekend: body.alBekend }).toEqual({ batch: b.name, opgeslagen: n - expected, alBekend: expected });
+      expect(body.ontvangstbewijzen.length).toBe(n);
+      b.receipts = body.ontvangstbewijzen;
+      b.alBekend = body.alBekend;
+      this.pending.shift();
+      o.answered();
+    }
+  }
+}
+
+// ------------------------------------------------------------------ checks on the files
+
+function withDatabase<T>(fn: (s: Database) => T): T {
+  // Opened as a restart opens it: WAL recovery of what the killed process left.
+  const s = new Database(databasePath, { strict: true });
+  applyPragmas(s);
+  try {
+    return fn(s);
+  } finally {
+    s.close();
+  }
+}
+
+/** After a kill, before any retry: sound file, linked chains, every batch whole or absent. */
+function checkAfterKill(round: number): { stored: number; absent: number; inFlight: number } {
+  return withDatabase((s) => {
+    expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok");
+    for (const c of verifyAll(s, anchorFile)) expect({ round, tenant: c.tenantId, intact: c.intact, fout: c.fout }).toEqual({ round, tenant: c.tenantId, intact: true, fout: undefined });
+    const keys = new Set((s.query("SELECT tenant_id, sleutel FROM audit_sleutels").values() as [number, string][]).map(([t, k]) => `${t}\u0000${k}`));
+    const entries = (s.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n;
+    expect(entries).toBe(keys.size);
+    let stored = 0;
+    let absent = 0;
+    let inFlight = 0;
+    for (const b of batches) {
+      const present = b.entries.filter((e) => keys.has(`${e.tenantId}\u0000${e.sleutel}`)).length;
+      expect({ round, batch: b.name, present: present === 0 || present === b.entries.length }).toEqual({ round, batch: b.name, present: true });
+      if (b.receipts) expect({ round, batch: b.name, present }).toEqual({ round, batch: b.name, present: b.entries.length });
+      else {
+        inFlight++;
+        b.storedAtCheck = present > 0;
+        if (present > 0) stored++;
+        else absent++;
+      }
+    }
+    return { stored, absent, inFlight };
+  });
+}
+
+// ------------------------------------------------------------------ the test
+
+test(`SIGKILL while ${CLIENTS} clients send audit batches, ${ROUNDS} times: every batch stored whole or not at all, once, with the receipts it got; every chain verifies`, async () => {
+  const clients = Array.from({ length: CLIENTS }, (_, i) => new Client(i));
+  const kills: { round: number; after: number; extraMs: number; inFlight: number; committedUnanswered: number }[] = [];
+
+  let svc = await start();
+  for (let t = 1; t <= TENANTS; t++) {
+    const r = await fetch(`${svc.url}/api/tenants/${t}`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${APP_SECRET}`, "content-type": "application/json" },
+      body: JSON.stringify({ naam: `Tenant ${t}`, actief: true }),
+    });
+    expect(r.status).toBe(201);
+  }
+
+  for (let round = 0; round < ROUNDS; round++) {
+    // Now and then a checkpoint, so later verification also checks chains that grew past one.
+    if (round % 4 === 2) expect((await cron(svc, "audit-anker")).status).toBe(200);
+    // The kill comes after `after` answers in this round, plus 0–15 ms: at a random point in some request.
+    const after = between(killRand, 1, 40);
+    const extraMs = between(killRand, 0, 15);
+    let answered = 0;
+    let dead = false;
+    let reached!: () => void;
+    const reachedTarget = new Promise<void>((res) => (reached = res));
+    const runs = clients.map((c) =>
+      c.run(svc, {
+        dead: () => dead,
+        stop: () => false,
+        flush: false,
+        answered: () => {
+          if (++answered === after) reached();
+        },
+      }),
+    );
+    // A client that throws fails the round at once instead of waiting for the target.
+    await Promise.race([reachedTarget, Promise.all(runs)]);
+    if (extraMs > 0) await Bun.sleep(extraMs); // choosing the moment of the kill, not waiting for a state
+    dead = true;
+    svc.proc.kill("SIGKILL");
+    expect(await svc.exited).toBe(-1);
+    await Promise.all(runs);
+    const c = checkAfterKill(round);
+    kills.push({ round, after, extraMs, inFlight: c.inFlight, committedUnanswered: c.stored });
+    svc = await start();
+  }
+
+  // The last run: every client retries what it is owed until it gets 200, with no kill.
+  await Promise.all(clients.map((c) => c.run(svc, { dead: () => false, stop: () => true, flush: true, answered: () => {} })));
+  for (const c of clients) expect(c.pending).toEqual([]);
+
+  const anker = await cron(svc, "audit-anker");
+  expect(anker.status).toBe(200);
+  const v = await cron(svc, "audit-verificatie");
+  const verdict = (await v.json()) as { aantalGebroken: number; gecontroleerd: number; resultaten: { aantalEntries: number }[] };
+  expect(v.status).toBe(200);
+  expect(verdict.aantalGebroken).toBe(0);
+  expect(verdict.gecontroleerd).toBe(TENANTS);
+  svc.proc.kill("SIGTERM");
+  expect(await svc.exited).toBe(0);
+
+  const sent = batches.flatMap((b) => b.entries);
+  const distinct = new Set(sent.map((e) => `${e.tenantId}\u0000${e.sleutel}`));
+  expect(distinct.size).toBe(sent.length);
+  expect(verdict.resultaten.reduce((n, r) => n + r.aantalEntries, 0)).toBe(distinct.size);
+  withDatabase((s) => {
+    expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok");
+    const total = (s.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n;
+    expect(total).toBe(distinct.size);
+    // Per (tenant, sleutel): exactly one entry, at the place its receipt names, with the content sent.
+    const rows = s
+      .query(
+        `SELECT k.tenant_id AS tenantId, k.sleutel, k.seq AS kseq, k.id AS kid, k.hash AS khash,
+                count(e.id) AS n, e.seq, e.id, e.hash, e.subject, e.actor, e.created_at AS createdAt
+         FROM audit_sleutels k LEFT JOIN audit_entries e ON e.tenant_id = k.tenant_id AND e.id = k.id
+         GROUP BY k.tenant_id, k.sleutel`,
+      )
+      .all() as { tenantId: number; sleutel: string; kseq: number; kid: number; khash: string; n: number; seq: number; id: number; hash: string; subject: string; actor: string; createdAt: string }[];
+    expect(rows.length).toBe(distinct.size);
+    const byKey = new Map(rows.map((r) => [`${r.tenantId}\u0000${r.sleutel}`, r]));
+    let retriedAnswers = 0;
+    let lostAnswers = 0;
+    for (const b of batches) {
+      expect(b.receipts?.length).toBe(b.entries.length);
+      if (b.unanswered > 0) retriedAnswers++;
+      if (b.alBekend! > 0) lostAnswers++;
+      b.entries.forEach((e, i) => {
+        const r = byKey.get(`${e.tenantId}\u0000${e.sleutel}`);
+        expect(r).toBeDefined();
+        expect({ sleutel: e.sleutel, n: r!.n, seq: r!.seq, id: r!.id, hash: r!.hash, subject: r!.subject, actor: r!.actor }).toEqual({
+          sleutel: e.sleutel,
+          n: 1,
+          seq: r!.kseq,
+          id: r!.kid,
+          hash: r!.khash,
+          subject: e.subject,
+          actor: e.actor,
+        });
+        if (e.tijdstip !== undefined) expect(r!.createdAt).toBe(e.tijdstip);
+        expect({ sleutel: e.sleutel, ...b.receipts![i]! }).toEqual({ sleutel: e.sleutel, tenantId: e.tenantId, seq: r!.seq, id: r!.id, hash: r!.hash });
+      });
+    }
+    // No entry without a key of its own: entries = keys = distinct sleutels sent.
+    expect((s.query("SELECT count(DISTINCT id) AS n FROM audit_sleutels").get() as { n: number }).n).toBe(total);
+    for (const c of verifyAll(s, anchorFile)) expect(c.intact).toBe(true);
+    console.log(
+      `ingest crash (seed ${SEED}, INGEST_CRASH_SEED to change): ${ROUNDS} kills, ${batches.length} batches, ${sent.length} entries over ${TENANTS} tenants; ` +
+        `${retriedAnswers} batches retried after a kill, of which ${lostAnswers} were committed before it (answer lost, retry got alBekend). ` +
+        `Kills (after n answers + ms → in flight / committed unanswered): ${kills.map((k) => `${k.after}+${k.extraMs}→${k.inFlight}/${k.committedUnanswered}`).join(", ")}`,
+    );
+  });
+}, 60_000);
