@@ -78,6 +78,33 @@ describe("the job wrapper", () => {
     expect(lastRun(env.store.db, "backup-controle")).toMatchObject({ uitkomst: "fout", httpStatus: 503 });
   });
 
+  test("over real HTTP, a job running past the server's idle timeout still gets its answer (the connection is not cut)", async () => {
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    const job = defineJob({
+      name: "audit-verificatie",
+      summary: "t",
+      description: "t",
+      run: async () => {
+        started();
+        // Time must pass beyond the idle timeout (1 s here; Bun checks it every few seconds) for the test to mean anything: without the fix this connection is reset.
+        await Bun.sleep(5000);
+        return { status: 200, body: { klaar: true } };
+      },
+    });
+    env = makeTestEnv({}, { jobs: [job] });
+    const server = env.app.listen({ port: 0, hostname: "127.0.0.1", idleTimeout: 1 });
+    try {
+      const answer = fetch(`http://127.0.0.1:${server.server!.port}/api/cron/audit-verificatie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
+      await running;
+      const r = await answer;
+      expect(r.status).toBe(200);
+      expect(await r.json()).toEqual({ klaar: true });
+    } finally {
+      await server.stop();
+    }
+  }, 15_000);
+
   test("a second call while the job still runs gets 409 {error} and does not run it", async () => {
     const g = gate();
     const started = gate();

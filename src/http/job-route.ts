@@ -213,17 +213,28 @@ export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: D
     responses[status] = { description: r.description, content: { "application/json": { schema: r.schema } } };
   }
   const readInput = def.input ? bodyReader(def.name, def.input) : undefined;
-  app.post(jobPath(def.name), async ({ request }) => runJobRequest(deps, running, def, readInput ? await readInput(request) : undefined), {
-    // Elysia never reads the body: a job either has no input or its body is read by
-    // bodyReader, so nothing is parsed before (or instead of) that bounded reading.
-    parse: "none",
-    detail: {
-      tags: ["cron"],
-      summary: def.summary,
-      description: def.description,
-      security: [{ bearerAuth: [] }],
-      responses,
-      ...(def.input ? { requestBody: { required: true, content: { "application/json": { schema: def.input.schema } } } } : {}),
-    } as any,
-  });
+  app.post(
+    jobPath(def.name),
+    async ({ request, server }) => {
+      // The server's idle timeout (Elysia's default 30 s) would cut the connection of a job
+      // that runs longer, and cron would see an empty reply while the job goes on. A job's
+      // connection waits as long as the job runs: its maximum run time is watched by
+      // taken-controle, and curl's --max-time in the crontab bounds the caller.
+      server?.timeout(request, 0);
+      return runJobRequest(deps, running, def, readInput ? await readInput(request) : undefined);
+    },
+    {
+      // Elysia never reads the body: a job either has no input or its body is read by
+      // bodyReader, so nothing is parsed before (or instead of) that bounded reading.
+      parse: "none",
+      detail: {
+        tags: ["cron"],
+        summary: def.summary,
+        description: def.description,
+        security: [{ bearerAuth: [] }],
+        responses,
+        ...(def.input ? { requestBody: { required: true, content: { "application/json": { schema: def.input.schema } } } } : {}),
+      } as any,
+    },
+  );
 }
