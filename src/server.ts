@@ -8,6 +8,7 @@ import { auditKeys } from "./audit/keys.ts";
 import { redactedConfig, type Config } from "./config.ts";
 import { openStore, type Store } from "./db.ts";
 import type { Deps } from "./deps.ts";
+import { startCheckpointer } from "./checkpointer.ts";
 import { finishRun, writeKeptEnds } from "./job-runs.ts";
 import { log } from "./logger.ts";
 import { createMailer } from "./mail/transport.ts";
@@ -62,6 +63,7 @@ export interface ServerOptions {
 
 export function startServer(config: Config, options: ServerOptions = {}) {
   const deps = wireDeps(config);
+  const checkpointer = startCheckpointer(deps.store.sqlite, deps.store.path);
   const running = new RunningJobs();
   const graceMs = options.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
   const app = createApp(deps, { running, jobs: options.jobs }).listen({ port: config.port, hostname: config.host });
@@ -113,6 +115,7 @@ export function startServer(config: Config, options: ServerOptions = {}) {
     const unwritten = running.keptEndsList();
     if (unwritten.length > 0) log("error", "the end of a completed run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId })) });
     void deps.mailer.close().catch(() => {});
+    await checkpointer.stop();
     closeDatabase(deps.store);
     log("info", "stopped", { signal, exitCode });
     process.exit(exitCode);

@@ -2,7 +2,7 @@
 // verifies every tenant's hash chain against its newest signed checkpoint, streaming
 // (src/audit/verify-all.ts), and keeps each tenant's latest result for the reports. A
 // broken chain or anchor file is 409 and one alarm per run naming what is broken.
-import { count, sql } from "drizzle-orm";
+import { max, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { auditEntries, auditVerificationState, tenants } from "../../db/schema.ts";
 import type { FileReason, RowReason } from "../audit/anchor-check.ts";
@@ -89,8 +89,11 @@ export interface VerificatieOptions {
  * audit-verificatie and audit-retentie, which verifies before it deletes.
  */
 export function verificationWorkers(db: Db): number {
-  const { entries } = db.select({ entries: count() }).from(auditEntries).get()!;
-  return workerCount(entries);
+  // max(id), not count(*): ids only grow, so it bounds the number of entries from above,
+  // which is all this choice needs, and it reads one index page instead of counting
+  // millions of rows on the event loop (36–73 ms at 5M entries; bench/ingest.ts).
+  const { entries } = db.select({ entries: max(auditEntries.id) }).from(auditEntries).get()!;
+  return workerCount(entries ?? 0);
 }
 
 /** Keeps a tenant's latest result; run for every tenant, so prepared once per connection. */

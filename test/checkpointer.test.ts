@@ -1,0 +1,65 @@
+// The WAL checkpointer (src/checkpointer.ts): the service's connection commits without
+// checkpointing, a worker thread checkpoints; the WAL stays bounded, and when the worker
+// is stopped the connection's automatic checkpoints are back.
+import { afterEach, expect, test } from "bun:test";
+import { statSync } from "node:fs";
+import { startCheckpointer, type CheckpointResult } from "../src/checkpointer.ts";
+import { addTenant, makeTestEnv, type TestEnv } from "./helpers.ts";
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+
+const autocheckpoint = () => (env.store.sqlite.query("PRAGMA wal_autocheckpoint").get() as { wal_autocheckpoint: number }).wal_autocheckpoint;
+
+/** Writes about 2 MB in one transaction (some 500 WAL pages). */
+function writeBatch(tenantId: number, round: number) {
+  const insert = env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES (?, ?, '192.0.2.1', 0, ?)");
+  env.store.sqlite.transaction(() => {
+    for (let i = 0; i < 2000; i++) insert.run(new Date(Date.UTC(2026, 0, 1, 0, 0, round, i % 1000)).toISOString(), `${round}-${i}-${"x".repeat(900)}`, tenantId);
+  })();
+}
+
+test("the worker checkpoints what the connection commits; the WAL is reused instead of growing; stop() brings automatic checkpoints back", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const results: CheckpointResult[] = [];
+  let wake: (() => void) | null = null;
+  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, {
+    intervalMs: 5,
+    onCheckpoint: (r) => {
+      results.push(r);
+      wake?.();
+    },
+  });
+  expect(autocheckpoint()).toBe(0);
+  const walSizes: number[] = [];
+  for (let round = 0; round < 6; round++) {
+    writeBatch(tenantId, round);
+    // Wait (with a deadline) until the worker reports a WAL holding at least this batch
+    // (some 1,100 pages) copied back entirely. Reports from ticks before the batch are smaller.
+    const done = () => results.some((r) => r.log >= 1000 && r.checkpointed === r.log);
+    const deadline = performance.now() + 10_000;
+    while (!done() && performance.now() < deadline) {
+      await new Promise<void>((r) => {
+        wake = r;
+        setTimeout(r, 100);
+      });
+    }
+    expect(done()).toBe(true);
+    walSizes.push(statSync(env.store.path + "-wal").size);
+    results.length = 0;
+  }
+  // A checkpointed WAL is written again from its start: six rounds of ~2 MB, one round's size.
+  expect(Math.max(...walSizes)).toBeLessThan(walSizes[0]! * 1.5);
+  await checkpointer.stop();
+  expect(autocheckpoint()).toBe(1000);
+});
+
+test("a worker that fails switches the connection's automatic checkpoints back on", async () => {
+  env = makeTestEnv();
+  const checkpointer = startCheckpointer(env.store.sqlite, "/nonexistent/nachtwacht/x.db", { intervalMs: 5 });
+  const deadline = performance.now() + 10_000;
+  while (autocheckpoint() !== 1000 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  expect(autocheckpoint()).toBe(1000);
+  await checkpointer.stop();
+});
