@@ -18,7 +18,7 @@ import {
   TenantInput,
   TenantResult,
 } from "../ingest/tenants.ts";
-import { Refusal, writeTransaction } from "../ingest/write.ts";
+import { isBusy, Refusal, writeTransaction } from "../ingest/write.ts";
 import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
 import { ErrorBody, HttpError, json, unexpectedStatus } from "./errors.ts";
@@ -32,11 +32,6 @@ function statusOf(e: unknown): number {
   if (e instanceof HttpError || e instanceof Refusal) return e.status;
   if (e instanceof ValidationError) return 400;
   return unexpectedStatus(e);
-}
-
-function isBusy(e: unknown): boolean {
-  const code = (e as { code?: unknown } | null)?.code;
-  return typeof code === "string" && code.startsWith("SQLITE_BUSY");
 }
 
 /**

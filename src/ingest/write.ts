@@ -19,7 +19,7 @@ export class Refusal extends Error {
   }
 }
 
-function isBusy(e: unknown): boolean {
+export function isBusy(e: unknown): boolean {
   const code = (e as { code?: unknown } | null)?.code;
   return typeof code === "string" && code.startsWith("SQLITE_BUSY");
 }
