@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { NachtwachtClient, NachtwachtError, parseRetryAfter, type AuditEntry, type ClientOptions, type RetryInfo } from "../src/client.ts";
 import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
+import { holdWriteLock } from "./ingest-fixtures.ts";
 import { TEST_SIGNING_KEY } from "./helpers.ts";
 
 const APP = `app-${randomBytes(24).toString("hex")}`;
@@ -317,35 +318,6 @@ describe("retries", () => {
   });
 });
 
-/** Another process that holds the database's write lock until told to let go (as in test/ingest-lock.test.ts). */
-async function holdWriteLock(path: string) {
-  const child = Bun.spawn(
-    [
-      process.execPath,
-      "-e",
-      `const { Database } = require("bun:sqlite");
-       const db = new Database(${JSON.stringify(path)});
-       db.run("BEGIN IMMEDIATE");
-       console.log("locked");
-       for await (const line of console) { db.run("COMMIT"); db.close(); process.exit(0); }`,
-    ],
-    { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
-  );
-  const reader = child.stdout.getReader();
-  let out = "";
-  while (!out.includes("locked")) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`the lock holder exited: ${out}`);
-    out += new TextDecoder().decode(value);
-  }
-  return {
-    async release() {
-      child.stdin.write("go\n");
-      await child.stdin.end();
-      expect(await child.exited).toBe(0);
-    },
-  };
-}
 
 test("a real 503: the service gives up on a write lock held by another process; its Retry-After (5 s) is honoured, so the client stops; later the same batch is stored once", async () => {
   const t = await newTenant();

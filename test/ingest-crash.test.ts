@@ -24,8 +24,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { applyPragmas } from "../src/db.ts";
-import { freePort } from "./binary.ts";
-import { prng, verifyAll } from "./fixtures/hardening.ts";
+import { prng, startService, verifyAll } from "./fixtures/hardening.ts";
 import { SECRET, TEST_SIGNING_KEY } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
 
@@ -64,48 +63,10 @@ interface Service {
   output(): string;
 }
 
-/** Starts `bun src/index.ts serve` on the shared files and polls /health (bounded by a deadline). */
+/** Starts the service on the shared files (startService: a real process, /health polled with a deadline). */
 async function start(): Promise<Service> {
-  const port = freePort();
-  const url = `http://127.0.0.1:${port}`;
-  const proc = Bun.spawn([process.execPath, "src/index.ts", "serve"], {
-    cwd: ROOT,
-    env: {
-      PATH: process.env.PATH ?? "/usr/bin:/bin",
-      HOME: dir,
-      CRON_SECRET: SECRET,
-      APP_SECRET,
-      AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
-      DATABASE_PATH: databasePath,
-      AUDIT_ANKER_BESTAND: anchorFile,
-      PORT: String(port),
-      HOST: "127.0.0.1",
-    },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  let out = "";
-  const decoder = new TextDecoder();
-  const drain = async (s: ReadableStream<Uint8Array>) => {
-    const reader = s.getReader();
-    for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
-  };
-  const drained = Promise.all([drain(proc.stdout as ReadableStream<Uint8Array>), drain(proc.stderr as ReadableStream<Uint8Array>)]);
-  const exited = proc.exited.then(async (code) => {
-    await drained;
-    return proc.signalCode ? -1 : code;
-  });
-  const deadline = performance.now() + 15_000;
-  while (performance.now() < deadline && proc.exitCode === null && proc.signalCode === null) {
-    try {
-      if ((await fetch(`${url}/health`)).status === 200) return (current = { url, proc, exited, output: () => out });
-    } catch {
-      await Bun.sleep(10); // polling /health: the port is not open yet
-    }
-  }
-  proc.kill("SIGKILL");
-  await exited;
-  throw new Error(`the service did not answer /health within 15 s:\n${out}`);
+  const svc = await startService({ HOME: dir, CRON_SECRET: SECRET, APP_SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: databasePath, AUDIT_ANKER_BESTAND: anchorFile });
+  return (current = svc);
 }
 
 const cron = (svc: Service, job: string) => fetch(`${svc.url}/api/cron/${job}`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });

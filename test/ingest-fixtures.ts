@@ -1,4 +1,6 @@
-// Shared by the write-API tests: the application's secret (APP_SECRET) and one entry.
+// Shared by the write-API tests: the application's secret (APP_SECRET), one entry, and
+// another process holding the database's write lock.
+import { expect } from "bun:test";
 export const APP_SECRET = "app-secret-0123456789abcdef0123456789abcdef";
 
 export const auditEntry = (tenantId: number, i: number, extra: Record<string, unknown> = {}) => ({
@@ -9,3 +11,33 @@ export const auditEntry = (tenantId: number, i: number, extra: Record<string, un
   details: { i, nested: { b: 2, a: 1 } },
   ...extra,
 });
+
+/** Another process that holds the database's write lock until told to let go. */
+export async function holdWriteLock(path: string) {
+  const child = Bun.spawn(
+    [
+      process.execPath,
+      "-e",
+      `const { Database } = require("bun:sqlite");
+       const db = new Database(${JSON.stringify(path)});
+       db.run("BEGIN IMMEDIATE");
+       console.log("locked");
+       for await (const line of console) { db.run("COMMIT"); db.close(); process.exit(0); }`,
+    ],
+    { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
+  );
+  const reader = child.stdout.getReader();
+  let out = "";
+  while (!out.includes("locked")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the lock holder exited: ${out}`);
+    out += new TextDecoder().decode(value);
+  }
+  return {
+    async release() {
+      child.stdin.write("go\n");
+      await child.stdin.end();
+      expect(await child.exited).toBe(0);
+    },
+  };
+}

@@ -4,40 +4,11 @@
 import { afterEach, expect, test } from "bun:test";
 import { writeTransaction } from "../src/ingest/write.ts";
 import { addTenant, call, makeTestEnv, type TestEnv } from "./helpers.ts";
-import { APP_SECRET } from "./ingest-fixtures.ts";
+import { APP_SECRET, holdWriteLock } from "./ingest-fixtures.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
 
-/** Another process that holds the database's write lock until told to let go. */
-async function holdWriteLock(path: string) {
-  const child = Bun.spawn(
-    [
-      process.execPath,
-      "-e",
-      `const { Database } = require("bun:sqlite");
-       const db = new Database(${JSON.stringify(path)});
-       db.run("BEGIN IMMEDIATE");
-       console.log("locked");
-       for await (const line of console) { db.run("COMMIT"); db.close(); process.exit(0); }`,
-    ],
-    { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
-  );
-  const reader = child.stdout.getReader();
-  let out = "";
-  while (!out.includes("locked")) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`the lock holder exited: ${out}`);
-    out += new TextDecoder().decode(value);
-  }
-  return {
-    async release() {
-      child.stdin.write("go\n");
-      await child.stdin.end();
-      expect(await child.exited).toBe(0);
-    },
-  };
-}
 
 test("while another process holds the write lock, /health answers and the batch waits, then is stored once", async () => {
   env = makeTestEnv({ APP_SECRET });

@@ -15,7 +15,7 @@ import { openStore } from "../src/db.ts";
 import { call, makeTestEnv, NOW, SECRET, tempDir, TEST_SIGNING_KEY } from "./helpers.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { createApp } from "../src/app.ts";
-import { freePort } from "./binary.ts";
+import { startService } from "./fixtures/hardening.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const RECIPIENT = "ops@example.test";
@@ -104,34 +104,8 @@ interface Instance {
 const children: Instance[] = [];
 
 async function startInstance(env: Record<string, string>): Promise<Instance> {
-  const port = freePort();
-  const url = `http://127.0.0.1:${port}`;
-  let out = "";
-  const proc = Bun.spawn([process.execPath, "src/index.ts", "serve"], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.HOME!, PORT: String(port), HOST: "127.0.0.1", ...env },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const decoder = new TextDecoder();
-  const drain = async (s: ReadableStream<Uint8Array>) => {
-    const reader = s.getReader();
-    for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
-  };
-  const drained = Promise.all([drain(proc.stdout as ReadableStream<Uint8Array>), drain(proc.stderr as ReadableStream<Uint8Array>)]);
-  const exited = proc.exited.then(async (code) => {
-    await drained;
-    return code;
-  });
-  const instance: Instance = { url, pid: proc.pid, proc, output: () => out, exited };
+  const instance = await startService(env);
   children.push(instance);
-  await until(`/health of pid ${proc.pid}`, async () => {
-    if (proc.exitCode !== null) throw new Error(`the service exited (${proc.exitCode}):\n${out}`);
-    return fetch(`${url}/health`).then(
-      (r) => r.status === 200,
-      () => false,
-    );
-  });
   return instance;
 }
 
