@@ -35,7 +35,7 @@ import { Database } from "bun:sqlite";
 import { appendEntries, canonicalJson, type ChainInput } from "../src/audit/chain.ts";
 import { applyPragmas } from "../src/db.ts";
 import { prepareAuditBatch, storeAuditBatch, type AuditBatch } from "../src/ingest/audit.ts";
-import { writeTransaction } from "../src/ingest/write.ts";
+import { writeTransaction } from "../src/db.ts";
 import { seededRandom } from "../src/cli/demo-data.ts";
 import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, report } from "./lib.ts";
 import { startSink } from "./sink-client.ts";

@@ -11,7 +11,7 @@ import { errorText, mountJob } from "./http/job-route.ts";
 import { docs } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
 import { metricsRoute } from "./http/metrics.ts";
-import { Refusal } from "./ingest/write.ts";
+import { Refusal } from "./ingest/refusal.ts";
 import { countRejected, newIngestCounters, type IngestCounters } from "./ingest/counters.ts";
 import { log } from "./logger.ts";
 

@@ -1,8 +1,8 @@
 // The write API waits for another process's write lock without blocking the event loop
-// (src/ingest/write.ts): while the host application holds the lock, /health and other
+// (writeTransaction in src/db.ts): while the host application holds the lock, /health and other
 // requests are answered, and the batch is stored once the lock is free.
 import { afterEach, expect, test } from "bun:test";
-import { writeTransaction } from "../src/ingest/write.ts";
+import { writeTransaction } from "../src/db.ts";
 import { addTenant, call, makeTestEnv, type TestEnv } from "./helpers.ts";
 import { APP_SECRET, holdWriteLock } from "./ingest-fixtures.ts";
 

@@ -23,7 +23,7 @@ import type { Database } from "bun:sqlite";
 import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
 import type { RowReason } from "./anchor-check.ts";
 import { AnchorFileError, syncTail } from "./anchoring.ts";
-import { retryWhenBusy } from "../ingest/write.ts";
+import { retryWhenBusy } from "../db.ts";
 import { verifyInstallation } from "./verify-all.ts";
 import { entriesAfter, rowHash } from "./chain.ts";
 import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";

@@ -1,7 +1,7 @@
 // The write API's routes: POST /api/audit, POST /api/inlogpogingen, PUT /api/tenants/{id}
 // and PUT /api/tenants/{id}/beheerders. The gate (src/http/auth.ts) lets only APP_SECRET
 // through, before any of the body is read; here the body is read with its cap and
-// schema, checked, and written in one transaction (src/ingest/write.ts) that never
+// schema, checked, and written in one transaction (writeTransaction, src/db.ts) that never
 // blocks the event loop. The work itself is in src/ingest/.
 import { ValidationError, type Elysia, type TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
@@ -18,7 +18,8 @@ import {
   TenantInput,
   TenantResult,
 } from "../ingest/tenants.ts";
-import { isBusy, Refusal, writeTransaction } from "../ingest/write.ts";
+import { isBusy, writeTransaction } from "../db.ts";
+import { Refusal } from "../ingest/refusal.ts";
 import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
 import { ErrorBody, HttpError, json, unexpectedStatus } from "./errors.ts";

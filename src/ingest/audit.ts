@@ -8,7 +8,7 @@ import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
 import { appendEntries, canonicalJson, sha256Hex, type ChainInput } from "../audit/chain.ts";
 import { dateTime, integer } from "../jobs/schema.ts";
-import { Refusal } from "./write.ts";
+import { Refusal } from "./refusal.ts";
 
 export const MAX_BATCH_ENTRIES = 1000;
 /** The request body's limit: 1 MiB. */
@@ -130,7 +130,7 @@ export function requireTenants(sqlite: Database, tenantIds: Iterable<number>, fi
 }
 
 /**
- * Stores a prepared batch; runs inside the write transaction (src/ingest/write.ts), so a
+ * Stores a prepared batch; runs inside the write transaction (writeTransaction, src/db.ts), so a
  * Refusal stores nothing. Entries whose sleutel is already stored with the same content
  * are answered from that row; with other content the batch is refused (409). The same
  * sleutel twice in one batch counts as a retry of the first.

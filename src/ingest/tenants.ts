@@ -7,7 +7,7 @@ import { administrators, tenants } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
 import { integer } from "../jobs/schema.ts";
 import { EMAIL_PATTERN } from "../mail/address.ts";
-import { Refusal } from "./write.ts";
+import { Refusal } from "./refusal.ts";
 
 export const MAX_ADMINISTRATORS = 1000;
 export const MAX_TENANT_BYTES = 64 * 1024;
