@@ -3,6 +3,7 @@
 // is stopped the connection's automatic checkpoints are back.
 import { afterEach, expect, test } from "bun:test";
 import { statSync } from "node:fs";
+import { deleteOldLoginAttempts } from "../src/audit/retention.ts";
 import { startCheckpointer, type CheckpointResult } from "../src/checkpointer.ts";
 import { addTenant, makeTestEnv, type TestEnv } from "./helpers.ts";
 
@@ -62,4 +63,20 @@ test("a worker that fails switches the connection's automatic checkpoints back o
   while (autocheckpoint() !== 1000 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   expect(autocheckpoint()).toBe(1000);
   await checkpointer.stop();
+});
+
+test("a retention run does not switch automatic checkpoints off again after the checkpoint thread fell back", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  writeBatch(tenantId, 0);
+  env.store.sqlite.run("PRAGMA wal_autocheckpoint = 0"); // as while the checkpoint thread runs
+  const deleted = await deleteOldLoginAttempts(env.store.sqlite, "2027-01-01T00:00:00.000Z", {
+    batchSize: 500,
+    // Between two batches the thread fails and its fallback switches them back on.
+    pause: async () => {
+      env.store.sqlite.run("PRAGMA wal_autocheckpoint = 1000");
+    },
+  });
+  expect(deleted).toBe(2000);
+  expect(autocheckpoint()).toBe(1000);
 });

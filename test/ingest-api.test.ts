@@ -204,6 +204,8 @@ describe("POST /api/audit", () => {
       [{ details: JSON.parse("[".repeat(0) + '{"a":'.repeat(40) + "1" + "}".repeat(40)) }, "entries[1].details"],
       [{ tijdstip: "gisteren" }, "entries[1].tijdstip"],
       [{ tijdstip: "2026-07-23 12:00" }, "entries[1].tijdstip"],
+      [{ tijdstip: "2026-02-30T12:00:00Z" }, "entries[1].tijdstip"],
+      [{ tijdstip: "2026-07-22T24:00:00Z" }, "entries[1].tijdstip"],
       [{ sleutel: "" }, "entries[1].sleutel"],
       [{ sleutel: "x".repeat(201) }, "entries[1].sleutel"],
       [{ detials: {} }, "entries[1].detials"],
@@ -340,6 +342,13 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     expect(bad.json.error).toContain("beheerders[0].email");
     const unknown = await send("/api/tenants/4/beheerders", { beheerders: [] }, { method: "PUT" });
     expect(unknown.status).toBe(404);
+    // Rows written directly that differ only in case: one is kept up to date, the other set inactive.
+    env.store.sqlite.query("INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (3, 'Dubbel', 'ans@EXAMPLE.nl', 1)").run();
+    const again = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] }, { method: "PUT" });
+    expect(again.json.beheerders.filter((b: { actief: boolean }) => b.actief).map((b: { id: number }) => b.id)).toEqual([ids["ans@example.nl"]]);
+    const empty = await send("/api/tenants/3/beheerders", { beheerders: [] }, { method: "PUT" });
+    expect(empty.json.beheerders.every((b: { actief: boolean }) => !b.actief)).toBe(true);
+    await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans de Vries", email: "ANS@example.nl", actief: true }, { naam: "Cees", email: "cees@example.nl", actief: true }] }, { method: "PUT" });
     const week = await call(env.app, "/api/cron/weekrapport");
     expect(week.status).toBe(200);
     expect(env.mailer.sent.map((m) => m.to).sort()).toEqual(["ANS@example.nl", "cees@example.nl"]);

@@ -129,7 +129,10 @@ async function inBatches(
       else await Bun.sleep(Math.max(1, gapAfter(lockMs) - (performance.now() - t0 - lockMs)));
     }
   } finally {
-    sqlite.run(`PRAGMA wal_autocheckpoint = ${autoCheckpoint}`);
+    // Only what this run switched off: had the checkpoint thread failed meanwhile, its
+    // fallback switched automatic checkpoints back on (src/checkpointer.ts), and that stays.
+    const { wal_autocheckpoint: now } = sqlite.query("PRAGMA wal_autocheckpoint").get() as { wal_autocheckpoint: number };
+    if (now === 0) sqlite.run(`PRAGMA wal_autocheckpoint = ${autoCheckpoint}`);
     sqlite.run(`PRAGMA cache_size = ${cacheSize}`);
   }
   return verwijderd;

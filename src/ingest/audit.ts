@@ -74,6 +74,12 @@ export type AuditBatchResult = Static<typeof AuditBatchResult>;
 /** A `tijdstip` as stored (UTC, milliseconds); now when absent; Refusal 400 when more than a minute ahead. */
 export function storedMoment(tijdstip: string | undefined, now: Date, field: string): string {
   if (tijdstip === undefined) return now.toISOString();
+  // The schema's date-time check lets 2026-02-30 through, and Date would store 2026-03-02.
+  const [, y, mo, d, h, mi, s] = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})/.exec(tijdstip)!.map(Number);
+  const day = new Date(Date.UTC(y!, mo! - 1, d!));
+  if (day.getUTCMonth() !== mo! - 1 || day.getUTCDate() !== d! || h! > 23 || mi! > 59 || s! > 59) {
+    throw new Refusal(400, `Veld ${field} is geen bestaand tijdstip.`);
+  }
   const at = new Date(tijdstip);
   if (at.getTime() > now.getTime() + MAX_FUTURE_MS) throw new Refusal(400, `Veld ${field} ligt meer dan een minuut in de toekomst.`);
   return at.toISOString();

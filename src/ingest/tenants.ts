@@ -87,14 +87,19 @@ export function putAdministrators(db: Db, tenantId: number, input: Administrator
     listed.set(key, i);
   }
   const ofTenant = () => db.select().from(administrators).where(eq(administrators.tenantId, tenantId)).orderBy(administrators.id).all();
-  const known = new Map(ofTenant().map((a) => [a.email.toLowerCase(), a.id]));
+  const rows = ofTenant();
+  // One row per address is updated (the first); rows the host application wrote directly
+  // may differ only in case, and those others are set inactive like any row not listed.
+  const known = new Map<string, number>();
+  for (const a of rows) if (!known.has(a.email.toLowerCase())) known.set(a.email.toLowerCase(), a.id);
   for (const b of input.beheerders) {
     const id = known.get(b.email.toLowerCase());
     if (id !== undefined) db.update(administrators).set(b).where(eq(administrators.id, id)).run();
     else db.insert(administrators).values({ tenantId, ...b }).run();
   }
-  for (const [email, id] of known) {
-    if (!listed.has(email)) db.update(administrators).set({ actief: false }).where(eq(administrators.id, id)).run();
+  for (const a of rows) {
+    const email = a.email.toLowerCase();
+    if (!listed.has(email) || known.get(email) !== a.id) db.update(administrators).set({ actief: false }).where(eq(administrators.id, a.id)).run();
   }
   return { tenantId, beheerders: ofTenant().map(({ id, naam, email, actief }) => ({ id, naam, email, actief })) };
 }
