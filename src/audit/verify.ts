@@ -6,7 +6,7 @@
 // it with the tenant's newest signed checkpoint (from the anchor file), and it starts
 // a chain that audit-retentie shortened from that deletion's signed retention record.
 import type { Database } from "bun:sqlite";
-import { entriesAfter, GENESIS_HASH, rowHash } from "./chain.ts";
+import { entriesAfter, GENESIS_HASH, rowHash, type EntryRow } from "./chain.ts";
 import { CompactRange } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openRetentionRecord, retentionUnjustified, type RetentionRecord } from "./records.ts";
@@ -73,16 +73,27 @@ export type ChainStart =
  * the newest one). No such record: the older entries went missing some other way.
  */
 export function chainStart(sqlite: Database, tenantId: number, firstSeq: number | null, verifiers: Verifier[]): ChainStart {
-  if (firstSeq === 1) return { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null, note: null };
+  if (firstSeq === 1) return chainStartFrom([], tenantId, firstSeq, verifiers);
+  // Raw SQL: read per tenant on the verification path, beside the streamed scan.
   const rows = (
     firstSeq === null
       ? sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY grootte DESC, positie DESC").all(tenantId)
       : sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' AND grootte >= ? ORDER BY grootte, positie DESC").all(tenantId, firstSeq - 1)
   ) as { note: string }[];
-  if (rows.length === 0) {
+  return chainStartFrom(rows.map((r) => r.note), tenantId, firstSeq, verifiers);
+}
+
+/**
+ * The rule of chainStart, for any store: `notes` are the tenant's retention records in
+ * audit_anchor_log — for an empty chain (firstSeq null) newest first, else those with
+ * seq >= firstSeq − 1, lowest seq first (and the later line first among equal seqs).
+ */
+export function chainStartFrom(notes: readonly string[], tenantId: number, firstSeq: number | null, verifiers: Verifier[]): ChainStart {
+  if (firstSeq === 1) return { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null, note: null };
+  if (notes.length === 0) {
     return firstSeq === null ? { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null, note: null } : { ok: false, reden: "retentie-ontbreekt" };
   }
-  for (const { note } of rows) {
+  for (const note of notes) {
     const o = openRetentionRecord(note, tenantId, verifiers);
     if (!o.ok || retentionUnjustified(o.record) !== null) continue;
     if (firstSeq !== null && o.record.seq < firstSeq - 1) continue;
@@ -117,43 +128,76 @@ function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions)
   const start = chainStart(sqlite, tenantId, first?.seq ?? null, opts.verifiers);
   if (!start.ok) {
     const count = (sqlite.query("SELECT count(*) AS n FROM audit_entries WHERE tenant_id = ?").get(tenantId) as { n: number }).n;
-    // No entries left: the break is at the signed record's place, not at an entry.
-    return { intact: false, aantalEntries: count, fout: first ? { seq: first.seq, entryId: first.id, reden: start.reden } : { seq: 0, entryId: null, reden: start.reden } };
+    return unstartedChain(first, count, start.reden);
   }
-  const cp = opts.checkpoint;
-  const range = start.range.clone();
-  let fout: ChainBreak | undefined;
-  // A checkpoint exactly at the retention point is compared with the record's range.
-  if (cp && cp.size === range.size && !rootsEqual(range.root(), cp.root)) fout = { seq: cp.size, entryId: null, reden: "checkpoint-afwijkend" };
+  const walk = new ChainWalk(tenantId, start, first, opts.checkpoint);
+  for (const r of entriesAfter(sqlite, tenantId)) walk.push(r);
+  return walk.result();
+}
 
-  let count = 0;
-  // Entries up to start.seq still there (retention signed their deletion but had not
-  // finished it): they are in the record's range already and must link up to its hash.
-  const pending = first !== null && first.seq <= start.seq;
-  let prevSeq = pending ? first.seq - 1 : start.seq;
-  let prevHash: string | null = pending ? null : start.hash;
-  for (const r of entriesAfter(sqlite, tenantId)) {
-    count++;
-    if (fout) continue; // first break found: only count the rest
+/** A chain whose start cannot be established: the break is at its first entry, or at the signed record's place when no entry is left. */
+export function unstartedChain(first: { seq: number; id: number } | null, count: number, reden: "retentie-ontbreekt" | "retentie-ongeldig"): TenantChainResult {
+  return { intact: false, aantalEntries: count, fout: first ? { seq: first.seq, entryId: first.id, reden } : { seq: 0, entryId: null, reden } };
+}
+
+/**
+ * The walk over one tenant's entries in seq order, whatever store streams them
+ * (SQLite's statement iterator here, a PostgreSQL cursor in src/pg/): push each row,
+ * then take the result. It keeps only the previous seq and hash and the tree's compact
+ * range, so memory does not grow with the chain.
+ */
+export class ChainWalk {
+  private readonly range: CompactRange;
+  private readonly pending: boolean;
+  private count = 0;
+  private prevSeq: number;
+  private prevHash: string | null;
+  private fout: ChainBreak | undefined;
+
+  constructor(
+    private readonly tenantId: number,
+    private readonly start: Extract<ChainStart, { ok: true }>,
+    /** The tenant's oldest remaining entry (null: none). */
+    first: { seq: number } | null,
+    private readonly cp: CheckpointRef | null,
+  ) {
+    this.range = start.range.clone();
+    // A checkpoint exactly at the retention point is compared with the record's range.
+    if (cp && cp.size === this.range.size && !rootsEqual(this.range.root(), cp.root)) this.fout = { seq: cp.size, entryId: null, reden: "checkpoint-afwijkend" };
+    // Entries up to start.seq still there (retention signed their deletion but had not
+    // finished it): they are in the record's range already and must link up to its hash.
+    this.pending = first !== null && first.seq <= start.seq;
+    this.prevSeq = this.pending ? first!.seq - 1 : start.seq;
+    this.prevHash = this.pending ? null : start.hash;
+  }
+
+  push(r: EntryRow): void {
+    this.count++;
+    if (this.fout) return; // first break found: only count the rest
     const { seq, id, prev_hash: rowPrevHash, hash } = r;
+    const { start, cp } = this;
     // The oldest entry after the start must link to genesis or to the retention record.
-    const reden = linkBreak(rowHash(tenantId, r) !== hash, !pending && count === 1, seq, rowPrevHash, prevSeq, prevHash ?? rowPrevHash);
+    const reden = linkBreak(rowHash(this.tenantId, r) !== hash, !this.pending && this.count === 1, seq, rowPrevHash, this.prevSeq, this.prevHash ?? rowPrevHash);
     if (reden) {
-      fout = { seq, entryId: id, reden };
+      this.fout = { seq, entryId: id, reden };
     } else if (seq <= start.seq) {
-      if (seq === start.seq && hash !== start.hash) fout = { seq, entryId: id, reden: "anker-afwijkend" };
+      if (seq === start.seq && hash !== start.hash) this.fout = { seq, entryId: id, reden: "anker-afwijkend" };
     } else if (cp && cp.size >= seq) {
-      range.pushEntryHash(hash);
+      this.range.pushEntryHash(hash);
       // Entries past the checkpoint are new since audit-anker: nothing signed covers them yet.
-      if (range.size === cp.size && !rootsEqual(range.root(), cp.root)) fout = { seq, entryId: id, reden: "checkpoint-afwijkend" };
+      if (this.range.size === cp.size && !rootsEqual(this.range.root(), cp.root)) this.fout = { seq, entryId: id, reden: "checkpoint-afwijkend" };
     }
-    prevSeq = seq;
-    prevHash = hash;
+    this.prevSeq = seq;
+    this.prevHash = hash;
   }
-  // Pending entries that stop short of the record: the ones up to it are gone.
-  if (!fout && pending && prevSeq < start.seq) fout = { seq: start.seq, entryId: null, reden: "kop-ontbreekt" };
 
-  // A signed checkpoint beyond the last entry: the newest entries were cut off.
-  if (!fout && cp && cp.size > prevSeq) fout = { seq: cp.size, entryId: null, reden: "kop-ontbreekt" };
-  return fout ? { intact: false, aantalEntries: count, fout } : { intact: true, aantalEntries: count };
+  result(): TenantChainResult {
+    const { start, cp, count } = this;
+    let fout = this.fout;
+    // Pending entries that stop short of the record: the ones up to it are gone.
+    if (!fout && this.pending && this.prevSeq < start.seq) fout = { seq: start.seq, entryId: null, reden: "kop-ontbreekt" };
+    // A signed checkpoint beyond the last entry: the newest entries were cut off.
+    if (!fout && cp && cp.size > this.prevSeq) fout = { seq: cp.size, entryId: null, reden: "kop-ontbreekt" };
+    return fout ? { intact: false, aantalEntries: count, fout } : { intact: true, aantalEntries: count };
+  }
 }
