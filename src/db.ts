@@ -58,26 +58,43 @@ export function applyPragmas(sqlite: Database): void {
   sqlite.run("PRAGMA foreign_keys = ON");
 }
 
+/** Embedded migrations: drizzle's journal and each migration's SQL by tag (db/*.gen.ts). */
+export interface EmbeddedMigrations {
+  journal: { entries: { tag: string }[] };
+  sql: Record<string, string>;
+}
+
 /**
- * Applies the embedded migrations with drizzle's public migrator, which records them
- * in __drizzle_migrations. That migrator reads a folder and the compiled binary has
- * none, so the embedded copy is written to a private temporary directory (mkdtemp:
- * mode 0700) for the call and removed after it. The files are the same as in
- * db/migrations, hence the same hashes and rows as migrating from there.
+ * Drizzle's public migrators read a folder, and the compiled binary has none: this
+ * writes the embedded copy to a private temporary directory (mkdtemp: mode 0700) for
+ * the caller to migrate from and remove. The files are the same as in db/migrations
+ * (db/migrations-pg), hence the same hashes and rows as migrating from there.
  */
-export function migrate(db: Db): void {
+export function migrationsFolder(embedded: EmbeddedMigrations): { folder: string; remove(): void } {
   const folder = mkdtempSync(join(tmpdir(), "nachtwacht-migrations-"));
+  const remove = () => rmSync(folder, { recursive: true, force: true });
   try {
     mkdirSync(join(folder, "meta"));
-    writeFileSync(join(folder, "meta", "_journal.json"), JSON.stringify(embeddedMigrations.journal));
-    for (const { tag } of embeddedMigrations.journal.entries) {
-      const text = embeddedMigrations.sql[tag];
+    writeFileSync(join(folder, "meta", "_journal.json"), JSON.stringify(embedded.journal));
+    for (const { tag } of embedded.journal.entries) {
+      const text = embedded.sql[tag];
       if (text === undefined) throw new Error(`migration ${tag} is not embedded`);
       writeFileSync(join(folder, `${tag}.sql`), text);
     }
-    drizzleMigrate(db, { migrationsFolder: folder });
+  } catch (e) {
+    remove();
+    throw e;
+  }
+  return { folder, remove };
+}
+
+/** Applies the embedded SQLite migrations with drizzle's public migrator (__drizzle_migrations). */
+export function migrate(db: Db): void {
+  const m = migrationsFolder(embeddedMigrations);
+  try {
+    drizzleMigrate(db, { migrationsFolder: m.folder });
   } finally {
-    rmSync(folder, { recursive: true, force: true });
+    m.remove();
   }
 }
 

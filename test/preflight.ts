@@ -2,6 +2,7 @@
 // so a missing program stops the run here, naming the Debian packages that bring it.
 // `.ci/run` (as root) installs them with apt.
 import { existsSync } from "node:fs";
+import { postgresBinDir } from "./pg.ts";
 
 const ok = (cmd: string[]) => Bun.spawnSync(cmd, { stdout: "ignore", stderr: "ignore" }).exitCode === 0;
 const has = (program: string) => Bun.which(program) !== null;
@@ -14,6 +15,8 @@ const needs: [boolean, string][] = [
   [has("prometheus") && has("promtool"), "prometheus"],
   [has("python3"), "python3"],
   [has("php") && ok(["php", "-r", 'exit(function_exists("curl_init") ? 0 : 1);']), "php-cli php-curl"],
+  // The PostgreSQL tests start their own throw-away cluster (test/pg.ts); as root it runs as `postgres`.
+  [postgresBinDir() !== null && (process.getuid?.() !== 0 || has("runuser")), "postgresql"],
 ];
 const missing = needs.filter(([present]) => !present).map(([, pkg]) => pkg);
 if (missing.length > 0) {

@@ -39,7 +39,7 @@ const HELP: Record<string, string> = {
 
 class UsageError extends Error {}
 
-function trustedKeys(given: string[] | undefined, env: Record<string, string | undefined>): Verifier[] {
+export function trustedKeys(given: string[] | undefined, env: Record<string, string | undefined>): Verifier[] {
   const vkeys = [...(given ?? [])];
   if (vkeys.length === 0) {
     vkeys.push(...(env.AUDIT_VERTROUWDE_SLEUTELS ?? "").split(/[\s,]+/).filter((k) => k !== ""));

@@ -1,0 +1,214 @@
+// The Drizzle schema for PostgreSQL (DATABASE_URL=postgres://…): the same tables,
+// columns and indexes as db/schema.ts, which docs/data-model.md explains; a test
+// (test/pg-schema.test.ts) fails when the two differ in a table or column name.
+//
+// What differs, and why:
+// - Times stay ISO 8601 UTC text, as in SQLite: `created_at` is hashed exactly as
+//   stored, and `grens` comparisons are string comparisons. They are declared
+//   COLLATE "C" so text order is byte order whatever the database's collation.
+// - `details` stays text, never jsonb: jsonb reorders keys and drops whitespace, and
+//   the chain hashes the canonical text as written.
+// - Audit and login ids and sequence numbers are bigint (SQLite's integers are 64-bit);
+//   `audit_entries.id` comes from an identity sequence instead of max(id) + 1, because
+//   PostgreSQL appenders to different tenants run at the same time (src/pg/chain.ts).
+// - Booleans are boolean.
+import { sql } from "drizzle-orm";
+import { bigint, boolean, customType, index, integer, pgTable, primaryKey, serial, text, uniqueIndex } from "drizzle-orm/pg-core";
+
+/** An ISO 8601 UTC time as text, compared byte by byte. */
+const time = customType<{ data: string; driverData: string }>({
+  dataType: () => 'text COLLATE "C"',
+});
+/** A 64-bit integer read as a JavaScript number (exact up to 2^53). */
+const int64 = (name: string) => bigint(name, { mode: "number" });
+
+export const tenants = pgTable("tenants", {
+  id: serial("id").primaryKey(),
+  naam: text("naam").notNull(),
+  actief: boolean("actief").notNull().default(true),
+  aangemaakt: time("aangemaakt").notNull(),
+});
+
+export const administrators = pgTable(
+  "administrators",
+  {
+    id: serial("id").primaryKey(),
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    naam: text("naam").notNull(),
+    email: text("email").notNull(),
+    actief: boolean("actief").notNull().default(true),
+  },
+  (t) => [index("administrators_tenant_idx").on(t.tenantId)],
+);
+
+export const auditEntries = pgTable(
+  "audit_entries",
+  {
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    seq: int64("seq").notNull(),
+    id: int64("id").notNull().generatedByDefaultAsIdentity(),
+    createdAt: time("created_at").notNull(),
+    actor: text("actor").notNull(),
+    action: text("action").notNull(),
+    subject: text("subject").notNull(),
+    details: text("details").notNull(),
+    prevHash: text("prev_hash").notNull(),
+    hash: text("hash").notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.tenantId, t.seq] }),
+    uniqueIndex("audit_entries_id_idx").on(t.id),
+    index("audit_entries_created_idx").on(t.createdAt),
+    index("audit_entries_tenant_created_idx").on(t.tenantId, t.createdAt),
+  ],
+);
+
+export const auditKeys = pgTable(
+  "audit_sleutels",
+  {
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    sleutel: text("sleutel").notNull(),
+    inhoud: text("inhoud").notNull(),
+    seq: int64("seq").notNull(),
+    id: int64("id").notNull(),
+    hash: text("hash").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.sleutel] }), index("audit_sleutels_seq_idx").on(t.tenantId, t.seq)],
+);
+
+export const auditRetentionAnchors = pgTable("audit_retention_anchors", {
+  tenantId: integer("tenant_id")
+    .primaryKey()
+    .references(() => tenants.id),
+  seq: int64("seq").notNull(),
+  hash: text("hash").notNull(),
+  bijgewerkt: time("bijgewerkt").notNull(),
+});
+
+export const auditHeadAnchors = pgTable(
+  "audit_head_anchors",
+  {
+    id: serial("id").primaryKey(),
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    seq: int64("seq").notNull(),
+    hash: text("hash").notNull(),
+    tijdstip: time("tijdstip").notNull(),
+    handtekening: text("handtekening"),
+  },
+  (t) => [index("audit_head_anchors_tenant_seq_idx").on(t.tenantId, t.seq)],
+);
+
+export const auditAnchorLog = pgTable(
+  "audit_anchor_log",
+  {
+    positie: int64("positie").primaryKey(),
+    soort: text("soort").notNull(),
+    tenantId: integer("tenant_id"),
+    grootte: int64("grootte").notNull(),
+    note: text("note").notNull(),
+    bereik: text("bereik"),
+  },
+  (t) => [index("audit_anchor_log_tenant_idx").on(t.tenantId, t.soort, t.grootte)],
+);
+
+export const loginAttempts = pgTable(
+  "login_attempts",
+  {
+    id: int64("id").primaryKey().generatedByDefaultAsIdentity(),
+    tijdstip: time("tijdstip").notNull(),
+    account: text("account").notNull(),
+    ip: text("ip").notNull(),
+    gelukt: boolean("gelukt").notNull(),
+    reden: text("reden"),
+    tenantId: integer("tenant_id").references(() => tenants.id),
+  },
+  (t) => [
+    index("login_attempts_tijdstip_idx").on(t.tijdstip),
+    index("login_attempts_tenant_tijdstip_idx").on(t.tenantId, t.tijdstip),
+    index("login_attempts_failed_idx")
+      .on(t.tijdstip, t.ip, t.account)
+      .where(sql`gelukt = false`),
+  ],
+);
+
+export const backupStatuses = pgTable(
+  "backup_statuses",
+  {
+    id: serial("id").primaryKey(),
+    ontvangen: time("ontvangen").notNull(),
+    exitCode: integer("exit_code").notNull(),
+    gelukt: boolean("gelukt").notNull(),
+    bestandsnaam: text("bestandsnaam"),
+    grootte: int64("grootte"),
+    foutmelding: text("foutmelding"),
+    bron: text("bron").notNull(),
+  },
+  (t) => [index("backup_statuses_ontvangen_idx").on(t.ontvangen)],
+);
+
+export const jobRuns = pgTable(
+  "job_runs",
+  {
+    id: serial("id").primaryKey(),
+    job: text("job").notNull(),
+    gestart: time("gestart").notNull(),
+    beeindigd: time("beeindigd"),
+    uitkomst: text("uitkomst").$type<"bezig" | "ok" | "afwijking" | "fout">().notNull(),
+    httpStatus: integer("http_status"),
+    samenvatting: text("samenvatting"),
+    fout: text("fout"),
+  },
+  (t) => [index("job_runs_job_gestart_idx").on(t.job, t.gestart)],
+);
+
+export const weeklyReportDeliveries = pgTable(
+  "weekly_report_deliveries",
+  {
+    administratorId: integer("administrator_id")
+      .notNull()
+      .references(() => administrators.id),
+    tenantId: integer("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    isoWeek: text("iso_week").notNull(),
+    verstuurd: time("verstuurd").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.administratorId, t.tenantId, t.isoWeek] })],
+);
+
+export const serviceMeta = pgTable("service_meta", {
+  key: text("key").primaryKey(),
+  value: text("value").notNull(),
+});
+
+export const auditVerificationState = pgTable("audit_verification_state", {
+  tenantId: integer("tenant_id")
+    .primaryKey()
+    .references(() => tenants.id),
+  gecontroleerd: time("gecontroleerd").notNull(),
+  intact: boolean("intact").notNull(),
+  aantalEntries: int64("aantal_entries").notNull(),
+  foutSeq: int64("fout_seq"),
+  foutEntryId: int64("fout_entry_id"),
+  foutReden: text("fout_reden"),
+});
+
+export const jobLeases = pgTable("job_leases", {
+  job: text("job").primaryKey(),
+  pid: integer("pid").notNull(),
+  instantie: text("instantie").notNull(),
+  host: text("host").notNull(),
+  pidNs: text("pid_ns"),
+  runId: integer("run_id").notNull(),
+  verkregen: time("verkregen").notNull(),
+  vernieuwd: time("vernieuwd").notNull(),
+  verloopt: time("verloopt").notNull(),
+});

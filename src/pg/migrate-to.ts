@@ -1,0 +1,236 @@
+// Moving an installation from its SQLite file to PostgreSQL (`nachtwacht migrate-to`):
+// check the source, copy every table in one PostgreSQL transaction (COPY FROM STDIN),
+// then prove the copy before saying done: every row equal, in key order, and every
+// tenant's chain verifying on PostgreSQL against the anchor file's signed checkpoints.
+import { Database } from "bun:sqlite";
+import type { SQL } from "bun";
+import { getTableConfig, type PgTable } from "drizzle-orm/pg-core";
+import * as pgSchema from "../../db/schema-pg.ts";
+import { compareWithFile } from "../audit/anchor-check.ts";
+import type { Verifier } from "../audit/note.ts";
+import { verifyDatabase } from "../audit/offline.ts";
+import { verifyTenantsPg } from "./chain.ts";
+import { openPgStore, redactUrl } from "./store.ts";
+
+/**
+ * The tables copied, parents before children (foreign keys). Not copied: job_leases
+ * (who runs a job now; nothing runs during the move) and drizzle's own migration table
+ * (the target has its own).
+ */
+export const COPIED_TABLES: readonly PgTable[] = [
+  pgSchema.tenants,
+  pgSchema.administrators,
+  pgSchema.auditEntries,
+  pgSchema.auditKeys,
+  pgSchema.auditRetentionAnchors,
+  pgSchema.auditHeadAnchors,
+  pgSchema.auditAnchorLog,
+  pgSchema.loginAttempts,
+  pgSchema.backupStatuses,
+  pgSchema.jobRuns,
+  pgSchema.weeklyReportDeliveries,
+  pgSchema.serviceMeta,
+  pgSchema.auditVerificationState,
+];
+
+interface TableShape {
+  name: string;
+  columns: string[];
+  /** Per column: stored as boolean in PostgreSQL (0/1 in SQLite). */
+  booleans: boolean[];
+  /** Per column: bigint, read back as text by the client. */
+  bigints: boolean[];
+  key: string[];
+  /** Columns whose sequence must continue after the copied ids. */
+  sequences: string[];
+}
+
+export function tableShape(table: PgTable): TableShape {
+  const c = getTableConfig(table);
+  const key = c.primaryKeys.length > 0 ? c.primaryKeys[0]!.columns.map((k) => k.name) : c.columns.filter((k) => k.primary).map((k) => k.name);
+  return {
+    name: c.name,
+    columns: c.columns.map((k) => k.name),
+    booleans: c.columns.map((k) => k.columnType === "PgBoolean"),
+    bigints: c.columns.map((k) => k.columnType === "PgBigInt53"),
+    key,
+    sequences: c.columns.filter((k) => k.columnType === "PgSerial" || (k as { generatedIdentity?: unknown }).generatedIdentity !== undefined).map((k) => k.name),
+  };
+}
+
+const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
+
+/** One value in COPY's text format: \N for null; backslash, newline, carriage return and tab escaped. */
+export function copyText(v: unknown, boolean: boolean): string {
+  if (v === null || v === undefined) return "\\N";
+  if (boolean) return v ? "t" : "f";
+  const s = typeof v === "string" ? v : String(v);
+  return /[\\\n\r\t]/.test(s) ? s.replace(/[\\\n\r\t]/g, (ch) => (ch === "\\" ? "\\\\" : ch === "\n" ? "\\n" : ch === "\r" ? "\\r" : "\\t")) : s;
+}
+
+/** A row's values in the form both stores agree on: booleans as 0/1, bigints as numbers. */
+function normalised(values: unknown[], shape: TableShape): unknown[] {
+  return values.map((v, i) => (v === null ? null : shape.booleans[i] ? (v === true || v === 1 ? 1 : 0) : shape.bigints[i] ? Number(v) : v));
+}
+
+async function copyTable(tx: SQL, source: Database, shape: TableShape): Promise<number> {
+  const cols = shape.columns.map(quote).join(", ");
+  const writer = tx.unsafe(`COPY ${quote(shape.name)} (${cols}) FROM STDIN`).writable().getWriter();
+  let rows = 0;
+  let chunk = "";
+  try {
+    // Raw SQL: a streamed scan of a whole table, column names from the schema.
+    for (const values of source.query(`SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${shape.key.map(quote).join(", ")}`).iterate() as IterableIterator<Record<string, unknown>>) {
+      let line = "";
+      for (let i = 0; i < shape.columns.length; i++) line += (i === 0 ? "" : "\t") + copyText(values[shape.columns[i]!], shape.booleans[i]!);
+      chunk += line + "\n";
+      rows++;
+      if (chunk.length >= 1 << 20) {
+        await writer.write(chunk);
+        chunk = "";
+      }
+    }
+    if (chunk !== "") await writer.write(chunk);
+    await writer.close();
+  } catch (e) {
+    await writer.abort(e).catch(() => {});
+    throw e;
+  }
+  return rows;
+}
+
+/**
+ * A PostgreSQL query's rows, streamed through a cursor in one read-only snapshot,
+ * `fetch` at a time; as arrays of values in select order.
+ */
+async function* pgRows(sql: SQL, query: string, fetch = 5000): AsyncGenerator<unknown[]> {
+  const conn = await sql.reserve();
+  try {
+    await conn.unsafe("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    await conn.unsafe(`DECLARE rows NO SCROLL CURSOR FOR ${query}`);
+    for (;;) {
+      const batch = (await conn.unsafe(`FETCH ${fetch} FROM rows`).values()) as unknown[][];
+      yield* batch;
+      if (batch.length < fetch) break;
+    }
+    await conn.unsafe("COMMIT");
+  } catch (e) {
+    await conn.unsafe("ROLLBACK").catch(() => {});
+    throw e;
+  } finally {
+    conn.release();
+  }
+}
+
+export interface TableDifference {
+  tabel: string;
+  /** The first row that differs, as its key values; null when one side ran out. */
+  sleutel: unknown[] | null;
+  toelichting: string;
+}
+
+/** Compares a table row by row in key order; the first difference, or null when equal. Returns the count too. */
+export async function compareTable(source: Database, target: SQL, shape: TableShape): Promise<{ rows: number; verschil: TableDifference | null }> {
+  const cols = shape.columns.map(quote).join(", ");
+  const order = shape.key.map(quote).join(", ");
+  const keyAt = shape.key.map((k) => shape.columns.indexOf(k));
+  const left = (source.query(`SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${order}`).values() as unknown[][])[Symbol.iterator]();
+  let rows = 0;
+  for await (const right of pgRows(target, `SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${order}`)) {
+    const l = left.next();
+    const r = normalised(right, shape);
+    if (l.done) return { rows, verschil: { tabel: shape.name, sleutel: keyAt.map((i) => r[i]), toelichting: "rij staat alleen in PostgreSQL" } };
+    const lv = normalised(l.value, shape);
+    if (JSON.stringify(lv) !== JSON.stringify(r)) return { rows, verschil: { tabel: shape.name, sleutel: keyAt.map((i) => lv[i]), toelichting: "rij verschilt" } };
+    rows++;
+  }
+  const rest = left.next();
+  if (!rest.done) return { rows, verschil: { tabel: shape.name, sleutel: keyAt.map((i) => normalised(rest.value, shape)[i]), toelichting: "rij ontbreekt in PostgreSQL" } };
+  return { rows, verschil: null };
+}
+
+export interface MigrateOptions {
+  dbPath: string;
+  anchorPath: string;
+  url: string;
+  verifiers: Verifier[];
+  log: (line: string) => void;
+  /** Tenants verified at the same time on PostgreSQL. */
+  parallel?: number;
+}
+
+export type MigrateResult =
+  | { uitkomst: "klaar"; tabellen: { tabel: string; rijen: number }[]; ketens: number; entries: number }
+  | { uitkomst: "bron-niet-in-orde"; toelichting: string }
+  | { uitkomst: "doel-niet-leeg"; toelichting: string }
+  | { uitkomst: "kopie-wijkt-af"; toelichting: string };
+
+export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResult> {
+  // 1. The source must verify: a copy of a log that does not would carry the break over
+  //    and lose the evidence of where it happened.
+  o.log(`bron controleren: ${o.dbPath} met ${o.anchorPath}`);
+  const verdict = await verifyDatabase(o.dbPath, o.anchorPath, o.verifiers);
+  const broken = verdict.tenants.filter((t) => !t.intact);
+  if (verdict.probleem || broken.length > 0) {
+    const why = verdict.probleem ? `${verdict.probleem.reden}: ${verdict.probleem.toelichting}` : `tenant ${broken[0]!.tenantId}: ${broken[0]!.fout?.reden} bij seq ${broken[0]!.fout?.seq}`;
+    return { uitkomst: "bron-niet-in-orde", toelichting: `de bron verifieert niet (${why}); eerst uitzoeken, niets gekopieerd` };
+  }
+  const checkpoints = (await compareWithFile(o.dbPath, o.anchorPath, o.verifiers)).checkpoints;
+
+  const source = new Database(o.dbPath, { readonly: true, strict: true });
+  source.run("PRAGMA busy_timeout = 5000");
+  const target = await openPgStore(o.url, { max: Math.max(2, (o.parallel ?? 2) + 1) });
+  try {
+    const shapes = COPIED_TABLES.map(tableShape);
+    // 2. Only into an empty database: never merge two installations' chains.
+    for (const s of shapes) {
+      const [row] = await target.sql.unsafe(`SELECT EXISTS (SELECT 1 FROM ${quote(s.name)}) AS filled`);
+      if (row.filled) return { uitkomst: "doel-niet-leeg", toelichting: `tabel ${s.name} in ${redactUrl(o.url)} bevat al rijen; migrate-to schrijft alleen in een lege database` };
+    }
+    // 3. Copy: one snapshot of the source (a read transaction, held through the check
+    //    below, so a writer still at work shows as a difference), one transaction on the target.
+    o.log(`kopiëren naar ${redactUrl(o.url)}`);
+    source.run("BEGIN");
+    try {
+      const tabellen: { tabel: string; rijen: number }[] = [];
+      await target.sql.begin(async (tx) => {
+        for (const s of shapes) {
+          const rijen = await copyTable(tx, source, s);
+          tabellen.push({ tabel: s.name, rijen });
+          o.log(`  ${s.name}: ${rijen} rijen`);
+          // Ids handed out after the move continue after the copied ones.
+          for (const col of s.sequences) {
+            await tx.unsafe(
+              `SELECT setval(pg_get_serial_sequence('${s.name}', '${col}'), coalesce((SELECT max(${quote(col)}) FROM ${quote(s.name)}), 1), (SELECT max(${quote(col)}) FROM ${quote(s.name)}) IS NOT NULL)`,
+            );
+          }
+        }
+      });
+
+    // 4. Prove the copy: every row equal in key order…
+    o.log("kopie controleren: rij voor rij");
+    for (const s of shapes) {
+      const { verschil } = await compareTable(source, target.sql, s);
+      if (verschil) return { uitkomst: "kopie-wijkt-af", toelichting: `${verschil.tabel} ${JSON.stringify(verschil.sleutel)}: ${verschil.toelichting}` };
+    }
+    // …and every chain verifying on PostgreSQL against the anchor file's checkpoints.
+    o.log("kopie controleren: ketens tegen de ondertekende checkpoints");
+    const tasks = verdict.tenants.map((t) => ({ tenantId: t.tenantId, checkpoint: checkpoints.get(t.tenantId) ?? null }));
+    const results = await verifyTenantsPg(target.sql, tasks, { parallel: o.parallel ?? 2, verifiers: o.verifiers });
+    let entries = 0;
+    for (const t of verdict.tenants) {
+      const r = results.get(t.tenantId)!;
+      if (!r.intact || r.aantalEntries !== t.aantalEntries) {
+        return { uitkomst: "kopie-wijkt-af", toelichting: `tenant ${t.tenantId}: keten in PostgreSQL ${r.intact ? `heeft ${r.aantalEntries} entries, de bron ${t.aantalEntries}` : `${r.fout?.reden} bij seq ${r.fout?.seq}`}` };
+      }
+      entries += r.aantalEntries;
+    }
+    return { uitkomst: "klaar", tabellen, ketens: tasks.length, entries };
+    } finally {
+      source.run("COMMIT");
+    }
+  } finally {
+    source.close();
+    await target.close();
+  }
+}

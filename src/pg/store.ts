@@ -1,0 +1,81 @@
+// Opening a PostgreSQL database (DATABASE_URL=postgres://…): Bun's built-in client
+// under Drizzle's bun-sql driver, then the embedded PostgreSQL migrations.
+//
+// Why Bun's SQL and not postgres.js: it is built into the runtime the binary already
+// carries (no package, nothing to bundle), it pools connections, and it speaks COPY
+// FROM STDIN / TO STDOUT as streams, which `migrate-to` and the verification floor use.
+import { SQL } from "bun";
+import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
+import { migrate as drizzleMigrate } from "drizzle-orm/bun-sql/migrator";
+import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
+import * as schema from "../../db/schema-pg.ts";
+import { migrationsFolder } from "../db.ts";
+
+export type PgDb = BunSQLDatabase<typeof schema>;
+
+export interface PgStore {
+  /** Drizzle over the pool, for ordinary queries. */
+  db: PgDb;
+  /** The pool itself, for transactions, cursors and COPY. */
+  sql: SQL;
+  close(): Promise<void>;
+}
+
+/** Whether a DATABASE_URL names PostgreSQL. */
+export function isPostgresUrl(url: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(url);
+}
+
+/** The URL without its password, for messages: `postgres://nw:***@host/db`. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password !== "") u.password = "***";
+    return u.toString();
+  } catch {
+    return "(geen geldige URL)";
+  }
+}
+
+/**
+ * Advisory lock keys (pg_advisory_lock(int4, int4)): the first number is nachtwacht's
+ * namespace, so its locks never collide with another application's on the same server.
+ */
+export const LOCK_NAMESPACE = 0x6e77; // "nw"
+export const LOCK_MIGRATE = 0;
+
+export async function openPgStore(url: string, o: { max?: number } = {}): Promise<PgStore> {
+  const sql = new SQL(url, { max: o.max ?? 10 });
+  try {
+    await migratePg(sql);
+  } catch (e) {
+    await sql.close();
+    throw e;
+  }
+  return {
+    db: drizzle({ client: sql, schema }),
+    sql,
+    close: () => sql.close(),
+  };
+}
+
+/**
+ * Applies the embedded migrations once, however many instances start at the same
+ * moment: the first holds a session advisory lock while it migrates, the others wait
+ * for it and then find nothing left to do.
+ */
+export async function migratePg(sql: SQL): Promise<void> {
+  const conn = await sql.reserve();
+  try {
+    await conn`SELECT pg_advisory_lock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
+    const m = migrationsFolder(embeddedMigrations);
+    try {
+      await drizzleMigrate(drizzle({ client: conn as unknown as SQL }), { migrationsFolder: m.folder });
+    } finally {
+      m.remove();
+      await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
+    }
+  } finally {
+    conn.release();
+  }
+}

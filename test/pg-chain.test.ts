@@ -1,0 +1,140 @@
+// The PostgreSQL dialect's foundations against a real server (test/pg.ts): the schema
+// mirrors SQLite's, its migrations are embedded and apply once however many instances
+// start together, and appenders in separate processes never fork a tenant's chain.
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { join } from "node:path";
+import { getTableConfig as sqliteTable, type SQLiteTable } from "drizzle-orm/sqlite-core";
+import { getTableConfig as pgTable, type PgTable } from "drizzle-orm/pg-core";
+import { is } from "drizzle-orm";
+import { SQLiteTable as SQLiteTableClass } from "drizzle-orm/sqlite-core";
+import { PgTable as PgTableClass } from "drizzle-orm/pg-core";
+import { renderMigrationsModule } from "../db/embed-migrations.ts";
+import * as sqliteSchema from "../db/schema.ts";
+import * as pgSchema from "../db/schema-pg.ts";
+import { GENESIS_HASH } from "../src/audit/chain.ts";
+import { verifyTenantChainPg } from "../src/pg/chain.ts";
+import { openPgStore } from "../src/pg/store.ts";
+import { BUN, ROOT } from "./binary.ts";
+import { startCluster, type TestCluster } from "./pg.ts";
+
+setDefaultTimeout(120_000);
+
+let cluster: TestCluster;
+beforeAll(async () => {
+  cluster = await startCluster();
+});
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+const shape = (name: string, columns: { name: string; notNull: boolean }[], indexes: string[]) => ({
+  name,
+  columns: columns.map((c) => `${c.name}${c.notNull ? " not null" : ""}`).sort(),
+  indexes: indexes.sort(),
+});
+
+describe("PostgreSQL schema", () => {
+  test("has the same tables, columns, nullability and index names as the SQLite schema", () => {
+    const lite = Object.values(sqliteSchema)
+      .filter((t) => is(t, SQLiteTableClass))
+      .map((t) => {
+        const c = sqliteTable(t as SQLiteTable);
+        return shape(c.name, c.columns, c.indexes.map((i) => i.config.name));
+      })
+      .sort((a, b) => a.name.localeCompare(b.name));
+    const pg = Object.values(pgSchema)
+      .filter((t) => is(t, PgTableClass))
+      .map((t) => {
+        const c = pgTable(t as PgTable);
+        return shape(c.name, c.columns, c.indexes.map((i) => i.config.name!));
+      })
+      .sort((a, b) => a.name.localeCompare(b.name));
+    expect(pg.length).toBe(14);
+    expect(pg).toEqual(lite);
+  });
+
+  test("the embedded PostgreSQL migrations equal the folder", async () => {
+    const generated = await Bun.file(join(ROOT, "db", "migrations-pg.gen.ts")).text();
+    expect(generated).toBe(renderMigrationsModule(join(ROOT, "db", "migrations-pg"), "migrations-pg"));
+  });
+
+  test("three instances starting at once apply each migration once; time columns sort bytewise", async () => {
+    const url = await cluster.createDatabase();
+    const stores = await Promise.all([openPgStore(url), openPgStore(url), openPgStore(url)]);
+    try {
+      const sql = stores[0]!.sql;
+      const rows = await sql`SELECT hash FROM drizzle.__drizzle_migrations`;
+      expect(rows.length).toBe(1);
+      const [{ n }] = await sql`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`;
+      expect(n).toBe(14);
+      const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;
+      expect(collation).toBe("C");
+    } finally {
+      for (const s of stores) await s.close();
+    }
+  });
+});
+
+describe("appending on PostgreSQL", () => {
+  test("two processes appending to the same tenants at once never fork a chain", async () => {
+    const url = await cluster.createDatabase();
+    const store = await openPgStore(url);
+    const sql = store.sql;
+    try {
+      const tenants: number[] = [];
+      for (const naam of ["A", "B", "C"]) {
+        const [{ id }] = await sql`INSERT INTO tenants (naam, aangemaakt) VALUES (${naam}, '2026-07-23T12:00:00.000Z') RETURNING id`;
+        tenants.push(id);
+      }
+      const [a, b, c] = tenants as [number, number, number];
+      // Both write A and B in every batch (tenant locks taken in the same order), one of them also C.
+      const spawn = (list: number[], label: string) =>
+        Bun.spawn([BUN, join(ROOT, "test/fixtures/pg-appender.ts"), url, list.join(","), "40", "25", label], { stdout: "pipe", stderr: "pipe" });
+      const procs = [spawn([a, b], "p1"), spawn([b, a, c], "p2")];
+      const codes = await Promise.all(procs.map(async (p) => [await p.exited, await new Response(p.stderr).text()]));
+      expect(codes).toEqual([
+        [0, ""],
+        [0, ""],
+      ]);
+      const expected = new Map<number, number>();
+      // p1: 40 batches × 25 entries over [a, b]; p2: 40 × 25 over [b, a, c].
+      for (const list of [
+        [a, b],
+        [b, a, c],
+      ]) {
+        for (let i = 0; i < 25; i++) expected.set(list[i % list.length]!, (expected.get(list[i % list.length]!) ?? 0) + 40);
+      }
+      for (const t of tenants) {
+        const rows = await sql`SELECT seq, prev_hash, hash, actor FROM audit_entries WHERE tenant_id = ${t} ORDER BY seq`;
+        expect(rows.length).toBe(expected.get(t));
+        // Contiguous from 1, each linking to the one before: one chain, no fork.
+        rows.forEach((r: { seq: string; prev_hash: string }, i: number) => {
+          expect(Number(r.seq)).toBe(i + 1);
+          expect(r.prev_hash).toBe(i === 0 ? GENESIS_HASH : rows[i - 1].hash);
+        });
+        expect(await verifyTenantChainPg(sql, t, { checkpoint: null, verifiers: [] })).toEqual({ intact: true, aantalEntries: expected.get(t)! });
+      }
+      // Both processes really interleaved on the shared tenants.
+      const writers = await sql`SELECT DISTINCT actor FROM audit_entries WHERE tenant_id = ${a}`;
+      expect(writers.map((w: { actor: string }) => w.actor).sort()).toEqual(["p1", "p2"]);
+      const [{ dup }] = await sql`SELECT count(*) - count(DISTINCT id) AS dup FROM audit_entries`;
+      expect(Number(dup)).toBe(0);
+    } finally {
+      await store.close();
+    }
+  });
+
+  test("the primary key refuses a second entry at a taken seq (a fork), whatever the caller", async () => {
+    const url = await cluster.createDatabase();
+    const store = await openPgStore(url);
+    try {
+      const [{ id }] = await store.sql`INSERT INTO tenants (naam, aangemaakt) VALUES ('A', '2026-07-23T12:00:00.000Z') RETURNING id`;
+      const row = { tenant_id: id, seq: 1, created_at: "2026-07-23T12:00:00.000Z", actor: "a", action: "b", subject: "c", details: "{}", prev_hash: GENESIS_HASH, hash: "0".repeat(64) };
+      await store.sql`INSERT INTO audit_entries ${store.sql(row)}`;
+      expect(store.sql`INSERT INTO audit_entries ${store.sql({ ...row, actor: "fork" })}`).rejects.toThrow(/duplicate key/);
+    } finally {
+      await store.close();
+    }
+  });
+});
+

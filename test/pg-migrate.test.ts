@@ -1,0 +1,197 @@
+// Moving an installation to PostgreSQL (`nachtwacht migrate-to`), against a real
+// PostgreSQL server started for this file (test/pg.ts): the copy carries chains,
+// signed checkpoints, retention records and history, proves itself before it says
+// done, and refuses a source that does not verify or a target that is not empty.
+import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { SQL } from "bun";
+import { appendAuditEntry, canonicalJson, type EntryRow } from "../src/audit/chain.ts";
+import { parseVerifierKey } from "../src/audit/note.ts";
+import { compareWithFile } from "../src/audit/anchor-check.ts";
+import { verifyTenantChain } from "../src/audit/verify.ts";
+import { appendEntriesPg, verifyTenantChainPg } from "../src/pg/chain.ts";
+import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, tableShape } from "../src/pg/migrate-to.ts";
+import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { startCluster, type TestCluster } from "./pg.ts";
+
+setDefaultTimeout(60_000);
+const DAY = 24 * 3600 * 1000;
+const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
+
+let cluster: TestCluster;
+beforeAll(async () => {
+  cluster = await startCluster();
+});
+afterAll(async () => {
+  await cluster?.stop();
+});
+let env: TestEnv | undefined;
+const clients: SQL[] = [];
+afterEach(async () => {
+  env?.cleanup();
+  env = undefined;
+  for (const c of clients.splice(0)) await c.close();
+});
+const client = (url: string) => {
+  const c = new SQL(url, { max: 2 });
+  clients.push(c);
+  return c;
+};
+
+/** An installation that has lived: old entries deleted under a signed record, checkpoints, history, odd characters. */
+async function livedInstallation() {
+  env = makeTestEnv();
+  const a = addTenant(env.store, "Alfa");
+  const b = addTenant(env.store, "Beta\tmet tab");
+  const c = addTenant(env.store, "Leeg", false);
+  addAdmin(env.store, a, "beheer@alfa.nl");
+  for (let i = 0; i < 40; i++) {
+    // The first ten are past the retention period (2555 days) and will be deleted.
+    const age = i < 10 ? 3000 - i : 400 - i;
+    appendAuditEntry(env.store.sqlite, { tenantId: a, actor: i === 12 ? "tab\there\nnewline\\backslash\r" : `u${i}@alfa.nl`, action: "dossier.gewijzigd", subject: `dossier/${i} é 😀`, details: { i, tekst: "a\tb" }, createdAt: new Date(NOW.getTime() - age * DAY) });
+  }
+  for (let i = 0; i < 25; i++) appendAuditEntry(env.store.sqlite, { tenantId: b, actor: `u${i}@beta.nl`, action: "inlog", subject: "s", details: {}, createdAt: new Date(NOW.getTime() - (100 - i) * DAY) });
+  env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, reden, tenant_id) VALUES (?, 'x@alfa.nl', '10.0.0.1', 0, 'wachtwoord', ?), (?, 'y', '::1', 1, NULL, NULL)").run(new Date(NOW.getTime() - DAY).toISOString(), a, NOW.toISOString());
+  expect((await call(env.app, "/api/cron/backup-status", { body: JSON.stringify({ exitCode: 0, bestandsnaam: "db.gz", grootte: 1234 }), headers: { "content-type": "application/json" } })).status).toBe(200);
+  expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+  expect((await call(env.app, "/api/cron/audit-retentie")).status).toBe(200);
+  for (let i = 40; i < 45; i++) appendAuditEntry(env.store.sqlite, { tenantId: a, actor: `u${i}@alfa.nl`, action: "nieuw", subject: "s", details: { i }, createdAt: new Date(NOW.getTime() - DAY) });
+  expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+  expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+  return { a, b, c };
+}
+
+const migrate = (url: string) =>
+  migrateToPostgres({ dbPath: env!.config.databasePath, anchorPath: env!.config.auditAnkerBestand, url, verifiers: VERIFIERS, log: () => {} });
+
+const count = (table: string) => (env!.store.sqlite.query(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+
+describe("migrate-to", () => {
+  test("copies every table, then proves the copy: rows equal and every chain verifying on PostgreSQL", async () => {
+    const { a, b } = await livedInstallation();
+    // The retention run really deleted a prefix: tenant a's chain starts at a signed record.
+    expect((env!.store.sqlite.query("SELECT min(seq) AS s FROM audit_entries WHERE tenant_id = ?").get(a) as { s: number }).s).toBe(11);
+    const url = await cluster.createDatabase();
+    const r = await migrate(url);
+    expect(r.uitkomst).toBe("klaar");
+    if (r.uitkomst !== "klaar") return;
+    for (const { tabel, rijen } of r.tabellen) expect([tabel, rijen]).toEqual([tabel, count(tabel)]);
+    expect(r.entries).toBe(count("audit_entries"));
+    expect(r.ketens).toBe(3);
+
+    const pg = client(url);
+    const checkpoints = (await compareWithFile(env!.config.databasePath, env!.config.auditAnkerBestand, VERIFIERS)).checkpoints;
+    // Same verdict as on SQLite, from the retention record on, reaching the signed checkpoint.
+    for (const t of [a, b]) {
+      const opts = { checkpoint: checkpoints.get(t) ?? null, verifiers: VERIFIERS };
+      expect(opts.checkpoint).not.toBeNull();
+      const onPg = await verifyTenantChainPg(pg, t, opts);
+      expect(onPg).toEqual(verifyTenantChain(env!.store.sqlite, t, opts));
+      expect(onPg.intact).toBe(true);
+    }
+    // The odd characters survived COPY's text format byte for byte.
+    const [row] = await pg`SELECT actor, details FROM audit_entries WHERE tenant_id = ${a} AND seq = 13`;
+    expect(row.actor).toBe("tab\there\nnewline\\backslash\r");
+    expect(row.details).toBe(canonicalJson({ i: 12, tekst: "a\tb" }));
+    // Ids and sequences continue after the copied ones: a new append links to the head.
+    const [{ m }] = await pg`SELECT max(id) AS m FROM audit_entries`;
+    const [appended] = await pg.begin((tx) => appendEntriesPg(tx, [{ tenantId: a, createdAt: NOW.toISOString(), actor: "na", action: "verhuisd", subject: "s", details: "{}" }]));
+    expect(appended!.id).toBe(Number(m) + 1);
+    expect(appended!.seq).toBe(46);
+    expect((await verifyTenantChainPg(pg, a, { checkpoint: checkpoints.get(a)!, verifiers: VERIFIERS })).intact).toBe(true);
+    const [{ id: newTenant }] = await pg`INSERT INTO tenants (naam, aangemaakt) VALUES ('Nieuw', ${NOW.toISOString()}) RETURNING id`;
+    expect(newTenant).toBe(4);
+  });
+
+  test("a changed, deleted or swapped entry in the copy is found by the PostgreSQL verifier, with SQLite's reden", async () => {
+    const { a } = await livedInstallation();
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const pg = client(url);
+    const checkpoint = (await compareWithFile(env!.config.databasePath, env!.config.auditAnkerBestand, VERIFIERS)).checkpoints.get(a)!;
+    const opts = { checkpoint, verifiers: VERIFIERS };
+    const cases: [string, (sql: SQL) => Promise<unknown>, (s: typeof env) => void][] = [
+      ["veld gewijzigd", (s) => s`UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ${a} AND seq = 20`, (e) => e!.store.sqlite.query("UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 20").run(a)],
+      ["middelste verwijderd", (s) => s`DELETE FROM audit_entries WHERE tenant_id = ${a} AND seq = 25`, (e) => e!.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq = 25").run(a)],
+      ["nieuwste afgeknipt", (s) => s`DELETE FROM audit_entries WHERE tenant_id = ${a} AND seq > 43`, (e) => e!.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq > 43").run(a)],
+    ];
+    for (const [name, onPg, onSqlite] of cases) {
+      await pg.begin(async (tx) => {
+        await onPg(tx);
+        onSqlite(env);
+        const expected = verifyTenantChain(env!.store.sqlite, a, opts);
+        expect([name, expected.intact]).toEqual([name, false]);
+        expect([name, await verifyTenantChainPg(tx, a, opts)]).toEqual([name, expected]);
+        // Undo both for the next case.
+        throw new Rollback();
+      }).catch((e) => {
+        if (!(e instanceof Rollback)) throw e;
+      });
+      // SQLite: re-copy the original rows back from PostgreSQL's untouched state.
+      const rows = (await pg`SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ${a} ORDER BY seq`) as EntryRow[];
+      env!.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ?").run(a);
+      const ins = env!.store.sqlite.query("INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const r of rows) ins.run(a, Number(r.seq), Number(r.id), r.created_at, r.actor, r.action, r.subject, r.details, r.prev_hash, r.hash);
+      expect(verifyTenantChain(env!.store.sqlite, a, opts).intact).toBe(true);
+    }
+    // Two entries swapped (their seqs exchanged) on PostgreSQL.
+    await pg.begin(async (tx) => {
+      await tx`UPDATE audit_entries SET seq = -1 WHERE tenant_id = ${a} AND seq = 30`;
+      await tx`UPDATE audit_entries SET seq = 30 WHERE tenant_id = ${a} AND seq = 31`;
+      await tx`UPDATE audit_entries SET seq = 31 WHERE tenant_id = ${a} AND seq = -1`;
+    });
+    const swapped = await verifyTenantChainPg(pg, a, opts);
+    expect(swapped.intact).toBe(false);
+    expect(swapped.fout?.seq).toBe(30);
+  });
+
+  test("a copy that differs from its source is named by table and key", async () => {
+    const { b } = await livedInstallation();
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const pg = client(url);
+    const shape = tableShape(COPIED_TABLES.find((t) => tableShape(t).name === "audit_entries")!);
+    expect((await compareTable(env!.store.sqlite, pg, shape)).verschil).toBeNull();
+    await pg`UPDATE audit_entries SET subject = 'anders' WHERE tenant_id = ${b} AND seq = 7`;
+    expect((await compareTable(env!.store.sqlite, pg, shape)).verschil).toEqual({ tabel: "audit_entries", sleutel: [b, 7], toelichting: "rij verschilt" });
+    await pg`DELETE FROM audit_entries WHERE tenant_id = ${b} AND seq = 25`;
+    await pg`UPDATE audit_entries SET subject = 's' WHERE tenant_id = ${b} AND seq = 7`;
+    expect((await compareTable(env!.store.sqlite, pg, shape)).verschil).toEqual({ tabel: "audit_entries", sleutel: [b, 25], toelichting: "rij ontbreekt in PostgreSQL" });
+  });
+
+  test("refuses a target that already holds rows, and changes nothing there", async () => {
+    await livedInstallation();
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const pg = client(url);
+    const [{ n }] = await pg`SELECT count(*) AS n FROM audit_entries`;
+    const again = await migrate(url);
+    expect(again.uitkomst).toBe("doel-niet-leeg");
+    if (again.uitkomst === "doel-niet-leeg") expect(again.toelichting).toContain("tenants");
+    expect((await pg`SELECT count(*) AS n FROM audit_entries`)[0].n).toBe(n);
+  });
+
+  test("refuses a source that does not verify, and copies nothing", async () => {
+    const { b } = await livedInstallation();
+    env!.store.sqlite.query("UPDATE audit_entries SET action = 'vervalst' WHERE tenant_id = ? AND seq = 3").run(b);
+    const url = await cluster.createDatabase();
+    const r = await migrate(url);
+    expect(r.uitkomst).toBe("bron-niet-in-orde");
+    if (r.uitkomst === "bron-niet-in-orde") expect(r.toelichting).toContain("hash-afwijkend");
+    const pg = client(url);
+    const [{ exists }] = await pg`SELECT EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'tenants') AS exists`;
+    expect(exists).toBe(false);
+  });
+});
+
+class Rollback extends Error {}
+
+describe("COPY text format", () => {
+  test("escapes backslash, newline, carriage return and tab; \\N for null; booleans t/f", () => {
+    expect(copyText("a\\b\nc\rd\te", false)).toBe("a\\\\b\\nc\\rd\\te");
+    expect(copyText(null, false)).toBe("\\N");
+    expect(copyText(1, true)).toBe("t");
+    expect(copyText(0, true)).toBe("f");
+    expect(copyText(42, false)).toBe("42");
+    expect(copyText("é😀", false)).toBe("é😀");
+  });
+});

@@ -1,0 +1,78 @@
+// A throw-away PostgreSQL cluster for the tests: Debian's postgresql server binaries,
+// a fresh data directory, loopback only, trust authentication for one user, stopped
+// (immediate) and removed after the file's tests. PostgreSQL refuses to run as root,
+// so as root it runs as the `postgres` user (runuser). test/preflight.ts names the
+// package when the server is missing.
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { SQL } from "bun";
+
+/** The newest installed server's bin directory, or null. */
+export function postgresBinDir(): string | null {
+  const root = "/usr/lib/postgresql";
+  if (!existsSync(root)) return null;
+  const versions = readdirSync(root)
+    .filter((v) => existsSync(join(root, v, "bin", "initdb")))
+    .sort((a, b) => Number(b) - Number(a));
+  return versions.length > 0 ? join(root, versions[0]!, "bin") : null;
+}
+
+export interface TestCluster {
+  /** The maintenance database's URL (user nw, no password, 127.0.0.1). */
+  url: string;
+  port: number;
+  /** A new empty database on the cluster; its URL. */
+  createDatabase(name?: string): Promise<string>;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const server = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+  const port = server.port;
+  server.stop(true);
+  return port;
+}
+
+function run(cmd: string[], asPostgres: boolean): void {
+  const full = asPostgres ? ["runuser", "-u", "postgres", "--", ...cmd] : cmd;
+  const r = Bun.spawnSync(full, { stdout: "pipe", stderr: "pipe" });
+  if (r.exitCode !== 0) throw new Error(`${cmd[0]} failed (${r.exitCode}): ${r.stderr.toString()}${r.stdout.toString()}`);
+}
+
+let counter = 0;
+
+export async function startCluster(): Promise<TestCluster> {
+  const bin = postgresBinDir();
+  if (bin === null) throw new Error("PostgreSQL server not installed (Debian package postgresql; test/preflight.ts)");
+  const asPostgres = process.getuid?.() === 0;
+  const dir = mkdtempSync(join(tmpdir(), "nachtwacht-pg-"));
+  // The postgres user must reach its data directory and socket directory.
+  chmodSync(dir, 0o777);
+  const data = join(dir, "data");
+  run([join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "nw", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], asPostgres);
+  const port = await freePort();
+  // fsync stays on: the crash tests rely on what a committed transaction promises.
+  run(
+    [join(bin, "pg_ctl"), "-D", data, "-l", join(dir, "log"), "-w", "-o", `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=100`, "start"],
+    asPostgres,
+  );
+  const url = `postgres://nw@127.0.0.1:${port}/postgres`;
+  const admin = new SQL(url, { max: 1 });
+  return {
+    url,
+    port,
+    async createDatabase(name = `t${process.pid}_${++counter}`) {
+      await admin.unsafe(`CREATE DATABASE "${name}"`);
+      return `postgres://nw@127.0.0.1:${port}/${name}`;
+    },
+    async stop() {
+      await admin.close();
+      try {
+        run([join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"], asPostgres);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  };
+}
