@@ -101,6 +101,11 @@ function secret(env: Env, name: string): string | undefined {
 export function parseConfig(env: Env): Config {
   const cronSecret = secret(env, "CRON_SECRET");
   if (cronSecret === undefined) throw new ConfigError("CRON_SECRET", `is required; ${SECRET_HINT}`);
+  // Never ignored silently: a service that ran on the SQLite file while the operator
+  // believed it wrote to PostgreSQL would split the audit log in two.
+  if (read(env, "DATABASE_URL") !== undefined) {
+    throw new ConfigError("DATABASE_URL", "is set, but this version serves from the SQLite file (DATABASE_PATH) only; PostgreSQL is used by `nachtwacht migrate-to` so far: unset DATABASE_URL to start");
+  }
   const appSecret = secret(env, "APP_SECRET") ?? null;
   const metricsSecret = secret(env, "METRICS_SECRET") ?? null;
   // One secret per scope: were two the same, a token for one scope would open the other.

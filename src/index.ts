@@ -1,7 +1,7 @@
 // Entry point of the binary and of `npm start`. With no argument (or `serve`) it parses
 // the configuration, wires the real dependencies and serves. The operator's commands:
 // `key`, `verify`, `export` (src/cli/audit.ts, no configuration needed), `db-convert`
-// (src/cli/db-convert.ts), `config check` (src/cli/config-check.ts), `backup`
+// (src/cli/db-convert.ts), `migrate-to` (src/cli/migrate-to.ts), `config check` (src/cli/config-check.ts), `backup`
 // (src/cli/backup.ts), `crontab`
 // (src/cli/crontab.ts) and `demo` (src/demo.ts). Each branch imports only what it needs:
 // a command starts without loading the server.
@@ -17,6 +17,7 @@ const USAGE = `gebruik: nachtwacht [opdracht] [--help]
   backup                online kopie van de database, gecontroleerd en gecomprimeerd, gemeld aan backup-status
   crontab               /etc/cron.d/nachtwacht uit de planning afdrukken
   db-convert            eenmalige omzetting naar incrementele auto-vacuum
+  migrate-to            de SQLite-database naar een lege PostgreSQL-database kopiëren en de kopie bewijzen
   demo                  de service op een demodatabase in ./data
 Exitcodes: 0 gelukt, 1 gevonden wat niet klopt, 2 kon niet (gebruik, configuratie, bestand);
 backup gebruikt sysexits-codes (64–75, zie nachtwacht backup --help).`;
@@ -33,6 +34,9 @@ if (command === "help" || command === "--help" || command === "-h") {
 } else if (command !== undefined && AUDIT_COMMANDS.has(command)) {
   const { runAuditCommand } = await import("./cli/audit.ts");
   process.exit(await runAuditCommand([command, ...rest], process.env, out, err));
+} else if (command === "migrate-to") {
+  const { runMigrateTo } = await import("./cli/migrate-to.ts");
+  process.exit(await runMigrateTo(rest, process.env, out, err));
 } else if (command === "db-convert") {
   const { runDbConvert } = await import("./cli/db-convert.ts");
   process.exit(runDbConvert(rest, process.env, out, err));

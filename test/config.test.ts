@@ -19,6 +19,13 @@ const failure = (env: Record<string, string | undefined>) => {
 };
 
 describe("configuration", () => {
+  test("DATABASE_URL is refused at start, naming it and never echoing its password: the service does not run on PostgreSQL yet", () => {
+    const e = failure({ ...REQUIRED, DATABASE_URL: "postgres://nw:wachtwoord-123@db.example/nachtwacht" });
+    expect(e.message).toContain("DATABASE_URL");
+    expect(e.message).toContain("migrate-to");
+    expect(e.message).not.toContain("wachtwoord-123");
+  });
+
   test("defaults are as documented (README, Configuration)", () => {
     const c = ok();
     expect(c).toMatchObject({

@@ -12,6 +12,7 @@ import { appendEntriesPg, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, tableShape } from "../src/pg/migrate-to.ts";
 import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
+import { buildBinary } from "./binary.ts";
 
 setDefaultTimeout(60_000);
 const DAY = 24 * 3600 * 1000;
@@ -193,5 +194,52 @@ describe("COPY text format", () => {
     expect(copyText(0, true)).toBe("f");
     expect(copyText(42, false)).toBe("42");
     expect(copyText("é😀", false)).toBe("é😀");
+  });
+});
+
+describe("nachtwacht migrate-to (the compiled binary)", () => {
+  /** The binary with no secret in its environment: only PATH, HOME and what is given. */
+  async function run(args: string[], o: { stdin?: string; env?: Record<string, string> } = {}) {
+    const { path } = await buildBinary();
+    const p = Bun.spawn([path, "migrate-to", ...args], {
+      cwd: env!.dir,
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir, ...(o.env ?? {}) },
+      stdin: o.stdin === undefined ? "ignore" : new Blob([o.stdin]),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+    return { code, out, err };
+  }
+  const files = () => ["--db", env!.config.databasePath, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY];
+
+  test("copies with the URL on standard input (exit 0), refuses a second run into the same database (exit 2)", async () => {
+    await livedInstallation();
+    const url = await cluster.createDatabase();
+    const ok = await run(["--database-url", "-", ...files()], { stdin: `${url}\n` });
+    expect([ok.code, ok.err]).toEqual([0, ""]);
+    expect(ok.out).toContain("KLAAR:");
+    expect(ok.out).toContain(`${count("audit_entries")} entries`);
+    const again = await run(["--database-url", "-", ...files()], { stdin: url });
+    expect(again.code).toBe(2);
+    expect(again.err).toContain("bevat al rijen");
+  });
+
+  test("a password on the command line is refused before anything connects, and never echoed", async () => {
+    await livedInstallation();
+    const r = await run(["--database-url", `postgres://nw:geheim-wachtwoord@127.0.0.1:${cluster.port}/postgres`, ...files()]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("standaardinvoer");
+    expect(r.out + r.err).not.toContain("geheim-wachtwoord");
+  });
+
+  test("a source that does not verify: exit 1, naming the reden", async () => {
+    const { a } = await livedInstallation();
+    env!.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq = 30").run(a);
+    const url = await cluster.createDatabase();
+    const r = await run(["--database-url", "-", ...files()], { stdin: url });
+    expect(r.code).toBe(1);
+    expect(r.err).toContain("bron-niet-in-orde");
+    expect(r.err).toContain("volgnummer-gat");
   });
 });

@@ -7,6 +7,7 @@ import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SQL } from "bun";
+import { freePort } from "./binary.ts";
 
 /** The newest installed server's bin directory, or null. */
 export function postgresBinDir(): string | null {
@@ -27,13 +28,6 @@ export interface TestCluster {
   stop(): Promise<void>;
 }
 
-async function freePort(): Promise<number> {
-  const server = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
-  const port = server.port;
-  server.stop(true);
-  return port;
-}
-
 function run(cmd: string[], asPostgres: boolean): void {
   const full = asPostgres ? ["runuser", "-u", "postgres", "--", ...cmd] : cmd;
   const r = Bun.spawnSync(full, { stdout: "pipe", stderr: "pipe" });
@@ -51,7 +45,7 @@ export async function startCluster(): Promise<TestCluster> {
   chmodSync(dir, 0o777);
   const data = join(dir, "data");
   run([join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "nw", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], asPostgres);
-  const port = await freePort();
+  const port = freePort();
   // fsync stays on: the crash tests rely on what a committed transaction promises.
   run(
     [join(bin, "pg_ctl"), "-D", data, "-l", join(dir, "log"), "-w", "-o", `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=100`, "start"],

@@ -1,0 +1,94 @@
+// nachtwacht migrate-to --database-url URL|- [--db FILE] [--bestand FILE] [--sleutel VKEY ...] [--parallel N]
+//
+// Copies the SQLite installation to an empty PostgreSQL database and proves the copy
+// (src/pg/migrate-to.ts). A URL with a password never goes on the command line (where
+// ps and shell history show it): give `-` and the URL on standard input, or set
+// DATABASE_URL in the environment. Exit 0 done and proved, 1 the source does not verify
+// or the copy differs, 2 could not (usage, keys, connection, a target that is not empty).
+import { parseArgs } from "node:util";
+import { CannotCheck } from "../audit/offline.ts";
+import { migrateToPostgres } from "../pg/migrate-to.ts";
+import { isPostgresUrl, redactUrl } from "../pg/store.ts";
+import { trustedKeys } from "./audit.ts";
+
+export const MIGRATE_TO_HELP =
+  "gebruik: nachtwacht migrate-to --database-url URL|- [--db BESTAND] [--bestand ANKERBESTAND] [--sleutel PUBLIEKE-SLEUTEL ...] [--parallel N]\n" +
+  "  Kopieert de SQLite-database naar een lege PostgreSQL-database (15 of nieuwer) en bewijst de kopie voordat het klaar zegt:\n" +
+  "  eerst moet de bron verifiëren (ketens tegen het ankerbestand), dan gaat alles in één transactie over (COPY), dan wordt\n" +
+  "  elke tabel rij voor rij vergeleken en elke keten in PostgreSQL geverifieerd tegen de ondertekende checkpoints.\n" +
+  "  Stop de service eerst: wat daarna nog in het SQLite-bestand komt, gaat niet mee.\n" +
+  "  --database-url  postgres://gebruiker@host:poort/database; met een wachtwoord alleen via '-' (de URL op standaardinvoer)\n" +
+  "                  of DATABASE_URL in de omgeving, nooit op de opdrachtregel\n" +
+  "  Sleutels: --sleutel (herhaalbaar), anders AUDIT_VERTROUWDE_SLEUTELS en de publieke helft van AUDIT_ANKER_SLEUTEL.\n" +
+  "  Standaard DATABASE_PATH en AUDIT_ANKER_BESTAND uit de omgeving.\n" +
+  "  exit 0: gekopieerd en bewezen; 1: bron verifieert niet of kopie wijkt af; 2: niet mogelijk (gebruik, verbinding, doel niet leeg).";
+
+export async function runMigrateTo(args: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void, stdin: () => Promise<string> = () => Bun.stdin.text()): Promise<number> {
+  let o;
+  try {
+    o = parseArgs({
+      args,
+      options: {
+        help: { type: "boolean", short: "h" },
+        "database-url": { type: "string" },
+        db: { type: "string" },
+        bestand: { type: "string" },
+        sleutel: { type: "string", multiple: true },
+        parallel: { type: "string" },
+      },
+      strict: true,
+    }).values;
+  } catch (e) {
+    err(`nachtwacht migrate-to: ${e instanceof Error ? e.message : String(e)}\n${MIGRATE_TO_HELP}`);
+    return 2;
+  }
+  if (o.help) {
+    out(MIGRATE_TO_HELP);
+    return 0;
+  }
+  const given = o["database-url"];
+  let url: string | undefined;
+  if (given === "-") url = (await stdin()).trim();
+  else if (given !== undefined) {
+    if (URL.canParse(given) && new URL(given).password !== "") {
+      err("nachtwacht migrate-to: een wachtwoord hoort niet op de opdrachtregel; geef --database-url - en de URL op standaardinvoer, of zet DATABASE_URL");
+      return 2;
+    }
+    url = given;
+  } else url = env.DATABASE_URL;
+  if (!url || !isPostgresUrl(url) || !URL.canParse(url)) {
+    err(`nachtwacht migrate-to: --database-url (of DATABASE_URL) moet een postgres://-URL zijn\n${MIGRATE_TO_HELP}`);
+    return 2;
+  }
+  const parallel = o.parallel === undefined ? 2 : Number(o.parallel);
+  if (!Number.isInteger(parallel) || parallel < 1 || parallel > 16) {
+    err("nachtwacht migrate-to: --parallel moet een geheel getal van 1 tot en met 16 zijn");
+    return 2;
+  }
+  try {
+    const result = await migrateToPostgres({
+      dbPath: o.db ?? env.DATABASE_PATH ?? "./data/nachtwacht.db",
+      anchorPath: o.bestand ?? env.AUDIT_ANKER_BESTAND ?? "./data/audit-ankers.jsonl",
+      url,
+      verifiers: trustedKeys(o.sleutel, env),
+      log: out,
+      parallel,
+    });
+    switch (result.uitkomst) {
+      case "klaar":
+        out(`KLAAR: ${result.tabellen.reduce((n, t) => n + t.rijen, 0)} rijen in ${result.tabellen.length} tabellen gekopieerd en gelijk bevonden; ${result.ketens} keten(s), ${result.entries} entries, geverifieerd in ${redactUrl(url)}.`);
+        return 0;
+      case "doel-niet-leeg":
+        err(`nachtwacht migrate-to: ${result.toelichting}`);
+        return 2;
+      default:
+        err(`nachtwacht migrate-to: ${result.uitkomst}: ${result.toelichting}`);
+        return 1;
+    }
+  } catch (e) {
+    // Never the URL as given: it may carry a password.
+    const msg = (e instanceof Error ? e.message : String(e)).replaceAll(url, redactUrl(url));
+    err(`nachtwacht migrate-to: ${e instanceof CannotCheck ? "" : "niet gelukt: "}${msg}`);
+    return 2;
+  }
+}
