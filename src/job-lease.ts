@@ -15,12 +15,16 @@
 //   job until the expiry.
 // - The holder is the process id plus a random id per service instance (RunningJobs),
 //   so no process takes another's lease for its own, even when a pid is reused.
+// - Taking, renewing and releasing never wait synchronously for the write lock: they go
+//   through writeTransaction / retryWhenBusy (src/db.ts), so while another process holds
+//   the lock the event loop keeps answering (/health included) and the lease operation
+//   waits with awaited pauses.
 import { randomUUID } from "node:crypto";
 import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import { and, eq, gt } from "drizzle-orm";
 import { jobLeases } from "../db/schema.ts";
-import type { Db } from "./db.ts";
+import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db, type Store } from "./db.ts";
 import { startRun } from "./job-runs.ts";
 import { log } from "./logger.ts";
 import { maxRuntimeMs, type JobName } from "./schedule.ts";
@@ -89,8 +93,8 @@ export function leaseTiming(job: JobName): LeaseTiming {
 const isHolder = (lease: Pick<JobLease, "pid" | "instantie">, holder: LeaseHolder) => lease.pid === holder.pid && lease.instantie === holder.instantie;
 
 export type LeasedStart =
-  /** The run's job_runs row was written and its lease taken; `overgenomen`: another holder's lease it replaced, and why. */
-  | { ok: true; runId: number; overgenomen: (JobLease & { reden: "verlopen" | "proces-weg" }) | null }
+  /** The run's job_runs row was written and its lease taken, valid until `verloopt`; `overgenomen`: another holder's lease it replaced, and why. */
+  | { ok: true; runId: number; verloopt: Date; overgenomen: (JobLease & { reden: "verlopen" | "proces-weg" }) | null }
   /** Another holder's lease is still valid: nothing was written. */
   | { ok: false; houder: JobLease };
 
@@ -100,9 +104,15 @@ export type LeasedStart =
  * holder is not provably gone (holderGone). A lease of this holder itself is taken over
  * (left by a release that failed: the in-process guard already said nothing of this job
  * runs here).
+ *
+ * Waits for another process's write lock without blocking the event loop
+ * (writeTransaction), for at most `deadlineMs`; then rejects with that SQLITE_BUSY and
+ * nothing was written (the job wrapper answers 503). Other database errors are passed on.
  */
-export function startLeasedRun(db: Db, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number): LeasedStart {
-  return db.transaction(
+export function startLeasedRun(store: Store, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<LeasedStart> {
+  const { db } = store;
+  return writeTransaction(
+    store.sqlite,
     (): LeasedStart => {
       const current = db.select().from(jobLeases).where(eq(jobLeases.job, job)).get() ?? null;
       const nowIso = now.toISOString();
@@ -110,6 +120,7 @@ export function startLeasedRun(db: Db, job: JobName, holder: LeaseHolder, now: D
       const expired = current !== null && current.verloopt <= nowIso;
       if (other && !expired && !holderGone(current)) return { ok: false, houder: current };
       const runId = startRun(db, job, now);
+      const verloopt = new Date(now.getTime() + ttlMs);
       const values = {
         pid: holder.pid,
         instantie: holder.instantie,
@@ -118,23 +129,23 @@ export function startLeasedRun(db: Db, job: JobName, holder: LeaseHolder, now: D
         runId,
         verkregen: nowIso,
         vernieuwd: nowIso,
-        verloopt: new Date(now.getTime() + ttlMs).toISOString(),
+        verloopt: verloopt.toISOString(),
       };
       db.insert(jobLeases)
         .values({ job, ...values })
         .onConflictDoUpdate({ target: jobLeases.job, set: values })
         .run();
-      return { ok: true, runId, overgenomen: other ? { ...current, reden: expired ? "verlopen" : "proces-weg" } : null };
+      return { ok: true, runId, verloopt, overgenomen: other ? { ...current, reden: expired ? "verlopen" : "proces-weg" } : null };
     },
-    { behavior: "immediate" },
+    deadlineMs,
   );
 }
 
 const heldBy = (job: JobName, holder: LeaseHolder, runId: number) =>
   and(eq(jobLeases.job, job), eq(jobLeases.pid, holder.pid), eq(jobLeases.instantie, holder.instantie), eq(jobLeases.runId, runId));
 
-/** Moves the expiry of this holder's lease on; false when it is no longer this holder's (taken over after it expired). */
-export function renewLease(db: Db, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): boolean {
+/** One attempt at renewing, synchronous: run inside retryWhenBusy (renewLease, startRenewing). */
+function renewNow(db: Db, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): boolean {
   const rows = db
     .update(jobLeases)
     .set({ vernieuwd: now.toISOString(), verloopt: new Date(now.getTime() + ttlMs).toISOString() })
@@ -144,9 +155,27 @@ export function renewLease(db: Db, job: JobName, holder: LeaseHolder, runId: num
   return rows.length > 0;
 }
 
-/** Deletes this holder's lease of the run; never another holder's. False when there was none. */
-export function releaseLease(db: Db, job: JobName, holder: LeaseHolder, runId: number): boolean {
-  return db.delete(jobLeases).where(heldBy(job, holder, runId)).returning({ job: jobLeases.job }).all().length > 0;
+/**
+ * Moves the expiry of this holder's lease on; false when it is no longer this holder's
+ * (taken over after it expired). Waits for another process's write lock without
+ * blocking the event loop (retryWhenBusy) for at most `deadlineMs`, then rejects with
+ * SQLITE_BUSY.
+ */
+export function renewLease(store: Store, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
+  return retryWhenBusy(store.sqlite, () => renewNow(store.db, job, holder, runId, now, ttlMs), deadlineMs);
+}
+
+/**
+ * Deletes this holder's lease of the run; never another holder's. False when there was
+ * none. Waits for the write lock as renewLease does; after `deadlineMs` it rejects with
+ * SQLITE_BUSY and the lease stays until it expires.
+ */
+export function releaseLease(store: Store, job: JobName, holder: LeaseHolder, runId: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
+  return retryWhenBusy(
+    store.sqlite,
+    () => store.db.delete(jobLeases).where(heldBy(job, holder, runId)).returning({ job: jobLeases.job }).all().length > 0,
+    deadlineMs,
+  );
 }
 
 /**
@@ -166,37 +195,141 @@ export function heldElsewhereMessage(job: JobName, lease: JobLease): string {
   );
 }
 
-export interface LeaseRenewer {
-  stop(): void;
+/** What became of a lease while it was renewed; stop() answers it. */
+export interface RenewalState {
+  /** Another process took the lease over (this one could not renew it before it expired): the job may have run twice. */
+  lost: boolean;
+  /** The lease passed its expiry at least once before a renewal got through. */
+  lapsed: boolean;
+  /** The expiry this process last wrote (taken or renewed). */
+  verloopt: Date;
 }
 
+export interface LeaseRenewer {
+  /** Stops renewing and resolves once no renewal is under way any more (none writes after it). */
+  stop(): Promise<RenewalState>;
+}
+
+const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
 /**
- * Renews the lease of a running run every `timing.renewMs` until stop(). A failed
- * renewal (a busy or read-only database) is logged and tried again at the next tick;
- * a lease taken over by another process (this one stopped renewing for longer than the
- * expiry) is logged once as an error: the job may then run twice. A run past its
- * maximum run time is logged once as a warning (taken-controle raises the alarm).
+ * Renews the lease of a running run every `timing.renewMs` until stop(). Nothing here
+ * throws into the job or stops it.
+ *
+ * A renewal that meets another process's write lock waits for it (retryWhenBusy,
+ * awaited) and goes on trying, without a deadline, until it gets through or the run
+ * ends. It does not give up at the lease's expiry and does not stop the job either:
+ * taking the lease over needs that same write lock, so while the lock stays taken no
+ * other process can take it, and the moment it is free this renewal gets its turn too;
+ * its WHERE (this holder, this run) then says whether the lease was taken over in
+ * between. Stopping the job would leave its work half done to prevent a take-over that
+ * cannot happen yet. What is not silent: every `renewMs` of waiting is logged as a
+ * warning; the expiry passing without a renewal as an error, at once (another process
+ * may take the job over from the moment the lock is free); a take-over as an error when
+ * the renewal finds it; and stop() tells the job wrapper (`lost`, `lapsed`).
+ *
+ * Another database error (read-only, disk full) is logged and tried again at the next
+ * renewal. A run past its maximum run time is logged once as a warning (taken-controle
+ * raises the alarm).
  */
-export function startRenewing(db: Db, clock: () => Date, job: JobName, holder: LeaseHolder, runId: number, timing: LeaseTiming): LeaseRenewer {
+export function startRenewing(
+  store: Store,
+  clock: () => Date,
+  job: JobName,
+  holder: LeaseHolder,
+  runId: number,
+  timing: LeaseTiming,
+  /** The expiry the lease was taken with (LeasedStart). */
+  verloopt: Date,
+): LeaseRenewer {
   const started = performance.now();
   const maxMs = maxRuntimeMs(job);
-  let lost = false;
+  const state: RenewalState = { lost: false, lapsed: false, verloopt };
+  let stopped = false;
+  let wake: () => void = () => {};
   let overTime = false;
-  const timer = setInterval(() => {
-    if (!overTime && performance.now() - started > maxMs) {
-      overTime = true;
-      log("warn", "a job runs longer than its maximum run time", { job, runId, maxRuntimeMinutes: maxMs / 60_000 });
-    }
-    if (lost) return;
-    try {
-      if (!renewLease(db, job, holder, runId, clock(), timing.ttlMs)) {
-        lost = true;
-        log("error", "a running job's lease was taken over by another process (its renewal had stopped past the expiry); the job may run twice", { job, runId });
+
+  /** Waits `ms` (a timer that keeps no process alive), or less when stop() is called. */
+  const pause = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      timer.unref?.();
+      wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+
+  const loop = async () => {
+    let waitingSince: Date | null = null;
+    let lapseLogged = false;
+    while (!stopped) {
+      // After a renewal that waited its full turn for the lock, the next attempt follows at once.
+      if (waitingSince === null) await pause(timing.renewMs);
+      if (stopped) break;
+      if (!overTime && performance.now() - started > maxMs) {
+        overTime = true;
+        log("warn", "a job runs longer than its maximum run time", { job, runId, maxRuntimeMinutes: maxMs / 60_000 });
       }
-    } catch (e) {
-      log("warn", "could not renew a running job's lease; tried again at the next renewal", { job, runId, error: e instanceof Error ? e.message : String(e) });
+      try {
+        const now = clock();
+        // The check for `stopped` runs in every attempt: after stop() nothing more is written.
+        const outcome = await retryWhenBusy(
+          store.sqlite,
+          () => (stopped ? "stopped" : renewNow(store.db, job, holder, runId, now, timing.ttlMs) ? "renewed" : "lost"),
+          timing.renewMs,
+        );
+        if (outcome === "stopped") break;
+        if (outcome === "lost") {
+          state.lost = true;
+          log("error", "a running job's lease was taken over by another process (its renewal had stopped past the expiry); the job may run twice", { job, runId });
+          break;
+        }
+        state.verloopt = new Date(now.getTime() + timing.ttlMs);
+        if (waitingSince !== null) {
+          log("info", "renewed a running job's lease after waiting for the database's write lock", {
+            job,
+            runId,
+            wachtteSinds: waitingSince.toISOString(),
+            ...(lapseLogged ? { verlopenTussentijds: true } : {}),
+          });
+        }
+        waitingSince = null;
+        lapseLogged = false;
+      } catch (e) {
+        if (stopped) break;
+        if (!isBusy(e)) {
+          waitingSince = null;
+          log("warn", "could not renew a running job's lease; tried again at the next renewal", { job, runId, error: errorMessage(e) });
+          continue;
+        }
+        const now = clock();
+        waitingSince ??= now;
+        if (!lapseLogged && now.getTime() >= state.verloopt.getTime()) {
+          lapseLogged = true;
+          state.lapsed = true;
+          log("error", "a running job's lease expired: the database's write lock stayed taken by another process, so it could not be renewed; once the lock is free another process may take the job over (it may run twice). Renewal goes on", {
+            job,
+            runId,
+            verloopt: state.verloopt.toISOString(),
+          });
+        } else {
+          log("warn", "could not renew a running job's lease: the database's write lock is taken by another process; trying again", {
+            job,
+            runId,
+            verloopt: state.verloopt.toISOString(),
+          });
+        }
+      }
     }
-  }, timing.renewMs);
-  timer.unref?.();
-  return { stop: () => clearInterval(timer) };
+  };
+  const done = loop().catch((e) => log("error", "the lease renewal stopped on an unexpected error", { job, runId, error: errorMessage(e) }));
+  return {
+    async stop() {
+      stopped = true;
+      wake();
+      await done;
+      return state;
+    },
+  };
 }

@@ -4,10 +4,12 @@
 // command until the test releases it. Then: the second instance refuses the job with
 // 409 while the first runs it; a SIGKILLed holder's lease is taken over at once (its
 // pid is gone from this host); a holder that lives but stopped renewing (SIGSTOP)
-// keeps the job until its lease expires, and then loses it. Below, the lease functions
-// themselves on one database.
+// keeps the job until its lease expires, and then loses it. While another process holds
+// the database's write lock, a job call waits for it without stalling the service
+// (/health answers meanwhile), and past the wait it is answered 503 and recorded. Below,
+// the lease functions themselves on one database, also under a held write lock.
 import { Database } from "bun:sqlite";
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, afterEach, beforeAll, describe, expect, spyOn, test } from "bun:test";
 import { join, resolve } from "node:path";
 import { SMTPServer } from "smtp-server";
 import { holderGone, leaseTiming, liveLeases, newLeaseHolder, releaseLease, renewLease, startLeasedRun, startRenewing, type LeaseHolder } from "../src/job-lease.ts";
@@ -16,6 +18,7 @@ import { call, makeTestEnv, NOW, SECRET, tempDir, TEST_SIGNING_KEY } from "./hel
 import { defineJob } from "../src/jobs/job.ts";
 import { createApp } from "../src/app.ts";
 import { startService } from "./fixtures/hardening.ts";
+import { holdWriteLock } from "./ingest-fixtures.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const RECIPIENT = "ops@example.test";
@@ -279,71 +282,150 @@ describe("the lease across two real processes on one database", () => {
   }, 60_000);
 });
 
+describe("another process holding the database's write lock (the host application, a backup)", () => {
+  test("a job call waits for the lock without stalling the service: /health is answered while it waits; once the lock is free the job runs (200), one run, no lease left", async () => {
+    const db = sharedDatabase();
+    const s = await startInstance(db.env);
+    const lock = await holdWriteLock(db.path);
+    const order: string[] = [];
+    const job = post(s, "taken-controle").then((r) => (order.push("job"), r));
+    job.catch(() => {});
+    try {
+      // /health lists the job once its call is in the job wrapper; it can only do so while
+      // that call waits for the lock if the wait leaves the event loop free.
+      const health = await until("/health to list taken-controle as running", async () => {
+        if (order.includes("job")) throw new Error(`the job call was answered before /health could list it (the lock wait stalled the service): ${JSON.stringify(await job)}`);
+        const h = await fetch(`${s.url}/health`);
+        const body = (await h.json()) as { status: string; database: string; lopendeTaken: string[] };
+        return h.status === 200 && body.lopendeTaken.includes("taken-controle") ? body : undefined;
+      });
+      order.push("health");
+      expect(health).toEqual({ status: "ok", database: "bereikbaar", lopendeTaken: ["taken-controle"] });
+      // Still waiting: nothing of the run is written yet.
+      expect(runsOf(db.path, "taken-controle")).toEqual([]);
+      expect(leaseOf(db.path, "taken-controle")).toBeUndefined();
+    } finally {
+      await lock.release();
+    }
+    order.push("released");
+    const r = await job;
+    expect(order).toEqual(["health", "released", "job"]);
+    expect(r.status).toBe(200);
+    expect(r.json.ok).toBe(true);
+    expect(runsOf(db.path, "taken-controle")).toEqual([{ id: 1, uitkomst: "ok", beeindigd: expect.any(String) }]);
+    expect(leaseOf(db.path, "taken-controle")).toBeUndefined();
+    expect(s.output()).not.toContain('"alarm"');
+    s.proc.kill("SIGTERM");
+    expect(await s.exited).toBe(0);
+  }, 60_000);
+
+  test("a lock held past the wait (5 s): 503 {error} naming SQLITE_BUSY with Retry-After, a warning and no alarm; the call is recorded as fout/503 once the lock is free; no lease", async () => {
+    const db = sharedDatabase();
+    const s = await startInstance(db.env);
+    const lock = await holdWriteLock(db.path);
+    let r: Response;
+    let body: { error: string };
+    try {
+      // The lock is held until the answer has come: past the wait, whatever it takes.
+      r = await fetch(`${s.url}/api/cron/taken-controle`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
+      body = (await r.json()) as { error: string };
+      // Not recorded while the lock is taken.
+      expect(runsOf(db.path, "taken-controle")).toEqual([]);
+    } finally {
+      await lock.release();
+    }
+    expect(r.status).toBe(503);
+    expect(r.headers.get("retry-after")).toBe("60");
+    expect(Object.keys(body)).toEqual(["error"]);
+    expect(body.error).toStartWith("De database is bezet (SQLITE_BUSY");
+    expect(body.error).toContain("taken-controle is niet gestart");
+
+    const recorded = await until("the refused call to be recorded", () => {
+      const rows = query<{ uitkomst: string; http_status: number; fout: string; beeindigd: string | null }>(
+        db.path,
+        "SELECT uitkomst, http_status, fout, beeindigd FROM job_runs WHERE job = 'taken-controle'",
+      );
+      return rows.length > 0 && rows;
+    });
+    expect(recorded).toEqual([{ uitkomst: "fout", http_status: 503, fout: body.error, beeindigd: expect.any(String) }]);
+    expect(leaseOf(db.path, "taken-controle")).toBeUndefined();
+    expect(s.output()).toContain("the database write lock stayed taken by another process; the job was not started and answered 503");
+    expect(s.output()).not.toContain('"alarm"');
+
+    // The lock is free: the next call runs.
+    expect((await post(s, "taken-controle")).status).toBe(200);
+    expect(runsOf(db.path, "taken-controle").map((x) => x.uitkomst)).toEqual(["fout", "ok"]);
+    expect(leaseOf(db.path, "taken-controle")).toBeUndefined();
+    s.proc.kill("SIGTERM");
+    expect(await s.exited).toBe(0);
+  }, 60_000);
+});
+
 describe("the lease functions on one database", () => {
   const other = (): LeaseHolder => ({ ...newLeaseHolder(), host: "elders.example" });
 
-  test("taken in one transaction with the run's row; refused while another holder's lease is valid, taken over once it expired", () => {
+  test("taken in one transaction with the run's row; refused while another holder's lease is valid, taken over once it expired", async () => {
     const env = makeTestEnv();
     try {
-      const db = env.store.db;
+      const store = env.store;
       const a = other();
       const mine = newLeaseHolder();
-      const first = startLeasedRun(db, "weekrapport", a, NOW, 90_000);
+      const first = await startLeasedRun(store, "weekrapport", a, NOW, 90_000);
       expect(first).toMatchObject({ ok: true, overgenomen: null });
-      const refused = startLeasedRun(db, "weekrapport", mine, new Date(NOW.getTime() + 89_999), 90_000);
+      const refused = await startLeasedRun(store, "weekrapport", mine, new Date(NOW.getTime() + 89_999), 90_000);
       expect(refused.ok).toBe(false);
       expect(!refused.ok && refused.houder).toMatchObject({ pid: a.pid, instantie: a.instantie, host: "elders.example" });
       // Nothing was written for the refused call.
       expect((env.store.sqlite.query("SELECT count(*) AS n FROM job_runs").get() as { n: number }).n).toBe(1);
 
       const later = new Date(NOW.getTime() + 90_000);
-      const taken = startLeasedRun(db, "weekrapport", mine, later, 90_000);
+      const taken = await startLeasedRun(store, "weekrapport", mine, later, 90_000);
       expect(taken.ok && taken.overgenomen).toMatchObject({ instantie: a.instantie, reden: "verlopen" });
-      expect(liveLeases(db, later).get("weekrapport")).toMatchObject({ instantie: mine.instantie, runId: taken.ok ? taken.runId : -1 });
+      expect(liveLeases(store.db, later).get("weekrapport")).toMatchObject({ instantie: mine.instantie, runId: taken.ok ? taken.runId : -1 });
     } finally {
       env.cleanup();
     }
   });
 
-  test("a holder never renews or releases another's lease, even with the same pid; its own it does", () => {
+  test("a holder never renews or releases another's lease, even with the same pid; its own it does", async () => {
     const env = makeTestEnv();
     try {
-      const db = env.store.db;
+      const store = env.store;
       const a = newLeaseHolder();
       const b = newLeaseHolder(); // same pid and host, another instance
       expect(b.pid).toBe(a.pid);
-      const r = startLeasedRun(db, "audit-anker", a, NOW, 90_000);
+      const r = await startLeasedRun(store, "audit-anker", a, NOW, 90_000);
       if (!r.ok) throw new Error("not taken");
-      expect(startLeasedRun(db, "audit-anker", b, NOW, 90_000).ok).toBe(false);
+      expect((await startLeasedRun(store, "audit-anker", b, NOW, 90_000)).ok).toBe(false);
       expect(holderGone({ pid: a.pid, host: a.host, pidNs: a.pidNs })).toBe(false);
-      expect(renewLease(db, "audit-anker", b, r.runId, NOW, 90_000)).toBe(false);
-      expect(releaseLease(db, "audit-anker", b, r.runId)).toBe(false);
-      expect(releaseLease(db, "audit-anker", a, r.runId + 1)).toBe(false);
-      expect(renewLease(db, "audit-anker", a, r.runId, new Date(NOW.getTime() + 30_000), 90_000)).toBe(true);
-      expect(liveLeases(db, new Date(NOW.getTime() + 119_999)).has("audit-anker")).toBe(true);
-      expect(releaseLease(db, "audit-anker", a, r.runId)).toBe(true);
-      expect(liveLeases(db, NOW).size).toBe(0);
+      expect(await renewLease(store, "audit-anker", b, r.runId, NOW, 90_000)).toBe(false);
+      expect(await releaseLease(store, "audit-anker", b, r.runId)).toBe(false);
+      expect(await releaseLease(store, "audit-anker", a, r.runId + 1)).toBe(false);
+      expect(await renewLease(store, "audit-anker", a, r.runId, new Date(NOW.getTime() + 30_000), 90_000)).toBe(true);
+      expect(liveLeases(store.db, new Date(NOW.getTime() + 119_999)).has("audit-anker")).toBe(true);
+      expect(await releaseLease(store, "audit-anker", a, r.runId)).toBe(true);
+      expect(liveLeases(store.db, NOW).size).toBe(0);
     } finally {
       env.cleanup();
     }
   });
 
-  test("a lease whose holder's pid is gone from this host is taken over before it expires; one from another host is not", () => {
+  test("a lease whose holder's pid is gone from this host is taken over before it expires; one from another host is not", async () => {
     const env = makeTestEnv();
     try {
-      const db = env.store.db;
+      const store = env.store;
       const deadPid = Bun.spawnSync(["true"]).pid;
       const here = { ...newLeaseHolder(), pid: deadPid };
       const elsewhere = { ...other(), pid: deadPid };
       expect(holderGone(here)).toBe(true);
       expect(holderGone(elsewhere)).toBe(false);
-      expect(startLeasedRun(db, "dagrapport", here, NOW, 90_000).ok).toBe(true);
-      expect(liveLeases(db, NOW).has("dagrapport")).toBe(false);
-      const taken = startLeasedRun(db, "dagrapport", newLeaseHolder(), NOW, 90_000);
+      expect((await startLeasedRun(store, "dagrapport", here, NOW, 90_000)).ok).toBe(true);
+      expect(liveLeases(store.db, NOW).has("dagrapport")).toBe(false);
+      const taken = await startLeasedRun(store, "dagrapport", newLeaseHolder(), NOW, 90_000);
       expect(taken.ok && taken.overgenomen).toMatchObject({ pid: deadPid, reden: "proces-weg" });
 
-      expect(startLeasedRun(db, "weekrapport", elsewhere, NOW, 90_000).ok).toBe(true);
-      expect(startLeasedRun(db, "weekrapport", newLeaseHolder(), NOW, 90_000).ok).toBe(false);
+      expect((await startLeasedRun(store, "weekrapport", elsewhere, NOW, 90_000)).ok).toBe(true);
+      expect((await startLeasedRun(store, "weekrapport", newLeaseHolder(), NOW, 90_000)).ok).toBe(false);
     } finally {
       env.cleanup();
     }
@@ -354,23 +436,104 @@ describe("the lease functions on one database", () => {
     expect(leaseTiming("backup-status")).toEqual({ renewMs: 30_000, ttlMs: 90_000 });
     const env = makeTestEnv();
     try {
-      const db = env.store.db;
+      const store = env.store;
       const h = newLeaseHolder();
       let now = NOW.getTime();
       const clock = () => new Date(now);
-      const r = startLeasedRun(db, "taken-controle", h, clock(), 60);
+      const r = await startLeasedRun(store, "taken-controle", h, clock(), 60);
       if (!r.ok) throw new Error("not taken");
       const verloopt = () => (env.store.sqlite.query("SELECT verloopt FROM job_leases WHERE job = 'taken-controle'").get() as { verloopt: string }).verloopt;
       expect(verloopt()).toBe(new Date(NOW.getTime() + 60).toISOString());
-      const renewer = startRenewing(db, clock, "taken-controle", h, r.runId, { renewMs: 10, ttlMs: 60 });
+      const renewer = startRenewing(store, clock, "taken-controle", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
+      let state;
       try {
         now += 1000;
         await until("a renewal", () => verloopt() === new Date(NOW.getTime() + 1060).toISOString());
       } finally {
-        renewer.stop();
+        state = await renewer.stop();
       }
+      expect(state).toEqual({ lost: false, lapsed: false, verloopt: new Date(NOW.getTime() + 1060) });
+      // Nothing renews after stop() resolved.
+      now += 1000;
+      const after = verloopt();
+      await Bun.sleep(30);
+      expect(verloopt()).toBe(after);
     } finally {
       env.cleanup();
+    }
+  });
+
+  test("under another process's write lock: taking and releasing wait without blocking and give up after their deadline (SQLITE_BUSY, nothing written); the renewer keeps trying, logs the lapse, renews once the lock is free", async () => {
+    const env = makeTestEnv();
+    const lines: string[] = [];
+    const spy = spyOn(process.stderr, "write").mockImplementation(((chunk: unknown) => {
+      lines.push(String(chunk));
+      return true;
+    }) as typeof process.stderr.write);
+    let lock: Awaited<ReturnType<typeof holdWriteLock>> | null = null;
+    try {
+      const store = env.store;
+      const h = newLeaseHolder();
+      const r = await startLeasedRun(store, "audit-anker", h, NOW, 60);
+      if (!r.ok) throw new Error("not taken");
+      lock = await holdWriteLock(env.config.databasePath);
+
+      const busy = (p: Promise<unknown>) => p.then(() => "resolved", (e) => (e as { code?: string }).code);
+      expect(await busy(startLeasedRun(store, "dagrapport", h, NOW, 60, 20))).toStartWith("SQLITE_BUSY");
+      expect(await busy(releaseLease(store, "audit-anker", h, r.runId, 20))).toStartWith("SQLITE_BUSY");
+      // SQLite's own busy wait is back for everything else on the connection.
+      expect(store.sqlite.query("PRAGMA busy_timeout").get()).toEqual({ timeout: 5000 });
+
+      // The renewer meets the lock; the clock passes the expiry (NOW + 60 ms) meanwhile.
+      let now = NOW.getTime() + 1000;
+      const renewer = startRenewing(store, () => new Date(now), "audit-anker", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
+      const logged = (text: string) => lines.some((l) => l.includes(text));
+      await until("the lapse to be logged", () => logged("a running job's lease expired"));
+      // Logged while the lock is still held: nothing could renew it meanwhile.
+      const lease = () => store.sqlite.query("SELECT verloopt FROM job_leases WHERE job = 'audit-anker'").get() as { verloopt: string };
+      expect(lease().verloopt).toBe(r.verloopt.toISOString());
+
+      await lock.release();
+      lock = null;
+      await until("the renewal after the lock", () => lease().verloopt === new Date(now + 60).toISOString());
+      now += 1000;
+      const state = await renewer.stop();
+      expect(state.lost).toBe(false);
+      expect(state.lapsed).toBe(true);
+      expect(await releaseLease(store, "audit-anker", h, r.runId)).toBe(true);
+      expect(liveLeases(store.db, NOW).size).toBe(0);
+    } finally {
+      spy.mockRestore();
+      await lock?.release();
+      await env.cleanup();
+    }
+  }, 30_000);
+
+  test("a renewer whose lease was taken over while the lock was held says so (lost) and stops writing", async () => {
+    const env = makeTestEnv();
+    const spy = spyOn(process.stderr, "write").mockImplementation((() => true) as typeof process.stderr.write);
+    try {
+      const store = env.store;
+      const h = newLeaseHolder();
+      const r = await startLeasedRun(store, "weekrapport", h, NOW, 60);
+      if (!r.ok) throw new Error("not taken");
+      let now = NOW.getTime();
+      const renewer = startRenewing(store, () => new Date(now), "weekrapport", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
+      // Another process took the expired lease over.
+      const taken = await startLeasedRun(store, "weekrapport", other(), new Date(NOW.getTime() + 60), 90_000);
+      expect(taken.ok).toBe(true);
+      now += 1000;
+      const holderOf = () => (store.sqlite.query("SELECT instantie FROM job_leases WHERE job = 'weekrapport'").get() as { instantie: string }).instantie;
+      const otherInstance = holderOf();
+      const state = await until("the renewer to find the take-over", async () => {
+        const logged = (spy.mock.calls as unknown[][]).some((c) => String(c[0]).includes("was taken over by another process"));
+        return logged && (await renewer.stop());
+      });
+      expect(state).toMatchObject({ lost: true });
+      expect(holderOf()).toBe(otherInstance);
+    } finally {
+      spy.mockRestore();
+      await env.cleanup();
     }
   });
 

@@ -5,11 +5,14 @@
 // job-run history: start, end, outcome, summary, error. mountJob documents each route: the job's own answers and the
 // wrapper's (routeResponses).
 // A job that completed is answered with its own result even when recording its end
-// fails (recordEnd).
+// fails (recordEnd). The lease is taken, renewed and released without a synchronous
+// wait for the write lock (src/job-lease.ts): a call that cannot get the lock in time
+// is answered 503 and recorded once the lock is free (refusedOnBusyLock).
 import { t, type Elysia, type TSchema } from "elysia";
+import { isBusy, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing } from "../job-lease.ts";
-import { finishRun, writeKeptEnds, type RunEnd } from "../job-runs.ts";
+import { heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
+import { finishRun, startRun, writeKeptEnds, type RunEnd } from "../job-runs.ts";
 import { JobInterrupted, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, type JobName } from "../schedule.ts";
@@ -95,6 +98,36 @@ async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: 
   }
 }
 
+/** How long a call refused on a busy write lock goes on trying to record itself in job_runs (after its 503 was sent). */
+export const REFUSED_RECORD_DEADLINE_MS = 60_000;
+
+/**
+ * The answer to a call whose lease could not be taken because another process held the
+ * write lock for the whole wait (BUSY_TIMEOUT_MS; the host application, a backup): 503
+ * with Retry-After, as every job answers an unavailable database, logged as a warning.
+ * No alarm per call (the lock is expected to be taken now and then, as for the write
+ * API): the run is recorded in job_runs as `fout` with 503 and this message, so
+ * taken-controle reports the job `faalt` (alarm job-missed) unless a later run
+ * succeeded. That row cannot be written while the lock is taken: it is written after the
+ * answer, waiting for the lock without blocking (writeTransaction) for at most
+ * REFUSED_RECORD_DEADLINE_MS; if it still cannot, that is logged as an error.
+ */
+function refusedOnBusyLock(deps: Deps, job: JobName, started: Date, e: unknown): Response {
+  const message = `De database is bezet (SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast); de taak ${job} is niet gestart. Probeer het na Retry-After opnieuw.`;
+  const refused = deps.clock();
+  const code = (e as { code?: unknown }).code;
+  log("warn", "the database write lock stayed taken by another process; the job was not started and answered 503", { job, code });
+  const { sqlite, db } = deps.store;
+  void writeTransaction(
+    sqlite,
+    () => finishRun(db, startRun(db, job, started), refused, { uitkomst: "fout", httpStatus: 503, fout: message }),
+    REFUSED_RECORD_DEADLINE_MS,
+  ).catch((recordError) => {
+    log("error", "could not record a job call refused on a busy database in job_runs", { job, gestart: started.toISOString(), error: errorText(recordError) });
+  });
+  return json(503, { error: message }, { "retry-after": "60" });
+}
+
 async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, input: unknown): Promise<Response> {
   if (running.isClosed) {
     return json(503, { error: "De service wordt gestopt; roep de taak over een minuut opnieuw aan." }, { "retry-after": "60" });
@@ -111,7 +144,14 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     const started = deps.clock();
     // The guard across processes: the lease and the run's row in one IMMEDIATE transaction.
     const timing = leaseTiming(def.name);
-    const lease = startLeasedRun(deps.store.db, def.name, running.holder, started, timing.ttlMs);
+    let lease: LeasedStart;
+    try {
+      lease = await startLeasedRun(deps.store, def.name, running.holder, started, timing.ttlMs);
+    } catch (e) {
+      // Another database error (read-only, disk full) is onError's 503 with an alarm.
+      if (!isBusy(e)) throw e;
+      return refusedOnBusyLock(deps, def.name, started, e);
+    }
     if (!lease.ok) return json(409, { error: heldElsewhereMessage(def.name, lease.houder) });
     if (lease.overgenomen) {
       const o = lease.overgenomen;
@@ -127,7 +167,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     }
     const runId = lease.runId;
     running.setRun(def.name, runId);
-    const renewer = startRenewing(deps.store.db, deps.clock, def.name, running.holder, runId, timing);
+    const renewer = startRenewing(deps.store, deps.clock, def.name, running.holder, runId, timing, lease.verloopt);
     // An interrupted job is left running until the process exits: its lease stays until it expires.
     let keepLease = false;
     try {
@@ -161,13 +201,20 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       });
       return json(result.status, result.body);
     } finally {
-      renewer.stop();
-      if (!keepLease) {
+      // No renewal writes after this; a lease taken over meanwhile is not ours to release.
+      const renewal = await renewer.stop();
+      if (!keepLease && !renewal.lost) {
         try {
-          releaseLease(deps.store.db, def.name, running.holder, runId);
+          await releaseLease(deps.store, def.name, running.holder, runId);
         } catch (e) {
-          // It expires by itself; until then another process's call is refused.
-          log("error", "could not release a job's lease; it expires by itself", { job: def.name, runId, error: errorText(e) });
+          // The write lock stayed taken (or the database refused the write): the lease
+          // expires by itself; until then another process's call of the job is refused.
+          log("error", "could not release a job's lease; it expires by itself", {
+            job: def.name,
+            runId,
+            verloopt: renewal.verloopt.toISOString(),
+            error: errorText(e),
+          });
         }
       }
     }
