@@ -1,11 +1,16 @@
 // Cron arithmetic beside the schedule table (src/schedule.ts, which stays a plain
 // table for the crontab generator): where a scheduled job stands against its cron
-// expression (UTC) and the job-run history.
+// expression (UTC) and the job-run history (dueState), and the one rule that turns that,
+// the newest run and whether a process keeps it alive into a job's status (jobStatuses),
+// for taken-controle and /metrics alike.
 import { Cron } from "croner";
 import { and, eq, gte, sql } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
-import { preparedPerConnection, type Db } from "./db.ts";
-import type { JobName } from "./schedule.ts";
+import { installedAt, preparedPerConnection, type Db } from "./db.ts";
+import { liveLeases, type JobLease } from "./job-lease.ts";
+import { lastRun, type Outcome } from "./job-runs.ts";
+import type { JobContext } from "./jobs/job.ts";
+import { SCHEDULE, type JobName } from "./schedule.ts";
 
 /**
  * The last fire time at or before `at`. croner's previousRuns excludes a fire time
@@ -61,4 +66,80 @@ export function dueState(db: Db, job: JobName, cronExpression: string, now: Date
     ranSinceExpected: expected !== null && startedSince(expected),
     next: cron.nextRun(now),
   };
+}
+
+/** What taken-controle reports per scheduled job (docs/operations.md, "What taken-controle tells apart"). */
+export const JOB_STATUSES = ["ok", "loopt", "hangt", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"] as const;
+export type JobStatusName = (typeof JOB_STATUSES)[number];
+
+/** Where one job of the schedule table stands. */
+export interface JobStatus {
+  job: JobName;
+  /** null: not scheduled (backup-status); then `due` and `status` are null too. */
+  cron: string | null;
+  maxRuntimeMinutes: number;
+  /** The newest run (job_runs), with the end this process kept when its row could not be written yet; null when it never ran. */
+  run: { id: number; gestart: string; beeindigd: string | null; uitkomst: Outcome } | null;
+  /** Whether the newest run is alive, and what keeps it so: this process runs it, or another holds its lease. */
+  levend: "dit-proces" | "ander-proces" | null;
+  /** With `levend` `ander-proces`: that process's lease. */
+  houder: JobLease | null;
+  due: DueState | null;
+  status: JobStatusName | null;
+}
+
+/**
+ * Where every job of the schedule table stands at `now`, as taken-controle reports it and
+ * /metrics exposes it: reads only (job_runs, job_leases, the install time), no alarm, no
+ * write. `context` is what the job wrapper knows of this process (JobContext): the runs
+ * it executes now and the ends it could not write yet.
+ *
+ * A run is alive when this process runs it, or when another process holds its lease and
+ * keeps renewing it (liveLeases: not expired, its holder not provably gone). A live run
+ * is `loopt` until it outlives the job's maximum run time, then `hangt`. The newest run
+ * still 'bezig' that nothing keeps alive is `onderbroken`. A fire time whose grace passed
+ * without a run is `gemist` (unless a run is alive: calls the guards refused meanwhile
+ * left no row), a last run that failed `faalt`. Only the newest run is judged: a failure
+ * followed by a run still in progress waits for that run's outcome.
+ */
+export function jobStatuses(db: Db, now: Date, graceMs: number, context: JobContext): JobStatus[] {
+  // Without the install time (someone removed it) nothing is exempt: the watchdog
+  // should rather alarm once too often than stay silent.
+  const installed = installedAt(db);
+  const keptEnds = new Map(context.unrecorded.map((u) => [u.runId, u]));
+  const runningHere = new Set<JobName>(context.running.map((r) => r.job));
+  const leases = liveLeases(db, now);
+  return SCHEDULE.map((entry): JobStatus => {
+    const row = lastRun(db, entry.job);
+    const kept = row ? keptEnds.get(row.id) : undefined;
+    const run: JobStatus["run"] = row
+      ? { id: row.id, gestart: row.gestart, beeindigd: kept ? kept.beeindigd : row.beeindigd, uitkomst: kept ? kept.uitkomst : row.uitkomst }
+      : null;
+    const unfinished = run !== null && run.uitkomst === "bezig" && run.beeindigd === null;
+    const lease = row ? leases.get(entry.job) : undefined;
+    const here = runningHere.has(entry.job);
+    const elsewhere = !here && unfinished && lease !== undefined && lease.runId === row!.id;
+    const alive = here || elsewhere;
+    const levend = here ? ("dit-proces" as const) : elsewhere ? ("ander-proces" as const) : null;
+    const houder = elsewhere ? lease! : null;
+    if (entry.cron === null) return { job: entry.job, cron: null, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, levend, houder, due: null, status: null };
+
+    const due = dueState(db, entry.job, entry.cron, now, graceMs, installed);
+    const hung = alive && unfinished && now.getTime() - new Date(run!.gestart).getTime() > entry.maxRuntimeMinutes * 60_000;
+    const failed = !alive && run?.uitkomst === "fout";
+    const interrupted = !alive && unfinished;
+    const missed = !alive && due.missed;
+    let status: JobStatusName;
+    // A run whose process died is reported even before the job's first expected fire
+    // time (a run started by hand on a new installation): the caller never got an answer.
+    if (hung) status = "hangt";
+    else if (alive) status = "loopt";
+    else if (due.notYetExpected) status = interrupted ? "onderbroken" : "nog-niet-verwacht";
+    else if (missed) status = "gemist";
+    else if (failed) status = "faalt";
+    else if (interrupted) status = "onderbroken";
+    else if (!due.ranSinceExpected) status = "wacht";
+    else status = "ok";
+    return { job: entry.job, cron: entry.cron, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, levend, houder, due, status };
+  });
 }

@@ -6,6 +6,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { networkInterfaces } from "node:os";
 import { newIngestCounters } from "../src/ingest/counters.ts";
+import { newLeaseHolder } from "../src/job-lease.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { collectMetrics, isLoopback, METRICS_CONTENT_TYPE, metricsAccess, renderMetrics, type MetricsSnapshot } from "../src/http/metrics.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
@@ -75,6 +76,16 @@ function insertVerification(e: TestEnv, tenantId: number, gecontroleerd: string,
   e.store.sqlite
     .query("INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 5, ?, NULL, ?)")
     .run(tenantId, gecontroleerd, intact ? 1 : 0, intact ? null : 3, intact ? null : "hash-afwijkend");
+}
+
+/** This host as a lease holder writes it (hostname, PID namespace). */
+const HERE = newLeaseHolder();
+
+/** A lease on `runId` as another live process on this host holds it (this test's own pid, another instance id), valid until `verloopt`. */
+function insertLease(e: TestEnv, job: string, runId: number, verloopt: Date) {
+  e.store.sqlite
+    .query("INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt) VALUES (?, ?, 'ander-proces-id', ?, ?, ?, ?, ?, ?)")
+    .run(job, process.pid, HERE.host, HERE.pidNs, runId, at(H), at(0), verloopt.toISOString());
 }
 
 /** A non-loopback address of this machine to listen on, if it has one. */
@@ -157,6 +168,34 @@ describe("the values", () => {
     expect(value(m3, "nachtwacht_job_last_outcome", { job: "audit-anker", outcome: "bezig" })).toBe(0);
     expect(value(m3, "nachtwacht_job_last_duration_seconds", { job: "audit-anker" })).toBe(540);
     expect(value(m3, "nachtwacht_job_running", { job: "audit-anker" })).toBe(0);
+  });
+
+  test("a job alive in another process (a live holder's lease on its newest run) is not overdue, as taken-controle says; without the lease it is", async () => {
+    env = makeTestEnv({ METRICS_SECRET });
+    // audit-verificatie fires at 01:00 (grace 30 min, maximum run time 60 min). Its newest
+    // run started at 00:59, before that fire time, and has no end; at 01:40 the grace has passed.
+    const now = new Date("2026-07-23T01:40:00.000Z");
+    env.setNow(now);
+    const runId = insertRun(env, "audit-verificatie", "2026-07-23T00:59:00.000Z", null, "bezig");
+    const overdue = async () => value(parse((await scrape(env!)).text), "nachtwacht_job_overdue", { job: "audit-verificatie" });
+    const controle = async () => (await runTakenControle(env!.deps, now, { running: [], unrecorded: [] })).body;
+
+    // Nothing keeps the run alive: its process died, and no run started since 01:00.
+    expect(await overdue()).toBe(1);
+    expect((await controle()).gemist).toContain("audit-verificatie");
+
+    // Another process on this host holds its lease (alive: this test's pid, another instance).
+    insertLease(env, "audit-verificatie", runId, new Date(now.getTime() + 60_000));
+    expect(await overdue()).toBe(0);
+    const body = await controle();
+    expect(body.gemist).not.toContain("audit-verificatie");
+    expect(body.taken.find((t) => t.job === "audit-verificatie")).toMatchObject({ status: "loopt", levend: "ander-proces", houder: { pid: process.pid } });
+
+    // Once the lease has expired the run is dead again: overdue, and gemist in taken-controle.
+    const later = new Date(now.getTime() + 60_000);
+    env.setNow(later);
+    expect(await overdue()).toBe(1);
+    expect((await runTakenControle(env.deps, later, { running: [], unrecorded: [] })).body.gemist).toContain("audit-verificatie");
   });
 
   test("audit chains: tenants checked and broken, time of the newest verification", async () => {
@@ -439,12 +478,13 @@ describe("access", () => {
 });
 
 describe("cost", () => {
-  test("a scrape is a handful of indexed lookups: no table scanned but the one-row-per-tenant verification state", async () => {
+  test("a scrape is a handful of indexed lookups: no table scanned but the one-row-per-tenant verification state and the job leases (one row per job at most)", async () => {
     env = makeTestEnv({ METRICS_SECRET });
     const t = addTenant(env.store, "A");
     insertVerification(env, t, at(H), true);
     insertBackup(env, at(H), 0);
     insertRun(env, "dagrapport", at(H), at(H - 1), "ok");
+    insertLease(env, "audit-anker", insertRun(env, "audit-anker", at(60_000), null, "bezig"), new Date(NOW.getTime() + 60_000));
     const seen: string[] = [];
     const sqlite = env.store.sqlite;
     const prepare = sqlite.prepare.bind(sqlite);
@@ -470,7 +510,8 @@ describe("cost", () => {
       const params = (q.match(/\?/g) ?? []).map(() => "x");
       const plan = (query(`EXPLAIN QUERY PLAN ${q}`).all(...params) as { detail: string }[]).map((r) => r.detail);
       const scans = plan.filter((d) => /^SCAN /.test(d) && !/USING (COVERING )?INDEX/.test(d));
-      expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => d.startsWith("SCAN audit_verification_state")) });
+      // job_leases has the job as its primary key: one row per job at most, so scanning it is bounded.
+      expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => d.startsWith("SCAN audit_verification_state") || d.startsWith("SCAN job_leases")) });
       expect(plan.some((d) => d.includes("USE TEMP B-TREE"))).toBe(false);
     }
   });

@@ -4,6 +4,7 @@ import { Cron } from "croner";
 import { newLeaseHolder } from "../src/job-lease.ts";
 import { defineJob, type JobContext } from "../src/jobs/job.ts";
 import { runTakenControle, takenControleJob, TakenControleBody } from "../src/jobs/taken-controle.ts";
+import { jobStatuses } from "../src/schedule-due.ts";
 import { SCHEDULE, type JobName } from "../src/schedule.ts";
 import { call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
 
@@ -480,6 +481,35 @@ describe("taken-controle: runs this process is running right now", () => {
       expect(statusOf(live.body, "beveiligingslog-analyse")).toBe("hangt");
       expect(live.body).toMatchObject({ gemist: [], onderbroken: [], falend: [], hangend: ["beveiligingslog-retentie", "beveiligingslog-analyse"] });
       expect(env.alarms.raised.map((a) => a.type)).toEqual(["job-missed", "job-interrupted", "job-hung"]);
+    } finally {
+      env.cleanup();
+    }
+  });
+});
+
+describe("jobStatuses: the one rule behind taken-controle and /metrics", () => {
+  test("reads only (works on a connection that refuses every write), raises nothing, and is exactly what taken-controle reports; backup-status has no status", async () => {
+    const env = makeTestEnv();
+    try {
+      healthyRuns(env, NOW, ["dagrapport", "audit-verificatie", "beveiligingslog-retentie", "backup-controle"]);
+      addRun(env, "dagrapport", at("2026-07-22T06:00:01.000Z")); // gemist
+      addRun(env, "beveiligingslog-retentie", at("2026-07-23T03:00:01.000Z"), "bezig", null); // onderbroken
+      addRun(env, "audit-verificatie", at("2026-07-23T11:30:00.000Z"), "bezig", null); // loopt in another process
+      addLease(env, "audit-verificatie", newestRunId(env, "audit-verificatie"), at("2026-07-23T12:01:00.000Z"));
+      addRun(env, "backup-controle", at("2026-07-23T11:15:01.000Z"), "fout"); // faalt
+
+      env.store.sqlite.run("PRAGMA query_only = 1");
+      const statuses = jobStatuses(env.store.db, NOW, env.config.takenMargeMinuten * MIN, idle);
+      env.store.sqlite.run("PRAGMA query_only = 0");
+      expect(env.alarms.raised).toEqual([]);
+      expect(statuses.map((s) => s.job)).toEqual(SCHEDULE.map((e) => e.job));
+      expect(statuses.find((s) => s.job === "backup-status")).toMatchObject({ cron: null, status: null, due: null });
+      expect(statuses.find((s) => s.job === "audit-verificatie")).toMatchObject({ status: "loopt", levend: "ander-proces", houder: { pid: process.pid } });
+
+      const r = await runTakenControle(env.deps, NOW, idle);
+      const reported = Object.fromEntries(r.body.taken.map((t) => [t.job, t.status]));
+      expect(Object.fromEntries(statuses.filter((s) => s.status !== null).map((s) => [s.job, s.status]))).toEqual(reported);
+      expect(reported).toMatchObject({ dagrapport: "gemist", "beveiligingslog-retentie": "onderbroken", "backup-controle": "faalt" });
     } finally {
       env.cleanup();
     }

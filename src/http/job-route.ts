@@ -31,8 +31,8 @@ export function errorText(e: unknown): string {
   return msg.length > 2000 ? msg.slice(0, 1999) + "…" : msg;
 }
 
-/** What a job learns about this process when it starts (src/jobs/job.ts JobContext). */
-function jobContext(running: RunningJobs): JobContext {
+/** What a job learns about this process when it starts (src/jobs/job.ts JobContext); /metrics reads the same. */
+export function jobContext(running: RunningJobs): JobContext {
   return {
     running: running.runs(),
     unrecorded: running.keptEndsList().map((k) => ({ job: k.job, runId: k.runId, beeindigd: k.end.toISOString(), uitkomst: k.result.uitkomst })),

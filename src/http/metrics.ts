@@ -5,23 +5,24 @@
 //   renderMetrics(snapshot)       a plain function from that state to the text;
 //   metricsAccess(…)              who may read it: any loopback peer without a token,
 //                                 anyone else only with METRICS_SECRET.
-// The rules behind the values are the ones the jobs use (dueState with taken-controle's
-// grace, newestBackup and backupOverdue from backup-controle), never copies of them.
+// The rules behind the values are the ones the jobs use (jobStatuses, taken-controle's
+// rule and grace, also reading the job leases; newestBackup and backupOverdue from
+// backup-controle), never copies of them.
 // docs/operations.md ("Metrics") lists every metric; ops/nachtwacht-alerts.yml alerts on them.
 import { count, max, sql } from "drizzle-orm";
 import { Elysia } from "elysia";
 import { auditVerificationState } from "../../db/schema.ts";
-import { installedAt } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import type { IngestCounters, IngestKind } from "../ingest/counters.ts";
-import { lastRun, type Outcome } from "../job-runs.ts";
+import type { Outcome } from "../job-runs.ts";
 import { backupOverdue, newestBackup } from "../jobs/backup-controle.ts";
 import { log } from "../logger.ts";
 import type { RunningJobs } from "../running-jobs.ts";
-import { dueState } from "../schedule-due.ts";
+import { jobStatuses } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { bearerChecker, unauthorized } from "./auth.ts";
 import { ErrorBody, json } from "./errors.ts";
+import { jobContext } from "./job-route.ts";
 import packageJson from "../../package.json" with { type: "json" };
 
 export const METRICS_PATH = "/metrics";
@@ -54,7 +55,7 @@ export interface JobMetrics {
   running: boolean;
   /** Has a cron line in the schedule table (backup-status has none). */
   scheduled: boolean;
-  /** taken-controle's `gemist`: no run started since a fire time whose grace has passed. */
+  /** taken-controle's `gemist` (jobStatuses): no run started since a fire time whose grace has passed, and none alive here or in another process. */
   overdue: boolean;
 }
 
@@ -88,7 +89,7 @@ export interface MetricsSnapshot {
   counters: IngestCounters;
 }
 
-/** Reads the state behind the metrics: per job 1 + 2 indexed lookups, and three single-row queries. */
+/** Reads the state behind the metrics: per job 1 + 2 indexed lookups, the job leases (a row per running job), and three single-row queries. */
 export function collectMetrics(sources: MetricsSources, now: Date): MetricsSnapshot {
   const { deps, running, counters } = sources;
   const runningJobs = running.names();
@@ -115,28 +116,19 @@ export function collectMetrics(sources: MetricsSources, now: Date): MetricsSnaps
 
 function readDatabase(deps: Deps, now: Date, runningHere: Set<JobName>, guard: RunningJobs): DatabaseMetrics {
   const { db } = deps.store;
-  // Runs that completed here but whose end could not be written yet: taken as they
-  // really ended, as taken-controle does, not as their 'bezig' row.
-  const kept = new Map(guard.keptEndsList().map((k) => [k.runId, k]));
-  // taken-controle's grace and install time, so "overdue" here is its `gemist`.
-  const graceMs = deps.config.takenMargeMinuten * 60_000;
-  const installed = installedAt(db);
-  const jobs = SCHEDULE.map(({ job, cron }): JobMetrics => {
-    const row = lastRun(db, job);
-    const end = row ? kept.get(row.id) : undefined;
-    const running = runningHere.has(job);
-    // As taken-controle: a job this process is running is not missed, however long it runs.
-    const overdue = cron !== null && !running && dueState(db, job, cron, now, graceMs, installed).missed;
-    return {
-      job,
-      lastStart: row ? new Date(row.gestart) : null,
-      lastEnd: end ? end.end : row?.beeindigd ? new Date(row.beeindigd) : null,
-      outcome: end ? end.result.uitkomst : (row?.uitkomst ?? null),
-      running,
-      scheduled: cron !== null,
-      overdue,
-    };
-  });
+  // taken-controle's rule, grace and view of this process (jobStatuses): "overdue" here
+  // is its `gemist`, so a job alive in this process or under another process's lease
+  // (job_leases) is not overdue, and a run whose end is kept in memory counts as it ended.
+  const statuses = jobStatuses(db, now, deps.config.takenMargeMinuten * 60_000, jobContext(guard));
+  const jobs = statuses.map(({ job, cron, run, status }): JobMetrics => ({
+    job,
+    lastStart: run ? new Date(run.gestart) : null,
+    lastEnd: run?.beeindigd ? new Date(run.beeindigd) : null,
+    outcome: run?.uitkomst ?? null,
+    running: runningHere.has(job),
+    scheduled: cron !== null,
+    overdue: status === "gemist",
+  }));
 
   // One row per tenant, never audit_entries.
   const s = auditVerificationState;
@@ -236,7 +228,7 @@ export function renderMetrics(m: MetricsSnapshot): string {
     out.family(
       `${N}job_overdue`,
       "gauge",
-      "1 when no run of the job started since a scheduled time whose grace (TAKEN_MARGE_MINUTEN) has passed: taken-controle's gemist.",
+      "1 when no run of the job started since a scheduled time whose grace (TAKEN_MARGE_MINUTEN) has passed and none is alive here or under another process's lease: taken-controle's gemist.",
       per((j) => bool(j.overdue)),
     );
   } else {

@@ -2,17 +2,14 @@
 // the schedule table (src/schedule.ts) says when it should last have fired and how long
 // a run may take; the job-run history says whether it did, and how its latest run ended;
 // the in-process guard and the leases (src/job-lease.ts) say whether a run is alive.
+// The rule itself is jobStatuses (src/schedule-due.ts), which /metrics applies too.
 import { t, type Static } from "elysia";
-import { installedAt } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { liveLeases } from "../job-lease.ts";
-import { lastRun } from "../job-runs.ts";
-import { dueState } from "../schedule-due.ts";
-import { SCHEDULE, type JobName } from "../schedule.ts";
+import { JOB_STATUSES, jobStatuses } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
-export const TaakStatus = enumOf(["ok", "loopt", "hangt", "gemist", "faalt", "onderbroken", "wacht", "nog-niet-verwacht"]);
+export const TaakStatus = enumOf(JOB_STATUSES);
 export type TaakStatus = Static<typeof TaakStatus>;
 
 export const TaakRegel = t.Object({
@@ -96,78 +93,33 @@ function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakReg
 }
 
 /**
- * A run is alive when this process runs it (`context.running`, passed by the job
- * wrapper) or when another process holds its lease and keeps renewing it (job_leases,
- * src/job-lease.ts; a lease that has expired belongs to a process that died). A live run
- * is `loopt` — a long run, not an interrupted one; calls the guards refused with 409
- * meanwhile left no row, which is no missed fire time either — until it outlives the
- * job's maximum run time (the schedule table): then it `hangt`, with the alarm
- * `job-hung`. The newest run still 'bezig' that nothing keeps alive is `onderbroken`
- * (alarm `job-interrupted`): its process died. A fire time whose grace passed without a
- * run is `gemist` and a last run that failed `faalt` (alarm `job-missed` for both).
- * Called directly (a test, a tool beside the service) nothing of this process runs.
+ * Every scheduled job's status by the one rule in jobStatuses (src/schedule-due.ts, which
+ * /metrics applies too): `loopt` and `hangt` (alive in this process or under another
+ * process's lease; alarm `job-hung` past its maximum run time), `onderbroken` (nothing
+ * keeps its unfinished run alive; alarm `job-interrupted`), `gemist` and `faalt` (alarm
+ * `job-missed`). `context` is what the job wrapper passes: the runs of this process and
+ * the ends it could not write yet. Called directly (a test, a tool beside the service)
+ * nothing of this process runs.
  */
 export async function runTakenControle(
   deps: Deps,
   now: Date,
   context: JobContext = { running: [], unrecorded: [] },
 ): Promise<JobResult<TakenControleBody>> {
-  const { db } = deps.store;
   const margeMinuten = deps.config.takenMargeMinuten;
-  const graceMs = margeMinuten * 60_000;
-  // Without the install time (someone removed it) nothing is exempt: the watchdog
-  // should rather alarm once too often than stay silent.
-  const installed = installedAt(db);
-  // Runs that completed in this process but whose end could not be written yet: judged
-  // by how they really ended, not as a 'bezig' row (src/http/job-route.ts recordEnd).
-  const keptEnds = new Map(context.unrecorded.map((u) => [u.runId, u]));
-  const leases = liveLeases(db, now);
-
   const taken: TaakRegel[] = [];
-  const runningHere = new Set<JobName>(context.running.map((r) => r.job));
-  for (const entry of SCHEDULE) {
-    if (entry.cron === null) continue;
-    const { expected, notYetExpected, due, missed: dueMissed, ranSinceExpected } = dueState(db, entry.job, entry.cron, now, graceMs, installed);
-    const row = lastRun(db, entry.job);
-    const kept = row ? keptEnds.get(row.id) : undefined;
-    const run: TaakRegel["laatsteRun"] = row
-      ? { gestart: row.gestart, beeindigd: kept ? kept.beeindigd : row.beeindigd, uitkomst: kept ? kept.uitkomst : row.uitkomst }
-      : null;
-    const unfinished = run !== null && run.uitkomst === "bezig" && run.beeindigd === null;
-
-    // Only the latest run is judged: a failure followed by a run still in progress
-    // waits for that run's outcome.
-    const lease = row ? leases.get(entry.job) : undefined;
-    const here = runningHere.has(entry.job);
-    const elsewhere = !here && unfinished && lease !== undefined && lease.runId === row!.id;
-    const alive = here || elsewhere;
-    const hung = alive && unfinished && now.getTime() - new Date(run!.gestart).getTime() > entry.maxRuntimeMinutes * 60_000;
-    const failed = !alive && run?.uitkomst === "fout";
-    const interrupted = !alive && unfinished;
-    const missed = !alive && dueMissed;
-
-    let status: TaakStatus;
-    // A run whose process died is reported even before the job's first expected fire
-    // time (a run started by hand on a new installation): the caller never got an answer.
-    if (hung) status = "hangt";
-    else if (alive) status = "loopt";
-    else if (notYetExpected) status = interrupted ? "onderbroken" : "nog-niet-verwacht";
-    else if (missed) status = "gemist";
-    else if (failed) status = "faalt";
-    else if (interrupted) status = "onderbroken";
-    else if (!ranSinceExpected) status = "wacht";
-    else status = "ok";
-
+  for (const s of jobStatuses(deps.store.db, now, margeMinuten * 60_000, context)) {
+    if (s.cron === null || s.status === null || s.due === null) continue;
     taken.push({
-      job: entry.job,
-      cron: entry.cron,
-      maxLooptijdMinuten: entry.maxRuntimeMinutes,
-      laatsteVerwacht: expected ? expected.toISOString() : null,
-      ...(status === "gemist" ? { gemistSinds: due!.toISOString() } : {}),
-      laatsteRun: run,
-      ...(alive ? { levend: here ? ("dit-proces" as const) : ("ander-proces" as const) } : {}),
-      ...(elsewhere ? { houder: { pid: lease!.pid, verloopt: lease!.verloopt } } : {}),
-      status,
+      job: s.job,
+      cron: s.cron,
+      maxLooptijdMinuten: s.maxRuntimeMinutes,
+      laatsteVerwacht: s.due.expected ? s.due.expected.toISOString() : null,
+      ...(s.status === "gemist" ? { gemistSinds: s.due.due!.toISOString() } : {}),
+      laatsteRun: s.run ? { gestart: s.run.gestart, beeindigd: s.run.beeindigd, uitkomst: s.run.uitkomst } : null,
+      ...(s.levend ? { levend: s.levend } : {}),
+      ...(s.houder ? { houder: { pid: s.houder.pid, verloopt: s.houder.verloopt } } : {}),
+      status: s.status,
     });
   }
 
