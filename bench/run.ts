@@ -8,7 +8,7 @@
 //   bun run bench -- L          # 1,000 tenants, 10,000 administrators, 5M + 5M rows
 //   bun run bench -- M --seed 7 --cases verify,retention
 //
-// Cases: verify, anker, retention, weekrapport, reports, ingest, binary.
+// Cases: verify, anker, retention, weekrapport, reports, ingest, binary, pg.
 import { Database } from "bun:sqlite";
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -24,7 +24,7 @@ const seed = Number(flag("seed") ?? "42");
 const only = flag("cases")?.split(",");
 const size = (args[0] ?? "S").toUpperCase() as SizeName;
 if (!(size in SIZES) || size === "XS") {
-  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,anker,retention,weekrapport,reports,ingest,binary]");
+  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,anker,retention,weekrapport,reports,ingest,binary,pg]");
   process.exit(2);
 }
 const scored = size === "L";
@@ -392,6 +392,41 @@ if (wants("binary")) {
     fig("binary", "start-to-first-answer", s.median, "ms", { target: { op: "<=", limit: 200, on: "value" }, note: `median of ${summary.runs} (min ${s.min}, max ${s.max}), new database each; binary ${summary.binaryMb} MB` });
     fig("binary", "idle-rss", summary.rssIdleMb, "MB", { target: { op: "<=", limit: 100, on: "value" }, note: `after serving the spec and a job: ${summary.rssAfterSpecAndJobMb} MB` });
   }
+}
+
+// 6. PostgreSQL (bench/cases/pg.ts starts its own throw-away cluster): the move, then
+//    verification beside its floor (COPY … TO STDOUT of the same rows, hashed) and ingestion.
+if (wants("pg")) {
+  type P = {
+    migrateSeconds: number;
+    copiedRows: number;
+    entries: number;
+    verifySeconds: number;
+    verifyRuns: number[];
+    floorSeconds: number;
+    floorRuns: number[];
+    floorOneSeconds: number;
+    ingestEntries: number;
+    ingestSeconds: number;
+    ingestBatchP99Ms: number | null;
+    peakRssMb: number;
+  };
+  log("PostgreSQL: migrate-to, verification twice beside its floor, ingestion from 4 clients");
+  const p = await child<P>(["bench/cases/pg.ts", "--db", db, "--ingest", String(Math.min(200_000, sz.audit / 5))], "pg");
+  if (p) {
+    fig("pg", "migrate-to-seconds", p.migrateSeconds, "s", { note: `${p.copiedRows} rows: source verified, copied (COPY), compared row by row, every chain verified on PostgreSQL` });
+    fig("pg", "verify-entries-per-second", p.entries / p.verifySeconds, "entries/s", { target: { op: ">=", limit: 500_000, on: "value" }, note: `best of ${p.verifyRuns.map((x) => x.toFixed(2)).join(" / ")} s` });
+    fig("pg", "verify-vs-copy-floor", p.verifySeconds, "s", {
+      baseline: p.floorSeconds,
+      target: { op: "<=", limit: 1.5, on: "ratio" },
+      note: `floor: COPY TO STDOUT of the same rows, hashed, over 2 streams (best of ${p.floorRuns.map((x) => x.toFixed(2)).join(" / ")} s; one stream ${p.floorOneSeconds.toFixed(2)} s)`,
+    });
+    fig("pg", "ingest-entries-per-second", p.ingestEntries / p.ingestSeconds, "entries/s", {
+      target: { op: ">=", limit: 20_000, on: "value" },
+      note: `${p.ingestEntries} entries, batches of 500 from 4 clients, appendEntriesPg direct (the write API does not serve from PostgreSQL yet); batch p99 ${p.ingestBatchP99Ms?.toFixed(1)} ms`,
+    });
+    fig("pg", "peak-rss", p.peakRssMb, "MB");
+  } else fig("pg", "failed", null, "", { note: "bench/cases/pg.ts failed" });
 }
 
 const totalSeconds = (performance.now() - t0) / 1000;

@@ -134,7 +134,12 @@ export async function compareTable(source: Database, target: SQL, shape: TableSh
   const cols = shape.columns.map(quote).join(", ");
   const order = shape.key.map(quote).join(", ");
   const keyAt = shape.key.map((k) => shape.columns.indexOf(k));
-  const left = (source.query(`SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${order}`).values() as unknown[][])[Symbol.iterator]();
+  // Streamed on both sides (iterate, a cursor): memory does not grow with the table.
+  const left = (function* () {
+    for (const row of source.query(`SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${order}`).iterate() as IterableIterator<Record<string, unknown>>) {
+      yield shape.columns.map((c) => row[c]);
+    }
+  })();
   let rows = 0;
   for await (const right of pgRows(target, `SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${order}`)) {
     const l = left.next();

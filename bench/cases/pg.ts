@@ -1,0 +1,126 @@
+// PostgreSQL at scale, against a throw-away cluster started here (test/pg.ts):
+//   migrate-to   the cached SQLite database (with its anchor file) copied and proved
+//   verify       every chain on PostgreSQL (verifyTenantsPg, cursors, 2 at a time, with
+//                the Merkle roots against the signed checkpoints)
+//   floor        COPY (the same rows, same order) TO STDOUT, every byte hashed, over the
+//                same two streams: what reading and hashing the rows costs at the least
+//   ingest       appendEntriesPg in batches of 500 from 4 concurrent clients
+//
+//   bun bench/cases/pg.ts --db <file> --ingest 200000
+import { SQL } from "bun";
+import { compareWithFile } from "../../src/audit/anchor-check.ts";
+import { parseSignerKey, parseVerifierKey } from "../../src/audit/note.ts";
+import { appendEntriesPg, verifyTenantsPg } from "../../src/pg/chain.ts";
+import { migrateToPostgres } from "../../src/pg/migrate-to.ts";
+import { startCluster } from "../../test/pg.ts";
+import { anchorFileOf, arg, BENCH_SIGNING_KEY, peakRssMb, report } from "../lib.ts";
+
+const db = arg("db");
+const ingestTotal = Number(arg("ingest", "200000"));
+const verifiers = [parseVerifierKey(parseSignerKey(BENCH_SIGNING_KEY).verifierKey)];
+const cluster = await startCluster();
+try {
+  const url = await cluster.createDatabase("bench");
+  let t0 = performance.now();
+  const moved = await migrateToPostgres({ dbPath: db, anchorPath: anchorFileOf(db), url, verifiers, log: () => {}, parallel: 2 });
+  const migrateSeconds = (performance.now() - t0) / 1000;
+  if (moved.uitkomst !== "klaar") throw new Error(`migrate-to: ${moved.uitkomst}: ${"toelichting" in moved ? moved.toelichting : ""}`);
+  const sql = new SQL(url, { max: 6 });
+  await sql`VACUUM ANALYZE audit_entries`;
+  const tenants = ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
+  const checkpoints = (await compareWithFile(db, anchorFileOf(db), verifiers)).checkpoints;
+  const tasks = tenants.map((tenantId) => ({ tenantId, checkpoint: checkpoints.get(tenantId) ?? null }));
+
+  // Warm the server's cache once (both runs below then read from memory alike), streamed.
+  const warm = sql.unsafe("COPY (SELECT * FROM audit_entries) TO STDOUT").readable().getReader();
+  while (!(await warm.read()).done);
+
+  const floor = async (streams: number) => {
+    const start = performance.now();
+    const per = Math.ceil(tenants.length / streams);
+    let bytes = 0;
+    await Promise.all(
+      Array.from({ length: streams }, async (_, i) => {
+        const from = tenants[i * per];
+        const to = tenants[Math.min((i + 1) * per, tenants.length) - 1];
+        if (from === undefined || to === undefined) return;
+        const hasher = new Bun.CryptoHasher("sha256");
+        const query = `COPY (SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id BETWEEN ${from} AND ${to} ORDER BY tenant_id, seq) TO STDOUT`;
+        const reader = sql.unsafe(query).readable().getReader();
+        for (let r = await reader.read(); !r.done; r = await reader.read()) {
+          hasher.update(r.value);
+          bytes += r.value.byteLength;
+        }
+        hasher.digest();
+      }),
+    );
+    return { seconds: (performance.now() - start) / 1000, bytes };
+  };
+
+  const verify = async () => {
+    const start = performance.now();
+    const results = await verifyTenantsPg(sql, tasks, { parallel: 2, verifiers });
+    let entries = 0;
+    for (const r of results.values()) {
+      if (!r.intact) throw new Error(`a chain does not verify on PostgreSQL: ${JSON.stringify(r.fout)}`);
+      entries += r.aantalEntries;
+    }
+    return { seconds: (performance.now() - start) / 1000, entries };
+  };
+
+  const f1 = await floor(2);
+  const v1 = await verify();
+  const f2 = await floor(2);
+  const v2 = await verify();
+  const floorOne = await floor(1);
+
+  // Ingestion: 4 clients, each its own connection, batches of 500 over every tenant.
+  const clients = 4;
+  const batch = 500;
+  const batchesPerClient = Math.max(1, Math.round(ingestTotal / clients / batch));
+  t0 = performance.now();
+  const batchMs: number[] = [];
+  await Promise.all(
+    Array.from({ length: clients }, async (_, c) => {
+      const conn = new SQL(url, { max: 1 });
+      try {
+        for (let b = 0; b < batchesPerClient; b++) {
+          const createdAt = new Date().toISOString();
+          const inputs = Array.from({ length: batch }, (_, i) => ({
+            tenantId: tenants[(c * 7919 + b * batch + i) % tenants.length]!,
+            createdAt,
+            actor: `bench${c}@example.nl`,
+            action: "bench.append",
+            subject: `b/${c}/${b}/${i}`,
+            details: JSON.stringify({ c, b, i }),
+          }));
+          const s = performance.now();
+          await conn.begin((tx) => appendEntriesPg(tx, inputs));
+          batchMs.push(performance.now() - s);
+        }
+      } finally {
+        await conn.close();
+      }
+    }),
+  );
+  const ingestSeconds = (performance.now() - t0) / 1000;
+  batchMs.sort((a, b) => a - b);
+  await sql.close();
+  report({
+    migrateSeconds,
+    copiedRows: moved.tabellen.reduce((n, t) => n + t.rijen, 0),
+    entries: v1.entries,
+    verifySeconds: Math.min(v1.seconds, v2.seconds),
+    verifyRuns: [v1.seconds, v2.seconds],
+    floorSeconds: Math.min(f1.seconds, f2.seconds),
+    floorRuns: [f1.seconds, f2.seconds],
+    floorOneSeconds: floorOne.seconds,
+    floorBytes: f1.bytes,
+    ingestEntries: clients * batchesPerClient * batch,
+    ingestSeconds,
+    ingestBatchP99Ms: batchMs[Math.floor(batchMs.length * 0.99)] ?? null,
+    peakRssMb: peakRssMb(),
+  });
+} finally {
+  await cluster.stop();
+}
