@@ -151,7 +151,7 @@ describe("database locked by another process's long write transaction", () => {
     return { locked, exited: proc.exited };
   }
 
-  test("held longer than the busy timeout (5 s): a clear 503 {error} after 5 s, not a hang, alarm; nothing stored; once released the call succeeds", async () => {
+  test("held longer than the busy timeout (5 s): a clear 503 {error} after 5 s, not a hang, no alarm (a warning); nothing stored; the refused run recorded once the lock is free; then the call succeeds", async () => {
     const env = track(makeTestEnv());
     const holder = holdLock(env.config.databasePath, 6500);
     await holder.locked;
@@ -160,29 +160,33 @@ describe("database locked by another process's long write transaction", () => {
     const ms = performance.now() - t0;
     expect(r.status).toBe(503);
     expect(Object.keys(r.json)).toEqual(["error"]);
-    expect(r.json.error).toContain("database");
+    expect(r.json.error).toContain("SQLITE_BUSY");
+    expect(r.json.error).toContain("backup-status");
     expect(r.headers.get("retry-after")).toBe("60");
     expect(ms).toBeLessThan(6300); // the busy timeout, not the holder's 6.5 s
     await Bun.sleep(0);
-    expect(env.alarms.raised.map((a) => [a.type, a.message])).toEqual([["internal-error", "Database niet beschikbaar (SQLITE_BUSY)"]]);
+    // Another process holding the lock is a fact of life on a shared file, not a fault of nachtwacht's.
+    expect(env.alarms.raised).toEqual([]);
 
     await holder.exited;
     expect(count(env, "backup_statuses")).toBe(0);
-    expect(count(env, "job_runs")).toBe(0); // the run could not even be recorded as started
+    // The refused run is written as fout/503 once the lock is free (in the background).
+    const deadline = performance.now() + 10_000;
+    while (count(env, "job_runs") === 0 && performance.now() < deadline) await Bun.sleep(10);
+    expect(env.store.sqlite.query("SELECT job, uitkomst, http_status FROM job_runs").all()).toEqual([{ job: "backup-status", uitkomst: "fout", http_status: 503 }]);
     const again = await call(env.app, "/api/cron/backup-status", { body: '{"exitCode":0}' });
     expect(again.status).toBe(200);
     expect(count(env, "backup_statuses")).toBe(1);
-    expect(count(env, "job_runs")).toBe(1);
+    expect(count(env, "job_runs")).toBe(2);
   }, 30_000);
 
   test("held shorter than the busy timeout: the call waits for the lock and succeeds", async () => {
     const env = track(makeTestEnv());
     const holder = holdLock(env.config.databasePath, 800);
     await holder.locked;
-    const t0 = performance.now();
     const r = await call(env.app, "/api/cron/backup-status", { body: '{"exitCode":0}' });
     expect(r.status).toBe(200);
-    expect(performance.now() - t0).toBeGreaterThan(500);
+    expect(count(env, "backup_statuses")).toBe(1);
     expect(env.alarms.raised).toEqual([]);
     await holder.exited;
   }, 30_000);
