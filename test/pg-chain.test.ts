@@ -12,7 +12,7 @@ import { renderMigrationsModule } from "../db/embed-migrations.ts";
 import * as sqliteSchema from "../db/schema.ts";
 import * as pgSchema from "../db/schema-pg.ts";
 import { GENESIS_HASH } from "../src/audit/chain.ts";
-import { verifyTenantChainPg } from "../src/pg/chain.ts";
+import { appendEntriesPg, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
@@ -119,6 +119,29 @@ describe("appending on PostgreSQL", () => {
       expect(writers.map((w: { actor: string }) => w.actor).sort()).toEqual(["p1", "p2"]);
       const [{ dup }] = await sql`SELECT count(*) - count(DISTINCT id) AS dup FROM audit_entries`;
       expect(Number(dup)).toBe(0);
+    } finally {
+      await store.close();
+    }
+  });
+
+  test("a chain's head: its newest entry; after retention deleted every entry, the retention anchor; else genesis", async () => {
+    const url = await cluster.createDatabase();
+    const store = await openPgStore(url);
+    try {
+      const sql = store.sql;
+      const ids: number[] = [];
+      for (const naam of ["leeg", "verwijderd", "lopend"]) ids.push((await sql`INSERT INTO tenants (naam, aangemaakt) VALUES (${naam}, '2026-07-23T12:00:00.000Z') RETURNING id`)[0].id);
+      const [fresh, deleted, running] = ids as [number, number, number];
+      const anchorHash = "ab".repeat(32);
+      await sql`INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (${deleted}, 70, ${anchorHash}, '2026-07-01T00:00:00.000Z')`;
+      const entry = (tenantId: number) => ({ tenantId, createdAt: "2026-07-23T12:00:00.000Z", actor: "a", action: "b", subject: "c", details: "{}" });
+      const first = await sql.begin((tx) => appendEntriesPg(tx, [entry(running), entry(running)]));
+      const out = await sql.begin((tx) => appendEntriesPg(tx, [entry(running), entry(fresh), entry(deleted)]));
+      expect(out.map((e) => [e.tenantId, e.seq, e.prevHash])).toEqual([
+        [running, 3, first[1]!.hash],
+        [fresh, 1, GENESIS_HASH],
+        [deleted, 71, anchorHash],
+      ]);
     } finally {
       await store.close();
     }
