@@ -69,59 +69,31 @@ export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): P
   return out;
 }
 
-/** Rows fetched from the cursor per round trip: constant memory, few round trips. */
-const FETCH_ROWS = 5000;
-
-/**
- * Verifies one tenant's chain in one snapshot (REPEATABLE READ, read only): its start
- * and its entries are read together, as on SQLite. The entries stream through a
- * server-side cursor, FETCH_ROWS at a time, into the same walk as on SQLite. Given a
- * transaction (sql.begin's client), it reads in that transaction's snapshot instead.
- */
-export async function verifyTenantChainPg(sql: SQL, tenantId: number, opts: VerifyOptions): Promise<TenantChainResult> {
-  if (!Number.isSafeInteger(tenantId)) throw new Error(`tenant id ${tenantId} is not an integer`);
-  const inTransaction = typeof (sql as { savepoint?: unknown }).savepoint === "function";
-  return inTransaction ? verifySnapshotPg(sql, tenantId, opts) : sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => verifySnapshotPg(tx, tenantId, opts));
+/** COPY's text format as PostgreSQL writes it: a backslash before b f n r t v or itself. */
+const UNESCAPED: Record<string, string> = { b: "\b", f: "\f", n: "\n", r: "\r", t: "\t", v: "\v", "\\": "\\" };
+export function copyUnescape(field: string): string {
+  return field.indexOf("\\") < 0 ? field : field.replace(/\\(.)/g, (_, ch: string) => UNESCAPED[ch] ?? ch);
 }
 
-async function verifySnapshotPg(tx: SQL, tenantId: number, opts: VerifyOptions): Promise<TenantChainResult> {
-  const [firstRow] = await tx`SELECT seq, id FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`;
-  const first = firstRow ? { seq: Number(firstRow.seq), id: Number(firstRow.id) } : null;
-  const notes: { note: string }[] =
-    first === null
-      ? await tx`SELECT note FROM audit_anchor_log WHERE tenant_id = ${tenantId} AND soort = 'retentie' ORDER BY grootte DESC, positie DESC`
-      : first.seq === 1
-        ? []
-        : await tx`SELECT note FROM audit_anchor_log WHERE tenant_id = ${tenantId} AND soort = 'retentie' AND grootte >= ${first.seq - 1} ORDER BY grootte, positie DESC`;
-  const start = chainStartFrom(
-    notes.map((n) => n.note),
-    tenantId,
-    first?.seq ?? null,
-    opts.verifiers,
-  );
-  if (!start.ok) {
-    const [{ n }] = await tx`SELECT count(*) AS n FROM audit_entries WHERE tenant_id = ${tenantId}`;
-    return unstartedChain(first, Number(n), start.reden);
-  }
-  const walk = new ChainWalk(tenantId, start, first, opts.checkpoint);
-  // DECLARE takes no bind parameters: the tenant id is a checked integer literal.
-  await tx.unsafe(
-    `DECLARE chain NO SCROLL CURSOR FOR
-       SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
-       FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq`,
-  );
-  for (;;) {
-    const batch: EntryRow[] = await tx.unsafe(`FETCH ${FETCH_ROWS} FROM chain`);
-    for (const r of batch) {
-      // bigint columns arrive as text; the canonical form has numbers.
-      r.seq = Number(r.seq);
-      r.id = Number(r.id);
-      walk.push(r);
+/**
+ * The rows of `COPY (query) TO STDOUT` (text format), each as its fields still escaped,
+ * streamed a chunk's rows at a time: memory holds one chunk, not the result. No field
+ * may be NULL (\N).
+ */
+export async function* copyRows(tx: SQL, query: string): AsyncGenerator<string[][]> {
+  const reader = tx.unsafe(`COPY (${query}) TO STDOUT`).readable().getReader();
+  const decoder = new TextDecoder();
+  let rest = "";
+  try {
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      const lines = (rest + decoder.decode(r.value, { stream: true })).split("\n");
+      rest = lines.pop()!;
+      yield lines.map((line) => line.split("\t"));
     }
-    if (batch.length < FETCH_ROWS) break;
+  } finally {
+    reader.releaseLock();
   }
-  await tx.unsafe("CLOSE chain");
-  return walk.result();
+  if (rest !== "") throw new Error("COPY ended in the middle of a row");
 }
 
 export interface PgTenantTask {
@@ -130,18 +102,115 @@ export interface PgTenantTask {
 }
 
 /**
- * Verifies many tenants, `parallel` at a time, each on its own pooled connection:
- * the server reads the next rows while this process hashes. Results keyed by tenant.
+ * Verifies one tenant's chain; see verifyTenantsPg. Given a transaction (sql.begin's
+ * client), it reads in that transaction's snapshot.
+ */
+export async function verifyTenantChainPg(sql: SQL, tenantId: number, opts: VerifyOptions): Promise<TenantChainResult> {
+  const results = await verifyRangePg(sql, [{ tenantId, checkpoint: opts.checkpoint }], opts.verifiers);
+  return results.get(tenantId)!;
+}
+
+/**
+ * Verifies a range of tenants in one snapshot (REPEATABLE READ, read only): each
+ * tenant's start (genesis or signed retention record) and its entries are read
+ * together, as on SQLite. The entries of the whole range come in one streamed
+ * `COPY … TO STDOUT` in (tenant, seq) order — read and parsed here about twice as fast
+ * as a cursor's FETCH — and each row goes into its tenant's ChainWalk, the same walk as
+ * on SQLite. Memory holds one chunk and one walk per tenant of the range.
+ */
+export async function verifyRangePg(sql: SQL, tasks: readonly PgTenantTask[], verifiers: VerifyOptions["verifiers"]): Promise<Map<number, TenantChainResult>> {
+  for (const t of tasks) if (!Number.isSafeInteger(t.tenantId)) throw new Error(`tenant id ${t.tenantId} is not an integer`);
+  const inTransaction = typeof (sql as { savepoint?: unknown }).savepoint === "function";
+  return inTransaction ? verifyRangeSnapshot(sql, tasks, verifiers) : sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => verifyRangeSnapshot(tx, tasks, verifiers));
+}
+
+async function verifyRangeSnapshot(tx: SQL, tasks: readonly PgTenantTask[], verifiers: VerifyOptions["verifiers"]): Promise<Map<number, TenantChainResult>> {
+  if (tasks.length === 0) return new Map();
+  const ids = tasks.map((t) => t.tenantId);
+  const firsts: { t: number; seq: string | null; id: string | null }[] = await tx`
+    SELECT t, e.seq, e.id FROM unnest(${ids}::int[]) AS t
+    LEFT JOIN LATERAL (SELECT seq, id FROM audit_entries WHERE tenant_id = t ORDER BY seq LIMIT 1) AS e ON true`;
+  const firstOf = new Map(firsts.map((f) => [f.t, f.seq === null ? null : { seq: Number(f.seq), id: Number(f.id) }]));
+  const walks = new Map<number, ChainWalk>();
+  const unstarted = new Map<number, { reden: "retentie-ontbreekt" | "retentie-ongeldig"; count: number }>();
+  for (const task of tasks) {
+    const first = firstOf.get(task.tenantId) ?? null;
+    // Retention records, in the order chainStartFrom takes them (src/audit/verify.ts chainStart).
+    const notes: { note: string }[] =
+      first?.seq === 1
+        ? []
+        : first === null
+          ? await tx`SELECT note FROM audit_anchor_log WHERE tenant_id = ${task.tenantId} AND soort = 'retentie' ORDER BY grootte DESC, positie DESC`
+          : await tx`SELECT note FROM audit_anchor_log WHERE tenant_id = ${task.tenantId} AND soort = 'retentie' AND grootte >= ${first.seq - 1} ORDER BY grootte, positie DESC`;
+    const start = chainStartFrom(
+      notes.map((n) => n.note),
+      task.tenantId,
+      first?.seq ?? null,
+      verifiers,
+    );
+    if (start.ok) walks.set(task.tenantId, new ChainWalk(task.tenantId, start, first, task.checkpoint));
+    else unstarted.set(task.tenantId, { reden: start.reden, count: 0 });
+  }
+  // COPY takes no bind parameters: the tenant ids are checked integers.
+  const query = `SELECT tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id IN (${ids.join(", ")}) ORDER BY tenant_id, seq`;
+  let tenantId = -1;
+  let walk: ChainWalk | undefined;
+  for await (const rows of copyRows(tx, query)) {
+    for (const f of rows) {
+      const t = Number(f[0]);
+      if (t !== tenantId) {
+        tenantId = t;
+        walk = walks.get(t);
+      }
+      if (walk === undefined) {
+        unstarted.get(t)!.count++;
+        continue;
+      }
+      const row: EntryRow = {
+        seq: Number(f[1]),
+        id: Number(f[2]),
+        created_at: f[3]!,
+        actor: copyUnescape(f[4]!),
+        action: copyUnescape(f[5]!),
+        subject: copyUnescape(f[6]!),
+        details: copyUnescape(f[7]!),
+        prev_hash: f[8]!,
+        hash: f[9]!,
+      };
+      walk.push(row);
+    }
+  }
+  const results = new Map<number, TenantChainResult>();
+  for (const task of tasks) {
+    const w = walks.get(task.tenantId);
+    if (w) results.set(task.tenantId, w.result());
+    else {
+      const u = unstarted.get(task.tenantId)!;
+      results.set(task.tenantId, unstartedChain(firstOf.get(task.tenantId) ?? null, u.count, u.reden));
+    }
+  }
+  return results;
+}
+
+/** Tenants per snapshot: enough rows per COPY to stream, few enough to share the work out. */
+const RANGE_TENANTS = 64;
+
+/**
+ * Verifies many tenants, in ranges of contiguous tenant ids, `parallel` ranges at a
+ * time, each on its own pooled connection: the server reads the next rows while this
+ * process hashes. Results keyed by tenant.
  */
 export async function verifyTenantsPg(sql: SQL, tasks: readonly PgTenantTask[], opts: { parallel: number; verifiers: VerifyOptions["verifiers"] }): Promise<Map<number, TenantChainResult>> {
+  const sorted = [...tasks].sort((a, b) => a.tenantId - b.tenantId);
+  const ranges: PgTenantTask[][] = [];
+  for (let i = 0; i < sorted.length; i += RANGE_TENANTS) ranges.push(sorted.slice(i, i + RANGE_TENANTS));
   const results = new Map<number, TenantChainResult>();
   let next = 0;
   const worker = async () => {
-    while (next < tasks.length) {
-      const t = tasks[next++]!;
-      results.set(t.tenantId, await verifyTenantChainPg(sql, t.tenantId, { checkpoint: t.checkpoint, verifiers: opts.verifiers }));
+    while (next < ranges.length) {
+      for (const [t, r] of await verifyRangePg(sql, ranges[next++]!, opts.verifiers)) results.set(t, r);
     }
   };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(opts.parallel, tasks.length)) }, worker));
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(opts.parallel, ranges.length)) }, worker));
   return results;
 }
