@@ -12,7 +12,7 @@ import { renderMigrationsModule } from "../db/embed-migrations.ts";
 import * as sqliteSchema from "../db/schema.ts";
 import * as pgSchema from "../db/schema-pg.ts";
 import { GENESIS_HASH } from "../src/audit/chain.ts";
-import { appendEntriesPg, verifyTenantChainPg } from "../src/pg/chain.ts";
+import { appendEntriesPg, copyRows, copyUnescape, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
@@ -71,6 +71,23 @@ describe("PostgreSQL schema", () => {
       expect(collation).toBe("C");
     } finally {
       for (const s of stores) await s.close();
+    }
+  });
+});
+
+describe("COPY's text format, as the verifier reads it", () => {
+  test("every escape PostgreSQL writes comes back as the stored text", async () => {
+    const url = await cluster.createDatabase();
+    const store = await openPgStore(url);
+    try {
+      const odd = ["tab\there", "new\nline", "cr\r", "back\\slash", "\b\f\v", "é😀", "\\N", ""];
+      await store.sql`CREATE TEMP TABLE odd (i int, v text)`;
+      for (const [i, v] of odd.entries()) await store.sql`INSERT INTO odd VALUES (${i}, ${v})`;
+      const back: string[] = [];
+      for await (const rows of copyRows(store.sql, "SELECT v FROM odd ORDER BY i")) for (const [v] of rows) back.push(copyUnescape(v!));
+      expect(back).toEqual(odd);
+    } finally {
+      await store.close();
     }
   });
 });
