@@ -13,6 +13,8 @@ const USAGE = `gebruik: nachtwacht [opdracht] [--help]
   key                   een nieuw Ed25519-sleutelpaar voor AUDIT_ANKER_SLEUTEL
   verify                database en ankerbestand offline controleren met publieke sleutels
   export                de keten van één tenant als bundel voor een auditor
+  adopt                 een keten die een eerdere versie inkortte ondertekend overnemen (met AUDIT_ANKER_SLEUTEL)
+  accept-restore        een bewust teruggezette database accepteren, verlies per tenant ondertekend (met AUDIT_ANKER_SLEUTEL)
   config check          de configuratie controleren zonder te starten
   backup                online kopie van de database, gecontroleerd en gecomprimeerd, gemeld aan backup-status
   crontab               /etc/cron.d/nachtwacht uit de planning afdrukken
@@ -22,7 +24,7 @@ const USAGE = `gebruik: nachtwacht [opdracht] [--help]
 Exitcodes: 0 gelukt, 1 gevonden wat niet klopt, 2 kon niet (gebruik, configuratie, bestand);
 backup gebruikt sysexits-codes (64–75, zie nachtwacht backup --help).`;
 
-const AUDIT_COMMANDS = new Set(["key", "verify", "export"]);
+const AUDIT_COMMANDS = new Set(["key", "verify", "export", "adopt", "accept-restore"]);
 const [command, ...rest] = Bun.argv.slice(2);
 const out = (s: string) => console.log(s);
 const err = (s: string) => console.error(s);

@@ -9,7 +9,16 @@ import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { readLines } from "./anchor-file.ts";
 import type { Verifier } from "./note.ts";
-import { anchorLineText, openCheckpoint, openInstallationCheckpoint, openRetentionRecord, type AnchorLine, type Checkpoint } from "./records.ts";
+import {
+  anchorLineText,
+  openAdoptionRecord,
+  openInstallationCheckpoint,
+  openRestoreRecord,
+  openRetentionRecord,
+  openTreeHead,
+  type AnchorLine,
+  type TreeHead,
+} from "./records.ts";
 
 /** What is wrong with the anchor file as a whole. */
 export type FileReason = "bestand-ontbreekt" | "bestand-ingekort" | "bestand-gewijzigd" | "database-teruggezet";
@@ -29,10 +38,28 @@ export interface RowProblem {
   positie: number;
 }
 
-export interface FileCheckpoint extends Checkpoint {
+/** A tenant's newest head in the file: a checkpoint, or a restore acceptance after it. `size` is its newest seq. */
+export interface FileCheckpoint extends TreeHead {
   positie: number;
   /** The line lies beyond the database's last row (written by a run whose commit the database lacks). */
   inTail: boolean;
+}
+
+/** An adoption in the file (signature verified): reported for as long as the file holds it. */
+export interface FileAdoption {
+  tenantId: number;
+  seq: number;
+  tijdstip: string;
+  positie: number;
+}
+
+/** A restore acceptance in the file (signature verified): reported for as long as the file holds it. */
+export interface FileRestore {
+  tenantId: number;
+  van: number;
+  naar: number;
+  tijdstip: string;
+  positie: number;
 }
 
 export interface AnchorComparison {
@@ -45,8 +72,11 @@ export interface AnchorComparison {
   probleem?: FileProblem;
   /** The first row problem per tenant. */
   perTenant: Map<number, RowProblem>;
-  /** The newest checkpoint per tenant in the file, signature verified. */
+  /** The newest checkpoint (or restore acceptance) per tenant in the file, signature verified. */
   checkpoints: Map<number, FileCheckpoint>;
+  /** Every adoption and restore acceptance in the file whose signature holds, in file order. */
+  adopties: FileAdoption[];
+  herstellingen: FileRestore[];
   waarschuwingen: string[];
 }
 
@@ -54,25 +84,37 @@ type Row = { positie: number; soort: AnchorLine["soort"]; tenantId: number | nul
 
 /** Whether a record's signature holds under a trusted key (and it names its tenant). */
 export function recordVerifies(l: AnchorLine, verifiers: Verifier[]): boolean {
-  if (l.soort === "installatie") return openInstallationCheckpoint(l.note, verifiers).ok;
-  if (l.tenantId === null) return false;
-  if (l.soort === "checkpoint") return openCheckpoint(l.note, l.tenantId, verifiers).ok;
-  return openRetentionRecord(l.note, l.tenantId, verifiers).ok;
+  return recordSize(l, verifiers) !== null;
 }
 
-/** The size a record stands for: tree size, or the seq of the last deleted entry. */
+/**
+ * The size a record stands for (its `grootte`), or null when it does not open as its
+ * kind: for a checkpoint or restore acceptance the newest seq it covers (tree size, plus
+ * the basis of an adopted tree), for a retention record the seq of the last deleted
+ * entry, for an adoption the seq it adopts from, for an installation checkpoint its
+ * tree size.
+ */
 export function recordSize(l: AnchorLine, verifiers: Verifier[]): number | null {
   if (l.soort === "installatie") {
     const o = openInstallationCheckpoint(l.note, verifiers);
     return o.ok ? o.checkpoint.size : null;
   }
   if (l.tenantId === null) return null;
-  if (l.soort === "checkpoint") {
-    const o = openCheckpoint(l.note, l.tenantId, verifiers);
-    return o.ok ? o.checkpoint.size : null;
+  switch (l.soort) {
+    case "checkpoint":
+    case "herstel": {
+      const o = openTreeHead(l.note, l.tenantId, verifiers, l.soort);
+      return o.ok ? o.head.size : null;
+    }
+    case "retentie": {
+      const o = openRetentionRecord(l.note, l.tenantId, verifiers);
+      return o.ok ? o.record.seq : null;
+    }
+    case "adoptie": {
+      const o = openAdoptionRecord(l.note, l.tenantId, verifiers);
+      return o.ok ? o.record.seq : null;
+    }
   }
-  const o = openRetentionRecord(l.note, l.tenantId, verifiers);
-  return o.ok ? o.record.seq : null;
 }
 
 /**
@@ -90,7 +132,16 @@ export async function compareWithFile(dbPath: string, path: string, verifiers: V
 }
 
 async function compare(sqlite: Database, path: string, verifiers: Verifier[]): Promise<AnchorComparison> {
-  const out: AnchorComparison = { bestand: existsSync(path), regels: 0, oudeRegels: 0, perTenant: new Map(), checkpoints: new Map(), waarschuwingen: [] };
+  const out: AnchorComparison = {
+    bestand: existsSync(path),
+    regels: 0,
+    oudeRegels: 0,
+    perTenant: new Map(),
+    checkpoints: new Map(),
+    adopties: [],
+    herstellingen: [],
+    waarschuwingen: [],
+  };
   const fileProblem = (p: FileProblem) => {
     out.probleem ??= p;
   };
@@ -106,8 +157,10 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
       .iterate() as IterableIterator<Row>;
     let row = rows.next();
 
-    /** Newest checkpoint line per tenant (verified at the end: one signature per tenant). */
-    const newest = new Map<number, { note: string; positie: number; inTail: boolean }>();
+    /** Newest checkpoint or restore acceptance line per tenant (verified at the end: one signature per tenant). */
+    const newest = new Map<number, { soort: TreeHead["soort"]; note: string; positie: number; inTail: boolean }>();
+    /** Adoptions and restore acceptances, opened at the end (few: one per operator action). */
+    const operatorLines: { line: AnchorLine & { tenantId: number }; positie: number }[] = [];
     let tail = false;
     let tailInstallations = 0;
     let recordAfterInstallation = false;
@@ -161,8 +214,10 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
           rowProblem(p.line.tenantId, { reden: "checkpoint-ontbreekt", seq: size, positie: fl.positie }, `regel op positie ${fl.positie} ontbreekt in de database`);
         }
       }
-      if (p.kind === "record" && p.line.soort === "checkpoint" && p.line.tenantId !== null) {
-        newest.set(p.line.tenantId, { note: p.line.note, positie: fl.positie, inTail: tail });
+      if (p.kind === "record" && p.line.tenantId !== null) {
+        const soort = p.line.soort;
+        if (soort === "checkpoint" || soort === "herstel") newest.set(p.line.tenantId, { soort, note: p.line.note, positie: fl.positie, inTail: tail });
+        if (soort === "adoptie" || soort === "herstel") operatorLines.push({ line: { ...p.line, tenantId: p.line.tenantId }, positie: fl.positie });
       }
     }
     // One run ends with its installation checkpoint: more than that is not a crash.
@@ -185,9 +240,20 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
         await new Promise((r) => setImmediate(r));
         lastYield = performance.now();
       }
-      const o = openCheckpoint(n.note, tenantId, verifiers);
-      if (o.ok) out.checkpoints.set(tenantId, { ...o.checkpoint, positie: n.positie, inTail: n.inTail });
-      else fileProblem({ reden: "bestand-gewijzigd", positie: n.positie, toelichting: `checkpoint van tenant ${tenantId} op positie ${n.positie}: ${o.error}` });
+      const o = openTreeHead(n.note, tenantId, verifiers, n.soort);
+      if (o.ok) out.checkpoints.set(tenantId, { ...o.head, positie: n.positie, inTail: n.inTail });
+      else fileProblem({ reden: "bestand-gewijzigd", positie: n.positie, toelichting: `${n.soort} van tenant ${tenantId} op positie ${n.positie}: ${o.error}` });
+    }
+    // What the operator signed by hand stays in every verdict: only those that verify
+    // (one that does not is a changed line, found above or by the chain's start).
+    for (const { line, positie } of operatorLines) {
+      if (line.soort === "adoptie") {
+        const o = openAdoptionRecord(line.note, line.tenantId, verifiers);
+        if (o.ok) out.adopties.push({ tenantId: line.tenantId, seq: o.record.seq, tijdstip: o.record.tijdstip, positie });
+      } else {
+        const o = openRestoreRecord(line.note, line.tenantId, verifiers);
+        if (o.ok) out.herstellingen.push({ tenantId: line.tenantId, van: o.record.van, naar: o.record.naar, tijdstip: o.record.tijdstip, positie });
+      }
     }
     return out;
   } finally {

@@ -5,7 +5,7 @@
 // Incremental: a tenant's newest checkpoint row keeps the tree's compact range at its
 // size, so a run hashes only the entries since. That range is used only when it folds
 // to the signed root of that checkpoint; otherwise the tree is rebuilt from the chain's
-// start (genesis or the signed retention record).
+// start (genesis, the signed retention record or the signed adoption).
 import type { Database } from "bun:sqlite";
 import { appendLines, databaseEnd, insertRows, readLines, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type RowReason } from "./anchor-check.ts";
@@ -58,27 +58,37 @@ export interface Refusal {
 }
 
 /**
- * Where a tenant's tree continues from. With a previous checkpoint (the file's newest,
- * passed in): its row's compact range when that folds to the signed root, else the tree
- * rebuilt from the chain's start, which must reach the same root — a log never signs a
- * checkpoint inconsistent with one it signed before, so a chain recomputed by a database
- * writer is refused here, not signed. Without one: the chain's start (genesis or the
- * signed retention record).
+ * Where a tenant's tree continues from. With a previous head (the file's newest
+ * checkpoint or restore acceptance, passed in): its row's compact range when that folds
+ * to the signed root, else the tree rebuilt from the chain's start, which must reach the
+ * same root — a log never signs a checkpoint inconsistent with one it signed before, so
+ * a chain recomputed by a database writer is refused here, not signed. Without one: the
+ * chain's start (genesis, the signed retention record or the signed adoption). The
+ * tree's leaves are the entries after `basis` (0, or S for a chain adopted at S).
  */
-function tenantBase(sqlite: Database, tenantId: number, firstSeq: number, prev: CheckpointRef | null, verifiers: Verifier[]): { range: CompactRange; hash: string | null } | { reden: BreakReason; seq: number } {
+function tenantBase(
+  sqlite: Database,
+  tenantId: number,
+  firstSeq: number,
+  prev: CheckpointRef | null,
+  verifiers: Verifier[],
+): { range: CompactRange; basis: number; hash: string | null } | { reden: BreakReason; seq: number } {
   const start = chainStart(sqlite, tenantId, firstSeq, verifiers);
   if (!start.ok) return { reden: start.reden, seq: firstSeq };
-  if (!prev || prev.size <= start.seq) return { range: start.range, hash: start.hash };
+  const basis = start.basis;
+  // A head of another tree (from genesis, while the chain is adopted, or the other way round).
+  if (prev && (prev.basis ?? 0) !== basis) return { reden: "checkpoint-afwijkend", seq: prev.size };
+  if (!prev || prev.size <= start.seq) return { range: start.range, basis, hash: start.hash };
   const row = sqlite
-    .query("SELECT bereik FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'checkpoint' AND grootte = ? AND bereik IS NOT NULL ORDER BY positie DESC LIMIT 1")
+    .query("SELECT bereik FROM audit_anchor_log WHERE tenant_id = ? AND soort IN ('checkpoint', 'herstel') AND grootte = ? AND bereik IS NOT NULL ORDER BY positie DESC LIMIT 1")
     .get(tenantId, prev.size) as { bereik: string } | null;
   if (row) {
     try {
-      const range = CompactRange.decode(prev.size, row.bereik);
-      if (Buffer.from(range.root()).equals(prev.root)) return { range, hash: null };
+      const range = CompactRange.decode(prev.size - basis, row.bereik);
+      if (Buffer.from(range.root()).equals(prev.root)) return { range, basis, hash: null };
     } catch {}
   }
-  // Rebuild: every entry from the start up to the previous checkpoint.
+  // Rebuild: every entry from the start up to the previous head.
   const range = start.range.clone();
   let prevSeq = start.seq;
   let prevHash = start.hash;
@@ -89,16 +99,16 @@ function tenantBase(sqlite: Database, tenantId: number, firstSeq: number, prev: 
     prevSeq = r.seq;
     prevHash = r.hash;
   }
-  if (range.size < prev.size) return { reden: "kop-ontbreekt", seq: prev.size };
+  if (basis + range.size < prev.size) return { reden: "kop-ontbreekt", seq: prev.size };
   if (!Buffer.from(range.root()).equals(prev.root)) return { reden: "checkpoint-afwijkend", seq: prev.size };
-  return { range, hash: prevHash };
+  return { range, basis, hash: prevHash };
 }
 
 /**
  * Extends one tenant's tree to its head, checking each new entry's hash and link on
  * the way: a chain that does not check out is not signed. Null when nothing changed.
  */
-function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | null, verifiers: Verifier[]): { range: CompactRange } | { refusal: Refusal } | null {
+function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | null, verifiers: Verifier[]): { range: CompactRange; basis: number } | { refusal: Refusal } | null {
   sqlite.run("BEGIN");
   try {
     const first = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
@@ -110,15 +120,15 @@ function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | 
     }
     const base = tenantBase(sqlite, tenantId, first.seq, prev, verifiers);
     if ("reden" in base) return { refusal: { tenantId, seq: base.seq, reden: base.reden } };
-    const { range } = base;
+    const { range, basis } = base;
     // Extending a stored compact range, the hash of its last entry is read from that
     // entry: the first new entry must link to it. (Were that entry altered, the new one
     // would not link and the tenant is refused; the verifier names the alteration.)
+    let prevSeq = basis + range.size;
     let prevHash =
-      base.hash ?? (sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, range.size) as { hash: string } | null)?.hash ?? null;
-    let prevSeq = range.size;
+      base.hash ?? (sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, prevSeq) as { hash: string } | null)?.hash ?? null;
     let isFirst = true;
-    for (const r of entriesAfter(sqlite, tenantId, range.size)) {
+    for (const r of entriesAfter(sqlite, tenantId, prevSeq)) {
       const reden = linkBreak(rowHash(tenantId, r) !== r.hash, isFirst && base.hash !== null, r.seq, r.prev_hash, prevSeq, prevHash ?? r.prev_hash);
       isFirst = false;
       if (reden) return { refusal: { tenantId, seq: r.seq, reden } };
@@ -126,7 +136,7 @@ function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | 
       prevSeq = r.seq;
       prevHash = r.hash;
     }
-    return { range };
+    return { range, basis };
   } finally {
     sqlite.run("COMMIT");
   }
@@ -200,7 +210,7 @@ export async function anchorAll(sqlite: Database, dbPath: string, path: string, 
       continue;
     }
     const prev = cmp.checkpoints.get(tenantId) ?? null;
-    const r = extendTenant(sqlite, tenantId, prev && { size: prev.size, root: prev.root }, keys.verifiers);
+    const r = extendTenant(sqlite, tenantId, prev && { size: prev.size, root: prev.root, basis: prev.basis }, keys.verifiers);
     if (r === null) {
       unchanged++;
       continue;
@@ -209,9 +219,8 @@ export async function anchorAll(sqlite: Database, dbPath: string, path: string, 
       refused.push(r.refusal);
       continue;
     }
-    const note = signCheckpoint(keys.signer, tenantId, r.range);
-    lines.push({ soort: "checkpoint", tenantId, note, positie: 0, grootte: r.range.size, bereik: r.range.encode() });
-    checkpoints.push({ tenantId, size: r.range.size, root: Buffer.from(r.range.root()).toString("base64") });
+    lines.push(checkpointLine(keys, tenantId, r.range, r.basis));
+    checkpoints.push({ tenantId, size: r.basis + r.range.size, root: Buffer.from(r.range.root()).toString("base64") });
   }
 
   // One write transaction, synchronous throughout (the connection is shared with the
@@ -219,23 +228,38 @@ export async function anchorAll(sqlite: Database, dbPath: string, path: string, 
   sqlite.run("BEGIN IMMEDIATE");
   try {
     const hersteld = syncTail(sqlite, path, keys.verifiers);
-    const inst = installationRange(sqlite, path, keys.verifiers);
-    const changed = lines.length > 0 || inst.range.size > ((sqlite.query("SELECT max(grootte) AS n FROM audit_anchor_log WHERE soort = 'installatie'").get() as { n: number | null }).n ?? 0);
-    let installatie: string | null = null;
-    if (changed) {
-      for (const l of lines) inst.range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
-      installatie = signInstallationCheckpoint(keys.signer, inst.range);
-      lines.push({ soort: "installatie", tenantId: null, note: installatie, positie: 0, grootte: inst.range.size, bereik: inst.range.encode() });
-      const positions = appendLines(path, lines);
-      lines.forEach((l, i) => (l.positie = positions[i]!));
-      insertRows(sqlite, lines);
-    }
+    const { installatie, herbouwd } = writeRun(sqlite, path, keys, lines);
     sqlite.run("COMMIT");
-    return { checkpoints, unchanged, refused, installatie, hersteld, herbouwd: inst.rebuilt };
+    return { checkpoints, unchanged, refused, installatie, hersteld, herbouwd };
   } catch (e) {
     sqlite.run("ROLLBACK");
     throw e;
   }
+}
+
+/** A signed checkpoint of a tenant's tree as a line to write (its row keeps the compact range). */
+export function checkpointLine(keys: Keys, tenantId: number, range: CompactRange, basis: number): StoredLine {
+  return { soort: "checkpoint", tenantId, note: signCheckpoint(keys.signer, tenantId, range, basis), positie: 0, grootte: basis + range.size, bereik: range.encode() };
+}
+
+/**
+ * Writes one run: `lines`, then an installation checkpoint over the whole file with
+ * them, appended to the file (fsynced) and inserted as rows. Inside the caller's write
+ * transaction (BEGIN IMMEDIATE), after the crash tail was copied in. Every run ends in
+ * its installation line, which is how verification tells one run from several. With no
+ * lines and a file that did not grow since the last installation checkpoint, nothing.
+ */
+export function writeRun(sqlite: Database, path: string, keys: Keys, lines: StoredLine[]): { installatie: string | null; herbouwd: boolean } {
+  const inst = installationRange(sqlite, path, keys.verifiers);
+  const changed = lines.length > 0 || inst.range.size > ((sqlite.query("SELECT max(grootte) AS n FROM audit_anchor_log WHERE soort = 'installatie'").get() as { n: number | null }).n ?? 0);
+  if (!changed) return { installatie: null, herbouwd: inst.rebuilt };
+  for (const l of lines) inst.range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
+  const installatie = signInstallationCheckpoint(keys.signer, inst.range);
+  const all = [...lines, { soort: "installatie" as const, tenantId: null, note: installatie, positie: 0, grootte: inst.range.size, bereik: inst.range.encode() }];
+  const positions = appendLines(path, all);
+  all.forEach((l, i) => (l.positie = positions[i]!));
+  insertRows(sqlite, all);
+  return { installatie, herbouwd: inst.rebuilt };
 }
 
 /** The newest installation checkpoint in the database, for the daily report. */

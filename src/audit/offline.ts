@@ -9,7 +9,7 @@ import { readLines } from "./anchor-file.ts";
 import { entriesAfter, entryHash, GENESIS_HASH, type ChainFields } from "./chain.ts";
 import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex, verifyInclusion } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
-import { openCheckpoint, openInstallationCheckpoint, openRetentionRecord, retentionUnjustified } from "./records.ts";
+import { openAdoptionRecord, openInstallationCheckpoint, openRestoreRecord, openRetentionRecord, openTreeHead, retentionUnjustified, type AdoptionRecord } from "./records.ts";
 import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
 import { chainStart, linkBreak, type CheckpointRef } from "./verify.ts";
 
@@ -59,13 +59,13 @@ export async function verifyAgainstInstallationCheckpoint(dbPath: string, anchor
   const size = o.checkpoint.size;
   if (!existsSync(anchorPath)) return { ok: false, grootte: size, fout: `ankerbestand ontbreekt: ${anchorPath}` };
   const range = new CompactRange();
-  const newest = new Map<number, string>();
+  const newest = new Map<number, { soort: "checkpoint" | "herstel"; note: string }>();
   for (const fl of readLines(anchorPath)) {
     if (range.size >= size) break;
     if (fl.parsed.kind !== "record" || fl.parsed.line.soort === "installatie") continue;
     const l = fl.parsed.line;
     range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
-    if (l.soort === "checkpoint" && l.tenantId !== null) newest.set(l.tenantId, l.note);
+    if ((l.soort === "checkpoint" || l.soort === "herstel") && l.tenantId !== null) newest.set(l.tenantId, { soort: l.soort, note: l.note });
   }
   if (range.size < size) {
     return { ok: false, grootte: size, fout: `het ankerbestand bevat ${range.size} records, het checkpoint telt er ${size}: het bestand is ingekort of teruggezet` };
@@ -75,9 +75,9 @@ export async function verifyAgainstInstallationCheckpoint(dbPath: string, anchor
   }
   const targets = new Map<number, CheckpointRef>();
   for (const [tenantId, n] of newest) {
-    const c = openCheckpoint(n, tenantId, verifiers);
-    if (!c.ok) return { ok: false, grootte: size, fout: `checkpoint van tenant ${tenantId} in het bestand is niet geldig ondertekend` };
-    targets.set(tenantId, c.checkpoint);
+    const c = openTreeHead(n.note, tenantId, verifiers, n.soort);
+    if (!c.ok) return { ok: false, grootte: size, fout: `${n.soort} van tenant ${tenantId} in het bestand is niet geldig ondertekend` };
+    targets.set(tenantId, c.head);
   }
   const db = openReadOnly(dbPath);
   try {
@@ -95,10 +95,13 @@ export interface BundleHeader {
   soort: "nachtwacht-bundel-v1";
   tenantId: number;
   verificatieSleutels: string[];
-  /** The tenant's newest checkpoint in the anchor file (a signed note). */
+  /** The tenant's newest checkpoint in the anchor file (a signed note), or the restore acceptance signed after it. */
   checkpoint: string;
-  /** The signed retention record the exported chain starts from; null from genesis. */
+  /** The signed retention record the exported chain starts from; null from genesis or from an adoption. */
   retentie: string | null;
+  /** The signed adoption of a chain adopted by the operator (its tree starts after the adoption's seq); absent or null otherwise. */
+  adoptie?: string | null;
+  /** RFC 6962 inclusion proof: `index` is the leaf's index in the tree (seq − 1, minus an adoption's seq), `grootte` the tree size. */
   bewijs?: { seq: number; index: number; grootte: number; hashes: string[] };
 }
 
@@ -110,35 +113,48 @@ export interface BundleEntry extends Omit<ChainFields, "tenantId"> {
 
 /** One tenant's entries with what proves them, as JSON lines; `proveSeq` adds an inclusion proof. */
 export async function exportBundle(dbPath: string, anchorPath: string, tenantId: number, verifiers: Verifier[], proveSeq?: number): Promise<string[]> {
-  let checkpoint: string | null = null;
+  let checkpoint: { soort: "checkpoint" | "herstel"; note: string } | null = null;
+  let adoptie: string | null = null;
   if (!existsSync(anchorPath)) throw new CannotCheck(`ankerbestand niet gevonden: ${anchorPath}`);
   for (const fl of readLines(anchorPath)) {
     const p = fl.parsed;
-    if (p.kind === "record" && p.line.soort === "checkpoint" && p.line.tenantId === tenantId) checkpoint = p.line.note;
+    if (p.kind !== "record" || p.line.tenantId !== tenantId) continue;
+    if (p.line.soort === "checkpoint" || p.line.soort === "herstel") checkpoint = { soort: p.line.soort, note: p.line.note };
+    if (p.line.soort === "adoptie" && openAdoptionRecord(p.line.note, tenantId, verifiers).ok) adoptie = p.line.note;
   }
   if (checkpoint === null) throw new CannotCheck(`tenant ${tenantId} heeft nog geen checkpoint in het ankerbestand`);
-  const cp = openCheckpoint(checkpoint, tenantId, verifiers);
+  const cp = openTreeHead(checkpoint.note, tenantId, verifiers, checkpoint.soort);
   if (!cp.ok) throw new CannotCheck(`het nieuwste checkpoint van tenant ${tenantId} is niet geldig ondertekend (${cp.error})`);
-  const size = cp.checkpoint.size;
+  const { size, basis } = cp.head;
 
   const db = openReadOnly(dbPath);
   try {
     db.run("BEGIN");
     const first = db.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
     const start = chainStart(db, tenantId, first?.seq ?? null, verifiers);
-    if (!start.ok) throw new CannotCheck(`de keten van tenant ${tenantId} begint niet bij een geldig retentierecord (${start.reden}); controleer eerst met verify`);
+    if (!start.ok) throw new CannotCheck(`de keten van tenant ${tenantId} begint niet bij een geldig retentie- of adoptierecord (${start.reden}); controleer eerst met verify`);
+    if (start.basis !== basis) throw new CannotCheck(`het nieuwste checkpoint van tenant ${tenantId} hoort bij een andere boom dan de keten; controleer eerst met verify`);
     const entries: BundleEntry[] = [];
     for (const r of entriesAfter(db, tenantId, start.seq, size)) {
       entries.push({ seq: r.seq, id: r.id, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: r.prev_hash, hash: r.hash });
     }
     db.run("COMMIT");
-    const header: BundleHeader = { soort: "nachtwacht-bundel-v1", tenantId, verificatieSleutels: verifiers.map((v) => v.verifierKey), checkpoint, retentie: start.note };
+    const header: BundleHeader = {
+      soort: "nachtwacht-bundel-v1",
+      tenantId,
+      verificatieSleutels: verifiers.map((v) => v.verifierKey),
+      checkpoint: checkpoint.note,
+      retentie: start.record ? start.note : null,
+      // The adoption travels with every bundle of an adopted chain: verify --bundel names it.
+      ...(basis > 0 ? { adoptie: start.adoption ? start.note : adoptie } : {}),
+    };
     if (proveSeq !== undefined) {
-      if (start.seq > 0) throw new CannotCheck("een inclusiebewijs kan alleen zolang de keten vanaf seq 1 bestaat; na audit-retentie ontbreken de oudste bladeren");
-      if (proveSeq < 1 || proveSeq > size) throw new CannotCheck(`seq ${proveSeq} valt buiten het checkpoint (grootte ${size})`);
-      if (entries.length !== size) throw new CannotCheck(`de keten haalt het checkpoint niet (${entries.length} van ${size} entries); controleer eerst met verify`);
+      if (start.seq > start.basis) throw new CannotCheck("een inclusiebewijs kan alleen zolang de keten haar eerste blad nog heeft; na audit-retentie ontbreken de oudste bladeren");
+      if (proveSeq <= basis || proveSeq > size) throw new CannotCheck(`seq ${proveSeq} valt buiten het checkpoint (seq ${basis + 1} t/m ${size})`);
+      if (entries.length !== size - basis) throw new CannotCheck(`de keten haalt het checkpoint niet (${entries.length} van ${size - basis} entries); controleer eerst met verify`);
       const leaves = entries.map((e) => leafHashOfHex(e.hash));
-      header.bewijs = { seq: proveSeq, index: proveSeq - 1, grootte: size, hashes: inclusionProof(leaves, proveSeq - 1).map((h) => Buffer.from(h).toString("base64")) };
+      const index = proveSeq - basis - 1;
+      header.bewijs = { seq: proveSeq, index, grootte: size - basis, hashes: inclusionProof(leaves, index).map((h) => Buffer.from(h).toString("base64")) };
     }
     return [JSON.stringify(header), ...entries.map((e) => JSON.stringify(e))];
   } finally {
@@ -153,6 +169,10 @@ export interface BundleVerdict {
   fout?: string;
   /** The inclusion proof held (absent when the bundle has none). */
   bewijs?: boolean;
+  /** The chain was adopted by the operator: what it cannot prove (absent otherwise). */
+  adoptie?: AdoptionRecord;
+  /** The bundle's head is a restore acceptance: the chain went back from `van` to `naar`. */
+  herstel?: { van: number; naar: number };
 }
 
 /** Checks a bundle offline, with only the trusted public keys. */
@@ -171,20 +191,33 @@ export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerd
   }
   const tenantId = header.tenantId;
   const fail = (fout: string): BundleVerdict => ({ ok: false, tenantId, entries: entries.length, fout });
-  const cp = openCheckpoint(header.checkpoint, tenantId, verifiers);
+  const cp = openTreeHead(header.checkpoint, tenantId, verifiers);
   if (!cp.ok) return fail(`het checkpoint is niet geldig ondertekend door een vertrouwde sleutel (${cp.error})`);
+  const head = cp.head;
   let range = new CompactRange();
   let prevSeq = 0;
   let prevHash = GENESIS_HASH;
+  let basis = 0;
+  let adoption: AdoptionRecord | undefined;
+  if (header.adoptie != null) {
+    const a = openAdoptionRecord(header.adoptie, tenantId, verifiers);
+    if (!a.ok) return fail(`het adoptierecord is niet geldig ondertekend (${a.error})`);
+    adoption = a.record;
+    basis = prevSeq = a.record.seq;
+    prevHash = a.record.hash;
+  }
   if (header.retentie !== null) {
     const r = openRetentionRecord(header.retentie, tenantId, verifiers);
     if (!r.ok) return fail(`het retentierecord is niet geldig ondertekend (${r.error})`);
     const why = retentionUnjustified(r.record);
     if (why) return fail(`het retentierecord rechtvaardigt de verwijdering niet: ${why}`);
+    if (r.record.basis !== basis) return fail("het retentierecord hoort bij een andere boom dan het adoptierecord");
     range = r.record.bereik.clone();
     prevSeq = r.record.seq;
     prevHash = r.record.hash;
   }
+  // A tree that starts after an adoption is never taken for one from genesis: the adoption must be in the bundle.
+  if (head.basis !== basis) return fail(head.basis > 0 ? `het checkpoint is van een keten die bij seq ${head.basis} is geadopteerd, maar de bundel bevat dat adoptierecord niet` : "het checkpoint hoort bij een andere boom dan het begin van de bundel");
   for (const [i, e] of entries.entries()) {
     const reden = linkBreak(entryHash({ ...e, tenantId }) !== e.hash, i === 0, e.seq, e.prevHash, prevSeq, prevHash);
     if (reden) return fail(`entry seq ${e.seq}: ${reden}`);
@@ -192,16 +225,27 @@ export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerd
     prevSeq = e.seq;
     prevHash = e.hash;
   }
-  if (range.size !== cp.checkpoint.size) return fail(`de bundel bevat entries tot seq ${range.size}, het checkpoint telt er ${cp.checkpoint.size}`);
-  if (!Buffer.from(range.root()).equals(cp.checkpoint.root)) return fail("de entries geven een andere Merkle-root dan het ondertekende checkpoint");
+  if (basis + range.size !== head.size) return fail(`de bundel bevat entries tot seq ${basis + range.size}, het checkpoint telt er tot seq ${head.size}`);
+  if (!Buffer.from(range.root()).equals(head.root)) return fail("de entries geven een andere Merkle-root dan het ondertekende checkpoint");
   const out: BundleVerdict = { ok: true, tenantId, entries: entries.length };
+  if (adoption) out.adoptie = adoption;
+  if (head.soort === "herstel") {
+    const h = openRestoreHead(header.checkpoint, tenantId, verifiers);
+    if (h) out.herstel = h;
+  }
   if (header.bewijs) {
     const b = header.bewijs;
     const entry = entries.find((e) => e.seq === b.seq);
     const proof = b.hashes.map((h) => new Uint8Array(Buffer.from(h, "base64")));
-    const held = entry !== undefined && b.index === b.seq - 1 && b.grootte === cp.checkpoint.size && verifyInclusion(leafHashOfHex(entry.hash), b.index, b.grootte, proof, cp.checkpoint.root);
+    const held =
+      entry !== undefined && b.index === b.seq - basis - 1 && b.grootte === head.size - basis && verifyInclusion(leafHashOfHex(entry.hash), b.index, b.grootte, proof, head.root);
     if (!held) return { ...fail(`het inclusiebewijs voor seq ${b.seq} klopt niet`), bewijs: false };
     out.bewijs = true;
   }
   return out;
+}
+
+function openRestoreHead(note: string, tenantId: number, verifiers: Verifier[]): { van: number; naar: number } | null {
+  const o = openRestoreRecord(note, tenantId, verifiers);
+  return o.ok ? { van: o.record.van, naar: o.record.naar } : null;
 }

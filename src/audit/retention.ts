@@ -286,7 +286,8 @@ function planTenant(sqlite: Database, tenantId: number, grens: string, verifiers
       from: first.seq,
       seq: prevSeq,
       hash: prevHash,
-      record: prevSeq > start.seq ? { tenantId, seq: prevSeq, hash: prevHash, createdAt: lastCreatedAt, bereik: range } : null,
+      // The record continues the chain's tree: for an adopted chain, the one from its adoption.
+      record: prevSeq > start.seq ? { tenantId, seq: prevSeq, hash: prevHash, createdAt: lastCreatedAt, bereik: range, basis: start.basis } : null,
     };
   } finally {
     sqlite.run("COMMIT");

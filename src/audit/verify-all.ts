@@ -1,7 +1,7 @@
 // Verification of a whole installation — the database's chains against the anchor
 // file — as the nightly audit-verificatie and the offline `verify` command both do it.
 import type { Database } from "bun:sqlite";
-import { compareWithFile, type FileProblem, type RowReason } from "./anchor-check.ts";
+import { compareWithFile, type AnchorComparison, type FileProblem, type RowReason } from "./anchor-check.ts";
 import type { Verifier } from "./note.ts";
 import { verifyTenants } from "./verify-parallel.ts";
 import type { BreakReason, CheckpointRef } from "./verify.ts";
@@ -30,6 +30,29 @@ export interface VerifyAllOptions {
   checkpoints?: Map<number, CheckpointRef>;
 }
 
+/**
+ * The standing warnings for what an operator accepted by hand (docs/audit-chain.md):
+ * every adoption and restore acceptance the anchor file holds, for as long as it holds
+ * them. Never a silent pass: the verdict is 200, but it says what was taken on trust.
+ */
+export function operatorWarnings(cmp: Pick<AnchorComparison, "adopties" | "herstellingen">): string[] {
+  const out: string[] = [];
+  for (const a of cmp.adopties) {
+    out.push(
+      `tenant ${a.tenantId} is op ${a.tijdstip} geadopteerd vanaf seq ${a.seq + 1}: de entries 1 t/m ${a.seq} zijn door een eerdere versie verwijderd ` +
+        `zonder ondertekend retentierecord en zijn niet te controleren (adoptierecord op positie ${a.positie}).`,
+    );
+  }
+  for (const h of cmp.herstellingen) {
+    out.push(
+      `tenant ${h.tenantId}: op ${h.tijdstip} is een teruggezette database geaccepteerd; de keten ging terug van seq ${h.van} naar ${h.naar}` +
+        (h.naar < h.van ? `; de ondertekende entries ${h.naar + 1} t/m ${h.van} zijn verloren` : `; de ondertekende keten tot seq ${h.van} is vervangen door die uit de database`) +
+        ` (herstelrecord op positie ${h.positie}).`,
+    );
+  }
+  return out;
+}
+
 export async function verifyInstallation(
   sqlite: Database,
   dbPath: string,
@@ -47,7 +70,7 @@ export async function verifyInstallation(
   const ids = [...new Set([...tenantIds, ...targets.keys()])].sort((a, b) => a - b);
   const tasks = ids.map((tenantId) => {
     const c = targets.get(tenantId);
-    return { tenantId, checkpoint: c ? { size: c.size, root: c.root } : null };
+    return { tenantId, checkpoint: c ? { size: c.size, root: c.root, basis: c.basis ?? 0 } : null };
   });
   // Each chain is streamed (verify.ts): memory does not grow with its length.
   const checked = await verifyTenants(sqlite, dbPath, tasks, o.workers, verifiers.map((v) => v.verifierKey));
@@ -68,7 +91,7 @@ export async function verifyInstallation(
     }
     tenants.push({ tenantId, intact: !fout, aantalEntries: r.aantalEntries, ...(fout ? { fout } : {}) });
   }
-  const waarschuwingen = [...cmp.waarschuwingen];
+  const waarschuwingen = [...cmp.waarschuwingen, ...operatorWarnings(cmp)];
   // Head anchors of earlier versions (HMAC-signed or unsigned) are retired: never trusted, only counted.
   if (cmp.oudeRegels > 0) waarschuwingen.push(`${cmp.oudeRegels} regel(s) uit een eerdere versie (HMAC-kopankers) in het ankerbestand worden niet meer vertrouwd.`);
   const { n: oldRows } = sqlite.query("SELECT count(*) AS n FROM audit_head_anchors").get() as { n: number };

@@ -4,12 +4,13 @@
 //
 // Besides the links it recomputes the RFC 6962 root over the entry hashes and compares
 // it with the tenant's newest signed checkpoint (from the anchor file), and it starts
-// a chain that audit-retentie shortened from that deletion's signed retention record.
+// a chain that audit-retentie shortened from that deletion's signed retention record,
+// and a chain the operator adopted (`nachtwacht adopt`) from its signed adoption.
 import type { Database } from "bun:sqlite";
 import { entriesAfter, GENESIS_HASH, rowHash, type EntryRow } from "./chain.ts";
 import { CompactRange } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
-import { openRetentionRecord, retentionUnjustified, type RetentionRecord } from "./records.ts";
+import { openStartRecord, retentionUnjustified, type AdoptionRecord, type RetentionRecord } from "./records.ts";
 
 export type BreakReason =
   | "hash-afwijkend"
@@ -44,10 +45,12 @@ export function linkBreak(hashDiffers: boolean, isFirst: boolean, seq: number, r
   return null;
 }
 
-/** A signed tree head the chain must still reach: size and 32-byte root. */
+/** A signed tree head the chain must still reach: size (its newest seq) and 32-byte root. */
 export interface CheckpointRef {
   size: number;
   root: Uint8Array;
+  /** The seq before the tree's first leaf: 0 (from genesis; the default) or S for a chain adopted at S. */
+  basis?: number;
 }
 
 export interface VerifyOptions {
@@ -58,46 +61,85 @@ export interface VerifyOptions {
 }
 
 /**
- * Where a chain's tree starts: genesis, or a signed retention record. Entries up to
- * `seq` may still exist (a retention run signs its records before it deletes, and may
- * have been stopped part way): they must then link up to the record's hash.
+ * Where a chain's tree starts: genesis, a signed retention record, or a signed
+ * adoption. Entries up to `seq` may still exist (a retention run signs its records
+ * before it deletes, and may have been stopped part way): they must then link up to
+ * the record's hash. `range` is the tree's compact range at `seq` (size seq − basis).
  */
 export type ChainStart =
-  | { ok: true; seq: number; hash: string; range: CompactRange; record: RetentionRecord | null; note: string | null }
+  | {
+      ok: true;
+      seq: number;
+      hash: string;
+      range: CompactRange;
+      /** The seq before the tree's first leaf: 0 from genesis, S for a chain adopted at S. */
+      basis: number;
+      /** The retention record it starts from, if it does. */
+      record: RetentionRecord | null;
+      /** The adoption it starts from, if it does. */
+      adoption: AdoptionRecord | null;
+      /** The signed note of that record (null from genesis). */
+      note: string | null;
+    }
   | { ok: false; reden: "retentie-ontbreekt" | "retentie-ongeldig" };
+
+/** The kinds of audit_anchor_log rows a chain can start from: what chainStartFrom's `notes` are. */
+export const START_KINDS = ["retentie", "adoptie"] as const;
 
 /**
  * The start of a chain whose oldest remaining entry has `firstSeq` (null: no entries):
- * genesis for seq 1; else the validly signed, justified retention record in
- * audit_anchor_log with the lowest seq at or after firstSeq − 1 (for an empty chain:
- * the newest one). No such record: the older entries went missing some other way.
+ * genesis for seq 1; else the validly signed start record (a justified retention
+ * record, or an adoption) in audit_anchor_log with the lowest seq at or after
+ * firstSeq − 1 (for an empty chain: the newest one). No such record: the older
+ * entries went missing some other way.
  */
 export function chainStart(sqlite: Database, tenantId: number, firstSeq: number | null, verifiers: Verifier[]): ChainStart {
   if (firstSeq === 1) return chainStartFrom([], tenantId, firstSeq, verifiers);
   // Raw SQL: read per tenant on the verification path, beside the streamed scan.
   const rows = (
     firstSeq === null
-      ? sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY grootte DESC, positie DESC").all(tenantId)
-      : sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' AND grootte >= ? ORDER BY grootte, positie DESC").all(tenantId, firstSeq - 1)
+      ? sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort IN ('retentie', 'adoptie') ORDER BY grootte DESC, positie DESC").all(tenantId)
+      : sqlite.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort IN ('retentie', 'adoptie') AND grootte >= ? ORDER BY grootte, positie DESC").all(tenantId, firstSeq - 1)
   ) as { note: string }[];
   return chainStartFrom(rows.map((r) => r.note), tenantId, firstSeq, verifiers);
 }
 
 /**
- * The rule of chainStart, for any store: `notes` are the tenant's retention records in
- * audit_anchor_log — for an empty chain (firstSeq null) newest first, else those with
- * seq >= firstSeq − 1, lowest seq first (and the later line first among equal seqs).
+ * chainStart over records from any store (the anchor file itself, for instance): picks
+ * and orders them as chainStart's SQL does. `grootte` is a retention record's seq or an
+ * adoption's seq; `positie` the line's byte offset.
+ */
+export function chainStartFromRecords(records: readonly { note: string; grootte: number; positie: number }[], tenantId: number, firstSeq: number | null, verifiers: Verifier[]): ChainStart {
+  if (firstSeq === 1) return chainStartFrom([], tenantId, firstSeq, verifiers);
+  const picked =
+    firstSeq === null
+      ? [...records].sort((a, b) => b.grootte - a.grootte || b.positie - a.positie)
+      : records.filter((r) => r.grootte >= firstSeq - 1).sort((a, b) => a.grootte - b.grootte || b.positie - a.positie);
+  return chainStartFrom(picked.map((r) => r.note), tenantId, firstSeq, verifiers);
+}
+
+/**
+ * The rule of chainStart, for any store: `notes` are the tenant's start records (soort
+ * in START_KINDS: retention records and adoptions) in audit_anchor_log — for an empty
+ * chain (firstSeq null) newest first, else those with seq >= firstSeq − 1, lowest seq
+ * first (and the later line first among equal seqs). A retention record counts when it
+ * opens under a trusted key and justifies its deletion, an adoption when it opens.
  */
 export function chainStartFrom(notes: readonly string[], tenantId: number, firstSeq: number | null, verifiers: Verifier[]): ChainStart {
-  if (firstSeq === 1) return { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null, note: null };
-  if (notes.length === 0) {
-    return firstSeq === null ? { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), record: null, note: null } : { ok: false, reden: "retentie-ontbreekt" };
-  }
+  const genesis: ChainStart = { ok: true, seq: 0, hash: GENESIS_HASH, range: new CompactRange(), basis: 0, record: null, adoption: null, note: null };
+  if (firstSeq === 1) return genesis;
+  if (notes.length === 0) return firstSeq === null ? genesis : { ok: false, reden: "retentie-ontbreekt" };
   for (const note of notes) {
-    const o = openRetentionRecord(note, tenantId, verifiers);
-    if (!o.ok || retentionUnjustified(o.record) !== null) continue;
-    if (firstSeq !== null && o.record.seq < firstSeq - 1) continue;
-    return { ok: true, seq: o.record.seq, hash: o.record.hash, range: o.record.bereik, record: o.record, note };
+    const o = openStartRecord(note, tenantId, verifiers);
+    if (!o.ok) continue;
+    if ("retention" in o) {
+      const r = o.retention;
+      if (retentionUnjustified(r) !== null || (firstSeq !== null && r.seq < firstSeq - 1)) continue;
+      return { ok: true, seq: r.seq, hash: r.hash, range: r.bereik, basis: r.basis, record: r, adoption: null, note };
+    }
+    const a = o.adoption;
+    if (firstSeq !== null && a.seq < firstSeq - 1) continue;
+    return { ok: true, seq: a.seq, hash: a.hash, range: new CompactRange(), basis: a.seq, record: null, adoption: a, note };
   }
   return { ok: false, reden: "retentie-ongeldig" };
 }
@@ -148,6 +190,7 @@ export function unstartedChain(first: { seq: number; id: number } | null, count:
  */
 export class ChainWalk {
   private readonly range: CompactRange;
+  private readonly basis: number;
   private readonly pending: boolean;
   private count = 0;
   private prevSeq: number;
@@ -160,10 +203,16 @@ export class ChainWalk {
     /** The tenant's oldest remaining entry (null: none). */
     first: { seq: number } | null,
     private readonly cp: CheckpointRef | null,
+    /** Build the tree up to the last entry, not only up to the checkpoint (see tree()). */
+    private readonly wholeTree = false,
   ) {
     this.range = start.range.clone();
+    this.basis = start.basis ?? 0;
+    // A head of another tree (from genesis against an adopted chain, or the other way
+    // round) is never reached: the chain was not the one signed.
+    if (cp && (cp.basis ?? 0) !== this.basis) this.fout = { seq: cp.size, entryId: null, reden: "checkpoint-afwijkend" };
     // A checkpoint exactly at the retention point is compared with the record's range.
-    if (cp && cp.size === this.range.size && !rootsEqual(this.range.root(), cp.root)) this.fout = { seq: cp.size, entryId: null, reden: "checkpoint-afwijkend" };
+    else if (cp && cp.size === this.basis + this.range.size && !rootsEqual(this.range.root(), cp.root)) this.fout = { seq: cp.size, entryId: null, reden: "checkpoint-afwijkend" };
     // Entries up to start.seq still there (retention signed their deletion but had not
     // finished it): they are in the record's range already and must link up to its hash.
     this.pending = first !== null && first.seq <= start.seq;
@@ -182,13 +231,22 @@ export class ChainWalk {
       this.fout = { seq, entryId: id, reden };
     } else if (seq <= start.seq) {
       if (seq === start.seq && hash !== start.hash) this.fout = { seq, entryId: id, reden: "anker-afwijkend" };
-    } else if (cp && cp.size >= seq) {
+    } else if (this.wholeTree || (cp && cp.size >= seq)) {
       this.range.pushEntryHash(hash);
       // Entries past the checkpoint are new since audit-anker: nothing signed covers them yet.
-      if (this.range.size === cp.size && !rootsEqual(this.range.root(), cp.root)) this.fout = { seq, entryId: id, reden: "checkpoint-afwijkend" };
+      if (cp && this.basis + this.range.size === cp.size && !rootsEqual(this.range.root(), cp.root)) this.fout = { seq, entryId: id, reden: "checkpoint-afwijkend" };
     }
     this.prevSeq = seq;
     this.prevHash = hash;
+  }
+
+  /**
+   * The tree as walked: its basis, the newest seq it covers and its compact range there
+   * (up to the last entry with wholeTree, else up to the checkpoint). Meaningful only
+   * while result() is intact.
+   */
+  tree(): { basis: number; size: number; range: CompactRange } {
+    return { basis: this.basis, size: this.basis + this.range.size, range: this.range.clone() };
   }
 
   result(): TenantChainResult {

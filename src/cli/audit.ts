@@ -3,16 +3,24 @@
 //   nachtwacht key [--naam NAAM]
 //   nachtwacht verify [--db FILE] [--bestand FILE] [--sleutel VKEY ...] [--checkpoint FILE|-] [--bundel FILE]
 //   nachtwacht export --tenant N [--bewijs SEQ] [--uit FILE] [--db FILE] [--bestand FILE] [--sleutel VKEY ...]
+//   nachtwacht adopt --tenant N [--ja] [--db FILE] [--bestand FILE]
+//   nachtwacht accept-restore [--ja] [--db FILE] [--bestand FILE]
 //
 // verify needs public keys only: --sleutel, else AUDIT_VERTROUWDE_SLEUTELS plus the
 // public half of AUDIT_ANKER_SLEUTEL when those are in the environment. Exit codes:
-// 0 in order, 1 not in order, 2 the check could not be made.
+// 0 in order, 1 not in order, 2 the check could not be made. adopt and accept-restore
+// sign, so they need AUDIT_ANKER_SLEUTEL itself (src/audit/operator.ts): 0 done (or,
+// without --ja, possible), 1 refused, 2 not possible.
 import { randomBytes } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { parseArgs } from "node:util";
 import { generateKeyPair, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
 import { CannotCheck, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
+import { auditKeys } from "../audit/keys.ts";
+import { acceptRestore, adoptChain, openOperatorDatabase, Refused } from "../audit/operator.ts";
+import type { Keys } from "../audit/records.ts";
+import type { Database } from "bun:sqlite";
 import type { InstallationVerdict } from "../audit/verify-all.ts";
 import { redenUitleg } from "../reports/shared.ts";
 
@@ -35,7 +43,31 @@ const HELP: Record<string, string> = {
     "  Schrijft een bundel (JSON-regels: kop met checkpoint, retentierecord en publieke sleutels, dan de entries)\n" +
     "  die `nachtwacht verify --bundel` offline controleert. --bewijs voegt een RFC 6962-inclusiebewijs van één entry toe.\n" +
     "  exit 0: geschreven; 2: niet mogelijk.",
+  adopt:
+    "gebruik: nachtwacht adopt --tenant N [--ja] [--db BESTAND] [--bestand ANKERBESTAND]\n" +
+    "  Adopteert de keten van één tenant die een eerdere versie inkortte zonder ondertekend retentierecord\n" +
+    "  (audit-verificatie: retentie-ontbreekt). Met --ja ondertekent het met AUDIT_ANKER_SLEUTEL uit de omgeving een\n" +
+    "  adoptierecord (vanaf seq S = de oudste entry min 1, met haar prev_hash, en de datum) en het eerste checkpoint\n" +
+    "  van de keten vanaf S+1, en zet ze in het ankerbestand en de database. Elke verificatie noemt de adoptie daarna\n" +
+    "  als waarschuwing. Geweigerd als de keten bij seq 1 begint, al een geldig retentie- of adoptierecord heeft, door\n" +
+    "  nachtwacht al ondertekend is, of zelf niet klopt; en als het ankerbestand niet met de database klopt.\n" +
+    "  Zonder --ja zegt het alleen wat het zou doen en schrijft het niets.\n" +
+    "  exit 0: geadopteerd (zonder --ja: mogelijk); 1: geweigerd; 2: niet mogelijk (geen sleutel, geen database, gebruik).",
+  "accept-restore":
+    "gebruik: nachtwacht accept-restore [--ja] [--db BESTAND] [--bestand ANKERBESTAND]\n" +
+    "  Accepteert een bewust teruggezette (oudere) database: meldt per tenant wat de database mist tegenover het\n" +
+    "  ankerbestand (de seq van het ondertekende checkpoint tegen de nieuwste entry in de database). Met --ja zet het de\n" +
+    "  regels van het ankerbestand die de database mist terug in audit_anchor_log en ondertekent het met\n" +
+    "  AUDIT_ANKER_SLEUTEL uit de omgeving per getroffen tenant een herstelrecord (van seq A naar B, met de root bij B\n" +
+    "  zoals de database die geeft). Daarna controleert de verificatie die tenants tegen het herstelrecord en noemt\n" +
+    "  het verlies voorgoed als waarschuwing. Een keten die zelf niet klopt, rijen die niet met het ankerbestand\n" +
+    "  kloppen of een ander probleem met het ankerbestand worden niet geaccepteerd.\n" +
+    "  Zonder --ja zegt het alleen wat het zou doen en schrijft het niets.\n" +
+    "  exit 0: geaccepteerd of niets te doen (zonder --ja: alles te accepteren); 1: (deels) geweigerd; 2: niet mogelijk.",
 };
+
+/** The commands that sign: they need the signing key itself, never only public keys. */
+const SIGNING = new Set(["adopt", "accept-restore"]);
 
 class UsageError extends Error {}
 
@@ -60,6 +92,81 @@ export function trustedKeys(given: string[] | undefined, env: Record<string, str
       throw new CannotCheck(`sleutel ${i + 1} ${e instanceof NoteKeyError ? e.message : "is geen publieke sleutel"}`);
     }
   });
+}
+
+/** The signing key and every trusted key, from the environment as the service has it: the operator's commands sign. */
+function signingKeys(env: Record<string, string | undefined>): Keys {
+  const skey = env.AUDIT_ANKER_SLEUTEL?.trim();
+  if (!skey) throw new CannotCheck("AUDIT_ANKER_SLEUTEL staat niet in de omgeving: alleen met de ondertekeningssleutel van de service kan dit (docs/operations.md)");
+  const trusted = (env.AUDIT_VERTROUWDE_SLEUTELS ?? "").split(/[\s,]+/).filter((k) => k !== "");
+  try {
+    return auditKeys({ auditAnkerSleutel: skey, auditVertrouwdeSleutels: trusted });
+  } catch (e) {
+    throw new CannotCheck(`AUDIT_ANKER_SLEUTEL of AUDIT_VERTROUWDE_SLEUTELS is ongeldig${e instanceof NoteKeyError ? ` (een sleutel ${e.message})` : ""}`);
+  }
+}
+
+const b64 = (b: Uint8Array) => Buffer.from(b).toString("base64");
+
+async function runAdopt(db: Database, dbPath: string, anchorPath: string, keys: Keys, tenantId: number, ja: boolean, out: (s: string) => void): Promise<number> {
+  out(`database:     ${dbPath}`);
+  out(`ankerbestand: ${anchorPath}`);
+  let p;
+  try {
+    p = await adoptChain(db, dbPath, anchorPath, keys, tenantId, { ja, now: new Date() });
+  } catch (e) {
+    if (!(e instanceof Refused)) throw e;
+    out(`RESULTAAT: GEWEIGERD: ${e.message}`);
+    return 1;
+  }
+  out(`tenant ${tenantId}: oudste entry seq ${p.eerste.seq} (${p.eerste.createdAt}), nieuwste seq ${p.laatste}, ${p.aantalEntries} entries; de keten klopt vanaf seq ${p.eerste.seq}`);
+  out(`  adoptie bij seq ${p.seq} met hash ${p.hash} (de prev_hash van seq ${p.eerste.seq}); de entries 1 t/m ${p.seq} zijn niet meer te controleren`);
+  if (p.retentieAnker) {
+    const a = p.retentieAnker;
+    out(`  audit_retention_anchors (niet ondertekend, alleen ter vergelijking): seq ${a.seq} — ${a.klopt ? "komt overeen" : `WIJKT AF (hash ${a.hash})`}`);
+  } else {
+    out("  audit_retention_anchors: geen rij voor deze tenant");
+  }
+  if (!ja) {
+    out(`  zou ondertekenen: een adoptierecord en het eerste checkpoint over seq ${p.eerste.seq} t/m ${p.laatste} (met ${keys.signer.name})`);
+    out("RESULTAAT: adoptie mogelijk; er is niets geschreven. Voer het uit met --ja.");
+    return 0;
+  }
+  out(p.adoptie!.trimEnd());
+  out(`RESULTAAT: tenant ${tenantId} is geadopteerd vanaf seq ${p.eerste.seq}; adoptierecord, checkpoint en installatie-checkpoint staan in het ankerbestand.`);
+  return 0;
+}
+
+async function runAcceptRestore(db: Database, dbPath: string, anchorPath: string, keys: Keys, ja: boolean, out: (s: string) => void): Promise<number> {
+  out(`database:     ${dbPath}`);
+  out(`ankerbestand: ${anchorPath}`);
+  let r;
+  try {
+    r = await acceptRestore(db, dbPath, anchorPath, keys, { ja, now: new Date() });
+  } catch (e) {
+    if (!(e instanceof Refused)) throw e;
+    out(`RESULTAAT: GEWEIGERD: ${e.message}`);
+    return 1;
+  }
+  out(`${r.ontbrekend} regel(s) van het ankerbestand ontbreken in de database${r.ontbrekend > 0 ? (ja ? "; teruggezet" : "; worden teruggezet") : ""}`);
+  for (const l of r.verliezen) {
+    const verloren =
+      l.naar < l.van
+        ? `de ondertekende entries ${l.naar + 1} t/m ${l.van} zijn verloren`
+        : `de database heeft bij seq ${l.van} een andere keten dan ondertekend (${l.reden})`;
+    out(`  tenant ${l.tenantId}: van seq ${l.van} terug naar ${l.naar}: ${verloren}; root bij ${l.naar}: ${b64(l.root)}`);
+  }
+  for (const g of r.geweigerd) out(`  tenant ${g.tenantId}: NIET te accepteren: ${g.reden} bij seq ${g.seq} — de keten klopt zelf niet`);
+  if (r.verliezen.length === 0 && r.ontbrekend === 0) {
+    out(r.geweigerd.length > 0 ? "RESULTAAT: niets te accepteren; de genoemde ketens kloppen niet." : "RESULTAAT: niets te accepteren: de database mist niets van het ankerbestand.");
+    return r.geweigerd.length > 0 ? 1 : 0;
+  }
+  if (!ja) {
+    out(`RESULTAAT: er is niets geschreven. Met --ja: ${r.verliezen.length} herstelrecord(s) ondertekenen (met ${keys.signer.name}).`);
+    return r.geweigerd.length > 0 ? 1 : 0;
+  }
+  out(`RESULTAAT: ${r.verliezen.length} herstelrecord(s) ondertekend en in het ankerbestand gezet${r.geweigerd.length > 0 ? `; ${r.geweigerd.length} tenant(s) niet geaccepteerd` : ""}.`);
+  return r.geweigerd.length > 0 ? 1 : 0;
 }
 
 function printVerdict(v: InstallationVerdict, out: (s: string) => void): boolean {
@@ -95,6 +202,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
           tenant: { type: "string" },
           bewijs: { type: "string" },
           uit: { type: "string" },
+          ja: { type: "boolean" },
         },
         strict: true,
       });
@@ -115,6 +223,19 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       out(`AUDIT_ANKER_SLEUTEL=${signerKey}`);
       out(`# publieke sleutel (voor auditors en nachtwacht verify --sleutel): ${verifierKey}`);
       return 0;
+    }
+
+    if (SIGNING.has(sub)) {
+      if (o.sleutel !== undefined) throw new UsageError("--sleutel hoort niet bij dit commando: het ondertekent met AUDIT_ANKER_SLEUTEL en vertrouwt AUDIT_VERTROUWDE_SLEUTELS, zoals de service");
+      if (sub === "adopt" && (o.tenant === undefined || !/^[1-9][0-9]*$/.test(o.tenant))) throw new UsageError("--tenant N is verplicht (een tenant-id)");
+      const keys = signingKeys(env);
+      const db = openOperatorDatabase(dbPath);
+      try {
+        if (sub === "adopt") return await runAdopt(db, dbPath, anchorPath, keys, Number(o.tenant), o.ja === true, out);
+        return await runAcceptRestore(db, dbPath, anchorPath, keys, o.ja === true, out);
+      } finally {
+        db.close();
+      }
     }
 
     const verifiers = trustedKeys(o.sleutel, env);
@@ -142,6 +263,10 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
         throw new CannotCheck(`bundel niet te lezen: ${o.bundel}`);
       }
       const v = verifyBundle(text.split("\n"), verifiers);
+      if (v.adoptie) {
+        out(`LET OP: de keten is op ${v.adoptie.tijdstip} geadopteerd vanaf seq ${v.adoptie.seq + 1}: de entries 1 t/m ${v.adoptie.seq} zijn door een eerdere versie verwijderd zonder ondertekend retentierecord.`);
+      }
+      if (v.herstel) out(`LET OP: het checkpoint is een herstelrecord: de keten ging na een teruggezette database terug van seq ${v.herstel.van} naar ${v.herstel.naar}.`);
       if (v.ok) out(`RESULTAAT: de bundel van tenant ${v.tenantId} klopt (${v.entries} entries${v.bewijs ? ", inclusiebewijs klopt" : ""}).`);
       else out(`RESULTAAT: de bundel klopt NIET: ${v.fout}`);
       return v.ok ? 0 : 1;
@@ -174,7 +299,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       return 2;
     }
     if (e instanceof CannotCheck || e instanceof NoteKeyError) {
-      err(`controle niet mogelijk: ${e.message}`);
+      err(`${SIGNING.has(sub) ? `nachtwacht ${sub}: niet mogelijk` : "controle niet mogelijk"}: ${e.message}`);
       return 2;
     }
     err(`nachtwacht ${sub}: ${e instanceof Error ? e.message : String(e)}`);

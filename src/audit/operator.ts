@@ -1,0 +1,326 @@
+// What only the operator signs, by hand, with the signing key (AUDIT_ANKER_SLEUTEL):
+//
+// - an adoption (`nachtwacht adopt`): a chain whose oldest entries an earlier version
+//   deleted without a signed retention record can never be started from a record, so
+//   it would stay `retentie-ontbreekt` for good. The adoption says, signed: this chain
+//   is taken on from seq S (the entry after it must link to hash H), on this date. Its
+//   tree then runs from S + 1 under its own origin (records.ts, tenantOrigin), so it is
+//   never mistaken for a tree from genesis, and every verdict names it.
+// - a restore acceptance (`nachtwacht accept-restore`): after a deliberate restore of an
+//   older database the chains no longer reach their signed heads. Per tenant that lost
+//   something it says, signed: the chain went back from seq A (root RA) to B, where the
+//   tree recomputed from the database has root R. From then on it is that tenant's head.
+//
+// Both refuse what they must not accept (a chain broken in itself, a damaged anchor
+// file, rows that do not match it), append their lines as one run ending in an
+// installation checkpoint (anchoring.ts, writeRun) and copy them into audit_anchor_log
+// in one write transaction. A database writer has no key: whatever it inserts is not
+// signed, and it is not in the file. docs/audit-chain.md has the formats and reasoning.
+import { Database } from "bun:sqlite";
+import { existsSync } from "node:fs";
+import { applyPragmas } from "../db.ts";
+import { insertRows, readLines, type StoredLine } from "./anchor-file.ts";
+import { compareWithFile, recordSize } from "./anchor-check.ts";
+import { checkpointLine, syncTail, writeRun } from "./anchoring.ts";
+import { entriesAfter } from "./chain.ts";
+import { CompactRange } from "./merkle.ts";
+import { openTreeHead, signAdoptionRecord, signRestoreRecord, type Keys, type RecordKind } from "./records.ts";
+import { CannotCheck } from "./offline.ts";
+import { chainStart, chainStartFromRecords, ChainWalk, type ChainStart } from "./verify.ts";
+
+/** What the operator asked for cannot be done, and why (the command exits 1). */
+export class Refused extends Error {}
+
+/** The whole check first: a file that does not match its copy is solved before anything is signed by hand. */
+async function requireSoundFile(dbPath: string, path: string, keys: Keys, allowRestore: boolean) {
+  const cmp = await compareWithFile(dbPath, path, keys.verifiers);
+  if (cmp.probleem && !(allowRestore && cmp.probleem.reden === "database-teruggezet")) {
+    throw new Refused(`het ankerbestand klopt niet met de database (${cmp.probleem.reden}: ${cmp.probleem.toelichting}); los dat eerst op`);
+  }
+  return cmp;
+}
+
+/** Runs `work` in one transaction: IMMEDIATE (the write lock first) when it writes, else a read snapshot. */
+function inTransaction<T>(sqlite: Database, writes: boolean, work: () => T): T {
+  sqlite.run(writes ? "BEGIN IMMEDIATE" : "BEGIN");
+  try {
+    const r = work();
+    sqlite.run("COMMIT");
+    return r;
+  } catch (e) {
+    sqlite.run("ROLLBACK");
+    throw e;
+  }
+}
+
+type EntryHead = { seq: number; id: number; prev_hash: string; created_at: string };
+
+function oldestEntry(sqlite: Database, tenantId: number): EntryHead | null {
+  return sqlite.query("SELECT seq, id, prev_hash, created_at FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as EntryHead | null;
+}
+
+// ---------------------------------------------------------------------------------
+// Adoption
+
+export interface AdoptionPlan {
+  tenantId: number;
+  /** The adoption point: the seq before the oldest remaining entry. */
+  seq: number;
+  /** The oldest remaining entry's prev_hash: what it must keep linking to. */
+  hash: string;
+  eerste: { seq: number; createdAt: string };
+  /** The newest seq: the first checkpoint of the adopted tree covers up to it. */
+  laatste: number;
+  aantalEntries: number;
+  /** The unsigned audit_retention_anchors row the earlier version left, compared (never trusted); null when there is none. */
+  retentieAnker: { seq: number; hash: string; klopt: boolean } | null;
+  /** With --ja: what was signed and appended. */
+  adoptie?: string;
+  checkpoint?: string;
+  installatie?: string | null;
+  /** Crash-tail lines copied into the database first. */
+  hersteld?: number;
+}
+
+/**
+ * Plans, and with `ja` signs, the adoption of one tenant's chain. Refused (Refused) when
+ * the anchor file does not match the database, when the file holds any record of this
+ * tenant (nachtwacht signed this chain before, so its missing start was not the earlier
+ * version's doing, or it was adopted already), when the chain is empty, starts at seq 1,
+ * already starts from a valid record or has an invalid one, or does not verify from its
+ * oldest entry on.
+ */
+export async function adoptChain(sqlite: Database, dbPath: string, path: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan> {
+  const cmp = await requireSoundFile(dbPath, path, keys, false);
+  const rows = cmp.perTenant.get(tenantId);
+  if (rows) throw new Refused(`de rijen van tenant ${tenantId} in audit_anchor_log kloppen niet met het ankerbestand (${rows.reden} bij ${rows.seq}); los dat eerst op`);
+  return inTransaction(sqlite, o.ja, () => {
+    const plan = planAdoption(sqlite, path, tenantId, keys);
+    if (!o.ja) return plan.plan;
+    // Lines a crashed run left in the file go in first, so the rows stay in file order.
+    const hersteld = syncTail(sqlite, path, keys.verifiers);
+    const adoptie = signAdoptionRecord(keys.signer, { tenantId, seq: plan.plan.seq, hash: plan.plan.hash, tijdstip: o.now.toISOString() });
+    // The first checkpoint of the adopted tree at once: no day of unsigned tail for the whole chain.
+    const cp = checkpointLine(keys, tenantId, plan.range, plan.plan.seq);
+    const { installatie } = writeRun(sqlite, path, keys, [{ soort: "adoptie", tenantId, note: adoptie, positie: 0, grootte: plan.plan.seq, bereik: null }, cp]);
+    return { ...plan.plan, adoptie, checkpoint: cp.note, installatie, hersteld };
+  });
+}
+
+function planAdoption(sqlite: Database, path: string, tenantId: number, keys: Keys): { plan: AdoptionPlan; range: CompactRange } {
+  const first = oldestEntry(sqlite, tenantId);
+  if (!first) throw new Refused(`tenant ${tenantId} heeft geen audit-entries: er valt niets te adopteren`);
+  if (first.seq === 1) throw new Refused(`de keten van tenant ${tenantId} begint bij seq 1: er ontbreekt niets, adoptie is niet nodig`);
+  const start = chainStart(sqlite, tenantId, first.seq, keys.verifiers);
+  if (start.ok) throw new Refused(`de keten van tenant ${tenantId} begint al bij een geldig ${start.record ? "retentierecord" : "adoptierecord"} (seq ${start.seq})`);
+  if (start.reden !== "retentie-ontbreekt") {
+    throw new Refused(`de keten van tenant ${tenantId} heeft retentierecords in de database, maar geen geldig (${start.reden}); los dat eerst op`);
+  }
+  // Anything nachtwacht signed for this tenant proves the chain was whole under its watch
+  // from there on: entries missing since were not the earlier version's doing.
+  for (const fl of readLines(path)) {
+    const p = fl.parsed;
+    if (p.kind === "record" && p.line.tenantId === tenantId) {
+      throw new Refused(
+        `het ankerbestand bevat al een ${p.line.soort}-regel van tenant ${tenantId} (positie ${fl.positie}): ` +
+          (p.line.soort === "adoptie" ? "de keten is al geadopteerd" : "nachtwacht heeft deze keten al ondertekend, dus haar begin is niet door een eerdere versie verwijderd"),
+      );
+    }
+  }
+  const seq = first.seq - 1;
+  const adopted: Extract<ChainStart, { ok: true }> = {
+    ok: true,
+    seq,
+    hash: first.prev_hash,
+    range: new CompactRange(),
+    basis: seq,
+    record: null,
+    adoption: null,
+    note: null,
+  };
+  // The chain from its oldest entry on must be sound: a broken chain is evidence, never adopted.
+  const walk = new ChainWalk(tenantId, adopted, first, null, true);
+  for (const r of entriesAfter(sqlite, tenantId, seq)) walk.push(r);
+  const res = walk.result();
+  if (!res.intact) {
+    throw new Refused(`de keten van tenant ${tenantId} klopt niet vanaf seq ${first.seq}: ${res.fout!.reden} bij seq ${res.fout!.seq}; een gebroken keten wordt niet geadopteerd`);
+  }
+  const tree = walk.tree();
+  const anchor = sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?").get(tenantId) as { seq: number; hash: string } | null;
+  return {
+    plan: {
+      tenantId,
+      seq,
+      hash: first.prev_hash,
+      eerste: { seq: first.seq, createdAt: first.created_at },
+      laatste: tree.size,
+      aantalEntries: res.aantalEntries,
+      retentieAnker: anchor && { ...anchor, klopt: anchor.seq === seq && anchor.hash === first.prev_hash },
+    },
+    range: tree.range,
+  };
+}
+
+// ---------------------------------------------------------------------------------
+// Restore acceptance
+
+/** What one tenant lost against the anchor file, and the state accepted in its place. */
+export interface RestoreLoss {
+  tenantId: number;
+  basis: number;
+  /** The signed head in the file the chain no longer reaches: its newest seq and root. */
+  van: number;
+  vanRoot: Uint8Array;
+  /** The newest seq in the database, and the root of the tree there. */
+  naar: number;
+  root: Uint8Array;
+  /** How the chain misses the head: cut short, or (new entries under the lost numbers) another tree. */
+  reden: "kop-ontbreekt" | "checkpoint-afwijkend";
+  range: CompactRange;
+}
+
+export interface RestoreOutcome {
+  /** Records in the file with no row in the database (what the restored copy lacks); copied in with --ja. */
+  ontbrekend: number;
+  verliezen: RestoreLoss[];
+  /** Tenants whose chains do not check out in themselves: never accepted. */
+  geweigerd: { tenantId: number; seq: number; reden: string }[];
+  /** With --ja: the restore acceptances signed, and the run's installation checkpoint. */
+  herstel?: string[];
+  installatie?: string | null;
+}
+
+type FileRecords = {
+  missing: StoredLine[];
+  starts: Map<number, { note: string; grootte: number; positie: number }[]>;
+  heads: Map<number, { soort: "checkpoint" | "herstel"; note: string }>;
+};
+
+/**
+ * Reads the anchor file — the authority — beside its copy: the records the database
+ * has no row for, and per tenant its start records and newest head, whether or not
+ * the restored database knows them.
+ */
+function readAuthority(sqlite: Database, path: string, keys: Keys): FileRecords {
+  const out: FileRecords = { missing: [], starts: new Map(), heads: new Map() };
+  const rows = sqlite.query("SELECT positie FROM audit_anchor_log ORDER BY positie").iterate() as IterableIterator<{ positie: number }>;
+  let row = rows.next();
+  try {
+    for (const fl of readLines(path)) {
+      while (!row.done && row.value.positie < fl.positie) row = rows.next();
+      if (fl.parsed.kind !== "record") continue;
+      const l = fl.parsed.line;
+      const start = l.soort === "retentie" || l.soort === "adoptie";
+      const hasRow = !row.done && row.value.positie === fl.positie;
+      const grootte = !hasRow || start ? recordSize(l, keys.verifiers) : 0;
+      if (!hasRow) {
+        if (grootte === null) throw new Refused(`regel op positie ${fl.positie} van het ankerbestand is niet geldig ondertekend`);
+        out.missing.push({ ...l, positie: fl.positie, grootte, bereik: null });
+      }
+      if (l.tenantId === null) continue;
+      if (start && grootte !== null) {
+        const list = out.starts.get(l.tenantId) ?? [];
+        list.push({ note: l.note, grootte, positie: fl.positie });
+        out.starts.set(l.tenantId, list);
+      }
+      if (l.soort === "checkpoint" || l.soort === "herstel") out.heads.set(l.tenantId, { soort: l.soort, note: l.note });
+    }
+  } finally {
+    rows.return?.();
+  }
+  return out;
+}
+
+/**
+ * Plans, and with `ja` signs, the acceptance of a restored database. Per tenant whose
+ * chain no longer reaches its newest signed head (kop-ontbreekt, or checkpoint-afwijkend
+ * when new entries took the lost numbers) but is sound in itself from its start, one
+ * restore acceptance: from the head's seq and root to the database's newest seq and the
+ * root recomputed there. Records of the file the restored copy lacks are copied back
+ * first. Refused when the anchor file has any problem other than the rollback itself,
+ * or when rows of the database copy do not match the file; a tenant whose chain is
+ * broken in itself is listed in `geweigerd` and not accepted.
+ */
+export async function acceptRestore(sqlite: Database, dbPath: string, path: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome> {
+  const cmp = await requireSoundFile(dbPath, path, keys, true);
+  if (cmp.perTenant.size > 0) {
+    const list = [...cmp.perTenant].map(([t, p]) => `tenant ${t}: ${p.reden} bij ${p.seq}`).join(", ");
+    throw new Refused(`rijen in audit_anchor_log kloppen niet met het ankerbestand (${list}); dat is geen terugzetten, los dat eerst op`);
+  }
+  return inTransaction(sqlite, o.ja, () => {
+    const file = readAuthority(sqlite, path, keys);
+    const tenants = new Set([...(sqlite.query("SELECT id FROM tenants").values() as [number][]).map(([id]) => id), ...file.heads.keys()]);
+    const verliezen: RestoreLoss[] = [];
+    const geweigerd: RestoreOutcome["geweigerd"] = [];
+    for (const tenantId of [...tenants].sort((a, b) => a - b)) {
+      const head = file.heads.get(tenantId);
+      if (!head) continue; // nothing signed, nothing the database can have lost against the file
+      const r = tenantLoss(sqlite, tenantId, head, file.starts.get(tenantId) ?? [], keys);
+      if (r === null) continue;
+      if ("loss" in r) verliezen.push(r.loss);
+      else geweigerd.push({ tenantId, ...r.refused });
+    }
+    const out: RestoreOutcome = { ontbrekend: file.missing.length, verliezen, geweigerd };
+    if (!o.ja || (file.missing.length === 0 && verliezen.length === 0)) return out;
+    insertRows(sqlite, file.missing);
+    const tijdstip = o.now.toISOString();
+    const lines: StoredLine[] = verliezen.map((l) => ({
+      soort: "herstel" as RecordKind,
+      tenantId: l.tenantId,
+      note: signRestoreRecord(keys.signer, { tenantId: l.tenantId, basis: l.basis, van: l.van, vanRoot: l.vanRoot, naar: l.naar, root: l.root, tijdstip }),
+      positie: 0,
+      grootte: l.naar,
+      // The compact range at naar, as a checkpoint row keeps it: audit-anker extends from it.
+      bereik: l.range.encode(),
+    }));
+    const { installatie } = writeRun(sqlite, path, keys, lines);
+    return { ...out, herstel: lines.map((l) => l.note), installatie };
+  });
+}
+
+/** One tenant against its newest head in the file: null when it still reaches it, else its loss or why it cannot be accepted. */
+function tenantLoss(
+  sqlite: Database,
+  tenantId: number,
+  headLine: { soort: "checkpoint" | "herstel"; note: string },
+  starts: { note: string; grootte: number; positie: number }[],
+  keys: Keys,
+): { loss: RestoreLoss } | { refused: { seq: number; reden: string } } | null {
+  const refused = (seq: number, reden: string) => ({ refused: { seq, reden } });
+  const h = openTreeHead(headLine.note, tenantId, keys.verifiers, headLine.soort);
+  if (!h.ok) return refused(0, `bestand-gewijzigd (${headLine.soort}: ${h.error})`);
+  const head = h.head;
+  const first = oldestEntry(sqlite, tenantId);
+  // The start from the file's records: a restored copy may lack a record the file holds.
+  const start = chainStartFromRecords(starts, tenantId, first?.seq ?? null, keys.verifiers);
+  if (!start.ok) return refused(first?.seq ?? 0, start.reden);
+  if (start.basis !== head.basis) return refused(head.size, "checkpoint-afwijkend (het checkpoint hoort bij een andere boom dan de keten)");
+  const against = new ChainWalk(tenantId, start, first, head);
+  for (const r of entriesAfter(sqlite, tenantId, 0)) against.push(r);
+  const missed = against.result();
+  if (missed.intact) return null;
+  const f = missed.fout!;
+  if (f.seq !== head.size || (f.reden !== "kop-ontbreekt" && f.reden !== "checkpoint-afwijkend")) return refused(f.seq, f.reden);
+  // What the database holds instead must be sound in itself, from its start to its newest entry.
+  const whole = new ChainWalk(tenantId, start, first, null, true);
+  for (const r of entriesAfter(sqlite, tenantId, 0)) whole.push(r);
+  const own = whole.result();
+  if (!own.intact) return refused(own.fout!.seq, own.fout!.reden);
+  const tree = whole.tree();
+  return { loss: { tenantId, basis: head.basis, van: head.size, vanRoot: head.root, naar: tree.size, root: tree.range.root(), reden: f.reden, range: tree.range } };
+}
+
+/** The service's database, read-write, for an operator command (never created: a missing file is an error). */
+export function openOperatorDatabase(dbPath: string): Database {
+  if (!existsSync(dbPath)) throw new CannotCheck(`database niet gevonden: ${dbPath}`);
+  let db: Database | undefined;
+  try {
+    db = new Database(dbPath, { readwrite: true, create: false, strict: true });
+    applyPragmas(db);
+    db.query("SELECT 1 FROM audit_anchor_log LIMIT 1").get();
+    return db;
+  } catch (e) {
+    db?.close();
+    throw new CannotCheck(`database niet te openen: ${dbPath}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}

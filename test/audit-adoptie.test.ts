@@ -1,0 +1,366 @@
+// `nachtwacht adopt`: a chain the earlier version shortened (its oldest entries deleted,
+// only an unsigned row in audit_retention_anchors left) is `retentie-ontbreekt` for
+// good, until the operator adopts it with the signing key. Real SQLite files, the
+// nightly jobs over HTTP, the command through its function (and once as a process).
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { createHash } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { appendAuditEntry } from "../src/audit/chain.ts";
+import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import { signAdoptionRecord } from "../src/audit/records.ts";
+import { runAuditCommand } from "../src/cli/audit.ts";
+import { BUN, ROOT } from "./binary.ts";
+import { addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+setDefaultTimeout(60_000);
+
+const DAY = 24 * 3600 * 1000;
+
+/** n entries of `tenantId`, `(1000 - i)` days old. */
+function fill(e: TestEnv, tenantId: number, n: number, from = 0) {
+  for (let i = from; i < from + n; i++) {
+    appendAuditEntry(e.store.sqlite, {
+      tenantId,
+      actor: `user${i}@example.nl`,
+      action: "dossier.gewijzigd",
+      subject: `dossier/${i}`,
+      details: { i },
+      createdAt: new Date(NOW.getTime() - (1000 - i) * DAY),
+    });
+  }
+}
+
+/**
+ * What the earlier version left: tenant `a` with 80 entries of which it deleted 1–50
+ * (keeping only the unsigned audit_retention_anchors row for 50), tenant `b` whole.
+ * Then the upgrade's first audit-anker: b signed, a refused (retentie-ontbreekt).
+ */
+async function shortenedTheOldWay(extra: Record<string, string> = {}): Promise<{ a: number; b: number; h50: string }> {
+  env = makeTestEnv(extra);
+  const a = addTenant(env.store, "Gemeente Delft");
+  const b = addTenant(env.store, "Stichting Leiden");
+  fill(env, a, 80);
+  fill(env, b, 20);
+  const s = env.store.sqlite;
+  const h50 = (s.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 50").get(a) as { hash: string }).hash;
+  s.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50").run(a);
+  s.query("INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, 50, ?, ?)").run(a, h50, "2025-01-01T02:00:00.000Z");
+  const anker = await call(env.app, "/api/cron/audit-anker");
+  expect(anker.status).toBe(409);
+  expect(anker.json.geweigerd).toEqual([{ tenantId: a, seq: 51, reden: "retentie-ontbreekt" }]);
+  return { a, b, h50 };
+}
+
+async function verify() {
+  return call(env.app, "/api/cron/audit-verificatie");
+}
+
+const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: any) => r.tenantId === tenantId);
+
+/** `nachtwacht adopt` through its function, with the signing key in the environment as the service has it. */
+async function adopt(tenantId: number, o: { ja?: boolean; key?: string | null } = {}) {
+  const lines: string[] = [];
+  const errs: string[] = [];
+  const args = ["adopt", "--tenant", String(tenantId), "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
+  const cliEnv: Record<string, string> = o.key === null ? {} : { AUDIT_ANKER_SLEUTEL: o.key ?? TEST_SIGNING_KEY };
+  const code = await runAuditCommand(args, cliEnv, (s) => lines.push(s), (s) => errs.push(s));
+  return { code, out: lines.join("\n"), err: errs.join("\n") };
+}
+
+const fileText = () => readFileSync(env.config.auditAnkerBestand, "utf8");
+const rowCount = () => (env.store.sqlite.query("SELECT count(*) AS n FROM audit_anchor_log").get() as { n: number }).n;
+const fileLines = () =>
+  fileText()
+    .split("\n")
+    .filter((l) => l !== "")
+    .map((l) => JSON.parse(l) as { soort: string; tenantId?: number; note: string });
+
+// RFC 6962 written out here, independent of src/audit/merkle.ts.
+const sha = (...parts: Uint8Array[]) => {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p);
+  return new Uint8Array(h.digest());
+};
+function mth(leaves: Uint8Array[]): Uint8Array {
+  if (leaves.length === 0) return sha();
+  if (leaves.length === 1) return sha(new Uint8Array([0]), leaves[0]!);
+  let k = 1;
+  while (k * 2 < leaves.length) k *= 2;
+  return sha(new Uint8Array([1]), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
+}
+/** The root over the tenant's entries with seq > from, as they are now. */
+function rootFrom(tenantId: number, from: number): string {
+  const hashes = env.store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq > ? ORDER BY seq").values(tenantId, from) as [string][];
+  return Buffer.from(mth(hashes.map(([h]) => new Uint8Array(Buffer.from(h, "hex"))))).toString("base64");
+}
+
+const VERIFIER = parseVerifierKey(TEST_VERIFIER_KEY);
+
+describe("adopting a chain the earlier version shortened", () => {
+  test("409 retentie-ontbreekt; adopt without --ja writes nothing; with --ja the adoption and the first checkpoint of the tree from seq 51 are signed, and audit-verificatie is 200 with a warning naming the tenant, seq and date", async () => {
+    const { a, b, h50 } = await shortenedTheOldWay();
+    const before = await verify();
+    expect(before.status).toBe(409);
+    expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 51, reden: "retentie-ontbreekt" });
+
+    const text = fileText();
+    const rows = rowCount();
+    const dry = await adopt(a);
+    expect(dry.code).toBe(0);
+    expect(dry.out).toContain(`adoptie bij seq 50 met hash ${h50}`);
+    expect(dry.out).toContain("audit_retention_anchors (niet ondertekend, alleen ter vergelijking): seq 50 — komt overeen");
+    expect(dry.out).toContain("RESULTAAT: adoptie mogelijk; er is niets geschreven.");
+    expect(fileText()).toBe(text);
+    expect(rowCount()).toBe(rows);
+    expect((await verify()).status).toBe(409);
+
+    const done = await adopt(a, { ja: true });
+    expect(done).toMatchObject({ code: 0, err: "" });
+    expect(done.out).toContain(`RESULTAAT: tenant ${a} is geadopteerd vanaf seq 51`);
+    // Appended as one run: the adoption, the adopted tree's checkpoint, an installation checkpoint.
+    const added = fileLines().slice(-3);
+    expect(added.map((l) => [l.soort, l.tenantId])).toEqual([["adoptie", a], ["checkpoint", a], ["installatie", undefined]]);
+    const adoption = openNote(added[0]!.note, [VERIFIER]);
+    expect(adoption.ok && adoption.text).toMatch(
+      new RegExp(`^nachtwacht\\.test/sleutel/tenant/${a}/adoptie\\nseq 50\\nhash ${h50}\\ntijdstip \\d{4}-\\d\\d-\\d\\dT[0-9:.]+Z\\nreden eerdere-versie-zonder-retentierecord\\n$`),
+    );
+    const cp = openNote(added[1]!.note, [VERIFIER]);
+    expect(cp.ok && cp.text).toBe(`nachtwacht.test/sleutel/tenant/${a}/adoptie/50\n30\n${rootFrom(a, 50)}\n`);
+    expect(rowCount()).toBe(rows + 3);
+
+    const r = await verify();
+    expect(r.status).toBe(200);
+    expect(tenantResult(r.json, a)).toMatchObject({ intact: true, aantalEntries: 30 });
+    expect(tenantResult(r.json, b)).toMatchObject({ intact: true, aantalEntries: 20 });
+    const tijdstip = /tijdstip (\S+)/.exec(adoption.ok ? adoption.text : "")![1]!;
+    expect(r.json.ankerbestand.waarschuwingen).toEqual([expect.stringContaining(`tenant ${a} is op ${tijdstip} geadopteerd vanaf seq 51: de entries 1 t/m 50`)]);
+  });
+
+  test("audit-anker then extends the adopted tree (its own origin, root over entries 51 on); a field changed later is still 409 hash-afwijkend", async () => {
+    const { a } = await shortenedTheOldWay();
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    fill(env, a, 7, 80);
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.status).toBe(200);
+    expect(anker.json.checkpoints).toEqual([{ tenantId: a, grootte: 87, root: rootFrom(a, 50) }]);
+    const last = fileLines().filter((l) => l.soort === "checkpoint" && l.tenantId === a).at(-1)!;
+    const opened = openNote(last.note, [VERIFIER]);
+    expect(opened.ok && opened.text).toBe(`nachtwacht.test/sleutel/tenant/${a}/adoptie/50\n37\n${rootFrom(a, 50)}\n`);
+    expect((await verify()).status).toBe(200);
+
+    env.store.sqlite.query("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 60").run(a);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 60, reden: "hash-afwijkend" });
+  });
+
+  test("entries cut from the adopted chain's start afterwards are missing again: 409 retentie-ontbreekt", async () => {
+    const { a } = await shortenedTheOldWay();
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 55").run(a);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 56, reden: "retentie-ontbreekt" });
+  });
+
+  test("the adoption record altered in the database: 409 retentie-ongeldig (the chain has no valid start), the row not in the file", async () => {
+    const { a } = await shortenedTheOldWay();
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    const s = env.store.sqlite;
+    const row = s.query("SELECT positie, note FROM audit_anchor_log WHERE soort = 'adoptie'").get() as { positie: number; note: string };
+    // Moved to adopt from seq 49 (its row still says 50): the signature no longer holds.
+    s.query("UPDATE audit_anchor_log SET note = ? WHERE positie = ?").run(row.note.replace("\nseq 50\n", "\nseq 49\n"), row.positie);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 51, reden: "retentie-ongeldig" });
+    expect(r.json.ankerbestand.waarschuwingen.join(" ")).toContain(`tenant ${a} is op`); // the file's adoption is still named
+  });
+
+  test("the adoption record altered in the anchor file (root): 409 bestand-gewijzigd", async () => {
+    const { a } = await shortenedTheOldWay();
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\nseq 50\\n", "\\nseq 49\\n"));
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "bestand-gewijzigd" });
+    expect(r.json.ankerbestand.waarschuwingen.join(" ")).not.toContain("geadopteerd");
+  });
+
+  test("an adoption a database writer signs with a key of its own (same name) and inserts: 409 retentie-ongeldig, the row not in the file; audit-anker still refuses", async () => {
+    const { a, h50 } = await shortenedTheOldWay();
+    const own = parseSignerKey(generateKeyPair("nachtwacht.test/sleutel").signerKey);
+    const note = signAdoptionRecord(own, { tenantId: a, seq: 50, hash: h50, tijdstip: NOW.toISOString() });
+    env.store.sqlite.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'adoptie', ?, 50, ?)").run(a, note);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 51, reden: "retentie-ongeldig" });
+    expect(r.json.ankerbestand.waarschuwingen.join(" ")).not.toContain("geadopteerd");
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.status).toBe(409);
+    expect(anker.json.geweigerd).toEqual([expect.objectContaining({ tenantId: a })]);
+  });
+
+  test("a genuine adoption's row copied to another shortened tenant does not start that chain (its origin names the first)", async () => {
+    const { a } = await shortenedTheOldWay();
+    const c = addTenant(env.store, "Derde");
+    fill(env, c, 60);
+    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50").run(c);
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    const row = env.store.sqlite.query("SELECT note FROM audit_anchor_log WHERE soort = 'adoptie'").get() as { note: string };
+    env.store.sqlite.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'adoptie', ?, 50, ?)").run(c, row.note);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, c).fout).toMatchObject({ seq: 51, reden: "retentie-ongeldig" });
+    expect(tenantResult(r.json, a)).toMatchObject({ intact: true });
+  });
+});
+
+describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", () => {
+  test("a chain that starts at seq 1; a tenant without entries; a chain broken from its oldest entry on; a second adoption", async () => {
+    const { a, b } = await shortenedTheOldWay();
+    const empty = addTenant(env.store, "Leeg");
+    const text = fileText();
+    const one = await adopt(b, { ja: true });
+    expect(one.code).toBe(1);
+    expect(one.out).toContain(`RESULTAAT: GEWEIGERD: de keten van tenant ${b} begint bij seq 1`);
+    expect((await adopt(empty, { ja: true })).out).toContain("heeft geen audit-entries");
+
+    env.store.sqlite.query("UPDATE audit_entries SET details = '{\"i\":0}' WHERE tenant_id = ? AND seq = 64").run(a);
+    const broken = await adopt(a, { ja: true });
+    expect(broken.code).toBe(1);
+    expect(broken.out).toContain("klopt niet vanaf seq 51: hash-afwijkend bij seq 64");
+    expect(fileText()).toBe(text);
+
+    env.store.sqlite.query("UPDATE audit_entries SET details = '{\"i\":63}' WHERE tenant_id = ? AND seq = 64").run(a);
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    const again = await adopt(a, { ja: true });
+    expect(again.code).toBe(1);
+    expect(again.out).toContain(`de keten van tenant ${a} begint al bij een geldig adoptierecord (seq 50)`);
+  });
+
+  test("a chain nachtwacht signed from seq 1 whose oldest entries a writer deleted later is not adopted: that is no earlier version's doing", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "A");
+    fill(env, a, 40);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 15").run(a);
+    expect(tenantResult((await verify()).json, a).fout).toMatchObject({ reden: "retentie-ontbreekt" });
+    const text = fileText();
+    const r = await adopt(a, { ja: true });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain("nachtwacht heeft deze keten al ondertekend");
+    expect(fileText()).toBe(text);
+  });
+
+  test("a chain with a valid retention record is not adopted; neither while the anchor file does not match the database", async () => {
+    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    const a = addTenant(env.store, "A");
+    fill(env, a, 60); // 1000 to 941 days old: 1–60 past 900 days
+    fill(env, a, 10, 200);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    expect((await call(env.app, "/api/cron/audit-retentie")).json.verwijderd).toBe(60);
+    expect((await adopt(a, { ja: true })).code).toBe(1);
+
+    const b = addTenant(env.store, "B");
+    fill(env, b, 20);
+    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 5").run(b);
+    writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\n70\\n", "\\n71\\n"));
+    const r = await adopt(b, { ja: true });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain("het ankerbestand klopt niet met de database (bestand-gewijzigd");
+  });
+
+  test("without the signing key nothing is signed: exit 2 (also through the binary's entry point, with no secret in its environment)", async () => {
+    const { a } = await shortenedTheOldWay();
+    const text = fileText();
+    const r = await adopt(a, { ja: true, key: null });
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("AUDIT_ANKER_SLEUTEL staat niet in de omgeving");
+    const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), "adopt", "--tenant", String(a), "--ja", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand], {
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    expect(await p.exited).toBe(2);
+    expect(await new Response(p.stderr).text()).toContain("nachtwacht adopt: niet mogelijk: AUDIT_ANKER_SLEUTEL");
+    expect(fileText()).toBe(text);
+    expect((await adopt(a, { ja: true, key: "geen-sleutel" })).code).toBe(2);
+    expect((await runAuditCommand(["adopt", "--ja"], { AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY }, () => {}, () => {}))).toBe(2);
+    expect(fileText()).toBe(text);
+  });
+});
+
+describe("an adopted chain in the rest of the system", () => {
+  test("nachtwacht verify (a process, public key only) agrees with audit-verificatie before and after, and after a tamper", async () => {
+    const { a } = await shortenedTheOldWay();
+    const run = async () => {
+      const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), "verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir },
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      return { code: await p.exited, out: await new Response(p.stdout).text() };
+    };
+    const before = await run();
+    expect(before.code).toBe(1);
+    expect(before.out).toContain(`tenant ${a}: GEBROKEN bij seq 51: retentie-ontbreekt`);
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    const after = await run();
+    expect(after.code).toBe(0);
+    expect(after.out).toContain(`LET OP: tenant ${a} is op `);
+    expect(after.out).toContain(`tenant ${a}: in orde (30 entries)`);
+    env.store.sqlite.query("UPDATE audit_entries SET subject = 'x' WHERE tenant_id = ? AND seq = 70").run(a);
+    const tampered = await run();
+    expect(tampered.code).toBe(1);
+    expect(tampered.out).toContain(`tenant ${a}: GEBROKEN bij seq 70: hash-afwijkend`);
+    expect((await verify()).status).toBe(409);
+  });
+
+  test("export and verify --bundel: the bundle carries the adoption and an inclusion proof in the adopted tree; without the adoption it does not verify", async () => {
+    const { a } = await shortenedTheOldWay();
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    const file = join(env.dir, "bundel.jsonl");
+    const out: string[] = [];
+    const ex = await runAuditCommand(["export", "--tenant", String(a), "--bewijs", "64", "--uit", file, "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {}, (s) => out.push(s), (s) => out.push(s));
+    expect(ex).toBe(0);
+    const lines = readFileSync(file, "utf8").trimEnd().split("\n");
+    expect(lines).toHaveLength(1 + 30);
+    const header = JSON.parse(lines[0]!);
+    expect(header).toMatchObject({ retentie: null, adoptie: expect.stringContaining(`/tenant/${a}/adoptie\nseq 50\n`), bewijs: { seq: 64, index: 13, grootte: 30 } });
+    const check = async () => {
+      const o: string[] = [];
+      const code = await runAuditCommand(["verify", "--bundel", file, "--sleutel", TEST_VERIFIER_KEY], {}, (s) => o.push(s), (s) => o.push(s));
+      return { code, out: o.join("\n") };
+    };
+    const ok = await check();
+    expect(ok.code).toBe(0);
+    expect(ok.out).toContain("inclusiebewijs klopt");
+    expect(ok.out).toContain("LET OP: de keten is op ");
+    writeFileSync(file, [JSON.stringify({ ...header, adoptie: null }), ...lines.slice(1)].join("\n"));
+    const without = await check();
+    expect(without.code).toBe(1);
+    expect(without.out).toContain("geadopteerd");
+  });
+
+  test("audit-retentie deletes the adopted chain's old entries under a record in the adopted tree; verification stays 200 and keeps the warning", async () => {
+    const { a } = await shortenedTheOldWay({ AUDIT_RETENTIE_DAGEN: "935" });
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    // Entries 51–65 are 950 to 936 days old: past 935 days.
+    const ret = await call(env.app, "/api/cron/audit-retentie");
+    expect(ret.status).toBe(200);
+    expect(ret.json.verwijderd).toBe(15 + 20); // and the whole of b, 981 days and older
+    const record = fileLines().filter((l) => l.soort === "retentie" && l.tenantId === a).at(-1)!;
+    const opened = openNote(record.note, [VERIFIER]);
+    expect(opened.ok && opened.text).toStartWith(`nachtwacht.test/sleutel/tenant/${a}/adoptie/50/retentie\nseq 65\n`);
+    const r = await verify();
+    expect(r.status).toBe(200);
+    expect(tenantResult(r.json, a)).toMatchObject({ intact: true, aantalEntries: 15 });
+    expect(r.json.ankerbestand.waarschuwingen.join(" ")).toContain(`tenant ${a} is op`);
+    fill(env, a, 3, 80);
+    expect((await call(env.app, "/api/cron/audit-anker")).json.checkpoints).toEqual([{ tenantId: a, grootte: 83, root: expect.any(String) }]);
+    expect((await verify()).status).toBe(200);
+  });
+});

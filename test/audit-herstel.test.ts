@@ -1,0 +1,276 @@
+// `nachtwacht accept-restore`: a database deliberately restored from an older copy is
+// 409 database-teruggezet for good, until the operator accepts the loss with the signing
+// key. Real SQLite files, a restore as a backup restore does it (restoreDatabase), the
+// nightly jobs over HTTP, the command through its function and as a process.
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { createHash } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { appendAuditEntry } from "../src/audit/chain.ts";
+import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import { signRestoreRecord } from "../src/audit/records.ts";
+import { runAuditCommand } from "../src/cli/audit.ts";
+import { BUN, ROOT } from "./binary.ts";
+import { addTenant, call, makeTestEnv, NOW, restoreDatabase, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+
+let env: TestEnv;
+afterEach(() => env?.cleanup());
+setDefaultTimeout(60_000);
+
+const DAY = 24 * 3600 * 1000;
+
+function fill(e: TestEnv, tenantId: number, n: number, label = "x") {
+  for (let i = 0; i < n; i++) {
+    appendAuditEntry(e.store.sqlite, {
+      tenantId,
+      actor: `user${i}@example.nl`,
+      action: "dossier.gewijzigd",
+      subject: `dossier/${label}/${i}`,
+      details: { i },
+      createdAt: new Date(NOW.getTime() - 30 * DAY + i * 1000),
+    });
+  }
+}
+
+/**
+ * Tenants a (40 entries) and b (25) signed; a copy of the database taken; then `runs`
+ * more days of entries for a, each signed by audit-anker; then the copy put back as a
+ * restore from a backup does it.
+ */
+async function restored(runs = 2): Promise<{ a: number; b: number; copy: string }> {
+  env = makeTestEnv();
+  const a = addTenant(env.store, "Gemeente Delft");
+  const b = addTenant(env.store, "Stichting Leiden");
+  fill(env, a, 40, "eerst");
+  fill(env, b, 25, "eerst");
+  expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+  const copy = join(env.dir, "oud.db");
+  env.store.sqlite.query("VACUUM INTO ?").run(copy);
+  for (let day = 0; day < runs; day++) {
+    fill(env, a, 5, `dag${day}`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+  }
+  restoreDatabase(env, copy);
+  return { a, b, copy };
+}
+
+const verify = () => call(env.app, "/api/cron/audit-verificatie");
+const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: any) => r.tenantId === tenantId);
+
+async function acceptRestore(o: { ja?: boolean; key?: string | null } = {}) {
+  const lines: string[] = [];
+  const errs: string[] = [];
+  const args = ["accept-restore", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
+  const cliEnv: Record<string, string> = o.key === null ? {} : { AUDIT_ANKER_SLEUTEL: o.key ?? TEST_SIGNING_KEY };
+  const code = await runAuditCommand(args, cliEnv, (s) => lines.push(s), (s) => errs.push(s));
+  return { code, out: lines.join("\n"), err: errs.join("\n") };
+}
+
+/** A command as a separate process with only PATH and HOME in its environment (no secret). */
+async function spawn(args: string[]) {
+  const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), ...args], { env: { PATH: Bun.env.PATH ?? "/usr/bin:/bin", HOME: env.dir }, stdout: "pipe", stderr: "pipe" });
+  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code, out, err };
+}
+const offline = () => spawn(["verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY]);
+
+const fileText = () => readFileSync(env.config.auditAnkerBestand, "utf8");
+const rowCount = () => (env.store.sqlite.query("SELECT count(*) AS n FROM audit_anchor_log").get() as { n: number }).n;
+const fileLines = () =>
+  fileText()
+    .split("\n")
+    .filter((l) => l !== "")
+    .map((l) => JSON.parse(l) as { soort: string; tenantId?: number; note: string });
+
+const sha = (...parts: Uint8Array[]) => {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p);
+  return new Uint8Array(h.digest());
+};
+function mth(leaves: Uint8Array[]): Uint8Array {
+  if (leaves.length === 0) return sha();
+  if (leaves.length === 1) return sha(new Uint8Array([0]), leaves[0]!);
+  let k = 1;
+  while (k * 2 < leaves.length) k *= 2;
+  return sha(new Uint8Array([1]), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
+}
+function root(tenantId: number): string {
+  const hashes = env.store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").values(tenantId) as [string][];
+  return Buffer.from(mth(hashes.map(([h]) => new Uint8Array(Buffer.from(h, "hex"))))).toString("base64");
+}
+
+const VERIFIER = parseVerifierKey(TEST_VERIFIER_KEY);
+
+describe("accepting a deliberate restore", () => {
+  test("409 database-teruggezet; without the key exit 2 and nothing appended; without --ja only the report; with --ja 200 with the warning, audit-anker signs again, and an older-still rollback is 409 again", async () => {
+    const { a, b, copy } = await restored(2);
+    const before = await verify();
+    expect(before.status).toBe(409);
+    expect(before.json.ankerbestand).toMatchObject({ intact: false, reden: "database-teruggezet" });
+    expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 50, reden: "kop-ontbreekt" });
+
+    const text = fileText();
+    const rows = rowCount();
+    const noKey = await acceptRestore({ ja: true, key: null });
+    expect(noKey.code).toBe(2);
+    expect(noKey.err).toContain("nachtwacht accept-restore: niet mogelijk: AUDIT_ANKER_SLEUTEL staat niet in de omgeving");
+    // The same through the binary's entry point, with no secret in its environment.
+    const proc = await spawn(["accept-restore", "--ja", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand]);
+    expect(proc.code).toBe(2);
+    expect(fileText()).toBe(text);
+    expect(rowCount()).toBe(rows);
+
+    const dry = await acceptRestore();
+    expect(dry.code).toBe(0);
+    expect(dry.out).toContain("4 regel(s) van het ankerbestand ontbreken in de database; worden teruggezet");
+    expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 40: de ondertekende entries 41 t/m 50 zijn verloren; root bij 40: ${root(a)}`);
+    expect(dry.out).not.toContain(`tenant ${b}:`);
+    expect(dry.out).toContain("RESULTAAT: er is niets geschreven. Met --ja: 1 herstelrecord(s) ondertekenen");
+    expect(fileText()).toBe(text);
+    expect(rowCount()).toBe(rows);
+    expect((await verify()).status).toBe(409);
+
+    const done = await acceptRestore({ ja: true });
+    expect(done.code).toBe(0);
+    expect(done.out).toContain("RESULTAAT: 1 herstelrecord(s) ondertekend");
+    const added = fileLines().slice(-2);
+    expect(added.map((l) => [l.soort, l.tenantId])).toEqual([["herstel", a], ["installatie", undefined]]);
+    const opened = openNote(added[0]!.note, [VERIFIER]);
+    expect(opened.ok && opened.text).toMatch(
+      new RegExp(`^nachtwacht\\.test/sleutel/tenant/${a}/herstel\\nvan 50\\nvan-root \\S{44}\\nnaar 40\\nroot ${root(a).replace(/[+/]/g, "\\$&")}\\ntijdstip \\S+Z\\n$`),
+    );
+    // Every line of the file has its row again (the four the copy lacked, the two new ones).
+    expect(rowCount()).toBe(rows + 4 + 2);
+
+    const after = await verify();
+    expect(after.status).toBe(200);
+    expect(after.json.ankerbestand).toMatchObject({ intact: true });
+    expect(tenantResult(after.json, a)).toMatchObject({ intact: true, aantalEntries: 40 });
+    const tijdstip = /tijdstip (\S+)/.exec(opened.ok ? opened.text : "")![1]!;
+    expect(after.json.ankerbestand.waarschuwingen).toEqual([
+      expect.stringContaining(`tenant ${a}: op ${tijdstip} is een teruggezette database geaccepteerd; de keten ging terug van seq 50 naar 40; de ondertekende entries 41 t/m 50 zijn verloren (herstelrecord op positie `),
+    ]);
+    const accepted = join(env.dir, "geaccepteerd.db");
+    env.store.sqlite.query("VACUUM INTO ?").run(accepted);
+
+    // The host application goes on; audit-anker signs the new entries on top of the accepted state.
+    fill(env, a, 3, "na");
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.status).toBe(200);
+    expect(anker.json.checkpoints).toEqual([{ tenantId: a, grootte: 43, root: root(a) }]);
+    expect((await verify()).status).toBe(200);
+    expect(((await verify()).json.ankerbestand.waarschuwingen as string[]).join(" ")).toContain("van seq 50 naar 40");
+
+    // A database writer rolls back again, to the copy from before the acceptance: nothing
+    // it can do makes that acceptable (it has no key), so it is the alarm again.
+    restoreDatabase(env, copy);
+    const again = await verify();
+    expect(again.status).toBe(409);
+    expect(again.json.ankerbestand).toMatchObject({ reden: "database-teruggezet" });
+    // And to the copy the operator accepted, now a run behind whose tenant lost signed entries.
+    restoreDatabase(env, accepted);
+    expect((await verify()).status).toBe(409);
+  });
+
+  test("the application wrote more entries to the restored copy than were lost (another chain under the signed numbers): checkpoint-afwijkend, accepted from 50 to 55", async () => {
+    const { a } = await restored(2);
+    fill(env, a, 15, "na-terugzetten");
+    const before = await verify();
+    expect(before.status).toBe(409);
+    expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 50, reden: "checkpoint-afwijkend" });
+    const dry = await acceptRestore();
+    expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 55: de database heeft bij seq 50 een andere keten dan ondertekend (checkpoint-afwijkend)`);
+    expect((await acceptRestore({ ja: true })).code).toBe(0);
+    const after = await verify();
+    expect(after.status).toBe(200);
+    expect(after.json.ankerbestand.waarschuwingen.join(" ")).toContain("de ondertekende keten tot seq 50 is vervangen door die uit de database");
+  });
+
+  test("a chain broken in itself is not accepted: exit 1, that tenant stays 409, the others are accepted", async () => {
+    const { a, b } = await restored(2);
+    env.store.sqlite.query("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 12").run(b);
+    const r = await acceptRestore({ ja: true });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(`tenant ${b}: NIET te accepteren: hash-afwijkend bij seq 12`);
+    expect(r.out).toContain("1 herstelrecord(s) ondertekend en in het ankerbestand gezet; 1 tenant(s) niet geaccepteerd");
+    const v = await verify();
+    expect(v.status).toBe(409);
+    expect(v.json.ankerbestand).toMatchObject({ intact: true });
+    expect(tenantResult(v.json, a)).toMatchObject({ intact: true });
+    expect(tenantResult(v.json, b).fout).toMatchObject({ seq: 12, reden: "hash-afwijkend" });
+  });
+
+  test("a restore exactly one run old, after audit-anker copied that run back (kop-ontbreekt for good): accepted too", async () => {
+    const { a } = await restored(1);
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.json).toMatchObject({ hersteld: 2, geweigerd: [{ tenantId: a, seq: 45, reden: "kop-ontbreekt" }] });
+    expect(tenantResult((await verify()).json, a).fout).toMatchObject({ seq: 45, reden: "kop-ontbreekt" });
+    const r = await acceptRestore({ ja: true });
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("0 regel(s) van het ankerbestand ontbreken in de database");
+    expect(r.out).toContain(`tenant ${a}: van seq 45 terug naar 40`);
+    expect((await verify()).status).toBe(200);
+    // Nothing left to accept: a second run signs nothing.
+    const size = fileText().length;
+    const again = await acceptRestore({ ja: true });
+    expect(again.code).toBe(0);
+    expect(again.out).toContain("RESULTAAT: niets te accepteren");
+    expect(fileText().length).toBe(size);
+  });
+
+  test("a database writer cannot accept: a restore acceptance signed with its own key (same name) and inserted is 409, and accept-restore refuses rows that do not match the file", async () => {
+    const { a } = await restored(1);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(409); // copies the run back, refuses a
+    const own = parseSignerKey(generateKeyPair("nachtwacht.test/sleutel").signerKey);
+    const rootA = Buffer.from(root(a), "base64");
+    const note = signRestoreRecord(own, { tenantId: a, basis: 0, van: 45, vanRoot: rootA, naar: 40, root: rootA, tijdstip: NOW.toISOString() });
+    env.store.sqlite.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'herstel', ?, 40, ?)").run(a, note);
+    const v = await verify();
+    expect(v.status).toBe(409);
+    expect(tenantResult(v.json, a).fout).toMatchObject({ seq: 45, reden: "kop-ontbreekt" });
+    expect(v.json.ankerbestand.waarschuwingen.join(" ")).not.toContain("geaccepteerd");
+    const r = await acceptRestore({ ja: true });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(`RESULTAAT: GEWEIGERD: rijen in audit_anchor_log kloppen niet met het ankerbestand (tenant ${a}: checkpoint-niet-in-bestand`);
+  });
+
+  test("a restore acceptance altered in the anchor file (root): 409 bestand-gewijzigd", async () => {
+    await restored(2);
+    expect((await acceptRestore({ ja: true })).code).toBe(0);
+    writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\nnaar 40\\n", "\\nnaar 39\\n"));
+    const v = await verify();
+    expect(v.status).toBe(409);
+    expect(v.json.ankerbestand).toMatchObject({ intact: false, reden: "bestand-gewijzigd" });
+  });
+
+  test("nachtwacht verify (a process, public key only) agrees: exit 1 before, exit 0 with the warning after; verify --checkpoint with the new installation checkpoint and verify --bundel hold", async () => {
+    const { a } = await restored(2);
+    const before = await offline();
+    expect(before.code).toBe(1);
+    expect(before.out).toContain("ANKERBESTAND: database-teruggezet");
+    expect(before.out).toContain(`tenant ${a}: GEBROKEN bij seq 50: kop-ontbreekt`);
+    expect((await acceptRestore({ ja: true })).code).toBe(0);
+    const after = await offline();
+    expect(after.code).toBe(0);
+    expect(after.out).toContain(`LET OP: tenant ${a}: op `);
+    expect(after.out).toContain(`tenant ${a}: in orde (40 entries)`);
+
+    const cp = join(env.dir, "checkpoint.txt");
+    writeFileSync(cp, fileLines().at(-1)!.note);
+    const witness = await spawn(["verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY, "--checkpoint", cp]);
+    expect(witness.code).toBe(0);
+
+    const bundle = join(env.dir, "bundel.jsonl");
+    expect((await spawn(["export", "--tenant", String(a), "--bewijs", "7", "--uit", bundle, "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY])).code).toBe(0);
+    const checked = await spawn(["verify", "--bundel", bundle, "--sleutel", TEST_VERIFIER_KEY]);
+    expect(checked.code).toBe(0);
+    expect(checked.out).toContain("LET OP: het checkpoint is een herstelrecord: de keten ging na een teruggezette database terug van seq 50 naar 40.");
+    expect(checked.out).toContain("(40 entries, inclusiebewijs klopt)");
+
+    env.store.sqlite.query("UPDATE audit_entries SET subject = 'x' WHERE tenant_id = ? AND seq = 33").run(a);
+    const tampered = await offline();
+    expect(tampered.code).toBe(1);
+    expect(tampered.out).toContain(`tenant ${a}: GEBROKEN bij seq 33: hash-afwijkend`);
+    expect((await verify()).status).toBe(409);
+  });
+});
