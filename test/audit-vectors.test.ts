@@ -24,7 +24,7 @@ import {
   signRestoreRecord,
   signRetentionRecord,
 } from "../src/audit/records.ts";
-import { chainStartFrom } from "../src/audit/verify.ts";
+import { chainStartFrom, ChainWalk } from "../src/audit/verify.ts";
 import { ROOT } from "./binary.ts";
 
 setDefaultTimeout(180_000);
@@ -104,6 +104,17 @@ describe("known-answer vectors of the operator's records", () => {
     expect(chainStartFrom([v.adoptedRetention.note, v.adoption.note], t, 6, verifiers)).toMatchObject({ ok: true, seq: 5, basis: 3 });
     // An adoption at 3 does not cover a chain that starts at entry 6.
     expect(chainStartFrom([v.adoption.note], t, 6, verifiers)).toEqual({ ok: false, reden: "retentie-ongeldig" });
+  });
+
+  test("a head of another tree is never reached, even where its size and root would fit: checkpoint-afwijkend", () => {
+    // The adopted tree at its adoption point is empty (seq 3, root of no leaves); a head
+    // claiming seq 3 with that root, but from genesis, is another tree's.
+    const start = chainStartFrom([v.adoption.note], t, null, verifiers);
+    if (!start.ok) throw new Error("the adoption opens");
+    const empty = new CompactRange().root();
+    expect(new ChainWalk(t, start, null, { size: 3, root: empty, basis: 3 }).result()).toEqual({ intact: true, aantalEntries: 0 });
+    expect(new ChainWalk(t, start, null, { size: 3, root: empty, basis: 0 }).result()).toEqual({ intact: false, aantalEntries: 0, fout: { seq: 3, entryId: null, reden: "checkpoint-afwijkend" } });
+    expect(new ChainWalk(t, start, null, { size: 3, root: empty }).result()).toMatchObject({ intact: false });
   });
 
   test("near misses are refused: no kind opens as another, another tenant's or another basis's origin, a leading zero, another reden", () => {
