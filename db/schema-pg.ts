@@ -62,7 +62,6 @@ export const auditEntries = pgTable(
   (t) => [
     primaryKey({ columns: [t.tenantId, t.seq] }),
     uniqueIndex("audit_entries_id_idx").on(t.id),
-    index("audit_entries_created_idx").on(t.createdAt),
     index("audit_entries_tenant_created_idx").on(t.tenantId, t.createdAt),
   ],
 );
@@ -132,7 +131,6 @@ export const loginAttempts = pgTable(
   },
   (t) => [
     index("login_attempts_tijdstip_idx").on(t.tijdstip),
-    index("login_attempts_tenant_tijdstip_idx").on(t.tenantId, t.tijdstip),
     index("login_attempts_failed_idx")
       .on(t.tijdstip, t.ip, t.account)
       .where(sql`gelukt = false`),

@@ -57,7 +57,6 @@ export const auditEntries = sqliteTable(
   (t) => [
     primaryKey({ columns: [t.tenantId, t.seq] }),
     uniqueIndex("audit_entries_id_idx").on(t.id),
-    index("audit_entries_created_idx").on(t.createdAt),
     index("audit_entries_tenant_created_idx").on(t.tenantId, t.createdAt),
   ],
 );
@@ -145,7 +144,6 @@ export const loginAttempts = sqliteTable(
   },
   (t) => [
     index("login_attempts_tijdstip_idx").on(t.tijdstip),
-    index("login_attempts_tenant_tijdstip_idx").on(t.tenantId, t.tijdstip),
     // beveiligingslog-analyse reads only failed attempts of the last hour.
     index("login_attempts_failed_idx")
       .on(t.tijdstip, t.ip, t.account)

@@ -4,7 +4,7 @@ import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
 import { openStore } from "../src/db.ts";
 import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import { createMailer } from "../src/mail/transport.ts";
-import { weekStatsStatements } from "../src/reports/weekly.ts";
+import { tenantWeekStats, WEEK_MS, weekLogins, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
 import { addAdmin, addTenant, call, NOW } from "./helpers.ts";
 import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
 
@@ -257,24 +257,71 @@ describe("weekrapport: failures and reruns", () => {
   });
 });
 
-describe("weekrapport: the per-tenant statistics use indexes", () => {
-  test("EXPLAIN QUERY PLAN of each per-tenant statement searches an index, never scans the table", () => {
+describe("weekrapport: the statistics use indexes", () => {
+  test("EXPLAIN QUERY PLAN of each statement searches an index, never scans a table: per tenant by (tenant_id, time), logins of every tenant by time", () => {
     const store = openStore(":memory:");
     try {
-      const plans = Object.entries(weekStatsStatements(store.db)).map(([name, statement]) => {
+      const planOf = (statement: { getQuery(): { sql: string; params: unknown[] } }, values: Record<string, string | number>) => {
         const { sql, params } = statement.getQuery();
-        const values = fillPlaceholders(params, { tenantId: 1, van: "2026-07-16T12:00:00.000Z", tot: "2026-07-23T12:00:00.000Z" });
-        const rows = store.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all(...(values as (string | number)[])) as { detail: string }[];
-        return [name, rows.map((r) => r.detail).join(" | ")] as const;
-      });
+        const rows = store.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all(...(fillPlaceholders(params, values) as (string | number)[])) as { detail: string }[];
+        return rows.map((r) => r.detail).join(" | ");
+      };
+      const week = { van: "2026-07-16T12:00:00.000Z", tot: "2026-07-23T12:00:00.000Z" };
+      const plans = [
+        ...Object.entries(weekStatsStatements(store.db)).map(([name, st]) => [name, planOf(st, { tenantId: 1, ...week })] as const),
+        ...Object.entries(weekLoginStatements(store.db)).map(([name, st]) => [name, planOf(st, week)] as const),
+      ];
       for (const [name, plan] of plans) {
         expect({ name, plan }).not.toMatchObject({ plan: expect.stringMatching(/SCAN (audit_entries|login_attempts)/) });
       }
       const byName = Object.fromEntries(plans);
       expect(byName.auditPerActie).toContain("SEARCH audit_entries USING INDEX audit_entries_tenant_created_idx (tenant_id=? AND created_at>? AND created_at<?)");
-      expect(byName.inlog).toContain("SEARCH login_attempts USING INDEX login_attempts_tenant_tijdstip_idx (tenant_id=? AND tijdstip>? AND tijdstip<?)");
-      expect(byName.topMislukteIps).toContain("SEARCH login_attempts USING INDEX login_attempts_tenant_tijdstip_idx (tenant_id=? AND tijdstip>? AND tijdstip<?)");
+      expect(byName.perTenant).toContain("SEARCH login_attempts USING INDEX login_attempts_tijdstip_idx (tijdstip>? AND tijdstip<?)");
+      expect(byName.mislukt).toContain("SEARCH login_attempts USING INDEX login_attempts_failed_idx (tijdstip>? AND tijdstip<?)");
       expect(byName.keten).toMatch(/^SEARCH audit_verification_state USING/);
+    } finally {
+      store.close();
+    }
+  });
+});
+
+describe("weekLogins: every tenant's week in one pass", () => {
+  test("counts per tenant inside [van, tot) only, the top five failing IPs by count then address, no tenant's attempts in another's figures", () => {
+    const store = openStore(":memory:");
+    try {
+      const a = addTenant(store, "A");
+      const b = addTenant(store, "B");
+      const c = addTenant(store, "C");
+      const van = new Date(NOW.getTime() - WEEK_MS);
+      const at = (msAgo: number) => new Date(NOW.getTime() - msAgo);
+      const login = (tenantId: number | null, ip: string, gelukt: boolean, when = at(3600_000)) => recordLoginAttempt(store.sqlite, { tenantId, account: "x", ip, gelukt, tijdstip: when });
+      // Tenant a: 3 successes, failures from seven IPs (counts 4,3,3,2,2,1,1), one before the week, one at tot.
+      for (let i = 0; i < 3; i++) login(a, "10.0.0.1", true);
+      const failures: [string, number][] = [["10.0.0.9", 4], ["10.0.0.3", 3], ["10.0.0.2", 3], ["10.0.0.5", 2], ["10.0.0.4", 2], ["10.0.0.7", 1], ["10.0.0.6", 1]];
+      for (const [ip, n] of failures) for (let i = 0; i < n; i++) login(a, ip, false);
+      login(a, "10.0.0.8", false, new Date(van.getTime() - 1));
+      login(a, "10.0.0.8", false, NOW);
+      login(a, "10.0.0.1", true, van);
+      // Tenant b: one failure; attempts without a tenant belong to nobody's report.
+      login(b, "192.0.2.1", false);
+      login(null, "10.0.0.9", false);
+      const logins = weekLogins(store.db, van, NOW);
+      expect(logins.get(a)).toEqual({
+        totaal: 20,
+        gelukt: 4,
+        mislukt: 16,
+        mislukteIps: 7,
+        topMislukteIps: [
+          { ip: "10.0.0.9", aantal: 4 },
+          { ip: "10.0.0.2", aantal: 3 },
+          { ip: "10.0.0.3", aantal: 3 },
+          { ip: "10.0.0.4", aantal: 2 },
+          { ip: "10.0.0.5", aantal: 2 },
+        ],
+      });
+      expect(logins.get(b)).toEqual({ totaal: 1, gelukt: 0, mislukt: 1, mislukteIps: 1, topMislukteIps: [{ ip: "192.0.2.1", aantal: 1 }] });
+      expect(logins.has(c)).toBe(false);
+      expect(tenantWeekStats(store.db, c, van, NOW, logins).inlog).toEqual({ totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] });
     } finally {
       store.close();
     }

@@ -14,7 +14,7 @@ import { isoWeek } from "../../src/format.ts";
 import { runWeekrapport } from "../../src/jobs/weekrapport.ts";
 import { renderEmail } from "../../src/mail/render.ts";
 import { createMailer } from "../../src/mail/transport.ts";
-import { tenantWeekStats, WEEK_MS, weeklyReportProps } from "../../src/reports/weekly.ts";
+import { tenantWeekStats, WEEK_MS, weekLogins, weeklyReportProps } from "../../src/reports/weekly.ts";
 import { arg, benchDeps, NOW, peakRssMb, report } from "../lib.ts";
 import { startSink } from "../sink-client.ts";
 
@@ -40,7 +40,8 @@ if (r.body.fouten > 0) throw new Error(`${r.body.fouten} messages failed`);
 const tenants = (sqlite.query("SELECT DISTINCT t.id, t.naam FROM tenants t JOIN administrators a ON a.tenant_id = t.id AND a.actief = 1 WHERE t.actief = 1 ORDER BY t.id").all() as { id: number; naam: string }[]);
 const van = new Date(NOW.getTime() - WEEK_MS);
 const s0 = performance.now();
-const stats = tenants.map((t) => tenantWeekStats(store.db, t.id, van, NOW));
+const logins = weekLogins(store.db, van, NOW);
+const stats = tenants.map((t) => tenantWeekStats(store.db, t.id, van, NOW, logins));
 const statsSeconds = (performance.now() - s0) / 1000;
 const sample = Math.min(100, tenants.length);
 const r0 = performance.now();

@@ -141,12 +141,10 @@ ALTER TABLE "weekly_report_deliveries" ADD CONSTRAINT "weekly_report_deliveries_
 CREATE INDEX "administrators_tenant_idx" ON "administrators" USING btree ("tenant_id");--> statement-breakpoint
 CREATE INDEX "audit_anchor_log_tenant_idx" ON "audit_anchor_log" USING btree ("tenant_id","soort","grootte");--> statement-breakpoint
 CREATE UNIQUE INDEX "audit_entries_id_idx" ON "audit_entries" USING btree ("id");--> statement-breakpoint
-CREATE INDEX "audit_entries_created_idx" ON "audit_entries" USING btree ("created_at");--> statement-breakpoint
 CREATE INDEX "audit_entries_tenant_created_idx" ON "audit_entries" USING btree ("tenant_id","created_at");--> statement-breakpoint
 CREATE INDEX "audit_head_anchors_tenant_seq_idx" ON "audit_head_anchors" USING btree ("tenant_id","seq");--> statement-breakpoint
 CREATE INDEX "audit_sleutels_seq_idx" ON "audit_sleutels" USING btree ("tenant_id","seq");--> statement-breakpoint
 CREATE INDEX "backup_statuses_ontvangen_idx" ON "backup_statuses" USING btree ("ontvangen");--> statement-breakpoint
 CREATE INDEX "job_runs_job_gestart_idx" ON "job_runs" USING btree ("job","gestart");--> statement-breakpoint
 CREATE INDEX "login_attempts_tijdstip_idx" ON "login_attempts" USING btree ("tijdstip");--> statement-breakpoint
-CREATE INDEX "login_attempts_tenant_tijdstip_idx" ON "login_attempts" USING btree ("tenant_id","tijdstip");--> statement-breakpoint
 CREATE INDEX "login_attempts_failed_idx" ON "login_attempts" USING btree ("tijdstip","ip","account") WHERE gelukt = false;

@@ -1,6 +1,9 @@
 // The data of the weekly report: who receives it, and per tenant the last seven days
 // (audit activity, login attempts, chain state). Every per-tenant statement is bounded
 // by an index on (tenant_id, time), so a run costs the tenant's week, not the table.
+// Login attempts are counted for every tenant at once, in one pass over the week by
+// the tijdstip index (weekLogins): a (tenant_id, tijdstip) index for per-tenant counts
+// would put one scattered page per tenant into every retention batch and every insert.
 import { and, count, desc, eq, gte, lt, sql } from "drizzle-orm";
 import {
   administrators,
@@ -26,8 +29,6 @@ export const weekStatsStatements = preparedPerConnection((db) => {
   const van = sql.placeholder("van");
   const tot = sql.placeholder("tot");
   const auditAantal = count().as("aantal");
-  const ipAantal = count().as("aantal");
-  const loginsInWeek = and(eq(loginAttempts.tenantId, tenantId), gte(loginAttempts.tijdstip, van), lt(loginAttempts.tijdstip, tot));
   return {
     auditPerActie: db
       .select({ actie: auditEntries.action, aantal: auditAantal })
@@ -35,23 +36,6 @@ export const weekStatsStatements = preparedPerConnection((db) => {
       .where(and(eq(auditEntries.tenantId, tenantId), gte(auditEntries.createdAt, van), lt(auditEntries.createdAt, tot)))
       .groupBy(auditEntries.action)
       .orderBy(desc(auditAantal), auditEntries.action)
-      .prepare(),
-    inlog: db
-      .select({
-        totaal: count(),
-        gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)`,
-        mislukteIps: sql<number>`count(DISTINCT CASE WHEN ${loginAttempts.gelukt} = 0 THEN ${loginAttempts.ip} END)`,
-      })
-      .from(loginAttempts)
-      .where(loginsInWeek)
-      .prepare(),
-    topMislukteIps: db
-      .select({ ip: loginAttempts.ip, aantal: ipAantal })
-      .from(loginAttempts)
-      .where(and(loginsInWeek, sql`${loginAttempts.gelukt} = 0`))
-      .groupBy(loginAttempts.ip)
-      .orderBy(desc(ipAantal), loginAttempts.ip)
-      .limit(5)
       .prepare(),
     keten: db
       .select({
@@ -183,16 +167,69 @@ export interface TenantWeekStats {
   };
 }
 
-export function tenantWeekStats(db: Db, tenantId: number, van: Date, tot: Date): TenantWeekStats {
+/**
+ * The two statements behind weekLogins, over every tenant's attempts of the week;
+ * exported so a test can check their query plans. Parameters: van, tot.
+ */
+export const weekLoginStatements = preparedPerConnection((db) => {
+  const inWeek = and(gte(loginAttempts.tijdstip, sql.placeholder("van")), lt(loginAttempts.tijdstip, sql.placeholder("tot")));
+  return {
+    perTenant: db
+      .select({
+        tenantId: loginAttempts.tenantId,
+        totaal: count(),
+        gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)`,
+        mislukteIps: sql<number>`count(DISTINCT CASE WHEN ${loginAttempts.gelukt} = 0 THEN ${loginAttempts.ip} END)`,
+      })
+      .from(loginAttempts)
+      .where(inWeek)
+      .groupBy(loginAttempts.tenantId)
+      .prepare(),
+    // The partial index login_attempts_failed_idx (gelukt = 0) bounds this one.
+    mislukt: db
+      .select({ tenantId: loginAttempts.tenantId, ip: loginAttempts.ip, aantal: count() })
+      .from(loginAttempts)
+      .where(and(inWeek, sql`${loginAttempts.gelukt} = 0`))
+      .groupBy(loginAttempts.tenantId, loginAttempts.ip)
+      .prepare(),
+  };
+});
+
+export type TenantWeekLogins = TenantWeekStats["inlog"];
+
+/** Failed-login IPs the report lists per tenant: the most failures first, then by address. */
+const TOP_IPS = 5;
+
+/** Every tenant's login attempts in [van, tot), keyed by tenant; a tenant without attempts is absent. */
+export function weekLogins(db: Db, van: Date, tot: Date): Map<number, TenantWeekLogins> {
+  const statements = weekLoginStatements(db);
+  const params = { van: van.toISOString(), tot: tot.toISOString() };
+  const out = new Map<number, TenantWeekLogins>();
+  for (const r of statements.perTenant.all(params)) {
+    if (r.tenantId === null) continue;
+    out.set(r.tenantId, { totaal: r.totaal, gelukt: r.gelukt, mislukt: r.totaal - r.gelukt, mislukteIps: r.mislukteIps, topMislukteIps: [] });
+  }
+  for (const r of statements.mislukt.all(params)) {
+    if (r.tenantId !== null) out.get(r.tenantId)?.topMislukteIps.push({ ip: r.ip, aantal: r.aantal });
+  }
+  for (const l of out.values()) {
+    l.topMislukteIps.sort((a, b) => b.aantal - a.aantal || (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : 0));
+    l.topMislukteIps.length = Math.min(l.topMislukteIps.length, TOP_IPS);
+  }
+  return out;
+}
+
+const NO_LOGINS: TenantWeekLogins = { totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] };
+
+/** One tenant's week; `logins` is weekLogins of the same week, computed once for every tenant. */
+export function tenantWeekStats(db: Db, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): TenantWeekStats {
   const statements = weekStatsStatements(db);
   const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
   const perActie = statements.auditPerActie.all(params);
-  const inlog = statements.inlog.get(params)!;
-  const topMislukteIps = statements.topMislukteIps.all(params);
   const keten = statements.keten.get(params);
   return {
     audit: { totaal: perActie.reduce((s, r) => s + r.aantal, 0), perActie },
-    inlog: { ...inlog, mislukt: inlog.totaal - inlog.gelukt, topMislukteIps },
+    inlog: logins.get(tenantId) ?? NO_LOGINS,
     keten: keten
       ? {
           staat: keten.intact ? "intact" : "gebroken",
