@@ -10,7 +10,8 @@ import { compareWithFile } from "../src/audit/anchor-check.ts";
 import { verifyTenantChain } from "../src/audit/verify.ts";
 import { appendEntriesPg, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, tableShape } from "../src/pg/migrate-to.ts";
-import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { runAuditCommand } from "../src/cli/audit.ts";
+import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 import { buildBinary } from "./binary.ts";
 
@@ -181,6 +182,31 @@ describe("migrate-to", () => {
     const pg = client(url);
     const [{ exists }] = await pg`SELECT EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'tenants') AS exists`;
     expect(exists).toBe(false);
+  });
+
+  test("a chain adopted from the earlier version (its start an adoption record, not genesis) moves and verifies on PostgreSQL as on SQLite", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "Oud");
+    for (let i = 0; i < 60; i++) appendAuditEntry(env.store.sqlite, { tenantId: a, actor: `u${i}`, action: "x", subject: "s", details: { i }, createdAt: new Date(NOW.getTime() - (900 - i) * DAY) });
+    // What the earlier version left: entries 1–30 deleted with only an unsigned anchor.
+    const s = env.store.sqlite;
+    const h30 = (s.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 30").get(a) as { hash: string }).hash;
+    s.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 30").run(a);
+    s.query("INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, 30, ?, '2025-01-01T02:00:00.000Z')").run(a, h30);
+    const adopt = await runAuditCommand(["adopt", "--tenant", String(a), "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--ja"], { AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY }, () => {}, () => {});
+    expect(adopt).toBe(0);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const checkpoint = (await compareWithFile(env.config.databasePath, env.config.auditAnkerBestand, VERIFIERS)).checkpoints.get(a)!;
+    const opts = { checkpoint, verifiers: VERIFIERS };
+    const pg = client(url);
+    const onPg = await verifyTenantChainPg(pg, a, opts);
+    expect(onPg).toEqual({ intact: true, aantalEntries: 30 });
+    expect(onPg).toEqual(verifyTenantChain(env.store.sqlite, a, opts));
+    // Without its adoption record the chain has no start on PostgreSQL either.
+    await pg`DELETE FROM audit_anchor_log WHERE tenant_id = ${a} AND soort = 'adoptie'`;
+    expect((await verifyTenantChainPg(pg, a, opts)).fout?.reden).toBe("retentie-ontbreekt");
   });
 });
 

@@ -4,7 +4,7 @@
 // verify.ts); only the reading and writing differ.
 import type { SQL } from "bun";
 import { entryHash, GENESIS_HASH, type AppendedEntry, type ChainFields, type ChainInput, type EntryRow } from "../audit/chain.ts";
-import { chainStartFrom, ChainWalk, unstartedChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
+import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
 
 /**
  * Key 1 of the per-tenant chain lock, pg_advisory_xact_lock(CHAIN_LOCK, tenantId):
@@ -133,21 +133,20 @@ async function verifyRangeSnapshot(tx: SQL, tasks: readonly PgTenantTask[], veri
   const firstOf = new Map(firsts.map((f) => [f.t, f.seq === null ? null : { seq: Number(f.seq), id: Number(f.id) }]));
   const walks = new Map<number, ChainWalk>();
   const unstarted = new Map<number, { reden: "retentie-ontbreekt" | "retentie-ongeldig"; count: number }>();
+  // Every start record of the range's tenants (retention records, adoptions) in one
+  // query; chainStartFromRecords picks and orders them as on SQLite.
+  const records: { tenant_id: number; note: string; grootte: string; positie: string }[] = await tx`
+    SELECT tenant_id, note, grootte, positie FROM audit_anchor_log
+    WHERE tenant_id = ANY(${ids}::int[]) AND soort IN ${tx(START_KINDS as unknown as string[])}`;
+  const recordsOf = new Map<number, { note: string; grootte: number; positie: number }[]>();
+  for (const r of records) {
+    const list = recordsOf.get(r.tenant_id) ?? [];
+    list.push({ note: r.note, grootte: Number(r.grootte), positie: Number(r.positie) });
+    recordsOf.set(r.tenant_id, list);
+  }
   for (const task of tasks) {
     const first = firstOf.get(task.tenantId) ?? null;
-    // Retention records, in the order chainStartFrom takes them (src/audit/verify.ts chainStart).
-    const notes: { note: string }[] =
-      first?.seq === 1
-        ? []
-        : first === null
-          ? await tx`SELECT note FROM audit_anchor_log WHERE tenant_id = ${task.tenantId} AND soort = 'retentie' ORDER BY grootte DESC, positie DESC`
-          : await tx`SELECT note FROM audit_anchor_log WHERE tenant_id = ${task.tenantId} AND soort = 'retentie' AND grootte >= ${first.seq - 1} ORDER BY grootte, positie DESC`;
-    const start = chainStartFrom(
-      notes.map((n) => n.note),
-      task.tenantId,
-      first?.seq ?? null,
-      verifiers,
-    );
+    const start = chainStartFromRecords(recordsOf.get(task.tenantId) ?? [], task.tenantId, first?.seq ?? null, verifiers);
     if (start.ok) walks.set(task.tenantId, new ChainWalk(task.tenantId, start, first, task.checkpoint));
     else unstarted.set(task.tenantId, { reden: start.reden, count: 0 });
   }
