@@ -157,6 +157,21 @@ describe("adopting a chain the earlier version shortened", () => {
     expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 60, reden: "hash-afwijkend" });
   });
 
+  test("a crash after the adoption's fsync, before its COMMIT: the run is the file's tail, the next audit-anker copies it in (hersteld 3), then 200", async () => {
+    const { a } = await shortenedTheOldWay();
+    const { end } = env.store.sqlite.query("SELECT max(positie) AS end FROM audit_anchor_log").get() as { end: number };
+    expect((await adopt(a, { ja: true })).code).toBe(0);
+    env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE positie > ?").run(end);
+    const crashed = await verify();
+    expect(crashed.status).toBe(409);
+    expect(crashed.json.ankerbestand).toMatchObject({ intact: true }); // one run in the tail: a crash, not a rollback
+    expect(tenantResult(crashed.json, a).fout).toMatchObject({ reden: "retentie-ontbreekt" });
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.status).toBe(200);
+    expect(anker.json).toMatchObject({ hersteld: 3, aantal: 0 });
+    expect((await verify()).status).toBe(200);
+  });
+
   test("entries cut from the adopted chain's start afterwards are missing again: 409 retentie-ontbreekt", async () => {
     const { a } = await shortenedTheOldWay();
     expect((await adopt(a, { ja: true })).code).toBe(0);

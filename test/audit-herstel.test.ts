@@ -218,6 +218,23 @@ describe("accepting a deliberate restore", () => {
     expect(fileText().length).toBe(size);
   });
 
+  test("a crash after the acceptance's fsync, before its COMMIT: still 409; a rerun copies the lines in and signs nothing new; then 200", async () => {
+    const { a } = await restored(2);
+    const { end } = env.store.sqlite.query("SELECT max(positie) AS end FROM audit_anchor_log").get() as { end: number };
+    expect((await acceptRestore({ ja: true })).code).toBe(0);
+    // What the crash leaves: the lines in the file, none of the transaction's rows.
+    env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE positie > ?").run(end);
+    expect((await verify()).status).toBe(409);
+    const size = fileText().length;
+    const rerun = await acceptRestore({ ja: true });
+    expect(rerun.code).toBe(0);
+    expect(rerun.out).toContain("RESULTAAT: 6 regel(s) in de database teruggezet; geen nieuw herstelrecord nodig.");
+    expect(fileText().length).toBe(size);
+    const v = await verify();
+    expect(v.status).toBe(200);
+    expect(v.json.ankerbestand.waarschuwingen).toEqual([expect.stringContaining(`tenant ${a}: op `)]);
+  });
+
   test("a database writer cannot accept: a restore acceptance signed with its own key (same name) and inserted is 409, and accept-restore refuses rows that do not match the file", async () => {
     const { a } = await restored(1);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(409); // copies the run back, refuses a

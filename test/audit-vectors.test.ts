@@ -87,6 +87,12 @@ describe("known-answer vectors of the operator's records", () => {
     expect(signInstallationCheckpoint(signer, inst)).toBe(v.installation.note);
   });
 
+  test("docs/audit-chain.md shows the adoption, the adopted checkpoint and retention record and the restore acceptance verbatim", () => {
+    const doc = readFileSync(join(ROOT, "docs/audit-chain.md"), "utf8");
+    for (const n of [v.adoption.note, v.adoptedCheckpoints.at(-1).note, v.adoptedRetention.note, v.restores[0].note]) expect(doc).toContain("```\n" + n + "```");
+    expect(doc).toContain(v.installation.root);
+  });
+
   test("the parsers give the fields back; a chain whose oldest entry is 4 starts from the adoption, with its tree's basis", () => {
     expect(openAdoptionRecord(v.adoption.note, t, verifiers)).toEqual({ ok: true, record: { tenantId: t, seq: 3, hash: v.adoption.hash, tijdstip: v.adoption.tijdstip } });
     const cp = v.adoptedCheckpoints.at(-1);

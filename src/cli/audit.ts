@@ -165,7 +165,9 @@ async function runAcceptRestore(db: Database, dbPath: string, anchorPath: string
     out(`RESULTAAT: er is niets geschreven. Met --ja: ${r.verliezen.length} herstelrecord(s) ondertekenen (met ${keys.signer.name}).`);
     return r.geweigerd.length > 0 ? 1 : 0;
   }
-  out(`RESULTAAT: ${r.verliezen.length} herstelrecord(s) ondertekend en in het ankerbestand gezet${r.geweigerd.length > 0 ? `; ${r.geweigerd.length} tenant(s) niet geaccepteerd` : ""}.`);
+  const niet = r.geweigerd.length > 0 ? `; ${r.geweigerd.length} tenant(s) niet geaccepteerd` : "";
+  if (r.verliezen.length === 0) out(`RESULTAAT: ${r.ontbrekend} regel(s) in de database teruggezet; geen nieuw herstelrecord nodig${niet}.`);
+  else out(`RESULTAAT: ${r.verliezen.length} herstelrecord(s) ondertekend en in het ankerbestand gezet${niet}.`);
   return r.geweigerd.length > 0 ? 1 : 0;
 }
 
