@@ -1,8 +1,9 @@
 // Entry point of the binary and of `npm start`. With no argument (or `serve`) it parses
 // the configuration, wires the real dependencies and serves. The operator's commands:
-// `key`, `verify`, `export` (src/cli/audit.ts, no configuration needed), `db-convert`
-// (src/cli/db-convert.ts), `migrate-to` (src/cli/migrate-to.ts), `config check` (src/cli/config-check.ts), `backup`
-// (src/cli/backup.ts), `crontab`
+// `key`, `verify`, `export` (src/cli/audit.ts, no configuration needed), `adopt` and
+// `accept-restore` (src/cli/audit.ts, the signing key from the environment),
+// `db-convert` (src/cli/db-convert.ts), `migrate-to` (src/cli/migrate-to.ts), `config
+// check` (src/cli/config-check.ts), `backup` (src/cli/backup.ts), `crontab`
 // (src/cli/crontab.ts) and `demo` (src/demo.ts). Each branch imports only what it needs:
 // a command starts without loading the server.
 
