@@ -1,10 +1,12 @@
 // The job-run history (job_runs). Every run is written when it starts (so a run
 // killed mid-way stays visible as 'bezig' with no end) and completed when it ends,
 // whatever the outcome. The in-process guard is src/running-jobs.ts, the cron
-// arithmetic src/schedule-due.ts.
+// arithmetic src/schedule-due.ts. A run's end is written without a synchronous wait for
+// another process's write lock (writeRunEnd): bun:sqlite's busy wait would stall the
+// event loop, /health included.
 import { desc, eq } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
-import type { Db } from "./db.ts";
+import { BUSY_TIMEOUT_MS, retryWhenBusy, type Db, type Store } from "./db.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
 
@@ -31,6 +33,7 @@ export interface RunEnd {
   fout?: string | null;
 }
 
+/** The end of a run, one UPDATE, synchronous: inside a transaction (writeTransaction) or through writeRunEnd. */
 export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
   let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
   if (summary !== null && summary.length > MAX_SUMMARY) summary = summary.slice(0, MAX_SUMMARY - 1) + "…";
@@ -39,6 +42,15 @@ export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
     .set({ beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout ?? null })
     .where(eq(jobRuns.id, id))
     .run();
+}
+
+/**
+ * Writes a run's end (finishRun) waiting for another process's write lock without
+ * blocking the event loop (retryWhenBusy), for at most `deadlineMs`; then rejects with
+ * that SQLITE_BUSY and nothing was written. Other database errors are passed on.
+ */
+export function writeRunEnd(store: Store, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
+  return retryWhenBusy(store.sqlite, () => finishRun(store.db, id, end, r), deadlineMs);
 }
 
 export function lastRun(db: Db, job: string): JobRunRow | null {
@@ -54,18 +66,22 @@ export function lastRun(db: Db, job: string): JobRunRow | null {
 }
 
 /**
- * Writes the ends kept in `running` (each tried once; one that fails again stays kept)
- * and returns the ones written. Never throws: it runs before an unrelated job.
+ * Writes the ends kept in `running` and returns the ones written; one that fails stays
+ * kept. Each is tried at least once, and while another process holds the write lock
+ * they wait for it (writeRunEnd) until `deadlineMs` from now, all together: 0 tries each
+ * once without waiting (before an unrelated job, whose own lease waits for the lock
+ * anyway). Never throws.
  */
-export function writeKeptEnds(db: Db, running: RunningJobs): KeptEnd[] {
+export async function writeKeptEnds(store: Store, running: RunningJobs, deadlineMs: number): Promise<KeptEnd[]> {
+  const deadline = performance.now() + deadlineMs;
   const written: KeptEnd[] = [];
   for (const kept of running.keptEndsList()) {
     try {
-      finishRun(db, kept.runId, kept.end, kept.result);
+      await writeRunEnd(store, kept.runId, kept.end, kept.result, Math.max(0, deadline - performance.now()));
       running.forgetEnd(kept.runId);
       written.push(kept);
     } catch {
-      // Still not writable: the caller logs how many stay kept.
+      // Still not writable: the caller logs the ones that stay kept.
     }
   }
   return written;

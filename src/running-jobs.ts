@@ -1,18 +1,31 @@
 // The in-process guard: which jobs run in this process now (a second call of one of
-// them is refused), how shutdown waits for or interrupts them, and the ends of runs
-// that could not be written to the job-run history yet (src/job-runs.ts). Across
+// them is refused), how shutdown waits for or interrupts them, the ends of runs that
+// could not be written to the job-run history yet (src/job-runs.ts), and the job
+// wrapper's writes that go on after their call was answered (src/http/job-route.ts
+// writeLater), so that shutdown waits for them. Across
 // processes the lease in the database guards the same (src/job-lease.ts); `holder`
 // names this instance in it.
 import { newLeaseHolder, type LeaseHolder } from "./job-lease.ts";
 import type { RunEnd } from "./job-runs.ts";
 import type { JobName } from "./schedule.ts";
 
-/** A completed run whose end this process could not write to job_runs yet (see RunningJobs.keepEnd). */
+/** A run whose end this process could not write to job_runs yet (see RunningJobs.keepEnd). */
 export interface KeptEnd {
   job: JobName;
   runId: number;
   end: Date;
   result: RunEnd;
+}
+
+/**
+ * A write of the job wrapper still going on after its call was answered, waiting for
+ * another process's write lock (src/http/job-route.ts writeLater): a refused call's row
+ * (`run`), a run's end (`end`), a lease's release (`lease`).
+ */
+export interface PendingWrite {
+  what: "run" | "end" | "lease";
+  job: JobName;
+  runId: number | null;
 }
 
 /** A running job given up on (shutdown did not wait for it any longer). */
@@ -30,6 +43,7 @@ export class RunningJobs {
   private readonly idle: (() => void)[] = [];
   private readonly interrupters = new Set<(e: Error) => void>();
   private readonly keptEnds = new Map<number, KeptEnd>();
+  private readonly pending = new Map<Promise<unknown>, PendingWrite>();
   private closed = false;
   /** This instance as the holder of job leases: the pid and a random id of its own. */
   readonly holder: LeaseHolder = newLeaseHolder();
@@ -86,9 +100,11 @@ export class RunningJobs {
   }
 
   /**
-   * Keeps the end of a completed run whose job_runs UPDATE failed, until
-   * writeKeptEnds() (src/job-runs.ts) manages to write it. Memory only: a restart
-   * before that loses it (the alarm raised when it failed says the job completed).
+   * Keeps the end of a run whose job_runs UPDATE failed (a completed run's) or still
+   * waits for the write lock (any run's, src/http/job-route.ts writeEnd), until it is
+   * written: by that wait, or by writeKeptEnds() (src/job-runs.ts) at the next job call
+   * or at shutdown. taken-controle and /metrics judge the run by it meanwhile. Memory
+   * only: a restart before that loses it (logged; for a completed run also alarmed).
    */
   keepEnd(kept: KeptEnd): void {
     this.keptEnds.set(kept.runId, kept);
@@ -101,6 +117,34 @@ export class RunningJobs {
 
   forgetEnd(runId: number): void {
     this.keptEnds.delete(runId);
+  }
+
+  /** Tracks a write that goes on after its call was answered; `write` must never reject. */
+  trackWrite(write: Promise<unknown>, what: PendingWrite): void {
+    this.pending.set(write, what);
+    const done = () => void this.pending.delete(write);
+    write.then(done, done);
+  }
+
+  /** The writes still going on after their calls were answered. */
+  pendingWrites(): PendingWrite[] {
+    return [...this.pending.values()];
+  }
+
+  /**
+   * Shutdown: resolves once no write goes on after its answer any more, or after `ms`,
+   * with the writes still pending then (the caller logs them as lost).
+   */
+  async settleWrites(ms: number): Promise<PendingWrite[]> {
+    const deadline = performance.now() + ms;
+    while (this.pending.size > 0) {
+      const left = deadline - performance.now();
+      if (left <= 0) break;
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([Promise.allSettled([...this.pending.keys()]), new Promise((r) => (timer = setTimeout(r, left)))]);
+      clearTimeout(timer);
+    }
+    return this.pendingWrites();
   }
 
   /** Resolves when no job runs (used on shutdown). */

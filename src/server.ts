@@ -6,10 +6,10 @@ import { createAlarmSink } from "./alarms/sink.ts";
 import { createApp, type AppOptions } from "./app.ts";
 import { auditKeys } from "./audit/keys.ts";
 import { redactedConfig, type Config } from "./config.ts";
-import { openStore, type Store } from "./db.ts";
+import { BUSY_TIMEOUT_MS, openStore, type Store } from "./db.ts";
 import type { Deps } from "./deps.ts";
 import { startCheckpointer } from "./checkpointer.ts";
-import { finishRun, writeKeptEnds } from "./job-runs.ts";
+import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
 import { log } from "./logger.ts";
 import { createMailer } from "./mail/transport.ts";
 import { RunningJobs } from "./running-jobs.ts";
@@ -99,21 +99,33 @@ export function startServer(config: Config, options: ServerOptions = {}) {
       running.interrupt(message);
       log("error", "jobs still running at shutdown were interrupted", { signal, jobs: left, graceMs });
       await Promise.race([drained, Bun.sleep(1000)]);
-      // A run whose wrapper could not record it (should not happen): recorded here.
+      // A run whose wrapper has not recorded it yet (it may still wait for another
+      // process's write lock, without blocking): recorded here the same way, waiting for
+      // the lock for at most BUSY_TIMEOUT_MS in all.
+      const deadline = performance.now() + BUSY_TIMEOUT_MS;
       for (const { job, runId } of running.runs()) {
         try {
-          finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message });
+          await writeRunEnd(deps.store, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message }, Math.max(0, deadline - performance.now()));
         } catch (e) {
           log("error", "could not record an interrupted run", { job, runId, error: e instanceof Error ? e.message : String(e) });
         }
       }
       exitCode = 1;
     }
-    // Ends of completed runs that could not be written when they finished (job-route.ts
-    // recordEnd): one last try, or their rows would read as interrupted after the restart.
-    writeKeptEnds(deps.store.db, running);
+    // The job wrapper's writes still going on after their answers because another process
+    // held the write lock (job-route.ts writeLater: a refused call's row, a run's end, a
+    // lease's release): waited for, without blocking, for at most BUSY_TIMEOUT_MS in all
+    // together with the last try of the kept ends below.
+    const writesDeadline = performance.now() + BUSY_TIMEOUT_MS;
+    const given = (await running.settleWrites(BUSY_TIMEOUT_MS)).filter((w) => w.what !== "end");
+    if (given.length > 0) log("error", "writes of the job wrapper still waiting for the database write lock were given up at shutdown", { writes: given });
+    // Ends of runs that could not be written when they finished (job-route.ts recordEnd,
+    // writeEnd): one last try, or their rows would read as interrupted after the restart.
+    await writeKeptEnds(deps.store, running, Math.max(0, writesDeadline - performance.now()));
     const unwritten = running.keptEndsList();
-    if (unwritten.length > 0) log("error", "the end of a completed run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId })) });
+    if (unwritten.length > 0) {
+      log("error", "the end of a run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId, uitkomst: k.result.uitkomst, httpStatus: k.result.httpStatus })) });
+    }
     void deps.mailer.close().catch(() => {});
     await checkpointer.stop();
     closeDatabase(deps.store);

@@ -18,6 +18,7 @@ import { call, makeTestEnv, NOW, SECRET, tempDir, TEST_SIGNING_KEY } from "./hel
 import { defineJob } from "../src/jobs/job.ts";
 import { createApp } from "../src/app.ts";
 import { startService } from "./fixtures/hardening.ts";
+import { RETURNED } from "./fixtures/server-marked-end.ts";
 import { holdWriteLock } from "./ingest-fixtures.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
@@ -106,8 +107,8 @@ interface Instance {
 
 const children: Instance[] = [];
 
-async function startInstance(env: Record<string, string>): Promise<Instance> {
-  const instance = await startService(env);
+async function startInstance(env: Record<string, string>, entry?: string): Promise<Instance> {
+  const instance = await startService(env, entry);
   children.push(instance);
   return instance;
 }
@@ -358,6 +359,129 @@ describe("another process holding the database's write lock (the host applicatio
     expect(leaseOf(db.path, "taken-controle")).toBeUndefined();
     s.proc.kill("SIGTERM");
     expect(await s.exited).toBe(0);
+  }, 60_000);
+});
+
+describe("a job that ends while another process holds the database's write lock", () => {
+  // dagrapport (real, its SMTP reply held) prints RETURNED the moment its run returned:
+  // from then on the job wrapper is writing the run's end.
+  const MARKED = join(ROOT, "test/fixtures/server-marked-end.ts");
+  const errorLines = (i: Instance) => i.output().split("\n").filter((l) => l.includes('"level":"error"'));
+
+  /** dagrapport on `s`, mid-run (its mail held), the lock taken by another process, then the mail let through: resolves once the job's run returned. */
+  async function endUnderLock(s: Instance, path: string) {
+    const { answer } = await holdDagrapport(s);
+    const lock = await holdWriteLock(path);
+    const order: string[] = [];
+    void answer.then(() => order.push("job"), () => {});
+    smtp.release();
+    await until("dagrapport's run to return", () => s.output().includes(RETURNED));
+    return { answer, lock, order };
+  }
+
+  test("/health is answered while the run's end waits for the lock; once the lock is free the job answers 200, its run is ok with its end, no lease is left, nothing logged as an error", async () => {
+    const db = sharedDatabase();
+    const s = await startInstance(db.env, MARKED);
+    const { answer, lock, order } = await endUnderLock(s, db.path);
+    try {
+      // The job's run has returned: its wrapper now waits for the lock to write the end.
+      // /health can only answer now if that wait leaves the event loop free.
+      const h = await fetch(`${s.url}/health`);
+      order.push("health");
+      expect(h.status).toBe(200);
+      expect(await h.json()).toEqual({ status: "ok", database: "bereikbaar", lopendeTaken: ["dagrapport"] });
+      // Still waiting (not given up): nothing written, nothing logged as an error.
+      expect(errorLines(s)).toEqual([]);
+      expect(runsOf(db.path, "dagrapport")).toEqual([{ id: 1, uitkomst: "bezig", beeindigd: null }]);
+      expect(leaseOf(db.path, "dagrapport")).toMatchObject({ pid: s.pid, run_id: 1 });
+    } finally {
+      // Before the release: the answer can only follow it.
+      order.push("releasing");
+      await lock.release();
+    }
+    const r = await answer;
+    expect(order).toEqual(["health", "releasing", "job"]);
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({ ok: true, verzonden: true, ontvanger: RECIPIENT });
+    expect(runsOf(db.path, "dagrapport")).toEqual([{ id: 1, uitkomst: "ok", beeindigd: expect.any(String) }]);
+    expect(leaseOf(db.path, "dagrapport")).toBeUndefined();
+    expect(errorLines(s)).toEqual([]);
+    expect(s.output()).not.toContain('"alarm"');
+    s.proc.kill("SIGTERM");
+    expect(await s.exited).toBe(0);
+  }, 60_000);
+
+  test("a lock held past the end's wait (5 s): the job's 200 goes out while it is held (a warning, no error); the end and the lease's release follow once it is free", async () => {
+    const db = sharedDatabase();
+    const s = await startInstance(db.env, MARKED);
+    const { answer, lock, order } = await endUnderLock(s, db.path);
+    let r: { status: number; json: any };
+    try {
+      // The lock is held until the answer has come: past the wait, whatever it takes.
+      r = await answer;
+      order.push("answered");
+      // The run's end is kept: this process's taken-controle would judge the run by it,
+      // and its lease stays until the end is written.
+      expect(runsOf(db.path, "dagrapport")).toEqual([{ id: 1, uitkomst: "bezig", beeindigd: null }]);
+      expect(leaseOf(db.path, "dagrapport")).toMatchObject({ pid: s.pid, run_id: 1 });
+      expect(s.output()).toContain("the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer");
+      expect(errorLines(s)).toEqual([]);
+    } finally {
+      order.push("releasing");
+      await lock.release();
+    }
+    expect(order).toEqual(["job", "answered", "releasing"]);
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({ ok: true, verzonden: true, ontvanger: RECIPIENT });
+    await until("the end and the release after the lock", () => runsOf(db.path, "dagrapport")[0]!.uitkomst === "ok" && leaseOf(db.path, "dagrapport") === undefined);
+    expect(runsOf(db.path, "dagrapport")).toEqual([{ id: 1, uitkomst: "ok", beeindigd: expect.any(String) }]);
+    const row = query<{ http_status: number; samenvatting: string }>(db.path, "SELECT http_status, samenvatting FROM job_runs WHERE id = 1")[0]!;
+    expect(row.http_status).toBe(200);
+    expect(JSON.parse(row.samenvatting)).toEqual(r.json);
+    expect(s.output()).toContain("the end of a run was recorded once the database write lock was free");
+    expect(errorLines(s)).toEqual([]);
+    expect(s.output()).not.toContain('"alarm"');
+    s.proc.kill("SIGTERM");
+    expect(await s.exited).toBe(0);
+  }, 60_000);
+
+  test("SIGTERM while the end waits after the answer: shutdown waits for it; the lock freed meanwhile, the run is ok and its lease gone before the process exits 0", async () => {
+    const db = sharedDatabase();
+    const s = await startInstance(db.env, MARKED);
+    const { answer, lock } = await endUnderLock(s, db.path);
+    try {
+      expect((await answer).status).toBe(200);
+      s.proc.kill("SIGTERM");
+      await until("the shutdown to start", () => s.output().includes('"message":"shutting down"'));
+      expect(runsOf(db.path, "dagrapport")[0]!.uitkomst).toBe("bezig");
+    } finally {
+      await lock.release();
+    }
+    expect(await s.exited).toBe(0);
+    expect(runsOf(db.path, "dagrapport")).toEqual([{ id: 1, uitkomst: "ok", beeindigd: expect.any(String) }]);
+    expect(leaseOf(db.path, "dagrapport")).toBeUndefined();
+    expect(errorLines(s)).toEqual([]);
+  }, 60_000);
+  test("SIGTERM while the end waits after the answer and the lock stays held past the shutdown's wait: the lost end and release are logged as errors; exit 0", async () => {
+    const db = sharedDatabase();
+    const s = await startInstance(db.env, MARKED);
+    const { answer, lock } = await endUnderLock(s, db.path);
+    try {
+      expect((await answer).status).toBe(200);
+      s.proc.kill("SIGTERM");
+      expect(await s.exited).toBe(0);
+    } finally {
+      await lock.release();
+    }
+    const errors = errorLines(s).map((l) => JSON.parse(l) as { message: string; writes?: unknown; runs?: unknown });
+    expect(errors.map((e) => e.message)).toEqual([
+      "writes of the job wrapper still waiting for the database write lock were given up at shutdown",
+      "the end of a run could not be recorded before shutdown",
+    ]);
+    expect(errors[0]!.writes).toEqual([{ what: "lease", job: "dagrapport", runId: 1 }]);
+    expect(errors[1]!.runs).toEqual([{ job: "dagrapport", runId: 1, uitkomst: "ok", httpStatus: 200 }]);
+    // Visibly unfinished; the lease expires by itself (its holder's pid is gone: taken over at once).
+    expect(runsOf(db.path, "dagrapport")).toEqual([{ id: 1, uitkomst: "bezig", beeindigd: null }]);
   }, 60_000);
 });
 

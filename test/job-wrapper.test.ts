@@ -2,12 +2,14 @@ import { afterEach, describe, expect, spyOn, test } from "bun:test";
 import { Cron } from "croner";
 import { t } from "elysia";
 import { lastRun } from "../src/job-runs.ts";
+import { RunningJobs } from "../src/running-jobs.ts";
 import { backupControleJob } from "../src/jobs/backup-controle.ts";
 import { dagrapportJob } from "../src/jobs/dagrapport.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { takenControleJob } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE } from "../src/schedule.ts";
 import { call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
+import { holdWriteLock } from "./ingest-fixtures.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
@@ -277,4 +279,59 @@ describe("the job wrapper: a completed job whose end cannot be recorded", () => 
     expect(row).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: NOW.toISOString() });
     expect(env.mailer.sent).toHaveLength(1);
   });
+});
+
+describe("the job wrapper: a run that ends while another process holds the write lock past the wait (5 s)", () => {
+  test("a job that throws: its 500 is answered while the lock is held, the end is kept meanwhile, then written (fout/500) and the lease released once the lock is free; no error logged for the wait", async () => {
+    const started = gate();
+    const fail = gate();
+    const job = defineJob({
+      name: "weekrapport",
+      summary: "t",
+      description: "t",
+      run: async () => {
+        started.open();
+        await fail.p;
+        throw new Error("kapot na het werk (test)");
+      },
+    });
+    const running = new RunningJobs();
+    env = makeTestEnv({}, { jobs: [job], running });
+    const lines: string[] = [];
+    const spy = spyOn(process.stderr, "write").mockImplementation(((chunk: unknown) => {
+      lines.push(String(chunk));
+      return true;
+    }) as typeof process.stderr.write);
+    const row = () => env.store.sqlite.query("SELECT uitkomst, http_status AS httpStatus, beeindigd, fout FROM job_runs WHERE job = 'weekrapport'").get() as Record<string, unknown>;
+    const lease = () => env.store.sqlite.query("SELECT run_id FROM job_leases WHERE job = 'weekrapport'").get();
+    let lock: Awaited<ReturnType<typeof holdWriteLock>> | null = null;
+    try {
+      const answer = call(env.app, "/api/cron/weekrapport");
+      await started.p;
+      lock = await holdWriteLock(env.config.databasePath);
+      fail.open();
+      const r = await answer;
+      expect(r.status).toBe(500);
+      expect(Object.keys(r.json)).toEqual(["error"]);
+      // Answered while the lock is still held: nothing written yet, the end kept in this process.
+      expect(row()).toMatchObject({ uitkomst: "bezig", beeindigd: null });
+      expect(lease()).toEqual({ run_id: 1 });
+      expect(running.keptEndsList()).toMatchObject([{ job: "weekrapport", runId: 1, result: { uitkomst: "fout", httpStatus: 500 } }]);
+      await lock.release();
+      lock = null;
+      const deadline = performance.now() + 15_000;
+      while ((row().uitkomst === "bezig" || lease() !== null) && performance.now() < deadline) await Bun.sleep(5);
+      expect(row()).toMatchObject({ uitkomst: "fout", httpStatus: 500, beeindigd: NOW.toISOString() });
+      expect(String(row().fout)).toContain("kapot na het werk (test)");
+      expect(lease()).toBeNull();
+      expect(running.keptEndsList()).toEqual([]);
+      expect(running.pendingWrites()).toEqual([]);
+      const logged = lines.map((l) => JSON.parse(l) as { level: string; message: string });
+      expect(logged.filter((l) => l.level === "error").map((l) => l.message)).toEqual([]);
+      expect(logged.map((l) => l.message)).toContain("the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer");
+    } finally {
+      spy.mockRestore();
+      await lock?.release();
+    }
+  }, 30_000);
 });

@@ -5,15 +5,17 @@
 // job-run history: start, end, outcome, summary, error. mountJob documents each route: the job's own answers and the
 // wrapper's (routeResponses).
 // A job that completed is answered with its own result even when recording its end
-// fails (recordEnd). The lease is taken, renewed and released without a synchronous
-// wait for the write lock (src/job-lease.ts): a call that cannot get the lock in time
-// is answered 503 and recorded once the lock is free (refusedOnBusyLock).
+// fails (recordEnd). None of the wrapper's writes waits synchronously for another
+// process's write lock (the lease in src/job-lease.ts, the run's end through
+// writeRunEnd): while it is taken they wait with awaited pauses, at most BUSY_TIMEOUT_MS
+// before the answer, and what is still not written then goes on after the answer
+// (writeLater: one rule for a refused call's row, a run's end, a lease's release).
 import { t, type Elysia, type TSchema } from "elysia";
-import { isBusy, writeTransaction } from "../db.ts";
+import { BUSY_TIMEOUT_MS, isBusy, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
-import { finishRun, startRun, writeKeptEnds, type RunEnd } from "../job-runs.ts";
-import { JobInterrupted, type RunningJobs } from "../running-jobs.ts";
+import { finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
+import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, type JobName } from "../schedule.ts";
 import { log } from "../logger.ts";
@@ -39,6 +41,102 @@ export function jobContext(running: RunningJobs): JobContext {
   };
 }
 
+/** How long a write that could not be done before its call's answer goes on after it (writeLater). */
+export const RECORD_LATER_DEADLINE_MS = 60_000;
+
+/**
+ * The one rule for a write of the job wrapper that met another process's write lock for
+ * the whole wait before its call's answer (BUSY_TIMEOUT_MS; the host application, a
+ * backup): the answer goes out, and the write goes on after it, waiting for the lock
+ * without blocking (retryWhenBusy / writeTransaction, awaited back-off) for at most
+ * RECORD_LATER_DEADLINE_MS. RunningJobs tracks it, so shutdown waits for it or logs it
+ * as lost. Failing that, `failure` is logged as an error, never swallowed, and
+ * `onFailure` (an alarm) follows. Used for a refused call's fout/503 row
+ * (refusedOnBusyLock), a run's end (writeEnd) and a lease's release (releaseAfterEnd).
+ * Resolves with whether it was written; never rejects.
+ */
+function writeLater(
+  running: RunningJobs,
+  pending: PendingWrite,
+  failure: { message: string; context: Record<string, unknown> },
+  write: (deadlineMs: number) => Promise<unknown>,
+  onFailure?: (error: string) => Promise<void>,
+): Promise<boolean> {
+  const done = write(RECORD_LATER_DEADLINE_MS).then(
+    () => true,
+    async (e) => {
+      const error = errorText(e);
+      log("error", failure.message, { ...failure.context, error });
+      try {
+        await onFailure?.(error);
+      } catch (alarmError) {
+        log("error", "alarm failed", { error: errorText(alarmError) });
+      }
+      return false;
+    },
+  );
+  running.trackWrite(done, pending);
+  return done;
+}
+
+/** A write going on after the answer (writeLater); wrapped, since a promise returned from an async function would be awaited with it. */
+interface Later {
+  /** Whether it was written in the end. */
+  written: Promise<boolean>;
+}
+
+/**
+ * Writes a run's end (job_runs) while the caller waits, for at most BUSY_TIMEOUT_MS of
+ * another process's write lock, without blocking the event loop. When the lock stays
+ * taken all that time, the end is kept in this process (taken-controle and /metrics
+ * judge the run by it), a warning is logged, and it is written after the answer
+ * (writeLater): `written` says when (null: written now). Any other error is
+ * thrown, nothing kept.
+ */
+async function writeEnd(
+  deps: Deps,
+  running: RunningJobs,
+  kept: KeptEnd,
+  failure: string,
+  onFailure?: (error: string) => Promise<void>,
+): Promise<Later | null> {
+  const { job, runId, end, result } = kept;
+  try {
+    await writeRunEnd(deps.store, runId, end, result);
+    return null;
+  } catch (e) {
+    if (!isBusy(e)) throw e;
+  }
+  running.keepEnd(kept);
+  const context = { job, runId, uitkomst: result.uitkomst, httpStatus: result.httpStatus };
+  log("warn", "the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer", context);
+  const written = writeLater(
+    running,
+    { what: "end", job, runId },
+    { message: failure, context: { ...context, recorded: "kept in memory, written at the next job call" } },
+    async (ms) => {
+      await writeRunEnd(deps.store, runId, end, result, ms);
+      running.forgetEnd(runId);
+      log("info", "the end of a run was recorded once the database write lock was free", context);
+    },
+    onFailure,
+  );
+  return { written };
+}
+
+/** The alarm for a completed job whose end is not in job_runs: it must not be run again. */
+async function alarmEndNotRecorded(deps: Deps, job: JobName, runId: number, result: RunEnd, error: string, vastgelegd: string): Promise<void> {
+  await deps.alarms.raise({
+    type: "internal-error",
+    message:
+      `De taak ${job} is voltooid (HTTP ${result.httpStatus}), maar het einde van run ${runId} kon niet in job_runs worden vastgelegd. ` +
+      `Voer de taak niet opnieuw uit; controleer de database (schrijfbaar, schijfruimte, vergrendeling).`,
+    context: { job, runId, httpStatus: result.httpStatus, uitkomst: result.uitkomst, fout: error, vastgelegd },
+  });
+}
+
+const END_NOT_RECORDED = "a completed job's end could not be recorded in job_runs; its response was sent as it was";
+
 /**
  * Writes the end of a run whose job COMPLETED. Its work is done (a report mailed, rows
  * deleted), so whatever happens here the caller gets the job's own response: a 5xx
@@ -47,9 +145,15 @@ export function jobContext(running: RunningJobs): JobContext {
  * job completed and must not be run again.
  *
  * The row must not stay 'bezig' if that can be helped: taken-controle calls such a row
- * onderbroken once no lease keeps it alive and alarms, which asks for a rerun. So, when the UPDATE fails:
- *  1. it is tried once more without the summary (the one part of variable size), with
- *     `fout` saying that the summary is missing; the outcome and status are the job's own;
+ * onderbroken once no lease keeps it alive and alarms, which asks for a rerun. So:
+ *  0. another process holding the write lock for the whole wait is no failure of the
+ *     end itself: the end is kept and written after the answer (writeEnd, writeLater);
+ *     only when that fails too is it logged as an error and alarmed, and the kept end
+ *     waits for the next job call as in 2. The Later returned says when it is written
+ *     (null: written, or nothing more to wait for);
+ *  1. when the UPDATE fails otherwise, it is tried once more without the summary (the
+ *     one part of variable size), with `fout` saying that the summary is missing; the
+ *     outcome and status are the job's own;
  *  2. if that fails too, that end is kept in this process (RunningJobs.keepEnd) and
  *     written at the start of the next job call, once the database takes writes again.
  *     Meanwhile taken-controle gets the kept ends (JobContext.unrecorded) and judges the
@@ -57,11 +161,12 @@ export function jobContext(running: RunningJobs): JobContext {
  *     end; the row then reads as onderbroken, and the alarm raised here already said the
  *     job completed, with its status.
  */
-async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, end: Date, result: RunEnd): Promise<void> {
+async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, end: Date, result: RunEnd): Promise<Later | null> {
   let firstError: unknown;
   try {
-    finishRun(deps.store.db, runId, end, result);
-    return;
+    return await writeEnd(deps, running, { job, runId, end, result }, END_NOT_RECORDED, (error) =>
+      alarmEndNotRecorded(deps, job, runId, result, error, "nog niet (in het geheugen bewaard)"),
+    );
   } catch (e) {
     firstError = e;
   }
@@ -72,13 +177,13 @@ async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: 
   };
   let kept = false;
   try {
-    finishRun(deps.store.db, runId, end, minimal);
+    await writeRunEnd(deps.store, runId, end, minimal);
   } catch {
     running.keepEnd({ job, runId, end, result: minimal });
     kept = true;
   }
   const error = errorText(firstError);
-  log("error", "a completed job's end could not be recorded in job_runs; its response was sent as it was", {
+  log("error", END_NOT_RECORDED, {
     job,
     runId,
     httpStatus: result.httpStatus,
@@ -86,20 +191,40 @@ async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: 
     recorded: kept ? "kept in memory, written at the next job call" : "without summary",
   });
   try {
-    await deps.alarms.raise({
-      type: "internal-error",
-      message:
-        `De taak ${job} is voltooid (HTTP ${result.httpStatus}), maar het einde van run ${runId} kon niet in job_runs worden vastgelegd. ` +
-        `Voer de taak niet opnieuw uit; controleer de database (schrijfbaar, schijfruimte, vergrendeling).`,
-      context: { job, runId, httpStatus: result.httpStatus, uitkomst: result.uitkomst, fout: error, vastgelegd: kept ? "nog niet (in het geheugen bewaard)" : "zonder samenvatting" },
-    });
+    await alarmEndNotRecorded(deps, job, runId, result, error, kept ? "nog niet (in het geheugen bewaard)" : "zonder samenvatting");
   } catch (e) {
     log("error", "alarm failed", { error: errorText(e) });
   }
+  return null;
 }
 
-/** How long a call refused on a busy write lock goes on trying to record itself in job_runs (after its 503 was sent). */
-export const REFUSED_RECORD_DEADLINE_MS = 60_000;
+/**
+ * Deletes the run's lease (this holder's, this run's) once its end is written: while the
+ * end waits for the write lock after the answer (`endLater`), the lease waits with it,
+ * so that another process's taken-controle sees the run alive instead of a 'bezig' row
+ * without a holder. Waits for the lock as the end does: at most BUSY_TIMEOUT_MS before
+ * the answer, then after it (writeLater). A failure is logged as an error; the lease
+ * then expires by itself and until then another process's call of the job is refused.
+ */
+async function releaseAfterEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, verloopt: Date, endLater: Later | null): Promise<void> {
+  const release = (ms: number) => releaseLease(deps.store, job, running.holder, runId, ms);
+  const failure = { message: "could not release a job's lease; it expires by itself", context: { job, runId, verloopt: verloopt.toISOString() } };
+  const pending: PendingWrite = { what: "lease", job, runId };
+  if (endLater) {
+    void writeLater(running, pending, failure, async (ms) => {
+      const deadline = performance.now() + ms;
+      await endLater.written;
+      return release(Math.max(0, deadline - performance.now()));
+    });
+    return;
+  }
+  try {
+    await release(BUSY_TIMEOUT_MS);
+  } catch (e) {
+    if (isBusy(e)) void writeLater(running, pending, failure, release);
+    else log("error", failure.message, { ...failure.context, error: errorText(e) });
+  }
+}
 
 /**
  * The answer to a call whose lease could not be taken because another process held the
@@ -107,24 +232,21 @@ export const REFUSED_RECORD_DEADLINE_MS = 60_000;
  * with Retry-After, as every job answers an unavailable database, logged as a warning.
  * No alarm per call (the lock is expected to be taken now and then, as for the write
  * API): the run is recorded in job_runs as `fout` with 503 and this message, so
- * taken-controle reports the job `faalt` (alarm job-missed) unless a later run
- * succeeded. That row cannot be written while the lock is taken: it is written after the
- * answer, waiting for the lock without blocking (writeTransaction) for at most
- * REFUSED_RECORD_DEADLINE_MS; if it still cannot, that is logged as an error.
+ * taken-controle reports the job `faalt` unless a later run succeeded. That row cannot
+ * be written while the lock is taken: it is written after the answer (writeLater).
  */
-function refusedOnBusyLock(deps: Deps, job: JobName, started: Date, e: unknown): Response {
+function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, started: Date, e: unknown): Response {
   const message = `De database is bezet (SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast); de taak ${job} is niet gestart. Probeer het na Retry-After opnieuw.`;
   const refused = deps.clock();
   const code = (e as { code?: unknown }).code;
   log("warn", "the database write lock stayed taken by another process; the job was not started and answered 503", { job, code });
   const { sqlite, db } = deps.store;
-  void writeTransaction(
-    sqlite,
-    () => finishRun(db, startRun(db, job, started), refused, { uitkomst: "fout", httpStatus: 503, fout: message }),
-    REFUSED_RECORD_DEADLINE_MS,
-  ).catch((recordError) => {
-    log("error", "could not record a job call refused on a busy database in job_runs", { job, gestart: started.toISOString(), error: errorText(recordError) });
-  });
+  void writeLater(
+    running,
+    { what: "run", job, runId: null },
+    { message: "could not record a job call refused on a busy database in job_runs", context: { job, gestart: started.toISOString() } },
+    (ms) => writeTransaction(sqlite, () => finishRun(db, startRun(db, job, started), refused, { uitkomst: "fout", httpStatus: 503, fout: message }), ms),
+  );
   return json(503, { error: message }, { "retry-after": "60" });
 }
 
@@ -137,7 +259,8 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
   }
   try {
     if (running.keptEndsList().length > 0) {
-      for (const k of writeKeptEnds(deps.store.db, running)) {
+      // One try each, no waiting: this job's lease waits for the lock anyway.
+      for (const k of await writeKeptEnds(deps.store, running, 0)) {
         log("info", "the end of an earlier run was recorded late", { job: k.job, runId: k.runId, uitkomst: k.result.uitkomst });
       }
     }
@@ -150,7 +273,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     } catch (e) {
       // Another database error (read-only, disk full) is onError's 503 with an alarm.
       if (!isBusy(e)) throw e;
-      return refusedOnBusyLock(deps, def.name, started, e);
+      return refusedOnBusyLock(deps, running, def.name, started, e);
     }
     if (!lease.ok) return json(409, { error: heldElsewhereMessage(def.name, lease.houder) });
     if (lease.overgenomen) {
@@ -170,6 +293,8 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     const renewer = startRenewing(deps.store, deps.clock, def.name, running.holder, runId, timing, lease.verloopt);
     // An interrupted job is left running until the process exits: its lease stays until it expires.
     let keepLease = false;
+    // The run's end when it is written after the answer (writeEnd); its lease waits for it.
+    let endLater: Later | null = null;
     try {
       let result: JobResult<object>;
       try {
@@ -178,23 +303,26 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
         if (e instanceof JobInterrupted) {
           keepLease = true;
           // Shutdown stopped waiting: what the job committed stays, the rest is for a rerun.
+          const failure = "could not record an interrupted run";
           try {
-            finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: e.message });
+            endLater = await writeEnd(deps, running, { job: def.name, runId, end: deps.clock(), result: { uitkomst: "fout", httpStatus: 503, fout: e.message } }, failure);
           } catch (recordError) {
-            log("error", "could not record an interrupted run", { job: def.name, runId, error: errorText(recordError) });
+            log("error", failure, { job: def.name, runId, error: errorText(recordError) });
           }
           return json(503, { error: e.message }, { "retry-after": "60" });
         }
+        const failure = "could not record the end of a failed run";
         try {
           // The status the caller gets from onError (src/app.ts), recorded as such.
-          finishRun(deps.store.db, runId, deps.clock(), { uitkomst: "fout", httpStatus: unexpectedStatus(e), fout: errorText(e) });
+          const end = { uitkomst: "fout" as const, httpStatus: unexpectedStatus(e), fout: errorText(e) };
+          endLater = await writeEnd(deps, running, { job: def.name, runId, end: deps.clock(), result: end }, failure);
         } catch (recordError) {
-          log("error", "could not record the end of a failed run", { job: def.name, runId, error: errorText(recordError) });
+          log("error", failure, { job: def.name, runId, error: errorText(recordError) });
         }
         throw e;
       }
       // Only the job's own outcome decides the response from here on (see recordEnd).
-      await recordEnd(deps, running, def.name, runId, deps.clock(), {
+      endLater = await recordEnd(deps, running, def.name, runId, deps.clock(), {
         uitkomst: outcomeOf(result.status),
         httpStatus: result.status,
         samenvatting: result.body,
@@ -203,20 +331,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     } finally {
       // No renewal writes after this; a lease taken over meanwhile is not ours to release.
       const renewal = await renewer.stop();
-      if (!keepLease && !renewal.lost) {
-        try {
-          await releaseLease(deps.store, def.name, running.holder, runId);
-        } catch (e) {
-          // The write lock stayed taken (or the database refused the write): the lease
-          // expires by itself; until then another process's call of the job is refused.
-          log("error", "could not release a job's lease; it expires by itself", {
-            job: def.name,
-            runId,
-            verloopt: renewal.verloopt.toISOString(),
-            error: errorText(e),
-          });
-        }
-      }
+      if (!keepLease && !renewal.lost) await releaseAfterEnd(deps, running, def.name, runId, renewal.verloopt, endLater);
     }
   } finally {
     running.finish(def.name);
