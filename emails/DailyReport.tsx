@@ -51,6 +51,8 @@ export interface DailyReportProps {
     installatieCheckpoint: string | null;
     /** The public verifier key (<naam>+<id>+<sleutel>); never the signing key. */
     verificatieSleutel: string;
+    /** What the operator signed by hand (adoptions, accepted restores), one sentence each; named every day. */
+    waarschuwingen: string[];
   };
   taken: {
     job: string;
@@ -181,6 +183,14 @@ export function DailyReport(p: DailyReportProps) {
       )}
       <Alinea>Openbare verificatiesleutel, waarmee een auditor de handtekening controleert:</Alinea>
       <Codeblok>{p.anker.verificatieSleutel}</Codeblok>
+      {p.anker.waarschuwingen.length > 0 ? (
+        <>
+          <Alinea>Door de beheerder ondertekende uitzonderingen op de auditketen (blijven elke dag hier staan):</Alinea>
+          {p.anker.waarschuwingen.map((w, i) => (
+            <Alinea key={i}>• {w}</Alinea>
+          ))}
+        </>
+      ) : null}
 
       <Kop>Inlogpogingen, laatste 24 uur</Kop>
       <Feiten
@@ -274,6 +284,7 @@ DailyReport.PreviewProps = {
       "nachtwacht.zuiderhaven.nl/audit/installatie\n1873\nDuL77MTej25munc5vNg7hiNzed0ORLwlOAxlf0NsOOs=\n\n" +
       "\u2014 nachtwacht.zuiderhaven.nl/audit hOAEN0JqlqjgBqHBYakQZE/iT5U6OPhvfoIXO0kTScPFh/FR2afkjF1QAjvN5oZpO334lWo8owF1wQEUpzMW99VmCwY=\n",
     verificatieSleutel: "nachtwacht.zuiderhaven.nl/audit+84e00437+AfPPJGLHWCXskLnJfYcHKOkkktoe1IRUgcS+39nOPJ/U",
+    waarschuwingen: [],
   },
   taken: [
     { job: "weekrapport", cron: "0 18 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 20:00", laatsteEinde: "19/07/2026 20:01", laatsteDuurMs: 61200, laatsteDuur: "1 min 01 s", gebruikelijkeDuurMs: 58900, gebruikelijkeDuur: "58.9 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 20:00", volgende: "26/07/2026 20:00", achterstallig: false },

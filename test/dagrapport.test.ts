@@ -7,6 +7,7 @@ import { openNote, parseVerifierKey } from "../src/audit/note.ts";
 import { openInstallationCheckpoint } from "../src/audit/records.ts";
 import { runBackupControle } from "../src/jobs/backup-controle.ts";
 import { runDagrapport } from "../src/jobs/dagrapport.ts";
+import { runAuditCommand } from "../src/cli/audit.ts";
 import { formatDuur, median } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
 import { addTenant, call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
@@ -29,6 +30,7 @@ async function setup(env: Record<string, string> = {}) {
 }
 
 type Env = ReturnType<typeof makeMailEnv>;
+const DAY = 24 * 3600 * 1000;
 
 function addBackup(env: Env, b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }) {
   env.store.sqlite
@@ -397,10 +399,36 @@ describe("dagrapport: installation checkpoint and verifier key", () => {
     return [...html.matchAll(/<pre[^>]*>([\s\S]*?)<\/pre>/g)].map((m) => unescape(m[1]!));
   }
 
+  test("a chain the operator adopted is named every day: the signed adoption's warning in the response and the e-mail; a forged one is not", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const a = addTenant(env.store, "Oud BV");
+    for (let i = 0; i < 40; i++) appendAuditEntry(env.store.sqlite, { tenantId: a, actor: `u${i}`, action: "x", subject: "s", details: { i }, createdAt: new Date(NOW.getTime() - (900 - i) * DAY) });
+    // The earlier version deleted 1–25 and left only an unsigned anchor.
+    const s = env.store.sqlite;
+    const h25 = (s.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 25").get(a) as { hash: string }).hash;
+    s.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 25").run(a);
+    s.query("INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, 25, ?, '2025-01-01T02:00:00.000Z')").run(a, h25);
+    const args = ["adopt", "--tenant", String(a), "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--ja"];
+    expect(await runAuditCommand(args, { AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY }, () => {}, () => {})).toBe(0);
+
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.anker.waarschuwingen).toHaveLength(1);
+    expect(r.body.anker.waarschuwingen[0]).toContain(`tenant ${a} is op`);
+    expect(r.body.anker.waarschuwingen[0]).toContain("geadopteerd vanaf seq 26");
+    const text = smtp.received[0]!.text.replace(/\s+/g, " ");
+    expect(text).toContain("Door de beheerder ondertekende uitzonderingen");
+    expect(text).toContain("geadopteerd vanaf seq 26");
+
+    // A row a database writer signed with a key of its own names nothing.
+    const forged = s.query("SELECT positie, note FROM audit_anchor_log WHERE soort = 'adoptie'").get() as { positie: number; note: string };
+    s.query("UPDATE audit_anchor_log SET note = ? WHERE positie = ?").run(forged.note.replace(/\n\u2014 .*\n$/, "\n\u2014 iemand AAAAAAAA\n"), forged.positie);
+    expect((await runDagrapport(env.deps, new Date(NOW.getTime() + DAY))).body.anker.waarschuwingen).toEqual([]);
+  });
+
   test("before audit-anker signed anything: a clear line instead of a block, and the public key", async () => {
     const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
     const r = await runDagrapport(env.deps, NOW);
-    expect(r.body.anker).toEqual({ installatieCheckpoint: null, verificatieSleutel: TEST_VERIFIER_KEY });
+    expect(r.body.anker).toEqual({ installatieCheckpoint: null, verificatieSleutel: TEST_VERIFIER_KEY, waarschuwingen: [] });
     const m = smtp.received[0]!;
     expect(m.text).toContain("Er is nog geen installatie-checkpoint: audit-anker heeft nog niets ondertekend.");
     expect(m.text).not.toContain("nachtwacht verify --checkpoint");
@@ -424,7 +452,7 @@ describe("dagrapport: installation checkpoint and verifier key", () => {
 
     const res = await call(env.app, "/api/cron/dagrapport");
     expect(res.status).toBe(200);
-    expect(res.json.anker).toEqual({ installatieCheckpoint: newest, verificatieSleutel: TEST_VERIFIER_KEY });
+    expect(res.json.anker).toEqual({ installatieCheckpoint: newest, verificatieSleutel: TEST_VERIFIER_KEY, waarschuwingen: [] });
 
     // smtp.received is the message as mailparser read it off the wire.
     const m = smtp.received[0]!;

@@ -246,17 +246,31 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
     }
     // What the operator signed by hand stays in every verdict: only those that verify
     // (one that does not is a changed line, found above or by the chain's start).
-    for (const { line, positie } of operatorLines) {
-      if (line.soort === "adoptie") {
-        const o = openAdoptionRecord(line.note, line.tenantId, verifiers);
-        if (o.ok) out.adopties.push({ tenantId: line.tenantId, seq: o.record.seq, tijdstip: o.record.tijdstip, positie });
-      } else {
-        const o = openRestoreRecord(line.note, line.tenantId, verifiers);
-        if (o.ok) out.herstellingen.push({ tenantId: line.tenantId, van: o.record.van, naar: o.record.naar, tijdstip: o.record.tijdstip, positie });
-      }
-    }
+    Object.assign(out, operatorRecords(operatorLines.map(({ line, positie }) => ({ soort: line.soort, tenantId: line.tenantId, note: line.note, positie })), verifiers));
     return out;
   } finally {
     sqlite.run("COMMIT");
   }
+}
+
+/**
+ * The adoptions and restore acceptances among `lines` (of the anchor file, or its copy
+ * in audit_anchor_log) whose signature holds, in the order given: what the operator
+ * signed by hand and every verdict and daily report keeps naming (operatorWarnings).
+ */
+export function operatorRecords(
+  lines: readonly { soort: string; tenantId: number; note: string; positie: number }[],
+  verifiers: Verifier[],
+): Pick<AnchorComparison, "adopties" | "herstellingen"> {
+  const out: Pick<AnchorComparison, "adopties" | "herstellingen"> = { adopties: [], herstellingen: [] };
+  for (const { soort, tenantId, note, positie } of lines) {
+    if (soort === "adoptie") {
+      const o = openAdoptionRecord(note, tenantId, verifiers);
+      if (o.ok) out.adopties.push({ tenantId, seq: o.record.seq, tijdstip: o.record.tijdstip, positie });
+    } else if (soort === "herstel") {
+      const o = openRestoreRecord(note, tenantId, verifiers);
+      if (o.ok) out.herstellingen.push({ tenantId, van: o.record.van, naar: o.record.naar, tijdstip: o.record.tijdstip, positie });
+    }
+  }
+  return out;
 }

@@ -80,6 +80,11 @@ export const DailyReportBody = t.Object({
         description: "De openbare verificatiesleutel (<naam>+<id>+<sleutel>), nooit de ondertekeningssleutel.",
         example: "nachtwacht.zuiderhaven.nl/audit+84e00437+AfPPJGLHWCXskLnJfYcHKOkkktoe1IRUgcS+39nOPJ/U",
       }),
+      waarschuwingen: t.Array(t.String(), {
+        description:
+          "Wat de beheerder met de ondertekeningssleutel heeft aanvaard (een geadopteerde keten van een eerdere versie, een bewust teruggezette database), " +
+          "één zin per record; staat er elke dag in zolang het record in het ankerbestand staat.",
+      }),
     },
     {
       description:

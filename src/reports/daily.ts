@@ -8,8 +8,10 @@ import { statSync } from "node:fs";
 import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, max, notExists, sql } from "drizzle-orm";
 import { auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
+import { operatorRecords } from "../audit/anchor-check.ts";
 import { latestInstallationCheckpoint } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
+import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
 import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
@@ -127,9 +129,17 @@ export function verificationSection(db: Db, tijdzone: string): DailyReport["veri
  * `nachtwacht verify --checkpoint` later checks the database and anchor file against.
  */
 export function anchorSection(sqlite: Database, config: Pick<Config, "auditAnkerSleutel" | "auditVertrouwdeSleutels">): DailyReport["anker"] {
+  const keys = auditKeys(config);
+  // What the operator signed by hand (adoptions, accepted restores), from the database's
+  // copy of the anchor file: named every day, never silently part of the chain.
+  // Raw SQL: a handful of rows, read as the anchor file's lines are.
+  const signedByHand = sqlite
+    .query("SELECT soort, tenant_id AS tenantId, note, positie FROM audit_anchor_log WHERE soort IN ('adoptie', 'herstel') AND tenant_id IS NOT NULL ORDER BY positie")
+    .all() as { soort: string; tenantId: number; note: string; positie: number }[];
   return {
     installatieCheckpoint: latestInstallationCheckpoint(sqlite),
-    verificatieSleutel: auditKeys(config).signer.verifierKey,
+    verificatieSleutel: keys.signer.verifierKey,
+    waarschuwingen: operatorWarnings(operatorRecords(signedByHand, keys.verifiers)),
   };
 }
 
