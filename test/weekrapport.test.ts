@@ -286,7 +286,7 @@ describe("weekrapport: the statistics use indexes", () => {
 });
 
 describe("weekLogins: every tenant's week in one pass", () => {
-  test("counts per tenant inside [van, tot) only, the top five failing IPs by count then address, no tenant's attempts in another's figures", () => {
+  test("counts per tenant inside [van, tot) only (across its day slices), the top five failing IPs by count then address, no tenant's attempts in another's figures", async () => {
     const store = openStore(":memory:");
     try {
       const a = addTenant(store, "A");
@@ -305,7 +305,7 @@ describe("weekLogins: every tenant's week in one pass", () => {
       // Tenant b: one failure; attempts without a tenant belong to nobody's report.
       login(b, "192.0.2.1", false);
       login(null, "10.0.0.9", false);
-      const logins = weekLogins(store.db, van, NOW);
+      const logins = await weekLogins(store.db, van, NOW);
       expect(logins.get(a)).toEqual({
         totaal: 20,
         gelukt: 4,

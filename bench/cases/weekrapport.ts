@@ -40,7 +40,7 @@ if (r.body.fouten > 0) throw new Error(`${r.body.fouten} messages failed`);
 const tenants = (sqlite.query("SELECT DISTINCT t.id, t.naam FROM tenants t JOIN administrators a ON a.tenant_id = t.id AND a.actief = 1 WHERE t.actief = 1 ORDER BY t.id").all() as { id: number; naam: string }[]);
 const van = new Date(NOW.getTime() - WEEK_MS);
 const s0 = performance.now();
-const logins = weekLogins(store.db, van, NOW);
+const logins = await weekLogins(store.db, van, NOW);
 const stats = tenants.map((t) => tenantWeekStats(store.db, t.id, van, NOW, logins));
 const statsSeconds = (performance.now() - s0) / 1000;
 const sample = Math.min(100, tenants.length);

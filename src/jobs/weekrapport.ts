@@ -75,14 +75,14 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
   const onzeker = recipients.filter((r) => r.onzeker).map((r) => ({ adres: r.email, tenantId: r.tenantId }));
   const inFlight = new Set<Promise<void>>();
   // Every tenant's login attempts in one pass, once some report is owed.
-  let logins: ReturnType<typeof weekLogins> | undefined;
+  let logins: Awaited<ReturnType<typeof weekLogins>> | undefined;
 
   for (const [tenantId, admins] of byTenant) {
     const owed = admins.filter((a) => !a.alVerstuurd);
     overgeslagen += admins.length - owed.length;
     if (owed.length === 0) continue;
 
-    logins ??= weekLogins(db, van, now);
+    logins ??= await weekLogins(db, van, now);
     const stats = tenantWeekStats(db, tenantId, van, now, logins);
     const props = weeklyReportProps(owed[0]!.tenant, stats, { week, van, tot: now, tijdzone });
     const { html, text } = await renderEmail(WeeklyReport, props);
