@@ -8,7 +8,7 @@
 // crash between batches leaves chains that still link to their anchors.
 //
 // How the batches are paced (bench/run.ts measures it at 5 million rows):
-// - A batch is sized so its write transaction takes about a target time (30–50 ms);
+// - A batch is sized so its write transaction takes about a target time (30–75 ms);
 //   the size adapts to the machine and the data instead of being a fixed row count.
 // - The WAL is checkpointed by the job itself after each batch, outside the write lock
 //   (automatic checkpoints are off on this connection meanwhile). With scattered index
@@ -365,8 +365,8 @@ export async function deleteOldLoginAttempts(sqlite: Database, grens: string, o:
     const n = del.run(grens, size).changes;
     return { n, done: n < size };
   });
-  // A batch in tijdstip order touches one page of login_attempts_tenant_tijdstip_idx
-  // per tenant; with the default 2 MB page cache those were re-read within each batch
-  // (5M rows: 21 s with it, 12 s with 64 MB).
-  return inBatches(sqlite, o, { targetMs: 50, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, (size) => batch.immediate(size));
+  // 75 ms: every batch costs a gap of 30 ms for a waiting writer, so longer batches mean
+  // fewer gaps; at 90 ms a slow batch pushed a writer past 150 ms (docs/performance.md).
+  // The 64 MB page cache: with the default 2 MB a batch re-read its own index pages.
+  return inBatches(sqlite, o, { targetMs: 75, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, (size) => batch.immediate(size));
 }
