@@ -26,7 +26,7 @@ async function run(args: string[], env: Record<string, string> = {}) {
 const SECRET = "9f".repeat(32);
 
 describe("nachtwacht <command> --help", () => {
-  for (const cmd of [[], ["serve"], ["key"], ["verify"], ["export"], ["config", "check"], ["backup"], ["crontab"], ["db-convert"], ["demo"]]) {
+  for (const cmd of [[], ["serve"], ["key"], ["verify"], ["export"], ["adopt"], ["accept-restore"], ["config", "check"], ["backup"], ["crontab"], ["db-convert"], ["migrate-to"], ["demo"]]) {
     test(`${["nachtwacht", ...cmd].join(" ")} --help: usage on stdout, exit 0, nothing started`, async () => {
       const r = await run([...cmd, "--help"]);
       expect(r.code).toBe(0);
