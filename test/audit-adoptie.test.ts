@@ -3,35 +3,17 @@
 // good, until the operator adopts it with the signing key. Real SQLite files, the
 // nightly jobs over HTTP, the command through its function (and once as a process).
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { appendAuditEntry } from "../src/audit/chain.ts";
 import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signAdoptionRecord } from "../src/audit/records.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, anchorFileLines, anchorRowCount, call, chainRoot, fillChain, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
 setDefaultTimeout(60_000);
-
-const DAY = 24 * 3600 * 1000;
-
-/** n entries of `tenantId`, `(1000 - i)` days old. */
-function fill(e: TestEnv, tenantId: number, n: number, from = 0) {
-  for (let i = from; i < from + n; i++) {
-    appendAuditEntry(e.store.sqlite, {
-      tenantId,
-      actor: `user${i}@example.nl`,
-      action: "dossier.gewijzigd",
-      subject: `dossier/${i}`,
-      details: { i },
-      createdAt: new Date(NOW.getTime() - (1000 - i) * DAY),
-    });
-  }
-}
 
 /**
  * What the earlier version left: tenant `a` with 80 entries of which it deleted 1–50
@@ -42,8 +24,8 @@ async function shortenedTheOldWay(extra: Record<string, string> = {}): Promise<{
   env = makeTestEnv(extra);
   const a = addTenant(env.store, "Gemeente Delft");
   const b = addTenant(env.store, "Stichting Leiden");
-  fill(env, a, 80);
-  fill(env, b, 20);
+  fillChain(env.store, a, 80);
+  fillChain(env.store, b, 20);
   const s = env.store.sqlite;
   const h50 = (s.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 50").get(a) as { hash: string }).hash;
   s.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50").run(a);
@@ -71,31 +53,10 @@ async function adopt(tenantId: number, o: { ja?: boolean; key?: string | null } 
 }
 
 const fileText = () => readFileSync(env.config.auditAnkerBestand, "utf8");
-const rowCount = () => (env.store.sqlite.query("SELECT count(*) AS n FROM audit_anchor_log").get() as { n: number }).n;
-const fileLines = () =>
-  fileText()
-    .split("\n")
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l) as { soort: string; tenantId?: number; note: string });
-
-// RFC 6962 written out here, independent of src/audit/merkle.ts.
-const sha = (...parts: Uint8Array[]) => {
-  const h = createHash("sha256");
-  for (const p of parts) h.update(p);
-  return new Uint8Array(h.digest());
-};
-function mth(leaves: Uint8Array[]): Uint8Array {
-  if (leaves.length === 0) return sha();
-  if (leaves.length === 1) return sha(new Uint8Array([0]), leaves[0]!);
-  let k = 1;
-  while (k * 2 < leaves.length) k *= 2;
-  return sha(new Uint8Array([1]), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
-}
-/** The root over the tenant's entries with seq > from, as they are now. */
-function rootFrom(tenantId: number, from: number): string {
-  const hashes = env.store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq > ? ORDER BY seq").values(tenantId, from) as [string][];
-  return Buffer.from(mth(hashes.map(([h]) => new Uint8Array(Buffer.from(h, "hex"))))).toString("base64");
-}
+const rowCount = () => anchorRowCount(env.store);
+const fileLines = () => anchorFileLines(env.config.auditAnkerBestand);
+/** The RFC 6962 root over the tenant's entries with seq > from, as they are now. */
+const rootFrom = (tenantId: number, from: number) => chainRoot(env.store, tenantId, from);
 
 const VERIFIER = parseVerifierKey(TEST_VERIFIER_KEY);
 
@@ -142,7 +103,7 @@ describe("adopting a chain the earlier version shortened", () => {
   test("audit-anker then extends the adopted tree (its own origin, root over entries 51 on); a field changed later is still 409 hash-afwijkend", async () => {
     const { a } = await shortenedTheOldWay();
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    fill(env, a, 7, 80);
+    fillChain(env.store, a, 7, { from: 80 });
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.status).toBe(200);
     expect(anker.json.checkpoints).toEqual([{ tenantId: a, grootte: 87, root: rootFrom(a, 50) }]);
@@ -221,7 +182,7 @@ describe("adopting a chain the earlier version shortened", () => {
   test("a genuine adoption's row copied to another shortened tenant does not start that chain (its origin names the first)", async () => {
     const { a } = await shortenedTheOldWay();
     const c = addTenant(env.store, "Derde");
-    fill(env, c, 60);
+    fillChain(env.store, c, 60);
     env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50").run(c);
     expect((await adopt(a, { ja: true })).code).toBe(0);
     const row = env.store.sqlite.query("SELECT note FROM audit_anchor_log WHERE soort = 'adoptie'").get() as { note: string };
@@ -259,7 +220,7 @@ describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", (
   test("a chain nachtwacht signed from seq 1 whose oldest entries a writer deleted later is not adopted: that is no earlier version's doing", async () => {
     env = makeTestEnv();
     const a = addTenant(env.store, "A");
-    fill(env, a, 40);
+    fillChain(env.store, a, 40);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 15").run(a);
     expect(tenantResult((await verify()).json, a).fout).toMatchObject({ reden: "retentie-ontbreekt" });
@@ -273,14 +234,14 @@ describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", (
   test("a chain with a valid retention record is not adopted; neither while the anchor file does not match the database", async () => {
     env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
     const a = addTenant(env.store, "A");
-    fill(env, a, 60); // 1000 to 941 days old: 1–60 past 900 days
-    fill(env, a, 10, 200);
+    fillChain(env.store, a, 60); // 1000 to 941 days old: 1–60 past 900 days
+    fillChain(env.store, a, 10, { from: 200 });
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     expect((await call(env.app, "/api/cron/audit-retentie")).json.verwijderd).toBe(60);
     expect((await adopt(a, { ja: true })).code).toBe(1);
 
     const b = addTenant(env.store, "B");
-    fill(env, b, 20);
+    fillChain(env.store, b, 20);
     env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 5").run(b);
     writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\n70\\n", "\\n71\\n"));
     const r = await adopt(b, { ja: true });
@@ -374,7 +335,7 @@ describe("an adopted chain in the rest of the system", () => {
     expect(r.status).toBe(200);
     expect(tenantResult(r.json, a)).toMatchObject({ intact: true, aantalEntries: 15 });
     expect(r.json.ankerbestand.waarschuwingen.join(" ")).toContain(`tenant ${a} is op`);
-    fill(env, a, 3, 80);
+    fillChain(env.store, a, 3, { from: 80 });
     expect((await call(env.app, "/api/cron/audit-anker")).json.checkpoints).toEqual([{ tenantId: a, grootte: 83, root: expect.any(String) }]);
     expect((await verify()).status).toBe(200);
   });

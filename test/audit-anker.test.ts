@@ -2,52 +2,17 @@
 // The attacks the checkpoints defend against are in audit-tamper.test.ts; the Go peer
 // that opens the notes in checkpoint-go.test.ts.
 import { afterEach, describe, expect, test } from "bun:test";
-import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { appendAuditEntry, entryHash } from "../src/audit/chain.ts";
+import { entryHash } from "../src/audit/chain.ts";
 import { openNote, parseVerifierKey } from "../src/audit/note.ts";
-import { addTenant, call, makeTestEnv, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, anchorFileLines, call, chainRoot, fillChain, makeTestEnv, mth, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
 
-function fill(e: TestEnv, tenantId: number, n: number) {
-  for (let i = 0; i < n; i++) {
-    appendAuditEntry(e.store.sqlite, {
-      tenantId,
-      actor: "anna@example.nl",
-      action: "dossier.bekeken",
-      subject: `dossier/${i}`,
-      details: { i },
-      createdAt: new Date(NOW.getTime() - 3600_000 + i * 1000),
-    });
-  }
-}
-
-// RFC 6962 written out here, independent of src/audit/merkle.ts.
-const sha = (...parts: Uint8Array[]) => {
-  const h = createHash("sha256");
-  for (const p of parts) h.update(p);
-  return new Uint8Array(h.digest());
-};
-function mth(leaves: Uint8Array[]): Uint8Array {
-  if (leaves.length === 0) return sha();
-  if (leaves.length === 1) return sha(new Uint8Array([0]), leaves[0]!);
-  let k = 1;
-  while (k * 2 < leaves.length) k *= 2;
-  return sha(new Uint8Array([1]), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
-}
-function expectedRoot(e: TestEnv, tenantId: number): string {
-  const hashes = e.store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").values(tenantId) as [string][];
-  return Buffer.from(mth(hashes.map(([h]) => new Uint8Array(Buffer.from(h, "hex"))))).toString("base64");
-}
-
-const fileLines = (path: string) =>
-  readFileSync(path, "utf8")
-    .split("\n")
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l) as { soort: string; tenantId?: number; note: string });
+/** Entries `n` of a tenant, made a second apart in the hour before NOW. */
+const fill = (e: TestEnv, tenantId: number, n: number) => fillChain(e.store, tenantId, n, { at: (i) => new Date(NOW.getTime() - 3600_000 + i * 1000) });
 
 const logRows = (e: TestEnv) =>
   e.store.sqlite.query("SELECT soort, tenant_id, grootte, note FROM audit_anchor_log ORDER BY positie").all() as {
@@ -72,15 +37,15 @@ describe("audit-anker", () => {
     expect(r.json.aantal).toBe(2);
     expect(r.json.verificatieSleutel).toBe(TEST_VERIFIER_KEY);
     expect(r.json.checkpoints).toEqual([
-      { tenantId: a, grootte: 7, root: expectedRoot(env, a) },
-      { tenantId: b, grootte: 16, root: expectedRoot(env, b) },
+      { tenantId: a, grootte: 7, root: chainRoot(env.store, a) },
+      { tenantId: b, grootte: 16, root: chainRoot(env.store, b) },
     ]);
 
     const verifier = parseVerifierKey(TEST_VERIFIER_KEY);
-    const lines = fileLines(env.config.auditAnkerBestand);
+    const lines = anchorFileLines(env.config.auditAnkerBestand);
     expect(lines.map((l) => l.soort)).toEqual(["checkpoint", "checkpoint", "installatie"]);
     const first = openNote(lines[0]!.note, [verifier]);
-    expect(first.ok && first.text).toBe(`nachtwacht.test/sleutel/tenant/${a}\n7\n${expectedRoot(env, a)}\n`);
+    expect(first.ok && first.text).toBe(`nachtwacht.test/sleutel/tenant/${a}\n7\n${chainRoot(env.store, a)}\n`);
     const inst = openNote(lines[2]!.note, [verifier]);
     expect(inst.ok).toBe(true);
     expect(r.json.installatie).toBe(lines[2]!.note);
@@ -107,14 +72,14 @@ describe("audit-anker", () => {
     expect(again.json.aantal).toBe(0);
     expect(again.json.ongewijzigd).toBe(2);
     expect(again.json.installatie).toBeNull();
-    expect(fileLines(env.config.auditAnkerBestand)).toHaveLength(3);
+    expect(anchorFileLines(env.config.auditAnkerBestand)).toHaveLength(3);
 
     fill(env, b, 6);
     const grown = await call(env.app, "/api/cron/audit-anker");
     expect(grown.status).toBe(200);
-    expect(grown.json.checkpoints).toEqual([{ tenantId: b, grootte: 11, root: expectedRoot(env, b) }]);
+    expect(grown.json.checkpoints).toEqual([{ tenantId: b, grootte: 11, root: chainRoot(env.store, b) }]);
     expect(grown.json.ongewijzigd).toBe(1);
-    const lines = fileLines(env.config.auditAnkerBestand);
+    const lines = anchorFileLines(env.config.auditAnkerBestand);
     expect(lines.map((l) => l.soort)).toEqual(["checkpoint", "checkpoint", "installatie", "checkpoint", "installatie"]);
     expect(logRows(env)).toHaveLength(5);
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
@@ -137,7 +102,7 @@ describe("audit-anker", () => {
     expect(r.json.geweigerd).toEqual([{ tenantId: a, seq: 7, reden: expect.any(String) }]);
     expect(r.json.checkpoints.map((c: { tenantId: number }) => c.tenantId)).toEqual([b]);
     expect(env.alarms.raised.map((x) => x.type)).toContain("audit-chain-broken");
-    const forA = fileLines(env.config.auditAnkerBestand).filter((l) => l.tenantId === a);
+    const forA = anchorFileLines(env.config.auditAnkerBestand).filter((l) => l.tenantId === a);
     expect(forA).toHaveLength(1);
   });
 
@@ -160,7 +125,7 @@ describe("audit-anker", () => {
     expect(r.status).toBe(409);
     expect(r.json.geweigerd).toEqual([{ tenantId: a, seq: 6, reden: "koppeling-verbroken" }]);
     expect(r.json.aantal).toBe(0);
-    expect(fileLines(env.config.auditAnkerBestand).filter((l) => l.tenantId === a)).toHaveLength(1);
+    expect(anchorFileLines(env.config.auditAnkerBestand).filter((l) => l.tenantId === a)).toHaveLength(1);
   });
 
   test("a line the file holds but the database lost to a crash before COMMIT is copied back (hersteld), not signed twice", async () => {
@@ -178,7 +143,7 @@ describe("audit-anker", () => {
     expect(r.status).toBe(200);
     expect(r.json.hersteld).toBe(2);
     expect(r.json.aantal).toBe(0);
-    expect(logRows(env).map((x) => x.note)).toEqual(fileLines(env.config.auditAnkerBestand).map((l) => l.note));
+    expect(logRows(env).map((x) => x.note)).toEqual(anchorFileLines(env.config.auditAnkerBestand).map((l) => l.note));
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 

@@ -3,34 +3,21 @@
 // key. Real SQLite files, a restore as a backup restore does it (restoreDatabase), the
 // nightly jobs over HTTP, the command through its function and as a process.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { appendAuditEntry } from "../src/audit/chain.ts";
 import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signRestoreRecord } from "../src/audit/records.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { addTenant, call, makeTestEnv, NOW, restoreDatabase, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, anchorFileLines, anchorRowCount, call, chainRoot, DAY_MS, fillChain, makeTestEnv, NOW, restoreDatabase, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
 setDefaultTimeout(60_000);
 
-const DAY = 24 * 3600 * 1000;
-
-function fill(e: TestEnv, tenantId: number, n: number, label = "x") {
-  for (let i = 0; i < n; i++) {
-    appendAuditEntry(e.store.sqlite, {
-      tenantId,
-      actor: `user${i}@example.nl`,
-      action: "dossier.gewijzigd",
-      subject: `dossier/${label}/${i}`,
-      details: { i },
-      createdAt: new Date(NOW.getTime() - 30 * DAY + i * 1000),
-    });
-  }
-}
+/** Entries `n` of a tenant, made a second apart 30 days before NOW; `label` tells fills apart. */
+const fill = (tenantId: number, n: number, label: string) =>
+  fillChain(env.store, tenantId, n, { label, at: (i) => new Date(NOW.getTime() - 30 * DAY_MS + i * 1000) });
 
 /**
  * Tenants a (40 entries) and b (25) signed; a copy of the database taken; then `runs`
@@ -41,13 +28,13 @@ async function restored(runs = 2): Promise<{ a: number; b: number; copy: string 
   env = makeTestEnv();
   const a = addTenant(env.store, "Gemeente Delft");
   const b = addTenant(env.store, "Stichting Leiden");
-  fill(env, a, 40, "eerst");
-  fill(env, b, 25, "eerst");
+  fill(a, 40, "eerst");
+  fill(b, 25, "eerst");
   expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
   const copy = join(env.dir, "oud.db");
   env.store.sqlite.query("VACUUM INTO ?").run(copy);
   for (let day = 0; day < runs; day++) {
-    fill(env, a, 5, `dag${day}`);
+    fill(a, 5, `dag${day}`);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
   }
   restoreDatabase(env, copy);
@@ -75,29 +62,10 @@ async function spawn(args: string[]) {
 const offline = () => spawn(["verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY]);
 
 const fileText = () => readFileSync(env.config.auditAnkerBestand, "utf8");
-const rowCount = () => (env.store.sqlite.query("SELECT count(*) AS n FROM audit_anchor_log").get() as { n: number }).n;
-const fileLines = () =>
-  fileText()
-    .split("\n")
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l) as { soort: string; tenantId?: number; note: string });
-
-const sha = (...parts: Uint8Array[]) => {
-  const h = createHash("sha256");
-  for (const p of parts) h.update(p);
-  return new Uint8Array(h.digest());
-};
-function mth(leaves: Uint8Array[]): Uint8Array {
-  if (leaves.length === 0) return sha();
-  if (leaves.length === 1) return sha(new Uint8Array([0]), leaves[0]!);
-  let k = 1;
-  while (k * 2 < leaves.length) k *= 2;
-  return sha(new Uint8Array([1]), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
-}
-function root(tenantId: number): string {
-  const hashes = env.store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").values(tenantId) as [string][];
-  return Buffer.from(mth(hashes.map(([h]) => new Uint8Array(Buffer.from(h, "hex"))))).toString("base64");
-}
+const rowCount = () => anchorRowCount(env.store);
+const fileLines = () => anchorFileLines(env.config.auditAnkerBestand);
+/** The RFC 6962 root over the tenant's entries as they are now. */
+const root = (tenantId: number) => chainRoot(env.store, tenantId);
 
 const VERIFIER = parseVerifierKey(TEST_VERIFIER_KEY);
 
@@ -154,7 +122,7 @@ describe("accepting a deliberate restore", () => {
     env.store.sqlite.query("VACUUM INTO ?").run(accepted);
 
     // The host application goes on; audit-anker signs the new entries on top of the accepted state.
-    fill(env, a, 3, "na");
+    fill(a, 3, "na");
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.status).toBe(200);
     expect(anker.json.checkpoints).toEqual([{ tenantId: a, grootte: 43, root: root(a) }]);
@@ -174,7 +142,7 @@ describe("accepting a deliberate restore", () => {
 
   test("the application wrote more entries to the restored copy than were lost (another chain under the signed numbers): checkpoint-afwijkend, accepted from 50 to 55", async () => {
     const { a } = await restored(2);
-    fill(env, a, 15, "na-terugzetten");
+    fill(a, 15, "na-terugzetten");
     const before = await verify();
     expect(before.status).toBe(409);
     expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 50, reden: "checkpoint-afwijkend" });

@@ -6,30 +6,24 @@ import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
-import { appendAuditEntry } from "../src/audit/chain.ts";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { BUN, buildBinary, ROOT } from "./binary.ts";
-import { addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, call, DAY_MS, fillChain, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
 // Each command is a new process (a generous bound: a hang is the failure here).
 setDefaultTimeout(120_000);
 
-const DAY = 24 * 3600 * 1000;
-
-function fill(e: TestEnv, tenantId: number, n: number, from = 0) {
-  for (let i = from; i < from + n; i++) {
-    appendAuditEntry(e.store.sqlite, { tenantId, actor: `u${i}@example.nl`, action: "dossier.gewijzigd", subject: `dossier/${i}`, details: { i }, createdAt: new Date(NOW.getTime() - (500 - i) * DAY) });
-  }
-}
+/** Entry i made (500 − i) days before NOW. */
+const at = (i: number) => new Date(NOW.getTime() - (500 - i) * DAY_MS);
 
 async function signed(): Promise<{ a: number; b: number }> {
   env = makeTestEnv();
   const a = addTenant(env.store, "A");
   const b = addTenant(env.store, "B");
-  fill(env, a, 37);
-  fill(env, b, 12);
+  fillChain(env.store, a, 37, { at });
+  fillChain(env.store, b, 12, { at });
   expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
   return { a, b };
 }
@@ -137,7 +131,7 @@ describe("nachtwacht verify --checkpoint (the off-machine witness)", () => {
     const oldFile = join(env.dir, "oud.jsonl");
     copyFileSync(env.config.auditAnkerBestand, oldFile);
     // A day later: new entries, anchored; the daily e-mail carries this checkpoint.
-    fill(env, a, 4, 37);
+    fillChain(env.store, a, 4, { from: 37, at });
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     const mailed = latestInstallationCheckpoint(env.store.sqlite)!;
     const cpFile = join(env.dir, "checkpoint.txt");

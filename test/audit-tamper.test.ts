@@ -6,35 +6,20 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Database } from "bun:sqlite";
-import { appendAuditEntry, entryHash } from "../src/audit/chain.ts";
+import { entryHash } from "../src/audit/chain.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
-import { addTenant, call, makeTestEnv, NOW, restoreDatabase, type TestEnv } from "./helpers.ts";
+import { addTenant, call, fillChain, makeTestEnv, NOW, restoreDatabase, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
-
-const DAY = 24 * 3600 * 1000;
-
-function fill(e: TestEnv, tenantId: number, n: number, from = 0) {
-  for (let i = from; i < from + n; i++) {
-    appendAuditEntry(e.store.sqlite, {
-      tenantId,
-      actor: `user${i}@example.nl`,
-      action: "dossier.gewijzigd",
-      subject: `dossier/${i}`,
-      details: { i },
-      createdAt: new Date(NOW.getTime() - (1000 - i) * DAY),
-    });
-  }
-}
 
 /** Two tenants with 40 and 25 entries, signed by audit-anker. */
 async function anchored(): Promise<{ a: number; b: number }> {
   env = makeTestEnv();
   const a = addTenant(env.store, "Gemeente Delft");
   const b = addTenant(env.store, "Stichting Leiden");
-  fill(env, a, 40);
-  fill(env, b, 25);
+  fillChain(env.store, a, 40);
+  fillChain(env.store, b, 25);
   const r = await call(env.app, "/api/cron/audit-anker");
   expect(r.status).toBe(200);
   expect(r.json.aantal).toBe(2);
@@ -180,7 +165,7 @@ describe("tamper evidence: the nightly check, over HTTP, against a database writ
   test("only the checkpoint rows deleted (chain intact) → checkpoint-ontbreekt", async () => {
     const { a } = await anchored();
     // A second run so the deleted rows are not the database's last (that would be a crash's tail).
-    fill(env, a, 3, 40);
+    fillChain(env.store, a, 3, { from: 40 });
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE tenant_id = ? AND grootte = 40").run(a);
     const r = await verify();
@@ -214,7 +199,7 @@ describe("tamper evidence: the nightly check, over HTTP, against a database writ
     env.store.sqlite.query("VACUUM INTO ?").run(copy);
     // Two more days of entries and anchoring.
     for (const day of [1, 2]) {
-      fill(env, a, 5, 40 + (day - 1) * 5);
+      fillChain(env.store, a, 5, { from: 40 + (day - 1) * 5 });
       expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     }
     restoreDatabase(env, copy);
@@ -268,14 +253,14 @@ describe("no false alarm", () => {
     env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
     const a = addTenant(env.store, "A");
     const b = addTenant(env.store, "B");
-    fill(env, a, 40);
-    fill(env, b, 10);
+    fillChain(env.store, a, 40);
+    fillChain(env.store, b, 10);
     for (const job of ["audit-anker", "audit-verificatie", "audit-retentie", "audit-verificatie", "audit-anker", "audit-verificatie"]) {
       const r = await call(env.app, `/api/cron/${job}`);
       expect({ job, status: r.status }).toEqual({ job, status: 200 });
       if (job === "audit-retentie") expect(r.json.verwijderd).toBeGreaterThan(0);
     }
-    fill(env, a, 5, 40);
+    fillChain(env.store, a, 5, { from: 40 });
     expect((await call(env.app, "/api/cron/audit-anker")).json.aantal).toBe(1);
     const r = await verify();
     expect(r.status).toBe(200);
@@ -287,8 +272,8 @@ describe("retention that stops part way", () => {
   test("records signed, deletion interrupted after one batch: no false alarm, and the rerun finishes", async () => {
     env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
     const a = addTenant(env.store, "A");
-    fill(env, a, 40); // 1000 to 961 days old: past the 900 days
-    fill(env, a, 30, 200); // 800 to 771 days old: kept
+    fillChain(env.store, a, 40); // 1000 to 961 days old: past the 900 days
+    fillChain(env.store, a, 30, { from: 200 }); // 800 to 771 days old: kept
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     await expect(runAuditRetentie(env.deps, NOW, { batchSize: 3, afterBatch: () => { throw new Error("gestopt na één batch"); } })).rejects.toThrow("gestopt");
     const first = env.store.sqlite.query("SELECT min(seq) AS f FROM audit_entries WHERE tenant_id = ?").get(a) as { f: number };
@@ -307,7 +292,7 @@ describe("retention that stops part way", () => {
   test("entries left between an interrupted deletion and its record, then recomputed: anker-afwijkend", async () => {
     env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
     const a = addTenant(env.store, "A");
-    fill(env, a, 40);
+    fillChain(env.store, a, 40);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     await expect(runAuditRetentie(env.deps, NOW, { batchSize: 3, afterBatch: () => { throw new Error("gestopt"); } })).rejects.toThrow();
     const { grootte } = env.store.sqlite.query("SELECT grootte FROM audit_anchor_log WHERE soort = 'retentie'").get() as { grootte: number };
@@ -336,7 +321,7 @@ describe("tamper evidence: what the check itself reads", () => {
   test("head anchors of an earlier version (HMAC) in the database and the file are retired: never used, reported as a warning", async () => {
     env = makeTestEnv();
     const a = addTenant(env.store, "Gemeente Delft");
-    fill(env, a, 10);
+    fillChain(env.store, a, 10);
     // An old anchor claiming a head the chain never had: if it were still trusted, this would break the chain.
     const old = { tenantId: a, seq: 99, hash: "f".repeat(64), tijdstip: NOW.toISOString(), handtekening: null };
     env.store.sqlite.query("INSERT INTO audit_head_anchors (tenant_id, seq, hash, tijdstip, handtekening) VALUES (?, ?, ?, ?, NULL)").run(a, old.seq, old.hash, old.tijdstip);
@@ -356,7 +341,7 @@ describe("tamper evidence: what the check itself reads", () => {
     s.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 25").run(a);
     recompute(s, a, 25);
     s.query("DELETE FROM audit_anchor_log WHERE tenant_id = ?").run(a);
-    fill(env, a, 2, 40);
+    fillChain(env.store, a, 2, { from: 40 });
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.status).toBe(409);
     expect(anker.json.geweigerd).toEqual([expect.objectContaining({ tenantId: a })]);
@@ -372,7 +357,7 @@ describe("tamper evidence: what the check itself reads", () => {
     s.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 25").run(a);
     recompute(s, a, 25);
     s.query("UPDATE audit_anchor_log SET bereik = 'kapot' WHERE tenant_id = ? AND soort = 'checkpoint'").run(a);
-    fill(env, a, 2, 40);
+    fillChain(env.store, a, 2, { from: 40 });
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.status).toBe(409);
     expect(anker.json.geweigerd).toEqual([{ tenantId: a, seq: 40, reden: "checkpoint-afwijkend" }]);

@@ -5,7 +5,6 @@
 // must give the fields back and refuse near misses, and Go's golang.org/x/mod/sumdb
 // note and tlog (test/go/peer.go) must open every note and compute the same roots.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
-import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -26,6 +25,7 @@ import {
 } from "../src/audit/records.ts";
 import { chainStartFrom, ChainWalk } from "../src/audit/verify.ts";
 import { ROOT } from "./binary.ts";
+import { mth, rootOfEntryHashes } from "./helpers.ts";
 
 setDefaultTimeout(180_000);
 
@@ -37,21 +37,8 @@ const H: string[] = v.entryHashes;
 const b64 = (b: Uint8Array) => Buffer.from(b).toString("base64");
 const bytes = (s: string) => new Uint8Array(Buffer.from(s, "base64"));
 
-// RFC 6962 written out here, independent of src/audit/merkle.ts.
-const sha = (...parts: Uint8Array[]) => {
-  const h = createHash("sha256");
-  for (const p of parts) h.update(p);
-  return new Uint8Array(h.digest());
-};
-function mth(leaves: Uint8Array[]): Uint8Array {
-  if (leaves.length === 0) return sha();
-  if (leaves.length === 1) return sha(new Uint8Array([0]), leaves[0]!);
-  let k = 1;
-  while (k * 2 < leaves.length) k *= 2;
-  return sha(new Uint8Array([1]), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
-}
-/** The root over entries from..to (seq numbers, inclusive). */
-const rootOver = (from: number, to: number) => b64(mth(H.slice(from - 1, to).map((h) => new Uint8Array(Buffer.from(h, "hex")))));
+/** The root over entries from..to (seq numbers, inclusive), by RFC 6962 written out in test/helpers.ts. */
+const rootOver = (from: number, to: number) => rootOfEntryHashes(H.slice(from - 1, to));
 const range = (from: number, to: number) => {
   const r = new CompactRange();
   for (let s = from; s <= to; s++) r.pushEntryHash(H[s - 1]!);

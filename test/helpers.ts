@@ -1,9 +1,12 @@
 // Shared test helpers: a fresh database file per test, a recording mailer and alarm
-// sink, a fixed clock, and a tiny request helper.
-import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+// sink, a fixed clock, a tiny request helper, and for the audit tests: filling a chain,
+// RFC 6962 written out, and the anchor file's lines.
+import { createHash } from "node:crypto";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Alarm, AlarmSink } from "../src/alarms/alarm.ts";
+import { appendAuditEntry } from "../src/audit/chain.ts";
 import { createApp, type AppOptions } from "../src/app.ts";
 import { parseConfig, type Config } from "../src/config.ts";
 import { openStore, type Store } from "../src/db.ts";
@@ -146,4 +149,76 @@ export function addAdmin(store: Store, tenantId: number, email: string, actief =
     .query("INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (?, ?, ?, ?) RETURNING id")
     .get(tenantId, email.split("@")[0]!, email, actief ? 1 : 0) as { id: number };
   return row.id;
+}
+
+// ---------------------------------------------------------------------------------
+// Audit chains and the anchor file
+
+export const DAY_MS = 24 * 3600 * 1000;
+
+export interface FillOptions {
+  /** The number of the first entry (i); 0 by default. */
+  from?: number;
+  /** Put into the subject (`dossier/<label>/<i>`), so that two fills with the same numbers make other entries. */
+  label?: string;
+  /** When entry i was made; by default (1000 − i) days before NOW, so a higher i is younger. */
+  at?: (i: number) => Date;
+}
+
+/**
+ * Appends `n` entries to a tenant's chain, i = from … from + n − 1: actor
+ * user<i>@example.nl, action dossier.gewijzigd, subject dossier/<i> (or
+ * dossier/<label>/<i>), details {i}, created at `at(i)`.
+ */
+export function fillChain(store: Store, tenantId: number, n: number, o: FillOptions = {}): void {
+  const { from = 0, label, at = (i: number) => new Date(NOW.getTime() - (1000 - i) * DAY_MS) } = o;
+  for (let i = from; i < from + n; i++) {
+    appendAuditEntry(store.sqlite, {
+      tenantId,
+      actor: `user${i}@example.nl`,
+      action: "dossier.gewijzigd",
+      subject: label === undefined ? `dossier/${i}` : `dossier/${label}/${i}`,
+      details: { i },
+      createdAt: at(i),
+    });
+  }
+}
+
+const sha256 = (...parts: Uint8Array[]) => {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p);
+  return new Uint8Array(h.digest());
+};
+
+/** RFC 6962's Merkle tree hash of `leaves` (the leaf data), written out here, independent of src/audit/merkle.ts. */
+export function mth(leaves: Uint8Array[]): Uint8Array {
+  if (leaves.length === 0) return sha256();
+  if (leaves.length === 1) return sha256(new Uint8Array([0]), leaves[0]!);
+  let k = 1;
+  while (k * 2 < leaves.length) k *= 2;
+  return sha256(new Uint8Array([1]), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
+}
+
+/** The RFC 6962 root (base64) of a tree whose leaves are these entry hashes (hex). */
+export function rootOfEntryHashes(hashes: readonly string[]): string {
+  return Buffer.from(mth(hashes.map((h) => new Uint8Array(Buffer.from(h, "hex"))))).toString("base64");
+}
+
+/** The RFC 6962 root (base64) over a tenant's entries with seq > `after`, as the database holds them now. */
+export function chainRoot(store: Store, tenantId: number, after = 0): string {
+  const rows = store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq > ? ORDER BY seq").values(tenantId, after) as [string][];
+  return rootOfEntryHashes(rows.map(([h]) => h));
+}
+
+/** The anchor file's lines, parsed. */
+export function anchorFileLines(path: string): { soort: string; tenantId?: number; note: string }[] {
+  return readFileSync(path, "utf8")
+    .split("\n")
+    .filter((l) => l !== "")
+    .map((l) => JSON.parse(l) as { soort: string; tenantId?: number; note: string });
+}
+
+/** The number of rows in audit_anchor_log. */
+export function anchorRowCount(store: Store): number {
+  return (store.sqlite.query("SELECT count(*) AS n FROM audit_anchor_log").get() as { n: number }).n;
 }
