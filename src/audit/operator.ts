@@ -24,7 +24,7 @@ import { compareWithFile, recordSize } from "./anchor-check.ts";
 import { checkpointLine, syncTail, writeRun } from "./anchoring.ts";
 import { entriesAfter } from "./chain.ts";
 import { CompactRange } from "./merkle.ts";
-import { openTreeHead, signAdoptionRecord, signRestoreRecord, type Keys, type RecordKind } from "./records.ts";
+import { openTreeHead, signAdoptionRecord, signRestoreRecord, type Keys, type RecordKind, type RestoreRecord } from "./records.ts";
 import { CannotCheck } from "./offline.ts";
 import { chainStart, chainStartFromRecords, ChainWalk, type ChainStart } from "./verify.ts";
 
@@ -164,16 +164,13 @@ function planAdoption(sqlite: Database, path: string, tenantId: number, keys: Ke
 // ---------------------------------------------------------------------------------
 // Restore acceptance
 
-/** What one tenant lost against the anchor file, and the state accepted in its place. */
-export interface RestoreLoss {
-  tenantId: number;
-  basis: number;
-  /** The signed head in the file the chain no longer reaches: its newest seq and root. */
-  van: number;
-  vanRoot: Uint8Array;
-  /** The newest seq in the database, and the root of the tree there. */
-  naar: number;
-  root: Uint8Array;
+/**
+ * What one tenant lost against the anchor file, and the state accepted in its place:
+ * the restore acceptance's fields (records.ts RestoreRecord: `van`/`vanRoot` the signed
+ * head in the file the chain no longer reaches, `naar`/`root` the newest seq in the
+ * database and the tree's root there), without the date it is signed on.
+ */
+export interface RestoreLoss extends Omit<RestoreRecord, "tijdstip"> {
   /** How the chain misses the head: cut short, or (new entries under the lost numbers) another tree. */
   reden: "kop-ontbreekt" | "checkpoint-afwijkend";
   range: CompactRange;
@@ -267,7 +264,7 @@ export async function acceptRestore(sqlite: Database, dbPath: string, path: stri
     const lines: StoredLine[] = verliezen.map((l) => ({
       soort: "herstel" as RecordKind,
       tenantId: l.tenantId,
-      note: signRestoreRecord(keys.signer, { tenantId: l.tenantId, basis: l.basis, van: l.van, vanRoot: l.vanRoot, naar: l.naar, root: l.root, tijdstip }),
+      note: signRestoreRecord(keys.signer, { ...l, tijdstip }),
       positie: 0,
       grootte: l.naar,
       // The compact range at naar, as a checkpoint row keeps it: audit-anker extends from it.
