@@ -7,6 +7,7 @@
 // connection's automatic checkpoints are switched back on: the WAL never grows unbounded.
 import type { Database } from "bun:sqlite";
 import { log } from "./logger.ts";
+import { startWorker } from "./workers.ts";
 
 /** SQLite's default wal_autocheckpoint (pages), restored when the worker fails. */
 const DEFAULT_AUTOCHECKPOINT = 1000;
@@ -21,7 +22,7 @@ export interface Checkpointer {
 }
 
 export function startCheckpointer(sqlite: Database, dbPath: string, options: { intervalMs?: number; onCheckpoint?: (r: CheckpointResult) => void } = {}): Checkpointer {
-  const worker = new Worker(new URL("./checkpoint-worker.ts", import.meta.url).href);
+  const worker = startWorker("checkpoint-worker");
   let failed = false;
   const fallBack = (why: string) => {
     if (failed) return;

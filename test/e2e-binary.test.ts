@@ -99,6 +99,24 @@ describe("the compiled binary", () => {
     }
   });
 
+  test("a log past 200,000 ids is verified on worker threads inside the binary, with the same verdicts", async () => {
+    const db = new Database(join(app.dir, "data", "nachtwacht.db"));
+    db.run("PRAGMA busy_timeout = 5000");
+    try {
+      // The id is not part of the hashed text: a high one makes verificationWorkers start threads.
+      db.run("UPDATE audit_entries SET id = 300000 WHERE id = (SELECT max(id) FROM audit_entries)");
+    } finally {
+      db.close();
+    }
+    const r = await post("/api/cron/audit-verificatie");
+    expect(r.status).toBe(409);
+    const body = JSON.parse(r.text) as { gecontroleerd: number; aantalGebroken: number; resultaten: { tenant: string; intact: boolean; fout?: { seq: number; reden: string } }[] };
+    expect(body).toMatchObject({ gecontroleerd: 2, aantalGebroken: 1 });
+    expect(body.resultaten.find((x) => x.tenant === "Alfa BV")).toMatchObject({ intact: true });
+    expect(body.resultaten.find((x) => x.tenant === "Beta BV")).toMatchObject({ intact: false, fout: { seq: 3, reden: "hash-afwijkend" } });
+    expect(app.output()).not.toContain("ModuleNotFound");
+  });
+
   test("dagrapport renders its e-mail template inside the binary and writes it to the outbox", async () => {
     const r = await post("/api/cron/dagrapport");
     expect(r.status).toBe(200);

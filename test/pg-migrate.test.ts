@@ -8,7 +8,7 @@ import { appendAuditEntry, canonicalJson, type EntryRow } from "../src/audit/cha
 import { parseVerifierKey } from "../src/audit/note.ts";
 import { compareWithFile } from "../src/audit/anchor-check.ts";
 import { verifyTenantChain } from "../src/audit/verify.ts";
-import { appendEntriesPg, verifyTenantChainPg } from "../src/pg/chain.ts";
+import { appendEntriesPg, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
 import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, tableShape } from "../src/pg/migrate-to.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
@@ -144,6 +144,21 @@ describe("migrate-to", () => {
     const swapped = await verifyTenantChainPg(pg, a, opts);
     expect(swapped.intact).toBe(false);
     expect(swapped.fout?.seq).toBe(30);
+  });
+
+  test("verification in worker threads gives the verdicts of verification in this thread, a broken chain included", async () => {
+    const { a, b } = await livedInstallation();
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const pg = client(url);
+    await pg`UPDATE audit_entries SET subject = 'vervalst' WHERE tenant_id = ${b} AND seq = 9`;
+    const checkpoints = (await compareWithFile(env!.config.databasePath, env!.config.auditAnkerBestand, VERIFIERS)).checkpoints;
+    const tasks = [a, b, 3].map((tenantId) => ({ tenantId, checkpoint: checkpoints.get(tenantId) ?? null }));
+    const inThread = await verifyTenantsPg(pg, tasks, { parallel: 1, verifiers: VERIFIERS });
+    const onWorkers = await verifyTenantsPg(pg, tasks, { parallel: 2, verifiers: VERIFIERS, workers: { url, count: 2 } });
+    expect([...onWorkers].sort()).toEqual([...inThread].sort());
+    expect(onWorkers.get(a)).toEqual({ intact: true, aantalEntries: 35 });
+    expect(onWorkers.get(b)?.fout).toEqual({ seq: 9, entryId: expect.any(Number), reden: "hash-afwijkend" });
   });
 
   test("a copy that differs from its source is named by table and key", async () => {

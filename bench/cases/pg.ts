@@ -1,7 +1,7 @@
 // PostgreSQL at scale, against a throw-away cluster started here (test/pg.ts):
 //   migrate-to   the cached SQLite database (with its anchor file) copied and proved
-//   verify       every chain on PostgreSQL (verifyTenantsPg, cursors, 2 at a time, with
-//                the Merkle roots against the signed checkpoints)
+//   verify       every chain on PostgreSQL (verifyTenantsPg: COPY per range of tenants,
+//                two worker threads, the Merkle roots against the signed checkpoints)
 //   floor        COPY (the same rows, same order) TO STDOUT, every byte hashed, over the
 //                same two streams: what reading and hashing the rows costs at the least
 //   ingest       appendEntriesPg in batches of 500 from 4 concurrent clients
@@ -59,7 +59,7 @@ try {
 
   const verify = async () => {
     const start = performance.now();
-    const results = await verifyTenantsPg(sql, tasks, { parallel: 2, verifiers });
+    const results = await verifyTenantsPg(sql, tasks, { parallel: 2, verifiers, workers: { url, count: 2 } });
     let entries = 0;
     for (const r of results.values()) {
       if (!r.intact) throw new Error(`a chain does not verify on PostgreSQL: ${JSON.stringify(r.fout)}`);

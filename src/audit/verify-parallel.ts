@@ -4,6 +4,8 @@
 // done, so one long chain does not hold the others up.
 import type { Database } from "bun:sqlite";
 import { cpus } from "node:os";
+import { onWorkers } from "../worker-pool.ts";
+import { startWorker } from "../workers.ts";
 import { parseVerifierKey } from "./note.ts";
 import { verifyTenantChain, type CheckpointRef, type TenantChainResult } from "./verify.ts";
 
@@ -47,31 +49,7 @@ export async function verifyTenants(
     return results;
   }
 
-  const queue = [...tasks];
-  const pool = Array.from({ length: Math.min(workers, tasks.length) }, () => new Worker(new URL("./verify-worker.ts", import.meta.url).href));
-  try {
-    await Promise.all(
-      pool.map(
-        (w) =>
-          new Promise<void>((resolve, reject) => {
-            const next = () => {
-              const task = queue.shift();
-              if (!task) return resolve();
-              w.postMessage({ task });
-            };
-            w.onmessage = (e: MessageEvent<{ tenantId: number; result?: TenantChainResult; error?: string }>) => {
-              if (e.data.error !== undefined) return reject(new Error(`verifying tenant ${e.data.tenantId}: ${e.data.error}`));
-              results.set(e.data.tenantId, e.data.result!);
-              next();
-            };
-            w.onerror = (e) => reject(new Error(`verification worker failed: ${e.message}`));
-            w.postMessage({ dbPath, verifierKeys });
-            next();
-          }),
-      ),
-    );
-  } finally {
-    for (const w of pool) w.terminate();
-  }
+  const start = () => startWorker("verify-worker");
+  await onWorkers<TenantTask, TenantChainResult>(start, { dbPath, verifierKeys }, tasks, workers, (t, result) => results.set(t.tenantId, result));
   return results;
 }

@@ -3,6 +3,8 @@
 // src/audit/ (canonical text and hash: chain.ts; the walk and where a chain starts:
 // verify.ts); only the reading and writing differ.
 import type { SQL } from "bun";
+import { onWorkers } from "../worker-pool.ts";
+import { startWorker } from "../workers.ts";
 import { entryHash, GENESIS_HASH, type AppendedEntry, type ChainFields, type ChainInput, type EntryRow } from "../audit/chain.ts";
 import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
 
@@ -196,14 +198,28 @@ const RANGE_TENANTS = 64;
 
 /**
  * Verifies many tenants, in ranges of contiguous tenant ids, `parallel` ranges at a
- * time, each on its own pooled connection: the server reads the next rows while this
- * process hashes. Results keyed by tenant.
+ * time. With `workers` (and the database's URL) each range is parsed and hashed in a
+ * worker thread with its own connection: the JavaScript work per row is what bounds a
+ * single thread (docs/performance.md). Otherwise in this thread, each range on its own
+ * pooled connection of `sql`. Results keyed by tenant.
  */
-export async function verifyTenantsPg(sql: SQL, tasks: readonly PgTenantTask[], opts: { parallel: number; verifiers: VerifyOptions["verifiers"] }): Promise<Map<number, TenantChainResult>> {
+export async function verifyTenantsPg(
+  sql: SQL,
+  tasks: readonly PgTenantTask[],
+  opts: { parallel: number; verifiers: VerifyOptions["verifiers"]; workers?: { url: string; count: number } },
+): Promise<Map<number, TenantChainResult>> {
   const sorted = [...tasks].sort((a, b) => a.tenantId - b.tenantId);
   const ranges: PgTenantTask[][] = [];
   for (let i = 0; i < sorted.length; i += RANGE_TENANTS) ranges.push(sorted.slice(i, i + RANGE_TENANTS));
   const results = new Map<number, TenantChainResult>();
+  if (opts.workers && opts.workers.count > 0) {
+    const init = { url: opts.workers.url, verifierKeys: opts.verifiers.map((v) => v.verifierKey) };
+    const start = () => startWorker("pg-verify-worker");
+    await onWorkers<PgTenantTask[], [number, TenantChainResult][]>(start, init, ranges, opts.workers.count, (_, r) => {
+      for (const [t, result] of r) results.set(t, result);
+    });
+    return results;
+  }
   let next = 0;
   const worker = async () => {
     while (next < ranges.length) {

@@ -160,7 +160,7 @@ export interface MigrateOptions {
   url: string;
   verifiers: Verifier[];
   log: (line: string) => void;
-  /** Tenants verified at the same time on PostgreSQL. */
+  /** Worker threads verifying ranges of tenants at the same time on PostgreSQL. */
   parallel?: number;
 }
 
@@ -221,7 +221,7 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
     // …and every chain verifying on PostgreSQL against the anchor file's checkpoints.
     o.log("kopie controleren: ketens tegen de ondertekende checkpoints");
     const tasks = verdict.tenants.map((t) => ({ tenantId: t.tenantId, checkpoint: checkpoints.get(t.tenantId) ?? null }));
-    const results = await verifyTenantsPg(target.sql, tasks, { parallel: o.parallel ?? 2, verifiers: o.verifiers });
+    const results = await verifyTenantsPg(target.sql, tasks, { parallel: o.parallel ?? 2, verifiers: o.verifiers, workers: { url: o.url, count: o.parallel ?? 2 } });
     let entries = 0;
     for (const t of verdict.tenants) {
       const r = results.get(t.tenantId)!;
