@@ -1,10 +1,11 @@
 // nachtwacht migrate-to --database-url URL|- [--db FILE] [--bestand FILE] [--sleutel VKEY ...] [--parallel N]
 //
 // Copies the SQLite installation to an empty PostgreSQL database and proves the copy
-// (src/pg/migrate-to.ts). A URL with a password never goes on the command line (where
-// ps and shell history show it): give `-` and the URL on standard input, or set
-// DATABASE_URL in the environment. Exit 0 done and proved, 1 the source does not verify
-// or the copy differs, 2 could not (usage, keys, connection, a target that is not empty).
+// (src/pg/migrate-to.ts). A URL with a password (in its user info or as `?password=`)
+// never goes on the command line (where ps and shell history show it): give `-` and the
+// URL on standard input, or set DATABASE_URL in the environment. Exit 0 done and
+// proved, 1 the source does not verify or the copy differs, 2 could not (usage, keys,
+// connection, a target that is not empty).
 import { parseArgs } from "node:util";
 import { CannotCheck } from "../audit/offline.ts";
 import { migrateToPostgres } from "../pg/migrate-to.ts";
@@ -22,6 +23,16 @@ export const MIGRATE_TO_HELP =
   "  Sleutels: --sleutel (herhaalbaar), anders AUDIT_VERTROUWDE_SLEUTELS en de publieke helft van AUDIT_ANKER_SLEUTEL.\n" +
   "  Standaard DATABASE_PATH en AUDIT_ANKER_BESTAND uit de omgeving.\n" +
   "  exit 0: gekopieerd en bewezen; 1: bron verifieert niet of kopie wijkt af; 2: niet mogelijk (gebruik, verbinding, doel niet leeg).";
+
+/**
+ * Whether a URL carries a password: in its user info, or in a query parameter (Bun's
+ * client takes `?password=` as the password; any parameter named like one counts).
+ */
+function carriesPassword(url: string): boolean {
+  if (!URL.canParse(url)) return false;
+  const u = new URL(url);
+  return u.password !== "" || [...u.searchParams.keys()].some((k) => /password/i.test(k));
+}
 
 export async function runMigrateTo(args: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void, stdin: () => Promise<string> = () => Bun.stdin.text()): Promise<number> {
   let o;
@@ -50,7 +61,7 @@ export async function runMigrateTo(args: string[], env: Record<string, string | 
   let url: string | undefined;
   if (given === "-") url = (await stdin()).trim();
   else if (given !== undefined) {
-    if (URL.canParse(given) && new URL(given).password !== "") {
+    if (carriesPassword(given)) {
       err("nachtwacht migrate-to: een wachtwoord hoort niet op de opdrachtregel; geef --database-url - en de URL op standaardinvoer, of zet DATABASE_URL");
       return 2;
     }
