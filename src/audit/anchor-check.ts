@@ -33,7 +33,7 @@ export interface FileProblem {
 
 export interface RowProblem {
   reden: RowReason;
-  /** Tree size (checkpoint) or seq (retention record) of the row or line concerned. */
+  /** The `grootte` of the row or line concerned (recordSize: a head's newest seq, a retention record's or adoption's seq). */
   seq: number;
   positie: number;
 }

@@ -145,10 +145,10 @@ export function chainStartFrom(notes: readonly string[], tenantId: number, first
 }
 
 /**
- * Verifies one tenant's chain in one read snapshot: its start (genesis or retention
- * record) and its entries are read together, so an audit-retentie batch committing
- * meanwhile (which deletes entries and adds their record in one transaction) can never
- * make the two disagree.
+ * Verifies one tenant's chain in one read snapshot: its start (genesis, a retention
+ * record or an adoption) and its entries are read together, so an audit-retentie batch
+ * committing meanwhile (which deletes entries and adds their record in one transaction)
+ * can never make the two disagree.
  */
 export function verifyTenantChain(sqlite: Database, tenantId: number, opts: VerifyOptions): TenantChainResult {
   const own = !sqlite.inTransaction;
@@ -225,7 +225,7 @@ export class ChainWalk {
     if (this.fout) return; // first break found: only count the rest
     const { seq, id, prev_hash: rowPrevHash, hash } = r;
     const { start, cp } = this;
-    // The oldest entry after the start must link to genesis or to the retention record.
+    // The oldest entry after the start must link to genesis or to its start record's hash.
     const reden = linkBreak(rowHash(this.tenantId, r) !== hash, !this.pending && this.count === 1, seq, rowPrevHash, this.prevSeq, this.prevHash ?? rowPrevHash);
     if (reden) {
       this.fout = { seq, entryId: id, reden };
