@@ -119,10 +119,11 @@ export const auditAnchorLog = sqliteTable(
   "audit_anchor_log",
   {
     positie: integer("positie").primaryKey(),
-    // 'checkpoint' | 'retentie' | 'installatie'
+    // 'checkpoint' | 'retentie' | 'installatie' | 'adoptie' | 'herstel' (src/audit/records.ts)
     soort: text("soort").notNull(),
     tenantId: integer("tenant_id"),
-    // checkpoint: tree size; retentie: seq of the last deleted entry; installatie: tree size
+    // checkpoint: tree size; retentie: seq of the last deleted entry; installatie: tree size;
+    // adoptie: the seq the chain is adopted from; herstel: the accepted size
     grootte: integer("grootte").notNull(),
     note: text("note").notNull(),
     bereik: text("bereik"),

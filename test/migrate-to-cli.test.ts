@@ -5,6 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import { runMigrateTo } from "../src/cli/migrate-to.ts";
+import { redactUrl } from "../src/pg/store.ts";
 import { TEST_VERIFIER_KEY } from "./helpers.ts";
 
 async function migrateTo(url: string) {
@@ -39,4 +40,13 @@ describe("migrate-to: no password on the command line", () => {
       expect(r.out + r.err).not.toContain("geheim-wachtwoord");
     });
   }
+});
+
+describe("redactUrl: what migrate-to prints of a URL", () => {
+  test("masks the password in the user info and in any query parameter named like one", () => {
+    expect(redactUrl("postgres://nw:geheim@db.example:5432/nachtwacht")).toBe("postgres://nw:***@db.example:5432/nachtwacht");
+    const q = redactUrl("postgres://nw@db.example/nachtwacht?sslmode=require&password=geheim&sslpassword=ook-geheim");
+    expect(q).not.toContain("geheim");
+    expect(q).toContain("sslmode=require");
+  });
 });

@@ -9,7 +9,7 @@ import { parseVerifierKey } from "../src/audit/note.ts";
 import { compareWithFile } from "../src/audit/anchor-check.ts";
 import { verifyTenantChain } from "../src/audit/verify.ts";
 import { appendEntriesPg, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
-import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, tableShape } from "../src/pg/migrate-to.ts";
+import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
@@ -77,6 +77,7 @@ describe("migrate-to", () => {
     expect(r.uitkomst).toBe("klaar");
     if (r.uitkomst !== "klaar") return;
     for (const { tabel, rijen } of r.tabellen) expect([tabel, rijen]).toEqual([tabel, count(tabel)]);
+    expect((await client(url)`SELECT key FROM service_meta WHERE key = ${PROVED_KEY}`).length).toBe(1);
     expect(r.entries).toBe(count("audit_entries"));
     expect(r.ketens).toBe(3);
 
@@ -183,8 +184,15 @@ describe("migrate-to", () => {
     const [{ n }] = await pg`SELECT count(*) AS n FROM audit_entries`;
     const again = await migrate(url);
     expect(again.uitkomst).toBe("doel-niet-leeg");
-    if (again.uitkomst === "doel-niet-leeg") expect(again.toelichting).toContain("tenants");
+    if (again.uitkomst === "doel-niet-leeg") expect(again.toelichting).toContain("bevat al een bewezen kopie");
     expect((await pg`SELECT count(*) AS n FROM audit_entries`)[0].n).toBe(n);
+    // Without the proof's row (a run stopped after its COMMIT, or whose proof failed) the
+    // copy is not taken for a proved one, and the way out is named.
+    await pg`DELETE FROM service_meta WHERE key = ${PROVED_KEY}`;
+    const unproved = await migrate(url);
+    expect(unproved.uitkomst).toBe("doel-niet-leeg");
+    if (unproved.uitkomst === "doel-niet-leeg") expect(unproved.toelichting).toContain("zonder bewezen kopie");
+    if (unproved.uitkomst === "doel-niet-leeg") expect(unproved.toelichting).toContain("verwijder die database");
   });
 
   test("refuses a source that does not verify, and copies nothing", async () => {
@@ -263,7 +271,7 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     expect(ok.out).toContain(`${count("audit_entries")} entries`);
     const again = await run(["--database-url", "-", ...files()], { stdin: url });
     expect(again.code).toBe(2);
-    expect(again.err).toContain("bevat al rijen");
+    expect(again.err).toContain("bevat al een bewezen kopie");
   });
 
   test("a password on the command line is refused before anything connects, and never echoed", async () => {

@@ -92,6 +92,9 @@ export async function runMigrateTo(args: string[], env: Record<string, string | 
       case "doel-niet-leeg":
         err(`nachtwacht migrate-to: ${result.toelichting}`);
         return 2;
+      case "kopie-wijkt-af":
+        err(`nachtwacht migrate-to: ${result.uitkomst}: ${result.toelichting}; de kopie in ${redactUrl(url)} is niet bewezen en niet te gebruiken: verwijder die database`);
+        return 1;
       default:
         err(`nachtwacht migrate-to: ${result.uitkomst}: ${result.toelichting}`);
         return 1;

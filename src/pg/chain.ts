@@ -1,5 +1,5 @@
 // The audit chain on PostgreSQL: appending under a per-tenant lock, and verification
-// that streams each chain through a server-side cursor. The rules are those of
+// that streams the chains through COPY … TO STDOUT. The rules are those of
 // src/audit/ (canonical text and hash: chain.ts; the walk and where a chain starts:
 // verify.ts); only the reading and writing differ.
 import type { SQL } from "bun";
@@ -34,7 +34,9 @@ export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): P
   const tenantIds = [...new Set(inputs.map((i) => i.tenantId))].sort((a, b) => a - b);
   // One round trip for every lock, in ascending order (the sorted subquery feeds the
   // aggregate row by row), and one for every head: a batch over 500 tenants costs a
-  // few statements, not a thousand.
+  // few statements, not a thousand. PostgreSQL documents that feeding order as what
+  // usually happens, not a promise; should two batches ever lock in opposite orders,
+  // it detects the deadlock and fails one of them (40P01), which is then not stored.
   await tx`SELECT count(pg_advisory_xact_lock(${CHAIN_LOCK}, t)) FROM (SELECT unnest(${tenantIds}::int[]) AS t ORDER BY 1) AS sorted`;
   const headRows: { t: number; seq: string | null; hash: string | null; aseq: string | null; ahash: string | null }[] = await tx`
     SELECT t, e.seq, e.hash, r.seq AS aseq, r.hash AS ahash
@@ -86,16 +88,20 @@ export async function* copyRows(tx: SQL, query: string): AsyncGenerator<string[]
   const reader = tx.unsafe(`COPY (${query}) TO STDOUT`).readable().getReader();
   const decoder = new TextDecoder();
   let rest = "";
+  let finished = false;
   try {
     for (let r = await reader.read(); !r.done; r = await reader.read()) {
       const lines = (rest + decoder.decode(r.value, { stream: true })).split("\n");
       rest = lines.pop()!;
       yield lines.map((line) => line.split("\t"));
     }
+    finished = true;
+    if (rest !== "") throw new Error("COPY ended in the middle of a row");
   } finally {
-    reader.releaseLock();
+    // A consumer that broke off (or an error) ends the COPY, so the connection is not
+    // left in the middle of one.
+    if (!finished) await reader.cancel().catch(() => {});
   }
-  if (rest !== "") throw new Error("COPY ended in the middle of a row");
 }
 
 export interface PgTenantTask {
@@ -114,7 +120,7 @@ export async function verifyTenantChainPg(sql: SQL, tenantId: number, opts: Veri
 
 /**
  * Verifies a range of tenants in one snapshot (REPEATABLE READ, read only): each
- * tenant's start (genesis or signed retention record) and its entries are read
+ * tenant's start (genesis, a signed retention record or adoption) and its entries are read
  * together, as on SQLite. The entries of the whole range come in one streamed
  * `COPY … TO STDOUT` in (tenant, seq) order — read and parsed here about twice as fast
  * as a cursor's FETCH — and each row goes into its tenant's ChainWalk, the same walk as

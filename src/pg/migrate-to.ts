@@ -154,6 +154,9 @@ export async function compareTable(source: Database, target: SQL, shape: TableSh
   return { rows, verschil: null };
 }
 
+/** service_meta's row that says the copy was proved, and when (written last). */
+export const PROVED_KEY = "migrate-to-bewezen";
+
 export interface MigrateOptions {
   dbPath: string;
   anchorPath: string;
@@ -190,7 +193,15 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
     // 2. Only into an empty database: never merge two installations' chains.
     for (const s of shapes) {
       const [row] = await target.sql.unsafe(`SELECT EXISTS (SELECT 1 FROM ${quote(s.name)}) AS filled`);
-      if (row.filled) return { uitkomst: "doel-niet-leeg", toelichting: `tabel ${s.name} in ${redactUrl(o.url)} bevat al rijen; migrate-to schrijft alleen in een lege database` };
+      if (!row.filled) continue;
+      const [proved] = await target.sql`SELECT value FROM service_meta WHERE key = ${PROVED_KEY}`;
+      return {
+        uitkomst: "doel-niet-leeg",
+        toelichting: proved
+          ? `${redactUrl(o.url)} bevat al een bewezen kopie (${proved.value}); migrate-to schrijft alleen in een lege database`
+          : `tabel ${s.name} in ${redactUrl(o.url)} bevat al rijen, zonder bewezen kopie (een eerdere migrate-to werd onderbroken of afgekeurd, of het is een andere database): ` +
+            "verwijder die database en maak haar leeg opnieuw aan, dan opnieuw",
+      };
     }
     // 3. Copy: one snapshot of the source (a read transaction, held through the check
     //    below, so a writer still at work shows as a difference), one transaction on the target.
@@ -218,18 +229,21 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
       const { verschil } = await compareTable(source, target.sql, s);
       if (verschil) return { uitkomst: "kopie-wijkt-af", toelichting: `${verschil.tabel} ${JSON.stringify(verschil.sleutel)}: ${verschil.toelichting}` };
     }
-    // …and every chain verifying on PostgreSQL against the anchor file's checkpoints.
+    // …and every chain of the copy (every tenant in it, and every one the anchor file
+    // has a checkpoint of) verifying on PostgreSQL against the anchor file's checkpoints.
     o.log("kopie controleren: ketens tegen de ondertekende checkpoints");
-    const tasks = verdict.tenants.map((t) => ({ tenantId: t.tenantId, checkpoint: checkpoints.get(t.tenantId) ?? null }));
+    const copied = ((await target.sql`SELECT id FROM tenants`) as { id: number }[]).map((t) => t.id);
+    const ids = [...new Set([...copied, ...checkpoints.keys()])];
+    const tasks = ids.map((tenantId) => ({ tenantId, checkpoint: checkpoints.get(tenantId) ?? null }));
     const results = await verifyTenantsPg(target.sql, tasks, { parallel: o.parallel ?? 2, verifiers: o.verifiers, workers: { url: o.url, count: o.parallel ?? 2 } });
     let entries = 0;
-    for (const t of verdict.tenants) {
-      const r = results.get(t.tenantId)!;
-      if (!r.intact || r.aantalEntries !== t.aantalEntries) {
-        return { uitkomst: "kopie-wijkt-af", toelichting: `tenant ${t.tenantId}: keten in PostgreSQL ${r.intact ? `heeft ${r.aantalEntries} entries, de bron ${t.aantalEntries}` : `${r.fout?.reden} bij seq ${r.fout?.seq}`}` };
-      }
+    for (const [tenantId, r] of [...results].sort((a, b) => a[0] - b[0])) {
+      if (!r.intact) return { uitkomst: "kopie-wijkt-af", toelichting: `tenant ${tenantId}: keten in PostgreSQL ${r.fout?.reden} bij seq ${r.fout?.seq}` };
       entries += r.aantalEntries;
     }
+    // Only now is the copy proved; a copy without this row (a run that was stopped, or
+    // whose proof failed) is never mistaken for one, and a rerun says so.
+    await target.sql`INSERT INTO service_meta (key, value) VALUES (${PROVED_KEY}, ${new Date().toISOString()})`;
     return { uitkomst: "klaar", tabellen, ketens: tasks.length, entries };
     } finally {
       source.run("COMMIT");

@@ -26,11 +26,16 @@ export function isPostgresUrl(url: string): boolean {
   return /^postgres(ql)?:\/\//i.test(url);
 }
 
-/** The URL without its password, for messages: `postgres://nw:***@host/db`. */
+/**
+ * The URL without its password, for messages: `postgres://nw:***@host/db`. Bun's client
+ * also takes a password from the query string (`?password=`, `?sslpassword=`…): any
+ * parameter whose name contains "password" is masked too.
+ */
 export function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password !== "") u.password = "***";
+    for (const name of [...u.searchParams.keys()]) if (/password/i.test(name)) u.searchParams.set(name, "***");
     return u.toString();
   } catch {
     return "(geen geldige URL)";
@@ -38,8 +43,9 @@ export function redactUrl(url: string): string {
 }
 
 /**
- * Advisory lock keys (pg_advisory_lock(int4, int4)): the first number is nachtwacht's
- * namespace, so its locks never collide with another application's on the same server.
+ * Advisory lock keys (pg_advisory_lock(int4, int4)): a first number of nachtwacht's own
+ * (LOCK_NAMESPACE here, CHAIN_LOCK in src/pg/chain.ts), so its locks never collide with
+ * another application's on the same server.
  */
 export const LOCK_NAMESPACE = 0x6e77; // "nw"
 export const LOCK_MIGRATE = 0;
