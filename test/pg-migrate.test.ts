@@ -11,6 +11,7 @@ import { verifyTenantChain } from "../src/audit/verify.ts";
 import { appendEntriesPg, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
 import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
+import { fillDemoData } from "../src/cli/demo-data.ts";
 import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 import { buildBinary } from "./binary.ts";
@@ -272,6 +273,58 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     const again = await run(["--database-url", "-", ...files()], { stdin: url });
     expect(again.code).toBe(2);
     expect(again.err).toContain("bevat al een bewezen kopie");
+  });
+
+  test("SIGKILL during the copy leaves nothing, during the proof an unproved copy a rerun names; neither is ever taken for a proved one", async () => {
+    // A source big enough that the copy and the proof take a while: the kill lands on the
+    // line the command prints as each phase starts (no timing involved).
+    env = makeTestEnv();
+    fillDemoData(env.store.sqlite, { tenants: 20, admins: 20, audit: 120_000, logins: 1_000, backups: 3 }, NOW);
+    const { path } = await buildBinary();
+    const killAt = async (url: string, marker: string) => {
+      const p = Bun.spawn([path, "migrate-to", "--database-url", "-", ...files()], {
+        cwd: env!.dir,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
+        stdin: new Blob([url]),
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      const reader = p.stdout.getReader();
+      let seen = "";
+      while (!seen.includes(marker)) {
+        const r = await reader.read();
+        if (r.done) break;
+        seen += new TextDecoder().decode(r.value);
+      }
+      p.kill("SIGKILL");
+      await p.exited;
+      return seen.includes(marker);
+    };
+    const rows = async (url: string) => Number((await client(url)`SELECT count(*) AS n FROM audit_entries`)[0].n);
+    const proved = async (url: string) => (await client(url)`SELECT 1 FROM service_meta WHERE key = ${PROVED_KEY}`).length > 0;
+
+    // During the copy: one transaction, so all of it or nothing (the kill lands long
+    // before the commit, so nothing), and never proved; a rerun then completes.
+    const a = await cluster.createDatabase();
+    expect(await killAt(a, "kopiëren naar")).toBe(true);
+    expect(await proved(a)).toBe(false);
+    const left = await rows(a);
+    expect([0, 120_000]).toContain(left);
+    if (left === 0) {
+      const done = await run(["--database-url", "-", ...files()], { stdin: a });
+      expect([done.code, done.err]).toEqual([0, ""]);
+      expect(await rows(a)).toBe(120_000);
+      expect(await proved(a)).toBe(true);
+    }
+
+    // During the proof: the copy is committed but not proved; a rerun says so and asks for a new database.
+    const b = await cluster.createDatabase();
+    expect(await killAt(b, "kopie controleren")).toBe(true);
+    expect(await rows(b)).toBe(120_000);
+    const wasProved = await proved(b);
+    const again = await run(["--database-url", "-", ...files()], { stdin: b });
+    expect(again.code).toBe(2);
+    expect(again.err).toContain(wasProved ? "bevat al een bewezen kopie" : "zonder bewezen kopie");
   });
 
   test("a password on the command line is refused before anything connects, and never echoed", async () => {
