@@ -80,7 +80,6 @@ export interface AnchorComparison {
   waarschuwingen: string[];
 }
 
-type Row = { positie: number; soort: AnchorLine["soort"]; tenantId: number | null; grootte: number; note: string };
 
 /** Whether a record's signature holds under a trusted key (and it names its tenant). */
 export function recordVerifies(l: AnchorLine, verifiers: Verifier[]): boolean {
@@ -125,13 +124,65 @@ export async function compareWithFile(dbPath: string, path: string, verifiers: V
   const sqlite = new Database(dbPath, { readonly: true });
   try {
     sqlite.run("PRAGMA busy_timeout = 5000");
-    return await compare(sqlite, path, verifiers);
+    // One snapshot for every row read.
+    sqlite.run("BEGIN");
+    try {
+      const rows = sqlite.query("SELECT positie, soort, tenant_id AS tenantId, grootte, note FROM audit_anchor_log ORDER BY positie").iterate() as IterableIterator<AnchorRow>;
+      return await compareRowsWithFile(inChunks(rows), path, verifiers);
+    } finally {
+      sqlite.run("COMMIT");
+    }
   } finally {
     sqlite.close();
   }
 }
 
-async function compare(sqlite: Database, path: string, verifiers: Verifier[]): Promise<AnchorComparison> {
+/** A row of audit_anchor_log, as the comparison reads it. */
+export type AnchorRow = { positie: number; soort: AnchorLine["soort"]; tenantId: number | null; grootte: number; note: string };
+
+function* inChunks<T>(it: Iterator<T>, n = 1000): Generator<T[]> {
+  let chunk: T[] = [];
+  for (let r = it.next(); !r.done; r = it.next()) {
+    chunk.push(r.value);
+    if (chunk.length === n) {
+      yield chunk;
+      chunk = [];
+    }
+  }
+  if (chunk.length > 0) yield chunk;
+}
+
+/** Steps through rows that come in chunks, awaiting only when a chunk runs out. */
+class RowCursor {
+  private chunk: readonly AnchorRow[] = [];
+  private i = 0;
+  private readonly it: AsyncIterator<readonly AnchorRow[]> | Iterator<readonly AnchorRow[]>;
+  done = false;
+  constructor(rows: AsyncIterable<readonly AnchorRow[]> | Iterable<readonly AnchorRow[]>) {
+    this.it = Symbol.asyncIterator in rows ? rows[Symbol.asyncIterator]() : rows[Symbol.iterator]();
+  }
+  get value(): AnchorRow {
+    return this.chunk[this.i]!;
+  }
+  async next(): Promise<void> {
+    this.i++;
+    while (this.i >= this.chunk.length) {
+      const r = await this.it.next();
+      if (r.done) {
+        this.done = true;
+        return;
+      }
+      this.chunk = r.value;
+      this.i = 0;
+    }
+  }
+}
+
+/**
+ * The comparison itself, over the database's rows of audit_anchor_log in positie order,
+ * from any store (SQLite here, PostgreSQL in src/pg/verify-all.ts), in chunks.
+ */
+export async function compareRowsWithFile(rowChunks: AsyncIterable<readonly AnchorRow[]> | Iterable<readonly AnchorRow[]>, path: string, verifiers: Verifier[]): Promise<AnchorComparison> {
   const out: AnchorComparison = {
     bestand: existsSync(path),
     regels: 0,
@@ -150,12 +201,9 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
     else if (!out.perTenant.has(tenantId)) out.perTenant.set(tenantId, p);
   };
 
-  sqlite.run("BEGIN");
-  try {
-    const rows = sqlite
-      .query("SELECT positie, soort, tenant_id AS tenantId, grootte, note FROM audit_anchor_log ORDER BY positie")
-      .iterate() as IterableIterator<Row>;
-    let row = rows.next();
+  {
+    const row = new RowCursor(rowChunks);
+    await row.next(); // onto the first row
 
     /** Newest checkpoint or restore acceptance line per tenant (verified at the end: one signature per tenant). */
     const newest = new Map<number, { soort: TreeHead["soort"]; note: string; positie: number; inTail: boolean }>();
@@ -183,7 +231,7 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
         const forged = !recordVerifies(r, verifiers);
         if (forged) rowProblem(r.tenantId, { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} staat niet in het bestand`);
         else fileProblem({ reden: "bestand-gewijzigd", positie: r.positie, toelichting: `het bestand heeft op positie ${r.positie} geen regel meer, de database wel` });
-        row = rows.next();
+        await row.next();
       }
       const p = fl.parsed;
       if (p.kind === "oud") {
@@ -198,7 +246,7 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
             fileProblem({ reden: "bestand-gewijzigd", positie: fl.positie, toelichting: `regel op positie ${fl.positie} wijkt af van de database` });
           }
         }
-        row = rows.next();
+        await row.next();
       } else if (p.kind === "onleesbaar") {
         // No row refers to it: a line torn by a crash during an append.
         out.waarschuwingen.push(`onleesbare regel zonder databaserij op positie ${fl.positie} (afgebroken schrijfactie?)`);
@@ -225,7 +273,7 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
       fileProblem({ reden: "database-teruggezet", positie: null, toelichting: "het bestand bevat meer dan één run die de database niet kent: de database is ouder dan het bestand" });
     }
     // Rows beyond the end of the file.
-    for (; !row.done; row = rows.next()) {
+    for (; !row.done; await row.next()) {
       const r = row.value;
       if (recordVerifies(r, verifiers)) {
         fileProblem({ reden: "bestand-ingekort", positie: r.positie, toelichting: `de database verwijst naar positie ${r.positie}, voorbij het einde van het bestand` });
@@ -248,8 +296,6 @@ async function compare(sqlite: Database, path: string, verifiers: Verifier[]): P
     // (one that does not is a changed line, found above or by the chain's start).
     Object.assign(out, operatorRecords(operatorLines.map(({ line, positie }) => ({ soort: line.soort, tenantId: line.tenantId, note: line.note, positie })), verifiers));
     return out;
-  } finally {
-    sqlite.run("COMMIT");
   }
 }
 
