@@ -4,6 +4,7 @@
 // done, and refuses a source that does not verify or a target that is not empty.
 import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
+import { readFileSync, writeFileSync } from "node:fs";
 import { appendAuditEntry, canonicalJson, type EntryRow } from "../src/audit/chain.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
 import { compareWithFile } from "../src/audit/anchor-check.ts";
@@ -325,6 +326,51 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     const again = await run(["--database-url", "-", ...files()], { stdin: b });
     expect(again.code).toBe(2);
     expect(again.err).toContain(wasProved ? "bevat al een bewezen kopie" : "zonder bewezen kopie");
+  });
+
+  test("nachtwacht verify --database-url: the moved installation against its anchor file, with the public key alone; a changed entry, a forged row and a cut file are each found", async () => {
+    const { b } = await livedInstallation();
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const { path } = await buildBinary();
+    const verify = async () => {
+      const p = Bun.spawn([path, "verify", "--database-url", "-", "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
+        cwd: env!.dir,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
+        stdin: new Blob([url]),
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+      return { code, out, err };
+    };
+    const ok = await verify();
+    expect([ok.code, ok.err]).toEqual([0, ""]);
+    expect(ok.out).toContain("RESULTAAT: de database klopt met het ankerbestand.");
+    expect(ok.out).toContain(`tenant ${b}: in orde (25 entries)`);
+
+    const pg = client(url);
+    await pg`UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ${b} AND seq = 4`;
+    const changed = await verify();
+    expect(changed.code).toBe(1);
+    expect(changed.out).toContain(`tenant ${b}: GEBROKEN bij seq 4: hash-afwijkend`);
+    await pg`UPDATE audit_entries SET actor = 'u3@beta.nl' WHERE tenant_id = ${b} AND seq = 4`;
+    expect((await verify()).code).toBe(0);
+
+    // A database writer rewrites a checkpoint row (its own note): not in the file.
+    const [row] = await pg`SELECT positie, note FROM audit_anchor_log WHERE tenant_id = ${b} AND soort = 'checkpoint' ORDER BY positie DESC LIMIT 1`;
+    await pg`UPDATE audit_anchor_log SET note = ${row.note.replace("\n\n", "\n\nx")} WHERE positie = ${row.positie}`;
+    const forged = await verify();
+    expect(forged.code).toBe(1);
+    expect(forged.out).toContain("checkpoint-niet-in-bestand");
+    await pg`UPDATE audit_anchor_log SET note = ${row.note} WHERE positie = ${row.positie}`;
+
+    // The anchor file cut short: the database refers past its end.
+    const text = readFileSync(env!.config.auditAnkerBestand, "utf8");
+    writeFileSync(env!.config.auditAnkerBestand, text.slice(0, text.lastIndexOf("\n", text.length - 2) + 1));
+    const cut = await verify();
+    expect(cut.code).toBe(1);
+    expect(cut.out).toContain("bestand-ingekort");
   });
 
   test("a password on the command line is refused before anything connects, and never echoed", async () => {

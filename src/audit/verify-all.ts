@@ -3,8 +3,8 @@
 import type { Database } from "bun:sqlite";
 import { compareWithFile, type AnchorComparison, type FileProblem, type RowReason } from "./anchor-check.ts";
 import type { Verifier } from "./note.ts";
-import { verifyTenants } from "./verify-parallel.ts";
-import type { BreakReason, CheckpointRef } from "./verify.ts";
+import { verifyTenants, type TenantTask } from "./verify-parallel.ts";
+import type { BreakReason, CheckpointRef, TenantChainResult } from "./verify.ts";
 
 export interface TenantVerdict {
   tenantId: number;
@@ -61,10 +61,34 @@ export async function verifyInstallation(
   verifiers: Verifier[],
   o: VerifyAllOptions,
 ): Promise<InstallationVerdict> {
+  return verifyInstallationOf(
+    {
+      compare: () => compareWithFile(dbPath, anchorPath, verifiers),
+      // Each chain is streamed (verify.ts): memory does not grow with its length.
+      verifyChains: (tasks) => verifyTenants(sqlite, dbPath, tasks, o.workers, verifiers.map((v) => v.verifierKey)),
+      oldHeadAnchors: async () => (sqlite.query("SELECT count(*) AS n FROM audit_head_anchors").get() as { n: number }).n,
+    },
+    tenantIds,
+    o.checkpoints,
+  );
+}
+
+/** What verifyInstallationOf needs of a store (SQLite above, PostgreSQL in src/pg/verify-all.ts). */
+export interface InstallationSource {
+  /** The anchor file against the store's copy of it. */
+  compare(): Promise<AnchorComparison>;
+  /** Every task's chain against its checkpoint. */
+  verifyChains(tasks: TenantTask[]): Promise<Map<number, TenantChainResult>>;
+  /** Rows of audit_head_anchors (an earlier version's, no longer trusted). */
+  oldHeadAnchors(): Promise<number>;
+}
+
+/** The rule of a whole installation's verdict, for any store. */
+export async function verifyInstallationOf(src: InstallationSource, tenantIds: number[], checkpoints?: VerifyAllOptions["checkpoints"]): Promise<InstallationVerdict> {
   // The anchor file is the authority: its rows in the database must equal its lines, and
   // each tenant's newest checkpoint in it is what the chain must still reach.
-  const cmp = await compareWithFile(dbPath, anchorPath, verifiers);
-  const targets = o.checkpoints ?? cmp.checkpoints;
+  const cmp = await src.compare();
+  const targets = checkpoints ?? cmp.checkpoints;
   // A tenant the file has checkpoints for is checked even when its row is gone from the
   // tenants table: deleting that row must not take its chain out of the check.
   const ids = [...new Set([...tenantIds, ...targets.keys()])].sort((a, b) => a - b);
@@ -72,8 +96,7 @@ export async function verifyInstallation(
     const c = targets.get(tenantId);
     return { tenantId, checkpoint: c ? { size: c.size, root: c.root, basis: c.basis ?? 0 } : null };
   });
-  // Each chain is streamed (verify.ts): memory does not grow with its length.
-  const checked = await verifyTenants(sqlite, dbPath, tasks, o.workers, verifiers.map((v) => v.verifierKey));
+  const checked = await src.verifyChains(tasks);
 
   let probleem = cmp.probleem;
   const tenants: TenantVerdict[] = [];
@@ -82,7 +105,7 @@ export async function verifyInstallation(
     const row = cmp.perTenant.get(tenantId);
     // The chain's own break first; else a row of the database copy that does not match the file.
     const fout = r.fout ?? (row ? { seq: row.seq, entryId: null, reden: row.reden } : undefined);
-    if (r.fout && LOST_REASONS.has(r.fout.reden) && cmp.checkpoints.get(tenantId)?.inTail && !o.checkpoints) {
+    if (r.fout && LOST_REASONS.has(r.fout.reden) && cmp.checkpoints.get(tenantId)?.inTail && !checkpoints) {
       probleem ??= {
         reden: "database-teruggezet",
         positie: null,
@@ -94,7 +117,7 @@ export async function verifyInstallation(
   const waarschuwingen = [...cmp.waarschuwingen, ...operatorWarnings(cmp)];
   // Head anchors of earlier versions (HMAC-signed or unsigned) are retired: never trusted, only counted.
   if (cmp.oudeRegels > 0) waarschuwingen.push(`${cmp.oudeRegels} regel(s) uit een eerdere versie (HMAC-kopankers) in het ankerbestand worden niet meer vertrouwd.`);
-  const { n: oldRows } = sqlite.query("SELECT count(*) AS n FROM audit_head_anchors").get() as { n: number };
+  const oldRows = await src.oldHeadAnchors();
   if (oldRows > 0) waarschuwingen.push(`${oldRows} kop-anker(s) uit een eerdere versie (HMAC) in de database worden niet meer vertrouwd; ondertekende checkpoints vervangen ze.`);
   return { tenants, ...(probleem ? { probleem } : {}), regels: cmp.regels, waarschuwingen };
 }

@@ -23,6 +23,7 @@ import type { Keys } from "../audit/records.ts";
 import type { Database } from "bun:sqlite";
 import type { InstallationVerdict } from "../audit/verify-all.ts";
 import { redenUitleg } from "../reports/shared.ts";
+import { databaseUrl } from "./database-url.ts";
 
 const HELP: Record<string, string> = {
   key:
@@ -31,12 +32,13 @@ const HELP: Record<string, string> = {
     "  omgevingsbestand (root, 600); de publieke sleutel staat in het commentaar eronder en is voor auditors.\n" +
     "  --naam  sleutelnaam (geen spaties of '+'); standaard nachtwacht.<hostnaam>/<willekeurig>",
   verify:
-    "gebruik: nachtwacht verify [--db BESTAND] [--bestand ANKERBESTAND] [--sleutel PUBLIEKE-SLEUTEL ...]\n" +
+    "gebruik: nachtwacht verify [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND] [--sleutel PUBLIEKE-SLEUTEL ...]\n" +
     "                         [--checkpoint BESTAND|-] [--bundel BESTAND]\n" +
     "  Controleert met alleen de publieke sleutel(s): de database tegen het ankerbestand (standaard),\n" +
     "  tegen een installatie-checkpoint uit de dagrapport-e-mail (--checkpoint), of een bundel van export (--bundel).\n" +
     "  Sleutels: --sleutel (herhaalbaar), anders AUDIT_VERTROUWDE_SLEUTELS en de publieke helft van AUDIT_ANKER_SLEUTEL.\n" +
-    "  Standaard DATABASE_PATH en AUDIT_ANKER_BESTAND uit de omgeving.\n" +
+    "  Standaard DATABASE_PATH en AUDIT_ANKER_BESTAND uit de omgeving. --database-url (of DATABASE_URL zonder --db):\n" +
+    "  een PostgreSQL-database, alleen gelezen; een URL met wachtwoord alleen via '-' (standaardinvoer) of DATABASE_URL.\n" +
     "  exit 0: alles klopt; 1: iets klopt niet; 2: controle niet mogelijk.",
   export:
     "gebruik: nachtwacht export --tenant N [--bewijs SEQ] [--uit BESTAND] [--db BESTAND] [--bestand ANKERBESTAND] [--sleutel …]\n" +
@@ -200,6 +202,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
           bestand: { type: "string" },
           sleutel: { type: "string", multiple: true },
           checkpoint: { type: "string" },
+          "database-url": { type: "string" },
           bundel: { type: "string" },
           tenant: { type: "string" },
           bewijs: { type: "string" },
@@ -272,6 +275,25 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       if (v.ok) out(`RESULTAAT: de bundel van tenant ${v.tenantId} klopt (${v.entries} entries${v.bewijs ? ", inclusiebewijs klopt" : ""}).`);
       else out(`RESULTAAT: de bundel klopt NIET: ${v.fout}`);
       return v.ok ? 0 : 1;
+    }
+    if (sub === "verify" && (o["database-url"] !== undefined || (o.db === undefined && env.DATABASE_URL !== undefined))) {
+      // PostgreSQL: the same verdict, read through COPY (src/pg/verify-all.ts).
+      if (o.checkpoint !== undefined) throw new CannotCheck("--checkpoint controleert nog alleen een SQLite-database");
+      const given = await databaseUrl(o["database-url"], env, () => new Response(Bun.stdin.stream()).text());
+      if ("error" in given) throw new UsageError(given.error);
+      const { verifyInstallationPg } = await import("../pg/verify-all.ts");
+      const { redactUrl } = await import("../pg/store.ts");
+      out(`database:     ${redactUrl(given.url)}`);
+      out(`ankerbestand: ${anchorPath}`);
+      let v;
+      try {
+        v = await verifyInstallationPg(given.url, anchorPath, verifiers, { workers: 2 });
+      } catch (e) {
+        throw new CannotCheck(`PostgreSQL niet te lezen: ${(e instanceof Error ? e.message : String(e)).replaceAll(given.url, redactUrl(given.url))}`);
+      }
+      const ok = printVerdict(v, out);
+      out(ok ? "RESULTAAT: de database klopt met het ankerbestand." : "RESULTAAT: de database klopt NIET met het ankerbestand.");
+      return ok ? 0 : 1;
     }
     out(`database:     ${dbPath}`);
     out(`ankerbestand: ${anchorPath}`);

@@ -9,8 +9,9 @@
 import { parseArgs } from "node:util";
 import { CannotCheck } from "../audit/offline.ts";
 import { migrateToPostgres } from "../pg/migrate-to.ts";
-import { isPostgresUrl, redactUrl } from "../pg/store.ts";
+import { redactUrl } from "../pg/store.ts";
 import { trustedKeys } from "./audit.ts";
+import { databaseUrl } from "./database-url.ts";
 
 export const MIGRATE_TO_HELP =
   "gebruik: nachtwacht migrate-to --database-url URL|- [--db BESTAND] [--bestand ANKERBESTAND] [--sleutel PUBLIEKE-SLEUTEL ...] [--parallel N]\n" +
@@ -28,12 +29,6 @@ export const MIGRATE_TO_HELP =
  * Whether a URL carries a password: in its user info, or in a query parameter (Bun's
  * client takes `?password=` as the password; any parameter named like one counts).
  */
-function carriesPassword(url: string): boolean {
-  if (!URL.canParse(url)) return false;
-  const u = new URL(url);
-  return u.password !== "" || [...u.searchParams.keys()].some((k) => /password/i.test(k));
-}
-
 export async function runMigrateTo(args: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void, stdin: () => Promise<string> = () => Bun.stdin.text()): Promise<number> {
   let o;
   try {
@@ -57,20 +52,12 @@ export async function runMigrateTo(args: string[], env: Record<string, string | 
     out(MIGRATE_TO_HELP);
     return 0;
   }
-  const given = o["database-url"];
-  let url: string | undefined;
-  if (given === "-") url = (await stdin()).trim();
-  else if (given !== undefined) {
-    if (carriesPassword(given)) {
-      err("nachtwacht migrate-to: een wachtwoord hoort niet op de opdrachtregel; geef --database-url - en de URL op standaardinvoer, of zet DATABASE_URL");
-      return 2;
-    }
-    url = given;
-  } else url = env.DATABASE_URL;
-  if (!url || !isPostgresUrl(url) || !URL.canParse(url)) {
-    err(`nachtwacht migrate-to: --database-url (of DATABASE_URL) moet een postgres://-URL zijn\n${MIGRATE_TO_HELP}`);
+  const given = await databaseUrl(o["database-url"], env, stdin);
+  if ("error" in given) {
+    err(`nachtwacht migrate-to: ${given.error}${given.error.startsWith("--") ? `\n${MIGRATE_TO_HELP}` : ""}`);
     return 2;
   }
+  const { url } = given;
   const parallel = o.parallel === undefined ? 2 : Number(o.parallel);
   if (!Number.isInteger(parallel) || parallel < 1 || parallel > 16) {
     err("nachtwacht migrate-to: --parallel moet een geheel getal van 1 tot en met 16 zijn");
