@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import { runMigrateTo } from "../src/cli/migrate-to.ts";
-import { redactUrl } from "../src/pg/store.ts";
+import { redactUrl } from "../src/pg/url.ts";
 import { TEST_VERIFIER_KEY } from "./helpers.ts";
 
 async function migrateTo(url: string) {

@@ -6,12 +6,12 @@
 import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { readLines } from "./anchor-file.ts";
-import { entriesAfter, entryHash, GENESIS_HASH, type ChainFields } from "./chain.ts";
+import { entriesAfter, entryHash, GENESIS_HASH, type ChainFields, type EntryRow } from "./chain.ts";
 import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex, verifyInclusion } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openAdoptionRecord, openInstallationCheckpoint, openRestoreRecord, openRetentionRecord, openTreeHead, retentionUnjustified, type AdoptionRecord } from "./records.ts";
 import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
-import { chainStart, linkBreak, type CheckpointRef } from "./verify.ts";
+import { chainStart, linkBreak, type ChainStart, type CheckpointRef } from "./verify.ts";
 
 /** The check could not be made (a missing file, an unreadable database, a malformed input): exit 2. */
 export class CannotCheck extends Error {}
@@ -113,6 +113,39 @@ export interface BundleEntry extends Omit<ChainFields, "tenantId"> {
 
 /** One tenant's entries with what proves them, as JSON lines; `proveSeq` adds an inclusion proof. */
 export async function exportBundle(dbPath: string, anchorPath: string, tenantId: number, verifiers: Verifier[], proveSeq?: number): Promise<string[]> {
+  return exportBundleFrom(
+    async (size) => {
+      const db = openReadOnly(dbPath);
+      try {
+        db.run("BEGIN");
+        const first = db.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
+        const start = chainStart(db, tenantId, first?.seq ?? null, verifiers);
+        const entries: EntryRow[] = start.ok ? [...entriesAfter(db, tenantId, start.seq, size)] : [];
+        db.run("COMMIT");
+        return { start, entries };
+      } finally {
+        db.close();
+      }
+    },
+    anchorPath,
+    tenantId,
+    verifiers,
+    proveSeq,
+  );
+}
+
+/**
+ * A tenant's chain as a bundle, the chain read by `readChain` from any store (SQLite
+ * above, PostgreSQL in src/pg/offline.ts): in one snapshot, its start and its entries
+ * after the start up to seq `size`.
+ */
+export async function exportBundleFrom(
+  readChain: (size: number) => Promise<{ start: ChainStart; entries: EntryRow[] }>,
+  anchorPath: string,
+  tenantId: number,
+  verifiers: Verifier[],
+  proveSeq?: number,
+): Promise<string[]> {
   let checkpoint: { soort: "checkpoint" | "herstel"; note: string } | null = null;
   let adoptie: string | null = null;
   if (!existsSync(anchorPath)) throw new CannotCheck(`ankerbestand niet gevonden: ${anchorPath}`);
@@ -127,39 +160,28 @@ export async function exportBundle(dbPath: string, anchorPath: string, tenantId:
   if (!cp.ok) throw new CannotCheck(`het nieuwste checkpoint van tenant ${tenantId} is niet geldig ondertekend (${cp.error})`);
   const { size, basis } = cp.head;
 
-  const db = openReadOnly(dbPath);
-  try {
-    db.run("BEGIN");
-    const first = db.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
-    const start = chainStart(db, tenantId, first?.seq ?? null, verifiers);
-    if (!start.ok) throw new CannotCheck(`de keten van tenant ${tenantId} begint niet bij een geldig retentie- of adoptierecord (${start.reden}); controleer eerst met verify`);
-    if (start.basis !== basis) throw new CannotCheck(`het nieuwste checkpoint van tenant ${tenantId} hoort bij een andere boom dan de keten; controleer eerst met verify`);
-    const entries: BundleEntry[] = [];
-    for (const r of entriesAfter(db, tenantId, start.seq, size)) {
-      entries.push({ seq: r.seq, id: r.id, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: r.prev_hash, hash: r.hash });
-    }
-    db.run("COMMIT");
-    const header: BundleHeader = {
-      soort: "nachtwacht-bundel-v1",
-      tenantId,
-      verificatieSleutels: verifiers.map((v) => v.verifierKey),
-      checkpoint: checkpoint.note,
-      retentie: start.record ? start.note : null,
-      // The adoption travels with every bundle of an adopted chain: verify --bundel names it.
-      ...(basis > 0 ? { adoptie: start.adoption ? start.note : adoptie } : {}),
-    };
-    if (proveSeq !== undefined) {
-      if (start.seq > start.basis) throw new CannotCheck("een inclusiebewijs kan alleen zolang de keten haar eerste blad nog heeft; na audit-retentie ontbreken de oudste bladeren");
-      if (proveSeq <= basis || proveSeq > size) throw new CannotCheck(`seq ${proveSeq} valt buiten het checkpoint (seq ${basis + 1} t/m ${size})`);
-      if (entries.length !== size - basis) throw new CannotCheck(`de keten haalt het checkpoint niet (${entries.length} van ${size - basis} entries); controleer eerst met verify`);
-      const leaves = entries.map((e) => leafHashOfHex(e.hash));
-      const index = proveSeq - basis - 1;
-      header.bewijs = { seq: proveSeq, index, grootte: size - basis, hashes: inclusionProof(leaves, index).map((h) => Buffer.from(h).toString("base64")) };
-    }
-    return [JSON.stringify(header), ...entries.map((e) => JSON.stringify(e))];
-  } finally {
-    db.close();
+  const { start, entries: rows } = await readChain(size);
+  if (!start.ok) throw new CannotCheck(`de keten van tenant ${tenantId} begint niet bij een geldig retentie- of adoptierecord (${start.reden}); controleer eerst met verify`);
+  if (start.basis !== basis) throw new CannotCheck(`het nieuwste checkpoint van tenant ${tenantId} hoort bij een andere boom dan de keten; controleer eerst met verify`);
+  const entries: BundleEntry[] = rows.map((r) => ({ seq: r.seq, id: r.id, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: r.prev_hash, hash: r.hash }));
+  const header: BundleHeader = {
+    soort: "nachtwacht-bundel-v1",
+    tenantId,
+    verificatieSleutels: verifiers.map((v) => v.verifierKey),
+    checkpoint: checkpoint.note,
+    retentie: start.record ? start.note : null,
+    // The adoption travels with every bundle of an adopted chain: verify --bundel names it.
+    ...(basis > 0 ? { adoptie: start.adoption ? start.note : adoptie } : {}),
+  };
+  if (proveSeq !== undefined) {
+    if (start.seq > start.basis) throw new CannotCheck("een inclusiebewijs kan alleen zolang de keten haar eerste blad nog heeft; na audit-retentie ontbreken de oudste bladeren");
+    if (proveSeq <= basis || proveSeq > size) throw new CannotCheck(`seq ${proveSeq} valt buiten het checkpoint (seq ${basis + 1} t/m ${size})`);
+    if (entries.length !== size - basis) throw new CannotCheck(`de keten haalt het checkpoint niet (${entries.length} van ${size - basis} entries); controleer eerst met verify`);
+    const leaves = entries.map((e) => leafHashOfHex(e.hash));
+    const index = proveSeq - basis - 1;
+    header.bewijs = { seq: proveSeq, index, grootte: size - basis, hashes: inclusionProof(leaves, index).map((h) => Buffer.from(h).toString("base64")) };
   }
+  return [JSON.stringify(header), ...entries.map((e) => JSON.stringify(e))];
 }
 
 export interface BundleVerdict {

@@ -23,6 +23,7 @@ import type { Keys } from "../audit/records.ts";
 import type { Database } from "bun:sqlite";
 import type { InstallationVerdict } from "../audit/verify-all.ts";
 import { redenUitleg } from "../reports/shared.ts";
+import { redactUrl } from "../pg/url.ts";
 import { databaseUrl } from "./database-url.ts";
 
 const HELP: Record<string, string> = {
@@ -41,7 +42,7 @@ const HELP: Record<string, string> = {
     "  een PostgreSQL-database, alleen gelezen; een URL met wachtwoord alleen via '-' (standaardinvoer) of DATABASE_URL.\n" +
     "  exit 0: alles klopt; 1: iets klopt niet; 2: controle niet mogelijk.",
   export:
-    "gebruik: nachtwacht export --tenant N [--bewijs SEQ] [--uit BESTAND] [--db BESTAND] [--bestand ANKERBESTAND] [--sleutel …]\n" +
+    "gebruik: nachtwacht export --tenant N [--bewijs SEQ] [--uit BESTAND] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND] [--sleutel …]\n" +
     "  Schrijft een bundel (JSON-regels: kop met checkpoint, retentierecord en publieke sleutels, dan de entries)\n" +
     "  die `nachtwacht verify --bundel` offline controleert. --bewijs voegt een RFC 6962-inclusiebewijs van één entry toe.\n" +
     "  exit 0: geschreven; 2: niet mogelijk.",
@@ -184,6 +185,24 @@ function printVerdict(v: InstallationVerdict, out: (s: string) => void): boolean
   return !v.probleem && v.tenants.every((t) => t.intact);
 }
 
+/** The PostgreSQL URL of verify or export: `--database-url`, or DATABASE_URL when no `--db` is given; null for SQLite. */
+async function postgresUrl(o: { "database-url"?: string; db?: string }, env: Record<string, string | undefined>): Promise<string | null> {
+  if (o["database-url"] === undefined && (o.db !== undefined || env.DATABASE_URL === undefined)) return null;
+  const given = await databaseUrl(o["database-url"], env, () => new Response(Bun.stdin.stream()).text());
+  if ("error" in given) throw new UsageError(given.error);
+  return given.url;
+}
+
+/** A failure to read PostgreSQL is "could not check" (exit 2), named without the URL's password. */
+async function onPostgres<T>(url: string, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (e) {
+    if (e instanceof CannotCheck) throw e;
+    throw new CannotCheck(`PostgreSQL niet te lezen: ${(e instanceof Error ? e.message : String(e)).replaceAll(url, redactUrl(url))}`);
+  }
+}
+
 export async function runAuditCommand(argv: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
   const [sub, ...args] = argv;
   if (sub === undefined || !(sub in HELP)) {
@@ -248,7 +267,11 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
     if (sub === "export") {
       if (o.tenant === undefined || !/^[1-9][0-9]*$/.test(o.tenant)) throw new UsageError("--tenant N is verplicht (een tenant-id)");
       if (o.bewijs !== undefined && !/^[1-9][0-9]*$/.test(o.bewijs)) throw new UsageError("--bewijs SEQ moet een volgnummer zijn");
-      const lines = await exportBundle(dbPath, anchorPath, Number(o.tenant), verifiers, o.bewijs === undefined ? undefined : Number(o.bewijs));
+      const proveSeq = o.bewijs === undefined ? undefined : Number(o.bewijs);
+      const pg = await postgresUrl(o, env);
+      const lines = pg
+        ? await onPostgres(pg, () => import("../pg/offline.ts").then((m) => m.exportBundlePg(pg, anchorPath, Number(o.tenant), verifiers, proveSeq)))
+        : await exportBundle(dbPath, anchorPath, Number(o.tenant), verifiers, proveSeq);
       const text = lines.join("\n") + "\n";
       if (o.uit) {
         writeFileSync(o.uit, text);
@@ -276,21 +299,13 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       else out(`RESULTAAT: de bundel klopt NIET: ${v.fout}`);
       return v.ok ? 0 : 1;
     }
-    if (sub === "verify" && (o["database-url"] !== undefined || (o.db === undefined && env.DATABASE_URL !== undefined))) {
-      // PostgreSQL: the same verdict, read through COPY (src/pg/verify-all.ts).
+    const pg = await postgresUrl(o, env);
+    if (pg) {
+      // PostgreSQL: the same verdict, read through COPY (src/pg/offline.ts).
       if (o.checkpoint !== undefined) throw new CannotCheck("--checkpoint controleert nog alleen een SQLite-database");
-      const given = await databaseUrl(o["database-url"], env, () => new Response(Bun.stdin.stream()).text());
-      if ("error" in given) throw new UsageError(given.error);
-      const { verifyInstallationPg } = await import("../pg/verify-all.ts");
-      const { redactUrl } = await import("../pg/store.ts");
-      out(`database:     ${redactUrl(given.url)}`);
+      out(`database:     ${redactUrl(pg)}`);
       out(`ankerbestand: ${anchorPath}`);
-      let v;
-      try {
-        v = await verifyInstallationPg(given.url, anchorPath, verifiers, { workers: 2 });
-      } catch (e) {
-        throw new CannotCheck(`PostgreSQL niet te lezen: ${(e instanceof Error ? e.message : String(e)).replaceAll(given.url, redactUrl(given.url))}`);
-      }
+      const v = await onPostgres(pg, () => import("../pg/offline.ts").then((m) => m.verifyInstallationPg(pg, anchorPath, verifiers, { workers: 2 })));
       const ok = printVerdict(v, out);
       out(ok ? "RESULTAAT: de database klopt met het ankerbestand." : "RESULTAAT: de database klopt NIET met het ankerbestand.");
       return ok ? 0 : 1;

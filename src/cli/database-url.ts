@@ -2,13 +2,7 @@
 // URL on standard input) or DATABASE_URL. A URL that carries a password is refused on
 // the command line, where ps and shell history show it: in the user info or in the query
 // string (Bun's client also takes `?password=`).
-import { isPostgresUrl } from "../pg/store.ts";
-
-export function carriesPassword(url: string): boolean {
-  if (!URL.canParse(url)) return false;
-  const u = new URL(url);
-  return u.password !== "" || [...u.searchParams.keys()].some((k) => /password/i.test(k));
-}
+import { carriesPassword, isPostgresUrl } from "../pg/url.ts";
 
 export async function databaseUrl(given: string | undefined, env: Record<string, string | undefined>, stdin: () => Promise<string>): Promise<{ url: string } | { error: string }> {
   let url: string | undefined;

@@ -9,7 +9,7 @@
 import { parseArgs } from "node:util";
 import { CannotCheck } from "../audit/offline.ts";
 import { migrateToPostgres } from "../pg/migrate-to.ts";
-import { redactUrl } from "../pg/store.ts";
+import { redactUrl } from "../pg/url.ts";
 import { trustedKeys } from "./audit.ts";
 import { databaseUrl } from "./database-url.ts";
 

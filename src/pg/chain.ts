@@ -104,6 +104,24 @@ export async function* copyRows(tx: SQL, query: string): AsyncGenerator<string[]
   }
 }
 
+/** The columns every chain read selects, in this order (entryRowOf reads them). */
+export const ENTRY_COLUMNS = "seq, id, created_at, actor, action, subject, details, prev_hash, hash";
+
+/** An audit_entries row from COPY's fields, ENTRY_COLUMNS starting at field `at`. */
+export function entryRowOf(f: readonly string[], at: number): EntryRow {
+  return {
+    seq: Number(f[at]),
+    id: Number(f[at + 1]),
+    created_at: f[at + 2]!,
+    actor: copyUnescape(f[at + 3]!),
+    action: copyUnescape(f[at + 4]!),
+    subject: copyUnescape(f[at + 5]!),
+    details: copyUnescape(f[at + 6]!),
+    prev_hash: f[at + 7]!,
+    hash: f[at + 8]!,
+  };
+}
+
 export interface PgTenantTask {
   tenantId: number;
   checkpoint: CheckpointRef | null;
@@ -159,7 +177,7 @@ async function verifyRangeSnapshot(tx: SQL, tasks: readonly PgTenantTask[], veri
     else unstarted.set(task.tenantId, { reden: start.reden, count: 0 });
   }
   // COPY takes no bind parameters: the tenant ids are checked integers.
-  const query = `SELECT tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id IN (${ids.join(", ")}) ORDER BY tenant_id, seq`;
+  const query = `SELECT tenant_id, ${ENTRY_COLUMNS} FROM audit_entries WHERE tenant_id IN (${ids.join(", ")}) ORDER BY tenant_id, seq`;
   let tenantId = -1;
   let walk: ChainWalk | undefined;
   for await (const rows of copyRows(tx, query)) {
@@ -173,18 +191,7 @@ async function verifyRangeSnapshot(tx: SQL, tasks: readonly PgTenantTask[], veri
         unstarted.get(t)!.count++;
         continue;
       }
-      const row: EntryRow = {
-        seq: Number(f[1]),
-        id: Number(f[2]),
-        created_at: f[3]!,
-        actor: copyUnescape(f[4]!),
-        action: copyUnescape(f[5]!),
-        subject: copyUnescape(f[6]!),
-        details: copyUnescape(f[7]!),
-        prev_hash: f[8]!,
-        hash: f[9]!,
-      };
-      walk.push(row);
+      walk.push(entryRowOf(f, 1));
     }
   }
   const results = new Map<number, TenantChainResult>();

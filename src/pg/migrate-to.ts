@@ -10,7 +10,8 @@ import { compareWithFile } from "../audit/anchor-check.ts";
 import type { Verifier } from "../audit/note.ts";
 import { verifyDatabase } from "../audit/offline.ts";
 import { verifyTenantsPg } from "./chain.ts";
-import { openPgStore, redactUrl } from "./store.ts";
+import { openPgStore } from "./store.ts";
+import { redactUrl } from "./url.ts";
 
 /**
  * The tables copied, parents before children (foreign keys). Not copied: job_leases

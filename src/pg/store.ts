@@ -21,27 +21,6 @@ export interface PgStore {
   close(): Promise<void>;
 }
 
-/** Whether a DATABASE_URL names PostgreSQL. */
-export function isPostgresUrl(url: string): boolean {
-  return /^postgres(ql)?:\/\//i.test(url);
-}
-
-/**
- * The URL without its password, for messages: `postgres://nw:***@host/db`. Bun's client
- * also takes a password from the query string (`?password=`, `?sslpassword=`…): any
- * parameter whose name contains "password" is masked too.
- */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password !== "") u.password = "***";
-    for (const name of [...u.searchParams.keys()]) if (/password/i.test(name)) u.searchParams.set(name, "***");
-    return u.toString();
-  } catch {
-    return "(geen geldige URL)";
-  }
-}
-
 /**
  * Advisory lock keys (pg_advisory_lock(int4, int4)): a first number of nachtwacht's own
  * (LOCK_NAMESPACE here, CHAIN_LOCK in src/pg/chain.ts), so its locks never collide with

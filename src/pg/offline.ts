@@ -1,0 +1,73 @@
+// What an auditor runs against an installation on PostgreSQL, with the public key(s)
+// alone, as on SQLite (src/audit/offline.ts; the rules are there): the whole check of the
+// database against its anchor file (verifyInstallationOf), and one tenant's bundle
+// (exportBundleFrom). Read only: no migration runs, so a read-only role will do.
+import { SQL } from "bun";
+import { compareRowsWithFile, type AnchorRow } from "../audit/anchor-check.ts";
+import type { Verifier } from "../audit/note.ts";
+import type { EntryRow } from "../audit/chain.ts";
+import { exportBundleFrom } from "../audit/offline.ts";
+import { verifyInstallationOf, type InstallationVerdict } from "../audit/verify-all.ts";
+import { chainStartFromRecords, START_KINDS } from "../audit/verify.ts";
+import { copyRows, copyUnescape, ENTRY_COLUMNS, entryRowOf, verifyTenantsPg } from "./chain.ts";
+
+/** audit_anchor_log in positie order, streamed through COPY in the transaction `tx`. */
+async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
+  for await (const rows of copyRows(tx, "SELECT positie, soort, tenant_id, grootte, note FROM audit_anchor_log ORDER BY positie")) {
+    yield rows.map((f) => ({
+      positie: Number(f[0]),
+      soort: f[1] as AnchorRow["soort"],
+      tenantId: f[2] === "\\N" ? null : Number(f[2]),
+      grootte: Number(f[3]),
+      note: copyUnescape(f[4]!),
+    }));
+  }
+}
+
+export async function verifyInstallationPg(url: string, anchorPath: string, verifiers: Verifier[], o: { workers: number }): Promise<InstallationVerdict> {
+  const sql = new SQL(url, { max: 3 });
+  try {
+    const tenantIds = ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
+    return await verifyInstallationOf(
+      {
+        compare: () => sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), anchorPath, verifiers)),
+        verifyChains: (tasks) => verifyTenantsPg(sql, tasks, { parallel: 2, verifiers, ...(o.workers > 0 ? { workers: { url, count: o.workers } } : {}) }),
+        oldHeadAnchors: async () => Number(((await sql`SELECT count(*) AS n FROM audit_head_anchors`) as { n: string }[])[0]!.n),
+      },
+      tenantIds,
+    );
+  } finally {
+    await sql.close();
+  }
+}
+
+/** One tenant's bundle for an auditor (`nachtwacht export --database-url`), its chain read in one snapshot. */
+export async function exportBundlePg(url: string, anchorPath: string, tenantId: number, verifiers: Verifier[], proveSeq?: number): Promise<string[]> {
+  if (!Number.isSafeInteger(tenantId)) throw new Error(`tenant id ${tenantId} is not an integer`);
+  const sql = new SQL(url, { max: 1 });
+  try {
+    return await exportBundleFrom(
+      (size) =>
+        sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (tx) => {
+          const [first] = (await tx`SELECT seq FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string }[];
+          const records = (
+            (await tx`SELECT note, grootte, positie FROM audit_anchor_log WHERE tenant_id = ${tenantId} AND soort IN ${tx(START_KINDS as unknown as string[])}`) as { note: string; grootte: string; positie: string }[]
+          ).map((r) => ({ note: r.note, grootte: Number(r.grootte), positie: Number(r.positie) }));
+          const start = chainStartFromRecords(records, tenantId, first ? Number(first.seq) : null, verifiers);
+          const entries: EntryRow[] = [];
+          if (start.ok) {
+            // COPY takes no bind parameters: checked integers.
+            const query = `SELECT ${ENTRY_COLUMNS} FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${Math.trunc(start.seq)} AND seq <= ${Math.trunc(size)} ORDER BY seq`;
+            for await (const rows of copyRows(tx, query)) for (const f of rows) entries.push(entryRowOf(f, 0));
+          }
+          return { start, entries };
+        }),
+      anchorPath,
+      tenantId,
+      verifiers,
+      proveSeq,
+    );
+  } finally {
+    await sql.close();
+  }
+}
