@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { appendAuditEntry, canonicalJson, type EntryRow } from "../src/audit/chain.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
 import { compareWithFile } from "../src/audit/anchor-check.ts";
+import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { verifyTenantChain } from "../src/audit/verify.ts";
 import { appendEntriesPg, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
 import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
@@ -372,6 +373,39 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     const cut = await verify();
     expect(cut.code).toBe(1);
     expect(cut.out).toContain("bestand-ingekort");
+  });
+
+  test("nachtwacht verify --database-url --checkpoint: the e-mailed installation checkpoint holds for the moved installation; after the file and the database are both cut back, it does not", async () => {
+    await livedInstallation();
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const note = latestInstallationCheckpoint(env!.store.sqlite)!;
+    const cpFile = join(env!.dir, "checkpoint.txt");
+    writeFileSync(cpFile, `\n  ${note}\n`); // as pasted from an e-mail
+    const { path } = await buildBinary();
+    const witness = async () => {
+      const p = Bun.spawn([path, "verify", "--database-url", "-", "--checkpoint", cpFile, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
+        cwd: env!.dir,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
+        stdin: new Blob([url]),
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+      return { code, out, err };
+    };
+    const ok = await witness();
+    expect([ok.code, ok.err]).toEqual([0, ""]);
+    expect(ok.out).toContain("RESULTAAT: database en ankerbestand bevatten de ondertekende toestand van het checkpoint.");
+
+    // Root rewrites both: the file cut back to its first run, the database's copy of it too.
+    const text = readFileSync(env!.config.auditAnkerBestand, "utf8");
+    const firstRunEnd = text.indexOf("\n", text.indexOf('"soort":"installatie"')) + 1;
+    writeFileSync(env!.config.auditAnkerBestand, text.slice(0, firstRunEnd));
+    await client(url)`DELETE FROM audit_anchor_log WHERE positie >= ${firstRunEnd}`;
+    const cut = await witness();
+    expect(cut.code).toBe(1);
+    expect(cut.out).toContain("het bestand is ingekort of teruggezet");
   });
 
   test("nachtwacht export --database-url writes the same bundle, byte for byte, as export from the SQLite original; verify --bundel accepts it", async () => {

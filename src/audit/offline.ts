@@ -54,6 +54,27 @@ export interface WitnessVerdict {
  * the chains must still reach each tenant's newest checkpoint among those lines.
  */
 export async function verifyAgainstInstallationCheckpoint(dbPath: string, anchorPath: string, note: string, verifiers: Verifier[]): Promise<WitnessVerdict> {
+  return verifyAgainstInstallationCheckpointWith(anchorPath, note, verifiers, async (targets) => {
+    const db = openReadOnly(dbPath);
+    try {
+      const tenants = (db.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
+      return await verifyInstallation(db, dbPath, anchorPath, tenants, verifiers, { workers: 0, checkpoints: targets });
+    } finally {
+      db.close();
+    }
+  });
+}
+
+/**
+ * The witness check for any store: `verifyAt` checks the database's chains against the
+ * given checkpoints (the newest of each tenant among the file's first `size` records).
+ */
+export async function verifyAgainstInstallationCheckpointWith(
+  anchorPath: string,
+  note: string,
+  verifiers: Verifier[],
+  verifyAt: (targets: Map<number, CheckpointRef>) => Promise<InstallationVerdict>,
+): Promise<WitnessVerdict> {
   const o = openInstallationCheckpoint(note, verifiers);
   if (!o.ok) throw new CannotCheck(`het installatie-checkpoint is niet geldig ondertekend door een vertrouwde sleutel (${o.error})`);
   const size = o.checkpoint.size;
@@ -79,15 +100,9 @@ export async function verifyAgainstInstallationCheckpoint(dbPath: string, anchor
     if (!c.ok) return { ok: false, grootte: size, fout: `${n.soort} van tenant ${tenantId} in het bestand is niet geldig ondertekend` };
     targets.set(tenantId, c.head);
   }
-  const db = openReadOnly(dbPath);
-  try {
-    const tenants = (db.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
-    const verdict = await verifyInstallation(db, dbPath, anchorPath, tenants, verifiers, { workers: 0, checkpoints: targets });
-    const ok = !verdict.probleem && verdict.tenants.every((t) => t.intact);
-    return { ok, grootte: size, verdict };
-  } finally {
-    db.close();
-  }
+  const verdict = await verifyAt(targets);
+  const ok = !verdict.probleem && verdict.tenants.every((t) => t.intact);
+  return { ok, grootte: size, verdict };
 }
 
 /** The first line of a bundle. */

@@ -299,18 +299,11 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       else out(`RESULTAAT: de bundel klopt NIET: ${v.fout}`);
       return v.ok ? 0 : 1;
     }
+    if (o.checkpoint === "-" && o["database-url"] === "-") throw new UsageError("--checkpoint - en --database-url - kunnen niet allebei standaardinvoer lezen");
+    // PostgreSQL: the same checks, read through COPY (src/pg/offline.ts).
     const pg = await postgresUrl(o, env);
-    if (pg) {
-      // PostgreSQL: the same verdict, read through COPY (src/pg/offline.ts).
-      if (o.checkpoint !== undefined) throw new CannotCheck("--checkpoint controleert nog alleen een SQLite-database");
-      out(`database:     ${redactUrl(pg)}`);
-      out(`ankerbestand: ${anchorPath}`);
-      const v = await onPostgres(pg, () => import("../pg/offline.ts").then((m) => m.verifyInstallationPg(pg, anchorPath, verifiers, { workers: 2 })));
-      const ok = printVerdict(v, out);
-      out(ok ? "RESULTAAT: de database klopt met het ankerbestand." : "RESULTAAT: de database klopt NIET met het ankerbestand.");
-      return ok ? 0 : 1;
-    }
-    out(`database:     ${dbPath}`);
+    const pgOffline = pg ? await import("../pg/offline.ts") : null;
+    out(`database:     ${pg ? redactUrl(pg) : dbPath}`);
     out(`ankerbestand: ${anchorPath}`);
     if (o.checkpoint !== undefined) {
       let note: string;
@@ -321,14 +314,17 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       }
       // An e-mail client may add blank lines or spaces around the block: the note itself ends after its signature lines.
       note = note.replace(/\r\n/g, "\n").trim() + "\n";
-      const w = await verifyAgainstInstallationCheckpoint(dbPath, anchorPath, note, verifiers);
+      const w =
+        pg && pgOffline
+          ? await onPostgres(pg, () => pgOffline.verifyAgainstInstallationCheckpointPg(pg, anchorPath, note, verifiers))
+          : await verifyAgainstInstallationCheckpoint(dbPath, anchorPath, note, verifiers);
       out(`installatie-checkpoint: ${w.grootte} records`);
       if (w.fout) out(`  FOUT: ${w.fout}`);
       const ok = w.ok && (w.verdict ? printVerdict(w.verdict, out) : true);
       out(ok ? "RESULTAAT: database en ankerbestand bevatten de ondertekende toestand van het checkpoint." : "RESULTAAT: database en ankerbestand bevatten de toestand van het checkpoint NIET.");
       return ok ? 0 : 1;
     }
-    const v = await verifyDatabase(dbPath, anchorPath, verifiers);
+    const v = pg && pgOffline ? await onPostgres(pg, () => pgOffline.verifyInstallationPg(pg, anchorPath, verifiers, { workers: 2 })) : await verifyDatabase(dbPath, anchorPath, verifiers);
     const ok = printVerdict(v, out);
     out(ok ? "RESULTAAT: de database klopt met het ankerbestand." : "RESULTAAT: de database klopt NIET met het ankerbestand.");
     return ok ? 0 : 1;

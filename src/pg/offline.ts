@@ -6,9 +6,9 @@ import { SQL } from "bun";
 import { compareRowsWithFile, type AnchorRow } from "../audit/anchor-check.ts";
 import type { Verifier } from "../audit/note.ts";
 import type { EntryRow } from "../audit/chain.ts";
-import { exportBundleFrom } from "../audit/offline.ts";
+import { exportBundleFrom, verifyAgainstInstallationCheckpointWith, type WitnessVerdict } from "../audit/offline.ts";
 import { verifyInstallationOf, type InstallationVerdict } from "../audit/verify-all.ts";
-import { chainStartFromRecords, START_KINDS } from "../audit/verify.ts";
+import { chainStartFromRecords, START_KINDS, type CheckpointRef } from "../audit/verify.ts";
 import { copyRows, copyUnescape, ENTRY_COLUMNS, entryRowOf, verifyTenantsPg } from "./chain.ts";
 
 /** audit_anchor_log in positie order, streamed through COPY in the transaction `tx`. */
@@ -24,7 +24,7 @@ async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
   }
 }
 
-export async function verifyInstallationPg(url: string, anchorPath: string, verifiers: Verifier[], o: { workers: number }): Promise<InstallationVerdict> {
+export async function verifyInstallationPg(url: string, anchorPath: string, verifiers: Verifier[], o: { workers: number; checkpoints?: Map<number, CheckpointRef> }): Promise<InstallationVerdict> {
   const sql = new SQL(url, { max: 3 });
   try {
     const tenantIds = ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
@@ -35,10 +35,16 @@ export async function verifyInstallationPg(url: string, anchorPath: string, veri
         oldHeadAnchors: async () => Number(((await sql`SELECT count(*) AS n FROM audit_head_anchors`) as { n: string }[])[0]!.n),
       },
       tenantIds,
+      o.checkpoints,
     );
   } finally {
     await sql.close();
   }
+}
+
+/** `verify --checkpoint` on PostgreSQL: the database and anchor file against an installation checkpoint kept off the machine. */
+export function verifyAgainstInstallationCheckpointPg(url: string, anchorPath: string, note: string, verifiers: Verifier[]): Promise<WitnessVerdict> {
+  return verifyAgainstInstallationCheckpointWith(anchorPath, note, verifiers, (checkpoints) => verifyInstallationPg(url, anchorPath, verifiers, { workers: 0, checkpoints }));
 }
 
 /** One tenant's bundle for an auditor (`nachtwacht export --database-url`), its chain read in one snapshot. */
