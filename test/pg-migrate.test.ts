@@ -4,14 +4,16 @@
 // done, and refuses a source that does not verify or a target that is not empty.
 import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { appendAuditEntry, canonicalJson, type EntryRow } from "../src/audit/chain.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
 import { compareWithFile } from "../src/audit/anchor-check.ts";
 import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { verifyTenantChain } from "../src/audit/verify.ts";
+import { libpqEnv } from "../src/pg/backup.ts";
 import { appendEntriesPg, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
+import { verifyInstallationPg } from "../src/pg/offline.ts";
 import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { fillDemoData } from "../src/cli/demo-data.ts";
@@ -406,6 +408,57 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     const cut = await witness();
     expect(cut.code).toBe(1);
     expect(cut.out).toContain("het bestand is ingekort of teruggezet");
+  });
+
+  test("nachtwacht backup --database-url: pg_dump, checked, the anchor file beside it; restored into a new database the installation verifies; an unknown database is exit 66", async () => {
+    await livedInstallation();
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const { path } = await buildBinary();
+    const dir = join(env!.dir, "backups");
+    const backup = async (target: string) => {
+      const p = Bun.spawn([path, "backup", "--database-url", "-", "--map", dir, "--ankers", env!.config.auditAnkerBestand, "--geen-melding"], {
+        cwd: env!.dir,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
+        stdin: new Blob([target]),
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+      return { code, out, err };
+    };
+    const ok = await backup(url);
+    expect([ok.code, ok.err]).toEqual([0, ""]);
+    const files = readdirSync(dir).sort();
+    expect(files).toHaveLength(2);
+    expect(files[0]).toMatch(/^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz$/);
+    expect(files[1]).toMatch(/^nachtwacht-\d{8}T\d{6}Z\.pgdump$/);
+
+    // The dump restores into an empty database, and that database verifies against the anchor file.
+    const restored = await cluster.createDatabase();
+    const r = Bun.spawnSync(["pg_restore", "--no-owner", "--exit-on-error", "--dbname", libpqEnv(restored).PGDATABASE!, join(dir, files[1]!)], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...libpqEnv(restored) }, stderr: "pipe" });
+    expect([r.exitCode, r.stderr.toString()]).toEqual([0, ""]);
+    const v = await verifyInstallationPg(restored, env!.config.auditAnkerBestand, VERIFIERS, { workers: 0 });
+    expect(v.probleem).toBeUndefined();
+    expect(v.tenants.every((t) => t.intact)).toBe(true);
+    expect(v.tenants.reduce((n, t) => n + t.aantalEntries, 0)).toBe(count("audit_entries"));
+
+    const missing = await backup(url.replace(/\/[^/]+$/, "/bestaat_niet"));
+    expect(missing.code).toBe(66);
+    expect(missing.err).toContain("pg_dump");
+    expect(readdirSync(dir).filter((f) => f.startsWith("."))).toEqual([]);
+  });
+
+  test("libpqEnv: the URL's parts go to pg_dump's environment, the password too, so nothing secret is on its command line", () => {
+    expect(libpqEnv("postgres://nw:ge%40heim@db.example:5433/nacht%20wacht?sslmode=require")).toEqual({
+      PGHOST: "db.example",
+      PGPORT: "5433",
+      PGUSER: "nw",
+      PGPASSWORD: "ge@heim",
+      PGDATABASE: "nacht wacht",
+      PGSSLMODE: "require",
+    });
+    expect(libpqEnv("postgres://nw@[::1]/x?password=p").PGPASSWORD).toBe("p");
   });
 
   test("nachtwacht export --database-url writes the same bundle, byte for byte, as export from the SQLite original; verify --bundel accepts it", async () => {

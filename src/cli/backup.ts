@@ -21,10 +21,12 @@ import { pipeline } from "node:stream/promises";
 import { parseArgs } from "node:util";
 import { createGzip } from "node:zlib";
 import { parseEnvFile } from "./config-check.ts";
+import { databaseUrl } from "./database-url.ts";
 
 const USAGE =
-  "gebruik: nachtwacht backup [--env BESTAND] [--db BESTAND] [--map MAP] [--ankers BESTAND] [--bewaar-dagen N] [--geen-melding]\n" +
+  "gebruik: nachtwacht backup [--env BESTAND] [--db BESTAND | --database-url URL|-] [--map MAP] [--ankers BESTAND] [--bewaar-dagen N] [--geen-melding]\n" +
   "  Maakt een online kopie van de database (VACUUM INTO), controleert en comprimeert die in --map,\n" +
+  "  of van PostgreSQL met pg_dump (--database-url of DATABASE_URL zonder --db; gecontroleerd met pg_restore --list),\n" +
   "  kopieert het ankerbestand ernaast en meldt het resultaat aan backup-status.\n" +
   "  --env           omgevingsbestand met CRON_SECRET, PORT, HOST (standaard /etc/nachtwacht/nachtwacht.env)\n" +
   "  --db            standaard DATABASE_PATH uit --env, anders /var/lib/nachtwacht/nachtwacht.db\n" +
@@ -60,7 +62,7 @@ export class BackupError extends Error {
   }
 }
 
-const stampOf = (d: Date) => d.toISOString().replace(/[-:]/g, "").replace(/\.\d{3}Z$/, "Z");
+export const stampOf = (d: Date) => d.toISOString().replace(/[-:]/g, "").replace(/\.\d{3}Z$/, "Z");
 const why = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
 async function gzipFile(from: string, to: string): Promise<void> {
@@ -135,39 +137,54 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     }
     const size = statSync(path).size;
 
-    let anchorsCopied = false;
-    if (existsSync(o.anchors)) {
-      step = `kopiëren van het ankerbestand ${o.anchors}`;
-      const to = join(o.dir, `audit-ankers-${stamp}.jsonl.gz`);
-      try {
-        await gzipFile(o.anchors, `${to}.tmp`);
-        renameSync(`${to}.tmp`, to);
-      } catch (e) {
-        rmSync(`${to}.tmp`, { force: true });
-        fail(74, e);
-      }
-      anchorsCopied = true;
-    }
-
-    step = `opruimen van back-ups ouder dan ${o.keepDays} dagen`;
-    const pruned: string[] = [];
-    const cutoff = o.now.getTime() - o.keepDays * 86_400_000;
-    try {
-      for (const f of readdirSync(o.dir)) {
-        if (!/^nachtwacht-\d{8}T\d{6}Z\.db\.gz$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz$/.test(f)) continue;
-        const p = join(o.dir, f);
-        if (statSync(p).mtimeMs < cutoff) {
-          rmSync(p);
-          pruned.push(f);
-        }
-      }
-    } catch (e) {
-      fail(74, e);
-    }
+    const { anchorsCopied, pruned } = await copyAnchorsAndPrune(o, stamp, (s) => (step = s), fail);
     return { name, path, size, anchorsCopied, pruned };
   } finally {
     clean();
   }
+}
+
+/**
+ * After a backup: the anchor file gzipped beside it (the two belong together: a restore
+ * without it fails verification), then backups older than keepDays pruned. `setStep`
+ * names the step for an error; `fail` throws the BackupError.
+ */
+export async function copyAnchorsAndPrune(
+  o: { dir: string; anchors: string; keepDays: number; now: Date },
+  stamp: string,
+  setStep: (step: string) => void,
+  fail: (code: number, e?: unknown) => never,
+): Promise<{ anchorsCopied: boolean; pruned: string[] }> {
+  let anchorsCopied = false;
+  if (existsSync(o.anchors)) {
+    setStep(`kopiëren van het ankerbestand ${o.anchors}`);
+    const to = join(o.dir, `audit-ankers-${stamp}.jsonl.gz`);
+    try {
+      await gzipFile(o.anchors, `${to}.tmp`);
+      renameSync(`${to}.tmp`, to);
+    } catch (e) {
+      rmSync(`${to}.tmp`, { force: true });
+      fail(74, e);
+    }
+    anchorsCopied = true;
+  }
+
+  setStep(`opruimen van back-ups ouder dan ${o.keepDays} dagen`);
+  const pruned: string[] = [];
+  const cutoff = o.now.getTime() - o.keepDays * 86_400_000;
+  try {
+    for (const f of readdirSync(o.dir)) {
+      if (!/^nachtwacht-\d{8}T\d{6}Z\.(db\.gz|pgdump)$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz$/.test(f)) continue;
+      const p = join(o.dir, f);
+      if (statSync(p).mtimeMs < cutoff) {
+        rmSync(p);
+        pruned.push(f);
+      }
+    }
+  } catch (e) {
+    fail(74, e);
+  }
+  return { anchorsCopied, pruned };
 }
 
 /** POSTs a result to backup-status on the local service; returns its answer. */
@@ -193,6 +210,7 @@ export async function runBackup(argv: string[], processEnv: Record<string, strin
       options: {
         env: { type: "string" },
         db: { type: "string" },
+        "database-url": { type: "string" },
         map: { type: "string" },
         ankers: { type: "string" },
         "bewaar-dagen": { type: "string" },
@@ -233,10 +251,22 @@ export async function runBackup(argv: string[], processEnv: Record<string, strin
     now: new Date(),
   };
 
+  // PostgreSQL: --database-url, or DATABASE_URL (env file, else environment) when no --db is given.
+  let url: string | null = null;
+  const pgEnvUrl = env.DATABASE_URL ?? processEnv.DATABASE_URL;
+  if (values["database-url"] !== undefined || (values.db === undefined && pgEnvUrl !== undefined)) {
+    const given = await databaseUrl(values["database-url"], { DATABASE_URL: pgEnvUrl }, () => Bun.stdin.text());
+    if ("error" in given) {
+      err(`nachtwacht backup: ${given.error}\n${USAGE}`);
+      return 64;
+    }
+    url = given.url;
+  }
+
   let code = 0;
   let body: object;
   try {
-    const done = await makeBackup(options);
+    const done = url !== null ? await (await import("../pg/backup.ts")).makeBackupPg({ ...options, url }) : await makeBackup(options);
     out(`backup ok: ${done.path} (${done.size} bytes)${done.anchorsCopied ? "; ankerbestand ernaast" : ""}${done.pruned.length ? `; ${done.pruned.length} oude verwijderd` : ""}`);
     body = { exitCode: 0, bestandsnaam: basename(done.path), grootte: done.size };
   } catch (e) {

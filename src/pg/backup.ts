@@ -1,0 +1,82 @@
+// `nachtwacht backup` for an installation on PostgreSQL: pg_dump in its custom format
+// (compressed, consistent: one snapshot), checked by pg_restore --list (the archive reads
+// back and holds every table's data), renamed into the backup folder; the anchor file
+// beside it and pruning as for SQLite (src/cli/backup.ts). The connection goes to
+// pg_dump through its environment (PGHOST, PGPASSWORD …), never its command line, where
+// ps would show a password.
+import { existsSync, mkdirSync, accessSync, constants, renameSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { BackupError, copyAnchorsAndPrune, stampOf, type BackupDone } from "../cli/backup.ts";
+import { COPIED_TABLES, tableShape } from "./migrate-to.ts";
+
+export interface PgBackupOptions {
+  url: string;
+  dir: string;
+  anchors: string;
+  keepDays: number;
+  now: Date;
+}
+
+/** libpq's environment for a URL: what pg_dump and pg_restore connect with. */
+export function libpqEnv(url: string): Record<string, string> {
+  const u = new URL(url);
+  const env: Record<string, string> = {};
+  if (u.hostname) env.PGHOST = decodeURIComponent(u.hostname.replace(/^\[|\]$/g, ""));
+  if (u.port) env.PGPORT = u.port;
+  if (u.username) env.PGUSER = decodeURIComponent(u.username);
+  if (u.password) env.PGPASSWORD = decodeURIComponent(u.password);
+  const db = decodeURIComponent(u.pathname.replace(/^\//, ""));
+  if (db) env.PGDATABASE = db;
+  for (const [k, v] of u.searchParams) {
+    if (k === "sslmode") env.PGSSLMODE = v;
+    else if (/password/i.test(k)) env.PGPASSWORD = v;
+  }
+  return env;
+}
+
+async function run(cmd: string[], env: Record<string, string>): Promise<{ code: number; out: string; err: string }> {
+  const p = Bun.spawn(cmd, { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...env }, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code, out, err };
+}
+
+export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
+  let step = "aanmaken van de back-upmap " + o.dir;
+  const fail = (code: number, e?: unknown): never => {
+    throw new BackupError(code, `backup mislukt bij: ${step}${e === undefined ? "" : `: ${e instanceof Error ? e.message : String(e)}`}`);
+  };
+  try {
+    mkdirSync(o.dir, { recursive: true, mode: 0o700 });
+    accessSync(o.dir, constants.W_OK);
+  } catch (e) {
+    fail(73, e);
+  }
+  const stamp = stampOf(o.now);
+  const name = `nachtwacht-${stamp}.pgdump`;
+  const tmp = join(o.dir, `.nachtwacht-${stamp}.pgdump.tmp`);
+  const env = libpqEnv(o.url);
+  try {
+    step = "pg_dump";
+    const dump = await run(["pg_dump", "--format=custom", "--compress=9", "--no-owner", "--no-privileges", `--file=${tmp}`], env);
+    if (dump.code !== 0) fail(dump.err.includes("could not connect") || dump.err.includes("does not exist") ? 66 : 65, new Error(dump.err.trim().slice(0, 1000)));
+
+    step = "controle van de dump (pg_restore --list)";
+    const list = await run(["pg_restore", "--list", tmp], {});
+    if (list.code !== 0) fail(65, new Error(list.err.trim().slice(0, 1000)));
+    // Every table nachtwacht keeps must have its data in the archive.
+    const missing = COPIED_TABLES.map((t) => tableShape(t).name).filter((t) => !new RegExp(`TABLE DATA public ${t} `).test(list.out));
+    if (missing.length > 0) fail(65, new Error(`de dump mist de gegevens van: ${missing.join(", ")}`));
+
+    step = "verplaatsen in de back-upmap";
+    const path = join(o.dir, name);
+    try {
+      renameSync(tmp, path);
+    } catch (e) {
+      fail(74, e);
+    }
+    const rest = await copyAnchorsAndPrune(o, stamp, (s) => (step = s), fail);
+    return { name, path, size: statSync(path).size, ...rest };
+  } finally {
+    if (existsSync(tmp)) rmSync(tmp, { force: true });
+  }
+}
