@@ -254,18 +254,23 @@ describe("COPY text format", () => {
 
 describe("nachtwacht migrate-to (the compiled binary)", () => {
   /** The binary with no secret in its environment: only PATH, HOME and what is given. */
-  async function run(args: string[], o: { stdin?: string; env?: Record<string, string> } = {}) {
+  /** The binary as a process in the test's directory, with no secret in its environment. */
+  async function spawnBinary(args: string[], stdin?: string) {
     const { path } = await buildBinary();
-    const p = Bun.spawn([path, "migrate-to", ...args], {
+    return Bun.spawn([path, ...args], {
       cwd: env!.dir,
-      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir, ...(o.env ?? {}) },
-      stdin: o.stdin === undefined ? "ignore" : new Blob([o.stdin]),
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
+      stdin: stdin === undefined ? "ignore" : new Blob([stdin]),
       stdout: "pipe",
       stderr: "pipe",
     });
+  }
+  async function binary(args: string[], stdin?: string) {
+    const p = await spawnBinary(args, stdin);
     const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
     return { code, out, err };
   }
+  const run = (args: string[], o: { stdin?: string } = {}) => binary(["migrate-to", ...args], o.stdin);
   const files = () => ["--db", env!.config.databasePath, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY];
 
   test("copies with the URL on standard input (exit 0), refuses a second run into the same database (exit 2)", async () => {
@@ -285,15 +290,8 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     // line the command prints as each phase starts (no timing involved).
     env = makeTestEnv();
     fillDemoData(env.store.sqlite, { tenants: 20, admins: 20, audit: 120_000, logins: 1_000, backups: 3 }, NOW);
-    const { path } = await buildBinary();
     const killAt = async (url: string, marker: string) => {
-      const p = Bun.spawn([path, "migrate-to", "--database-url", "-", ...files()], {
-        cwd: env!.dir,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
-        stdin: new Blob([url]),
-        stdout: "pipe",
-        stderr: "pipe",
-      });
+      const p = await spawnBinary(["migrate-to", "--database-url", "-", ...files()], url);
       const reader = p.stdout.getReader();
       let seen = "";
       while (!seen.includes(marker)) {
@@ -336,18 +334,7 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     const { b } = await livedInstallation();
     const url = await cluster.createDatabase();
     expect((await migrate(url)).uitkomst).toBe("klaar");
-    const { path } = await buildBinary();
-    const verify = async () => {
-      const p = Bun.spawn([path, "verify", "--database-url", "-", "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
-        cwd: env!.dir,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
-        stdin: new Blob([url]),
-        stdout: "pipe",
-        stderr: "pipe",
-      });
-      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
-      return { code, out, err };
-    };
+    const verify = () => binary(["verify", "--database-url", "-", "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], url);
     const ok = await verify();
     expect([ok.code, ok.err]).toEqual([0, ""]);
     expect(ok.out).toContain("RESULTAAT: de database klopt met het ankerbestand.");
@@ -384,18 +371,7 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     const note = latestInstallationCheckpoint(env!.store.sqlite)!;
     const cpFile = join(env!.dir, "checkpoint.txt");
     writeFileSync(cpFile, `\n  ${note}\n`); // as pasted from an e-mail
-    const { path } = await buildBinary();
-    const witness = async () => {
-      const p = Bun.spawn([path, "verify", "--database-url", "-", "--checkpoint", cpFile, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
-        cwd: env!.dir,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
-        stdin: new Blob([url]),
-        stdout: "pipe",
-        stderr: "pipe",
-      });
-      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
-      return { code, out, err };
-    };
+    const witness = () => binary(["verify", "--database-url", "-", "--checkpoint", cpFile, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], url);
     const ok = await witness();
     expect([ok.code, ok.err]).toEqual([0, ""]);
     expect(ok.out).toContain("RESULTAAT: database en ankerbestand bevatten de ondertekende toestand van het checkpoint.");
@@ -414,19 +390,8 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     await livedInstallation();
     const url = await cluster.createDatabase();
     expect((await migrate(url)).uitkomst).toBe("klaar");
-    const { path } = await buildBinary();
     const dir = join(env!.dir, "backups");
-    const backup = async (target: string) => {
-      const p = Bun.spawn([path, "backup", "--database-url", "-", "--map", dir, "--ankers", env!.config.auditAnkerBestand, "--geen-melding"], {
-        cwd: env!.dir,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
-        stdin: new Blob([target]),
-        stdout: "pipe",
-        stderr: "pipe",
-      });
-      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
-      return { code, out, err };
-    };
+    const backup = (target: string) => binary(["backup", "--database-url", "-", "--map", dir, "--ankers", env!.config.auditAnkerBestand, "--geen-melding"], target);
     const ok = await backup(url);
     expect([ok.code, ok.err]).toEqual([0, ""]);
     const files = readdirSync(dir).sort();
@@ -465,28 +430,16 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     const { a } = await livedInstallation();
     const url = await cluster.createDatabase();
     expect((await migrate(url)).uitkomst).toBe("klaar");
-    const { path } = await buildBinary();
-    const run = async (args: string[], stdin?: string) => {
-      const p = Bun.spawn([path, ...args], {
-        cwd: env!.dir,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env!.dir },
-        stdin: stdin === undefined ? "ignore" : new Blob([stdin]),
-        stdout: "pipe",
-        stderr: "pipe",
-      });
-      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
-      return { code, out, err };
-    };
     const keys = ["--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY];
     // Tenant a's chain starts at a signed retention record (seq 11), so no inclusion proof: a bundle of the rest.
-    const fromPg = await run(["export", "--tenant", String(a), "--database-url", "-", ...keys], url);
-    const fromSqlite = await run(["export", "--tenant", String(a), "--db", env!.config.databasePath, ...keys]);
+    const fromPg = await binary(["export", "--tenant", String(a), "--database-url", "-", ...keys], url);
+    const fromSqlite = await binary(["export", "--tenant", String(a), "--db", env!.config.databasePath, ...keys]);
     expect([fromPg.code, fromSqlite.code]).toEqual([0, 0]);
     expect(fromPg.out).toBe(fromSqlite.out);
     expect(fromPg.out.trimEnd().split("\n").length).toBe(1 + 35);
     const bundle = join(env!.dir, "bundel.jsonl");
     writeFileSync(bundle, fromPg.out + "\n");
-    const checked = await run(["verify", "--bundel", bundle, "--sleutel", TEST_VERIFIER_KEY]);
+    const checked = await binary(["verify", "--bundel", bundle, "--sleutel", TEST_VERIFIER_KEY]);
     expect(checked.code).toBe(0);
     expect(checked.out).toContain("RESULTAAT: de bundel van tenant");
   });

@@ -69,6 +69,16 @@ async function gzipFile(from: string, to: string): Promise<void> {
   await pipeline(createReadStream(from), createGzip({ level: 9 }), createWriteStream(to, { mode: 0o600 }));
 }
 
+/** The backup folder, made private (0700) if new, and writable: else exit 73. */
+export function prepareBackupDir(dir: string, fail: (code: number, e?: unknown) => never): void {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    accessSync(dir, constants.W_OK);
+  } catch (e) {
+    fail(73, e);
+  }
+}
+
 /** The backup itself: every step, or a BackupError naming the one that failed. */
 export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   let step = `controleren van de database ${o.db}`;
@@ -84,12 +94,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   if (!readable) fail(66, new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
 
   step = `aanmaken van de back-upmap ${o.dir}`;
-  try {
-    mkdirSync(o.dir, { recursive: true, mode: 0o700 });
-    accessSync(o.dir, constants.W_OK);
-  } catch (e) {
-    fail(73, e);
-  }
+  prepareBackupDir(o.dir, fail);
 
   const stamp = stampOf(o.now);
   const name = `nachtwacht-${stamp}.db.gz`;

@@ -4,9 +4,9 @@
 // beside it and pruning as for SQLite (src/cli/backup.ts). The connection goes to
 // pg_dump through its environment (PGHOST, PGPASSWORD …), never its command line, where
 // ps would show a password.
-import { existsSync, mkdirSync, accessSync, constants, renameSync, rmSync, statSync } from "node:fs";
+import { existsSync, renameSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { BackupError, copyAnchorsAndPrune, stampOf, type BackupDone } from "../cli/backup.ts";
+import { BackupError, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
 import { COPIED_TABLES, tableShape } from "./migrate-to.ts";
 
 export interface PgBackupOptions {
@@ -41,16 +41,11 @@ async function run(cmd: string[], env: Record<string, string>): Promise<{ code: 
 }
 
 export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
-  let step = "aanmaken van de back-upmap " + o.dir;
+  let step = `aanmaken van de back-upmap ${o.dir}`;
   const fail = (code: number, e?: unknown): never => {
     throw new BackupError(code, `backup mislukt bij: ${step}${e === undefined ? "" : `: ${e instanceof Error ? e.message : String(e)}`}`);
   };
-  try {
-    mkdirSync(o.dir, { recursive: true, mode: 0o700 });
-    accessSync(o.dir, constants.W_OK);
-  } catch (e) {
-    fail(73, e);
-  }
+  prepareBackupDir(o.dir, fail);
   const stamp = stampOf(o.now);
   const name = `nachtwacht-${stamp}.pgdump`;
   const tmp = join(o.dir, `.nachtwacht-${stamp}.pgdump.tmp`);
