@@ -80,7 +80,6 @@ export interface AnchorComparison {
   waarschuwingen: string[];
 }
 
-
 /** Whether a record's signature holds under a trusted key (and it names its tenant). */
 export function recordVerifies(l: AnchorLine, verifiers: Verifier[]): boolean {
   return recordSize(l, verifiers) !== null;
@@ -180,7 +179,7 @@ class RowCursor {
 
 /**
  * The comparison itself, over the database's rows of audit_anchor_log in positie order,
- * from any store (SQLite here, PostgreSQL in src/pg/verify-all.ts), in chunks.
+ * from any store (SQLite here, PostgreSQL in src/pg/offline.ts), in chunks.
  */
 export async function compareRowsWithFile(rowChunks: AsyncIterable<readonly AnchorRow[]> | Iterable<readonly AnchorRow[]>, path: string, verifiers: Verifier[]): Promise<AnchorComparison> {
   const out: AnchorComparison = {
