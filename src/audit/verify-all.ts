@@ -73,7 +73,7 @@ export async function verifyInstallation(
   );
 }
 
-/** What verifyInstallationOf needs of a store (SQLite above, PostgreSQL in src/pg/verify-all.ts). */
+/** What verifyInstallationOf needs of a store (SQLite above, PostgreSQL in src/pg/offline.ts). */
 export interface InstallationSource {
   /** The anchor file against the store's copy of it. */
   compare(): Promise<AnchorComparison>;
