@@ -8,7 +8,7 @@
 // crash between batches leaves chains that still link to their anchors.
 //
 // How the batches are paced (bench/run.ts measures it at 5 million rows):
-// - A batch is sized so its write transaction takes about a target time (30–75 ms);
+// - A batch is sized so its write transaction takes about a target time (30–80 ms);
 //   the size adapts to the machine and the data instead of being a fixed row count.
 // - The WAL is checkpointed by the job itself after each batch, outside the write lock
 //   (automatic checkpoints are off on this connection meanwhile). With scattered index
@@ -33,8 +33,8 @@ export { retentionBoundary } from "../time.ts";
 
 /** SQLite's default busy handler: the moments (ms after the first failed try) it tries again. */
 const BUSY_RETRIES_MS = [0, 1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228];
-/** Margin for a woken writer to start its transaction before the job takes the lock again. */
-const GAP_MARGIN_MS = 5;
+/** Margin for a woken writer to start its transaction before the job takes the lock again (5 ms before round 4; 3 ms measured as enough, docs/performance.md). */
+const GAP_MARGIN_MS = 3;
 
 /**
  * The free time after a batch that held the write lock for `lockMs`: a writer that
@@ -365,8 +365,8 @@ export async function deleteOldLoginAttempts(sqlite: Database, grens: string, o:
     const n = del.run(grens, size).changes;
     return { n, done: n < size };
   });
-  // 75 ms: every batch costs a gap of 30 ms for a waiting writer, so longer batches mean
-  // fewer gaps; at 90 ms a slow batch pushed a writer past 150 ms (docs/performance.md).
+  // 80 ms: every batch costs a gap of about 28 ms for a waiting writer, so longer batches
+  // mean fewer gaps; at 90 ms a slow batch pushed a writer past 150 ms (docs/performance.md).
   // The 64 MB page cache: with the default 2 MB a batch re-read its own index pages.
-  return inBatches(sqlite, o, { targetMs: 75, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, (size) => batch.immediate(size));
+  return inBatches(sqlite, o, { targetMs: 80, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, (size) => batch.immediate(size));
 }
