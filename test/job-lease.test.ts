@@ -350,7 +350,8 @@ describe("another process holding the database's write lock (the host applicatio
     });
     expect(recorded).toEqual([{ uitkomst: "fout", http_status: 503, fout: body.error, beeindigd: expect.any(String) }]);
     expect(leaseOf(db.path, "taken-controle")).toBeUndefined();
-    expect(s.output()).toContain("the database write lock stayed taken by another process; the job was not started and answered 503");
+    // Written before the answer, but read from a pipe: wait for it rather than race it.
+    await until("the refusal's log line", () => s.output().includes("the database write lock stayed taken by another process; the job was not started and answered 503"));
     expect(s.output()).not.toContain('"alarm"');
 
     // The lock is free: the next call runs.
@@ -424,7 +425,7 @@ describe("a job that ends while another process holds the database's write lock"
       // and its lease stays until the end is written.
       expect(runsOf(db.path, "dagrapport")).toEqual([{ id: 1, uitkomst: "bezig", beeindigd: null }]);
       expect(leaseOf(db.path, "dagrapport")).toMatchObject({ pid: s.pid, run_id: 1 });
-      expect(s.output()).toContain("the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer");
+      await until("the deferred end's log line", () => s.output().includes("the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer"));
       expect(errorLines(s)).toEqual([]);
     } finally {
       order.push("releasing");
@@ -438,7 +439,8 @@ describe("a job that ends while another process holds the database's write lock"
     const row = query<{ http_status: number; samenvatting: string }>(db.path, "SELECT http_status, samenvatting FROM job_runs WHERE id = 1")[0]!;
     expect(row.http_status).toBe(200);
     expect(JSON.parse(row.samenvatting)).toEqual(r.json);
-    expect(s.output()).toContain("the end of a run was recorded once the database write lock was free");
+    // The log line is written before the lease is released, but reaches us through a pipe: wait for it.
+    await until("the late end's log line", () => s.output().includes("the end of a run was recorded once the database write lock was free"));
     expect(errorLines(s)).toEqual([]);
     expect(s.output()).not.toContain('"alarm"');
     s.proc.kill("SIGTERM");
