@@ -110,6 +110,9 @@ export function installedAt(db: Db): Date | null {
 export function openStore(path: string, now: Date = new Date()): Store {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
+  // Before the first read: another connection closing (its checkpoint) or writing at
+  // this moment would otherwise make that read fail at once with SQLITE_BUSY.
+  sqlite.run(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
   // auto_vacuum only takes effect on an empty database (or after VACUUM): set it
   // before the first table exists so db-onderhoud can reclaim pages incrementally.
   // Raw SQL: sqlite_schema is SQLite's own table, outside the Drizzle schema.

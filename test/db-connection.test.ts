@@ -34,3 +34,31 @@ describe("store.db and store.sqlite are one connection", () => {
     }
   });
 });
+
+describe("opening the store while another process holds the database for a moment", () => {
+  test("openStore waits for the lock (busy_timeout is set before its first read) instead of failing with SQLITE_BUSY", async () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const path = join(dir, "busy.db");
+      openStore(path).close();
+      const holder = Bun.spawn([process.execPath, join(import.meta.dir, "fixtures", "hold-exclusive-lock.ts"), path, "400"], { stdout: "pipe", stderr: "inherit" });
+      const reader = holder.stdout.getReader();
+      let seen = "";
+      while (!seen.includes("locked")) {
+        const r = await reader.read();
+        if (r.done) throw new Error("the lock holder exited early");
+        seen += new TextDecoder().decode(r.value);
+      }
+      // The holder is inside its exclusive transaction now: opening must wait, then succeed.
+      const store = openStore(path);
+      try {
+        expect(store.sqlite.query("SELECT value FROM service_meta WHERE key = 'lock-holder'").get()).toEqual({ value: "x" });
+      } finally {
+        store.close();
+      }
+      expect(await holder.exited).toBe(0);
+    } finally {
+      cleanup();
+    }
+  });
+});
