@@ -131,36 +131,44 @@ export interface ChainInput {
  * the retention anchor; for a new chain, genesis.
  */
 export function appendEntries(sqlite: Database, inputs: readonly ChainInput[]): AppendedEntry[] {
-  const heads = new Map<number, { seq: number; hash: string }>();
-  const headOf = (tenantId: number) => {
-    let head = heads.get(tenantId);
-    if (head === undefined) {
-      head =
-        (sqlite.query("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1").get(tenantId) as { seq: number; hash: string } | null) ??
-        (sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?").get(tenantId) as { seq: number; hash: string } | null) ?? {
-          seq: 0,
-          hash: GENESIS_HASH,
-        };
-    }
-    return head;
-  };
+  const head = sqlite.query("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1");
+  const anchor = sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?");
   let { nextId } = sqlite.query("SELECT coalesce(max(id), 0) + 1 AS nextId FROM audit_entries").get() as { nextId: number };
   const insert = sqlite.query(
     `INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash)
      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   );
-  const out: AppendedEntry[] = [];
-  for (const input of inputs) {
+  const out = linkEntries(
+    inputs,
+    (tenantId) => (head.get(tenantId) as ChainHead | null) ?? (anchor.get(tenantId) as ChainHead | null) ?? { seq: 0, hash: GENESIS_HASH },
+    () => nextId++,
+  );
+  for (const e of out) insert.run(e.tenantId, e.seq, e.id, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash, e.hash);
+  return out;
+}
+
+/** A chain's head: the seq and hash the next entry links to. */
+export interface ChainHead {
+  seq: number;
+  hash: string;
+}
+
+/**
+ * The one rule of appending, for any store: each input, in order, gets the next seq of
+ * its tenant, links to that tenant's head (`headOf`, asked once per tenant: its newest
+ * entry; after audit-retentie deleted the whole chain, the retention anchor; for a new
+ * chain, genesis) and gets its hash and the next id. The caller writes the result.
+ */
+export function linkEntries(inputs: readonly ChainInput[], headOf: (tenantId: number) => ChainHead, nextId: () => number): AppendedEntry[] {
+  const heads = new Map<number, ChainHead>();
+  return inputs.map((input) => {
     if (!ISO_UTC.test(input.createdAt)) throw new Error(`createdAt must be ISO 8601 UTC with milliseconds, got ${input.createdAt}`);
-    const prev = headOf(input.tenantId);
+    const prev = heads.get(input.tenantId) ?? headOf(input.tenantId);
     const fields: ChainFields = { ...input, seq: prev.seq + 1, prevHash: prev.hash };
     const hash = entryHash(fields);
-    const id = nextId++;
-    insert.run(fields.tenantId, fields.seq, id, fields.createdAt, fields.actor, fields.action, fields.subject, fields.details, fields.prevHash, hash);
     heads.set(input.tenantId, { seq: fields.seq, hash });
-    out.push({ ...fields, id, hash });
-  }
-  return out;
+    return { ...fields, id: nextId(), hash };
+  });
 }
 
 /** Appends one entry to a tenant's chain, in its own IMMEDIATE transaction. */

@@ -5,7 +5,7 @@
 import type { SQL } from "bun";
 import { onWorkers } from "../worker-pool.ts";
 import { startWorker } from "../workers.ts";
-import { entryHash, GENESIS_HASH, type AppendedEntry, type ChainFields, type ChainInput, type EntryRow } from "../audit/chain.ts";
+import { GENESIS_HASH, linkEntries, type AppendedEntry, type ChainHead, type ChainInput, type EntryRow } from "../audit/chain.ts";
 import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
 
 /**
@@ -13,8 +13,6 @@ import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type Che
  * its own number, apart from LOCK_NAMESPACE's locks (src/pg/store.ts).
  */
 export const CHAIN_LOCK = 0x6e7701;
-
-const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
 /**
  * Appends entries to their tenants' chains, in order, and returns them as stored.
@@ -28,9 +26,6 @@ const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
  */
 export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): Promise<AppendedEntry[]> {
   if (inputs.length === 0) return [];
-  for (const input of inputs) {
-    if (!ISO_UTC.test(input.createdAt)) throw new Error(`createdAt must be ISO 8601 UTC with milliseconds, got ${input.createdAt}`);
-  }
   const tenantIds = [...new Set(inputs.map((i) => i.tenantId))].sort((a, b) => a - b);
   // One round trip for every lock, in ascending order (the sorted subquery feeds the
   // aggregate row by row), and one for every head: a batch over 500 tenants costs a
@@ -43,31 +38,25 @@ export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): P
     FROM unnest(${tenantIds}::int[]) AS t
     LEFT JOIN LATERAL (SELECT seq, hash FROM audit_entries WHERE tenant_id = t ORDER BY seq DESC LIMIT 1) AS e ON true
     LEFT JOIN audit_retention_anchors AS r ON r.tenant_id = t`;
-  const heads = new Map<number, { seq: number; hash: string }>();
+  const heads = new Map<number, ChainHead>();
   // The newest entry; after audit-retentie deleted the whole chain, the retention anchor; else genesis.
   for (const h of headRows) heads.set(h.t, h.seq !== null ? { seq: Number(h.seq), hash: h.hash! } : h.aseq !== null ? { seq: Number(h.aseq), hash: h.ahash! } : { seq: 0, hash: GENESIS_HASH });
   const idRows: { id: string }[] = await tx`SELECT nextval(pg_get_serial_sequence('audit_entries', 'id')) AS id FROM generate_series(1, ${inputs.length})`;
   const ids = idRows.map((r) => Number(r.id)).sort((a, b) => a - b);
-  const out: AppendedEntry[] = [];
-  const rows = inputs.map((input, i) => {
-    const prev = heads.get(input.tenantId)!;
-    const fields: ChainFields = { ...input, seq: prev.seq + 1, prevHash: prev.hash };
-    const hash = entryHash(fields);
-    heads.set(input.tenantId, { seq: fields.seq, hash });
-    out.push({ ...fields, id: ids[i]!, hash });
-    return {
-      tenant_id: fields.tenantId,
-      seq: fields.seq,
-      id: ids[i]!,
-      created_at: fields.createdAt,
-      actor: fields.actor,
-      action: fields.action,
-      subject: fields.subject,
-      details: fields.details,
-      prev_hash: fields.prevHash,
-      hash,
-    };
-  });
+  let next = 0;
+  const out = linkEntries(inputs, (tenantId) => heads.get(tenantId)!, () => ids[next++]!);
+  const rows = out.map((e) => ({
+    tenant_id: e.tenantId,
+    seq: e.seq,
+    id: e.id,
+    created_at: e.createdAt,
+    actor: e.actor,
+    action: e.action,
+    subject: e.subject,
+    details: e.details,
+    prev_hash: e.prevHash,
+    hash: e.hash,
+  }));
   // Bun's bulk insert: one statement per batch of rows.
   for (let i = 0; i < rows.length; i += 1000) await tx`INSERT INTO audit_entries ${tx(rows.slice(i, i + 1000))}`;
   return out;
