@@ -9,7 +9,7 @@ import * as pgSchema from "../../db/schema-pg.ts";
 import { compareWithFile } from "../audit/anchor-check.ts";
 import type { Verifier } from "../audit/note.ts";
 import { verifyDatabase } from "../audit/offline.ts";
-import { verifyTenantsPg } from "./chain.ts";
+import { copyRows, copyUnescape, verifyTenantsPg } from "./chain.ts";
 import { openPgStore } from "./store.ts";
 import { redactUrl } from "./url.ts";
 
@@ -39,8 +39,8 @@ interface TableShape {
   columns: string[];
   /** Per column: stored as boolean in PostgreSQL (0/1 in SQLite). */
   booleans: boolean[];
-  /** Per column: bigint, read back as text by the client. */
-  bigints: boolean[];
+  /** Per column: an integer type (a key printed as a number). */
+  integers: boolean[];
   key: string[];
   /** Columns whose sequence must continue after the copied ids. */
   sequences: string[];
@@ -53,7 +53,7 @@ export function tableShape(table: PgTable): TableShape {
     name: c.name,
     columns: c.columns.map((k) => k.name),
     booleans: c.columns.map((k) => k.columnType === "PgBoolean"),
-    bigints: c.columns.map((k) => k.columnType === "PgBigInt53"),
+    integers: c.columns.map((k) => ["PgInteger", "PgSerial", "PgBigInt53"].includes(k.columnType)),
     key,
     sequences: c.columns.filter((k) => k.columnType === "PgSerial" || (k as { generatedIdentity?: unknown }).generatedIdentity !== undefined).map((k) => k.name),
   };
@@ -67,11 +67,6 @@ export function copyText(v: unknown, boolean: boolean): string {
   if (boolean) return v ? "t" : "f";
   const s = typeof v === "string" ? v : String(v);
   return /[\\\n\r\t]/.test(s) ? s.replace(/[\\\n\r\t]/g, (ch) => (ch === "\\" ? "\\\\" : ch === "\n" ? "\\n" : ch === "\r" ? "\\r" : "\\t")) : s;
-}
-
-/** A row's values in the form both stores agree on: booleans as 0/1, bigints as numbers. */
-function normalised(values: unknown[], shape: TableShape): unknown[] {
-  return values.map((v, i) => (v === null ? null : shape.booleans[i] ? (v === true || v === 1 ? 1 : 0) : shape.bigints[i] ? Number(v) : v));
 }
 
 async function copyTable(tx: SQL, source: Database, shape: TableShape): Promise<number> {
@@ -100,29 +95,6 @@ async function copyTable(tx: SQL, source: Database, shape: TableShape): Promise<
   return rows;
 }
 
-/**
- * A PostgreSQL query's rows, streamed through a cursor in one read-only snapshot,
- * `fetch` at a time; as arrays of values in select order.
- */
-async function* pgRows(sql: SQL, query: string, fetch = 5000): AsyncGenerator<unknown[]> {
-  const conn = await sql.reserve();
-  try {
-    await conn.unsafe("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-    await conn.unsafe(`DECLARE rows NO SCROLL CURSOR FOR ${query}`);
-    for (;;) {
-      const batch = (await conn.unsafe(`FETCH ${fetch} FROM rows`).values()) as unknown[][];
-      yield* batch;
-      if (batch.length < fetch) break;
-    }
-    await conn.unsafe("COMMIT");
-  } catch (e) {
-    await conn.unsafe("ROLLBACK").catch(() => {});
-    throw e;
-  } finally {
-    conn.release();
-  }
-}
-
 export interface TableDifference {
   tabel: string;
   /** The first row that differs, as its key values; null when one side ran out. */
@@ -130,28 +102,33 @@ export interface TableDifference {
   toelichting: string;
 }
 
-/** Compares a table row by row in key order; the first difference, or null when equal. Returns the count too. */
+/**
+ * Compares a table row by row in key order, both sides in COPY's text form (SQLite's
+ * values encoded by copyText, PostgreSQL's as its COPY TO STDOUT writes them), streamed:
+ * memory does not grow with the table. The first difference, or null when equal; the count too.
+ */
 export async function compareTable(source: Database, target: SQL, shape: TableShape): Promise<{ rows: number; verschil: TableDifference | null }> {
   const cols = shape.columns.map(quote).join(", ");
-  const order = shape.key.map(quote).join(", ");
+  const query = `SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${shape.key.map(quote).join(", ")}`;
   const keyAt = shape.key.map((k) => shape.columns.indexOf(k));
-  // Streamed on both sides (iterate, a cursor): memory does not grow with the table.
-  const left = (function* () {
-    for (const row of source.query(`SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${order}`).iterate() as IterableIterator<Record<string, unknown>>) {
-      yield shape.columns.map((c) => row[c]);
-    }
-  })();
+  const left = (source.query(query).iterate() as IterableIterator<Record<string, unknown>>)[Symbol.iterator]();
+  const keyOfSource = (row: Record<string, unknown>) => keyAt.map((i) => row[shape.columns[i]!]);
   let rows = 0;
-  for await (const right of pgRows(target, `SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${order}`)) {
-    const l = left.next();
-    const r = normalised(right, shape);
-    if (l.done) return { rows, verschil: { tabel: shape.name, sleutel: keyAt.map((i) => r[i]), toelichting: "rij staat alleen in PostgreSQL" } };
-    const lv = normalised(l.value, shape);
-    if (JSON.stringify(lv) !== JSON.stringify(r)) return { rows, verschil: { tabel: shape.name, sleutel: keyAt.map((i) => lv[i]), toelichting: "rij verschilt" } };
-    rows++;
+  for await (const chunk of copyRows(target, query)) {
+    for (const right of chunk) {
+      const l = left.next();
+      if (l.done) {
+        const key = keyAt.map((i) => (shape.integers[i] ? Number(right[i]) : copyUnescape(right[i]!)));
+        return { rows, verschil: { tabel: shape.name, sleutel: key, toelichting: "rij staat alleen in PostgreSQL" } };
+      }
+      if (shape.columns.some((c, i) => copyText(l.value[c], shape.booleans[i]!) !== right[i])) {
+        return { rows, verschil: { tabel: shape.name, sleutel: keyOfSource(l.value), toelichting: "rij verschilt" } };
+      }
+      rows++;
+    }
   }
   const rest = left.next();
-  if (!rest.done) return { rows, verschil: { tabel: shape.name, sleutel: keyAt.map((i) => normalised(rest.value, shape)[i]), toelichting: "rij ontbreekt in PostgreSQL" } };
+  if (!rest.done) return { rows, verschil: { tabel: shape.name, sleutel: keyOfSource(rest.value), toelichting: "rij ontbreekt in PostgreSQL" } };
   return { rows, verschil: null };
 }
 
