@@ -168,6 +168,20 @@ describe("migrate-to", () => {
     expect(onWorkers.get(b)?.fout).toEqual({ seq: 9, entryId: expect.any(Number), reden: "hash-afwijkend" });
   });
 
+  test("into a database whose text collation is linguistic (ICU), keys that sort otherwise than bytewise still compare row by row", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "A");
+    // Bytewise "B" < "a" < "a-b" < "ab"; linguistically "a" < "ab" < "a-b" < "B" or similar.
+    for (const [i, sleutel] of ["ab", "B", "a-b", "a"].entries()) {
+      appendAuditEntry(env.store.sqlite, { tenantId: a, actor: "u", action: "x", subject: `s${i}`, details: { i }, createdAt: new Date(NOW.getTime() - DAY) });
+      env.store.sqlite.query("INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) SELECT tenant_id, ?, 'i', seq, id, hash FROM audit_entries WHERE tenant_id = ? AND seq = ?").run(sleutel, a, i + 1);
+    }
+    env.store.sqlite.query("INSERT INTO service_meta (key, value) VALUES ('Zeta', '1'), ('alpha', '2'), ('a-b', '3')").run();
+    const url = await cluster.createDatabase(undefined, { icuLocale: "en-US" });
+    const r = await migrate(url);
+    expect(r.uitkomst).toBe("klaar");
+  });
+
   test("a copy that differs from its source is named by table and key", async () => {
     const { b } = await livedInstallation();
     const url = await cluster.createDatabase();

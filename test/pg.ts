@@ -23,8 +23,8 @@ export interface TestCluster {
   /** The maintenance database's URL (user nw, no password, 127.0.0.1). */
   url: string;
   port: number;
-  /** A new empty database on the cluster; its URL. */
-  createDatabase(name?: string): Promise<string>;
+  /** A new empty database on the cluster; its URL. `icuLocale` gives it a linguistic (ICU) collation instead of the cluster's C.UTF-8. */
+  createDatabase(name?: string, o?: { icuLocale?: string }): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -56,8 +56,9 @@ export async function startCluster(): Promise<TestCluster> {
   return {
     url,
     port,
-    async createDatabase(name = `t${process.pid}_${++counter}`) {
-      await admin.unsafe(`CREATE DATABASE "${name}"`);
+    async createDatabase(name = `t${process.pid}_${++counter}`, o: { icuLocale?: string } = {}) {
+      const icu = o.icuLocale ? ` TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '${o.icuLocale.replace(/'/g, "")}'` : "";
+      await admin.unsafe(`CREATE DATABASE "${name}"${icu}`);
       return `postgres://nw@127.0.0.1:${port}/${name}`;
     },
     async stop() {

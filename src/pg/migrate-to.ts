@@ -110,11 +110,14 @@ export interface TableDifference {
 export async function compareTable(source: Database, target: SQL, shape: TableShape): Promise<{ rows: number; verschil: TableDifference | null }> {
   const cols = shape.columns.map(quote).join(", ");
   const query = `SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${shape.key.map(quote).join(", ")}`;
+  // SQLite orders text bytewise; PostgreSQL by the database's collation unless told
+  // otherwise ("C": by bytes, as SQLite), and a linguistic one sorts "B" after "ab".
+  const pgQuery = `SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${shape.key.map((k) => (shape.integers[shape.columns.indexOf(k)] ? quote(k) : `${quote(k)} COLLATE "C"`)).join(", ")}`;
   const keyAt = shape.key.map((k) => shape.columns.indexOf(k));
   const left = (source.query(query).iterate() as IterableIterator<Record<string, unknown>>)[Symbol.iterator]();
   const keyOfSource = (row: Record<string, unknown>) => keyAt.map((i) => row[shape.columns[i]!]);
   let rows = 0;
-  for await (const chunk of copyRows(target, query)) {
+  for await (const chunk of copyRows(target, pgQuery)) {
     for (const right of chunk) {
       const l = left.next();
       if (l.done) {
