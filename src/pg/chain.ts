@@ -148,17 +148,7 @@ async function verifyRangeSnapshot(tx: SQL, tasks: readonly PgTenantTask[], veri
   const firstOf = new Map(firsts.map((f) => [f.t, f.seq === null ? null : { seq: Number(f.seq), id: Number(f.id) }]));
   const walks = new Map<number, ChainWalk>();
   const unstarted = new Map<number, { reden: "retentie-ontbreekt" | "retentie-ongeldig"; count: number }>();
-  // Every start record of the range's tenants (retention records, adoptions) in one
-  // query; chainStartFromRecords picks and orders them as on SQLite.
-  const records: { tenant_id: number; note: string; grootte: string; positie: string }[] = await tx`
-    SELECT tenant_id, note, grootte, positie FROM audit_anchor_log
-    WHERE tenant_id = ANY(${ids}::int[]) AND soort IN ${tx(START_KINDS as unknown as string[])}`;
-  const recordsOf = new Map<number, { note: string; grootte: number; positie: number }[]>();
-  for (const r of records) {
-    const list = recordsOf.get(r.tenant_id) ?? [];
-    list.push({ note: r.note, grootte: Number(r.grootte), positie: Number(r.positie) });
-    recordsOf.set(r.tenant_id, list);
-  }
+  const recordsOf = await startRecords(tx, ids);
   for (const task of tasks) {
     const first = firstOf.get(task.tenantId) ?? null;
     const start = chainStartFromRecords(recordsOf.get(task.tenantId) ?? [], task.tenantId, first?.seq ?? null, verifiers);
@@ -193,6 +183,23 @@ async function verifyRangeSnapshot(tx: SQL, tasks: readonly PgTenantTask[], veri
     }
   }
   return results;
+}
+
+/**
+ * Every start record (retention records, adoptions) of these tenants, in one query,
+ * keyed by tenant; chainStartFromRecords picks and orders them as on SQLite.
+ */
+export async function startRecords(tx: SQL, tenantIds: readonly number[]): Promise<Map<number, { note: string; grootte: number; positie: number }[]>> {
+  const rows: { tenant_id: number; note: string; grootte: string; positie: string }[] = await tx`
+    SELECT tenant_id, note, grootte, positie FROM audit_anchor_log
+    WHERE tenant_id = ANY(${tenantIds}::int[]) AND soort IN ${tx(START_KINDS as unknown as string[])}`;
+  const byTenant = new Map<number, { note: string; grootte: number; positie: number }[]>();
+  for (const r of rows) {
+    const list = byTenant.get(r.tenant_id) ?? [];
+    list.push({ note: r.note, grootte: Number(r.grootte), positie: Number(r.positie) });
+    byTenant.set(r.tenant_id, list);
+  }
+  return byTenant;
 }
 
 /** Tenants per snapshot: enough rows per COPY to stream, few enough to share the work out. */

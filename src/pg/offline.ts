@@ -8,8 +8,8 @@ import type { Verifier } from "../audit/note.ts";
 import type { EntryRow } from "../audit/chain.ts";
 import { exportBundleFrom, verifyAgainstInstallationCheckpointWith, type WitnessVerdict } from "../audit/offline.ts";
 import { verifyInstallationOf, type InstallationVerdict } from "../audit/verify-all.ts";
-import { chainStartFromRecords, START_KINDS, type CheckpointRef } from "../audit/verify.ts";
-import { copyRows, copyUnescape, ENTRY_COLUMNS, entryRowOf, verifyTenantsPg } from "./chain.ts";
+import { chainStartFromRecords, type CheckpointRef } from "../audit/verify.ts";
+import { copyRows, copyUnescape, ENTRY_COLUMNS, entryRowOf, startRecords, verifyTenantsPg } from "./chain.ts";
 
 /** audit_anchor_log in positie order, streamed through COPY in the transaction `tx`. */
 async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
@@ -56,9 +56,7 @@ export async function exportBundlePg(url: string, anchorPath: string, tenantId: 
       (size) =>
         sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (tx) => {
           const [first] = (await tx`SELECT seq FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string }[];
-          const records = (
-            (await tx`SELECT note, grootte, positie FROM audit_anchor_log WHERE tenant_id = ${tenantId} AND soort IN ${tx(START_KINDS as unknown as string[])}`) as { note: string; grootte: string; positie: string }[]
-          ).map((r) => ({ note: r.note, grootte: Number(r.grootte), positie: Number(r.positie) }));
+          const records = (await startRecords(tx, [tenantId])).get(tenantId) ?? [];
           const start = chainStartFromRecords(records, tenantId, first ? Number(first.seq) : null, verifiers);
           const entries: EntryRow[] = [];
           if (start.ok) {
