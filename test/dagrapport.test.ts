@@ -8,7 +8,8 @@ import { openInstallationCheckpoint } from "../src/audit/records.ts";
 import { runBackupControle } from "../src/jobs/backup-controle.ts";
 import { runDagrapport } from "../src/jobs/dagrapport.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
-import { formatDuur, median } from "../src/reports/daily.ts";
+import { formatDuur, median, OPERATOR_RECORDS_SQL } from "../src/reports/daily.ts";
+import { openStore } from "../src/db.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
 import { addTenant, call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
@@ -423,6 +424,16 @@ describe("dagrapport: installation checkpoint and verifier key", () => {
     const forged = s.query("SELECT positie, note FROM audit_anchor_log WHERE soort = 'adoptie'").get() as { positie: number; note: string };
     s.query("UPDATE audit_anchor_log SET note = ? WHERE positie = ?").run(forged.note.replace(/\n\u2014 .*\n$/, "\n\u2014 iemand AAAAAAAA\n"), forged.positie);
     expect((await runDagrapport(env.deps, new Date(NOW.getTime() + DAY))).body.anker.waarschuwingen).toEqual([]);
+  });
+
+  test("the operator's records are read through their partial index, not by scanning the whole anchor log", () => {
+    const store = openStore(":memory:");
+    try {
+      const plan = (store.sqlite.query(`EXPLAIN QUERY PLAN ${OPERATOR_RECORDS_SQL}`).all() as { detail: string }[]).map((r) => r.detail).join(" | ");
+      expect(plan).toContain("USING INDEX audit_anchor_log_operator_idx");
+    } finally {
+      store.close();
+    }
   });
 
   test("before audit-anker signed anything: a clear line instead of a block, and the public key", async () => {

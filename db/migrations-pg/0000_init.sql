@@ -140,6 +140,7 @@ ALTER TABLE "weekly_report_deliveries" ADD CONSTRAINT "weekly_report_deliveries_
 ALTER TABLE "weekly_report_deliveries" ADD CONSTRAINT "weekly_report_deliveries_tenant_id_tenants_id_fk" FOREIGN KEY ("tenant_id") REFERENCES "public"."tenants"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 CREATE INDEX "administrators_tenant_idx" ON "administrators" USING btree ("tenant_id");--> statement-breakpoint
 CREATE INDEX "audit_anchor_log_tenant_idx" ON "audit_anchor_log" USING btree ("tenant_id","soort","grootte");--> statement-breakpoint
+CREATE INDEX "audit_anchor_log_operator_idx" ON "audit_anchor_log" USING btree ("positie") WHERE soort IN ('adoptie', 'herstel');--> statement-breakpoint
 CREATE UNIQUE INDEX "audit_entries_id_idx" ON "audit_entries" USING btree ("id");--> statement-breakpoint
 CREATE INDEX "audit_entries_tenant_created_idx" ON "audit_entries" USING btree ("tenant_id","created_at");--> statement-breakpoint
 CREATE INDEX "audit_head_anchors_tenant_seq_idx" ON "audit_head_anchors" USING btree ("tenant_id","seq");--> statement-breakpoint

@@ -128,14 +128,16 @@ export function verificationSection(db: Db, tijdzone: string): DailyReport["veri
  * every day, so the operator holds a signed state off the machine that
  * `nachtwacht verify --checkpoint` later checks the database and anchor file against.
  */
+/** The operator's records, through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
+export const OPERATOR_RECORDS_SQL =
+  "SELECT soort, tenant_id AS tenantId, note, positie FROM audit_anchor_log WHERE soort IN ('adoptie', 'herstel') AND tenant_id IS NOT NULL ORDER BY positie";
+
 export function anchorSection(sqlite: Database, config: Pick<Config, "auditAnkerSleutel" | "auditVertrouwdeSleutels">): DailyReport["anker"] {
   const keys = auditKeys(config);
   // What the operator signed by hand (adoptions, accepted restores), from the database's
   // copy of the anchor file: named every day, never silently part of the chain.
   // Raw SQL: a handful of rows, read as the anchor file's lines are.
-  const signedByHand = sqlite
-    .query("SELECT soort, tenant_id AS tenantId, note, positie FROM audit_anchor_log WHERE soort IN ('adoptie', 'herstel') AND tenant_id IS NOT NULL ORDER BY positie")
-    .all() as { soort: string; tenantId: number; note: string; positie: number }[];
+  const signedByHand = sqlite.query(OPERATOR_RECORDS_SQL).all() as { soort: string; tenantId: number; note: string; positie: number }[];
   return {
     installatieCheckpoint: latestInstallationCheckpoint(sqlite),
     verificatieSleutel: keys.signer.verifierKey,

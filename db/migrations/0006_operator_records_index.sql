@@ -1,0 +1,1 @@
+CREATE INDEX `audit_anchor_log_operator_idx` ON `audit_anchor_log` (`positie`) WHERE soort IN ('adoptie', 'herstel');
