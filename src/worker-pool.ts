@@ -4,11 +4,11 @@
 // and on PostgreSQL (src/pg/chain.ts): hashing a chain is CPU-bound.
 //
 // A worker answers each task with `{ result }` or `{ error }` (a message string).
-// `start` makes one worker (src/workers.ts startWorker).
+import { startWorker, type WorkerName } from "./workers.ts";
 
-export async function onWorkers<Task, Result>(start: () => Worker, init: unknown, tasks: readonly Task[], workers: number, onResult: (task: Task, result: Result) => void): Promise<void> {
+export async function onWorkers<Task, Result>(name: WorkerName, init: unknown, tasks: readonly Task[], workers: number, onResult: (task: Task, result: Result) => void): Promise<void> {
   const queue = [...tasks];
-  const pool = Array.from({ length: Math.min(workers, tasks.length) }, start);
+  const pool = Array.from({ length: Math.min(workers, tasks.length) }, () => startWorker(name));
   try {
     await Promise.all(
       pool.map(

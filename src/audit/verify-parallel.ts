@@ -5,7 +5,6 @@
 import type { Database } from "bun:sqlite";
 import { cpus } from "node:os";
 import { onWorkers } from "../worker-pool.ts";
-import { startWorker } from "../workers.ts";
 import { parseVerifierKey } from "./note.ts";
 import { verifyTenantChain, type CheckpointRef, type TenantChainResult } from "./verify.ts";
 
@@ -49,7 +48,6 @@ export async function verifyTenants(
     return results;
   }
 
-  const start = () => startWorker("verify-worker");
-  await onWorkers<TenantTask, TenantChainResult>(start, { dbPath, verifierKeys }, tasks, workers, (t, result) => results.set(t.tenantId, result));
+  await onWorkers<TenantTask, TenantChainResult>("verify-worker", { dbPath, verifierKeys }, tasks, workers, (t, result) => results.set(t.tenantId, result));
   return results;
 }

@@ -4,7 +4,6 @@
 // verify.ts); only the reading and writing differ.
 import type { SQL } from "bun";
 import { onWorkers } from "../worker-pool.ts";
-import { startWorker } from "../workers.ts";
 import { GENESIS_HASH, linkEntries, type AppendedEntry, type ChainHead, type ChainInput, type EntryRow } from "../audit/chain.ts";
 import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
 
@@ -223,8 +222,7 @@ export async function verifyTenantsPg(
   const results = new Map<number, TenantChainResult>();
   if (opts.workers && opts.workers.count > 0) {
     const init = { url: opts.workers.url, verifierKeys: opts.verifiers.map((v) => v.verifierKey) };
-    const start = () => startWorker("pg-verify-worker");
-    await onWorkers<PgTenantTask[], [number, TenantChainResult][]>(start, init, ranges, opts.workers.count, (_, r) => {
+    await onWorkers<PgTenantTask[], [number, TenantChainResult][]>("pg-verify-worker", init, ranges, opts.workers.count, (_, r) => {
       for (const [t, result] of r) results.set(t, result);
     });
     return results;
