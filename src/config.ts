@@ -2,6 +2,7 @@
 // parsed once at start. A missing secret, or any value that is set but invalid, stops
 // the start with a message naming the variable; no value silently falls back to its
 // default.
+import { keyList } from "./audit/keys.ts";
 import { NoteKeyError, parseSignerKey, parseVerifierKey } from "./audit/note.ts";
 import { isEmailAddress } from "./mail/address.ts";
 import { parseSmtpUrl, SmtpUrlError } from "./mail/smtp-url.ts";
@@ -159,7 +160,7 @@ export function parseConfig(env: Env): Config {
   } catch (e) {
     throw new ConfigError("AUDIT_ANKER_SLEUTEL", `${e instanceof NoteKeyError ? e.message : "is not a valid signing key"}; ${KEY_HINT}`);
   }
-  const vertrouwd = (read(env, "AUDIT_VERTROUWDE_SLEUTELS") ?? "").split(/[\s,]+/).filter((k) => k !== "");
+  const vertrouwd = keyList(read(env, "AUDIT_VERTROUWDE_SLEUTELS"));
   for (const [i, k] of vertrouwd.entries()) {
     try {
       parseVerifierKey(k);

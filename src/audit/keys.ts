@@ -9,3 +9,8 @@ export function auditKeys(config: Pick<Config, "auditAnkerSleutel" | "auditVertr
   const vkeys = [signer.verifierKey, ...config.auditVertrouwdeSleutels.filter((k) => k !== signer.verifierKey)];
   return { signer, verifiers: vkeys.map(parseVerifierKey) };
 }
+
+/** AUDIT_VERTROUWDE_SLEUTELS as a list: public keys separated by commas or white space. */
+export function keyList(text: string | undefined): string[] {
+  return (text ?? "").split(/[\s,]+/).filter((k) => k !== "");
+}

@@ -17,7 +17,7 @@ import { hostname } from "node:os";
 import { parseArgs } from "node:util";
 import { generateKeyPair, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
 import { CannotCheck, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
-import { auditKeys } from "../audit/keys.ts";
+import { auditKeys, keyList } from "../audit/keys.ts";
 import { acceptRestore, adoptChain, openOperatorDatabase, Refused } from "../audit/operator.ts";
 import type { Keys } from "../audit/records.ts";
 import type { Database } from "bun:sqlite";
@@ -77,7 +77,7 @@ class UsageError extends Error {}
 export function trustedKeys(given: string[] | undefined, env: Record<string, string | undefined>): Verifier[] {
   const vkeys = [...(given ?? [])];
   if (vkeys.length === 0) {
-    vkeys.push(...(env.AUDIT_VERTROUWDE_SLEUTELS ?? "").split(/[\s,]+/).filter((k) => k !== ""));
+    vkeys.push(...keyList(env.AUDIT_VERTROUWDE_SLEUTELS));
     const skey = env.AUDIT_ANKER_SLEUTEL?.trim();
     if (skey) {
       try {
@@ -101,7 +101,7 @@ export function trustedKeys(given: string[] | undefined, env: Record<string, str
 function signingKeys(env: Record<string, string | undefined>): Keys {
   const skey = env.AUDIT_ANKER_SLEUTEL?.trim();
   if (!skey) throw new CannotCheck("AUDIT_ANKER_SLEUTEL staat niet in de omgeving: alleen met de ondertekeningssleutel van de service kan dit (docs/operations.md)");
-  const trusted = (env.AUDIT_VERTROUWDE_SLEUTELS ?? "").split(/[\s,]+/).filter((k) => k !== "");
+  const trusted = keyList(env.AUDIT_VERTROUWDE_SLEUTELS);
   try {
     return auditKeys({ auditAnkerSleutel: skey, auditVertrouwdeSleutels: trusted });
   } catch (e) {
