@@ -69,22 +69,29 @@ async function gzipFile(from: string, to: string): Promise<void> {
   await pipeline(createReadStream(from), createGzip({ level: 9 }), createWriteStream(to, { mode: 0o600 }));
 }
 
+/** The step a backup is at, named in the BackupError that `fail` throws. */
+export class BackupSteps {
+  constructor(public step: string) {}
+  fail(code: number, e?: unknown): never {
+    throw new BackupError(code, `backup mislukt bij: ${this.step}${e === undefined ? "" : `: ${why(e)}`}`);
+  }
+}
+
 /** The backup folder, made private (0700) if new, and writable: else exit 73. */
-export function prepareBackupDir(dir: string, fail: (code: number, e?: unknown) => never): void {
+export function prepareBackupDir(dir: string, steps: BackupSteps): void {
+  steps.step = `aanmaken van de back-upmap ${dir}`;
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     accessSync(dir, constants.W_OK);
   } catch (e) {
-    fail(73, e);
+    steps.fail(73, e);
   }
 }
 
 /** The backup itself: every step, or a BackupError naming the one that failed. */
 export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
-  let step = `controleren van de database ${o.db}`;
-  const fail = (code: number, e?: unknown): never => {
-    throw new BackupError(code, `backup mislukt bij: ${step}${e === undefined ? "" : `: ${why(e)}`}`);
-  };
+  const steps = new BackupSteps(`controleren van de database ${o.db}`);
+  const fail = (code: number, e?: unknown): never => steps.fail(code, e);
   // Opening a missing path would create an empty database and back that up.
   let readable = false;
   try {
@@ -93,8 +100,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   } catch {}
   if (!readable) fail(66, new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
 
-  step = `aanmaken van de back-upmap ${o.dir}`;
-  prepareBackupDir(o.dir, fail);
+  prepareBackupDir(o.dir, steps);
 
   const stamp = stampOf(o.now);
   const name = `nachtwacht-${stamp}.db.gz`;
@@ -103,7 +109,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     for (const f of [tmp, `${tmp}.gz`]) rmSync(f, { force: true });
   };
   try {
-    step = "online kopie (VACUUM INTO)";
+    steps.step = "online kopie (VACUUM INTO)";
     try {
       const src = new Database(o.db, { readonly: true });
       try {
@@ -117,7 +123,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
       fail(65, e);
     }
 
-    step = "integriteitscontrole van de kopie";
+    steps.step = "integriteitscontrole van de kopie";
     let check: string;
     try {
       const copy = new Database(tmp, { readonly: true });
@@ -132,7 +138,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     }
     if (check !== "ok") fail(65, new Error(`integrity_check van de kopie: ${check.slice(0, 500)}`));
 
-    step = "comprimeren";
+    steps.step = "comprimeren";
     const path = join(o.dir, name);
     try {
       await gzipFile(tmp, `${tmp}.gz`);
@@ -142,7 +148,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     }
     const size = statSync(path).size;
 
-    const { anchorsCopied, pruned } = await copyAnchorsAndPrune(o, stamp, (s) => (step = s), fail);
+    const { anchorsCopied, pruned } = await copyAnchorsAndPrune(o, stamp, steps);
     return { name, path, size, anchorsCopied, pruned };
   } finally {
     clean();
@@ -151,30 +157,24 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
 
 /**
  * After a backup: the anchor file gzipped beside it (the two belong together: a restore
- * without it fails verification), then backups older than keepDays pruned. `setStep`
- * names the step for an error; `fail` throws the BackupError.
+ * without it fails verification), then backups older than keepDays pruned.
  */
-export async function copyAnchorsAndPrune(
-  o: { dir: string; anchors: string; keepDays: number; now: Date },
-  stamp: string,
-  setStep: (step: string) => void,
-  fail: (code: number, e?: unknown) => never,
-): Promise<{ anchorsCopied: boolean; pruned: string[] }> {
+export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; keepDays: number; now: Date }, stamp: string, steps: BackupSteps): Promise<{ anchorsCopied: boolean; pruned: string[] }> {
   let anchorsCopied = false;
   if (existsSync(o.anchors)) {
-    setStep(`kopiëren van het ankerbestand ${o.anchors}`);
+    steps.step = `kopiëren van het ankerbestand ${o.anchors}`;
     const to = join(o.dir, `audit-ankers-${stamp}.jsonl.gz`);
     try {
       await gzipFile(o.anchors, `${to}.tmp`);
       renameSync(`${to}.tmp`, to);
     } catch (e) {
       rmSync(`${to}.tmp`, { force: true });
-      fail(74, e);
+      steps.fail(74, e);
     }
     anchorsCopied = true;
   }
 
-  setStep(`opruimen van back-ups ouder dan ${o.keepDays} dagen`);
+  steps.step = `opruimen van back-ups ouder dan ${o.keepDays} dagen`;
   const pruned: string[] = [];
   const cutoff = o.now.getTime() - o.keepDays * 86_400_000;
   try {
@@ -187,7 +187,7 @@ export async function copyAnchorsAndPrune(
       }
     }
   } catch (e) {
-    fail(74, e);
+    steps.fail(74, e);
   }
   return { anchorsCopied, pruned };
 }

@@ -6,7 +6,7 @@
 // ps would show a password.
 import { existsSync, renameSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { BackupError, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
+import { BackupSteps, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
 import { COPIED_TABLES, tableShape } from "./migrate-to.ts";
 
 export interface PgBackupOptions {
@@ -41,35 +41,33 @@ async function run(cmd: string[], env: Record<string, string>): Promise<{ code: 
 }
 
 export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
-  let step = `aanmaken van de back-upmap ${o.dir}`;
-  const fail = (code: number, e?: unknown): never => {
-    throw new BackupError(code, `backup mislukt bij: ${step}${e === undefined ? "" : `: ${e instanceof Error ? e.message : String(e)}`}`);
-  };
-  prepareBackupDir(o.dir, fail);
+  const steps = new BackupSteps("");
+  const fail = (code: number, e?: unknown): never => steps.fail(code, e);
+  prepareBackupDir(o.dir, steps);
   const stamp = stampOf(o.now);
   const name = `nachtwacht-${stamp}.pgdump`;
   const tmp = join(o.dir, `.nachtwacht-${stamp}.pgdump.tmp`);
   const env = libpqEnv(o.url);
   try {
-    step = "pg_dump";
+    steps.step = "pg_dump";
     const dump = await run(["pg_dump", "--format=custom", "--compress=9", "--no-owner", "--no-privileges", `--file=${tmp}`], env);
     if (dump.code !== 0) fail(dump.err.includes("could not connect") || dump.err.includes("does not exist") ? 66 : 65, new Error(dump.err.trim().slice(0, 1000)));
 
-    step = "controle van de dump (pg_restore --list)";
+    steps.step = "controle van de dump (pg_restore --list)";
     const list = await run(["pg_restore", "--list", tmp], {});
     if (list.code !== 0) fail(65, new Error(list.err.trim().slice(0, 1000)));
     // Every table nachtwacht keeps must have its data in the archive.
     const missing = COPIED_TABLES.map((t) => tableShape(t).name).filter((t) => !new RegExp(`TABLE DATA public ${t} `).test(list.out));
     if (missing.length > 0) fail(65, new Error(`de dump mist de gegevens van: ${missing.join(", ")}`));
 
-    step = "verplaatsen in de back-upmap";
+    steps.step = "verplaatsen in de back-upmap";
     const path = join(o.dir, name);
     try {
       renameSync(tmp, path);
     } catch (e) {
       fail(74, e);
     }
-    const rest = await copyAnchorsAndPrune(o, stamp, (s) => (step = s), fail);
+    const rest = await copyAnchorsAndPrune(o, stamp, steps);
     return { name, path, size: statSync(path).size, ...rest };
   } finally {
     if (existsSync(tmp)) rmSync(tmp, { force: true });
