@@ -69,6 +69,32 @@ describe("beveiligingslog-retentie", () => {
     expect(remaining(env)).toHaveLength(1);
   });
 
+  test("a batch takes chunks until the next would end past its target lock time (105 ms), commit included", async () => {
+    env = makeTestEnv();
+    const { sqlite } = env.store;
+    const old = Date.parse("2026-01-01T00:00:00Z");
+    const insert = sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (?, 'a@example.nl', '203.0.113.7', 0)");
+    sqlite.transaction(() => {
+      for (let i = 0; i < 60_000; i++) insert.run(iso(old + i));
+    })();
+    attempt(env, iso(NOW.getTime() - DAY));
+    // A clock driven by the work done: 5 µs per deleted row (as seen inside the batch's
+    // transaction), so a chunk's duration follows its size as on a real machine.
+    const count = sqlite.query("SELECT count(*) AS n FROM login_attempts");
+    const clock = () => (60_001 - (count.get() as { n: number }).n) * 0.005;
+    const batches: { rows: number; chunks: number; lockMs: number }[] = [];
+    const r = await runBeveiligingslogRetentie(env.deps, NOW, { clock, pause: async () => {}, onBatch: (b) => batches.push(b) });
+    expect(r.body.verwijderd).toBe(60_000);
+    expect(remaining(env)).toHaveLength(1);
+    expect(batches.reduce((n, b) => n + b.rows, 0)).toBe(60_000);
+    expect(batches.length).toBeGreaterThan(2);
+    // Several chunks per batch, and none past the target.
+    expect(Math.max(...batches.map((b) => b.chunks))).toBeGreaterThan(2);
+    for (const b of batches) expect(b.lockMs).toBeLessThanOrEqual(105);
+    // Batches fill their budget: all but the last reach at least half of it.
+    for (const b of batches.slice(0, -1)) expect(b.lockMs).toBeGreaterThan(52);
+  });
+
   test("the run is recorded in the job-run history", async () => {
     env = makeTestEnv();
     attempt(env, "2025-01-01T00:00:00.000Z");

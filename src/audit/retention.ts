@@ -8,8 +8,11 @@
 // crash between batches leaves chains that still link to their anchors.
 //
 // How the batches are paced (bench/run.ts measures it at 5 million rows):
-// - A batch is sized so its write transaction takes about a target time (30–80 ms);
-//   the size adapts to the machine and the data instead of being a fixed row count.
+// - A batch is one write transaction of chunks: it takes chunk after chunk until the
+//   next, with the COMMIT of all it deleted (at the last batch's cost per row), would end
+//   past the target lock time: its length is bounded by the clock, not predicted from a
+//   row count. Each chunk is sized to take its share of the target, adapting to the
+//   machine and the data.
 // - The WAL is checkpointed by the job itself after each batch, outside the write lock
 //   (automatic checkpoints are off on this connection meanwhile). With scattered index
 //   pages that checkpoint is a large part of a batch's cost, and a writer of another
@@ -18,7 +21,9 @@
 // - The gap is long enough for a writer that waited through the whole batch: SQLite's
 //   busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100, 100 … ms between
 //   tries, so after a 30 ms batch it tries again within 15 ms, after up to 128 ms
-//   within 25 ms, later within 50 or 100 ms (gapAfter()).
+//   within 25 ms, later within 50 or 100 ms (gapAfter()). A batch that ends before a
+//   writer's try at 128 ms lets it in within about 130 ms; one that overran would keep
+//   it waiting until 178 ms, which is why the budget is a deadline.
 import type { Database } from "bun:sqlite";
 import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
 import type { RowReason } from "./anchor-check.ts";
@@ -53,20 +58,24 @@ export function gapAfter(lockMs: number): number {
 }
 
 export interface RetentionOptions {
-  /** Fixed rows per write transaction (audit: at least one per tenant of a group); without it the size adapts to the target lock time. */
+  /** Fixed rows per write transaction, in one chunk (audit: at least one per tenant of a group); without it the batch is paced by the clock. */
   batchSize?: number;
   /** Replaces the gap between batches (tests); gets the batch's lock time in ms. */
   pause?: (batchMs: number) => Promise<void>;
   /** Called after each committed batch (tests simulate a crash with it). */
   afterBatch?: (deletedSoFar: number) => void;
+  /** The clock batches are paced by, ms (tests); performance.now by default. */
+  clock?: () => number;
   /** What each batch cost (the benchmark's profile). */
-  onBatch?: (b: { rows: number; size: number; lockMs: number; checkpointMs: number }) => void;
+  onBatch?: (b: { rows: number; chunks: number; lockMs: number; commitMs: number; checkpointMs: number }) => void;
 }
 
 export interface Pacing {
-  /** Lock time a batch aims at, ms. */
+  /** Write-lock time a batch may take, its COMMIT included, ms. */
   targetMs: number;
-  /** Rows of the first batch, and the bounds of the adapted size. */
+  /** How many chunks a batch aims at: each is sized to take targetMs / chunks. */
+  chunks: number;
+  /** Rows of the first chunk, and the bounds of the adapted chunk size. */
   initial: number;
   min: number;
   max: number;
@@ -75,25 +84,53 @@ export interface Pacing {
 }
 
 /**
- * The next batch size: scaled towards the target lock time (square root, so one slow
- * batch on a busy machine does not halve the next), growing at most 1.5× a step.
+ * The next chunk size: scaled towards its share of the target lock time (square root, so
+ * one slow chunk on a busy machine does not halve the next), growing at most 1.5× a step.
  */
-export function nextBatchSize(size: number, lockMs: number, p: Pacing): number {
-  const factor = Math.min(1.5, Math.sqrt(p.targetMs / Math.max(lockMs, 1)));
+export function nextChunkSize(size: number, chunkMs: number, p: Pacing): number {
+  const factor = Math.min(1.5, Math.sqrt(p.targetMs / p.chunks / Math.max(chunkMs, 0.1)));
   return Math.max(p.min, Math.min(p.max, Math.round(size * factor)));
 }
 
 /**
- * Runs `step` (one write transaction deleting at most `size` rows) until it reports
- * done, checkpointing after each batch and pausing between them as described above.
+ * Runs `chunk` (deleting at most `rows` rows; done when nothing older is left) in write
+ * transactions of as many chunks as fit the target lock time, checkpointing after each
+ * transaction and pausing between them as described above.
  */
 async function inBatches(
   sqlite: Database,
   o: RetentionOptions,
   pacing: Pacing,
-  step: (size: number) => { n: number; done: boolean },
+  chunk: (rows: number) => { n: number; done: boolean },
+  /** The caller's own progress, kept in step with what is committed (a batch that throws rolls back). */
+  progress?: { save(): void; restore(): void },
 ): Promise<number> {
-  let size = o.batchSize ?? pacing.initial;
+  const now = o.clock ?? (() => performance.now());
+  let rows = o.batchSize ?? pacing.initial;
+  // What a row costs the COMMIT (writing the batch's pages to the WAL: a quarter to a
+  // third of a batch at L), from the last batch; until one was measured, a chunk's share
+  // of the target for the first chunk's rows.
+  let commitMsPerRow = pacing.targetMs / pacing.chunks / rows;
+  /** One batch: chunks until the next, with its share of the COMMIT, would end past the target. */
+  const batch = sqlite.transaction(() => {
+    const t0 = now();
+    let n = 0;
+    let chunks = 0;
+    for (;;) {
+      const c0 = now();
+      const r = chunk(rows);
+      const chunkMs = now() - c0;
+      n += r.n;
+      chunks++;
+      if (r.done) return { n, chunks, done: true, bodyMs: now() - t0 };
+      if (o.batchSize !== undefined) return { n, chunks, done: false, bodyMs: now() - t0 };
+      const msPerRow = chunkMs / rows;
+      rows = nextChunkSize(rows, chunkMs, pacing);
+      // The next chunk (in this batch or the next) at about this one's pace per row, then the COMMIT of all of it.
+      const elapsed = now() - t0;
+      if (elapsed + (msPerRow * rows + commitMsPerRow * (n + rows)) * 1.25 > pacing.targetMs) return { n, chunks, done: false, bodyMs: elapsed };
+    }
+  });
   let verwijderd = 0;
   const { wal_autocheckpoint: autoCheckpoint } = sqlite.query("PRAGMA wal_autocheckpoint").get() as { wal_autocheckpoint: number };
   const { cache_size: cacheSize } = sqlite.query("PRAGMA cache_size").get() as { cache_size: number };
@@ -103,15 +140,25 @@ async function inBatches(
     for (;;) {
       // The batch waits for another process's write lock without blocking the event loop.
       let lockMs = 0;
-      const { n, done } = await retryWhenBusy(sqlite, () => {
-        const t0 = performance.now();
-        const r = step(size);
-        lockMs = performance.now() - t0;
-        return r;
+      const { n, chunks, done, bodyMs } = await retryWhenBusy(sqlite, () => {
+        const t0 = now();
+        try {
+          const r = batch.immediate();
+          lockMs = now() - t0;
+          return r;
+        } catch (e) {
+          // Rolled back (or never begun): the caller's progress goes back to the last COMMIT.
+          progress?.restore();
+          throw e;
+        }
       });
-      const t0 = performance.now() - lockMs;
+      progress?.save();
+      const t0 = now() - lockMs;
+      // BEGIN is instant once the lock is had; the rest after the body is the COMMIT.
+      const commitMs = Math.max(0, lockMs - bodyMs);
+      if (n > 0) commitMsPerRow = commitMs / n;
       verwijderd += n;
-      const c0 = performance.now();
+      const c0 = now();
       if (n > 0) {
         o.afterBatch?.(verwijderd);
         // PASSIVE: copies what it can, never waits for (or blocks) another writer. After
@@ -122,11 +169,10 @@ async function inBatches(
           sqlite.run("PRAGMA wal_checkpoint(PASSIVE)");
         }
       }
-      o.onBatch?.({ rows: n, size, lockMs, checkpointMs: performance.now() - c0 });
+      o.onBatch?.({ rows: n, chunks, lockMs, commitMs, checkpointMs: now() - c0 });
       if (done) break;
-      if (o.batchSize === undefined) size = nextBatchSize(size, lockMs, pacing);
       if (o.pause) await o.pause(lockMs);
-      else await Bun.sleep(Math.max(1, gapAfter(lockMs) - (performance.now() - t0 - lockMs)));
+      else await Bun.sleep(Math.max(1, gapAfter(lockMs) - (now() - t0 - lockMs)));
     }
   } finally {
     // Only what this run switched off: had the checkpoint thread failed meanwhile, its
@@ -337,7 +383,8 @@ async function deletePlanned(sqlite: Database, plans: DeletionPlan[], o: Retenti
   const delKeys = sqlite.query("DELETE FROM audit_sleutels WHERE tenant_id = ? AND seq <= ?");
   const next = new Map(plans.map((p) => [p.tenantId, p.from]));
   let active = plans.filter((p) => p.from <= p.seq);
-  const batch = sqlite.transaction((size: number): { n: number; done: boolean } => {
+  /** One chunk: the next `per` rows of every unfinished tenant of the group. */
+  const chunk = (size: number): { n: number; done: boolean } => {
     const per = Math.max(1, Math.floor(size / Math.max(1, active.length)));
     let n = 0;
     for (const p of active) {
@@ -348,11 +395,23 @@ async function deletePlanned(sqlite: Database, plans: DeletionPlan[], o: Retenti
     }
     active = active.filter((p) => next.get(p.tenantId)! <= p.seq);
     return { n, done: active.length === 0 };
-  });
+  };
   if (active.length === 0) return 0;
+  // Where each tenant stood at the last COMMIT: a batch that rolls back is taken again from there.
+  let committed = { next: new Map(next), active };
+  const progress = {
+    save: () => void (committed = { next: new Map(next), active }),
+    restore: () => {
+      next.clear();
+      for (const [k, v] of committed.next) next.set(k, v);
+      active = committed.active;
+    },
+  };
   // A lower target than the login attempts': audit batches vary more (cold index
-  // pages), and at 40 ms single batches reached 180 ms on a shared 2-core host.
-  return inBatches(sqlite, o, { targetMs: 30, initial: 2000, min: 200, max: 50_000 }, (size) => batch.immediate(size));
+  // pages), and at 40 ms single batches reached 180 ms on a shared 2-core host. One
+  // chunk per batch: a chunk is a DELETE per tenant of the group, and ten smaller rounds
+  // took three times the lock time (bench/cases/retention.ts, 15.2 s against 5 s at L).
+  return inBatches(sqlite, o, { targetMs: 30, chunks: 1, initial: 2000, min: 200, max: 50_000 }, chunk, progress);
 }
 
 /** Deletes login attempts older than grens, in batches by the tijdstip index. */
@@ -361,12 +420,13 @@ export async function deleteOldLoginAttempts(sqlite: Database, grens: string, o:
     `DELETE FROM login_attempts WHERE id IN (
        SELECT id FROM login_attempts WHERE tijdstip < ? ORDER BY tijdstip LIMIT ?)`,
   );
-  const batch = sqlite.transaction((size: number) => {
+  const chunk = (size: number) => {
     const n = del.run(grens, size).changes;
     return { n, done: n < size };
-  });
-  // 80 ms: every batch costs a gap of about 28 ms for a waiting writer, so longer batches
-  // mean fewer gaps; at 90 ms a slow batch pushed a writer past 150 ms (docs/performance.md).
+  };
+  // 115 ms: every batch costs a gap of about 28 ms for a waiting writer, so longer batches
+  // mean fewer gaps; a batch must end before a writer's try at 128 ms (see above), and
+  // chunks and the commit estimate leave it 18 ms for the unforeseen (docs/performance.md).
   // The 64 MB page cache: with the default 2 MB a batch re-read its own index pages.
-  return inBatches(sqlite, o, { targetMs: 80, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, (size) => batch.immediate(size));
+  return inBatches(sqlite, o, { targetMs: 115, chunks: 10, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, chunk);
 }
