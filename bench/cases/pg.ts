@@ -3,7 +3,10 @@
 //   verify       every chain on PostgreSQL (verifyTenantsPg: COPY per range of tenants,
 //                two worker threads, the Merkle roots against the signed checkpoints)
 //   floor        COPY (the same rows, same order) TO STDOUT, every byte hashed, over the
-//                same two streams: what reading and hashing the rows costs at the least
+//                same two streams: what reading the rows costs at the least
+//   row floor    the same COPY on two worker threads, each row's canonical bytes hashed
+//                and pushed into its tenant's tree (bench/pg-floor-worker.ts, as
+//                bench/floor.ts on SQLite): what any verifier must do at the least
 //   ingest       appendEntriesPg in batches of 500 from 4 concurrent clients
 //
 //   bun bench/cases/pg.ts --db <file> --ingest 200000
@@ -57,6 +60,44 @@ try {
     return { seconds: (performance.now() - start) / 1000, bytes };
   };
 
+  // Per entry, over two worker threads (the verification's count), a shared queue of
+  // tenant ranges as its pool has.
+  const rowFloor = async (threads: number) => {
+    const start = performance.now();
+    const per = Math.max(1, Math.ceil(tenants.length / (threads * 8)));
+    const queue: [number, number][] = [];
+    for (let i = 0; i < tenants.length; i += per) queue.push([tenants[i]!, tenants[Math.min(i + per, tenants.length) - 1]!]);
+    let entries = 0;
+    let mismatches = 0;
+    const pool = Array.from({ length: threads }, () => new Worker(new URL("../pg-floor-worker.ts", import.meta.url).href));
+    try {
+      await Promise.all(
+        pool.map(
+          (w) =>
+            new Promise<void>((resolve, reject) => {
+              const next = () => {
+                const r = queue.shift();
+                if (!r) return resolve();
+                w.postMessage({ from: r[0], to: r[1] });
+              };
+              w.onmessage = (e: MessageEvent<{ n: number; mismatches: number }>) => {
+                entries += e.data.n;
+                mismatches += e.data.mismatches;
+                next();
+              };
+              w.onerror = (e) => reject(new Error(e.message));
+              w.postMessage({ url });
+              next();
+            }),
+        ),
+      );
+    } finally {
+      for (const w of pool) w.terminate();
+    }
+    if (mismatches > 0) throw new Error(`row floor: ${mismatches} hashes differ`);
+    return { seconds: (performance.now() - start) / 1000, entries };
+  };
+
   const verify = async () => {
     const start = performance.now();
     const results = await verifyTenantsPg(sql, tasks, { parallel: 2, verifiers, workers: { url, count: 2 } });
@@ -73,6 +114,8 @@ try {
   const f2 = await floor(2);
   const v2 = await verify();
   const floorOne = await floor(1);
+  const r1 = await rowFloor(2);
+  const r2 = await rowFloor(2);
 
   // Ingestion: 4 clients, each its own connection, batches of 500 over every tenant.
   const clients = 4;
@@ -116,6 +159,9 @@ try {
     floorRuns: [f1.seconds, f2.seconds],
     floorOneSeconds: floorOne.seconds,
     floorBytes: f1.bytes,
+    rowFloorSeconds: Math.min(r1.seconds, r2.seconds),
+    rowFloorRuns: [r1.seconds, r2.seconds],
+    rowFloorEntries: r1.entries,
     ingestEntries: clients * batchesPerClient * batch,
     ingestSeconds,
     ingestBatchP99Ms: batchMs[Math.floor(batchMs.length * 0.99)] ?? null,
