@@ -407,6 +407,7 @@ if (wants("binary")) {
 // 6. PostgreSQL (bench/cases/pg.ts starts its own throw-away cluster): the move, then
 //    verification beside its floor (COPY … TO STDOUT of the same rows, hashed) and ingestion.
 if (wants("pg")) {
+  type PgRetention = { seconds: number; statementSeconds: number; deleted: number; writer: { inserts: number; maxMs: number; p99Ms: number }; batches: number; batchMsMax: number | null };
   type P = {
     migrateSeconds: number;
     copiedRows: number;
@@ -419,12 +420,14 @@ if (wants("pg")) {
     rowFloorSeconds: number;
     rowFloorRuns: number[];
     rowFloorEntries: number;
+    retentionDelete: PgRetention;
+    retentionJob: PgRetention;
     ingestEntries: number;
     ingestSeconds: number;
     ingestBatchP99Ms: number | null;
     peakRssMb: number;
   };
-  log("PostgreSQL: migrate-to, verification twice beside its floor, ingestion from 4 clients");
+  log("PostgreSQL: migrate-to, verification twice beside its floors, ingestion from 4 clients, login retention");
   const p = await child<P>(["bench/cases/pg.ts", "--db", db, "--ingest", String(Math.min(200_000, sz.audit / 5))], "pg");
   if (p) {
     fig("pg", "migrate-to-seconds", p.migrateSeconds, "s", { note: `${p.copiedRows} rows: source verified, copied (COPY), compared row by row, every chain verified on PostgreSQL` });
@@ -441,6 +444,18 @@ if (wants("pg")) {
     fig("pg", "ingest-entries-per-second", p.ingestEntries / p.ingestSeconds, "entries/s", {
       target: { op: ">=", limit: 20_000, on: "value" },
       note: `${p.ingestEntries} entries, batches of 500 from 4 clients, appendEntriesPg direct (the write API does not serve from PostgreSQL yet); batch p99 ${p.ingestBatchP99Ms?.toFixed(1)} ms`,
+    });
+    const { retentionJob: rj, retentionDelete: rd } = p;
+    if (rj.deleted !== rd.deleted) log(`WARNING pg retention: job deleted ${rj.deleted}, DELETE ${rd.deleted}`);
+    fig("pg", "beveiligingslog-retentie-vs-unbatched-delete", rj.seconds, "s", {
+      baseline: rd.seconds,
+      target: { op: "<=", limit: 1.5, on: "ratio" },
+      note: `each through a CHECKPOINT after it (statements alone: job ${rj.statementSeconds.toFixed(2)} s, DELETE ${rd.statementSeconds.toFixed(2)} s); ${rj.deleted} rows in ${rj.batches} batches (longest ${rj.batchMsMax?.toFixed(0)} ms)`,
+    });
+    fig("pg", "beveiligingslog-retentie-writer-max-wait", rj.writer.maxMs, "ms", {
+      baseline: rd.writer.maxMs,
+      target: { op: "<=", limit: 150, on: "value" },
+      note: `a writer process inserting every 10 ms (${rj.writer.inserts} inserts, p99 ${rj.writer.p99Ms} ms); baseline: its worst wait during the one DELETE (p99 ${rd.writer.p99Ms} ms)`,
     });
     fig("pg", "peak-rss", p.peakRssMb, "MB");
   } else fig("pg", "failed", null, "", { note: "bench/cases/pg.ts failed" });

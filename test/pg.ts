@@ -23,8 +23,13 @@ export interface TestCluster {
   /** The maintenance database's URL (user nw, no password, 127.0.0.1). */
   url: string;
   port: number;
-  /** A new empty database on the cluster; its URL. `icuLocale` gives it a linguistic (ICU) collation instead of the cluster's C.UTF-8. */
-  createDatabase(name?: string, o?: { icuLocale?: string }): Promise<string>;
+  /**
+   * A new database on the cluster; its URL. Empty, or a copy of `template` (a database
+   * nobody is connected to); `icuLocale` gives it a linguistic (ICU) collation instead of
+   * the cluster's C.UTF-8.
+   */
+  createDatabase(name?: string, o?: { icuLocale?: string; template?: string }): Promise<string>;
+  dropDatabase(name: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -56,10 +61,14 @@ export async function startCluster(): Promise<TestCluster> {
   return {
     url,
     port,
-    async createDatabase(name = `t${process.pid}_${++counter}`, o: { icuLocale?: string } = {}) {
+    async createDatabase(name = `t${process.pid}_${++counter}`, o: { icuLocale?: string; template?: string } = {}) {
       const icu = o.icuLocale ? ` TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '${o.icuLocale.replace(/'/g, "")}'` : "";
-      await admin.unsafe(`CREATE DATABASE "${name}"${icu}`);
+      const template = o.template ? ` TEMPLATE "${o.template.replace(/"/g, "")}"` : "";
+      await admin.unsafe(`CREATE DATABASE "${name.replace(/"/g, "")}"${icu || template}`);
       return `postgres://nw@127.0.0.1:${port}/${name}`;
+    },
+    async dropDatabase(name: string) {
+      await admin.unsafe(`DROP DATABASE "${name.replace(/"/g, "")}" WITH (FORCE)`);
     },
     async stop() {
       await admin.close();

@@ -8,6 +8,9 @@
 //                and pushed into its tenant's tree (bench/pg-floor-worker.ts, as
 //                bench/floor.ts on SQLite): what any verifier must do at the least
 //   ingest       appendEntriesPg in batches of 500 from 4 concurrent clients
+//   retention    beveiligingslog-retentie's deletion (src/pg/retention.ts) against one
+//                DELETE of the same rows, each on its own copy of the database (CREATE
+//                DATABASE … TEMPLATE) while bench/pg-writer.ts inserts every 10 ms
 //
 //   bun bench/cases/pg.ts --db <file> --ingest 200000
 import { SQL } from "bun";
@@ -15,8 +18,10 @@ import { compareWithFile } from "../../src/audit/anchor-check.ts";
 import { parseSignerKey, parseVerifierKey } from "../../src/audit/note.ts";
 import { appendEntriesPg, verifyTenantsPg } from "../../src/pg/chain.ts";
 import { migrateToPostgres } from "../../src/pg/migrate-to.ts";
+import { deleteOldLoginAttemptsPg } from "../../src/pg/retention.ts";
+import { retentionBoundary } from "../../src/time.ts";
 import { startCluster } from "../../test/pg.ts";
-import { anchorFileOf, arg, BENCH_SIGNING_KEY, peakRssMb, report } from "../lib.ts";
+import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, NOW, peakRssMb, report } from "../lib.ts";
 
 const db = arg("db");
 const ingestTotal = Number(arg("ingest", "200000"));
@@ -29,7 +34,7 @@ try {
   const migrateSeconds = (performance.now() - t0) / 1000;
   if (moved.uitkomst !== "klaar") throw new Error(`migrate-to: ${moved.uitkomst}: ${"toelichting" in moved ? moved.toelichting : ""}`);
   const sql = new SQL(url, { max: 6 });
-  await sql`VACUUM ANALYZE audit_entries`;
+  await sql`VACUUM ANALYZE`;
   const tenants = ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
   const checkpoints = (await compareWithFile(db, anchorFileOf(db), verifiers)).checkpoints;
   const tasks = tenants.map((tenantId) => ({ tenantId, checkpoint: checkpoints.get(tenantId) ?? null }));
@@ -149,6 +154,50 @@ try {
   const ingestSeconds = (performance.now() - t0) / 1000;
   batchMs.sort((a, b) => a - b);
   await sql.close();
+
+  // Retention of half the login attempts, each mode on a fresh copy, a writer beside it.
+  // Both clocks run to the end of a CHECKPOINT after the deletion (what it left in the
+  // WAL written into the tables' files), as on SQLite; the statement alone is kept too.
+  const grens = retentionBoundary(NOW, 90);
+  const retention = async (mode: "delete" | "job") => {
+    const copyUrl = await cluster.createDatabase(`bench_${mode}`, { template: "bench" });
+    const conn = new SQL(copyUrl, { max: 2 });
+    try {
+      await conn`CHECKPOINT`;
+      const writer = Bun.spawn([BUN, new URL("../pg-writer.ts", import.meta.url).pathname, "--url", copyUrl], { stdout: "pipe", stderr: "inherit" });
+      const reader = writer.stdout.getReader();
+      const decoder = new TextDecoder();
+      let out = "";
+      while (!out.includes("ready\n")) {
+        const r = await reader.read();
+        if (r.done) throw new Error("pg-writer exited before it was ready");
+        out += decoder.decode(r.value, { stream: true });
+      }
+      out = out.slice(out.indexOf("ready\n") + 6);
+      await Bun.sleep(300);
+      const start = performance.now();
+      const batches: number[] = [];
+      const deleted =
+        mode === "delete"
+          ? ((await conn`WITH gone AS (DELETE FROM login_attempts WHERE tijdstip < ${grens} RETURNING 1) SELECT count(*)::int AS n FROM gone`) as { n: number }[])[0]!.n
+          : await deleteOldLoginAttemptsPg(conn, grens, { onBatch: (b) => batches.push(b.lockMs) });
+      const statementSeconds = (performance.now() - start) / 1000;
+      await conn`CHECKPOINT`;
+      const seconds = (performance.now() - start) / 1000;
+      await Bun.sleep(300);
+      writer.kill("SIGTERM");
+      for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
+      await writer.exited;
+      const waits = JSON.parse(out.trim().split("\n").at(-1)!) as { inserts: number; maxMs: number; p99Ms: number };
+      batches.sort((a, b) => a - b);
+      return { seconds, statementSeconds, deleted, writer: waits, batches: batches.length, batchMsMax: batches.at(-1) ?? null };
+    } finally {
+      await conn.close();
+      await cluster.dropDatabase(`bench_${mode}`);
+    }
+  };
+  const retentionDelete = await retention("delete");
+  const retentionJob = await retention("job");
   report({
     migrateSeconds,
     copiedRows: moved.tabellen.reduce((n, t) => n + t.rijen, 0),
@@ -165,6 +214,8 @@ try {
     ingestEntries: clients * batchesPerClient * batch,
     ingestSeconds,
     ingestBatchP99Ms: batchMs[Math.floor(batchMs.length * 0.99)] ?? null,
+    retentionDelete,
+    retentionJob,
     peakRssMb: peakRssMb(),
   });
 } finally {

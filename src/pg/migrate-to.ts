@@ -204,6 +204,11 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
         }
       });
 
+    // Statistics for the planner now: after a bulk COPY PostgreSQL has none until
+    // autovacuum gets to it, and meanwhile it plans the service's queries blind (a
+    // retention batch of the login attempts scanned the whole table).
+    await target.sql`ANALYZE`;
+
     // 4. Prove the copy: every row equal in key order…
     o.log("kopie controleren: rij voor rij");
     for (const s of shapes) {
