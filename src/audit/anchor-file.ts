@@ -128,8 +128,12 @@ export function insertRows(sqlite: Database, rows: StoredLine[]): void {
 /** The end of the last row the database holds: where the file's tail starts. */
 export function databaseEnd(sqlite: Database): number {
   const row = sqlite.query("SELECT positie, soort, tenant_id AS tenantId, note FROM audit_anchor_log ORDER BY positie DESC LIMIT 1").get() as
-    | { positie: number; soort: AnchorLine["soort"]; tenantId: number | null; note: string }
+    | (AnchorLine & { positie: number })
     | null;
-  if (!row) return 0;
-  return row.positie + Buffer.byteLength(anchorLineText(row), "utf8") + 1;
+  return endOf(row);
+}
+
+/** Where the line after a row starts in the file (0 without a row): databaseEnd's rule for any store. */
+export function endOf(row: (AnchorLine & { positie: number }) | null): number {
+  return row === null ? 0 : row.positie + Buffer.byteLength(anchorLineText(row), "utf8") + 1;
 }

@@ -32,10 +32,17 @@ export class AnchorFileError extends Error {
  * crash but a database older than the file: AnchorFileError, nothing copied.
  */
 export function syncTail(sqlite: Database, path: string, verifiers: Verifier[]): number {
+  const rows = tailRows(path, databaseEnd(sqlite), verifiers);
+  insertRows(sqlite, rows);
+  return rows.length;
+}
+
+/** The rule of syncTail for any store: the file's records from byte `end` (the database's end) on, as rows to insert. */
+export function tailRows(path: string, end: number, verifiers: Verifier[]): StoredLine[] {
   const rows: StoredLine[] = [];
   let installations = 0;
   let afterInstallation = false;
-  for (const fl of readLines(path, databaseEnd(sqlite))) {
+  for (const fl of readLines(path, end)) {
     if (fl.parsed.kind !== "record") continue;
     const l = fl.parsed.line;
     const grootte = recordSize(l, verifiers);
@@ -47,8 +54,7 @@ export function syncTail(sqlite: Database, path: string, verifiers: Verifier[]):
   if (installations > 1 || afterInstallation) {
     throw new AnchorFileError("database-teruggezet", "het ankerbestand bevat meer dan één run die de database niet kent: de database is ouder dan het bestand");
   }
-  insertRows(sqlite, rows);
-  return rows.length;
+  return rows;
 }
 
 export interface Refusal {

@@ -29,10 +29,11 @@ import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
 import type { RowReason } from "./anchor-check.ts";
 import { AnchorFileError, syncTail } from "./anchoring.ts";
 import { retryWhenBusy } from "../db.ts";
-import { verifyInstallation } from "./verify-all.ts";
-import { entriesAfter, rowHash } from "./chain.ts";
+import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
+import { entriesAfter, rowHash, type EntryRow } from "./chain.ts";
+import type { CompactRange } from "./merkle.ts";
 import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
-import { chainStart, linkBreak, type BreakReason } from "./verify.ts";
+import { chainStart, linkBreak, type BreakReason, type ChainStart } from "./verify.ts";
 
 export { retentionBoundary } from "../time.ts";
 
@@ -248,14 +249,9 @@ export async function deleteOldAuditEntries(
   // First the whole check audit-verificatie makes (anchor file against its copy, every
   // chain against its newest signed checkpoint): what does not check out is evidence,
   // and deleting it would erase the proof of which entries were changed.
-  const { signer, verifiers } = signing.keys;
+  const { verifiers } = signing.keys;
   const verdict = await verifyInstallation(sqlite, signing.dbPath, signing.path, candidates, verifiers, { workers: signing.workers });
-  if (verdict.probleem) {
-    throw new AnchorFileError(verdict.probleem.reden === "database-teruggezet" ? "database-teruggezet" : "bestand-gewijzigd", `${verdict.probleem.reden}: ${verdict.probleem.toelichting}`);
-  }
-  const broken = new Map(verdict.tenants.filter((t) => !t.intact).map((t) => [t.tenantId, t.fout!]));
-  for (const [tenantId, f] of broken) if (candidates.includes(tenantId)) gestopt.push({ tenantId, seq: f.seq, entryId: f.entryId, reden: f.reden });
-  const tenants = candidates.filter((id) => !broken.has(id));
+  const tenants = deletable(verdict, candidates, gestopt);
 
   const tijdstip = now.toISOString();
   let verwijderd = 0;
@@ -275,8 +271,21 @@ export async function deleteOldAuditEntries(
   return { verwijderd, gestopt };
 }
 
+/**
+ * The candidates whose chains checked out, for any store: a problem with the anchor file
+ * stops everything (AnchorFileError); a broken chain keeps that tenant's entries (gestopt).
+ */
+export function deletable(verdict: InstallationVerdict, candidates: number[], gestopt: RetentionStop[]): number[] {
+  if (verdict.probleem) {
+    throw new AnchorFileError(verdict.probleem.reden === "database-teruggezet" ? "database-teruggezet" : "bestand-gewijzigd", `${verdict.probleem.reden}: ${verdict.probleem.toelichting}`);
+  }
+  const broken = new Map(verdict.tenants.filter((t) => !t.intact).map((t) => [t.tenantId, t.fout!]));
+  for (const [tenantId, f] of broken) if (candidates.includes(tenantId)) gestopt.push({ tenantId, seq: f.seq, entryId: f.entryId, reden: f.reden });
+  return candidates.filter((id) => !broken.has(id));
+}
+
 /** What audit-retentie deletes of one tenant: every entry up to `seq`, justified by `record`. */
-interface DeletionPlan {
+export interface DeletionPlan {
   tenantId: number;
   /** The oldest entry still there. */
   from: number;
@@ -297,46 +306,76 @@ function planTenant(sqlite: Database, tenantId: number, grens: string, verifiers
   try {
     const first = sqlite.query("SELECT seq, id FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number; id: number } | null;
     if (!first) return null;
-    const start = chainStart(sqlite, tenantId, first.seq, verifiers);
+    const plan = new PrefixPlan(tenantId, first, chainStart(sqlite, tenantId, first.seq, verifiers), grens, gestopt);
+    if (plan.open) for (const r of entriesAfter(sqlite, tenantId, plan.from)) if (!plan.push(r)) break;
+    return plan.result();
+  } finally {
+    sqlite.run("COMMIT");
+  }
+}
+
+/**
+ * The rule of planning one tenant's deletion, for any store: given its first entry and
+ * its chain's start, the entries after the start are pushed in seq order until push()
+ * says stop (an entry not older than grens, or one that does not check out: it goes to
+ * `gestopt`, and the prefix ends before it).
+ */
+export class PrefixPlan {
+  private range: CompactRange | null = null;
+  private prevSeq = 0;
+  private prevHash = "";
+  private lastCreatedAt = "";
+  /** The seq after which entries are pushed (the chain's start). */
+  readonly from: number;
+  /** False when the chain's start is not justified by a signed record: nothing is deleted. */
+  readonly open: boolean;
+
+  constructor(
+    private readonly tenantId: number,
+    private readonly first: { seq: number; id: number },
+    private readonly start: ChainStart,
+    private readonly grens: string,
+    private readonly gestopt: RetentionStop[],
+  ) {
+    this.open = start.ok;
     if (!start.ok) {
       // The chain's start is not justified by a signed record: keep everything as evidence.
       gestopt.push({ tenantId, seq: first.seq, entryId: first.id, reden: start.reden });
-      return null;
+      this.from = first.seq;
+      return;
     }
-    const range = start.range.clone();
-    let prevSeq = start.seq;
-    let prevHash = start.hash;
-    let lastCreatedAt = "";
-    for (const r of entriesAfter(sqlite, tenantId, start.seq)) {
-      if (r.created_at >= grens) break;
-      const reden = linkBreak(
-        rowHash(tenantId, r) !== r.hash,
-        r.seq === start.seq + 1,
-        r.seq,
-        r.prev_hash,
-        prevSeq,
-        prevHash,
-      );
-      if (reden) {
-        gestopt.push({ tenantId, seq: r.seq, entryId: r.id, reden });
-        break;
-      }
-      range.pushEntryHash(r.hash);
-      prevSeq = r.seq;
-      prevHash = r.hash;
-      lastCreatedAt = r.created_at;
+    this.from = start.seq;
+    this.range = start.range.clone();
+    this.prevSeq = start.seq;
+    this.prevHash = start.hash;
+  }
+
+  /** One entry of the chain, in seq order; false: stop reading. */
+  push(r: EntryRow): boolean {
+    if (!this.start.ok || r.created_at >= this.grens) return false;
+    const reden = linkBreak(rowHash(this.tenantId, r) !== r.hash, r.seq === this.start.seq + 1, r.seq, r.prev_hash, this.prevSeq, this.prevHash);
+    if (reden) {
+      this.gestopt.push({ tenantId: this.tenantId, seq: r.seq, entryId: r.id, reden });
+      return false;
     }
-    if (prevSeq < first.seq) return null;
+    this.range!.pushEntryHash(r.hash);
+    this.prevSeq = r.seq;
+    this.prevHash = r.hash;
+    this.lastCreatedAt = r.created_at;
+    return true;
+  }
+
+  result(): DeletionPlan | null {
+    if (!this.start.ok || this.prevSeq < this.first.seq) return null;
+    const { tenantId, prevSeq, prevHash } = this;
     return {
       tenantId,
-      from: first.seq,
+      from: this.first.seq,
       seq: prevSeq,
       hash: prevHash,
       // The record continues the chain's tree: for an adopted chain, the one from its adoption.
-      record: prevSeq > start.seq ? { tenantId, seq: prevSeq, hash: prevHash, createdAt: lastCreatedAt, bereik: range, basis: start.basis } : null,
+      record: prevSeq > this.start.seq ? { tenantId, seq: prevSeq, hash: prevHash, createdAt: this.lastCreatedAt, bereik: this.range!, basis: this.start.basis } : null,
     };
-  } finally {
-    sqlite.run("COMMIT");
   }
 }
 
@@ -347,12 +386,7 @@ function planTenant(sqlite: Database, tenantId: number, grens: string, verifiers
  * already covers, which verification accepts when they link up to its hash.
  */
 function recordPlans(sqlite: Database, plans: DeletionPlan[], signing: RetentionSigning, grens: string, tijdstip: string): void {
-  const lines: StoredLine[] = [];
-  for (const p of plans) {
-    if (!p.record) continue;
-    const note = signRetentionRecord(signing.keys.signer, { ...p.record, grens, retentieDagen: signing.retentieDagen, tijdstip });
-    lines.push({ soort: "retentie", tenantId: p.tenantId, note, positie: 0, grootte: p.seq, bereik: null });
-  }
+  const lines = retentionLines(plans, signing, grens, tijdstip);
   const upsertAnchor = sqlite.query(
     `INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, ?, ?, ?)
      ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, bijgewerkt = excluded.bijgewerkt`,
@@ -368,6 +402,17 @@ function recordPlans(sqlite: Database, plans: DeletionPlan[], signing: Retention
     // Where an append starts once a whole chain is gone (src/audit/chain.ts).
     for (const p of plans) upsertAnchor.run(p.tenantId, p.seq, p.hash, tijdstip);
   }).immediate();
+}
+
+/** The signed retention records of the plans that need one, as anchor-file lines (positions set on append). */
+export function retentionLines(plans: DeletionPlan[], signing: Pick<RetentionSigning, "keys" | "retentieDagen">, grens: string, tijdstip: string): StoredLine[] {
+  const lines: StoredLine[] = [];
+  for (const p of plans) {
+    if (!p.record) continue;
+    const note = signRetentionRecord(signing.keys.signer, { ...p.record, grens, retentieDagen: signing.retentieDagen, tijdstip });
+    lines.push({ soort: "retentie", tenantId: p.tenantId, note, positie: 0, grootte: p.seq, bereik: null });
+  }
+  return lines;
 }
 
 /**

@@ -24,10 +24,11 @@ async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
   }
 }
 
-export async function verifyInstallationPg(url: string, anchorPath: string, verifiers: Verifier[], o: { workers: number; checkpoints?: Map<number, CheckpointRef> }): Promise<InstallationVerdict> {
+/** The whole check on PostgreSQL: every tenant, or `o.tenantIds` (and, as always, every tenant the anchor file has checkpoints of). */
+export async function verifyInstallationPg(url: string, anchorPath: string, verifiers: Verifier[], o: { workers: number; checkpoints?: Map<number, CheckpointRef>; tenantIds?: number[] }): Promise<InstallationVerdict> {
   const sql = new SQL(url, { max: 3 });
   try {
-    const tenantIds = ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
+    const tenantIds = o.tenantIds ?? ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
     return await verifyInstallationOf(
       {
         compare: () => sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), anchorPath, verifiers)),

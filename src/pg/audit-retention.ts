@@ -1,0 +1,146 @@
+// audit-retentie's work on PostgreSQL, by the same rules as on SQLite (src/audit/retention.ts
+// has them and the reasons): only candidates whose chains check out against the anchor
+// file and their signed checkpoints; per tenant a prefix, each entry checked as the
+// verifier does (PrefixPlan); per group one signed retention record per tenant appended
+// to the anchor file (fsynced) and copied into audit_anchor_log with the retention
+// anchors in one transaction, before a single entry is deleted; then the prefixes in
+// short batches, round robin over the group. A crash at any point leaves chains that
+// link up to their records, as on SQLite.
+//
+// What differs: no gap between batches (PostgreSQL locks only the deleted rows, so the
+// host application's appends never wait for them), and the anchor file's appenders are
+// ordered by a transaction advisory lock instead of SQLite's write lock.
+import type { SQL } from "bun";
+import { appendLines, endOf, type StoredLine } from "../audit/anchor-file.ts";
+import { tailRows } from "../audit/anchoring.ts";
+import type { AnchorLine } from "../audit/records.ts";
+import { deletable, PrefixPlan, retentionLines, TENANT_GROUP, type AuditRetentionResult, type DeletionPlan, type RetentionOptions, type RetentionSigning, type RetentionStop } from "../audit/retention.ts";
+import { chainStartFromRecords } from "../audit/verify.ts";
+import { copyRows, ENTRY_COLUMNS, entryRowOf, startRecords } from "./chain.ts";
+import { verifyInstallationPg } from "./offline.ts";
+
+/**
+ * Key 1 of the lock that orders appenders of the anchor file: pg_advisory_xact_lock(ANCHOR_FILE_LOCK, 0).
+ * Beside CHAIN_LOCK (src/pg/chain.ts), in nachtwacht's own range.
+ */
+export const ANCHOR_FILE_LOCK = 0x6e7702;
+
+/** What a batch aims at, ms: short transactions, as the login attempts' (src/pg/retention.ts). */
+const TARGET_MS = 100;
+
+export type PgRetentionSigning = Omit<RetentionSigning, "dbPath">;
+
+/** Deletes old audit entries of every tenant that has any; see the top of this file. `url` is for the verification's worker threads. */
+export async function deleteOldAuditEntriesPg(sql: SQL, url: string, grens: string, now: Date, signing: PgRetentionSigning, o: RetentionOptions = {}): Promise<AuditRetentionResult> {
+  const candidates = ((await sql`
+    SELECT id FROM tenants t WHERE (SELECT min(created_at) FROM audit_entries WHERE tenant_id = t.id) < ${grens} ORDER BY id`) as { id: number }[]).map((r) => r.id);
+  const gestopt: RetentionStop[] = [];
+  if (candidates.length === 0) return { verwijderd: 0, gestopt };
+  const verdict = await verifyInstallationPg(url, signing.path, signing.keys.verifiers, { workers: signing.workers, tenantIds: candidates });
+  const tenants = deletable(verdict, candidates, gestopt);
+  const tijdstip = now.toISOString();
+  let verwijderd = 0;
+  for (let g = 0; g < tenants.length; g += TENANT_GROUP) {
+    const plans: DeletionPlan[] = [];
+    for (const tenantId of tenants.slice(g, g + TENANT_GROUP)) {
+      const p = await planTenantPg(sql, tenantId, grens, signing.keys.verifiers, gestopt);
+      if (p) plans.push(p);
+    }
+    await recordPlansPg(sql, plans, signing, grens, tijdstip);
+    verwijderd += await deletePlannedPg(sql, plans, o);
+  }
+  return { verwijderd, gestopt };
+}
+
+/** One tenant's prefix older than grens, read and checked in one snapshot (PrefixPlan). */
+async function planTenantPg(sql: SQL, tenantId: number, grens: string, verifiers: PgRetentionSigning["keys"]["verifiers"], gestopt: RetentionStop[]): Promise<DeletionPlan | null> {
+  return sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (tx) => {
+    const [first] = (await tx`SELECT seq, id FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string; id: string }[];
+    if (!first) return null;
+    const f = { seq: Number(first.seq), id: Number(first.id) };
+    const start = chainStartFromRecords((await startRecords(tx, [tenantId])).get(tenantId) ?? [], tenantId, f.seq, verifiers);
+    const plan = new PrefixPlan(tenantId, f, start, grens, gestopt);
+    if (plan.open) {
+      // COPY takes no bind parameters: both numbers are integers from the database.
+      read: for await (const rows of copyRows(tx, `SELECT ${ENTRY_COLUMNS} FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${plan.from} ORDER BY seq`)) {
+        for (const r of rows) if (!plan.push(entryRowOf(r, 0))) break read;
+      }
+    }
+    return plan.result();
+  });
+}
+
+/**
+ * The group's retention records: appended to the anchor file (fsynced) inside the
+ * transaction that copies them into audit_anchor_log and moves the retention anchors,
+ * so the database never relies on a record the file lacks. First the file's tail that
+ * a crash may have left (tailRows), as on SQLite.
+ */
+async function recordPlansPg(sql: SQL, plans: DeletionPlan[], signing: PgRetentionSigning, grens: string, tijdstip: string): Promise<void> {
+  const lines = retentionLines(plans, signing, grens, tijdstip);
+  await sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${ANCHOR_FILE_LOCK}, 0)`;
+    const [last] = (await tx`SELECT positie, soort, tenant_id, note FROM audit_anchor_log ORDER BY positie DESC LIMIT 1`) as { positie: string; soort: AnchorLine["soort"]; tenant_id: number | null; note: string }[];
+    const rows = tailRows(signing.path, endOf(last ? { positie: Number(last.positie), soort: last.soort, tenantId: last.tenant_id, note: last.note } : null), signing.keys.verifiers);
+    if (lines.length > 0) {
+      const positions = appendLines(signing.path, lines);
+      lines.forEach((l, i) => (l.positie = positions[i]!));
+      rows.push(...lines);
+    }
+    await insertRowsPg(tx, rows);
+    // Where an append starts once a whole chain is gone (src/pg/chain.ts appendEntriesPg).
+    for (let i = 0; i < plans.length; i += 1000) {
+      const anchors = plans.slice(i, i + 1000).map((p) => ({ tenant_id: p.tenantId, seq: p.seq, hash: p.hash, bijgewerkt: tijdstip }));
+      await tx`
+        INSERT INTO audit_retention_anchors ${tx(anchors)}
+        ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, bijgewerkt = excluded.bijgewerkt`;
+    }
+  });
+}
+
+/** Anchor-file lines into audit_anchor_log (inside the caller's transaction). */
+export async function insertRowsPg(tx: SQL, rows: StoredLine[]): Promise<void> {
+  for (let i = 0; i < rows.length; i += 1000) {
+    const values = rows.slice(i, i + 1000).map((r) => ({ positie: r.positie, soort: r.soort, tenant_id: r.tenantId, grootte: r.grootte, note: r.note, bereik: r.bereik }));
+    await tx`INSERT INTO audit_anchor_log ${tx(values)}`;
+  }
+}
+
+/**
+ * The planned prefixes, in batches of one transaction: the next rows of every
+ * unfinished tenant of the group (round robin), each tenant's idempotency keys with its
+ * entries, in one statement per table. Sized so a batch takes about TARGET_MS.
+ */
+async function deletePlannedPg(sql: SQL, plans: DeletionPlan[], o: RetentionOptions): Promise<number> {
+  const clock = o.clock ?? (() => performance.now());
+  const next = new Map(plans.map((p) => [p.tenantId, p.from]));
+  let active = plans.filter((p) => p.from <= p.seq);
+  let size = o.batchSize ?? 2000;
+  let verwijderd = 0;
+  while (active.length > 0) {
+    const per = Math.max(1, Math.floor(size / active.length));
+    const upTo = active.map((p) => Math.min(p.seq, next.get(p.tenantId)! + per - 1));
+    const ids = active.map((p) => p.tenantId);
+    const t0 = clock();
+    const n = await sql.begin(async (tx) => {
+      const [{ n }] = (await tx`
+        WITH gone AS (
+          DELETE FROM audit_entries e USING unnest(${ids}::int[], ${upTo}::bigint[]) AS u(t, s)
+          WHERE e.tenant_id = u.t AND e.seq <= u.s RETURNING 1
+        ) SELECT count(*)::int AS n FROM gone`) as [{ n: number }];
+      await tx`
+        DELETE FROM audit_sleutels k USING unnest(${ids}::int[], ${upTo}::bigint[]) AS u(t, s)
+        WHERE k.tenant_id = u.t AND k.seq <= u.s`;
+      return n;
+    });
+    const lockMs = clock() - t0;
+    // Committed: only now does the progress move on (a batch that failed is taken again by the next run).
+    active.forEach((p, i) => next.set(p.tenantId, upTo[i]! + 1));
+    active = active.filter((p) => next.get(p.tenantId)! <= p.seq);
+    verwijderd += n;
+    o.afterBatch?.(verwijderd);
+    o.onBatch?.({ rows: n, chunks: 1, lockMs, commitMs: 0, checkpointMs: 0 });
+    if (o.batchSize === undefined) size = Math.max(200, Math.min(50_000, Math.round(size * Math.min(1.5, Math.sqrt(TARGET_MS / Math.max(lockMs, 1))))));
+  }
+  return verwijderd;
+}
