@@ -61,9 +61,16 @@ async function planTenantPg(sql: SQL, tenantId: number, grens: string, verifiers
     const start = chainStartFromRecords((await startRecords(tx, [tenantId])).get(tenantId) ?? [], tenantId, f.seq, verifiers);
     const plan = new PrefixPlan(tenantId, f, start, grens, gestopt);
     if (plan.open) {
-      // COPY takes no bind parameters: both numbers are integers from the database.
-      read: for await (const rows of copyRows(tx, `SELECT ${ENTRY_COLUMNS} FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${plan.from} ORDER BY seq`)) {
-        for (const r of rows) if (!plan.push(entryRowOf(r, 0))) break read;
+      // The prefix ends before the first entry not older than grens: read up to there and
+      // no further. (Breaking off a COPY cancels the statement, which aborts the
+      // transaction.) The rows after an entry that stops the plan are read and ignored.
+      const [end] = (await tx`
+        SELECT seq FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${plan.from} AND created_at >= ${grens} ORDER BY seq LIMIT 1`) as { seq: string }[];
+      // COPY takes no bind parameters: the numbers are integers from the database.
+      const upTo = end ? ` AND seq < ${Number(end.seq)}` : "";
+      let reading = true;
+      for await (const rows of copyRows(tx, `SELECT ${ENTRY_COLUMNS} FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${plan.from}${upTo} ORDER BY seq`)) {
+        for (const r of rows) if (reading) reading = plan.push(entryRowOf(r, 0));
       }
     }
     return plan.result();
