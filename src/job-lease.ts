@@ -90,7 +90,7 @@ export function leaseTiming(job: JobName): LeaseTiming {
   return { renewMs, ttlMs: RENEWALS_AHEAD * renewMs };
 }
 
-const isHolder = (lease: Pick<JobLease, "pid" | "instantie">, holder: LeaseHolder) => lease.pid === holder.pid && lease.instantie === holder.instantie;
+export const isHolder = (lease: Pick<JobLease, "pid" | "instantie">, holder: LeaseHolder) => lease.pid === holder.pid && lease.instantie === holder.instantie;
 
 export type LeasedStart =
   /** The run's job_runs row was written and its lease taken, valid until `verloopt`; `overgenomen`: another holder's lease it replaced, and why. */

@@ -28,6 +28,12 @@ export interface PgStore {
  */
 export const LOCK_NAMESPACE = 0x6e77; // "nw"
 export const LOCK_MIGRATE = 0;
+/**
+ * Held by every take of a job lease (src/pg/job-lease.ts) until its transaction ends:
+ * one key for all jobs, because a take is a few statements long and SQLite serialises
+ * all of them too; per job it would need a number derived from the job's name.
+ */
+export const LOCK_JOB_LEASE = 1;
 
 export async function openPgStore(url: string, o: { max?: number } = {}): Promise<PgStore> {
   const sql = new SQL(url, { max: o.max ?? 10 });

@@ -1,0 +1,91 @@
+// The "already running" guard across processes (src/job-lease.ts) on PostgreSQL, for
+// the day two service instances share one database: the same lease row per job, the
+// same rules for who may take it (isHolder, holderGone) and the same results. Only the
+// locking differs, because PostgreSQL has no database-wide write lock to serialise
+// takers the way SQLite's IMMEDIATE transaction does:
+//
+// - A take is one READ COMMITTED transaction that first waits for the transaction
+//   advisory lock (LOCK_NAMESPACE, LOCK_JOB_LEASE). Without it two takers that both find
+//   no row would both write a run, and the second's upsert would wait for the first's
+//   commit and then overwrite its lease: both would run the job. Each statement after
+//   the lock reads what the previous holder of the lock committed.
+// - It then reads the lease row FOR UPDATE: renewals and releases do not take the
+//   advisory lock, so one under way must finish first and the take decides on what it
+//   wrote (a renewed expiry), not on the row as it was before.
+// - Renewal and release are single statements whose WHERE names the holder and its
+//   run. A take-over, once committed, leaves them nothing to match; one still waiting
+//   for the row when they commit sees their result.
+import { and, eq, gt, sql } from "drizzle-orm";
+import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
+import { holderGone, isHolder, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
+import type { JobName } from "../schedule.ts";
+import { LOCK_JOB_LEASE, LOCK_NAMESPACE, type PgStore } from "./store.ts";
+
+/**
+ * Takes the job's lease and writes its job_runs row ('bezig'), in one transaction:
+ * refused while another holder's lease has not expired at `now` and that holder is not
+ * provably gone (holderGone); a refused call writes nothing. A lease of this holder
+ * itself is taken over, as on SQLite (startLeasedRun).
+ */
+export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number): Promise<LeasedStart> {
+  return store.db.transaction(
+    async (tx): Promise<LeasedStart> => {
+      // Drizzle has no builder for advisory locks; transaction-scoped, so COMMIT or ROLLBACK frees it.
+      await tx.execute(sql`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_JOB_LEASE})`);
+      const [row] = await tx.select().from(jobLeases).where(eq(jobLeases.job, job)).for("update");
+      const current: JobLease | null = row ?? null;
+      const nowIso = now.toISOString();
+      const other = current !== null && !isHolder(current, holder);
+      const expired = current !== null && current.verloopt <= nowIso;
+      if (other && !expired && !holderGone(current)) return { ok: false, houder: current };
+      const [run] = await tx.insert(jobRuns).values({ job, gestart: nowIso, uitkomst: "bezig" }).returning({ id: jobRuns.id });
+      const runId = run!.id;
+      const verloopt = new Date(now.getTime() + ttlMs);
+      const values = {
+        pid: holder.pid,
+        instantie: holder.instantie,
+        host: holder.host,
+        pidNs: holder.pidNs,
+        runId,
+        verkregen: nowIso,
+        vernieuwd: nowIso,
+        verloopt: verloopt.toISOString(),
+      };
+      await tx
+        .insert(jobLeases)
+        .values({ job, ...values })
+        .onConflictDoUpdate({ target: jobLeases.job, set: values });
+      return { ok: true, runId, verloopt, overgenomen: other ? { ...current, reden: expired ? "verlopen" : "proces-weg" } : null };
+    },
+    // The reasoning above needs a fresh snapshot per statement, whatever the server's default.
+    { isolationLevel: "read committed" },
+  );
+}
+
+const heldBy = (job: JobName, holder: LeaseHolder, runId: number) =>
+  and(eq(jobLeases.job, job), eq(jobLeases.pid, holder.pid), eq(jobLeases.instantie, holder.instantie), eq(jobLeases.runId, runId));
+
+/** Moves the expiry of this holder's lease of the run on; false when it is no longer this holder's (taken over after it expired). */
+export async function renewLeasePg(store: PgStore, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): Promise<boolean> {
+  const rows = await store.db
+    .update(jobLeases)
+    .set({ vernieuwd: now.toISOString(), verloopt: new Date(now.getTime() + ttlMs).toISOString() })
+    .where(heldBy(job, holder, runId))
+    .returning({ job: jobLeases.job });
+  return rows.length > 0;
+}
+
+/** Deletes this holder's lease of the run; never another holder's. False when there was none. */
+export async function releaseLeasePg(store: PgStore, job: JobName, holder: LeaseHolder, runId: number): Promise<boolean> {
+  const rows = await store.db.delete(jobLeases).where(heldBy(job, holder, runId)).returning({ job: jobLeases.job });
+  return rows.length > 0;
+}
+
+/**
+ * The leases that have not expired at `now` and whose holder is not provably gone, by
+ * job: whoever holds them is alive (or was, less than an expiry ago).
+ */
+export async function liveLeasesPg(store: PgStore, now: Date): Promise<Map<string, JobLease>> {
+  const rows = await store.db.select().from(jobLeases).where(gt(jobLeases.verloopt, now.toISOString()));
+  return new Map(rows.filter((r) => !holderGone(r)).map((r) => [r.job, r]));
+}

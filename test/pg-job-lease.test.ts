@@ -1,0 +1,283 @@
+// The job lease on PostgreSQL (src/pg/job-lease.ts) against a real server (test/pg.ts):
+// the same results as on SQLite (test/job-lease.test.ts, "the lease functions on one
+// database") — refused while another holder's lease is valid, with nothing written;
+// renewed and released only by its holder and run; taken over once expired or once its
+// holder's pid is gone from this host — and two REAL processes taking the same job's
+// lease as fast as they can never hold it at the same time.
+import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { randomUUID } from "node:crypto";
+import { readlinkSync } from "node:fs";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { holderGone, newLeaseHolder, type LeaseHolder } from "../src/job-lease.ts";
+import { liveLeasesPg, releaseLeasePg, renewLeasePg, startLeasedRunPg } from "../src/pg/job-lease.ts";
+import { openPgStore, type PgStore } from "../src/pg/store.ts";
+import { BUN, ROOT } from "./binary.ts";
+import { startCluster, type TestCluster } from "./pg.ts";
+
+setDefaultTimeout(120_000);
+
+const NOW = new Date("2026-07-23T12:00:00.000Z");
+const at = (ms: number) => new Date(NOW.getTime() + ms);
+/** A live holder on another host: never provably gone, so only its expiry frees the job. */
+const elsewhere = (): LeaseHolder => ({ ...newLeaseHolder(), host: "elders.example" });
+
+let cluster: TestCluster;
+const stores: PgStore[] = [];
+beforeAll(async () => {
+  cluster = await startCluster();
+});
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close();
+});
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+async function freshStore(): Promise<PgStore> {
+  const store = await openPgStore(await cluster.createDatabase());
+  stores.push(store);
+  return store;
+}
+
+const runsOf = async (store: PgStore, job: string) =>
+  (await store.sql`SELECT id, uitkomst, beeindigd FROM job_runs WHERE job = ${job} ORDER BY id`) as { id: number; uitkomst: string; beeindigd: string | null }[];
+const leaseRows = async (store: PgStore) => (await store.sql`SELECT job, pid, instantie, run_id, verloopt FROM job_leases ORDER BY job`) as Record<string, unknown>[];
+
+describe("the lease functions on PostgreSQL", () => {
+  test("taken with its run; a second holder is refused and writes nothing; renewal moves the expiry; only the holder of the run renews or releases; released, the next holder takes it", async () => {
+    const store = await freshStore();
+    const a = elsewhere();
+    const b = newLeaseHolder();
+
+    const first = await startLeasedRunPg(store, "weekrapport", a, NOW, 90_000);
+    if (!first.ok) throw new Error("not taken");
+    expect(first).toEqual({ ok: true, runId: first.runId, verloopt: at(90_000), overgenomen: null });
+    expect(await runsOf(store, "weekrapport")).toEqual([{ id: first.runId, uitkomst: "bezig", beeindigd: null }]);
+
+    const refused = await startLeasedRunPg(store, "weekrapport", b, at(89_999), 90_000);
+    expect(refused.ok).toBe(false);
+    expect(!refused.ok && refused.houder).toEqual({
+      job: "weekrapport",
+      pid: a.pid,
+      instantie: a.instantie,
+      host: "elders.example",
+      pidNs: a.pidNs,
+      runId: first.runId,
+      verkregen: NOW.toISOString(),
+      vernieuwd: NOW.toISOString(),
+      verloopt: at(90_000).toISOString(),
+    });
+    // Nothing was written for the refused call: no run, the lease as it was.
+    expect(await runsOf(store, "weekrapport")).toEqual([{ id: first.runId, uitkomst: "bezig", beeindigd: null }]);
+    expect(await leaseRows(store)).toEqual([{ job: "weekrapport", pid: a.pid, instantie: a.instantie, run_id: first.runId, verloopt: at(90_000).toISOString() }]);
+
+    // Another holder (even with the same pid: another instance in this process) neither renews nor releases it.
+    const sibling = newLeaseHolder();
+    expect(sibling.pid).toBe(b.pid);
+    expect(await renewLeasePg(store, "weekrapport", b, first.runId, at(30_000), 90_000)).toBe(false);
+    expect(await releaseLeasePg(store, "weekrapport", b, first.runId)).toBe(false);
+    expect(await renewLeasePg(store, "weekrapport", { ...a, instantie: sibling.instantie }, first.runId, at(30_000), 90_000)).toBe(false);
+    // The holder itself, naming another run, neither.
+    expect(await renewLeasePg(store, "weekrapport", a, first.runId + 1, at(30_000), 90_000)).toBe(false);
+    expect(await releaseLeasePg(store, "weekrapport", a, first.runId + 1)).toBe(false);
+    expect((await leaseRows(store))[0]!.verloopt).toBe(at(90_000).toISOString());
+
+    // Renewed at +30 s, it holds until +120 s: past the first expiry b is still refused.
+    expect(await renewLeasePg(store, "weekrapport", a, first.runId, at(30_000), 90_000)).toBe(true);
+    expect((await leaseRows(store))[0]!.verloopt).toBe(at(120_000).toISOString());
+    const stillRefused = await startLeasedRunPg(store, "weekrapport", b, at(100_000), 90_000);
+    expect(!stillRefused.ok && stillRefused.houder).toMatchObject({ instantie: a.instantie, vernieuwd: at(30_000).toISOString(), verloopt: at(120_000).toISOString() });
+    expect((await liveLeasesPg(store, at(119_999))).get("weekrapport")).toMatchObject({ instantie: a.instantie, runId: first.runId });
+
+    expect(await releaseLeasePg(store, "weekrapport", a, first.runId)).toBe(true);
+    expect(await releaseLeasePg(store, "weekrapport", a, first.runId)).toBe(false);
+    expect(await leaseRows(store)).toEqual([]);
+
+    const second = await startLeasedRunPg(store, "weekrapport", b, at(100_000), 90_000);
+    if (!second.ok) throw new Error("not taken after the release");
+    expect(second.overgenomen).toBeNull();
+    expect(second.runId).toBeGreaterThan(first.runId);
+    expect((await runsOf(store, "weekrapport")).map((r) => r.id)).toEqual([first.runId, second.runId]);
+    // The first holder's older run is not its lease any more.
+    expect(await renewLeasePg(store, "weekrapport", a, first.runId, at(100_000), 90_000)).toBe(false);
+
+    // A holder that takes the job again (its release failed) replaces its own lease; an older run's it cannot renew or release.
+    const again = await startLeasedRunPg(store, "weekrapport", b, at(110_000), 90_000);
+    if (!again.ok) throw new Error("its own lease refused");
+    expect(again.overgenomen).toBeNull();
+    expect(await renewLeasePg(store, "weekrapport", b, second.runId, at(120_000), 90_000)).toBe(false);
+    expect(await releaseLeasePg(store, "weekrapport", b, second.runId)).toBe(false);
+    expect(await releaseLeasePg(store, "weekrapport", b, again.runId)).toBe(true);
+  });
+
+  test("once its expiry has passed another holder takes it over ('verlopen'); the former holder's renewal then fails", async () => {
+    const store = await freshStore();
+    const a = elsewhere();
+    const first = await startLeasedRunPg(store, "audit-anker", a, NOW, 90_000);
+    if (!first.ok) throw new Error("not taken");
+    expect((await startLeasedRunPg(store, "audit-anker", newLeaseHolder(), at(89_999), 90_000)).ok).toBe(false);
+
+    const b = newLeaseHolder();
+    const taken = await startLeasedRunPg(store, "audit-anker", b, at(90_000), 90_000);
+    if (!taken.ok) throw new Error("expired lease not taken over");
+    expect(taken.overgenomen).toEqual({
+      job: "audit-anker",
+      pid: a.pid,
+      instantie: a.instantie,
+      host: "elders.example",
+      pidNs: a.pidNs,
+      runId: first.runId,
+      verkregen: NOW.toISOString(),
+      vernieuwd: NOW.toISOString(),
+      verloopt: at(90_000).toISOString(),
+      reden: "verlopen",
+    });
+    expect(await leaseRows(store)).toEqual([{ job: "audit-anker", pid: b.pid, instantie: b.instantie, run_id: taken.runId, verloopt: at(180_000).toISOString() }]);
+    expect((await runsOf(store, "audit-anker")).map((r) => r.id)).toEqual([first.runId, taken.runId]);
+    expect(await renewLeasePg(store, "audit-anker", a, first.runId, at(90_000), 90_000)).toBe(false);
+    expect(await releaseLeasePg(store, "audit-anker", a, first.runId)).toBe(false);
+  });
+
+  test("a lease whose holder's pid is gone from this host (same PID namespace) is taken over at once ('proces-weg'); the same pid on another host is not", async () => {
+    const store = await freshStore();
+    const child = Bun.spawn(["true"]);
+    await child.exited;
+    const here = { pid: child.pid, instantie: randomUUID(), host: hostname(), pidNs: readlinkSync("/proc/self/ns/pid") };
+    expect(holderGone(here)).toBe(true);
+
+    const left = await startLeasedRunPg(store, "dagrapport", here, NOW, 90_000);
+    if (!left.ok) throw new Error("not taken");
+    expect(await leaseRows(store)).toEqual([{ job: "dagrapport", pid: child.pid, instantie: here.instantie, run_id: left.runId, verloopt: at(90_000).toISOString() }]);
+    const taken = await startLeasedRunPg(store, "dagrapport", newLeaseHolder(), at(1), 90_000);
+    if (!taken.ok) throw new Error("the gone holder's lease was not taken over");
+    expect(taken.overgenomen).toMatchObject({ pid: child.pid, instantie: here.instantie, runId: left.runId, verloopt: at(90_000).toISOString(), reden: "proces-weg" });
+
+    const far = { ...here, instantie: randomUUID(), host: "elders.example" };
+    expect(holderGone(far)).toBe(false);
+    expect((await startLeasedRunPg(store, "weekrapport", far, NOW, 90_000)).ok).toBe(true);
+    const refused = await startLeasedRunPg(store, "weekrapport", newLeaseHolder(), at(1), 90_000);
+    expect(!refused.ok && refused.houder).toMatchObject({ pid: child.pid, host: "elders.example" });
+  });
+
+  test("liveLeasesPg leaves out expired leases and those whose holder is provably gone", async () => {
+    const store = await freshStore();
+    const child = Bun.spawn(["true"]);
+    await child.exited;
+    const gone = { pid: child.pid, instantie: randomUUID(), host: hostname(), pidNs: readlinkSync("/proc/self/ns/pid") };
+    const live = elsewhere();
+    const mine = newLeaseHolder();
+    expect((await startLeasedRunPg(store, "weekrapport", live, NOW, 90_000)).ok).toBe(true);
+    expect((await startLeasedRunPg(store, "dagrapport", gone, NOW, 90_000)).ok).toBe(true);
+    expect((await startLeasedRunPg(store, "audit-anker", elsewhere(), NOW, 10_000)).ok).toBe(true);
+    expect((await startLeasedRunPg(store, "backup-controle", mine, NOW, 90_000)).ok).toBe(true);
+    expect((await leaseRows(store)).length).toBe(4);
+
+    const atTen = await liveLeasesPg(store, at(10_000));
+    expect([...atTen.keys()].sort()).toEqual(["backup-controle", "weekrapport"]);
+    expect(atTen.get("weekrapport")).toMatchObject({ pid: live.pid, instantie: live.instantie, host: "elders.example" });
+    expect(atTen.get("backup-controle")).toMatchObject({ pid: process.pid, instantie: mine.instantie });
+    expect([...(await liveLeasesPg(store, at(9_999))).keys()].sort()).toEqual(["audit-anker", "backup-controle", "weekrapport"]);
+    expect((await liveLeasesPg(store, at(90_000))).size).toBe(0);
+  });
+});
+
+// ---------------------------------------------------------------- two real processes
+
+interface Contender {
+  proc: ReturnType<typeof Bun.spawn>;
+  stdout(): string;
+  stderr(): string;
+}
+
+function collect(stream: ReadableStream<Uint8Array>): () => string {
+  let text = "";
+  const decoder = new TextDecoder();
+  const reader = stream.getReader();
+  void (async () => {
+    for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value, { stream: true });
+  })();
+  return () => text;
+}
+
+function startContender(url: string, label: string, wins: number, barrier: number): Contender {
+  const proc = Bun.spawn([BUN, join(ROOT, "test", "fixtures", "pg-lease-contender.ts")], {
+    cwd: ROOT,
+    env: { ...process.env, LEASE_PG_URL: url, LEASE_LABEL: label, LEASE_WINS: String(wins), LEASE_BARRIER: String(barrier) },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  return { proc, stdout: collect(proc.stdout), stderr: collect(proc.stderr) };
+}
+
+/** Polls `check` until it holds; throws after `ms`. Never a fixed sleep as synchronisation. */
+async function until(what: string, check: () => boolean, ms = 30_000): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!check()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(5);
+  }
+}
+
+describe("two processes taking the same job's lease on one PostgreSQL database", () => {
+  test("never hold it at the same time: every run's begin and end lie between no other run's, its lease row names it throughout, every release finds it; the wins are the job_runs rows", async () => {
+    const WINS = 150;
+    const BARRIER = 0x74657374; // a key of this test's own, outside nachtwacht's (src/pg/store.ts)
+    const url = await cluster.createDatabase();
+    const store = await openPgStore(url);
+    stores.push(store);
+    await store.sql`CREATE TABLE lease_log (seq bigserial PRIMARY KEY, proc text NOT NULL, run_id integer NOT NULL, event text NOT NULL, lease_run integer)`;
+
+    // Both processes start contending at the same moment: each waits for this lock after printing "ready".
+    const gate = await store.sql.reserve();
+    let contenders: Contender[] = [];
+    try {
+      await gate`SELECT pg_advisory_lock(${BARRIER}::bigint)`;
+      contenders = ["a", "b"].map((label) => startContender(url, label, WINS, BARRIER));
+      await until("both contenders to be ready", () => {
+        for (const c of contenders) if (c.proc.exitCode !== null) throw new Error(`a contender exited early (${c.proc.exitCode}): ${c.stderr()}`);
+        return contenders.every((c) => c.stdout().startsWith("ready\n"));
+      });
+    } finally {
+      await gate`SELECT pg_advisory_unlock(${BARRIER}::bigint)`;
+      gate.release();
+    }
+    const codes = await Promise.all(contenders.map((c) => c.proc.exited));
+    expect({ codes, stderr: contenders.map((c) => c.stderr()) }).toEqual({ codes: [0, 0], stderr: ["", ""] });
+    const results = contenders.map((c) => JSON.parse(c.stdout().trim().split("\n").at(-1)!) as { label: string; wins: number; refused: number; lost: number });
+
+    // Walk the log in its sequence order. Under a correct lease a run's end is logged
+    // before its release commits, and the next run's begin only after its take
+    // committed, so the log reads begin/end of one run at a time, each line seeing its
+    // own run in the lease row.
+    const log = (await store.sql`SELECT proc, run_id, event, lease_run FROM lease_log ORDER BY seq`) as { proc: string; run_id: number; event: string; lease_run: number | null }[];
+    const violations: string[] = [];
+    let holding: number | null = null;
+    for (const l of log) {
+      if (l.lease_run !== l.run_id) violations.push(`${l.proc}: run ${l.run_id} at its ${l.event} found the lease naming run ${l.lease_run}`);
+      if (l.event === "begin") {
+        if (holding !== null) violations.push(`${l.proc}: run ${l.run_id} began while run ${holding} had not ended`);
+        holding = l.run_id;
+      } else {
+        if (holding !== l.run_id) violations.push(`${l.proc}: run ${l.run_id} ended while the log held run ${holding}`);
+        holding = null;
+      }
+    }
+    expect(violations.slice(0, 10)).toEqual([]);
+    // Every release found its own lease still there: no one had taken it over.
+    expect(results.map((r) => [r.label, r.wins, r.lost])).toEqual([
+      ["a", WINS, 0],
+      ["b", WINS, 0],
+    ]);
+    // They did contend: some attempts met the other's lease.
+    expect(results[0]!.refused + results[1]!.refused).toBeGreaterThan(0);
+
+    // Every win wrote its run, and no refused attempt wrote one.
+    const runs = await runsOf(store, "dagrapport");
+    const begun = log.filter((l) => l.event === "begin").map((l) => l.run_id);
+    expect(runs.length).toBe(2 * WINS);
+    expect(begun.length).toBe(2 * WINS);
+    expect(new Set(begun)).toEqual(new Set(runs.map((r) => r.id)));
+    expect(await leaseRows(store)).toEqual([]);
+  });
+});
