@@ -90,6 +90,26 @@ describe("audit-retentie on PostgreSQL", () => {
     expect(verdict.tenants.every((t) => t.intact)).toBe(true);
   });
 
+  test("a long chain: its prefix is read up to its end and no further", async () => {
+    const { url, sql, signing } = await installation();
+    const d = addTenant(env!.store, "Delta");
+    // Copied straight into PostgreSQL after the move: 1,500 old entries, then 3,000 recent ones.
+    const rows = env!.store.sqlite.transaction(() => {
+      for (let i = 0; i < 4500; i++) {
+        appendAuditEntry(env!.store.sqlite, { tenantId: d, actor: `u${i}@example.nl`, action: "dossier.bekeken", subject: `dossier/${i}`, details: { i, pad: "x".repeat(200) }, createdAt: new Date(NOW.getTime() - (i < 1500 ? 3000 : 30) * DAY + i) });
+      }
+      return env!.store.sqlite.query("SELECT tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").all(d) as Record<string, unknown>[];
+    })();
+    await sql`INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (${d}, 'Delta', true, ${NOW.toISOString()})`;
+    for (let i = 0; i < rows.length; i += 500) await sql`INSERT INTO audit_entries ${sql(rows.slice(i, i + 500))}`;
+    const r = await deleteOldAuditEntriesPg(sql, url, GRENS, NOW, signing);
+    expect(r.gestopt).toEqual([]);
+    expect(r.verwijderd).toBe(12 + 7 + 1500);
+    expect(await pgSeqs(sql, d)).toHaveLength(3000);
+    const verdict = await verifyInstallationPg(url, signing.path, VERIFIERS, { workers: 0 });
+    expect(verdict.tenants.every((t) => t.intact)).toBe(true);
+  });
+
   test("a changed old entry is evidence: that tenant keeps its entries, the others' are deleted", async () => {
     const { a, c, url, sql, signing } = await installation();
     await sql`UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ${a} AND seq = 5`;

@@ -8,9 +8,11 @@
 //                and pushed into its tenant's tree (bench/pg-floor-worker.ts, as
 //                bench/floor.ts on SQLite): what any verifier must do at the least
 //   ingest       appendEntriesPg in batches of 500 from 4 concurrent clients
-//   retention    beveiligingslog-retentie's deletion (src/pg/retention.ts) against one
-//                DELETE of the same rows, each on its own copy of the database (CREATE
-//                DATABASE … TEMPLATE) while bench/pg-writer.ts inserts every 10 ms
+//   retention    beveiligingslog-retentie's deletion (src/pg/retention.ts) and
+//                audit-retentie's (src/pg/audit-retention.ts: the check of every chain
+//                first, then signed records, then the prefixes) against one DELETE of the
+//                same rows, each on its own copy of the database (CREATE DATABASE …
+//                TEMPLATE) while bench/pg-writer.ts writes every 10 ms
 //
 //   bun bench/cases/pg.ts --db <file> --ingest 200000
 import { SQL } from "bun";
@@ -19,13 +21,16 @@ import { parseSignerKey, parseVerifierKey } from "../../src/audit/note.ts";
 import { appendEntriesPg, verifyTenantsPg } from "../../src/pg/chain.ts";
 import { migrateToPostgres } from "../../src/pg/migrate-to.ts";
 import { deleteOldLoginAttemptsPg } from "../../src/pg/retention.ts";
+import { deleteOldAuditEntriesPg } from "../../src/pg/audit-retention.ts";
+import { copyFileSync, rmSync } from "node:fs";
 import { retentionBoundary } from "../../src/time.ts";
 import { startCluster } from "../../test/pg.ts";
 import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, NOW, peakRssMb, report } from "../lib.ts";
 
 const db = arg("db");
 const ingestTotal = Number(arg("ingest", "200000"));
-const verifiers = [parseVerifierKey(parseSignerKey(BENCH_SIGNING_KEY).verifierKey)];
+const signer = parseSignerKey(BENCH_SIGNING_KEY);
+const verifiers = [parseVerifierKey(signer.verifierKey)];
 const cluster = await startCluster();
 try {
   const url = await cluster.createDatabase("bench");
@@ -159,12 +164,16 @@ try {
   // Both clocks run to the end of a CHECKPOINT after the deletion (what it left in the
   // WAL written into the tables' files), as on SQLite; the statement alone is kept too.
   const grens = retentionBoundary(NOW, 90);
-  const retention = async (mode: "delete" | "job") => {
-    const copyUrl = await cluster.createDatabase(`bench_${mode}`, { template: "bench" });
+  const retention = async (kind: "login" | "audit", mode: "delete" | "job") => {
+    const name = `bench_${kind}_${mode}`;
+    const copyUrl = await cluster.createDatabase(name, { template: "bench" });
+    // The job appends retention records: to its own copy of the anchor file.
+    const anchorCopy = `${anchorFileOf(db)}.${name}`;
+    copyFileSync(anchorFileOf(db), anchorCopy);
     const conn = new SQL(copyUrl, { max: 2 });
     try {
       await conn`CHECKPOINT`;
-      const writer = Bun.spawn([BUN, new URL("../pg-writer.ts", import.meta.url).pathname, "--url", copyUrl], { stdout: "pipe", stderr: "inherit" });
+      const writer = Bun.spawn([BUN, new URL("../pg-writer.ts", import.meta.url).pathname, "--url", copyUrl, "--kind", kind], { stdout: "pipe", stderr: "inherit" });
       const reader = writer.stdout.getReader();
       const decoder = new TextDecoder();
       let out = "";
@@ -177,10 +186,16 @@ try {
       await Bun.sleep(300);
       const start = performance.now();
       const batches: number[] = [];
+      const onBatch = (b: { lockMs: number }) => batches.push(b.lockMs);
+      const grens = retentionBoundary(NOW, kind === "login" ? 90 : 2555);
       const deleted =
         mode === "delete"
-          ? ((await conn`WITH gone AS (DELETE FROM login_attempts WHERE tijdstip < ${grens} RETURNING 1) SELECT count(*)::int AS n FROM gone`) as { n: number }[])[0]!.n
-          : await deleteOldLoginAttemptsPg(conn, grens, { onBatch: (b) => batches.push(b.lockMs) });
+          ? kind === "login"
+            ? ((await conn`WITH gone AS (DELETE FROM login_attempts WHERE tijdstip < ${grens} RETURNING 1) SELECT count(*)::int AS n FROM gone`) as { n: number }[])[0]!.n
+            : ((await conn`WITH gone AS (DELETE FROM audit_entries WHERE created_at < ${grens} RETURNING 1) SELECT count(*)::int AS n FROM gone`) as { n: number }[])[0]!.n
+          : kind === "login"
+            ? await deleteOldLoginAttemptsPg(conn, grens, { onBatch })
+            : (await deleteOldAuditEntriesPg(conn, copyUrl, grens, NOW, { path: anchorCopy, keys: { signer, verifiers }, retentieDagen: 2555, workers: 2 }, { onBatch })).verwijderd;
       const statementSeconds = (performance.now() - start) / 1000;
       await conn`CHECKPOINT`;
       const seconds = (performance.now() - start) / 1000;
@@ -193,11 +208,14 @@ try {
       return { seconds, statementSeconds, deleted, writer: waits, batches: batches.length, batchMsMax: batches.at(-1) ?? null };
     } finally {
       await conn.close();
-      await cluster.dropDatabase(`bench_${mode}`);
+      await cluster.dropDatabase(name);
+      rmSync(anchorCopy, { force: true });
     }
   };
-  const retentionDelete = await retention("delete");
-  const retentionJob = await retention("job");
+  const retentionDelete = await retention("login", "delete");
+  const retentionJob = await retention("login", "job");
+  const auditRetentionDelete = await retention("audit", "delete");
+  const auditRetentionJob = await retention("audit", "job");
   report({
     migrateSeconds,
     copiedRows: moved.tabellen.reduce((n, t) => n + t.rijen, 0),
@@ -216,6 +234,8 @@ try {
     ingestBatchP99Ms: batchMs[Math.floor(batchMs.length * 0.99)] ?? null,
     retentionDelete,
     retentionJob,
+    auditRetentionDelete,
+    auditRetentionJob,
     peakRssMb: peakRssMb(),
   });
 } finally {
