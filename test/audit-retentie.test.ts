@@ -232,6 +232,33 @@ describe("audit-retentie", () => {
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
+  test("a batch that rolls back (SQLITE_BUSY inside it) is taken again from the last COMMIT: nothing is skipped", async () => {
+    env = makeTestEnv();
+    const tenants = [addTenant(env.store, "A"), addTenant(env.store, "B")];
+    for (const [i, t] of tenants.entries()) {
+      for (let k = 0; k < 5 + i; k++) add(env, t, iso(Date.parse("2011-01-01T00:00:00Z") + k * DAY));
+      add(env, t, "2024-01-01T00:00:00.000Z");
+    }
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    // The clock is read inside each batch's transaction; once, in the second batch after
+    // its chunk ran, it fails as SQLite does when busy: that batch rolls back and
+    // retryWhenBusy runs it again, from where the first batch's COMMIT left each tenant.
+    let inside = 0;
+    const clock = () => {
+      if (env!.store.sqlite.inTransaction && ++inside === 7) throw Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY" });
+      return performance.now();
+    };
+    const rows: number[] = [];
+    const r = await runAuditRetentie(env.deps, NOW, { batchSize: 4, clock, pause: async () => {}, onBatch: (b) => rows.push(b.rows) });
+    expect(inside).toBeGreaterThan(7);
+    expect(r.status).toBe(200);
+    expect(r.body.verwijderd).toBe(5 + 6);
+    expect(rows).toEqual([4, 4, 3]);
+    expect(seqs(env, tenants[0]!)).toEqual([6]);
+    expect(seqs(env, tenants[1]!)).toEqual([7]);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+  });
+
   test("however many batches, each tenant touched gets exactly one signed record, in the anchor file and in audit_anchor_log; verification after retention is 200", async () => {
     env = makeTestEnv();
     const tenants = [addTenant(env.store, "A"), addTenant(env.store, "B"), addTenant(env.store, "C")];

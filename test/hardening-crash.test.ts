@@ -25,7 +25,7 @@ const DAY = 24 * 3600 * 1000;
 const now = Date.now();
 
 const TENANTS = 6;
-const OLD_PER_TENANT = 4000; // several audit-retentie batches (sized by lock time)
+const OLD_PER_TENANT = 4000; // several audit-retentie batches (paced by the clock)
 const NEW_PER_TENANT = 200;
 const OLD_LOGINS = 60_000; // many beveiligingslog-retentie batches
 const NEW_LOGINS = 3000;
@@ -59,8 +59,8 @@ function makeDatabase(): { path: string; dir: string; hashes: Map<string, string
     for (let i = 0; i < OLD_LOGINS; i++) ins.run(new Date(now - 200 * DAY + i * 1000).toISOString(), i % 5 === 0 ? 0 : 1);
     for (let i = 0; i < NEW_LOGINS; i++) ins.run(new Date(now - 30 * DAY + i * 1000).toISOString(), 1);
   })();
-  // The hash of every entry a retention anchor may point at (batches are sized by lock
-  // time, so any seq can end one), to check anchors against.
+  // The hash of every entry a retention anchor may point at (batches are paced by the
+  // clock, so any seq can end one), to check anchors against.
   const hashes = new Map<string, string>();
   for (const r of s.query("SELECT tenant_id AS t, seq, hash FROM audit_entries").all() as { t: number; seq: number; hash: string }[]) {
     hashes.set(`${r.t}/${r.seq}`, r.hash);

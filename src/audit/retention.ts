@@ -72,9 +72,16 @@ export interface RetentionOptions {
 }
 
 export interface Pacing {
-  /** Write-lock time a batch may take, its COMMIT included, ms. */
+  /**
+   * Write-lock time a batch may take, its COMMIT included, ms. The first batch's COMMIT
+   * is a guess (a chunk's share of the target for the first chunk's rows: at L 14× what
+   * it costs); after that it is measured.
+   */
   targetMs: number;
-  /** How many chunks a batch aims at: each is sized to take targetMs / chunks. */
+  /**
+   * How many chunks a batch aims at: each is sized to take targetMs / chunks. With one,
+   * the batch is one chunk sized to the whole target, and its COMMIT comes on top.
+   */
   chunks: number;
   /** Rows of the first chunk, and the bounds of the adapted chunk size. */
   initial: number;
@@ -218,9 +225,9 @@ export interface RetentionSigning {
  * Deletes old audit entries of every tenant that has any. Before an entry is deleted it
  * is checked like the verifier does (hash, link to the previous entry or the chain's
  * signed start, no seq gap): retention must not erase the evidence of tampering, so a
- * tenant's deletion stops before the first entry that does not check out. A batch reads
+ * tenant's deletion stops before the first entry that does not check out. A chunk deletes
  * at most its size in rows, spread over a group of tenants; a long prefix continues in
- * the next batch.
+ * the next.
  *
  * Per tenant one signed retention record (seq and hash of the last entry to delete, its
  * created_at, grens, the retention days, the run's time and the tree's compact range
@@ -416,7 +423,7 @@ export function retentionLines(plans: DeletionPlan[], signing: Pick<RetentionSig
 }
 
 /**
- * Deletes the planned prefixes in short write transactions. Each batch takes the next
+ * Deletes the planned prefixes in short write transactions. Each chunk takes the next
  * rows of every unfinished tenant of the group (round robin): chains lie apart in the
  * primary key, but the created_at index interleaves all tenants, so one tenant's prefix
  * touches a different index page for nearly every entry and a group's prefixes share
@@ -471,7 +478,7 @@ export async function deleteOldLoginAttempts(sqlite: Database, grens: string, o:
   };
   // 115 ms: every batch costs a gap of about 28 ms for a waiting writer, so longer batches
   // mean fewer gaps; a batch must end before a writer's try at 128 ms (see above), and
-  // chunks and the commit estimate leave it 18 ms for the unforeseen (docs/performance.md).
+  // the margins of the stop rule leave it 13 ms for the unforeseen (docs/performance.md).
   // The 64 MB page cache: with the default 2 MB a batch re-read its own index pages.
   return inBatches(sqlite, o, { targetMs: 115, chunks: 10, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, chunk);
 }
