@@ -9,11 +9,11 @@
 import type { Database } from "bun:sqlite";
 import { appendLines, databaseEnd, insertRows, readLines, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type RowReason } from "./anchor-check.ts";
-import { entriesAfter, rowHash } from "./chain.ts";
+import { entriesAfter, rowHash, type EntryRow } from "./chain.ts";
 import { CompactRange, leafHashOfBytes } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openInstallationCheckpoint, signCheckpoint, signInstallationCheckpoint, anchorLineText, type Keys } from "./records.ts";
-import { chainStart, linkBreak, type BreakReason, type CheckpointRef } from "./verify.ts";
+import { chainStart, linkBreak, type BreakReason, type ChainStart, type CheckpointRef } from "./verify.ts";
 
 /** The file holds records the database lacks that are more than one crashed run: refused. */
 export class AnchorFileError extends Error {
@@ -23,6 +23,11 @@ export class AnchorFileError extends Error {
   ) {
     super(message);
   }
+}
+
+/** A problem with the anchor file stops a run that writes: nothing is signed or deleted until it is explained. */
+export function throwIfProblem(probleem: { reden: string; toelichting: string } | undefined): void {
+  if (probleem) throw new AnchorFileError(probleem.reden === "database-teruggezet" ? "database-teruggezet" : "bestand-gewijzigd", `${probleem.reden}: ${probleem.toelichting}`);
 }
 
 /**
@@ -64,95 +69,175 @@ export interface Refusal {
 }
 
 /**
- * Where a tenant's tree continues from. With a previous head (the file's newest
- * checkpoint or restore acceptance, passed in): its row's compact range when that folds
- * to the signed root, else the tree rebuilt from the chain's start, which must reach the
- * same root — a log never signs a checkpoint inconsistent with one it signed before, so
- * a chain recomputed by a database writer is refused here, not signed. Without one: the
- * chain's start (genesis, the signed retention record or the signed adoption). The
- * tree's leaves are the entries after `basis` (0, or S for a chain adopted at S).
+ * Whether a tenant's head alone settles its run: undefined when its tree must be
+ * extended; null when nothing is new; a refusal when the chain is now shorter than its
+ * checkpoint (the verifier's to report). `head` is the newest seq (null: no entries).
  */
-function tenantBase(
-  sqlite: Database,
-  tenantId: number,
-  firstSeq: number,
-  prev: CheckpointRef | null,
-  verifiers: Verifier[],
-): { range: CompactRange; basis: number; hash: string | null } | { reden: BreakReason; seq: number } {
-  const start = chainStart(sqlite, tenantId, firstSeq, verifiers);
-  if (!start.ok) return { reden: start.reden, seq: firstSeq };
-  const basis = start.basis;
-  // A head of another tree (from genesis, while the chain is adopted, or the other way round).
-  if (prev && (prev.basis ?? 0) !== basis) return { reden: "checkpoint-afwijkend", seq: prev.size };
-  if (!prev || prev.size <= start.seq) return { range: start.range, basis, hash: start.hash };
-  const row = sqlite
-    .query("SELECT bereik FROM audit_anchor_log WHERE tenant_id = ? AND soort IN ('checkpoint', 'herstel') AND grootte = ? AND bereik IS NOT NULL ORDER BY positie DESC LIMIT 1")
-    .get(tenantId, prev.size) as { bereik: string } | null;
-  if (row) {
-    try {
-      const range = CompactRange.decode(prev.size - basis, row.bereik);
-      if (Buffer.from(range.root()).equals(prev.root)) return { range, basis, hash: null };
-    } catch {}
-  }
-  // Rebuild: every entry from the start up to the previous head.
-  const range = start.range.clone();
-  let prevSeq = start.seq;
-  let prevHash = start.hash;
-  for (const r of entriesAfter(sqlite, tenantId, start.seq, prev.size)) {
-    const reden = linkBreak(rowHash(tenantId, r) !== r.hash, prevSeq === start.seq, r.seq, r.prev_hash, prevSeq, prevHash);
-    if (reden) return { reden, seq: r.seq };
-    range.pushEntryHash(r.hash);
-    prevSeq = r.seq;
-    prevHash = r.hash;
-  }
-  if (basis + range.size < prev.size) return { reden: "kop-ontbreekt", seq: prev.size };
-  if (!Buffer.from(range.root()).equals(prev.root)) return { reden: "checkpoint-afwijkend", seq: prev.size };
-  return { range, basis, hash: prevHash };
+export function settledByHead(tenantId: number, prev: CheckpointRef | null, head: number | null): null | { refusal: Refusal } | undefined {
+  if (head === null) return null;
+  if (prev && prev.size >= head) return prev.size === head ? null : { refusal: { tenantId, seq: prev.size, reden: "kop-ontbreekt" } };
+  return undefined;
 }
 
 /**
- * Extends one tenant's tree to its head, checking each new entry's hash and link on
- * the way: a chain that does not check out is not signed. Null when nothing changed.
+ * The rule of extending one tenant's tree to its head, for any store. Where it continues
+ * from: with a previous head (the file's newest checkpoint or restore acceptance), that
+ * row's compact range (`stored`) when it folds to the signed root, else the tree rebuilt
+ * from the chain's start, which must reach the same root — a log never signs a
+ * checkpoint inconsistent with one it signed before, so a chain recomputed by a database
+ * writer is refused here, not signed. Without one: the chain's start (genesis, the signed
+ * retention record or the signed adoption). The tree's leaves are the entries after
+ * `basis` (0, or S for a chain adopted at S). Every new entry's hash and link is checked
+ * on the way: a chain that does not check out is not signed.
+ *
+ * The caller reads the chain's entries with seq > `from`, in order, into push() while it
+ * answers true, then takes result().
  */
+export class TreeExtension {
+  /** Read entries after this seq (none when `reads` is false). */
+  readonly from: number = 0;
+  readonly reads: boolean = false;
+  private range: CompactRange | null = null;
+  private basis = 0;
+  private phase: "rebuild" | "link" | "extend" = "extend";
+  private prevSeq = 0;
+  private prevHash: string | null = null;
+  /** The hash the tree continues from when known without reading (the start's, or the rebuilt head's). */
+  private baseHash: string | null = null;
+  private isFirst = true;
+  private refusal: Refusal | null = null;
+
+  constructor(
+    private readonly tenantId: number,
+    firstSeq: number,
+    private readonly prev: CheckpointRef | null,
+    private readonly start: ChainStart,
+    stored: string | null,
+  ) {
+    if (!start.ok) {
+      this.refusal = { tenantId, seq: firstSeq, reden: start.reden };
+      return;
+    }
+    this.basis = start.basis;
+    // A head of another tree (from genesis, while the chain is adopted, or the other way round).
+    if (prev && (prev.basis ?? 0) !== this.basis) {
+      this.refusal = { tenantId, seq: prev.size, reden: "checkpoint-afwijkend" };
+      return;
+    }
+    this.reads = true;
+    if (!prev || prev.size <= start.seq) {
+      this.range = start.range.clone();
+      this.baseHash = start.hash;
+      this.prevSeq = this.basis + this.range.size;
+      this.prevHash = start.hash;
+      this.from = this.prevSeq;
+      return;
+    }
+    if (stored !== null) {
+      try {
+        const range = CompactRange.decode(prev.size - this.basis, stored);
+        if (Buffer.from(range.root()).equals(prev.root)) {
+          // Extending a stored compact range, the hash of its last entry is read from that
+          // entry (the first row read): the first new entry must link to it. (Were that
+          // entry altered, the new one would not link and the tenant is refused; the
+          // verifier names the alteration.)
+          this.range = range;
+          this.prevSeq = prev.size;
+          this.phase = "link";
+          this.from = prev.size - 1;
+          return;
+        }
+      } catch {}
+    }
+    // Rebuild: every entry from the start up to the previous head, then on.
+    this.range = start.range.clone();
+    this.prevSeq = start.seq;
+    this.prevHash = start.hash;
+    this.phase = "rebuild";
+    this.from = start.seq;
+  }
+
+  push(r: EntryRow): boolean {
+    if (this.refusal) return false;
+    if (this.phase === "link") {
+      this.phase = "extend";
+      if (r.seq === this.prevSeq) {
+        this.prevHash = r.hash;
+        return true;
+      }
+      this.prevHash = null;
+    }
+    if (this.phase === "rebuild") {
+      if (r.seq > this.prev!.size) {
+        if (!this.rebuiltReachesPrev()) return false;
+        this.phase = "extend";
+      } else {
+        const start = this.start as Extract<ChainStart, { ok: true }>;
+        const reden = linkBreak(rowHash(this.tenantId, r) !== r.hash, this.prevSeq === start.seq, r.seq, r.prev_hash, this.prevSeq, this.prevHash!);
+        if (reden) return this.refuse(r.seq, reden);
+        this.range!.pushEntryHash(r.hash);
+        this.prevSeq = r.seq;
+        this.prevHash = r.hash;
+        return true;
+      }
+    }
+    const reden = linkBreak(rowHash(this.tenantId, r) !== r.hash, this.isFirst && this.baseHash !== null, r.seq, r.prev_hash, this.prevSeq, this.prevHash ?? r.prev_hash);
+    this.isFirst = false;
+    if (reden) return this.refuse(r.seq, reden);
+    this.range!.pushEntryHash(r.hash);
+    this.prevSeq = r.seq;
+    this.prevHash = r.hash;
+    return true;
+  }
+
+  result(): { range: CompactRange; basis: number } | { refusal: Refusal } {
+    if (this.phase === "rebuild" && !this.refusal) this.rebuiltReachesPrev();
+    if (this.refusal) return { refusal: this.refusal };
+    return { range: this.range!, basis: this.basis };
+  }
+
+  /** At the end of a rebuild: the tree must have reached the previous head, with its root. */
+  private rebuiltReachesPrev(): boolean {
+    const prev = this.prev!;
+    if (this.basis + this.range!.size < prev.size) return this.refuse(prev.size, "kop-ontbreekt");
+    if (!Buffer.from(this.range!.root()).equals(prev.root)) return this.refuse(prev.size, "checkpoint-afwijkend");
+    this.baseHash = this.prevHash;
+    return true;
+  }
+
+  private refuse(seq: number, reden: BreakReason): false {
+    this.refusal = { tenantId: this.tenantId, seq, reden };
+    return false;
+  }
+}
+
+/** Extends one tenant's tree to its head in one snapshot (TreeExtension). Null when nothing changed. */
 function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | null, verifiers: Verifier[]): { range: CompactRange; basis: number } | { refusal: Refusal } | null {
   sqlite.run("BEGIN");
   try {
     const first = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
     const head = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1").get(tenantId) as { seq: number } | null;
-    if (!first || !head) return null;
-    if (prev && prev.size >= head.seq) {
-      // Nothing new; a chain now shorter than its checkpoint is the verifier's to report.
-      return prev.size === head.seq ? null : { refusal: { tenantId, seq: prev.size, reden: "kop-ontbreekt" } };
-    }
-    const base = tenantBase(sqlite, tenantId, first.seq, prev, verifiers);
-    if ("reden" in base) return { refusal: { tenantId, seq: base.seq, reden: base.reden } };
-    const { range, basis } = base;
-    // Extending a stored compact range, the hash of its last entry is read from that
-    // entry: the first new entry must link to it. (Were that entry altered, the new one
-    // would not link and the tenant is refused; the verifier names the alteration.)
-    let prevSeq = basis + range.size;
-    let prevHash =
-      base.hash ?? (sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, prevSeq) as { hash: string } | null)?.hash ?? null;
-    let isFirst = true;
-    for (const r of entriesAfter(sqlite, tenantId, prevSeq)) {
-      const reden = linkBreak(rowHash(tenantId, r) !== r.hash, isFirst && base.hash !== null, r.seq, r.prev_hash, prevSeq, prevHash ?? r.prev_hash);
-      isFirst = false;
-      if (reden) return { refusal: { tenantId, seq: r.seq, reden } };
-      range.pushEntryHash(r.hash);
-      prevSeq = r.seq;
-      prevHash = r.hash;
-    }
-    return { range, basis };
+    const settled = settledByHead(tenantId, prev, first && head ? head.seq : null);
+    if (settled !== undefined) return settled;
+    const stored =
+      prev === null
+        ? null
+        : ((sqlite
+            .query("SELECT bereik FROM audit_anchor_log WHERE tenant_id = ? AND soort IN ('checkpoint', 'herstel') AND grootte = ? AND bereik IS NOT NULL ORDER BY positie DESC LIMIT 1")
+            .get(tenantId, prev.size) as { bereik: string } | null)?.bereik ?? null);
+    const ext = new TreeExtension(tenantId, first!.seq, prev, chainStart(sqlite, tenantId, first!.seq, verifiers), stored);
+    if (ext.reads) for (const r of entriesAfter(sqlite, tenantId, ext.from)) if (!ext.push(r)) break;
+    return ext.result();
   } finally {
     sqlite.run("COMMIT");
   }
 }
 
-/** The installation tree up to the file's end, from the newest valid installation row or from the start. */
-function installationRange(sqlite: Database, path: string, verifiers: Verifier[]): { range: CompactRange; rebuilt: boolean } {
-  const last = sqlite
-    .query("SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1")
-    .get() as { positie: number; note: string; grootte: number; bereik: string | null } | null;
+/** The newest installation row, which the installation tree continues from. */
+export type InstallationRow = { positie: number; note: string; grootte: number; bereik: string | null };
+
+/** The installation tree up to the file's end, from the newest valid installation row (`last`) or from the start; for any store. */
+export function installationRangeFrom(last: InstallationRow | null, path: string, verifiers: Verifier[]): { range: CompactRange; rebuilt: boolean } {
   let range = new CompactRange();
   let from = 0;
   let rebuilt = last !== null;
@@ -181,6 +266,13 @@ function installationRange(sqlite: Database, path: string, verifiers: Verifier[]
   return { range, rebuilt };
 }
 
+function installationRange(sqlite: Database, path: string, verifiers: Verifier[]): { range: CompactRange; rebuilt: boolean } {
+  const last = sqlite
+    .query("SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1")
+    .get() as InstallationRow | null;
+  return installationRangeFrom(last, path, verifiers);
+}
+
 export interface AnchoringResult {
   checkpoints: { tenantId: number; size: number; root: string }[];
   unchanged: number;
@@ -201,9 +293,7 @@ export interface AnchoringResult {
  */
 export async function anchorAll(sqlite: Database, dbPath: string, path: string, keys: Keys): Promise<AnchoringResult> {
   const cmp = await compareWithFile(dbPath, path, keys.verifiers);
-  if (cmp.probleem) {
-    throw new AnchorFileError(cmp.probleem.reden === "database-teruggezet" ? "database-teruggezet" : "bestand-gewijzigd", `${cmp.probleem.reden}: ${cmp.probleem.toelichting}`);
-  }
+  throwIfProblem(cmp.probleem);
   const tenants = (sqlite.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
   const lines: StoredLine[] = [];
   const refused: Refusal[] = [];
@@ -257,15 +347,30 @@ export function checkpointLine(keys: Keys, tenantId: number, range: CompactRange
  */
 export function writeRun(sqlite: Database, path: string, keys: Keys, lines: StoredLine[]): { installatie: string | null; herbouwd: boolean } {
   const inst = installationRange(sqlite, path, keys.verifiers);
-  const changed = lines.length > 0 || inst.range.size > ((sqlite.query("SELECT max(grootte) AS n FROM audit_anchor_log WHERE soort = 'installatie'").get() as { n: number | null }).n ?? 0);
-  if (!changed) return { installatie: null, herbouwd: inst.rebuilt };
+  const largest = (sqlite.query("SELECT max(grootte) AS n FROM audit_anchor_log WHERE soort = 'installatie'").get() as { n: number | null }).n ?? 0;
+  const run = runLines(inst, largest, keys, lines);
+  if (run.all.length > 0) insertRows(sqlite, appendRun(path, run.all));
+  return { installatie: run.installatie, herbouwd: run.herbouwd };
+}
+
+/**
+ * The rule of a run's lines, for any store: `lines`, then an installation checkpoint over
+ * the whole file with them. None when there are no lines and the file did not grow past
+ * the largest installation checkpoint (`largest`).
+ */
+export function runLines(inst: { range: CompactRange; rebuilt: boolean }, largest: number, keys: Keys, lines: StoredLine[]): { all: StoredLine[]; installatie: string | null; herbouwd: boolean } {
+  if (lines.length === 0 && inst.range.size <= largest) return { all: [], installatie: null, herbouwd: inst.rebuilt };
   for (const l of lines) inst.range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
   const installatie = signInstallationCheckpoint(keys.signer, inst.range);
   const all = [...lines, { soort: "installatie" as const, tenantId: null, note: installatie, positie: 0, grootte: inst.range.size, bereik: inst.range.encode() }];
+  return { all, installatie, herbouwd: inst.rebuilt };
+}
+
+/** Appends a run's lines to the file (fsynced) and sets their positions; the rows to insert. */
+export function appendRun(path: string, all: StoredLine[]): StoredLine[] {
   const positions = appendLines(path, all);
   all.forEach((l, i) => (l.positie = positions[i]!));
-  insertRows(sqlite, all);
-  return { installatie, herbouwd: inst.rebuilt };
+  return all;
 }
 
 /** The newest installation checkpoint in the database, for the daily report. */

@@ -27,7 +27,7 @@
 import type { Database } from "bun:sqlite";
 import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
 import type { RowReason } from "./anchor-check.ts";
-import { AnchorFileError, syncTail } from "./anchoring.ts";
+import { syncTail, throwIfProblem } from "./anchoring.ts";
 import { retryWhenBusy } from "../db.ts";
 import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
 import { entriesAfter, rowHash, type EntryRow } from "./chain.ts";
@@ -283,9 +283,7 @@ export async function deleteOldAuditEntries(
  * stops everything (AnchorFileError); a broken chain keeps that tenant's entries (gestopt).
  */
 export function deletable(verdict: InstallationVerdict, candidates: number[], gestopt: RetentionStop[]): number[] {
-  if (verdict.probleem) {
-    throw new AnchorFileError(verdict.probleem.reden === "database-teruggezet" ? "database-teruggezet" : "bestand-gewijzigd", `${verdict.probleem.reden}: ${verdict.probleem.toelichting}`);
-  }
+  throwIfProblem(verdict.probleem);
   const broken = new Map(verdict.tenants.filter((t) => !t.intact).map((t) => [t.tenantId, t.fout!]));
   for (const [tenantId, f] of broken) if (candidates.includes(tenantId)) gestopt.push({ tenantId, seq: f.seq, entryId: f.entryId, reden: f.reden });
   return candidates.filter((id) => !broken.has(id));

@@ -12,7 +12,7 @@ import { chainStartFromRecords, type CheckpointRef } from "../audit/verify.ts";
 import { copyRows, copyUnescape, ENTRY_COLUMNS, entryRowOf, startRecords, verifyTenantsPg } from "./chain.ts";
 
 /** audit_anchor_log in positie order, streamed through COPY in the transaction `tx`. */
-async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
+export async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
   for await (const rows of copyRows(tx, "SELECT positie, soort, tenant_id, grootte, note FROM audit_anchor_log ORDER BY positie")) {
     yield rows.map((f) => ({
       positie: Number(f[0]),
