@@ -17,7 +17,7 @@
 // Raw SQL in this file: every step is a PRAGMA (or the VACUUM), which Drizzle has no
 // builder for; the ordinary writes (the pruning, service_meta) go through Drizzle.
 import type { Database } from "bun:sqlite";
-import { and, desc, eq, inArray, isNotNull, lt, ne, notInArray } from "drizzle-orm";
+import { and, desc, eq, inArray, isNotNull, lt, ne, notInArray, type Column } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { statSync } from "node:fs";
 import { backupStatuses, jobRuns, serviceMeta } from "../../db/schema.ts";
@@ -213,19 +213,58 @@ async function deleteInBatches(
   }
 }
 
+/**
+ * The pruning rule, written once over either schema's columns (db/schema.ts here,
+ * db/schema-pg.ts in src/pg/maintenance.ts): Drizzle conditions and orders, which each
+ * dialect renders for itself. Only the running of the queries differs per database.
+ */
+export interface JobRunColumns {
+  id: Column;
+  job: Column;
+  gestart: Column;
+  beeindigd: Column;
+  uitkomst: Column;
+}
+export interface BackupStatusColumns {
+  id: Column;
+  ontvangen: Column;
+}
+
+export const pruneRule = {
+  /** Rows older than these (ISO 8601 UTC) are pruned, except the ones kept below. */
+  grenzen(now: Date): { jobRuns: string; backupStatuses: string } {
+    return {
+      jobRuns: new Date(now.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY_MS).toISOString(),
+      backupStatuses: new Date(now.getTime() - BACKUP_STATUSES_BEWAAR_DAGEN * DAY_MS).toISOString(),
+    };
+  },
+  /** A job's runs; newest first (runsNewestFirst), the first is kept whatever its age. */
+  ofJob: (c: JobRunColumns, job: string) => eq(c.job, job),
+  runsNewestFirst: (c: JobRunColumns) => [desc(c.gestart), desc(c.id)],
+  /** A job's successful runs (newest first, runsNewestFirst): the first KEEP_OK_RUNS are kept. */
+  successful: (c: JobRunColumns, job: string) => and(eq(c.job, job), eq(c.uitkomst, "ok"), isNotNull(c.beeindigd)),
+  /** The job_runs rows to delete: older than grens and not kept. */
+  prunableRun: (c: JobRunColumns, grens: string, keep: number[]) => and(lt(c.gestart, grens), keep.length > 0 ? notInArray(c.id, keep) : undefined),
+  /** backup_statuses newest first (backup-controle's newestBackup): the first is kept. */
+  backupsNewestFirst: (c: BackupStatusColumns) => [desc(c.ontvangen), desc(c.id)],
+  /** The backup_statuses rows to delete: older than grens, except the newest. */
+  prunableBackup: (c: BackupStatusColumns, grens: string, newest: number | null) =>
+    and(lt(c.ontvangen, grens), newest !== null ? ne(c.id, newest) : undefined),
+};
+
 /** The job_runs rows kept whatever their age: per job the newest run and the newest KEEP_OK_RUNS successful ones. */
 function keptJobRuns(db: Db): number[] {
   const keep: number[] = [];
   const jobs = db.selectDistinct({ job: jobRuns.job }).from(jobRuns).all();
   for (const { job } of jobs) {
     // Each an index range on (job, gestart).
-    const newest = db.select({ id: jobRuns.id }).from(jobRuns).where(eq(jobRuns.job, job)).orderBy(desc(jobRuns.gestart), desc(jobRuns.id)).limit(1).get();
+    const newest = db.select({ id: jobRuns.id }).from(jobRuns).where(pruneRule.ofJob(jobRuns, job)).orderBy(...pruneRule.runsNewestFirst(jobRuns)).limit(1).get();
     if (newest) keep.push(newest.id);
     const ok = db
       .select({ id: jobRuns.id })
       .from(jobRuns)
-      .where(and(eq(jobRuns.job, job), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd)))
-      .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+      .where(pruneRule.successful(jobRuns, job))
+      .orderBy(...pruneRule.runsNewestFirst(jobRuns))
       .limit(KEEP_OK_RUNS)
       .all();
     for (const r of ok) keep.push(r.id);
@@ -248,7 +287,7 @@ export interface PruneOptions {
 export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = {}): Promise<Opschoning> {
   const batch = o.batch ?? PRUNE_BATCH;
   const { db, sqlite } = store;
-  const runsGrens = new Date(now.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY_MS).toISOString();
+  const grenzen = pruneRule.grenzen(now);
   const keep = keptJobRuns(db);
   const runs = await deleteInBatches(
     sqlite,
@@ -256,7 +295,7 @@ export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = 
       db
         .select({ id: jobRuns.id })
         .from(jobRuns)
-        .where(and(lt(jobRuns.gestart, runsGrens), keep.length > 0 ? notInArray(jobRuns.id, keep) : undefined))
+        .where(pruneRule.prunableRun(jobRuns, grenzen.jobRuns, keep))
         .limit(limit)
         .all()
         .map((r) => r.id),
@@ -265,16 +304,14 @@ export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = 
     (n) => o.onBatch?.("job_runs", n),
   );
 
-  const backupsGrens = new Date(now.getTime() - BACKUP_STATUSES_BEWAAR_DAGEN * DAY_MS).toISOString();
-  // The same order as backup-controle's newestBackup.
-  const newest = db.select({ id: backupStatuses.id }).from(backupStatuses).orderBy(desc(backupStatuses.ontvangen), desc(backupStatuses.id)).limit(1).get();
+  const newest = db.select({ id: backupStatuses.id }).from(backupStatuses).orderBy(...pruneRule.backupsNewestFirst(backupStatuses)).limit(1).get();
   const backups = await deleteInBatches(
     sqlite,
     (limit) =>
       db
         .select({ id: backupStatuses.id })
         .from(backupStatuses)
-        .where(and(lt(backupStatuses.ontvangen, backupsGrens), newest ? ne(backupStatuses.id, newest.id) : undefined))
+        .where(pruneRule.prunableBackup(backupStatuses, grenzen.backupStatuses, newest?.id ?? null))
         .orderBy(backupStatuses.ontvangen)
         .limit(limit)
         .all()
@@ -283,9 +320,14 @@ export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = 
     batch,
     (n) => o.onBatch?.("backup_statuses", n),
   );
+  return opschoning(grenzen, runs, backups);
+}
+
+/** pruneOwnTables's result (and pruneOwnTablesPg's). */
+export function opschoning(grenzen: { jobRuns: string; backupStatuses: string }, runs: number, backups: number): Opschoning {
   return {
-    jobRuns: { verwijderd: runs, grens: runsGrens, bewaarDagen: JOB_RUNS_BEWAAR_DAGEN },
-    backupStatuses: { verwijderd: backups, grens: backupsGrens, bewaarDagen: BACKUP_STATUSES_BEWAAR_DAGEN },
+    jobRuns: { verwijderd: runs, grens: grenzen.jobRuns, bewaarDagen: JOB_RUNS_BEWAAR_DAGEN },
+    backupStatuses: { verwijderd: backups, grens: grenzen.backupStatuses, bewaarDagen: BACKUP_STATUSES_BEWAAR_DAGEN },
   };
 }
 
