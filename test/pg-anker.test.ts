@@ -51,7 +51,7 @@ async function appendBoth(sql: SQL, tenants: number[], n: number, from: number) 
 /** Three tenants moved to PostgreSQL before any checkpoint; the PostgreSQL side gets its own copy of the anchor file. */
 async function installation() {
   env = makeTestEnv();
-  const tenants = [addTenant(env.store, "Alfa"), addTenant(env.store, "Beta"), addTenant(env.store, "Leeg")];
+  const tenants: [number, number, number] = [addTenant(env.store, "Alfa"), addTenant(env.store, "Beta"), addTenant(env.store, "Leeg")];
   for (let i = 0; i < 20; i++) appendAuditEntry(env.store.sqlite, { tenantId: tenants[0]!, actor: `a${i}`, action: "x", subject: "s", details: { i }, createdAt: new Date(NOW.getTime() - (40 - i) * DAY) });
   for (let i = 0; i < 7; i++) appendAuditEntry(env.store.sqlite, { tenantId: tenants[1]!, actor: `b${i}`, action: "y", subject: "s", details: {}, createdAt: new Date(NOW.getTime() - (30 - i) * DAY) });
   const url = await cluster.createDatabase();
