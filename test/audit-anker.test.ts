@@ -4,8 +4,11 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { entryHash } from "../src/audit/chain.ts";
+import { TreeExtension } from "../src/audit/anchoring.ts";
+import { entriesAfter, entryHash, type EntryRow } from "../src/audit/chain.ts";
+import { CompactRange } from "../src/audit/merkle.ts";
 import { openNote, parseVerifierKey } from "../src/audit/note.ts";
+import { chainStart } from "../src/audit/verify.ts";
 import { addTenant, anchorFileLines, call, chainRoot, fillChain, makeTestEnv, mth, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
@@ -21,6 +24,37 @@ const logRows = (e: TestEnv) =>
     grootte: number;
     note: string;
   }[];
+
+/**
+ * What a database writer without the key can do: a tenant's entries from `fromSeq` on
+ * rewritten with valid hashes, the first linking to `firstPrev` (default: its own
+ * prev_hash), each next one to the one before.
+ */
+function rehash(e: TestEnv, tenantId: number, fromSeq: number, firstPrev?: string) {
+  const rows = e.store.sqlite.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= ? ORDER BY seq").all(tenantId, fromSeq) as Record<string, any>[];
+  let prev: string = firstPrev ?? rows[0]!.prev_hash;
+  for (const r of rows) {
+    const hash = entryHash({ tenantId, seq: r.seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: prev });
+    e.store.sqlite.query("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?").run(prev, hash, tenantId, r.seq);
+    prev = hash;
+  }
+}
+
+/** The compact range in a tenant's checkpoint rows made useless, so audit-anker rebuilds the tree from the chain's start. */
+const spoilRange = (e: TestEnv, tenantId: number) => e.store.sqlite.query("UPDATE audit_anchor_log SET bereik = 'kapot' WHERE tenant_id = ? AND soort = 'checkpoint'").run(tenantId);
+
+/** A run that refuses exactly `refused` and signs no line for those tenants. */
+async function expectRefused(e: TestEnv, refused: { tenantId: number; seq: number; reden: string }[]) {
+  const linesBefore = anchorFileLines(e.config.auditAnkerBestand).filter((l) => l.soort === "checkpoint");
+  const r = await call(e.app, "/api/cron/audit-anker");
+  expect(r.status).toBe(409);
+  expect(r.json.geweigerd).toEqual(refused);
+  const ids = refused.map((x) => x.tenantId);
+  expect(r.json.checkpoints.filter((c: { tenantId: number }) => ids.includes(c.tenantId))).toEqual([]);
+  const linesAfter = anchorFileLines(e.config.auditAnkerBestand).filter((l) => l.soort === "checkpoint");
+  expect(linesAfter.filter((l) => ids.includes(l.tenantId!))).toEqual(linesBefore.filter((l) => ids.includes(l.tenantId!)));
+  return r;
+}
 
 describe("audit-anker", () => {
   test("signs per tenant a checkpoint (origin, newest seq, RFC 6962 root) and one installation checkpoint; the file and the database hold the same lines", async () => {
@@ -183,5 +217,127 @@ describe("audit-anker", () => {
     expect(r.json.geweigerd).toEqual([{ tenantId: a, seq: 7, reden: "kop-ontbreekt" }]);
     expect(env.alarms.raised.map((x) => x.type)).toContain("audit-chain-broken");
     expect(readFileSync(env.config.auditAnkerBestand).length).toBe(sizeBefore);
+  });
+
+  test("a new entry changed after it was appended, its hash left as it was, is refused, not signed: hash-afwijkend", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "A");
+    const b = addTenant(env.store, "B");
+    fill(env, a, 5);
+    fill(env, b, 5);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    fill(env, a, 3);
+    fill(env, b, 3);
+    env.store.sqlite.query("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 7").run(a);
+    const r = await expectRefused(env, [{ tenantId: a, seq: 7, reden: "hash-afwijkend" }]);
+    expect(r.json.checkpoints).toEqual([{ tenantId: b, grootte: 8, root: chainRoot(env.store, b) }]);
+  });
+
+  test("rebuilding the tree (its compact range spoilt), a signed entry changed with its hash left as it was is refused: hash-afwijkend", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "A");
+    fill(env, a, 5);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    fill(env, a, 3);
+    env.store.sqlite.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 3").run(a);
+    spoilRange(env, a);
+    await expectRefused(env, [{ tenantId: a, seq: 3, reden: "hash-afwijkend" }]);
+  });
+
+  test("a compact range that folds to another root (a recomputed chain's, written into the row) is not extended: rebuilt, checkpoint-afwijkend", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "A");
+    fill(env, a, 5);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    env.store.sqlite.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 3").run(a);
+    rehash(env, a, 3);
+    const forged = new CompactRange();
+    for (const [h] of env.store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").values(a) as [string][]) forged.pushEntryHash(h);
+    env.store.sqlite.query("UPDATE audit_anchor_log SET bereik = ? WHERE tenant_id = ? AND soort = 'checkpoint'").run(forged.encode(), a);
+    fill(env, a, 2);
+    await expectRefused(env, [{ tenantId: a, seq: 5, reden: "checkpoint-afwijkend" }]);
+  });
+
+  test("rebuilding the tree, the signed head gone with newer entries after it is refused: kop-ontbreekt at the head", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "A");
+    fill(env, a, 5);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    fill(env, a, 3);
+    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq = 5").run(a);
+    spoilRange(env, a);
+    await expectRefused(env, [{ tenantId: a, seq: 5, reden: "kop-ontbreekt" }]);
+  });
+
+  test("the first entry after the tree's known base must link to that base's hash: anker-afwijkend from genesis, after a rebuild, and for the rebuild's first entry", async () => {
+    env = makeTestEnv();
+    const fresh = addTenant(env.store, "Nieuw");
+    const grown = addTenant(env.store, "Gegroeid");
+    const rebuilt = addTenant(env.store, "Herbouwd");
+    fill(env, grown, 5);
+    fill(env, rebuilt, 5);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    // No checkpoint yet: entry 1 must link to genesis.
+    fill(env, fresh, 3);
+    rehash(env, fresh, 1, "f".repeat(64));
+    // Rebuilt up to its checkpoint: entry 6 must link to the rebuilt head.
+    fill(env, grown, 3);
+    rehash(env, grown, 6, "f".repeat(64));
+    spoilRange(env, grown);
+    // Rebuilt from genesis: entry 1 must link to genesis (the root then differs too).
+    fill(env, rebuilt, 2);
+    rehash(env, rebuilt, 1, "f".repeat(64));
+    spoilRange(env, rebuilt);
+    await expectRefused(env, [
+      { tenantId: fresh, seq: 1, reden: "anker-afwijkend" },
+      { tenantId: grown, seq: 6, reden: "anker-afwijkend" },
+      { tenantId: rebuilt, seq: 1, reden: "anker-afwijkend" },
+    ]);
+  });
+
+  test("a chain deleted by audit-retentie up to its signed head: the next entry must link to the retention record's hash (anker-afwijkend)", async () => {
+    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    const a = addTenant(env.store, "A");
+    fillChain(env.store, a, 10); // 1000 to 991 days old: past the 900 days
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const ret = await call(env.app, "/api/cron/audit-retentie");
+    expect(ret.status).toBe(200);
+    expect(ret.json.verwijderd).toBe(10);
+    fillChain(env.store, a, 3, { from: 200 }); // seq 11-13, 800 days old: kept
+    rehash(env, a, 11, "f".repeat(64));
+    await expectRefused(env, [{ tenantId: a, seq: 11, reden: "anker-afwijkend" }]);
+  });
+
+  test("TreeExtension, whatever store feeds it: rows repeated, out of order or at and below where it reads from are refused, and a refusal stays", () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "A");
+    fill(env, a, 8);
+    const s = env.store.sqlite;
+    const rows = [...entriesAfter(s, a)] as EntryRow[];
+    const bySeq = (...seqs: number[]) => seqs.map((q) => rows[q - 1]!);
+    const head = new CompactRange();
+    for (const r of rows.slice(0, 5)) head.pushEntryHash(r.hash);
+    const prev = { size: 5, root: head.root(), basis: 0 };
+    /** The result of feeding `fed` to an extension from the signed head at 5: its stored range, or rebuilt (null). */
+    const run = (stored: string | null, fed: EntryRow[], feedAll = false) => {
+      const ext = new TreeExtension(a, 1, prev, chainStart(s, a, 1, [parseVerifierKey(TEST_VERIFIER_KEY)]), stored);
+      for (const r of fed) if (!ext.push(r) && !feedAll) break;
+      const res = ext.result();
+      return "refusal" in res ? res.refusal : { size: res.basis + res.range.size, root: Buffer.from(res.range.root()).toString("base64") };
+    };
+    const whole = { size: 8, root: chainRoot(env.store, a) };
+    for (const stored of [head.encode(), null]) {
+      const from = stored === null ? 0 : 4;
+      expect(run(stored, rows.filter((r) => r.seq > from))).toEqual(whole);
+      expect(run(stored, [...bySeq(...(stored === null ? [1, 2, 3, 4] : [])), ...bySeq(5, 6, 6, 7, 8)])).toEqual({ tenantId: a, seq: 6, reden: "volgnummer-gat" });
+      expect(run(stored, [...bySeq(...(stored === null ? [1, 2, 3, 4] : [])), ...bySeq(5, 7, 6, 8)])).toEqual({ tenantId: a, seq: 7, reden: stored === null ? "anker-afwijkend" : "volgnummer-gat" });
+      // Rows after a refusal change nothing, even when a caller goes on feeding them.
+      const altered = { ...rows[6]!, actor: "iemand-anders" };
+      expect(run(stored, [...rows.filter((r) => r.seq > from && r.seq < 7), altered, rows[6]!, rows[7]!], true)).toEqual({ tenantId: a, seq: 7, reden: "hash-afwijkend" });
+    }
+    // At or below where it reads from: refused, not skipped.
+    expect(run(head.encode(), bySeq(3, 4, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 3, reden: "volgnummer-gat" });
+    expect(run(null, bySeq(1, 1, 2, 3, 4, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 1, reden: "volgnummer-gat" });
+    expect(run(null, bySeq(1, 2, 3, 4, 5, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 5, reden: "volgnummer-gat" });
   });
 });

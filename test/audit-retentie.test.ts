@@ -1,11 +1,12 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { appendLines, insertRows, readLines } from "../src/audit/anchor-file.ts";
-import { appendAuditEntry, GENESIS_HASH, type AppendedEntry } from "../src/audit/chain.ts";
+import { appendAuditEntry, entriesAfter, entryHash, GENESIS_HASH, type AppendedEntry } from "../src/audit/chain.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { anchorLineText, openRetentionRecord, signRetentionRecord, type AnchorLine, type RetentionRecord } from "../src/audit/records.ts";
-import { deleteOldAuditEntries, retentionBoundary, type RetentionSigning } from "../src/audit/retention.ts";
+import { deleteOldAuditEntries, PrefixPlan, retentionBoundary, type RetentionSigning, type RetentionStop } from "../src/audit/retention.ts";
+import { chainStart } from "../src/audit/verify.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
 import { addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
@@ -443,5 +444,56 @@ describe("audit-retentie", () => {
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
     expect(env.alarms.raised).toEqual([]);
+  });
+});
+
+describe("PrefixPlan: each entry checked again while planning (a change made after the verification)", () => {
+  /** The plan for one tenant, driven as planTenant drives it. */
+  function plan(e: TestEnv, tenantId: number) {
+    const s = e.store.sqlite;
+    const first = s.query("SELECT seq, id FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number; id: number };
+    const gestopt: RetentionStop[] = [];
+    const p = new PrefixPlan(tenantId, first, chainStart(s, tenantId, first.seq, VERIFIERS), GRENS, gestopt);
+    if (p.open) for (const r of entriesAfter(s, tenantId, p.from)) if (!p.push(r)) break;
+    return { result: p.result(), gestopt: gestopt.map(({ seq, reden }) => ({ seq, reden })) };
+  }
+  /** Six entries, the first five older than GRENS. */
+  function chain(e: TestEnv, name: string): number {
+    const t = addTenant(e.store, name);
+    for (let i = 1; i <= 5; i++) add(e, t, `2012-0${i}-01T00:00:00.000Z`);
+    add(e, t, "2024-01-01T00:00:00.000Z");
+    return t;
+  }
+  /** Entry `seq` given prev_hash `prev` and a valid hash again, the later entries left as they are. */
+  function relink(e: TestEnv, tenantId: number, seq: number, prev: string) {
+    const r = e.store.sqlite.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq = ?").get(tenantId, seq) as Record<string, any>;
+    const hash = entryHash({ tenantId, seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: prev });
+    e.store.sqlite.query("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?").run(prev, hash, tenantId, seq);
+  }
+
+  test("an intact chain: the prefix older than grens, with a record to sign", () => {
+    env = makeTestEnv();
+    const t = chain(env, "Heel");
+    const { result, gestopt } = plan(env, t);
+    expect(gestopt).toEqual([]);
+    expect(result).toMatchObject({ tenantId: t, from: 1, seq: 5, record: { seq: 5, createdAt: "2012-05-01T00:00:00.000Z" } });
+    expect(result!.record!.bereik.encode()).toBe(rangeUpTo(env, t, 5).encode());
+  });
+
+  test("the prefix ends before an entry whose hash, link or start does not check out; that entry is named (gestopt)", () => {
+    env = makeTestEnv();
+    const changed = chain(env, "Gewijzigd");
+    env.store.sqlite.query("UPDATE audit_entries SET actor = 'mallory' WHERE tenant_id = ? AND seq = 4").run(changed);
+    const unlinked = chain(env, "Ontkoppeld");
+    relink(env, unlinked, 4, "f".repeat(64));
+    const unanchored = chain(env, "Los van genesis");
+    relink(env, unanchored, 1, "f".repeat(64));
+    const cut = chain(env, "Ingekort");
+    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 2").run(cut);
+
+    expect(plan(env, changed)).toEqual({ result: expect.objectContaining({ seq: 3 }), gestopt: [{ seq: 4, reden: "hash-afwijkend" }] });
+    expect(plan(env, unlinked)).toEqual({ result: expect.objectContaining({ seq: 3 }), gestopt: [{ seq: 4, reden: "koppeling-verbroken" }] });
+    expect(plan(env, unanchored)).toEqual({ result: null, gestopt: [{ seq: 1, reden: "anker-afwijkend" }] });
+    expect(plan(env, cut)).toEqual({ result: null, gestopt: [{ seq: 3, reden: "retentie-ontbreekt" }] });
   });
 });
