@@ -138,9 +138,12 @@ export class TreeExtension {
         const range = CompactRange.decode(prev.size - this.basis, stored);
         if (Buffer.from(range.root()).equals(prev.root)) {
           // Extending a stored compact range, the hash of its last entry is read from that
-          // entry (the first row read): the first new entry must link to it. (Were that
-          // entry altered, the new one would not link and the tenant is refused; the
-          // verifier names the alteration.)
+          // entry (the first row read): the first new entry must link to it. Were that
+          // entry altered, the new one would not link and the tenant is refused — unless
+          // the writer also rewrote the new entries to link to it, or deleted it (then the
+          // first new entry's link is not checked). Such a checkpoint is still signed, but
+          // launders nothing: the range keeps the real hash, so the verifier reports the
+          // chain (checkpoint-afwijkend, volgnummer-gat).
           this.range = range;
           this.prevSeq = prev.size;
           this.phase = "link";
