@@ -14,9 +14,18 @@ const REWIND_PAGES = 4096;
 let db: Database | null = null;
 let timer: ReturnType<typeof setInterval> | null = null;
 
-self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number } | "stop">) => {
+let tick: (() => void) | null = null;
+
+self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number } | "stop" | "now">) => {
+  if (e.data === "now") {
+    // A large commit just happened (a retention batch): copy it back before the next
+    // writer's COMMIT would, inside that writer's own transaction, with its fsync.
+    tick?.();
+    return;
+  }
   if (e.data === "stop") {
     if (timer) clearInterval(timer);
+    tick = null;
     db?.close();
     self.postMessage({ stopped: true });
     return;
@@ -31,7 +40,7 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number } | "stop
   const restart = db.query("PRAGMA wal_checkpoint(RESTART)");
   let seen = -1;
   let complete = true;
-  timer = setInterval(() => {
+  tick = () => {
     try {
       const version = (dataVersion.get() as { data_version: number }).data_version;
       if (version === seen && complete) return;
@@ -54,5 +63,6 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number } | "stop
       const code = (err as { code?: string }).code ?? "";
       if (!code.startsWith("SQLITE_BUSY")) self.postMessage({ error: err instanceof Error ? err.message : String(err) });
     }
-  }, e.data.intervalMs);
+  };
+  timer = setInterval(tick, e.data.intervalMs);
 };

@@ -18,6 +18,8 @@ export interface CheckpointResult {
 }
 
 export interface Checkpointer {
+  /** A checkpoint now, in the thread (after a large commit), besides the periodic ones. */
+  now(): void;
   stop(): Promise<void>;
 }
 
@@ -41,6 +43,9 @@ export function startCheckpointer(sqlite: Database, dbPath: string, options: { i
   sqlite.run("PRAGMA wal_autocheckpoint = 0");
   worker.postMessage({ dbPath, intervalMs: options.intervalMs ?? 50 });
   return {
+    now: () => {
+      if (!failed) worker.postMessage("now");
+    },
     async stop() {
       const done = new Promise<void>((r) => (stopped = r));
       worker.postMessage("stop");

@@ -12,4 +12,9 @@ export interface Deps {
   alarms: AlarmSink;
   clock: Clock;
   config: Config;
+  /**
+   * Asks the WAL checkpointer's thread for a checkpoint now (src/checkpointer.ts), after a
+   * large commit such as a retention batch; absent where no such thread runs (tests).
+   */
+  checkpointNow?: () => void;
 }

@@ -62,8 +62,9 @@ export interface ServerOptions {
 }
 
 export function startServer(config: Config, options: ServerOptions = {}) {
-  const deps = wireDeps(config);
-  const checkpointer = startCheckpointer(deps.store.sqlite, deps.store.path);
+  const wired = wireDeps(config);
+  const checkpointer = startCheckpointer(wired.store.sqlite, wired.store.path);
+  const deps: Deps = { ...wired, checkpointNow: () => checkpointer.now() };
   const running = new RunningJobs();
   const graceMs = options.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
   const app = createApp(deps, { running, jobs: options.jobs }).listen({ port: config.port, hostname: config.host });

@@ -56,6 +56,37 @@ test("the worker checkpoints what the connection commits; the WAL is reused inst
   expect(autocheckpoint()).toBe(1000);
 });
 
+test("now() checkpoints at once, whatever the interval; the retention jobs call it after each batch's COMMIT", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const results: CheckpointResult[] = [];
+  let wake: (() => void) | null = null;
+  // An interval no test waits for: only now() can cause the checkpoint below.
+  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, {
+    intervalMs: 3_600_000,
+    onCheckpoint: (r) => {
+      results.push(r);
+      wake?.();
+    },
+  });
+  try {
+    writeBatch(tenantId, 0);
+    const copied = new Promise<void>((r) => (wake = r));
+    checkpointer.now();
+    await copied;
+    expect(results.at(-1)!.log).toBeGreaterThanOrEqual(1000);
+    expect(results.at(-1)!.checkpointed).toBe(results.at(-1)!.log);
+
+    // deleteOldLoginAttempts hands each COMMIT to afterCommit: one call per batch.
+    let commits = 0;
+    const n = await deleteOldLoginAttempts(env.store.sqlite, "2027-01-01T00:00:00.000Z", { batchSize: 500, pause: async () => {}, afterCommit: () => commits++ });
+    expect(n).toBe(2000);
+    expect(commits).toBe(5); // four full batches, then the one that finds nothing left
+  } finally {
+    await checkpointer.stop();
+  }
+});
+
 test("a worker that fails switches the connection's automatic checkpoints back on", async () => {
   env = makeTestEnv();
   const checkpointer = startCheckpointer(env.store.sqlite, "/nonexistent/nachtwacht/x.db", { intervalMs: 5 });

@@ -27,7 +27,7 @@ const now = Date.now();
 const TENANTS = 6;
 const OLD_PER_TENANT = 4000; // several audit-retentie batches (paced by the clock)
 const NEW_PER_TENANT = 200;
-const OLD_LOGINS = 200_000; // several beveiligingslog-retentie batches (each up to 115 ms of deleting)
+const OLD_LOGINS = 200_000; // several beveiligingslog-retentie batches (each up to 100 ms of deleting)
 const NEW_LOGINS = 3000;
 const ADMINS_PER_TENANT = 8;
 

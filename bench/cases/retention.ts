@@ -16,10 +16,10 @@ const db = arg("db");
 const kind = arg("kind");
 const mode = arg("mode");
 const store = openStore(db, NOW);
-const deps = benchDeps(store);
 // As the service runs (src/server.ts): WAL checkpoints in their own thread, for the job
-// and for the one-DELETE baseline alike.
+// and for the one-DELETE baseline alike, and one right after each of the job's batches.
 const checkpointer = startCheckpointer(store.sqlite, db);
+const deps = { ...benchDeps(store), checkpointNow: () => checkpointer.now() };
 
 const writer = Bun.spawn([BUN, new URL("../writer.ts", import.meta.url).pathname, "--db", db, "--kind", kind], { stdout: "pipe", stderr: "inherit" });
 const reader = writer.stdout.getReader();

@@ -65,6 +65,12 @@ export interface RetentionOptions {
   pause?: (batchMs: number) => Promise<void>;
   /** Called after each committed batch (tests simulate a crash with it). */
   afterBatch?: (deletedSoFar: number) => void;
+  /**
+   * Called right after each COMMIT (Deps.checkpointNow): the batch's pages are copied out
+   * of the WAL by the checkpointer's thread before a waiting writer's COMMIT would do it
+   * itself — with the fsync, inside that writer's transaction.
+   */
+  afterCommit?: () => void;
   /** The clock batches are paced by, ms (tests); performance.now by default. */
   clock?: () => number;
   /** What each batch cost (the benchmark's profile). */
@@ -91,6 +97,9 @@ export interface Pacing {
   cacheKib?: number;
 }
 
+/** How many batches' COMMIT costs the estimate takes the largest of. */
+const COMMITS_REMEMBERED = 4;
+
 /**
  * The next chunk size: scaled towards its share of the target lock time (square root, so
  * one slow chunk on a busy machine does not halve the next), growing at most 1.5× a step.
@@ -116,9 +125,11 @@ async function inBatches(
   const now = o.clock ?? (() => performance.now());
   let rows = o.batchSize ?? pacing.initial;
   // What a row costs the COMMIT (writing the batch's pages to the WAL: a quarter to a
-  // third of a batch at L), from the last batch; until one was measured, a chunk's share
-  // of the target for the first chunk's rows.
+  // third of a batch at L). It swings from batch to batch (13–51 ms for similar batches
+  // at L), so a batch plans with the largest of the last COMMITS_REMEMBERED; until one was
+  // measured, a chunk's share of the target for the first chunk's rows.
   let commitMsPerRow = pacing.targetMs / pacing.chunks / rows;
+  const recentCommits: number[] = [];
   /** One batch: chunks until the next, with its share of the COMMIT, would end past the target. */
   const batch = sqlite.transaction(() => {
     const t0 = now();
@@ -161,10 +172,15 @@ async function inBatches(
         }
       });
       progress?.save();
+      o.afterCommit?.();
       const t0 = now() - lockMs;
       // BEGIN is instant once the lock is had; the rest after the body is the COMMIT.
       const commitMs = Math.max(0, lockMs - bodyMs);
-      if (n > 0) commitMsPerRow = commitMs / n;
+      if (n > 0) {
+        recentCommits.push(commitMs / n);
+        if (recentCommits.length > COMMITS_REMEMBERED) recentCommits.shift();
+        commitMsPerRow = Math.max(...recentCommits);
+      }
       verwijderd += n;
       const c0 = now();
       if (n > 0) {
@@ -474,9 +490,10 @@ export async function deleteOldLoginAttempts(sqlite: Database, grens: string, o:
     const n = del.run(grens, size).changes;
     return { n, done: n < size };
   };
-  // 115 ms: every batch costs a gap of about 28 ms for a waiting writer, so longer batches
-  // mean fewer gaps; a batch must end before a writer's try at 128 ms (see above), and
-  // the margins of the stop rule leave it 13 ms for the unforeseen (docs/performance.md).
+  // 100 ms: every batch costs a gap of about 28 ms for a waiting writer, so longer batches
+  // mean fewer gaps; a batch must end before a writer's try at 128 ms (see above). At 115
+  // a slow COMMIT or chunk still pushed batches to 125–143 ms and writers to 180 ms in a
+  // run of five or eight; at 100 the longest was 114 ms (docs/performance.md, round 5).
   // The 64 MB page cache: with the default 2 MB a batch re-read its own index pages.
-  return inBatches(sqlite, o, { targetMs: 115, chunks: 10, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, chunk);
+  return inBatches(sqlite, o, { targetMs: 100, chunks: 10, initial: 5000, min: 500, max: 200_000, cacheKib: 65_536 }, chunk);
 }

@@ -41,7 +41,7 @@ export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOption
   const signing = { path: deps.config.auditAnkerBestand, keys: auditKeys(deps.config), retentieDagen, dbPath, workers };
   let result;
   try {
-    result = await deleteOldAuditEntries(sqlite, grens, now, signing, o);
+    result = await deleteOldAuditEntries(sqlite, grens, now, signing, { afterCommit: deps.checkpointNow, ...o });
   } catch (e) {
     if (!(e instanceof AnchorFileError)) throw e;
     // The anchor file does not match the database: nothing is deleted until it is explained.

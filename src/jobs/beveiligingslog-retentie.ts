@@ -17,7 +17,7 @@ export type RetentieBody = Static<typeof RetentieBody>;
 export async function runBeveiligingslogRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.beveiligingslogRetentieDagen;
   const grens = retentionBoundary(now, retentieDagen);
-  const verwijderd = await deleteOldLoginAttempts(deps.store.sqlite, grens, o);
+  const verwijderd = await deleteOldLoginAttempts(deps.store.sqlite, grens, { afterCommit: deps.checkpointNow, ...o });
   return { status: 200, body: { ok: true, verwijderd, retentieDagen, grens } };
 }
 
