@@ -8,7 +8,7 @@
 // start (genesis, the signed retention record or the signed adoption).
 import type { Database } from "bun:sqlite";
 import { appendLines, databaseEnd, insertRows, readLines, type StoredLine } from "./anchor-file.ts";
-import { compareWithFile, recordSize, type RowReason } from "./anchor-check.ts";
+import { compareWithFile, recordSize, type AnchorComparison, type RowReason } from "./anchor-check.ts";
 import { entriesAfter, rowHash, type EntryRow } from "./chain.ts";
 import { CompactRange, leafHashOfBytes } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
@@ -289,15 +289,16 @@ export interface AnchoringResult {
 }
 
 /**
- * One anchoring run. It first compares the anchor file with its database copy (as the
- * verifier does): a file that is damaged, or that holds runs the database lacks, stops
- * the run (AnchorFileError), and a tenant whose rows do not match the file is refused.
- * What it extends is each tenant's newest checkpoint in the file.
+ * The tenants' part of a run, for any store: a tenant whose rows do not match the file
+ * is refused; the others' trees are extended from their newest checkpoint in the file
+ * (`extend`, one snapshot each) and signed.
  */
-export async function anchorAll(sqlite: Database, dbPath: string, path: string, keys: Keys): Promise<AnchoringResult> {
-  const cmp = await compareWithFile(dbPath, path, keys.verifiers);
-  throwIfProblem(cmp.probleem);
-  const tenants = (sqlite.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
+export async function anchorTenants(
+  tenants: number[],
+  cmp: Pick<AnchorComparison, "perTenant" | "checkpoints">,
+  keys: Keys,
+  extend: (tenantId: number, prev: CheckpointRef | null) => Promise<{ range: CompactRange; basis: number } | { refusal: Refusal } | null>,
+): Promise<{ lines: StoredLine[]; refused: Refusal[]; checkpoints: AnchoringResult["checkpoints"]; unchanged: number }> {
   const lines: StoredLine[] = [];
   const refused: Refusal[] = [];
   const checkpoints: AnchoringResult["checkpoints"] = [];
@@ -309,7 +310,7 @@ export async function anchorAll(sqlite: Database, dbPath: string, path: string, 
       continue;
     }
     const prev = cmp.checkpoints.get(tenantId) ?? null;
-    const r = extendTenant(sqlite, tenantId, prev && { size: prev.size, root: prev.root, basis: prev.basis }, keys.verifiers);
+    const r = await extend(tenantId, prev && { size: prev.size, root: prev.root, basis: prev.basis });
     if (r === null) {
       unchanged++;
       continue;
@@ -321,6 +322,20 @@ export async function anchorAll(sqlite: Database, dbPath: string, path: string, 
     lines.push(checkpointLine(keys, tenantId, r.range, r.basis));
     checkpoints.push({ tenantId, size: r.basis + r.range.size, root: Buffer.from(r.range.root()).toString("base64") });
   }
+  return { lines, refused, checkpoints, unchanged };
+}
+
+/**
+ * One anchoring run. It first compares the anchor file with its database copy (as the
+ * verifier does): a file that is damaged, or that holds runs the database lacks, stops
+ * the run (AnchorFileError), and a tenant whose rows do not match the file is refused.
+ * What it extends is each tenant's newest checkpoint in the file.
+ */
+export async function anchorAll(sqlite: Database, dbPath: string, path: string, keys: Keys): Promise<AnchoringResult> {
+  const cmp = await compareWithFile(dbPath, path, keys.verifiers);
+  throwIfProblem(cmp.probleem);
+  const tenants = (sqlite.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
+  const { lines, refused, checkpoints, unchanged } = await anchorTenants(tenants, cmp, keys, async (tenantId, prev) => extendTenant(sqlite, tenantId, prev, keys.verifiers));
 
   // One write transaction, synchronous throughout (the connection is shared with the
   // rest of the process): the tail check, the installation tree, the append, the copy.

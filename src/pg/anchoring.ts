@@ -6,9 +6,9 @@
 // (fsynced) and copied into audit_anchor_log. The anchor file's appenders are ordered by
 // the advisory lock audit-retentie takes too (src/pg/audit-retention.ts).
 import type { SQL } from "bun";
-import { endOf, type StoredLine } from "../audit/anchor-file.ts";
+import { endOf } from "../audit/anchor-file.ts";
 import { compareRowsWithFile } from "../audit/anchor-check.ts";
-import { appendRun, checkpointLine, installationRangeFrom, runLines, settledByHead, tailRows, throwIfProblem, TreeExtension, type AnchoringResult, type InstallationRow, type Refusal } from "../audit/anchoring.ts";
+import { anchorTenants, appendRun, installationRangeFrom, runLines, settledByHead, tailRows, throwIfProblem, TreeExtension, type AnchoringResult, type InstallationRow, type Refusal } from "../audit/anchoring.ts";
 import type { CompactRange } from "../audit/merkle.ts";
 import type { Verifier } from "../audit/note.ts";
 import type { AnchorLine, Keys } from "../audit/records.ts";
@@ -21,29 +21,7 @@ export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<A
   const cmp = await sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), path, keys.verifiers));
   throwIfProblem(cmp.probleem);
   const tenants = ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
-  const lines: StoredLine[] = [];
-  const refused: Refusal[] = [];
-  const checkpoints: AnchoringResult["checkpoints"] = [];
-  let unchanged = 0;
-  for (const tenantId of tenants) {
-    const rowProblem = cmp.perTenant.get(tenantId);
-    if (rowProblem) {
-      refused.push({ tenantId, seq: rowProblem.seq, reden: rowProblem.reden });
-      continue;
-    }
-    const prev = cmp.checkpoints.get(tenantId) ?? null;
-    const r = await extendTenantPg(sql, tenantId, prev && { size: prev.size, root: prev.root, basis: prev.basis }, keys.verifiers);
-    if (r === null) {
-      unchanged++;
-      continue;
-    }
-    if ("refusal" in r) {
-      refused.push(r.refusal);
-      continue;
-    }
-    lines.push(checkpointLine(keys, tenantId, r.range, r.basis));
-    checkpoints.push({ tenantId, size: r.basis + r.range.size, root: Buffer.from(r.range.root()).toString("base64") });
-  }
+  const { lines, refused, checkpoints, unchanged } = await anchorTenants(tenants, cmp, keys, (tenantId, prev) => extendTenantPg(sql, tenantId, prev, keys.verifiers));
 
   return sql.begin(async (tx) => {
     await tx`SELECT pg_advisory_xact_lock(${ANCHOR_FILE_LOCK}, 0)`;
