@@ -99,6 +99,33 @@ export type LeasedStart =
   | { ok: false; houder: JobLease };
 
 /**
+ * The rule of taking a lease, for any store: refused while another holder's lease has
+ * not expired at `now` and that holder is not provably gone (holderGone); else taken,
+ * naming the other holder's lease it replaces and why.
+ */
+export function leaseTake(current: JobLease | null, holder: LeaseHolder, now: Date): { ok: false; houder: JobLease } | { ok: true; overgenomen: (JobLease & { reden: "verlopen" | "proces-weg" }) | null } {
+  if (current === null || isHolder(current, holder)) return { ok: true, overgenomen: null };
+  const expired = current.verloopt <= now.toISOString();
+  if (!expired && !holderGone(current)) return { ok: false, houder: current };
+  return { ok: true, overgenomen: { ...current, reden: expired ? "verlopen" : "proces-weg" } };
+}
+
+/** The lease row a take writes: this holder, its run, valid until now + ttlMs. */
+export function leaseValues(holder: LeaseHolder, runId: number, now: Date, ttlMs: number) {
+  const nowIso = now.toISOString();
+  return {
+    pid: holder.pid,
+    instantie: holder.instantie,
+    host: holder.host,
+    pidNs: holder.pidNs,
+    runId,
+    verkregen: nowIso,
+    vernieuwd: nowIso,
+    verloopt: new Date(now.getTime() + ttlMs).toISOString(),
+  };
+}
+
+/**
  * Takes the job's lease and writes its job_runs row ('bezig'), in one IMMEDIATE
  * transaction: refused while another holder's lease has not expired at `now` and that
  * holder is not provably gone (holderGone). A lease of this holder itself is taken over
@@ -115,27 +142,15 @@ export function startLeasedRun(store: Store, job: JobName, holder: LeaseHolder, 
     store.sqlite,
     (): LeasedStart => {
       const current = db.select().from(jobLeases).where(eq(jobLeases.job, job)).get() ?? null;
-      const nowIso = now.toISOString();
-      const other = current !== null && !isHolder(current, holder);
-      const expired = current !== null && current.verloopt <= nowIso;
-      if (other && !expired && !holderGone(current)) return { ok: false, houder: current };
+      const take = leaseTake(current, holder, now);
+      if (!take.ok) return { ok: false, houder: take.houder };
       const runId = startRun(db, job, now);
-      const verloopt = new Date(now.getTime() + ttlMs);
-      const values = {
-        pid: holder.pid,
-        instantie: holder.instantie,
-        host: holder.host,
-        pidNs: holder.pidNs,
-        runId,
-        verkregen: nowIso,
-        vernieuwd: nowIso,
-        verloopt: verloopt.toISOString(),
-      };
+      const values = leaseValues(holder, runId, now, ttlMs);
       db.insert(jobLeases)
         .values({ job, ...values })
         .onConflictDoUpdate({ target: jobLeases.job, set: values })
         .run();
-      return { ok: true, runId, verloopt, overgenomen: other ? { ...current, reden: expired ? "verlopen" : "proces-weg" } : null };
+      return { ok: true, runId, verloopt: new Date(values.verloopt), overgenomen: take.overgenomen };
     },
     deadlineMs,
   );

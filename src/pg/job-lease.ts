@@ -17,7 +17,7 @@
 //   for the row when they commit sees their result.
 import { and, eq, gt, sql } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
-import { holderGone, isHolder, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
+import { holderGone, leaseTake, leaseValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import type { JobName } from "../schedule.ts";
 import { LOCK_JOB_LEASE, LOCK_NAMESPACE, type PgStore } from "./store.ts";
 
@@ -34,28 +34,15 @@ export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHold
       await tx.execute(sql`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_JOB_LEASE})`);
       const [row] = await tx.select().from(jobLeases).where(eq(jobLeases.job, job)).for("update");
       const current: JobLease | null = row ?? null;
-      const nowIso = now.toISOString();
-      const other = current !== null && !isHolder(current, holder);
-      const expired = current !== null && current.verloopt <= nowIso;
-      if (other && !expired && !holderGone(current)) return { ok: false, houder: current };
-      const [run] = await tx.insert(jobRuns).values({ job, gestart: nowIso, uitkomst: "bezig" }).returning({ id: jobRuns.id });
-      const runId = run!.id;
-      const verloopt = new Date(now.getTime() + ttlMs);
-      const values = {
-        pid: holder.pid,
-        instantie: holder.instantie,
-        host: holder.host,
-        pidNs: holder.pidNs,
-        runId,
-        verkregen: nowIso,
-        vernieuwd: nowIso,
-        verloopt: verloopt.toISOString(),
-      };
+      const take = leaseTake(current, holder, now);
+      if (!take.ok) return { ok: false, houder: take.houder };
+      const [run] = await tx.insert(jobRuns).values({ job, gestart: now.toISOString(), uitkomst: "bezig" }).returning({ id: jobRuns.id });
+      const values = leaseValues(holder, run!.id, now, ttlMs);
       await tx
         .insert(jobLeases)
         .values({ job, ...values })
         .onConflictDoUpdate({ target: jobLeases.job, set: values });
-      return { ok: true, runId, verloopt, overgenomen: other ? { ...current, reden: expired ? "verlopen" : "proces-weg" } : null };
+      return { ok: true, runId: run!.id, verloopt: new Date(values.verloopt), overgenomen: take.overgenomen };
     },
     // The reasoning above needs a fresh snapshot per statement, whatever the server's default.
     { isolationLevel: "read committed" },
