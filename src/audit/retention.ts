@@ -9,15 +9,16 @@
 //
 // How the batches are paced (bench/run.ts measures it at 5 million rows):
 // - A batch is one write transaction of chunks: it takes chunk after chunk until the
-//   next, with the COMMIT of all it deleted (at the last batch's cost per row), would end
-//   past the target lock time: its length is bounded by the clock, not predicted from a
-//   row count. Each chunk is sized to take its share of the target, adapting to the
-//   machine and the data.
-// - The WAL is checkpointed by the job itself after each batch, outside the write lock
-//   (automatic checkpoints are off on this connection meanwhile). With scattered index
-//   pages that checkpoint is a large part of a batch's cost, and a writer of another
-//   process can commit while it runs: it doubles as the gap between batches. Left to
-//   the automatic checkpoint, the next writer's commit would do this work and wait.
+//   next, with the COMMIT of all it deleted (at the largest cost per row of the last few
+//   COMMITs), would end past the target lock time: its length is bounded by the clock,
+//   not predicted from a row count. Each chunk is sized to take its share of the target,
+//   adapting to the machine and the data.
+// - Right after each COMMIT the batch's pages are copied out of the WAL, outside the
+//   write lock: by the service's checkpointer thread at once (afterCommit,
+//   Deps.checkpointNow), or, where no such thread runs, by the job itself after a turn of
+//   the event loop (automatic checkpoints are off on this connection meanwhile). Left to
+//   the automatic checkpoint, the next writer's COMMIT — the host application's — would
+//   copy them, fsync included, and wait (435–440 ms seen, docs/performance.md).
 // - The gap is long enough for a writer that waited through the whole batch: SQLite's
 //   busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100, 100 … ms between
 //   tries, so after a 30 ms batch it tries again within 15 ms, after up to 128 ms
