@@ -26,9 +26,9 @@
 //   writer's try at 128 ms lets it in within about 130 ms; one that overran would keep
 //   it waiting until 178 ms, which is why the budget is a deadline.
 import type { Database } from "bun:sqlite";
-import { appendLines, insertRows, type StoredLine } from "./anchor-file.ts";
+import { insertRows, type StoredLine } from "./anchor-file.ts";
 import type { RowReason } from "./anchor-check.ts";
-import { syncTail, throwIfProblem } from "./anchoring.ts";
+import { appendRun, syncTail, throwIfProblem } from "./anchoring.ts";
 import { retryWhenBusy } from "../db.ts";
 import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
 import { entriesAfter, rowHash, type EntryRow } from "./chain.ts";
@@ -416,11 +416,7 @@ function recordPlans(sqlite: Database, plans: DeletionPlan[], signing: Retention
   sqlite.transaction(() => {
     // Records a crash left in the file after its fsync but before its COMMIT.
     syncTail(sqlite, signing.path, signing.keys.verifiers);
-    if (lines.length > 0) {
-      const positions = appendLines(signing.path, lines);
-      lines.forEach((l, i) => (l.positie = positions[i]!));
-      insertRows(sqlite, lines);
-    }
+    if (lines.length > 0) insertRows(sqlite, appendRun(signing.path, lines));
     // Where an append starts once a whole chain is gone (src/audit/chain.ts).
     for (const p of plans) upsertAnchor.run(p.tenantId, p.seq, p.hash, tijdstip);
   }).immediate();

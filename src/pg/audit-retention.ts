@@ -11,19 +11,11 @@
 // host application's appends never wait for them), and the anchor file's appenders are
 // ordered by a transaction advisory lock instead of SQLite's write lock.
 import type { SQL } from "bun";
-import { appendLines, endOf, type StoredLine } from "../audit/anchor-file.ts";
-import { tailRows } from "../audit/anchoring.ts";
-import type { AnchorLine } from "../audit/records.ts";
+import { appendRun } from "../audit/anchoring.ts";
 import { deletable, PrefixPlan, retentionLines, TENANT_GROUP, type AuditRetentionResult, type DeletionPlan, type RetentionOptions, type RetentionSigning, type RetentionStop } from "../audit/retention.ts";
-import { chainStartFromRecords } from "../audit/verify.ts";
-import { copyRows, ENTRY_COLUMNS, entryRowOf, startRecords } from "./chain.ts";
+import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
+import { chainStartPg, readEntriesPg } from "./chain.ts";
 import { verifyInstallationPg } from "./offline.ts";
-
-/**
- * Key 1 of the lock that orders appenders of the anchor file: pg_advisory_xact_lock(ANCHOR_FILE_LOCK, 0).
- * Beside CHAIN_LOCK (src/pg/chain.ts), in nachtwacht's own range.
- */
-export const ANCHOR_FILE_LOCK = 0x6e7702;
 
 /** What a batch aims at, ms: short transactions, as the login attempts' (src/pg/retention.ts). */
 const TARGET_MS = 100;
@@ -58,20 +50,12 @@ async function planTenantPg(sql: SQL, tenantId: number, grens: string, verifiers
     const [first] = (await tx`SELECT seq, id FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string; id: string }[];
     if (!first) return null;
     const f = { seq: Number(first.seq), id: Number(first.id) };
-    const start = chainStartFromRecords((await startRecords(tx, [tenantId])).get(tenantId) ?? [], tenantId, f.seq, verifiers);
-    const plan = new PrefixPlan(tenantId, f, start, grens, gestopt);
+    const plan = new PrefixPlan(tenantId, f, await chainStartPg(tx, tenantId, f.seq, verifiers), grens, gestopt);
     if (plan.open) {
-      // The prefix ends before the first entry not older than grens: read up to there and
-      // no further. (Breaking off a COPY cancels the statement, which aborts the
-      // transaction.) The rows after an entry that stops the plan are read and ignored.
+      // The prefix ends before the first entry not older than grens: read up to there and no further.
       const [end] = (await tx`
         SELECT seq FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${plan.from} AND created_at >= ${grens} ORDER BY seq LIMIT 1`) as { seq: string }[];
-      // COPY takes no bind parameters: the numbers are integers from the database.
-      const upTo = end ? ` AND seq < ${Number(end.seq)}` : "";
-      let reading = true;
-      for await (const rows of copyRows(tx, `SELECT ${ENTRY_COLUMNS} FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${plan.from}${upTo} ORDER BY seq`)) {
-        for (const r of rows) if (reading) reading = plan.push(entryRowOf(r, 0));
-      }
+      await readEntriesPg(tx, tenantId, plan.from, end ? Number(end.seq) - 1 : null, (r) => plan.push(r));
     }
     return plan.result();
   });
@@ -86,15 +70,8 @@ async function planTenantPg(sql: SQL, tenantId: number, grens: string, verifiers
 async function recordPlansPg(sql: SQL, plans: DeletionPlan[], signing: PgRetentionSigning, grens: string, tijdstip: string): Promise<void> {
   const lines = retentionLines(plans, signing, grens, tijdstip);
   await sql.begin(async (tx) => {
-    await tx`SELECT pg_advisory_xact_lock(${ANCHOR_FILE_LOCK}, 0)`;
-    const [last] = (await tx`SELECT positie, soort, tenant_id, note FROM audit_anchor_log ORDER BY positie DESC LIMIT 1`) as { positie: string; soort: AnchorLine["soort"]; tenant_id: number | null; note: string }[];
-    const rows = tailRows(signing.path, endOf(last ? { positie: Number(last.positie), soort: last.soort, tenantId: last.tenant_id, note: last.note } : null), signing.keys.verifiers);
-    if (lines.length > 0) {
-      const positions = appendLines(signing.path, lines);
-      lines.forEach((l, i) => (l.positie = positions[i]!));
-      rows.push(...lines);
-    }
-    await insertRowsPg(tx, rows);
+    await lockAndSyncTailPg(tx, signing.path, signing.keys.verifiers);
+    if (lines.length > 0) await insertRowsPg(tx, appendRun(signing.path, lines));
     // Where an append starts once a whole chain is gone (src/pg/chain.ts appendEntriesPg).
     for (let i = 0; i < plans.length; i += 1000) {
       const anchors = plans.slice(i, i + 1000).map((p) => ({ tenant_id: p.tenantId, seq: p.seq, hash: p.hash, bijgewerkt: tijdstip }));
@@ -103,14 +80,6 @@ async function recordPlansPg(sql: SQL, plans: DeletionPlan[], signing: PgRetenti
         ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, bijgewerkt = excluded.bijgewerkt`;
     }
   });
-}
-
-/** Anchor-file lines into audit_anchor_log (inside the caller's transaction). */
-export async function insertRowsPg(tx: SQL, rows: StoredLine[]): Promise<void> {
-  for (let i = 0; i < rows.length; i += 1000) {
-    const values = rows.slice(i, i + 1000).map((r) => ({ positie: r.positie, soort: r.soort, tenant_id: r.tenantId, grootte: r.grootte, note: r.note, bereik: r.bereik }));
-    await tx`INSERT INTO audit_anchor_log ${tx(values)}`;
-  }
 }
 
 /**

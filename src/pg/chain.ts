@@ -5,7 +5,7 @@
 import type { SQL } from "bun";
 import { onWorkers } from "../worker-pool.ts";
 import { GENESIS_HASH, linkEntries, type AppendedEntry, type ChainHead, type ChainInput, type EntryRow } from "../audit/chain.ts";
-import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
+import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type ChainStart, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
 
 /**
  * Key 1 of the per-tenant chain lock, pg_advisory_xact_lock(CHAIN_LOCK, tenantId):
@@ -199,6 +199,27 @@ export async function startRecords(tx: SQL, tenantIds: readonly number[]): Promi
     byTenant.set(r.tenant_id, list);
   }
   return byTenant;
+}
+
+/** chainStart (src/audit/verify.ts) on PostgreSQL: the tenant's start records read in `tx`. */
+export async function chainStartPg(tx: SQL, tenantId: number, firstSeq: number | null, verifiers: VerifyOptions["verifiers"]): Promise<ChainStart> {
+  return chainStartFromRecords((await startRecords(tx, [tenantId])).get(tenantId) ?? [], tenantId, firstSeq, verifiers);
+}
+
+/**
+ * entriesAfter (src/audit/chain.ts) on PostgreSQL: a tenant's entries with
+ * afterSeq < seq <= uptoSeq in seq order, streamed through COPY in `tx`, each handed to
+ * `take` until it answers false. The rest is read and ignored: breaking off a COPY
+ * cancels the statement, which aborts the transaction.
+ */
+export async function readEntriesPg(tx: SQL, tenantId: number, afterSeq: number, uptoSeq: number | null, take: (r: EntryRow) => boolean): Promise<void> {
+  // COPY takes no bind parameters: the numbers are checked integers.
+  for (const n of [tenantId, afterSeq, uptoSeq ?? 0]) if (!Number.isSafeInteger(n)) throw new Error(`${n} is not an integer`);
+  const upTo = uptoSeq === null ? "" : ` AND seq <= ${uptoSeq}`;
+  let taking = true;
+  for await (const rows of copyRows(tx, `SELECT ${ENTRY_COLUMNS} FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${afterSeq}${upTo} ORDER BY seq`)) {
+    for (const r of rows) if (taking) taking = take(entryRowOf(r, 0));
+  }
 }
 
 /** Tenants per snapshot: enough rows per COPY to stream, few enough to share the work out. */

@@ -8,8 +8,8 @@ import type { Verifier } from "../audit/note.ts";
 import type { EntryRow } from "../audit/chain.ts";
 import { exportBundleFrom, verifyAgainstInstallationCheckpointWith, type WitnessVerdict } from "../audit/offline.ts";
 import { verifyInstallationOf, type InstallationVerdict } from "../audit/verify-all.ts";
-import { chainStartFromRecords, type CheckpointRef } from "../audit/verify.ts";
-import { copyRows, copyUnescape, ENTRY_COLUMNS, entryRowOf, startRecords, verifyTenantsPg } from "./chain.ts";
+import type { CheckpointRef } from "../audit/verify.ts";
+import { chainStartPg, copyRows, copyUnescape, readEntriesPg, verifyTenantsPg } from "./chain.ts";
 
 /** audit_anchor_log in positie order, streamed through COPY in the transaction `tx`. */
 export async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
@@ -57,14 +57,9 @@ export async function exportBundlePg(url: string, anchorPath: string, tenantId: 
       (size) =>
         sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (tx) => {
           const [first] = (await tx`SELECT seq FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string }[];
-          const records = (await startRecords(tx, [tenantId])).get(tenantId) ?? [];
-          const start = chainStartFromRecords(records, tenantId, first ? Number(first.seq) : null, verifiers);
+          const start = await chainStartPg(tx, tenantId, first ? Number(first.seq) : null, verifiers);
           const entries: EntryRow[] = [];
-          if (start.ok) {
-            // COPY takes no bind parameters: checked integers.
-            const query = `SELECT ${ENTRY_COLUMNS} FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${Math.trunc(start.seq)} AND seq <= ${Math.trunc(size)} ORDER BY seq`;
-            for await (const rows of copyRows(tx, query)) for (const f of rows) entries.push(entryRowOf(f, 0));
-          }
+          if (start.ok) await readEntriesPg(tx, tenantId, start.seq, Math.trunc(size), (r) => entries.push(r) > 0);
           return { start, entries };
         }),
       anchorPath,
