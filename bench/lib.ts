@@ -100,3 +100,43 @@ export function benchDeps(store: Store, env: Record<string, string> = {}, mailer
 }
 
 export const ms = (t0: number) => +(performance.now() - t0).toFixed(1);
+
+/**
+ * A verification floor over worker threads, as the job's pool works: `threads` workers
+ * of the file `worker`, each given `init` once, then contiguous ranges of tenants from one
+ * shared queue (several per worker, so one slowed by the shared machine does not hold up
+ * the end). Each worker answers a range `{ from, to }` with its entries and mismatches.
+ */
+export async function floorOnWorkers(worker: URL, init: unknown, tenants: readonly number[], threads: number): Promise<{ n: number; mismatches: number }> {
+  const per = Math.max(1, Math.ceil(tenants.length / (threads * 8)));
+  const queue: [number, number][] = [];
+  for (let i = 0; i < tenants.length; i += per) queue.push([tenants[i]!, tenants[Math.min(i + per, tenants.length) - 1]!]);
+  let n = 0;
+  let mismatches = 0;
+  const pool = Array.from({ length: threads }, () => new Worker(worker.href));
+  try {
+    await Promise.all(
+      pool.map(
+        (w) =>
+          new Promise<void>((resolve, reject) => {
+            const next = () => {
+              const r = queue.shift();
+              if (!r) return resolve();
+              w.postMessage({ from: r[0], to: r[1] });
+            };
+            w.onmessage = (e: MessageEvent<{ n: number; mismatches: number }>) => {
+              n += e.data.n;
+              mismatches += e.data.mismatches;
+              next();
+            };
+            w.onerror = (e) => reject(new Error(e.message));
+            w.postMessage(init);
+            next();
+          }),
+      ),
+    );
+  } finally {
+    for (const w of pool) w.terminate();
+  }
+  return { n, mismatches };
+}

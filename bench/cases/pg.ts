@@ -25,7 +25,7 @@ import { deleteOldAuditEntriesPg } from "../../src/pg/audit-retention.ts";
 import { copyFileSync, rmSync } from "node:fs";
 import { retentionBoundary } from "../../src/time.ts";
 import { startCluster } from "../../test/pg.ts";
-import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, NOW, peakRssMb, report } from "../lib.ts";
+import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, floorOnWorkers, NOW, peakRssMb, report } from "../lib.ts";
 
 const db = arg("db");
 const ingestTotal = Number(arg("ingest", "200000"));
@@ -74,36 +74,7 @@ try {
   // tenant ranges as its pool has.
   const rowFloor = async (threads: number) => {
     const start = performance.now();
-    const per = Math.max(1, Math.ceil(tenants.length / (threads * 8)));
-    const queue: [number, number][] = [];
-    for (let i = 0; i < tenants.length; i += per) queue.push([tenants[i]!, tenants[Math.min(i + per, tenants.length) - 1]!]);
-    let entries = 0;
-    let mismatches = 0;
-    const pool = Array.from({ length: threads }, () => new Worker(new URL("../pg-floor-worker.ts", import.meta.url).href));
-    try {
-      await Promise.all(
-        pool.map(
-          (w) =>
-            new Promise<void>((resolve, reject) => {
-              const next = () => {
-                const r = queue.shift();
-                if (!r) return resolve();
-                w.postMessage({ from: r[0], to: r[1] });
-              };
-              w.onmessage = (e: MessageEvent<{ n: number; mismatches: number }>) => {
-                entries += e.data.n;
-                mismatches += e.data.mismatches;
-                next();
-              };
-              w.onerror = (e) => reject(new Error(e.message));
-              w.postMessage({ url });
-              next();
-            }),
-        ),
-      );
-    } finally {
-      for (const w of pool) w.terminate();
-    }
+    const { n: entries, mismatches } = await floorOnWorkers(new URL("../pg-floor-worker.ts", import.meta.url), { url }, tenants, threads);
     if (mismatches > 0) throw new Error(`row floor: ${mismatches} hashes differ`);
     return { seconds: (performance.now() - start) / 1000, entries };
   };

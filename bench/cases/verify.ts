@@ -10,7 +10,7 @@ import { sha256Hex } from "../../src/audit/chain.ts";
 import { openStore } from "../../src/db.ts";
 import { runAuditVerificatie } from "../../src/jobs/audit-verificatie.ts";
 import { floorScan } from "../floor.ts";
-import { arg, benchDeps, NOW, report } from "../lib.ts";
+import { arg, benchDeps, floorOnWorkers, NOW, report } from "../lib.ts";
 
 const db = arg("db");
 const mode = arg("mode");
@@ -42,31 +42,7 @@ if (mode === "job") {
   if (workers === 0) {
     ({ n, mismatches } = floorScan(sqlite, tenants[0] ?? 0, tenants.at(-1) ?? 0));
   } else {
-    const per = Math.max(1, Math.ceil(tenants.length / (workers * 8)));
-    const queue: [number, number][] = [];
-    for (let i = 0; i < tenants.length; i += per) queue.push([tenants[i]!, tenants[Math.min(i + per, tenants.length) - 1]!]);
-    const pool = Array.from({ length: workers }, () => new Worker(new URL("../floor-worker.ts", import.meta.url).href));
-    await Promise.all(
-      pool.map(
-        (w) =>
-          new Promise<void>((resolve, reject) => {
-            const next = () => {
-              const r = queue.shift();
-              if (!r) return resolve();
-              w.postMessage({ from: r[0], to: r[1] });
-            };
-            w.onmessage = (e: MessageEvent<{ n: number; mismatches: number }>) => {
-              n += e.data.n;
-              mismatches += e.data.mismatches;
-              next();
-            };
-            w.onerror = (e) => reject(new Error(e.message));
-            w.postMessage({ dbPath: db });
-            next();
-          }),
-      ),
-    );
-    for (const w of pool) w.terminate();
+    ({ n, mismatches } = await floorOnWorkers(new URL("../floor-worker.ts", import.meta.url), { dbPath: db }, tenants, workers));
   }
   report({ mode, seconds: (performance.now() - t0) / 1000, entries: n, mismatches, workers });
 } else if (mode === "naive") {
