@@ -95,7 +95,7 @@ export function benchConfig(databasePath: string, env: Record<string, string> = 
   });
 }
 
-export function benchDeps(store: Store, env: Record<string, string> = {}, mailer: Mailer = noopMailer): Deps {
+export function benchDeps(store: Store, env: Record<string, string> = {}, mailer: Mailer = noopMailer): Deps<Store> {
   return { store, mailer, alarms: noopAlarms, clock: () => NOW, config: benchConfig(store.path, env) };
 }
 

@@ -66,9 +66,11 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
     })
     .get(
       "/health",
-      () => {
+      async () => {
         try {
-          deps.store.sqlite.query("SELECT 1").get();
+          const { store } = deps;
+          if (store.kind === "pg") await store.sql`SELECT 1`;
+          else store.sqlite.query("SELECT 1").get();
           return json(200, { status: "ok", database: "bereikbaar", lopendeTaken: running.names() });
         } catch {
           return json(503, { status: "fout", database: "onbereikbaar" });

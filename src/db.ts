@@ -14,6 +14,8 @@ import { serviceMeta } from "../db/schema.ts";
 export type Db = BunSQLiteDatabase<typeof schema>;
 
 export interface Store {
+  /** Which engine: the embedded SQLite file (PgStore in src/pg/store.ts is the other kind). */
+  kind: "sqlite";
   /** Drizzle over the connection, for ordinary queries. */
   db: Db;
   /** The raw connection, for streaming (`iterate`) and hand-tuned statements. */
@@ -125,6 +127,7 @@ export function openStore(path: string, now: Date = new Date()): Store {
   // the service was installed: the first start on this database is that moment.
   db.insert(serviceMeta).values({ key: "geinstalleerd", value: now.toISOString() }).onConflictDoNothing().run();
   return {
+    kind: "sqlite",
     db,
     sqlite,
     path,

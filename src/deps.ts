@@ -1,13 +1,20 @@
 import type { AlarmSink } from "./alarms/alarm.ts";
 import type { Config } from "./config.ts";
 import type { Store } from "./db.ts";
+import type { PgStore } from "./pg/store.ts";
 import type { Mailer } from "./mail/mailer.ts";
 
 export type Clock = () => Date;
 
-/** Everything a job needs, passed in: the entry point wires the real ones, tests their own. */
-export interface Deps {
-  store: Store;
+/** The database: the embedded SQLite file, or PostgreSQL when DATABASE_URL is set. */
+export type AnyStore = Store | PgStore;
+
+/**
+ * Everything a job needs, passed in: the entry point wires the real ones, tests their
+ * own. A job does its work by the store's kind; the rules it keeps live once, for both.
+ */
+export interface Deps<S extends AnyStore = AnyStore> {
+  store: S;
   mailer: Mailer;
   alarms: AlarmSink;
   clock: Clock;
@@ -17,4 +24,14 @@ export interface Deps {
    * large commit such as a retention batch; absent where no such thread runs (tests).
    */
   checkpointNow?: () => void;
+}
+
+/**
+ * Deps on the SQLite store, for work that exists only there so far: on PostgreSQL a
+ * clear error naming it. The service still refuses DATABASE_URL at start (config.ts)
+ * until nothing calls this any more.
+ */
+export function onSqlite(deps: Deps, what: string): Deps<Store> {
+  if (deps.store.kind === "sqlite") return deps as Deps<Store>;
+  throw new Error(`${what} werkt nog niet op PostgreSQL.`);
 }

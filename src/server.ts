@@ -31,7 +31,7 @@ export function closeDatabase(store: Store): void {
   store.close();
 }
 
-export function wireDeps(config: Config): Deps {
+export function wireDeps(config: Config): Deps<Store> {
   const store = openStore(config.databasePath);
   const dataDir = dirname(resolve(config.databasePath));
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
@@ -64,7 +64,7 @@ export interface ServerOptions {
 export function startServer(config: Config, options: ServerOptions = {}) {
   const wired = wireDeps(config);
   const checkpointer = startCheckpointer(wired.store.sqlite, wired.store.path);
-  const deps: Deps = { ...wired, checkpointNow: () => checkpointer.now() };
+  const deps: Deps<Store> = { ...wired, checkpointNow: () => checkpointer.now() };
   const running = new RunningJobs();
   const graceMs = options.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
   const app = createApp(deps, { running, jobs: options.jobs }).listen({ port: config.port, hostname: config.host });

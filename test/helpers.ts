@@ -45,7 +45,7 @@ export class RecordingAlarms implements AlarmSink {
 }
 
 export interface TestEnv<M extends Mailer = RecordingMailer> {
-  deps: Deps;
+  deps: Deps<Store>;
   store: Store;
   mailer: M;
   alarms: RecordingAlarms;
@@ -76,7 +76,7 @@ export function buildTestEnv<M extends Mailer>(env: Record<string, string>, opti
   const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * 24 * 3600 * 1000));
   const mailer = makeMailer(config);
   const alarms = new RecordingAlarms();
-  const deps: Deps = { store, mailer, alarms, clock: () => now, config };
+  const deps: Deps<Store> = { store, mailer, alarms, clock: () => now, config };
   const app = createApp(deps, options);
   return {
     deps,

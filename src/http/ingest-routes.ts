@@ -4,7 +4,7 @@
 // schema, checked, and written in one transaction (writeTransaction, src/db.ts) that never
 // blocks the event loop. The work itself is in src/ingest/.
 import { ValidationError, type Elysia, type TSchema } from "elysia";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
 import { AuditBatch, AuditBatchResult, MAX_BATCH_BYTES, prepareAuditBatch, storeAuditBatch } from "../ingest/audit.ts";
 import { countRejected, type IngestCounters, type IngestKind } from "../ingest/counters.ts";
 import { LoginAttemptBatch, LoginAttemptResult, MAX_ATTEMPTS_BYTES, prepareLoginAttempts, storeLoginAttempts } from "../ingest/login-attempts.ts";
@@ -95,7 +95,7 @@ function detail(e: Endpoint<TSchema>) {
 }
 
 export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, counters: IngestCounters): void {
-  const { sqlite, db } = deps.store;
+  const { sqlite, db } = onSqlite(deps, "De schrijf-API").store;
   const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>) => Promise<Response>) => {
     const shown = e.path.replace(":id", "{id}");
     const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`);

@@ -12,7 +12,7 @@
 import { count, max, sql } from "drizzle-orm";
 import { Elysia } from "elysia";
 import { auditVerificationState } from "../../db/schema.ts";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
 import type { IngestCounters, IngestKind } from "../ingest/counters.ts";
 import type { Outcome } from "../job-runs.ts";
 import { backupOverdue, newestBackup } from "../jobs/backup-controle.ts";
@@ -115,7 +115,7 @@ export function collectMetrics(sources: MetricsSources, now: Date): MetricsSnaps
 }
 
 function readDatabase(deps: Deps, now: Date, runningHere: Set<JobName>, guard: RunningJobs): DatabaseMetrics {
-  const { db } = deps.store;
+  const { db } = onSqlite(deps, "/metrics").store;
   // taken-controle's rule, grace and view of this process (jobStatuses): "overdue" here
   // is its `gemist`, so a job alive in this process or under another process's lease
   // (job_leases) is not overdue, and a run whose end is kept in memory counts as it ended.

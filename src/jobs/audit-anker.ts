@@ -7,7 +7,8 @@
 import { t, type Static } from "elysia";
 import { AnchorFileError, anchorAll } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
+import type { Store } from "../db.ts";
 import { KetenReden } from "./audit-verificatie.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable, enumOf } from "./schema.ts";
@@ -29,7 +30,7 @@ export const AuditAnkerBody = t.Object({
 });
 export type AuditAnkerBody = Static<typeof AuditAnkerBody>;
 
-export async function runAuditAnker(deps: Deps, _now: Date): Promise<JobResult<AuditAnkerBody>> {
+export async function runAuditAnker(deps: Deps<Store>, _now: Date): Promise<JobResult<AuditAnkerBody>> {
   const keys = auditKeys(deps.config);
   const bestand = deps.config.auditAnkerBestand;
   const base = { bestand, verificatieSleutel: keys.signer.verifierKey };
@@ -79,7 +80,7 @@ export const auditAnkerJob = defineJob({
     "ankerbestand. Alles wordt aan AUDIT_ANKER_BESTAND toegevoegd (fsync) en in de database gekopieerd. 409 met alarm " +
     "(`audit-chain-broken`) wanneer nieuwe entries van een tenant niet kloppen (die tenant wordt niet ondertekend) of wanneer het " +
     "ankerbestand meer bevat dan de database kent (`database-teruggezet`).",
-  run: (deps, now) => runAuditAnker(deps, now),
+  run: (deps, now) => runAuditAnker(onSqlite(deps, "audit-anker"), now),
   responses: {
     200: { description: "Checkpoints ondertekend en vastgelegd.", schema: AuditAnkerBody },
     409: { description: "Een tenant geweigerd, of de database is ouder dan het ankerbestand.", schema: AuditAnkerBody },

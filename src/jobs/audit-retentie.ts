@@ -5,7 +5,8 @@ import { t, type Static } from "elysia";
 import { deleteOldAuditEntries, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
 import { AnchorFileError } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
+import type { Store } from "../db.ts";
 import { verificationWorkers } from "./audit-verificatie.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
@@ -33,7 +34,7 @@ export const RetentieAfwijking = t.Object({
 
 export type RetentieBody = Static<typeof RetentieOk> | Static<typeof RetentieAfwijking>;
 
-export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
+export async function runAuditRetentie(deps: Deps<Store>, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.auditRetentieDagen;
   const grens = retentionBoundary(now, retentieDagen);
   const { db, sqlite, path: dbPath } = deps.store;
@@ -70,7 +71,7 @@ export const auditRetentieJob = defineJob({
     "ondertekend retentierecord (volgnummer, hash en tijdstip van de laatst verwijderde entry, grens, bewaartermijn, de compacte " +
     "boom op dat punt) in AUDIT_ANKER_BESTAND en de database. Een keten die niet klopt, blijft staan als bewijs (200 met alarm " +
     "`audit-chain-broken`); een ankerbestand dat niet met de database klopt: 409, niets verwijderd, alarm.",
-  run: (deps, now) => runAuditRetentie(deps, now),
+  run: (deps, now) => runAuditRetentie(onSqlite(deps, "audit-retentie"), now),
   responses: {
     200: { description: "Verwijderd.", schema: RetentieOk },
     409: { description: "Het ankerbestand klopt niet met de database: niets verwijderd.", schema: RetentieAfwijking },

@@ -10,8 +10,8 @@ import { auditKeys } from "../audit/keys.ts";
 import { verifyInstallation } from "../audit/verify-all.ts";
 import { workerCount } from "../audit/verify-parallel.ts";
 import type { BreakReason } from "../audit/verify.ts";
-import { excluded, preparedPerConnection, type Db } from "../db.ts";
-import type { Deps } from "../deps.ts";
+import { excluded, preparedPerConnection, type Db, type Store } from "../db.ts";
+import { onSqlite, type Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
@@ -125,7 +125,7 @@ const saveStateStatement = preparedPerConnection((db) => {
     .prepare();
 });
 
-export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieOptions = {}): Promise<JobResult<VerificatieBody>> {
+export async function runAuditVerificatie(deps: Deps<Store>, now: Date, o: VerificatieOptions = {}): Promise<JobResult<VerificatieBody>> {
   const { db, sqlite } = deps.store;
   const keys = auditKeys(deps.config);
   const bestand = deps.config.auditAnkerBestand;
@@ -199,7 +199,7 @@ export const auditVerificatieJob = defineJob({
     "over de entry-hashes is gelijk aan die van het nieuwste ondertekende checkpoint in het bestand, dat de keten nog haalt. " +
     "409 met hetzelfde object en een alarm (`audit-chain-broken`) zodra één keten of het ankerbestand niet klopt. " +
     "Het resultaat per tenant wordt bewaard voor de rapporten.",
-  run: (deps, now) => runAuditVerificatie(deps, now),
+  run: (deps, now) => runAuditVerificatie(onSqlite(deps, "audit-verificatie"), now),
   responses: {
     200: { description: "Alle ketens intact.", schema: VerificatieBody },
     409: { description: "Minstens één keten of het ankerbestand klopt niet; alarm verstuurd.", schema: VerificatieBody },

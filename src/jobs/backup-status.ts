@@ -7,7 +7,8 @@
 // long; a 400 would lose exactly the report that matters.
 import { t, type Static } from "elysia";
 import { backupStatuses } from "../../db/schema.ts";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
+import type { Store } from "../db.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable } from "./schema.ts";
 
@@ -42,7 +43,7 @@ function cut(s: string | null | undefined, max: number): string | null {
   return s.length > max ? s.slice(0, max - 1) + "…" : s;
 }
 
-export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport): Promise<JobResult<BackupStatusBody>> {
+export async function runBackupStatus(deps: Deps<Store>, now: Date, input: BackupReport): Promise<JobResult<BackupStatusBody>> {
   const report = {
     exitCode: input.exitCode,
     bestandsnaam: cut(input.bestandsnaam, MAX_BESTANDSNAAM),
@@ -74,7 +75,7 @@ export const backupStatusJob = defineJob<BackupReport>({
     "Optionele velden mogen ontbreken of null zijn; `bestandsnaam` wordt ingekort tot 1024 en `foutmelding` tot 8192 tekens. " +
     "Opgeslagen met ontvangsttijd en bron `host-cron`. exitCode ≠ 0 geeft een alarm (`backup-failure`).",
   input: { schema: BackupReport, maxBytes: MAX_BODY_BYTES },
-  run: runBackupStatus,
+  run: (deps, now, input) => runBackupStatus(onSqlite(deps, "backup-status"), now, input),
   responses: {
     200: { description: "Opgeslagen.", schema: BackupStatusBody },
   },

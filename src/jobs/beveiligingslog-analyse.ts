@@ -7,8 +7,8 @@
 import { and, count, desc, gte, lte, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { loginAttempts } from "../../db/schema.ts";
-import type { Db } from "../db.ts";
-import type { Deps } from "../deps.ts";
+import type { Db, Store } from "../db.ts";
+import { onSqlite, type Deps } from "../deps.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
 
@@ -69,7 +69,7 @@ function offenders(db: Db, soort: "ip" | "account", van: string, tot: string, th
     .map((r) => ({ soort, ...r }));
 }
 
-export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<JobResult<BeveiligingslogAnalyseBody>> {
+export async function runBeveiligingslogAnalyse(deps: Deps<Store>, now: Date): Promise<JobResult<BeveiligingslogAnalyseBody>> {
   const { db } = deps.store;
   const van = new Date(now.getTime() - WINDOW_MS).toISOString();
   const tot = now.toISOString();
@@ -103,7 +103,7 @@ export const beveiligingslogAnalyseJob = defineJob({
     "Telt de mislukte inlogpogingen in [nu − 1 uur, nu] per IP-adres en per account. Een IP-adres of account waarvan het aantal " +
     "de drempel (INLOG_DREMPEL_IP, INLOG_DREMPEL_ACCOUNT) bereikt, is verdacht: 409 met elke overtreder (soort, waarde, aantal, eerste en laatste poging) " +
     "en een alarm (`type` = `login-bruteforce`). Anders 200 met een lege lijst.",
-  run: (deps, now) => runBeveiligingslogAnalyse(deps, now),
+  run: (deps, now) => runBeveiligingslogAnalyse(onSqlite(deps, "beveiligingslog-analyse"), now),
   responses: {
     200: { description: "Niets verdachts in het afgelopen uur.", schema: BeveiligingslogAnalyseBody },
     409: { description: "Een drempel is bereikt; alarm verstuurd.", schema: BeveiligingslogAnalyseBody },

@@ -2,7 +2,8 @@
 // BEVEILIGINGSLOG_RETENTIE_DAGEN in small write transactions.
 import { t, type Static } from "elysia";
 import { deleteOldLoginAttempts, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
+import type { Store } from "../db.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer } from "./schema.ts";
 
@@ -14,7 +15,7 @@ export const RetentieBody = t.Object({
 });
 export type RetentieBody = Static<typeof RetentieBody>;
 
-export async function runBeveiligingslogRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
+export async function runBeveiligingslogRetentie(deps: Deps<Store>, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.beveiligingslogRetentieDagen;
   const grens = retentionBoundary(now, retentieDagen);
   const verwijderd = await deleteOldLoginAttempts(deps.store.sqlite, grens, { afterCommit: deps.checkpointNow, ...o });
@@ -27,7 +28,7 @@ export const beveiligingslogRetentieJob = defineJob({
   description:
     "Verwijdert de inlogpogingen (BeveiligingsLog) met een tijdstip strikt vóór `grens` = nu − retentieDagen × 24 h, " +
     "in kleine schrijftransacties zodat de applicatie zelf nooit lang op de database wacht.",
-  run: (deps, now) => runBeveiligingslogRetentie(deps, now),
+  run: (deps, now) => runBeveiligingslogRetentie(onSqlite(deps, "beveiligingslog-retentie"), now),
   responses: {
     200: { description: "Verwijderd.", schema: RetentieBody },
   },

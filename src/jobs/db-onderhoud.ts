@@ -22,7 +22,7 @@ import { t, type Static } from "elysia";
 import { statSync } from "node:fs";
 import { backupStatuses, jobRuns, serviceMeta } from "../../db/schema.ts";
 import { BUSY_TIMEOUT_MS, excluded, type Db, type Store } from "../db.ts";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
 import { log } from "../logger.ts";
 import { DAY_MS } from "../time.ts";
 import { defineJob, type JobResult } from "./job.ts";
@@ -331,7 +331,7 @@ export function opschoning(grenzen: { jobRuns: string; backupStatuses: string },
   };
 }
 
-export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<DbOnderhoudBody>> {
+export async function runDbOnderhoud(deps: Deps<Store>, now: Date): Promise<JobResult<DbOnderhoudBody>> {
   const { sqlite, path } = deps.store;
   const grootteVoor = databaseBytes(path);
   const paginaGrootte = pragmaNumber(sqlite, "page_size");
@@ -506,7 +506,7 @@ export const dbOnderhoudJob = defineJob({
     "vraagt een volledige VACUUM die schrijvers blokkeert; het antwoord meldt haar in `omzetting` (met wat ze zou vrijmaken) en de rest " +
     "van het onderhoud gaat door. Antwoord met grootte vóór en na en de vrijgemaakte bytes. " +
     "409 en een alarm (`type` = `db-integrity`) wanneer de integriteitscontrole faalt; dan wordt niets verder aangeraakt.",
-  run: (deps, now) => runDbOnderhoud(deps, now),
+  run: (deps, now) => runDbOnderhoud(onSqlite(deps, "db-onderhoud"), now),
   responses: {
     200: { description: "Onderhoud uitgevoerd; de database is in orde.", schema: DbOnderhoudBody },
     409: { description: "De integriteitscontrole faalt; alarm verstuurd.", schema: DbOnderhoudBody },

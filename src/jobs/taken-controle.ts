@@ -4,7 +4,8 @@
 // the in-process guard and the leases (src/job-lease.ts) say whether a run is alive.
 // The rule itself is jobStatuses (src/schedule-due.ts), which /metrics applies too.
 import { t, type Static } from "elysia";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
+import type { Store } from "../db.ts";
 import { JOB_STATUSES, jobStatuses } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -102,7 +103,7 @@ function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakReg
  * nothing of this process runs.
  */
 export async function runTakenControle(
-  deps: Deps,
+  deps: Deps<Store>,
   now: Date,
   context: JobContext = { running: [], unrecorded: [] },
 ): Promise<JobResult<TakenControleBody>> {
@@ -150,7 +151,7 @@ export const takenControleJob = defineJob({
     "(beide alarm `job-missed`). `wacht`: verwacht, nog binnen de marge. " +
     "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en per soort één alarm " +
     "wanneer een taak gemist is, faalt, onderbroken is of hangt.",
-  run: (deps, now, _input, context) => runTakenControle(deps, now, context),
+  run: (deps, now, _input, context) => runTakenControle(onSqlite(deps, "taken-controle"), now, context),
   responses: {
     200: { description: "Alle geplande taken liepen op tijd.", schema: TakenControleBody },
     409: { description: "Een taak is gemist, faalt, is onderbroken of hangt; alarm verstuurd.", schema: TakenControleBody },

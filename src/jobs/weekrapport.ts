@@ -5,7 +5,8 @@
 // the same week sends only what is still owed.
 import { t, type Static } from "elysia";
 import { WeeklyReport } from "../../emails/WeeklyReport.tsx";
-import type { Deps } from "../deps.ts";
+import { onSqlite, type Deps } from "../deps.ts";
+import type { Store } from "../db.ts";
 import { isoWeek } from "../format.ts";
 import { renderEmail } from "../mail/render.ts";
 import {
@@ -53,7 +54,7 @@ function errorMessage(e: unknown): string {
   return m.length > 300 ? m.slice(0, 299) + "…" : m;
 }
 
-export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<WeekrapportResult>> {
+export async function runWeekrapport(deps: Deps<Store>, now: Date): Promise<JobResult<WeekrapportResult>> {
   const { db } = deps.store;
   const week = isoWeek(now);
   const van = new Date(now.getTime() - WEEK_MS);
@@ -143,7 +144,7 @@ export const weekrapportJob = defineJob({
     "audit-activiteit per actie, inlogpogingen (geslaagd, mislukt, IP-adressen) en de staat van de auditketen. " +
     "Veilig om opnieuw aan te roepen: in dezelfde ISO-week gaat alleen wat nog niet verstuurd is. " +
     "Antwoordt ook met 200 als er berichten mislukten (`fouten` > 0); dat meldt het alarm mail-failure.",
-  run: (deps, now) => runWeekrapport(deps, now),
+  run: (deps, now) => runWeekrapport(onSqlite(deps, "weekrapport"), now),
   responses: {
     200: { description: "Verstuurd; `fouten` telt mislukte berichten.", schema: WeekrapportResult },
   },

@@ -14,6 +14,10 @@ import { migrationsFolder } from "../db.ts";
 export type PgDb = BunSQLDatabase<typeof schema>;
 
 export interface PgStore {
+  /** Which engine (Store in src/db.ts is the embedded SQLite kind). */
+  kind: "pg";
+  /** DATABASE_URL: verification workers open their own connections with it. */
+  url: string;
   /** Drizzle over the pool, for ordinary queries. */
   db: PgDb;
   /** The pool itself, for transactions, cursors and COPY. */
@@ -44,6 +48,8 @@ export async function openPgStore(url: string, o: { max?: number } = {}): Promis
     throw e;
   }
   return {
+    kind: "pg",
+    url,
     db: drizzle({ client: sql, schema }),
     sql,
     close: () => sql.close(),
