@@ -12,6 +12,7 @@ import { parseConfig, type Config } from "../src/config.ts";
 import { openStore, type Store } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
+import { markInstalledPg, openPgStore, type PgStore } from "../src/pg/store.ts";
 
 export const SECRET = "test-secret-0123456789abcdef0123456789abcdef";
 /** A fixed Ed25519 key pair in note format, for tests only (made with `nachtwacht key`). */
@@ -108,6 +109,55 @@ export function restoreDatabase(env: TestEnv<any>, copy: string): void {
   const fresh = openStore(env.config.databasePath);
   (env.deps as { store: Store }).store = fresh;
   (env as { store: Store }).store = fresh;
+}
+
+/** TestEnv's PostgreSQL counterpart: the same app and jobs, on a fresh database of a test cluster (test/pg.ts). */
+export interface PgTestEnv extends Omit<TestEnv, "deps" | "store"> {
+  deps: Deps<PgStore>;
+  store: PgStore;
+  url: string;
+}
+
+/**
+ * A fresh app on a new database of `cluster` (test/pg.ts startCluster), with a recording
+ * mailer, the clock at NOW and the configuration as makeTestEnv's; `env` overrides
+ * configuration variables. The anchor file lives in a temporary directory.
+ */
+export async function makePgTestEnv(cluster: { createDatabase(): Promise<string> }, env: Record<string, string> = {}, options: AppOptions = {}): Promise<PgTestEnv> {
+  const { dir, cleanup } = tempDir();
+  const config = parseConfig({
+    CRON_SECRET: SECRET,
+    AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
+    DATABASE_PATH: join(dir, "data", "unused.db"),
+    AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
+    ...env,
+  });
+  const url = await cluster.createDatabase();
+  const store = await openPgStore(url);
+  await markInstalledPg(store, new Date(NOW.getTime() - 365 * 24 * 3600 * 1000));
+  let now = NOW;
+  const mailer = new RecordingMailer();
+  const alarms = new RecordingAlarms();
+  const deps: Deps<PgStore> = { store, mailer, alarms, clock: () => now, config };
+  const app = createApp(deps, options);
+  return {
+    deps,
+    store,
+    url,
+    mailer,
+    alarms,
+    config,
+    dir,
+    app,
+    setNow(d) {
+      now = d;
+    },
+    async cleanup() {
+      await store.close();
+      await mailer.close();
+      cleanup();
+    },
+  };
 }
 
 /** A fresh app with a recording mailer; `env` overrides configuration variables. */

@@ -95,7 +95,7 @@ function detail(e: Endpoint<TSchema>) {
 }
 
 export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, counters: IngestCounters): void {
-  const { sqlite, db } = onSqlite(deps, "De schrijf-API").store;
+  const onStore = () => onSqlite(deps, "De schrijf-API").store;
   const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>) => Promise<Response>) => {
     const shown = e.path.replace(":id", "{id}");
     const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`);
@@ -132,6 +132,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body) => {
       const prepared = prepareAuditBatch(body, deps.clock());
+      const { sqlite } = onStore();
       const result = await writeTransaction(sqlite, () => storeAuditBatch(sqlite, prepared));
       counters.stored.audit += result.opgeslagen;
       counters.replayed += result.alBekend;
@@ -153,6 +154,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body) => {
       const rows = prepareLoginAttempts(body, deps.clock());
+      const { sqlite } = onStore();
       const result = await writeTransaction(sqlite, () => storeLoginAttempts(sqlite, rows));
       counters.stored.inlogpogingen += result.opgeslagen;
       return json(200, result);
@@ -175,6 +177,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     async (body, params) => {
       const id = tenantIdOf(params.id!);
       const now = deps.clock();
+      const { sqlite, db } = onStore();
       const result = await writeTransaction(sqlite, () => putTenant(db, id, body, now));
       return json(result.nieuw ? 201 : 200, result);
     },
@@ -195,6 +198,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body, params) => {
       const id = tenantIdOf(params.id!);
+      const { sqlite, db } = onStore();
       return json(200, await writeTransaction(sqlite, () => putAdministrators(db, id, body)));
     },
   );

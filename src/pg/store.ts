@@ -57,6 +57,15 @@ export async function openPgStore(url: string, o: { max?: number } = {}): Promis
 }
 
 /**
+ * Marks the first start of the service on this database (as openStore does on SQLite):
+ * taken-controle does not call a job missed before its first expected time after that.
+ * Not part of openPgStore: migrate-to opens an empty target, and copies this row.
+ */
+export async function markInstalledPg(store: PgStore, now: Date): Promise<void> {
+  await store.sql`INSERT INTO service_meta (key, value) VALUES ('geinstalleerd', ${now.toISOString()}) ON CONFLICT (key) DO NOTHING`;
+}
+
+/**
  * Applies the embedded migrations once, however many instances start at the same
  * moment: the first holds a session advisory lock while it migrates, the others wait
  * for it and then find nothing left to do.
