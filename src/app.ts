@@ -49,18 +49,18 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       if (code === "PARSE") return json(400, { error: "Ongeldige body: geen geldige JSON." });
       // A body that does not match its schema (src/http/body.ts): the field, by name.
       if (code === "VALIDATION") return json(400, { error: validationMessage(error) });
-      const sqlite = unavailableCode(error);
-      const unavailable = sqlite !== undefined;
+      const reason = unavailableCode(error);
+      const unavailable = reason !== undefined;
       // Unexpected: reported with its message, answered without a stack trace.
       void deps.alarms
         .raise({
           type: "internal-error",
-          message: unavailable ? `Database niet beschikbaar (${sqlite})` : "Onverwachte fout in de service",
+          message: unavailable ? `Database niet beschikbaar (${reason})` : "Onverwachte fout in de service",
           context: { error: errorText(error), code: String(code) },
         })
         .catch((e) => log("error", "alarm failed", { error: errorText(e) }));
       if (unavailable) {
-        return json(503, { error: `De database is tijdelijk niet beschikbaar (${sqlite}); probeer het later opnieuw.` }, { "retry-after": "60" });
+        return json(503, { error: `De database is tijdelijk niet beschikbaar (${reason}); probeer het later opnieuw.` }, { "retry-after": "60" });
       }
       return json(500, { error: "Interne fout; de fout is gemeld." });
     })

@@ -2,6 +2,7 @@
 // parsed once at start. A missing secret, or any value that is set but invalid, stops
 // the start with a message naming the variable; no value silently falls back to its
 // default.
+import { isPostgresUrl, redactUrl } from "./pg/url.ts";
 import { keyList } from "./audit/keys.ts";
 import { NoteKeyError, parseSignerKey, parseVerifierKey } from "./audit/note.ts";
 import { isEmailAddress } from "./mail/address.ts";
@@ -19,6 +20,8 @@ export interface Config {
   /** DAGRAPPORT_EMAIL, else SUPPORT_EMAIL, else null: daily report and alarm mails. */
   dagrapportEmail: string | null;
   databasePath: string;
+  /** DATABASE_URL: serve from PostgreSQL instead of the SQLite file (docs/postgresql.md); null for SQLite. */
+  databaseUrl: string | null;
   port: number;
   host: string;
   smtpUrl: string | null;
@@ -102,10 +105,12 @@ function secret(env: Env, name: string): string | undefined {
 export function parseConfig(env: Env): Config {
   const cronSecret = secret(env, "CRON_SECRET");
   if (cronSecret === undefined) throw new ConfigError("CRON_SECRET", `is required; ${SECRET_HINT}`);
-  // Never ignored silently: a service that ran on the SQLite file while the operator
-  // believed it wrote to PostgreSQL would split the audit log in two.
-  if (read(env, "DATABASE_URL") !== undefined) {
-    throw new ConfigError("DATABASE_URL", "is set, but this version serves from the SQLite file (DATABASE_PATH) only; PostgreSQL is used by `nachtwacht migrate-to` so far: unset DATABASE_URL to start");
+  // Never ignored and never half read: a service that ran on the SQLite file while the
+  // operator believed it wrote to PostgreSQL would split the audit log in two.
+  const databaseUrl = read(env, "DATABASE_URL") ?? null;
+  if (databaseUrl !== null && !(isPostgresUrl(databaseUrl) && URL.canParse(databaseUrl))) {
+    // Never echoed: it may carry a password.
+    throw new ConfigError("DATABASE_URL", "must be a PostgreSQL URL (postgres://user@host:5432/database); unset it to serve from the SQLite file (DATABASE_PATH)");
   }
   const appSecret = secret(env, "APP_SECRET") ?? null;
   const metricsSecret = secret(env, "METRICS_SECRET") ?? null;
@@ -185,6 +190,7 @@ export function parseConfig(env: Env): Config {
     beveiligingslogRetentieDagen: positiveInt(env, "BEVEILIGINGSLOG_RETENTIE_DAGEN", 90, 100_000),
     dagrapportEmail: dagrapportEmail ?? supportEmail ?? null,
     databasePath: read(env, "DATABASE_PATH") ?? "./data/nachtwacht.db",
+    databaseUrl,
     port: portNumber,
     host: read(env, "HOST") ?? "127.0.0.1",
     smtpUrl: smtpUrl ?? null,
@@ -216,6 +222,7 @@ export function redactedConfig(c: Config): Record<string, unknown> {
     metricsSecret: c.metricsSecret ? "***" : null,
     auditAnkerSleutel: "***",
     smtpUrl: smtp,
+    databaseUrl: c.databaseUrl ? redactUrl(c.databaseUrl) : null,
     sentryDsn: c.sentryDsn ? "(set)" : null,
   };
 }

@@ -74,9 +74,11 @@ if (command === "help" || command === "--help" || command === "-h") {
   process.exit(0);
 } else {
   const { ConfigError, parseConfig } = await import("./config.ts");
-  const { startServer } = await import("./server.ts");
+  const { startPgServer, startServer } = await import("./server.ts");
   try {
-    startServer(parseConfig(process.env));
+    const config = parseConfig(process.env);
+    if (config.databaseUrl !== null) await startPgServer(config, config.databaseUrl);
+    else startServer(config);
   } catch (e) {
     if (e instanceof ConfigError) {
       process.stderr.write(`nachtwacht: configuration error: ${e.message}\n`);

@@ -19,13 +19,17 @@
 //   through writeTransaction / retryWhenBusy (src/db.ts), so while another process holds
 //   the lock the event loop keeps answering (/health included) and the lease operation
 //   waits with awaited pauses.
+// - On PostgreSQL the same functions go to src/pg/job-lease.ts: the same rules (leaseTake,
+//   leaseValues), with an advisory lock where SQLite has its write lock.
 import { randomUUID } from "node:crypto";
 import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import { and, eq, gt } from "drizzle-orm";
 import { jobLeases } from "../db/schema.ts";
-import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db, type Store } from "./db.ts";
+import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
+import type { AnyStore } from "./deps.ts";
 import { startRun } from "./job-runs.ts";
+import { releaseLeasePg, renewLeasePg, startLeasedRunPg } from "./pg/job-lease.ts";
 import { log } from "./logger.ts";
 import { maxRuntimeMs, type JobName } from "./schedule.ts";
 
@@ -136,7 +140,8 @@ export function leaseValues(holder: LeaseHolder, runId: number, now: Date, ttlMs
  * (writeTransaction), for at most `deadlineMs`; then rejects with that SQLITE_BUSY and
  * nothing was written (the job wrapper answers 503). Other database errors are passed on.
  */
-export function startLeasedRun(store: Store, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<LeasedStart> {
+export function startLeasedRun(store: AnyStore, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<LeasedStart> {
+  if (store.kind === "pg") return startLeasedRunPg(store, job, holder, now, ttlMs);
   const { db } = store;
   return writeTransaction(
     store.sqlite,
@@ -176,7 +181,8 @@ function renewNow(db: Db, job: JobName, holder: LeaseHolder, runId: number, now:
  * blocking the event loop (retryWhenBusy) for at most `deadlineMs`, then rejects with
  * SQLITE_BUSY.
  */
-export function renewLease(store: Store, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
+export function renewLease(store: AnyStore, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
+  if (store.kind === "pg") return renewLeasePg(store, job, holder, runId, now, ttlMs);
   return retryWhenBusy(store.sqlite, () => renewNow(store.db, job, holder, runId, now, ttlMs), deadlineMs);
 }
 
@@ -185,7 +191,8 @@ export function renewLease(store: Store, job: JobName, holder: LeaseHolder, runI
  * none. Waits for the write lock as renewLease does; after `deadlineMs` it rejects with
  * SQLITE_BUSY and the lease stays until it expires.
  */
-export function releaseLease(store: Store, job: JobName, holder: LeaseHolder, runId: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
+export function releaseLease(store: AnyStore, job: JobName, holder: LeaseHolder, runId: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
+  if (store.kind === "pg") return releaseLeasePg(store, job, holder, runId);
   return retryWhenBusy(
     store.sqlite,
     () => store.db.delete(jobLeases).where(heldBy(job, holder, runId)).returning({ job: jobLeases.job }).all().length > 0,
@@ -248,7 +255,7 @@ const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e)
  * raises the alarm).
  */
 export function startRenewing(
-  store: Store,
+  store: AnyStore,
   clock: () => Date,
   job: JobName,
   holder: LeaseHolder,
@@ -289,11 +296,18 @@ export function startRenewing(
       try {
         const now = clock();
         // The check for `stopped` runs in every attempt: after stop() nothing more is written.
-        const outcome = await retryWhenBusy(
-          store.sqlite,
-          () => (stopped ? "stopped" : renewNow(store.db, job, holder, runId, now, timing.ttlMs) ? "renewed" : "lost"),
-          timing.renewMs,
-        );
+        const outcome =
+          store.kind === "pg"
+            ? stopped
+              ? "stopped"
+              : (await renewLeasePg(store, job, holder, runId, now, timing.ttlMs))
+                ? "renewed"
+                : "lost"
+            : await retryWhenBusy(
+                store.sqlite,
+                () => (stopped ? "stopped" : renewNow(store.db, job, holder, runId, now, timing.ttlMs) ? "renewed" : "lost"),
+                timing.renewMs,
+              );
         if (outcome === "stopped") break;
         if (outcome === "lost") {
           state.lost = true;

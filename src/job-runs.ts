@@ -6,7 +6,9 @@
 // event loop, /health included.
 import { desc, eq } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
-import { BUSY_TIMEOUT_MS, retryWhenBusy, type Db, type Store } from "./db.ts";
+import { BUSY_TIMEOUT_MS, retryWhenBusy, type Db } from "./db.ts";
+import type { AnyStore } from "./deps.ts";
+import { finishRunPg } from "./pg/job-runs.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
 
@@ -33,23 +35,26 @@ export interface RunEnd {
   fout?: string | null;
 }
 
-/** The end of a run, one UPDATE, synchronous: inside a transaction (writeTransaction) or through writeRunEnd. */
-export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
+/** The columns a run's end sets, for any store: the summary as JSON, bounded. */
+export function runEndValues(end: Date, r: RunEnd) {
   let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
   if (summary !== null && summary.length > MAX_SUMMARY) summary = summary.slice(0, MAX_SUMMARY - 1) + "…";
-  db
-    .update(jobRuns)
-    .set({ beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout ?? null })
-    .where(eq(jobRuns.id, id))
-    .run();
+  return { beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout ?? null };
+}
+
+/** The end of a run, one UPDATE, synchronous: inside a transaction (writeTransaction) or through writeRunEnd. */
+export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
+  db.update(jobRuns).set(runEndValues(end, r)).where(eq(jobRuns.id, id)).run();
 }
 
 /**
- * Writes a run's end (finishRun) waiting for another process's write lock without
- * blocking the event loop (retryWhenBusy), for at most `deadlineMs`; then rejects with
- * that SQLITE_BUSY and nothing was written. Other database errors are passed on.
+ * Writes a run's end (finishRun). On SQLite it waits for another process's write lock
+ * without blocking the event loop (retryWhenBusy), for at most `deadlineMs`; then rejects
+ * with that SQLITE_BUSY and nothing was written. PostgreSQL locks only the row, which no
+ * one else writes. Other database errors are passed on.
  */
-export function writeRunEnd(store: Store, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
+export function writeRunEnd(store: AnyStore, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
+  if (store.kind === "pg") return finishRunPg(store, id, end, r);
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, id, end, r), deadlineMs);
 }
 
@@ -72,7 +77,7 @@ export function lastRun(db: Db, job: string): JobRunRow | null {
  * once without waiting (before an unrelated job, whose own lease waits for the lock
  * anyway). Never throws.
  */
-export async function writeKeptEnds(store: Store, running: RunningJobs, deadlineMs: number): Promise<KeptEnd[]> {
+export async function writeKeptEnds(store: AnyStore, running: RunningJobs, deadlineMs: number): Promise<KeptEnd[]> {
   const deadline = performance.now() + deadlineMs;
   const written: KeptEnd[] = [];
   for (const kept of running.keptEndsList()) {

@@ -7,8 +7,10 @@ import { createApp, type AppOptions } from "./app.ts";
 import { auditKeys } from "./audit/keys.ts";
 import { redactedConfig, type Config } from "./config.ts";
 import { BUSY_TIMEOUT_MS, openStore, type Store } from "./db.ts";
-import type { Deps } from "./deps.ts";
-import { startCheckpointer } from "./checkpointer.ts";
+import type { AnyStore, Deps } from "./deps.ts";
+import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
+import { markInstalledPg, openPgStore, type PgStore } from "./pg/store.ts";
+import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
 import { log } from "./logger.ts";
 import { createMailer } from "./mail/transport.ts";
@@ -31,8 +33,8 @@ export function closeDatabase(store: Store): void {
   store.close();
 }
 
-export function wireDeps(config: Config): Deps<Store> {
-  const store = openStore(config.databasePath);
+/** The service's dependencies on `store`: the SQLite file of DATABASE_PATH unless another is given (PostgreSQL, tests). */
+export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath) as S): Deps<S> {
   const dataDir = dirname(resolve(config.databasePath));
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
   const clock = () => new Date();
@@ -61,10 +63,26 @@ export interface ServerOptions {
   jobs?: AppOptions["jobs"];
 }
 
+/** Starts the service on the SQLite file of DATABASE_PATH. */
 export function startServer(config: Config, options: ServerOptions = {}) {
   const wired = wireDeps(config);
   const checkpointer = startCheckpointer(wired.store.sqlite, wired.store.path);
-  const deps: Deps<Store> = { ...wired, checkpointNow: () => checkpointer.now() };
+  return serveWith({ ...wired, checkpointNow: () => checkpointer.now() }, checkpointer, options);
+}
+
+/**
+ * Starts the service on PostgreSQL (`url`): migrated (once, however many instances start
+ * together), its first start marked, no WAL checkpointer (PostgreSQL has its own).
+ */
+export async function startPgServer(config: Config, url: string, options: ServerOptions = {}) {
+  const store = await openPgStore(url);
+  await markInstalledPg(store, new Date());
+  log("info", "database: PostgreSQL", { database: redactUrl(url) });
+  return serveWith(wireDeps<PgStore>(config, store), null, options);
+}
+
+function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer | null, options: ServerOptions) {
+  const { config } = deps;
   const running = new RunningJobs();
   const graceMs = options.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
   const app = createApp(deps, { running, jobs: options.jobs }).listen({ port: config.port, hostname: config.host });
@@ -128,8 +146,10 @@ export function startServer(config: Config, options: ServerOptions = {}) {
       log("error", "the end of a run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId, uitkomst: k.result.uitkomst, httpStatus: k.result.httpStatus })) });
     }
     void deps.mailer.close().catch(() => {});
-    await checkpointer.stop();
-    closeDatabase(deps.store);
+    await checkpointer?.stop();
+    const { store } = deps;
+    if (store.kind === "pg") await store.close().catch((e) => log("warn", "closing the PostgreSQL connections failed", { error: e instanceof Error ? e.message : String(e) }));
+    else closeDatabase(store);
     log("info", "stopped", { signal, exitCode });
     process.exit(exitCode);
   };

@@ -19,11 +19,16 @@ const failure = (env: Record<string, string | undefined>) => {
 };
 
 describe("configuration", () => {
-  test("DATABASE_URL is refused at start, naming it and never echoing its password: the service does not run on PostgreSQL yet", () => {
-    const e = failure({ ...REQUIRED, DATABASE_URL: "postgres://nw:wachtwoord-123@db.example/nachtwacht" });
+  test("DATABASE_URL: a PostgreSQL URL is taken (and redacted where the config is logged); anything else is refused without echoing it", () => {
+    const url = "postgres://nw:wachtwoord-123@db.example/nachtwacht";
+    const c = ok({ DATABASE_URL: url });
+    expect(c.databaseUrl).toBe(url);
+    expect(JSON.stringify(redactedConfig(c))).not.toContain("wachtwoord-123");
+    expect(redactedConfig(c).databaseUrl).toBe("postgres://nw:***@db.example/nachtwacht");
+    const e = failure({ ...REQUIRED, DATABASE_URL: "mysql://nw:wachtwoord-123@db.example/nachtwacht" });
     expect(e.message).toContain("DATABASE_URL");
-    expect(e.message).toContain("migrate-to");
     expect(e.message).not.toContain("wachtwoord-123");
+    expect(ok().databaseUrl).toBeNull();
   });
 
   test("defaults are as documented (README, Configuration)", () => {

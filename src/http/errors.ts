@@ -22,9 +22,24 @@ export class HttpError extends Error {
 /** SQLite failures that mean "not now" rather than "broken": 503, try again later. */
 const UNAVAILABLE = new Set(["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN"]);
 
-/** SQLITE_BUSY (for SQLITE_BUSY_SNAPSHOT and the like) when `e` is such a failure; else undefined. */
+/**
+ * PostgreSQL failures that mean "not now": the connection (Bun's ERR_POSTGRES_CONNECTION_*,
+ * SQLSTATE class 08), the server shutting down or starting (57P01–57P03), out of disk or
+ * memory (class 53), a read-only server (25006: a standby), a lock wait given up (55P03).
+ */
+const PG_UNAVAILABLE_STATES = /^(08|53|57P0[123]$|25006$|55P03$)/;
+
+/**
+ * SQLITE_BUSY (for SQLITE_BUSY_SNAPSHOT and the like) when `e` is such a failure, or
+ * PostgreSQL's code for one (the SQLSTATE, else Bun's connection code); else undefined.
+ */
 export function unavailableCode(e: unknown): string | undefined {
-  const code = (e as { code?: unknown } | null)?.code;
+  const err = e as { code?: unknown; errno?: unknown; name?: unknown } | null;
+  const code = err?.code;
+  if (err?.name === "PostgresError") {
+    if (typeof err.errno === "string" && PG_UNAVAILABLE_STATES.test(err.errno)) return err.errno;
+    return typeof code === "string" && code.startsWith("ERR_POSTGRES_CONNECTION") ? code : undefined;
+  }
   const base = typeof code === "string" ? /^SQLITE_[A-Z]+/.exec(code)?.[0] : undefined;
   return base !== undefined && UNAVAILABLE.has(base) ? base : undefined;
 }

@@ -11,8 +11,8 @@
 // before the answer, and what is still not written then goes on after the answer
 // (writeLater: one rule for a refused call's row, a run's end, a lease's release).
 import { t, type Elysia, type TSchema } from "elysia";
-import { BUSY_TIMEOUT_MS, isBusy, writeTransaction, type Store } from "../db.ts";
-import { onSqlite, type Deps } from "../deps.ts";
+import { BUSY_TIMEOUT_MS, isBusy, writeTransaction } from "../db.ts";
+import type { Deps } from "../deps.ts";
 import { heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
 import { finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
 import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
@@ -94,7 +94,7 @@ interface Later {
  * thrown, nothing kept.
  */
 async function writeEnd(
-  deps: Deps<Store>,
+  deps: Deps,
   running: RunningJobs,
   kept: KeptEnd,
   failure: string,
@@ -125,7 +125,7 @@ async function writeEnd(
 }
 
 /** The alarm for a completed job whose end is not in job_runs: it must not be run again. */
-async function alarmEndNotRecorded(deps: Deps<Store>, job: JobName, runId: number, result: RunEnd, error: string, vastgelegd: string): Promise<void> {
+async function alarmEndNotRecorded(deps: Deps, job: JobName, runId: number, result: RunEnd, error: string, vastgelegd: string): Promise<void> {
   await deps.alarms.raise({
     type: "internal-error",
     message:
@@ -161,7 +161,7 @@ const END_NOT_RECORDED = "a completed job's end could not be recorded in job_run
  *     end; the row then reads as onderbroken, and the alarm raised here already said the
  *     job completed, with its status.
  */
-async function recordEnd(deps: Deps<Store>, running: RunningJobs, job: JobName, runId: number, end: Date, result: RunEnd): Promise<Later | null> {
+async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, end: Date, result: RunEnd): Promise<Later | null> {
   let firstError: unknown;
   try {
     return await writeEnd(deps, running, { job, runId, end, result }, END_NOT_RECORDED, (error) =>
@@ -206,7 +206,7 @@ async function recordEnd(deps: Deps<Store>, running: RunningJobs, job: JobName, 
  * the answer, then after it (writeLater). A failure is logged as an error; the lease
  * then expires by itself and until then another process's call of the job is refused.
  */
-async function releaseAfterEnd(deps: Deps<Store>, running: RunningJobs, job: JobName, runId: number, verloopt: Date, endLater: Later | null): Promise<void> {
+async function releaseAfterEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, verloopt: Date, endLater: Later | null): Promise<void> {
   const release = (ms: number) => releaseLease(deps.store, job, running.holder, runId, ms);
   const failure = { message: "could not release a job's lease; it expires by itself", context: { job, runId, verloopt: verloopt.toISOString() } };
   const pending: PendingWrite = { what: "lease", job, runId };
@@ -235,11 +235,13 @@ async function releaseAfterEnd(deps: Deps<Store>, running: RunningJobs, job: Job
  * taken-controle reports the job `faalt` unless a later run succeeded. That row cannot
  * be written while the lock is taken: it is written after the answer (writeLater).
  */
-function refusedOnBusyLock(deps: Deps<Store>, running: RunningJobs, job: JobName, started: Date, e: unknown): Response {
+function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, started: Date, e: unknown): Response {
   const message = `De database is bezet (SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast); de taak ${job} is niet gestart. Probeer het na Retry-After opnieuw.`;
   const refused = deps.clock();
   const code = (e as { code?: unknown }).code;
   log("warn", "the database write lock stayed taken by another process; the job was not started and answered 503", { job, code });
+  // Only SQLite has a database-wide write lock (isBusy is SQLITE_BUSY).
+  if (deps.store.kind !== "sqlite") throw e;
   const { sqlite, db } = deps.store;
   void writeLater(
     running,
@@ -250,7 +252,7 @@ function refusedOnBusyLock(deps: Deps<Store>, running: RunningJobs, job: JobName
   return json(503, { error: message }, { "retry-after": "60" });
 }
 
-async function runJobRequest(deps: Deps<Store>, running: RunningJobs, def: JobDefinition<any>, input: unknown): Promise<Response> {
+async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, input: unknown): Promise<Response> {
   if (running.isClosed) {
     return json(503, { error: "De service wordt gestopt; roep de taak over een minuut opnieuw aan." }, { "retry-after": "60" });
   }
@@ -383,7 +385,7 @@ export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: D
       // connection waits as long as the job runs: its maximum run time is watched by
       // taken-controle, and curl's --max-time in the crontab bounds the caller.
       server?.timeout(request, 0);
-      return runJobRequest(onSqlite(deps, "De taakroute"), running, def, readInput ? await readInput(request) : undefined);
+      return runJobRequest(deps, running, def, readInput ? await readInput(request) : undefined);
     },
     {
       // Elysia never reads the body: a job either has no input or its body is read by
