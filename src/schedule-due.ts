@@ -1,14 +1,16 @@
 // Cron arithmetic beside the schedule table (src/schedule.ts, which stays a plain
 // table for the crontab generator): where a scheduled job stands against its cron
 // expression (UTC) and the job-run history (dueState), and the one rule that turns that,
-// the newest run and whether a process keeps it alive into a job's status (jobStatuses),
-// for taken-controle and /metrics alike.
+// the newest run and whether a process keeps it alive into a job's status (statusesOf),
+// for taken-controle and /metrics alike. The rules are pure functions of what the
+// database says; jobStatuses gathers those reads on SQLite, jobStatusesPg
+// (src/pg/status.ts) the same ones on PostgreSQL.
 import { Cron } from "croner";
 import { and, eq, gte, sql } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
 import { installedAt, preparedPerConnection, type Db } from "./db.ts";
 import { liveLeases, type JobLease } from "./job-lease.ts";
-import { lastRun, type Outcome } from "./job-runs.ts";
+import { lastRun, type JobRunRow, type Outcome } from "./job-runs.ts";
 import type { JobContext } from "./jobs/job.ts";
 import { SCHEDULE, type JobName } from "./schedule.ts";
 
@@ -47,15 +49,16 @@ export interface DueState {
 
 /**
  * Where a scheduled job stands against its cron expression (UTC) and the job-run
- * history: the one rule that taken-controle and the daily report both apply. A run
- * counts from the moment it started, also one still 'bezig'. Checking only the very
- * last fire time would never find a job that runs more often than the grace (every
- * 15 minutes against 30): its last fire time is always still within grace, hence `due`.
+ * history: the one rule that taken-controle and the daily report both apply, on either
+ * store. `startedSince(d)`: whether a run of the job started at or after `d` (a read of
+ * the history). A run counts from the moment it started, also one still 'bezig'.
+ * Checking only the very last fire time would never find a job that runs more often
+ * than the grace (every 15 minutes against 30): its last fire time is always still
+ * within grace, hence `due`.
  */
-export function dueState(db: Db, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
+export function dueStateOf(cronExpression: string, now: Date, graceMs: number, installed: Date | null, startedSince: (since: Date) => boolean): DueState {
   const cron = new Cron(cronExpression, { timezone: "UTC" });
   const beforeInstall = (d: Date) => installed !== null && d.getTime() < installed.getTime();
-  const startedSince = (d: Date) => startedSinceStatement(db).get({ job, since: d.toISOString() }) !== undefined;
   const expected = lastFireAtOrBefore(cron, now);
   const due = lastFireAtOrBefore(cron, new Date(now.getTime() - graceMs));
   return {
@@ -66,6 +69,20 @@ export function dueState(db: Db, job: JobName, cronExpression: string, now: Date
     ranSinceExpected: expected !== null && startedSince(expected),
     next: cron.nextRun(now),
   };
+}
+
+/**
+ * startedSince from the job's newest start alone: a run started at or after `since`
+ * exactly when the newest one did. Times are ISO 8601 UTC text, compared as the
+ * database compares them (byte order).
+ */
+export function startedSinceNewest(newestStart: string | null): (since: Date) => boolean {
+  return (since) => newestStart !== null && newestStart >= since.toISOString();
+}
+
+/** dueState on SQLite, for one job: the history read through an indexed lookup per fire time. */
+export function dueState(db: Db, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
+  return dueStateOf(cronExpression, now, graceMs, installed, (d) => startedSinceStatement(db).get({ job, since: d.toISOString() }) !== undefined);
 }
 
 /** What taken-controle reports per scheduled job (docs/operations.md, "What taken-controle tells apart"). */
@@ -88,11 +105,24 @@ export interface JobStatus {
   status: JobStatusName | null;
 }
 
+/** A job's newest run as statusesOf reads it (lastRun, lastRunPg). */
+export type NewestRun = Pick<JobRunRow, "id" | "gestart" | "beeindigd" | "uitkomst">;
+
+/** What the status rule reads from the database, on either store. */
+export interface StatusReads {
+  /** The first start on this database (service_meta 'geinstalleerd'); null when someone removed it. */
+  installed: Date | null;
+  /** The live leases by job (liveLeases, liveLeasesPg). */
+  leases: ReadonlyMap<string, JobLease>;
+  /** Per job of the schedule table its newest run (lastRun, lastRunPg); null or absent when it never ran. */
+  newestRuns: ReadonlyMap<JobName, NewestRun | null>;
+}
+
 /**
  * Where every job of the schedule table stands at `now`, as taken-controle reports it and
- * /metrics exposes it: reads only (job_runs, job_leases, the install time), no alarm, no
- * write. `context` is what the job wrapper knows of this process (JobContext): the runs
- * it executes now and the ends it could not write yet.
+ * /metrics exposes it: a pure function of the reads (job_runs, job_leases, the install
+ * time), no alarm, no write. `context` is what the job wrapper knows of this process
+ * (JobContext): the runs it executes now and the ends it could not write yet.
  *
  * A run is alive when this process runs it, or when another process holds its lease and
  * keeps renewing it (liveLeases: not expired, its holder not provably gone). A live run
@@ -102,15 +132,14 @@ export interface JobStatus {
  * left no row), a last run that failed `faalt`. Only the newest run is judged: a failure
  * followed by a run still in progress waits for that run's outcome.
  */
-export function jobStatuses(db: Db, now: Date, graceMs: number, context: JobContext): JobStatus[] {
+export function statusesOf(reads: StatusReads, now: Date, graceMs: number, context: JobContext): JobStatus[] {
   // Without the install time (someone removed it) nothing is exempt: the watchdog
   // should rather alarm once too often than stay silent.
-  const installed = installedAt(db);
+  const { installed, leases } = reads;
   const keptEnds = new Map(context.unrecorded.map((u) => [u.runId, u]));
   const runningHere = new Set<JobName>(context.running.map((r) => r.job));
-  const leases = liveLeases(db, now);
   return SCHEDULE.map((entry): JobStatus => {
-    const row = lastRun(db, entry.job);
+    const row = reads.newestRuns.get(entry.job) ?? null;
     const kept = row ? keptEnds.get(row.id) : undefined;
     const run: JobStatus["run"] = row
       ? { id: row.id, gestart: row.gestart, beeindigd: kept ? kept.beeindigd : row.beeindigd, uitkomst: kept ? kept.uitkomst : row.uitkomst }
@@ -124,7 +153,8 @@ export function jobStatuses(db: Db, now: Date, graceMs: number, context: JobCont
     const houder = elsewhere ? lease! : null;
     if (entry.cron === null) return { job: entry.job, cron: null, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, levend, houder, due: null, status: null };
 
-    const due = dueState(db, entry.job, entry.cron, now, graceMs, installed);
+    // The newest run has the newest start (lastRun orders by gestart): no further read.
+    const due = dueStateOf(entry.cron, now, graceMs, installed, startedSinceNewest(row?.gestart ?? null));
     const hung = alive && unfinished && now.getTime() - new Date(run!.gestart).getTime() > entry.maxRuntimeMinutes * 60_000;
     const failed = !alive && run?.uitkomst === "fout";
     const interrupted = !alive && unfinished;
@@ -142,4 +172,14 @@ export function jobStatuses(db: Db, now: Date, graceMs: number, context: JobCont
     else status = "ok";
     return { job: entry.job, cron: entry.cron, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, levend, houder, due, status };
   });
+}
+
+/** statusesOf on SQLite: the install time, the live leases and each job's newest run. */
+export function jobStatuses(db: Db, now: Date, graceMs: number, context: JobContext): JobStatus[] {
+  const reads: StatusReads = {
+    installed: installedAt(db),
+    leases: liveLeases(db, now),
+    newestRuns: new Map(SCHEDULE.map(({ job }) => [job, lastRun(db, job)])),
+  };
+  return statusesOf(reads, now, graceMs, context);
 }

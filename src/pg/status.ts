@@ -1,0 +1,62 @@
+// The reads (and the one write) behind backup-status, backup-controle,
+// beveiligingslog-analyse, taken-controle and /metrics on PostgreSQL. The rules they
+// feed live once, for both stores: statusesOf and dueStateOf (src/schedule-due.ts),
+// backupOverdue (src/jobs/backup-controle.ts), offenderRule
+// (src/jobs/beveiligingslog-analyse.ts). Only the reading differs from SQLite.
+import { desc, eq } from "drizzle-orm";
+import { backupStatuses, jobRuns, serviceMeta } from "../../db/schema-pg.ts";
+import type { NewestBackup } from "../jobs/backup-controle.ts";
+import type { JobContext } from "../jobs/job.ts";
+import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStatus, type NewestRun } from "../schedule-due.ts";
+import { SCHEDULE, type JobName } from "../schedule.ts";
+import { liveLeasesPg } from "./job-lease.ts";
+import type { PgDb, PgStore } from "./store.ts";
+
+/** The first start of the service on this database (installedAt on SQLite); null when the row is gone. */
+export async function installedAtPg(db: PgDb): Promise<Date | null> {
+  const [row] = await db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, "geinstalleerd"));
+  return row ? new Date(row.value) : null;
+}
+
+/** The job's newest run, as lastRun reads it on SQLite: by start, then id. An index range on (job, gestart). */
+export async function lastRunPg(db: PgDb, job: string): Promise<NewestRun | null> {
+  const [row] = await db
+    .select({ id: jobRuns.id, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
+    .from(jobRuns)
+    .where(eq(jobRuns.job, job))
+    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+    .limit(1);
+  return row ?? null;
+}
+
+/** dueState on PostgreSQL, for one job: the rule (dueStateOf) over the job's newest start. */
+export async function dueStatePg(db: PgDb, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): Promise<DueState> {
+  const newest = await lastRunPg(db, job);
+  return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(newest?.gestart ?? null));
+}
+
+/**
+ * jobStatuses on PostgreSQL: the same reads (the install time, the live leases, each
+ * job's newest run) and the same rule (statusesOf). The per-job lookups go out together
+ * over the pool; each is an index range.
+ */
+export async function jobStatusesPg(db: PgDb, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
+  const [installed, leases, runs] = await Promise.all([
+    installedAtPg(db),
+    // liveLeasesPg reads through the store's Drizzle instance only.
+    liveLeasesPg({ db } as PgStore, now),
+    Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(db, job)] as const)),
+  ]);
+  return statusesOf({ installed, leases, newestRuns: new Map(runs) }, now, graceMs, context);
+}
+
+/** The newest status backup-status received (newestBackup on SQLite): by arrival, then id. */
+export async function newestBackupPg(db: PgDb): Promise<NewestBackup | null> {
+  const b = backupStatuses;
+  const [row] = await db
+    .select({ ontvangen: b.ontvangen, exitCode: b.exitCode, gelukt: b.gelukt, bestandsnaam: b.bestandsnaam, grootte: b.grootte, foutmelding: b.foutmelding, bron: b.bron })
+    .from(b)
+    .orderBy(desc(b.ontvangen), desc(b.id))
+    .limit(1);
+  return row ?? null;
+}
