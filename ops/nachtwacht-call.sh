@@ -8,6 +8,11 @@
 # Output goes to syslog with the tag nachtwacht-<job>; NACHTWACHT_LOG=stdout prints it
 # instead (by hand, and in the tests).
 #
+# NACHTWACHT_GEPLAND=1 (the crontab sets it) marks the call as the job's scheduled one:
+# the service then runs it only if no run has done this scheduled time yet, so two
+# instances whose crontabs both call it run it once (the other answers 409). By hand,
+# without it, a call always runs.
+#
 # The secret: it is read from the root-only environment file (parsed here, never
 # sourced, so the file is not executed), and given to curl as a header on STDIN
 # (-H @-). The only command that sees it is `printf`, a bash builtin: bash writes it into
@@ -75,6 +80,9 @@ args=(--fail-with-body --silent --show-error --max-time "$max_time" --request PO
   --write-out '\n(HTTP %{http_code}, %{time_total} s)\n' --header @-)
 if [ -n "$body" ]; then
   args+=(--header 'Content-Type: application/json' --data-raw "$body")
+fi
+if [ "${NACHTWACHT_GEPLAND:-}" = 1 ]; then
+  args+=(--header 'X-Nachtwacht-Gepland: 1')
 fi
 
 status=0

@@ -24,8 +24,8 @@
 import { randomUUID } from "node:crypto";
 import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
-import { and, eq, gt } from "drizzle-orm";
-import { jobLeases } from "../db/schema.ts";
+import { and, eq, gt, gte, inArray } from "drizzle-orm";
+import { jobLeases, jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
 import { startRun } from "./job-runs.ts";
@@ -100,7 +100,30 @@ export type LeasedStart =
   /** The run's job_runs row was written and its lease taken, valid until `verloopt`; `overgenomen`: another holder's lease it replaced, and why. */
   | { ok: true; runId: number; verloopt: Date; overgenomen: (JobLease & { reden: "verlopen" | "proces-weg" }) | null }
   /** Another holder's lease is still valid: nothing was written. */
-  | { ok: false; houder: JobLease };
+  | { ok: false; houder: JobLease; gedaan?: undefined }
+  /** A scheduled call whose scheduled time a run already did (doneFor): nothing was written. */
+  | { ok: false; gedaan: DoneRun; houder?: undefined };
+
+/** A run that did a scheduled time's work. */
+export interface DoneRun {
+  runId: number;
+  gestart: string;
+  uitkomst: string;
+}
+
+/**
+ * The outcomes of a run that did its scheduled time's work. A scheduled call (the
+ * crontab's) for a time such a run started at or after is refused: with two instances
+ * each crontab calls its own, and the job must run once. A run that failed ('fout') may
+ * be retried by the second call; one still 'bezig' is the lease's to decide (alive, or
+ * interrupted and taken over).
+ */
+export const DONE_OUTCOMES = ["ok", "afwijking"] as const;
+
+/** The answer to a scheduled call whose scheduled time another run already did. */
+export function doneMessage(job: JobName, firedAt: Date, done: DoneRun): string {
+  return `De taak ${job} is voor de geplande tijd ${firedAt.toISOString()} al uitgevoerd (run ${done.runId}, gestart ${done.gestart}, uitkomst ${done.uitkomst}); deze geplande aanroep voert haar niet nog eens uit.`;
+}
 
 /**
  * The rule of taking a lease, for any store: refused while another holder's lease has
@@ -140,12 +163,31 @@ export function leaseValues(holder: LeaseHolder, runId: number, now: Date, ttlMs
  * (writeTransaction), for at most `deadlineMs`; then rejects with that SQLITE_BUSY and
  * nothing was written (the job wrapper answers 503). Other database errors are passed on.
  */
-export function startLeasedRun(store: AnyStore, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<LeasedStart> {
-  if (store.kind === "pg") return startLeasedRunPg(store, job, holder, now, ttlMs);
+export function startLeasedRun(
+  store: AnyStore,
+  job: JobName,
+  holder: LeaseHolder,
+  now: Date,
+  ttlMs: number,
+  deadlineMs = BUSY_TIMEOUT_MS,
+  /** For a scheduled call: the scheduled time it is for (refused when a run did it already, DONE_OUTCOMES). */
+  firedAt: Date | null = null,
+): Promise<LeasedStart> {
+  if (store.kind === "pg") return startLeasedRunPg(store, job, holder, now, ttlMs, firedAt);
   const { db } = store;
   return writeTransaction(
     store.sqlite,
     (): LeasedStart => {
+      if (firedAt !== null) {
+        const done = db
+          .select({ runId: jobRuns.id, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst })
+          .from(jobRuns)
+          .where(and(eq(jobRuns.job, job), gte(jobRuns.gestart, firedAt.toISOString()), inArray(jobRuns.uitkomst, [...DONE_OUTCOMES])))
+          .orderBy(jobRuns.gestart)
+          .limit(1)
+          .get();
+        if (done) return { ok: false, gedaan: done };
+      }
       const current = db.select().from(jobLeases).where(eq(jobLeases.job, job)).get() ?? null;
       const take = leaseTake(current, holder, now);
       if (!take.ok) return { ok: false, houder: take.houder };

@@ -34,11 +34,11 @@ describe("generated crontab", () => {
     expect(readFileSync(join(ROOT, "ops", "nachtwacht.cron"), "utf8")).toBe(text);
   });
 
-  test("has one root line per scheduled job with the documented expression, calling the wrapper with a max-time", () => {
+  test("has one root line per scheduled job with the documented expression, calling the wrapper with a max-time, marked as the scheduled call", () => {
     for (const [job, expr] of Object.entries(DOCUMENTED)) {
       const lines = jobLines.filter((l) => l.includes(` ${job} `));
       expect(lines).toHaveLength(1);
-      const m = /^(\S+ \S+ \S+ \S+ \S+) root \/usr\/local\/lib\/nachtwacht\/nachtwacht-call\.sh (\S+) (\d+)$/.exec(lines[0]!);
+      const m = /^(\S+ \S+ \S+ \S+ \S+) root NACHTWACHT_GEPLAND=1 \/usr\/local\/lib\/nachtwacht\/nachtwacht-call\.sh (\S+) (\d+)$/.exec(lines[0]!);
       expect(m).not.toBeNull();
       expect(m![1]).toBe(expr);
       expect(m![2]).toBe(job);
@@ -71,7 +71,7 @@ describe("generated crontab", () => {
 describe("nachtwacht-call.sh", () => {
   let dir: string;
   let server: ReturnType<typeof Bun.serve>;
-  const seen: { path: string; authorization: string | null; body: string; type: string | null }[] = [];
+  const seen: { path: string; authorization: string | null; body: string; type: string | null; scheduled: string | null }[] = [];
 
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), "nachtwacht-call-"));
@@ -84,7 +84,7 @@ describe("nachtwacht-call.sh", () => {
       port: 0,
       async fetch(req) {
         const path = new URL(req.url).pathname;
-        seen.push({ path, authorization: req.headers.get("authorization"), body: await req.text(), type: req.headers.get("content-type") });
+        seen.push({ path, authorization: req.headers.get("authorization"), body: await req.text(), type: req.headers.get("content-type"), scheduled: req.headers.get("x-nachtwacht-gepland") });
         if (req.method !== "POST") return new Response("method", { status: 405 });
         if (req.headers.get("authorization") !== `Bearer ${SECRET}`) return Response.json({ error: "Niet geautoriseerd." }, { status: 401 });
         if (path === "/api/cron/taken-controle") return Response.json({ ok: false, gemist: ["dagrapport"] }, { status: 409 });
@@ -133,6 +133,13 @@ describe("nachtwacht-call.sh", () => {
     expect(argv).toContain("120");
     expect(argv).not.toContain(SECRET);
     expect(r.out).not.toContain(SECRET);
+  });
+
+  test("NACHTWACHT_GEPLAND=1 (the crontab's calls) marks the call as the scheduled one; by hand it is not marked", async () => {
+    expect((await run(["dagrapport", "120"], { NACHTWACHT_ENV: serverEnv(), NACHTWACHT_GEPLAND: "1" })).code).toBe(0);
+    expect(seen.at(-1)).toMatchObject({ path: "/api/cron/dagrapport", scheduled: "1" });
+    expect((await run(["dagrapport", "120"], { NACHTWACHT_ENV: serverEnv() })).code).toBe(0);
+    expect(seen.at(-1)).toMatchObject({ path: "/api/cron/dagrapport", scheduled: null });
   });
 
   test("a non-2xx answer exits non-zero and still logs the body", async () => {

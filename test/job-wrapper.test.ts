@@ -336,3 +336,57 @@ describe("the job wrapper: a run that ends while another process holds the write
     }
   }, 30_000);
 });
+
+describe("a scheduled call (X-Nachtwacht-Gepland: 1) runs once per scheduled time", () => {
+  // beveiligingslog-analyse: every quarter hour; NOW is 12:00, so the latest scheduled time is 12:00.
+  const outcomes: (200 | 409 | 500)[] = [];
+  const job = defineJob({
+    name: "beveiligingslog-analyse",
+    summary: "t",
+    description: "t",
+    run: async () => {
+      const status = outcomes.shift() ?? 200;
+      if (status === 500) throw new Error("mislukt");
+      return { status, body: { ok: status === 200 } };
+    },
+  });
+  const scheduled = { headers: { "x-nachtwacht-gepland": "1" } };
+  const runs = () => env.store.sqlite.query("SELECT count(*) AS n FROM job_runs WHERE job = 'beveiligingslog-analyse'").get() as { n: number };
+
+  test("a second scheduled call for the same time is refused with 409, naming the run that did it; nothing is written", async () => {
+    env = makeTestEnv({}, { jobs: [job] });
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
+    const first = lastRun(env.store.db, "beveiligingslog-analyse")!;
+    env.setNow(new Date(NOW.getTime() + 14 * 60_000));
+    const again = await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled);
+    expect(again.status).toBe(409);
+    expect(again.json.error).toContain("2026-07-23T12:00:00.000Z");
+    expect(again.json.error).toContain(`run ${first.id}`);
+    expect(runs().n).toBe(1);
+    // By hand (no header) it runs.
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse")).status).toBe(200);
+    expect(runs().n).toBe(2);
+    // The next scheduled time (12:15) runs again.
+    env.setNow(new Date(NOW.getTime() + 15 * 60_000));
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
+    expect(runs().n).toBe(3);
+  });
+
+  test("a run that found something (409, afwijking) did the time too; one that failed (fout) or was interrupted ('bezig', no lease) does not", async () => {
+    env = makeTestEnv({}, { jobs: [job] });
+    outcomes.push(409);
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(409);
+    expect(lastRun(env.store.db, "beveiligingslog-analyse")!.uitkomst).toBe("afwijking");
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).json.error).toContain("al uitgevoerd");
+
+    env.setNow(new Date(NOW.getTime() + 15 * 60_000));
+    outcomes.push(500);
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(500);
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
+
+    env.setNow(new Date(NOW.getTime() + 30 * 60_000));
+    // A run of another process that was killed: its row still says 'bezig', its lease is gone.
+    env.store.sqlite.query("INSERT INTO job_runs (job, gestart, uitkomst) VALUES ('beveiligingslog-analyse', ?, 'bezig')").run(new Date(NOW.getTime() + 30 * 60_000).toISOString());
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
+  });
+});

@@ -11,6 +11,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { holderGone, newLeaseHolder, type LeaseHolder } from "../src/job-lease.ts";
 import { liveLeasesPg, releaseLeasePg, renewLeasePg, startLeasedRunPg } from "../src/pg/job-lease.ts";
+import { finishRunPg } from "../src/pg/job-runs.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
@@ -45,6 +46,27 @@ const runsOf = async (store: PgStore, job: string) =>
 const leaseRows = async (store: PgStore) => (await store.sql`SELECT job, pid, instantie, run_id, verloopt FROM job_leases ORDER BY job`) as Record<string, unknown>[];
 
 describe("the lease functions on PostgreSQL", () => {
+  test("a scheduled take (firedAt) is refused once a run that started at or after that time ended ok or afwijking, with nothing written; by hand, or when only a failed run started since, it is taken", async () => {
+    const store = await freshStore();
+    const firedAt = new Date(NOW.getTime() - 60_000);
+    const a = newLeaseHolder();
+    const first = await startLeasedRunPg(store, "dagrapport", a, NOW, 90_000, firedAt);
+    if (!first.ok) throw new Error("not taken");
+    await finishRunPg(store, first.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
+    await releaseLeasePg(store, "dagrapport", a, first.runId);
+    const done = await startLeasedRunPg(store, "dagrapport", elsewhere(), at(2000), 90_000, firedAt);
+    expect(done).toEqual({ ok: false, gedaan: { runId: first.runId, gestart: NOW.toISOString(), uitkomst: "ok" } });
+    expect((await runsOf(store, "dagrapport")).length).toBe(1);
+    // Without firedAt (by hand) it runs; for a later scheduled time too.
+    const byHand = await startLeasedRunPg(store, "dagrapport", a, at(3000), 90_000);
+    if (!byHand.ok) throw new Error("not taken by hand");
+    await finishRunPg(store, byHand.runId, at(4000), { uitkomst: "fout", httpStatus: 500, fout: "x" });
+    await releaseLeasePg(store, "dagrapport", a, byHand.runId);
+    const later = at(2500);
+    // Only a failed run started at or after `later`: the scheduled take goes ahead.
+    expect((await startLeasedRunPg(store, "dagrapport", a, at(5000), 90_000, later)).ok).toBe(true);
+  });
+
   test("taken with its run; a second holder is refused and writes nothing; renewal moves the expiry; only the holder of the run renews or releases; released, the next holder takes it", async () => {
     const store = await freshStore();
     const a = elsewhere();

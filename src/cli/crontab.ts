@@ -45,7 +45,8 @@ export function crontab(): string {
   ];
   for (const { job, cron } of SCHEDULE) {
     if (cron === null) continue; // backup-status: the backup script below calls it
-    lines.push(`${cron} root ${LIB_DIR}/nachtwacht-call.sh ${job} ${MAX_TIME[job]}`);
+    // NACHTWACHT_GEPLAND=1: the call is for this scheduled time, done once by whichever instance comes first.
+    lines.push(`${cron} root NACHTWACHT_GEPLAND=1 ${LIB_DIR}/nachtwacht-call.sh ${job} ${MAX_TIME[job]}`);
   }
   lines.push("", "# The host backup: an online copy of the database, then its result to backup-status.");
   lines.push(`${BACKUP_CRON} root ${LIB_DIR}/backup.sh`);

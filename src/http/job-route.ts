@@ -10,14 +10,16 @@
 // writeRunEnd): while it is taken they wait with awaited pauses, at most BUSY_TIMEOUT_MS
 // before the answer, and what is still not written then goes on after the answer
 // (writeLater: one rule for a refused call's row, a run's end, a lease's release).
+import { Cron } from "croner";
 import { t, type Elysia, type TSchema } from "elysia";
 import { BUSY_TIMEOUT_MS, isBusy, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
+import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
 import { finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
 import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
-import { jobPath, type JobName } from "../schedule.ts";
+import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
+import { lastFireAtOrBefore } from "../schedule-due.ts";
 import { log } from "../logger.ts";
 import { bodyReader } from "./body.ts";
 import { ErrorBody, json, unexpectedStatus } from "./errors.ts";
@@ -252,7 +254,14 @@ function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, start
   return json(503, { error: message }, { "retry-after": "60" });
 }
 
-async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, input: unknown): Promise<Response> {
+/**
+ * The header the crontab's calls carry (ops/nachtwacht-call.sh with NACHTWACHT_GEPLAND=1):
+ * the call is for the job's latest scheduled time, which must be done once however many
+ * instances' crontabs call it. Calls without it (by hand, Swagger UI) always run.
+ */
+export const SCHEDULED_HEADER = "x-nachtwacht-gepland";
+
+async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, input: unknown, scheduled = false): Promise<Response> {
   if (running.isClosed) {
     return json(503, { error: "De service wordt gestopt; roep de taak over een minuut opnieuw aan." }, { "retry-after": "60" });
   }
@@ -267,17 +276,19 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       }
     }
     const started = deps.clock();
+    const cron = scheduleOf(def.name).cron;
+    const firedAt = scheduled && cron !== null ? lastFireAtOrBefore(new Cron(cron, { timezone: "UTC" }), started) : null;
     // The guard across processes: the lease and the run's row in one IMMEDIATE transaction.
     const timing = leaseTiming(def.name);
     let lease: LeasedStart;
     try {
-      lease = await startLeasedRun(deps.store, def.name, running.holder, started, timing.ttlMs);
+      lease = await startLeasedRun(deps.store, def.name, running.holder, started, timing.ttlMs, BUSY_TIMEOUT_MS, firedAt);
     } catch (e) {
       // Another database error (read-only, disk full) is onError's 503 with an alarm.
       if (!isBusy(e)) throw e;
       return refusedOnBusyLock(deps, running, def.name, started, e);
     }
-    if (!lease.ok) return json(409, { error: heldElsewhereMessage(def.name, lease.houder) });
+    if (!lease.ok) return json(409, { error: lease.gedaan ? doneMessage(def.name, firedAt!, lease.gedaan) : heldElsewhereMessage(def.name, lease.houder) });
     if (lease.overgenomen) {
       const o = lease.overgenomen;
       log("warn", "took over the lease of another process: it expired (its holder died or hung) or its holder's pid is gone", {
@@ -385,7 +396,8 @@ export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: D
       // connection waits as long as the job runs: its maximum run time is watched by
       // taken-controle, and curl's --max-time in the crontab bounds the caller.
       server?.timeout(request, 0);
-      return runJobRequest(deps, running, def, readInput ? await readInput(request) : undefined);
+      const scheduled = request.headers.get(SCHEDULED_HEADER) === "1";
+      return runJobRequest(deps, running, def, readInput ? await readInput(request) : undefined, scheduled);
     },
     {
       // Elysia never reads the body: a job either has no input or its body is read by

@@ -15,9 +15,9 @@
 // - Renewal and release are single statements whose WHERE names the holder and its
 //   run. A take-over, once committed, leaves them nothing to match; one still waiting
 //   for the row when they commit sees their result.
-import { and, eq, gt, sql } from "drizzle-orm";
+import { and, eq, gt, gte, inArray, sql } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
-import { holderGone, leaseTake, leaseValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
+import { DONE_OUTCOMES, holderGone, leaseTake, leaseValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import type { JobName } from "../schedule.ts";
 import { LOCK_JOB_LEASE, LOCK_NAMESPACE, type PgStore } from "./store.ts";
 
@@ -27,11 +27,21 @@ import { LOCK_JOB_LEASE, LOCK_NAMESPACE, type PgStore } from "./store.ts";
  * provably gone (holderGone); a refused call writes nothing. A lease of this holder
  * itself is taken over, as on SQLite (startLeasedRun).
  */
-export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number): Promise<LeasedStart> {
+export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, firedAt: Date | null = null): Promise<LeasedStart> {
   return store.db.transaction(
     async (tx): Promise<LeasedStart> => {
       // Drizzle has no builder for advisory locks; transaction-scoped, so COMMIT or ROLLBACK frees it.
       await tx.execute(sql`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_JOB_LEASE})`);
+      if (firedAt !== null) {
+        // Under the advisory lock: a run another instance started for this time is committed and seen.
+        const [done] = await tx
+          .select({ runId: jobRuns.id, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst })
+          .from(jobRuns)
+          .where(and(eq(jobRuns.job, job), gte(jobRuns.gestart, firedAt.toISOString()), inArray(jobRuns.uitkomst, [...DONE_OUTCOMES])))
+          .orderBy(jobRuns.gestart)
+          .limit(1);
+        if (done) return { ok: false, gedaan: done };
+      }
       const [row] = await tx.select().from(jobLeases).where(eq(jobLeases.job, job)).for("update");
       const current: JobLease | null = row ?? null;
       const take = leaseTake(current, holder, now);
