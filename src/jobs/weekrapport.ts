@@ -2,26 +2,22 @@
 // tenant about that tenant's last seven days. Each tenant's figures are gathered and
 // rendered once, then addressed to each of its administrators. A message the
 // transport accepted is recorded per (administrator, tenant, ISO week), so a rerun in
-// the same week sends only what is still owed.
+// the same week sends only what is still owed. The same run on either store: only the
+// queries differ (weeklyQueries, weeklyQueriesPg).
 import { t, type Static } from "elysia";
 import { WeeklyReport } from "../../emails/WeeklyReport.tsx";
-import { onSqlite, type Deps } from "../deps.ts";
-import type { Store } from "../db.ts";
+import type { Deps } from "../deps.ts";
 import { isoWeek } from "../format.ts";
 import { renderEmail } from "../mail/render.ts";
+import { weeklyQueriesPg } from "../pg/weekly.ts";
 import {
-  recordDelivery,
-  releaseDelivery,
-  reserveDelivery,
+  DELIVERY_WEEKS_KEPT,
   SENDING,
-  tenantWeekStats,
   WEEK_MS,
-  weekLogins,
+  weeklyQueries,
   weeklyReportProps,
   weeklySubject,
-  DELIVERY_WEEKS_KEPT,
-  pruneDeliveries,
-  weekRecipients,
+  type TenantWeekLogins,
   type WeekRecipient,
 } from "../reports/weekly.ts";
 import { defineJob, type JobResult } from "./job.ts";
@@ -54,14 +50,14 @@ function errorMessage(e: unknown): string {
   return m.length > 300 ? m.slice(0, 299) + "…" : m;
 }
 
-export async function runWeekrapport(deps: Deps<Store>, now: Date): Promise<JobResult<WeekrapportResult>> {
-  const { db } = deps.store;
+export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<WeekrapportResult>> {
+  const q = deps.store.kind === "pg" ? weeklyQueriesPg(deps.store) : weeklyQueries(deps.store.db);
   const week = isoWeek(now);
   const van = new Date(now.getTime() - WEEK_MS);
   const tijdzone = deps.config.rapportTijdzone;
 
-  pruneDeliveries(db, isoWeek(new Date(now.getTime() - (DELIVERY_WEEKS_KEPT - 1) * WEEK_MS)));
-  const recipients = weekRecipients(db, week);
+  await q.pruneDeliveries(isoWeek(new Date(now.getTime() - (DELIVERY_WEEKS_KEPT - 1) * WEEK_MS)));
+  const recipients = await q.weekRecipients(week);
   const byTenant = new Map<number, WeekRecipient[]>();
   for (const r of recipients) {
     const list = byTenant.get(r.tenantId);
@@ -76,15 +72,15 @@ export async function runWeekrapport(deps: Deps<Store>, now: Date): Promise<JobR
   const onzeker = recipients.filter((r) => r.onzeker).map((r) => ({ adres: r.email, tenantId: r.tenantId }));
   const inFlight = new Set<Promise<void>>();
   // Every tenant's login attempts in one pass, once some report is owed.
-  let logins: Awaited<ReturnType<typeof weekLogins>> | undefined;
+  let logins: Map<number, TenantWeekLogins> | undefined;
 
   for (const [tenantId, admins] of byTenant) {
     const owed = admins.filter((a) => !a.alVerstuurd);
     overgeslagen += admins.length - owed.length;
     if (owed.length === 0) continue;
 
-    logins ??= await weekLogins(db, van, now);
-    const stats = tenantWeekStats(db, tenantId, van, now, logins);
+    logins ??= await q.weekLogins(van, now);
+    const stats = await q.tenantWeekStats(tenantId, van, now, logins);
     const props = weeklyReportProps(owed[0]!.tenant, stats, { week, van, tot: now, tijdzone });
     const { html, text } = await renderEmail(WeeklyReport, props);
     const subject = weeklySubject(props);
@@ -94,16 +90,16 @@ export async function runWeekrapport(deps: Deps<Store>, now: Date): Promise<JobR
       while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
       // Marked before it leaves: should the service die before the outcome is
       // recorded, the rerun reports it as uncertain rather than sending it twice.
-      reserveDelivery(db, admin, week);
+      await q.reserveDelivery(admin, week);
       const p: Promise<void> = deps.mailer
         .send({ to: admin.email, subject, html, text })
         .then(
-          () => {
-            recordDelivery(db, admin, week, deps.clock());
+          async () => {
+            await q.recordDelivery(admin, week, deps.clock());
             verstuurd++;
           },
-          (e) => {
-            releaseDelivery(db, admin, week);
+          async (e) => {
+            await q.releaseDelivery(admin, week);
             fouten++;
             if (mislukt.length < MAX_NAMED_FAILURES) mislukt.push({ adres: admin.email, tenantId, fout: errorMessage(e) });
           },
@@ -144,7 +140,7 @@ export const weekrapportJob = defineJob({
     "audit-activiteit per actie, inlogpogingen (geslaagd, mislukt, IP-adressen) en de staat van de auditketen. " +
     "Veilig om opnieuw aan te roepen: in dezelfde ISO-week gaat alleen wat nog niet verstuurd is. " +
     "Antwoordt ook met 200 als er berichten mislukten (`fouten` > 0); dat meldt het alarm mail-failure.",
-  run: (deps, now) => runWeekrapport(onSqlite(deps, "weekrapport"), now),
+  run: (deps, now) => runWeekrapport(deps, now),
   responses: {
     200: { description: "Verstuurd; `fouten` telt mislukte berichten.", schema: WeekrapportResult },
   },

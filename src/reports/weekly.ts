@@ -4,6 +4,10 @@
 // Login attempts are counted for every tenant at once, in one pass over the week by
 // the tijdstip index (weekLogins): a (tenant_id, tijdstip) index for per-tenant counts
 // would put one scattered page per tenant into every retention batch and every insert.
+//
+// The queries below are SQLite's; src/pg/weekly.ts has PostgreSQL's. Both feed the
+// rules here (recipientOf, loginTally, weekStatsOf, the status and the mail's props), so
+// the two stores send the same reports to the same people.
 import { and, count, desc, eq, gte, lt, sql } from "drizzle-orm";
 import {
   administrators,
@@ -110,6 +114,20 @@ const deliveryStatements = preparedPerConnection((db) => {
   };
 });
 
+/** A row of the recipients' query: the delivery's `verstuurd` when one exists for the week, else null. */
+export interface RecipientRow {
+  tenantId: number;
+  tenant: string;
+  administratorId: number;
+  email: string;
+  verstuurd: string | null;
+}
+
+/** The rerun guard: any delivery record of the week counts as sent; one still SENDING is uncertain too. */
+export function recipientOf({ verstuurd, ...r }: RecipientRow): WeekRecipient {
+  return { ...r, alVerstuurd: verstuurd !== null, onzeker: verstuurd === SENDING };
+}
+
 /**
  * Every active administrator of every active tenant, in tenant order, marked when the
  * report of `isoWeek` was already accepted for them (the rerun guard).
@@ -121,8 +139,7 @@ export function weekRecipients(db: Db, isoWeek: string): WeekRecipient[] {
       tenant: tenants.naam,
       administratorId: administrators.id,
       email: administrators.email,
-      alVerstuurd: sql<boolean>`${deliveries.administratorId} IS NOT NULL`.mapWith(Boolean),
-      onzeker: sql<boolean>`coalesce(${deliveries.verstuurd} = ${SENDING}, 0)`.mapWith(Boolean),
+      verstuurd: deliveries.verstuurd,
     })
     .from(tenants)
     .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
@@ -132,7 +149,8 @@ export function weekRecipients(db: Db, isoWeek: string): WeekRecipient[] {
     )
     .where(eq(tenants.actief, true))
     .orderBy(tenants.id, administrators.id)
-    .all();
+    .all()
+    .map(recipientOf);
 }
 
 /**
@@ -197,45 +215,77 @@ const TOP_IPS = 5;
 /** The week is read a day at a time, with a turn of the event loop between: one grouped scan of a whole week held it 150–200 ms at L. */
 const SLICE_MS = 24 * 3600 * 1000;
 
+/**
+ * Adds up a week's login rows into each tenant's figures, however the store read them
+ * (SQLite a day at a time, PostgreSQL at once): counts per tenant, failures per tenant
+ * and IP. Attempts without a tenant belong to nobody's report.
+ */
+export function loginTally() {
+  const counts = new Map<number, { totaal: number; gelukt: number }>();
+  const failedByIp = new Map<number, Map<string, number>>();
+  return {
+    addCounts(rows: Iterable<{ tenantId: number | null; totaal: number; gelukt: number }>): void {
+      for (const r of rows) {
+        if (r.tenantId === null) continue;
+        const c = counts.get(r.tenantId) ?? { totaal: 0, gelukt: 0 };
+        c.totaal += r.totaal;
+        c.gelukt += r.gelukt;
+        counts.set(r.tenantId, c);
+      }
+    },
+    addFailures(rows: Iterable<{ tenantId: number | null; ip: string; aantal: number }>): void {
+      for (const r of rows) {
+        if (r.tenantId === null) continue;
+        const ips = failedByIp.get(r.tenantId) ?? new Map<string, number>();
+        ips.set(r.ip, (ips.get(r.ip) ?? 0) + r.aantal);
+        failedByIp.set(r.tenantId, ips);
+      }
+    },
+    /** Keyed by tenant; a tenant without attempts is absent. */
+    result(): Map<number, TenantWeekLogins> {
+      const out = new Map<number, TenantWeekLogins>();
+      for (const [tenantId, c] of counts) {
+        const ips = [...(failedByIp.get(tenantId) ?? new Map<string, number>())].map(([ip, aantal]) => ({ ip, aantal }));
+        // Ties by address here, not in SQL: the same order on both stores, whatever the server's collation.
+        ips.sort((x, y) => y.aantal - x.aantal || (x.ip < y.ip ? -1 : x.ip > y.ip ? 1 : 0));
+        out.set(tenantId, { totaal: c.totaal, gelukt: c.gelukt, mislukt: c.totaal - c.gelukt, mislukteIps: ips.length, topMislukteIps: ips.slice(0, TOP_IPS) });
+      }
+      return out;
+    },
+  };
+}
+
 /** Every tenant's login attempts in [van, tot), keyed by tenant; a tenant without attempts is absent. */
 export async function weekLogins(db: Db, van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>> {
   const statements = weekLoginStatements(db);
-  const counts = new Map<number, { totaal: number; gelukt: number }>();
-  const failedByIp = new Map<number, Map<string, number>>();
+  const tally = loginTally();
   for (let from = van.getTime(); from < tot.getTime(); from += SLICE_MS) {
     const params = { van: new Date(from).toISOString(), tot: new Date(Math.min(from + SLICE_MS, tot.getTime())).toISOString() };
-    for (const r of statements.perTenant.all(params)) {
-      if (r.tenantId === null) continue;
-      const c = counts.get(r.tenantId) ?? { totaal: 0, gelukt: 0 };
-      c.totaal += r.totaal;
-      c.gelukt += r.gelukt;
-      counts.set(r.tenantId, c);
-    }
-    for (const r of statements.mislukt.all(params)) {
-      if (r.tenantId === null) continue;
-      const ips = failedByIp.get(r.tenantId) ?? new Map<string, number>();
-      ips.set(r.ip, (ips.get(r.ip) ?? 0) + r.aantal);
-      failedByIp.set(r.tenantId, ips);
-    }
+    tally.addCounts(statements.perTenant.all(params));
+    tally.addFailures(statements.mislukt.all(params));
     await new Promise((r) => setImmediate(r));
   }
-  const out = new Map<number, TenantWeekLogins>();
-  for (const [tenantId, c] of counts) {
-    const ips = [...(failedByIp.get(tenantId) ?? new Map<string, number>())].map(([ip, aantal]) => ({ ip, aantal }));
-    ips.sort((x, y) => y.aantal - x.aantal || (x.ip < y.ip ? -1 : x.ip > y.ip ? 1 : 0));
-    out.set(tenantId, { totaal: c.totaal, gelukt: c.gelukt, mislukt: c.totaal - c.gelukt, mislukteIps: ips.length, topMislukteIps: ips.slice(0, TOP_IPS) });
-  }
-  return out;
+  return tally.result();
 }
 
 const NO_LOGINS: TenantWeekLogins = { totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] };
 
-/** One tenant's week; `logins` is weekLogins of the same week, computed once for every tenant. */
-export function tenantWeekStats(db: Db, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): TenantWeekStats {
-  const statements = weekStatsStatements(db);
-  const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
-  const perActie = statements.auditPerActie.all(params);
-  const keten = statements.keten.get(params);
+/** A tenant's row of audit_verification_state, as either store reads it. */
+export interface VerificationRow {
+  gecontroleerd: string;
+  intact: boolean;
+  aantalEntries: number;
+  foutSeq: number | null;
+  foutReden: string | null;
+}
+
+/** One tenant's week from its audit counts per action (most first), its verification state (none: never verified) and weekLogins. */
+export function weekStatsOf(
+  tenantId: number,
+  perActie: { actie: string; aantal: number }[],
+  keten: VerificationRow | undefined,
+  logins: Map<number, TenantWeekLogins>,
+): TenantWeekStats {
   return {
     audit: { totaal: perActie.reduce((s, r) => s + r.aantal, 0), perActie },
     inlog: logins.get(tenantId) ?? NO_LOGINS,
@@ -247,6 +297,39 @@ export function tenantWeekStats(db: Db, tenantId: number, van: Date, tot: Date, 
           fout: keten.intact ? null : { seq: keten.foutSeq, reden: keten.foutReden },
         }
       : { staat: "nooit", gecontroleerd: null, aantalEntries: null, fout: null },
+  };
+}
+
+/** One tenant's week; `logins` is weekLogins of the same week, computed once for every tenant. */
+export function tenantWeekStats(db: Db, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): TenantWeekStats {
+  const statements = weekStatsStatements(db);
+  const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
+  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins);
+}
+
+/**
+ * What weekrapport asks of its store; weeklyQueries here for SQLite, weeklyQueriesPg
+ * (src/pg/weekly.ts) for PostgreSQL. Everything else of the job is the same on both.
+ */
+export interface WeeklyQueries {
+  pruneDeliveries(oldestKept: string): Promise<void>;
+  weekRecipients(isoWeek: string): Promise<WeekRecipient[]>;
+  reserveDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<void>;
+  releaseDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<void>;
+  recordDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string, now: Date): Promise<void>;
+  weekLogins(van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>>;
+  tenantWeekStats(tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): Promise<TenantWeekStats>;
+}
+
+export function weeklyQueries(db: Db): WeeklyQueries {
+  return {
+    pruneDeliveries: async (oldestKept) => pruneDeliveries(db, oldestKept),
+    weekRecipients: async (isoWeek) => weekRecipients(db, isoWeek),
+    reserveDelivery: async (r, isoWeek) => reserveDelivery(db, r, isoWeek),
+    releaseDelivery: async (r, isoWeek) => releaseDelivery(db, r, isoWeek),
+    recordDelivery: async (r, isoWeek, now) => recordDelivery(db, r, isoWeek, now),
+    weekLogins: (van, tot) => weekLogins(db, van, tot),
+    tenantWeekStats: async (tenantId, van, tot, logins) => tenantWeekStats(db, tenantId, van, tot, logins),
   };
 }
 

@@ -1,0 +1,164 @@
+// weekrapport's queries on PostgreSQL: the same questions as src/reports/weekly.ts asks
+// SQLite, answered into the same shapes, so the rules there (recipientOf, loginTally,
+// weekStatsOf) and the job make the same reports of them. What differs, and why:
+//
+// - Login attempts are read for the whole week in one pass per statement, not a day at
+//   a time: a query here waits on the server without holding the event loop, which is
+//   what the slices protect on SQLite.
+// - Audit actions are ordered COLLATE "C" and the ISO weeks compared COLLATE "C": those
+//   columns have the database's collation, and a linguistic one would order them
+//   otherwise than SQLite's byte order (and the mail would list ties differently).
+// - Each bookkeeping statement is its own transaction (autocommit): a reservation is
+//   committed before the message goes to the transport, as on SQLite.
+import { and, count, desc, eq, gte, lt, sql } from "drizzle-orm";
+import {
+  administrators,
+  auditEntries,
+  auditVerificationState,
+  loginAttempts,
+  tenants,
+  weeklyReportDeliveries as deliveries,
+} from "../../db/schema-pg.ts";
+import {
+  loginTally,
+  recipientOf,
+  SENDING,
+  weekStatsOf,
+  type TenantWeekLogins,
+  type TenantWeekStats,
+  type WeeklyQueries,
+  type WeekRecipient,
+} from "../reports/weekly.ts";
+import type { PgDb, PgStore } from "./store.ts";
+
+type DeliveryKey = { administratorId: number; tenantId: number };
+
+/** Removes delivery records of weeks before `oldestKept` (pruneDeliveries). */
+export async function pruneDeliveriesPg(db: PgDb, oldestKept: string): Promise<void> {
+  await db.delete(deliveries).where(sql`${deliveries.isoWeek} COLLATE "C" < ${oldestKept}`);
+}
+
+/** Every active administrator of every active tenant, in tenant order, with the rerun guard of `isoWeek` (weekRecipients). */
+export async function weekRecipientsPg(db: PgDb, isoWeek: string): Promise<WeekRecipient[]> {
+  const rows = await db
+    .select({
+      tenantId: tenants.id,
+      tenant: tenants.naam,
+      administratorId: administrators.id,
+      email: administrators.email,
+      verstuurd: deliveries.verstuurd,
+    })
+    .from(tenants)
+    .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
+    .leftJoin(
+      deliveries,
+      and(eq(deliveries.administratorId, administrators.id), eq(deliveries.tenantId, tenants.id), eq(deliveries.isoWeek, isoWeek)),
+    )
+    .where(eq(tenants.actief, true))
+    .orderBy(tenants.id, administrators.id);
+  return rows.map(recipientOf);
+}
+
+const deliveryOf = (r: DeliveryKey, isoWeek: string) =>
+  and(eq(deliveries.administratorId, r.administratorId), eq(deliveries.tenantId, r.tenantId), eq(deliveries.isoWeek, isoWeek));
+
+/** Marks a send as started, before the message goes to the transport (reserveDelivery); leaves an existing record as it is. */
+export async function reserveDeliveryPg(db: PgDb, r: DeliveryKey, isoWeek: string): Promise<void> {
+  await db.insert(deliveries).values({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek, verstuurd: SENDING }).onConflictDoNothing();
+}
+
+/** The transport refused the message: the reservation goes, so a rerun sends it; a recorded delivery stays (releaseDelivery). */
+export async function releaseDeliveryPg(db: PgDb, r: DeliveryKey, isoWeek: string): Promise<void> {
+  await db.delete(deliveries).where(and(deliveryOf(r, isoWeek), eq(deliveries.verstuurd, SENDING)));
+}
+
+/** Records the transport's acceptance over the reservation; an earlier recorded time is kept (recordDelivery). */
+export async function recordDeliveryPg(db: PgDb, r: DeliveryKey, isoWeek: string, now: Date): Promise<void> {
+  await db
+    .insert(deliveries)
+    .values({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek, verstuurd: now.toISOString() })
+    .onConflictDoUpdate({
+      target: [deliveries.administratorId, deliveries.tenantId, deliveries.isoWeek],
+      set: { verstuurd: sql`excluded.verstuurd` },
+      setWhere: eq(deliveries.verstuurd, SENDING),
+    });
+}
+
+/**
+ * The two statements behind weekLoginsPg, over every tenant's attempts in [van, tot);
+ * exported so a test can check their query plans.
+ */
+export function weekLoginQueriesPg(db: PgDb, van: Date, tot: Date) {
+  const inWindow = and(gte(loginAttempts.tijdstip, van.toISOString()), lt(loginAttempts.tijdstip, tot.toISOString()));
+  return {
+    perTenant: db
+      .select({
+        tenantId: loginAttempts.tenantId,
+        totaal: count(),
+        gelukt: sql<number>`count(*) FILTER (WHERE ${loginAttempts.gelukt})`.mapWith(Number),
+      })
+      .from(loginAttempts)
+      .where(inWindow)
+      .groupBy(loginAttempts.tenantId),
+    // Written as the partial index login_attempts_failed_idx's predicate (gelukt = false), which bounds it.
+    mislukt: db
+      .select({ tenantId: loginAttempts.tenantId, ip: loginAttempts.ip, aantal: count() })
+      .from(loginAttempts)
+      .where(and(inWindow, sql`${loginAttempts.gelukt} = false`))
+      .groupBy(loginAttempts.tenantId, loginAttempts.ip),
+  };
+}
+
+/** Every tenant's login attempts in [van, tot), keyed by tenant (weekLogins). */
+export async function weekLoginsPg(db: PgDb, van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>> {
+  const q = weekLoginQueriesPg(db, van, tot);
+  const [perTenant, mislukt] = await Promise.all([q.perTenant, q.mislukt]);
+  const tally = loginTally();
+  tally.addCounts(perTenant);
+  tally.addFailures(mislukt);
+  return tally.result();
+}
+
+/** The per-tenant statements of tenantWeekStatsPg, bounded by (tenant_id, created_at) and the primary key; exported for their query plans. */
+export function weekStatsQueriesPg(db: PgDb, tenantId: number, van: Date, tot: Date) {
+  const aantal = count().as("aantal");
+  return {
+    auditPerActie: db
+      .select({ actie: auditEntries.action, aantal })
+      .from(auditEntries)
+      .where(and(eq(auditEntries.tenantId, tenantId), gte(auditEntries.createdAt, van.toISOString()), lt(auditEntries.createdAt, tot.toISOString())))
+      .groupBy(auditEntries.action)
+      .orderBy(desc(aantal), sql`${auditEntries.action} COLLATE "C"`),
+    keten: db
+      .select({
+        gecontroleerd: auditVerificationState.gecontroleerd,
+        intact: auditVerificationState.intact,
+        aantalEntries: auditVerificationState.aantalEntries,
+        foutSeq: auditVerificationState.foutSeq,
+        foutReden: auditVerificationState.foutReden,
+      })
+      .from(auditVerificationState)
+      .where(eq(auditVerificationState.tenantId, tenantId)),
+  };
+}
+
+/** One tenant's week; `logins` is weekLoginsPg of the same week (tenantWeekStats). */
+export async function tenantWeekStatsPg(db: PgDb, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): Promise<TenantWeekStats> {
+  const q = weekStatsQueriesPg(db, tenantId, van, tot);
+  const [perActie, [keten]] = await Promise.all([q.auditPerActie, q.keten]);
+  return weekStatsOf(tenantId, perActie, keten, logins);
+}
+
+/** weekrapport's queries on this store (WeeklyQueries; SQLite's are weeklyQueries). */
+export function weeklyQueriesPg(store: PgStore): WeeklyQueries {
+  const { db } = store;
+  return {
+    pruneDeliveries: (oldestKept) => pruneDeliveriesPg(db, oldestKept),
+    weekRecipients: (isoWeek) => weekRecipientsPg(db, isoWeek),
+    reserveDelivery: (r, isoWeek) => reserveDeliveryPg(db, r, isoWeek),
+    releaseDelivery: (r, isoWeek) => releaseDeliveryPg(db, r, isoWeek),
+    recordDelivery: (r, isoWeek, now) => recordDeliveryPg(db, r, isoWeek, now),
+    weekLogins: (van, tot) => weekLoginsPg(db, van, tot),
+    tenantWeekStats: (tenantId, van, tot, logins) => tenantWeekStatsPg(db, tenantId, van, tot, logins),
+  };
+}
