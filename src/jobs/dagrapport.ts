@@ -3,9 +3,9 @@
 // sent, `verzonden` false. A failed send: 502 with the report and a mail-failure alarm.
 import { t, type Static } from "elysia";
 import { DailyReport } from "../../emails/DailyReport.tsx";
-import { onSqlite, type Deps } from "../deps.ts";
-import type { Store } from "../db.ts";
+import type { Deps } from "../deps.ts";
 import { renderEmail } from "../mail/render.ts";
+import { buildDailyReportPg } from "../pg/daily.ts";
 import { buildDailyReport, dailySubject, type DailyReport as DailyReportData } from "../reports/daily.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -145,8 +145,9 @@ export const DagrapportNietVerstuurd = t.Object({
 
 export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeof DagrapportNietVerstuurd>;
 
-export async function runDagrapport(deps: Deps<Store>, now: Date): Promise<JobResult<DagrapportResult>> {
-  const report = buildDailyReport(deps.store, deps.config, now);
+export async function runDagrapport(deps: Deps, now: Date): Promise<JobResult<DagrapportResult>> {
+  // Only the reads differ per store; the report made of them, and so the mail, is one.
+  const report = deps.store.kind === "pg" ? await buildDailyReportPg(deps.store, deps.config, now) : buildDailyReport(deps.store, deps.config, now);
   const bezorging = deps.mailer.bezorging;
   const ontvanger = deps.config.dagrapportEmail;
   if (ontvanger === null) {
@@ -185,7 +186,7 @@ export const dagrapportJob = defineJob({
     "het nieuwste installatie-checkpoint met de openbare verificatiesleutel, geplande taken, databasegrootte) en mailt het " +
     "naar DAGRAPPORT_EMAIL, anders SUPPORT_EMAIL. Zonder ontvanger wordt " +
     "niets verstuurd (`verzonden: false`); het antwoord bevat altijd het hele rapport.",
-  run: (deps, now) => runDagrapport(onSqlite(deps, "dagrapport"), now),
+  run: (deps, now) => runDagrapport(deps, now),
   responses: {
     200: { description: "Rapport gemaakt (en verstuurd als er een ontvanger is).", schema: DagrapportVerstuurd },
     502: { description: "Versturen mislukt: `ok` en `verzonden` false, het rapport en `error`; alarm verstuurd.", schema: DagrapportNietVerstuurd },

@@ -1,8 +1,10 @@
 // The data of the daily report: backup, login attempts of the last 24 hours, the
 // latest verification, the newest installation checkpoint and the public key to check
 // it with, each scheduled job's last run (with its duration and the usual one) and the
-// database size. The job
-// answers with this object and the e-mail shows the same, so they never disagree.
+// database size. The job answers with this object and the e-mail shows the same, so they
+// never disagree. Each store only reads (DailyInputs: readDailyInputs here for SQLite,
+// readDailyInputsPg in src/pg/daily.ts); dailyReport turns either into the report, so
+// the same data gives the same report and mail on both.
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
 import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, max, notExists, sql } from "drizzle-orm";
@@ -15,19 +17,88 @@ import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
 import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
-import { SCHEDULE } from "../schedule.ts";
-import { dueState } from "../schedule-due.ts";
+import type { Outcome } from "../job-runs.ts";
+import { SCHEDULE, type JobName } from "../schedule.ts";
+import { dueState, type DueState } from "../schedule-due.ts";
 import { DAY_MS } from "../time.ts";
-import { backupOverdue, newestBackup } from "../jobs/backup-controle.ts";
+import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export type DailyReport = DailyReportProps;
 
 /** Broken chains listed by name in the report; the count is always complete. */
-const MAX_GEBROKEN = 50;
+export const MAX_GEBROKEN = 50;
 
-export function backupSection(db: Db, now: Date, config: Pick<Config, "rapportTijdzone" | "backupMaxUren">) {
-  const row = newestBackup(db);
+/** How many successful runs the usual duration is the median of. */
+export const USUAL_DURATION_RUNS = 10;
+
+// What the report is made of. Each store reads these the same way (SQLite below,
+// PostgreSQL in src/pg/daily.ts); everything after the reads (status, formatting, the
+// mail) is the one set of rules in dailyReport and the sections it calls.
+
+/** Login attempts within loginWindow(now), all tenants. */
+export interface LoginCounts {
+  totaal: number;
+  gelukt: number;
+  /** Distinct IP addresses with at least one failed attempt. */
+  mislukteIps: number;
+  /** At most 5: most failed attempts first, then by IP in byte order. */
+  topMislukteIps: { ip: string; aantal: number }[];
+}
+
+/** audit_verification_state against the tenants. */
+export interface VerificationCounts {
+  /** The newest `gecontroleerd`, ISO; null before the first verification. */
+  laatste: string | null;
+  gecontroleerd: number;
+  nietGecontroleerd: number;
+  aantalGebroken: number;
+  /** At most MAX_GEBROKEN, by tenant id. */
+  gebroken: { tenantId: number; tenant: string; seq: number | null; reden: string | null; gecontroleerd: string }[];
+}
+
+/** A record the operator signed by hand, as audit_anchor_log holds it (operatorRecords checks its signature). */
+export interface OperatorRecordRow {
+  soort: string;
+  tenantId: number;
+  note: string;
+  positie: number;
+}
+
+export interface AnchorRecords {
+  /** The newest installation checkpoint, verbatim; null before audit-anker signed one. */
+  installatieCheckpoint: string | null;
+  /** Adoptions and accepted restores, in positie order. */
+  operatorRecords: OperatorRecordRow[];
+}
+
+/** A scheduled job's runs started before `now` and where it stands against its cron expression. */
+export interface ScheduledJobRuns {
+  job: JobName;
+  cron: string;
+  /** From dueState, the rule taken-controle applies too. */
+  due: Pick<DueState, "due" | "missed" | "next">;
+  lastRun: { gestart: string; beeindigd: string | null; uitkomst: Outcome } | null;
+  /** Its newest successful, finished runs: at most USUAL_DURATION_RUNS. */
+  okRuns: { gestart: string; beeindigd: string }[];
+}
+
+export interface DailyInputs {
+  backup: NewestBackup | null;
+  logins: LoginCounts;
+  verification: VerificationCounts;
+  anchor: AnchorRecords;
+  /** Every job of SCHEDULE with a cron expression, in SCHEDULE's order. */
+  jobs: ScheduledJobRuns[];
+  database: DailyReport["database"];
+}
+
+/** The login window: the 24 hours before `now`, as ISO bounds (from inclusive, to exclusive). */
+export function loginWindow(now: Date): { van: string; tot: string } {
+  return { van: new Date(now.getTime() - DAY_MS).toISOString(), tot: now.toISOString() };
+}
+
+export function backupSection(row: NewestBackup | null, now: Date, config: Pick<Config, "rapportTijdzone" | "backupMaxUren">) {
   if (!row) {
     // Never reported: FOUT, and '-' for every fact, `bron` included (there is no origin).
     return {
@@ -57,69 +128,26 @@ export function backupSection(db: Db, now: Date, config: Pick<Config, "rapportTi
   } satisfies Pick<DailyReport, "backup" | "backupDetail">;
 }
 
-export function loginSection(db: Db, now: Date, tijdzone: string): DailyReport["inlogpogingen"] {
-  const van = new Date(now.getTime() - DAY_MS).toISOString();
-  const tot = now.toISOString();
-  const inWindow = and(gte(loginAttempts.tijdstip, van), lt(loginAttempts.tijdstip, tot));
-  const totals = db
-    .select({ totaal: count(), gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)` })
-    .from(loginAttempts)
-    .where(inWindow)
-    .get()!;
-  // Failed attempts only: login_attempts_failed_idx (partial, gelukt = 0) covers these.
-  // The term is the index's own, a literal 0: a bound false needs SQLite to re-plan per value.
-  const failed = and(sql`${loginAttempts.gelukt} = 0`, inWindow);
-  const { mislukteIps } = db.select({ mislukteIps: countDistinct(loginAttempts.ip) }).from(loginAttempts).where(failed).get()!;
-  const aantal = count().as("aantal");
-  const topMislukteIps = db
-    .select({ ip: loginAttempts.ip, aantal })
-    .from(loginAttempts)
-    .where(failed)
-    .groupBy(loginAttempts.ip)
-    .orderBy(desc(aantal), loginAttempts.ip)
-    .limit(5)
-    .all();
+export function loginSection(counts: LoginCounts, now: Date, tijdzone: string): DailyReport["inlogpogingen"] {
+  const { van, tot } = loginWindow(now);
   return {
     van: formatDatum(van, tijdzone),
     tot: formatDatum(tot, tijdzone),
-    totaal: totals.totaal,
-    gelukt: totals.gelukt,
-    mislukt: totals.totaal - totals.gelukt,
-    mislukteIps,
-    topMislukteIps,
+    totaal: counts.totaal,
+    gelukt: counts.gelukt,
+    mislukt: counts.totaal - counts.gelukt,
+    mislukteIps: counts.mislukteIps,
+    topMislukteIps: counts.topMislukteIps,
   };
 }
 
-export function verificationSection(db: Db, tijdzone: string): DailyReport["verificatie"] {
-  const state = auditVerificationState;
-  const s = db
-    .select({
-      laatste: max(state.gecontroleerd),
-      gecontroleerd: count(),
-      aantalGebroken: sql<number>`coalesce(sum(${state.intact} = 0), 0)`,
-    })
-    .from(state)
-    .get()!;
-  const { nietGecontroleerd } = db
-    .select({ nietGecontroleerd: count() })
-    .from(tenants)
-    .where(notExists(db.select({ one: sql`1` }).from(state).where(eq(state.tenantId, tenants.id))))
-    .get()!;
-  const gebroken = db
-    .select({ tenantId: state.tenantId, tenant: tenants.naam, seq: state.foutSeq, reden: state.foutReden, gecontroleerd: state.gecontroleerd })
-    .from(state)
-    .innerJoin(tenants, eq(tenants.id, state.tenantId))
-    .where(eq(state.intact, false))
-    .orderBy(state.tenantId)
-    .limit(MAX_GEBROKEN)
-    .all()
-    .map((g) => ({ ...g, uitleg: redenUitleg(g.reden), gecontroleerd: formatDatum(g.gecontroleerd, tijdzone) }));
+export function verificationSection(v: VerificationCounts, tijdzone: string): DailyReport["verificatie"] {
   return {
-    tijdstip: s.laatste ? formatDatum(s.laatste, tijdzone) : "-",
-    gecontroleerd: s.gecontroleerd,
-    nietGecontroleerd,
-    aantalGebroken: s.aantalGebroken,
-    gebroken,
+    tijdstip: v.laatste ? formatDatum(v.laatste, tijdzone) : "-",
+    gecontroleerd: v.gecontroleerd,
+    nietGecontroleerd: v.nietGecontroleerd,
+    aantalGebroken: v.aantalGebroken,
+    gebroken: v.gebroken.map((g) => ({ ...g, uitleg: redenUitleg(g.reden), gecontroleerd: formatDatum(g.gecontroleerd, tijdzone) })),
   };
 }
 
@@ -127,48 +155,17 @@ export function verificationSection(db: Db, tijdzone: string): DailyReport["veri
  * The newest installation checkpoint, verbatim, and the public verifier key: mailed
  * every day, so the operator holds a signed state off the machine that
  * `nachtwacht verify --checkpoint` later checks the database and anchor file against.
+ * Beside them what the operator signed by hand (adoptions, accepted restores), from the
+ * database's copy of the anchor file: named every day, never silently part of the chain.
  */
-/** The operator's records, through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
-export const OPERATOR_RECORDS_SQL =
-  "SELECT soort, tenant_id AS tenantId, note, positie FROM audit_anchor_log WHERE soort IN ('adoptie', 'herstel') AND tenant_id IS NOT NULL ORDER BY positie";
-
-export function anchorSection(sqlite: Database, config: Pick<Config, "auditAnkerSleutel" | "auditVertrouwdeSleutels">): DailyReport["anker"] {
+export function anchorSection(a: AnchorRecords, config: Pick<Config, "auditAnkerSleutel" | "auditVertrouwdeSleutels">): DailyReport["anker"] {
   const keys = auditKeys(config);
-  // What the operator signed by hand (adoptions, accepted restores), from the database's
-  // copy of the anchor file: named every day, never silently part of the chain.
-  // Raw SQL: a handful of rows, read as the anchor file's lines are.
-  const signedByHand = sqlite.query(OPERATOR_RECORDS_SQL).all() as { soort: string; tenantId: number; note: string; positie: number }[];
   return {
-    installatieCheckpoint: latestInstallationCheckpoint(sqlite),
+    installatieCheckpoint: a.installatieCheckpoint,
     verificatieSleutel: keys.signer.verifierKey,
-    waarschuwingen: operatorWarnings(operatorRecords(signedByHand, keys.verifiers)),
+    waarschuwingen: operatorWarnings(operatorRecords(a.operatorRecords, keys.verifiers)),
   };
 }
-
-/** A job's last run started before `now`; run for every scheduled job, so prepared once. */
-const lastRunBeforeStatement = preparedPerConnection((db) =>
-  db
-    .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
-    .from(jobRuns)
-    .where(and(eq(jobRuns.job, sql.placeholder("job")), lt(jobRuns.gestart, sql.placeholder("now"))))
-    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-    .limit(1)
-    .prepare(),
-);
-
-/** How many successful runs the usual duration is the median of. */
-export const USUAL_DURATION_RUNS = 10;
-
-/** A job's newest successful runs started before `now` (at most USUAL_DURATION_RUNS); prepared once. */
-const okRunsBeforeStatement = preparedPerConnection((db) =>
-  db
-    .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd })
-    .from(jobRuns)
-    .where(and(eq(jobRuns.job, sql.placeholder("job")), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, sql.placeholder("now"))))
-    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-    .limit(USUAL_DURATION_RUNS)
-    .prepare(),
-);
 
 /** The duration of a run in whole milliseconds, null while it has no end. */
 function durationMs(run: { gestart: string; beeindigd: string | null }): number | null {
@@ -202,25 +199,15 @@ export function formatDuur(ms: number | null): string {
  * duration the usual one: the median of its last USUAL_DURATION_RUNS successful runs
  * (db-onderhoud keeps that many whatever their age).
  */
-export function jobsSection(db: Db, now: Date, config: Pick<Config, "rapportTijdzone" | "takenMargeMinuten">): DailyReport["taken"] {
+export function jobsSection(jobs: readonly ScheduledJobRuns[], config: Pick<Config, "rapportTijdzone">): DailyReport["taken"] {
   const tz = config.rapportTijdzone;
-  const installed = installedAt(db);
-  const margeMs = config.takenMargeMinuten * 60_000;
-  const lastRunBefore = lastRunBeforeStatement(db);
-  const okRunsBefore = okRunsBeforeStatement(db);
-  const out: DailyReport["taken"] = [];
-  for (const entry of SCHEDULE) {
-    if (entry.cron === null) continue;
-    // The same rule as taken-controle: overdue = no run started since the newest fire
-    // time whose grace has run out (and that is not before the install time).
-    const { due, missed: achterstallig, next } = dueState(db, entry.job, entry.cron, now, margeMs, installed);
-    const run = lastRunBefore.get({ job: entry.job, now: now.toISOString() });
+  return jobs.map(({ job, cron, due, lastRun: run, okRuns }) => {
     const laatsteDuurMs = run ? durationMs(run) : null;
-    const usual = okRunsBefore.all({ job: entry.job, now: now.toISOString() }).map((r) => durationMs(r)!);
+    const usual = okRuns.map((r) => durationMs(r)!);
     const gebruikelijkeDuurMs = median(usual);
-    out.push({
-      job: entry.job,
-      cron: entry.cron,
+    return {
+      job,
+      cron,
       uitkomst: run?.uitkomst ?? "nooit",
       laatsteStart: run ? formatDatum(run.gestart, tz) : "-",
       laatsteEinde: run?.beeindigd ? formatDatum(run.beeindigd, tz) : "-",
@@ -229,27 +216,15 @@ export function jobsSection(db: Db, now: Date, config: Pick<Config, "rapportTijd
       gebruikelijkeDuurMs,
       gebruikelijkeDuur: formatDuur(gebruikelijkeDuurMs),
       gebruikelijkOver: usual.length,
-      laatstVerwacht: due ? formatDatum(due, tz) : "-",
-      volgende: next ? formatDatum(next, tz) : "-",
-      achterstallig,
-    });
-  }
-  return out;
+      laatstVerwacht: due.due ? formatDatum(due.due, tz) : "-",
+      volgende: due.next ? formatDatum(due.next, tz) : "-",
+      achterstallig: due.missed,
+    };
+  });
 }
 
-export function databaseSection(store: Store): DailyReport["database"] {
-  // Raw SQL: Drizzle has no builder for pragmas.
-  const { page_count } = store.sqlite.query("PRAGMA page_count").get() as { page_count: number };
-  const { page_size } = store.sqlite.query("PRAGMA page_size").get() as { page_size: number };
-  let walBytes = 0;
-  if (store.path !== ":memory:") {
-    try {
-      walBytes = statSync(`${store.path}-wal`).size;
-    } catch {
-      // no -wal file right after a checkpoint that truncated it, or before the first write
-    }
-  }
-  const bytes = page_count * page_size + walBytes;
+/** The database section from the store's byte counts, whatever the store counts. */
+export function databaseSection(bytes: number, walBytes: number): DailyReport["database"] {
   return { bytes, grootte: formatSize(bytes), walBytes };
 }
 
@@ -279,18 +254,154 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
   return reportStatus(punten);
 }
 
-/** The whole daily report at `now`. */
-export function buildDailyReport(store: Store, config: Config, now: Date): DailyReport {
+/** The whole daily report at `now`, from what either store read. */
+export function dailyReport(inputs: DailyInputs, config: Config, now: Date): DailyReport {
   const tz = config.rapportTijdzone;
   const body = {
-    ...backupSection(store.db, now, config),
-    inlogpogingen: loginSection(store.db, now, tz),
-    verificatie: verificationSection(store.db, tz),
-    anker: anchorSection(store.sqlite, config),
-    taken: jobsSection(store.db, now, config),
-    database: databaseSection(store),
+    ...backupSection(inputs.backup, now, config),
+    inlogpogingen: loginSection(inputs.logins, now, tz),
+    verificatie: verificationSection(inputs.verification, tz),
+    anker: anchorSection(inputs.anchor, config),
+    taken: jobsSection(inputs.jobs, config),
+    database: inputs.database,
   };
   return { gemaakt: formatDatum(now, tz), tijdzone: tz, status: dailyStatus(body), ...body };
+}
+
+// The reads on SQLite. Their PostgreSQL counterparts are in src/pg/daily.ts.
+
+export function loginCounts(db: Db, now: Date): LoginCounts {
+  const { van, tot } = loginWindow(now);
+  const inWindow = and(gte(loginAttempts.tijdstip, van), lt(loginAttempts.tijdstip, tot));
+  const totals = db
+    .select({ totaal: count(), gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)` })
+    .from(loginAttempts)
+    .where(inWindow)
+    .get()!;
+  // Failed attempts only: login_attempts_failed_idx (partial, gelukt = 0) covers these.
+  // The term is the index's own, a literal 0: a bound false needs SQLite to re-plan per value.
+  const failed = and(sql`${loginAttempts.gelukt} = 0`, inWindow);
+  const { mislukteIps } = db.select({ mislukteIps: countDistinct(loginAttempts.ip) }).from(loginAttempts).where(failed).get()!;
+  const aantal = count().as("aantal");
+  const topMislukteIps = db
+    .select({ ip: loginAttempts.ip, aantal })
+    .from(loginAttempts)
+    .where(failed)
+    .groupBy(loginAttempts.ip)
+    .orderBy(desc(aantal), loginAttempts.ip)
+    .limit(5)
+    .all();
+  return { totaal: totals.totaal, gelukt: totals.gelukt, mislukteIps, topMislukteIps };
+}
+
+export function verificationCounts(db: Db): VerificationCounts {
+  const state = auditVerificationState;
+  const s = db
+    .select({
+      laatste: max(state.gecontroleerd),
+      gecontroleerd: count(),
+      aantalGebroken: sql<number>`coalesce(sum(${state.intact} = 0), 0)`,
+    })
+    .from(state)
+    .get()!;
+  const { nietGecontroleerd } = db
+    .select({ nietGecontroleerd: count() })
+    .from(tenants)
+    .where(notExists(db.select({ one: sql`1` }).from(state).where(eq(state.tenantId, tenants.id))))
+    .get()!;
+  const gebroken = db
+    .select({ tenantId: state.tenantId, tenant: tenants.naam, seq: state.foutSeq, reden: state.foutReden, gecontroleerd: state.gecontroleerd })
+    .from(state)
+    .innerJoin(tenants, eq(tenants.id, state.tenantId))
+    .where(eq(state.intact, false))
+    .orderBy(state.tenantId)
+    .limit(MAX_GEBROKEN)
+    .all();
+  return { laatste: s.laatste, gecontroleerd: s.gecontroleerd, nietGecontroleerd, aantalGebroken: s.aantalGebroken, gebroken };
+}
+
+/** The operator's records, through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
+export const OPERATOR_RECORDS_SQL =
+  "SELECT soort, tenant_id AS tenantId, note, positie FROM audit_anchor_log WHERE soort IN ('adoptie', 'herstel') AND tenant_id IS NOT NULL ORDER BY positie";
+
+export function anchorRecords(sqlite: Database): AnchorRecords {
+  return {
+    installatieCheckpoint: latestInstallationCheckpoint(sqlite),
+    // Raw SQL: a handful of rows, read as the anchor file's lines are.
+    operatorRecords: sqlite.query(OPERATOR_RECORDS_SQL).all() as OperatorRecordRow[],
+  };
+}
+
+/** A job's last run started before `now`; run for every scheduled job, so prepared once. */
+const lastRunBeforeStatement = preparedPerConnection((db) =>
+  db
+    .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
+    .from(jobRuns)
+    .where(and(eq(jobRuns.job, sql.placeholder("job")), lt(jobRuns.gestart, sql.placeholder("now"))))
+    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+    .limit(1)
+    .prepare(),
+);
+
+/** A job's newest successful runs started before `now` (at most USUAL_DURATION_RUNS); prepared once. */
+const okRunsBeforeStatement = preparedPerConnection((db) =>
+  db
+    .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd })
+    .from(jobRuns)
+    .where(and(eq(jobRuns.job, sql.placeholder("job")), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, sql.placeholder("now"))))
+    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+    .limit(USUAL_DURATION_RUNS)
+    .prepare(),
+);
+
+export function scheduledJobRuns(db: Db, now: Date, config: Pick<Config, "takenMargeMinuten">): ScheduledJobRuns[] {
+  const installed = installedAt(db);
+  const margeMs = config.takenMargeMinuten * 60_000;
+  const lastRunBefore = lastRunBeforeStatement(db);
+  const okRunsBefore = okRunsBeforeStatement(db);
+  const out: ScheduledJobRuns[] = [];
+  for (const entry of SCHEDULE) {
+    if (entry.cron === null) continue;
+    // The same rule as taken-controle: overdue = no run started since the newest fire
+    // time whose grace has run out (and that is not before the install time).
+    const due = dueState(db, entry.job, entry.cron, now, margeMs, installed);
+    const lastRun = lastRunBefore.get({ job: entry.job, now: now.toISOString() }) ?? null;
+    const okRuns = okRunsBefore.all({ job: entry.job, now: now.toISOString() }) as ScheduledJobRuns["okRuns"];
+    out.push({ job: entry.job, cron: entry.cron, due, lastRun, okRuns });
+  }
+  return out;
+}
+
+/** Pages × page size plus the -wal file: what the database takes on disk. */
+export function databaseSize(store: Store): DailyReport["database"] {
+  // Raw SQL: Drizzle has no builder for pragmas.
+  const { page_count } = store.sqlite.query("PRAGMA page_count").get() as { page_count: number };
+  const { page_size } = store.sqlite.query("PRAGMA page_size").get() as { page_size: number };
+  let walBytes = 0;
+  if (store.path !== ":memory:") {
+    try {
+      walBytes = statSync(`${store.path}-wal`).size;
+    } catch {
+      // no -wal file right after a checkpoint that truncated it, or before the first write
+    }
+  }
+  return databaseSection(page_count * page_size + walBytes, walBytes);
+}
+
+export function readDailyInputs(store: Store, config: Config, now: Date): DailyInputs {
+  return {
+    backup: newestBackup(store.db),
+    logins: loginCounts(store.db, now),
+    verification: verificationCounts(store.db),
+    anchor: anchorRecords(store.sqlite),
+    jobs: scheduledJobRuns(store.db, now, config),
+    database: databaseSize(store),
+  };
+}
+
+/** The whole daily report at `now` on SQLite (on PostgreSQL: buildDailyReportPg in src/pg/daily.ts). */
+export function buildDailyReport(store: Store, config: Config, now: Date): DailyReport {
+  return dailyReport(readDailyInputs(store, config, now), config, now);
 }
 
 export function dailySubject(r: DailyReport, now: Date): string {

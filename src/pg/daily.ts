@@ -1,0 +1,152 @@
+// The daily report's reads on PostgreSQL (DATABASE_URL=postgres://…): the same inputs
+// as readDailyInputs in src/reports/daily.ts reads from SQLite, so dailyReport makes the
+// same report and mail of the same data. What differs, and why:
+//
+// - Booleans are boolean: counts of failed attempts and broken chains use FILTER where
+//   SQLite sums 0/1.
+// - Partial indexes are matched by a literal term (`gelukt = false`, `soort IN (…)`):
+//   with a bound value a generic plan cannot prove the index's predicate.
+// - IPs are ordered COLLATE "C", the byte order SQLite's BINARY gives; the column itself
+//   has the database's collation, which may be linguistic.
+// - The database size is pg_database_size: what the database's files take, and no
+//   write-ahead log (walBytes 0). PostgreSQL's WAL is the whole server's, shared by all
+//   its databases and recycled at checkpoints: no part of it belongs to this one.
+//
+// As on SQLite the reads are separate statements, not one snapshot.
+import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, max, notExists, sql } from "drizzle-orm";
+import { auditAnchorLog, auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema-pg.ts";
+import type { Config } from "../config.ts";
+import type { JobContext } from "../jobs/job.ts";
+import {
+  dailyReport,
+  databaseSection,
+  loginWindow,
+  MAX_GEBROKEN,
+  USUAL_DURATION_RUNS,
+  type AnchorRecords,
+  type DailyInputs,
+  type DailyReport,
+  type LoginCounts,
+  type ScheduledJobRuns,
+  type VerificationCounts,
+} from "../reports/daily.ts";
+import { SCHEDULE } from "../schedule.ts";
+import { jobStatusesPg, newestBackupPg } from "./status.ts";
+import type { PgDb, PgStore } from "./store.ts";
+
+export async function loginCountsPg(db: PgDb, now: Date): Promise<LoginCounts> {
+  const { van, tot } = loginWindow(now);
+  const inWindow = and(gte(loginAttempts.tijdstip, van), lt(loginAttempts.tijdstip, tot));
+  const [totals] = await db
+    .select({ totaal: count(), gelukt: sql<number>`count(*) FILTER (WHERE ${loginAttempts.gelukt})`.mapWith(Number) })
+    .from(loginAttempts)
+    .where(inWindow);
+  // login_attempts_failed_idx (partial, gelukt = false) covers the failed attempts.
+  const failed = and(sql`${loginAttempts.gelukt} = false`, inWindow);
+  const [{ mislukteIps }] = (await db.select({ mislukteIps: countDistinct(loginAttempts.ip) }).from(loginAttempts).where(failed)) as [{ mislukteIps: number }];
+  const aantal = count().as("aantal");
+  const topMislukteIps = await db
+    .select({ ip: loginAttempts.ip, aantal })
+    .from(loginAttempts)
+    .where(failed)
+    .groupBy(loginAttempts.ip)
+    .orderBy(desc(aantal), sql`${loginAttempts.ip} COLLATE "C"`)
+    .limit(5);
+  return { totaal: totals!.totaal, gelukt: totals!.gelukt, mislukteIps, topMislukteIps };
+}
+
+export async function verificationCountsPg(db: PgDb): Promise<VerificationCounts> {
+  const state = auditVerificationState;
+  const [s] = await db
+    .select({
+      laatste: max(state.gecontroleerd),
+      gecontroleerd: count(),
+      aantalGebroken: sql<number>`count(*) FILTER (WHERE NOT ${state.intact})`.mapWith(Number),
+    })
+    .from(state);
+  const [{ nietGecontroleerd }] = (await db
+    .select({ nietGecontroleerd: count() })
+    .from(tenants)
+    .where(notExists(db.select({ one: sql`1` }).from(state).where(eq(state.tenantId, tenants.id))))) as [{ nietGecontroleerd: number }];
+  const gebroken = await db
+    .select({ tenantId: state.tenantId, tenant: tenants.naam, seq: state.foutSeq, reden: state.foutReden, gecontroleerd: state.gecontroleerd })
+    .from(state)
+    .innerJoin(tenants, eq(tenants.id, state.tenantId))
+    .where(eq(state.intact, false))
+    .orderBy(state.tenantId)
+    .limit(MAX_GEBROKEN);
+  return { laatste: s!.laatste, gecontroleerd: s!.gecontroleerd, nietGecontroleerd, aantalGebroken: s!.aantalGebroken, gebroken };
+}
+
+/** The operator's records (OPERATOR_RECORDS_SQL on SQLite), through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
+export function operatorRecordsPg(db: PgDb) {
+  const log = auditAnchorLog;
+  return db
+    .select({ soort: log.soort, tenantId: log.tenantId, note: log.note, positie: log.positie })
+    .from(log)
+    .where(and(sql`${log.soort} IN ('adoptie', 'herstel')`, isNotNull(log.tenantId)))
+    .orderBy(log.positie)
+    .$dynamic();
+}
+
+export async function anchorRecordsPg(db: PgDb): Promise<AnchorRecords> {
+  const log = auditAnchorLog;
+  const [newest] = await db.select({ note: log.note }).from(log).where(eq(log.soort, "installatie")).orderBy(desc(log.positie)).limit(1);
+  // tenant_id IS NOT NULL is in the query: the column's type cannot say so.
+  const records = (await operatorRecordsPg(db)) as AnchorRecords["operatorRecords"];
+  return { installatieCheckpoint: newest?.note ?? null, operatorRecords: records };
+}
+
+/**
+ * jobStatusesPg is asked only for each job's `due` (dueState, the rule taken-controle
+ * applies), which does not depend on what this process runs: no context is needed.
+ */
+const NO_CONTEXT: JobContext = { running: [], unrecorded: [] };
+
+export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Config, "takenMargeMinuten">): Promise<ScheduledJobRuns[]> {
+  const statuses = new Map((await jobStatusesPg(db, now, config.takenMargeMinuten * 60_000, NO_CONTEXT)).map((s) => [s.job, s]));
+  const at = now.toISOString();
+  const out: ScheduledJobRuns[] = [];
+  for (const entry of SCHEDULE) {
+    if (entry.cron === null) continue;
+    const due = statuses.get(entry.job)?.due;
+    if (!due) throw new Error(`jobStatusesPg gaf geen stand voor ${entry.job}`);
+    const [lastRun] = await db
+      .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
+      .from(jobRuns)
+      .where(and(eq(jobRuns.job, entry.job), lt(jobRuns.gestart, at)))
+      .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+      .limit(1);
+    const okRuns = (await db
+      .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd })
+      .from(jobRuns)
+      .where(and(eq(jobRuns.job, entry.job), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, at)))
+      .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+      .limit(USUAL_DURATION_RUNS)) as ScheduledJobRuns["okRuns"];
+    out.push({ job: entry.job, cron: entry.cron, due, lastRun: lastRun ?? null, okRuns });
+  }
+  return out;
+}
+
+/** pg_database_size of this database; walBytes 0 (see the top of this file). */
+export async function databaseSizePg(store: PgStore): Promise<DailyReport["database"]> {
+  const [{ bytes }] = (await store.sql`SELECT pg_database_size(current_database())::float8 AS bytes`) as [{ bytes: number }];
+  return databaseSection(bytes, 0);
+}
+
+export async function readDailyInputsPg(store: PgStore, config: Config, now: Date): Promise<DailyInputs> {
+  const [backup, logins, verification, anchor, jobs, database] = await Promise.all([
+    newestBackupPg(store.db),
+    loginCountsPg(store.db, now),
+    verificationCountsPg(store.db),
+    anchorRecordsPg(store.db),
+    scheduledJobRunsPg(store.db, now, config),
+    databaseSizePg(store),
+  ]);
+  return { backup, logins, verification, anchor, jobs, database };
+}
+
+/** The whole daily report at `now` on PostgreSQL: buildDailyReport's counterpart. */
+export async function buildDailyReportPg(store: PgStore, config: Config, now: Date): Promise<DailyReport> {
+  return dailyReport(await readDailyInputsPg(store, config, now), config, now);
+}
