@@ -1,10 +1,11 @@
 // The write API's routes: POST /api/audit, POST /api/inlogpogingen, PUT /api/tenants/{id}
 // and PUT /api/tenants/{id}/beheerders. The gate (src/http/auth.ts) lets only APP_SECRET
 // through, before any of the body is read; here the body is read with its cap and
-// schema, checked, and written in one transaction (writeTransaction, src/db.ts) that never
-// blocks the event loop. The work itself is in src/ingest/.
+// schema, checked, and written in one transaction: on SQLite through writeTransaction
+// (src/db.ts), which never blocks the event loop, on PostgreSQL through src/pg/ingest.ts.
+// The work itself, and every rule of it, is in src/ingest/.
 import { ValidationError, type Elysia, type TSchema } from "elysia";
-import { onSqlite, type Deps } from "../deps.ts";
+import type { Deps } from "../deps.ts";
 import { AuditBatch, AuditBatchResult, MAX_BATCH_BYTES, prepareAuditBatch, storeAuditBatch } from "../ingest/audit.ts";
 import { countRejected, type IngestCounters, type IngestKind } from "../ingest/counters.ts";
 import { LoginAttemptBatch, LoginAttemptResult, MAX_ATTEMPTS_BYTES, prepareLoginAttempts, storeLoginAttempts } from "../ingest/login-attempts.ts";
@@ -19,6 +20,7 @@ import {
   TenantResult,
 } from "../ingest/tenants.ts";
 import { isBusy, writeTransaction } from "../db.ts";
+import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttemptsPg } from "../pg/ingest.ts";
 import { Refusal } from "../ingest/refusal.ts";
 import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
@@ -95,7 +97,6 @@ function detail(e: Endpoint<TSchema>) {
 }
 
 export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, counters: IngestCounters): void {
-  const onStore = () => onSqlite(deps, "De schrijf-API").store;
   const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>) => Promise<Response>) => {
     const shown = e.path.replace(":id", "{id}");
     const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`);
@@ -132,8 +133,8 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body) => {
       const prepared = prepareAuditBatch(body, deps.clock());
-      const { sqlite } = onStore();
-      const result = await writeTransaction(sqlite, () => storeAuditBatch(sqlite, prepared));
+      const { store } = deps;
+      const result = store.kind === "pg" ? await storeAuditBatchPg(store, prepared) : await writeTransaction(store.sqlite, () => storeAuditBatch(store.sqlite, prepared));
       counters.stored.audit += result.opgeslagen;
       counters.replayed += result.alBekend;
       return json(200, result);
@@ -154,8 +155,8 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body) => {
       const rows = prepareLoginAttempts(body, deps.clock());
-      const { sqlite } = onStore();
-      const result = await writeTransaction(sqlite, () => storeLoginAttempts(sqlite, rows));
+      const { store } = deps;
+      const result = store.kind === "pg" ? await storeLoginAttemptsPg(store, rows) : await writeTransaction(store.sqlite, () => storeLoginAttempts(store.sqlite, rows));
       counters.stored.inlogpogingen += result.opgeslagen;
       return json(200, result);
     },
@@ -177,8 +178,8 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     async (body, params) => {
       const id = tenantIdOf(params.id!);
       const now = deps.clock();
-      const { sqlite, db } = onStore();
-      const result = await writeTransaction(sqlite, () => putTenant(db, id, body, now));
+      const { store } = deps;
+      const result = store.kind === "pg" ? await putTenantPg(store, id, body, now) : await writeTransaction(store.sqlite, () => putTenant(store.db, id, body, now));
       return json(result.nieuw ? 201 : 200, result);
     },
   );
@@ -198,8 +199,8 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body, params) => {
       const id = tenantIdOf(params.id!);
-      const { sqlite, db } = onStore();
-      return json(200, await writeTransaction(sqlite, () => putAdministrators(db, id, body)));
+      const { store } = deps;
+      return json(200, store.kind === "pg" ? await putAdministratorsPg(store, id, body) : await writeTransaction(store.sqlite, () => putAdministrators(store.db, id, body)));
     },
   );
 }

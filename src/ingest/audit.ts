@@ -3,10 +3,12 @@
 // nachtwacht does, as for every other writer (src/audit/chain.ts appendEntries). An
 // entry with a `sleutel` is stored once per tenant: a retried batch gets the same
 // receipts, other content under a used sleutel is refused (409), and nothing of a
-// refused batch is stored.
+// refused batch is stored. These rules are decided here for both stores
+// (planAuditBatch, completeAuditBatch); PostgreSQL's reads and writes are in
+// src/pg/ingest.ts.
 import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
-import { appendEntries, canonicalJson, sha256Hex, type ChainInput } from "../audit/chain.ts";
+import { appendEntries, canonicalJson, sha256Hex, type AppendedEntry, type ChainInput } from "../audit/chain.ts";
 import { dateTime, integer } from "../jobs/schema.ts";
 import { Refusal } from "./refusal.ts";
 
@@ -99,7 +101,7 @@ function depthOf(value: unknown): number {
 }
 
 /** An entry as it will be chained, with its idempotency key and the hash of its content as sent. */
-interface Prepared {
+export interface Prepared {
   entry: ChainInput;
   sleutel: string | undefined;
   content: string;
@@ -125,25 +127,63 @@ export function prepareAuditBatch(batch: AuditBatch, now: Date): Prepared[] {
   });
 }
 
-/** Refuses the batch (422) when it names a tenant that does not exist. */
-export function requireTenants(sqlite: Database, tenantIds: Iterable<number>, field: (tenantId: number) => string): void {
-  const exists = sqlite.query("SELECT 1 FROM tenants WHERE id = ?");
+/**
+ * Refuses the request (422) at the first of `tenantIds` for which `exists` is false;
+ * `field` names where the request gave it. Both stores ask their own database.
+ */
+export function refuseUnknownTenants(tenantIds: Iterable<number>, exists: (tenantId: number) => boolean, field: (tenantId: number) => string): void {
   for (const id of new Set(tenantIds)) {
-    if (exists.get(id) === null) {
-      throw new Refusal(422, `Onbekende tenant in ${field(id)}: ${id} bestaat niet (PUT /api/tenants/${id} maakt hem aan).`);
-    }
+    if (!exists(id)) throw new Refusal(422, `Onbekende tenant in ${field(id)}: ${id} bestaat niet (PUT /api/tenants/${id} maakt hem aan).`);
   }
 }
 
+/** Whether a tenant exists, asked of the SQLite database (refuseUnknownTenants). */
+export function tenantExists(sqlite: Database): (tenantId: number) => boolean {
+  const exists = sqlite.query("SELECT 1 FROM tenants WHERE id = ?");
+  return (id) => exists.get(id) !== null;
+}
+
+/** The tenants a prepared batch names, in batch order. */
+export const batchTenants = (prepared: readonly Prepared[]): number[] => prepared.map((p) => p.entry.tenantId);
+
+/** Refuses the batch (422) at its first entry whose tenant `exists` denies, naming that entry. */
+export function refuseUnknownBatchTenants(prepared: readonly Prepared[], exists: (tenantId: number) => boolean): void {
+  refuseUnknownTenants(batchTenants(prepared), exists, (id) => `entries[${prepared.findIndex((p) => p.entry.tenantId === id)}].tenantId`);
+}
+
+/** An idempotency key as audit_sleutels holds it: the content first stored under it, and that entry's receipt. */
+export interface StoredKey {
+  inhoud: string;
+  seq: number;
+  id: number;
+  hash: string;
+}
+
+/** The audit_sleutels row of an appended entry with a sleutel. */
+export interface KeyRow extends StoredKey {
+  tenantId: number;
+  sleutel: string;
+}
+
+/** What a batch comes to, decided against the keys already stored (planAuditBatch). */
+export interface AuditPlan {
+  /** Indexes in `prepared` of the entries to append, in batch order. */
+  fresh: number[];
+  /** Per entry: its receipt when its sleutel was already stored; the others are filled in once appended. */
+  receipts: (Receipt | undefined)[];
+  /** An entry with the (tenant, sleutel) of an earlier fresh entry of this batch, and that entry's index. */
+  repeats: [index: number, first: number][];
+}
+
 /**
- * Stores a prepared batch; runs inside the write transaction (writeTransaction, src/db.ts), so a
- * Refusal stores nothing. Entries whose sleutel is already stored with the same content
- * are answered from that row; with other content the batch is refused (409). The same
- * sleutel twice in one batch counts as a retry of the first.
+ * Decides, for both stores, which entries of a batch are stored now. `storedKey` answers
+ * from audit_sleutels as it is inside the write transaction, after the writers of those
+ * tenants are shut out (SQLite: the write lock; PostgreSQL: the tenants' chain locks).
+ * Entries whose sleutel is stored with the same content are answered from that row; with
+ * other content the batch is refused (409). The same sleutel twice in one batch counts as
+ * a retry of the first.
  */
-export function storeAuditBatch(sqlite: Database, prepared: readonly Prepared[]): AuditBatchResult {
-  requireTenants(sqlite, prepared.map((p) => p.entry.tenantId), (id) => `entries[${prepared.findIndex((p) => p.entry.tenantId === id)}].tenantId`);
-  const stored = sqlite.query("SELECT inhoud, seq, id, hash FROM audit_sleutels WHERE tenant_id = ? AND sleutel = ?");
+export function planAuditBatch(prepared: readonly Prepared[], storedKey: (tenantId: number, sleutel: string) => StoredKey | undefined): AuditPlan {
   const receipts: (Receipt | undefined)[] = new Array(prepared.length);
   /** Index in `prepared` of the first entry with a (tenant, sleutel) in this batch. */
   const firstInBatch = new Map<string, number>();
@@ -154,7 +194,7 @@ export function storeAuditBatch(sqlite: Database, prepared: readonly Prepared[])
       fresh.push(i);
       continue;
     }
-    const row = stored.get(p.entry.tenantId, p.sleutel) as { inhoud: string; seq: number; id: number; hash: string } | null;
+    const row = storedKey(p.entry.tenantId, p.sleutel);
     const first = firstInBatch.get(`${p.entry.tenantId}\u0000${p.sleutel}`);
     const earlier = row?.inhoud ?? (first === undefined ? undefined : prepared[first]!.content);
     if (earlier !== undefined && earlier !== p.content) {
@@ -167,14 +207,40 @@ export function storeAuditBatch(sqlite: Database, prepared: readonly Prepared[])
       fresh.push(i);
     }
   }
-  const appended = appendEntries(sqlite, fresh.map((i) => prepared[i]!.entry));
-  const remember = sqlite.query("INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) VALUES (?, ?, ?, ?, ?, ?)");
-  for (const [k, i] of fresh.entries()) {
+  return { fresh, receipts, repeats };
+}
+
+/** The entries a plan appends, in batch order. */
+export const freshEntries = (prepared: readonly Prepared[], plan: AuditPlan): ChainInput[] => plan.fresh.map((i) => prepared[i]!.entry);
+
+/**
+ * The answer to a planned batch once its fresh entries are appended (`appended` in the
+ * order of plan.fresh), and the keys to remember for them.
+ */
+export function completeAuditBatch(prepared: readonly Prepared[], plan: AuditPlan, appended: readonly AppendedEntry[]): { result: AuditBatchResult; keys: KeyRow[] } {
+  const receipts = [...plan.receipts];
+  const keys: KeyRow[] = [];
+  for (const [k, i] of plan.fresh.entries()) {
     const a = appended[k]!;
     receipts[i] = { tenantId: a.tenantId, seq: a.seq, id: a.id, hash: a.hash };
     const p = prepared[i]!;
-    if (p.sleutel !== undefined) remember.run(a.tenantId, p.sleutel, p.content, a.seq, a.id, a.hash);
+    if (p.sleutel !== undefined) keys.push({ tenantId: a.tenantId, sleutel: p.sleutel, inhoud: p.content, seq: a.seq, id: a.id, hash: a.hash });
   }
-  for (const [i, first] of repeats) receipts[i] = receipts[first];
-  return { opgeslagen: fresh.length, alBekend: prepared.length - fresh.length, ontvangstbewijzen: receipts as Receipt[] };
+  for (const [i, first] of plan.repeats) receipts[i] = receipts[first];
+  return { result: { opgeslagen: plan.fresh.length, alBekend: prepared.length - plan.fresh.length, ontvangstbewijzen: receipts as Receipt[] }, keys };
+}
+
+/**
+ * Stores a prepared batch on SQLite; runs inside the write transaction (writeTransaction,
+ * src/db.ts), so a Refusal stores nothing. The PostgreSQL counterpart is storeAuditBatchPg
+ * (src/pg/ingest.ts).
+ */
+export function storeAuditBatch(sqlite: Database, prepared: readonly Prepared[]): AuditBatchResult {
+  refuseUnknownBatchTenants(prepared, tenantExists(sqlite));
+  const stored = sqlite.query("SELECT inhoud, seq, id, hash FROM audit_sleutels WHERE tenant_id = ? AND sleutel = ?");
+  const plan = planAuditBatch(prepared, (tenantId, sleutel) => (stored.get(tenantId, sleutel) as StoredKey | null) ?? undefined);
+  const { result, keys } = completeAuditBatch(prepared, plan, appendEntries(sqlite, freshEntries(prepared, plan)));
+  const remember = sqlite.query("INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) VALUES (?, ?, ?, ?, ?, ?)");
+  for (const k of keys) remember.run(k.tenantId, k.sleutel, k.inhoud, k.seq, k.id, k.hash);
+  return result;
 }

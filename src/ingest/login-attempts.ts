@@ -1,10 +1,11 @@
 // POST /api/inlogpogingen: a batch of login attempts (the BeveiligingsLog) from the host
 // application, stored in one transaction; beveiligingslog-analyse reads them and
-// beveiligingslog-retentie deletes them after their retention period.
+// beveiligingslog-retentie deletes them after their retention period. On PostgreSQL:
+// storeLoginAttemptsPg (src/pg/ingest.ts).
 import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
 import { integer, nullable } from "../jobs/schema.ts";
-import { MAX_BATCH_ENTRIES, Moment, requireTenants, storedMoment, TenantId } from "./audit.ts";
+import { MAX_BATCH_ENTRIES, Moment, refuseUnknownTenants, storedMoment, tenantExists, TenantId } from "./audit.ts";
 
 /** The request body's limit: 256 KiB (a thousand attempts fit in about 150 KiB). */
 export const MAX_ATTEMPTS_BYTES = 256 * 1024;
@@ -33,19 +34,36 @@ export const LoginAttemptResult = t.Object({
 });
 export type LoginAttemptResult = Static<typeof LoginAttemptResult>;
 
+/** A login attempt as stored; `gelukt` as each store writes a boolean. */
+export interface AttemptRow {
+  tijdstip: string;
+  account: string;
+  ip: string;
+  gelukt: boolean;
+  reden: string | null;
+  tenantId: number | null;
+}
+
 /** The rows as stored; checks that need no database (Refusal 400 naming the field). */
-export function prepareLoginAttempts(batch: LoginAttemptBatch, now: Date) {
+export function prepareLoginAttempts(batch: LoginAttemptBatch, now: Date): AttemptRow[] {
   return batch.pogingen.map((p, i) => {
     const tijdstip = storedMoment(p.tijdstip, now, `pogingen[${i}].tijdstip`);
-    return { tijdstip, account: p.account, ip: p.ip, gelukt: p.gelukt ? 1 : 0, reden: p.reden ?? null, tenantId: p.tenantId ?? null };
+    return { tijdstip, account: p.account, ip: p.ip, gelukt: p.gelukt, reden: p.reden ?? null, tenantId: p.tenantId ?? null };
   });
 }
 
-/** Stores the attempts; runs inside the write transaction, so an unknown tenant (422) stores nothing. */
-export function storeLoginAttempts(sqlite: Database, rows: ReturnType<typeof prepareLoginAttempts>): LoginAttemptResult {
-  const tenantIds = rows.flatMap((r) => (r.tenantId === null ? [] : [r.tenantId]));
-  requireTenants(sqlite, tenantIds, (id) => `pogingen[${rows.findIndex((r) => r.tenantId === id)}].tenantId`);
+/** The tenants the attempts name (an attempt may name none), in batch order. */
+export const attemptTenants = (rows: readonly AttemptRow[]): number[] => rows.flatMap((r) => (r.tenantId === null ? [] : [r.tenantId]));
+
+/** Refuses the batch (422) at its first attempt whose tenant `exists` denies, naming that attempt. */
+export function refuseUnknownAttemptTenants(rows: readonly AttemptRow[], exists: (tenantId: number) => boolean): void {
+  refuseUnknownTenants(attemptTenants(rows), exists, (id) => `pogingen[${rows.findIndex((r) => r.tenantId === id)}].tenantId`);
+}
+
+/** Stores the attempts on SQLite; runs inside the write transaction, so an unknown tenant (422) stores nothing. */
+export function storeLoginAttempts(sqlite: Database, rows: readonly AttemptRow[]): LoginAttemptResult {
+  refuseUnknownAttemptTenants(rows, tenantExists(sqlite));
   const insert = sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, reden, tenant_id) VALUES (?, ?, ?, ?, ?, ?) RETURNING id");
-  const ids = rows.map((r) => (insert.get(r.tijdstip, r.account, r.ip, r.gelukt, r.reden, r.tenantId) as { id: number }).id);
+  const ids = rows.map((r) => (insert.get(r.tijdstip, r.account, r.ip, r.gelukt ? 1 : 0, r.reden, r.tenantId) as { id: number }).id);
   return { opgeslagen: ids.length, ids };
 }

@@ -1,6 +1,8 @@
 // PUT /api/tenants/{id} and PUT /api/tenants/{id}/beheerders: the host application keeps
 // nachtwacht's list of tenants and their administrators (the weekly report's recipients)
-// current, without access to the database. Drizzle's builder: a few rows per call.
+// current, without access to the database. Drizzle's builder: a few rows per call. What
+// a call changes is decided here for both stores (newTenant, administratorChanges); the
+// PostgreSQL reads and writes are in src/pg/ingest.ts.
 import { eq } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { administrators, tenants } from "../../db/schema.ts";
@@ -58,27 +60,43 @@ export const AdministratorsResult = t.Object({
 });
 export type AdministratorsResult = Static<typeof AdministratorsResult>;
 
-/** Creates or updates a tenant; runs inside the write transaction. */
+/** The row of a tenant seen for the first time: created now. */
+export const newTenant = (tenantId: number, input: TenantInput, now: Date) => ({ id: tenantId, naam: input.naam, actief: input.actief, aangemaakt: now.toISOString() });
+
+/** The answer: naam and actief as given, aangemaakt as stored (an update keeps it). */
+export const tenantResult = (tenantId: number, input: TenantInput, aangemaakt: string, nieuw: boolean): TenantResult => ({ tenantId, ...input, aangemaakt, nieuw });
+
+/** Creates or updates a tenant on SQLite; runs inside the write transaction. */
 export function putTenant(db: Db, tenantId: number, input: TenantInput, now: Date): TenantResult {
   const existing = db.select({ aangemaakt: tenants.aangemaakt }).from(tenants).where(eq(tenants.id, tenantId)).get();
   if (existing) {
     db.update(tenants).set({ naam: input.naam, actief: input.actief }).where(eq(tenants.id, tenantId)).run();
-    return { tenantId, ...input, aangemaakt: existing.aangemaakt, nieuw: false };
+    return tenantResult(tenantId, input, existing.aangemaakt, false);
   }
-  const aangemaakt = now.toISOString();
-  db.insert(tenants).values({ id: tenantId, naam: input.naam, actief: input.actief, aangemaakt }).run();
-  return { tenantId, ...input, aangemaakt, nieuw: true };
+  const row = newTenant(tenantId, input, now);
+  db.insert(tenants).values(row).run();
+  return tenantResult(tenantId, input, row.aangemaakt, true);
+}
+
+/** PUT …/beheerders for a tenant nachtwacht does not know (404). */
+export const unknownTenant = (tenantId: number) => new Refusal(404, `Onbekende tenant ${tenantId}: maak hem eerst aan met PUT /api/tenants/${tenantId}.`);
+
+type AdministratorValues = Static<typeof AdministratorInput>;
+
+/** What a PUT of the list changes, in this order: each listed address updated or added, then rows set inactive. */
+export interface AdministratorChanges {
+  /** Per listed address, in list order: the id of the row it updates, or null to add one. */
+  steps: { update: number | null; values: AdministratorValues }[];
+  deactivate: number[];
 }
 
 /**
- * Makes the tenant's administrators the given list, matched by e-mail address
- * (case-insensitive): known ones are updated, new ones added, the rest set inactive.
- * Runs inside the write transaction; an unknown tenant is 404, a duplicate address 400.
+ * Makes the tenant's administrators (`rows`, by id) the given list, matched by e-mail
+ * address (case-insensitive): known ones are updated, new ones added, the rest set
+ * inactive (never deleted: the weekly report's deliveries refer to them). A duplicate
+ * address in the list is 400.
  */
-export function putAdministrators(db: Db, tenantId: number, input: AdministratorList): AdministratorsResult {
-  if (db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, tenantId)).get() === undefined) {
-    throw new Refusal(404, `Onbekende tenant ${tenantId}: maak hem eerst aan met PUT /api/tenants/${tenantId}.`);
-  }
+export function administratorChanges(rows: readonly { id: number; email: string }[], input: AdministratorList): AdministratorChanges {
   const listed = new Map<string, number>();
   for (const [i, b] of input.beheerders.entries()) {
     const key = b.email.toLowerCase();
@@ -86,20 +104,27 @@ export function putAdministrators(db: Db, tenantId: number, input: Administrator
     if (first !== undefined) throw new Refusal(400, `Veld beheerders[${i}].email komt al voor in beheerders[${first}].`);
     listed.set(key, i);
   }
-  const ofTenant = () => db.select().from(administrators).where(eq(administrators.tenantId, tenantId)).orderBy(administrators.id).all();
-  const rows = ofTenant();
   // One row per address is updated (the first); rows the host application wrote directly
   // may differ only in case, and those others are set inactive like any row not listed.
   const known = new Map<string, number>();
   for (const a of rows) if (!known.has(a.email.toLowerCase())) known.set(a.email.toLowerCase(), a.id);
-  for (const b of input.beheerders) {
-    const id = known.get(b.email.toLowerCase());
-    if (id !== undefined) db.update(administrators).set(b).where(eq(administrators.id, id)).run();
-    else db.insert(administrators).values({ tenantId, ...b }).run();
+  const steps = input.beheerders.map((values) => ({ update: known.get(values.email.toLowerCase()) ?? null, values }));
+  const deactivate = rows.filter((a) => !listed.has(a.email.toLowerCase()) || known.get(a.email.toLowerCase()) !== a.id).map((a) => a.id);
+  return { steps, deactivate };
+}
+
+/**
+ * PUT /api/tenants/{id}/beheerders on SQLite (administratorChanges); runs inside the
+ * write transaction. An unknown tenant is 404, a duplicate address 400.
+ */
+export function putAdministrators(db: Db, tenantId: number, input: AdministratorList): AdministratorsResult {
+  if (db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, tenantId)).get() === undefined) throw unknownTenant(tenantId);
+  const ofTenant = () => db.select().from(administrators).where(eq(administrators.tenantId, tenantId)).orderBy(administrators.id).all();
+  const changes = administratorChanges(ofTenant(), input);
+  for (const s of changes.steps) {
+    if (s.update !== null) db.update(administrators).set(s.values).where(eq(administrators.id, s.update)).run();
+    else db.insert(administrators).values({ tenantId, ...s.values }).run();
   }
-  for (const a of rows) {
-    const email = a.email.toLowerCase();
-    if (!listed.has(email) || known.get(email) !== a.id) db.update(administrators).set({ actief: false }).where(eq(administrators.id, a.id)).run();
-  }
+  for (const id of changes.deactivate) db.update(administrators).set({ actief: false }).where(eq(administrators.id, id)).run();
   return { tenantId, beheerders: ofTenant().map(({ id, naam, email, actief }) => ({ id, naam, email, actief })) };
 }

@@ -1,0 +1,148 @@
+// The write API on PostgreSQL: POST /api/audit, POST /api/inlogpogingen, PUT
+// /api/tenants/{id} and PUT /api/tenants/{id}/beheerders, each call one transaction
+// with the same answers as on SQLite. What a call stores and what it refuses is decided
+// in src/ingest/ (planAuditBatch, administratorChanges, …) for both stores; only the
+// reads and writes are here.
+//
+// SQLite lets one writer in at a time; PostgreSQL runs these calls side by side, in this
+// process and in others on the same database. Where a call reads what it then writes on,
+// it first takes the lock that makes that read final: the tenants' chain locks before
+// audit_sleutels is read, the tenant's row before its administrators are.
+import type { SQL } from "bun";
+import {
+  batchTenants,
+  completeAuditBatch,
+  freshEntries,
+  planAuditBatch,
+  refuseUnknownBatchTenants,
+  type AuditBatchResult,
+  type Prepared,
+  type StoredKey,
+} from "../ingest/audit.ts";
+import { attemptTenants, refuseUnknownAttemptTenants, type AttemptRow, type LoginAttemptResult } from "../ingest/login-attempts.ts";
+import {
+  administratorChanges,
+  newTenant,
+  tenantResult,
+  unknownTenant,
+  type AdministratorList,
+  type AdministratorsResult,
+  type TenantInput,
+  type TenantResult,
+} from "../ingest/tenants.ts";
+import { appendEntriesPg, CHAIN_LOCK } from "./chain.ts";
+import type { PgStore } from "./store.ts";
+
+/**
+ * Whatever the server's default: every statement after a lock then reads a fresh
+ * snapshot, which holds what the lock's previous holder committed.
+ */
+const READ_COMMITTED = "ISOLATION LEVEL READ COMMITTED";
+
+/** Rows per INSERT: 6 columns × 1,000 stays far below PostgreSQL's 65,535 parameters. */
+const INSERT_ROWS = 1000;
+
+/** Which of these tenants exist, in one query. */
+async function existingTenants(tx: SQL, tenantIds: readonly number[]): Promise<Set<number>> {
+  if (tenantIds.length === 0) return new Set();
+  const rows: { id: number }[] = await tx`SELECT id FROM tenants WHERE id = ANY(${[...new Set(tenantIds)]}::int[])`;
+  return new Set(rows.map((r) => r.id));
+}
+
+const keyOf = (tenantId: number, sleutel: string) => `${tenantId}:${sleutel}`;
+
+/** The stored keys among the batch's (tenant, sleutel) pairs, in one query. */
+async function storedKeys(tx: SQL, prepared: readonly Prepared[]): Promise<Map<string, StoredKey>> {
+  const wanted = prepared.filter((p) => p.sleutel !== undefined);
+  const found = new Map<string, StoredKey>();
+  if (wanted.length === 0) return found;
+  const rows: { tenant_id: number; sleutel: string; inhoud: string; seq: string; id: string; hash: string }[] = await tx`
+    SELECT k.tenant_id, k.sleutel, k.inhoud, k.seq, k.id, k.hash
+    FROM audit_sleutels AS k
+    JOIN unnest(${wanted.map((p) => p.entry.tenantId)}::int[], ${wanted.map((p) => p.sleutel!)}::text[]) AS w (t, s) ON k.tenant_id = w.t AND k.sleutel = w.s`;
+  for (const r of rows) found.set(keyOf(r.tenant_id, r.sleutel), { inhoud: r.inhoud, seq: Number(r.seq), id: Number(r.id), hash: r.hash });
+  return found;
+}
+
+/**
+ * POST /api/audit (storeAuditBatch on SQLite): a prepared batch in one transaction, so
+ * a Refusal or any error stores nothing.
+ *
+ * Two calls with the same (tenant, sleutel) at the same time must end with one entry:
+ * the check of audit_sleutels and the insert of the key must not have another writer
+ * between them. So every tenant of the batch is locked first, with the chain lock
+ * appendEntriesPg takes (it takes it again, which a lock already held allows at once),
+ * and in the same ascending order, so two batches never wait for each other in a cycle.
+ * The second call then reads the first one's key and answers from it (or 409). The
+ * primary key (tenant_id, sleutel) would refuse a second key all the same.
+ */
+export function storeAuditBatchPg(store: PgStore, prepared: readonly Prepared[]): Promise<AuditBatchResult> {
+  return store.sql.begin(READ_COMMITTED, async (tx) => {
+    const tenantIds = batchTenants(prepared);
+    const existing = await existingTenants(tx, tenantIds);
+    refuseUnknownBatchTenants(prepared, (id) => existing.has(id));
+    const locked = [...new Set(tenantIds)].sort((a, b) => a - b);
+    await tx`SELECT count(pg_advisory_xact_lock(${CHAIN_LOCK}, t)) FROM (SELECT unnest(${locked}::int[]) AS t ORDER BY 1) AS sorted`;
+    const stored = await storedKeys(tx, prepared);
+    const plan = planAuditBatch(prepared, (tenantId, sleutel) => stored.get(keyOf(tenantId, sleutel)));
+    const { result, keys } = completeAuditBatch(prepared, plan, await appendEntriesPg(tx, freshEntries(prepared, plan)));
+    const rows = keys.map((k) => ({ tenant_id: k.tenantId, sleutel: k.sleutel, inhoud: k.inhoud, seq: k.seq, id: k.id, hash: k.hash }));
+    for (let i = 0; i < rows.length; i += INSERT_ROWS) await tx`INSERT INTO audit_sleutels ${tx(rows.slice(i, i + INSERT_ROWS))}`;
+    return result;
+  });
+}
+
+/** POST /api/inlogpogingen (storeLoginAttempts on SQLite), in one transaction: an unknown tenant (422) stores nothing. */
+export function storeLoginAttemptsPg(store: PgStore, attempts: readonly AttemptRow[]): Promise<LoginAttemptResult> {
+  return store.sql.begin(READ_COMMITTED, async (tx) => {
+    const existing = await existingTenants(tx, attemptTenants(attempts));
+    refuseUnknownAttemptTenants(attempts, (id) => existing.has(id));
+    // Ids increasing in batch order, as SQLite's inserts one by one give them: taken
+    // from the identity's sequence first, since a multi-row INSERT … RETURNING
+    // promises no order.
+    const idRows: { id: string }[] = await tx`SELECT nextval(pg_get_serial_sequence('login_attempts', 'id')) AS id FROM generate_series(1, ${attempts.length})`;
+    const ids = idRows.map((r) => Number(r.id)).sort((a, b) => a - b);
+    const rows = attempts.map((a, i) => ({ id: ids[i]!, tijdstip: a.tijdstip, account: a.account, ip: a.ip, gelukt: a.gelukt, reden: a.reden, tenant_id: a.tenantId }));
+    for (let i = 0; i < rows.length; i += INSERT_ROWS) await tx`INSERT INTO login_attempts ${tx(rows.slice(i, i + INSERT_ROWS))}`;
+    return { opgeslagen: ids.length, ids };
+  });
+}
+
+/**
+ * PUT /api/tenants/{id} (putTenant on SQLite). Two first PUTs of one id at the same
+ * time: the second's insert waits for the first's and then does nothing, and it
+ * updates the row instead of failing on the primary key.
+ */
+export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput, now: Date): Promise<TenantResult> {
+  return store.sql.begin(READ_COMMITTED, async (tx) => {
+    const row = newTenant(tenantId, input, now);
+    const [created] = (await tx`INSERT INTO tenants ${tx(row)} ON CONFLICT (id) DO NOTHING RETURNING aangemaakt`) as { aangemaakt: string }[];
+    if (created) return tenantResult(tenantId, input, created.aangemaakt, true);
+    const [updated] = (await tx`UPDATE tenants SET naam = ${input.naam}, actief = ${input.actief} WHERE id = ${tenantId} RETURNING aangemaakt`) as { aangemaakt: string }[];
+    return tenantResult(tenantId, input, updated!.aangemaakt, false);
+  });
+}
+
+/**
+ * PUT /api/tenants/{id}/beheerders (putAdministrators on SQLite; administratorChanges
+ * decides). The tenant's row is locked first, so two lists for one tenant at the same
+ * time are applied one after the other instead of both adding the same address. NO KEY
+ * UPDATE: audit appends, whose foreign key takes KEY SHARE on that row, go on meanwhile.
+ */
+export function putAdministratorsPg(store: PgStore, tenantId: number, input: AdministratorList): Promise<AdministratorsResult> {
+  return store.sql.begin(READ_COMMITTED, async (tx) => {
+    const [tenant] = await tx`SELECT id FROM tenants WHERE id = ${tenantId} FOR NO KEY UPDATE`;
+    if (!tenant) throw unknownTenant(tenantId);
+    const ofTenant = async () =>
+      ((await tx`SELECT id, naam, email, actief FROM administrators WHERE tenant_id = ${tenantId} ORDER BY id`) as { id: number; naam: string; email: string; actief: boolean }[]).map(
+        ({ id, naam, email, actief }) => ({ id, naam, email, actief }),
+      );
+    const changes = administratorChanges(await ofTenant(), input);
+    for (const { update, values: b } of changes.steps) {
+      if (update !== null) await tx`UPDATE administrators SET naam = ${b.naam}, email = ${b.email}, actief = ${b.actief} WHERE id = ${update}`;
+      else await tx`INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (${tenantId}, ${b.naam}, ${b.email}, ${b.actief})`;
+    }
+    if (changes.deactivate.length > 0) await tx`UPDATE administrators SET actief = false WHERE id = ANY(${changes.deactivate}::int[])`;
+    return { tenantId, beheerders: await ofTenant() };
+  });
+}

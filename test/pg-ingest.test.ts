@@ -1,0 +1,454 @@
+// The write API on PostgreSQL (src/pg/ingest.ts) against a real server (test/pg.ts):
+// the scenarios of test/ingest-api.test.ts — who may write, receipts, retries stored
+// once, 409 / 422 / 400 / 404 storing nothing, tenants and administrators, login
+// attempts — with the same answers as on SQLite, chains that verify, and what SQLite's
+// single writer gave for free: concurrent requests (in this process and from two REAL
+// processes) with the same sleutels store each entry once, give every caller the same
+// receipt, and never fork a chain.
+import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { join } from "node:path";
+import { rowHash, type EntryRow } from "../src/audit/chain.ts";
+import { verifyTenantChainPg } from "../src/pg/chain.ts";
+import { BUN, ROOT } from "./binary.ts";
+import { call, makePgTestEnv, makeTestEnv, NOW, SECRET, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { APP_SECRET, auditEntry as entry } from "./ingest-fixtures.ts";
+import { startCluster, type TestCluster } from "./pg.ts";
+
+setDefaultTimeout(120_000);
+
+const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
+
+let cluster: TestCluster;
+let env: PgTestEnv | undefined;
+let sqliteEnv: TestEnv | undefined;
+beforeAll(async () => {
+  cluster = await startCluster();
+});
+afterEach(async () => {
+  await env?.cleanup();
+  await sqliteEnv?.cleanup();
+  env = sqliteEnv = undefined;
+});
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+async function pgEnv(): Promise<PgTestEnv> {
+  env = await makePgTestEnv(cluster, { APP_SECRET });
+  return env;
+}
+
+type App = { handle(r: Request): Promise<Response> };
+const sendTo = (app: App, path: string, body: unknown, o: { token?: string | null; method?: string } = {}) =>
+  call(app, path, { token: o.token === undefined ? APP_SECRET : o.token, method: o.method ?? "POST", body: typeof body === "string" ? body : JSON.stringify(body) });
+const send = (path: string, body: unknown, o: { token?: string | null; method?: string } = {}) => sendTo(env!.app, path, body, o);
+
+/** Creates tenant `id` through the API. */
+async function tenant(id: number, naam = `Tenant ${id}`): Promise<number> {
+  expect((await send(`/api/tenants/${id}`, { naam, actief: true }, { method: "PUT" })).status).toBe(201);
+  return id;
+}
+
+const count = async (table: string) => Number(((await env!.store.sql.unsafe(`SELECT count(*) AS n FROM ${table}`)) as { n: string }[])[0]!.n);
+const stored = async (tenantId: number): Promise<EntryRow[]> =>
+  ((await env!.store.sql`SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq`) as EntryRow[]).map((r) => ({
+    ...r,
+    seq: Number(r.seq),
+    id: Number(r.id),
+  }));
+const verified = (tenantId: number) => verifyTenantChainPg(env!.store.sql, tenantId, { checkpoint: null, verifiers: [] });
+
+/** One valid request per write-API endpoint, for a database with tenant 1. */
+const INGEST = [
+  { path: "/api/audit", method: "POST", body: { entries: [entry(1, 0)] } },
+  { path: "/api/inlogpogingen", method: "POST", body: { pogingen: [{ account: "a@example.nl", ip: "192.0.2.1", gelukt: false }] } },
+  { path: "/api/tenants/1", method: "PUT", body: { naam: "Eén", actief: true } },
+  { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] } },
+] as const;
+
+describe("the write API on PostgreSQL", () => {
+  test("APP_SECRET writes on every endpoint; CRON_SECRET 403, wrong or no token 401, and nothing stored when refused", async () => {
+    await pgEnv();
+    await tenant(1, "Eerst");
+    for (const e of INGEST) {
+      for (const [token, status] of [
+        [null, 401],
+        [WRONG, 401],
+        [SECRET, 403],
+      ] as const) {
+        const r = await send(e.path, e.body, { token, method: e.method });
+        expect({ path: e.path, token, status: r.status }).toEqual({ path: e.path, token, status });
+        expect(r.json.error).toBeString();
+      }
+    }
+    expect((await count("audit_entries")) + (await count("login_attempts")) + (await count("administrators"))).toBe(0);
+    for (const e of INGEST) expect((await send(e.path, e.body, { method: e.method })).status).toBe(200);
+    expect([await count("audit_entries"), await count("login_attempts"), await count("administrators")]).toEqual([1, 1, 1]);
+    expect(await env!.store.sql`SELECT naam FROM tenants WHERE id = 1`).toEqual([{ naam: "Eén" }]);
+  });
+
+  test("receipts: seq and hash per tenant in batch order; the stored rows hash to them, link up and verify", async () => {
+    await pgEnv();
+    const a = await tenant(1, "A");
+    const b = await tenant(2, "B");
+    const r1 = await send("/api/audit", { entries: [entry(a, 0), entry(b, 1), entry(a, 2)] });
+    expect(r1.status).toBe(200);
+    expect([r1.json.opgeslagen, r1.json.alBekend]).toEqual([3, 0]);
+    expect(r1.json.ontvangstbewijzen.map((x: { tenantId: number; seq: number }) => [x.tenantId, x.seq])).toEqual([
+      [a, 1],
+      [b, 1],
+      [a, 2],
+    ]);
+    const r2 = await send("/api/audit", { entries: [entry(a, 3)] });
+    expect(r2.json.ontvangstbewijzen[0].seq).toBe(3);
+    const rows = await stored(a);
+    expect(rows.map((r) => r.seq)).toEqual([1, 2, 3]);
+    for (const r of rows) expect(rowHash(a, r)).toBe(r.hash);
+    expect(rows[1]!.prev_hash).toBe(rows[0]!.hash);
+    expect([r1.json.ontvangstbewijzen[0], r1.json.ontvangstbewijzen[2], r2.json.ontvangstbewijzen[0]]).toEqual(rows.map((r) => ({ tenantId: a, seq: r.seq, id: r.id, hash: r.hash })));
+    expect(rows[0]!.details).toBe('{"i":0,"nested":{"a":1,"b":2}}');
+    expect(rows[0]!.created_at).toBe(NOW.toISOString());
+    expect(await verified(a)).toEqual({ intact: true, aantalEntries: 3 });
+    expect(await verified(b)).toEqual({ intact: true, aantalEntries: 1 });
+  });
+
+  test("a retried batch with sleutels gets the same receipts and stores nothing twice; a sleutel is per tenant", async () => {
+    await pgEnv();
+    const a = await tenant(1);
+    const batch = { entries: [entry(a, 0, { sleutel: "k0" }), entry(a, 1, { sleutel: "k1" }), entry(a, 2)] };
+    const first = await send("/api/audit", batch);
+    expect(first.status).toBe(200);
+    env!.setNow(new Date(NOW.getTime() + 5000));
+    const retry = await send("/api/audit", { entries: batch.entries.slice(0, 2) });
+    expect(retry.status).toBe(200);
+    expect(retry.json).toEqual({ opgeslagen: 0, alBekend: 2, ontvangstbewijzen: first.json.ontvangstbewijzen.slice(0, 2) });
+    expect(await count("audit_entries")).toBe(3);
+    const mixed = await send("/api/audit", { entries: [entry(a, 1, { sleutel: "k1" }), entry(a, 4, { sleutel: "k4" })] });
+    expect(mixed.json.opgeslagen).toBe(1);
+    expect(mixed.json.ontvangstbewijzen[0]).toEqual(first.json.ontvangstbewijzen[1]);
+    expect(mixed.json.ontvangstbewijzen[1].seq).toBe(4);
+    const twice = await send("/api/audit", { entries: [entry(a, 5, { sleutel: "k5" }), entry(a, 5, { sleutel: "k5" })] });
+    expect([twice.json.opgeslagen, twice.json.alBekend]).toEqual([1, 1]);
+    expect(twice.json.ontvangstbewijzen[0]).toEqual(twice.json.ontvangstbewijzen[1]);
+    const b = await tenant(2, "B");
+    expect((await send("/api/audit", { entries: [entry(b, 0, { sleutel: "k0" })] })).json.opgeslagen).toBe(1);
+    expect([await count("audit_entries"), await count("audit_sleutels")]).toEqual([6, 5]);
+    // Sleutels with the characters an array literal or a pair key could trip over.
+    const odd = ['a,b', 'q"x', "{}", "back\\slash", "NULL", "1:2", " "];
+    const sent = await send("/api/audit", { entries: odd.map((s, i) => entry(a, 10 + i, { sleutel: s })) });
+    expect(sent.json.opgeslagen).toBe(odd.length);
+    const again = await send("/api/audit", { entries: odd.map((s, i) => entry(a, 10 + i, { sleutel: s })) });
+    expect(again.json).toEqual({ opgeslagen: 0, alBekend: odd.length, ontvangstbewijzen: sent.json.ontvangstbewijzen });
+    expect(await verified(a)).toEqual({ intact: true, aantalEntries: 5 + odd.length });
+  });
+
+  test("the same sleutel with other content is 409 naming it and the entry, and nothing of that batch is stored", async () => {
+    await pgEnv();
+    const a = await tenant(1);
+    await send("/api/audit", { entries: [entry(a, 0, { sleutel: "factuur-17" })] });
+    for (const changed of [{ subject: "dossier/9" }, { details: { i: 1 } }, { tijdstip: "2026-07-23T11:00:00.000Z" }, { actor: "iemand" }]) {
+      const r = await send("/api/audit", { entries: [entry(a, 5), entry(a, 0, { sleutel: "factuur-17", ...changed })] });
+      expect(r.status).toBe(409);
+      expect(r.json.error).toBe('Sleutel "factuur-17" (entries[1]) is voor tenant 1 al gebruikt voor een andere entry; niets van deze batch is opgeslagen.');
+    }
+    const within = await send("/api/audit", { entries: [entry(a, 7, { sleutel: "x" }), entry(a, 8, { sleutel: "x" })] });
+    expect(within.status).toBe(409);
+    expect(within.json.error).toContain("entries[1]");
+    expect([await count("audit_entries"), await count("audit_sleutels")]).toEqual([1, 1]);
+  });
+
+  test("an unknown tenant is 422 naming the field and the id; nothing stored", async () => {
+    await pgEnv();
+    const a = await tenant(1);
+    const r = await send("/api/audit", { entries: [entry(a, 0), entry(a, 1), entry(4242, 2)] });
+    expect(r.status).toBe(422);
+    expect(r.json.error).toBe("Onbekende tenant in entries[2].tenantId: 4242 bestaat niet (PUT /api/tenants/4242 maakt hem aan).");
+    expect(await count("audit_entries")).toBe(0);
+  });
+
+  test("an invalid field is 400 naming the entry and the field; nothing stored", async () => {
+    await pgEnv();
+    const a = await tenant(1);
+    const cases: [Record<string, unknown>, string][] = [
+      [{ tenantId: "1" }, "entries[1].tenantId"],
+      [{ actor: "" }, "entries[1].actor"],
+      [{ details: [1, 2] }, "entries[1].details"],
+      [{ details: { big: "x".repeat(70 * 1024) } }, "entries[1].details"],
+      [{ details: JSON.parse('{"a":'.repeat(40) + "1" + "}".repeat(40)) }, "entries[1].details"],
+      [{ tijdstip: "2026-02-30T12:00:00Z" }, "entries[1].tijdstip"],
+      [{ tijdstip: new Date(NOW.getTime() + 61_000).toISOString() }, "entries[1].tijdstip"],
+      [{ sleutel: "" }, "entries[1].sleutel"],
+      [{ detials: {} }, "entries[1].detials"],
+    ];
+    for (const [change, field] of cases) {
+      const r = await send("/api/audit", { entries: [entry(a, 0), { ...entry(a, 1), ...change }] });
+      expect({ change: Object.keys(change)[0], status: r.status }).toEqual({ change: Object.keys(change)[0], status: 400 });
+      expect(r.json.error).toContain(field);
+    }
+    expect(await count("audit_entries")).toBe(0);
+  });
+
+  test("login attempts: a batch stored with its ids in order; an unknown tenant is 422 and an invalid field 400, storing nothing", async () => {
+    await pgEnv();
+    const a = await tenant(1);
+    const ok = await send("/api/inlogpogingen", {
+      pogingen: [
+        { account: "a@example.nl", ip: "192.0.2.1", gelukt: false, reden: "wachtwoord", tenantId: a, tijdstip: "2026-07-23T11:59:00Z" },
+        { account: "b@example.nl", ip: "2001:db8::1", gelukt: true },
+      ],
+    });
+    expect(ok.status).toBe(200);
+    expect(ok.json.opgeslagen).toBe(2);
+    const rows = await env!.store.sql`SELECT id, tijdstip, account, ip, gelukt, reden, tenant_id FROM login_attempts ORDER BY id`;
+    expect(rows.map((r: { id: string }) => Number(r.id))).toEqual(ok.json.ids);
+    expect(ok.json.ids[1]).toBeGreaterThan(ok.json.ids[0]);
+    expect(rows.map(({ id, ...r }: { id: string }) => r)).toEqual([
+      { tijdstip: "2026-07-23T11:59:00.000Z", account: "a@example.nl", ip: "192.0.2.1", gelukt: false, reden: "wachtwoord", tenant_id: a },
+      { tijdstip: NOW.toISOString(), account: "b@example.nl", ip: "2001:db8::1", gelukt: true, reden: null, tenant_id: null },
+    ]);
+    const unknown = await send("/api/inlogpogingen", { pogingen: [{ account: "c", ip: "192.0.2.3", gelukt: false }, { account: "d", ip: "192.0.2.4", gelukt: false, tenantId: 99 }] });
+    expect(unknown.status).toBe(422);
+    expect(unknown.json.error).toContain("pogingen[1].tenantId");
+    const future = await send("/api/inlogpogingen", { pogingen: [{ account: "c", ip: "192.0.2.3", gelukt: false, tijdstip: new Date(NOW.getTime() + 120_000).toISOString() }] });
+    expect(future.status).toBe(400);
+    expect(future.json.error).toContain("pogingen[0].tijdstip");
+    expect(await count("login_attempts")).toBe(2);
+  });
+
+  test("tenants are created (201) and updated (200); administrators replaced by e-mail; unknown tenant 404, duplicate address 400", async () => {
+    await pgEnv();
+    const c = await send("/api/tenants/7", { naam: "Zeven", actief: true }, { method: "PUT" });
+    expect([c.status, c.json]).toEqual([201, { tenantId: 7, naam: "Zeven", actief: true, aangemaakt: NOW.toISOString(), nieuw: true }]);
+    env!.setNow(new Date(NOW.getTime() + 60_000));
+    const u = await send("/api/tenants/7", { naam: "Zeven BV", actief: false }, { method: "PUT" });
+    expect([u.status, u.json]).toEqual([200, { tenantId: 7, naam: "Zeven BV", actief: false, aangemaakt: NOW.toISOString(), nieuw: false }]);
+    const first = await send("/api/tenants/7/beheerders", { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }, { naam: "Bob", email: "bob@example.nl", actief: true }] }, { method: "PUT" });
+    expect(first.status).toBe(200);
+    const ids = Object.fromEntries(first.json.beheerders.map((b: { email: string; id: number }) => [b.email, b.id]));
+    const second = await send("/api/tenants/7/beheerders", { beheerders: [{ naam: "Ans de Vries", email: "ANS@example.nl", actief: true }, { naam: "Cees", email: "cees@example.nl", actief: true }] }, { method: "PUT" });
+    expect(second.json).toEqual({
+      tenantId: 7,
+      beheerders: [
+        { id: ids["ans@example.nl"], naam: "Ans de Vries", email: "ANS@example.nl", actief: true },
+        { id: ids["bob@example.nl"], naam: "Bob", email: "bob@example.nl", actief: false },
+        { id: expect.any(Number), naam: "Cees", email: "cees@example.nl", actief: true },
+      ],
+    });
+    const dup = await send("/api/tenants/7/beheerders", { beheerders: [{ naam: "A", email: "x@example.nl", actief: true }, { naam: "B", email: "X@example.nl", actief: true }] }, { method: "PUT" });
+    expect([dup.status, dup.json.error]).toEqual([400, "Veld beheerders[1].email komt al voor in beheerders[0]."]);
+    const unknown = await send("/api/tenants/4/beheerders", { beheerders: [] }, { method: "PUT" });
+    expect([unknown.status, unknown.json.error]).toEqual([404, "Onbekende tenant 4: maak hem eerst aan met PUT /api/tenants/4."]);
+    // Rows written directly that differ only in case: one is kept up to date, the other set inactive.
+    await env!.store.sql`INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (7, 'Dubbel', 'ans@EXAMPLE.nl', true)`;
+    const again = await send("/api/tenants/7/beheerders", { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] }, { method: "PUT" });
+    expect(again.json.beheerders.filter((b: { actief: boolean }) => b.actief).map((b: { id: number }) => b.id)).toEqual([ids["ans@example.nl"]]);
+    expect([await count("tenants"), await count("administrators")]).toEqual([1, 4]);
+  });
+
+  test("a PostgreSQL error mid-batch answers as SQLite's unexpected errors do (500, alarm) and rolls back what the batch appended", async () => {
+    // The same failure on both stores: the key of sleutel "boem" cannot be stored, after
+    // the batch's entries were appended in the same transaction.
+    sqliteEnv = makeTestEnv({ APP_SECRET });
+    sqliteEnv.store.sqlite.run("INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (1, 'A', 1, '2026-01-01T00:00:00.000Z')");
+    sqliteEnv.store.sqlite.run("CREATE TRIGGER boem BEFORE INSERT ON audit_sleutels WHEN NEW.sleutel = 'boem' BEGIN SELECT RAISE(ABORT, 'boem'); END");
+    await pgEnv();
+    await tenant(1);
+    await env!.store.sql`ALTER TABLE audit_sleutels ADD CONSTRAINT boem CHECK (sleutel <> 'boem')`;
+    const batch = { entries: [entry(1, 0), entry(1, 1, { sleutel: "boem" })] };
+    const onSqlite = await sendTo(sqliteEnv.app, "/api/audit", batch);
+    const onPg = await send("/api/audit", batch);
+    expect([onPg.status, onPg.json]).toEqual([onSqlite.status, onSqlite.json]);
+    expect([onPg.status, onPg.json]).toEqual([500, { error: "Interne fout; de fout is gemeld." }]);
+    expect(env!.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);
+    expect(await count("audit_entries")).toBe(0);
+    // The chain goes on from genesis: nothing of the failed batch is in it.
+    expect((await send("/api/audit", { entries: [entry(1, 2)] })).json.ontvangstbewijzen[0].seq).toBe(1);
+  });
+
+  test("one scenario answers exactly the same on SQLite and on PostgreSQL, refusals included", async () => {
+    sqliteEnv = makeTestEnv({ APP_SECRET });
+    await pgEnv();
+    const later = new Date(NOW.getTime() + 5000);
+    const steps: { path: string; body: unknown; method?: string; at?: Date }[] = [
+      { path: "/api/tenants/1", method: "PUT", body: { naam: "A", actief: true } },
+      { path: "/api/tenants/2", method: "PUT", body: { naam: "B", actief: true } },
+      { path: "/api/tenants/1", method: "PUT", body: { naam: "A BV", actief: false } },
+      { path: "/api/audit", body: { entries: [entry(1, 0, { sleutel: "s0" }), entry(2, 1, { sleutel: "s0" }), entry(1, 2), entry(2, 3, { sleutel: "s3" })] } },
+      { path: "/api/audit", at: later, body: { entries: [entry(2, 3, { sleutel: "s3" }), entry(1, 0, { sleutel: "s0" }), entry(1, 4, { sleutel: "s4" }), entry(1, 4, { sleutel: "s4" })] } },
+      { path: "/api/audit", body: { entries: [entry(1, 5), entry(1, 6, { sleutel: "s0" })] } },
+      { path: "/api/audit", body: { entries: [entry(1, 7, { sleutel: "d" }), entry(1, 8, { sleutel: "d" })] } },
+      { path: "/api/audit", body: { entries: [entry(1, 9), entry(3, 9)] } },
+      { path: "/api/audit", body: { entries: [entry(1, 9, { tijdstip: "2026-07-23T12:01:01Z" })] } },
+      { path: "/api/audit", body: { entries: [entry(2, 10, { tijdstip: "2026-07-23T14:00:00+02:00", sleutel: "s10" }), entry(1, 11)] } },
+      { path: "/api/inlogpogingen", body: { pogingen: [{ account: "a", ip: "192.0.2.1", gelukt: false, tenantId: 1 }, { account: "b", ip: "::1", gelukt: true }] } },
+      { path: "/api/inlogpogingen", body: { pogingen: [{ account: "c", ip: "192.0.2.1", gelukt: false, tenantId: 9 }] } },
+      { path: "/api/inlogpogingen", body: { pogingen: [{ account: "d", ip: "192.0.2.2", gelukt: false, reden: "wachtwoord" }] } },
+      { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }, { naam: "Bob", email: "bob@example.nl", actief: true }] } },
+      { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "Bob B", email: "BOB@example.nl", actief: false }, { naam: "Cees", email: "cees@example.nl", actief: true }] } },
+      { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "X", email: "x@example.nl", actief: true }, { naam: "Y", email: "X@example.nl", actief: true }] } },
+      { path: "/api/tenants/3/beheerders", method: "PUT", body: { beheerders: [] } },
+    ];
+    const answers = async (app: App, setNow: (d: Date) => void) => {
+      const out: { step: number; status: number; json: unknown }[] = [];
+      for (const [step, s] of steps.entries()) {
+        setNow(s.at ?? NOW);
+        const r = await sendTo(app, s.path, s.body, { method: s.method });
+        out.push({ step, status: r.status, json: r.json });
+      }
+      return out;
+    };
+    const onSqlite = await answers(sqliteEnv.app, sqliteEnv.setNow);
+    const onPg = await answers(env!.app, env!.setNow);
+    expect(onPg).toEqual(onSqlite);
+    // The scenario did reach every kind of answer.
+    expect(onPg.map((a) => a.status)).toEqual([201, 201, 200, 200, 200, 409, 409, 422, 400, 200, 200, 422, 200, 200, 200, 400, 404]);
+  });
+});
+
+describe("concurrent writers on PostgreSQL", () => {
+  test("40 concurrent requests with overlapping sleutels on two tenants: one entry per sleutel, every caller the same receipt, chains without gaps that verify", async () => {
+    await pgEnv();
+    const [a, b] = [await tenant(1), await tenant(2)];
+    const POOL = 24;
+    const REQUESTS = 40;
+    const at = "2026-07-23T11:00:00Z";
+    const keyed = (t: number, k: number) => entry(t, k, { sleutel: `k${k}`, tijdstip: at });
+    const batches = Array.from({ length: REQUESTS }, (_, i) => {
+      const ks = [0, 1, 2, 3].map((j) => (i * 5 + j) % POOL);
+      // Half the requests name tenant b first: the lock order must not depend on it.
+      const tenants = i % 2 === 0 ? [a, b] : [b, a];
+      return { entries: [...tenants.flatMap((t) => ks.map((k) => keyed(t, k))), entry(a, 1000 + i)] };
+    });
+    const results = await Promise.all(batches.map((body) => send("/api/audit", body)));
+    expect(results.map((r) => r.status)).toEqual(batches.map(() => 200));
+
+    const receiptOf = new Map<string, unknown>();
+    const differing: string[] = [];
+    for (const [i, r] of results.entries()) {
+      for (const [j, e] of batches[i]!.entries.entries()) {
+        if (!("sleutel" in e)) continue;
+        const key = `${e.tenantId}/${e.sleutel}`;
+        const receipt = r.json.ontvangstbewijzen[j];
+        if (!receiptOf.has(key)) receiptOf.set(key, receipt);
+        else if (JSON.stringify(receiptOf.get(key)) !== JSON.stringify(receipt)) differing.push(key);
+      }
+    }
+    expect(differing).toEqual([]);
+    const used = new Set(batches.flatMap((x) => x.entries.filter((e) => "sleutel" in e).map((e) => `${e.tenantId}/${(e as { sleutel: string }).sleutel}`)));
+    expect(used.size).toBe(2 * POOL);
+    // Each entry stored once: the sleutels used, plus each request's own entry.
+    expect(results.reduce((n, r) => n + r.json.opgeslagen, 0)).toBe(used.size + REQUESTS);
+    expect([await count("audit_entries"), await count("audit_sleutels")]).toEqual([used.size + REQUESTS, used.size]);
+    const keys = (await env!.store.sql`SELECT tenant_id, sleutel, seq, id, hash FROM audit_sleutels`) as { tenant_id: number; sleutel: string; seq: string; id: string; hash: string }[];
+    for (const k of keys) expect(receiptOf.get(`${k.tenant_id}/${k.sleutel}`)).toEqual({ tenantId: k.tenant_id, seq: Number(k.seq), id: Number(k.id), hash: k.hash });
+    for (const t of [a, b]) {
+      const rows = await stored(t);
+      expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
+      expect(await verified(t)).toEqual({ intact: true, aantalEntries: rows.length });
+    }
+  });
+
+  test("the same sleutel at the same time: identical content stores once and answers all alike; other content stores one and is 409 for the rest", async () => {
+    await pgEnv();
+    const a = await tenant(1);
+    const same = await Promise.all(Array.from({ length: 12 }, () => send("/api/audit", { entries: [entry(a, 0, { sleutel: "zelfde", tijdstip: "2026-07-23T11:00:00Z" })] })));
+    expect(same.map((r) => r.status)).toEqual(same.map(() => 200));
+    expect(same.map((r) => r.json.opgeslagen).sort()).toEqual([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    expect(new Set(same.map((r) => JSON.stringify(r.json.ontvangstbewijzen))).size).toBe(1);
+
+    const other = await Promise.all(Array.from({ length: 12 }, (_, i) => send("/api/audit", { entries: [entry(a, 100 + i, { sleutel: "anders" })] })));
+    const won = other.filter((r) => r.status === 200);
+    expect(won.length).toBe(1);
+    expect(won[0]!.json.opgeslagen).toBe(1);
+    for (const r of other.filter((x) => x.status !== 200)) {
+      expect(r.status).toBe(409);
+      expect(r.json.error).toContain('"anders"');
+    }
+    expect(await count("audit_entries")).toBe(2);
+    expect(await verified(a)).toEqual({ intact: true, aantalEntries: 2 });
+  });
+
+  test("concurrent PUTs of one new tenant: one 201, the rest 200, one row; concurrent administrator lists: no address twice", async () => {
+    await pgEnv();
+    const puts = await Promise.all(Array.from({ length: 8 }, (_, i) => send("/api/tenants/50", { naam: `Vijftig ${i}`, actief: true }, { method: "PUT" })));
+    expect(puts.map((r) => r.status).sort()).toEqual([200, 200, 200, 200, 200, 200, 200, 201]);
+    expect(await count("tenants")).toBe(1);
+    const list = { beheerders: ["ans", "bob", "cees"].map((n) => ({ naam: n, email: `${n}@example.nl`, actief: true })) };
+    const lists = await Promise.all(Array.from({ length: 8 }, () => send("/api/tenants/50/beheerders", list, { method: "PUT" })));
+    expect(lists.map((r) => r.status)).toEqual(lists.map(() => 200));
+    expect(new Set(lists.map((r) => JSON.stringify(r.json))).size).toBe(1);
+    expect(await count("administrators")).toBe(3);
+  });
+
+  test("two processes appending batches with the same sleutels to two tenants: each entry once, both got the same receipts, the chains verify", async () => {
+    await pgEnv();
+    for (const t of [1, 2]) await tenant(t);
+    const ROUNDS = 60;
+    const BARRIER = 0x696e6773; // a key of this test's own, outside nachtwacht's (src/pg/store.ts)
+    const gate = await env!.store.sql.reserve();
+    let writers: Writer[] = [];
+    try {
+      await gate`SELECT pg_advisory_lock(${BARRIER}::bigint)`;
+      writers = ["a", "b"].map((label) => startWriter(env!.url, label, ROUNDS, BARRIER));
+      await until("both writers to be ready", () => {
+        for (const w of writers) if (w.proc.exitCode !== null) throw new Error(`a writer exited early (${w.proc.exitCode}): ${w.stderr()}`);
+        return writers.every((w) => w.stdout().startsWith("ready\n"));
+      });
+    } finally {
+      await gate`SELECT pg_advisory_unlock(${BARRIER}::bigint)`;
+      gate.release();
+    }
+    const codes = await Promise.all(writers.map((w) => w.proc.exited));
+    expect({ codes, stderr: writers.map((w) => w.stderr()) }).toEqual({ codes: [0, 0], stderr: ["", ""] });
+    const [ra, rb] = writers.map((w) => JSON.parse(w.stdout().trim().split("\n").at(-1)!) as { stored: number; known: number; receipts: Record<string, unknown> });
+    // Sleutels k0 … k(ROUNDS+1) on both tenants, each sent by both processes.
+    const distinct = 2 * (ROUNDS + 2);
+    expect(Object.keys(ra!.receipts).sort()).toEqual(Object.keys(rb!.receipts).sort());
+    expect(Object.keys(ra!.receipts).length).toBe(distinct);
+    expect(ra!.receipts).toEqual(rb!.receipts);
+    expect(ra!.stored + rb!.stored).toBe(distinct + 2 * ROUNDS);
+    expect([await count("audit_entries"), await count("audit_sleutels")]).toEqual([distinct + 2 * ROUNDS, distinct]);
+    for (const t of [1, 2]) {
+      const rows = await stored(t);
+      expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
+      expect(await verified(t)).toEqual({ intact: true, aantalEntries: rows.length });
+    }
+  });
+});
+
+// ---------------------------------------------------------------- two real processes
+
+interface Writer {
+  proc: ReturnType<typeof Bun.spawn>;
+  stdout(): string;
+  stderr(): string;
+}
+
+function collect(stream: ReadableStream<Uint8Array>): () => string {
+  let text = "";
+  const decoder = new TextDecoder();
+  const reader = stream.getReader();
+  void (async () => {
+    for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value, { stream: true });
+  })();
+  return () => text;
+}
+
+function startWriter(url: string, label: string, rounds: number, barrier: number): Writer {
+  const proc = Bun.spawn([BUN, join(ROOT, "test", "fixtures", "pg-ingest-writer.ts")], {
+    cwd: ROOT,
+    env: { ...process.env, INGEST_PG_URL: url, INGEST_LABEL: label, INGEST_ROUNDS: String(rounds), INGEST_BARRIER: String(barrier) },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  return { proc, stdout: collect(proc.stdout as ReadableStream<Uint8Array>), stderr: collect(proc.stderr as ReadableStream<Uint8Array>) };
+}
+
+/** Polls `check` until it holds; throws after `ms`. Never a fixed sleep as synchronisation. */
+async function until(what: string, check: () => boolean, ms = 30_000): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!check()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(5);
+  }
+}
