@@ -12,13 +12,17 @@
 import { count, max, sql } from "drizzle-orm";
 import { Elysia } from "elysia";
 import { auditVerificationState } from "../../db/schema.ts";
-import { onSqlite, type Deps } from "../deps.ts";
+import type { Store } from "../db.ts";
+import type { Deps } from "../deps.ts";
 import type { IngestCounters, IngestKind } from "../ingest/counters.ts";
 import type { Outcome } from "../job-runs.ts";
-import { backupOverdue, newestBackup } from "../jobs/backup-controle.ts";
+import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
+import type { JobContext } from "../jobs/job.ts";
 import { log } from "../logger.ts";
+import { auditSummaryPg, jobStatusesPg, newestBackupPg } from "../pg/status.ts";
+import type { PgStore } from "../pg/store.ts";
 import type { RunningJobs } from "../running-jobs.ts";
-import { jobStatuses } from "../schedule-due.ts";
+import { jobStatuses, type JobStatus } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { bearerChecker, unauthorized } from "./auth.ts";
 import { ErrorBody, json } from "./errors.ts";
@@ -89,19 +93,30 @@ export interface MetricsSnapshot {
   counters: IngestCounters;
 }
 
-/** Reads the state behind the metrics: per job 1 + 2 indexed lookups, the job leases (a row per running job), and three single-row queries. */
-export function collectMetrics(sources: MetricsSources, now: Date): MetricsSnapshot {
+/**
+ * Reads the state behind the metrics: per job an indexed lookup, the job leases (a row
+ * per running job), and three single-row queries. On SQLite every read runs before the
+ * first await: bun:sqlite is synchronous.
+ */
+export async function collectMetrics(sources: MetricsSources, now: Date): Promise<MetricsSnapshot> {
   const { deps, running, counters } = sources;
   const runningJobs = running.names();
   let database: DatabaseMetrics | null = null;
   try {
-    database = readDatabase(deps, now, new Set(runningJobs), running);
+    // taken-controle's rule, grace and view of this process (jobStatuses): "overdue" here
+    // is its `gemist`, so a job alive in this process or under another process's lease
+    // (job_leases) is not overdue, and a run whose end is kept in memory counts as it ended.
+    const graceMs = deps.config.takenMargeMinuten * 60_000;
+    const context = jobContext(running);
+    const { store } = deps;
+    const reads = store.kind === "pg" ? await readDatabasePg(store, now, graceMs, context) : readDatabase(store, now, graceMs, context);
+    database = databaseMetrics(reads, now, new Set(runningJobs), deps.config.backupMaxUren);
   } catch (e) {
-    // A database error (busy, locked, unreadable): a scrape every few seconds must not
-    // raise an alarm each time; `nachtwacht_database_up 0` says it. Anything else is a bug.
-    const code = (e as { code?: unknown } | null)?.code;
-    if (typeof code !== "string" || !code.startsWith("SQLITE_")) throw e;
-    log("warn", "/metrics could not read the database", { error: e instanceof Error ? e.message : String(e), code });
+    // A database error (busy, locked, unreadable, unreachable): a scrape every few seconds
+    // must not raise an alarm each time; `nachtwacht_database_up 0` says it. Anything else is a bug.
+    const cause = databaseError(e);
+    if (cause === undefined) throw e;
+    log("warn", "/metrics could not read the database", { error: cause.message, code: cause.code });
   }
   return {
     now,
@@ -114,13 +129,46 @@ export function collectMetrics(sources: MetricsSources, now: Date): MetricsSnaps
   };
 }
 
-function readDatabase(deps: Deps, now: Date, runningHere: Set<JobName>, guard: RunningJobs): DatabaseMetrics {
-  const { db } = onSqlite(deps, "/metrics").store;
-  // taken-controle's rule, grace and view of this process (jobStatuses): "overdue" here
-  // is its `gemist`, so a job alive in this process or under another process's lease
-  // (job_leases) is not overdue, and a run whose end is kept in memory counts as it ended.
-  const statuses = jobStatuses(db, now, deps.config.takenMargeMinuten * 60_000, jobContext(guard));
-  const jobs = statuses.map(({ job, cron, run, status }): JobMetrics => ({
+/**
+ * The database's own error in `e`: SQLite's (a SQLITE_* code) or PostgreSQL's (Bun's
+ * PostgresError, also for a connection that failed), which Drizzle hands on as the
+ * cause of its DrizzleQueryError. Undefined for anything else.
+ */
+function databaseError(e: unknown): { message: string; code: unknown } | undefined {
+  for (const candidate of [e, (e as { cause?: unknown } | null)?.cause]) {
+    const err = candidate as { code?: unknown; name?: unknown; message?: unknown } | null | undefined;
+    const code = err?.code;
+    if ((typeof code === "string" && code.startsWith("SQLITE_")) || err?.name === "PostgresError") return { message: String(err?.message), code };
+  }
+  return undefined;
+}
+
+/** What the metrics read from the database, on either store. */
+interface DatabaseReads {
+  statuses: JobStatus[];
+  /** audit_verification_state: one row per tenant, never audit_entries. */
+  audit: { checked: number; broken: number; last: string | null };
+  backup: NewestBackup | null;
+}
+
+function readDatabase(store: Store, now: Date, graceMs: number, context: JobContext): DatabaseReads {
+  const { db } = store;
+  const s = auditVerificationState;
+  const audit = db
+    .select({ checked: count(), broken: sql<number>`coalesce(sum(${s.intact} = 0), 0)`, last: max(s.gecontroleerd) })
+    .from(s)
+    .get()!;
+  return { statuses: jobStatuses(db, now, graceMs, context), audit: { ...audit, broken: Number(audit.broken) }, backup: newestBackup(db) };
+}
+
+async function readDatabasePg(store: PgStore, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
+  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, now, graceMs, context), auditSummaryPg(store.db), newestBackupPg(store.db)]);
+  return { statuses, audit, backup };
+}
+
+/** The metrics of the reads, whichever store they came from. */
+function databaseMetrics(reads: DatabaseReads, now: Date, runningHere: Set<JobName>, backupMaxUren: number): DatabaseMetrics {
+  const jobs = reads.statuses.map(({ job, cron, run, status }): JobMetrics => ({
     job,
     lastStart: run ? new Date(run.gestart) : null,
     lastEnd: run?.beeindigd ? new Date(run.beeindigd) : null,
@@ -129,23 +177,16 @@ function readDatabase(deps: Deps, now: Date, runningHere: Set<JobName>, guard: R
     scheduled: cron !== null,
     overdue: status === "gemist",
   }));
-
-  // One row per tenant, never audit_entries.
-  const s = auditVerificationState;
-  const audit = db
-    .select({ checked: count(), broken: sql<number>`coalesce(sum(${s.intact} = 0), 0)`, last: max(s.gecontroleerd) })
-    .from(s)
-    .get()!;
-
-  const b = newestBackup(db);
+  const { audit } = reads;
+  const b = reads.backup;
   const received = b ? new Date(b.ontvangen) : null;
   return {
     jobs,
-    audit: { checked: audit.checked, broken: Number(audit.broken), lastVerification: audit.last ? new Date(audit.last) : null },
+    audit: { checked: audit.checked, broken: audit.broken, lastVerification: audit.last ? new Date(audit.last) : null },
     backup: {
       received,
       succeeded: b?.gelukt ?? false,
-      overdue: received === null || backupOverdue(now.getTime() - received.getTime(), deps.config.backupMaxUren),
+      overdue: received === null || backupOverdue(now.getTime() - received.getTime(), backupMaxUren),
     },
   };
 }
@@ -353,11 +394,11 @@ export function metricsRoute(sources: MetricsSources) {
   const access = metricsAccess({ metrics: deps.config.metricsSecret, cron: deps.config.cronSecret, app: deps.config.appSecret });
   return new Elysia({ name: "nachtwacht-metrics" }).get(
     METRICS_PATH,
-    ({ request, server }) => {
+    async ({ request, server }) => {
       // The socket's peer address, never a header: X-Forwarded-For is whatever the client wrote.
       const a = access(server?.requestIP(request)?.address, request.headers);
       if (!a.allowed) return a.status === 401 ? unauthorized() : json(403, { error: a.error });
-      return new Response(renderMetrics(collectMetrics(sources, deps.clock())), {
+      return new Response(renderMetrics(await collectMetrics(sources, deps.clock())), {
         headers: { "content-type": METRICS_CONTENT_TYPE, "cache-control": "no-store" },
       });
     },

@@ -4,8 +4,9 @@
 import { desc } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { backupStatuses } from "../../db/schema.ts";
-import type { Db, Store } from "../db.ts";
-import { onSqlite, type Deps } from "../deps.ts";
+import type { Db } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { newestBackupPg } from "../pg/status.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
@@ -47,7 +48,7 @@ export function backupOverdue(ageMs: number, maxUren: number): boolean {
   return ageMs >= maxUren * 3_600_000;
 }
 
-/** The newest status backup-status received, read here and by the daily report. */
+/** The newest status backup-status received, read here and by the daily report (newestBackupPg on PostgreSQL). */
 export function newestBackup(db: Db): NewestBackup | null {
   const b = backupStatuses;
   return (
@@ -60,9 +61,10 @@ export function newestBackup(db: Db): NewestBackup | null {
   );
 }
 
-export async function runBackupControle(deps: Deps<Store>, now: Date): Promise<JobResult<BackupControleBody>> {
+export async function runBackupControle(deps: Deps, now: Date): Promise<JobResult<BackupControleBody>> {
   const maxUren = deps.config.backupMaxUren;
-  const laatsteBackup = newestBackup(deps.store.db);
+  const { store } = deps;
+  const laatsteBackup = store.kind === "pg" ? await newestBackupPg(store.db) : newestBackup(store.db);
   const ageMs = laatsteBackup ? now.getTime() - new Date(laatsteBackup.ontvangen).getTime() : null;
   const leeftijdUren = ageMs === null ? null : Math.round(ageMs / 360_000) / 10;
 
@@ -102,7 +104,7 @@ export const backupControleJob = defineJob({
   description:
     "200 wanneer de nieuwste BackupStatus geslaagd is en jonger dan BACKUP_MAX_UREN. Anders 409 met `reden` " +
     "(`geen-backup`, `mislukt`, `te-oud`), de nieuwste status en haar leeftijd in uren, en een alarm (`type` = `backup-missing`).",
-  run: (deps, now) => runBackupControle(onSqlite(deps, "backup-controle"), now),
+  run: (deps, now) => runBackupControle(deps, now),
   responses: {
     200: { description: "De nieuwste backup is geslaagd en recent.", schema: BackupControleOk },
     409: { description: "Geen backup, de nieuwste is mislukt of te oud; alarm verstuurd.", schema: BackupControleAfwijking },

@@ -7,8 +7,8 @@
 // long; a 400 would lose exactly the report that matters.
 import { t, type Static } from "elysia";
 import { backupStatuses } from "../../db/schema.ts";
-import { onSqlite, type Deps } from "../deps.ts";
-import type { Store } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { recordBackupStatusPg } from "../pg/status.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable } from "./schema.ts";
 
@@ -43,7 +43,7 @@ function cut(s: string | null | undefined, max: number): string | null {
   return s.length > max ? s.slice(0, max - 1) + "…" : s;
 }
 
-export async function runBackupStatus(deps: Deps<Store>, now: Date, input: BackupReport): Promise<JobResult<BackupStatusBody>> {
+export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport): Promise<JobResult<BackupStatusBody>> {
   const report = {
     exitCode: input.exitCode,
     bestandsnaam: cut(input.bestandsnaam, MAX_BESTANDSNAAM),
@@ -51,10 +51,10 @@ export async function runBackupStatus(deps: Deps<Store>, now: Date, input: Backu
     foutmelding: cut(input.foutmelding, MAX_FOUTMELDING),
   };
   const gelukt = report.exitCode === 0;
-  deps.store.db
-    .insert(backupStatuses)
-    .values({ ontvangen: now.toISOString(), ...report, gelukt, bron: "host-cron" })
-    .run();
+  const row = { ontvangen: now.toISOString(), ...report, gelukt, bron: "host-cron" };
+  const { store } = deps;
+  if (store.kind === "pg") await recordBackupStatusPg(store.db, row);
+  else store.db.insert(backupStatuses).values(row).run();
   if (!gelukt) {
     const melding = report.foutmelding?.trim();
     await deps.alarms.raise({
@@ -75,7 +75,7 @@ export const backupStatusJob = defineJob<BackupReport>({
     "Optionele velden mogen ontbreken of null zijn; `bestandsnaam` wordt ingekort tot 1024 en `foutmelding` tot 8192 tekens. " +
     "Opgeslagen met ontvangsttijd en bron `host-cron`. exitCode ≠ 0 geeft een alarm (`backup-failure`).",
   input: { schema: BackupReport, maxBytes: MAX_BODY_BYTES },
-  run: (deps, now, input) => runBackupStatus(onSqlite(deps, "backup-status"), now, input),
+  run: (deps, now, input) => runBackupStatus(deps, now, input),
   responses: {
     200: { description: "Opgeslagen.", schema: BackupStatusBody },
   },

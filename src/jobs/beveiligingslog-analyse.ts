@@ -4,11 +4,12 @@
 // "A threshold is passed" when the count reaches it: with a threshold of 20, the
 // 20th failure from one address raises the alarm (count >= threshold). That reads
 // the setting as "20 failures an hour is already too many".
-import { and, count, desc, gte, lte, sql } from "drizzle-orm";
+import { and, count, desc, gte, lte, sql, type Column, type SQL } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { loginAttempts } from "../../db/schema.ts";
-import type { Db, Store } from "../db.ts";
-import { onSqlite, type Deps } from "../deps.ts";
+import type { Db } from "../db.ts";
+import type { AnyStore, Deps } from "../deps.ts";
+import { offendersPg } from "../pg/status.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
 
@@ -36,6 +37,36 @@ export const BeveiligingslogAnalyseBody = t.Object({
 });
 export type BeveiligingslogAnalyseBody = Static<typeof BeveiligingslogAnalyseBody>;
 
+/** The columns of login_attempts the offender rule reads, on either store's schema. */
+export interface LoginAttemptColumns {
+  tijdstip: Column;
+}
+
+/**
+ * Who is an offender, once for both stores (offenderQuery here, offenderQueryPg in
+ * src/pg/status.ts): failed attempts in the window, grouped per IP address or account,
+ * counted, and kept when the count reaches the threshold. Each store adds its own term
+ * for "failed" (its partial index's literal) and for byte order of the value.
+ */
+export const offenderRule = {
+  /** The last hour, [now − 1 h, now], inclusive at both ends. */
+  window(now: Date): { van: string; tot: string } {
+    return { van: new Date(now.getTime() - WINDOW_MS).toISOString(), tot: now.toISOString() };
+  },
+  /** `failed`: the store's term for a failed attempt, the one its partial index is defined by. */
+  inWindow: (c: LoginAttemptColumns, failed: SQL, van: string, tot: string) => and(failed, gte(c.tijdstip, van), lte(c.tijdstip, tot)),
+  /** count >= threshold: the 20th failure with a threshold of 20 is the alarm. */
+  reaches: (threshold: number) => gte(count(), threshold),
+};
+
+/** One offender as both stores' queries return it: most attempts first, then the value in byte order. */
+export interface OffenderRow {
+  waarde: string;
+  aantal: number;
+  eerste: string;
+  laatste: string;
+}
+
 /**
  * Failed attempts in [van, tot] per IP address or per account, those at or over the
  * threshold, most first. `gelukt = 0` (a literal, the index's own term) and the range
@@ -57,28 +88,25 @@ export function offenderQuery(db: Db, column: "ip" | "account", van: string, tot
       laatste: sql`max(${a.tijdstip})`.mapWith(a.tijdstip),
     })
     .from(a)
-    .where(and(sql`${a.gelukt} = 0`, gte(a.tijdstip, van), lte(a.tijdstip, tot)))
+    .where(offenderRule.inWindow(a, sql`${a.gelukt} = 0`, van, tot))
     .groupBy(waarde)
-    .having(gte(count(), threshold))
+    .having(offenderRule.reaches(threshold))
+    // BINARY, SQLite's default collation: byte order
     .orderBy(desc(aantal), waarde);
 }
 
-function offenders(db: Db, soort: "ip" | "account", van: string, tot: string, threshold: number): Verdacht[] {
-  return offenderQuery(db, soort, van, tot, threshold)
-    .all()
-    .map((r) => ({ soort, ...r }));
+async function offenders(store: AnyStore, soort: "ip" | "account", van: string, tot: string, threshold: number): Promise<OffenderRow[]> {
+  return store.kind === "pg" ? offendersPg(store.db, soort, van, tot, threshold) : offenderQuery(store.db, soort, van, tot, threshold).all();
 }
 
-export async function runBeveiligingslogAnalyse(deps: Deps<Store>, now: Date): Promise<JobResult<BeveiligingslogAnalyseBody>> {
-  const { db } = deps.store;
-  const van = new Date(now.getTime() - WINDOW_MS).toISOString();
-  const tot = now.toISOString();
+export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<JobResult<BeveiligingslogAnalyseBody>> {
+  const { van, tot } = offenderRule.window(now);
   const drempels = { ip: deps.config.inlogDrempelIp, account: deps.config.inlogDrempelAccount };
 
-  const ips = offenders(db, "ip", van, tot, drempels.ip);
-  const accounts = offenders(db, "account", van, tot, drempels.account);
+  const ips = (await offenders(deps.store, "ip", van, tot, drempels.ip)).map((r) => ({ soort: "ip" as const, ...r }));
+  const accounts = (await offenders(deps.store, "account", van, tot, drempels.account)).map((r) => ({ soort: "account" as const, ...r }));
   const aantalVerdacht = { ip: ips.length, account: accounts.length };
-  const verdacht = [...ips.slice(0, MAX_LISTED), ...accounts.slice(0, MAX_LISTED)];
+  const verdacht: Verdacht[] = [...ips.slice(0, MAX_LISTED), ...accounts.slice(0, MAX_LISTED)];
   const body: BeveiligingslogAnalyseBody = { ok: verdacht.length === 0, venster: { van, tot }, drempels, verdacht, aantalVerdacht };
   if (body.ok) return { status: 200, body };
 
@@ -103,7 +131,7 @@ export const beveiligingslogAnalyseJob = defineJob({
     "Telt de mislukte inlogpogingen in [nu − 1 uur, nu] per IP-adres en per account. Een IP-adres of account waarvan het aantal " +
     "de drempel (INLOG_DREMPEL_IP, INLOG_DREMPEL_ACCOUNT) bereikt, is verdacht: 409 met elke overtreder (soort, waarde, aantal, eerste en laatste poging) " +
     "en een alarm (`type` = `login-bruteforce`). Anders 200 met een lege lijst.",
-  run: (deps, now) => runBeveiligingslogAnalyse(onSqlite(deps, "beveiligingslog-analyse"), now),
+  run: (deps, now) => runBeveiligingslogAnalyse(deps, now),
   responses: {
     200: { description: "Niets verdachts in het afgelopen uur.", schema: BeveiligingslogAnalyseBody },
     409: { description: "Een drempel is bereikt; alarm verstuurd.", schema: BeveiligingslogAnalyseBody },

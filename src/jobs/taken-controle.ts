@@ -2,10 +2,11 @@
 // the schedule table (src/schedule.ts) says when it should last have fired and how long
 // a run may take; the job-run history says whether it did, and how its latest run ended;
 // the in-process guard and the leases (src/job-lease.ts) say whether a run is alive.
-// The rule itself is jobStatuses (src/schedule-due.ts), which /metrics applies too.
+// The rule itself is statusesOf (src/schedule-due.ts), which /metrics applies too; the
+// reads behind it are jobStatuses on SQLite and jobStatusesPg (src/pg/status.ts).
 import { t, type Static } from "elysia";
-import { onSqlite, type Deps } from "../deps.ts";
-import type { Store } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { jobStatusesPg } from "../pg/status.ts";
 import { JOB_STATUSES, jobStatuses } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -103,13 +104,16 @@ function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakReg
  * nothing of this process runs.
  */
 export async function runTakenControle(
-  deps: Deps<Store>,
+  deps: Deps,
   now: Date,
   context: JobContext = { running: [], unrecorded: [] },
 ): Promise<JobResult<TakenControleBody>> {
   const margeMinuten = deps.config.takenMargeMinuten;
+  const graceMs = margeMinuten * 60_000;
+  const { store } = deps;
+  const statuses = store.kind === "pg" ? await jobStatusesPg(store.db, now, graceMs, context) : jobStatuses(store.db, now, graceMs, context);
   const taken: TaakRegel[] = [];
-  for (const s of jobStatuses(deps.store.db, now, margeMinuten * 60_000, context)) {
+  for (const s of statuses) {
     if (s.cron === null || s.status === null || s.due === null) continue;
     taken.push({
       job: s.job,
@@ -151,7 +155,7 @@ export const takenControleJob = defineJob({
     "(beide alarm `job-missed`). `wacht`: verwacht, nog binnen de marge. " +
     "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en per soort één alarm " +
     "wanneer een taak gemist is, faalt, onderbroken is of hangt.",
-  run: (deps, now, _input, context) => runTakenControle(onSqlite(deps, "taken-controle"), now, context),
+  run: (deps, now, _input, context) => runTakenControle(deps, now, context),
   responses: {
     200: { description: "Alle geplande taken liepen op tijd.", schema: TakenControleBody },
     409: { description: "Een taak is gemist, faalt, is onderbroken of hangt; alarm verstuurd.", schema: TakenControleBody },

@@ -3,9 +3,10 @@
 // feed live once, for both stores: statusesOf and dueStateOf (src/schedule-due.ts),
 // backupOverdue (src/jobs/backup-controle.ts), offenderRule
 // (src/jobs/beveiligingslog-analyse.ts). Only the reading differs from SQLite.
-import { desc, eq } from "drizzle-orm";
-import { backupStatuses, jobRuns, serviceMeta } from "../../db/schema-pg.ts";
+import { count, desc, eq, max, sql } from "drizzle-orm";
+import { auditVerificationState, backupStatuses, jobRuns, loginAttempts, serviceMeta } from "../../db/schema-pg.ts";
 import type { NewestBackup } from "../jobs/backup-controle.ts";
+import { offenderRule, type OffenderRow } from "../jobs/beveiligingslog-analyse.ts";
 import type { JobContext } from "../jobs/job.ts";
 import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStatus, type NewestRun } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
@@ -59,4 +60,48 @@ export async function newestBackupPg(db: PgDb): Promise<NewestBackup | null> {
     .orderBy(desc(b.ontvangen), desc(b.id))
     .limit(1);
   return row ?? null;
+}
+
+/** Stores a report of the host backup, as backup-status does on SQLite. */
+export async function recordBackupStatusPg(db: PgDb, row: typeof backupStatuses.$inferInsert): Promise<void> {
+  await db.insert(backupStatuses).values(row);
+}
+
+/**
+ * offenderQuery on PostgreSQL, by the same rule (offenderRule). `gelukt = false` is a
+ * literal, the partial index login_attempts_failed_idx's own predicate, so the planner
+ * can prove the index applies. The value is ordered COLLATE "C", byte order as SQLite's
+ * BINARY: ip and account are plain text in the database's collation, and a linguistic
+ * one ("Bob" after "anna") would list ties in another order than SQLite.
+ */
+export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string, tot: string, threshold: number) {
+  const a = loginAttempts;
+  const waarde = a[column];
+  const aantal = count().as("aantal");
+  return db
+    .select({
+      waarde,
+      aantal,
+      // min and max of a group are never null; tijdstip is COLLATE "C" already
+      eerste: sql<string>`min(${a.tijdstip})`,
+      laatste: sql<string>`max(${a.tijdstip})`,
+    })
+    .from(a)
+    .where(offenderRule.inWindow(a, sql`${a.gelukt} = false`, van, tot))
+    .groupBy(waarde)
+    .having(offenderRule.reaches(threshold))
+    .orderBy(desc(aantal), sql`${waarde} COLLATE "C"`);
+}
+
+export async function offendersPg(db: PgDb, column: "ip" | "account", van: string, tot: string, threshold: number): Promise<OffenderRow[]> {
+  return await offenderQueryPg(db, column, van, tot, threshold);
+}
+
+/** /metrics' summary of audit_verification_state (one row per tenant): tenants checked, those not intact, the newest check. */
+export async function auditSummaryPg(db: PgDb): Promise<{ checked: number; broken: number; last: string | null }> {
+  const s = auditVerificationState;
+  const [row] = await db
+    .select({ checked: count(), broken: count(sql`CASE WHEN NOT ${s.intact} THEN 1 END`), last: max(s.gecontroleerd) })
+    .from(s);
+  return row!;
 }
