@@ -389,7 +389,9 @@ describe("taken-controle on PostgreSQL", () => {
     expect(regel("weekrapport")).toMatchObject({ status: "ok" });
     expect(p.pg.alarms.raised.map((a) => a.type)).toEqual(["job-missed", "job-interrupted", "job-hung"]);
     // The wrapper wrote taken-controle's own end on PostgreSQL too.
-    expect(await exec(p.pg, "SELECT uitkomst, http_status FROM job_runs WHERE job = 'taken-controle' AND gestart = ?", [NOW.toISOString()])).toEqual([{ uitkomst: "afwijking", http_status: 409 }]);
+    expect(await exec(p.pg, "SELECT uitkomst, http_status FROM job_runs WHERE job = 'taken-controle' AND gestart = ?", [NOW.toISOString()])).toEqual([
+      { uitkomst: "afwijking", http_status: 409 },
+    ]);
   });
 
   test("a newly installed service: nothing expected before the first fire time plus grace, then gemist; the same on both stores", async () => {
@@ -415,7 +417,11 @@ describe("/metrics on PostgreSQL", () => {
     const { lite, pg } = await onBoth(p, async (env) => {
       await mixedHistory(env);
       await addBackup(env, ago(27 * H)); // overdue
-      for (const [naam, intact] of [["A", true], ["B", false], ["C", true]] as const) {
+      for (const [naam, intact] of [
+        ["A", true],
+        ["B", false],
+        ["C", true],
+      ] as const) {
         const tenant = await insert(env, "tenants", { naam, actief: true, aangemaakt: ago(100 * H).toISOString() });
         await insert(env, "audit_verification_state", {
           tenant_id: Number(tenant.id),
@@ -433,8 +439,25 @@ describe("/metrics on PostgreSQL", () => {
     expect(pg).toEqual(lite);
     const text = pg.text;
     // Every family that comes from the database is there (database_up 1 renders them all).
-    const families = text.split("\n").filter((l) => l.startsWith("# TYPE ")).map((l) => l.split(" ")[2]);
-    for (const f of ["job_last_start_timestamp_seconds", "job_last_end_timestamp_seconds", "job_last_duration_seconds", "job_last_outcome", "job_scheduled", "job_overdue", "audit_tenants_checked", "audit_tenants_broken", "audit_last_verification_timestamp_seconds", "backup_last_success", "backup_last_timestamp_seconds", "backup_last_age_seconds", "backup_overdue"]) {
+    const families = text
+      .split("\n")
+      .filter((l) => l.startsWith("# TYPE "))
+      .map((l) => l.split(" ")[2]);
+    for (const f of [
+      "job_last_start_timestamp_seconds",
+      "job_last_end_timestamp_seconds",
+      "job_last_duration_seconds",
+      "job_last_outcome",
+      "job_scheduled",
+      "job_overdue",
+      "audit_tenants_checked",
+      "audit_tenants_broken",
+      "audit_last_verification_timestamp_seconds",
+      "backup_last_success",
+      "backup_last_timestamp_seconds",
+      "backup_last_age_seconds",
+      "backup_overdue",
+    ]) {
       expect(families).toContain(`nachtwacht_${f}`);
     }
     for (const line of [

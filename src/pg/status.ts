@@ -100,8 +100,6 @@ export async function offendersPg(db: PgDb, column: "ip" | "account", van: strin
 /** /metrics' summary of audit_verification_state (one row per tenant): tenants checked, those not intact, the newest check. */
 export async function auditSummaryPg(db: PgDb): Promise<{ checked: number; broken: number; last: string | null }> {
   const s = auditVerificationState;
-  const [row] = await db
-    .select({ checked: count(), broken: count(sql`CASE WHEN NOT ${s.intact} THEN 1 END`), last: max(s.gecontroleerd) })
-    .from(s);
+  const [row] = await db.select({ checked: count(), broken: count(sql`CASE WHEN NOT ${s.intact} THEN 1 END`), last: max(s.gecontroleerd) }).from(s);
   return row!;
 }
