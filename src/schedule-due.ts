@@ -18,7 +18,7 @@ import { SCHEDULE, type JobName } from "./schedule.ts";
  * The last fire time at or before `at`. croner's previousRuns excludes a fire time
  * equal to the reference, so the reference is moved one millisecond on.
  */
-function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
+export function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
   return cron.previousRuns(1, new Date(at.getTime() + 1))[0] ?? null;
 }
 

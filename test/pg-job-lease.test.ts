@@ -110,7 +110,7 @@ describe("the lease functions on PostgreSQL", () => {
     expect((await leaseRows(store))[0]!.verloopt).toBe(at(120_000).toISOString());
     const stillRefused = await startLeasedRunPg(store, "weekrapport", b, at(100_000), 90_000);
     expect(!stillRefused.ok && stillRefused.houder).toMatchObject({ instantie: a.instantie, vernieuwd: at(30_000).toISOString(), verloopt: at(120_000).toISOString() });
-    expect((await liveLeasesPg(store, at(119_999))).get("weekrapport")).toMatchObject({ instantie: a.instantie, runId: first.runId });
+    expect((await liveLeasesPg(store.db, at(119_999))).get("weekrapport")).toMatchObject({ instantie: a.instantie, runId: first.runId });
 
     expect(await releaseLeasePg(store, "weekrapport", a, first.runId)).toBe(true);
     expect(await releaseLeasePg(store, "weekrapport", a, first.runId)).toBe(false);
@@ -195,12 +195,12 @@ describe("the lease functions on PostgreSQL", () => {
     expect((await startLeasedRunPg(store, "backup-controle", mine, NOW, 90_000)).ok).toBe(true);
     expect((await leaseRows(store)).length).toBe(4);
 
-    const atTen = await liveLeasesPg(store, at(10_000));
+    const atTen = await liveLeasesPg(store.db, at(10_000));
     expect([...atTen.keys()].sort()).toEqual(["backup-controle", "weekrapport"]);
     expect(atTen.get("weekrapport")).toMatchObject({ pid: live.pid, instantie: live.instantie, host: "elders.example" });
     expect(atTen.get("backup-controle")).toMatchObject({ pid: process.pid, instantie: mine.instantie });
-    expect([...(await liveLeasesPg(store, at(9_999))).keys()].sort()).toEqual(["audit-anker", "backup-controle", "weekrapport"]);
-    expect((await liveLeasesPg(store, at(90_000))).size).toBe(0);
+    expect([...(await liveLeasesPg(store.db, at(9_999))).keys()].sort()).toEqual(["audit-anker", "backup-controle", "weekrapport"]);
+    expect((await liveLeasesPg(store.db, at(90_000))).size).toBe(0);
   });
 });
 

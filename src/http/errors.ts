@@ -34,6 +34,12 @@ const PG_UNAVAILABLE_STATES = /^(08|53|57P0[123]$|25006$|55P03$)/;
  * PostgreSQL's code for one (the SQLSTATE, else Bun's connection code); else undefined.
  */
 export function unavailableCode(e: unknown): string | undefined {
+  // Drizzle wraps a driver's error (DrizzleQueryError) and keeps it as the cause.
+  const cause = (e as { cause?: unknown } | null)?.cause;
+  if (cause !== undefined && cause !== e && (e as { name?: unknown }).name !== "PostgresError") {
+    const inner = unavailableCode(cause);
+    if (inner !== undefined) return inner;
+  }
   const err = e as { code?: unknown; errno?: unknown; name?: unknown } | null;
   const code = err?.code;
   if (err?.name === "PostgresError") {

@@ -11,7 +11,7 @@ import type { JobContext } from "../jobs/job.ts";
 import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStatus, type NewestRun } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { liveLeasesPg } from "./job-lease.ts";
-import type { PgDb, PgStore } from "./store.ts";
+import type { PgDb } from "./store.ts";
 
 /** The first start of the service on this database (installedAt on SQLite); null when the row is gone. */
 export async function installedAtPg(db: PgDb): Promise<Date | null> {
@@ -44,8 +44,7 @@ export async function dueStatePg(db: PgDb, job: JobName, cronExpression: string,
 export async function jobStatusesPg(db: PgDb, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
   const [installed, leases, runs] = await Promise.all([
     installedAtPg(db),
-    // liveLeasesPg reads through the store's Drizzle instance only.
-    liveLeasesPg({ db } as PgStore, now),
+    liveLeasesPg(db, now),
     Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(db, job)] as const)),
   ]);
   return statusesOf({ installed, leases, newestRuns: new Map(runs) }, now, graceMs, context);

@@ -1,0 +1,64 @@
+// Which PostgreSQL failures the service answers with 503 ("not now", Retry-After) rather
+// than 500 (src/http/errors.ts unavailableCode): real errors from a real server, raw from
+// Bun's client and wrapped by Drizzle as the jobs meet them.
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
+import { SQL } from "bun";
+import { drizzle } from "drizzle-orm/bun-sql";
+import { sql as raw } from "drizzle-orm";
+import { unavailableCode, unexpectedStatus } from "../src/http/errors.ts";
+import { freePort } from "./binary.ts";
+import { startCluster, type TestCluster } from "./pg.ts";
+
+setDefaultTimeout(60_000);
+let cluster: TestCluster;
+beforeAll(async () => {
+  cluster = await startCluster();
+});
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+async function failure(run: () => Promise<unknown>): Promise<unknown> {
+  try {
+    await run();
+  } catch (e) {
+    return e;
+  }
+  throw new Error("no error");
+}
+
+test("no server listening: Bun's connection error, raw and wrapped by Drizzle, is unavailable (503)", async () => {
+  const client = new SQL(`postgres://nw@127.0.0.1:${freePort()}/x`, { max: 1, connectionTimeout: 5 });
+  const rawError = await failure(() => client`SELECT 1`);
+  expect(unavailableCode(rawError)).toStartWith("ERR_POSTGRES_CONNECTION");
+  const wrapped = await failure(() => drizzle({ client }).execute(raw`SELECT 1`));
+  expect(unavailableCode(wrapped)).toStartWith("ERR_POSTGRES_CONNECTION");
+  expect(unexpectedStatus(wrapped)).toBe(503);
+  await client.close();
+});
+
+test("a read-only server (25006) and a lock wait given up (55P03) are unavailable; a constraint violation is a 500", async () => {
+  const client = new SQL(await cluster.createDatabase(), { max: 2 });
+  const db = drizzle({ client });
+  await client`CREATE TABLE t (id int PRIMARY KEY)`;
+  await client`INSERT INTO t VALUES (1)`;
+  const readOnly = await failure(() => client.begin(async (tx) => {
+    await tx`SET TRANSACTION READ ONLY`;
+    await tx`INSERT INTO t VALUES (2)`;
+  }));
+  expect(unavailableCode(readOnly)).toBe("25006");
+  const lock = await client.reserve();
+  await lock`BEGIN`;
+  await lock`SELECT * FROM t WHERE id = 1 FOR UPDATE`;
+  const timedOut = await failure(() => db.transaction(async (tx) => {
+    await tx.execute(raw`SET LOCAL lock_timeout = '50ms'`);
+    await tx.execute(raw`SELECT * FROM t WHERE id = 1 FOR UPDATE`);
+  }));
+  expect(unavailableCode(timedOut)).toBe("55P03");
+  await lock`ROLLBACK`;
+  lock.release();
+  const duplicate = await failure(() => db.execute(raw`INSERT INTO t VALUES (1)`));
+  expect(unavailableCode(duplicate)).toBeUndefined();
+  expect(unexpectedStatus(duplicate)).toBe(500);
+  await client.close();
+});
