@@ -3,12 +3,14 @@
 // over every record in the anchor file; appends them to AUDIT_ANKER_BESTAND (the
 // authority, fsynced) and copies them into audit_anchor_log. audit-verificatie then
 // finds cut-off, recomputed or rolled-back chains; `nachtwacht verify` does the same
-// offline with the public key alone. docs/audit-chain.md has the formats.
+// offline with the public key alone. docs/audit-chain.md has the formats. The work is
+// anchorAll on SQLite, anchorAllPg on PostgreSQL (the rules of both in
+// src/audit/anchoring.ts); this file turns either's result into the same answer.
 import { t, type Static } from "elysia";
 import { AnchorFileError, anchorAll } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
-import { onSqlite, type Deps } from "../deps.ts";
-import type { Store } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { anchorAllPg } from "../pg/anchoring.ts";
 import { KetenReden } from "./audit-verificatie.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable, enumOf } from "./schema.ts";
@@ -30,13 +32,14 @@ export const AuditAnkerBody = t.Object({
 });
 export type AuditAnkerBody = Static<typeof AuditAnkerBody>;
 
-export async function runAuditAnker(deps: Deps<Store>, _now: Date): Promise<JobResult<AuditAnkerBody>> {
+export async function runAuditAnker(deps: Deps, _now: Date): Promise<JobResult<AuditAnkerBody>> {
   const keys = auditKeys(deps.config);
   const bestand = deps.config.auditAnkerBestand;
   const base = { bestand, verificatieSleutel: keys.signer.verifierKey };
+  const { store } = deps;
   let r;
   try {
-    r = await anchorAll(deps.store.sqlite, deps.store.path, bestand, keys);
+    r = store.kind === "pg" ? await anchorAllPg(store.sql, bestand, keys) : await anchorAll(store.sqlite, store.path, bestand, keys);
   } catch (e) {
     if (!(e instanceof AnchorFileError)) throw e;
     await deps.alarms.raise({
@@ -80,7 +83,7 @@ export const auditAnkerJob = defineJob({
     "ankerbestand. Alles wordt aan AUDIT_ANKER_BESTAND toegevoegd (fsync) en in de database gekopieerd. 409 met alarm " +
     "(`audit-chain-broken`) wanneer nieuwe entries van een tenant niet kloppen (die tenant wordt niet ondertekend) of wanneer het " +
     "ankerbestand meer bevat dan de database kent (`database-teruggezet`).",
-  run: (deps, now) => runAuditAnker(onSqlite(deps, "audit-anker"), now),
+  run: (deps, now) => runAuditAnker(deps, now),
   responses: {
     200: { description: "Checkpoints ondertekend en vastgelegd.", schema: AuditAnkerBody },
     409: { description: "Een tenant geweigerd, of de database is ouder dan het ankerbestand.", schema: AuditAnkerBody },

@@ -1,12 +1,14 @@
 // audit-retentie: deletes audit entries older than AUDIT_RETENTIE_DAGEN,
 // per tenant only a prefix of the chain, and records where each chain was cut as the
-// tenant's retention anchor so audit-verificatie still succeeds afterwards.
+// tenant's retention anchor so audit-verificatie still succeeds afterwards. The work is
+// deleteOldAuditEntries on SQLite, deleteOldAuditEntriesPg on PostgreSQL (the rules of
+// both in src/audit/retention.ts); this file turns either's result into the same answer.
 import { t, type Static } from "elysia";
 import { deleteOldAuditEntries, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
 import { AnchorFileError } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
-import { onSqlite, type Deps } from "../deps.ts";
-import type { Store } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { deleteOldAuditEntriesPg } from "../pg/audit-retention.ts";
 import { verificationWorkers } from "./audit-verificatie.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
@@ -34,15 +36,17 @@ export const RetentieAfwijking = t.Object({
 
 export type RetentieBody = Static<typeof RetentieOk> | Static<typeof RetentieAfwijking>;
 
-export async function runAuditRetentie(deps: Deps<Store>, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
+export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.auditRetentieDagen;
   const grens = retentionBoundary(now, retentieDagen);
-  const { db, sqlite, path: dbPath } = deps.store;
-  const workers = verificationWorkers(db);
-  const signing = { path: deps.config.auditAnkerBestand, keys: auditKeys(deps.config), retentieDagen, dbPath, workers };
+  const { store } = deps;
+  const signing = { path: deps.config.auditAnkerBestand, keys: auditKeys(deps.config), retentieDagen, workers: await verificationWorkers(store) };
   let result;
   try {
-    result = await deleteOldAuditEntries(sqlite, grens, now, signing, { afterCommit: deps.checkpointNow, ...o });
+    result =
+      store.kind === "pg"
+        ? await deleteOldAuditEntriesPg(store.sql, store.url, grens, now, signing, o)
+        : await deleteOldAuditEntries(store.sqlite, grens, now, { ...signing, dbPath: store.path }, { afterCommit: deps.checkpointNow, ...o });
   } catch (e) {
     if (!(e instanceof AnchorFileError)) throw e;
     // The anchor file does not match the database: nothing is deleted until it is explained.
@@ -71,7 +75,7 @@ export const auditRetentieJob = defineJob({
     "ondertekend retentierecord (volgnummer, hash en tijdstip van de laatst verwijderde entry, grens, bewaartermijn, de compacte " +
     "boom op dat punt) in AUDIT_ANKER_BESTAND en de database. Een keten die niet klopt, blijft staan als bewijs (200 met alarm " +
     "`audit-chain-broken`); een ankerbestand dat niet met de database klopt: 409, niets verwijderd, alarm.",
-  run: (deps, now) => runAuditRetentie(onSqlite(deps, "audit-retentie"), now),
+  run: (deps, now) => runAuditRetentie(deps, now),
   responses: {
     200: { description: "Verwijderd.", schema: RetentieOk },
     409: { description: "Het ankerbestand klopt niet met de database: niets verwijderd.", schema: RetentieAfwijking },

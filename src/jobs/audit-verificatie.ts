@@ -1,17 +1,21 @@
 // audit-verificatie: compares the anchor file with its copy in the database and
 // verifies every tenant's hash chain against its newest signed checkpoint, streaming
-// (src/audit/verify-all.ts), and keeps each tenant's latest result for the reports. A
-// broken chain or anchor file is 409 and one alarm per run naming what is broken.
+// (src/audit/verify-all.ts; src/pg/offline.ts on PostgreSQL), and keeps each tenant's
+// latest result for the reports. A broken chain or anchor file is 409 and one alarm per
+// run naming what is broken: verificationOutcome, the same rule on either store.
 import { max, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { auditEntries, auditVerificationState, tenants } from "../../db/schema.ts";
+import type { Alarm } from "../alarms/alarm.ts";
 import type { FileReason, RowReason } from "../audit/anchor-check.ts";
 import { auditKeys } from "../audit/keys.ts";
-import { verifyInstallation } from "../audit/verify-all.ts";
+import { verifyInstallation, type InstallationVerdict } from "../audit/verify-all.ts";
 import { workerCount } from "../audit/verify-parallel.ts";
 import type { BreakReason } from "../audit/verify.ts";
-import { excluded, preparedPerConnection, type Db, type Store } from "../db.ts";
-import { onSqlite, type Deps } from "../deps.ts";
+import { excluded, preparedPerConnection, type Db } from "../db.ts";
+import type { AnyStore, Deps } from "../deps.ts";
+import { verifyInstallationPg } from "../pg/offline.ts";
+import { maxAuditEntryIdPg, saveVerificationStatePg, tenantNamesPg } from "../pg/verification-state.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
@@ -88,13 +92,26 @@ export interface VerificatieOptions {
  * Worker threads for checking every chain (workerCount), by the number of audit entries:
  * audit-verificatie and audit-retentie, which verifies before it deletes.
  */
-export function verificationWorkers(db: Db): number {
-  // max(id), not count(*): ids only grow, so it bounds the number of entries from above,
-  // which is all this choice needs, and it reads one index page instead of counting
-  // millions of rows on the event loop (36–73 ms at 5M entries; bench/ingest.ts).
-  const { entries } = db.select({ entries: max(auditEntries.id) }).from(auditEntries).get()!;
+export async function verificationWorkers(store: AnyStore): Promise<number> {
+  // max(id), not count(*): ids only grow (SQLite's max + 1, PostgreSQL's identity
+  // sequence), so it bounds the number of entries from above, which is all this choice
+  // needs, and it reads one index page instead of counting millions of rows on the
+  // event loop (36–73 ms at 5M entries; bench/ingest.ts).
+  if (store.kind === "pg") return workerCount(await maxAuditEntryIdPg(store.db));
+  const { entries } = store.db.select({ entries: max(auditEntries.id) }).from(auditEntries).get()!;
   return workerCount(entries ?? 0);
 }
+
+/** A tenant's row of audit_verification_state, as a run writes it on either store. */
+export type VerificationState = {
+  tenantId: number;
+  gecontroleerd: string;
+  intact: boolean;
+  aantalEntries: number;
+  foutSeq: number | null;
+  foutEntryId: number | null;
+  foutReden: string | null;
+};
 
 /** Keeps a tenant's latest result; run for every tenant, so prepared once per connection. */
 const saveStateStatement = preparedPerConnection((db) => {
@@ -125,36 +142,42 @@ const saveStateStatement = preparedPerConnection((db) => {
     .prepare();
 });
 
-export async function runAuditVerificatie(deps: Deps<Store>, now: Date, o: VerificatieOptions = {}): Promise<JobResult<VerificatieBody>> {
-  const { db, sqlite } = deps.store;
-  const keys = auditKeys(deps.config);
-  const bestand = deps.config.auditAnkerBestand;
-  const tenantRows = db.select({ id: tenants.id, naam: tenants.naam }).from(tenants).orderBy(tenants.id).all();
-  const workers = o.workers ?? verificationWorkers(db);
-  const v = await verifyInstallation(sqlite, deps.store.path, bestand, tenantRows.map((t) => t.id), keys.verifiers, { workers });
-
-  const tijdstip = now.toISOString();
-  const names = new Map(tenantRows.map((t) => [t.id, t.naam]));
-  const resultaten: VerificatieResultaat[] = v.tenants.map((r) => ({ ...r, tenant: names.get(r.tenantId) ?? "(niet meer in de tabel tenants)" }));
-  const saveState = saveStateStatement(db);
+/** The run's rows in one write transaction (saveVerificationStatePg on PostgreSQL). */
+function saveState(db: Db, rows: readonly VerificationState[]): void {
+  const save = saveStateStatement(db);
   db.transaction(
     () => {
-      // State is kept per row of tenants (the reports read it by tenant).
-      for (const r of resultaten) {
-        if (!names.has(r.tenantId)) continue;
-        saveState.run({
-          tenantId: r.tenantId,
-          gecontroleerd: tijdstip,
-          intact: r.intact,
-          aantalEntries: r.aantalEntries,
-          foutSeq: r.fout?.seq ?? null,
-          foutEntryId: r.fout?.entryId ?? null,
-          foutReden: r.fout?.reden ?? null,
-        });
-      }
+      for (const r of rows) save.run(r);
     },
     { behavior: "immediate" },
   );
+}
+
+/** What one run answers, keeps and raises, from the installation's verdict: the same on either store. */
+export interface VerificatieUitkomst {
+  result: JobResult<VerificatieBody>;
+  /** Each tenant's row of audit_verification_state. */
+  state: VerificationState[];
+  /** The run's one alarm, when a chain or the anchor file is broken. */
+  alarm: Alarm | null;
+}
+
+export function verificationOutcome(v: InstallationVerdict, tenantRows: readonly { id: number; naam: string }[], bestand: string, now: Date): VerificatieUitkomst {
+  const tijdstip = now.toISOString();
+  const names = new Map(tenantRows.map((t) => [t.id, t.naam]));
+  const resultaten: VerificatieResultaat[] = v.tenants.map((r) => ({ ...r, tenant: names.get(r.tenantId) ?? "(niet meer in de tabel tenants)" }));
+  // State is kept per row of tenants (the reports read it by tenant).
+  const state: VerificationState[] = resultaten
+    .filter((r) => names.has(r.tenantId))
+    .map((r) => ({
+      tenantId: r.tenantId,
+      gecontroleerd: tijdstip,
+      intact: r.intact,
+      aantalEntries: r.aantalEntries,
+      foutSeq: r.fout?.seq ?? null,
+      foutEntryId: r.fout?.entryId ?? null,
+      foutReden: r.fout?.reden ?? null,
+    }));
 
   const probleem = v.probleem;
   const ankerbestand: AnkerbestandResultaat = {
@@ -166,9 +189,10 @@ export async function runAuditVerificatie(deps: Deps<Store>, now: Date, o: Verif
   };
 
   const gebroken = resultaten.filter((r) => !r.intact);
+  let alarm: Alarm | null = null;
   if (gebroken.length > 0 || probleem) {
     const namen = gebroken.slice(0, 10).map((r) => `${r.tenant} (${r.tenantId}): ${r.fout!.reden}`).join(", ");
-    await deps.alarms.raise({
+    alarm = {
       type: "audit-chain-broken",
       message:
         (probleem ? `Ankerbestand: ${probleem.reden} — ${probleem.toelichting}. ` : "") +
@@ -181,12 +205,35 @@ export async function runAuditVerificatie(deps: Deps<Store>, now: Date, o: Verif
         ankerbestand,
         gebroken: gebroken.slice(0, MAX_IN_ALARM).map((r) => ({ tenantId: r.tenantId, tenant: r.tenant, fout: r.fout })),
       },
-    });
+    };
   }
   return {
-    status: gebroken.length > 0 || probleem ? 409 : 200,
-    body: { gecontroleerd: resultaten.length, aantalGebroken: gebroken.length, resultaten, ankerbestand, tijdstip },
+    result: {
+      status: alarm ? 409 : 200,
+      body: { gecontroleerd: resultaten.length, aantalGebroken: gebroken.length, resultaten, ankerbestand, tijdstip },
+    },
+    state,
+    alarm,
   };
+}
+
+export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieOptions = {}): Promise<JobResult<VerificatieBody>> {
+  const { store } = deps;
+  const keys = auditKeys(deps.config);
+  const bestand = deps.config.auditAnkerBestand;
+  const tenantRows = store.kind === "pg" ? await tenantNamesPg(store.db) : store.db.select({ id: tenants.id, naam: tenants.naam }).from(tenants).orderBy(tenants.id).all();
+  const tenantIds = tenantRows.map((t) => t.id);
+  const workers = o.workers ?? (await verificationWorkers(store));
+  const v =
+    store.kind === "pg"
+      ? await verifyInstallationPg(store.url, bestand, keys.verifiers, { workers, tenantIds })
+      : await verifyInstallation(store.sqlite, store.path, bestand, tenantIds, keys.verifiers, { workers });
+
+  const { result, state, alarm } = verificationOutcome(v, tenantRows, bestand, now);
+  if (store.kind === "pg") await saveVerificationStatePg(store.db, state);
+  else saveState(store.db, state);
+  if (alarm) await deps.alarms.raise(alarm);
+  return result;
 }
 
 export const auditVerificatieJob = defineJob({
@@ -199,7 +246,7 @@ export const auditVerificatieJob = defineJob({
     "over de entry-hashes is gelijk aan die van het nieuwste ondertekende checkpoint in het bestand, dat de keten nog haalt. " +
     "409 met hetzelfde object en een alarm (`audit-chain-broken`) zodra één keten of het ankerbestand niet klopt. " +
     "Het resultaat per tenant wordt bewaard voor de rapporten.",
-  run: (deps, now) => runAuditVerificatie(onSqlite(deps, "audit-verificatie"), now),
+  run: (deps, now) => runAuditVerificatie(deps, now),
   responses: {
     200: { description: "Alle ketens intact.", schema: VerificatieBody },
     409: { description: "Minstens één keten of het ankerbestand klopt niet; alarm verstuurd.", schema: VerificatieBody },

@@ -1,9 +1,10 @@
 // beveiligingslog-retentie: deletes login attempts older than
-// BEVEILIGINGSLOG_RETENTIE_DAGEN in small write transactions.
+// BEVEILIGINGSLOG_RETENTIE_DAGEN in small write transactions, on SQLite
+// (src/audit/retention.ts) or PostgreSQL (src/pg/retention.ts); the boundary is one rule.
 import { t, type Static } from "elysia";
 import { deleteOldLoginAttempts, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
-import { onSqlite, type Deps } from "../deps.ts";
-import type { Store } from "../db.ts";
+import type { Deps } from "../deps.ts";
+import { deleteOldLoginAttemptsPg } from "../pg/retention.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer } from "./schema.ts";
 
@@ -15,10 +16,14 @@ export const RetentieBody = t.Object({
 });
 export type RetentieBody = Static<typeof RetentieBody>;
 
-export async function runBeveiligingslogRetentie(deps: Deps<Store>, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
+export async function runBeveiligingslogRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.beveiligingslogRetentieDagen;
   const grens = retentionBoundary(now, retentieDagen);
-  const verwijderd = await deleteOldLoginAttempts(deps.store.sqlite, grens, { afterCommit: deps.checkpointNow, ...o });
+  const { store } = deps;
+  const verwijderd =
+    store.kind === "pg"
+      ? await deleteOldLoginAttemptsPg(store.sql, grens, o)
+      : await deleteOldLoginAttempts(store.sqlite, grens, { afterCommit: deps.checkpointNow, ...o });
   return { status: 200, body: { ok: true, verwijderd, retentieDagen, grens } };
 }
 
@@ -28,7 +33,7 @@ export const beveiligingslogRetentieJob = defineJob({
   description:
     "Verwijdert de inlogpogingen (BeveiligingsLog) met een tijdstip strikt vóór `grens` = nu − retentieDagen × 24 h, " +
     "in kleine schrijftransacties zodat de applicatie zelf nooit lang op de database wacht.",
-  run: (deps, now) => runBeveiligingslogRetentie(onSqlite(deps, "beveiligingslog-retentie"), now),
+  run: (deps, now) => runBeveiligingslogRetentie(deps, now),
   responses: {
     200: { description: "Verwijderd.", schema: RetentieBody },
   },

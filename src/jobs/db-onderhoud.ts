@@ -1,7 +1,10 @@
-// db-onderhoud: SQLite upkeep after the retention jobs deleted many
-// rows. Integrity check, the pruning of nachtwacht's own history tables (job_runs and
-// backup_statuses, which otherwise grow for ever), optimizer statistics, free pages
-// given back to the file system, and the WAL folded back and truncated.
+// db-onderhoud: database upkeep after the retention jobs deleted many rows. On SQLite
+// (this file): integrity check, the pruning of nachtwacht's own history tables (job_runs
+// and backup_statuses, which otherwise grow for ever; the rule is src/maintenance/pruning.ts),
+// optimizer statistics, free pages given back to the file system, and the WAL folded
+// back and truncated. On PostgreSQL what fits of that (src/pg/maintenance.ts maintainPg:
+// amcheck, the same pruning, ANALYZE), with its own body: the 200 and 409 are documented
+// as either of the two. On both, a failed integrity check is 409 with the same alarm.
 //
 // Writers (the host application, other jobs) must never wait long: every step is
 // either a read (quick_check runs on a WAL snapshot and blocks nobody) or a short
@@ -17,16 +20,31 @@
 // Raw SQL in this file: every step is a PRAGMA (or the VACUUM), which Drizzle has no
 // builder for; the ordinary writes (the pruning, service_meta) go through Drizzle.
 import type { Database } from "bun:sqlite";
-import { and, desc, eq, inArray, isNotNull, lt, ne, notInArray, type Column } from "drizzle-orm";
+import { inArray } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { statSync } from "node:fs";
 import { backupStatuses, jobRuns, serviceMeta } from "../../db/schema.ts";
+import type { AlarmSink } from "../alarms/alarm.ts";
 import { BUSY_TIMEOUT_MS, excluded, type Db, type Store } from "../db.ts";
-import { onSqlite, type Deps } from "../deps.ts";
+import type { Deps } from "../deps.ts";
 import { log } from "../logger.ts";
-import { DAY_MS } from "../time.ts";
+import {
+  BACKUP_STATUSES_BEWAAR_DAGEN,
+  JOB_RUNS_BEWAAR_DAGEN,
+  KEEP_OK_RUNS,
+  opschoning,
+  Opschoning,
+  PRUNE_BATCH,
+  pruneRule,
+  type PruneOptions,
+} from "../maintenance/pruning.ts";
+import { maintainPg, PgMaintenanceReport } from "../pg/maintenance.ts";
+import type { PgStore } from "../pg/store.ts";
+import { redactUrl } from "../pg/url.ts";
 import { defineJob, type JobResult } from "./job.ts";
-import { dateTime, integer, nullable, enumOf } from "./schema.ts";
+import { integer, nullable, enumOf } from "./schema.ts";
+
+export { BACKUP_STATUSES_BEWAAR_DAGEN, JOB_RUNS_BEWAAR_DAGEN, KEEP_OK_RUNS, PRUNE_BATCH, type PruneOptions };
 
 /** Pages freed per incremental-vacuum transaction (4 MiB at the default page size). */
 export const VACUUM_STEP_PAGES = 1000;
@@ -36,19 +54,6 @@ const STEP_PAUSE_MS = 5;
 const CHECKPOINT_WAIT_MS = 250;
 /** quick_check reports at most this many problems; more add nothing an operator needs. */
 const MAX_PROBLEMS = 100;
-
-/**
- * job_runs older than this many days are pruned, except what the checks and reports read:
- * per job its newest run (taken-controle, the daily report, /metrics) and its newest
- * KEEP_OK_RUNS successful runs (the daily report's usual duration), however old.
- */
-export const JOB_RUNS_BEWAAR_DAGEN = 90;
-/** Successful runs kept per job beyond the period: the daily report's median duration reads that many. */
-export const KEEP_OK_RUNS = 10;
-/** backup_statuses older than this many days are pruned; the newest is always kept (backup-controle, the daily report). */
-export const BACKUP_STATUSES_BEWAAR_DAGEN = 90;
-/** Rows per pruning transaction: each one is a short write, and writers get the lock in between. */
-export const PRUNE_BATCH = 500;
 
 export const AutoVacuum = enumOf(["none", "full", "incremental"]);
 export type AutoVacuum = Static<typeof AutoVacuum>;
@@ -82,26 +87,6 @@ const Integriteit = t.Union([t.Literal("ok"), t.Array(t.String())], {
   description: "`ok`, of de meldingen van PRAGMA quick_check (hoogstens 100).",
 });
 
-const Opgeschoond = t.Object({
-  verwijderd: integer({ minimum: 0, description: "Verwijderde rijen." }),
-  grens: dateTime({ description: "Rijen van vóór dit tijdstip zijn verwijderd (op de bewaarde na)." }),
-  bewaarDagen: integer({ minimum: 1 }),
-});
-
-export const Opschoning = t.Object(
-  {
-    jobRuns: Opgeschoond,
-    backupStatuses: Opgeschoond,
-  },
-  {
-    description:
-      `Wat van de eigen geschiedenis is verwijderd: job_runs ouder dan ${JOB_RUNS_BEWAAR_DAGEN} dagen, behalve per taak de nieuwste run en de ` +
-      `${KEEP_OK_RUNS} nieuwste geslaagde; backup_statuses ouder dan ${BACKUP_STATUSES_BEWAAR_DAGEN} dagen, behalve de nieuwste. In korte transacties van ` +
-      `hoogstens ${PRUNE_BATCH} rijen.`,
-  },
-);
-export type Opschoning = Static<typeof Opschoning>;
-
 export const DbOnderhoudBody = t.Object({
   ok: t.Boolean(),
   integriteit: Integriteit,
@@ -118,6 +103,14 @@ export const DbOnderhoudBody = t.Object({
   checkpoint: nullable(Checkpoint, { description: "null als de integriteitscontrole faalde: in een beschadigd bestand wordt niets geschreven." }),
 });
 export type DbOnderhoudBody = Static<typeof DbOnderhoudBody>;
+
+/** The job's answer (200 and 409): SQLite's body, or PostgreSQL's report (the one with `overgeslagen`). */
+export const DbOnderhoudAntwoord = t.Union([DbOnderhoudBody, PgMaintenanceReport], {
+  description:
+    "Op SQLite het eerste object (quick_check, vacuum, WAL-checkpoint), op PostgreSQL het tweede (amcheck, ANALYZE, groottes; " +
+    "`overgeslagen` noemt wat daar niet van toepassing is).",
+});
+export type DbOnderhoudAntwoord = Static<typeof DbOnderhoudAntwoord>;
 
 function fileSize(path: string): number {
   try {
@@ -213,45 +206,6 @@ async function deleteInBatches(
   }
 }
 
-/**
- * The pruning rule, written once over either schema's columns (db/schema.ts here,
- * db/schema-pg.ts in src/pg/maintenance.ts): Drizzle conditions and orders, which each
- * dialect renders for itself. Only the running of the queries differs per database.
- */
-export interface JobRunColumns {
-  id: Column;
-  job: Column;
-  gestart: Column;
-  beeindigd: Column;
-  uitkomst: Column;
-}
-export interface BackupStatusColumns {
-  id: Column;
-  ontvangen: Column;
-}
-
-export const pruneRule = {
-  /** Rows older than these (ISO 8601 UTC) are pruned, except the ones kept below. */
-  grenzen(now: Date): { jobRuns: string; backupStatuses: string } {
-    return {
-      jobRuns: new Date(now.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY_MS).toISOString(),
-      backupStatuses: new Date(now.getTime() - BACKUP_STATUSES_BEWAAR_DAGEN * DAY_MS).toISOString(),
-    };
-  },
-  /** A job's runs; newest first (runsNewestFirst), the first is kept whatever its age. */
-  ofJob: (c: JobRunColumns, job: string) => eq(c.job, job),
-  runsNewestFirst: (c: JobRunColumns) => [desc(c.gestart), desc(c.id)],
-  /** A job's successful runs (newest first, runsNewestFirst): the first KEEP_OK_RUNS are kept. */
-  successful: (c: JobRunColumns, job: string) => and(eq(c.job, job), eq(c.uitkomst, "ok"), isNotNull(c.beeindigd)),
-  /** The job_runs rows to delete: older than grens and not kept. */
-  prunableRun: (c: JobRunColumns, grens: string, keep: number[]) => and(lt(c.gestart, grens), keep.length > 0 ? notInArray(c.id, keep) : undefined),
-  /** backup_statuses newest first (backup-controle's newestBackup): the first is kept. */
-  backupsNewestFirst: (c: BackupStatusColumns) => [desc(c.ontvangen), desc(c.id)],
-  /** The backup_statuses rows to delete: older than grens, except the newest. */
-  prunableBackup: (c: BackupStatusColumns, grens: string, newest: number | null) =>
-    and(lt(c.ontvangen, grens), newest !== null ? ne(c.id, newest) : undefined),
-};
-
 /** The job_runs rows kept whatever their age: per job the newest run and the newest KEEP_OK_RUNS successful ones. */
 function keptJobRuns(db: Db): number[] {
   const keep: number[] = [];
@@ -270,18 +224,6 @@ function keptJobRuns(db: Db): number[] {
     for (const r of ok) keep.push(r.id);
   }
   return keep;
-}
-
-/**
- * Prunes nachtwacht's own history tables (JOB_RUNS_BEWAAR_DAGEN, BACKUP_STATUSES_BEWAAR_DAGEN),
- * keeping what taken-controle, backup-controle and the reports read, in short write
- * transactions (PRUNE_BATCH rows each) with a pause between them.
- */
-export interface PruneOptions {
-  /** Rows per transaction (PRUNE_BATCH). */
-  batch?: number;
-  /** Called after each committed transaction with the rows it deleted (tests). */
-  onBatch?: (table: "job_runs" | "backup_statuses", rows: number) => void;
 }
 
 export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = {}): Promise<Opschoning> {
@@ -323,16 +265,31 @@ export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = 
   return opschoning(grenzen, runs, backups);
 }
 
-/** pruneOwnTables's result (and pruneOwnTablesPg's). */
-export function opschoning(grenzen: { jobRuns: string; backupStatuses: string }, runs: number, backups: number): Opschoning {
-  return {
-    jobRuns: { verwijderd: runs, grens: grenzen.jobRuns, bewaarDagen: JOB_RUNS_BEWAAR_DAGEN },
-    backupStatuses: { verwijderd: backups, grens: grenzen.backupStatuses, bewaarDagen: BACKUP_STATUSES_BEWAAR_DAGEN },
-  };
+/** The alarm when the integrity check fails, on either store: nothing else was touched. */
+async function raiseIntegrityAlarm(alarms: AlarmSink, meldingen: string[], database: string): Promise<void> {
+  await alarms.raise({
+    type: "db-integrity",
+    message: `De integriteitscontrole van de database faalt (${meldingen.length} melding(en)): herstel uit de laatste backup en onderzoek de oorzaak.`,
+    context: { database, meldingen: meldingen.slice(0, 10) },
+  });
 }
 
-export async function runDbOnderhoud(deps: Deps<Store>, now: Date): Promise<JobResult<DbOnderhoudBody>> {
-  const { sqlite, path } = deps.store;
+/** db-onderhoud on the deps' store: SQLite's body there, maintainPg's report on PostgreSQL. */
+export function runDbOnderhoud(deps: Deps<Store>, now: Date): Promise<JobResult<DbOnderhoudBody>>;
+export function runDbOnderhoud(deps: Deps<PgStore>, now: Date): Promise<JobResult<PgMaintenanceReport>>;
+export function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<DbOnderhoudAntwoord>>;
+export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<DbOnderhoudAntwoord>> {
+  const { store } = deps;
+  if (store.kind === "sqlite") return maintainSqlite(store, deps.alarms, now);
+  const report = await maintainPg(store, now);
+  if (report.integriteit.status !== "problemen") return { status: 200, body: report };
+  // The URL without its password: the alarm goes out by mail and webhook.
+  await raiseIntegrityAlarm(deps.alarms, report.integriteit.meldingen, redactUrl(store.url));
+  return { status: 409, body: report };
+}
+
+async function maintainSqlite(store: Store, alarms: AlarmSink, now: Date): Promise<JobResult<DbOnderhoudBody>> {
+  const { sqlite, path } = store;
   const grootteVoor = databaseBytes(path);
   const paginaGrootte = pragmaNumber(sqlite, "page_size");
   const vrijePaginasVoor = pragmaNumber(sqlite, "freelist_count");
@@ -357,16 +314,12 @@ export async function runDbOnderhoud(deps: Deps<Store>, now: Date): Promise<JobR
       vacuumStappen: 0,
       checkpoint: null,
     };
-    await deps.alarms.raise({
-      type: "db-integrity",
-      message: `De integriteitscontrole van de database faalt (${integriteit.length} melding(en)): herstel uit de laatste backup en onderzoek de oorzaak.`,
-      context: { database: path, meldingen: integriteit.slice(0, 10) },
-    });
+    await raiseIntegrityAlarm(alarms, integriteit, path);
     return { status: 409, body };
   }
 
   // The own history tables, before the vacuum so that the pages they free are given back too.
-  const opgeschoond = await pruneOwnTables(deps.store, now);
+  const opgeschoond = await pruneOwnTables(store, now);
 
   // Refreshes the planner's statistics where they are stale; bounded by SQLite itself.
   sqlite.run("PRAGMA optimize");
@@ -497,18 +450,22 @@ export function convertToIncrementalAutoVacuum(store: Store, now: Date): Omzetti
 
 export const dbOnderhoudJob = defineJob({
   name: "db-onderhoud",
-  summary: "SQLite-onderhoud: integriteitscontrole, optimize, WAL-checkpoint, vrije pagina's teruggeven",
+  summary: "Database-onderhoud: integriteitscontrole, eigen geschiedenis opschonen, statistieken; op SQLite ook vacuum en WAL-checkpoint",
   description:
-    `PRAGMA quick_check; de eigen geschiedenis opschonen (job_runs ouder dan ${JOB_RUNS_BEWAAR_DAGEN} dagen en backup_statuses ouder dan ` +
+    `Op SQLite: PRAGMA quick_check; de eigen geschiedenis opschonen (job_runs ouder dan ${JOB_RUNS_BEWAAR_DAGEN} dagen en backup_statuses ouder dan ` +
     `${BACKUP_STATUSES_BEWAAR_DAGEN} dagen, met behoud van wat de controles en rapporten lezen: per taak de nieuwste run en de ${KEEP_OK_RUNS} ` +
     "nieuwste geslaagde, en de nieuwste back-upstatus; `opgeschoond`); PRAGMA optimize, incrementeel vacuum in kleine stappen (schrijvers wachten hooguit kort) en een WAL-checkpoint " +
     "(TRUNCATE, of PASSIVE wanneer de database bezet is). Een bestaande database zonder auto-vacuum wordt níet omgezet: die omzetting " +
     "vraagt een volledige VACUUM die schrijvers blokkeert; het antwoord meldt haar in `omzetting` (met wat ze zou vrijmaken) en de rest " +
     "van het onderhoud gaat door. Antwoord met grootte vóór en na en de vrijgemaakte bytes. " +
+    "Op PostgreSQL: de B-tree-indexen van nachtwachts tabellen gecontroleerd met amcheck (bt_index_check) als die extensie is " +
+    "geïnstalleerd en de service haar mag uitvoeren (anders `integriteit.status` = `overgeslagen`, met hoe een beheerder haar inschakelt); dezelfde opschoning; " +
+    "ANALYZE per tabel; de databasegrootte vóór en na en per tabel. Geen VACUUM FULL, WAL-checkpoint of incrementeel vacuum: " +
+    "`overgeslagen` zegt waarom. " +
     "409 en een alarm (`type` = `db-integrity`) wanneer de integriteitscontrole faalt; dan wordt niets verder aangeraakt.",
-  run: (deps, now) => runDbOnderhoud(onSqlite(deps, "db-onderhoud"), now),
+  run: (deps, now) => runDbOnderhoud(deps, now),
   responses: {
-    200: { description: "Onderhoud uitgevoerd; de database is in orde.", schema: DbOnderhoudBody },
-    409: { description: "De integriteitscontrole faalt; alarm verstuurd.", schema: DbOnderhoudBody },
+    200: { description: "Onderhoud uitgevoerd; de database is in orde.", schema: DbOnderhoudAntwoord },
+    409: { description: "De integriteitscontrole faalt; alarm verstuurd.", schema: DbOnderhoudAntwoord },
   },
 });

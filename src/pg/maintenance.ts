@@ -1,6 +1,5 @@
-// db-onderhoud's work on PostgreSQL (DATABASE_URL=postgres://…): a building block, not
-// called by the job yet. What fits PostgreSQL of what the SQLite job does
-// (src/jobs/db-onderhoud.ts):
+// db-onderhoud's work on PostgreSQL (DATABASE_URL=postgres://…), which the job
+// (src/jobs/db-onderhoud.ts) calls there: what fits PostgreSQL of what it does on SQLite:
 //
 // - Integrity: PostgreSQL has no quick_check. The amcheck extension's bt_index_check
 //   checks a B-tree index's structure (as quick_check does, not whether each heap row is
@@ -8,14 +7,15 @@
 //   The service never installs amcheck itself (CREATE EXTENSION needs a superuser): without
 //   it, or without EXECUTE on bt_index_check, the check is reported as skipped with what an
 //   operator runs to enable it.
-// - Pruning of job_runs and backup_statuses: the same rule as on SQLite (pruneRule, the
-//   same Drizzle conditions over db/schema-pg.ts's columns), in batches of PRUNE_BATCH
-//   rows, each one DELETE statement and so its own transaction. Each batch continues
-//   from the previous one's highest id, so it never steps over the rows the earlier
-//   batches left dead (VACUUM comes later), and takes its rows FOR UPDATE SKIP LOCKED: it
-//   never waits for a row the host application is updating (that row is left for the
-//   next week) and a second deleter never has a row counted twice. No pause between
-//   batches: PostgreSQL has no database-wide write lock that writers would wait for.
+// - Pruning of job_runs and backup_statuses: the same rule as on SQLite (pruneRule in
+//   src/maintenance/pruning.ts: the same Drizzle conditions over db/schema-pg.ts's
+//   columns), in batches of PRUNE_BATCH rows, each one DELETE statement and so its own
+//   transaction. Each batch continues from the previous one's highest id, so it never
+//   steps over the rows the earlier batches left dead (VACUUM comes later), and takes its
+//   rows FOR UPDATE SKIP LOCKED: it never waits for a row the host application is
+//   updating (that row is left for the next week) and a second deleter never has a row
+//   counted twice. No pause between batches: PostgreSQL has no database-wide write lock
+//   that writers would wait for.
 // - Statistics: ANALYZE of each of nachtwacht's tables (SQLite: PRAGMA optimize).
 // - Sizes: pg_database_size before and after, per table pg_total_relation_size.
 //
@@ -27,7 +27,7 @@ import { PgTable } from "drizzle-orm/pg-core";
 import { t, type Static } from "elysia";
 import * as schema from "../../db/schema-pg.ts";
 import { backupStatuses, jobRuns } from "../../db/schema-pg.ts";
-import { KEEP_OK_RUNS, opschoning, Opschoning, PRUNE_BATCH, pruneRule, type PruneOptions } from "../jobs/db-onderhoud.ts";
+import { KEEP_OK_RUNS, opschoning, Opschoning, PRUNE_BATCH, pruneRule, type PruneOptions } from "../maintenance/pruning.ts";
 import { integer, nullable } from "../jobs/schema.ts";
 import { log } from "../logger.ts";
 import type { PgDb, PgStore } from "./store.ts";
