@@ -26,12 +26,3 @@ export interface Deps<S extends AnyStore = AnyStore> {
   checkpointNow?: () => void;
 }
 
-/**
- * Deps on the SQLite store, for work that exists only there so far: on PostgreSQL a
- * clear error naming it. The service still refuses DATABASE_URL at start (config.ts)
- * until nothing calls this any more.
- */
-export function onSqlite(deps: Deps, what: string): Deps<Store> {
-  if (deps.store.kind === "sqlite") return deps as Deps<Store>;
-  throw new Error(`${what} werkt nog niet op PostgreSQL.`);
-}

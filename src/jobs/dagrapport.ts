@@ -111,9 +111,9 @@ export const DailyReportBody = t.Object({
     }),
   ),
   database: t.Object({
-    bytes: count("Pagina's × paginagrootte plus de -wal."),
+    bytes: count("SQLite: pagina's × paginagrootte plus de -wal. PostgreSQL: pg_database_size van de database."),
     grootte: t.String({ example: "23.4 MB" }),
-    walBytes: count(),
+    walBytes: count("SQLite: de grootte van de -wal. PostgreSQL: 0 (de write-ahead log hoort bij de hele server, niet bij één database)."),
   }),
 });
 
