@@ -7,7 +7,10 @@
 //   row floor    the same COPY on two worker threads, each row's canonical bytes hashed
 //                and pushed into its tenant's tree (bench/pg-floor-worker.ts, as
 //                bench/floor.ts on SQLite): what any verifier must do at the least
-//   ingest       appendEntriesPg in batches of 500 from 4 concurrent clients
+//   ingest       appendEntriesPg in batches of 500 from 4 concurrent clients (the
+//                baseline), then the same through the write API: the service as its own
+//                process (`bun src/index.ts` with DATABASE_URL), 4 HTTP clients on
+//                loopback posting 500-entry batches with a sleutel per entry
 //   retention    beveiligingslog-retentie's deletion (src/pg/retention.ts) and
 //                audit-retentie's (src/pg/audit-retention.ts: the check of every chain
 //                first, then signed records, then the prefixes) against one DELETE of the
@@ -22,8 +25,11 @@ import { appendEntriesPg, verifyTenantsPg } from "../../src/pg/chain.ts";
 import { migrateToPostgres } from "../../src/pg/migrate-to.ts";
 import { deleteOldLoginAttemptsPg } from "../../src/pg/retention.ts";
 import { deleteOldAuditEntriesPg } from "../../src/pg/audit-retention.ts";
-import { copyFileSync, rmSync } from "node:fs";
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { retentionBoundary } from "../../src/time.ts";
+import { freePort } from "../../test/binary.ts";
 import { startCluster } from "../../test/pg.ts";
 import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, floorOnWorkers, NOW, peakRssMb, report } from "../lib.ts";
 
@@ -129,6 +135,7 @@ try {
   );
   const ingestSeconds = (performance.now() - t0) / 1000;
   batchMs.sort((a, b) => a - b);
+  const api = await ingestThroughApi(url, tenants, clients, batch, batchesPerClient);
   await sql.close();
 
   // Retention of half the login attempts, each mode on a fresh copy, a writer beside it.
@@ -203,6 +210,7 @@ try {
     ingestEntries: clients * batchesPerClient * batch,
     ingestSeconds,
     ingestBatchP99Ms: batchMs[Math.floor(batchMs.length * 0.99)] ?? null,
+    api,
     retentionDelete,
     retentionJob,
     auditRetentionDelete,
@@ -211,4 +219,78 @@ try {
   });
 } finally {
   await cluster.stop();
+}
+
+/**
+ * The write API on PostgreSQL: the service as its own process on the bench database, and
+ * `clients` HTTP clients each posting `batches` batches of `batch` entries over every
+ * tenant (each entry with its own sleutel, as applications retrying after a timeout do).
+ */
+async function ingestThroughApi(url: string, tenants: number[], clients: number, batch: number, batches: number) {
+  const dir = mkdtempSync(join(tmpdir(), "nachtwacht-bench-api-"));
+  const port = freePort();
+  const appSecret = "bench-app-" + "1".repeat(54);
+  const service = Bun.spawn([BUN, new URL("../../src/index.ts", import.meta.url).pathname], {
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: dir,
+      CRON_SECRET: "bench-" + "0".repeat(58),
+      APP_SECRET: appSecret,
+      AUDIT_ANKER_SLEUTEL: BENCH_SIGNING_KEY,
+      AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
+      DATABASE_URL: url,
+      DATABASE_PATH: join(dir, "data", "unused.db"),
+      PORT: String(port),
+      HOST: "127.0.0.1",
+    },
+    stdout: "ignore",
+    stderr: "inherit",
+  });
+  try {
+    const base = `http://127.0.0.1:${port}`;
+    for (let tries = 0; ; tries++) {
+      if (service.exitCode !== null || tries > 1500) throw new Error("the service on PostgreSQL did not start");
+      try {
+        if ((await fetch(`${base}/health`)).ok) break;
+      } catch {
+        await Bun.sleep(20); // polling /health while the service starts
+      }
+    }
+    const run = Date.now().toString(36);
+    const bodies = Array.from({ length: clients }, (_, c) =>
+      Array.from({ length: batches }, (_, b) =>
+        JSON.stringify({
+          entries: Array.from({ length: batch }, (_, i) => ({
+            tenantId: tenants[(c * 7919 + b * batch + i + 13) % tenants.length]!,
+            actor: `api${c}@example.nl`,
+            action: "bench.api",
+            subject: `a/${c}/${b}/${i}`,
+            details: { c, b, i },
+            sleutel: `${run}-${c}-${b}-${i}`,
+          })),
+        }),
+      ),
+    );
+    const headers = { authorization: `Bearer ${appSecret}`, "content-type": "application/json" };
+    const batchMs: number[] = [];
+    const t0 = performance.now();
+    await Promise.all(
+      bodies.map(async (mine) => {
+        for (const body of mine) {
+          const s = performance.now();
+          const r = await fetch(`${base}/api/audit`, { method: "POST", headers, body });
+          if (r.status !== 200) throw new Error(`POST /api/audit: ${r.status} ${await r.text()}`);
+          await r.arrayBuffer();
+          batchMs.push(performance.now() - s);
+        }
+      }),
+    );
+    const seconds = (performance.now() - t0) / 1000;
+    batchMs.sort((a, b) => a - b);
+    return { entries: clients * batches * batch, seconds, batchP99Ms: batchMs[Math.floor(batchMs.length * 0.99)] ?? null };
+  } finally {
+    service.kill("SIGTERM");
+    await service.exited;
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
