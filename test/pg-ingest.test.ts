@@ -265,6 +265,33 @@ describe("the write API on PostgreSQL", () => {
     expect((await send("/api/audit", { entries: [entry(1, 2)] })).json.ontvangstbewijzen[0].seq).toBe(1);
   });
 
+  test("a NUL character (U+0000), which PostgreSQL's text cannot hold, is a 400 naming the field on both stores, storing nothing; SQLite no longer takes what PostgreSQL would refuse", async () => {
+    sqliteEnv = makeTestEnv({ APP_SECRET });
+    await pgEnv();
+    const nul = "a\u0000b";
+    const requests = [
+      { path: "/api/tenants/1", method: "PUT", body: { naam: nul, actief: true }, field: "naam" },
+      { path: "/api/tenants/1", method: "PUT", body: { naam: "Eén", actief: true }, field: null },
+      { path: "/api/audit", method: "POST", body: { entries: [entry(1, 0), { ...entry(1, 1), actor: nul }] }, field: "entries[1].actor" },
+      { path: "/api/audit", method: "POST", body: { entries: [{ ...entry(1, 0), sleutel: nul }] }, field: "entries[0].sleutel" },
+      { path: "/api/inlogpogingen", method: "POST", body: { pogingen: [{ account: nul, ip: "192.0.2.1", gelukt: false }] }, field: "pogingen[0].account" },
+      { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: nul, email: "ans@example.nl", actief: true }] }, field: "beheerders[0].naam" },
+      { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "Ans", email: "a\u0000@example.nl", actief: true }] }, field: "beheerders[0].email" },
+    ];
+    for (const r of requests) {
+      const onSqlite = await sendTo(sqliteEnv.app, r.path, r.body, { method: r.method });
+      const onPg = await send(r.path, r.body, { method: r.method });
+      expect([onPg.status, onPg.json]).toEqual([onSqlite.status, onSqlite.json]);
+      if (r.field === null) continue;
+      expect(onPg.status).toBe(400);
+      expect(onPg.json.error).toStartWith(`Veld ${r.field} moet`);
+    }
+    expect(await count("audit_entries")).toBe(0);
+    expect(await count("login_attempts")).toBe(0);
+    expect(await count("administrators")).toBe(0);
+    expect(env!.alarms.raised).toEqual([]);
+  });
+
   test("one scenario answers exactly the same on SQLite and on PostgreSQL, refusals included", async () => {
     sqliteEnv = makeTestEnv({ APP_SECRET });
     await pgEnv();

@@ -2,6 +2,7 @@
 // with a Dutch message, and the 400 for a body that does not match its schema.
 import { ValueErrorType } from "@sinclair/typebox/errors";
 import { t, type ValidationError } from "elysia";
+import { NO_NUL } from "../jobs/schema.ts";
 
 /** The body of every answer that is not a job's own result. */
 export const ErrorBody = t.Object({ error: t.String({ description: "Wat er mis is." }) });
@@ -72,6 +73,7 @@ interface SchemaNode {
   minimum?: number;
   maximum?: number;
   format?: string;
+  pattern?: string;
   minLength?: number;
   maxLength?: number;
   minItems?: number;
@@ -111,6 +113,7 @@ export function expectation(schema: unknown): string {
     case "string":
       if (s.format === "date-time") return "een tijdstip in ISO 8601 met tijdzone (bv. 2026-11-23T12:00:00Z)";
       if (s.format === "email") return "een e-mailadres";
+      if (s.pattern === NO_NUL) return `een tekst zonder NUL-teken (U+0000)${lengths(s.minLength, s.maxLength, "tekens")}`;
       return `een tekst (string)${lengths(s.minLength, s.maxLength, "tekens")}`;
     case "boolean":
       return "true of false";

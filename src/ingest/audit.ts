@@ -9,7 +9,7 @@
 import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
 import { appendEntries, canonicalJson, sha256Hex, type AppendedEntry, type ChainInput } from "../audit/chain.ts";
-import { dateTime, integer } from "../jobs/schema.ts";
+import { dateTime, integer, text } from "../jobs/schema.ts";
 import { Refusal } from "./refusal.ts";
 
 export const MAX_BATCH_ENTRIES = 1000;
@@ -34,15 +34,15 @@ export const TenantId = integer({ minimum: 1, maximum: 2_147_483_647, descriptio
 export const AuditEntryInput = t.Object(
   {
     tenantId: TenantId,
-    actor: t.String({ minLength: 1, maxLength: 200, description: "Wie het deed (gebruiker, systeem)." }),
-    action: t.String({ minLength: 1, maxLength: 200, description: "Wat er gebeurde, bv. `factuur.verwijderd`." }),
-    subject: t.String({ maxLength: 1000, description: "Waarop het betrekking had; mag leeg zijn." }),
+    actor: text({ minLength: 1, maxLength: 200, description: "Wie het deed (gebruiker, systeem)." }),
+    action: text({ minLength: 1, maxLength: 200, description: "Wat er gebeurde, bv. `factuur.verwijderd`." }),
+    subject: text({ maxLength: 1000, description: "Waarop het betrekking had; mag leeg zijn." }),
     details: t.Optional(
       t.Object({}, { additionalProperties: true, description: `Vrije gegevens (JSON-object, ≤ ${MAX_DETAILS_BYTES / 1024} KiB, ≤ ${MAX_DETAILS_DEPTH} niveaus diep); standaard {}.` }),
     ),
     tijdstip: t.Optional(Moment("Wanneer het gebeurde (ISO 8601 met tijdzone); standaard nu, hoogstens een minuut in de toekomst.")),
     sleutel: t.Optional(
-      t.String({
+      text({
         minLength: 1,
         maxLength: 200,
         description: "Idempotentiesleutel, uniek per tenant: een herhaalde batch krijgt dezelfde ontvangstbewijzen en slaat niets dubbel op.",

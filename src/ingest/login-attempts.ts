@@ -4,7 +4,7 @@
 // storeLoginAttemptsPg (src/pg/ingest.ts).
 import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
-import { integer, nullable } from "../jobs/schema.ts";
+import { integer, nullable, text } from "../jobs/schema.ts";
 import { MAX_BATCH_ENTRIES, Moment, refuseUnknownTenants, storedMoment, tenantExists, TenantId } from "./audit.ts";
 
 /** The request body's limit: 256 KiB (a thousand attempts fit in about 150 KiB). */
@@ -12,10 +12,10 @@ export const MAX_ATTEMPTS_BYTES = 256 * 1024;
 
 export const LoginAttemptInput = t.Object(
   {
-    account: t.String({ minLength: 1, maxLength: 320, description: "Het account (gebruikersnaam of e-mailadres) waarmee werd ingelogd." }),
+    account: text({ minLength: 1, maxLength: 320, description: "Het account (gebruikersnaam of e-mailadres) waarmee werd ingelogd." }),
     ip: t.String({ minLength: 2, maxLength: 45, pattern: "^[0-9A-Fa-f:.]+$", description: "IPv4- of IPv6-adres van de client." }),
     gelukt: t.Boolean(),
-    reden: t.Optional(nullable(t.String({ maxLength: 200 }), { description: "Waarom het mislukte, bv. `wachtwoord`." })),
+    reden: t.Optional(nullable(text({ maxLength: 200 }), { description: "Waarom het mislukte, bv. `wachtwoord`." })),
     tenantId: t.Optional(nullable(TenantId)),
     tijdstip: t.Optional(Moment("Wanneer (ISO 8601 met tijdzone); standaard nu, hoogstens een minuut in de toekomst.")),
   },

@@ -7,7 +7,7 @@ import { eq } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { administrators, tenants } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
-import { integer } from "../jobs/schema.ts";
+import { integer, text } from "../jobs/schema.ts";
 import { EMAIL_PATTERN } from "../mail/address.ts";
 import { Refusal } from "./refusal.ts";
 
@@ -17,7 +17,7 @@ export const MAX_ADMINISTRATORS_BYTES = 512 * 1024;
 
 export const TenantInput = t.Object(
   {
-    naam: t.String({ minLength: 1, maxLength: 200, description: "Naam van de tenant, zoals rapporten die tonen." }),
+    naam: text({ minLength: 1, maxLength: 200, description: "Naam van de tenant, zoals rapporten die tonen." }),
     actief: t.Boolean({ description: "false: geen weekrapport meer; de audit-log blijft bewaard en gecontroleerd." }),
   },
   { additionalProperties: false },
@@ -35,7 +35,7 @@ export type TenantResult = Static<typeof TenantResult>;
 
 export const AdministratorInput = t.Object(
   {
-    naam: t.String({ minLength: 1, maxLength: 200 }),
+    naam: text({ minLength: 1, maxLength: 200 }),
     email: t.String({ minLength: 3, maxLength: 320, pattern: EMAIL_PATTERN.source, description: "Uniek binnen de lijst (hoofdletters tellen niet)." }),
     actief: t.Boolean({ description: "false: krijgt geen weekrapport." }),
   },

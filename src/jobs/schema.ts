@@ -18,5 +18,15 @@ export const nullable = <T extends TSchema>(schema: T, options?: SchemaOptions) 
 export const enumOf = <const V extends readonly [string, ...string[]]>(values: V, options?: SchemaOptions) =>
   t.UnionEnum(values, { ...options, default: undefined });
 
+/**
+ * The pattern of text as both stores keep it: no NUL character (U+0000). SQLite stores
+ * one; PostgreSQL's text refuses it, so a batch holding one would be a 500 there (and lost
+ * on every retry) while SQLite took it. Refused on both, with a 400 that says why.
+ */
+export const NO_NUL = "^[^\\u0000]*$";
+
+/** A text field of a write API body: t.String without NUL characters (NO_NUL). */
+export const text = (options?: StringOptions) => t.String({ ...options, pattern: NO_NUL });
+
 /** A moment as Date.toISOString() writes it (UTC). */
 export const dateTime = (options?: StringOptions) => t.String({ ...options, format: "date-time" });
