@@ -216,7 +216,7 @@ describe("POST /api/audit", () => {
       expect(r.json.error).toContain(field);
     }
     const missing = await send("/api/audit", { entries: [entry(a, 0), { tenantId: a, actor: "x", subject: "" }] });
-    expect(missing.json.error).toBe("Veld entries[1].action ontbreekt (verplicht: een tekst (string) van 1 tot 200 tekens).");
+    expect(missing.json.error).toBe("Veld entries[1].action ontbreekt (verplicht: een tekst zonder NUL-teken (U+0000) van 1 tot 200 tekens).");
     for (const body of [{}, { entries: [] }, { entries: {} }, [entry(a, 0)], "null"]) {
       const r = await send("/api/audit", body);
       expect(r.status).toBe(400);
