@@ -314,6 +314,16 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
     ]);
   });
 
+  test("two runs of the same week at once (a lease that lapsed, two instances) send each report once: a reservation is a claim, and the run that loses it skips that recipient", async () => {
+    for (const side of await bothStores()) {
+      await fillWeek(side.seed);
+      const [one, two] = await Promise.all([runWeekrapport(side.deps, NOW), runWeekrapport(side.deps, NOW)]);
+      const to = side.env.mailer.sent.map((m) => m.to).sort();
+      expect(to).toEqual(["anna@alfa.test", "bert@beta.test", "dirk@delta.test", "gedeeld@example.test", "gedeeld@example.test", "weg@alfa.test"]);
+      expect((one.body as { verstuurd: number }).verstuurd + (two.body as { verstuurd: number }).verstuurd).toBe(6);
+    }
+  });
+
   test("the service dies between the transport's acceptance and the record: no rerun sends it again, each reports it as onzeker, and the alarm's advice releases it", async () => {
     const runs: unknown[][] = [[], []];
     for (const [i, side] of (await bothStores()).entries()) {
@@ -361,13 +371,17 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
       const a = { administratorId: await side.seed.admin(t, "anna@alfa.test"), tenantId: t };
       const b = { administratorId: await side.seed.admin(t, "bert@alfa.test"), tenantId: t };
       const later = new Date(NOW.getTime() + 3600_000);
-      const step = async (f: () => Promise<void>) => {
+      const step = async (f: () => Promise<unknown>) => {
         await f();
         tables[i]!.push(await side.seed.deliveries());
       };
-      await step(() => q.reserveDelivery(a, "2026-W30"));
+      expect(await q.reserveDelivery(a, "2026-W30")).toBe(true);
+      tables[i]!.push(await side.seed.deliveries());
+      // A second reservation claims nothing: not while reserved, not once recorded.
+      expect(await q.reserveDelivery(a, "2026-W30")).toBe(false);
       await step(() => q.recordDelivery(a, "2026-W30", NOW));
-      await step(() => q.reserveDelivery(a, "2026-W30"));
+      expect(await q.reserveDelivery(a, "2026-W30")).toBe(false);
+      tables[i]!.push(await side.seed.deliveries());
       await step(() => q.releaseDelivery(a, "2026-W30"));
       await step(() => q.recordDelivery(a, "2026-W30", later));
       await step(() => q.reserveDelivery(b, "2026-W30"));

@@ -90,7 +90,9 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
       while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
       // Marked before it leaves: should the service die before the outcome is
       // recorded, the rerun reports it as uncertain rather than sending it twice.
-      await q.reserveDelivery(admin, week);
+      // A claim: when another run (another instance whose lease lapsed) reserved it
+      // first, that run sends it and counts it; this one does not send it again.
+      if (!(await q.reserveDelivery(admin, week))) continue;
       const p: Promise<void> = deps.mailer
         .send({ to: admin.email, subject, html, text })
         .then(

@@ -63,8 +63,13 @@ const deliveryOf = (r: DeliveryKey, isoWeek: string) =>
   and(eq(deliveries.administratorId, r.administratorId), eq(deliveries.tenantId, r.tenantId), eq(deliveries.isoWeek, isoWeek));
 
 /** Marks a send as started, before the message goes to the transport (reserveDelivery); leaves an existing record as it is. */
-export async function reserveDeliveryPg(db: PgDb, r: DeliveryKey, isoWeek: string): Promise<void> {
-  await db.insert(deliveries).values({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek, verstuurd: SENDING }).onConflictDoNothing();
+export async function reserveDeliveryPg(db: PgDb, r: DeliveryKey, isoWeek: string): Promise<boolean> {
+  const rows = await db
+    .insert(deliveries)
+    .values({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek, verstuurd: SENDING })
+    .onConflictDoNothing()
+    .returning({ isoWeek: deliveries.isoWeek });
+  return rows.length > 0;
 }
 
 /** The transport refused the message: the reservation goes, so a rerun sends it; a recorded delivery stays (releaseDelivery). */

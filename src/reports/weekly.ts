@@ -90,7 +90,7 @@ const deliveryStatements = preparedPerConnection((db) => {
   const tenantId = sql.placeholder("tenantId");
   const isoWeek = sql.placeholder("isoWeek");
   return {
-    reserve: db.insert(deliveries).values({ administratorId, tenantId, isoWeek, verstuurd: SENDING }).onConflictDoNothing().prepare(),
+    reserve: db.insert(deliveries).values({ administratorId, tenantId, isoWeek, verstuurd: SENDING }).onConflictDoNothing().returning({ isoWeek: deliveries.isoWeek }).prepare(),
     release: db
       .delete(deliveries)
       .where(
@@ -159,8 +159,8 @@ export function weekRecipients(db: Db, isoWeek: string): WeekRecipient[] {
  * recording it; with this mark such a message is reported as uncertain instead of
  * being sent a second time by the rerun.
  */
-export function reserveDelivery(db: Db, r: { administratorId: number; tenantId: number }, isoWeek: string): void {
-  deliveryStatements(db).reserve.run({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek });
+export function reserveDelivery(db: Db, r: { administratorId: number; tenantId: number }, isoWeek: string): boolean {
+  return deliveryStatements(db).reserve.all({ administratorId: r.administratorId, tenantId: r.tenantId, isoWeek }).length > 0;
 }
 
 /** The transport refused the message: no longer reserved, so a rerun sends it. */
@@ -314,7 +314,8 @@ export function tenantWeekStats(db: Db, tenantId: number, van: Date, tot: Date, 
 export interface WeeklyQueries {
   pruneDeliveries(oldestKept: string): Promise<void>;
   weekRecipients(isoWeek: string): Promise<WeekRecipient[]>;
-  reserveDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<void>;
+  /** Whether this call reserved it: false when a row was there already (another run's, or a record). */
+  reserveDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<boolean>;
   releaseDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<void>;
   recordDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string, now: Date): Promise<void>;
   weekLogins(van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>>;
