@@ -24,7 +24,7 @@
 import { randomUUID } from "node:crypto";
 import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
-import { and, eq, gt, gte, inArray } from "drizzle-orm";
+import { and, eq, gt, gte, inArray, type AnyColumn } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
@@ -182,7 +182,7 @@ export function startLeasedRun(
         const done = db
           .select({ runId: jobRuns.id, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst })
           .from(jobRuns)
-          .where(and(eq(jobRuns.job, job), gte(jobRuns.gestart, firedAt.toISOString()), inArray(jobRuns.uitkomst, [...DONE_OUTCOMES])))
+          .where(doneSince(jobRuns, job, firedAt))
           .orderBy(jobRuns.gestart)
           .limit(1)
           .get();
@@ -203,14 +203,38 @@ export function startLeasedRun(
   );
 }
 
-const heldBy = (job: JobName, holder: LeaseHolder, runId: number) =>
-  and(eq(jobLeases.job, job), eq(jobLeases.pid, holder.pid), eq(jobLeases.instantie, holder.instantie), eq(jobLeases.runId, runId));
+/** The columns the rules below name, of either dialect's job_leases and job_runs. */
+export interface LeaseColumns {
+  job: AnyColumn;
+  pid: AnyColumn;
+  instantie: AnyColumn;
+  runId: AnyColumn;
+}
+export interface RunColumns {
+  job: AnyColumn;
+  gestart: AnyColumn;
+  uitkomst: AnyColumn;
+}
+
+/** This holder's lease of this run, for any store: what renewal and release may touch. */
+export const leaseHeldBy = (t: LeaseColumns, job: JobName, holder: LeaseHolder, runId: number) =>
+  and(eq(t.job, job), eq(t.pid, holder.pid), eq(t.instantie, holder.instantie), eq(t.runId, runId));
+
+/** A run of the job that did the scheduled time `firedAt`, for any store (DONE_OUTCOMES). */
+export const doneSince = (t: RunColumns, job: JobName, firedAt: Date) => and(eq(t.job, job), gte(t.gestart, firedAt.toISOString()), inArray(t.uitkomst, [...DONE_OUTCOMES]));
+
+/** What a renewal writes: renewed now, valid until now + ttlMs. */
+export function renewValues(now: Date, ttlMs: number) {
+  return { vernieuwd: now.toISOString(), verloopt: new Date(now.getTime() + ttlMs).toISOString() };
+}
+
+const heldBy = (job: JobName, holder: LeaseHolder, runId: number) => leaseHeldBy(jobLeases, job, holder, runId);
 
 /** One attempt at renewing, synchronous: run inside retryWhenBusy (renewLease, startRenewing). */
 function renewNow(db: Db, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): boolean {
   const rows = db
     .update(jobLeases)
-    .set({ vernieuwd: now.toISOString(), verloopt: new Date(now.getTime() + ttlMs).toISOString() })
+    .set(renewValues(now, ttlMs))
     .where(heldBy(job, holder, runId))
     .returning({ job: jobLeases.job })
     .all();
@@ -324,9 +348,42 @@ export function startRenewing(
       };
     });
 
+  /**
+   * One attempt, by the store's kind. `stopped` is checked inside it: after stop() nothing
+   * more is written. On PostgreSQL a renewal that does not get through within renewMs (a
+   * pool taken by the job and the write API) fails like any other error and is tried
+   * again; on SQLite retryWhenBusy waits that long for the write lock.
+   */
+  const attempt = async (now: Date): Promise<"stopped" | "renewed" | "lost"> => {
+    const outcome = (renewed: boolean) => (renewed ? "renewed" : "lost");
+    if (store.kind === "sqlite") return retryWhenBusy(store.sqlite, () => (stopped ? "stopped" : outcome(renewNow(store.db, job, holder, runId, now, timing.ttlMs))), timing.renewMs);
+    if (stopped) return "stopped";
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`de vernieuwing kwam niet binnen ${timing.renewMs} ms door`)), timing.renewMs);
+    });
+    try {
+      return outcome(await Promise.race([renewLeasePg(store, job, holder, runId, now, timing.ttlMs), late]));
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
   const loop = async () => {
     let waitingSince: Date | null = null;
     let lapseLogged = false;
+    /** The expiry passing without a renewal: an error at once, whatever stopped the renewal (another process may take the job over from then on). */
+    const noteLapse = (now: Date, cause: string): boolean => {
+      if (lapseLogged || now.getTime() < state.verloopt.getTime()) return false;
+      lapseLogged = true;
+      state.lapsed = true;
+      log("error", `a running job's lease expired without a renewal (${cause}); another process may take the job over (it may run twice). Renewal goes on`, {
+        job,
+        runId,
+        verloopt: state.verloopt.toISOString(),
+      });
+      return true;
+    };
     while (!stopped) {
       // After a renewal that waited its full turn for the lock, the next attempt follows at once.
       if (waitingSince === null) await pause(timing.renewMs);
@@ -337,19 +394,7 @@ export function startRenewing(
       }
       try {
         const now = clock();
-        // The check for `stopped` runs in every attempt: after stop() nothing more is written.
-        const outcome =
-          store.kind === "pg"
-            ? stopped
-              ? "stopped"
-              : (await renewLeasePg(store, job, holder, runId, now, timing.ttlMs))
-                ? "renewed"
-                : "lost"
-            : await retryWhenBusy(
-                store.sqlite,
-                () => (stopped ? "stopped" : renewNow(store.db, job, holder, runId, now, timing.ttlMs) ? "renewed" : "lost"),
-                timing.renewMs,
-              );
+        const outcome = await attempt(now);
         if (outcome === "stopped") break;
         if (outcome === "lost") {
           state.lost = true;
@@ -369,22 +414,16 @@ export function startRenewing(
         lapseLogged = false;
       } catch (e) {
         if (stopped) break;
+        const now = clock();
         if (!isBusy(e)) {
           waitingSince = null;
-          log("warn", "could not renew a running job's lease; tried again at the next renewal", { job, runId, error: errorMessage(e) });
+          if (!noteLapse(now, `the renewal failed: ${errorMessage(e)}`)) {
+            log("warn", "could not renew a running job's lease; tried again at the next renewal", { job, runId, error: errorMessage(e) });
+          }
           continue;
         }
-        const now = clock();
         waitingSince ??= now;
-        if (!lapseLogged && now.getTime() >= state.verloopt.getTime()) {
-          lapseLogged = true;
-          state.lapsed = true;
-          log("error", "a running job's lease expired: the database's write lock stayed taken by another process, so it could not be renewed; once the lock is free another process may take the job over (it may run twice). Renewal goes on", {
-            job,
-            runId,
-            verloopt: state.verloopt.toISOString(),
-          });
-        } else {
+        if (!noteLapse(now, "the database's write lock stayed taken by another process")) {
           log("warn", "could not renew a running job's lease: the database's write lock is taken by another process; trying again", {
             job,
             runId,

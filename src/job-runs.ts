@@ -18,10 +18,15 @@ export type Outcome = JobRunRow["uitkomst"];
 /** The summary kept per run is bounded: the history must not grow with a report's size. */
 const MAX_SUMMARY = 4000;
 
+/** The row a run starts with, for any store: its start, and 'bezig' until its end is written. */
+export function runStartValues(job: JobName, now: Date) {
+  return { job, gestart: now.toISOString(), uitkomst: "bezig" as const };
+}
+
 export function startRun(db: Db, job: JobName, now: Date): number {
   const row = db
     .insert(jobRuns)
-    .values({ job, gestart: now.toISOString(), uitkomst: "bezig" })
+    .values(runStartValues(job, now))
     .returning({ id: jobRuns.id })
     .get();
   return row.id;

@@ -20,6 +20,17 @@ export const TEST_SIGNING_KEY = "PRIVATE+KEY+nachtwacht.test/sleutel+04706f76+Af
 export const TEST_VERIFIER_KEY = "nachtwacht.test/sleutel+04706f76+Aaz207b2QEx/XF+SdROXncBC9wVo9P46bYDZjcEehm4L";
 export const NOW = new Date("2026-07-23T12:00:00.000Z");
 
+/** Polls `check` until it returns a value other than undefined/false; throws after `ms`. Never a fixed sleep as synchronisation. */
+export async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = 30_000): Promise<T> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined && v !== false) return v;
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(5);
+  }
+}
+
 export function tempDir(prefix = "nachtwacht-test-"): { dir: string; cleanup(): void } {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };

@@ -14,7 +14,7 @@ import { join, resolve } from "node:path";
 import { SMTPServer } from "smtp-server";
 import { holderGone, leaseTiming, liveLeases, newLeaseHolder, releaseLease, renewLease, startLeasedRun, startRenewing, type LeaseHolder } from "../src/job-lease.ts";
 import { openStore } from "../src/db.ts";
-import { call, makeTestEnv, NOW, SECRET, tempDir, TEST_SIGNING_KEY } from "./helpers.ts";
+import { call, makeTestEnv, NOW, SECRET, tempDir, TEST_SIGNING_KEY, until } from "./helpers.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { createApp } from "../src/app.ts";
 import { startService } from "./fixtures/hardening.ts";
@@ -24,16 +24,6 @@ import { holdWriteLock } from "./ingest-fixtures.ts";
 const ROOT = resolve(import.meta.dir, "..");
 const RECIPIENT = "ops@example.test";
 
-/** Polls `check` until it returns a value other than undefined/false; throws after `ms`. Never a fixed sleep as synchronisation. */
-async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = 15_000): Promise<T> {
-  const deadline = performance.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined && v !== false) return v;
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(5);
-  }
-}
 
 // ---------------------------------------------------------------- an SMTP server that holds its reply
 

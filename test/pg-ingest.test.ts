@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { rowHash, type EntryRow } from "../src/audit/chain.ts";
 import { verifyTenantChainPg } from "../src/pg/chain.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { call, makePgTestEnv, makeTestEnv, NOW, SECRET, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { call, makePgTestEnv, makeTestEnv, NOW, SECRET, until, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { APP_SECRET, auditEntry as entry } from "./ingest-fixtures.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 
@@ -471,11 +471,3 @@ function startWriter(url: string, label: string, rounds: number, barrier: number
   return { proc, stdout: collect(proc.stdout as ReadableStream<Uint8Array>), stderr: collect(proc.stderr as ReadableStream<Uint8Array>) };
 }
 
-/** Polls `check` until it holds; throws after `ms`. Never a fixed sleep as synchronisation. */
-async function until(what: string, check: () => boolean, ms = 30_000): Promise<void> {
-  const deadline = performance.now() + ms;
-  while (!check()) {
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(5);
-  }
-}

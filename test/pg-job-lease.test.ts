@@ -4,17 +4,18 @@
 // renewed and released only by its holder and run; taken over once expired or once its
 // holder's pid is gone from this host — and two REAL processes taking the same job's
 // lease as fast as they can never hold it at the same time.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, spyOn, test } from "bun:test";
 import { randomUUID } from "node:crypto";
 import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import { holderGone, newLeaseHolder, type LeaseHolder } from "../src/job-lease.ts";
+import { holderGone, newLeaseHolder, startRenewing, type LeaseHolder } from "../src/job-lease.ts";
 import { liveLeasesPg, releaseLeasePg, renewLeasePg, startLeasedRunPg } from "../src/pg/job-lease.ts";
 import { finishRunPg } from "../src/pg/job-runs.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
+import { until } from "./helpers.ts";
 
 setDefaultTimeout(120_000);
 
@@ -46,6 +47,33 @@ const runsOf = async (store: PgStore, job: string) =>
 const leaseRows = async (store: PgStore) => (await store.sql`SELECT job, pid, instantie, run_id, verloopt FROM job_leases ORDER BY job`) as Record<string, unknown>[];
 
 describe("the lease functions on PostgreSQL", () => {
+  test("the renewer on PostgreSQL: a renewal that fails past the expiry is logged as the lapse it is (state.lapsed), and renewal goes on until one gets through", async () => {
+    const store = await freshStore();
+    const lines: string[] = [];
+    const spy = spyOn(process.stderr, "write").mockImplementation(((chunk: unknown) => {
+      lines.push(String(chunk));
+      return true;
+    }) as typeof process.stderr.write);
+    try {
+      const h = newLeaseHolder();
+      const r = await startLeasedRunPg(store, "audit-anker", h, NOW, 60);
+      if (!r.ok) throw new Error("not taken");
+      // Every renewal fails (a constraint the UPDATE breaks) while the clock is past the expiry.
+      await store.sql`ALTER TABLE job_leases ADD CONSTRAINT nooit CHECK (verloopt < '2000') NOT VALID`;
+      let now = NOW.getTime() + 1000;
+      const renewer = startRenewing(store, () => new Date(now), "audit-anker", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
+      await until("the lapse to be logged", () => lines.some((l) => l.includes("a running job's lease expired without a renewal (the renewal failed")));
+      await store.sql`ALTER TABLE job_leases DROP CONSTRAINT nooit`;
+      const verloopt = async () => ((await store.sql`SELECT verloopt FROM job_leases WHERE job = 'audit-anker'`) as { verloopt: string }[])[0]!.verloopt;
+      await until("a renewal once it can", async () => (await verloopt()) === new Date(now + 60).toISOString());
+      now += 1000;
+      const state = await renewer.stop();
+      expect(state).toMatchObject({ lost: false, lapsed: true });
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
   test("a scheduled take (firedAt) is refused once a run that started at or after that time ended ok or afwijking, with nothing written; by hand, or when only a failed run started since, it is taken", async () => {
     const store = await freshStore();
     const firedAt = new Date(NOW.getTime() - 60_000);
@@ -232,14 +260,6 @@ function startContender(url: string, label: string, wins: number, barrier: numbe
   return { proc, stdout: collect(proc.stdout), stderr: collect(proc.stderr) };
 }
 
-/** Polls `check` until it holds; throws after `ms`. Never a fixed sleep as synchronisation. */
-async function until(what: string, check: () => boolean, ms = 30_000): Promise<void> {
-  const deadline = performance.now() + ms;
-  while (!check()) {
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(5);
-  }
-}
 
 describe("two processes taking the same job's lease on one PostgreSQL database", () => {
   test("never hold it at the same time: every run's begin and end lie between no other run's, its lease row names it throughout, every release finds it; the wins are the job_runs rows", async () => {

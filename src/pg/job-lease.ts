@@ -15,9 +15,10 @@
 // - Renewal and release are single statements whose WHERE names the holder and its
 //   run. A take-over, once committed, leaves them nothing to match; one still waiting
 //   for the row when they commit sees their result.
-import { and, eq, gt, gte, inArray, sql } from "drizzle-orm";
+import { eq, gt, sql } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
-import { DONE_OUTCOMES, holderGone, leaseTake, leaseValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
+import { doneSince, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
+import { runStartValues } from "../job-runs.ts";
 import type { JobName } from "../schedule.ts";
 import { LOCK_JOB_LEASE, LOCK_NAMESPACE, type PgDb, type PgStore } from "./store.ts";
 
@@ -37,7 +38,7 @@ export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHold
         const [done] = await tx
           .select({ runId: jobRuns.id, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst })
           .from(jobRuns)
-          .where(and(eq(jobRuns.job, job), gte(jobRuns.gestart, firedAt.toISOString()), inArray(jobRuns.uitkomst, [...DONE_OUTCOMES])))
+          .where(doneSince(jobRuns, job, firedAt))
           .orderBy(jobRuns.gestart)
           .limit(1);
         if (done) return { ok: false, gedaan: done };
@@ -46,7 +47,7 @@ export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHold
       const current: JobLease | null = row ?? null;
       const take = leaseTake(current, holder, now);
       if (!take.ok) return { ok: false, houder: take.houder };
-      const [run] = await tx.insert(jobRuns).values({ job, gestart: now.toISOString(), uitkomst: "bezig" }).returning({ id: jobRuns.id });
+      const [run] = await tx.insert(jobRuns).values(runStartValues(job, now)).returning({ id: jobRuns.id });
       const values = leaseValues(holder, run!.id, now, ttlMs);
       await tx
         .insert(jobLeases)
@@ -59,14 +60,13 @@ export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHold
   );
 }
 
-const heldBy = (job: JobName, holder: LeaseHolder, runId: number) =>
-  and(eq(jobLeases.job, job), eq(jobLeases.pid, holder.pid), eq(jobLeases.instantie, holder.instantie), eq(jobLeases.runId, runId));
+const heldBy = (job: JobName, holder: LeaseHolder, runId: number) => leaseHeldBy(jobLeases, job, holder, runId);
 
 /** Moves the expiry of this holder's lease of the run on; false when it is no longer this holder's (taken over after it expired). */
 export async function renewLeasePg(store: PgStore, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): Promise<boolean> {
   const rows = await store.db
     .update(jobLeases)
-    .set({ vernieuwd: now.toISOString(), verloopt: new Date(now.getTime() + ttlMs).toISOString() })
+    .set(renewValues(now, ttlMs))
     .where(heldBy(job, holder, runId))
     .returning({ job: jobLeases.job });
   return rows.length > 0;

@@ -42,11 +42,11 @@ export async function dueStatePg(db: PgDb, job: JobName, cronExpression: string,
  * over the pool; each is an index range.
  */
 export async function jobStatusesPg(db: PgDb, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
-  const [installed, leases, runs] = await Promise.all([
-    installedAtPg(db),
-    liveLeasesPg(db, now),
-    Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(db, job)] as const)),
-  ]);
+  // The leases before the runs, as on SQLite: a run that ends between the two reads is
+  // then seen ended, never as 'bezig' without its (already released) lease, which would
+  // read as interrupted.
+  const [installed, leases] = await Promise.all([installedAtPg(db), liveLeasesPg(db, now)]);
+  const runs = await Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(db, job)] as const));
   return statusesOf({ installed, leases, newestRuns: new Map(runs) }, now, graceMs, context);
 }
 
