@@ -9,9 +9,10 @@
 # instead (by hand, and in the tests).
 #
 # NACHTWACHT_GEPLAND=1 (the crontab sets it) marks the call as the job's scheduled one:
-# the service then runs it only if no run has done this scheduled time yet, so two
-# instances whose crontabs both call it run it once (the other answers 409). By hand,
-# without it, a call always runs.
+# the service then runs it only if no run has done this scheduled time yet and it is not
+# running already, so two instances whose crontabs both call it run it once. The other
+# answers 204 with the reason in X-Nachtwacht-Overgeslagen, which is logged after the
+# status line; that is no failure (exit 0). By hand, without it, a call always runs.
 #
 # The secret: it is read from the root-only environment file (parsed here, never
 # sourced, so the file is not executed), and given to curl as a header on STDIN
@@ -77,7 +78,7 @@ esac
 url="http://$host:${PORT:-3000}/api/cron/$job"
 
 args=(--fail-with-body --silent --show-error --max-time "$max_time" --request POST
-  --write-out '\n(HTTP %{http_code}, %{time_total} s)\n' --header @-)
+  --write-out '\n(HTTP %{http_code}, %{time_total} s) %header{x-nachtwacht-overgeslagen}\n' --header @-)
 if [ -n "$body" ]; then
   args+=(--header 'Content-Type: application/json' --data-raw "$body")
 fi

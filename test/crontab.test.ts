@@ -88,6 +88,7 @@ describe("nachtwacht-call.sh", () => {
         if (req.method !== "POST") return new Response("method", { status: 405 });
         if (req.headers.get("authorization") !== `Bearer ${SECRET}`) return Response.json({ error: "Niet geautoriseerd." }, { status: 401 });
         if (path === "/api/cron/taken-controle") return Response.json({ ok: false, gemist: ["dagrapport"] }, { status: 409 });
+        if (path === "/api/cron/audit-anker") return new Response(null, { status: 204, headers: { "x-nachtwacht-overgeslagen": "De taak audit-anker is voor de geplande tijd al uitgevoerd (run 7)." } });
         if (path === "/api/cron/traag") {
           await Bun.sleep(3000);
           return Response.json({ ok: true });
@@ -140,6 +141,13 @@ describe("nachtwacht-call.sh", () => {
     expect(seen.at(-1)).toMatchObject({ path: "/api/cron/dagrapport", scheduled: "1" });
     expect((await run(["dagrapport", "120"], { NACHTWACHT_ENV: serverEnv() })).code).toBe(0);
     expect(seen.at(-1)).toMatchObject({ path: "/api/cron/dagrapport", scheduled: null });
+  });
+
+  test("a scheduled call that was not needed (204) exits 0 and logs the service's reason", async () => {
+    const r = await run(["audit-anker", "120"], { NACHTWACHT_ENV: serverEnv(), NACHTWACHT_GEPLAND: "1" });
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("(HTTP 204,");
+    expect(r.out).toContain("al uitgevoerd (run 7)");
   });
 
   test("a non-2xx answer exits non-zero and still logs the body", async () => {

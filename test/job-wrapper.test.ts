@@ -352,15 +352,17 @@ describe("a scheduled call (X-Nachtwacht-Gepland: 1) runs once per scheduled tim
   const scheduled = { headers: { "x-nachtwacht-gepland": "1" } };
   const runs = () => env.store.sqlite.query("SELECT count(*) AS n FROM job_runs WHERE job = 'beveiligingslog-analyse'").get() as { n: number };
 
-  test("a second scheduled call for the same time is refused with 409, naming the run that did it; nothing is written", async () => {
+  test("a second scheduled call for the same time is not run: 204 with the reason (naming the run that did it) in X-Nachtwacht-Overgeslagen, nothing written; by hand the same would run", async () => {
     env = makeTestEnv({}, { jobs: [job] });
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
     const first = lastRun(env.store.db, "beveiligingslog-analyse")!;
     env.setNow(new Date(NOW.getTime() + 14 * 60_000));
     const again = await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled);
-    expect(again.status).toBe(409);
-    expect(again.json.error).toContain("2026-07-23T12:00:00.000Z");
-    expect(again.json.error).toContain(`run ${first.id}`);
+    expect(again.status).toBe(204);
+    expect(again.text).toBe("");
+    const reason = again.headers.get("x-nachtwacht-overgeslagen")!;
+    expect(reason).toContain("2026-07-23T12:00:00.000Z");
+    expect(reason).toContain(`run ${first.id}`);
     expect(runs().n).toBe(1);
     // By hand (no header) it runs.
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse")).status).toBe(200);
@@ -376,7 +378,7 @@ describe("a scheduled call (X-Nachtwacht-Gepland: 1) runs once per scheduled tim
     outcomes.push(409);
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(409);
     expect(lastRun(env.store.db, "beveiligingslog-analyse")!.uitkomst).toBe("afwijking");
-    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).json.error).toContain("al uitgevoerd");
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).headers.get("x-nachtwacht-overgeslagen")).toContain("al uitgevoerd");
 
     env.setNow(new Date(NOW.getTime() + 15 * 60_000));
     outcomes.push(500);

@@ -260,13 +260,25 @@ function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, start
  * instances' crontabs call it. Calls without it (by hand, Swagger UI) always run.
  */
 export const SCHEDULED_HEADER = "x-nachtwacht-gepland";
+/**
+ * A scheduled call that was not needed (the job runs already, here or in another
+ * instance, or a run did its scheduled time) is answered 204 with the reason in this
+ * header: with two instances one of the two crontab calls always is, and it is no
+ * failure (the call script logs the reason and exits 0). By hand the same is a 409.
+ */
+export const SKIPPED_HEADER = "x-nachtwacht-overgeslagen";
+
+/** 409 {error} for a call by hand, 204 with the reason in SKIPPED_HEADER for a scheduled one. */
+function notRun(scheduled: boolean, message: string): Response {
+  return scheduled ? new Response(null, { status: 204, headers: { [SKIPPED_HEADER]: message } }) : json(409, { error: message });
+}
 
 async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, input: unknown, scheduled = false): Promise<Response> {
   if (running.isClosed) {
     return json(503, { error: "De service wordt gestopt; roep de taak over een minuut opnieuw aan." }, { "retry-after": "60" });
   }
   if (!running.tryStart(def.name)) {
-    return json(409, { error: `De taak ${def.name} loopt al; een tweede aanroep wordt niet tegelijk uitgevoerd.` });
+    return notRun(scheduled, `De taak ${def.name} loopt al; een tweede aanroep wordt niet tegelijk uitgevoerd.`);
   }
   try {
     if (running.keptEndsList().length > 0) {
@@ -288,7 +300,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       if (!isBusy(e)) throw e;
       return refusedOnBusyLock(deps, running, def.name, started, e);
     }
-    if (!lease.ok) return json(409, { error: lease.gedaan ? doneMessage(def.name, firedAt!, lease.gedaan) : heldElsewhereMessage(def.name, lease.houder) });
+    if (!lease.ok) return notRun(scheduled, lease.gedaan ? doneMessage(def.name, firedAt!, lease.gedaan) : heldElsewhereMessage(def.name, lease.houder));
     if (lease.overgenomen) {
       const o = lease.overgenomen;
       log("warn", "took over the lease of another process: it expired (its holder died or hung) or its holder's pid is gone", {
@@ -351,10 +363,10 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
   }
 }
 
-/** One documented answer of a job's route. */
+/** One documented answer of a job's route; without a schema it has no body. */
 export interface RouteResponse {
   description: string;
-  schema: TSchema;
+  schema?: TSchema;
 }
 
 /**
@@ -371,6 +383,11 @@ export function routeResponses(def: JobDefinition<any>): Record<number, RouteRes
     const max = def.input.maxBytes;
     out[413] = { description: `Body groter dan ${max % 1024 === 0 ? `${max / 1024} KiB` : `${max} bytes`}.`, schema: ErrorBody };
   }
+  if (scheduleOf(def.name).cron !== null) {
+    out[204] = {
+      description: `Alleen voor een geplande aanroep (header \`X-Nachtwacht-Gepland: 1\`, zoals de crontab die doet): niet uitgevoerd, omdat de taak al loopt (hier of in een andere instantie) of voor de laatste geplande tijd al is uitgevoerd; de reden staat in de header \`X-Nachtwacht-Overgeslagen\`. Zonder de header is dat een 409.`,
+    };
+  }
   out[401] = { description: "Ontbrekend of ongeldig token.", schema: ErrorBody };
   out[403] = { description: "Een geldig token voor iets anders (APP_SECRET): de taken vragen CRON_SECRET.", schema: ErrorBody };
   out[409] = own?.[409]
@@ -385,7 +402,7 @@ export function routeResponses(def: JobDefinition<any>): Record<number, RouteRes
 export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, running: RunningJobs, def: JobDefinition<any>): void {
   const responses: Record<string, unknown> = {};
   for (const [status, r] of Object.entries(routeResponses(def))) {
-    responses[status] = { description: r.description, content: { "application/json": { schema: r.schema } } };
+    responses[status] = r.schema ? { description: r.description, content: { "application/json": { schema: r.schema } } } : { description: r.description };
   }
   const readInput = def.input ? bodyReader(def.name, def.input) : undefined;
   app.post(
