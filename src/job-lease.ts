@@ -28,7 +28,7 @@ import { and, eq, gt, gte, inArray, type AnyColumn } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
-import { startRun } from "./job-runs.ts";
+import { startRun, withDeadline } from "./job-runs.ts";
 import { releaseLeasePg, renewLeasePg, startLeasedRunPg } from "./pg/job-lease.ts";
 import { log } from "./logger.ts";
 import { maxRuntimeMs, type JobName } from "./schedule.ts";
@@ -358,15 +358,7 @@ export function startRenewing(
     const outcome = (renewed: boolean) => (renewed ? "renewed" : "lost");
     if (store.kind === "sqlite") return retryWhenBusy(store.sqlite, () => (stopped ? "stopped" : outcome(renewNow(store.db, job, holder, runId, now, timing.ttlMs))), timing.renewMs);
     if (stopped) return "stopped";
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`de vernieuwing kwam niet binnen ${timing.renewMs} ms door`)), timing.renewMs);
-    });
-    try {
-      return outcome(await Promise.race([renewLeasePg(store, job, holder, runId, now, timing.ttlMs), late]));
-    } finally {
-      clearTimeout(timer);
-    }
+    return outcome(await withDeadline(renewLeasePg(store, job, holder, runId, now, timing.ttlMs), timing.renewMs, "the renewal"));
   };
 
   const loop = async () => {

@@ -40,6 +40,19 @@ export interface RunEnd {
   fout?: string | null;
 }
 
+/**
+ * Rejects when `work` has not settled within `ms` (it may still complete later): on
+ * PostgreSQL nothing like SQLite's busy timeout bounds a write that waits for a
+ * connection, and shutdown must not wait past systemd's stop timeout.
+ */
+export function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} was not written within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
+
 /** The columns a run's end sets, for any store: the summary as JSON, bounded. */
 export function runEndValues(end: Date, r: RunEnd) {
   let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
@@ -59,7 +72,7 @@ export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
  * one else writes. Other database errors are passed on.
  */
 export function writeRunEnd(store: AnyStore, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
-  if (store.kind === "pg") return finishRunPg(store, id, end, r);
+  if (store.kind === "pg") return withDeadline(finishRunPg(store, id, end, r), deadlineMs, "the end of a run");
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, id, end, r), deadlineMs);
 }
 

@@ -148,7 +148,8 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
     void deps.mailer.close().catch(() => {});
     await checkpointer?.stop();
     const { store } = deps;
-    if (store.kind === "pg") await store.close().catch((e) => log("warn", "closing the PostgreSQL connections failed", { error: e instanceof Error ? e.message : String(e) }));
+    // Interrupted jobs may still have queries under way: cut off after 2 s, within systemd's stop timeout.
+    if (store.kind === "pg") await store.close(2).catch((e) => log("warn", "closing the PostgreSQL connections failed", { error: e instanceof Error ? e.message : String(e) }));
     else closeDatabase(store);
     log("info", "stopped", { signal, exitCode });
     process.exit(exitCode);

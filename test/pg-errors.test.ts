@@ -6,6 +6,7 @@ import { SQL } from "bun";
 import { drizzle } from "drizzle-orm/bun-sql";
 import { sql as raw } from "drizzle-orm";
 import { unavailableCode, unexpectedStatus } from "../src/http/errors.ts";
+import { errorText } from "../src/http/job-route.ts";
 import { freePort } from "./binary.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 
@@ -60,5 +61,19 @@ test("a read-only server (25006) and a lock wait given up (55P03) are unavailabl
   const duplicate = await failure(() => db.execute(raw`INSERT INTO t VALUES (1)`));
   expect(unavailableCode(duplicate)).toBeUndefined();
   expect(unexpectedStatus(duplicate)).toBe(500);
+  await client.close();
+});
+
+test("what an alarm and job_runs say of a failed query: the driver's message and the statement, never its parameters (addresses, account names)", async () => {
+  const client = new SQL(await cluster.createDatabase(), { max: 1 });
+  const db = drizzle({ client });
+  await client`CREATE TABLE p (email text PRIMARY KEY)`;
+  await client`INSERT INTO p VALUES ('geheim@example.nl')`;
+  const e = await failure(() => db.execute(raw`INSERT INTO p VALUES (${"geheim@example.nl"})`));
+  expect(String((e as Error).message)).toContain("geheim@example.nl"); // what Drizzle's own message carries
+  const text = errorText(e);
+  expect(text).not.toContain("geheim@example.nl");
+  expect(text).toContain("duplicate key");
+  expect(text).toContain("INSERT INTO p VALUES ($1)");
   await client.close();
 });

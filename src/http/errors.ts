@@ -26,19 +26,21 @@ const UNAVAILABLE = new Set(["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQL
 /**
  * PostgreSQL failures that mean "not now": the connection (Bun's ERR_POSTGRES_CONNECTION_*,
  * SQLSTATE class 08), the server shutting down or starting (57P01–57P03), out of disk or
- * memory (class 53), a read-only server (25006: a standby), a lock wait given up (55P03).
+ * memory (class 53), a read-only server (25006: a standby), a lock wait given up (55P03),
+ * a deadlock or serialization failure (40P01, 40001: the transaction was rolled back
+ * whole, and the same request again may well succeed).
  */
-const PG_UNAVAILABLE_STATES = /^(08|53|57P0[123]$|25006$|55P03$)/;
+const PG_UNAVAILABLE_STATES = /^(08|53|57P0[123]$|25006$|55P03$|40001$|40P01$)/;
 
 /**
  * SQLITE_BUSY (for SQLITE_BUSY_SNAPSHOT and the like) when `e` is such a failure, or
  * PostgreSQL's code for one (the SQLSTATE, else Bun's connection code); else undefined.
  */
-export function unavailableCode(e: unknown): string | undefined {
-  // Drizzle wraps a driver's error (DrizzleQueryError) and keeps it as the cause.
+export function unavailableCode(e: unknown, depth = 0): string | undefined {
+  // Drizzle wraps a driver's error (DrizzleQueryError) and keeps it as the cause; a few levels at most.
   const cause = (e as { cause?: unknown } | null)?.cause;
-  if (cause !== undefined && cause !== e && (e as { name?: unknown }).name !== "PostgresError") {
-    const inner = unavailableCode(cause);
+  if (depth < 3 && cause !== undefined && cause !== e && (e as { name?: unknown }).name !== "PostgresError") {
+    const inner = unavailableCode(cause, depth + 1);
     if (inner !== undefined) return inner;
   }
   const err = e as { code?: unknown; errno?: unknown; name?: unknown } | null;

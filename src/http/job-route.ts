@@ -11,6 +11,7 @@
 // before the answer, and what is still not written then goes on after the answer
 // (writeLater: one rule for a refused call's row, a run's end, a lease's release).
 import { Cron } from "croner";
+import { DrizzleQueryError } from "drizzle-orm/errors";
 import { t, type Elysia, type TSchema } from "elysia";
 import { BUSY_TIMEOUT_MS, isBusy, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
@@ -30,7 +31,13 @@ function outcomeOf(status: number): "ok" | "afwijking" | "fout" {
   return "fout";
 }
 
+/**
+ * An error as logs, alarms and job_runs show it, bounded. Drizzle's query error spells
+ * out the statement's parameters (e-mail addresses, account names, audit details), which
+ * must not travel to the error tracker: it is shown as its cause and the statement only.
+ */
 export function errorText(e: unknown): string {
+  if (e instanceof DrizzleQueryError) return errorText(`${e.cause instanceof Error ? `${e.cause.name}: ${e.cause.message}` : "query failed"} (statement: ${e.query.slice(0, 300)})`);
   const msg = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
   return msg.length > 2000 ? msg.slice(0, 1999) + "…" : msg;
 }

@@ -22,7 +22,8 @@ export interface PgStore {
   db: PgDb;
   /** The pool itself, for transactions, cursors and COPY. */
   sql: SQL;
-  close(): Promise<void>;
+  /** Closes the pool; with `timeoutSeconds`, queries still running then are cut off instead of waited for. */
+  close(timeoutSeconds?: number): Promise<void>;
 }
 
 /**
@@ -52,7 +53,7 @@ export async function openPgStore(url: string, o: { max?: number } = {}): Promis
     url,
     db: drizzle({ client: sql, schema }),
     sql,
-    close: () => sql.close(),
+    close: (timeoutSeconds?: number) => sql.close(timeoutSeconds === undefined ? undefined : { timeout: timeoutSeconds }),
   };
 }
 
