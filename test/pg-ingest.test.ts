@@ -12,6 +12,7 @@ import { verifyTenantChainPg } from "../src/pg/chain.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { call, makePgTestEnv, makeTestEnv, NOW, SECRET, until, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { APP_SECRET, auditEntry as entry } from "./ingest-fixtures.ts";
+import { CHAIN_LOCK } from "../src/pg/chain.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -373,6 +374,30 @@ describe("concurrent writers on PostgreSQL", () => {
       expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
       expect(await verified(t)).toEqual({ intact: true, aantalEntries: rows.length });
     }
+  });
+
+  test("two calls that both found a sleutel free before the chain lock: the second to commit meets the key, is rolled back whole and done again, and answers from the first one's key (one entry, one receipt)", async () => {
+    await pgEnv();
+    await tenant(1);
+    // Tenant 1's chain lock held elsewhere: both calls read the (absent) key, then wait for it.
+    const holder = await env!.store.sql.reserve();
+    await holder`BEGIN`;
+    await holder`SELECT pg_advisory_xact_lock(${CHAIN_LOCK}, 1)`;
+    const batch = (other: number) => ({ entries: [{ ...entry(1, 0), sleutel: "gedeeld" }, entry(1, other)] });
+    const first = send("/api/audit", batch(1));
+    const second = send("/api/audit", batch(2));
+    const waiting = async () => Number(((await env!.store.sql`SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) as { n: string }[])[0]!.n);
+    await until("both calls to wait for the chain lock", async () => (await waiting()) === 2);
+    await holder`COMMIT`;
+    holder.release();
+    const [a, b] = await Promise.all([first, second]);
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect(a.json.ontvangstbewijzen[0]).toEqual(b.json.ontvangstbewijzen[0]);
+    // One stored the shared entry and its own; the other only its own: three entries, a chain without gaps.
+    expect(a.json.opgeslagen + b.json.opgeslagen).toBe(3);
+    expect((await stored(1)).map((r) => r.seq)).toEqual([1, 2, 3]);
+    expect(await count("audit_sleutels")).toBe(1);
+    expect((await verified(1)).intact).toBe(true);
   });
 
   test("the same sleutel at the same time: identical content stores once and answers all alike; other content stores one and is 409 for the rest", async () => {
