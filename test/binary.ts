@@ -105,3 +105,24 @@ export async function startBinary(bin: string, env: Record<string, string>): Pro
     },
   };
 }
+
+/** A test fixture running as its own process (test/fixtures/<name>), its output collected as it comes. */
+export interface FixtureProcess {
+  proc: ReturnType<typeof Bun.spawn>;
+  stdout(): string;
+  stderr(): string;
+}
+
+export function spawnFixture(name: string, env: Record<string, string>): FixtureProcess {
+  const proc = Bun.spawn([BUN, resolve(ROOT, "test", "fixtures", name)], { cwd: ROOT, env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" });
+  const collect = (stream: ReadableStream<Uint8Array>): (() => string) => {
+    let text = "";
+    const decoder = new TextDecoder();
+    const reader = stream.getReader();
+    void (async () => {
+      for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value, { stream: true });
+    })();
+    return () => text;
+  };
+  return { proc, stdout: collect(proc.stdout as ReadableStream<Uint8Array>), stderr: collect(proc.stderr as ReadableStream<Uint8Array>) };
+}

@@ -135,7 +135,13 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     let probe = new Database(db.path, { readonly: true });
     // Entries deleted so far (deletion is a prefix from seq 1; the records are signed before it starts).
     const deleted = () => deletedEntries(probe);
-    for (let round = 0; round < 4; round++) {
+    // The kill can land after the run wrote its end, when the batch that crossed the
+    // target took the rest of the old entries (batches are paced by the clock, so their
+    // size depends on the machine): that round then checks the finished state, and the
+    // rounds stop, as beveiligingslog-retentie's below do.
+    let rounds = 0;
+    let finished = false;
+    for (; rounds < 4 && !finished; rounds++) {
       const svc = await startService(env(db));
       const before = deleted();
       const target = before + 1 + Math.floor(rand() * (TENANTS * OLD_PER_TENANT - before) * 0.5);
@@ -164,19 +170,24 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
         }
         expect(gone + remaining).toBe(total);
         expect(gone).toBeGreaterThanOrEqual(before);
-        expect(lastRun(s, "audit-retentie")).toEqual({ uitkomst: "bezig", beeindigd: null });
+        const run = lastRun(s, "audit-retentie");
+        if (run.uitkomst === "ok" && gone === TENANTS * OLD_PER_TENANT) finished = true;
+        else expect(run).toEqual({ uitkomst: "bezig", beeindigd: null });
       });
     }
     probe.close();
     inspect(db.path, (s) => {
-      const runs = s.query("SELECT uitkomst, count(*) AS n FROM job_runs WHERE job = 'audit-retentie' GROUP BY uitkomst").all();
-      expect(runs).toEqual([{ uitkomst: "bezig", n: 4 }]);
+      const runs = s.query("SELECT uitkomst, count(*) AS n FROM job_runs WHERE job = 'audit-retentie' GROUP BY uitkomst ORDER BY uitkomst").all();
+      const interrupted = finished ? rounds - 1 : rounds;
+      expect(runs).toEqual([...(interrupted > 0 ? [{ uitkomst: "bezig", n: interrupted }] : []), ...(finished ? [{ uitkomst: "ok", n: 1 }] : [])]);
     });
-    const tc = await takenControle(db.path, db.dir);
-    expect(tc.status).toBe(409);
-    expect(tc.body.taken.find((t) => t.job === "audit-retentie")?.status).toBe("onderbroken");
-    expect(tc.body.falend).toContain("audit-retentie");
-    expect(tc.alarms.map((a) => a.type)).toEqual(["job-missed", "job-interrupted"]);
+    if (!finished) {
+      const tc = await takenControle(db.path, db.dir);
+      expect(tc.status).toBe(409);
+      expect(tc.body.taken.find((t) => t.job === "audit-retentie")?.status).toBe("onderbroken");
+      expect(tc.body.falend).toContain("audit-retentie");
+      expect(tc.alarms.map((a) => a.type)).toEqual(["job-missed", "job-interrupted"]);
+    }
 
     const svc = await startService(env(db));
     const r = await fetch(`${svc.url}/api/cron/audit-retentie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });

@@ -10,7 +10,7 @@ import { appendAuditEntry } from "../src/audit/chain.ts";
 import { createApp, type AppOptions } from "../src/app.ts";
 import { parseConfig, type Config } from "../src/config.ts";
 import { openStore, type Store } from "../src/db.ts";
-import type { Deps } from "../src/deps.ts";
+import type { AnyStore, Deps } from "../src/deps.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { markInstalledPg, openPgStore, type PgStore } from "../src/pg/store.ts";
 
@@ -77,18 +77,33 @@ export interface TestEnv<M extends Mailer = RecordingMailer> {
  */
 export function buildTestEnv<M extends Mailer>(env: Record<string, string>, options: AppOptions, makeMailer: (config: Config) => M): TestEnv<M> {
   const { dir, cleanup } = tempDir();
-  const config = parseConfig({
+  const config = testConfig(dir, env);
+  const store = openStore(config.databasePath, INSTALLED);
+  return assemble(store, config, makeMailer(config), options, dir, async () => {
+    store.close();
+    cleanup();
+  });
+}
+
+/** When the test installations were installed: a year before NOW. */
+const INSTALLED = new Date(NOW.getTime() - 365 * 24 * 3600 * 1000);
+
+/** The configuration of a test environment in `dir`; `env` overrides it. */
+function testConfig(dir: string, env: Record<string, string>): Config {
+  return parseConfig({
     CRON_SECRET: SECRET,
     AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
     DATABASE_PATH: join(dir, "data", "test.db"),
     AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
     ...env,
   });
+}
+
+/** The app and its dependencies on `store`, the clock at NOW; `close` releases the store and the directory. */
+function assemble<S extends AnyStore, M extends Mailer>(store: S, config: Config, mailer: M, options: AppOptions, dir: string, close: () => Promise<void>) {
   let now = NOW;
-  const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * 24 * 3600 * 1000));
-  const mailer = makeMailer(config);
   const alarms = new RecordingAlarms();
-  const deps: Deps<Store> = { store, mailer, alarms, clock: () => now, config };
+  const deps: Deps<S> = { store, mailer, alarms, clock: () => now, config };
   const app = createApp(deps, options);
   return {
     deps,
@@ -98,13 +113,12 @@ export function buildTestEnv<M extends Mailer>(env: Record<string, string>, opti
     config,
     dir,
     app,
-    setNow(d) {
+    setNow(d: Date) {
       now = d;
     },
     async cleanup() {
-      store.close();
       await mailer.close();
-      cleanup();
+      await close();
     },
   };
 }
@@ -136,39 +150,15 @@ export interface PgTestEnv extends Omit<TestEnv, "deps" | "store"> {
  */
 export async function makePgTestEnv(cluster: { createDatabase(): Promise<string> }, env: Record<string, string> = {}, options: AppOptions = {}): Promise<PgTestEnv> {
   const { dir, cleanup } = tempDir();
-  const config = parseConfig({
-    CRON_SECRET: SECRET,
-    AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
-    DATABASE_PATH: join(dir, "data", "unused.db"),
-    AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl"),
-    ...env,
-  });
+  const config = testConfig(dir, env);
   const url = await cluster.createDatabase();
   const store = await openPgStore(url);
-  await markInstalledPg(store, new Date(NOW.getTime() - 365 * 24 * 3600 * 1000));
-  let now = NOW;
-  const mailer = new RecordingMailer();
-  const alarms = new RecordingAlarms();
-  const deps: Deps<PgStore> = { store, mailer, alarms, clock: () => now, config };
-  const app = createApp(deps, options);
-  return {
-    deps,
-    store,
-    url,
-    mailer,
-    alarms,
-    config,
-    dir,
-    app,
-    setNow(d) {
-      now = d;
-    },
-    async cleanup() {
-      await store.close();
-      await mailer.close();
-      cleanup();
-    },
-  };
+  await markInstalledPg(store, INSTALLED);
+  const assembled = assemble(store, config, new RecordingMailer(), options, dir, async () => {
+    await store.close();
+    cleanup();
+  });
+  return { ...assembled, url };
 }
 
 /** A fresh app with a recording mailer; `env` overrides configuration variables. */

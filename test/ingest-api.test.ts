@@ -6,7 +6,7 @@ import { authGate } from "../src/http/auth.ts";
 import { rowHash, type EntryRow } from "../src/audit/chain.ts";
 import { JOB_NAMES, jobPath } from "../src/schedule.ts";
 import { addTenant, call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
-import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
+import { APP_SECRET, auditEntry, INGEST } from "./ingest-fixtures.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
 const DAY = 24 * 3600 * 1000;
@@ -27,14 +27,6 @@ const entry = auditEntry;
 const count = (table: string) => (env.store.sqlite.query(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
 const stored = (tenantId: number) =>
   env.store.sqlite.query("SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").all(tenantId) as EntryRow[];
-
-/** One valid request per write-API endpoint, for a database with tenant 1. */
-const INGEST = [
-  { path: "/api/audit", method: "POST", body: { entries: [entry(1, 0)] } },
-  { path: "/api/inlogpogingen", method: "POST", body: { pogingen: [{ account: "a@example.nl", ip: "192.0.2.1", gelukt: false }] } },
-  { path: "/api/tenants/1", method: "PUT", body: { naam: "Eén", actief: true } },
-  { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] } },
-] as const;
 
 describe("scope: each secret opens only its own endpoints", () => {
   test("write API: APP_SECRET 200, CRON_SECRET 403, wrong or no token 401; nothing stored when refused", async () => {

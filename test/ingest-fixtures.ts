@@ -13,6 +13,14 @@ export const auditEntry = (tenantId: number, i: number, extra: Record<string, un
 });
 
 /** Another process that holds the database's write lock until told to let go. */
+/** One valid request per write-API endpoint, for a database with tenant 1. */
+export const INGEST = [
+  { path: "/api/audit", method: "POST", body: { entries: [auditEntry(1, 0)] } },
+  { path: "/api/inlogpogingen", method: "POST", body: { pogingen: [{ account: "a@example.nl", ip: "192.0.2.1", gelukt: false }] } },
+  { path: "/api/tenants/1", method: "PUT", body: { naam: "Eén", actief: true } },
+  { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] } },
+] as const;
+
 export async function holdWriteLock(path: string) {
   const child = Bun.spawn(
     [

@@ -6,13 +6,11 @@
 // processes) with the same sleutels store each entry once, give every caller the same
 // receipt, and never fork a chain.
 import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { join } from "node:path";
 import { rowHash, type EntryRow } from "../src/audit/chain.ts";
-import { verifyTenantChainPg } from "../src/pg/chain.ts";
-import { BUN, ROOT } from "./binary.ts";
+import { CHAIN_LOCK, verifyTenantChainPg } from "../src/pg/chain.ts";
+import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { call, makePgTestEnv, makeTestEnv, NOW, SECRET, until, type PgTestEnv, type TestEnv } from "./helpers.ts";
-import { APP_SECRET, auditEntry as entry } from "./ingest-fixtures.ts";
-import { CHAIN_LOCK } from "../src/pg/chain.ts";
+import { APP_SECRET, auditEntry as entry, INGEST } from "./ingest-fixtures.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -58,14 +56,6 @@ const stored = async (tenantId: number): Promise<EntryRow[]> =>
     id: Number(r.id),
   }));
 const verified = (tenantId: number) => verifyTenantChainPg(env!.store.sql, tenantId, { checkpoint: null, verifiers: [] });
-
-/** One valid request per write-API endpoint, for a database with tenant 1. */
-const INGEST = [
-  { path: "/api/audit", method: "POST", body: { entries: [entry(1, 0)] } },
-  { path: "/api/inlogpogingen", method: "POST", body: { pogingen: [{ account: "a@example.nl", ip: "192.0.2.1", gelukt: false }] } },
-  { path: "/api/tenants/1", method: "PUT", body: { naam: "Eén", actief: true } },
-  { path: "/api/tenants/1/beheerders", method: "PUT", body: { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] } },
-] as const;
 
 describe("the write API on PostgreSQL", () => {
   test("APP_SECRET writes on every endpoint; CRON_SECRET 403, wrong or no token 401, and nothing stored when refused", async () => {
@@ -438,7 +428,7 @@ describe("concurrent writers on PostgreSQL", () => {
     const ROUNDS = 60;
     const BARRIER = 0x696e6773; // a key of this test's own, outside nachtwacht's (src/pg/store.ts)
     const gate = await env!.store.sql.reserve();
-    let writers: Writer[] = [];
+    let writers: FixtureProcess[] = [];
     try {
       await gate`SELECT pg_advisory_lock(${BARRIER}::bigint)`;
       writers = ["a", "b"].map((label) => startWriter(env!.url, label, ROUNDS, BARRIER));
@@ -470,29 +460,7 @@ describe("concurrent writers on PostgreSQL", () => {
 
 // ---------------------------------------------------------------- two real processes
 
-interface Writer {
-  proc: ReturnType<typeof Bun.spawn>;
-  stdout(): string;
-  stderr(): string;
-}
-
-function collect(stream: ReadableStream<Uint8Array>): () => string {
-  let text = "";
-  const decoder = new TextDecoder();
-  const reader = stream.getReader();
-  void (async () => {
-    for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value, { stream: true });
-  })();
-  return () => text;
-}
-
-function startWriter(url: string, label: string, rounds: number, barrier: number): Writer {
-  const proc = Bun.spawn([BUN, join(ROOT, "test", "fixtures", "pg-ingest-writer.ts")], {
-    cwd: ROOT,
-    env: { ...process.env, INGEST_PG_URL: url, INGEST_LABEL: label, INGEST_ROUNDS: String(rounds), INGEST_BARRIER: String(barrier) },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  return { proc, stdout: collect(proc.stdout as ReadableStream<Uint8Array>), stderr: collect(proc.stderr as ReadableStream<Uint8Array>) };
+function startWriter(url: string, label: string, rounds: number, barrier: number): FixtureProcess {
+  return spawnFixture("pg-ingest-writer.ts", { INGEST_PG_URL: url, INGEST_LABEL: label, INGEST_ROUNDS: String(rounds), INGEST_BARRIER: String(barrier) });
 }
 

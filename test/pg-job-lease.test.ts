@@ -8,12 +8,11 @@ import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, sp
 import { randomUUID } from "node:crypto";
 import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
-import { join } from "node:path";
 import { holderGone, newLeaseHolder, startRenewing, type LeaseHolder } from "../src/job-lease.ts";
 import { liveLeasesPg, releaseLeasePg, renewLeasePg, startLeasedRunPg } from "../src/pg/job-lease.ts";
 import { finishRunPg } from "../src/pg/job-runs.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
-import { BUN, ROOT } from "./binary.ts";
+import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 import { until } from "./helpers.ts";
 
@@ -234,30 +233,8 @@ describe("the lease functions on PostgreSQL", () => {
 
 // ---------------------------------------------------------------- two real processes
 
-interface Contender {
-  proc: ReturnType<typeof Bun.spawn>;
-  stdout(): string;
-  stderr(): string;
-}
-
-function collect(stream: ReadableStream<Uint8Array>): () => string {
-  let text = "";
-  const decoder = new TextDecoder();
-  const reader = stream.getReader();
-  void (async () => {
-    for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value, { stream: true });
-  })();
-  return () => text;
-}
-
-function startContender(url: string, label: string, wins: number, barrier: number): Contender {
-  const proc = Bun.spawn([BUN, join(ROOT, "test", "fixtures", "pg-lease-contender.ts")], {
-    cwd: ROOT,
-    env: { ...process.env, LEASE_PG_URL: url, LEASE_LABEL: label, LEASE_WINS: String(wins), LEASE_BARRIER: String(barrier) },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  return { proc, stdout: collect(proc.stdout), stderr: collect(proc.stderr) };
+function startContender(url: string, label: string, wins: number, barrier: number): FixtureProcess {
+  return spawnFixture("pg-lease-contender.ts", { LEASE_PG_URL: url, LEASE_LABEL: label, LEASE_WINS: String(wins), LEASE_BARRIER: String(barrier) });
 }
 
 
@@ -272,7 +249,7 @@ describe("two processes taking the same job's lease on one PostgreSQL database",
 
     // Both processes start contending at the same moment: each waits for this lock after printing "ready".
     const gate = await store.sql.reserve();
-    let contenders: Contender[] = [];
+    let contenders: FixtureProcess[] = [];
     try {
       await gate`SELECT pg_advisory_lock(${BARRIER}::bigint)`;
       contenders = ["a", "b"].map((label) => startContender(url, label, WINS, BARRIER));
