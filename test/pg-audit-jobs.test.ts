@@ -178,6 +178,27 @@ describe("audit-anker and audit-verificatie on PostgreSQL", () => {
     expect(state.pg).toEqual(state.lite);
   });
 
+  test("the kept state is the newest check's: a run that started earlier and finishes later (a lease taken over from a hung process) does not put back its older view, on either store", async () => {
+    const b = await both();
+    const alfa = await addTenantBoth(b, "Gemeente Delft");
+    await appendBoth(b, alfa, 4, (i) => 10 - i);
+    expect((await runBoth(b, "audit-anker")).pg.status).toBe(200);
+    await tamperBoth(b, alfa, 2);
+    const later = new Date(NOW.getTime() + DAY_MS);
+    b.lite.setNow(later);
+    b.pg.setNow(later);
+    expect((await runBoth(b, "audit-verificatie")).pg.status).toBe(409);
+    // The older run, started at NOW, before the change was made: it found the chain intact.
+    b.lite.store.sqlite.query("UPDATE audit_entries SET actor = ? WHERE tenant_id = ? AND seq = 2").run("user1@example.nl", alfa);
+    await b.pg.store.sql`UPDATE audit_entries SET actor = 'user1@example.nl' WHERE tenant_id = ${alfa} AND seq = 2`;
+    b.lite.setNow(NOW);
+    b.pg.setNow(NOW);
+    expect((await runBoth(b, "audit-verificatie")).pg.status).toBe(200);
+    const state = await stateRows(b);
+    expect(state.pg).toEqual(state.lite);
+    expect(state.pg).toMatchObject([{ tenantId: alfa, gecontroleerd: later.toISOString(), intact: false, foutSeq: 2 }]);
+  });
+
   test("with audit entry ids past 200k the PostgreSQL verification runs in worker threads and finds the same", async () => {
     const b = await both();
     // Ids are not hashed: a high one only makes verificationWorkers start threads.

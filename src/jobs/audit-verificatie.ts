@@ -138,6 +138,9 @@ const saveStateStatement = preparedPerConnection((db) => {
         foutEntryId: excluded(s.foutEntryId),
         foutReden: excluded(s.foutReden),
       },
+      // A run that started earlier and finished later (a lease taken over from a hung
+      // process) must not put back an older view: the newest check stays.
+      setWhere: sql`${excluded(s.gecontroleerd)} >= ${s.gecontroleerd}`,
     })
     .prepare();
 });

@@ -40,6 +40,8 @@ export async function saveVerificationStatePg(db: PgDb, rows: readonly (typeof a
             foutEntryId: sql`excluded.fout_entry_id`,
             foutReden: sql`excluded.fout_reden`,
           },
+          // The newest check stays, as on SQLite (saveStateStatement in src/jobs/audit-verificatie.ts).
+          setWhere: sql`excluded.gecontroleerd >= ${s.gecontroleerd}`,
         });
     }
   });
