@@ -206,6 +206,19 @@ describe("the write API on PostgreSQL", () => {
     expect(await count("login_attempts")).toBe(2);
   });
 
+  test("a tenant created with its id moves the id sequence past it, as SQLite's AUTOINCREMENT: a tenant inserted later without an id (the host application) gets the next one, never a collision", async () => {
+    sqliteEnv = makeTestEnv({ APP_SECRET });
+    await pgEnv();
+    for (const id of [50, 7]) {
+      expect((await sendTo(sqliteEnv.app, `/api/tenants/${id}`, { naam: `T${id}`, actief: true }, { method: "PUT" })).status).toBe(201);
+      expect((await send(`/api/tenants/${id}`, { naam: `T${id}`, actief: true }, { method: "PUT" })).status).toBe(201);
+    }
+    const onSqlite = sqliteEnv.store.sqlite.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES ('zonder id', 1, '2026-01-01T00:00:00.000Z') RETURNING id").get() as { id: number };
+    const [onPg] = (await env!.store.sql`INSERT INTO tenants (naam, actief, aangemaakt) VALUES ('zonder id', true, '2026-01-01T00:00:00.000Z') RETURNING id`) as { id: number }[];
+    expect(onSqlite.id).toBe(51);
+    expect(onPg!.id).toBe(onSqlite.id);
+  });
+
   test("tenants are created (201) and updated (200); administrators replaced by e-mail; unknown tenant 404, duplicate address 400", async () => {
     await pgEnv();
     const c = await send("/api/tenants/7", { naam: "Zeven", actief: true }, { method: "PUT" });

@@ -31,7 +31,7 @@ import {
   type TenantResult,
 } from "../ingest/tenants.ts";
 import { appendEntriesPg } from "./chain.ts";
-import type { PgStore } from "./store.ts";
+import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
 
 /**
  * Whatever the server's default: every statement after a lock then reads a fresh
@@ -140,7 +140,17 @@ export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput
   return store.sql.begin(READ_COMMITTED, async (tx) => {
     const row = newTenant(tenantId, input, now);
     const [created] = (await tx`INSERT INTO tenants ${tx(row)} ON CONFLICT (id) DO NOTHING RETURNING aangemaakt`) as { aangemaakt: string }[];
-    if (created) return tenantResult(tenantId, input, created.aangemaakt, true);
+    if (created) {
+      // The id came from the application, not from the sequence: move the sequence past
+      // it, as SQLite's AUTOINCREMENT does, or a tenant later inserted without an id (by
+      // the host application, or a restore) would collide with it. setval is outside
+      // transactions, so the moves are serialised and only ever go forward.
+      await tx`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_TENANT_IDS})`;
+      await tx`SELECT setval(s.seq, ${tenantId}) FROM (SELECT pg_get_serial_sequence('tenants', 'id') AS seq) AS s
+        JOIN pg_sequences AS p ON quote_ident(p.schemaname) || '.' || quote_ident(p.sequencename) = s.seq
+        WHERE coalesce(p.last_value, 0) < ${tenantId}`;
+      return tenantResult(tenantId, input, created.aangemaakt, true);
+    }
     const [updated] = (await tx`UPDATE tenants SET naam = ${input.naam}, actief = ${input.actief} WHERE id = ${tenantId} RETURNING aangemaakt`) as { aangemaakt: string }[];
     return tenantResult(tenantId, input, updated!.aangemaakt, false);
   });

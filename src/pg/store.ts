@@ -39,6 +39,8 @@ export const LOCK_MIGRATE = 0;
  * all of them too; per job it would need a number derived from the job's name.
  */
 export const LOCK_JOB_LEASE = 1;
+/** Held while tenants' id sequence is moved past an id given by PUT /api/tenants/{id} (putTenantPg). */
+export const LOCK_TENANT_IDS = 2;
 
 export async function openPgStore(url: string, o: { max?: number } = {}): Promise<PgStore> {
   const sql = new SQL(url, { max: o.max ?? 10 });
