@@ -13,6 +13,8 @@
 # running already, so two instances whose crontabs both call it run it once. The other
 # answers 204 with the reason in X-Nachtwacht-Overgeslagen, which is logged after the
 # status line; that is no failure (exit 0). By hand, without it, a call always runs.
+# Logging the reason takes curl 7.84 or newer (%header{} in --write-out; Debian 12 has
+# 7.88); an older curl logs the placeholder instead, and the exit code is the same.
 #
 # The secret: it is read from the root-only environment file (parsed here, never
 # sourced, so the file is not executed), and given to curl as a header on STDIN

@@ -4,7 +4,7 @@
 // arithmetic src/schedule-due.ts. A run's end is written without a synchronous wait for
 // another process's write lock (writeRunEnd): bun:sqlite's busy wait would stall the
 // event loop, /health included.
-import { desc, eq } from "drizzle-orm";
+import { and, desc, eq, type AnyColumn } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, retryWhenBusy, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
@@ -48,9 +48,14 @@ export interface RunEnd {
 export function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} was not written within ${ms} ms`)), ms);
+    timer = setTimeout(() => reject(new DeadlineError(`${what} did not get through within ${ms} ms`)), ms);
   });
   return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
+
+/** withDeadline's rejection: the write may still complete; like SQLITE_BUSY, "not yet", not "failed". */
+export class DeadlineError extends Error {
+  override name = "DeadlineError";
 }
 
 /** The columns a run's end sets, for any store: the summary as JSON, bounded. */
@@ -62,8 +67,15 @@ export function runEndValues(end: Date, r: RunEnd) {
 
 /** The end of a run, one UPDATE, synchronous: inside a transaction (writeTransaction) or through writeRunEnd. */
 export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
-  db.update(jobRuns).set(runEndValues(end, r)).where(eq(jobRuns.id, id)).run();
+  db.update(jobRuns).set(runEndValues(end, r)).where(openRun(jobRuns, id)).run();
 }
+
+/**
+ * The run, while its end is not written: the first end written stays. A write that was
+ * given up on (withDeadline) may still arrive after the one written instead of it, and
+ * must not overwrite it with another version of the same end.
+ */
+export const openRun = (t: { id: AnyColumn; uitkomst: AnyColumn }, id: number) => and(eq(t.id, id), eq(t.uitkomst, "bezig"));
 
 /**
  * Writes a run's end (finishRun). On SQLite it waits for another process's write lock

@@ -73,6 +73,20 @@ describe("the lease functions on PostgreSQL", () => {
     }
   });
 
+  test("late writes never move things back: the first end written of a run stays (a second, given-up write arriving later is a no-op), and a renewal older than the last one leaves the expiry", async () => {
+    const store = await freshStore();
+    const h = newLeaseHolder();
+    const r = await startLeasedRunPg(store, "dagrapport", h, NOW, 90_000);
+    if (!r.ok) throw new Error("not taken");
+    await finishRunPg(store, r.runId, at(1000), { uitkomst: "ok", httpStatus: 200, samenvatting: { volledig: true } });
+    await finishRunPg(store, r.runId, at(2000), { uitkomst: "ok", httpStatus: 200, fout: "zonder samenvatting" });
+    const [run] = (await store.sql`SELECT beeindigd, samenvatting, fout FROM job_runs WHERE id = ${r.runId}`) as { beeindigd: string; samenvatting: string; fout: string | null }[];
+    expect(run).toEqual({ beeindigd: at(1000).toISOString(), samenvatting: JSON.stringify({ volledig: true }), fout: null });
+    expect(await renewLeasePg(store, "dagrapport", h, r.runId, at(60_000), 90_000)).toBe(true);
+    expect(await renewLeasePg(store, "dagrapport", h, r.runId, at(30_000), 90_000)).toBe(true);
+    expect((await leaseRows(store))[0]!.verloopt).toBe(at(150_000).toISOString());
+  });
+
   test("a scheduled take (firedAt) is refused once a run that started at or after that time ended ok or afwijking, with nothing written; by hand, or when only a failed run started since, it is taken", async () => {
     const store = await freshStore();
     const firedAt = new Date(NOW.getTime() - 60_000);

@@ -267,6 +267,22 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
     expect(p.pg.alarms.raised.map((a) => a.type)).toEqual(["backup-missing", "backup-failure", "backup-missing"]);
   });
 
+  test("a NUL character in a failed backup's stderr (which PostgreSQL's text cannot hold) is stored as U+FFFD on both stores, and the failure alarm is raised", async () => {
+    const p = await pair();
+    const { lite, pg } = await onBoth(p, async (env) => {
+      const r = await call(env.app, "/api/cron/backup-status", {
+        body: JSON.stringify({ exitCode: 2, grootte: null, bestandsnaam: "a\u0000b.gz", foutmelding: "gzip: fout\u0000einde" }),
+        headers: { "content-type": "application/json" },
+      });
+      const stored = env.store.kind === "pg" ? await newestBackupPg(env.store.db) : newestBackup(env.store.db);
+      return { status: r.status, stored };
+    });
+    expect(pg).toEqual(lite);
+    expect(pg.status).toBe(200);
+    expect(pg.stored).toMatchObject({ bestandsnaam: "a\uFFFDb.gz", foutmelding: "gzip: fout\uFFFDeinde" });
+    expect(p.pg.alarms.raised.map((a) => a.type)).toEqual(["backup-failure"]);
+  });
+
   test("no backup ever → 409 geen-backup; exactly BACKUP_MAX_UREN old is already too old, a moment younger is not (backupOverdue on both)", async () => {
     const p = await pair({ BACKUP_MAX_UREN: "30" });
     const { lite, pg } = await onBoth(p, async (env) => {

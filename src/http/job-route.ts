@@ -16,7 +16,7 @@ import { t, type Elysia, type TSchema } from "elysia";
 import { BUSY_TIMEOUT_MS, isBusy, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
-import { finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
+import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
 import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
@@ -110,15 +110,25 @@ async function writeEnd(
   onFailure?: (error: string) => Promise<void>,
 ): Promise<Later | null> {
   const { job, runId, end, result } = kept;
+  let busy = true;
   try {
     await writeRunEnd(deps.store, runId, end, result);
     return null;
   } catch (e) {
-    if (!isBusy(e)) throw e;
+    // Another process's write lock (SQLite), or no connection in time (PostgreSQL): not
+    // written yet, so kept and written later; any other error is a failure of the end.
+    if (!isBusy(e) && !(e instanceof DeadlineError)) throw e;
+    busy = isBusy(e);
   }
   running.keepEnd(kept);
   const context = { job, runId, uitkomst: result.uitkomst, httpStatus: result.httpStatus };
-  log("warn", "the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer", context);
+  log(
+    "warn",
+    busy
+      ? "the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer"
+      : "the run's end did not get through to the database in time; it is recorded after the answer",
+    context,
+  );
   const written = writeLater(
     running,
     { what: "end", job, runId },
@@ -275,9 +285,13 @@ export const SCHEDULED_HEADER = "x-nachtwacht-gepland";
  */
 export const SKIPPED_HEADER = "x-nachtwacht-overgeslagen";
 
-/** 409 {error} for a call by hand, 204 with the reason in SKIPPED_HEADER for a scheduled one. */
+/**
+ * 409 {error} for a call by hand, 204 with the reason in SKIPPED_HEADER for a scheduled
+ * one. A header takes printable ASCII only (a host name of another instance could hold
+ * more): anything else becomes "?".
+ */
 function notRun(scheduled: boolean, message: string): Response {
-  return scheduled ? new Response(null, { status: 204, headers: { [SKIPPED_HEADER]: message } }) : json(409, { error: message });
+  return scheduled ? new Response(null, { status: 204, headers: { [SKIPPED_HEADER]: message.replace(/[^\x20-\x7e]/g, "?") } }) : json(409, { error: message });
 }
 
 async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinition<any>, input: unknown, scheduled = false): Promise<Response> {
@@ -420,7 +434,8 @@ export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: D
       // connection waits as long as the job runs: its maximum run time is watched by
       // taken-controle, and curl's --max-time in the crontab bounds the caller.
       server?.timeout(request, 0);
-      const scheduled = request.headers.get(SCHEDULED_HEADER) === "1";
+      // Only a job with a schedule has scheduled calls (and the documented 204).
+      const scheduled = request.headers.get(SCHEDULED_HEADER) === "1" && scheduleOf(def.name).cron !== null;
       return runJobRequest(deps, running, def, readInput ? await readInput(request) : undefined, scheduled);
     },
     {

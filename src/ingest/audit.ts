@@ -177,8 +177,9 @@ export interface AuditPlan {
 
 /**
  * Decides, for both stores, which entries of a batch are stored now. `storedKey` answers
- * from audit_sleutels as it is inside the write transaction, after the writers of those
- * tenants are shut out (SQLite: the write lock; PostgreSQL: the tenants' chain locks).
+ * from audit_sleutels as it is inside the write transaction (SQLite: under the write
+ * lock; PostgreSQL: read before the chain locks, a key stored meanwhile refusing the
+ * insert, and the call done again: storeAuditBatchPg).
  * Entries whose sleutel is stored with the same content are answered from that row; with
  * other content the batch is refused (409). The same sleutel twice in one batch counts as
  * a retry of the first.

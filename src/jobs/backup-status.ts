@@ -38,9 +38,15 @@ export const BackupStatusBody = t.Object({
 });
 export type BackupStatusBody = Static<typeof BackupStatusBody>;
 
+/**
+ * A text of the report as stored: at most `max` characters, and a NUL character (a
+ * backup tool's stderr may hold one; PostgreSQL's text cannot) replaced by U+FFFD, as
+ * these fields are shortened rather than refused.
+ */
 function cut(s: string | null | undefined, max: number): string | null {
   if (s === undefined || s === null) return null;
-  return s.length > max ? s.slice(0, max - 1) + "…" : s;
+  const clean = s.replaceAll("\u0000", "\uFFFD");
+  return clean.length > max ? clean.slice(0, max - 1) + "…" : clean;
 }
 
 export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport): Promise<JobResult<BackupStatusBody>> {

@@ -91,8 +91,12 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
       // Marked before it leaves: should the service die before the outcome is
       // recorded, the rerun reports it as uncertain rather than sending it twice.
       // A claim: when another run (another instance whose lease lapsed) reserved it
-      // first, that run sends it and counts it; this one does not send it again.
-      if (!(await q.reserveDelivery(admin, week))) continue;
+      // first, that run sends it; this one does not send it again, and counts it as
+      // skipped.
+      if (!(await q.reserveDelivery(admin, week))) {
+        overgeslagen++;
+        continue;
+      }
       const p: Promise<void> = deps.mailer
         .send({ to: admin.email, subject, html, text })
         .then(

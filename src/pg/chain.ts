@@ -14,16 +14,6 @@ import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type Cha
 export const CHAIN_LOCK = 0x6e7701;
 
 /**
- * Appends entries to their tenants' chains, in order, and returns them as stored.
- * `tx` must be a transaction (sql.begin). Appenders are serialised per tenant, not per
- * table: a transaction-scoped advisory lock on each tenant of the batch, taken in
- * ascending tenant order so two batches never wait for each other in a cycle, then the
- * tenant's head is read (READ COMMITTED: a fresh snapshot after the lock, so it sees
- * the previous holder's commit). Appenders to other tenants run at the same time, and
- * the primary key (tenant_id, seq) would refuse a fork even if the lock were skipped.
- * Ids come from the identity sequence: unique, and increasing in the order given.
- */
-/**
  * Takes the chain locks of these tenants until the transaction ends, in ascending order:
  * one round trip for every lock (the sorted subquery feeds the aggregate row by row), so
  * a batch over 500 tenants costs one statement, not 500. PostgreSQL documents that
@@ -36,6 +26,16 @@ export async function lockChainsPg(tx: SQL, tenantIds: readonly number[]): Promi
   await tx`SELECT count(pg_advisory_xact_lock(${CHAIN_LOCK}, t)) FROM (SELECT unnest(${sorted}::int[]) AS t ORDER BY 1) AS sorted`;
 }
 
+/**
+ * Appends entries to their tenants' chains, in order, and returns them as stored.
+ * `tx` must be a transaction (sql.begin). Appenders are serialised per tenant, not per
+ * table: a transaction-scoped advisory lock on each tenant of the batch, taken in
+ * ascending tenant order so two batches never wait for each other in a cycle, then the
+ * tenant's head is read (READ COMMITTED: a fresh snapshot after the lock, so it sees
+ * the previous holder's commit). Appenders to other tenants run at the same time, and
+ * the primary key (tenant_id, seq) would refuse a fork even if the lock were skipped.
+ * Ids come from the identity sequence: unique, and increasing in the order given.
+ */
 export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): Promise<AppendedEntry[]> {
   if (inputs.length === 0) return [];
   const tenantIds = [...new Set(inputs.map((i) => i.tenantId))].sort((a, b) => a - b);

@@ -6,8 +6,9 @@
 //
 // SQLite lets one writer in at a time; PostgreSQL runs these calls side by side, in this
 // process and in others on the same database. Where a call reads what it then writes on,
-// it first takes the lock that makes that read final: the tenants' chain locks before
-// audit_sleutels is read, the tenant's row before its administrators are.
+// either the lock that makes that read final comes first (the tenant's row before its
+// administrators are read), or a key the read missed refuses the write and the call is
+// done again (audit_sleutels: storeAuditBatchPg).
 import type { SQL } from "bun";
 import {
   batchTenants,
@@ -31,6 +32,7 @@ import {
   type TenantResult,
 } from "../ingest/tenants.ts";
 import { appendEntriesPg } from "./chain.ts";
+import { HttpError } from "../http/errors.ts";
 import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
 
 /**
@@ -82,7 +84,9 @@ export async function storeAuditBatchPg(store: PgStore, prepared: readonly Prepa
     try {
       return await storeAuditBatchOnce(store, prepared);
     } catch (e) {
-      if (attempt >= KEY_RACE_ATTEMPTS || !isKeyRace(e)) throw e;
+      if (!isKeyRace(e)) throw e;
+      // Nothing was stored; the same batch again will very likely go through.
+      if (attempt >= KEY_RACE_ATTEMPTS) throw new HttpError(503, "Andere aanroepen sloegen steeds dezelfde sleutels op; niets van deze batch is opgeslagen. Probeer het opnieuw met dezelfde sleutels.", { "retry-after": "1" });
     }
   }
 }
@@ -144,11 +148,12 @@ export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput
       // The id came from the application, not from the sequence: move the sequence past
       // it, as SQLite's AUTOINCREMENT does, or a tenant later inserted without an id (by
       // the host application, or a restore) would collide with it. setval is outside
-      // transactions, so the moves are serialised and only ever go forward.
+      // transactions: these moves are serialised, so among API calls the sequence only
+      // goes forward (another writer's nextval between the read and setval cannot be
+      // shut out; that window is a statement long).
       await tx`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_TENANT_IDS})`;
-      await tx`SELECT setval(s.seq, ${tenantId}) FROM (SELECT pg_get_serial_sequence('tenants', 'id') AS seq) AS s
-        JOIN pg_sequences AS p ON quote_ident(p.schemaname) || '.' || quote_ident(p.sequencename) = s.seq
-        WHERE coalesce(p.last_value, 0) < ${tenantId}`;
+      await tx`SELECT setval(seq, ${tenantId}) FROM (SELECT pg_get_serial_sequence('tenants', 'id')::regclass AS seq) AS s
+        WHERE coalesce(pg_sequence_last_value(seq), 0) < ${tenantId}`;
       return tenantResult(tenantId, input, created.aangemaakt, true);
     }
     const [updated] = (await tx`UPDATE tenants SET naam = ${input.naam}, actief = ${input.actief} WHERE id = ${tenantId} RETURNING aangemaakt`) as { aangemaakt: string }[];

@@ -66,10 +66,19 @@ const heldBy = (job: JobName, holder: LeaseHolder, runId: number) => leaseHeldBy
 export async function renewLeasePg(store: PgStore, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): Promise<boolean> {
   const rows = await store.db
     .update(jobLeases)
-    .set(renewValues(now, ttlMs))
+    .set(forwardOnly(renewValues(now, ttlMs)))
     .where(heldBy(job, holder, runId))
     .returning({ job: jobLeases.job });
   return rows.length > 0;
+}
+
+/**
+ * A renewal's values that never move the lease back: a renewal given up on (its deadline,
+ * startRenewing) may still arrive after a later one. ISO UTC text compares as time (the
+ * columns are COLLATE "C").
+ */
+function forwardOnly(v: { vernieuwd: string; verloopt: string }) {
+  return { vernieuwd: sql`GREATEST(${jobLeases.vernieuwd}, ${v.vernieuwd})`, verloopt: sql`GREATEST(${jobLeases.verloopt}, ${v.verloopt})` };
 }
 
 /** Deletes this holder's lease of the run; never another holder's. False when there was none. */
