@@ -5,7 +5,8 @@
 // runs in both at once (the lease); and when one instance is killed (SIGKILL) in the
 // middle of audit-retentie, the other takes the job over at once (the holder's pid is
 // gone from this host), completes it, and nothing that was accepted is lost: every
-// chain verifies against the anchor file.
+// chain verifies against the anchor file. And a third, stopped with SIGTERM while a job
+// runs, finishes it, records it and exits cleanly.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { join } from "node:path";
 import { SQL } from "bun";
@@ -150,5 +151,23 @@ describe("two instances on one PostgreSQL", () => {
     const [{ n }] = await sql`SELECT count(*)::int AS n FROM audit_entries WHERE action = 'na.de.kill'`;
     expect(n).toBe(1);
     expect(await verdict()).toEqual({ probleem: null, broken: [] });
+  });
+
+  test("SIGTERM while a job runs on PostgreSQL: the service lets the job finish, answers it, records its end, closes its connections and exits 0", async () => {
+    const c = await startService(env);
+    services.push(c);
+    const before = (await sql`SELECT max(id)::int AS m FROM job_runs`)[0].m as number;
+    const answer = cron(c, "audit-verificatie");
+    // The run has started (its row is there) when the signal comes.
+    let started = false;
+    while (!started) started = ((await sql`SELECT count(*)::int AS n FROM job_runs WHERE id > ${before} AND job = 'audit-verificatie'`)[0].n as number) > 0;
+    c.proc.kill("SIGTERM");
+    expect((await answer).status).toBe(200);
+    expect(await c.exited).toBe(0);
+    const [run] = await sql`SELECT uitkomst, http_status FROM job_runs WHERE id > ${before} AND job = 'audit-verificatie'`;
+    expect(run).toEqual({ uitkomst: "ok", http_status: 200 });
+    // Nothing of it is left holding the job.
+    expect((await sql`SELECT count(*)::int AS n FROM job_leases WHERE job = 'audit-verificatie'`)[0].n).toBe(0);
+    expect(c.output()).toContain('"message":"stopped"');
   });
 });
