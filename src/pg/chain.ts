@@ -39,6 +39,9 @@ export async function lockChainsPg(tx: SQL, tenantIds: readonly number[]): Promi
 export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): Promise<AppendedEntry[]> {
   if (inputs.length === 0) return [];
   const tenantIds = [...new Set(inputs.map((i) => i.tenantId))].sort((a, b) => a - b);
+  // The ids first, before the locks: a sequence needs none, and batches over many tenants
+  // queue on the locks, so every round trip taken out from under them counts.
+  const idRows: { id: string }[] = await tx`SELECT nextval(pg_get_serial_sequence('audit_entries', 'id')) AS id FROM generate_series(1, ${inputs.length})`;
   await lockChainsPg(tx, tenantIds);
   const headRows: { t: number; seq: string | null; hash: string | null; aseq: string | null; ahash: string | null }[] = await tx`
     SELECT t, e.seq, e.hash, r.seq AS aseq, r.hash AS ahash
@@ -48,7 +51,6 @@ export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): P
   const heads = new Map<number, ChainHead>();
   // The newest entry; after audit-retentie deleted the whole chain, the retention anchor; else genesis.
   for (const h of headRows) heads.set(h.t, h.seq !== null ? { seq: Number(h.seq), hash: h.hash! } : h.aseq !== null ? { seq: Number(h.aseq), hash: h.ahash! } : { seq: 0, hash: GENESIS_HASH });
-  const idRows: { id: string }[] = await tx`SELECT nextval(pg_get_serial_sequence('audit_entries', 'id')) AS id FROM generate_series(1, ${inputs.length})`;
   const ids = idRows.map((r) => Number(r.id)).sort((a, b) => a - b);
   let next = 0;
   const out = linkEntries(inputs, (tenantId) => heads.get(tenantId)!, () => ids[next++]!);
