@@ -22,7 +22,7 @@
 // Left out, and named in the report's `overgeslagen`: VACUUM FULL, the WAL checkpoint and
 // SQLite's incremental vacuum and its conversion.
 import type { SQL } from "bun";
-import { and, getTableName, gt, inArray, is } from "drizzle-orm";
+import { and, getTableName, gt, inArray, is, type SQLWrapper } from "drizzle-orm";
 import { PgTable } from "drizzle-orm/pg-core";
 import { t, type Static } from "elysia";
 import * as schema from "../../db/schema-pg.ts";
@@ -114,14 +114,22 @@ async function keptJobRunsPg(db: PgDb): Promise<number[]> {
 }
 
 /**
- * Runs `step` (one DELETE statement of at most `batch` rows with an id above `after`,
- * returning their ids) until a batch comes back short; returns how many rows went.
+ * Deletes the rows of `table` that match `where`, in id order, one DELETE statement of at
+ * most `batch` rows at a time (locked rows skipped: another instance's run takes them),
+ * until a batch comes back short; returns how many rows went.
  */
-async function deleteInBatchesPg(step: (after: number | null, limit: number) => Promise<number[]>, batch: number, onBatch: (rows: number) => void): Promise<number> {
+async function deleteInBatchesPg(db: PgDb, table: typeof jobRuns | typeof backupStatuses, where: SQLWrapper | undefined, batch: number, onBatch: (rows: number) => void): Promise<number> {
   let total = 0;
   let after: number | null = null;
   for (;;) {
-    const ids = await step(after, batch);
+    const pick = db
+      .select({ id: table.id })
+      .from(table)
+      .where(and(where, after === null ? undefined : gt(table.id, after)))
+      .orderBy(table.id)
+      .limit(batch)
+      .for("update", { skipLocked: true });
+    const ids = (await db.delete(table).where(inArray(table.id, pick)).returning({ id: table.id })).map((r) => r.id);
     onBatch(ids.length);
     total += ids.length;
     if (ids.length < batch) return total;
@@ -140,35 +148,12 @@ export async function pruneOwnTablesPg(store: PgStore, now: Date, o: PruneOption
   const grenzen = pruneRule.grenzen(now);
 
   const keep = await keptJobRunsPg(db);
-  const runs = await deleteInBatchesPg(
-    async (after, limit) => {
-      const pick = db
-        .select({ id: jobRuns.id })
-        .from(jobRuns)
-        .where(and(pruneRule.prunableRun(jobRuns, grenzen.jobRuns, keep), after === null ? undefined : gt(jobRuns.id, after)))
-        .orderBy(jobRuns.id)
-        .limit(limit)
-        .for("update", { skipLocked: true });
-      const gone = await db.delete(jobRuns).where(inArray(jobRuns.id, pick)).returning({ id: jobRuns.id });
-      return gone.map((r) => r.id);
-    },
-    batch,
-    (n) => o.onBatch?.("job_runs", n),
-  );
-
+  const runs = await deleteInBatchesPg(db, jobRuns, pruneRule.prunableRun(jobRuns, grenzen.jobRuns, keep), batch, (n) => o.onBatch?.("job_runs", n));
   const [newest] = await db.select({ id: backupStatuses.id }).from(backupStatuses).orderBy(...pruneRule.backupsNewestFirst(backupStatuses)).limit(1);
   const backups = await deleteInBatchesPg(
-    async (after, limit) => {
-      const pick = db
-        .select({ id: backupStatuses.id })
-        .from(backupStatuses)
-        .where(and(pruneRule.prunableBackup(backupStatuses, grenzen.backupStatuses, newest?.id ?? null), after === null ? undefined : gt(backupStatuses.id, after)))
-        .orderBy(backupStatuses.id)
-        .limit(limit)
-        .for("update", { skipLocked: true });
-      const gone = await db.delete(backupStatuses).where(inArray(backupStatuses.id, pick)).returning({ id: backupStatuses.id });
-      return gone.map((r) => r.id);
-    },
+    db,
+    backupStatuses,
+    pruneRule.prunableBackup(backupStatuses, grenzen.backupStatuses, newest?.id ?? null),
     batch,
     (n) => o.onBatch?.("backup_statuses", n),
   );
