@@ -3,7 +3,7 @@
 // the anchor file byte for byte (Ed25519 signatures are deterministic) and its rows —
 // whether it extends a stored compact range or rebuilds the tree, and it refuses a chain
 // that does not check out.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
 import { copyFileSync, existsSync, readFileSync } from "node:fs";
 import { appendAuditEntry } from "../src/audit/chain.ts";
@@ -14,19 +14,13 @@ import { compareTable, migrateToPostgres, tableShape } from "../src/pg/migrate-t
 import { verifyInstallationPg } from "../src/pg/offline.ts";
 import * as pgSchema from "../db/schema-pg.ts";
 import { addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(60_000);
 const DAY = 24 * 3600 * 1000;
 const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 let env: TestEnv | undefined;
 const clients: SQL[] = [];
 afterEach(async () => {

@@ -3,7 +3,7 @@
 // server (test/pg.ts). Each audit case puts the same tenants and entries on a SQLite and
 // a PostgreSQL installation and runs the same jobs on both: the answers, the alarms, the
 // kept verification state and the anchor file must be the same (the file's path aside).
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { Value } from "@sinclair/typebox/value";
 import { asc } from "drizzle-orm";
 import { readFileSync } from "node:fs";
@@ -16,17 +16,11 @@ import { dbOnderhoudJob, DbOnderhoudBody, runDbOnderhoud } from "../src/jobs/db-
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { PgMaintenanceReport } from "../src/pg/maintenance.ts";
 import { call, DAY_MS, makePgTestEnv, makeTestEnv, NOW, type PgTestEnv, type TestEnv } from "./helpers.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(60_000);
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();

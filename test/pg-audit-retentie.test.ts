@@ -3,7 +3,7 @@
 // does — the same rows deleted, the same retention records byte for byte in the anchor
 // file, the same anchors — keeps a tampered chain as evidence, and a run stopped after a
 // batch is completed by the next one with every chain verifying.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
 import { copyFileSync, readFileSync } from "node:fs";
 import { appendAuditEntry } from "../src/audit/chain.ts";
@@ -16,20 +16,14 @@ import { compareTable, migrateToPostgres, tableShape } from "../src/pg/migrate-t
 import { verifyInstallationPg } from "../src/pg/offline.ts";
 import * as pgSchema from "../db/schema-pg.ts";
 import { addTenant, call, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(60_000);
 const DAY = 24 * 3600 * 1000;
 const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
 const GRENS = retentionBoundary(NOW, 2555);
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 let env: TestEnv | undefined;
 const clients: SQL[] = [];
 afterEach(async () => {

@@ -1,7 +1,7 @@
 // The PostgreSQL dialect's foundations against a real server (test/pg.ts): the schema
 // mirrors SQLite's, its migrations are embedded and apply once however many instances
 // start together, and appenders in separate processes never fork a tenant's chain.
-import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { join } from "node:path";
 import { getTableConfig as sqliteTable, type SQLiteTable } from "drizzle-orm/sqlite-core";
 import { getTableConfig as pgTable, type PgTable } from "drizzle-orm/pg-core";
@@ -15,17 +15,11 @@ import { GENESIS_HASH } from "../src/audit/chain.ts";
 import { appendEntriesPg, copyRows, copyUnescape, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 
 const shape = (name: string, columns: { name: string; notNull: boolean }[], indexes: string[]) => ({
   name,

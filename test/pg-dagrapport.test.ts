@@ -4,7 +4,7 @@
 // one differs by design: SQLite counts pages plus its -wal file, PostgreSQL reports
 // pg_database_size and walBytes 0 (the server's WAL belongs to no single database); it
 // is tested on its own here.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import * as sqliteSchema from "../db/schema.ts";
 import * as pgSchema from "../db/schema-pg.ts";
 import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
@@ -15,7 +15,7 @@ import type { MailMessage } from "../src/mail/mailer.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import type { DailyReport } from "../src/reports/daily.ts";
 import { addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, type PgTestEnv, type TestEnv } from "./helpers.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
 
@@ -23,13 +23,7 @@ const HOUR = 3600 * 1000;
 const DAY = 24 * HOUR;
 const MAIL = { DAGRAPPORT_EMAIL: "ops@example.test" };
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 
 const toClean: (() => Promise<void>)[] = [];
 afterEach(async () => {

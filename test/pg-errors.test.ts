@@ -1,23 +1,17 @@
 // Which PostgreSQL failures the service answers with 503 ("not now", Retry-After) rather
 // than 500 (src/http/errors.ts unavailableCode): real errors from a real server, raw from
 // Bun's client and wrapped by Drizzle as the jobs meet them.
-import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
+import { expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
 import { drizzle } from "drizzle-orm/bun-sql";
 import { sql as raw } from "drizzle-orm";
 import { unavailableCode, unexpectedStatus } from "../src/http/errors.ts";
 import { errorText } from "../src/http/job-route.ts";
 import { freePort } from "./binary.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(60_000);
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 
 async function failure(run: () => Promise<unknown>): Promise<unknown> {
   try {

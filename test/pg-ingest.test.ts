@@ -5,31 +5,25 @@
 // single writer gave for free: concurrent requests (in this process and from two REAL
 // processes) with the same sleutels store each entry once, give every caller the same
 // receipt, and never fork a chain.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { rowHash, type EntryRow } from "../src/audit/chain.ts";
 import { CHAIN_LOCK, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { call, makePgTestEnv, makeTestEnv, NOW, SECRET, until, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { APP_SECRET, auditEntry as entry, INGEST } from "./ingest-fixtures.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
 
-let cluster: TestCluster;
+const cluster = useTestCluster();
 let env: PgTestEnv | undefined;
 let sqliteEnv: TestEnv | undefined;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
 afterEach(async () => {
   await env?.cleanup();
   await sqliteEnv?.cleanup();
   env = sqliteEnv = undefined;
-});
-afterAll(async () => {
-  await cluster?.stop();
 });
 
 async function pgEnv(): Promise<PgTestEnv> {

@@ -4,7 +4,7 @@
 // renewed and released only by its holder and run; taken over once expired or once its
 // holder's pid is gone from this host — and two REAL processes taking the same job's
 // lease as fast as they can never hold it at the same time.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, spyOn, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, spyOn, test } from "bun:test";
 import { randomUUID } from "node:crypto";
 import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
@@ -13,7 +13,7 @@ import { liveLeasesPg, releaseLeasePg, renewLeasePg, startLeasedRunPg } from "..
 import { finishRunPg } from "../src/pg/job-runs.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { spawnFixture, type FixtureProcess } from "./binary.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 import { until } from "./helpers.ts";
 
 setDefaultTimeout(120_000);
@@ -23,16 +23,10 @@ const at = (ms: number) => new Date(NOW.getTime() + ms);
 /** A live holder on another host: never provably gone, so only its expiry frees the job. */
 const elsewhere = (): LeaseHolder => ({ ...newLeaseHolder(), host: "elders.example" });
 
-let cluster: TestCluster;
+const cluster = useTestCluster();
 const stores: PgStore[] = [];
-beforeAll(async () => {
-  cluster = await startCluster();
-});
 afterEach(async () => {
   for (const s of stores.splice(0)) await s.close();
-});
-afterAll(async () => {
-  await cluster?.stop();
 });
 
 async function freshStore(): Promise<PgStore> {

@@ -2,7 +2,7 @@
 // PostgreSQL server started for this file (test/pg.ts): the copy carries chains,
 // signed checkpoints, retention records and history, proves itself before it says
 // done, and refuses a source that does not verify or a target that is not empty.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -18,20 +18,14 @@ import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, PROVED_KEY, t
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { fillDemoData } from "../src/cli/demo-data.ts";
 import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 import { buildBinary } from "./binary.ts";
 
 setDefaultTimeout(60_000);
 const DAY = 24 * 3600 * 1000;
 const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 let env: TestEnv | undefined;
 const clients: SQL[] = [];
 afterEach(async () => {

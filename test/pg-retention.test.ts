@@ -1,19 +1,13 @@
 // beveiligingslog-retentie's deletion on PostgreSQL (src/pg/retention.ts) against a real
 // server (test/pg.ts): the same boundary as on SQLite, batches, and two deleters at once.
-import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { deleteOldLoginAttemptsPg } from "../src/pg/retention.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 
 const GRENS = "2026-04-24T12:00:00.000Z";
 const iso = (ms: number) => new Date(ms).toISOString();

@@ -4,7 +4,7 @@
 // status, the same body and the same alarms. The scenarios are those of
 // test/backup-controle.test.ts, test/beveiligingslog-analyse.test.ts,
 // test/taken-controle.test.ts and test/metrics.test.ts.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { Cron } from "croner";
 import { newLeaseHolder } from "../src/job-lease.ts";
 import { newestBackup, runBackupControle } from "../src/jobs/backup-controle.ts";
@@ -15,7 +15,7 @@ import { jobStatusesPg, newestBackupPg, offenderQueryPg } from "../src/pg/status
 import { jobStatuses } from "../src/schedule-due.ts";
 import { SCHEDULE } from "../src/schedule.ts";
 import { call, makePgTestEnv, makeTestEnv, NOW, type PgTestEnv, type TestEnv } from "./helpers.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
 
@@ -26,13 +26,7 @@ const ago = (ms: number) => new Date(NOW.getTime() - ms);
 /** Called directly: no run of this process is going on. */
 const idle: JobContext = { running: [], unrecorded: [] };
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 
 type Env = TestEnv | PgTestEnv;
 type Value = string | number | boolean | null;

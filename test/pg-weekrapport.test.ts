@@ -5,7 +5,7 @@
 // sorts otherwise than SQLite's bytes. The delivery bookkeeping keeps SQLite's
 // exactly-once rules: a rerun sends only what is owed, and a send whose outcome was
 // never recorded (the service died) is never sent again, only reported.
-import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { appendEntries, canonicalJson, recordLoginAttempt, type ChainInput } from "../src/audit/chain.ts";
 import type { Deps } from "../src/deps.ts";
 import { runWeekrapport } from "../src/jobs/weekrapport.ts";
@@ -13,7 +13,7 @@ import { appendEntriesPg } from "../src/pg/chain.ts";
 import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
 import { WEEK_MS, weeklyQueries, type WeeklyQueries } from "../src/reports/weekly.ts";
 import { addAdmin, addTenant, call, makePgTestEnv, makeTestEnv, NOW, type PgTestEnv, type TestEnv } from "./helpers.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
 
@@ -22,13 +22,7 @@ const DAY = 24 * 3600 * 1000;
 const ago = (ms: number) => new Date(NOW.getTime() - ms);
 const VAN = ago(WEEK_MS);
 
-let cluster: TestCluster;
-beforeAll(async () => {
-  cluster = await startCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-});
+const cluster = useTestCluster();
 
 const toClean: (() => Promise<void>)[] = [];
 afterEach(async () => {

@@ -6,6 +6,7 @@
 import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { afterAll, beforeAll } from "bun:test";
 import { SQL } from "bun";
 import { freePort } from "./binary.ts";
 
@@ -78,5 +79,35 @@ export async function startCluster(): Promise<TestCluster> {
         rmSync(dir, { recursive: true, force: true });
       }
     },
+  };
+}
+
+/**
+ * One cluster for a test file: started before its tests (beforeAll), stopped after them
+ * (afterAll). The object stands for it once started, so the file writes `cluster.url`,
+ * `cluster.createDatabase()` as with startCluster's own.
+ */
+export function useTestCluster(): TestCluster {
+  let started: TestCluster | undefined;
+  beforeAll(async () => {
+    started = await startCluster();
+  });
+  afterAll(async () => {
+    await started?.stop();
+  });
+  const it = () => {
+    if (!started) throw new Error("the test cluster is not started yet (useTestCluster: use it inside tests or hooks)");
+    return started;
+  };
+  return {
+    get url() {
+      return it().url;
+    },
+    get port() {
+      return it().port;
+    },
+    createDatabase: (name, o) => it().createDatabase(name, o),
+    dropDatabase: (name) => it().dropDatabase(name),
+    stop: () => it().stop(),
   };
 }
