@@ -31,6 +31,7 @@ import {
   type VerificationCounts,
 } from "../reports/daily.ts";
 import { SCHEDULE } from "../schedule.ts";
+import { databaseSize } from "./maintenance.ts";
 import { jobStatusesPg, newestBackupPg } from "./status.ts";
 import type { PgDb, PgStore } from "./store.ts";
 
@@ -130,8 +131,7 @@ export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Confi
 
 /** pg_database_size of this database; walBytes 0 (see the top of this file). */
 export async function databaseSizePg(store: PgStore): Promise<DailyReport["database"]> {
-  const [{ bytes }] = (await store.sql`SELECT pg_database_size(current_database())::float8 AS bytes`) as [{ bytes: number }];
-  return databaseSection(bytes, 0);
+  return databaseSection(await databaseSize(store.sql), 0);
 }
 
 export async function readDailyInputsPg(store: PgStore, config: Config, now: Date): Promise<DailyInputs> {

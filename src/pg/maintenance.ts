@@ -218,7 +218,8 @@ export async function integrityCheckPg(sql: SQL): Promise<IntegriteitPg> {
   return meldingen.length === 0 ? { status: "ok", indexen } : { status: "problemen", indexen, meldingen };
 }
 
-async function databaseSize(sql: SQL): Promise<number> {
+/** pg_database_size of this database, in bytes (db-onderhoud before and after, the daily report). */
+export async function databaseSize(sql: SQL): Promise<number> {
   const [{ bytes }] = (await sql`SELECT pg_database_size(current_database())::float8 AS bytes`) as [{ bytes: number }];
   return Number(bytes);
 }
