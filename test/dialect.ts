@@ -1,0 +1,210 @@
+// The suite on both stores. `npm test` runs every test file on the embedded SQLite
+// default, then again with NACHTWACHT_TEST_DB=pg the files that build their
+// installation here (test/pg-pass.ts finds them by their import of this file): the
+// same tests, on a fresh database of one throw-away PostgreSQL cluster per run
+// (test/setup.ts starts it on first use and stops it after the last file).
+//
+// What a test needs to be dialect-neutral:
+// - makeEnv() instead of makeTestEnv(): the same app, jobs, mailer, alarms and clock;
+// - env.db for arranging and asserting with plain SQL: `?` placeholders on both,
+//   booleans passed as true/false, and PostgreSQL's answers read as SQLite's (booleans
+//   as 1/0, 64-bit integers and numerics as numbers), so one expectation holds on both;
+// - addTenant / addAdmin / fillChain / chainRoot / anchorRowCount from here.
+import { test } from "bun:test";
+import { appendEntries, canonicalJson, type ChainInput, type NewLoginAttempt } from "../src/audit/chain.ts";
+import type { AppOptions } from "../src/app.ts";
+import type { AnyStore } from "../src/deps.ts";
+import { appendEntriesPg } from "../src/pg/chain.ts";
+import { openPgStore } from "../src/pg/store.ts";
+import { DAY_MS, makePgTestEnv, makeTestEnv, NOW, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { startCluster, type TestCluster } from "./pg.ts";
+
+export type Dialect = "sqlite" | "pg";
+export const DIALECT: Dialect = process.env.NACHTWACHT_TEST_DB === "pg" ? "pg" : "sqlite";
+
+/** Plain SQL on either store, for a test's arrangements and assertions. */
+export interface TestDb {
+  dialect: Dialect;
+  all<T = any>(query: string, ...params: unknown[]): Promise<T[]>;
+  /** The first row, or null. */
+  get<T = any>(query: string, ...params: unknown[]): Promise<T | null>;
+  run(query: string, ...params: unknown[]): Promise<void>;
+}
+
+/** `?` placeholders as $1, $2, … (outside quoted text), for PostgreSQL. */
+export function numberedPlaceholders(query: string): string {
+  let n = 0;
+  let quote: string | null = null;
+  let out = "";
+  for (const ch of query) {
+    if (quote) {
+      if (ch === quote) quote = null;
+    } else if (ch === "'" || ch === '"') quote = ch;
+    else if (ch === "?") {
+      out += `$${++n}`;
+      continue;
+    }
+    out += ch;
+  }
+  return out;
+}
+
+/** PostgreSQL type oids read as SQLite would answer them. */
+const BOOL = 16;
+const NUMERIC_OIDS = new Set([20, 1700]); // int8, numeric
+
+function sqliteShaped(rows: any[] & { columns?: { name: string; type: number }[] }): any[] {
+  const cols = rows.columns ?? [];
+  const bools = cols.filter((c) => c.type === BOOL).map((c) => c.name);
+  const nums = cols.filter((c) => NUMERIC_OIDS.has(c.type)).map((c) => c.name);
+  if (bools.length === 0 && nums.length === 0) return [...rows];
+  return rows.map((r) => {
+    const o = { ...r };
+    for (const b of bools) if (o[b] !== null) o[b] = o[b] ? 1 : 0;
+    for (const k of nums) if (o[k] !== null) o[k] = Number(o[k]);
+    return o;
+  });
+}
+
+export function testDb(store: AnyStore): TestDb {
+  if (store.kind === "sqlite") {
+    const { sqlite } = store;
+    return {
+      dialect: "sqlite",
+      all: async (q, ...p) => sqlite.query(q).all(...(p as any[])) as any[],
+      get: async (q, ...p) => (sqlite.query(q).get(...(p as any[])) as any) ?? null,
+      run: async (q, ...p) => void sqlite.query(q).run(...(p as any[])),
+    };
+  }
+  const all = async (q: string, ...p: unknown[]) => sqliteShaped(await store.sql.unsafe(numberedPlaceholders(q), p as any[]));
+  return {
+    dialect: "pg",
+    all,
+    get: async (q, ...p) => (await all(q, ...p))[0] ?? null,
+    run: async (q, ...p) => void (await store.sql.unsafe(numberedPlaceholders(q), p as any[])),
+  };
+}
+
+/**
+ * A test of one store's own mechanics (SQLite's file, WAL, write lock, busy handler and
+ * checkpointer): defined on that store's run only, not skipped on the other; its
+ * PostgreSQL counterpart, where one exists, is in the pg-* files.
+ */
+export const sqliteOnly: typeof test = (DIALECT === "sqlite" ? test : () => {}) as typeof test;
+export const pgOnly: typeof test = (DIALECT === "pg" ? test : () => {}) as typeof test;
+
+/** A test installation on the run's store, with `db` for plain SQL. */
+export type Env = (TestEnv | PgTestEnv) & { db: TestDb; dialect: Dialect };
+
+// ---------------------------------------------------------------------------------
+// The PostgreSQL run's cluster (test/setup.ts stops it) and its migrated template.
+
+let cluster: Promise<{ cluster: TestCluster; template: string }> | null = null;
+
+function sharedCluster(): Promise<{ cluster: TestCluster; template: string }> {
+  cluster ??= (async () => {
+    const c = await startCluster();
+    // Migrated once; every test database is a copy of it (CREATE DATABASE … TEMPLATE).
+    const template = "nachtwacht_template";
+    const store = await openPgStore(await c.createDatabase(template), { max: 1 });
+    await store.close();
+    return { cluster: c, template };
+  })();
+  return cluster;
+}
+
+/** Stops the run's cluster when one was started (test/setup.ts, after the last file). */
+export async function stopSharedCluster(): Promise<void> {
+  if (!cluster) return;
+  const { cluster: c } = await cluster;
+  cluster = null;
+  await c.stop();
+}
+
+/** The run's cluster, for tests that start processes against it (pg run only). */
+export async function testCluster(): Promise<TestCluster> {
+  return (await sharedCluster()).cluster;
+}
+
+/**
+ * A fresh installation on the run's store: makeTestEnv's on SQLite, makePgTestEnv's on
+ * a new database of the run's cluster; `env` overrides configuration variables.
+ */
+export async function makeEnv(env: Record<string, string> = {}, options: AppOptions = {}): Promise<Env> {
+  if (DIALECT === "sqlite") {
+    const e = makeTestEnv(env, options);
+    return Object.assign(e, { db: testDb(e.store), dialect: "sqlite" as const });
+  }
+  const { cluster: c, template } = await sharedCluster();
+  const e = await makePgTestEnv({ createDatabase: () => c.createDatabase(undefined, { template }) }, env, options);
+  return Object.assign(e, { db: testDb(e.store), dialect: "pg" as const });
+}
+
+// ---------------------------------------------------------------------------------
+// Arranging, on either store.
+
+/** Inserts a tenant and returns its id. */
+export async function addTenant(db: TestDb, naam = "Tenant", actief = true): Promise<number> {
+  const row = await db.get<{ id: number }>("INSERT INTO tenants (naam, actief, aangemaakt) VALUES (?, ?, ?) RETURNING id", naam, actief, NOW.toISOString());
+  return row!.id;
+}
+
+export async function addAdmin(db: TestDb, tenantId: number, email: string, actief = true): Promise<number> {
+  const row = await db.get<{ id: number }>(
+    "INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (?, ?, ?, ?) RETURNING id",
+    tenantId,
+    email.split("@")[0]!,
+    email,
+    actief,
+  );
+  return row!.id;
+}
+
+/** Records one login attempt (recordLoginAttempt on either store); returns its id. */
+export async function addLoginAttempt(db: TestDb, a: NewLoginAttempt): Promise<number> {
+  const tijdstip = a.tijdstip === undefined ? new Date().toISOString() : typeof a.tijdstip === "string" ? a.tijdstip : a.tijdstip.toISOString();
+  const row = await db.get<{ id: number }>(
+    "INSERT INTO login_attempts (tijdstip, account, ip, gelukt, reden, tenant_id) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+    tijdstip,
+    a.account,
+    a.ip,
+    a.gelukt,
+    a.reden ?? null,
+    a.tenantId ?? null,
+  );
+  return row!.id;
+}
+
+/** Appends chain inputs as the write API does, on either store (one transaction). */
+export async function appendInputs(store: AnyStore, inputs: readonly ChainInput[]): Promise<void> {
+  if (store.kind === "sqlite") store.sqlite.transaction(() => appendEntries(store.sqlite, inputs)).immediate();
+  else await store.sql.begin((tx) => appendEntriesPg(tx, inputs));
+}
+
+/** helpers.ts fillChain on either store: the same entries, the same hashes. */
+export async function fillChain(store: AnyStore, tenantId: number, n: number, o: FillOptions = {}): Promise<void> {
+  const { from = 0, label, at = (i: number) => new Date(NOW.getTime() - (1000 - i) * DAY_MS) } = o;
+  const inputs: ChainInput[] = [];
+  for (let i = from; i < from + n; i++) {
+    inputs.push({
+      tenantId,
+      actor: `user${i}@example.nl`,
+      action: "dossier.gewijzigd",
+      subject: label === undefined ? `dossier/${i}` : `dossier/${label}/${i}`,
+      details: canonicalJson({ i }),
+      createdAt: at(i).toISOString(),
+    });
+  }
+  await appendInputs(store, inputs);
+}
+
+/** helpers.ts chainRoot on either store. */
+export async function chainRoot(db: TestDb, tenantId: number, after = 0): Promise<string> {
+  const rows = await db.all<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq > ? ORDER BY seq", tenantId, after);
+  return rootOfEntryHashes(rows.map((r) => r.hash));
+}
+
+/** The number of rows in audit_anchor_log. */
+export async function anchorRowCount(db: TestDb): Promise<number> {
+  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM audit_anchor_log"))!.n;
+}
