@@ -1,21 +1,26 @@
 import { describe, expect, test } from "bun:test";
 import { runBackupControle } from "../src/jobs/backup-controle.ts";
-import { call, makeTestEnv, NOW, type TestEnv } from "./helpers.ts";
+import { call, NOW } from "./helpers.ts";
+import { makeEnv, type Env } from "./dialect.ts";
 
 const HOUR = 3600_000;
 
-function addBackup(env: TestEnv, hoursAgo: number, exitCode = 0, extra: { foutmelding?: string } = {}) {
-  env.store.sqlite
-    .query(
-      `INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron)
-       VALUES (?, ?, ?, ?, ?, ?, 'host-cron')`,
-    )
-    .run(new Date(NOW.getTime() - hoursAgo * HOUR).toISOString(), exitCode, exitCode === 0 ? 1 : 0, "db.tar.gz", 1234, extra.foutmelding ?? "");
+function addBackup(env: Env, hoursAgo: number, exitCode = 0, extra: { foutmelding?: string } = {}) {
+  return env.db.run(
+    `INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron)
+     VALUES (?, ?, ?, ?, ?, ?, 'host-cron')`,
+    new Date(NOW.getTime() - hoursAgo * HOUR).toISOString(),
+    exitCode,
+    exitCode === 0,
+    "db.tar.gz",
+    1234,
+    extra.foutmelding ?? "",
+  );
 }
 
 describe("backup-controle", () => {
   test("no backup ever reported → 409 geen-backup and a backup-missing alarm", async () => {
-    const env = makeTestEnv();
+    const env = await makeEnv();
     try {
       const res = await call(env.app, "/api/cron/backup-controle");
       expect(res.status).toBe(409);
@@ -24,15 +29,15 @@ describe("backup-controle", () => {
       expect(env.alarms.raised[0]!.type).toBe("backup-missing");
       expect(env.alarms.raised[0]!.context?.reden).toBe("geen-backup");
     } finally {
-      env.cleanup();
+      await env.cleanup();
     }
   });
 
   test("newest backup failed → 409 mislukt, even when an older one succeeded", async () => {
-    const env = makeTestEnv();
+    const env = await makeEnv();
     try {
-      addBackup(env, 5, 0);
-      addBackup(env, 2, 3, { foutmelding: "schijf vol" });
+      await addBackup(env, 5, 0);
+      await addBackup(env, 2, 3, { foutmelding: "schijf vol" });
       const res = await call(env.app, "/api/cron/backup-controle");
       expect(res.status).toBe(409);
       expect(res.json.reden).toBe("mislukt");
@@ -41,49 +46,49 @@ describe("backup-controle", () => {
       expect(env.alarms.raised.map((a) => a.type)).toEqual(["backup-missing"]);
       expect(env.alarms.raised[0]!.message).toContain("exitcode 3");
     } finally {
-      env.cleanup();
+      await env.cleanup();
     }
   });
 
   test("newest successful backup older than BACKUP_MAX_UREN → 409 te-oud with its age in hours", async () => {
-    const env = makeTestEnv();
+    const env = await makeEnv();
     try {
-      addBackup(env, 26.04); // 26 h 2.4 min: just past the default 26 h
+      await addBackup(env, 26.04); // 26 h 2.4 min: just past the default 26 h
       const res = await call(env.app, "/api/cron/backup-controle");
       expect(res.status).toBe(409);
       expect(res.json).toMatchObject({ ok: false, reden: "te-oud", leeftijdUren: 26, maxUren: 26 });
       expect(res.json.laatsteBackup.gelukt).toBe(true);
       expect(env.alarms.raised).toHaveLength(1);
     } finally {
-      env.cleanup();
+      await env.cleanup();
     }
   });
 
   test("fresh successful backup → 200 and no alarm; BACKUP_MAX_UREN is honoured", async () => {
-    const env = makeTestEnv({ BACKUP_MAX_UREN: "30" });
+    const env = await makeEnv({ BACKUP_MAX_UREN: "30" });
     try {
-      addBackup(env, 27.25);
+      await addBackup(env, 27.25);
       const res = await call(env.app, "/api/cron/backup-controle");
       expect(res.status).toBe(200);
       expect(res.json).toMatchObject({ ok: true, leeftijdUren: 27.3, maxUren: 30 });
       expect(res.json.reden).toBeUndefined();
       expect(env.alarms.raised).toHaveLength(0);
     } finally {
-      env.cleanup();
+      await env.cleanup();
     }
   });
 
   test("exactly BACKUP_MAX_UREN old already counts as too old", async () => {
-    const env = makeTestEnv();
+    const env = await makeEnv();
     try {
-      addBackup(env, 26);
+      await addBackup(env, 26);
       const r = await runBackupControle(env.deps, NOW);
       expect(r.status).toBe(409);
       expect(r.body).toMatchObject({ ok: false, reden: "te-oud" });
-      addBackup(env, 25.99);
+      await addBackup(env, 25.99);
       expect((await runBackupControle(env.deps, NOW)).status).toBe(200);
     } finally {
-      env.cleanup();
+      await env.cleanup();
     }
   });
 });

@@ -1,26 +1,27 @@
 import { afterEach, describe, expect, test } from "bun:test";
-import { call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
+import { call, NOW, SECRET } from "./helpers.ts";
+import { makeEnv, type Env } from "./dialect.ts";
 
 const PATH = "/api/cron/backup-status";
-let env: TestEnv;
+let env: Env;
 afterEach(() => env?.cleanup());
 
-function rows(e: TestEnv) {
-  return e.store.sqlite.query("SELECT * FROM backup_statuses ORDER BY id").all() as Record<string, unknown>[];
+function rows(e: Env) {
+  return e.db.all<Record<string, unknown>>("SELECT * FROM backup_statuses ORDER BY id");
 }
 
 const JSON_CT = { "content-type": "application/json" };
 
 describe("backup-status", () => {
   test("a successful run is stored with receive time and bron host-cron, without an alarm", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, PATH, {
       headers: JSON_CT,
       body: JSON.stringify({ exitCode: 0, bestandsnaam: "nachtwacht-2026-07-23.db.gz", grootte: 183500800, foutmelding: "" }),
     });
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ ok: true, gelukt: true });
-    expect(rows(env)).toEqual([
+    expect(await rows(env)).toEqual([
       {
         id: 1,
         ontvangen: NOW.toISOString(),
@@ -36,26 +37,26 @@ describe("backup-status", () => {
   });
 
   test("a JSON body without a content type is accepted", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, PATH, { body: '{"exitCode":0}' });
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ ok: true, gelukt: true });
     // and with a form content type, as `curl -d` sends by default
     const r2 = await call(env.app, PATH, { headers: { "content-type": "application/x-www-form-urlencoded" }, body: '{"exitCode":0}' });
     expect(r2.status).toBe(200);
-    expect(rows(env)).toHaveLength(2);
-    expect(rows(env)[0]).toMatchObject({ bestandsnaam: null, grootte: null, foutmelding: null });
+    expect(await rows(env)).toHaveLength(2);
+    expect((await rows(env))[0]).toMatchObject({ bestandsnaam: null, grootte: null, foutmelding: null });
   });
 
   test("exitCode ≠ 0 is stored as failed and raises backup-failure with foutmelding as message and the fields as context", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, PATH, {
       headers: JSON_CT,
       body: JSON.stringify({ exitCode: 2, bestandsnaam: "nachtwacht.db.gz", grootte: 0, foutmelding: "gzip: No space left on device" }),
     });
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ ok: true, gelukt: false });
-    expect(rows(env)[0]).toMatchObject({ exit_code: 2, gelukt: 0, foutmelding: "gzip: No space left on device", bron: "host-cron" });
+    expect((await rows(env))[0]).toMatchObject({ exit_code: 2, gelukt: 0, foutmelding: "gzip: No space left on device", bron: "host-cron" });
     expect(env.alarms.raised).toEqual([
       {
         type: "backup-failure",
@@ -66,7 +67,7 @@ describe("backup-status", () => {
   });
 
   test("a failure without foutmelding raises the alarm with a Dutch default message", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, PATH, { body: '{"exitCode": -1, "foutmelding": ""}' });
     expect(r.json).toEqual({ ok: true, gelukt: false });
     expect(env.alarms.raised).toHaveLength(1);
@@ -94,18 +95,18 @@ describe("backup-status", () => {
   ];
   for (const [what, body, message] of cases) {
     test(`400 naming the problem for ${what}; nothing stored, no alarm`, async () => {
-      env = makeTestEnv();
+      env = await makeEnv();
       const r = await call(env.app, PATH, { headers: JSON_CT, body });
       expect(r.status).toBe(400);
       expect(typeof r.json.error).toBe("string");
       expect(r.json.error).toMatch(message);
-      expect(rows(env)).toEqual([]);
+      expect(await rows(env)).toEqual([]);
       expect(env.alarms.raised).toEqual([]);
     });
   }
 
   test("400 for a body that is not UTF-8", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const res = await env.app.handle(
       new Request(`http://localhost${PATH}`, {
         method: "POST",
@@ -115,23 +116,23 @@ describe("backup-status", () => {
     );
     expect(res.status).toBe(400);
     expect((await res.json()).error).toMatch(/UTF-8/);
-    expect(rows(env)).toEqual([]);
+    expect(await rows(env)).toEqual([]);
   });
 
   test("optional fields may be null; unknown fields are ignored", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, PATH, { body: '{"exitCode":0,"grootte":null,"bestandsnaam":null,"extra":true}' });
     expect(r.status).toBe(200);
-    expect(rows(env)[0]).toMatchObject({ grootte: null, bestandsnaam: null });
+    expect((await rows(env))[0]).toMatchObject({ grootte: null, bestandsnaam: null });
   });
 
   test("long strings are cut, not refused: bestandsnaam to 1024, foutmelding to 8192 characters", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, PATH, {
       body: JSON.stringify({ exitCode: 1, bestandsnaam: "b".repeat(5000), foutmelding: "f".repeat(20000) }),
     });
     expect(r.status).toBe(200);
-    const row = rows(env)[0]!;
+    const row = (await rows(env))[0]!;
     expect((row.bestandsnaam as string).length).toBe(1024);
     expect((row.foutmelding as string).length).toBe(8192);
     expect((row.foutmelding as string).endsWith("…")).toBe(true);
@@ -139,7 +140,7 @@ describe("backup-status", () => {
   });
 
   test("a body of exactly 64 KiB is read; one byte more is 413 by content-length", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const base = '{"exitCode":0,"foutmelding":""}';
     const exact = '{"exitCode":0,"foutmelding":"' + "x".repeat(65536 - base.length) + '"}';
     expect(new TextEncoder().encode(exact).length).toBe(65536);
@@ -148,11 +149,11 @@ describe("backup-status", () => {
     const over = await call(env.app, PATH, { body: exact + " " });
     expect(over.status).toBe(413);
     expect(over.json.error).toMatch(/64|65536/);
-    expect(rows(env)).toHaveLength(1);
+    expect(await rows(env)).toHaveLength(1);
   });
 
   test("a declared content-length over 64 KiB is 413 before the body is read", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     let pulled = 0;
     const body = new ReadableStream<Uint8Array>({
       pull(c) {
@@ -171,11 +172,11 @@ describe("backup-status", () => {
     );
     expect(res.status).toBe(413);
     expect(pulled).toBe(0);
-    expect(rows(env)).toEqual([]);
+    expect(await rows(env)).toEqual([]);
   });
 
   test("a chunked body without content-length is cut off at 64 KiB + 1 byte with 413", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const chunk = new TextEncoder().encode(" ".repeat(16 * 1024));
     let sent = 0;
     const body = new ReadableStream<Uint8Array>({
@@ -196,11 +197,11 @@ describe("backup-status", () => {
     );
     expect(res.status).toBe(413);
     expect(sent).toBeLessThan(10);
-    expect(rows(env)).toEqual([]);
+    expect(await rows(env)).toEqual([]);
   });
 
   test("a chunked body over a real socket is refused with 413 too", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const server = env.app.listen({ port: 0, hostname: "127.0.0.1" });
     try {
       const port = server.server!.port;
@@ -218,28 +219,28 @@ describe("backup-status", () => {
         duplex: "half",
       } as RequestInit);
       expect(res.status).toBe(413);
-      expect(rows(env)).toEqual([]);
+      expect(await rows(env)).toEqual([]);
     } finally {
       await server.stop(true);
     }
   });
 
   test("a wrong token with a malformed body is 401, and nothing is stored", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, PATH, { token: "wrong-token-wrong-token-wrong-token-xx", body: "{not json" });
     expect(r.status).toBe(401);
     expect(r.headers.get("www-authenticate")).toBe("Bearer");
     const r2 = await call(env.app, PATH, { token: null, body: "x".repeat(70_000) });
     expect(r2.status).toBe(401);
-    expect(rows(env)).toEqual([]);
+    expect(await rows(env)).toEqual([]);
   });
 
   test("a rejected body leaves no job run; an accepted one does", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     await call(env.app, PATH, { body: "[]" });
-    expect((env.store.sqlite.query("SELECT count(*) AS n FROM job_runs").get() as { n: number }).n).toBe(0);
+    expect((await env.db.get<{ n: number }>("SELECT count(*) AS n FROM job_runs"))!.n).toBe(0);
     await call(env.app, PATH, { body: '{"exitCode":3}' });
-    const run = env.store.sqlite.query("SELECT job, uitkomst, http_status FROM job_runs").get();
+    const run = await env.db.get("SELECT job, uitkomst, http_status FROM job_runs");
     expect(run).toEqual({ job: "backup-status", uitkomst: "ok", http_status: 200 });
   });
 });
