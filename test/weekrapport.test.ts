@@ -1,12 +1,14 @@
 import { afterEach, describe, expect, test } from "bun:test";
+import { dirname, join } from "node:path";
 import { fillPlaceholders } from "drizzle-orm";
-import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
-import { openStore } from "../src/db.ts";
+import { canonicalJson } from "../src/audit/chain.ts";
 import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import { createMailer } from "../src/mail/transport.ts";
-import { tenantWeekStats, WEEK_MS, weekLogins, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
-import { addAdmin, addTenant, call, NOW } from "./helpers.ts";
-import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
+import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
+import { WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
+import { call, NOW } from "./helpers.ts";
+import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
+import { startSmtp, type TestSmtp } from "./smtp.ts";
 
 // NOW = Thursday 2026-07-23T12:00Z, ISO week 2026-W30; the report covers 16/07 12:00Z .. NOW.
 const DAY = 24 * 3600 * 1000;
@@ -17,11 +19,35 @@ afterEach(async () => {
   for (const f of toClean.splice(0).reverse()) await f();
 });
 
+/**
+ * test/smtp.ts makeMailEnv on the run's store: the installation of makeEnv, its mailer
+ * the real SMTP transport (short timeouts) instead of the recording one.
+ */
+async function makeMailEnv(env: Record<string, string>) {
+  const e = await makeEnv({ MAIL_FROM: "nachtwacht <nachtwacht@example.test>", ...env });
+  const outboxDir = join(dirname(e.config.databasePath), "outbox");
+  const mailer = createMailer({
+    smtpUrl: e.config.smtpUrl,
+    from: e.config.mailFrom,
+    outboxDir,
+    // Short timeouts: a test against a closed port must fail fast, not after 15 s.
+    timeouts: { connection: 2000, greeting: 2000, socket: 5000 },
+  });
+  // The app's jobs read deps.mailer when they run.
+  e.deps.mailer = mailer;
+  return Object.assign(e, { outboxDir, closeMailer: () => mailer.close() });
+}
+
 async function setup(refuse: string[] = []) {
   const smtp = await startSmtp({ refuse });
-  const env = makeMailEnv({ SMTP_URL: smtp.url });
-  toClean.push(() => smtp.stop(), () => env.cleanup());
+  const env = await makeMailEnv({ SMTP_URL: smtp.url });
+  toClean.push(() => smtp.stop(), () => env.cleanup(), () => env.closeMailer());
   return { smtp, env };
+}
+
+/** An audit entry appended as the write API does, on either store. */
+function audit(env: Env, e: { tenantId: number; actor: string; action: string; subject: string; createdAt: Date }) {
+  return appendInputs(env.store, [{ ...e, createdAt: e.createdAt.toISOString(), details: canonicalJson({}) }]);
 }
 
 function recipientsOf(smtp: TestSmtp): string[] {
@@ -31,14 +57,14 @@ function recipientsOf(smtp: TestSmtp): string[] {
 describe("weekrapport: who receives it", () => {
   test("one message per active administrator of every active tenant, none to inactive tenants or administrators", async () => {
     const { smtp, env } = await setup();
-    const a = addTenant(env.store, "Alfa BV");
-    const b = addTenant(env.store, "Beta BV");
-    const c = addTenant(env.store, "Gamma BV (opgeheven)", false);
-    addAdmin(env.store, a, "anna@alfa.test");
-    addAdmin(env.store, a, "oud@alfa.test", false);
-    addAdmin(env.store, a, "gedeeld@example.test");
-    addAdmin(env.store, b, "gedeeld@example.test");
-    addAdmin(env.store, c, "carl@gamma.test");
+    const a = await addTenant(env.db, "Alfa BV");
+    const b = await addTenant(env.db, "Beta BV");
+    const c = await addTenant(env.db, "Gamma BV (opgeheven)", false);
+    await addAdmin(env.db, a, "anna@alfa.test");
+    await addAdmin(env.db, a, "oud@alfa.test", false);
+    await addAdmin(env.db, a, "gedeeld@example.test");
+    await addAdmin(env.db, b, "gedeeld@example.test");
+    await addAdmin(env.db, c, "carl@gamma.test");
 
     const res = await call(env.app, "/api/cron/weekrapport");
     expect(res.status).toBe(200);
@@ -53,7 +79,7 @@ describe("weekrapport: who receives it", () => {
 
   test("no active administrators: nothing sent, nothing failed", async () => {
     const { smtp, env } = await setup();
-    addTenant(env.store, "Leeg BV");
+    await addTenant(env.db, "Leeg BV");
     const r = await runWeekrapport(env.deps, NOW);
     expect(r).toEqual({ status: 200, body: { verstuurd: 0, fouten: 0, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
     expect(smtp.received).toEqual([]);
@@ -63,25 +89,23 @@ describe("weekrapport: who receives it", () => {
 describe("weekrapport: content", () => {
   test("the tenant's last seven days: subject, key numbers in both the HTML and the text part", async () => {
     const { smtp, env } = await setup();
-    const t = addTenant(env.store, "Alfa BV");
-    const other = addTenant(env.store, "Ander BV");
-    addAdmin(env.store, t, "anna@alfa.test");
-    const s = env.store.sqlite;
+    const t = await addTenant(env.db, "Alfa BV");
+    const other = await addTenant(env.db, "Ander BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    const s = env.db;
     // Older than seven days: not counted. Then 4 views and 3 edits inside the week.
-    appendAuditEntry(s, { tenantId: t, actor: "x", action: "dossier.verwijderd", subject: "d0", createdAt: ago(7 * DAY + 1) });
-    for (let i = 0; i < 4; i++) appendAuditEntry(s, { tenantId: t, actor: "x", action: "dossier.bekeken", subject: `d${i}`, createdAt: ago(7 * DAY - i * 1000) });
-    for (let i = 0; i < 3; i++) appendAuditEntry(s, { tenantId: t, actor: "x", action: "dossier.gewijzigd", subject: `d${i}`, createdAt: ago(DAY + i) });
+    await audit(env, { tenantId: t, actor: "x", action: "dossier.verwijderd", subject: "d0", createdAt: ago(7 * DAY + 1) });
+    for (let i = 0; i < 4; i++) await audit(env, { tenantId: t, actor: "x", action: "dossier.bekeken", subject: `d${i}`, createdAt: ago(7 * DAY - i * 1000) });
+    for (let i = 0; i < 3; i++) await audit(env, { tenantId: t, actor: "x", action: "dossier.gewijzigd", subject: `d${i}`, createdAt: ago(DAY + i) });
     // Another tenant's activity stays out of this report.
-    appendAuditEntry(s, { tenantId: other, actor: "y", action: "dossier.bekeken", subject: "z", createdAt: ago(DAY) });
-    for (let i = 0; i < 5; i++) recordLoginAttempt(s, { account: "anna", ip: "10.0.0.1", gelukt: true, tenantId: t, tijdstip: ago(2 * DAY + i) });
-    recordLoginAttempt(s, { account: "anna", ip: "203.0.113.9", gelukt: false, tenantId: t, tijdstip: ago(DAY) });
-    recordLoginAttempt(s, { account: "anna", ip: "203.0.113.9", gelukt: false, tenantId: t, tijdstip: ago(DAY - 1) });
-    recordLoginAttempt(s, { account: "bob", ip: "198.51.100.7", gelukt: false, tenantId: t, tijdstip: ago(3 * DAY) });
-    recordLoginAttempt(s, { account: "bob", ip: "198.51.100.8", gelukt: false, tenantId: t, tijdstip: ago(8 * DAY) });
-    recordLoginAttempt(s, { account: "eve", ip: "198.51.100.9", gelukt: false, tenantId: other, tijdstip: ago(DAY) });
-    s.query(
-      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries) VALUES (?, ?, 1, 8)",
-    ).run(t, "2026-07-23T01:00:05.000Z");
+    await audit(env, { tenantId: other, actor: "y", action: "dossier.bekeken", subject: "z", createdAt: ago(DAY) });
+    for (let i = 0; i < 5; i++) await addLoginAttempt(s, { account: "anna", ip: "10.0.0.1", gelukt: true, tenantId: t, tijdstip: ago(2 * DAY + i) });
+    await addLoginAttempt(s, { account: "anna", ip: "203.0.113.9", gelukt: false, tenantId: t, tijdstip: ago(DAY) });
+    await addLoginAttempt(s, { account: "anna", ip: "203.0.113.9", gelukt: false, tenantId: t, tijdstip: ago(DAY - 1) });
+    await addLoginAttempt(s, { account: "bob", ip: "198.51.100.7", gelukt: false, tenantId: t, tijdstip: ago(3 * DAY) });
+    await addLoginAttempt(s, { account: "bob", ip: "198.51.100.8", gelukt: false, tenantId: t, tijdstip: ago(8 * DAY) });
+    await addLoginAttempt(s, { account: "eve", ip: "198.51.100.9", gelukt: false, tenantId: other, tijdstip: ago(DAY) });
+    await s.run("INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries) VALUES (?, ?, ?, 8)", t, "2026-07-23T01:00:05.000Z", true);
 
     const r = await runWeekrapport(env.deps, NOW);
     expect(r.body).toMatchObject({ verstuurd: 1, fouten: 0 });
@@ -116,13 +140,14 @@ describe("weekrapport: content", () => {
 
   test("a broken chain is the headline, with the sequence number and the reason", async () => {
     const { smtp, env } = await setup();
-    const t = addTenant(env.store, "Alfa BV");
-    addAdmin(env.store, t, "anna@alfa.test");
-    env.store.sqlite
-      .query(
-        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, 0, 120, 57, 57, 'hash-afwijkend')",
-      )
-      .run(t, "2026-07-23T01:00:00.000Z");
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    await env.db.run(
+      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 120, 57, 57, 'hash-afwijkend')",
+      t,
+      "2026-07-23T01:00:00.000Z",
+      false,
+    );
     await runWeekrapport(env.deps, NOW);
     const m = smtp.received[0]!;
     expect(m.subject).toBe("Weekrapport Alfa BV, week 30: actie nodig");
@@ -134,7 +159,7 @@ describe("weekrapport: content", () => {
 
   test("a chain never verified says so", async () => {
     const { smtp, env } = await setup();
-    addAdmin(env.store, addTenant(env.store, "Alfa BV"), "anna@alfa.test");
+    await addAdmin(env.db, await addTenant(env.db, "Alfa BV"), "anna@alfa.test");
     await runWeekrapport(env.deps, NOW);
     expect(smtp.received[0]!.text).toContain("De auditketen is nog nooit gecontroleerd.");
     expect(smtp.received[0]!.text).toContain("Auditketen: Onbekend");
@@ -144,10 +169,10 @@ describe("weekrapport: content", () => {
 describe("weekrapport: failures and reruns", () => {
   test("a recipient refused by the server counts in fouten while the others arrive, and raises mail-failure", async () => {
     const { smtp, env } = await setup(["weg@alfa.test"]);
-    const t = addTenant(env.store, "Alfa BV");
-    addAdmin(env.store, t, "anna@alfa.test");
-    addAdmin(env.store, t, "weg@alfa.test");
-    addAdmin(env.store, t, "piet@alfa.test");
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    await addAdmin(env.db, t, "weg@alfa.test");
+    await addAdmin(env.db, t, "piet@alfa.test");
 
     const r = await runWeekrapport(env.deps, NOW);
     expect(r).toEqual({ status: 200, body: { verstuurd: 2, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
@@ -163,10 +188,10 @@ describe("weekrapport: failures and reruns", () => {
 
   test("a rerun in the same ISO week sends only the failed ones; a new week sends all again", async () => {
     const { smtp, env } = await setup(["weg@alfa.test"]);
-    const t = addTenant(env.store, "Alfa BV");
-    addAdmin(env.store, t, "anna@alfa.test");
-    addAdmin(env.store, t, "weg@alfa.test");
-    addAdmin(env.store, addTenant(env.store, "Beta BV"), "bert@beta.test");
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    await addAdmin(env.db, t, "weg@alfa.test");
+    await addAdmin(env.db, await addTenant(env.db, "Beta BV"), "bert@beta.test");
     expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 2, fouten: 1, overgeslagen: 0 });
 
     smtp.refuse.clear();
@@ -181,7 +206,7 @@ describe("weekrapport: failures and reruns", () => {
 
     const nextWeek = new Date(NOW.getTime() + 7 * DAY);
     expect((await runWeekrapport(env.deps, nextWeek)).body).toMatchObject({ verstuurd: 3, overgeslagen: 0, week: "2026-W31" });
-    const rows = env.store.sqlite.query("SELECT iso_week, count(*) AS n FROM weekly_report_deliveries GROUP BY iso_week").all();
+    const rows = await env.db.all("SELECT iso_week, count(*) AS n FROM weekly_report_deliveries GROUP BY iso_week ORDER BY iso_week");
     expect(rows).toEqual([
       { iso_week: "2026-W30", n: 3 },
       { iso_week: "2026-W31", n: 3 },
@@ -190,26 +215,25 @@ describe("weekrapport: failures and reruns", () => {
 
   test("delivery records older than 13 weeks are pruned on the next run; the last 13 weeks stay", async () => {
     const { env } = await setup();
-    const t = addTenant(env.store, "Alfa BV");
-    const admin = addAdmin(env.store, t, "anna@alfa.test");
-    const ins = env.store.sqlite.query(
-      "INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, '2026-01-01T00:00:00.000Z')",
-    );
+    const t = await addTenant(env.db, "Alfa BV");
+    const admin = await addAdmin(env.db, t, "anna@alfa.test");
+    const ins = (week: string) =>
+      env.db.run("INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, '2026-01-01T00:00:00.000Z')", admin, t, week);
     // NOW is in 2026-W30: W18 is the oldest of the 13 weeks kept (W18..W30)
-    for (const week of ["2025-W52", "2026-W01", "2026-W17", "2026-W18", "2026-W29"]) ins.run(admin, t, week);
+    for (const week of ["2025-W52", "2026-W01", "2026-W17", "2026-W18", "2026-W29"]) await ins(week);
     expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 1 });
-    const weeks = (env.store.sqlite.query("SELECT iso_week FROM weekly_report_deliveries ORDER BY iso_week").all() as { iso_week: string }[]).map((r) => r.iso_week);
+    const weeks = (await env.db.all<{ iso_week: string }>("SELECT iso_week FROM weekly_report_deliveries ORDER BY iso_week")).map((r) => r.iso_week);
     expect(weeks).toEqual(["2026-W18", "2026-W29", "2026-W30"]);
   });
 
   test("after an SMTP outage the rerun delivers exactly the failed messages", async () => {
     const { smtp, env } = await setup();
-    const t = addTenant(env.store, "Alfa BV");
-    for (const a of ["a@alfa.test", "b@alfa.test", "c@alfa.test"]) addAdmin(env.store, t, a);
+    const t = await addTenant(env.db, "Alfa BV");
+    for (const a of ["a@alfa.test", "b@alfa.test", "c@alfa.test"]) await addAdmin(env.db, t, a);
     // Delivered before the outage.
     expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 3 });
-    addAdmin(env.store, t, "d@alfa.test");
-    addAdmin(env.store, addTenant(env.store, "Beta BV"), "e@beta.test");
+    await addAdmin(env.db, t, "d@alfa.test");
+    await addAdmin(env.db, await addTenant(env.db, "Beta BV"), "e@beta.test");
 
     await smtp.stop();
     await env.deps.mailer.close();
@@ -231,8 +255,8 @@ describe("weekrapport: failures and reruns", () => {
   test("many administrators go through the pool with a bounded number in flight", async () => {
     const { smtp, env } = await setup();
     for (let t = 0; t < 10; t++) {
-      const id = addTenant(env.store, `Tenant ${t}`);
-      for (let a = 0; a < 6; a++) addAdmin(env.store, id, `admin${a}@t${t}.test`);
+      const id = await addTenant(env.db, `Tenant ${t}`);
+      for (let a = 0; a < 6; a++) await addAdmin(env.db, id, `admin${a}@t${t}.test`);
     }
     let inFlight = 0;
     let maxInFlight = 0;
@@ -258,15 +282,17 @@ describe("weekrapport: failures and reruns", () => {
 });
 
 describe("weekrapport: the statistics use indexes", () => {
-  test("EXPLAIN QUERY PLAN of each statement searches an index, never scans a table: per tenant by (tenant_id, time), logins of every tenant by time", () => {
-    const store = openStore(":memory:");
-    try {
+  test("EXPLAIN QUERY PLAN of each statement searches an index, never scans a table: per tenant by (tenant_id, time), logins of every tenant by time", async () => {
+    const env = await makeEnv();
+    toClean.push(() => env.cleanup());
+    const week = { van: "2026-07-16T12:00:00.000Z", tot: "2026-07-23T12:00:00.000Z" };
+    if (env.store.kind === "sqlite") {
+      const { store } = env;
       const planOf = (statement: { getQuery(): { sql: string; params: unknown[] } }, values: Record<string, string | number>) => {
         const { sql, params } = statement.getQuery();
         const rows = store.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all(...(fillPlaceholders(params, values) as (string | number)[])) as { detail: string }[];
         return rows.map((r) => r.detail).join(" | ");
       };
-      const week = { van: "2026-07-16T12:00:00.000Z", tot: "2026-07-23T12:00:00.000Z" };
       const plans = [
         ...Object.entries(weekStatsStatements(store.db)).map(([name, st]) => [name, planOf(st, { tenantId: 1, ...week })] as const),
         ...Object.entries(weekLoginStatements(store.db)).map(([name, st]) => [name, planOf(st, week)] as const),
@@ -279,51 +305,77 @@ describe("weekrapport: the statistics use indexes", () => {
       expect(byName.perTenant).toContain("SEARCH login_attempts USING INDEX login_attempts_tijdstip_idx (tijdstip>? AND tijdstip<?)");
       expect(byName.mislukt).toContain("SEARCH login_attempts USING INDEX login_attempts_failed_idx (tijdstip>? AND tijdstip<?)");
       expect(byName.keten).toMatch(/^SEARCH audit_verification_state USING/);
-    } finally {
-      store.close();
+    } else {
+      const { db } = env.store;
+      const van = new Date(week.van);
+      const tot = new Date(week.tot);
+      const statements = { ...weekStatsQueriesPg(db, 1, van, tot), ...weekLoginQueriesPg(db, van, tot) };
+      const conn = await env.store.sql.reserve();
+      try {
+        // On empty tables a sequential scan is cheapest: discouraged, the planner shows the index it can use.
+        await conn`SET enable_seqscan = off`;
+        // An index scan of the table, or a bitmap scan built from the index.
+        const usesIndex = (index: string, table: string) => new RegExp(`Index (Only )?Scan using ${index} on ${table}|Bitmap Index Scan on ${index}\\b`);
+        const plans: Record<string, string> = {};
+        for (const [name, statement] of Object.entries(statements)) {
+          const { sql, params } = statement.toSQL();
+          plans[name] = ((await conn.unsafe(`EXPLAIN ${sql}`, params as unknown[])) as { "QUERY PLAN": string }[]).map((r) => r["QUERY PLAN"]).join("\n");
+        }
+        for (const [name, plan] of Object.entries(plans)) {
+          expect({ name, plan }).not.toMatchObject({ plan: expect.stringMatching(/Seq Scan on (audit_entries|login_attempts|audit_verification_state)/) });
+        }
+        expect(plans.auditPerActie).toMatch(usesIndex("audit_entries_tenant_created_idx", "audit_entries"));
+        expect(plans.auditPerActie).toContain(`Index Cond: ((tenant_id = 1) AND (created_at >= '${week.van}'::text) AND (created_at < '${week.tot}'::text))`);
+        expect(plans.perTenant).toMatch(usesIndex("login_attempts_tijdstip_idx", "login_attempts"));
+        expect(plans.perTenant).toContain(`Index Cond: ((tijdstip >= '${week.van}'::text) AND (tijdstip < '${week.tot}'::text))`);
+        expect(plans.mislukt).toMatch(usesIndex("login_attempts_failed_idx", "login_attempts"));
+        expect(plans.mislukt).toContain(`Index Cond: ((tijdstip >= '${week.van}'::text) AND (tijdstip < '${week.tot}'::text))`);
+        expect(plans.keten).toMatch(usesIndex("audit_verification_state_pkey", "audit_verification_state"));
+      } finally {
+        conn.release();
+      }
     }
   });
 });
 
 describe("weekLogins: every tenant's week in one pass", () => {
   test("counts per tenant inside [van, tot) only (across its day slices), the top five failing IPs by count then address, no tenant's attempts in another's figures", async () => {
-    const store = openStore(":memory:");
-    try {
-      const a = addTenant(store, "A");
-      const b = addTenant(store, "B");
-      const c = addTenant(store, "C");
-      const van = new Date(NOW.getTime() - WEEK_MS);
-      const at = (msAgo: number) => new Date(NOW.getTime() - msAgo);
-      const login = (tenantId: number | null, ip: string, gelukt: boolean, when = at(3600_000)) => recordLoginAttempt(store.sqlite, { tenantId, account: "x", ip, gelukt, tijdstip: when });
-      // Tenant a: 3 successes, failures from seven IPs (counts 4,3,3,2,2,1,1), one before the week, one at tot.
-      for (let i = 0; i < 3; i++) login(a, "10.0.0.1", true);
-      const failures: [string, number][] = [["10.0.0.9", 4], ["10.0.0.3", 3], ["10.0.0.2", 3], ["10.0.0.5", 2], ["10.0.0.4", 2], ["10.0.0.7", 1], ["10.0.0.6", 1]];
-      for (const [ip, n] of failures) for (let i = 0; i < n; i++) login(a, ip, false);
-      login(a, "10.0.0.8", false, new Date(van.getTime() - 1));
-      login(a, "10.0.0.8", false, NOW);
-      login(a, "10.0.0.1", true, van);
-      // Tenant b: one failure; attempts without a tenant belong to nobody's report.
-      login(b, "192.0.2.1", false);
-      login(null, "10.0.0.9", false);
-      const logins = await weekLogins(store.db, van, NOW);
-      expect(logins.get(a)).toEqual({
-        totaal: 20,
-        gelukt: 4,
-        mislukt: 16,
-        mislukteIps: 7,
-        topMislukteIps: [
-          { ip: "10.0.0.9", aantal: 4 },
-          { ip: "10.0.0.2", aantal: 3 },
-          { ip: "10.0.0.3", aantal: 3 },
-          { ip: "10.0.0.4", aantal: 2 },
-          { ip: "10.0.0.5", aantal: 2 },
-        ],
-      });
-      expect(logins.get(b)).toEqual({ totaal: 1, gelukt: 0, mislukt: 1, mislukteIps: 1, topMislukteIps: [{ ip: "192.0.2.1", aantal: 1 }] });
-      expect(logins.has(c)).toBe(false);
-      expect(tenantWeekStats(store.db, c, van, NOW, logins).inlog).toEqual({ totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] });
-    } finally {
-      store.close();
-    }
+    const env = await makeEnv();
+    toClean.push(() => env.cleanup());
+    // The store's own queries, as weekrapport takes them (SQLite reads the week a day at a time).
+    const q = env.store.kind === "pg" ? weeklyQueriesPg(env.store) : weeklyQueries(env.store.db);
+    const a = await addTenant(env.db, "A");
+    const b = await addTenant(env.db, "B");
+    const c = await addTenant(env.db, "C");
+    const van = new Date(NOW.getTime() - WEEK_MS);
+    const at = (msAgo: number) => new Date(NOW.getTime() - msAgo);
+    const login = (tenantId: number | null, ip: string, gelukt: boolean, when = at(3600_000)) => addLoginAttempt(env.db, { tenantId, account: "x", ip, gelukt, tijdstip: when });
+    // Tenant a: 3 successes, failures from seven IPs (counts 4,3,3,2,2,1,1), one before the week, one at tot.
+    for (let i = 0; i < 3; i++) await login(a, "10.0.0.1", true);
+    const failures: [string, number][] = [["10.0.0.9", 4], ["10.0.0.3", 3], ["10.0.0.2", 3], ["10.0.0.5", 2], ["10.0.0.4", 2], ["10.0.0.7", 1], ["10.0.0.6", 1]];
+    for (const [ip, n] of failures) for (let i = 0; i < n; i++) await login(a, ip, false);
+    await login(a, "10.0.0.8", false, new Date(van.getTime() - 1));
+    await login(a, "10.0.0.8", false, NOW);
+    await login(a, "10.0.0.1", true, van);
+    // Tenant b: one failure; attempts without a tenant belong to nobody's report.
+    await login(b, "192.0.2.1", false);
+    await login(null, "10.0.0.9", false);
+    const logins = await q.weekLogins(van, NOW);
+    expect(logins.get(a)).toEqual({
+      totaal: 20,
+      gelukt: 4,
+      mislukt: 16,
+      mislukteIps: 7,
+      topMislukteIps: [
+        { ip: "10.0.0.9", aantal: 4 },
+        { ip: "10.0.0.2", aantal: 3 },
+        { ip: "10.0.0.3", aantal: 3 },
+        { ip: "10.0.0.4", aantal: 2 },
+        { ip: "10.0.0.5", aantal: 2 },
+      ],
+    });
+    expect(logins.get(b)).toEqual({ totaal: 1, gelukt: 0, mislukt: 1, mislukteIps: 1, topMislukteIps: [{ ip: "192.0.2.1", aantal: 1 }] });
+    expect(logins.has(c)).toBe(false);
+    expect((await q.tenantWeekStats(c, van, NOW, logins)).inlog).toEqual({ totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] });
   });
 });
