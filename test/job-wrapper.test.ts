@@ -1,18 +1,29 @@
 import { afterEach, describe, expect, spyOn, test } from "bun:test";
+import { SQL } from "bun";
 import { Cron } from "croner";
 import { t } from "elysia";
-import { lastRun } from "../src/job-runs.ts";
+import type { AnyStore } from "../src/deps.ts";
+import type { JobRunRow } from "../src/job-runs.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { backupControleJob } from "../src/jobs/backup-controle.ts";
 import { dagrapportJob } from "../src/jobs/dagrapport.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { takenControleJob } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE } from "../src/schedule.ts";
-import { call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
+import { call, NOW, SECRET } from "./helpers.ts";
+import { makeEnv, type Env } from "./dialect.ts";
 import { holdWriteLock } from "./ingest-fixtures.ts";
 
-let env: TestEnv;
+let env: Env;
 afterEach(() => env?.cleanup());
+
+/** The job's newest run, as lastRun (src/job-runs.ts) reads it, on either store. */
+async function lastRun(e: Env, job: string): Promise<JobRunRow | null> {
+  return e.db.get<JobRunRow>(
+    'SELECT id, job, gestart, beeindigd, uitkomst, http_status AS "httpStatus", samenvatting, fout FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1',
+    job,
+  );
+}
 
 function gate() {
   let open!: () => void;
@@ -23,22 +34,22 @@ function gate() {
 describe("the job wrapper", () => {
   test("records a successful run with start, end, outcome and summary", async () => {
     const job = defineJob({ name: "dagrapport", summary: "t", description: "t", run: async () => ({ status: 200, body: { ok: true, n: 3 } }) });
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     const r = await call(env.app, "/api/cron/dagrapport");
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ ok: true, n: 3 });
-    const run = lastRun(env.store.db, "dagrapport")!;
+    const run = (await lastRun(env, "dagrapport"))!;
     expect(run).toMatchObject({ job: "dagrapport", gestart: NOW.toISOString(), beeindigd: NOW.toISOString(), uitkomst: "ok", httpStatus: 200, fout: null });
     expect(JSON.parse(run.samenvatting!)).toEqual({ ok: true, n: 3 });
   });
 
   test("a 409 result is recorded as afwijking and answered with the full result", async () => {
     const job = defineJob({ name: "backup-controle", summary: "t", description: "t", run: async () => ({ status: 409, body: { ok: false, reden: "te-oud" } }) });
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     const r = await call(env.app, "/api/cron/backup-controle");
     expect(r.status).toBe(409);
     expect(r.json).toEqual({ ok: false, reden: "te-oud" });
-    expect(lastRun(env.store.db, "backup-controle")).toMatchObject({ uitkomst: "afwijking", httpStatus: 409 });
+    expect(await lastRun(env, "backup-controle")).toMatchObject({ uitkomst: "afwijking", httpStatus: 409 });
   });
 
   test("a thrown error is a 500 {error} without stack trace, recorded as fout and reported", async () => {
@@ -50,13 +61,13 @@ describe("the job wrapper", () => {
         throw new Error(`kapot bij stap 3 (${SECRET.length})`);
       },
     });
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     const r = await call(env.app, "/api/cron/weekrapport");
     expect(r.status).toBe(500);
     expect(Object.keys(r.json)).toEqual(["error"]);
     expect(r.text).not.toContain("at ");
     expect(r.text).not.toContain("kapot");
-    const run = lastRun(env.store.db, "weekrapport")!;
+    const run = (await lastRun(env, "weekrapport"))!;
     expect(run.uitkomst).toBe("fout");
     expect(run.beeindigd).not.toBeNull();
     expect(run.fout).toContain("kapot bij stap 3");
@@ -69,15 +80,21 @@ describe("the job wrapper", () => {
       name: "backup-controle",
       summary: "t",
       description: "t",
-      run: async () => {
-        throw Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY" });
+      run: async (deps) => {
+        if (deps.store.kind === "sqlite") throw Object.assign(new Error("database is locked"), { code: "SQLITE_BUSY" });
+        // PostgreSQL's own "not now", from the server: a write refused as read-only (25006, as a standby answers).
+        await deps.store.sql.begin(async (tx) => {
+          await tx`SET TRANSACTION READ ONLY`;
+          await tx`INSERT INTO service_meta (key, value) VALUES ('test', 'x')`;
+        });
+        throw new Error("the read-only write went through");
       },
     });
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     const r = await call(env.app, "/api/cron/backup-controle");
     expect(r.status).toBe(503);
     expect(r.headers.get("retry-after")).toBe("60");
-    expect(lastRun(env.store.db, "backup-controle")).toMatchObject({ uitkomst: "fout", httpStatus: 503 });
+    expect(await lastRun(env, "backup-controle")).toMatchObject({ uitkomst: "fout", httpStatus: 503 });
   });
 
   test("over real HTTP, a job running past the server's idle timeout still gets its answer (the connection is not cut)", async () => {
@@ -94,7 +111,7 @@ describe("the job wrapper", () => {
         return { status: 200, body: { klaar: true } };
       },
     });
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     const server = env.app.listen({ port: 0, hostname: "127.0.0.1", idleTimeout: 1 });
     try {
       const answer = fetch(`http://127.0.0.1:${server.server!.port}/api/cron/audit-verificatie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
@@ -122,7 +139,7 @@ describe("the job wrapper", () => {
         return { status: 200, body: { ok: true } };
       },
     });
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     const first = call(env.app, "/api/cron/audit-verificatie");
     await started.p;
     const second = await call(env.app, "/api/cron/audit-verificatie");
@@ -130,13 +147,13 @@ describe("the job wrapper", () => {
     expect(typeof second.json.error).toBe("string");
     expect(runs).toBe(1);
     // the running run is visible in the history as not finished
-    expect(lastRun(env.store.db, "audit-verificatie")).toMatchObject({ uitkomst: "bezig", beeindigd: null });
+    expect(await lastRun(env, "audit-verificatie")).toMatchObject({ uitkomst: "bezig", beeindigd: null });
     g.open();
     expect((await first).status).toBe(200);
     // afterwards it can run again
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
     expect(runs).toBe(2);
-    const n = env.store.sqlite.query("SELECT count(*) AS n FROM job_runs WHERE job = 'audit-verificatie'").get() as { n: number };
+    const n = (await env.db.get<{ n: number }>("SELECT count(*) AS n FROM job_runs WHERE job = 'audit-verificatie'"))!;
     expect(n.n).toBe(2);
   });
 
@@ -145,7 +162,7 @@ describe("the job wrapper", () => {
     const started = gate();
     const slow = defineJob({ name: "weekrapport", summary: "t", description: "t", run: async () => (started.open(), await g.p, { status: 200, body: { ok: true } }) });
     const fast = defineJob({ name: "dagrapport", summary: "t", description: "t", run: async () => ({ status: 200, body: { ok: true } }) });
-    env = makeTestEnv({}, { jobs: [slow, fast] });
+    env = await makeEnv({}, { jobs: [slow, fast] });
     const a = call(env.app, "/api/cron/weekrapport");
     await started.p;
     expect((await call(env.app, "/api/cron/dagrapport")).status).toBe(200);
@@ -162,7 +179,7 @@ describe("the job wrapper", () => {
       input: { schema: t.Object({ tenant: t.Object({ id: t.String() }) }), maxBytes: 100 },
       run: async () => (runs++, { status: 200, body: { ok: true } }),
     });
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     const r = await call(env.app, "/api/cron/backup-status", { body: '{"tenant":{"id":7}}' });
     expect(r.status).toBe(400);
     expect(r.json).toEqual({ error: "Veld tenant.id moet een tekst (string) zijn." });
@@ -171,7 +188,7 @@ describe("the job wrapper", () => {
     const big = await call(env.app, "/api/cron/backup-status", { body: JSON.stringify({ tenant: { id: "x".repeat(100) } }) });
     expect(big.status).toBe(413);
     expect(big.json).toEqual({ error: "Body te groot: backup-status accepteert hoogstens 100 bytes." });
-    expect(lastRun(env.store.db, "backup-status")).toBeNull();
+    expect(await lastRun(env, "backup-status")).toBeNull();
     expect(runs).toBe(0);
     expect((await call(env.app, "/api/cron/backup-status", { body: '{"tenant":{"id":"7"}}' })).status).toBe(200);
     expect(runs).toBe(1);
@@ -181,20 +198,62 @@ describe("the job wrapper", () => {
 describe("the job wrapper: a completed job whose end cannot be recorded", () => {
   const RECIPIENT = "beheer@example.nl";
   const at = (iso: string) => new Date(iso);
-  const runRow = (job: string) =>
-    env.store.sqlite
-      .query("SELECT id, uitkomst, beeindigd, http_status AS httpStatus, samenvatting, fout FROM job_runs WHERE job = ? ORDER BY id DESC LIMIT 1")
-      .get(job) as { id: number; uitkomst: string; beeindigd: string | null; httpStatus: number | null; samenvatting: string | null; fout: string | null };
+  const runRow = async (job: string) =>
+    (await env.db.get<{ id: number; uitkomst: string; beeindigd: string | null; httpStatus: number | null; samenvatting: string | null; fout: string | null }>(
+      'SELECT id, uitkomst, beeindigd, http_status AS "httpStatus", samenvatting, fout FROM job_runs WHERE job = ? ORDER BY id DESC LIMIT 1',
+      job,
+    ))!;
 
   /** Every other scheduled job ran at its last fire time, so only dagrapport is judged. */
-  function othersRan(now: Date) {
+  async function othersRan(now: Date) {
     for (const e of SCHEDULE) {
       if (e.cron === null || e.job === "dagrapport") continue;
       const last = new Cron(e.cron, { timezone: "UTC" }).previousRuns(1, new Date(now.getTime() + 1))[0]!;
-      env.store.sqlite
-        .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, 'ok', 200)")
-        .run(e.job, new Date(last.getTime() + 1000).toISOString(), new Date(last.getTime() + 2000).toISOString());
+      await env.db.run(
+        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, 'ok', 200)",
+        e.job,
+        new Date(last.getTime() + 1000).toISOString(),
+        new Date(last.getTime() + 2000).toISOString(),
+      );
     }
+  }
+
+  /** A trigger that refuses to write a run's end (every UPDATE of job_runs to another outcome than 'bezig'), or its removal. */
+  async function refuseRunEnds(on: boolean) {
+    if (env.store.kind === "sqlite") {
+      env.store.sqlite.run(
+        on
+          ? "CREATE TRIGGER boekhouding_kapot BEFORE UPDATE ON job_runs WHEN NEW.uitkomst <> 'bezig' BEGIN SELECT RAISE(ABORT, 'boekhouding kapot (test)'); END"
+          : "DROP TRIGGER boekhouding_kapot",
+      );
+    } else if (on) {
+      await env.store.sql.unsafe(
+        `CREATE FUNCTION boekhouding_kapot() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boekhouding kapot (test)'; END $$;
+         CREATE TRIGGER boekhouding_kapot BEFORE UPDATE ON job_runs FOR EACH ROW WHEN (NEW.uitkomst <> 'bezig') EXECUTE FUNCTION boekhouding_kapot();`,
+      );
+    } else await env.store.sql`DROP TRIGGER boekhouding_kapot ON job_runs`;
+  }
+
+  /**
+   * The database read-only (on) or writable again (off). SQLite: PRAGMA query_only on the
+   * service's connection. PostgreSQL cannot make the pool's open sessions read-only from
+   * outside, so every write of the job wrapper (job_runs, job_leases) is refused with the
+   * server's own read-only error (SQLSTATE 25006 and its message, as a standby answers).
+   */
+  async function readOnly(store: AnyStore, on: boolean) {
+    if (store.kind === "sqlite") {
+      store.sqlite.run(`PRAGMA query_only = ${on ? 1 : 0}`);
+      return;
+    }
+    if (on) {
+      await store.sql.unsafe(
+        `CREATE FUNCTION alleen_lezen() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+           RAISE EXCEPTION 'cannot execute % in a read-only transaction', TG_OP USING ERRCODE = 'read_only_sql_transaction';
+         END $$;
+         CREATE TRIGGER alleen_lezen BEFORE INSERT OR UPDATE OR DELETE ON job_runs FOR EACH STATEMENT EXECUTE FUNCTION alleen_lezen();
+         CREATE TRIGGER alleen_lezen BEFORE INSERT OR UPDATE OR DELETE ON job_leases FOR EACH STATEMENT EXECUTE FUNCTION alleen_lezen();`,
+      );
+    } else await store.sql.unsafe("DROP TRIGGER alleen_lezen ON job_runs; DROP TRIGGER alleen_lezen ON job_leases");
   }
 
   /** Runs `f` with the error log lines (stderr) captured instead of written. */
@@ -212,11 +271,9 @@ describe("the job wrapper: a completed job whose end cannot be recorded", () => 
   }
 
   test("the finishing UPDATE of job_runs fails after dagrapport mailed: the caller gets the job's 200, the mail went once, logged and alarmed, and nothing invites a rerun", async () => {
-    env = makeTestEnv({ DAGRAPPORT_EMAIL: RECIPIENT }, { jobs: [dagrapportJob, takenControleJob, backupControleJob] });
-    othersRan(at("2026-07-23T06:45:00.000Z"));
-    env.store.sqlite.run(
-      "CREATE TRIGGER boekhouding_kapot BEFORE UPDATE ON job_runs WHEN NEW.uitkomst <> 'bezig' BEGIN SELECT RAISE(ABORT, 'boekhouding kapot (test)'); END",
-    );
+    env = await makeEnv({ DAGRAPPORT_EMAIL: RECIPIENT }, { jobs: [dagrapportJob, takenControleJob, backupControleJob] });
+    await othersRan(at("2026-07-23T06:45:00.000Z"));
+    await refuseRunEnds(true);
 
     env.setNow(at("2026-07-23T06:00:01.000Z"));
     const { value: r, lines } = await capturingStderr(() => call(env.app, "/api/cron/dagrapport"));
@@ -233,7 +290,7 @@ describe("the job wrapper: a completed job whose end cannot be recorded", () => 
     expect(env.alarms.raised[0]!.type).toBe("internal-error");
     expect(env.alarms.raised[0]!.message).toContain("dagrapport");
     expect(env.alarms.raised[0]!.message).toContain("niet opnieuw");
-    expect(runRow("dagrapport")).toMatchObject({ uitkomst: "bezig", beeindigd: null }); // the database refused every write
+    expect(await runRow("dagrapport")).toMatchObject({ uitkomst: "bezig", beeindigd: null }); // the database refused every write
 
     // 45 minutes on, the database still refusing: taken-controle does not call the run
     // onderbroken (which would ask for a rerun); it reads the end this process kept.
@@ -248,40 +305,62 @@ describe("the job wrapper: a completed job whose end cannot be recorded", () => 
     expect(env.alarms.raised.map((a) => a.type)).toEqual(["internal-error", "internal-error"]); // taken-controle's own end could not be written either
 
     // The database takes writes again: the next job call writes the kept ends first.
-    env.store.sqlite.run("DROP TRIGGER boekhouding_kapot");
+    await refuseRunEnds(false);
     env.setNow(at("2026-07-23T07:15:00.000Z"));
     expect((await call(env.app, "/api/cron/backup-controle")).status).toBeOneOf([200, 409]);
-    expect(runRow("dagrapport")).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: "2026-07-23T06:00:01.000Z" });
-    expect(runRow("taken-controle")).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: "2026-07-23T06:45:00.000Z" });
+    expect(await runRow("dagrapport")).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: "2026-07-23T06:00:01.000Z" });
+    expect(await runRow("taken-controle")).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: "2026-07-23T06:45:00.000Z" });
     expect(env.mailer.sent).toHaveLength(1);
   });
 
-  test("the database turns read-only right after the job (SQLITE_READONLY on the finishing UPDATE): the job's 200, not 503 that makes cron call it again", async () => {
+  test("the database turns read-only right after the job (SQLITE_READONLY, on PostgreSQL 25006, on the finishing UPDATE): the job's 200, not 503 that makes cron call it again", async () => {
     const thenReadOnly = defineJob({
       ...dagrapportJob,
       run: async (deps, now, input, context) => {
         const result = await dagrapportJob.run(deps, now, input, context);
-        if (deps.store.kind === "sqlite") deps.store.sqlite.run("PRAGMA query_only = 1");
+        await readOnly(deps.store, true);
         return result;
       },
     });
-    env = makeTestEnv({ DAGRAPPORT_EMAIL: RECIPIENT }, { jobs: [thenReadOnly, backupControleJob] });
+    env = await makeEnv({ DAGRAPPORT_EMAIL: RECIPIENT }, { jobs: [thenReadOnly, backupControleJob] });
     const { value: r } = await capturingStderr(() => call(env.app, "/api/cron/dagrapport"));
     expect(r.status).toBe(200);
     expect(r.json).toMatchObject({ ok: true, verzonden: true });
     expect(env.mailer.sent).toHaveLength(1);
     expect(env.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);
-    expect(String(env.alarms.raised[0]!.context?.fout)).toContain("readonly database");
+    // Each store's own words for a write refused as read-only.
+    expect(String(env.alarms.raised[0]!.context?.fout)).toContain(env.dialect === "sqlite" ? "readonly database" : "in a read-only transaction");
 
-    env.store.sqlite.run("PRAGMA query_only = 0");
+    await readOnly(env.store, false);
     await call(env.app, "/api/cron/backup-controle");
-    const row = runRow("dagrapport");
+    const row = await runRow("dagrapport");
     expect(row).toMatchObject({ uitkomst: "ok", httpStatus: 200, beeindigd: NOW.toISOString() });
     expect(env.mailer.sent).toHaveLength(1);
   });
 });
 
-describe("the job wrapper: a run that ends while another process holds the write lock past the wait (5 s)", () => {
+/**
+ * Another process holding what the run's end must write past the wait (5 s): SQLite's
+ * write lock (the host application, a backup); on PostgreSQL, which locks only rows, a
+ * transaction of another connection holding the run's job_runs row (FOR UPDATE).
+ */
+async function holdRunEnd(e: Env, job: string): Promise<{ release(): Promise<void> }> {
+  if (e.store.kind === "sqlite") return holdWriteLock(e.config.databasePath);
+  const client = new SQL((e as Env & { url: string }).url, { max: 1 });
+  const conn = await client.reserve();
+  await conn`BEGIN`;
+  const locked = await conn`SELECT id FROM job_runs WHERE job = ${job} FOR UPDATE`;
+  expect(locked.length).toBe(1);
+  return {
+    async release() {
+      await conn`ROLLBACK`;
+      conn.release();
+      await client.close();
+    },
+  };
+}
+
+describe("the job wrapper: a run that ends while another process holds the write lock (on PostgreSQL: the run's row) past the wait (5 s)", () => {
   test("a job that throws: its 500 is answered while the lock is held, the end is kept meanwhile, then written (fout/500) and the lease released once the lock is free; no error logged for the wait", async () => {
     const started = gate();
     const fail = gate();
@@ -296,39 +375,45 @@ describe("the job wrapper: a run that ends while another process holds the write
       },
     });
     const running = new RunningJobs();
-    env = makeTestEnv({}, { jobs: [job], running });
+    env = await makeEnv({}, { jobs: [job], running });
     const lines: string[] = [];
     const spy = spyOn(process.stderr, "write").mockImplementation(((chunk: unknown) => {
       lines.push(String(chunk));
       return true;
     }) as typeof process.stderr.write);
-    const row = () => env.store.sqlite.query("SELECT uitkomst, http_status AS httpStatus, beeindigd, fout FROM job_runs WHERE job = 'weekrapport'").get() as Record<string, unknown>;
-    const lease = () => env.store.sqlite.query("SELECT run_id FROM job_leases WHERE job = 'weekrapport'").get();
-    let lock: Awaited<ReturnType<typeof holdWriteLock>> | null = null;
+    // Plain reads: on PostgreSQL a reader never waits for a row lock.
+    const row = async () => (await env.db.get<Record<string, unknown>>("SELECT uitkomst, http_status AS \"httpStatus\", beeindigd, fout FROM job_runs WHERE job = 'weekrapport'"))!;
+    const lease = () => env.db.get("SELECT run_id FROM job_leases WHERE job = 'weekrapport'");
+    let lock: { release(): Promise<void> } | null = null;
     try {
       const answer = call(env.app, "/api/cron/weekrapport");
       await started.p;
-      lock = await holdWriteLock(env.config.databasePath);
+      lock = await holdRunEnd(env, "weekrapport");
       fail.open();
       const r = await answer;
       expect(r.status).toBe(500);
       expect(Object.keys(r.json)).toEqual(["error"]);
       // Answered while the lock is still held: nothing written yet, the end kept in this process.
-      expect(row()).toMatchObject({ uitkomst: "bezig", beeindigd: null });
-      expect(lease()).toEqual({ run_id: 1 });
+      expect(await row()).toMatchObject({ uitkomst: "bezig", beeindigd: null });
+      expect(await lease()).toEqual({ run_id: 1 });
       expect(running.keptEndsList()).toMatchObject([{ job: "weekrapport", runId: 1, result: { uitkomst: "fout", httpStatus: 500 } }]);
       await lock.release();
       lock = null;
       const deadline = performance.now() + 15_000;
-      while ((row().uitkomst === "bezig" || lease() !== null) && performance.now() < deadline) await Bun.sleep(5);
-      expect(row()).toMatchObject({ uitkomst: "fout", httpStatus: 500, beeindigd: NOW.toISOString() });
-      expect(String(row().fout)).toContain("kapot na het werk (test)");
-      expect(lease()).toBeNull();
+      while (((await row()).uitkomst === "bezig" || (await lease()) !== null) && performance.now() < deadline) await Bun.sleep(5);
+      expect(await row()).toMatchObject({ uitkomst: "fout", httpStatus: 500, beeindigd: NOW.toISOString() });
+      expect(String((await row()).fout)).toContain("kapot na het werk (test)");
+      expect(await lease()).toBeNull();
       expect(running.keptEndsList()).toEqual([]);
       expect(running.pendingWrites()).toEqual([]);
       const logged = lines.map((l) => JSON.parse(l) as { level: string; message: string });
       expect(logged.filter((l) => l.level === "error").map((l) => l.message)).toEqual([]);
-      expect(logged.map((l) => l.message)).toContain("the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer");
+      // Each store's warning (src/http/job-route.ts writeEnd): SQLITE_BUSY past the wait, or the end's deadline passed on PostgreSQL.
+      expect(logged.map((l) => l.message)).toContain(
+        env.dialect === "sqlite"
+          ? "the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer"
+          : "the run's end did not get through to the database in time; it is recorded after the answer",
+      );
     } finally {
       spy.mockRestore();
       await lock?.release();
@@ -350,12 +435,12 @@ describe("a scheduled call (X-Nachtwacht-Gepland: 1) runs once per scheduled tim
     },
   });
   const scheduled = { headers: { "x-nachtwacht-gepland": "1" } };
-  const runs = () => env.store.sqlite.query("SELECT count(*) AS n FROM job_runs WHERE job = 'beveiligingslog-analyse'").get() as { n: number };
+  const runs = async () => (await env.db.get<{ n: number }>("SELECT count(*) AS n FROM job_runs WHERE job = 'beveiligingslog-analyse'"))!;
 
   test("a second scheduled call for the same time is not run: 204 with the reason (naming the run that did it) in X-Nachtwacht-Overgeslagen, nothing written; by hand the same would run", async () => {
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
-    const first = lastRun(env.store.db, "beveiligingslog-analyse")!;
+    const first = (await lastRun(env, "beveiligingslog-analyse"))!;
     env.setNow(new Date(NOW.getTime() + 14 * 60_000));
     const again = await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled);
     expect(again.status).toBe(204);
@@ -363,21 +448,21 @@ describe("a scheduled call (X-Nachtwacht-Gepland: 1) runs once per scheduled tim
     const reason = again.headers.get("x-nachtwacht-overgeslagen")!;
     expect(reason).toContain("2026-07-23T12:00:00.000Z");
     expect(reason).toContain(`run ${first.id}`);
-    expect(runs().n).toBe(1);
+    expect((await runs()).n).toBe(1);
     // By hand (no header) it runs.
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse")).status).toBe(200);
-    expect(runs().n).toBe(2);
+    expect((await runs()).n).toBe(2);
     // The next scheduled time (12:15) runs again.
     env.setNow(new Date(NOW.getTime() + 15 * 60_000));
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
-    expect(runs().n).toBe(3);
+    expect((await runs()).n).toBe(3);
   });
 
   test("a run that found something (409, afwijking) did the time too; one that failed (fout) or was interrupted ('bezig', no lease) does not", async () => {
-    env = makeTestEnv({}, { jobs: [job] });
+    env = await makeEnv({}, { jobs: [job] });
     outcomes.push(409);
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(409);
-    expect(lastRun(env.store.db, "beveiligingslog-analyse")!.uitkomst).toBe("afwijking");
+    expect((await lastRun(env, "beveiligingslog-analyse"))!.uitkomst).toBe("afwijking");
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).headers.get("x-nachtwacht-overgeslagen")).toContain("al uitgevoerd");
 
     env.setNow(new Date(NOW.getTime() + 15 * 60_000));
@@ -387,7 +472,7 @@ describe("a scheduled call (X-Nachtwacht-Gepland: 1) runs once per scheduled tim
 
     env.setNow(new Date(NOW.getTime() + 30 * 60_000));
     // A run of another process that was killed: its row still says 'bezig', its lease is gone.
-    env.store.sqlite.query("INSERT INTO job_runs (job, gestart, uitkomst) VALUES ('beveiligingslog-analyse', ?, 'bezig')").run(new Date(NOW.getTime() + 30 * 60_000).toISOString());
+    await env.db.run("INSERT INTO job_runs (job, gestart, uitkomst) VALUES ('beveiligingslog-analyse', ?, 'bezig')", new Date(NOW.getTime() + 30 * 60_000).toISOString());
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
   });
 });
