@@ -8,43 +8,107 @@ import { TreeExtension } from "../src/audit/anchoring.ts";
 import { entriesAfter, entryHash, type EntryRow } from "../src/audit/chain.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
 import { openNote, parseVerifierKey } from "../src/audit/note.ts";
-import { chainStart } from "../src/audit/verify.ts";
-import { addTenant, anchorFileLines, call, chainRoot, fillChain, makeTestEnv, mth, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { chainStart, type ChainStart } from "../src/audit/verify.ts";
+import type { AnyStore } from "../src/deps.ts";
+import { chainStartPg, readEntriesPg } from "../src/pg/chain.ts";
+import { openPgStore } from "../src/pg/store.ts";
+import { anchorFileLines, call, mth, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, chainRoot, fillChain, makeEnv, testCluster, testDb, type Env } from "./dialect.ts";
 
-let env: TestEnv;
-afterEach(() => env?.cleanup());
+let env: Env;
+/** Stores a test opened beside env's own (PostgreSQL: the database reopened, a restored copy); closed after it. */
+const opened: AnyStore[] = [];
+afterEach(async () => {
+  await env?.cleanup();
+  for (const s of opened.splice(0)) await s.close();
+});
 
 /** Entries `n` of a tenant, made a second apart in the hour before NOW. */
-const fill = (e: TestEnv, tenantId: number, n: number) => fillChain(e.store, tenantId, n, { at: (i) => new Date(NOW.getTime() - 3600_000 + i * 1000) });
+const fill = (e: Env, tenantId: number, n: number) => fillChain(e.store, tenantId, n, { at: (i) => new Date(NOW.getTime() - 3600_000 + i * 1000) });
 
-const logRows = (e: TestEnv) =>
-  e.store.sqlite.query("SELECT soort, tenant_id, grootte, note FROM audit_anchor_log ORDER BY positie").all() as {
+const logRows = (e: Env) =>
+  e.db.all<{
     soort: string;
     tenant_id: number | null;
     grootte: number;
     note: string;
-  }[];
+  }>("SELECT soort, tenant_id, grootte, note FROM audit_anchor_log ORDER BY positie");
 
 /**
  * What a database writer without the key can do: a tenant's entries from `fromSeq` on
  * rewritten with valid hashes, the first linking to `firstPrev` (default: its own
  * prev_hash), each next one to the one before.
  */
-function rehash(e: TestEnv, tenantId: number, fromSeq: number, firstPrev?: string) {
-  const rows = e.store.sqlite.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= ? ORDER BY seq").all(tenantId, fromSeq) as Record<string, any>[];
+async function rehash(e: Env, tenantId: number, fromSeq: number, firstPrev?: string) {
+  const rows = await e.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= ? ORDER BY seq", tenantId, fromSeq);
   let prev: string = firstPrev ?? rows[0]!.prev_hash;
   for (const r of rows) {
     const hash = entryHash({ tenantId, seq: r.seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: prev });
-    e.store.sqlite.query("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?").run(prev, hash, tenantId, r.seq);
+    await e.db.run("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, tenantId, r.seq);
     prev = hash;
   }
 }
 
 /** The compact range in a tenant's checkpoint rows made useless, so audit-anker rebuilds the tree from the chain's start. */
-const spoilRange = (e: TestEnv, tenantId: number) => e.store.sqlite.query("UPDATE audit_anchor_log SET bereik = 'kapot' WHERE tenant_id = ? AND soort = 'checkpoint'").run(tenantId);
+const spoilRange = (e: Env, tenantId: number) => e.db.run("UPDATE audit_anchor_log SET bereik = 'kapot' WHERE tenant_id = ? AND soort = 'checkpoint'", tenantId);
+
+/** Puts `store` under the app and env (as restoreDatabase does on SQLite), env.db on it. */
+function useStore(e: Env, store: AnyStore): void {
+  (e.deps as { store: AnyStore }).store = store;
+  (e as { store: AnyStore }).store = store;
+  e.db = testDb(store);
+}
+
+/**
+ * A copy of the database as it is now, to put back later (restoreCopy): on SQLite a file
+ * (VACUUM INTO); on PostgreSQL a database created with this one as its template, which
+ * nobody may be connected to meanwhile, so the app's pool is closed and reopened.
+ */
+async function copyDatabase(e: Env): Promise<string> {
+  if (e.store.kind === "sqlite") {
+    const copy = join(e.dir, "oud.db");
+    e.store.sqlite.query("VACUUM INTO ?").run(copy);
+    return copy;
+  }
+  const url = e.store.url;
+  await e.store.close();
+  const copy = await (await testCluster()).createDatabase(undefined, { template: new URL(url).pathname.slice(1) });
+  const reopened = await openPgStore(url);
+  opened.push(reopened);
+  useStore(e, reopened);
+  return copy;
+}
+
+/** Puts the copy back as a restore from a backup does, and gives the app a store on it. */
+async function restoreCopy(e: Env, copy: string): Promise<void> {
+  if (e.store.kind === "sqlite") {
+    restoreDatabase(e as TestEnv, copy);
+    e.db = testDb(e.store);
+    return;
+  }
+  await e.store.close();
+  const restored = await openPgStore(copy);
+  opened.push(restored);
+  useStore(e, restored);
+}
+
+/** A tenant's entries in seq order, read as audit-anker reads them on the store (entriesAfter, readEntriesPg). */
+async function entries(store: AnyStore, tenantId: number): Promise<EntryRow[]> {
+  if (store.kind === "sqlite") return [...entriesAfter(store.sqlite, tenantId)];
+  const rows: EntryRow[] = [];
+  await store.sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => readEntriesPg(tx, tenantId, 0, null, (r) => rows.push(r) > 0));
+  return rows;
+}
+
+/** Where a tenant's chain starts, read from the store (chainStart, chainStartPg). */
+async function startOf(store: AnyStore, tenantId: number, firstSeq: number): Promise<ChainStart> {
+  const verifiers = [parseVerifierKey(TEST_VERIFIER_KEY)];
+  if (store.kind === "sqlite") return chainStart(store.sqlite, tenantId, firstSeq, verifiers);
+  return store.sql.begin((tx) => chainStartPg(tx, tenantId, firstSeq, verifiers));
+}
 
 /** A run that refuses exactly `refused` and signs no line for those tenants. */
-async function expectRefused(e: TestEnv, refused: { tenantId: number; seq: number; reden: string }[]) {
+async function expectRefused(e: Env, refused: { tenantId: number; seq: number; reden: string }[]) {
   const linesBefore = anchorFileLines(e.config.auditAnkerBestand).filter((l) => l.soort === "checkpoint");
   const r = await call(e.app, "/api/cron/audit-anker");
   expect(r.status).toBe(409);
@@ -58,12 +122,12 @@ async function expectRefused(e: TestEnv, refused: { tenantId: number; seq: numbe
 
 describe("audit-anker", () => {
   test("signs per tenant a checkpoint (origin, newest seq, RFC 6962 root) and one installation checkpoint; the file and the database hold the same lines", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "Gemeente Delft");
-    const b = addTenant(env.store, "Stichting Leiden");
-    addTenant(env.store, "Leeg BV");
-    fill(env, a, 7);
-    fill(env, b, 16);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "Gemeente Delft");
+    const b = await addTenant(env.db, "Stichting Leiden");
+    await addTenant(env.db, "Leeg BV");
+    await fill(env, a, 7);
+    await fill(env, b, 16);
 
     const r = await call(env.app, "/api/cron/audit-anker");
     expect(r.status).toBe(200);
@@ -71,15 +135,15 @@ describe("audit-anker", () => {
     expect(r.json.aantal).toBe(2);
     expect(r.json.verificatieSleutel).toBe(TEST_VERIFIER_KEY);
     expect(r.json.checkpoints).toEqual([
-      { tenantId: a, grootte: 7, root: chainRoot(env.store, a) },
-      { tenantId: b, grootte: 16, root: chainRoot(env.store, b) },
+      { tenantId: a, grootte: 7, root: await chainRoot(env.db, a) },
+      { tenantId: b, grootte: 16, root: await chainRoot(env.db, b) },
     ]);
 
     const verifier = parseVerifierKey(TEST_VERIFIER_KEY);
     const lines = anchorFileLines(env.config.auditAnkerBestand);
     expect(lines.map((l) => l.soort)).toEqual(["checkpoint", "checkpoint", "installatie"]);
     const first = openNote(lines[0]!.note, [verifier]);
-    expect(first.ok && first.text).toBe(`nachtwacht.test/sleutel/tenant/${a}\n7\n${chainRoot(env.store, a)}\n`);
+    expect(first.ok && first.text).toBe(`nachtwacht.test/sleutel/tenant/${a}\n7\n${await chainRoot(env.db, a)}\n`);
     const inst = openNote(lines[2]!.note, [verifier]);
     expect(inst.ok).toBe(true);
     expect(r.json.installatie).toBe(lines[2]!.note);
@@ -87,18 +151,18 @@ describe("audit-anker", () => {
     const instRoot = Buffer.from(mth(lines.slice(0, 2).map((l) => new TextEncoder().encode(l.note)))).toString("base64");
     expect(inst.ok && inst.text).toBe(`nachtwacht.test/sleutel/installatie\n2\n${instRoot}\n`);
 
-    expect(logRows(env).map((x) => [x.soort, x.tenant_id, x.note])).toEqual(lines.map((l) => [l.soort, l.tenantId ?? null, l.note]));
+    expect((await logRows(env)).map((x) => [x.soort, x.tenant_id, x.note])).toEqual(lines.map((l) => [l.soort, l.tenantId ?? null, l.note]));
     // A note altered by one byte no longer opens.
     const forged = lines[0]!.note.replace("\n7\n", "\n8\n");
     expect(openNote(forged, [verifier]).ok).toBe(false);
   });
 
   test("a second run without new entries signs nothing; after new entries only the grown tenant gets a checkpoint, its root over the whole chain", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    const b = addTenant(env.store, "B");
-    fill(env, a, 5);
-    fill(env, b, 5);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    const b = await addTenant(env.db, "B");
+    await fill(env, a, 5);
+    await fill(env, b, 5);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
 
     const again = await call(env.app, "/api/cron/audit-anker");
@@ -108,27 +172,27 @@ describe("audit-anker", () => {
     expect(again.json.installatie).toBeNull();
     expect(anchorFileLines(env.config.auditAnkerBestand)).toHaveLength(3);
 
-    fill(env, b, 6);
+    await fill(env, b, 6);
     const grown = await call(env.app, "/api/cron/audit-anker");
     expect(grown.status).toBe(200);
-    expect(grown.json.checkpoints).toEqual([{ tenantId: b, grootte: 11, root: chainRoot(env.store, b) }]);
+    expect(grown.json.checkpoints).toEqual([{ tenantId: b, grootte: 11, root: await chainRoot(env.db, b) }]);
     expect(grown.json.ongewijzigd).toBe(1);
     const lines = anchorFileLines(env.config.auditAnkerBestand);
     expect(lines.map((l) => l.soort)).toEqual(["checkpoint", "checkpoint", "installatie", "checkpoint", "installatie"]);
-    expect(logRows(env)).toHaveLength(5);
+    expect(await logRows(env)).toHaveLength(5);
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
   test("new entries that do not link to the signed chain are refused: 409, alarm, nothing signed for that tenant, the others signed", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    const b = addTenant(env.store, "B");
-    fill(env, a, 5);
-    fill(env, b, 5);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    const b = await addTenant(env.db, "B");
+    await fill(env, a, 5);
+    await fill(env, b, 5);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    fill(env, a, 3);
-    fill(env, b, 3);
-    env.store.sqlite.query("UPDATE audit_entries SET prev_hash = ? WHERE tenant_id = ? AND seq = 7").run("0".repeat(64), a);
+    await fill(env, a, 3);
+    await fill(env, b, 3);
+    await env.db.run("UPDATE audit_entries SET prev_hash = ? WHERE tenant_id = ? AND seq = 7", "0".repeat(64), a);
 
     const r = await call(env.app, "/api/cron/audit-anker");
     expect(r.status).toBe(409);
@@ -141,18 +205,18 @@ describe("audit-anker", () => {
   });
 
   test("the first new entry recomputed to link elsewhere (valid hash, wrong prev_hash) is refused, not signed over: koppeling-verbroken", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    fill(env, a, 5);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 5);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    fill(env, a, 3);
+    await fill(env, a, 3);
     // Entry 6 rewritten to follow a forged predecessor, its own hash made valid again,
     // and the rest of the chain recomputed on top of it.
-    const rows = env.store.sqlite.query("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 6 ORDER BY seq").all(a) as Record<string, any>[];
+    const rows = await env.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 6 ORDER BY seq", a);
     let prev = "f".repeat(64);
     for (const r of rows) {
       const hash = entryHash({ tenantId: a, seq: r.seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: prev });
-      env.store.sqlite.query("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?").run(prev, hash, a, r.seq);
+      await env.db.run("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, a, r.seq);
       prev = hash;
     }
     const r = await call(env.app, "/api/cron/audit-anker");
@@ -163,38 +227,37 @@ describe("audit-anker", () => {
   });
 
   test("a line the file holds but the database lost to a crash before COMMIT is copied back (hersteld), not signed twice", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    fill(env, a, 4);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 4);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    fill(env, a, 2);
+    await fill(env, a, 2);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     // The crash: the second run's lines reached the file, its transaction never committed.
-    env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE positie NOT IN (SELECT positie FROM audit_anchor_log ORDER BY positie LIMIT 2)").run();
-    expect(logRows(env)).toHaveLength(2);
+    await env.db.run("DELETE FROM audit_anchor_log WHERE positie NOT IN (SELECT positie FROM audit_anchor_log ORDER BY positie LIMIT 2)");
+    expect(await logRows(env)).toHaveLength(2);
 
     const r = await call(env.app, "/api/cron/audit-anker");
     expect(r.status).toBe(200);
     expect(r.json.hersteld).toBe(2);
     expect(r.json.aantal).toBe(0);
-    expect(logRows(env).map((x) => x.note)).toEqual(anchorFileLines(env.config.auditAnkerBestand).map((l) => l.note));
+    expect((await logRows(env)).map((x) => x.note)).toEqual(anchorFileLines(env.config.auditAnkerBestand).map((l) => l.note));
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
   /** Anchors `runs` more runs after a copy of the database, then puts the copy back as a restore would. */
   async function rolledBack(runs: number): Promise<{ a: number; sizeBefore: number }> {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    fill(env, a, 4);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 4);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    const copy = join(env.dir, "oud.db");
-    env.store.sqlite.query("VACUUM INTO ?").run(copy);
+    const copy = await copyDatabase(env);
     for (let i = 0; i < runs; i++) {
-      fill(env, a, 3);
+      await fill(env, a, 3);
       expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     }
     const sizeBefore = readFileSync(env.config.auditAnkerBestand).length;
-    restoreDatabase(env, copy);
+    await restoreCopy(env, copy);
     return { a, sizeBefore };
   }
 
@@ -220,74 +283,74 @@ describe("audit-anker", () => {
   });
 
   test("a new entry changed after it was appended, its hash left as it was, is refused, not signed: hash-afwijkend", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    const b = addTenant(env.store, "B");
-    fill(env, a, 5);
-    fill(env, b, 5);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    const b = await addTenant(env.db, "B");
+    await fill(env, a, 5);
+    await fill(env, b, 5);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    fill(env, a, 3);
-    fill(env, b, 3);
-    env.store.sqlite.query("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 7").run(a);
+    await fill(env, a, 3);
+    await fill(env, b, 3);
+    await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 7", a);
     const r = await expectRefused(env, [{ tenantId: a, seq: 7, reden: "hash-afwijkend" }]);
-    expect(r.json.checkpoints).toEqual([{ tenantId: b, grootte: 8, root: chainRoot(env.store, b) }]);
+    expect(r.json.checkpoints).toEqual([{ tenantId: b, grootte: 8, root: await chainRoot(env.db, b) }]);
   });
 
   test("rebuilding the tree (its compact range spoilt), a signed entry changed with its hash left as it was is refused: hash-afwijkend", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    fill(env, a, 5);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 5);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    fill(env, a, 3);
-    env.store.sqlite.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 3").run(a);
-    spoilRange(env, a);
+    await fill(env, a, 3);
+    await env.db.run("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 3", a);
+    await spoilRange(env, a);
     await expectRefused(env, [{ tenantId: a, seq: 3, reden: "hash-afwijkend" }]);
   });
 
   test("a compact range that folds to another root (a recomputed chain's, written into the row) is not extended: rebuilt, checkpoint-afwijkend", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    fill(env, a, 5);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 5);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    env.store.sqlite.query("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 3").run(a);
-    rehash(env, a, 3);
+    await env.db.run("UPDATE audit_entries SET subject = 'dossier/verzonnen' WHERE tenant_id = ? AND seq = 3", a);
+    await rehash(env, a, 3);
     const forged = new CompactRange();
-    for (const [h] of env.store.sqlite.query("SELECT hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").values(a) as [string][]) forged.pushEntryHash(h);
-    env.store.sqlite.query("UPDATE audit_anchor_log SET bereik = ? WHERE tenant_id = ? AND soort = 'checkpoint'").run(forged.encode(), a);
-    fill(env, a, 2);
+    for (const { hash } of await env.db.all<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq", a)) forged.pushEntryHash(hash);
+    await env.db.run("UPDATE audit_anchor_log SET bereik = ? WHERE tenant_id = ? AND soort = 'checkpoint'", forged.encode(), a);
+    await fill(env, a, 2);
     await expectRefused(env, [{ tenantId: a, seq: 5, reden: "checkpoint-afwijkend" }]);
   });
 
   test("rebuilding the tree, the signed head gone with newer entries after it is refused: kop-ontbreekt at the head", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    fill(env, a, 5);
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 5);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    fill(env, a, 3);
-    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq = 5").run(a);
-    spoilRange(env, a);
+    await fill(env, a, 3);
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq = 5", a);
+    await spoilRange(env, a);
     await expectRefused(env, [{ tenantId: a, seq: 5, reden: "kop-ontbreekt" }]);
   });
 
   test("the first entry after the tree's known base must link to that base's hash: anker-afwijkend from genesis, after a rebuild, and for the rebuild's first entry", async () => {
-    env = makeTestEnv();
-    const fresh = addTenant(env.store, "Nieuw");
-    const grown = addTenant(env.store, "Gegroeid");
-    const rebuilt = addTenant(env.store, "Herbouwd");
-    fill(env, grown, 5);
-    fill(env, rebuilt, 5);
+    env = await makeEnv();
+    const fresh = await addTenant(env.db, "Nieuw");
+    const grown = await addTenant(env.db, "Gegroeid");
+    const rebuilt = await addTenant(env.db, "Herbouwd");
+    await fill(env, grown, 5);
+    await fill(env, rebuilt, 5);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     // No checkpoint yet: entry 1 must link to genesis.
-    fill(env, fresh, 3);
-    rehash(env, fresh, 1, "f".repeat(64));
+    await fill(env, fresh, 3);
+    await rehash(env, fresh, 1, "f".repeat(64));
     // Rebuilt up to its checkpoint: entry 6 must link to the rebuilt head.
-    fill(env, grown, 3);
-    rehash(env, grown, 6, "f".repeat(64));
-    spoilRange(env, grown);
+    await fill(env, grown, 3);
+    await rehash(env, grown, 6, "f".repeat(64));
+    await spoilRange(env, grown);
     // Rebuilt from genesis: entry 1 must link to genesis (the root then differs too).
-    fill(env, rebuilt, 2);
-    rehash(env, rebuilt, 1, "f".repeat(64));
-    spoilRange(env, rebuilt);
+    await fill(env, rebuilt, 2);
+    await rehash(env, rebuilt, 1, "f".repeat(64));
+    await spoilRange(env, rebuilt);
     await expectRefused(env, [
       { tenantId: fresh, seq: 1, reden: "anker-afwijkend" },
       { tenantId: grown, seq: 6, reden: "anker-afwijkend" },
@@ -296,48 +359,47 @@ describe("audit-anker", () => {
   });
 
   test("a chain deleted by audit-retentie up to its signed head: the next entry must link to the retention record's hash (anker-afwijkend)", async () => {
-    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
-    const a = addTenant(env.store, "A");
-    fillChain(env.store, a, 10); // 1000 to 991 days old: past the 900 days
+    env = await makeEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    const a = await addTenant(env.db, "A");
+    await fillChain(env.store, a, 10); // 1000 to 991 days old: past the 900 days
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     const ret = await call(env.app, "/api/cron/audit-retentie");
     expect(ret.status).toBe(200);
     expect(ret.json.verwijderd).toBe(10);
-    fillChain(env.store, a, 3, { from: 200 }); // seq 11-13, 800 days old: kept
-    rehash(env, a, 11, "f".repeat(64));
+    await fillChain(env.store, a, 3, { from: 200 }); // seq 11-13, 800 days old: kept
+    await rehash(env, a, 11, "f".repeat(64));
     await expectRefused(env, [{ tenantId: a, seq: 11, reden: "anker-afwijkend" }]);
   });
 
-  test("TreeExtension, whatever store feeds it: rows repeated, out of order or at and below where it reads from are refused, and a refusal stays", () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    fill(env, a, 8);
-    const s = env.store.sqlite;
-    const rows = [...entriesAfter(s, a)] as EntryRow[];
+  test("TreeExtension, whatever store feeds it: rows repeated, out of order or at and below where it reads from are refused, and a refusal stays", async () => {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 8);
+    const rows = await entries(env.store, a);
     const bySeq = (...seqs: number[]) => seqs.map((q) => rows[q - 1]!);
     const head = new CompactRange();
     for (const r of rows.slice(0, 5)) head.pushEntryHash(r.hash);
     const prev = { size: 5, root: head.root(), basis: 0 };
     /** The result of feeding `fed` to an extension from the signed head at 5: its stored range, or rebuilt (null). */
-    const run = (stored: string | null, fed: EntryRow[], feedAll = false) => {
-      const ext = new TreeExtension(a, 1, prev, chainStart(s, a, 1, [parseVerifierKey(TEST_VERIFIER_KEY)]), stored);
+    const run = async (stored: string | null, fed: EntryRow[], feedAll = false) => {
+      const ext = new TreeExtension(a, 1, prev, await startOf(env.store, a, 1), stored);
       for (const r of fed) if (!ext.push(r) && !feedAll) break;
       const res = ext.result();
       return "refusal" in res ? res.refusal : { size: res.basis + res.range.size, root: Buffer.from(res.range.root()).toString("base64") };
     };
-    const whole = { size: 8, root: chainRoot(env.store, a) };
+    const whole = { size: 8, root: await chainRoot(env.db, a) };
     for (const stored of [head.encode(), null]) {
       const from = stored === null ? 0 : 4;
-      expect(run(stored, rows.filter((r) => r.seq > from))).toEqual(whole);
-      expect(run(stored, [...bySeq(...(stored === null ? [1, 2, 3, 4] : [])), ...bySeq(5, 6, 6, 7, 8)])).toEqual({ tenantId: a, seq: 6, reden: "volgnummer-gat" });
-      expect(run(stored, [...bySeq(...(stored === null ? [1, 2, 3, 4] : [])), ...bySeq(5, 7, 6, 8)])).toEqual({ tenantId: a, seq: 7, reden: stored === null ? "anker-afwijkend" : "volgnummer-gat" });
+      expect(await run(stored, rows.filter((r) => r.seq > from))).toEqual(whole);
+      expect(await run(stored, [...bySeq(...(stored === null ? [1, 2, 3, 4] : [])), ...bySeq(5, 6, 6, 7, 8)])).toEqual({ tenantId: a, seq: 6, reden: "volgnummer-gat" });
+      expect(await run(stored, [...bySeq(...(stored === null ? [1, 2, 3, 4] : [])), ...bySeq(5, 7, 6, 8)])).toEqual({ tenantId: a, seq: 7, reden: stored === null ? "anker-afwijkend" : "volgnummer-gat" });
       // Rows after a refusal change nothing, even when a caller goes on feeding them.
       const altered = { ...rows[6]!, actor: "iemand-anders" };
-      expect(run(stored, [...rows.filter((r) => r.seq > from && r.seq < 7), altered, rows[6]!, rows[7]!], true)).toEqual({ tenantId: a, seq: 7, reden: "hash-afwijkend" });
+      expect(await run(stored, [...rows.filter((r) => r.seq > from && r.seq < 7), altered, rows[6]!, rows[7]!], true)).toEqual({ tenantId: a, seq: 7, reden: "hash-afwijkend" });
     }
     // At or below where it reads from: refused, not skipped.
-    expect(run(head.encode(), bySeq(3, 4, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 3, reden: "volgnummer-gat" });
-    expect(run(null, bySeq(1, 1, 2, 3, 4, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 1, reden: "volgnummer-gat" });
-    expect(run(null, bySeq(1, 2, 3, 4, 5, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 5, reden: "volgnummer-gat" });
+    expect(await run(head.encode(), bySeq(3, 4, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 3, reden: "volgnummer-gat" });
+    expect(await run(null, bySeq(1, 1, 2, 3, 4, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 1, reden: "volgnummer-gat" });
+    expect(await run(null, bySeq(1, 2, 3, 4, 5, 5, 6, 7, 8))).toEqual({ tenantId: a, seq: 5, reden: "volgnummer-gat" });
   });
 });

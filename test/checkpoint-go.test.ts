@@ -9,19 +9,36 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { anchorAll } from "../src/audit/anchoring.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
-import { appendAuditEntry } from "../src/audit/chain.ts";
+import { appendEntries, canonicalJson, type AppendedEntry, type ChainInput } from "../src/audit/chain.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex } from "../src/audit/merkle.ts";
 import { openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signCheckpoint, signInstallationCheckpoint, signRetentionRecord, parseAnchorLineText } from "../src/audit/records.ts";
+import type { AnyStore } from "../src/deps.ts";
+import { anchorAllPg } from "../src/pg/anchoring.ts";
+import { appendEntriesPg } from "../src/pg/chain.ts";
 import { ROOT } from "./binary.ts";
-import { addTenant, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { addTenant, makeEnv, type Env } from "./dialect.ts";
 
 // `go run` compiles the peer first: a generous bound (a hang is the failure).
 setDefaultTimeout(180_000);
 
-let env: TestEnv | undefined;
+let env: Env | undefined;
 afterEach(() => env?.cleanup());
+
+/** Appends entries as the write API does, on either store, and returns them as stored. */
+async function append(store: AnyStore, inputs: ChainInput[]): Promise<AppendedEntry[]> {
+  if (store.kind === "sqlite") return store.sqlite.transaction(() => appendEntries(store.sqlite, inputs)).immediate();
+  return store.sql.begin((tx) => appendEntriesPg(tx, inputs));
+}
+
+/** One audit-anker run's work on the env's store (anchorAll, anchorAllPg). */
+function anchor(e: Env) {
+  const keys = auditKeys(e.config);
+  if (e.store.kind === "sqlite") return anchorAll(e.store.sqlite, e.store.path, e.config.auditAnkerBestand, keys);
+  return anchorAllPg(e.store.sql, e.config.auditAnkerBestand, keys);
+}
 
 const GOPATH = "/usr/share/gocode";
 const b64 = (b: Uint8Array) => Buffer.from(b).toString("base64");
@@ -54,21 +71,21 @@ async function goPeer(request: unknown): Promise<GoAnswer> {
 
 describe("what nachtwacht signs, checked by Go's note and tlog", () => {
   test("every checkpoint, retention record and installation checkpoint of a real run opens with note.Open; the roots are tlog's; our inclusion proofs are tlog's", async () => {
-    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    env = await makeEnv({ AUDIT_RETENTIE_DAGEN: "900" });
     // Odd, even and power-of-two trees; sizes 1 to 3 are in the vectors below.
     const sizes = [4, 5, 7, 8, 9, 16, 33];
     const hashes = new Map<number, string[]>();
     for (const n of sizes) {
-      const t = addTenant(env.store, `T${n}`);
-      hashes.set(t, []);
+      const t = await addTenant(env.db, `T${n}`);
+      const inputs: ChainInput[] = [];
       for (let i = 0; i < n; i++) {
-        const e = appendAuditEntry(env.store.sqlite, { tenantId: t, actor: "a", action: "b", subject: `s${i}`, details: { i }, createdAt: new Date(NOW.getTime() - (i < 3 ? 1000 : 100) * 24 * 3600 * 1000) });
-        hashes.get(t)!.push(e.hash);
+        inputs.push({ tenantId: t, actor: "a", action: "b", subject: `s${i}`, details: canonicalJson({ i }), createdAt: new Date(NOW.getTime() - (i < 3 ? 1000 : 100) * 24 * 3600 * 1000).toISOString() });
       }
+      hashes.set(t, (await append(env.store, inputs)).map((e) => e.hash));
     }
     // Retention first (the three oldest entries of each tenant), so its signed records are in the file too.
     expect((await runAuditRetentie(env.deps, NOW)).body.verwijderd).toBe(3 * sizes.length);
-    const r = await anchorAll(env.store.sqlite, env.store.path, env.config.auditAnkerBestand, auditKeys(env.config));
+    const r = await anchor(env);
     expect(r.checkpoints).toHaveLength(sizes.length);
     const lines = readFileSync(env.config.auditAnkerBestand, "utf8").trimEnd().split("\n").map((l) => parseAnchorLineText(l));
     const notes = lines.map((l) => (l.kind === "record" ? l.line.note : ""));
