@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { dirname, join } from "node:path";
 import { fillPlaceholders } from "drizzle-orm";
 import { canonicalJson } from "../src/audit/chain.ts";
@@ -9,6 +9,10 @@ import { WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from
 import { call, NOW } from "./helpers.ts";
 import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
 import { startSmtp, type TestSmtp } from "./smtp.ts";
+
+// bunfig.toml's 30 s is not applied by this Bun (its default is 5 s): on the PostgreSQL run
+// the first test also starts the run's shared cluster, which takes seconds on a busy host.
+setDefaultTimeout(30_000);
 
 // NOW = Thursday 2026-07-23T12:00Z, ISO week 2026-W30; the report covers 16/07 12:00Z .. NOW.
 const DAY = 24 * 3600 * 1000;
