@@ -5,42 +5,134 @@
 // refused with 550; an outage between two runs and the rerun delivering exactly the
 // failed ones) and test/alarms.test.ts (raise() itself returns after the bounded flush).
 import { afterEach, describe, expect, test } from "bun:test";
-import { closeSync, existsSync, ftruncateSync, openSync, rmSync, statSync, writeSync } from "node:fs";
+import { SQL } from "bun";
+import { chmodSync, closeSync, existsSync, ftruncateSync, mkdirSync, openSync, rmSync, statSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { createAlarmSink } from "../src/alarms/sink.ts";
 import { createApp } from "../src/app.ts";
+import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "../src/audit/chain.ts";
+import { parseVerifierKey } from "../src/audit/note.ts";
 import { parseConfig } from "../src/config.ts";
 import { openStore } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import { createMailer } from "../src/mail/transport.ts";
+import { verifyInstallationPg } from "../src/pg/offline.ts";
 import { bulkChain, BUN, deletedEntries, fakeSentry, flakySmtp, verifyAll, type FakeSentry } from "./fixtures/hardening.ts";
-import { addAdmin, addTenant, call, makeTestEnv, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, tempDir, type TestEnv } from "./helpers.ts";
+import { call, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, tempDir, until } from "./helpers.ts";
+import { addAdmin, addTenant, DIALECT, makeEnv, sqliteOnly, testCluster, testDb, type Env, type TestDb } from "./dialect.ts";
 
 const DAY = 24 * 3600 * 1000;
 const cleanups: (() => unknown)[] = [];
+// Every cleanup runs, also after one that failed (a mount must not outlive the test). The
+// bound is generous: dropping a tablespace on PostgreSQL waits for a checkpoint.
 afterEach(async () => {
-  for (const f of cleanups.splice(0).reverse()) await f();
-});
-function track(env: TestEnv): TestEnv {
+  let failed: unknown = null;
+  for (const f of cleanups.splice(0).reverse()) {
+    try {
+      await f();
+    } catch (e) {
+      failed ??= e;
+    }
+  }
+  if (failed !== null) throw failed;
+}, 60_000);
+function track(env: Env): Env {
   cleanups.push(() => env.cleanup());
   return env;
 }
-const count = (env: { store: { sqlite: import("bun:sqlite").Database } }, table: string) =>
-  (env.store.sqlite.query(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+const count = async (env: Env, table: string) => (await env.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
+
+/** What the store answers a write with when it refuses it: the code in the 503 and its alarm. */
+const READONLY = (env: Env) => (env.dialect === "sqlite" ? "SQLITE_READONLY" : "25006");
+
+/**
+ * The database refuses every write, or takes them again. SQLite: query_only (as root
+ * chmod does not stop a writer, and query_only refuses writes the same way). PostgreSQL:
+ * default_transaction_read_only for the whole server, as a standby refuses writes (25006);
+ * the reload reaches every connection before its next statement, the pool's included.
+ */
+async function setReadOnly(env: Env, on: boolean): Promise<void> {
+  if (env.store.kind === "sqlite") {
+    env.store.sqlite.run(`PRAGMA query_only = ${on ? 1 : 0}`);
+    return;
+  }
+  // ALTER SYSTEM is allowed in a read-only session: it changes no data.
+  const admin = new SQL((await testCluster()).url, { max: 1 });
+  try {
+    await admin.unsafe(on ? "ALTER SYSTEM SET default_transaction_read_only = on" : "ALTER SYSTEM RESET default_transaction_read_only");
+    await admin`SELECT pg_reload_conf()`;
+  } finally {
+    await admin.close();
+  }
+  const want = on ? "on" : "off";
+  await until(`default_transaction_read_only ${want}`, async () => (await env.db.get("SHOW default_transaction_read_only"))!.default_transaction_read_only === want);
+}
+
+/** fixtures/hardening.ts bulkChain on either store: the same rows, the same hashes. */
+async function chainOf(env: Env, tenantId: number, n: number, fromMs: number, toMs: number): Promise<void> {
+  if (env.store.kind === "sqlite") return bulkChain(env.store.sqlite, tenantId, n, fromMs, toMs);
+  const head = await env.db.get<{ seq: number; hash: string }>("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1", tenantId);
+  let seq = head?.seq ?? 0;
+  let prev = head?.hash ?? GENESIS_HASH;
+  let id = (await env.db.get<{ m: number }>("SELECT coalesce(max(id), 0) AS m FROM audit_entries"))!.m;
+  const rows: Record<string, string | number>[] = [];
+  for (let i = 0; i < n; i++) {
+    seq++;
+    id++;
+    const createdAt = new Date(fromMs + Math.floor(((toMs - fromMs) * i) / Math.max(1, n - 1))).toISOString();
+    const details = `{"i":${i}}`;
+    const hash = sha256Hex(JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, "bulk", "dossier.bekeken", `d/${i}`, details, prev]));
+    rows.push({ tenant_id: tenantId, seq, id, created_at: createdAt, actor: "bulk", action: "dossier.bekeken", subject: `d/${i}`, details, prev_hash: prev, hash });
+    prev = hash;
+  }
+  await env.store.sql.begin(async (tx) => {
+    for (let i = 0; i < rows.length; i += 1000) await tx`INSERT INTO audit_entries ${tx(rows.slice(i, i + 1000))}`;
+    // The ids were given here: the identity sequence moves past them, as appends would.
+    await tx`SELECT setval(pg_get_serial_sequence('audit_entries', 'id'), ${id})`;
+  });
+}
+
+/** fixtures/hardening.ts deletedEntries on either store: Σ (lowest seq − 1) over the tenants. */
+async function deletedOf(env: Env): Promise<number> {
+  const rows = await env.db.all<{ s: number | null }>("SELECT (SELECT min(seq) FROM audit_entries WHERE tenant_id = t.id) AS s FROM tenants t");
+  return rows.reduce((n, r) => n + (r.s ?? 1) - 1, 0);
+}
+
+const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
+
+/**
+ * fixtures/hardening.ts verifyAll on either store: every tenant's chain verified against
+ * the anchor file, with its retention anchor, its newest retention record and its lowest
+ * seq. On PostgreSQL the installation's own check (verifyInstallationPg), which also
+ * compares the anchor file with audit_anchor_log: no problem there either.
+ */
+async function chainsOf(env: Env): Promise<{ tenantId: number; intact: boolean; aantalEntries: number; ankerSeq: number; retentieSeq: number; eersteSeq: number | null }[]> {
+  if (env.store.kind === "sqlite") return verifyAll(env.store.sqlite, env.config.auditAnkerBestand);
+  const verdict = await verifyInstallationPg(env.store.url, env.config.auditAnkerBestand, VERIFIERS, { workers: 0 });
+  expect(verdict.probleem ?? null).toBeNull();
+  const out = [];
+  for (const t of verdict.tenants) {
+    const anchor = await env.db.get<{ seq: number }>("SELECT seq FROM audit_retention_anchors WHERE tenant_id = ?", t.tenantId);
+    const record = await env.db.get<{ s: number | null }>("SELECT max(grootte) AS s FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'", t.tenantId);
+    const first = await env.db.get<{ s: number | null }>("SELECT min(seq) AS s FROM audit_entries WHERE tenant_id = ?", t.tenantId);
+    out.push({ ...t, ankerSeq: anchor?.seq ?? 0, retentieSeq: record?.s ?? 0, eersteSeq: first?.s ?? null });
+  }
+  return out;
+}
 
 describe("SMTP server going away in the middle of the weekly batch", () => {
   test("200 with the failures counted, mail-failure alarm; after the server is back the rerun sends exactly the rest, nobody gets two", async () => {
     const log: string[] = [];
     const first = await flakySmtp({ dieAfter: 6, log });
-    const env = track(makeTestEnv({ SMTP_URL: first.url }));
+    const env = track(await makeEnv({ SMTP_URL: first.url }));
     // The real mailer (nodemailer pool), short timeouts so the test never waits 15 s.
     env.deps.mailer = createMailer({ smtpUrl: first.url, from: env.config.mailFrom, outboxDir: join(env.dir, "outbox"), timeouts: { connection: 2000, greeting: 2000, socket: 5000 } });
     cleanups.push(() => env.deps.mailer.close());
     const recipients: string[] = [];
     for (let t = 0; t < 3; t++) {
-      const id = addTenant(env.store, `Tenant ${t}`);
+      const id = await addTenant(env.db, `Tenant ${t}`);
       for (let a = 0; a < 5; a++) {
-        addAdmin(env.store, id, `admin${a}@t${t}.test`);
+        await addAdmin(env.db, id, `admin${a}@t${t}.test`);
         recipients.push(`admin${a}@t${t}.test`);
       }
     }
@@ -53,7 +145,7 @@ describe("SMTP server going away in the middle of the weekly batch", () => {
     expect(during.json).toMatchObject({ overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
     expect(env.alarms.raised.map((a) => a.type)).toEqual(["mail-failure"]);
     expect(env.alarms.raised[0]!.context).toMatchObject({ verstuurd: 6, fouten: 9 });
-    expect(count(env, "weekly_report_deliveries")).toBe(6);
+    expect(await count(env, "weekly_report_deliveries")).toBe(6);
 
     // The mail server comes back on the same address; the service keeps its pool.
     const back = await flakySmtp({ port: first.port, log });
@@ -64,13 +156,13 @@ describe("SMTP server going away in the middle of the weekly batch", () => {
     expect(env.alarms.raised).toHaveLength(1);
     // Across the outage and the rerun: every administrator exactly one report.
     expect([...log].sort()).toEqual([...recipients].sort());
-    expect(count(env, "weekly_report_deliveries")).toBe(15);
+    expect(await count(env, "weekly_report_deliveries")).toBe(15);
   }, 30_000);
 });
 
 describe("error tracking down or slow", () => {
   async function envWithSentry(sentry: { dsn: string }, flushMs?: number) {
-    const env = track(makeTestEnv({ SENTRY_DSN: sentry.dsn }));
+    const env = track(await makeEnv({ SENTRY_DSN: sentry.dsn }));
     const lines: string[] = [];
     env.deps.alarms = createAlarmSink({ sentryDsn: sentry.dsn, clock: env.deps.clock, secrets: [SECRET], writeLine: (l) => lines.push(l), sentryFlushTimeoutMs: flushMs });
     return { env, lines };
@@ -91,7 +183,7 @@ describe("error tracking down or slow", () => {
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ ok: true, gelukt: false });
     expect(ms).toBeLessThan(3500); // bounded: the 2 s flush, not a hang
-    expect(count(env, "backup_statuses")).toBe(1);
+    expect(await count(env, "backup_statuses")).toBe(1);
     expect(lines.map((l) => JSON.parse(l).alarm)).toEqual(["backup-failure"]);
     expect(sentry.types).toEqual([]);
 
@@ -102,7 +194,7 @@ describe("error tracking down or slow", () => {
     expect((await call(env.app, "/api/cron/backup-status", { body: failedBackup })).status).toBe(200);
     expect(performance.now() - t1).toBeLessThan(3500);
     expect(sentry.types).toEqual(["backup-failure"]);
-    expect(count(env, "backup_statuses")).toBe(2);
+    expect(await count(env, "backup_statuses")).toBe(2);
   }, 20_000);
 
   test("nothing listening on the endpoint's port: the job answers at once; a sink started there later gets the next event", async () => {
@@ -151,8 +243,9 @@ describe("database locked by another process's long write transaction", () => {
     return { locked, exited: proc.exited };
   }
 
-  test("held longer than the busy timeout (5 s): a clear 503 {error} after 5 s, not a hang, no alarm (a warning); nothing stored; the refused run recorded once the lock is free; then the call succeeds", async () => {
-    const env = track(makeTestEnv());
+  // SQLite's write lock and busy timeout (PostgreSQL locks rows: pg-ingest, pg-job-lease).
+  sqliteOnly("held longer than the busy timeout (5 s): a clear 503 {error} after 5 s, not a hang, no alarm (a warning); nothing stored; the refused run recorded once the lock is free; then the call succeeds", async () => {
+    const env = track(await makeEnv());
     const holder = holdLock(env.config.databasePath, 6500);
     await holder.locked;
     const t0 = performance.now();
@@ -169,77 +262,103 @@ describe("database locked by another process's long write transaction", () => {
     expect(env.alarms.raised).toEqual([]);
 
     await holder.exited;
-    expect(count(env, "backup_statuses")).toBe(0);
+    expect(await count(env, "backup_statuses")).toBe(0);
     // The refused run is written as fout/503 once the lock is free (in the background).
     const deadline = performance.now() + 10_000;
-    while (count(env, "job_runs") === 0 && performance.now() < deadline) await Bun.sleep(10);
-    expect(env.store.sqlite.query("SELECT job, uitkomst, http_status FROM job_runs").all()).toEqual([{ job: "backup-status", uitkomst: "fout", http_status: 503 }]);
+    while ((await count(env, "job_runs")) === 0 && performance.now() < deadline) await Bun.sleep(10);
+    expect(await env.db.all("SELECT job, uitkomst, http_status FROM job_runs")).toEqual([{ job: "backup-status", uitkomst: "fout", http_status: 503 }]);
     const again = await call(env.app, "/api/cron/backup-status", { body: '{"exitCode":0}' });
     expect(again.status).toBe(200);
-    expect(count(env, "backup_statuses")).toBe(1);
-    expect(count(env, "job_runs")).toBe(2);
+    expect(await count(env, "backup_statuses")).toBe(1);
+    expect(await count(env, "job_runs")).toBe(2);
   }, 30_000);
 
-  test("held shorter than the busy timeout: the call waits for the lock and succeeds", async () => {
-    const env = track(makeTestEnv());
+  sqliteOnly("held shorter than the busy timeout: the call waits for the lock and succeeds", async () => {
+    const env = track(await makeEnv());
     const holder = holdLock(env.config.databasePath, 800);
     await holder.locked;
     const r = await call(env.app, "/api/cron/backup-status", { body: '{"exitCode":0}' });
     expect(r.status).toBe(200);
-    expect(count(env, "backup_statuses")).toBe(1);
+    expect(await count(env, "backup_statuses")).toBe(1);
     expect(env.alarms.raised).toEqual([]);
     await holder.exited;
   }, 30_000);
 });
 
 describe("the database read-only or the disk full", () => {
-  test("read-only from the start: 503 {error} with SQLITE_READONLY, alarm, nothing written; writable again → the job runs", async () => {
-    const env = track(makeTestEnv());
-    addTenant(env.store, "Alfa");
-    // As root chmod does not stop a writer: query_only refuses every write the same way.
-    env.store.sqlite.run("PRAGMA query_only = 1");
+  test("read-only from the start: 503 {error} with SQLITE_READONLY (PostgreSQL: 25006), alarm, nothing written; writable again → the job runs", async () => {
+    const env = track(await makeEnv());
+    cleanups.push(() => setReadOnly(env, false)); // also when an expectation fails
+    await addTenant(env.db, "Alfa");
+    await setReadOnly(env, true);
     const r = await call(env.app, "/api/cron/audit-verificatie");
     expect(r.status).toBe(503);
-    expect(r.json.error).toContain("SQLITE_READONLY");
+    expect(r.json.error).toContain(READONLY(env));
     expect(r.text).not.toContain("at ");
     await Bun.sleep(0);
-    expect(env.alarms.raised.map((a) => a.message)).toEqual(["Database niet beschikbaar (SQLITE_READONLY)"]);
-    env.store.sqlite.run("PRAGMA query_only = 0");
-    expect(count(env, "job_runs")).toBe(0);
+    expect(env.alarms.raised.map((a) => a.message)).toEqual([`Database niet beschikbaar (${READONLY(env)})`]);
+    await setReadOnly(env, false);
+    expect(await count(env, "job_runs")).toBe(0);
     const again = await call(env.app, "/api/cron/audit-verificatie");
     expect(again.status).toBe(200);
-    expect(count(env, "audit_verification_state")).toBe(1);
+    expect(await count(env, "audit_verification_state")).toBe(1);
   });
 
   test("read-only in the middle of audit-retentie: the failing batch is rolled back, every chain still starts from its signed retention record; the rerun deletes the rest", async () => {
-    const env = track(makeTestEnv());
-    const tenants = [addTenant(env.store, "A"), addTenant(env.store, "B"), addTenant(env.store, "C")];
+    const env = track(await makeEnv());
+    cleanups.push(() => setReadOnly(env, false));
+    const tenants = [await addTenant(env.db, "A"), await addTenant(env.db, "B"), await addTenant(env.db, "C")];
     const old = NOW.getTime() - 3000 * DAY;
     for (const t of tenants) {
-      bulkChain(env.store.sqlite, t, 5000, old - 400 * DAY, old); // older than grens: several batches
-      bulkChain(env.store.sqlite, t, 100, NOW.getTime() - 10 * DAY, NOW.getTime() - DAY);
+      await chainOf(env, t, 5000, old - 400 * DAY, old); // older than grens: several batches
+      await chainOf(env, t, 100, NOW.getTime() - 10 * DAY, NOW.getTime() - DAY);
     }
-    // The job pauses between batches (its records are signed and stored before the first):
-    // once a batch has deleted something, the database goes read-only in that pause.
-    const readOnly = setInterval(() => {
-      if (deletedEntries(env.store.sqlite) === 0) return;
-      env.store.sqlite.run("PRAGMA query_only = 1");
+    let r: Awaited<ReturnType<typeof call>>;
+    if (env.store.kind === "sqlite") {
+      const { sqlite } = env.store;
+      // The job pauses between batches (its records are signed and stored before the first):
+      // once a batch has deleted something, the database goes read-only in that pause.
+      const readOnly = setInterval(() => {
+        if (deletedEntries(sqlite) === 0) return;
+        sqlite.run("PRAGMA query_only = 1");
+        clearInterval(readOnly);
+      }, 0);
+      r = await call(env.app, "/api/cron/audit-retentie");
       clearInterval(readOnly);
-    }, 0);
-    const r = await call(env.app, "/api/cron/audit-retentie");
-    clearInterval(readOnly);
+    } else {
+      // PostgreSQL's batches follow each other without a pause (src/pg/audit-retention.ts):
+      // one in the middle (the one that reaches seq 2000 of A; the first ends at 666, the
+      // last at 5000) waits for a row held here, and the server goes read-only meanwhile.
+      // That batch began before and commits; the next one begins read-only and fails.
+      const held = Promise.withResolvers<void>();
+      const release = Promise.withResolvers<void>();
+      const holder = env.store.sql.begin(async (tx) => {
+        await tx`SELECT 1 FROM audit_entries WHERE tenant_id = ${tenants[0]!} AND seq = 2000 FOR UPDATE`;
+        held.resolve();
+        await release.promise;
+      });
+      cleanups.push(() => (release.resolve(), holder));
+      await held.promise;
+      const answer = call(env.app, "/api/cron/audit-retentie");
+      await until("a batch waiting for the held row", async () => (await env.db.get<{ n: number }>("SELECT count(*) AS n FROM pg_locks WHERE NOT granted"))!.n > 0);
+      expect(await deletedOf(env)).toBeGreaterThan(0);
+      await setReadOnly(env, true);
+      release.resolve();
+      await holder;
+      r = await answer;
+    }
     expect(r.status).toBe(503);
-    expect(r.json.error).toContain("SQLITE_READONLY");
+    expect(r.json.error).toContain(READONLY(env));
     await Bun.sleep(0);
-    expect(env.alarms.raised.map((a) => a.message)).toEqual(["Database niet beschikbaar (SQLITE_READONLY)"]);
+    expect(env.alarms.raised.map((a) => a.message)).toEqual([`Database niet beschikbaar (${READONLY(env)})`]);
 
-    env.store.sqlite.run("PRAGMA query_only = 0");
-    const deleted = 15_300 - count(env, "audit_entries");
+    await setReadOnly(env, false);
+    const deleted = 15_300 - (await count(env, "audit_entries"));
     // the first batch committed, the one that met the read-only database did not
     expect(deleted).toBeGreaterThan(0);
     expect(deleted).toBeLessThan(15_000);
-    expect(deletedEntries(env.store.sqlite)).toBe(deleted); // deletion is a prefix of each chain
-    for (const c of verifyAll(env.store.sqlite, env.config.auditAnkerBestand)) {
+    expect(await deletedOf(env)).toBe(deleted); // deletion is a prefix of each chain
+    for (const c of await chainsOf(env)) {
       expect(c.intact).toBe(true);
       // the record of the whole old prefix was signed first: every deleted entry is covered by it
       expect(c.retentieSeq).toBe(5000);
@@ -247,70 +366,171 @@ describe("the database read-only or the disk full", () => {
       expect(c.eersteSeq! - 1).toBeLessThanOrEqual(c.retentieSeq);
     }
     // The run could not be closed on a read-only database: it stays visibly unfinished.
-    const run = env.store.sqlite.query("SELECT uitkomst, beeindigd FROM job_runs WHERE job = 'audit-retentie'").get();
+    const run = await env.db.get("SELECT uitkomst, beeindigd FROM job_runs WHERE job = 'audit-retentie'");
     expect(run).toEqual({ uitkomst: "bezig", beeindigd: null });
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
 
     const again = await call(env.app, "/api/cron/audit-retentie");
     expect(again.status).toBe(200);
     expect(again.json.verwijderd).toBe(15_000 - deleted);
-    for (const c of verifyAll(env.store.sqlite, env.config.auditAnkerBestand)) expect(c).toMatchObject({ intact: true, ankerSeq: 5000, retentieSeq: 5000, eersteSeq: 5001, aantalEntries: 100 });
+    for (const c of await chainsOf(env)) expect(c).toMatchObject({ intact: true, ankerSeq: 5000, retentieSeq: 5000, eersteSeq: 5001, aantalEntries: 100 });
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   }, 30_000);
 
-  test("disk full during audit-verificatie: 503 SQLITE_FULL, alarm, no verification state half-written; space freed → the rerun writes all of it", async () => {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
-    // A real full file system where we may mount one (root); else SQLite's own page limit.
-    // (HARDENING_NO_MOUNT=1 takes the fallback on purpose.)
-    const tmpfs = !process.env.HARDENING_NO_MOUNT && Bun.spawnSync(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", dir], { stderr: "pipe" }).exitCode === 0;
-    if (tmpfs) cleanups.push(() => Bun.spawnSync(["umount", "-l", dir]));
-    const config = parseConfig({ CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: join(dir, "db", "n.db"), AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") });
-    const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * DAY));
-    cleanups.push(() => store.close());
-    const alarms = new RecordingAlarms();
-    const deps: Deps = { store, mailer: new RecordingMailer(), alarms, clock: () => NOW, config };
-    const app = createApp(deps);
-    store.sqlite.transaction(() => {
-      for (let i = 0; i < 1500; i++) store.sqlite.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES (?, 1, ?)").run(`Tenant ${i} ${"x".repeat(40)}`, NOW.toISOString());
-    })();
-    store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
-
-    let ballast = "";
-    if (tmpfs) {
-      // Fill the file system, then give back 24 KiB: room for the run's own row, not for
-      // 1500 verification results.
-      ballast = join(dir, "ballast");
-      const fd = openSync(ballast, "w");
-      const chunk = Buffer.alloc(64 * 1024, 1);
-      try {
-        for (;;) writeSync(fd, chunk);
-      } catch {}
-      ftruncateSync(fd, statSync(ballast).size - 24 * 1024);
-      closeSync(fd);
-    } else {
-      const { page_count } = store.sqlite.query("PRAGMA page_count").get() as { page_count: number };
-      store.sqlite.run(`PRAGMA max_page_count = ${page_count + 2}`);
-    }
-    console.log(`disk full simulated with ${tmpfs ? "a full tmpfs" : "PRAGMA max_page_count"}`);
+  test("disk full during audit-verificatie: 503 SQLITE_FULL (PostgreSQL: 53100), alarm, no verification state half-written; space freed → the rerun writes all of it", async () => {
+    const full = DIALECT === "sqlite" ? await fullSqlite() : await fullPg();
+    const { app, alarms, db, code } = full;
+    console.log(`disk full simulated with ${full.how}`);
 
     const r = await call(app, "/api/cron/audit-verificatie");
     expect(r.status).toBe(503);
-    expect(r.json.error).toContain("SQLITE_FULL");
+    expect(r.json.error).toContain(code);
     await Bun.sleep(0);
-    expect(alarms.raised.map((a) => a.message)).toEqual(["Database niet beschikbaar (SQLITE_FULL)"]);
-    expect(count({ store }, "audit_verification_state")).toBe(0);
+    expect(alarms.raised.map((a) => a.message)).toEqual([`Database niet beschikbaar (${code})`]);
+    expect(await countIn(db, "audit_verification_state")).toBe(0);
     // The run's start was recorded; its end as fout when there was room for that.
-    const run = store.sqlite.query("SELECT uitkomst FROM job_runs WHERE job = 'audit-verificatie'").get() as { uitkomst: string };
+    const run = (await db.get<{ uitkomst: string }>("SELECT uitkomst FROM job_runs WHERE job = 'audit-verificatie'"))!;
     expect(["fout", "bezig"]).toContain(run.uitkomst);
 
-    if (tmpfs) rmSync(ballast);
-    else store.sqlite.run("PRAGMA max_page_count = 1073741823");
+    await full.free();
     const again = await call(app, "/api/cron/audit-verificatie");
     expect(again.status).toBe(200);
     expect(again.json.gecontroleerd).toBe(1500);
-    expect(count({ store }, "audit_verification_state")).toBe(1500);
-    expect((store.sqlite.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok");
-    expect(existsSync(config.databasePath)).toBe(true);
+    expect(await countIn(db, "audit_verification_state")).toBe(1500);
+    await full.sound();
   }, 30_000);
 });
+
+const countIn = async (db: TestDb, table: string) => (await db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
+
+/** An installation of 1500 tenants whose store has room for a run's own row, not for 1500 verification results. */
+interface FullDisk {
+  app: { handle(r: Request): Promise<Response> };
+  alarms: RecordingAlarms;
+  db: TestDb;
+  /** The store's code for it, in the 503 and the alarm. */
+  code: string;
+  how: string;
+  /** Gives the space back. */
+  free(): Promise<void>;
+  /** The store is sound afterwards. */
+  sound(): Promise<void>;
+}
+
+/** Mounts a tmpfs of `size` on `dir` (root; not when HARDENING_NO_MOUNT=1 asks for the fallback); true when it did. */
+function mountTmpfs(dir: string, options: string): boolean {
+  if (process.env.HARDENING_NO_MOUNT) return false;
+  if (Bun.spawnSync(["mount", "-t", "tmpfs", "-o", options, "tmpfs", dir], { stderr: "pipe" }).exitCode !== 0) return false;
+  cleanups.push(() => Bun.spawnSync(["umount", "-l", dir]));
+  return true;
+}
+
+/** Fills the file system of `dir`, then gives back 24 KiB. */
+function fillUp(dir: string): string {
+  const ballast = join(dir, "ballast");
+  const fd = openSync(ballast, "w");
+  const chunk = Buffer.alloc(64 * 1024, 1);
+  try {
+    for (;;) writeSync(fd, chunk);
+  } catch {}
+  ftruncateSync(fd, statSync(ballast).size - 24 * 1024);
+  closeSync(fd);
+  return ballast;
+}
+
+async function fullSqlite(): Promise<FullDisk> {
+  const { dir, cleanup } = tempDir();
+  cleanups.push(cleanup);
+  // A real full file system where we may mount one (root); else SQLite's own page limit.
+  // (HARDENING_NO_MOUNT=1 takes the fallback on purpose.)
+  const tmpfs = mountTmpfs(dir, "size=6m");
+  const config = parseConfig({ CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: join(dir, "db", "n.db"), AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") });
+  const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * DAY));
+  cleanups.push(() => store.close());
+  const alarms = new RecordingAlarms();
+  const deps: Deps = { store, mailer: new RecordingMailer(), alarms, clock: () => NOW, config };
+  const app = createApp(deps);
+  store.sqlite.transaction(() => {
+    for (let i = 0; i < 1500; i++) store.sqlite.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES (?, 1, ?)").run(`Tenant ${i} ${"x".repeat(40)}`, NOW.toISOString());
+  })();
+  store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+
+  let ballast = "";
+  if (tmpfs) {
+    // Fill the file system, then give back 24 KiB: room for the run's own row, not for
+    // 1500 verification results.
+    ballast = fillUp(dir);
+  } else {
+    const { page_count } = store.sqlite.query("PRAGMA page_count").get() as { page_count: number };
+    store.sqlite.run(`PRAGMA max_page_count = ${page_count + 2}`);
+  }
+  return {
+    app,
+    alarms,
+    db: testDb(store),
+    code: "SQLITE_FULL",
+    how: tmpfs ? "a full tmpfs" : "PRAGMA max_page_count",
+    free: async () => {
+      if (tmpfs) rmSync(ballast);
+      else store.sqlite.run("PRAGMA max_page_count = 1073741823");
+    },
+    sound: async () => {
+      expect((store.sqlite.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok");
+      expect(existsSync(config.databasePath)).toBe(true);
+    },
+  };
+}
+
+/**
+ * PostgreSQL: audit_verification_state moved to a tablespace on a full tmpfs (root), so
+ * writing its rows fails as a full server disk does (53100: could not extend file); the
+ * run's own row lives in the default tablespace. Without a mount (HARDENING_NO_MOUNT=1 or
+ * not root), a trigger answers those writes with the same SQLSTATE, as SQLite's fallback
+ * is its page limit.
+ */
+async function fullPg(): Promise<FullDisk> {
+  const env = track(await makeEnv());
+  const { db } = env;
+  await db.run("INSERT INTO tenants (naam, actief, aangemaakt) SELECT 'Tenant ' || i || ' ' || ?, ?, ? FROM generate_series(0, 1499) AS i", "x".repeat(40), true, NOW.toISOString());
+  const { dir, cleanup } = tempDir();
+  cleanups.push(cleanup);
+  // The server runs as the owner of its data directory (postgres when the tests run as root).
+  chmodSync(dir, 0o755);
+  const where = join(dir, "ruimte");
+  mkdirSync(where);
+  const owner = statSync((await db.get<{ data_directory: string }>("SHOW data_directory"))!.data_directory).uid;
+  const tmpfs = mountTmpfs(where, `size=2m,uid=${owner},mode=0700`);
+  let free: () => Promise<void>;
+  if (tmpfs) {
+    const ts = `nw_vol_${process.pid}`; // a tablespace is the cluster's, not the database's
+    await db.run(`CREATE TABLESPACE ${ts} LOCATION '${where}'`);
+    cleanups.push(async () => {
+      await db.run("ALTER TABLE audit_verification_state SET TABLESPACE pg_default");
+      await db.run(`DROP TABLESPACE ${ts}`);
+    });
+    await db.run(`ALTER TABLE audit_verification_state SET TABLESPACE ${ts}`);
+    const ballast = fillUp(where);
+    free = async () => rmSync(ballast);
+  } else {
+    await db.run(
+      "CREATE FUNCTION nw_schijf_vol() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " +
+        "RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full', HINT = 'Check free disk space.'; END $$",
+    );
+    await db.run("CREATE TRIGGER nw_schijf_vol BEFORE INSERT OR UPDATE ON audit_verification_state FOR EACH STATEMENT EXECUTE FUNCTION nw_schijf_vol()");
+    free = () => db.run("DROP TRIGGER nw_schijf_vol ON audit_verification_state");
+  }
+  return {
+    app: env.app,
+    alarms: env.alarms,
+    db,
+    code: "53100",
+    how: tmpfs ? "a tablespace on a full tmpfs" : "a trigger answering 53100",
+    free,
+    sound: async () => {
+      // amcheck: the table's heap and its index are sound.
+      await db.run("CREATE EXTENSION IF NOT EXISTS amcheck");
+      expect(await db.all("SELECT * FROM verify_heapam('audit_verification_state')")).toEqual([]);
+      await db.all("SELECT bt_index_check(indexrelid, true) FROM pg_index WHERE indrelid = 'audit_verification_state'::regclass");
+    },
+  };
+}

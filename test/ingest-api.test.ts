@@ -5,17 +5,18 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { authGate } from "../src/http/auth.ts";
 import { rowHash, type EntryRow } from "../src/audit/chain.ts";
 import { JOB_NAMES, jobPath } from "../src/schedule.ts";
-import { addTenant, call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
+import { call, NOW, SECRET } from "./helpers.ts";
+import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry, INGEST } from "./ingest-fixtures.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
 const DAY = 24 * 3600 * 1000;
 
-let env: TestEnv;
+let env: Env;
 afterEach(() => env?.cleanup());
 
-function appEnv(extra: Record<string, string> = {}): TestEnv {
-  env = makeTestEnv({ APP_SECRET, ...extra });
+async function appEnv(extra: Record<string, string> = {}): Promise<Env> {
+  env = await makeEnv({ APP_SECRET, ...extra });
   return env;
 }
 
@@ -24,14 +25,14 @@ const send = (path: string, body: unknown, o: { token?: string | null; method?: 
 
 const entry = auditEntry;
 
-const count = (table: string) => (env.store.sqlite.query(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+const count = async (table: string) => (await env.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
 const stored = (tenantId: number) =>
-  env.store.sqlite.query("SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").all(tenantId) as EntryRow[];
+  env.db.all<EntryRow>("SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq", tenantId);
 
 describe("scope: each secret opens only its own endpoints", () => {
   test("write API: APP_SECRET 200, CRON_SECRET 403, wrong or no token 401; nothing stored when refused", async () => {
-    appEnv();
-    addTenant(env.store, "Eén");
+    await appEnv();
+    await addTenant(env.db, "Eén");
     for (const e of INGEST) {
       for (const [token, status] of [
         [null, 401],
@@ -43,21 +44,21 @@ describe("scope: each secret opens only its own endpoints", () => {
         expect(r.json.error).toBeString();
       }
     }
-    expect(count("audit_entries") + count("login_attempts") + count("administrators")).toBe(0);
+    expect((await count("audit_entries")) + (await count("login_attempts")) + (await count("administrators"))).toBe(0);
     for (const e of INGEST) expect((await send(e.path, e.body, { method: e.method })).status).toBe(200);
-    expect([count("audit_entries"), count("login_attempts"), count("administrators")]).toEqual([1, 1, 1]);
-    expect(env.deps.store.sqlite.query("SELECT naam FROM tenants WHERE id = 1").get()).toEqual({ naam: "Eén" });
+    expect([await count("audit_entries"), await count("login_attempts"), await count("administrators")]).toEqual([1, 1, 1]);
+    expect(await env.db.get("SELECT naam FROM tenants WHERE id = 1")).toEqual({ naam: "Eén" });
   });
 
   test("jobs: APP_SECRET is 403 on every job and runs none; CRON_SECRET passes the gate", async () => {
-    appEnv();
+    await appEnv();
     for (const job of JOB_NAMES) {
       const r = await call(env.app, jobPath(job), { token: APP_SECRET });
       expect({ job, status: r.status }).toEqual({ job, status: 403 });
       expect(r.json.error).toContain("CRON_SECRET");
       expect((await call(env.app, jobPath(job), { token: WRONG })).status).toBe(401);
     }
-    expect(count("job_runs")).toBe(0);
+    expect(await count("job_runs")).toBe(0);
     const gate = authGate({ cron: SECRET, app: APP_SECRET });
     const req = (path: string, token: string) => new Request(`http://x${path}`, { method: "POST", headers: { authorization: `Bearer ${token}` } });
     for (const job of JOB_NAMES) expect(gate({ request: req(jobPath(job), SECRET) })).toBeUndefined();
@@ -67,17 +68,17 @@ describe("scope: each secret opens only its own endpoints", () => {
   });
 
   test("without APP_SECRET the write API is closed: every token refused, nothing stored", async () => {
-    env = makeTestEnv();
-    addTenant(env.store);
+    env = await makeEnv();
+    await addTenant(env.db);
     for (const e of INGEST) {
       expect((await send(e.path, e.body, { token: SECRET, method: e.method })).status).toBe(403);
       expect((await send(e.path, e.body, { token: APP_SECRET, method: e.method })).status).toBe(401);
     }
-    expect(count("audit_entries")).toBe(0);
+    expect(await count("audit_entries")).toBe(0);
   });
 
   test("auth is decided before the body is read: a wrong token with a malformed or oversized body is 401", async () => {
-    appEnv();
+    await appEnv();
     expect((await send("/api/audit", "{not json", { token: WRONG })).status).toBe(401);
     expect((await send("/api/audit", "x".repeat(2 * 1024 * 1024), { token: SECRET })).status).toBe(403);
   });
@@ -85,9 +86,9 @@ describe("scope: each secret opens only its own endpoints", () => {
 
 describe("POST /api/audit", () => {
   test("receipts: nachtwacht computes seq and hash, per tenant, in batch order; the stored rows hash to them", async () => {
-    appEnv();
-    const a = addTenant(env.store, "A");
-    const b = addTenant(env.store, "B");
+    await appEnv();
+    const a = await addTenant(env.db, "A");
+    const b = await addTenant(env.db, "B");
     const r1 = await send("/api/audit", { entries: [entry(a, 0), entry(b, 1), entry(a, 2)] });
     expect(r1.status).toBe(200);
     expect(r1.json.opgeslagen).toBe(3);
@@ -99,7 +100,7 @@ describe("POST /api/audit", () => {
     ]);
     const r2 = await send("/api/audit", { entries: [entry(a, 3)] });
     expect(r2.json.ontvangstbewijzen[0].seq).toBe(3);
-    const rows = stored(a);
+    const rows = await stored(a);
     expect(rows.map((r) => r.seq)).toEqual([1, 2, 3]);
     for (const r of rows) expect(rowHash(a, r)).toBe(r.hash);
     expect(rows[1]!.prev_hash).toBe(rows[0]!.hash);
@@ -112,22 +113,22 @@ describe("POST /api/audit", () => {
   });
 
   test("tijdstip: any offset is stored as UTC with milliseconds; more than a minute ahead is refused", async () => {
-    appEnv();
-    const a = addTenant(env.store);
+    await appEnv();
+    const a = await addTenant(env.db);
     expect((await send("/api/audit", { entries: [entry(a, 0, { tijdstip: "2026-07-23T14:00:00+02:00" })] })).status).toBe(200);
-    expect(stored(a)[0]!.created_at).toBe("2026-07-23T12:00:00.000Z");
+    expect((await stored(a))[0]!.created_at).toBe("2026-07-23T12:00:00.000Z");
     const ahead = new Date(NOW.getTime() + 61_000).toISOString();
     const r = await send("/api/audit", { entries: [entry(a, 1), entry(a, 2, { tijdstip: ahead })] });
     expect(r.status).toBe(400);
     expect(r.json.error).toContain("entries[1].tijdstip");
-    expect(count("audit_entries")).toBe(1);
+    expect(await count("audit_entries")).toBe(1);
     const justAhead = new Date(NOW.getTime() + 60_000).toISOString();
     expect((await send("/api/audit", { entries: [entry(a, 3, { tijdstip: justAhead })] })).status).toBe(200);
   });
 
   test("a retried batch with sleutels returns the same receipts and stores nothing twice", async () => {
-    appEnv();
-    const a = addTenant(env.store);
+    await appEnv();
+    const a = await addTenant(env.db);
     const batch = { entries: [entry(a, 0, { sleutel: "k0" }), entry(a, 1, { sleutel: "k1" }), entry(a, 2)] };
     const first = await send("/api/audit", batch);
     expect(first.status).toBe(200);
@@ -135,7 +136,7 @@ describe("POST /api/audit", () => {
     const retry = await send("/api/audit", { entries: batch.entries.slice(0, 2) });
     expect(retry.status).toBe(200);
     expect(retry.json).toEqual({ opgeslagen: 0, alBekend: 2, ontvangstbewijzen: first.json.ontvangstbewijzen.slice(0, 2) });
-    expect(count("audit_entries")).toBe(3);
+    expect(await count("audit_entries")).toBe(3);
     // Half old, half new: the old ones answered, the new one appended after them.
     const mixed = await send("/api/audit", { entries: [entry(a, 1, { sleutel: "k1" }), entry(a, 4, { sleutel: "k4" })] });
     expect(mixed.json.opgeslagen).toBe(1);
@@ -146,14 +147,14 @@ describe("POST /api/audit", () => {
     expect(twice.json.opgeslagen).toBe(1);
     expect(twice.json.ontvangstbewijzen[0]).toEqual(twice.json.ontvangstbewijzen[1]);
     // A sleutel is per tenant: another tenant may use it.
-    const b = addTenant(env.store, "B");
+    const b = await addTenant(env.db, "B");
     expect((await send("/api/audit", { entries: [entry(b, 0, { sleutel: "k0" })] })).json.opgeslagen).toBe(1);
-    expect(count("audit_entries")).toBe(6);
+    expect(await count("audit_entries")).toBe(6);
   });
 
   test("the same sleutel with other content is 409 naming it, and nothing of that batch is stored", async () => {
-    appEnv();
-    const a = addTenant(env.store);
+    await appEnv();
+    const a = await addTenant(env.db);
     await send("/api/audit", { entries: [entry(a, 0, { sleutel: "factuur-17" })] });
     for (const changed of [{ subject: "dossier/9" }, { details: { i: 1 } }, { tijdstip: "2026-07-23T11:00:00.000Z" }, { actor: "iemand" }]) {
       const r = await send("/api/audit", { entries: [entry(a, 5), entry(a, 0, { sleutel: "factuur-17", ...changed })] });
@@ -164,23 +165,23 @@ describe("POST /api/audit", () => {
     // Within one batch too.
     const r = await send("/api/audit", { entries: [entry(a, 7, { sleutel: "x" }), entry(a, 8, { sleutel: "x" })] });
     expect(r.status).toBe(409);
-    expect(count("audit_entries")).toBe(1);
-    expect(count("audit_sleutels")).toBe(1);
+    expect(await count("audit_entries")).toBe(1);
+    expect(await count("audit_sleutels")).toBe(1);
   });
 
   test("an unknown tenant is 422 naming the field and the id; nothing stored", async () => {
-    appEnv();
-    const a = addTenant(env.store);
+    await appEnv();
+    const a = await addTenant(env.db);
     const r = await send("/api/audit", { entries: [entry(a, 0), entry(a, 1), entry(4242, 2)] });
     expect(r.status).toBe(422);
     expect(r.json.error).toContain("entries[2].tenantId");
     expect(r.json.error).toContain("4242");
-    expect(count("audit_entries")).toBe(0);
+    expect(await count("audit_entries")).toBe(0);
   });
 
   test("each invalid field is 400 naming the entry's index and the field; nothing stored", async () => {
-    appEnv();
-    const a = addTenant(env.store);
+    await appEnv();
+    const a = await addTenant(env.db);
     const cases: [Record<string, unknown>, string][] = [
       [{ tenantId: "1" }, "entries[1].tenantId"],
       [{ tenantId: 0 }, "entries[1].tenantId"],
@@ -213,17 +214,17 @@ describe("POST /api/audit", () => {
       const r = await send("/api/audit", body);
       expect(r.status).toBe(400);
     }
-    expect(count("audit_entries")).toBe(0);
+    expect(await count("audit_entries")).toBe(0);
   });
 
   test("limits: 1,000 entries pass, 1,001 are 400; a body above 1 MiB is 413, also when chunked", async () => {
-    appEnv();
-    const a = addTenant(env.store);
+    await appEnv();
+    const a = await addTenant(env.db);
     const many = (n: number) => ({ entries: Array.from({ length: n }, (_, i) => entry(a, i)) });
     const r = await send("/api/audit", many(1001));
     expect(r.status).toBe(400);
     expect(r.json.error).toContain("entries");
-    expect(count("audit_entries")).toBe(0);
+    expect(await count("audit_entries")).toBe(0);
     const ok = await send("/api/audit", many(1000));
     expect(ok.status).toBe(200);
     expect(ok.json.ontvangstbewijzen.at(-1).seq).toBe(1000);
@@ -237,13 +238,13 @@ describe("POST /api/audit", () => {
     });
     const res = await env.app.handle(new Request("http://localhost/api/audit", { method: "POST", headers: { authorization: `Bearer ${APP_SECRET}` }, body: chunked }));
     expect(res.status).toBe(413);
-    expect(count("audit_entries")).toBe(1000);
+    expect(await count("audit_entries")).toBe(1000);
   });
 
   test("chains written through the API verify after audit-retentie and audit-anker", async () => {
-    appEnv({ AUDIT_RETENTIE_DAGEN: "30" });
-    const a = addTenant(env.store, "A");
-    const b = addTenant(env.store, "B");
+    await appEnv({ AUDIT_RETENTIE_DAGEN: "30" });
+    const a = await addTenant(env.db, "A");
+    const b = await addTenant(env.db, "B");
     // 60 entries a day apart, the oldest 30 past retention; B interleaved.
     const entries = Array.from({ length: 60 }, (_, i) => entry(i % 3 === 0 ? b : a, i, { tijdstip: new Date(NOW.getTime() - (60 - i) * DAY).toISOString(), sleutel: `s${i}` }));
     expect((await send("/api/audit", { entries })).status).toBe(200);
@@ -252,7 +253,7 @@ describe("POST /api/audit", () => {
     expect(retentie.status).toBe(200);
     expect(retentie.json.verwijderd).toBeGreaterThan(25);
     // The keys went with their entries; new ones append after the retention point.
-    expect(count("audit_sleutels")).toBe(count("audit_entries"));
+    expect(await count("audit_sleutels")).toBe(await count("audit_entries"));
     expect((await send("/api/audit", { entries: [entry(a, 100, { sleutel: "na" })] })).status).toBe(200);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     const v = await call(env.app, "/api/cron/audit-verificatie");
@@ -268,8 +269,8 @@ describe("POST /api/audit", () => {
 
 describe("POST /api/inlogpogingen", () => {
   test("stores a batch; an unknown tenant is 422 and an invalid field 400, storing nothing", async () => {
-    appEnv();
-    const a = addTenant(env.store);
+    await appEnv();
+    const a = await addTenant(env.db);
     const ok = await send("/api/inlogpogingen", {
       pogingen: [
         { account: "a@example.nl", ip: "192.0.2.1", gelukt: false, reden: "wachtwoord", tenantId: a, tijdstip: "2026-07-23T11:59:00Z" },
@@ -278,7 +279,7 @@ describe("POST /api/inlogpogingen", () => {
     });
     expect(ok.status).toBe(200);
     expect(ok.json.opgeslagen).toBe(2);
-    expect(env.store.sqlite.query("SELECT tijdstip, account, ip, gelukt, reden, tenant_id FROM login_attempts ORDER BY id").all()).toEqual([
+    expect(await env.db.all("SELECT tijdstip, account, ip, gelukt, reden, tenant_id FROM login_attempts ORDER BY id")).toEqual([
       { tijdstip: "2026-07-23T11:59:00.000Z", account: "a@example.nl", ip: "192.0.2.1", gelukt: 0, reden: "wachtwoord", tenant_id: a },
       { tijdstip: NOW.toISOString(), account: "b@example.nl", ip: "2001:db8::1", gelukt: 1, reden: null, tenant_id: null },
     ]);
@@ -296,13 +297,13 @@ describe("POST /api/inlogpogingen", () => {
       expect(r.status).toBe(400);
       expect(r.json.error).toContain(field);
     }
-    expect(count("login_attempts")).toBe(2);
+    expect(await count("login_attempts")).toBe(2);
   });
 });
 
 describe("PUT /api/tenants/{id} and /beheerders", () => {
   test("creates (201) and updates (200) a tenant; bad ids are 400", async () => {
-    appEnv();
+    await appEnv();
     const c = await send("/api/tenants/7", { naam: "Zeven", actief: true }, { method: "PUT" });
     expect(c.status).toBe(201);
     expect(c.json).toEqual({ tenantId: 7, naam: "Zeven", actief: true, aangemaakt: NOW.toISOString(), nieuw: true });
@@ -311,11 +312,11 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     expect(u.json).toEqual({ tenantId: 7, naam: "Zeven BV", actief: false, aangemaakt: NOW.toISOString(), nieuw: false });
     for (const id of ["0", "-1", "abc", "1.5", "99999999999"]) expect((await send(`/api/tenants/${id}`, { naam: "x", actief: true }, { method: "PUT" })).status).toBe(400);
     expect((await send("/api/tenants/8", { naam: "", actief: true }, { method: "PUT" })).json.error).toContain("naam");
-    expect(count("tenants")).toBe(1);
+    expect(await count("tenants")).toBe(1);
   });
 
   test("the administrator list is replaced by e-mail: updated, added, the missing set inactive; the weekly report uses it", async () => {
-    appEnv();
+    await appEnv();
     await send("/api/tenants/3", { naam: "Drie", actief: true }, { method: "PUT" });
     const first = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }, { naam: "Bob", email: "bob@example.nl", actief: true }] }, { method: "PUT" });
     expect(first.status).toBe(200);
@@ -335,7 +336,7 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     const unknown = await send("/api/tenants/4/beheerders", { beheerders: [] }, { method: "PUT" });
     expect(unknown.status).toBe(404);
     // Rows written directly that differ only in case: one is kept up to date, the other set inactive.
-    env.store.sqlite.query("INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (3, 'Dubbel', 'ans@EXAMPLE.nl', 1)").run();
+    await env.db.run("INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (3, 'Dubbel', 'ans@EXAMPLE.nl', ?)", true);
     const again = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] }, { method: "PUT" });
     expect(again.json.beheerders.filter((b: { actief: boolean }) => b.actief).map((b: { id: number }) => b.id)).toEqual([ids["ans@example.nl"]]);
     const empty = await send("/api/tenants/3/beheerders", { beheerders: [] }, { method: "PUT" });

@@ -4,13 +4,13 @@
 // body must match its schema exactly: no TypeBox error (Value.Errors, in the message)
 // and no field the schema does not name. Then /docs/json must show those schemas.
 import { Database } from "bun:sqlite";
-import { afterAll, describe, expect, test } from "bun:test";
+import { afterEach, describe, expect, test } from "bun:test";
 import { Value } from "@sinclair/typebox/value";
 import { Cron } from "croner";
 import type { TSchema } from "elysia";
 import { closeSync, copyFileSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
+import { canonicalJson, recordLoginAttempt, type ChainInput } from "../src/audit/chain.ts";
 import { isoWeek } from "../src/format.ts";
 import { routeResponses } from "../src/http/job-route.ts";
 import { ALL_JOBS } from "../src/jobs/index.ts";
@@ -18,7 +18,8 @@ import type { JobDefinition } from "../src/jobs/job.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { SENDING } from "../src/reports/weekly.ts";
 import { SCHEDULE, type JobName } from "../src/schedule.ts";
-import { addAdmin, addTenant, call, makeTestEnv, NOW, tempDir, type TestEnv } from "./helpers.ts";
+import { call, makeTestEnv, NOW, tempDir, type TestEnv } from "./helpers.ts";
+import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, pgOnly, sqliteOnly, type Env } from "./dialect.ts";
 
 const DAY = 24 * 3600_000;
 const jobs = new Map<string, JobDefinition<any>>(ALL_JOBS.map((j) => [j.name, j]));
@@ -58,56 +59,66 @@ function expectDeclared(job: JobName, status: 200 | 409 | 502, r: { status: numb
 }
 
 const cleanups: (() => unknown)[] = [];
-afterAll(async () => {
-  for (const c of cleanups.reverse()) await c(); // last made, first removed
+// After each test: on PostgreSQL every installation holds a pool of connections.
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c(); // last made, first removed
 });
-function env(vars: Record<string, string> = {}): TestEnv {
+async function env(vars: Record<string, string> = {}): Promise<Env> {
+  const e = await makeEnv(vars);
+  cleanups.push(() => e.cleanup());
+  return e;
+}
+
+/** A SQLite installation on a given database file (DATABASE_PATH), for the test of SQLite's own file. */
+function sqliteEnv(vars: Record<string, string>): TestEnv {
   const e = makeTestEnv(vars);
   cleanups.push(() => e.cleanup());
   return e;
 }
 
-function entries(e: TestEnv, tenantId: number, n: number, from: Date, stepMs = 1000) {
+async function entries(e: Env, tenantId: number, n: number, from: Date, stepMs = 1000) {
+  const inputs: ChainInput[] = [];
   for (let i = 0; i < n; i++) {
-    appendAuditEntry(e.store.sqlite, {
+    inputs.push({
       tenantId,
       actor: "anna@example.nl",
       action: "dossier.bekeken",
       subject: `dossier/${i}`,
-      details: { i },
-      createdAt: new Date(from.getTime() + i * stepMs),
+      details: canonicalJson({ i }),
+      createdAt: new Date(from.getTime() + i * stepMs).toISOString(),
     });
   }
+  await appendInputs(e.store, inputs);
 }
 
 /** Two tenants with audit history (part of it past the retention), admins and login attempts. */
-function installation(vars: Record<string, string> = {}): TestEnv {
-  const e = env(vars);
+async function installation(vars: Record<string, string> = {}): Promise<Env> {
+  const e = await env(vars);
   for (const naam of ["Alfa", "Beta"]) {
-    const t = addTenant(e.store, naam);
-    addAdmin(e.store, t, `beheer@${naam.toLowerCase()}.test`);
-    entries(e, t, 6, new Date(NOW.getTime() - 3000 * DAY), DAY); // older than any retention
-    entries(e, t, 5, new Date(NOW.getTime() - 3 * 3600_000));
+    const t = await addTenant(e.db, naam);
+    await addAdmin(e.db, t, `beheer@${naam.toLowerCase()}.test`);
+    await entries(e, t, 6, new Date(NOW.getTime() - 3000 * DAY), DAY); // older than any retention
+    await entries(e, t, 5, new Date(NOW.getTime() - 3 * 3600_000));
   }
   for (let i = 0; i < 8; i++) {
-    recordLoginAttempt(e.store.sqlite, { account: "anna", ip: "10.0.0.1", gelukt: i % 2 === 0, tijdstip: new Date(NOW.getTime() - i * 3600_000) });
+    await addLoginAttempt(e.db, { account: "anna", ip: "10.0.0.1", gelukt: i % 2 === 0, tijdstip: new Date(NOW.getTime() - i * 3600_000) });
   }
   return e;
 }
 
 /** A line of the anchor file changed by hand: audit-anker, -retentie and -verificatie refuse it. */
-function alterAnchorFile(e: TestEnv) {
+function alterAnchorFile(e: Env) {
   const text = readFileSync(e.config.auditAnkerBestand, "utf8");
   const altered = text.replace(/\\n(\d+)\\n/, (_m, n: string) => `\\n${Number(n) + 1}\\n`);
   expect(altered).not.toBe(text);
   writeFileSync(e.config.auditAnkerBestand, altered);
 }
 
-const post = (e: TestEnv, job: JobName, body?: unknown) => call(e.app, `/api/cron/${job}`, body === undefined ? {} : { body: JSON.stringify(body) });
+const post = (e: Env | TestEnv, job: JobName, body?: unknown) => call(e.app, `/api/cron/${job}`, body === undefined ? {} : { body: JSON.stringify(body) });
 
 describe("every job's real answers match the schemas it declares", () => {
   test("backup-status and backup-controle: no backup (409), a failed one (409), a good one (200 twice), an old one (409)", async () => {
-    const e = env();
+    const e = await env();
     const none = await post(e, "backup-controle");
     expectDeclared("backup-controle", 409, none);
     expect(none.json).toMatchObject({ reden: "geen-backup", laatsteBackup: null, leeftijdUren: null });
@@ -128,7 +139,7 @@ describe("every job's real answers match the schemas it declares", () => {
   });
 
   test("the audit jobs on a sound installation: audit-anker, audit-verificatie, audit-retentie 200", async () => {
-    const e = installation();
+    const e = await installation();
     const anker = await post(e, "audit-anker");
     expectDeclared("audit-anker", 200, anker);
     expect(anker.json.aantal).toBe(2);
@@ -143,14 +154,14 @@ describe("every job's real answers match the schemas it declares", () => {
   });
 
   test("audit-verificatie 409: an entry changed with SQL, and a changed anchor file", async () => {
-    const e = installation();
+    const e = await installation();
     expectDeclared("audit-anker", 200, await post(e, "audit-anker"));
-    e.store.sqlite.run("UPDATE audit_entries SET actor = 'mallory' WHERE seq = 8 AND tenant_id = (SELECT min(id) FROM tenants)");
+    await e.db.run("UPDATE audit_entries SET actor = 'mallory' WHERE seq = 8 AND tenant_id = (SELECT min(id) FROM tenants)");
     const changed = await post(e, "audit-verificatie");
     expectDeclared("audit-verificatie", 409, changed);
     expect(changed.json.resultaten[0].fout).toMatchObject({ seq: 8, reden: "hash-afwijkend" });
 
-    const f = installation();
+    const f = await installation();
     expectDeclared("audit-anker", 200, await post(f, "audit-anker"));
     alterAnchorFile(f);
     const file = await post(f, "audit-verificatie");
@@ -159,16 +170,16 @@ describe("every job's real answers match the schemas it declares", () => {
   });
 
   test("audit-anker 409: new entries with a broken link, and a changed anchor file (reden, fout)", async () => {
-    const e = installation();
+    const e = await installation();
     expectDeclared("audit-anker", 200, await post(e, "audit-anker"));
-    const [a] = (e.store.sqlite.query("SELECT id FROM tenants ORDER BY id").values() as [number][])[0]!;
-    entries(e, a!, 3, new Date(NOW.getTime() - 3600_000));
-    e.store.sqlite.query("UPDATE audit_entries SET prev_hash = ? WHERE tenant_id = ? AND seq = 13").run("0".repeat(64), a!);
+    const a = (await e.db.get<{ id: number }>("SELECT id FROM tenants ORDER BY id"))!.id;
+    await entries(e, a, 3, new Date(NOW.getTime() - 3600_000));
+    await e.db.run("UPDATE audit_entries SET prev_hash = ? WHERE tenant_id = ? AND seq = 13", "0".repeat(64), a);
     const broken = await post(e, "audit-anker");
     expectDeclared("audit-anker", 409, broken);
     expect(broken.json.geweigerd).toEqual([{ tenantId: a, seq: 13, reden: expect.any(String) }]);
 
-    const f = installation();
+    const f = await installation();
     expectDeclared("audit-anker", 200, await post(f, "audit-anker"));
     alterAnchorFile(f);
     const file = await post(f, "audit-anker");
@@ -177,7 +188,7 @@ describe("every job's real answers match the schemas it declares", () => {
   });
 
   test("audit-retentie 409: the anchor file does not match the database", async () => {
-    const e = installation();
+    const e = await installation();
     expectDeclared("audit-anker", 200, await post(e, "audit-anker"));
     alterAnchorFile(e);
     const r = await post(e, "audit-retentie");
@@ -186,27 +197,25 @@ describe("every job's real answers match the schemas it declares", () => {
   });
 
   test("beveiligingslog-analyse 200, then 409 with many failed logins; beveiligingslog-retentie 200", async () => {
-    const e = installation();
+    const e = await installation();
     expectDeclared("beveiligingslog-analyse", 200, await post(e, "beveiligingslog-analyse"));
     for (let i = 0; i < 25; i++) {
-      recordLoginAttempt(e.store.sqlite, { account: `gebruiker${i % 12}`, ip: "203.0.113.9", gelukt: false, tijdstip: new Date(NOW.getTime() - i * 60_000) });
-      recordLoginAttempt(e.store.sqlite, { account: "anna", ip: `198.51.100.${i}`, gelukt: false, tijdstip: new Date(NOW.getTime() - i * 60_000) });
+      await addLoginAttempt(e.db, { account: `gebruiker${i % 12}`, ip: "203.0.113.9", gelukt: false, tijdstip: new Date(NOW.getTime() - i * 60_000) });
+      await addLoginAttempt(e.db, { account: "anna", ip: `198.51.100.${i}`, gelukt: false, tijdstip: new Date(NOW.getTime() - i * 60_000) });
     }
     const r = await post(e, "beveiligingslog-analyse");
     expectDeclared("beveiligingslog-analyse", 409, r);
     expect(r.json.aantalVerdacht).toEqual({ ip: 1, account: 1 });
-    recordLoginAttempt(e.store.sqlite, { account: "oud", ip: "10.9.9.9", gelukt: false, tijdstip: new Date(NOW.getTime() - 900 * DAY) });
+    await addLoginAttempt(e.db, { account: "oud", ip: "10.9.9.9", gelukt: false, tijdstip: new Date(NOW.getTime() - 900 * DAY) });
     const retentie = await post(e, "beveiligingslog-retentie");
     expectDeclared("beveiligingslog-retentie", 200, retentie);
     expect(retentie.json.verwijderd).toBeGreaterThan(0);
   });
 
   test("weekrapport 200, with a report whose earlier send never finished (onzeker)", async () => {
-    const e = installation();
-    const [admin, tenant] = e.store.sqlite.query("SELECT id, tenant_id FROM administrators ORDER BY id").values()[0] as [number, number];
-    e.store.sqlite
-      .query("INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)")
-      .run(admin, tenant, isoWeek(NOW), SENDING);
+    const e = await installation();
+    const { id: admin, tenant_id: tenant } = (await e.db.get<{ id: number; tenant_id: number }>("SELECT id, tenant_id FROM administrators ORDER BY id"))!;
+    await e.db.run("INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)", admin, tenant, isoWeek(NOW), SENDING);
     const r = await post(e, "weekrapport");
     expectDeclared("weekrapport", 200, r);
     expect(r.json).toMatchObject({ verstuurd: 1, onzeker: 1 });
@@ -214,12 +223,12 @@ describe("every job's real answers match the schemas it declares", () => {
   });
 
   test("dagrapport 200 without a recipient, 200 sent, and 502 when the send fails", async () => {
-    const quiet = installation();
+    const quiet = await installation();
     expectDeclared("dagrapport", 200, await post(quiet, "dagrapport")); // the report before anything ran
-    const e = installation({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const e = await installation({ DAGRAPPORT_EMAIL: "ops@example.test" });
     expectDeclared("backup-status", 200, await post(e, "backup-status", { exitCode: 1, foutmelding: "schijf vol" }));
     expectDeclared("audit-anker", 200, await post(e, "audit-anker"));
-    e.store.sqlite.run("UPDATE audit_entries SET actor = 'mallory' WHERE seq = 8");
+    await e.db.run("UPDATE audit_entries SET actor = 'mallory' WHERE seq = 8");
     expectDeclared("audit-verificatie", 409, await post(e, "audit-verificatie"));
     const sent = await post(e, "dagrapport");
     expectDeclared("dagrapport", 200, sent);
@@ -233,12 +242,12 @@ describe("every job's real answers match the schemas it declares", () => {
   });
 
   test("taken-controle 200 when every job ran, 409 with a missed job", async () => {
-    const e = env();
-    const insert = e.store.sqlite.query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, 'ok', 200)");
+    const e = await env();
+    const insert = (...p: unknown[]) => e.db.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, 'ok', 200)", ...p);
     for (const s of SCHEDULE) {
       if (s.cron === null) continue;
       const last = new Cron(s.cron, { timezone: "UTC" }).previousRuns(1, new Date(NOW.getTime() + 1))[0]!;
-      if (s.job !== "weekrapport") insert.run(s.job, new Date(last.getTime() + 1000).toISOString(), new Date(last.getTime() + 2000).toISOString());
+      if (s.job !== "weekrapport") await insert(s.job, new Date(last.getTime() + 1000).toISOString(), new Date(last.getTime() + 2000).toISOString());
     }
     const missed = await post(e, "taken-controle");
     expectDeclared("taken-controle", 409, missed);
@@ -251,14 +260,16 @@ describe("every job's real answers match the schemas it declares", () => {
   });
 
   test("taken-controle: a schedule that never fired yet has laatsteVerwacht null (it was \"\", not a date-time)", async () => {
-    const e = env();
+    const e = await env();
     const r = await runTakenControle(e.deps, new Date(-1e15));
     expect(r.body.taken.every((t) => t.laatsteVerwacht === null && t.status === "nog-niet-verwacht")).toBe(true);
     expect(mismatches(jobs.get("taken-controle")!.responses![200].schema, JSON.parse(JSON.stringify(r.body)))).toEqual([]);
   });
 
-  test("db-onderhoud 200 (incremental, and an old database without auto-vacuum: omzetting), 409 on a damaged file", async () => {
-    const e = installation();
+  // SQLite's own file: auto_vacuum, and a page of the file overwritten (the PostgreSQL run's counterpart is below).
+  sqliteOnly("db-onderhoud 200 (incremental, and an old database without auto-vacuum: omzetting), 409 on a damaged file", async () => {
+    const e = await installation();
+    if (e.store.kind !== "sqlite") throw new Error("SQLite only");
     const r = await post(e, "db-onderhoud");
     expectDeclared("db-onderhoud", 200, r);
     expect(r.json).toMatchObject({ autoVacuum: "incremental", omzetting: null, grootteVoor: expect.any(Number) });
@@ -271,7 +282,7 @@ describe("every job's real answers match the schemas it declares", () => {
     const old = new Database(oldPath, { create: true });
     old.run("CREATE TABLE ouder (x)");
     old.close();
-    const none = env({ DATABASE_PATH: oldPath });
+    const none = sqliteEnv({ DATABASE_PATH: oldPath });
     const pending = await post(none, "db-onderhoud");
     expectDeclared("db-onderhoud", 200, pending);
     expect(pending.json.omzetting).toMatchObject({ open: true });
@@ -287,10 +298,35 @@ describe("every job's real answers match the schemas it declares", () => {
     const fd = openSync(copy, "r+");
     writeSync(fd, Buffer.alloc(page_size, 0xa5), 0, page_size, (rootpage - 1) * page_size);
     closeSync(fd);
-    const damaged = env({ DATABASE_PATH: copy });
+    const damaged = sqliteEnv({ DATABASE_PATH: copy });
     const bad = await post(damaged, "db-onderhoud");
     expectDeclared("db-onderhoud", 409, bad);
     expect(bad.json).toMatchObject({ ok: false, checkpoint: null });
+  });
+
+  pgOnly("db-onderhoud on PostgreSQL: 200 without amcheck (skipped) and with it (ok), 409 on an index whose order no longer holds", async () => {
+    const e = await installation();
+    const skipped = await post(e, "db-onderhoud");
+    expectDeclared("db-onderhoud", 200, skipped);
+    expect(skipped.json).toMatchObject({ ok: true, integriteit: { status: "overgeslagen" }, geanalyseerd: expect.any(Array) });
+
+    // The test cluster's user is a superuser: amcheck, then a B-tree built with one
+    // comparison and read with its reverse (as test/pg-maintenance.test.ts does).
+    await e.db.run("CREATE EXTENSION amcheck");
+    const ok = await post(e, "db-onderhoud");
+    expectDeclared("db-onderhoud", 200, ok);
+    expect(ok.json).toMatchObject({ ok: true, integriteit: { status: "ok" } });
+    for (let i = 0; i < 50; i++) await e.db.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('dagrapport', ?, ?, 'ok', 200)", NOW.toISOString(), NOW.toISOString());
+    await e.db.run("CREATE FUNCTION nw_cmp(int4, int4) RETURNS int4 IMMUTABLE LANGUAGE sql AS 'SELECT btint4cmp($1, $2)'");
+    await e.db.run(
+      "CREATE OPERATOR CLASS nw_ops FOR TYPE int4 USING btree AS OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >, FUNCTION 1 nw_cmp(int4, int4)",
+    );
+    await e.db.run("CREATE INDEX job_runs_omgekeerd_idx ON job_runs (id nw_ops)");
+    await e.db.run("CREATE OR REPLACE FUNCTION nw_cmp(int4, int4) RETURNS int4 IMMUTABLE LANGUAGE sql AS 'SELECT btint4cmp($2, $1)'");
+    const bad = await post(e, "db-onderhoud");
+    expectDeclared("db-onderhoud", 409, bad);
+    expect(bad.json).toMatchObject({ ok: false, integriteit: { status: "problemen" }, opgeschoond: null, geanalyseerd: [] });
+    expect(e.alarms.raised.map((a) => a.type)).toContain("db-integrity");
   });
 
   test("each job's declared answers were all produced above", () => {
@@ -304,7 +340,7 @@ describe("every job's real answers match the schemas it declares", () => {
 
 describe("/docs/json shows the declared schemas", () => {
   test("per job path: every answer's schema and the request body are the declarations themselves", async () => {
-    const e = env();
+    const e = await env();
     const doc = (await call(e.app, "/docs/json", { method: "GET", token: null })).json;
     const plain = (s: TSchema) => JSON.parse(JSON.stringify(s));
     for (const def of ALL_JOBS) {
