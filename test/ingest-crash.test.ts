@@ -17,15 +17,28 @@
 // Seeded: INGEST_CRASH_SEED=<n> tries another seed (printed with the result);
 // INGEST_CRASH_ROUNDS=<n> another number of kills. The seed fixes each client's batches
 // and the kill schedule (after n answers in the round, plus 0–15 ms); which requests
-// are in flight at that moment is up to timing. About 15 s on 2 cores.
+// are in flight at that moment is up to timing. About 15 s on 2 cores (SQLite; PostgreSQL about 45 s).
+//
+// On both stores (test/dialect.ts): on the PostgreSQL run the service gets DATABASE_URL,
+// a fresh database of the run's cluster, and the checks read that database; "sound" is
+// then the service's own integrity check there (amcheck on every B-tree index,
+// integrityCheckPg) instead of PRAGMA integrity_check.
 import { Database } from "bun:sqlite";
 import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { applyPragmas } from "../src/db.ts";
+import { readLines } from "../src/audit/anchor-file.ts";
+import { parseVerifierKey } from "../src/audit/note.ts";
+import { openCheckpoint } from "../src/audit/records.ts";
+import type { CheckpointRef } from "../src/audit/verify.ts";
+import { applyPragmas, type Store } from "../src/db.ts";
+import { verifyRangePg } from "../src/pg/chain.ts";
+import { integrityCheckPg } from "../src/pg/maintenance.ts";
+import { openPgStore } from "../src/pg/store.ts";
+import { DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
 import { prng, startService, verifyAll } from "./fixtures/hardening.ts";
-import { SECRET, TEST_SIGNING_KEY } from "./helpers.ts";
+import { SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
 
 const SEED = Number(process.env.INGEST_CRASH_SEED ?? 20261124);
@@ -52,6 +65,8 @@ afterAll(async () => {
 });
 const databasePath = join(dir, "data", "nachtwacht.db");
 const anchorFile = join(dir, "ankers.jsonl");
+/** The PostgreSQL run's database (DATABASE_URL of every start), made by the test. */
+let pgUrl: string | null = null;
 
 // ------------------------------------------------------------------ the service
 
@@ -65,7 +80,15 @@ interface Service {
 
 /** Starts the service on the shared files (startService: a real process, /health polled with a deadline). */
 async function start(): Promise<Service> {
-  const svc = await startService({ HOME: dir, CRON_SECRET: SECRET, APP_SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: databasePath, AUDIT_ANKER_BESTAND: anchorFile });
+  const svc = await startService({
+    HOME: dir,
+    CRON_SECRET: SECRET,
+    APP_SECRET,
+    AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
+    DATABASE_PATH: databasePath,
+    AUDIT_ANKER_BESTAND: anchorFile,
+    ...(pgUrl === null ? {} : { DATABASE_URL: pgUrl }),
+  });
   return (current = svc);
 }
 
@@ -179,26 +202,94 @@ class Client {
   }
 }
 
-// ------------------------------------------------------------------ checks on the files
+// ------------------------------------------------------------------ checks on the store
 
-function withDatabase<T>(fn: (s: Database) => T): T {
-  // Opened as a restart opens it: WAL recovery of what the killed process left.
-  const s = new Database(databasePath, { strict: true });
-  applyPragmas(s);
+/** The store as the checks read it: plain SQL, its integrity check, every tenant's chain. */
+interface Checked {
+  db: TestDb;
+  /** Asserts the store is sound: PRAGMA integrity_check on SQLite, amcheck on PostgreSQL. */
+  sound(): Promise<void>;
+  /** Every tenant's chain verified as audit-verificatie does, up to its newest checkpoint in the anchor file. */
+  chains(): Promise<{ tenantId: number; intact: boolean; fout?: unknown }[]>;
+}
+
+const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
+
+/** Each tenant's newest signed checkpoint in the anchor file (as verifyAll reads it on SQLite). */
+function fileCheckpoints(): Map<number, CheckpointRef> {
+  const notes = new Map<number, string>();
+  for (const fl of readLines(anchorFile)) if (fl.parsed.kind === "record" && fl.parsed.line.soort === "checkpoint") notes.set(fl.parsed.line.tenantId!, fl.parsed.line.note);
+  const out = new Map<number, CheckpointRef>();
+  for (const [tenantId, note] of notes) {
+    const o = openCheckpoint(note, tenantId, VERIFIERS);
+    if (!o.ok) throw new Error(`checkpoint of tenant ${tenantId} does not verify: ${o.error}`);
+    out.set(tenantId, { size: o.checkpoint.size, root: o.checkpoint.root });
+  }
+  return out;
+}
+
+async function withDatabase<T>(fn: (c: Checked) => Promise<T>): Promise<T> {
+  if (DIALECT === "sqlite") {
+    // Opened as a restart opens it: WAL recovery of what the killed process left.
+    const s = new Database(databasePath, { strict: true });
+    applyPragmas(s);
+    try {
+      return await fn({
+        db: testDb({ kind: "sqlite", sqlite: s } as unknown as Store),
+        sound: async () => expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok"),
+        chains: async () => verifyAll(s, anchorFile),
+      });
+    } finally {
+      s.close();
+    }
+  }
+  const store = await openPgStore(pgUrl!, { max: 1 });
   try {
-    return fn(s);
+    // The killed process's connections first end: PostgreSQL finishes a COMMIT the
+    // service had sent before it died (its client is gone, not the transaction), so what
+    // the kill left is settled only once no other session is on this database. Polled
+    // with a deadline, on that state.
+    const deadline = performance.now() + 30_000;
+    for (;;) {
+      const [{ n }] = (await store.sql`
+        SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`) as [{ n: number }];
+      if (n === 0) break;
+      if (performance.now() > deadline) throw new Error(`${n} sessions of the killed service still on the database after 30 s`);
+      await Bun.sleep(10);
+    }
+    // The test cluster's role is a superuser: it installs amcheck for the integrity check (the service never does).
+    await store.sql`CREATE EXTENSION IF NOT EXISTS amcheck`;
+    return await fn({
+      db: testDb(store),
+      sound: async () => {
+        const r = await integrityCheckPg(store.sql);
+        expect(r.status === "ok" ? "ok" : JSON.stringify(r)).toBe("ok");
+      },
+      chains: async () => {
+        const checkpoints = fileCheckpoints();
+        const ids = (await store.sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[];
+        // One snapshot for all tenants, as verifyAll reads a closed file.
+        const results = await verifyRangePg(
+          store.sql,
+          ids.map(({ id }) => ({ tenantId: id, checkpoint: checkpoints.get(id) ?? null })),
+          VERIFIERS,
+        );
+        return ids.map(({ id }) => ({ tenantId: id, ...results.get(id)! }));
+      },
+    });
   } finally {
-    s.close();
+    await store.close();
   }
 }
 
-/** After a kill, before any retry: sound file, linked chains, every batch whole or absent. */
-function checkAfterKill(round: number): { stored: number; absent: number; inFlight: number } {
-  return withDatabase((s) => {
-    expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok");
-    for (const c of verifyAll(s, anchorFile)) expect({ round, tenant: c.tenantId, intact: c.intact, fout: c.fout }).toEqual({ round, tenant: c.tenantId, intact: true, fout: undefined });
-    const keys = new Set((s.query("SELECT tenant_id, sleutel FROM audit_sleutels").values() as [number, string][]).map(([t, k]) => `${t}\u0000${k}`));
-    const entries = (s.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n;
+/** After a kill, before any retry: sound store, linked chains, every batch whole or absent. */
+function checkAfterKill(round: number): Promise<{ stored: number; absent: number; inFlight: number }> {
+  return withDatabase(async (s) => {
+    await s.sound();
+    for (const c of await s.chains()) expect({ round, tenant: c.tenantId, intact: c.intact, fout: c.fout }).toEqual({ round, tenant: c.tenantId, intact: true, fout: undefined });
+    const keys = new Set((await s.db.all<{ tenant_id: number; sleutel: string }>("SELECT tenant_id, sleutel FROM audit_sleutels")).map((r) => `${r.tenant_id}\u0000${r.sleutel}`));
+    const entries = (await s.db.get<{ n: number }>("SELECT count(*) AS n FROM audit_entries"))!.n;
     expect(entries).toBe(keys.size);
     let stored = 0;
     let absent = 0;
@@ -224,6 +315,8 @@ test(`SIGKILL while ${CLIENTS} clients send audit batches, ${ROUNDS} times: ever
   const clients = Array.from({ length: CLIENTS }, (_, i) => new Client(i));
   const kills: { round: number; after: number; extraMs: number; inFlight: number; committedUnanswered: number }[] = [];
 
+  // The PostgreSQL run's service starts on an empty database of the run's cluster and migrates it.
+  if (DIALECT === "pg") pgUrl = await (await testCluster()).createDatabase();
   let svc = await start();
   for (let t = 1; t <= TENANTS; t++) {
     const r = await fetch(`${svc.url}/api/tenants/${t}`, {
@@ -261,7 +354,7 @@ test(`SIGKILL while ${CLIENTS} clients send audit batches, ${ROUNDS} times: ever
     svc.proc.kill("SIGKILL");
     expect(await svc.exited).toBe(-1);
     await Promise.all(runs);
-    const c = checkAfterKill(round);
+    const c = await checkAfterKill(round);
     kills.push({ round, after, extraMs, inFlight: c.inFlight, committedUnanswered: c.stored });
     svc = await start();
   }
@@ -284,19 +377,18 @@ test(`SIGKILL while ${CLIENTS} clients send audit batches, ${ROUNDS} times: ever
   const distinct = new Set(sent.map((e) => `${e.tenantId}\u0000${e.sleutel}`));
   expect(distinct.size).toBe(sent.length);
   expect(verdict.resultaten.reduce((n, r) => n + r.aantalEntries, 0)).toBe(distinct.size);
-  withDatabase((s) => {
-    expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok");
-    const total = (s.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n;
+  await withDatabase(async (s) => {
+    await s.sound();
+    const total = (await s.db.get<{ n: number }>("SELECT count(*) AS n FROM audit_entries"))!.n;
     expect(total).toBe(distinct.size);
     // Per (tenant, sleutel): exactly one entry, at the place its receipt names, with the content sent.
-    const rows = s
-      .query(
-        `SELECT k.tenant_id AS tenantId, k.sleutel, k.seq AS kseq, k.id AS kid, k.hash AS khash,
-                count(e.id) AS n, e.seq, e.id, e.hash, e.subject, e.actor, e.created_at AS createdAt
-         FROM audit_sleutels k LEFT JOIN audit_entries e ON e.tenant_id = k.tenant_id AND e.id = k.id
-         GROUP BY k.tenant_id, k.sleutel`,
-      )
-      .all() as { tenantId: number; sleutel: string; kseq: number; kid: number; khash: string; n: number; seq: number; id: number; hash: string; subject: string; actor: string; createdAt: string }[];
+    // (Grouped by the entry's columns too, as PostgreSQL wants: a second entry for a key shows as a second row.)
+    const rows = await s.db.all<{ tenantId: number; sleutel: string; kseq: number; kid: number; khash: string; n: number; seq: number; id: number; hash: string; subject: string; actor: string; createdAt: string }>(
+      `SELECT k.tenant_id AS "tenantId", k.sleutel, k.seq AS kseq, k.id AS kid, k.hash AS khash,
+              count(e.id) AS n, e.seq, e.id, e.hash, e.subject, e.actor, e.created_at AS "createdAt"
+       FROM audit_sleutels k LEFT JOIN audit_entries e ON e.tenant_id = k.tenant_id AND e.id = k.id
+       GROUP BY k.tenant_id, k.sleutel, k.seq, k.id, k.hash, e.seq, e.id, e.hash, e.subject, e.actor, e.created_at`,
+    );
     expect(rows.length).toBe(distinct.size);
     const byKey = new Map(rows.map((r) => [`${r.tenantId}\u0000${r.sleutel}`, r]));
     let retriedAnswers = 0;
@@ -322,12 +414,14 @@ test(`SIGKILL while ${CLIENTS} clients send audit batches, ${ROUNDS} times: ever
       });
     }
     // No entry without a key of its own: entries = keys = distinct sleutels sent.
-    expect((s.query("SELECT count(DISTINCT id) AS n FROM audit_sleutels").get() as { n: number }).n).toBe(total);
-    for (const c of verifyAll(s, anchorFile)) expect(c.intact).toBe(true);
+    expect((await s.db.get<{ n: number }>("SELECT count(DISTINCT id) AS n FROM audit_sleutels"))!.n).toBe(total);
+    for (const c of await s.chains()) expect(c.intact).toBe(true);
     console.log(
       `ingest crash (seed ${SEED}, INGEST_CRASH_SEED to change): ${ROUNDS} kills, ${batches.length} batches, ${sent.length} entries over ${TENANTS} tenants; ` +
         `${retriedAnswers} batches retried after a kill, of which ${lostAnswers} were committed before it (answer lost, retry got alBekend). ` +
         `Kills (after n answers + ms → in flight / committed unanswered): ${kills.map((k) => `${k.after}+${k.extraMs}→${k.inFlight}/${k.committedUnanswered}`).join(", ")}`,
     );
   });
-}, 60_000);
+  // PostgreSQL's run also starts the run's cluster, and each restart connects to it and
+  // each check reads through the server: about twice SQLite's time on a shared machine.
+}, DIALECT === "pg" ? 180_000 : 60_000);
