@@ -2,38 +2,70 @@
 // only an unsigned row in audit_retention_anchors left) is `retentie-ontbreekt` for
 // good, until the operator adopts it with the signing key. Real SQLite files, the
 // nightly jobs over HTTP, the command through its function (and once as a process).
+//
+// On both stores: `adopt` works on the SQLite file (it has no PostgreSQL path), so a
+// test that adopts builds the installation on SQLite and adopts there; on the
+// PostgreSQL run it is then moved over (migrate-to, as an operator moves an adopted
+// installation) and what follows — the jobs, verify, export, tampering — runs on
+// PostgreSQL. What `adopt` itself refuses is tested on the SQLite run only.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signAdoptionRecord } from "../src/audit/records.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
+import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { addTenant, anchorFileLines, anchorRowCount, call, chainRoot, fillChain, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { anchorFileLines, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { addTenant, anchorRowCount, chainRoot, DIALECT, fillChain, makeEnv, sqliteOnly, testCluster, testDb, type Env } from "./dialect.ts";
 
-let env: TestEnv;
+let env: Env;
 afterEach(() => env?.cleanup());
 setDefaultTimeout(60_000);
+
+/** The configuration overrides of the test's installation (kept when it is moved). */
+let config: Record<string, string> = {};
 
 /**
  * What the earlier version left: tenant `a` with 80 entries of which it deleted 1–50
  * (keeping only the unsigned audit_retention_anchors row for 50), tenant `b` whole.
  * Then the upgrade's first audit-anker: b signed, a refused (retentie-ontbreekt).
+ * On the run's store, or on SQLite (`on: "sqlite"`) for a test that adopts (moved() after).
  */
-async function shortenedTheOldWay(extra: Record<string, string> = {}): Promise<{ a: number; b: number; h50: string }> {
-  env = makeTestEnv(extra);
-  const a = addTenant(env.store, "Gemeente Delft");
-  const b = addTenant(env.store, "Stichting Leiden");
-  fillChain(env.store, a, 80);
-  fillChain(env.store, b, 20);
-  const s = env.store.sqlite;
-  const h50 = (s.query("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 50").get(a) as { hash: string }).hash;
-  s.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50").run(a);
-  s.query("INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, 50, ?, ?)").run(a, h50, "2025-01-01T02:00:00.000Z");
+async function shortenedTheOldWay(extra: Record<string, string> = {}, on: "run" | "sqlite" = "run"): Promise<{ a: number; b: number; h50: string }> {
+  config = extra;
+  if (on === "sqlite") {
+    const e = makeTestEnv(extra);
+    env = Object.assign(e, { db: testDb(e.store), dialect: "sqlite" as const });
+  } else env = await makeEnv(extra);
+  const a = await addTenant(env.db, "Gemeente Delft");
+  const b = await addTenant(env.db, "Stichting Leiden");
+  await fillChain(env.store, a, 80);
+  await fillChain(env.store, b, 20);
+  const h50 = (await env.db.get<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 50", a))!.hash;
+  await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50", a);
+  await env.db.run("INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, 50, ?, ?)", a, h50, "2025-01-01T02:00:00.000Z");
   const anker = await call(env.app, "/api/cron/audit-anker");
   expect(anker.status).toBe(409);
   expect(anker.json.geweigerd).toEqual([{ tenantId: a, seq: 51, reden: "retentie-ontbreekt" }]);
   return { a, b, h50 };
+}
+
+/**
+ * On the PostgreSQL run, the (adopted) SQLite installation moved to a new database of the
+ * run's cluster with `nachtwacht migrate-to`'s function, and the app on it with a copy of
+ * the anchor file; on the SQLite run nothing.
+ */
+async function moved(): Promise<void> {
+  if (DIALECT !== "pg" || env.store.kind !== "sqlite") return;
+  const from = env;
+  const url = await (await testCluster()).createDatabase();
+  const r = await migrateToPostgres({ dbPath: from.config.databasePath, anchorPath: from.config.auditAnkerBestand, url, verifiers: [VERIFIER], log: () => {} });
+  expect(r.uitkomst).toBe("klaar");
+  const e = await makePgTestEnv({ createDatabase: async () => url }, config);
+  copyFileSync(from.config.auditAnkerBestand, e.config.auditAnkerBestand);
+  env = Object.assign(e, { db: testDb(e.store), dialect: "pg" as const });
+  await from.cleanup();
 }
 
 async function verify() {
@@ -44,6 +76,7 @@ const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: a
 
 /** `nachtwacht adopt` through its function, with the signing key in the environment as the service has it. */
 async function adopt(tenantId: number, o: { ja?: boolean; key?: string | null } = {}) {
+  if (env.store.kind !== "sqlite") throw new Error("nachtwacht adopt works on the SQLite file");
   const lines: string[] = [];
   const errs: string[] = [];
   const args = ["adopt", "--tenant", String(tenantId), "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
@@ -52,30 +85,35 @@ async function adopt(tenantId: number, o: { ja?: boolean; key?: string | null } 
   return { code, out: lines.join("\n"), err: errs.join("\n") };
 }
 
+/** Where verify and export read the installation: `--db FILE`, or DATABASE_URL in their environment (PostgreSQL). */
+function databaseOf(): { args: string[]; env: Record<string, string> } {
+  return env.store.kind === "sqlite" ? { args: ["--db", env.config.databasePath], env: {} } : { args: [], env: { DATABASE_URL: env.store.url } };
+}
+
 const fileText = () => readFileSync(env.config.auditAnkerBestand, "utf8");
-const rowCount = () => anchorRowCount(env.store);
+const rowCount = () => anchorRowCount(env.db);
 const fileLines = () => anchorFileLines(env.config.auditAnkerBestand);
 /** The RFC 6962 root over the tenant's entries with seq > from, as they are now. */
-const rootFrom = (tenantId: number, from: number) => chainRoot(env.store, tenantId, from);
+const rootFrom = (tenantId: number, from: number) => chainRoot(env.db, tenantId, from);
 
 const VERIFIER = parseVerifierKey(TEST_VERIFIER_KEY);
 
 describe("adopting a chain the earlier version shortened", () => {
   test("409 retentie-ontbreekt; adopt without --ja writes nothing; with --ja the adoption and the first checkpoint of the tree from seq 51 are signed, and audit-verificatie is 200 with a warning naming the tenant, seq and date", async () => {
-    const { a, b, h50 } = await shortenedTheOldWay();
+    const { a, b, h50 } = await shortenedTheOldWay({}, "sqlite");
     const before = await verify();
     expect(before.status).toBe(409);
     expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 51, reden: "retentie-ontbreekt" });
 
     const text = fileText();
-    const rows = rowCount();
+    const rows = await rowCount();
     const dry = await adopt(a);
     expect(dry.code).toBe(0);
     expect(dry.out).toContain(`adoptie bij seq 50 met hash ${h50}`);
     expect(dry.out).toContain("audit_retention_anchors (niet ondertekend, alleen ter vergelijking): seq 50 — komt overeen");
     expect(dry.out).toContain("RESULTAAT: adoptie mogelijk; er is niets geschreven.");
     expect(fileText()).toBe(text);
-    expect(rowCount()).toBe(rows);
+    expect(await rowCount()).toBe(rows);
     expect((await verify()).status).toBe(409);
 
     const done = await adopt(a, { ja: true });
@@ -89,9 +127,10 @@ describe("adopting a chain the earlier version shortened", () => {
       new RegExp(`^nachtwacht\\.test/sleutel/tenant/${a}/adoptie\\nseq 50\\nhash ${h50}\\ntijdstip \\d{4}-\\d\\d-\\d\\dT[0-9:.]+Z\\nreden eerdere-versie-zonder-retentierecord\\n$`),
     );
     const cp = openNote(added[1]!.note, [VERIFIER]);
-    expect(cp.ok && cp.text).toBe(`nachtwacht.test/sleutel/tenant/${a}/adoptie/50\n30\n${rootFrom(a, 50)}\n`);
-    expect(rowCount()).toBe(rows + 3);
+    expect(cp.ok && cp.text).toBe(`nachtwacht.test/sleutel/tenant/${a}/adoptie/50\n30\n${await rootFrom(a, 50)}\n`);
+    expect(await rowCount()).toBe(rows + 3);
 
+    await moved();
     const r = await verify();
     expect(r.status).toBe(200);
     expect(tenantResult(r.json, a)).toMatchObject({ intact: true, aantalEntries: 30 });
@@ -101,28 +140,31 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("audit-anker then extends the adopted tree (its own origin, root over entries 51 on); a field changed later is still 409 hash-afwijkend", async () => {
-    const { a } = await shortenedTheOldWay();
+    const { a } = await shortenedTheOldWay({}, "sqlite");
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    fillChain(env.store, a, 7, { from: 80 });
+    await moved();
+    await fillChain(env.store, a, 7, { from: 80 });
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.status).toBe(200);
-    expect(anker.json.checkpoints).toEqual([{ tenantId: a, grootte: 87, root: rootFrom(a, 50) }]);
+    expect(anker.json.checkpoints).toEqual([{ tenantId: a, grootte: 87, root: await rootFrom(a, 50) }]);
     const last = fileLines().filter((l) => l.soort === "checkpoint" && l.tenantId === a).at(-1)!;
     const opened = openNote(last.note, [VERIFIER]);
-    expect(opened.ok && opened.text).toBe(`nachtwacht.test/sleutel/tenant/${a}/adoptie/50\n37\n${rootFrom(a, 50)}\n`);
+    expect(opened.ok && opened.text).toBe(`nachtwacht.test/sleutel/tenant/${a}/adoptie/50\n37\n${await rootFrom(a, 50)}\n`);
     expect((await verify()).status).toBe(200);
 
-    env.store.sqlite.query("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 60").run(a);
+    await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 60", a);
     const r = await verify();
     expect(r.status).toBe(409);
     expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 60, reden: "hash-afwijkend" });
   });
 
   test("a crash after the adoption's fsync, before its COMMIT: the run is the file's tail, the next audit-anker copies it in (hersteld 3), then 200", async () => {
-    const { a } = await shortenedTheOldWay();
-    const { end } = env.store.sqlite.query("SELECT max(positie) AS end FROM audit_anchor_log").get() as { end: number };
+    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { end } = (await env.db.get<{ end: number }>("SELECT max(positie) AS end FROM audit_anchor_log"))!;
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE positie > ?").run(end);
+    await moved();
+    // What the crash leaves: the run in the file, none of its rows.
+    await env.db.run("DELETE FROM audit_anchor_log WHERE positie > ?", end);
     const crashed = await verify();
     expect(crashed.status).toBe(409);
     expect(crashed.json.ankerbestand).toMatchObject({ intact: true }); // one run in the tail: a crash, not a rollback
@@ -134,21 +176,22 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("entries cut from the adopted chain's start afterwards are missing again: 409 retentie-ontbreekt", async () => {
-    const { a } = await shortenedTheOldWay();
+    const { a } = await shortenedTheOldWay({}, "sqlite");
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 55").run(a);
+    await moved();
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 55", a);
     const r = await verify();
     expect(r.status).toBe(409);
     expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 56, reden: "retentie-ontbreekt" });
   });
 
   test("the adoption record altered in the database: 409 retentie-ongeldig (the chain has no valid start), the row not in the file", async () => {
-    const { a } = await shortenedTheOldWay();
+    const { a } = await shortenedTheOldWay({}, "sqlite");
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    const s = env.store.sqlite;
-    const row = s.query("SELECT positie, note FROM audit_anchor_log WHERE soort = 'adoptie'").get() as { positie: number; note: string };
+    await moved();
+    const row = (await env.db.get<{ positie: number; note: string }>("SELECT positie, note FROM audit_anchor_log WHERE soort = 'adoptie'"))!;
     // Moved to adopt from seq 49 (its row still says 50): the signature no longer holds.
-    s.query("UPDATE audit_anchor_log SET note = ? WHERE positie = ?").run(row.note.replace("\nseq 50\n", "\nseq 49\n"), row.positie);
+    await env.db.run("UPDATE audit_anchor_log SET note = ? WHERE positie = ?", row.note.replace("\nseq 50\n", "\nseq 49\n"), row.positie);
     const r = await verify();
     expect(r.status).toBe(409);
     expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 51, reden: "retentie-ongeldig" });
@@ -156,8 +199,9 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("the adoption record altered in the anchor file (root): 409 bestand-gewijzigd", async () => {
-    const { a } = await shortenedTheOldWay();
+    const { a } = await shortenedTheOldWay({}, "sqlite");
     expect((await adopt(a, { ja: true })).code).toBe(0);
+    await moved();
     writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\nseq 50\\n", "\\nseq 49\\n"));
     const r = await verify();
     expect(r.status).toBe(409);
@@ -169,7 +213,7 @@ describe("adopting a chain the earlier version shortened", () => {
     const { a, h50 } = await shortenedTheOldWay();
     const own = parseSignerKey(generateKeyPair("nachtwacht.test/sleutel").signerKey);
     const note = signAdoptionRecord(own, { tenantId: a, seq: 50, hash: h50, tijdstip: NOW.toISOString() });
-    env.store.sqlite.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'adoptie', ?, 50, ?)").run(a, note);
+    await env.db.run("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'adoptie', ?, 50, ?)", a, note);
     const r = await verify();
     expect(r.status).toBe(409);
     expect(tenantResult(r.json, a).fout).toMatchObject({ seq: 51, reden: "retentie-ongeldig" });
@@ -180,13 +224,15 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("a genuine adoption's row copied to another shortened tenant does not start that chain (its origin names the first)", async () => {
-    const { a } = await shortenedTheOldWay();
-    const c = addTenant(env.store, "Derde");
-    fillChain(env.store, c, 60);
-    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50").run(c);
+    const { a } = await shortenedTheOldWay({}, "sqlite");
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    const row = env.store.sqlite.query("SELECT note FROM audit_anchor_log WHERE soort = 'adoptie'").get() as { note: string };
-    env.store.sqlite.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'adoptie', ?, 50, ?)").run(c, row.note);
+    await moved();
+    // The other tenant shortened the same way (after the adoption: a shortened chain does not move over).
+    const c = await addTenant(env.db, "Derde");
+    await fillChain(env.store, c, 60);
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50", c);
+    const row = (await env.db.get<{ note: string }>("SELECT note FROM audit_anchor_log WHERE soort = 'adoptie'"))!;
+    await env.db.run("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'adoptie', ?, 50, ?)", c, row.note);
     const r = await verify();
     expect(r.status).toBe(409);
     expect(tenantResult(r.json, c).fout).toMatchObject({ seq: 51, reden: "retentie-ongeldig" });
@@ -194,35 +240,36 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 });
 
+// `nachtwacht adopt` works on the SQLite file only: what it refuses is tested there.
 describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", () => {
-  test("a chain that starts at seq 1; a tenant without entries; a chain broken from its oldest entry on; a second adoption", async () => {
-    const { a, b } = await shortenedTheOldWay();
-    const empty = addTenant(env.store, "Leeg");
+  sqliteOnly("a chain that starts at seq 1; a tenant without entries; a chain broken from its oldest entry on; a second adoption", async () => {
+    const { a, b } = await shortenedTheOldWay({}, "sqlite");
+    const empty = await addTenant(env.db, "Leeg");
     const text = fileText();
     const one = await adopt(b, { ja: true });
     expect(one.code).toBe(1);
     expect(one.out).toContain(`RESULTAAT: GEWEIGERD: de keten van tenant ${b} begint bij seq 1`);
     expect((await adopt(empty, { ja: true })).out).toContain("heeft geen audit-entries");
 
-    env.store.sqlite.query("UPDATE audit_entries SET details = '{\"i\":0}' WHERE tenant_id = ? AND seq = 64").run(a);
+    await env.db.run("UPDATE audit_entries SET details = '{\"i\":0}' WHERE tenant_id = ? AND seq = 64", a);
     const broken = await adopt(a, { ja: true });
     expect(broken.code).toBe(1);
     expect(broken.out).toContain("klopt niet vanaf seq 51: hash-afwijkend bij seq 64");
     expect(fileText()).toBe(text);
 
-    env.store.sqlite.query("UPDATE audit_entries SET details = '{\"i\":63}' WHERE tenant_id = ? AND seq = 64").run(a);
+    await env.db.run("UPDATE audit_entries SET details = '{\"i\":63}' WHERE tenant_id = ? AND seq = 64", a);
     expect((await adopt(a, { ja: true })).code).toBe(0);
     const again = await adopt(a, { ja: true });
     expect(again.code).toBe(1);
     expect(again.out).toContain(`de keten van tenant ${a} begint al bij een geldig adoptierecord (seq 50)`);
   });
 
-  test("a chain nachtwacht signed from seq 1 whose oldest entries a writer deleted later is not adopted: that is no earlier version's doing", async () => {
-    env = makeTestEnv();
-    const a = addTenant(env.store, "A");
-    fillChain(env.store, a, 40);
+  sqliteOnly("a chain nachtwacht signed from seq 1 whose oldest entries a writer deleted later is not adopted: that is no earlier version's doing", async () => {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fillChain(env.store, a, 40);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 15").run(a);
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 15", a);
     expect(tenantResult((await verify()).json, a).fout).toMatchObject({ reden: "retentie-ontbreekt" });
     const text = fileText();
     const r = await adopt(a, { ja: true });
@@ -231,26 +278,26 @@ describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", (
     expect(fileText()).toBe(text);
   });
 
-  test("a chain with a valid retention record is not adopted; neither while the anchor file does not match the database", async () => {
-    env = makeTestEnv({ AUDIT_RETENTIE_DAGEN: "900" });
-    const a = addTenant(env.store, "A");
-    fillChain(env.store, a, 60); // 1000 to 941 days old: 1–60 past 900 days
-    fillChain(env.store, a, 10, { from: 200 });
+  sqliteOnly("a chain with a valid retention record is not adopted; neither while the anchor file does not match the database", async () => {
+    env = await makeEnv({ AUDIT_RETENTIE_DAGEN: "900" });
+    const a = await addTenant(env.db, "A");
+    await fillChain(env.store, a, 60); // 1000 to 941 days old: 1–60 past 900 days
+    await fillChain(env.store, a, 10, { from: 200 });
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     expect((await call(env.app, "/api/cron/audit-retentie")).json.verwijderd).toBe(60);
     expect((await adopt(a, { ja: true })).code).toBe(1);
 
-    const b = addTenant(env.store, "B");
-    fillChain(env.store, b, 20);
-    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 5").run(b);
+    const b = await addTenant(env.db, "B");
+    await fillChain(env.store, b, 20);
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 5", b);
     writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\n70\\n", "\\n71\\n"));
     const r = await adopt(b, { ja: true });
     expect(r.code).toBe(1);
     expect(r.out).toContain("het ankerbestand klopt niet met de database (bestand-gewijzigd");
   });
 
-  test("without the signing key nothing is signed: exit 2 (also through the binary's entry point, with no secret in its environment)", async () => {
-    const { a } = await shortenedTheOldWay();
+  sqliteOnly("without the signing key nothing is signed: exit 2 (also through the binary's entry point, with no secret in its environment)", async () => {
+    const { a } = await shortenedTheOldWay({}, "sqlite");
     const text = fileText();
     const r = await adopt(a, { ja: true, key: null });
     expect(r.code).toBe(2);
@@ -271,10 +318,11 @@ describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", (
 
 describe("an adopted chain in the rest of the system", () => {
   test("nachtwacht verify (a process, public key only) agrees with audit-verificatie before and after, and after a tamper", async () => {
-    const { a } = await shortenedTheOldWay();
+    const { a } = await shortenedTheOldWay({}, "sqlite");
     const run = async () => {
-      const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), "verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir },
+      const where = databaseOf();
+      const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), "verify", ...where.args, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir, ...where.env },
         stdout: "pipe",
         stderr: "pipe",
       });
@@ -284,11 +332,12 @@ describe("an adopted chain in the rest of the system", () => {
     expect(before.code).toBe(1);
     expect(before.out).toContain(`tenant ${a}: GEBROKEN bij seq 51: retentie-ontbreekt`);
     expect((await adopt(a, { ja: true })).code).toBe(0);
+    await moved();
     const after = await run();
     expect(after.code).toBe(0);
     expect(after.out).toContain(`LET OP: tenant ${a} is op `);
     expect(after.out).toContain(`tenant ${a}: in orde (30 entries)`);
-    env.store.sqlite.query("UPDATE audit_entries SET subject = 'x' WHERE tenant_id = ? AND seq = 70").run(a);
+    await env.db.run("UPDATE audit_entries SET subject = 'x' WHERE tenant_id = ? AND seq = 70", a);
     const tampered = await run();
     expect(tampered.code).toBe(1);
     expect(tampered.out).toContain(`tenant ${a}: GEBROKEN bij seq 70: hash-afwijkend`);
@@ -296,11 +345,13 @@ describe("an adopted chain in the rest of the system", () => {
   });
 
   test("export and verify --bundel: the bundle carries the adoption and an inclusion proof in the adopted tree; without the adoption it does not verify", async () => {
-    const { a } = await shortenedTheOldWay();
+    const { a } = await shortenedTheOldWay({}, "sqlite");
     expect((await adopt(a, { ja: true })).code).toBe(0);
+    await moved();
     const file = join(env.dir, "bundel.jsonl");
     const out: string[] = [];
-    const ex = await runAuditCommand(["export", "--tenant", String(a), "--bewijs", "64", "--uit", file, "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {}, (s) => out.push(s), (s) => out.push(s));
+    const where = databaseOf();
+    const ex = await runAuditCommand(["export", "--tenant", String(a), "--bewijs", "64", "--uit", file, ...where.args, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], where.env, (s) => out.push(s), (s) => out.push(s));
     expect(ex).toBe(0);
     const lines = readFileSync(file, "utf8").trimEnd().split("\n");
     expect(lines).toHaveLength(1 + 30);
@@ -322,8 +373,9 @@ describe("an adopted chain in the rest of the system", () => {
   });
 
   test("audit-retentie deletes the adopted chain's old entries under a record in the adopted tree; verification stays 200 and keeps the warning", async () => {
-    const { a } = await shortenedTheOldWay({ AUDIT_RETENTIE_DAGEN: "935" });
+    const { a } = await shortenedTheOldWay({ AUDIT_RETENTIE_DAGEN: "935" }, "sqlite");
     expect((await adopt(a, { ja: true })).code).toBe(0);
+    await moved();
     // Entries 51–65 are 950 to 936 days old: past 935 days.
     const ret = await call(env.app, "/api/cron/audit-retentie");
     expect(ret.status).toBe(200);
@@ -335,7 +387,7 @@ describe("an adopted chain in the rest of the system", () => {
     expect(r.status).toBe(200);
     expect(tenantResult(r.json, a)).toMatchObject({ intact: true, aantalEntries: 15 });
     expect(r.json.ankerbestand.waarschuwingen.join(" ")).toContain(`tenant ${a} is op`);
-    fillChain(env.store, a, 3, { from: 80 });
+    await fillChain(env.store, a, 3, { from: 80 });
     expect((await call(env.app, "/api/cron/audit-anker")).json.checkpoints).toEqual([{ tenantId: a, grootte: 83, root: expect.any(String) }]);
     expect((await verify()).status).toBe(200);
   });
