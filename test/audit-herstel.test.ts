@@ -2,16 +2,24 @@
 // 409 database-teruggezet for good, until the operator accepts the loss with the signing
 // key. Real SQLite files, a restore as a backup restore does it (restoreDatabase), the
 // nightly jobs over HTTP, the command through its function and as a process.
+//
+// On both stores: the restore (of the .db file) and `accept-restore` (which has no
+// PostgreSQL path) happen on SQLite; on the PostgreSQL run the accepted installation is
+// then moved over (migrate-to, as an operator moves it) and what follows — the jobs,
+// verify, export, tampering — runs on PostgreSQL. What `accept-restore` itself refuses
+// or repeats is tested on the SQLite run only.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signRestoreRecord } from "../src/audit/records.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
+import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { addTenant, anchorFileLines, anchorRowCount, call, chainRoot, DAY_MS, fillChain, makeTestEnv, NOW, restoreDatabase, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { anchorFileLines, call, DAY_MS, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { addTenant, anchorRowCount, chainRoot, DIALECT, fillChain, sqliteOnly, testCluster, testDb, type Env } from "./dialect.ts";
 
-let env: TestEnv;
+let env: Env;
 afterEach(() => env?.cleanup());
 setDefaultTimeout(60_000);
 
@@ -19,32 +27,64 @@ setDefaultTimeout(60_000);
 const fill = (tenantId: number, n: number, label: string) =>
   fillChain(env.store, tenantId, n, { label, at: (i) => new Date(NOW.getTime() - 30 * DAY_MS + i * 1000) });
 
+/** Puts an earlier copy of the SQLite file back as a restore from a backup does (restoreDatabase), env.db on the restored file. */
+function restore(copy: string): void {
+  if (env.store.kind !== "sqlite") throw new Error("a restore of the .db file is SQLite's");
+  restoreDatabase(env as Extract<Env, { dialect: "sqlite" }>, copy);
+  env.db = testDb(env.store);
+}
+
+/** A copy of the SQLite file (VACUUM INTO), as a backup takes it. */
+async function backup(name: string): Promise<string> {
+  const copy = join(env.dir, name);
+  await env.db.run("VACUUM INTO ?", copy);
+  return copy;
+}
+
 /**
  * Tenants a (40 entries) and b (25) signed; a copy of the database taken; then `runs`
  * more days of entries for a, each signed by audit-anker; then the copy put back as a
- * restore from a backup does it.
+ * restore from a backup does it. On SQLite (the restore is of its file).
  */
 async function restored(runs = 2): Promise<{ a: number; b: number; copy: string }> {
-  env = makeTestEnv();
-  const a = addTenant(env.store, "Gemeente Delft");
-  const b = addTenant(env.store, "Stichting Leiden");
-  fill(a, 40, "eerst");
-  fill(b, 25, "eerst");
+  const e = makeTestEnv();
+  env = Object.assign(e, { db: testDb(e.store), dialect: "sqlite" as const });
+  const a = await addTenant(env.db, "Gemeente Delft");
+  const b = await addTenant(env.db, "Stichting Leiden");
+  await fill(a, 40, "eerst");
+  await fill(b, 25, "eerst");
   expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-  const copy = join(env.dir, "oud.db");
-  env.store.sqlite.query("VACUUM INTO ?").run(copy);
+  const copy = await backup("oud.db");
   for (let day = 0; day < runs; day++) {
-    fill(a, 5, `dag${day}`);
+    await fill(a, 5, `dag${day}`);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
   }
-  restoreDatabase(env, copy);
+  restore(copy);
   return { a, b, copy };
+}
+
+/**
+ * On the PostgreSQL run, the (accepted) SQLite installation moved to a new database of the
+ * run's cluster with `nachtwacht migrate-to`'s function, and the app on it with a copy of
+ * the anchor file; on the SQLite run nothing.
+ */
+async function moved(): Promise<void> {
+  if (DIALECT !== "pg" || env.store.kind !== "sqlite") return;
+  const from = env;
+  const url = await (await testCluster()).createDatabase();
+  const r = await migrateToPostgres({ dbPath: from.config.databasePath, anchorPath: from.config.auditAnkerBestand, url, verifiers: [VERIFIER], log: () => {} });
+  expect(r.uitkomst).toBe("klaar");
+  const e = await makePgTestEnv({ createDatabase: async () => url });
+  copyFileSync(from.config.auditAnkerBestand, e.config.auditAnkerBestand);
+  env = Object.assign(e, { db: testDb(e.store), dialect: "pg" as const });
+  await from.cleanup();
 }
 
 const verify = () => call(env.app, "/api/cron/audit-verificatie");
 const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: any) => r.tenantId === tenantId);
 
 async function acceptRestore(o: { ja?: boolean; key?: string | null } = {}) {
+  if (env.store.kind !== "sqlite") throw new Error("nachtwacht accept-restore works on the SQLite file");
   const lines: string[] = [];
   const errs: string[] = [];
   const args = ["accept-restore", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
@@ -53,19 +93,27 @@ async function acceptRestore(o: { ja?: boolean; key?: string | null } = {}) {
   return { code, out: lines.join("\n"), err: errs.join("\n") };
 }
 
-/** A command as a separate process with only PATH and HOME in its environment (no secret). */
-async function spawn(args: string[]) {
-  const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), ...args], { env: { PATH: Bun.env.PATH ?? "/usr/bin:/bin", HOME: env.dir }, stdout: "pipe", stderr: "pipe" });
+/** Where verify and export read the installation: `--db FILE`, or DATABASE_URL in their environment (PostgreSQL). */
+function databaseOf(): { args: string[]; env: Record<string, string> } {
+  return env.store.kind === "sqlite" ? { args: ["--db", env.config.databasePath], env: {} } : { args: [], env: { DATABASE_URL: env.store.url } };
+}
+
+/** A command as a separate process with only PATH and HOME in its environment (no secret), and `extra`. */
+async function spawn(args: string[], extra: Record<string, string> = {}) {
+  const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), ...args], { env: { PATH: Bun.env.PATH ?? "/usr/bin:/bin", HOME: env.dir, ...extra }, stdout: "pipe", stderr: "pipe" });
   const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
   return { code, out, err };
 }
-const offline = () => spawn(["verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY]);
+const offline = () => {
+  const where = databaseOf();
+  return spawn(["verify", ...where.args, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], where.env);
+};
 
 const fileText = () => readFileSync(env.config.auditAnkerBestand, "utf8");
-const rowCount = () => anchorRowCount(env.store);
+const rowCount = () => anchorRowCount(env.db);
 const fileLines = () => anchorFileLines(env.config.auditAnkerBestand);
 /** The RFC 6962 root over the tenant's entries as they are now. */
-const root = (tenantId: number) => chainRoot(env.store, tenantId);
+const root = (tenantId: number) => chainRoot(env.db, tenantId);
 
 const VERIFIER = parseVerifierKey(TEST_VERIFIER_KEY);
 
@@ -78,7 +126,7 @@ describe("accepting a deliberate restore", () => {
     expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 50, reden: "kop-ontbreekt" });
 
     const text = fileText();
-    const rows = rowCount();
+    const rows = await rowCount();
     const noKey = await acceptRestore({ ja: true, key: null });
     expect(noKey.code).toBe(2);
     expect(noKey.err).toContain("nachtwacht accept-restore: niet mogelijk: AUDIT_ANKER_SLEUTEL staat niet in de omgeving");
@@ -86,16 +134,16 @@ describe("accepting a deliberate restore", () => {
     const proc = await spawn(["accept-restore", "--ja", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand]);
     expect(proc.code).toBe(2);
     expect(fileText()).toBe(text);
-    expect(rowCount()).toBe(rows);
+    expect(await rowCount()).toBe(rows);
 
     const dry = await acceptRestore();
     expect(dry.code).toBe(0);
     expect(dry.out).toContain("4 regel(s) van het ankerbestand ontbreken in de database; worden teruggezet");
-    expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 40: de ondertekende entries 41 t/m 50 zijn verloren; root bij 40: ${root(a)}`);
+    expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 40: de ondertekende entries 41 t/m 50 zijn verloren; root bij 40: ${await root(a)}`);
     expect(dry.out).not.toContain(`tenant ${b}:`);
     expect(dry.out).toContain("RESULTAAT: er is niets geschreven. Met --ja: 1 herstelrecord(s) ondertekenen");
     expect(fileText()).toBe(text);
-    expect(rowCount()).toBe(rows);
+    expect(await rowCount()).toBe(rows);
     expect((await verify()).status).toBe(409);
 
     const done = await acceptRestore({ ja: true });
@@ -105,11 +153,14 @@ describe("accepting a deliberate restore", () => {
     expect(added.map((l) => [l.soort, l.tenantId])).toEqual([["herstel", a], ["installatie", undefined]]);
     const opened = openNote(added[0]!.note, [VERIFIER]);
     expect(opened.ok && opened.text).toMatch(
-      new RegExp(`^nachtwacht\\.test/sleutel/tenant/${a}/herstel\\nvan 50\\nvan-root \\S{44}\\nnaar 40\\nroot ${root(a).replace(/[+/]/g, "\\$&")}\\ntijdstip \\S+Z\\n$`),
+      new RegExp(`^nachtwacht\\.test/sleutel/tenant/${a}/herstel\\nvan 50\\nvan-root \\S{44}\\nnaar 40\\nroot ${(await root(a)).replace(/[+/]/g, "\\$&")}\\ntijdstip \\S+Z\\n$`),
     );
     // Every line of the file has its row again (the four the copy lacked, the two new ones).
-    expect(rowCount()).toBe(rows + 4 + 2);
+    expect(await rowCount()).toBe(rows + 4 + 2);
+    // The accepted state, as a backup would copy it (the rollback below puts it back).
+    const accepted = await backup("geaccepteerd.db");
 
+    await moved();
     const after = await verify();
     expect(after.status).toBe(200);
     expect(after.json.ankerbestand).toMatchObject({ intact: true });
@@ -118,45 +169,47 @@ describe("accepting a deliberate restore", () => {
     expect(after.json.ankerbestand.waarschuwingen).toEqual([
       expect.stringContaining(`tenant ${a}: op ${tijdstip} is een teruggezette database geaccepteerd; de keten ging terug van seq 50 naar 40; de ondertekende entries 41 t/m 50 zijn verloren (herstelrecord op positie `),
     ]);
-    const accepted = join(env.dir, "geaccepteerd.db");
-    env.store.sqlite.query("VACUUM INTO ?").run(accepted);
 
     // The host application goes on; audit-anker signs the new entries on top of the accepted state.
-    fill(a, 3, "na");
+    await fill(a, 3, "na");
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.status).toBe(200);
-    expect(anker.json.checkpoints).toEqual([{ tenantId: a, grootte: 43, root: root(a) }]);
+    expect(anker.json.checkpoints).toEqual([{ tenantId: a, grootte: 43, root: await root(a) }]);
     expect((await verify()).status).toBe(200);
     expect(((await verify()).json.ankerbestand.waarschuwingen as string[]).join(" ")).toContain("van seq 50 naar 40");
 
-    // A database writer rolls back again, to the copy from before the acceptance: nothing
-    // it can do makes that acceptable (it has no key), so it is the alarm again.
-    restoreDatabase(env, copy);
-    const again = await verify();
-    expect(again.status).toBe(409);
-    expect(again.json.ankerbestand).toMatchObject({ reden: "database-teruggezet" });
-    // And to the copy the operator accepted, now a run behind whose tenant lost signed entries.
-    restoreDatabase(env, accepted);
-    expect((await verify()).status).toBe(409);
+    // Putting a .db file back is SQLite's restore; the PostgreSQL run's database was never that file.
+    if (env.store.kind === "sqlite") {
+      // A database writer rolls back again, to the copy from before the acceptance: nothing
+      // it can do makes that acceptable (it has no key), so it is the alarm again.
+      restore(copy);
+      const again = await verify();
+      expect(again.status).toBe(409);
+      expect(again.json.ankerbestand).toMatchObject({ reden: "database-teruggezet" });
+      // And to the copy the operator accepted, now a run behind whose tenant lost signed entries.
+      restore(accepted);
+      expect((await verify()).status).toBe(409);
+    }
   });
 
   test("the application wrote more entries to the restored copy than were lost (another chain under the signed numbers): checkpoint-afwijkend, accepted from 50 to 55", async () => {
     const { a } = await restored(2);
-    fill(a, 15, "na-terugzetten");
+    await fill(a, 15, "na-terugzetten");
     const before = await verify();
     expect(before.status).toBe(409);
     expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 50, reden: "checkpoint-afwijkend" });
     const dry = await acceptRestore();
     expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 55: de database heeft bij seq 50 een andere keten dan ondertekend (checkpoint-afwijkend)`);
     expect((await acceptRestore({ ja: true })).code).toBe(0);
+    await moved();
     const after = await verify();
     expect(after.status).toBe(200);
     expect(after.json.ankerbestand.waarschuwingen.join(" ")).toContain("de ondertekende keten tot seq 50 is vervangen door die uit de database");
   });
 
-  test("a chain broken in itself is not accepted: exit 1, that tenant stays 409, the others are accepted", async () => {
+  sqliteOnly("a chain broken in itself is not accepted: exit 1, that tenant stays 409, the others are accepted", async () => {
     const { a, b } = await restored(2);
-    env.store.sqlite.query("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 12").run(b);
+    await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 12", b);
     const r = await acceptRestore({ ja: true });
     expect(r.code).toBe(1);
     expect(r.out).toContain(`tenant ${b}: NIET te accepteren: hash-afwijkend bij seq 12`);
@@ -168,7 +221,7 @@ describe("accepting a deliberate restore", () => {
     expect(tenantResult(v.json, b).fout).toMatchObject({ seq: 12, reden: "hash-afwijkend" });
   });
 
-  test("a restore exactly one run old, after audit-anker copied that run back (kop-ontbreekt for good): accepted too", async () => {
+  sqliteOnly("a restore exactly one run old, after audit-anker copied that run back (kop-ontbreekt for good): accepted too", async () => {
     const { a } = await restored(1);
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.json).toMatchObject({ hersteld: 2, geweigerd: [{ tenantId: a, seq: 45, reden: "kop-ontbreekt" }] });
@@ -186,12 +239,12 @@ describe("accepting a deliberate restore", () => {
     expect(fileText().length).toBe(size);
   });
 
-  test("a crash after the acceptance's fsync, before its COMMIT: still 409; a rerun copies the lines in and signs nothing new; then 200", async () => {
+  sqliteOnly("a crash after the acceptance's fsync, before its COMMIT: still 409; a rerun copies the lines in and signs nothing new; then 200", async () => {
     const { a } = await restored(2);
-    const { end } = env.store.sqlite.query("SELECT max(positie) AS end FROM audit_anchor_log").get() as { end: number };
+    const { end } = (await env.db.get<{ end: number }>("SELECT max(positie) AS end FROM audit_anchor_log"))!;
     expect((await acceptRestore({ ja: true })).code).toBe(0);
     // What the crash leaves: the lines in the file, none of the transaction's rows.
-    env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE positie > ?").run(end);
+    await env.db.run("DELETE FROM audit_anchor_log WHERE positie > ?", end);
     expect((await verify()).status).toBe(409);
     const size = fileText().length;
     const rerun = await acceptRestore({ ja: true });
@@ -203,13 +256,13 @@ describe("accepting a deliberate restore", () => {
     expect(v.json.ankerbestand.waarschuwingen).toEqual([expect.stringContaining(`tenant ${a}: op `)]);
   });
 
-  test("a database writer cannot accept: a restore acceptance signed with its own key (same name) and inserted is 409, and accept-restore refuses rows that do not match the file", async () => {
+  sqliteOnly("a database writer cannot accept: a restore acceptance signed with its own key (same name) and inserted is 409, and accept-restore refuses rows that do not match the file", async () => {
     const { a } = await restored(1);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(409); // copies the run back, refuses a
     const own = parseSignerKey(generateKeyPair("nachtwacht.test/sleutel").signerKey);
-    const rootA = Buffer.from(root(a), "base64");
+    const rootA = Buffer.from(await root(a), "base64");
     const note = signRestoreRecord(own, { tenantId: a, basis: 0, van: 45, vanRoot: rootA, naar: 40, root: rootA, tijdstip: NOW.toISOString() });
-    env.store.sqlite.query("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'herstel', ?, 40, ?)").run(a, note);
+    await env.db.run("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'herstel', ?, 40, ?)", a, note);
     const v = await verify();
     expect(v.status).toBe(409);
     expect(tenantResult(v.json, a).fout).toMatchObject({ seq: 45, reden: "kop-ontbreekt" });
@@ -222,6 +275,7 @@ describe("accepting a deliberate restore", () => {
   test("a restore acceptance altered in the anchor file (root): 409 bestand-gewijzigd", async () => {
     await restored(2);
     expect((await acceptRestore({ ja: true })).code).toBe(0);
+    await moved();
     writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\nnaar 40\\n", "\\nnaar 39\\n"));
     const v = await verify();
     expect(v.status).toBe(409);
@@ -235,24 +289,26 @@ describe("accepting a deliberate restore", () => {
     expect(before.out).toContain("ANKERBESTAND: database-teruggezet");
     expect(before.out).toContain(`tenant ${a}: GEBROKEN bij seq 50: kop-ontbreekt`);
     expect((await acceptRestore({ ja: true })).code).toBe(0);
+    await moved();
     const after = await offline();
     expect(after.code).toBe(0);
     expect(after.out).toContain(`LET OP: tenant ${a}: op `);
     expect(after.out).toContain(`tenant ${a}: in orde (40 entries)`);
 
+    const where = databaseOf();
     const cp = join(env.dir, "checkpoint.txt");
     writeFileSync(cp, fileLines().at(-1)!.note);
-    const witness = await spawn(["verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY, "--checkpoint", cp]);
+    const witness = await spawn(["verify", ...where.args, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY, "--checkpoint", cp], where.env);
     expect(witness.code).toBe(0);
 
     const bundle = join(env.dir, "bundel.jsonl");
-    expect((await spawn(["export", "--tenant", String(a), "--bewijs", "7", "--uit", bundle, "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY])).code).toBe(0);
+    expect((await spawn(["export", "--tenant", String(a), "--bewijs", "7", "--uit", bundle, ...where.args, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], where.env)).code).toBe(0);
     const checked = await spawn(["verify", "--bundel", bundle, "--sleutel", TEST_VERIFIER_KEY]);
     expect(checked.code).toBe(0);
     expect(checked.out).toContain("LET OP: het checkpoint is een herstelrecord: de keten ging na een teruggezette database terug van seq 50 naar 40.");
     expect(checked.out).toContain("(40 entries, inclusiebewijs klopt)");
 
-    env.store.sqlite.query("UPDATE audit_entries SET subject = 'x' WHERE tenant_id = ? AND seq = 33").run(a);
+    await env.db.run("UPDATE audit_entries SET subject = 'x' WHERE tenant_id = ? AND seq = 33", a);
     const tampered = await offline();
     expect(tampered.code).toBe(1);
     expect(tampered.out).toContain(`tenant ${a}: GEBROKEN bij seq 33: hash-afwijkend`);
