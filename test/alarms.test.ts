@@ -4,8 +4,9 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { gunzipSync } from "node:zlib";
 import type { Alarm } from "../src/alarms/alarm.ts";
 import { createAlarmSink, type AlarmChannel } from "../src/alarms/sink.ts";
-import { appendAuditEntry } from "../src/audit/chain.ts";
-import { addTenant, call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
+import { canonicalJson } from "../src/audit/chain.ts";
+import { call, NOW, SECRET } from "./helpers.ts";
+import { addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
 
 interface Envelope {
   path: string;
@@ -41,18 +42,18 @@ function startSink(respond: "ok" | "never" = "ok") {
   };
 }
 
-let env: TestEnv | undefined;
+let env: Env | undefined;
 let sink: ReturnType<typeof startSink> | undefined;
-afterEach(() => {
-  env?.cleanup();
+afterEach(async () => {
+  await env?.cleanup();
   env = undefined;
   sink?.stop();
   sink = undefined;
 });
 
 /** The test env with the real alarm sink in place of the recording one. */
-function envWithRealSink(dsn: string | null, lines: string[]): TestEnv {
-  const e = makeTestEnv(dsn ? { SENTRY_DSN: dsn } : {});
+async function envWithRealSink(dsn: string | null, lines: string[]): Promise<Env> {
+  const e = await makeEnv(dsn ? { SENTRY_DSN: dsn } : {});
   e.deps.alarms = createAlarmSink({
     sentryDsn: e.config.sentryDsn,
     clock: e.deps.clock,
@@ -66,7 +67,7 @@ describe("alarm sink", () => {
   test("backup-status with exitCode ≠ 0 sends an error event with tag type=backup-failure to the DSN's endpoint", async () => {
     sink = startSink();
     const lines: string[] = [];
-    env = envWithRealSink(sink.dsn, lines);
+    env = await envWithRealSink(sink.dsn, lines);
     const r = await call(env.app, "/api/cron/backup-status", {
       body: JSON.stringify({ exitCode: 12, bestandsnaam: "nachtwacht.db.gz", grootte: 1024, foutmelding: "rsync: connection refused" }),
     });
@@ -96,10 +97,10 @@ describe("alarm sink", () => {
   test("a broken chain sends one event with tag type=audit-chain-broken", async () => {
     sink = startSink();
     const lines: string[] = [];
-    env = envWithRealSink(sink.dsn, lines);
-    const t = addTenant(env.store, "Gemeente Utrecht");
-    for (let i = 0; i < 3; i++) appendAuditEntry(env.store.sqlite, { tenantId: t, actor: "a", action: "b", subject: "c", createdAt: NOW });
-    env.store.sqlite.run("UPDATE audit_entries SET subject = 'x' WHERE seq = 2");
+    env = await envWithRealSink(sink.dsn, lines);
+    const t = await addTenant(env.db, "Gemeente Utrecht");
+    for (let i = 0; i < 3; i++) await appendInputs(env.store, [{ tenantId: t, actor: "a", action: "b", subject: "c", details: canonicalJson({}), createdAt: NOW.toISOString() }]);
+    await env.db.run("UPDATE audit_entries SET subject = 'x' WHERE seq = 2");
     const r = await call(env.app, "/api/cron/audit-verificatie");
     expect(r.status).toBe(409);
     const events = sink.events();
@@ -114,7 +115,7 @@ describe("alarm sink", () => {
   test("without a DSN nothing is sent; the stderr line is still written", async () => {
     sink = startSink();
     const lines: string[] = [];
-    env = envWithRealSink(null, lines);
+    env = await envWithRealSink(null, lines);
     const r = await call(env.app, "/api/cron/backup-status", { body: '{"exitCode":1,"foutmelding":"disk full"}' });
     expect(r.json).toEqual({ ok: true, gelukt: false });
     // raise() has returned with the call (it awaits its bounded flush when a DSN is set).

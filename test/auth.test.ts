@@ -2,7 +2,8 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { t } from "elysia";
 import { bearerChecker, scopeOf } from "../src/http/auth.ts";
 import { defineJob } from "../src/jobs/job.ts";
-import { call, makeTestEnv, SECRET, type TestEnv } from "./helpers.ts";
+import { call, SECRET } from "./helpers.ts";
+import { makeEnv, type Env } from "./dialect.ts";
 
 // A job that takes a JSON body, to show the gate decides before any body is read.
 const echoJob = defineJob({
@@ -22,20 +23,20 @@ class CountingRequest extends Request {
   }
 }
 
-let env: TestEnv;
+let env: Env;
 afterEach(() => env?.cleanup());
 
 describe("the auth gate", () => {
   const path = "/api/cron/backup-status";
   /** The app, handed requests whose body reads are counted. */
   const app = { handle: (r: Request) => env.app.handle(new CountingRequest(r)) };
-  const setup = () => {
-    env = makeTestEnv({}, { jobs: [echoJob] });
+  const setup = async () => {
+    env = await makeEnv({}, { jobs: [echoJob] });
     bodyReads = 0;
   };
 
   test("the right token passes", async () => {
-    setup();
+    await setup();
     const r = await call(app, path, { body: '{"a":1}' });
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ ok: true, input: { a: 1 } });
@@ -43,7 +44,7 @@ describe("the auth gate", () => {
   });
 
   test("the scheme word is case-insensitive", async () => {
-    setup();
+    await setup();
     for (const scheme of ["bearer", "BEARER", "BeArEr"]) {
       const r = await call(app, path, { token: null, headers: { authorization: `${scheme} ${SECRET}` }, body: "{}" });
       expect(r.status).toBe(200);
@@ -67,7 +68,7 @@ describe("the auth gate", () => {
   ];
   for (const [name, headers] of refused) {
     test(`${name} → 401 {error} with WWW-Authenticate: Bearer, body unread`, async () => {
-      setup();
+      await setup();
       const r = await call(app, path, { token: null, headers, body: '{"exitCode":0}' });
       expect(r.status).toBe(401);
       expect(typeof r.json.error).toBe("string");
@@ -79,14 +80,14 @@ describe("the auth gate", () => {
   }
 
   test("a wrong token with a malformed body is 401, not 400", async () => {
-    setup();
+    await setup();
     const r = await call(app, path, { token: "wrong", body: "{not json", headers: { "content-type": "application/json" } });
     expect(r.status).toBe(401);
     expect(bodyReads).toBe(0);
   });
 
   test("a token in the query string is not accepted", async () => {
-    setup();
+    await setup();
     for (const q of [`?access_token=${SECRET}`, `?token=${SECRET}`, `?authorization=Bearer%20${SECRET}`]) {
       const r = await call(app, path + q, { token: null, body: "{}" });
       expect(r.status).toBe(401);
@@ -94,7 +95,7 @@ describe("the auth gate", () => {
   });
 
   test("every job path is gated, including odd spellings", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     for (const p of ["/api/cron/weekrapport", "/api/cron/audit-verificatie", "/api/cron/weekrapport/", "//api/cron/dagrapport", "/API/CRON/dagrapport", "/api/cron/unknown"]) {
       const r = await call(env.app, p, { token: null });
       expect(r.status).toBe(401);
@@ -102,36 +103,40 @@ describe("the auth gate", () => {
   });
 
   test("with a valid token an unknown job path is 404 {error}", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, "/api/cron/bestaat-niet");
     expect(r.status).toBe(404);
     expect(typeof r.json.error).toBe("string");
   });
 
   test("a GET on a job path does not run the job", async () => {
-    setup();
+    await setup();
     const r = await call(app, path, { method: "GET" });
     expect([404, 405]).toContain(r.status);
     expect(bodyReads).toBe(0);
-    const runs = env.store.sqlite.query("SELECT count(*) AS n FROM job_runs").get() as { n: number };
-    expect(runs.n).toBe(0);
+    const runs = await env.db.get<{ n: number }>("SELECT count(*) AS n FROM job_runs");
+    expect(runs!.n).toBe(0);
   });
 
   test("GET /health needs no token and says nothing secret", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const r = await call(env.app, "/health", { method: "GET", token: null });
     expect(r.status).toBe(200);
     expect(r.json).toMatchObject({ status: "ok", database: "bereikbaar" });
     expect(r.text).not.toContain(SECRET);
     expect(r.text).not.toContain(env.config.databasePath);
+    // on PostgreSQL the database's location is DATABASE_URL
+    if (env.store.kind === "pg") expect(r.text).not.toContain(env.store.url);
   });
 
   test("GET /health answers 503 when the database is gone", async () => {
-    env = makeTestEnv();
-    env.store.sqlite.close();
+    env = await makeEnv();
+    // SQLite's file handle closed; PostgreSQL's pool closed (no connection to be had)
+    if (env.store.kind === "sqlite") env.store.sqlite.close();
+    else await env.store.close();
     const r = await call(env.app, "/health", { method: "GET", token: null });
     expect(r.status).toBe(503);
-    env.store.close = () => {};
+    env.store.close = async () => {};
   });
 });
 

@@ -3,6 +3,7 @@
 // may read it (loopback, METRICS_SECRET; never CRON_SECRET or APP_SECRET from elsewhere);
 // and that reading it stays a handful of indexed lookups.
 // promtool is Debian's package `prometheus` (.ci/run installs it): without it this FAILS.
+// On both stores (test/dialect.ts); the cost test reads each store's own query plans.
 import { afterEach, describe, expect, test } from "bun:test";
 import { networkInterfaces } from "node:os";
 import { newIngestCounters } from "../src/ingest/counters.ts";
@@ -11,7 +12,8 @@ import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { collectMetrics, isLoopback, METRICS_CONTENT_TYPE, metricsAccess, renderMetrics, type MetricsSnapshot } from "../src/http/metrics.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { addTenant, call, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
+import { call, NOW, SECRET } from "./helpers.ts";
+import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
 const METRICS_SECRET = "metrics-secret-0123456789abcdef0123456789abcdef";
@@ -20,7 +22,7 @@ const H = 3600_000;
 const at = (msBeforeNow: number) => new Date(NOW.getTime() - msBeforeNow).toISOString();
 const secs = (iso: string) => Date.parse(iso) / 1000;
 
-let env: TestEnv | undefined;
+let env: Env | undefined;
 afterEach(async () => {
   await env?.cleanup();
   env = undefined;
@@ -55,37 +57,58 @@ function value(samples: Sample[], name: string, labels: Record<string, string> =
   return hits[0]?.value;
 }
 
-async function scrape(e: TestEnv, token: string | null = METRICS_SECRET) {
+async function scrape(e: Env, token: string | null = METRICS_SECRET) {
   return call(e.app, "/metrics", { method: "GET", token });
 }
 
-function insertRun(e: TestEnv, job: string, gestart: string, beeindigd: string | null, uitkomst: string): number {
-  const row = e.store.sqlite
-    .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, ?) RETURNING id")
-    .get(job, gestart, beeindigd, uitkomst, beeindigd === null ? null : 200) as { id: number };
-  return row.id;
+async function insertRun(e: Env, job: string, gestart: string, beeindigd: string | null, uitkomst: string): Promise<number> {
+  const row = await e.db.get<{ id: number }>(
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, ?) RETURNING id",
+    job,
+    gestart,
+    beeindigd,
+    uitkomst,
+    beeindigd === null ? null : 200,
+  );
+  return row!.id;
 }
 
-function insertBackup(e: TestEnv, ontvangen: string, exitCode: number) {
-  e.store.sqlite
-    .query("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, 'b.db.gz', 10, NULL, 'host-cron')")
-    .run(ontvangen, exitCode, exitCode === 0 ? 1 : 0);
+async function insertBackup(e: Env, ontvangen: string, exitCode: number) {
+  await e.db.run(
+    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, 'b.db.gz', 10, NULL, 'host-cron')",
+    ontvangen,
+    exitCode,
+    exitCode === 0,
+  );
 }
 
-function insertVerification(e: TestEnv, tenantId: number, gecontroleerd: string, intact: boolean) {
-  e.store.sqlite
-    .query("INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 5, ?, NULL, ?)")
-    .run(tenantId, gecontroleerd, intact ? 1 : 0, intact ? null : 3, intact ? null : "hash-afwijkend");
+async function insertVerification(e: Env, tenantId: number, gecontroleerd: string, intact: boolean) {
+  await e.db.run(
+    "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 5, ?, NULL, ?)",
+    tenantId,
+    gecontroleerd,
+    intact,
+    intact ? null : 3,
+    intact ? null : "hash-afwijkend",
+  );
 }
 
 /** This host as a lease holder writes it (hostname, PID namespace). */
 const HERE = newLeaseHolder();
 
 /** A lease on `runId` as another live process on this host holds it (this test's own pid, another instance id), valid until `verloopt`. */
-function insertLease(e: TestEnv, job: string, runId: number, verloopt: Date) {
-  e.store.sqlite
-    .query("INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt) VALUES (?, ?, 'ander-proces-id', ?, ?, ?, ?, ?, ?)")
-    .run(job, process.pid, HERE.host, HERE.pidNs, runId, at(H), at(0), verloopt.toISOString());
+async function insertLease(e: Env, job: string, runId: number, verloopt: Date) {
+  await e.db.run(
+    "INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt) VALUES (?, ?, 'ander-proces-id', ?, ?, ?, ?, ?, ?)",
+    job,
+    process.pid,
+    HERE.host,
+    HERE.pidNs,
+    runId,
+    at(H),
+    at(0),
+    verloopt.toISOString(),
+  );
 }
 
 /** A non-loopback address of this machine to listen on, if it has one. */
@@ -99,16 +122,16 @@ function otherLocalAddress(): string | undefined {
 describe("the values", () => {
   test("per job: start, end, duration, outcome, running, overdue; overdue is exactly taken-controle's gemist", async () => {
     const running = new RunningJobs();
-    env = makeTestEnv({ METRICS_SECRET }, { running });
+    env = await makeEnv({ METRICS_SECRET }, { running });
     // NOW is Thursday 2026-07-23 12:00 UTC; the service was installed a year before.
     const dag = { start: at(6 * H - 1000), end: at(6 * H - 3500) }; // 06:00:01, took 2.5 s
-    insertRun(env, "dagrapport", at(30 * H), at(30 * H - 1000), "fout"); // an older run, not the newest
-    insertRun(env, "dagrapport", dag.start, dag.end, "ok");
-    insertRun(env, "db-onderhoud", at(4 * 24 * H - 8 * H), at(4 * 24 * H - 8 * H - 61_000), "fout"); // Sunday 04:00, 61 s
-    insertRun(env, "beveiligingslog-analyse", at(0), at(-200), "afwijking"); // 12:00:00.000 → .200
-    insertRun(env, "backup-controle", at(45 * 60_000), at(45 * 60_000 - 100), "ok"); // 11:15
-    const anker = insertRun(env, "audit-anker", at(10 * 60_000), null, "bezig"); // still running, 10 min
-    insertRun(env, "audit-verificatie", at(35 * H), null, "bezig"); // yesterday 01:00, never ended
+    await insertRun(env, "dagrapport", at(30 * H), at(30 * H - 1000), "fout"); // an older run, not the newest
+    await insertRun(env, "dagrapport", dag.start, dag.end, "ok");
+    await insertRun(env, "db-onderhoud", at(4 * 24 * H - 8 * H), at(4 * 24 * H - 8 * H - 61_000), "fout"); // Sunday 04:00, 61 s
+    await insertRun(env, "beveiligingslog-analyse", at(0), at(-200), "afwijking"); // 12:00:00.000 → .200
+    await insertRun(env, "backup-controle", at(45 * 60_000), at(45 * 60_000 - 100), "ok"); // 11:15
+    const anker = await insertRun(env, "audit-anker", at(10 * 60_000), null, "bezig"); // still running, 10 min
+    await insertRun(env, "audit-verificatie", at(35 * H), null, "bezig"); // yesterday 01:00, never ended
     running.tryStart("audit-anker");
     running.setRun("audit-anker", anker);
 
@@ -171,12 +194,12 @@ describe("the values", () => {
   });
 
   test("a job alive in another process (a live holder's lease on its newest run) is not overdue, as taken-controle says; without the lease it is", async () => {
-    env = makeTestEnv({ METRICS_SECRET });
+    env = await makeEnv({ METRICS_SECRET });
     // audit-verificatie fires at 01:00 (grace 30 min, maximum run time 60 min). Its newest
     // run started at 00:59, before that fire time, and has no end; at 01:40 the grace has passed.
     const now = new Date("2026-07-23T01:40:00.000Z");
     env.setNow(now);
-    const runId = insertRun(env, "audit-verificatie", "2026-07-23T00:59:00.000Z", null, "bezig");
+    const runId = await insertRun(env, "audit-verificatie", "2026-07-23T00:59:00.000Z", null, "bezig");
     const overdue = async () => value(parse((await scrape(env!)).text), "nachtwacht_job_overdue", { job: "audit-verificatie" });
     const controle = async () => (await runTakenControle(env!.deps, now, { running: [], unrecorded: [] })).body;
 
@@ -185,7 +208,7 @@ describe("the values", () => {
     expect((await controle()).gemist).toContain("audit-verificatie");
 
     // Another process on this host holds its lease (alive: this test's pid, another instance).
-    insertLease(env, "audit-verificatie", runId, new Date(now.getTime() + 60_000));
+    await insertLease(env, "audit-verificatie", runId, new Date(now.getTime() + 60_000));
     expect(await overdue()).toBe(0);
     const body = await controle();
     expect(body.gemist).not.toContain("audit-verificatie");
@@ -199,14 +222,14 @@ describe("the values", () => {
   });
 
   test("audit chains: tenants checked and broken, time of the newest verification", async () => {
-    env = makeTestEnv({ METRICS_SECRET });
+    env = await makeEnv({ METRICS_SECRET });
     let m = parse((await scrape(env)).text);
     expect([value(m, "nachtwacht_audit_tenants_checked"), value(m, "nachtwacht_audit_tenants_broken"), value(m, "nachtwacht_audit_last_verification_timestamp_seconds")]).toEqual([0, 0, 0]);
-    const ids = [addTenant(env.store, "A"), addTenant(env.store, "B"), addTenant(env.store, "C"), addTenant(env.store, "D")];
-    insertVerification(env, ids[0]!, at(11 * H), true);
-    insertVerification(env, ids[1]!, at(11 * H), false);
-    insertVerification(env, ids[2]!, at(59 * H), false);
-    insertVerification(env, ids[3]!, at(11 * H - 5000), true);
+    const ids = [await addTenant(env.db, "A"), await addTenant(env.db, "B"), await addTenant(env.db, "C"), await addTenant(env.db, "D")];
+    await insertVerification(env, ids[0]!, at(11 * H), true);
+    await insertVerification(env, ids[1]!, at(11 * H), false);
+    await insertVerification(env, ids[2]!, at(59 * H), false);
+    await insertVerification(env, ids[3]!, at(11 * H - 5000), true);
     m = parse((await scrape(env)).text);
     expect(value(m, "nachtwacht_audit_tenants_checked")).toBe(4);
     expect(value(m, "nachtwacht_audit_tenants_broken")).toBe(2);
@@ -214,22 +237,22 @@ describe("the values", () => {
   });
 
   test("backup: none, newest failed and too old, newest succeeded and recent", async () => {
-    env = makeTestEnv({ METRICS_SECRET, BACKUP_MAX_UREN: "26" });
+    env = await makeEnv({ METRICS_SECRET, BACKUP_MAX_UREN: "26" });
     let m = parse((await scrape(env)).text);
     expect(value(m, "nachtwacht_backup_last_success")).toBe(0);
     expect(value(m, "nachtwacht_backup_overdue")).toBe(1);
     expect(value(m, "nachtwacht_backup_last_age_seconds")).toBeUndefined();
     expect(value(m, "nachtwacht_backup_max_age_seconds")).toBe(26 * 3600);
 
-    insertBackup(env, at(50 * H), 0);
-    insertBackup(env, at(30 * H), 74);
+    await insertBackup(env, at(50 * H), 0);
+    await insertBackup(env, at(30 * H), 74);
     m = parse((await scrape(env)).text);
     expect(value(m, "nachtwacht_backup_last_success")).toBe(0);
     expect(value(m, "nachtwacht_backup_last_age_seconds")).toBe(30 * 3600);
     expect(value(m, "nachtwacht_backup_last_timestamp_seconds")).toBe(secs(at(30 * H)));
     expect(value(m, "nachtwacht_backup_overdue")).toBe(1);
 
-    insertBackup(env, at(2 * H + 1500), 0);
+    await insertBackup(env, at(2 * H + 1500), 0);
     m = parse((await scrape(env)).text);
     expect(value(m, "nachtwacht_backup_last_success")).toBe(1);
     expect(value(m, "nachtwacht_backup_last_age_seconds")).toBe(7201.5);
@@ -243,7 +266,7 @@ describe("the values", () => {
   });
 
   test("the write API's counters, driven through the write API itself", async () => {
-    env = makeTestEnv({ METRICS_SECRET, APP_SECRET });
+    env = await makeEnv({ METRICS_SECRET, APP_SECRET });
     const send = (path: string, body: unknown, token: string | null = APP_SECRET, method = "POST") =>
       call(env!.app, path, { token, method, body: typeof body === "string" ? body : JSON.stringify(body) });
     let m = parse((await scrape(env)).text);
@@ -273,12 +296,12 @@ describe("the values", () => {
     const rejected = (status: string) => value(m, "nachtwacht_ingest_requests_rejected_total", { status });
     expect([rejected("400"), rejected("401"), rejected("403"), rejected("409"), rejected("422"), rejected("413"), rejected("503")]).toEqual([1, 2, 1, 1, 1, 0, 0]);
     // the same numbers as the counters themselves
-    expect(env.store.sqlite.query("SELECT count(*) AS n FROM audit_entries").get()).toEqual({ n: 4 });
+    expect(await env.db.get("SELECT count(*) AS n FROM audit_entries")).toEqual({ n: 4 });
   });
 
   test("a status outside the usual ones gets its own series; the counters are the ones passed to the app", async () => {
     const counters = newIngestCounters();
-    env = makeTestEnv({ METRICS_SECRET }, { counters });
+    env = await makeEnv({ METRICS_SECRET }, { counters });
     counters.rejected["418"] = 3;
     counters.accepted.tenants = 7;
     const m = parse((await scrape(env)).text);
@@ -288,12 +311,12 @@ describe("the values", () => {
 
   test("build info, and a database that cannot be read: database_up 0, the in-process part still shown, no alarm", async () => {
     const running = new RunningJobs();
-    env = makeTestEnv({ METRICS_SECRET }, { running });
+    env = await makeEnv({ METRICS_SECRET }, { running });
     let m = parse((await scrape(env)).text);
     expect(value(m, "nachtwacht_build_info", { version: (await Bun.file(`${import.meta.dir}/../package.json`).json()).version })).toBe(1);
     expect(value(m, "nachtwacht_database_up")).toBe(1);
     running.tryStart("dagrapport");
-    env.store.sqlite.run("DROP TABLE job_runs");
+    await env.db.run("DROP TABLE job_runs");
     const r = await scrape(env);
     expect(r.status).toBe(200);
     m = parse(r.text);
@@ -316,11 +339,11 @@ async function checkWithPromtool(text: string) {
 describe("the format", () => {
   test("promtool check metrics accepts what the running service answers, with every family seeded", async () => {
     const counters = newIngestCounters();
-    env = makeTestEnv({ METRICS_SECRET }, { counters });
-    const t = addTenant(env.store, "A");
-    insertVerification(env, t, at(H), false);
-    insertBackup(env, at(H), 0);
-    insertRun(env, "dagrapport", at(H), at(H - 1), "ok");
+    env = await makeEnv({ METRICS_SECRET }, { counters });
+    const t = await addTenant(env.db, "A");
+    await insertVerification(env, t, at(H), false);
+    await insertBackup(env, at(H), 0);
+    await insertRun(env, "dagrapport", at(H), at(H - 1), "ok");
     counters.rejected["401"] = 2;
     const server = env.app.listen({ port: 0, hostname: "127.0.0.1" });
     try {
@@ -363,7 +386,7 @@ describe("the format", () => {
 
 describe("access", () => {
   test("loopback without a token: 200 from 127.0.0.1, and from ::1 when the host has IPv6 loopback", async () => {
-    env = makeTestEnv();
+    env = await makeEnv();
     const v4 = env.app.listen({ port: 0, hostname: "127.0.0.1" });
     try {
       const r = await fetch(`http://127.0.0.1:${v4.server!.port}/metrics`);
@@ -380,17 +403,19 @@ describe("access", () => {
     }
     const hasV6 = Object.values(networkInterfaces()).some((l) => l?.some((a) => a.internal && a.address === "::1"));
     if (hasV6) {
-      const v6 = makeTestEnv().app.listen({ port: 0, hostname: "::1" });
+      const other = await makeEnv();
+      const v6 = other.app.listen({ port: 0, hostname: "::1" });
       try {
         expect((await fetch(`http://[::1]:${v6.server!.port}/metrics`)).status).toBe(200);
       } finally {
         await v6.stop(true);
+        await other.cleanup();
       }
     }
   });
 
   test("no peer address (app.handle): counts as remote; METRICS_SECRET 200, wrong or none 401, CRON_SECRET and APP_SECRET 403", async () => {
-    env = makeTestEnv({ METRICS_SECRET, APP_SECRET });
+    env = await makeEnv({ METRICS_SECRET, APP_SECRET });
     expect((await scrape(env, METRICS_SECRET)).status).toBe(200);
     expect((await call(env.app, "/metrics", { method: "GET", token: null, headers: { authorization: `bearer   ${METRICS_SECRET}` } })).status).toBe(200);
     for (const [token, status] of [
@@ -413,7 +438,7 @@ describe("access", () => {
   });
 
   test("without METRICS_SECRET only loopback reads it: every token 403 from elsewhere", async () => {
-    env = makeTestEnv({ APP_SECRET });
+    env = await makeEnv({ APP_SECRET });
     for (const token of [null, WRONG, SECRET, APP_SECRET]) {
       const r = await scrape(env, token);
       expect({ token, status: r.status }).toEqual({ token, status: 403 });
@@ -422,7 +447,7 @@ describe("access", () => {
   });
 
   test("from a non-loopback address of this machine (a real socket): token needed, CRON_SECRET and APP_SECRET refused", async () => {
-    env = makeTestEnv({ METRICS_SECRET, APP_SECRET });
+    env = await makeEnv({ METRICS_SECRET, APP_SECRET });
     const address = otherLocalAddress();
     if (address === undefined) {
       // No other address to listen on here: the decision is checked with a peer address argument instead.
@@ -479,40 +504,83 @@ describe("access", () => {
 
 describe("cost", () => {
   test("a scrape is a handful of indexed lookups: no table scanned but the one-row-per-tenant verification state and the job leases (one row per job at most)", async () => {
-    env = makeTestEnv({ METRICS_SECRET });
-    const t = addTenant(env.store, "A");
-    insertVerification(env, t, at(H), true);
-    insertBackup(env, at(H), 0);
-    insertRun(env, "dagrapport", at(H), at(H - 1), "ok");
-    insertLease(env, "audit-anker", insertRun(env, "audit-anker", at(60_000), null, "bezig"), new Date(NOW.getTime() + 60_000));
-    const seen: string[] = [];
-    const sqlite = env.store.sqlite;
-    const prepare = sqlite.prepare.bind(sqlite);
-    (sqlite as { prepare: typeof prepare }).prepare = ((q: string, ...rest: []) => {
-      seen.push(q);
-      return prepare(q, ...rest);
-    }) as typeof prepare;
-    const query = sqlite.query.bind(sqlite);
-    (sqlite as { query: typeof query }).query = ((q: string) => {
-      seen.push(q);
-      return query(q);
-    }) as typeof query;
+    env = await makeEnv({ METRICS_SECRET });
+    const t = await addTenant(env.db, "A");
+    await insertVerification(env, t, at(H), true);
+    await insertBackup(env, at(H), 0);
+    await insertRun(env, "dagrapport", at(H), at(H - 1), "ok");
+    await insertLease(env, "audit-anker", await insertRun(env, "audit-anker", at(60_000), null, "bezig"), new Date(NOW.getTime() + 60_000));
     const running = new RunningJobs();
-    collectMetrics({ deps: env.deps, running, counters: newIngestCounters() }, NOW);
-    (sqlite as { prepare: typeof prepare }).prepare = prepare;
-    (sqlite as { query: typeof query }).query = query;
+    const collect = () => collectMetrics({ deps: env!.deps, running, counters: newIngestCounters() }, NOW);
+    if (env.store.kind === "sqlite") {
+      const seen: string[] = [];
+      const sqlite = env.store.sqlite;
+      const prepare = sqlite.prepare.bind(sqlite);
+      (sqlite as { prepare: typeof prepare }).prepare = ((q: string, ...rest: []) => {
+        seen.push(q);
+        return prepare(q, ...rest);
+      }) as typeof prepare;
+      const query = sqlite.query.bind(sqlite);
+      (sqlite as { query: typeof query }).query = ((q: string) => {
+        seen.push(q);
+        return query(q);
+      }) as typeof query;
+      collect();
+      (sqlite as { prepare: typeof prepare }).prepare = prepare;
+      (sqlite as { query: typeof query }).query = query;
 
-    const distinct = [...new Set(seen)];
-    expect(distinct.length).toBeGreaterThan(0);
-    expect(distinct.length).toBeLessThanOrEqual(6);
-    for (const q of distinct) {
-      expect(q).not.toContain("audit_entries");
-      const params = (q.match(/\?/g) ?? []).map(() => "x");
-      const plan = (query(`EXPLAIN QUERY PLAN ${q}`).all(...params) as { detail: string }[]).map((r) => r.detail);
-      const scans = plan.filter((d) => /^SCAN /.test(d) && !/USING (COVERING )?INDEX/.test(d));
-      // job_leases has the job as its primary key: one row per job at most, so scanning it is bounded.
-      expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => d.startsWith("SCAN audit_verification_state") || d.startsWith("SCAN job_leases")) });
-      expect(plan.some((d) => d.includes("USE TEMP B-TREE"))).toBe(false);
+      const distinct = [...new Set(seen)];
+      expect(distinct.length).toBeGreaterThan(0);
+      expect(distinct.length).toBeLessThanOrEqual(6);
+      for (const q of distinct) {
+        expect(q).not.toContain("audit_entries");
+        const params = (q.match(/\?/g) ?? []).map(() => "x");
+        const plan = (query(`EXPLAIN QUERY PLAN ${q}`).all(...params) as { detail: string }[]).map((r) => r.detail);
+        const scans = plan.filter((d) => /^SCAN /.test(d) && !/USING (COVERING )?INDEX/.test(d));
+        // job_leases has the job as its primary key: one row per job at most, so scanning it is bounded.
+        expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => d.startsWith("SCAN audit_verification_state") || d.startsWith("SCAN job_leases")) });
+        expect(plan.some((d) => d.includes("USE TEMP B-TREE"))).toBe(false);
+      }
+    } else {
+      // PostgreSQL: every statement the scrape sends through the pool (Drizzle's bun-sql
+      // driver sends each as sql.unsafe(text, params)), with the parameters it sent.
+      const { sql } = env.store;
+      const seen = new Map<string, unknown[]>();
+      const unsafe = sql.unsafe;
+      (sql as { unsafe: typeof unsafe }).unsafe = ((q: string, params?: unknown[]) => {
+        if (!seen.has(q)) seen.set(q, params ?? []);
+        return unsafe.call(sql, q, params as any[]);
+      }) as typeof unsafe;
+      try {
+        await collect();
+      } finally {
+        (sql as { unsafe: typeof unsafe }).unsafe = unsafe;
+      }
+
+      expect(seen.size).toBeGreaterThan(0);
+      expect(seen.size).toBeLessThanOrEqual(6);
+      for (const [q, params] of seen) {
+        expect(q).not.toContain("audit_entries");
+        // With sequential scans priced out, a table still read whole has no index the
+        // query can use (SQLite's SCAN without an index); a Sort node is SQLite's temp B-tree.
+        const plan = await sql.begin(async (tx) => {
+          await tx.unsafe("SET LOCAL enable_seqscan = off");
+          const [row] = await tx.unsafe(`EXPLAIN (FORMAT JSON) ${q}`, params as any[]);
+          return (row as { "QUERY PLAN": unknown })["QUERY PLAN"];
+        });
+        const nodes: { "Node Type": string; "Relation Name"?: string }[] = [];
+        const walk = (n: any) => {
+          nodes.push(n);
+          for (const c of n.Plans ?? []) walk(c);
+        };
+        walk((plan as any[])[0].Plan);
+        const scans = nodes.filter((n) => n["Node Type"] === "Seq Scan").map((n) => `SCAN ${n["Relation Name"]}`);
+        // job_leases has the job as its primary key: one row per job at most, so scanning it is bounded.
+        expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => d === "SCAN audit_verification_state" || d === "SCAN job_leases") });
+        // SQLite's indexes end in the rowid, so (ontvangen) also orders by id; PostgreSQL's do
+        // not, and it sorts only the rows tied on the indexed column (Incremental Sort), never the table.
+        expect({ q, sorts: nodes.filter((n) => n["Node Type"] === "Sort").length }).toEqual({ q, sorts: 0 });
+      }
     }
   });
 });

@@ -9,7 +9,8 @@ import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { addTenant, call, makeTestEnv, NOW, tempDir, type TestEnv } from "./helpers.ts";
+import { call, NOW, tempDir } from "./helpers.ts";
+import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
 const OPS = resolve(import.meta.dir, "..", "ops");
@@ -68,21 +69,26 @@ describe("a real Prometheus server scraping the service", () => {
   test("reads the seeded values through its HTTP API and fires the alerts they call for", async () => {
     const prometheus = prometheusTool("prometheus");
     const counters = newIngestCounters();
-    const env: TestEnv = makeTestEnv({ APP_SECRET }, { counters });
+    const env: Env = await makeEnv({ APP_SECRET }, { counters });
     cleanups.push(() => env.cleanup());
 
     // Seed: a failed dagrapport, one broken chain out of two, a recent good backup, write API traffic.
     const dagStart = at(6 * H);
-    env.store.sqlite.query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('dagrapport', ?, ?, 'fout', 500)").run(dagStart, at(6 * H - 4000));
-    for (const [naam, intact] of [["A", 1], ["B", 0]] as const) {
-      const id = addTenant(env.store, naam);
-      env.store.sqlite
-        .query("INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 3, NULL, NULL, NULL)")
-        .run(id, at(11 * H), intact);
+    await env.db.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('dagrapport', ?, ?, 'fout', 500)", dagStart, at(6 * H - 4000));
+    for (const [naam, intact] of [["A", true], ["B", false]] as const) {
+      const id = await addTenant(env.db, naam);
+      await env.db.run(
+        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 3, NULL, NULL, NULL)",
+        id,
+        at(11 * H),
+        intact,
+      );
     }
-    env.store.sqlite
-      .query("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, 0, 1, 'b.db.gz', 10, NULL, 'host-cron')")
-      .run(at(3 * H));
+    await env.db.run(
+      "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, 0, ?, 'b.db.gz', 10, NULL, 'host-cron')",
+      at(3 * H),
+      true,
+    );
     const audit = (token: string) => call(env.app, "/api/audit", { token, body: JSON.stringify({ entries: [auditEntry(1, 0), auditEntry(1, 1)] }) });
     expect((await audit(APP_SECRET)).status).toBe(200);
     expect((await audit("wrong-secret-0123456789abcdef0123456789abcdef")).status).toBe(401);

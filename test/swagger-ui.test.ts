@@ -1,12 +1,16 @@
 // Swagger UI in real headless Chromium, served by the compiled binary: authorize with
 // the secret, run backup-status with its example body, see the 200 in the page, and
 // check that the page asked nothing of any other origin (hosts are often offline).
+// On both stores (test/dialect.ts): on the PostgreSQL run the binary gets DATABASE_URL,
+// a fresh database of the run's cluster.
+import { SQL } from "bun";
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { chromium, type Browser } from "playwright-core";
 import { buildBinary, ROOT, startBinary, type RunningBinary } from "./binary.ts";
+import { DIALECT, testCluster } from "./dialect.ts";
 
 const CHROMIUM = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].find((p) => existsSync(p));
 if (!CHROMIUM) console.warn("SKIPPED test/swagger-ui.test.ts: Debian's chromium is not installed (apt-get install -y chromium)");
@@ -17,10 +21,32 @@ const SCREENSHOT = join(ROOT, "out", "swagger.png");
 describe.skipIf(!CHROMIUM)("Swagger UI from the binary in headless Chromium", () => {
   let app: RunningBinary & { dir: string };
   let browser: Browser;
+  /** The PostgreSQL run's database (DATABASE_URL), null on SQLite. */
+  let pgUrl: string | null = null;
+
+  /** The newest stored backup report, read from the store the binary wrote to. */
+  async function newestBackupStatus(): Promise<unknown> {
+    const q = "SELECT exit_code, bestandsnaam, bron FROM backup_statuses ORDER BY id DESC LIMIT 1";
+    if (pgUrl !== null) {
+      const sql = new SQL(pgUrl, { max: 1 });
+      try {
+        return (await sql.unsafe(q))[0] ?? null;
+      } finally {
+        await sql.close();
+      }
+    }
+    const db = new Database(join(app.dir, "data", "nachtwacht.db"), { readonly: true });
+    try {
+      return db.query(q).get();
+    } finally {
+      db.close();
+    }
+  }
 
   beforeAll(async () => {
     const { path } = await buildBinary();
-    app = await startBinary(path, { CRON_SECRET: SECRET });
+    if (DIALECT === "pg") pgUrl = await (await testCluster()).createDatabase();
+    app = await startBinary(path, { CRON_SECRET: SECRET, ...(pgUrl === null ? {} : { DATABASE_URL: pgUrl }) });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       // playwright gives the browser a fresh temporary profile of its own
@@ -74,16 +100,11 @@ describe.skipIf(!CHROMIUM)("Swagger UI from the binary in headless Chromium", ()
     await context.close();
 
     // The click really ran the job: the report is stored.
-    const db = new Database(join(app.dir, "data", "nachtwacht.db"), { readonly: true });
-    try {
-      expect(db.query("SELECT exit_code, bestandsnaam, bron FROM backup_statuses ORDER BY id DESC LIMIT 1").get()).toEqual({
-        exit_code: 0,
-        bestandsnaam: "nachtwacht-2026-07-23.db.gz",
-        bron: "host-cron",
-      });
-    } finally {
-      db.close();
-    }
+    expect(await newestBackupStatus()).toEqual({
+      exit_code: 0,
+      bestandsnaam: "nachtwacht-2026-07-23.db.gz",
+      bron: "host-cron",
+    });
 
     const origin = new URL(app.url).origin;
     expect(requests.length).toBeGreaterThanOrEqual(4); // page, css, bundle, spec, the call
