@@ -9,11 +9,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Value } from "@sinclair/typebox/value";
 import fc from "fast-check";
-import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
+import { canonicalJson } from "../src/audit/chain.ts";
 import { MAX_REQUEST_BODY } from "../src/app.ts";
 import { ALL_JOBS } from "../src/jobs/index.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { addAdmin, addTenant, makeTestEnv, NOW, SECRET, type TestEnv } from "./helpers.ts";
+import { NOW, SECRET } from "./helpers.ts";
+import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
 
 const SEED = Number(process.env.FC_SEED ?? 20260723);
 const DAY = 24 * 3600 * 1000;
@@ -152,7 +153,8 @@ function toRequest(base: string, r: FuzzRequest): Request | null {
 // ---------------------------------------------------------------- the oracle
 
 const documented = new Map(ALL_JOBS.map((j) => [j.name as string, j]));
-const STACK = /\n\s+at |\bat [^\s]+ \(|\.tsx?:\d+|node_modules|\/work\/|\bError:|SQLITE_/;
+// SQLite's and PostgreSQL's error names are internal detail too.
+const STACK = /\n\s+at |\bat [^\s]+ \(|\.tsx?:\d+|node_modules|\/work\/|\bError:|SQLITE_|PostgresError|ERR_POSTGRES/;
 const ERROR_STATUSES = new Set([400, 401, 404, 405, 413]);
 
 /** The job a request reaches when it gets past the gate, or null for none. */
@@ -184,9 +186,12 @@ interface Counts {
   logins: number;
 }
 
-function counts(env: TestEnv): Counts {
-  const n = (t: string) => (env.store.sqlite.query(`SELECT count(*) AS n FROM ${t}`).get() as { n: number }).n;
-  return { backups: n("backup_statuses"), runs: n("job_runs"), audit: n("audit_entries"), logins: n("login_attempts") };
+async function counts(env: Env): Promise<Counts> {
+  const row = await env.db.get<Counts>(
+    `SELECT (SELECT count(*) FROM backup_statuses) AS backups, (SELECT count(*) FROM job_runs) AS runs,
+            (SELECT count(*) FROM audit_entries) AS audit, (SELECT count(*) FROM login_attempts) AS logins`,
+  );
+  return row!;
 }
 
 interface Seen {
@@ -241,18 +246,20 @@ function judge(r: FuzzRequest, method: string, status: number, type: string | nu
 
 // ---------------------------------------------------------------- fixtures
 
-let env: TestEnv;
+let env: Env;
 const written: string[] = [];
 const originalStdout = process.stdout.write.bind(process.stdout);
 const originalStderr = process.stderr.write.bind(process.stderr);
 
-beforeAll(() => {
-  env = makeTestEnv();
-  const t = addTenant(env.store, "Alfa BV");
-  addAdmin(env.store, t, "anna@alfa.test");
+beforeAll(async () => {
+  env = await makeEnv();
+  const t = await addTenant(env.db, "Alfa BV");
+  await addAdmin(env.db, t, "anna@alfa.test");
   for (let i = 0; i < 20; i++) {
-    appendAuditEntry(env.store.sqlite, { tenantId: t, actor: "a", action: "dossier.bekeken", subject: `d${i}`, createdAt: new Date(NOW.getTime() - (3000 - i) * DAY) });
-    recordLoginAttempt(env.store.sqlite, { account: "anna", ip: "10.0.0.1", gelukt: i % 3 !== 0, tenantId: t, tijdstip: new Date(NOW.getTime() - i * 3600_000) });
+    await appendInputs(env.store, [
+      { tenantId: t, actor: "a", action: "dossier.bekeken", subject: `d${i}`, details: canonicalJson({}), createdAt: new Date(NOW.getTime() - (3000 - i) * DAY).toISOString() },
+    ]);
+    await addLoginAttempt(env.db, { account: "anna", ip: "10.0.0.1", gelukt: i % 3 !== 0, tenantId: t, tijdstip: new Date(NOW.getTime() - i * 3600_000) });
   }
   // Everything the service logs while under fire is kept, to look for the secret in it.
   const capture = (orig: typeof process.stdout.write) =>
@@ -264,10 +271,10 @@ beforeAll(() => {
   process.stderr.write = capture(originalStderr);
 });
 
-afterAll(() => {
+afterAll(async () => {
   process.stdout.write = originalStdout;
   process.stderr.write = originalStderr;
-  env?.cleanup();
+  await env?.cleanup();
 });
 
 // ---------------------------------------------------------------- in-process
@@ -279,10 +286,10 @@ describe("hostile input in-process (app.handle)", () => {
       fc.asyncProperty(requestArb, async (r) => {
         const req = toRequest("http://localhost", r);
         fc.pre(req !== null);
-        const before = counts(env);
+        const before = await counts(env);
         const res = await env.app.handle(req!);
         const text = await res.text();
-        const after = counts(env);
+        const after = await counts(env);
         const problem = judge(r, req!.method, res.status, res.headers.get("content-type"), text, before, after);
         seen.statuses.set(res.status, (seen.statuses.get(res.status) ?? 0) + 1);
         const job = jobOf(r);
@@ -302,7 +309,7 @@ describe("hostile input in-process (app.handle)", () => {
   }, 120_000);
 
   test("valid backup reports among the noise are stored exactly once each, and nothing else is", async () => {
-    const before = counts(env).backups;
+    const before = (await counts(env)).backups;
     let accepted = 0;
     await fc.assert(
       fc.asyncProperty(fc.oneof(reportLike.map((o) => JSON.stringify(o)), bodyArb.filter((b): b is string => typeof b === "string")), async (body) => {
@@ -321,7 +328,7 @@ describe("hostile input in-process (app.handle)", () => {
       { numRuns: 600, seed: SEED + 1, reporter },
     );
     expect(accepted).toBeGreaterThan(20);
-    expect(counts(env).backups - before).toBe(accepted);
+    expect((await counts(env)).backups - before).toBe(accepted);
     // A failure report's foutmelding that happens to be the secret is scrubbed from the alarm.
     expect(JSON.stringify(env.alarms.raised)).toContain("backup-failure");
   }, 60_000);
@@ -372,7 +379,7 @@ async function raw(port: number, bytes: string | Uint8Array, waitMs = 3000): Pro
 }
 
 describe("hostile input over HTTP (Bun.serve of the app)", () => {
-  let served: ReturnType<TestEnv["app"]["listen"]>;
+  let served: ReturnType<Env["app"]["listen"]>;
   let port: number;
   let base: string;
   beforeAll(() => {
@@ -393,7 +400,7 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
         const standard = ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "GET", "HEAD"].includes(upper);
         const req = toRequest(base, standard ? { ...r, method: upper } : { ...r, body: null });
         fc.pre(req !== null);
-        const before = counts(env);
+        const before = await counts(env);
         let res: Response;
         try {
           res = await fetch(req!);
@@ -402,7 +409,7 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
           throw new Error(`no answer: ${String(e)} for ${r.method} ${r.path}`);
         }
         const text = await res.text();
-        const after = counts(env);
+        const after = await counts(env);
         seen.set(res.status, (seen.get(res.status) ?? 0) + 1);
         const headerBytes = r.headers.reduce((n, [k, v]) => n + k.length + v.length + 4, 0) + (r.authorization?.length ?? 0) + r.path.length;
         if (res.status === 431 || (res.status === 413 && text === "")) {
@@ -422,7 +429,7 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
   }, 60_000);
 
   test("maxRequestBodySize (1 MiB) applies to the listening app: one byte over is 413 from Bun, nothing stored", async () => {
-    const before = counts(env);
+    const before = await counts(env);
     const over = await raw(port, `POST /api/cron/backup-status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${SECRET}\r\nContent-Length: ${MAX_REQUEST_BODY + 1}\r\n\r\n` + "x".repeat(MAX_REQUEST_BODY + 1));
     expect(over?.status).toBe(413);
     expect(over?.body).toBe("");
@@ -433,18 +440,18 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
     // Over the limit even with a wrong token: Bun refuses it on the declared length.
     const wrong = await raw(port, `POST /api/cron/backup-status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Length: ${2 * MAX_REQUEST_BODY}\r\n\r\n`, 2000);
     expect(wrong?.status).toBe(413);
-    expect(counts(env)).toEqual(before);
+    expect(await counts(env)).toEqual(before);
   }, 30_000);
 
   test("a chunked body without content-length is cut at 64 KiB by backup-status (413), or refused unread with a wrong token (401)", async () => {
-    const before = counts(env);
+    const before = await counts(env);
     const chunks = ("100000\r\n" + "x".repeat(0x100000) + "\r\n").repeat(2) + "0\r\n\r\n";
     const good = await raw(port, `POST /api/cron/backup-status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${SECRET}\r\nTransfer-Encoding: chunked\r\n\r\n` + chunks);
     expect(good?.status).toBe(413);
     expect(Object.keys(JSON.parse(good!.body))).toEqual(["error"]);
     const bad = await raw(port, `POST /api/cron/backup-status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nTransfer-Encoding: chunked\r\n\r\n` + chunks);
     expect(bad?.status).toBe(401);
-    expect(counts(env)).toEqual(before);
+    expect(await counts(env)).toEqual(before);
   }, 30_000);
 
   test("oversized headers, an oversized URL and 500 headers are 431 from Bun; 16 000 bytes still reach the gate", async () => {
@@ -464,7 +471,7 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
   }, 30_000);
 
   test("malformed HTTP (length lies, smuggling, bad header lines, garbage) is 400 or 413/431/505 from Bun and runs nothing", async () => {
-    const before = counts(env);
+    const before = await counts(env);
     const A = `Authorization: Bearer ${SECRET}\r\n`;
     const cases: [string, string, number[]][] = [
       ["content-length shorter than the body", `POST /api/cron/backup-status HTTP/1.1\r\nHost: x\r\n${A}Content-Length: 5\r\n\r\n{"exitCode":0}`, [400]],
@@ -488,7 +495,7 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
       // A body, when there is one, is {error}.
       if (a!.body.trim() !== "") expect(Object.keys(JSON.parse(a!.body.split("HTTP/1.1")[0]!))).toEqual(["error"]);
     }
-    expect(counts(env)).toEqual(before);
+    expect(await counts(env)).toEqual(before);
   }, 60_000);
 
   test("a body that never arrives holds only its own connection: other calls are answered meanwhile", async () => {
