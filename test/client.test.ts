@@ -2,7 +2,10 @@
 // calls, refusals as NachtwachtError with the server's message, retries with backoff
 // through a real flaky HTTP proxy (Retry-After honoured; retried after a lost answer only
 // when the call is idempotent), a real 503 while another process holds the database's
-// write lock, and the same client bundled for Node 20 and run there.
+// write lock (SQLite) or while the database refuses writes (PostgreSQL), and the same
+// client bundled for Node 20 and run there. On the PostgreSQL run (test/dialect.ts) the
+// service gets DATABASE_URL, a fresh database of the run's cluster, and the tests read
+// that database; on SQLite they read the service's file.
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
@@ -14,6 +17,8 @@ import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { holdWriteLock } from "./ingest-fixtures.ts";
 import { TEST_SIGNING_KEY } from "./helpers.ts";
+import { openPgStore, type PgStore } from "../src/pg/store.ts";
+import { DIALECT, pgOnly, sqliteOnly, testCluster, testDb, type TestDb } from "./dialect.ts";
 
 const APP = `app-${randomBytes(24).toString("hex")}`;
 const CRON = `cron-${randomBytes(24).toString("hex")}`;
@@ -22,11 +27,24 @@ let dir: string;
 let dbPath: string;
 let svc: ServiceProcess;
 let nextTenant = 100;
+/** PostgreSQL run: the service's database (DATABASE_URL), and a store of ours on it. */
+let pgUrl: string;
+let pg: { store: PgStore; db: TestDb } | null = null;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "nachtwacht-client-"));
   dbPath = join(dir, "data", "nachtwacht.db");
-  svc = await startService({ CRON_SECRET: CRON, APP_SECRET: APP, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: dbPath, AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl") });
+  const env: Record<string, string> = { CRON_SECRET: CRON, APP_SECRET: APP, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: dbPath, AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl") };
+  if (DIALECT === "pg") {
+    // An empty database: the service migrates it at start.
+    pgUrl = await (await testCluster()).createDatabase();
+    env.DATABASE_URL = pgUrl;
+  }
+  svc = await startService(env);
+  if (DIALECT === "pg") {
+    const store = await openPgStore(pgUrl, { max: 2 });
+    pg = { store, db: testDb(store) };
+  }
 });
 
 afterAll(async () => {
@@ -34,6 +52,7 @@ afterAll(async () => {
     svc.proc.kill("SIGTERM");
     await svc.exited;
   }
+  await pg?.store.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -54,7 +73,9 @@ const entry = (tenantId: number, i: number, sleutel?: string): AuditEntry => ({
   ...(sleutel === undefined ? {} : { sleutel }),
 });
 
-function count(sql: string, ...params: number[]): number {
+/** `count(*) AS n` of `sql`, read from the service's database (its file, opened read-only, or its PostgreSQL database). */
+async function count(sql: string, ...params: number[]): Promise<number> {
+  if (pg) return (await pg.db.get<{ n: number }>(sql, ...params))!.n;
   const db = new Database(dbPath, { readonly: true });
   try {
     return (db.query(sql).get(...params) as { n: number }).n;
@@ -134,19 +155,19 @@ describe("the four calls against the service", () => {
     expect(first.ontvangstbewijzen.map((r) => r.seq)).toEqual([1, 2, 3]);
     for (const r of first.ontvangstbewijzen) expect(r.hash).toMatch(/^[0-9a-f]{64}$/);
     expect(await c.appendAudit(batch)).toEqual({ opgeslagen: 0, alBekend: 3, ontvangstbewijzen: first.ontvangstbewijzen });
-    expect(entriesOf(t)).toBe(3);
+    expect(await entriesOf(t)).toBe(3);
   });
 
   test("recordLoginAttempts stores the attempts and returns their ids", async () => {
     const t = await newTenant();
-    const before = count("SELECT count(*) AS n FROM login_attempts");
+    const before = await count("SELECT count(*) AS n FROM login_attempts");
     const r = await client().recordLoginAttempts([
       { account: "a@example.nl", ip: "192.0.2.1", gelukt: false, reden: "wachtwoord", tenantId: t },
       { account: "b@example.nl", ip: "2001:db8::1", gelukt: true },
     ]);
     expect(r.opgeslagen).toBe(2);
     expect(r.ids).toHaveLength(2);
-    expect(count("SELECT count(*) AS n FROM login_attempts")).toBe(before + 2);
+    expect(await count("SELECT count(*) AS n FROM login_attempts")).toBe(before + 2);
   });
 });
 
@@ -184,7 +205,7 @@ describe("refusals: NachtwachtError with the status and the server's message, ne
     expect(cron.error).toContain("APP_SECRET");
 
     expect(retries).toEqual([]);
-    expect(entriesOf(t)).toBe(1);
+    expect(await entriesOf(t)).toBe(1);
   });
 
   test("arguments the client refuses before sending", () => {
@@ -218,7 +239,7 @@ describe("retries", () => {
       expect(proxy.seen).toHaveLength(3);
       expect(new Set(proxy.seen.map((s) => s.body)).size).toBe(1);
       for (const s of proxy.seen) expect(s.authorization).toBe(`Bearer ${APP}`);
-      expect(entriesOf(t)).toBe(2);
+      expect(await entriesOf(t)).toBe(2);
     } finally {
       proxy.stop();
     }
@@ -258,12 +279,12 @@ describe("retries", () => {
       const r = await c.appendAudit([entry(t, 0, "l-0"), entry(t, 1, "l-1")]);
       expect(r).toMatchObject({ opgeslagen: 0, alBekend: 2 });
       expect(r.ontvangstbewijzen.map((x) => x.seq)).toEqual([1, 2]);
-      expect(entriesOf(t)).toBe(2);
+      expect(await entriesOf(t)).toBe(2);
       // No sleutel on one entry: a repeat could store it twice, so the client stops and says so.
       const e = await failure(c.appendAudit([entry(t, 2, "l-2"), entry(t, 3)]));
       expect(e).toMatchObject({ status: 502, attempts: 1, retryable: true });
       expect(e.error).toContain("niet herhaald");
-      expect(entriesOf(t)).toBe(4);
+      expect(await entriesOf(t)).toBe(4);
       expect(proxy.seen).toHaveLength(3);
     } finally {
       proxy.stop();
@@ -273,13 +294,13 @@ describe("retries", () => {
   test("login attempts (no keys): retried after 503, where nothing was stored; not after a lost answer", async () => {
     const proxy = flakyProxy([{ status: 503, retryAfter: "0" }, "pass", "lose"]);
     try {
-      const before = count("SELECT count(*) AS n FROM login_attempts");
+      const before = await count("SELECT count(*) AS n FROM login_attempts");
       const c = client({ baseUrl: proxy.url });
       expect((await c.recordLoginAttempts([{ account: "x", ip: "192.0.2.9", gelukt: false }])).opgeslagen).toBe(1);
       const e = await failure(c.recordLoginAttempts([{ account: "y", ip: "192.0.2.9", gelukt: false }]));
       expect(e).toMatchObject({ status: 502, attempts: 1 });
       expect(proxy.seen).toHaveLength(3);
-      expect(count("SELECT count(*) AS n FROM login_attempts")).toBe(before + 2);
+      expect(await count("SELECT count(*) AS n FROM login_attempts")).toBe(before + 2);
     } finally {
       proxy.stop();
     }
@@ -319,7 +340,9 @@ describe("retries", () => {
 });
 
 
-test("a real 503: the service gives up on a write lock held by another process; its Retry-After (5 s) is honoured, so the client stops; later the same batch is stored once", async () => {
+// SQLite's write lock, held by another process past the service's busy_timeout; PostgreSQL
+// has no such lock (its counterpart below: a database that refuses writes).
+sqliteOnly("a real 503: the service gives up on a write lock held by another process; its Retry-After (5 s) is honoured, so the client stops; later the same batch is stored once", async () => {
   const t = await newTenant();
   const batch = [entry(t, 0, "lock-0"), entry(t, 1, "lock-1")];
   const lock = await holdWriteLock(dbPath);
@@ -331,10 +354,40 @@ test("a real 503: the service gives up on a write lock held by another process; 
   }
   expect(e).toMatchObject({ status: 503, attempts: 1, retryAfterMs: 5_000, retryable: true });
   expect(e.error).toContain("SQLITE_BUSY");
-  expect(entriesOf(t)).toBe(0);
+  expect(await entriesOf(t)).toBe(0);
   const r = await client().appendAudit(batch);
   expect(r.opgeslagen).toBe(2);
-  expect(entriesOf(t)).toBe(2);
+  expect(await entriesOf(t)).toBe(2);
+}, 20_000);
+
+// PostgreSQL's counterpart of the write lock above: the database refuses the write as a
+// standby does (SQLSTATE 25006, read-only), which the service answers 503 with its
+// Retry-After (60 s); the client stops, nothing is stored, and once the database takes
+// writes again the same batch is stored once. The pool's open sessions cannot be made
+// read-only from outside (ending them is a failure of its own), so the server's own
+// read-only error comes from a trigger on audit_entries, as in test/job-wrapper.test.ts.
+pgOnly("a real 503: the database refuses writes (read-only, 25006); its Retry-After (60 s) is honoured, so the client stops; later the same batch is stored once", async () => {
+  const t = await newTenant();
+  const batch = [entry(t, 0, "ro-0"), entry(t, 1, "ro-1")];
+  const sql = pg!.store.sql;
+  await sql.unsafe(
+    `CREATE FUNCTION alleen_lezen() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+       RAISE EXCEPTION 'cannot execute % in a read-only transaction', TG_OP USING ERRCODE = 'read_only_sql_transaction';
+     END $$;
+     CREATE TRIGGER alleen_lezen BEFORE INSERT OR UPDATE OR DELETE ON audit_entries FOR EACH STATEMENT EXECUTE FUNCTION alleen_lezen();`,
+  );
+  let e: NachtwachtError;
+  try {
+    e = await failure(client({ maxDelayMs: 1000 }).appendAudit(batch));
+  } finally {
+    await sql.unsafe("DROP TRIGGER alleen_lezen ON audit_entries; DROP FUNCTION alleen_lezen();");
+  }
+  expect(e).toMatchObject({ status: 503, attempts: 1, retryAfterMs: 60_000, retryable: true });
+  expect(e.error).toContain("De database is tijdelijk niet beschikbaar (25006)");
+  expect(await entriesOf(t)).toBe(0);
+  const r = await client().appendAudit(batch);
+  expect(r.opgeslagen).toBe(2);
+  expect(await entriesOf(t)).toBe(2);
 }, 20_000);
 
 test("under Node 20: bundled for Node (no runtime dependency), the client stores and refuses as under Bun", async () => {
@@ -365,5 +418,5 @@ test("under Node 20: bundled for Node (no runtime dependency), the client stores
   const result = JSON.parse(stdout);
   expect(result.r.ontvangstbewijzen.map((x: { tenantId: number; seq: number }) => [x.tenantId, x.seq])).toEqual([[t, 1]]);
   expect(result.refused).toEqual({ isError: true, status: 404 });
-  expect(entriesOf(t)).toBe(1);
+  expect(await entriesOf(t)).toBe(1);
 });

@@ -5,7 +5,9 @@
 // final, and the chains they wrote verify. The secret is never on a command line:
 // checked statically in the sources and, while each example waits for an answer, in
 // /proc/*/cmdline of every process. The PHP example runs only where a `php` with the curl
-// extension is on PATH (CI has none); python3 likewise.
+// extension is on PATH (CI has none); python3 likewise. On the PostgreSQL run
+// (test/dialect.ts) the service gets DATABASE_URL, a fresh database of the run's cluster,
+// and the tests (and `nachtwacht export`) read that database instead of the service's file.
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
@@ -17,6 +19,8 @@ import type { AuditAnswer } from "../examples/audit.ts";
 import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { openPgStore, type PgStore } from "../src/pg/store.ts";
+import { DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
 
 // Random per run, so finding one on a command line cannot be a coincidence.
 const APP = `app-${randomBytes(24).toString("hex")}`;
@@ -46,12 +50,25 @@ let svc: ServiceProcess;
 let dbPath: string;
 let anchorPath: string;
 let nextTenant = 1;
+/** PostgreSQL run: the service's database (DATABASE_URL), and a store of ours on it. */
+let pgUrl: string;
+let pg: { store: PgStore; db: TestDb } | null = null;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "nachtwacht-examples-"));
   dbPath = join(dir, "data", "nachtwacht.db");
   anchorPath = join(dir, "ankers.jsonl");
-  svc = await startService({ CRON_SECRET: CRON, APP_SECRET: APP, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: dbPath, AUDIT_ANKER_BESTAND: anchorPath });
+  const env: Record<string, string> = { CRON_SECRET: CRON, APP_SECRET: APP, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: dbPath, AUDIT_ANKER_BESTAND: anchorPath };
+  if (DIALECT === "pg") {
+    // An empty database: the service migrates it at start.
+    pgUrl = await (await testCluster()).createDatabase();
+    env.DATABASE_URL = pgUrl;
+  }
+  svc = await startService(env);
+  if (DIALECT === "pg") {
+    const store = await openPgStore(pgUrl, { max: 2 });
+    pg = { store, db: testDb(store) };
+  }
 });
 
 afterAll(async () => {
@@ -61,6 +78,7 @@ afterAll(async () => {
     // The secret is in the service's environment, never in what it wrote.
     expect(svc.output()).not.toContain(APP);
   }
+  await pg?.store.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -114,18 +132,20 @@ async function runExample(ex: Example, args: string[], env: Record<string, strin
 
 const envFor = (url: string, extra: Record<string, string> = {}) => ({ NACHTWACHT_URL: url, APP_SECRET: APP, ...extra });
 
-function withDb<T>(f: (db: Database) => T): T {
+/** The rows of `sql`, read from the service's database (its file, opened read-only, or its PostgreSQL database). */
+async function rowsFromDb<T>(sql: string, ...params: number[]): Promise<T[]> {
+  if (pg) return pg.db.all<T>(sql, ...params);
   const db = new Database(dbPath, { readonly: true });
   try {
-    return f(db);
+    return db.query(sql).all(...params) as T[];
   } finally {
     db.close();
   }
 }
 
 const rowsOf = (tenantId: number) =>
-  withDb((db) => db.query("SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq").all(tenantId) as EntryRow[]);
-const sleutelsOf = (tenantId: number) => withDb((db) => (db.query("SELECT sleutel FROM audit_sleutels WHERE tenant_id = ? ORDER BY seq").values(tenantId) as [string][]).map(([s]) => s));
+  rowsFromDb<EntryRow>("SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq", tenantId);
+const sleutelsOf = async (tenantId: number) => (await rowsFromDb<{ sleutel: string }>("SELECT sleutel FROM audit_sleutels WHERE tenant_id = ? ORDER BY seq", tenantId)).map((r) => r.sleutel);
 
 /** Every process's command line (argv joined by NUL), as far as this user may read it. */
 function commandLines(): { pid: string; argv: string }[] {
@@ -205,7 +225,7 @@ describe.each(EXAMPLES)("$file", (ex) => {
       [tenantId, 2],
       [tenantId, 3],
     ]);
-    const rows = rowsOf(tenantId);
+    const rows = await rowsOf(tenantId);
     expect(answer.ontvangstbewijzen).toEqual(rows.map((r) => ({ tenantId, seq: r.seq, id: r.id, hash: r.hash })));
     for (const r of rows) expect(rowHash(tenantId, r)).toBe(r.hash);
     expect(rows.map((r) => [r.action, r.created_at])).toEqual([
@@ -215,12 +235,12 @@ describe.each(EXAMPLES)("$file", (ex) => {
     ]);
     expect(rows[1]!.details).toBe('{"aan":"debiteuren@klant.example"}');
     expect(rows[2]!.details).toBe("{}");
-    expect(sleutelsOf(tenantId)).toEqual(batch.sleutels);
+    expect(await sleutelsOf(tenantId)).toEqual(batch.sleutels);
 
     const again = await runExample(ex, [batch.path], envFor(svc.url));
     expect(again.code).toBe(0);
     expect(JSON.parse(again.stdout)).toEqual({ opgeslagen: 0, alBekend: 3, ontvangstbewijzen: answer.ontvangstbewijzen });
-    expect(rowsOf(tenantId)).toEqual(rows);
+    expect(await rowsOf(tenantId)).toEqual(rows);
   });
 
   it("retries the same batch (stdin) after a 503 with Retry-After and after a lost answer; stored once; the secret on no command line", async () => {
@@ -241,7 +261,7 @@ describe.each(EXAMPLES)("$file", (ex) => {
       const lost = JSON.parse(proxy.lost[0]!) as AuditAnswer;
       expect(lost.opgeslagen).toBe(3);
       expect(JSON.parse(run.stdout)).toEqual({ opgeslagen: 0, alBekend: 3, ontvangstbewijzen: lost.ontvangstbewijzen });
-      expect(rowsOf(tenantId).map((r) => r.seq)).toEqual([1, 2, 3]);
+      expect((await rowsOf(tenantId)).map((r) => r.seq)).toEqual([1, 2, 3]);
       // While it waited for each answer, no process had the secret in its command line,
       // and the scan did see the example (for the shell script: its curl, header from stdin).
       for (const scan of proxy.scans) {
@@ -273,7 +293,7 @@ describe.each(EXAMPLES)("$file", (ex) => {
       expect(long.code).toBe(75);
       expect(long.stderr).toContain("Retry-After");
       expect(proxy.seen).toHaveLength(3);
-      expect(rowsOf(tenantId)).toEqual([]);
+      expect(await rowsOf(tenantId)).toEqual([]);
     } finally {
       proxy.stop();
     }
@@ -366,11 +386,14 @@ test("after the examples: audit-anker signs, audit-verificatie finds every chain
   // What a receipt is for: the entry an auditor gets, with its inclusion proof under the signed checkpoint, is the one acknowledged.
   const bundle = join(dir, "bundel.jsonl");
   const cli = async (...args: string[]) => {
-    const p = Bun.spawn([process.execPath, "src/index.ts", ...args], { cwd: ROOT, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir }, stdout: "pipe", stderr: "pipe" });
+    // On PostgreSQL, export reads the service's database from DATABASE_URL (given no --db).
+    const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, ...(pg ? { DATABASE_URL: pgUrl } : {}) };
+    const p = Bun.spawn([process.execPath, "src/index.ts", ...args], { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" });
     const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
     return { code, out: out + err };
   };
-  const exp = await cli("export", "--tenant", String(tenantId), "--bewijs", String(receipt.seq), "--uit", bundle, "--db", dbPath, "--bestand", anchorPath, "--sleutel", TEST_VERIFIER_KEY);
+  const dbArgs = pg ? [] : ["--db", dbPath];
+  const exp = await cli("export", "--tenant", String(tenantId), "--bewijs", String(receipt.seq), "--uit", bundle, ...dbArgs, "--bestand", anchorPath, "--sleutel", TEST_VERIFIER_KEY);
   expect(exp).toMatchObject({ code: 0 });
   const [header, ...entries] = readFileSync(bundle, "utf8").trim().split("\n").map((l) => JSON.parse(l));
   expect(header.bewijs.seq).toBe(receipt.seq);
