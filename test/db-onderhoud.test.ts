@@ -1,4 +1,4 @@
-import { describe, expect, test } from "bun:test";
+import { afterEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { closeSync, copyFileSync, openSync, readSync, statSync, writeSync } from "node:fs";
 import { join } from "node:path";
@@ -12,8 +12,12 @@ import {
 } from "../src/jobs/db-onderhoud.ts";
 import { runBackupControle } from "../src/jobs/backup-controle.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
+import type { PruneOptions } from "../src/maintenance/pruning.ts";
+import { buildDailyReportPg } from "../src/pg/daily.ts";
+import { pruneOwnTablesPg } from "../src/pg/maintenance.ts";
 import { buildDailyReport } from "../src/reports/daily.ts";
 import { call, makeTestEnv, NOW, tempDir, type TestEnv } from "./helpers.ts";
+import { makeEnv, pgOnly, sqliteOnly, type Env, type TestDb } from "./dialect.ts";
 
 function addLoginAttempts(sqlite: Database, n: number) {
   const ins = sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, reden) VALUES (?, ?, ?, ?, ?)");
@@ -35,8 +39,12 @@ const onDisk = (path: string) => {
   return size(path) + size(`${path}-wal`);
 };
 
+// The SQLite file's own upkeep (free pages, auto_vacuum and its conversion, quick_check of
+// the file's pages, the WAL checkpoint) has no PostgreSQL counterpart (src/pg/maintenance.ts
+// names it in `overgeslagen`): those tests are sqliteOnly; test/pg-maintenance.test.ts
+// covers maintainPg. The integrity check's refusal runs on both (its pgOnly twin below).
 describe("db-onderhoud", () => {
-  test("after deleting 50k login attempts the free pages are reclaimed and the files shrink (measured on disk)", async () => {
+  sqliteOnly("after deleting 50k login attempts the free pages are reclaimed and the files shrink (measured on disk)", async () => {
     const env = makeTestEnv();
     try {
       const { sqlite, path } = env.store;
@@ -79,7 +87,7 @@ describe("db-onderhoud", () => {
     return env;
   }
 
-  test("the weekly job never runs the full VACUUM: auto_vacuum NONE stays, the body says the conversion is pending and what it would free, the rest is done", async () => {
+  sqliteOnly("the weekly job never runs the full VACUUM: auto_vacuum NONE stays, the body says the conversion is pending and what it would free, the rest is done", async () => {
     const t = tempDir();
     let env: TestEnv | undefined;
     try {
@@ -108,7 +116,7 @@ describe("db-onderhoud", () => {
     }
   });
 
-  test("convertToIncrementalAutoVacuum (the operator's command) converts it once; then the weekly job has nothing pending and vacuums in steps", async () => {
+  sqliteOnly("convertToIncrementalAutoVacuum (the operator's command) converts it once; then the weekly job has nothing pending and vacuums in steps", async () => {
     const t = tempDir();
     let env: TestEnv | undefined;
     try {
@@ -139,7 +147,7 @@ describe("db-onderhoud", () => {
     }
   });
 
-  test("convertToIncrementalAutoVacuum refuses a database that fails quick_check: nothing rewritten", async () => {
+  sqliteOnly("convertToIncrementalAutoVacuum refuses a database that fails quick_check: nothing rewritten", async () => {
     const t = tempDir();
     let env: TestEnv | undefined;
     try {
@@ -167,7 +175,7 @@ describe("db-onderhoud", () => {
     }
   });
 
-  test("a copy with a damaged index page fails quick_check → 409, db-integrity alarm, file left untouched", async () => {
+  sqliteOnly("a copy with a damaged index page fails quick_check → 409, db-integrity alarm, file left untouched", async () => {
     const source = makeTestEnv();
     const t = tempDir();
     let env: TestEnv | undefined;
@@ -208,7 +216,42 @@ describe("db-onderhoud", () => {
     }
   });
 
-  test("a reader holding an old snapshot: the checkpoint waits briefly, then falls back to PASSIVE", async () => {
+  pgOnly("an index whose order no longer holds fails amcheck → 409, db-integrity alarm, nothing pruned or analysed", async () => {
+    const env = await makeEnv();
+    try {
+      await history(env.db);
+      // The test cluster's user is a superuser: amcheck, then a B-tree built with one
+      // comparison and read with its reverse (what a changed collation does to an index).
+      await env.db.run("CREATE EXTENSION amcheck");
+      await env.db.run("CREATE FUNCTION nw_cmp(int4, int4) RETURNS int4 IMMUTABLE LANGUAGE sql AS 'SELECT btint4cmp($1, $2)'");
+      await env.db.run(
+        "CREATE OPERATOR CLASS nw_ops FOR TYPE int4 USING btree AS OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >, FUNCTION 1 nw_cmp(int4, int4)",
+      );
+      await env.db.run("CREATE INDEX job_runs_omgekeerd_idx ON job_runs (id nw_ops)");
+      await env.db.run("CREATE OR REPLACE FUNCTION nw_cmp(int4, int4) RETURNS int4 IMMUTABLE LANGUAGE sql AS 'SELECT btint4cmp($2, $1)'");
+      const runsBefore = await ids(env.db, "SELECT id FROM job_runs");
+      const backupsBefore = await ids(env.db, "SELECT id FROM backup_statuses");
+
+      const res = await call(env.app, "/api/cron/db-onderhoud");
+      expect(res.status).toBe(409);
+      expect(res.json.ok).toBe(false);
+      expect(res.json.integriteit.status).toBe("problemen");
+      expect(res.json.integriteit.meldingen).toHaveLength(1);
+      expect(res.json.integriteit.meldingen[0]).toStartWith("job_runs_omgekeerd_idx: ");
+      expect(res.json.integriteit.meldingen[0]).toContain("invariant violated");
+      expect(res.json).toMatchObject({ opgeschoond: null, geanalyseerd: [] });
+      expect(env.alarms.raised).toHaveLength(1);
+      expect(env.alarms.raised[0]!.type).toBe("db-integrity");
+      // Nothing was deleted (the job route's own db-onderhoud run aside) nor analysed.
+      expect(await ids(env.db, "SELECT id FROM job_runs WHERE job <> 'db-onderhoud'")).toEqual(runsBefore);
+      expect(await ids(env.db, "SELECT id FROM backup_statuses")).toEqual(backupsBefore);
+      expect(await env.db.get("SELECT count(*) AS n FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL")).toEqual({ n: 0 });
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  sqliteOnly("a reader holding an old snapshot: the checkpoint waits briefly, then falls back to PASSIVE", async () => {
     const env = makeTestEnv();
     const reader = new Database(env.store.path, { readonly: true });
     try {
@@ -231,137 +274,150 @@ describe("db-onderhoud", () => {
 });
 
 describe("db-onderhoud: nachtwacht's own tables stay bounded", () => {
-  const DAY = 24 * 3600 * 1000;
-  const GRENS = new Date(NOW.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY).toISOString();
+  let env: Env | undefined;
+  afterEach(async () => {
+    await env?.cleanup();
+    env = undefined;
+  });
 
-  function run(env: TestEnv, job: string, gestart: Date, uitkomst = "ok", ms: number | null = 1500) {
-    env.store.sqlite
-      .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, 200)")
-      .run(job, gestart.toISOString(), ms === null ? null : new Date(gestart.getTime() + ms).toISOString(), uitkomst);
-  }
-
-  function backup(env: TestEnv, ontvangen: Date, exitCode = 0) {
-    env.store.sqlite
-      .query("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, 'db.gz', 1024, NULL, 'host-cron')")
-      .run(ontvangen.toISOString(), exitCode, exitCode === 0 ? 1 : 0);
-  }
-
-  /** A year and more of history: daily, weekly, yearly and quarter-hourly jobs, a run that died, a job no longer in the schedule. */
-  function history(env: TestEnv) {
-    const ago = (days: number, at = "06:00:01") => new Date(Date.parse(`2026-07-23T${at}.000Z`) - days * DAY);
-    env.store.sqlite.transaction(() => {
-      for (let d = 0; d < 200; d++) run(env, "dagrapport", ago(d), "ok", 1000 + (d % 7) * 100);
-      for (const [y, u] of [["2026", "ok"], ["2025", "ok"], ["2024", "fout"], ["2023", "ok"]] as const) run(env, "audit-retentie", new Date(`${y}-01-01T02:00:01.000Z`), u, 60_000);
-      for (let w = 0; w < 30; w++) run(env, "weekrapport", ago(100 + 7 * w, "18:00:01"), w % 3 === 0 ? "fout" : "ok", 12_000 + w);
-      for (let i = 0; i < 1300; i++) run(env, "beveiligingslog-analyse", new Date(NOW.getTime() - 120 * DAY - i * 15 * 60_000), i % 50 === 7 ? "afwijking" : "ok", 3);
-      run(env, "audit-verificatie", ago(100, "01:00:01"), "bezig", null); // its process died, long ago
-      for (let d = 0; d < 5; d++) run(env, "audit-verificatie", ago(d, "01:00:01"), "ok", 14_000);
-      for (let d = 0; d < 3; d++) run(env, "oude-taak", ago(200 + d));
-      for (let d = 1; d <= 150; d++) backup(env, new Date(NOW.getTime() - d * DAY));
-      backup(env, new Date(NOW.getTime() - 3600_000), 74); // the newest failed: still the one backup-controle reads
-    })();
-  }
-
-  /** What must stay, worked out independently of the job: per job its newest run and its ten newest successful ones. */
-  function expectedKeptOld(env: TestEnv): number[] {
-    const rows = env.store.sqlite
-      .query(
-        `SELECT id FROM (SELECT id, uitkomst, beeindigd, row_number() OVER (PARTITION BY job ORDER BY gestart DESC, id DESC) AS n,
-                row_number() OVER (PARTITION BY job, uitkomst = 'ok' AND beeindigd IS NOT NULL ORDER BY gestart DESC, id DESC) AS k
-           FROM job_runs)
-         WHERE n = 1 OR (uitkomst = 'ok' AND beeindigd IS NOT NULL AND k <= 10)`,
-      )
-      .all() as { id: number }[];
-    return rows.map((r) => r.id);
-  }
-
-  const ids = (env: TestEnv, sql: string, ...p: string[]) => (env.store.sqlite.query(sql).all(...p) as { id: number }[]).map((r) => r.id).sort((a, b) => a - b);
+  const count = async (e: Env, job: string, where = "1 = 1") => (await e.db.get<{ n: number }>(`SELECT count(*) AS n FROM job_runs WHERE job = ? AND ${where}`, job))!.n;
 
   test("job_runs older than 90 days go, except each job's newest run and ten newest successful ones; backup_statuses older than 90 days go, except the newest; in batches of 500", async () => {
-    const env = makeTestEnv();
-    try {
-      history(env);
-      const keep = new Set(expectedKeptOld(env));
-      const expectedRuns = ids(env, "SELECT id FROM job_runs").filter((id) => keep.has(id) || ids(env, "SELECT id FROM job_runs WHERE id = ? AND gestart >= ?", String(id), GRENS).length > 0);
-      const runsBefore = ids(env, "SELECT id FROM job_runs").length;
-      const backupGrens = new Date(NOW.getTime() - BACKUP_STATUSES_BEWAAR_DAGEN * DAY).toISOString();
-      const expectedBackups = ids(env, "SELECT id FROM backup_statuses WHERE ontvangen >= ?", backupGrens);
+    env = await makeEnv();
+    await history(env.db);
+    const keep = new Set(await expectedKeptOld(env.db));
+    const recent = new Set(await ids(env.db, "SELECT id FROM job_runs WHERE gestart >= ?", GRENS));
+    const expectedRuns = (await ids(env.db, "SELECT id FROM job_runs")).filter((id) => keep.has(id) || recent.has(id));
+    const runsBefore = (await ids(env.db, "SELECT id FROM job_runs")).length;
+    const backupGrens = new Date(NOW.getTime() - BACKUP_STATUSES_BEWAAR_DAGEN * DAY).toISOString();
+    const expectedBackups = await ids(env.db, "SELECT id FROM backup_statuses WHERE ontvangen >= ?", backupGrens);
 
-      const batches: [string, number][] = [];
-      const r = await pruneOwnTables(env.store, NOW, { onBatch: (table, n) => batches.push([table, n]) });
-      expect(r.jobRuns).toEqual({ verwijderd: runsBefore - expectedRuns.length, grens: GRENS, bewaarDagen: 90 });
-      expect(r.backupStatuses).toEqual({ verwijderd: 150 + 1 - expectedBackups.length, grens: backupGrens, bewaarDagen: 90 });
-      expect(r.jobRuns.verwijderd).toBeGreaterThan(2 * PRUNE_BATCH);
-      // One short transaction per batch of at most 500 rows.
-      const runBatches = batches.filter(([t]) => t === "job_runs").map(([, n]) => n);
-      expect(runBatches.slice(0, -1).every((n) => n === PRUNE_BATCH)).toBe(true);
-      expect(runBatches.length).toBe(Math.floor(r.jobRuns.verwijderd / PRUNE_BATCH) + 1);
-      expect(runBatches.reduce((a, b) => a + b, 0)).toBe(r.jobRuns.verwijderd);
-      expect(ids(env, "SELECT id FROM job_runs")).toEqual(expectedRuns);
-      expect(ids(env, "SELECT id FROM backup_statuses")).toEqual(expectedBackups);
+    const batches: [string, number][] = [];
+    const r = await prune(env, NOW, { onBatch: (table, n) => batches.push([table, n]) });
+    expect(r.jobRuns).toEqual({ verwijderd: runsBefore - expectedRuns.length, grens: GRENS, bewaarDagen: 90 });
+    expect(r.backupStatuses).toEqual({ verwijderd: 150 + 1 - expectedBackups.length, grens: backupGrens, bewaarDagen: 90 });
+    expect(r.jobRuns.verwijderd).toBeGreaterThan(2 * PRUNE_BATCH);
+    // One short transaction per batch of at most 500 rows.
+    const runBatches = batches.filter(([t]) => t === "job_runs").map(([, n]) => n);
+    expect(runBatches.slice(0, -1).every((n) => n === PRUNE_BATCH)).toBe(true);
+    expect(runBatches.length).toBe(Math.floor(r.jobRuns.verwijderd / PRUNE_BATCH) + 1);
+    expect(runBatches.reduce((a, b) => a + b, 0)).toBe(r.jobRuns.verwijderd);
+    expect(await ids(env.db, "SELECT id FROM job_runs")).toEqual(expectedRuns);
+    expect(await ids(env.db, "SELECT id FROM backup_statuses")).toEqual(expectedBackups);
 
-      const count = (job: string, where = "1") => (env.store.sqlite.query(`SELECT count(*) AS n FROM job_runs WHERE job = ? AND ${where}`).get(job) as { n: number }).n;
-      expect(count("dagrapport")).toBe(90); // the last 90 days
-      expect(count("audit-retentie")).toBe(3); // 2026, 2025, 2023: the yearly job's failed 2024 run is gone
-      expect(count("audit-retentie", "uitkomst = 'fout'")).toBe(0);
-      expect(count("weekrapport")).toBe(11); // all over 90 days old: the newest (failed) and the ten newest successful
-      expect(count("weekrapport", "uitkomst = 'fout'")).toBe(1);
-      expect(count("beveiligingslog-analyse")).toBe(10);
-      expect(count("audit-verificatie", "uitkomst = 'bezig'")).toBe(0);
-      expect(count("oude-taak")).toBe(3); // a job no longer scheduled: its (three, successful) newest runs, as for any job
+    expect(await count(env, "dagrapport")).toBe(90); // the last 90 days
+    expect(await count(env, "audit-retentie")).toBe(3); // 2026, 2025, 2023: the yearly job's failed 2024 run is gone
+    expect(await count(env, "audit-retentie", "uitkomst = 'fout'")).toBe(0);
+    expect(await count(env, "weekrapport")).toBe(11); // all over 90 days old: the newest (failed) and the ten newest successful
+    expect(await count(env, "weekrapport", "uitkomst = 'fout'")).toBe(1);
+    expect(await count(env, "beveiligingslog-analyse")).toBe(10);
+    expect(await count(env, "audit-verificatie", "uitkomst = 'bezig'")).toBe(0);
+    expect(await count(env, "oude-taak")).toBe(3); // a job no longer scheduled: its (three, successful) newest runs, as for any job
 
-      // Running it again finds nothing more.
-      const again = await pruneOwnTables(env.store, NOW, { batch: 7 });
-      expect([again.jobRuns.verwijderd, again.backupStatuses.verwijderd]).toEqual([0, 0]);
-    } finally {
-      env.cleanup();
-    }
+    // Running it again finds nothing more.
+    const again = await prune(env, NOW, { batch: 7 });
+    expect([again.jobRuns.verwijderd, again.backupStatuses.verwijderd]).toEqual([0, 0]);
   });
 
   test("the newest backup status stays however old it is", async () => {
-    const env = makeTestEnv();
-    try {
-      backup(env, new Date(NOW.getTime() - 300 * DAY));
-      backup(env, new Date(NOW.getTime() - 200 * DAY), 65);
-      const r = await pruneOwnTables(env.store, NOW, { batch: 1 });
-      expect(r.backupStatuses.verwijderd).toBe(1);
-      const left = env.store.sqlite.query("SELECT exit_code AS exitCode FROM backup_statuses").all();
-      expect(left).toEqual([{ exitCode: 65 }]);
-    } finally {
-      env.cleanup();
-    }
+    env = await makeEnv();
+    await insertRows(env.db, "backup_statuses", BACKUP_COLUMNS, [backup(new Date(NOW.getTime() - 300 * DAY)), backup(new Date(NOW.getTime() - 200 * DAY), 65)]);
+    const r = await prune(env, NOW, { batch: 1 });
+    expect(r.backupStatuses.verwijderd).toBe(1);
+    const left = await env.db.all('SELECT exit_code AS "exitCode" FROM backup_statuses');
+    expect(left).toEqual([{ exitCode: 65 }]);
   });
 
   test("taken-controle, backup-controle and the daily report read the same before and after the pruning; over HTTP the body says what went", async () => {
-    const env = makeTestEnv();
-    try {
-      history(env);
-      const reports = async () => ({
-        taken: (await runTakenControle(env.deps, NOW)).body,
-        backup: (await runBackupControle(env.deps, NOW)).body,
-        dag: buildDailyReport(env.store, env.config, NOW),
-      });
-      const before = await reports();
-      env.alarms.raised.length = 0;
-      const res = await call(env.app, "/api/cron/db-onderhoud");
-      expect(res.status).toBe(200);
-      expect(res.json.opgeschoond).toMatchObject({
-        jobRuns: { grens: GRENS, bewaarDagen: 90 },
-        backupStatuses: { verwijderd: 60, bewaarDagen: 90 },
-      });
-      expect(res.json.opgeschoond.jobRuns.verwijderd).toBeGreaterThan(1000);
-      // The db-onderhoud run itself is recorded: leave that job out of the comparison.
-      const after = await reports();
-      const withoutOwn = <T extends { job: string }>(rows: T[]) => rows.filter((r) => r.job !== "db-onderhoud");
-      expect(withoutOwn(after.taken.taken)).toEqual(withoutOwn(before.taken.taken));
-      expect(after.backup).toEqual(before.backup);
-      expect(withoutOwn(after.dag.taken)).toEqual(withoutOwn(before.dag.taken));
-      expect(after.dag.backup).toEqual(before.dag.backup);
-      expect(after.dag.backupDetail).toEqual(before.dag.backupDetail);
-      // The usual durations survived: the ten newest successful runs are kept.
-      expect(after.dag.taken.find((t) => t.job === "weekrapport")).toMatchObject({ gebruikelijkOver: 10 });
-    } finally {
-      env.cleanup();
-    }
+    env = await makeEnv();
+    const e = env;
+    await history(e.db);
+    const reports = async () => ({
+      taken: (await runTakenControle(e.deps, NOW)).body,
+      backup: (await runBackupControle(e.deps, NOW)).body,
+      dag: e.store.kind === "pg" ? await buildDailyReportPg(e.store, e.config, NOW) : buildDailyReport(e.store, e.config, NOW),
+    });
+    const before = await reports();
+    e.alarms.raised.length = 0;
+    const res = await call(e.app, "/api/cron/db-onderhoud");
+    expect(res.status).toBe(200);
+    expect(res.json.opgeschoond).toMatchObject({
+      jobRuns: { grens: GRENS, bewaarDagen: 90 },
+      backupStatuses: { verwijderd: 60, bewaarDagen: 90 },
+    });
+    expect(res.json.opgeschoond.jobRuns.verwijderd).toBeGreaterThan(1000);
+    // The db-onderhoud run itself is recorded: leave that job out of the comparison.
+    const after = await reports();
+    const withoutOwn = <T extends { job: string }>(rows: T[]) => rows.filter((r) => r.job !== "db-onderhoud");
+    expect(withoutOwn(after.taken.taken)).toEqual(withoutOwn(before.taken.taken));
+    expect(after.backup).toEqual(before.backup);
+    expect(withoutOwn(after.dag.taken)).toEqual(withoutOwn(before.dag.taken));
+    expect(after.dag.backup).toEqual(before.dag.backup);
+    expect(after.dag.backupDetail).toEqual(before.dag.backupDetail);
+    // The usual durations survived: the ten newest successful runs are kept.
+    expect(after.dag.taken.find((t) => t.job === "weekrapport")).toMatchObject({ gebruikelijkOver: 10 });
   });
 });
+
+// ---------------------------------------------------------------------------------
+// Arranging the history on either store.
+
+const DAY = 24 * 3600 * 1000;
+const GRENS = new Date(NOW.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY).toISOString();
+
+/** pruneOwnTables on the installation's store (pruneOwnTablesPg on PostgreSQL: the same rule and result). */
+function prune(env: Env, now: Date, o: PruneOptions = {}) {
+  return env.store.kind === "pg" ? pruneOwnTablesPg(env.store, now, o) : pruneOwnTables(env.store, now, o);
+}
+
+/** Multi-row INSERTs (200 rows each) with `?` placeholders: portable, and one round trip per 200 rows on PostgreSQL. */
+async function insertRows(db: TestDb, table: string, columns: readonly string[], rows: readonly unknown[][]): Promise<void> {
+  const row = `(${columns.map(() => "?").join(", ")})`;
+  for (let i = 0; i < rows.length; i += 200) {
+    const chunk = rows.slice(i, i + 200);
+    await db.run(`INSERT INTO ${table} (${columns.join(", ")}) VALUES ${chunk.map(() => row).join(", ")}`, ...chunk.flat());
+  }
+}
+
+const RUN_COLUMNS = ["job", "gestart", "beeindigd", "uitkomst", "http_status"] as const;
+function run(job: string, gestart: Date, uitkomst = "ok", ms: number | null = 1500): unknown[] {
+  return [job, gestart.toISOString(), ms === null ? null : new Date(gestart.getTime() + ms).toISOString(), uitkomst, 200];
+}
+
+const BACKUP_COLUMNS = ["ontvangen", "exit_code", "gelukt", "bestandsnaam", "grootte", "foutmelding", "bron"] as const;
+function backup(ontvangen: Date, exitCode = 0): unknown[] {
+  return [ontvangen.toISOString(), exitCode, exitCode === 0, "db.gz", 1024, null, "host-cron"];
+}
+
+/** A year and more of history: daily, weekly, yearly and quarter-hourly jobs, a run that died, a job no longer in the schedule. */
+async function history(db: TestDb): Promise<void> {
+  const ago = (days: number, at = "06:00:01") => new Date(Date.parse(`2026-07-23T${at}.000Z`) - days * DAY);
+  const runs: unknown[][] = [];
+  for (let d = 0; d < 200; d++) runs.push(run("dagrapport", ago(d), "ok", 1000 + (d % 7) * 100));
+  for (const [y, u] of [["2026", "ok"], ["2025", "ok"], ["2024", "fout"], ["2023", "ok"]] as const) runs.push(run("audit-retentie", new Date(`${y}-01-01T02:00:01.000Z`), u, 60_000));
+  for (let w = 0; w < 30; w++) runs.push(run("weekrapport", ago(100 + 7 * w, "18:00:01"), w % 3 === 0 ? "fout" : "ok", 12_000 + w));
+  for (let i = 0; i < 1300; i++) runs.push(run("beveiligingslog-analyse", new Date(NOW.getTime() - 120 * DAY - i * 15 * 60_000), i % 50 === 7 ? "afwijking" : "ok", 3));
+  runs.push(run("audit-verificatie", ago(100, "01:00:01"), "bezig", null)); // its process died, long ago
+  for (let d = 0; d < 5; d++) runs.push(run("audit-verificatie", ago(d, "01:00:01"), "ok", 14_000));
+  for (let d = 0; d < 3; d++) runs.push(run("oude-taak", ago(200 + d)));
+  const backups: unknown[][] = [];
+  for (let d = 1; d <= 150; d++) backups.push(backup(new Date(NOW.getTime() - d * DAY)));
+  backups.push(backup(new Date(NOW.getTime() - 3600_000), 74)); // the newest failed: still the one backup-controle reads
+  await insertRows(db, "job_runs", RUN_COLUMNS, runs);
+  await insertRows(db, "backup_statuses", BACKUP_COLUMNS, backups);
+}
+
+/** What must stay, worked out independently of the job: per job its newest run and its ten newest successful ones. */
+async function expectedKeptOld(db: TestDb): Promise<number[]> {
+  const rows = await db.all<{ id: number }>(
+    `SELECT id FROM (SELECT id, uitkomst, beeindigd, row_number() OVER (PARTITION BY job ORDER BY gestart DESC, id DESC) AS n,
+            row_number() OVER (PARTITION BY job, uitkomst = 'ok' AND beeindigd IS NOT NULL ORDER BY gestart DESC, id DESC) AS k
+       FROM job_runs) AS r
+     WHERE n = 1 OR (uitkomst = 'ok' AND beeindigd IS NOT NULL AND k <= 10)`,
+  );
+  return rows.map((r) => r.id);
+}
+
+async function ids(db: TestDb, query: string, ...p: unknown[]): Promise<number[]> {
+  return (await db.all<{ id: number }>(query, ...p)).map((r) => r.id).sort((a, b) => a - b);
+}
