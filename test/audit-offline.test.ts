@@ -1,29 +1,47 @@
 // The auditor's commands as separate processes: `verify` with the public key alone
 // (exit 0 / 1 / 2), `export` and `verify --bundel` with an inclusion proof, `verify
 // --checkpoint` with the installation checkpoint of the daily e-mail (the one check that
-// catches a rollback of both the database and the anchor file), and `key`.
+// catches a rollback of both the database and the anchor file), and `key`. On both
+// stores: on PostgreSQL the commands read the installation's database through
+// `--database-url` (src/pg/offline.ts) instead of `--db`.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import type { AnyStore } from "../src/deps.ts";
+import { anchorRecordsPg } from "../src/pg/daily.ts";
+import { openPgStore } from "../src/pg/store.ts";
 import { BUN, buildBinary, ROOT } from "./binary.ts";
-import { addTenant, call, DAY_MS, fillChain, makeTestEnv, NOW, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, fillChain, makeEnv, testCluster, testDb, type Env } from "./dialect.ts";
+import { call, DAY_MS, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 
-let env: TestEnv;
-afterEach(() => env?.cleanup());
+let env: Env;
+/** What the commands read: the SQLite file, or the PostgreSQL database's URL (`--database-url`). */
+let target: string;
+/** Stores a test opened beside env's own (the database reopened or rolled back); closed after it. */
+const opened: AnyStore[] = [];
+afterEach(async () => {
+  await env?.cleanup();
+  for (const s of opened.splice(0)) await s.close();
+});
 // Each command is a new process (a generous bound: a hang is the failure here).
 setDefaultTimeout(120_000);
 
 /** Entry i made (500 − i) days before NOW. */
 const at = (i: number) => new Date(NOW.getTime() - (500 - i) * DAY_MS);
 
+async function fresh(): Promise<void> {
+  env = await makeEnv();
+  target = env.store.kind === "sqlite" ? env.config.databasePath : env.store.url;
+}
+
 async function signed(): Promise<{ a: number; b: number }> {
-  env = makeTestEnv();
-  const a = addTenant(env.store, "A");
-  const b = addTenant(env.store, "B");
-  fillChain(env.store, a, 37, { at });
-  fillChain(env.store, b, 12, { at });
+  await fresh();
+  const a = await addTenant(env.db, "A");
+  const b = await addTenant(env.db, "B");
+  await fillChain(env.store, a, 37, { at });
+  await fillChain(env.store, b, 12, { at });
   expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
   return { a, b };
 }
@@ -41,7 +59,68 @@ async function run(args: string[], o: { stdin?: string; exe?: string[] } = {}) {
   return { code, out, err };
 }
 
-const base = () => ["--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY];
+/** The database option of a command: `--db FILE` on SQLite, `--database-url URL` on PostgreSQL (the test URL has no password). */
+const dbArgs = (where = target) => (env.dialect === "sqlite" ? ["--db", where] : ["--database-url", where]);
+const base = () => [...dbArgs(), "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY];
+
+/** The newest installation checkpoint, as the daily e-mail carries it (src/reports/daily.ts, src/pg/daily.ts). */
+async function mailedCheckpoint(): Promise<string | null> {
+  return env.store.kind === "sqlite" ? latestInstallationCheckpoint(env.store.sqlite) : (await anchorRecordsPg(env.store.db)).installatieCheckpoint;
+}
+
+/** Puts `store` under the app and env (as restoreDatabase does on SQLite), env.db on it. */
+function useStore(store: AnyStore): void {
+  (env.deps as { store: AnyStore }).store = store;
+  (env as { store: AnyStore }).store = store;
+  env.db = testDb(store);
+}
+
+/**
+ * The database as it is now, for root to roll back to: on SQLite a file (VACUUM INTO);
+ * on PostgreSQL a database created with this one as its template, which nobody may be
+ * connected to meanwhile, so the app's pool is closed and reopened. Returns its name.
+ */
+async function copyDatabase(): Promise<string> {
+  if (env.store.kind === "sqlite") {
+    env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    const copy = join(env.dir, "oud.db");
+    env.store.sqlite.query("VACUUM INTO ?").run(copy);
+    return copy;
+  }
+  const url = env.store.url;
+  await env.store.close();
+  const copy = await (await testCluster()).createDatabase(undefined, { template: new URL(url).pathname.slice(1) });
+  const reopened = await openPgStore(url);
+  opened.push(reopened);
+  useStore(reopened);
+  return new URL(copy).pathname.slice(1);
+}
+
+/**
+ * Root puts the copy back in the installation's place: on SQLite the file (a new inode,
+ * no -wal or -shm); on PostgreSQL the database dropped and created again, under its own
+ * name, from the copy. The app gets a store on it.
+ */
+async function rollBack(copy: string): Promise<void> {
+  if (env.store.kind === "sqlite") {
+    restoreDatabase(env as TestEnv, copy);
+    opened.push(env.store);
+    env.db = testDb(env.store);
+    return;
+  }
+  const url = env.store.url;
+  const name = new URL(url).pathname.slice(1);
+  await env.store.close();
+  const cluster = await testCluster();
+  await cluster.dropDatabase(name);
+  await cluster.createDatabase(name, { template: copy });
+  const restored = await openPgStore(url);
+  opened.push(restored);
+  useStore(restored);
+}
+
+/** A database that does not exist: a file path on SQLite, a database name on the cluster on PostgreSQL. */
+const missingDatabase = () => (env.dialect === "sqlite" ? join(env.dir, "bestaat-niet.db") : Object.assign(new URL(target), { pathname: "/bestaat_niet" }).href);
 
 describe("nachtwacht verify (public key only)", () => {
   test("a sound database: exit 0; a changed entry: exit 1 naming the reden", async () => {
@@ -49,7 +128,7 @@ describe("nachtwacht verify (public key only)", () => {
     const ok = await run(["verify", ...base()]);
     expect(ok.code).toBe(0);
     expect(ok.out).toContain("RESULTAAT: de database klopt met het ankerbestand.");
-    env.store.sqlite.query("UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 9").run(a);
+    await env.db.run("UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 9", a);
     const bad = await run(["verify", ...base()]);
     expect(bad.code).toBe(1);
     expect(bad.out).toContain(`tenant ${a}: GEBROKEN bij seq 9: hash-afwijkend`);
@@ -57,8 +136,8 @@ describe("nachtwacht verify (public key only)", () => {
 
   test("newest entries cut and the tenant's rows deleted: exit 1 (kop-ontbreekt)", async () => {
     const { b } = await signed();
-    env.store.sqlite.query("DELETE FROM audit_entries WHERE tenant_id = ? AND seq > 5").run(b);
-    env.store.sqlite.query("DELETE FROM audit_anchor_log WHERE tenant_id = ?").run(b);
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq > 5", b);
+    await env.db.run("DELETE FROM audit_anchor_log WHERE tenant_id = ?", b);
     const r = await run(["verify", ...base()]);
     expect(r.code).toBe(1);
     expect(r.out).toContain(`tenant ${b}: GEBROKEN bij seq 12: kop-ontbreekt`);
@@ -66,11 +145,11 @@ describe("nachtwacht verify (public key only)", () => {
 
   test("exit 2 when it cannot check: no key, a missing database, a malformed key; the anchor file removed is exit 1", async () => {
     await signed();
-    const noKey = await run(["verify", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand]);
+    const noKey = await run(["verify", ...dbArgs(), "--bestand", env.config.auditAnkerBestand]);
     expect(noKey.code).toBe(2);
     expect(noKey.err).toContain("geen publieke sleutel");
-    expect((await run(["verify", ...base(), "--db", join(env.dir, "bestaat-niet.db")])).code).toBe(2);
-    expect((await run(["verify", "--db", env.config.databasePath, "--sleutel", "geen-sleutel"])).code).toBe(2);
+    expect((await run(["verify", ...base(), ...dbArgs(missingDatabase())])).code).toBe(2);
+    expect((await run(["verify", ...dbArgs(), "--sleutel", "geen-sleutel"])).code).toBe(2);
     expect((await run(["verify", "--onbekend"])).code).toBe(2);
     rmSync(env.config.auditAnkerBestand);
     const gone = await run(["verify", ...base()]);
@@ -125,36 +204,31 @@ describe("nachtwacht verify --checkpoint (the off-machine witness)", () => {
   test("holds for the e-mailed checkpoint; after both the database and the anchor file were rolled back it exits 1, though the nightly check sees nothing", async () => {
     const { a } = await signed();
     // The state after the first run, as root would keep it to roll back to.
-    env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
-    const oldDb = join(env.dir, "oud.db");
-    env.store.sqlite.query("VACUUM INTO ?").run(oldDb);
+    const oldDb = await copyDatabase();
     const oldFile = join(env.dir, "oud.jsonl");
     copyFileSync(env.config.auditAnkerBestand, oldFile);
     // A day later: new entries, anchored; the daily e-mail carries this checkpoint.
-    fillChain(env.store, a, 4, { from: 37, at });
+    await fillChain(env.store, a, 4, { from: 37, at });
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-    const mailed = latestInstallationCheckpoint(env.store.sqlite)!;
+    const mailed = (await mailedCheckpoint())!;
     const cpFile = join(env.dir, "checkpoint.txt");
     writeFileSync(cpFile, `\n${mailed}\n\n`); // as copied out of an e-mail, blank lines around it
     expect((await run(["verify", ...base(), "--checkpoint", cpFile])).code).toBe(0);
     expect((await run(["verify", ...base(), "--checkpoint", "-"], { stdin: mailed })).code).toBe(0);
 
     // Root rolls both back to the earlier pair.
-    env.store.close();
-    for (const f of ["-wal", "-shm", ""]) rmSync(env.config.databasePath + f, { force: true });
-    copyFileSync(oldDb, env.config.databasePath);
+    await rollBack(oldDb);
     copyFileSync(oldFile, env.config.auditAnkerBestand);
     expect((await run(["verify", ...base()])).code).toBe(0);
     const witness = await run(["verify", ...base(), "--checkpoint", cpFile]);
     expect(witness.code).toBe(1);
     expect(witness.out).toContain("ingekort of teruggezet");
     expect(witness.out).toContain("RESULTAAT: database en ankerbestand bevatten de toestand van het checkpoint NIET.");
-    env.store = (await import("../src/db.ts")).openStore(env.config.databasePath);
   });
 
   test("an installation checkpoint that is not validly signed cannot be checked (exit 2)", async () => {
     await signed();
-    const mailed = latestInstallationCheckpoint(env.store.sqlite)!;
+    const mailed = (await mailedCheckpoint())!;
     const r = await run(["verify", ...base(), "--checkpoint", "-"], { stdin: mailed.replace(/\n\d+\n/, "\n999\n") });
     expect(r.code).toBe(2);
     expect(r.err).toContain("niet geldig ondertekend");
@@ -163,7 +237,7 @@ describe("nachtwacht verify --checkpoint (the off-machine witness)", () => {
 
 describe("nachtwacht key", () => {
   test("prints a signing key for the env file and its public key; both parse and belong together", async () => {
-    env = makeTestEnv();
+    await fresh();
     const r = await run(["key", "--naam", "nachtwacht.voorbeeld/a1"]);
     expect(r.code).toBe(0);
     const secret = /^AUDIT_ANKER_SLEUTEL=(PRIVATE\+KEY\+\S+)$/m.exec(r.out)![1]!;

@@ -1,24 +1,31 @@
 // The compiled binary as a real process: built with the `npm run build` flags, started
 // from an empty temp dir on a free port, called with real fetch. Size and start time
 // are printed (bench/startup.ts measures them properly); nothing here asserts timings.
+// On both stores: on PostgreSQL the binary serves a fresh, empty database of the run's
+// cluster (DATABASE_URL), which it migrates at start, and the test reads that database.
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { appendAuditEntry } from "../src/audit/chain.ts";
+import { appendAuditEntry, canonicalJson } from "../src/audit/chain.ts";
+import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { buildBinary, startBinary, type RunningBinary } from "./binary.ts";
+import { appendInputs, DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
 
 const SECRET = "e2e-" + "9f".repeat(30); // 64 characters, unique enough to grep for
 
 let bin: string;
 let app: RunningBinary & { dir: string };
+/** PostgreSQL run: the database the binary serves. */
+let databaseUrl: string | null = null;
 
 beforeAll(async () => {
   const b = await buildBinary();
   bin = b.path;
   // DATABASE_PATH left unset: the default ./data/nachtwacht.db is relative to the cwd.
   // No SMTP_URL: mail goes to the outbox folder beside the database.
-  app = await startBinary(bin, { CRON_SECRET: SECRET, DAGRAPPORT_EMAIL: "ops@example.com" });
+  if (DIALECT === "pg") databaseUrl = await (await testCluster()).createDatabase();
+  app = await startBinary(bin, { CRON_SECRET: SECRET, DAGRAPPORT_EMAIL: "ops@example.com", ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}) });
   const mb = (statSync(bin).size / 1024 / 1024).toFixed(1);
   console.log(`binary: ${mb} MB, built in ${(b.ms / 1000).toFixed(1)} s, start → first /health answer ${app.startMs.toFixed(0)} ms`);
 }, 180_000);
@@ -26,6 +33,35 @@ beforeAll(async () => {
 afterAll(async () => {
   await app?.stop();
 });
+
+/**
+ * The binary's database opened beside it, as another process: the SQLite file (waiting
+ * up to 5 s for the binary's write lock), or a pool on the PostgreSQL database.
+ */
+async function openData(o: { readonly?: boolean } = {}): Promise<{ db: TestDb; append(tenantId: number, subject: string): Promise<void>; close(): Promise<void> }> {
+  if (databaseUrl !== null) {
+    const store: PgStore = await openPgStore(databaseUrl, { max: 2 });
+    return {
+      db: testDb(store),
+      // what appendAuditEntry stores on SQLite: details {}, created now
+      append: (tenantId, subject) =>
+        appendInputs(store, [{ tenantId, actor: "a@example.com", action: "login", subject, details: canonicalJson({}), createdAt: new Date().toISOString() }]),
+      close: () => store.close(),
+    };
+  }
+  const sqlite = new Database(join(app.dir, "data", "nachtwacht.db"), o.readonly ? { readonly: true } : {});
+  if (!o.readonly) sqlite.run("PRAGMA busy_timeout = 5000");
+  return {
+    db: {
+      dialect: "sqlite",
+      all: async (q, ...p) => sqlite.query(q).all(...(p as any[])) as any[],
+      get: async (q, ...p) => (sqlite.query(q).get(...(p as any[])) as any) ?? null,
+      run: async (q, ...p) => void sqlite.query(q).run(...(p as any[])),
+    },
+    append: async (tenantId, subject) => void appendAuditEntry(sqlite, { tenantId, actor: "a@example.com", action: "login", subject }),
+    close: async () => sqlite.close(),
+  };
+}
 
 async function post(path: string, init: { token?: string | null; body?: string } = {}) {
   const headers: Record<string, string> = {};
@@ -42,13 +78,20 @@ describe("the compiled binary", () => {
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ status: "ok" });
     const dbPath = join(app.dir, "data", "nachtwacht.db");
-    expect(existsSync(dbPath)).toBe(true);
-    const db = new Database(dbPath, { readonly: true });
+    // With DATABASE_URL the data lives in PostgreSQL: no SQLite file is made (DATABASE_PATH only places the outbox).
+    expect(existsSync(dbPath)).toBe(DIALECT === "sqlite");
+    const { db, close } = await openData({ readonly: true });
     try {
-      const tables = (db.query("SELECT name FROM sqlite_master WHERE type = 'table'").all() as { name: string }[]).map((r) => r.name);
+      const tables = (
+        await db.all<{ name: string }>(
+          DIALECT === "sqlite"
+            ? "SELECT name FROM sqlite_master WHERE type = 'table'"
+            : "SELECT table_name AS name FROM information_schema.tables WHERE table_schema IN ('public', 'drizzle') AND table_type = 'BASE TABLE'",
+        )
+      ).map((r) => r.name);
       expect(tables).toEqual(expect.arrayContaining(["backup_statuses", "job_runs", "audit_entries", "__drizzle_migrations"]));
     } finally {
-      db.close();
+      await close();
     }
   });
 
@@ -66,28 +109,27 @@ describe("the compiled binary", () => {
     expect(r.status).toBe(200);
     expect(r.type).toContain("application/json");
     expect(JSON.parse(r.text)).toEqual({ ok: true, gelukt: true });
-    const db = new Database(join(app.dir, "data", "nachtwacht.db"), { readonly: true });
+    const { db, close } = await openData({ readonly: true });
     try {
-      const row = db.query("SELECT exit_code, bestandsnaam, grootte, bron FROM backup_statuses ORDER BY id DESC LIMIT 1").get();
+      const row = await db.get("SELECT exit_code, bestandsnaam, grootte, bron FROM backup_statuses ORDER BY id DESC LIMIT 1");
       expect(row).toEqual({ exit_code: 0, bestandsnaam: "e2e.db.gz", grootte: 1234, bron: "host-cron" });
     } finally {
-      db.close();
+      await close();
     }
   });
 
   test("audit-verificatie in the binary: 200 for intact chains, 409 naming the tampered entry", async () => {
-    const db = new Database(join(app.dir, "data", "nachtwacht.db"));
-    db.run("PRAGMA busy_timeout = 5000");
+    const { db, append, close } = await openData();
     try {
       for (const naam of ["Alfa BV", "Beta BV"]) {
-        const { id } = db.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES (?, 1, ?) RETURNING id").get(naam, new Date().toISOString()) as { id: number };
-        for (let i = 0; i < 5; i++) appendAuditEntry(db, { tenantId: id, actor: "a@example.com", action: "login", subject: `s${i}` });
+        const { id } = (await db.get<{ id: number }>("INSERT INTO tenants (naam, actief, aangemaakt) VALUES (?, ?, ?) RETURNING id", naam, true, new Date().toISOString()))!;
+        for (let i = 0; i < 5; i++) await append(id, `s${i}`);
       }
       const ok = await post("/api/cron/audit-verificatie");
       expect(ok.status).toBe(200);
       expect(JSON.parse(ok.text)).toMatchObject({ gecontroleerd: 2, aantalGebroken: 0 });
 
-      db.run("UPDATE audit_entries SET subject = 'vervalst' WHERE seq = 3 AND tenant_id = (SELECT id FROM tenants WHERE naam = 'Beta BV')");
+      await db.run("UPDATE audit_entries SET subject = 'vervalst' WHERE seq = 3 AND tenant_id = (SELECT id FROM tenants WHERE naam = 'Beta BV')");
       const broken = await post("/api/cron/audit-verificatie");
       expect(broken.status).toBe(409);
       const body = JSON.parse(broken.text) as { aantalGebroken: number; resultaten: { tenant: string; intact: boolean; fout?: { seq: number; reden: string } }[] };
@@ -95,18 +137,17 @@ describe("the compiled binary", () => {
       expect(body.resultaten.find((r) => r.tenant === "Beta BV")).toMatchObject({ intact: false, fout: { seq: 3, reden: "hash-afwijkend" } });
       expect(app.output()).toContain("audit-chain-broken");
     } finally {
-      db.close();
+      await close();
     }
   });
 
   test("a log past 200,000 ids is verified on worker threads inside the binary, with the same verdicts", async () => {
-    const db = new Database(join(app.dir, "data", "nachtwacht.db"));
-    db.run("PRAGMA busy_timeout = 5000");
+    const { db, close } = await openData();
     try {
       // The id is not part of the hashed text: a high one makes verificationWorkers start threads.
-      db.run("UPDATE audit_entries SET id = 300000 WHERE id = (SELECT max(id) FROM audit_entries)");
+      await db.run("UPDATE audit_entries SET id = 300000 WHERE id = (SELECT max(id) FROM audit_entries)");
     } finally {
-      db.close();
+      await close();
     }
     const r = await post("/api/cron/audit-verificatie");
     expect(r.status).toBe(409);
