@@ -1,6 +1,6 @@
 // Shutdown (issue 8, part 6). SIGTERM (what systemd sends on stop and restart): the
 // service stops taking connections, lets the running job finish, records it, folds
-// the WAL into the database and closes it, and exits 0. A job that does not finish
+// the WAL into the database and closes it (on PostgreSQL: closes its pool), and exits 0. A job that does not finish
 // within the bound (25 s; shorter in the fixture) is answered 503, recorded as 'fout'
 // with a message, and the process exits 1 with the database closed cleanly.
 import { Database } from "bun:sqlite";
@@ -8,10 +8,16 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { createApp } from "../src/app.ts";
+import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "../src/audit/chain.ts";
+import { parseVerifierKey } from "../src/audit/note.ts";
+import { openStore } from "../src/db.ts";
+import { verifyInstallationPg } from "../src/pg/offline.ts";
+import { markInstalledPg, openPgStore } from "../src/pg/store.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { SHUTDOWN_GRACE_MS } from "../src/server.ts";
-import { bulkChain, testDatabase, waitForRow, waitForRun, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
-import { call, makeTestEnv, SECRET } from "./helpers.ts";
+import { bulkChain, tempDir, verifyAll, ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
+import { call, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, until } from "./helpers.ts";
+import { DIALECT, makeEnv, testCluster, testDb, type TestDb } from "./dialect.ts";
 
 const DAY = 24 * 3600 * 1000;
 const now = Date.now();
@@ -20,47 +26,159 @@ afterEach(async () => {
   for (const f of cleanups.splice(0).reverse()) await f();
 });
 
-const database = (fill: (s: Database) => void) => testDatabase(cleanups, new Date(now - 730 * DAY), fill);
+const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
 
-/** The database after the process is gone: sound, and no WAL content left behind. */
-function closedCleanly(path: string) {
-  const wal = `${path}-wal`;
-  expect(existsSync(wal) ? statSync(wal).size : 0).toBe(0);
-  const s = new Database(path, { readonly: true });
-  try {
-    expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok");
-  } finally {
-    s.close();
-  }
+/** A database of the run's store for a service process, filled by the test, and what the test reads of it. */
+interface Installation {
+  /** The service's environment (DATABASE_URL on the PostgreSQL run; the outbox stays beside DATABASE_PATH). */
+  env: Record<string, string>;
+  /** Plain SQL on the database, from the test's own connection. */
+  db: TestDb;
+  /** Every tenant's chain verified against the anchor file, with its anchors and lowest seq (fixtures' verifyAll). */
+  chains(): Promise<{ intact: boolean; aantalEntries: number; ankerSeq: number; retentieSeq: number; eersteSeq: number | null }[]>;
+  /**
+   * After the process is gone: its store was closed cleanly. SQLite: no WAL content left
+   * behind and the file sound. PostgreSQL (the server keeps the data sound): the pool was
+   * closed without a failure (the exit code the tests check comes after that close) and
+   * none of its connections is left on the server.
+   */
+  closedCleanly(svc: ServiceProcess): Promise<void>;
 }
 
-function runs(path: string, job: string) {
-  const s = new Database(path, { readonly: true });
-  try {
-    return s.query("SELECT uitkomst, http_status AS httpStatus, beeindigd IS NOT NULL AS beeindigd, fout FROM job_runs WHERE job = ?").all(job) as {
-      uitkomst: string;
-      httpStatus: number;
-      beeindigd: number;
-      fout: string | null;
-    }[];
-  } finally {
-    s.close();
+/**
+ * A fresh installation of the run's store, installed 730 days ago and filled by `fill`
+ * (the test's own connection, closed again before the service starts on SQLite).
+ */
+async function installation(fill: (db: TestDb, chain: (tenantId: number, n: number, fromMs: number, toMs: number) => Promise<void>) => Promise<void> = async () => {}): Promise<Installation> {
+  const { dir, cleanup } = tempDir();
+  cleanups.push(cleanup);
+  const installedAt = new Date(now - 730 * DAY);
+  const path = join(dir, "data", "nachtwacht.db");
+  const env = { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: path, AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl") };
+  if (DIALECT === "sqlite") {
+    const store = openStore(path, installedAt);
+    await fill(testDb(store), async (t, n, from, to) => bulkChain(store.sqlite, t, n, from, to));
+    store.close();
+    // Read-only, opened per question: the service owns the file.
+    const readOnly = <T>(f: (s: Database) => T): T => {
+      const s = new Database(path, { readonly: true });
+      try {
+        return f(s);
+      } finally {
+        s.close();
+      }
+    };
+    return {
+      env,
+      db: {
+        dialect: "sqlite",
+        all: async (q, ...p) => readOnly((s) => s.query(q).all(...(p as any[])) as any[]),
+        get: async (q, ...p) => readOnly((s) => (s.query(q).get(...(p as any[])) as any) ?? null),
+        run: async () => {
+          throw new Error("read-only");
+        },
+      },
+      chains: async () => readOnly((s) => verifyAll(s, env.AUDIT_ANKER_BESTAND)),
+      closedCleanly: async () => {
+        const wal = `${path}-wal`;
+        expect(existsSync(wal) ? statSync(wal).size : 0).toBe(0);
+        readOnly((s) => expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok"));
+      },
+    };
   }
+  const url = await (await testCluster()).createDatabase();
+  const store = await openPgStore(url, { max: 1 });
+  cleanups.push(() => store.close());
+  await markInstalledPg(store, installedAt);
+  const db = testDb(store);
+  await fill(db, (t, n, from, to) => bulkChainPg(db, t, n, from, to));
+  return {
+    env: { ...env, DATABASE_URL: url },
+    db,
+    chains: async () => {
+      const verdict = await verifyInstallationPg(url, env.AUDIT_ANKER_BESTAND, VERIFIERS, { workers: 0 });
+      expect(verdict.probleem ?? null).toBeNull();
+      const out = [];
+      for (const t of verdict.tenants) {
+        const anchor = await db.get<{ seq: number }>("SELECT seq FROM audit_retention_anchors WHERE tenant_id = ?", t.tenantId);
+        const record = await db.get<{ s: number | null }>("SELECT max(grootte) AS s FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'", t.tenantId);
+        const first = await db.get<{ s: number | null }>("SELECT min(seq) AS s FROM audit_entries WHERE tenant_id = ?", t.tenantId);
+        out.push({ ...t, ankerSeq: anchor?.seq ?? 0, retentieSeq: record?.s ?? 0, eersteSeq: first?.s ?? null });
+      }
+      return out;
+    },
+    closedCleanly: async (svc) => {
+      expect(svc.output()).not.toContain("closing the PostgreSQL connections failed");
+      // A backend ends just after its client left: waited for, bounded.
+      await until("the service's connections to end", async () => {
+        const row = await db.get<{ n: number }>("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()");
+        return row!.n === 0;
+      }, 10_000);
+    },
+  };
 }
+
+/** fixtures/hardening.ts bulkChain on PostgreSQL: the same rows, the same hashes; the identity sequence moved past their ids. */
+async function bulkChainPg(db: TestDb, tenantId: number, n: number, fromMs: number, toMs: number): Promise<void> {
+  const head = await db.get<{ seq: number; hash: string }>("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1", tenantId);
+  let seq = head?.seq ?? 0;
+  let prev = head?.hash ?? GENESIS_HASH;
+  let id = (await db.get<{ m: number }>("SELECT coalesce(max(id), 0) AS m FROM audit_entries"))!.m;
+  const cols = { seq: [] as number[], id: [] as number[], created_at: [] as string[], subject: [] as string[], details: [] as string[], prev_hash: [] as string[], hash: [] as string[] };
+  for (let i = 0; i < n; i++) {
+    seq++;
+    id++;
+    const createdAt = new Date(fromMs + Math.floor(((toMs - fromMs) * i) / Math.max(1, n - 1))).toISOString();
+    const details = `{"i":${i}}`;
+    const hash = sha256Hex(JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, "bulk", "dossier.bekeken", `d/${i}`, details, prev]));
+    cols.seq.push(seq);
+    cols.id.push(id);
+    cols.created_at.push(createdAt);
+    cols.subject.push(`d/${i}`);
+    cols.details.push(details);
+    cols.prev_hash.push(prev);
+    cols.hash.push(hash);
+    prev = hash;
+  }
+  for (let i = 0; i < n; i += 5000) {
+    const part = <T>(a: T[]) => a.slice(i, i + 5000);
+    await db.run(
+      `INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash)
+       SELECT ?, s, i, c, 'bulk', 'dossier.bekeken', su, d, p, h
+       FROM unnest(?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) AS u(s, i, c, su, d, p, h)`,
+      tenantId,
+      ...[cols.seq, cols.id, cols.created_at, cols.subject, cols.details, cols.prev_hash, cols.hash].map((c) => part<unknown>(c)),
+    );
+  }
+  await db.run("SELECT setval(pg_get_serial_sequence('audit_entries', 'id'), ?)", id);
+}
+
+/** The runs of `job` as the test reads them after the process is gone. */
+function runs(db: TestDb, job: string) {
+  return db.all<{ uitkomst: string; httpStatus: number; beeindigd: number; fout: string | null }>(
+    "SELECT uitkomst, http_status AS \"httpStatus\", beeindigd IS NOT NULL AS beeindigd, fout FROM job_runs WHERE job = ?",
+    job,
+  );
+}
+
+/** Polls until `sql` returns a row: waiting for a state, not for a time. */
+const waitForRow = (db: TestDb, sql: string, ...params: unknown[]) => until(`a row for ${sql}`, async () => (await db.get(sql, ...params)) !== null, 10_000);
+/** Resolves once `job` has a run in progress ('bezig'). */
+const waitForRun = (db: TestDb, job: string) => waitForRow(db, "SELECT 1 FROM job_runs WHERE job = ? AND uitkomst = 'bezig'", job);
 
 describe("SIGTERM", () => {
   test("during audit-retentie: the job finishes and answers 200, the run is recorded ok, new connections are refused, the WAL is folded in, exit 0", async () => {
-    const db = database((s) => {
+    const inst = await installation(async (db, chain) => {
       for (let t = 1; t <= 6; t++) {
-        s.query("INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (?, ?, 1, ?)").run(t, `T${t}`, new Date(now - 4000 * DAY).toISOString());
-        bulkChain(s, t, 8000, now - 3400 * DAY, now - 2700 * DAY);
-        bulkChain(s, t, 100, now - 30 * DAY, now - DAY);
+        await db.run("INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (?, ?, ?, ?)", t, `T${t}`, true, new Date(now - 4000 * DAY).toISOString());
+        await chain(t, 8000, now - 3400 * DAY, now - 2700 * DAY);
+        await chain(t, 100, now - 30 * DAY, now - DAY);
       }
     });
-    const svc: ServiceProcess = await startService(db.env);
+    const svc: ServiceProcess = await startService(inst.env);
     const t0 = performance.now();
     const answer = fetch(`${svc.url}/api/cron/audit-retentie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
-    await waitForRun(db.path, "audit-retentie");
+    await waitForRun(inst.db, "audit-retentie");
     svc.proc.kill("SIGTERM");
     const r = await answer;
     expect(r.status).toBe(200);
@@ -70,35 +188,35 @@ describe("SIGTERM", () => {
     expect(await svc.exited).toBe(0);
     console.log(`SIGTERM during audit-retentie: stopped ${Math.round(performance.now() - t0)} ms after the call`);
 
-    expect(runs(db.path, "audit-retentie")).toEqual([{ uitkomst: "ok", httpStatus: 200, beeindigd: 1, fout: null }]);
-    closedCleanly(db.path);
-    const s = new Database(db.path, { readonly: true });
-    for (const c of verifyAll(s, db.env.AUDIT_ANKER_BESTAND)) expect(c).toMatchObject({ intact: true, ankerSeq: 8000, retentieSeq: 8000, eersteSeq: 8001, aantalEntries: 100 });
-    s.close();
+    expect(await runs(inst.db, "audit-retentie")).toEqual([{ uitkomst: "ok", httpStatus: 200, beeindigd: 1, fout: null }]);
+    await inst.closedCleanly(svc);
+    for (const c of await inst.chains()) expect(c).toMatchObject({ intact: true, ankerSeq: 8000, retentieSeq: 8000, eersteSeq: 8001, aantalEntries: 100 });
     const log = svc.output();
     expect(log).toContain('"message":"shutting down","signal":"SIGTERM","running":["audit-retentie"]');
     expect(log).toContain('"message":"stopped","signal":"SIGTERM","exitCode":0');
   }, 60_000);
 
   test("with no job running: exit 0 at once, database closed cleanly", async () => {
-    const db = database(() => {});
-    const svc = await startService(db.env);
+    const inst = await installation();
+    const svc = await startService(inst.env);
     expect((await fetch(`${svc.url}/api/cron/backup-controle`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } })).status).toBe(409);
     const t0 = performance.now();
     svc.proc.kill("SIGTERM");
     expect(await svc.exited).toBe(0);
     expect(performance.now() - t0).toBeLessThan(3000);
-    closedCleanly(db.path);
+    await inst.closedCleanly(svc);
   }, 30_000);
 
   test("a job that outlasts the bound: its caller gets 503 {error}, the run is recorded as fout with the reason, its committed steps stay, exit 1, database sound", async () => {
     expect(SHUTDOWN_GRACE_MS).toBe(25_000); // production bound; the fixture uses 1.5 s
-    const db = database(() => {});
-    const svc = await startService({ ...db.env, SHUTDOWN_GRACE_MS: "1500" }, join(ROOT, "test/fixtures/server-slow-job.ts"));
+    const inst = await installation();
+    // The same slow job on either store (the fixture of the PostgreSQL run writes through its pool).
+    const fixture = join(ROOT, DIALECT === "sqlite" ? "test/fixtures/server-slow-job.ts" : "test/fixtures/server-slow-job-pg.ts");
+    const svc = await startService({ ...inst.env, SHUTDOWN_GRACE_MS: "1500" }, fixture);
     const answer = fetch(`${svc.url}/api/cron/db-onderhoud`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
-    await waitForRun(db.path, "db-onderhoud");
+    await waitForRun(inst.db, "db-onderhoud");
     // A few of its steps committed before the signal.
-    await waitForRow(db.path, "SELECT 1 FROM service_meta WHERE key = 'stap-3'");
+    await waitForRow(inst.db, "SELECT 1 FROM service_meta WHERE key = 'stap-3'");
     const t0 = performance.now();
     svc.proc.kill("SIGTERM");
     const r = await answer;
@@ -110,19 +228,17 @@ describe("SIGTERM", () => {
     // Upper bound only: a hang is the failure (the fixture's bound is 1.5 s).
     expect(performance.now() - t0).toBeLessThan(4500);
 
-    const [run] = runs(db.path, "db-onderhoud");
+    const [run] = await runs(inst.db, "db-onderhoud");
     expect(run).toMatchObject({ uitkomst: "fout", httpStatus: 503, beeindigd: 1 });
     expect(run!.fout).toContain("SIGTERM");
-    closedCleanly(db.path);
-    const s = new Database(db.path, { readonly: true });
-    const steps = (s.query("SELECT count(*) AS n FROM service_meta WHERE key LIKE 'stap-%'").get() as { n: number }).n;
-    s.close();
+    await inst.closedCleanly(svc);
+    const steps = (await inst.db.get<{ n: number }>("SELECT count(*) AS n FROM service_meta WHERE key LIKE 'stap-%'"))!.n;
     expect(steps).toBeGreaterThanOrEqual(3); // committed before the signal, and kept
     expect(svc.output()).toContain('"message":"stopped","signal":"SIGTERM","exitCode":1');
   }, 30_000);
 
   test("a call that reaches a stopping service is refused with 503 {error} and starts nothing", async () => {
-    const env = makeTestEnv();
+    const env = await makeEnv();
     cleanups.push(() => env.cleanup());
     const running = new RunningJobs();
     const app = createApp(env.deps, { running });
@@ -131,6 +247,6 @@ describe("SIGTERM", () => {
     expect(r.status).toBe(503);
     expect(Object.keys(r.json)).toEqual(["error"]);
     expect(r.headers.get("retry-after")).toBe("60");
-    expect((env.store.sqlite.query("SELECT count(*) AS n FROM job_runs").get() as { n: number }).n).toBe(0);
+    expect((await env.db.get<{ n: number }>("SELECT count(*) AS n FROM job_runs"))!.n).toBe(0);
   });
 });
