@@ -143,12 +143,18 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
     await writeKeptEnds(deps.store, running, Math.max(0, writesDeadline - performance.now()));
     const unwritten = running.keptEndsList();
     if (unwritten.length > 0) {
-      log("error", "the end of a run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId, uitkomst: k.result.uitkomst, httpStatus: k.result.httpStatus })) });
+      // On PostgreSQL an UPDATE already sent may still be applied by the server once the
+      // row is free (the first end written stays: WHERE uitkomst = 'bezig'); the log says so.
+      log("error", "the end of a run could not be recorded before shutdown", {
+        runs: unwritten.map((k) => ({ job: k.job, runId: k.runId, uitkomst: k.result.uitkomst, httpStatus: k.result.httpStatus })),
+        ...(deps.store.kind === "pg" ? { note: "an update already sent may still be applied by PostgreSQL after exit" } : {}),
+      });
     }
     void deps.mailer.close().catch(() => {});
     await checkpointer?.stop();
     const { store } = deps;
-    // Interrupted jobs may still have queries under way: cut off after 2 s, within systemd's stop timeout.
+    // Interrupted jobs may still have queries under way: the client stops waiting for them
+    // after 2 s, within systemd's stop timeout (the server may still finish them).
     if (store.kind === "pg") await store.close(2).catch((e) => log("warn", "closing the PostgreSQL connections failed", { error: e instanceof Error ? e.message : String(e) }));
     else closeDatabase(store);
     log("info", "stopped", { signal, exitCode });
