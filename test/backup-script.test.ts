@@ -1,15 +1,26 @@
 // ops/backup.sh, the thin caller of `nachtwacht backup`, with the compiled binary against
 // the running service: a real online copy while the database is in use, the report to
 // backup-status, and forced failures. No sqlite3 CLI is needed.
+// On both stores: on PostgreSQL the service serves a fresh database of the run's cluster
+// (DATABASE_URL; it migrates it at start) and the backup is pg_dump's custom-format
+// archive (src/pg/backup.ts), checked here the way a restore uses it: restored with
+// pg_restore into another fresh database and read back.
 import { Database } from "bun:sqlite";
+import { SQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { libpqEnv } from "../src/pg/backup.ts";
+import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { buildBinary, ROOT, startBinary, type RunningBinary } from "./binary.ts";
+import { DIALECT, pgOnly, testCluster, testDb, type TestDb } from "./dialect.ts";
 
 const SCRIPT = join(ROOT, "ops", "backup.sh");
 const SECRET = "backup-" + "5a".repeat(30);
+/** The backup file's name: a gzipped SQLite copy, or pg_dump's archive on PostgreSQL (by design, src/pg/backup.ts). */
+const BACKUP_NAME = DIALECT === "sqlite" ? /^nachtwacht-\d{8}T\d{6}Z\.db\.gz$/ : /^nachtwacht-\d{8}T\d{6}Z\.pgdump$/;
+const isBackup = (f: string) => f.endsWith(DIALECT === "sqlite" ? ".db.gz" : ".pgdump");
 
 interface Row {
   exit_code: number;
@@ -20,27 +31,51 @@ interface Row {
   bron: string;
 }
 
+/** The service's database opened beside it, as another process: the SQLite file (waiting for its write lock), or a pool on the PostgreSQL database. */
+async function openData(o: { dbPath: string; url: string | null; readonly?: boolean }): Promise<{ db: TestDb; close(): Promise<void> }> {
+  if (o.url !== null) {
+    const store: PgStore = await openPgStore(o.url, { max: 2 });
+    return { db: testDb(store), close: () => store.close() };
+  }
+  const sqlite = new Database(o.dbPath, o.readonly ? { readonly: true } : {});
+  if (!o.readonly) sqlite.run("PRAGMA busy_timeout = 5000"); // as the service's own connection has
+  return {
+    db: {
+      dialect: "sqlite",
+      all: async (q, ...p) => sqlite.query(q).all(...(p as any[])) as any[],
+      get: async (q, ...p) => (sqlite.query(q).get(...(p as any[])) as any) ?? null,
+      run: async (q, ...p) => void sqlite.query(q).run(...(p as any[])),
+    },
+    close: async () => sqlite.close(),
+  };
+}
+
 describe("ops/backup.sh → nachtwacht backup", () => {
   let bin: string;
   let app: RunningBinary & { dir: string };
   let work: string;
   let envFile: string;
   let dbPath: string;
+  /** PostgreSQL run: the database the service serves. */
+  let url: string | null = null;
 
   beforeAll(async () => {
     const { path } = await buildBinary();
     bin = path;
-    app = await startBinary(path, { CRON_SECRET: SECRET });
+    if (DIALECT === "pg") url = await (await testCluster()).createDatabase();
+    app = await startBinary(path, { CRON_SECRET: SECRET, ...(url ? { DATABASE_URL: url } : {}) });
     dbPath = join(app.dir, "data", "nachtwacht.db");
     work = mkdtempSync(join(tmpdir(), "nachtwacht-backup-"));
     envFile = join(work, "nachtwacht.env");
     writeFileSync(envFile, `CRON_SECRET=${SECRET}\nPORT=${new URL(app.url).port}\nHOST=127.0.0.1\n`, { mode: 0o600 });
-    const db = new Database(dbPath);
-    const insert = db.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES (?, 1, ?)");
-    db.transaction(() => {
-      for (let i = 0; i < 500; i++) insert.run(`Tenant ${i}`, new Date().toISOString());
-    })();
-    db.close();
+    const { db, close } = await openData({ dbPath, url });
+    try {
+      // 500 tenants in one statement (one transaction).
+      const rows = Array.from({ length: 500 }, (_, i) => [`Tenant ${i}`, true, new Date().toISOString()]);
+      await db.run(`INSERT INTO tenants (naam, actief, aangemaakt) VALUES ${rows.map(() => "(?, ?, ?)").join(", ")}`, ...rows.flat());
+    } finally {
+      await close();
+    }
   }, 180_000);
 
   afterAll(async () => {
@@ -48,17 +83,24 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     rmSync(work, { recursive: true, force: true });
   });
 
-  async function runBackup(env: Record<string, string>) {
+  /**
+   * The script as cron runs it. The database: NACHTWACHT_DB (SQLite), or DATABASE_URL in
+   * its environment (PostgreSQL: backup.sh has no setting of its own for it; the
+   * installed layout has it in the env file, as the second test shows). A value of
+   * undefined leaves that variable out.
+   */
+  async function runBackup(env: Record<string, string | undefined>) {
+    const all: Record<string, string | undefined> = {
+      PATH: "/usr/bin:/bin", // no sqlite3 needed: nothing but the binary (and on PostgreSQL pg_dump, from the client package)
+      NACHTWACHT_BIN: bin,
+      NACHTWACHT_ENV: envFile,
+      NACHTWACHT_LOG: "stdout",
+      ...(url === null ? { NACHTWACHT_DB: dbPath } : { DATABASE_URL: url }),
+      NACHTWACHT_ANCHORS: join(work, "absent-ankers.jsonl"),
+      ...env,
+    };
     const p = Bun.spawn(["bash", SCRIPT], {
-      env: {
-        PATH: "/usr/bin:/bin", // no sqlite3 needed: nothing but the binary
-        NACHTWACHT_BIN: bin,
-        NACHTWACHT_ENV: envFile,
-        NACHTWACHT_LOG: "stdout",
-        NACHTWACHT_DB: dbPath,
-        NACHTWACHT_ANCHORS: join(work, "absent-ankers.jsonl"),
-        ...env,
-      },
+      env: Object.fromEntries(Object.entries(all).filter((e): e is [string, string] => e[1] !== undefined)),
       stdout: "pipe",
       stderr: "pipe",
     });
@@ -66,25 +108,53 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     return { code, out: out + err };
   }
 
-  function newestStatus(): Row {
-    const db = new Database(dbPath, { readonly: true });
+  async function newestStatus(): Promise<Row> {
+    const { db, close } = await openData({ dbPath, url, readonly: true });
     try {
-      return db.query("SELECT exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron FROM backup_statuses ORDER BY id DESC LIMIT 1").get() as Row;
+      return (await db.get<Row>("SELECT exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron FROM backup_statuses ORDER BY id DESC LIMIT 1"))!;
     } finally {
-      db.close();
+      await close();
+    }
+  }
+
+  /** PostgreSQL: a URL to another database of the run's cluster. */
+  const otherDatabase = (name: string) => url!.replace(/\/[^/]+$/, `/${name}`);
+
+  /** The number of tenants in the restored backup, after checking it restores soundly. */
+  async function restoredTenants(file: string): Promise<number> {
+    if (DIALECT === "sqlite") {
+      const restored = join(work, "restored.db");
+      writeFileSync(restored, Bun.gunzipSync(readFileSync(file)));
+      const copy = new Database(restored, { readonly: true });
+      try {
+        expect(copy.query("PRAGMA integrity_check").get()).toEqual({ integrity_check: "ok" });
+        return (copy.query("SELECT count(*) AS n FROM tenants").get() as { n: number }).n;
+      } finally {
+        copy.close();
+      }
+    }
+    // As a restore does: pg_restore into an empty database, every statement succeeding.
+    const restored = await (await testCluster()).createDatabase();
+    const pgEnv = libpqEnv(restored);
+    const r = Bun.spawnSync(["pg_restore", "--no-owner", "--exit-on-error", "--dbname", pgEnv.PGDATABASE!, file], { env: { PATH: "/usr/bin:/bin", ...pgEnv }, stdout: "pipe", stderr: "pipe" });
+    expect([r.exitCode, r.stderr.toString()]).toEqual([0, ""]);
+    const sql = new SQL(restored, { max: 1 });
+    try {
+      const [{ n }] = await sql`SELECT count(*)::int AS n FROM tenants`;
+      return n;
+    } finally {
+      await sql.close();
     }
   }
 
   test("makes a consistent gzip copy while the service writes, and reports its name and size", async () => {
     const dir = join(work, "ok");
     // A writer on the live database during the copy, as the service's own writers would be.
-    const writer = new Database(dbPath);
-    writer.run("PRAGMA busy_timeout = 5000"); // as the service's own connection has
-    const insert = writer.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES ('tijdens', 1, ?)");
+    const { db: writer, close } = await openData({ dbPath, url });
     let writing = true;
     const writes = (async () => {
       while (writing) {
-        insert.run(new Date().toISOString());
+        await writer.run("INSERT INTO tenants (naam, actief, aangemaakt) VALUES ('tijdens', ?, ?)", true, new Date().toISOString());
         await Bun.sleep(1);
       }
     })();
@@ -95,29 +165,20 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     })() });
     writing = false;
     await writes;
-    writer.close();
+    await close();
     expect(r.code).toBe(0);
 
     const files = readdirSync(dir).sort();
-    const backups = files.filter((f) => /^nachtwacht-\d{8}T\d{6}Z\.db\.gz$/.test(f));
+    const backups = files.filter((f) => BACKUP_NAME.test(f));
     expect(backups).toHaveLength(1);
     expect(files.filter((f) => f.startsWith("."))).toEqual([]); // no temp copy left behind
     expect(files.some((f) => /^audit-ankers-.*\.jsonl\.gz$/.test(f))).toBe(true);
     const name = backups[0]!;
     const size = statSync(join(dir, name)).size;
 
-    const restored = join(work, "restored.db");
-    writeFileSync(restored, Bun.gunzipSync(readFileSync(join(dir, name))));
-    const copy = new Database(restored, { readonly: true });
-    try {
-      expect(copy.query("PRAGMA integrity_check").get()).toEqual({ integrity_check: "ok" });
-      const { n } = copy.query("SELECT count(*) AS n FROM tenants").get() as { n: number };
-      expect(n).toBeGreaterThanOrEqual(500);
-    } finally {
-      copy.close();
-    }
+    expect(await restoredTenants(join(dir, name))).toBeGreaterThanOrEqual(500);
 
-    expect(newestStatus()).toEqual({ exit_code: 0, gelukt: 1, bestandsnaam: name, grootte: size, foutmelding: null, bron: "host-cron" });
+    expect(await newestStatus()).toEqual({ exit_code: 0, gelukt: 1, bestandsnaam: name, grootte: size, foutmelding: null, bron: "host-cron" });
     expect(r.out).toContain(`backup ok: ${join(dir, name)}`);
     expect(r.out).toContain('{"ok":true,"gelukt":true}');
     expect(r.out).not.toContain(SECRET);
@@ -128,21 +189,37 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     const anchors = join(work, "env-ankers.jsonl");
     writeFileSync(anchors, '{"tenantId":2,"seq":7}\n');
     const ownEnv = join(work, "own.env");
-    writeFileSync(ownEnv, `${readFileSync(envFile, "utf8")}DATABASE_PATH=${dbPath}\nAUDIT_ANKER_BESTAND=${anchors}\n`, { mode: 0o600 });
-    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, NACHTWACHT_ENV: ownEnv, NACHTWACHT_DB: "", NACHTWACHT_ANCHORS: "" });
+    // PostgreSQL: the database is the env file's DATABASE_URL (the installed layout, docs/operations.md), none in the environment.
+    const database = url === null ? `DATABASE_PATH=${dbPath}` : `DATABASE_URL=${url}`;
+    writeFileSync(ownEnv, `${readFileSync(envFile, "utf8")}${database}\nAUDIT_ANKER_BESTAND=${anchors}\n`, { mode: 0o600 });
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, NACHTWACHT_ENV: ownEnv, NACHTWACHT_DB: "", NACHTWACHT_ANCHORS: "", DATABASE_URL: undefined });
     expect(r.code).toBe(0);
     const files = readdirSync(dir);
     const copied = files.find((f) => /^audit-ankers-.*\.jsonl\.gz$/.test(f))!;
     expect(Buffer.from(Bun.gunzipSync(readFileSync(join(dir, copied)))).toString("utf8")).toBe('{"tenantId":2,"seq":7}\n');
-    expect(newestStatus().bestandsnaam).toBe(files.find((f) => f.endsWith(".db.gz"))!);
+    expect((await newestStatus()).bestandsnaam).toBe(files.find((f) => BACKUP_NAME.test(f))!);
   }, 30_000);
 
   test("a missing database is reported with a non-zero exit code and the reason, and the script fails", async () => {
-    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: join(work, "missing"), NACHTWACHT_DB: join(work, "geen.db") });
+    // PostgreSQL: a database of that name does not exist on the server.
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: join(work, "missing"), ...(url === null ? { NACHTWACHT_DB: join(work, "geen.db") } : { DATABASE_URL: otherDatabase("geen") }) });
     expect(r.code).toBe(66);
-    const row = newestStatus();
+    const row = await newestStatus();
     expect(row).toMatchObject({ exit_code: 66, gelukt: 0, bron: "host-cron" });
-    expect(row.foutmelding).toContain("geen.db bestaat niet");
+    // The reason in the store's own words: the missing file, or pg_dump's answer (src/pg/backup.ts passes it on).
+    expect(row.foutmelding).toContain(url === null ? "geen.db bestaat niet" : 'database "geen" does not exist');
+    expect(r.out).toContain('{"ok":true,"gelukt":false}');
+  });
+
+  pgOnly("an unreachable PostgreSQL server is reported as no database (66), with pg_dump's reason, and the script fails", async () => {
+    const dir = join(work, "geen-server");
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, DATABASE_URL: "postgres://nw@127.0.0.1:1/nachtwacht" });
+    expect(r.code).toBe(66);
+    const row = await newestStatus();
+    expect(row).toMatchObject({ exit_code: 66, gelukt: 0, bron: "host-cron" });
+    expect(row.foutmelding).toContain("pg_dump");
+    expect(row.foutmelding).toContain('"127.0.0.1", port 1 failed');
+    expect(readdirSync(dir)).toEqual([]);
     expect(r.out).toContain('{"ok":true,"gelukt":false}');
   });
 
@@ -152,7 +229,7 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     writeFileSync(notADir, "x");
     const r = await runBackup({ NACHTWACHT_BACKUP_DIR: join(notADir, "sub") });
     expect(r.code).toBe(73);
-    const row = newestStatus();
+    const row = await newestStatus();
     expect(row).toMatchObject({ exit_code: 73, gelukt: 0 });
     expect(row.foutmelding).toContain("aanmaken van de back-upmap");
     expect(row.foutmelding).toMatch(/ENOTDIR|not a directory/i);
@@ -165,20 +242,54 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, NACHTWACHT_ENV: env2 });
     expect(r.code).toBe(75);
     expect(r.out).toContain("backup-status niet bereikt");
-    expect(readdirSync(dir).filter((f) => f.endsWith(".db.gz"))).toHaveLength(1);
+    expect(readdirSync(dir).filter(isBackup)).toHaveLength(1);
   });
 
   test("a corrupt database is not passed off as a backup", async () => {
-    const bad = join(work, "kapot.db");
-    writeFileSync(bad, Buffer.concat([Buffer.from("SQLite format 3\0"), Buffer.alloc(8192, 0xab)]));
     const dir = join(work, "kapot");
     mkdirSync(dir);
-    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, NACHTWACHT_DB: bad });
+    let target: Record<string, string>;
+    if (url === null) {
+      const bad = join(work, "kapot.db");
+      writeFileSync(bad, Buffer.concat([Buffer.from("SQLite format 3\0"), Buffer.alloc(8192, 0xab)]));
+      target = { NACHTWACHT_DB: bad };
+    } else {
+      // A database whose tenants data file is lost: the catalog points it at a file that is not there.
+      const bad = await (await testCluster()).createDatabase();
+      const store = await openPgStore(bad, { max: 1 });
+      try {
+        await store.sql`INSERT INTO tenants (naam, actief, aangemaakt) VALUES ('kapot', true, ${new Date().toISOString()})`;
+        await store.sql`UPDATE pg_class SET relfilenode = 999999999 WHERE oid = 'tenants'::regclass`;
+      } finally {
+        await store.close();
+      }
+      target = { DATABASE_URL: bad };
+    }
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, ...target });
     expect(r.code).not.toBe(0);
-    expect(readdirSync(dir).filter((f) => f.endsWith(".gz"))).toEqual([]);
-    const row = newestStatus();
+    expect(readdirSync(dir).filter((f) => f.endsWith(".gz") || f.includes(".pgdump"))).toEqual([]);
+    const row = await newestStatus();
     expect(row.exit_code).toBe(r.code);
-    expect(row.foutmelding).toContain("online kopie");
+    // The step that refuses it: SQLite's online copy, or pg_dump reading the table (src/pg/backup.ts).
+    expect(row.foutmelding).toContain(url === null ? "online kopie" : "pg_dump");
+  });
+
+  pgOnly("a database without the data of one of nachtwacht's tables is not passed off as a backup (pg_restore --list check)", async () => {
+    const dir = join(work, "onvolledig");
+    const partial = await (await testCluster()).createDatabase();
+    const store = await openPgStore(partial, { max: 1 });
+    try {
+      await store.sql`DROP TABLE login_attempts`;
+    } finally {
+      await store.close();
+    }
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, DATABASE_URL: partial });
+    expect(r.code).toBe(65);
+    expect(readdirSync(dir)).toEqual([]);
+    const row = await newestStatus();
+    expect(row).toMatchObject({ exit_code: 65, gelukt: 0 });
+    expect(row.foutmelding).toContain("controle van de dump");
+    expect(row.foutmelding).toContain("de dump mist de gegevens van: login_attempts");
   });
 
   test("the failures raised backup-failure alarms and nothing logged the secret", () => {

@@ -51,7 +51,10 @@ export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
   try {
     steps.step = "pg_dump";
     const dump = await run(["pg_dump", "--format=custom", "--compress=9", "--no-owner", "--no-privileges", `--file=${tmp}`], env);
-    if (dump.code !== 0) fail(dump.err.includes("could not connect") || dump.err.includes("does not exist") ? 66 : 65, new Error(dump.err.trim().slice(0, 1000)));
+    // No database reached is 66, as a missing SQLite file: libpq 14+ says "connection to
+    // server … failed" where older ones said "could not connect".
+    const unreached = ["could not connect", "connection to server", "does not exist"].some((s) => dump.err.includes(s));
+    if (dump.code !== 0) fail(unreached ? 66 : 65, new Error(dump.err.trim().slice(0, 1000)));
 
     steps.step = "controle van de dump (pg_restore --list)";
     const list = await run(["pg_restore", "--list", tmp], {});
