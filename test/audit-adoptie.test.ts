@@ -1,43 +1,32 @@
 // `nachtwacht adopt`: a chain the earlier version shortened (its oldest entries deleted,
 // only an unsigned row in audit_retention_anchors left) is `retentie-ontbreekt` for
-// good, until the operator adopts it with the signing key. Real SQLite files, the
+// good, until the operator adopts it with the signing key. Real databases, the
 // nightly jobs over HTTP, the command through its function (and once as a process).
 //
-// On both stores: `adopt` works on the SQLite file (it has no PostgreSQL path), so a
-// test that adopts builds the installation on SQLite and adopts there; on the
-// PostgreSQL run it is then moved over (migrate-to, as an operator moves an adopted
-// installation) and what follows — the jobs, verify, export, tampering — runs on
-// PostgreSQL. What `adopt` itself refuses is tested on the SQLite run only.
+// On both stores (test/dialect.ts): on the PostgreSQL run `adopt` works on PostgreSQL
+// itself, as the service's environment names it (DATABASE_URL), and so do the jobs,
+// verify, export and tampering after it.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signAdoptionRecord } from "../src/audit/records.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
-import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { anchorFileLines, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
-import { addTenant, anchorRowCount, chainRoot, DIALECT, fillChain, makeEnv, sqliteOnly, testCluster, testDb, type Env } from "./dialect.ts";
+import { anchorFileLines, call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { addTenant, anchorRowCount, chainRoot, fillChain, makeEnv, type Env } from "./dialect.ts";
 
 let env: Env;
 afterEach(() => env?.cleanup());
 setDefaultTimeout(60_000);
 
-/** The configuration overrides of the test's installation (kept when it is moved). */
-let config: Record<string, string> = {};
-
 /**
  * What the earlier version left: tenant `a` with 80 entries of which it deleted 1–50
  * (keeping only the unsigned audit_retention_anchors row for 50), tenant `b` whole.
  * Then the upgrade's first audit-anker: b signed, a refused (retentie-ontbreekt).
- * On the run's store, or on SQLite (`on: "sqlite"`) for a test that adopts (moved() after).
  */
-async function shortenedTheOldWay(extra: Record<string, string> = {}, on: "run" | "sqlite" = "run"): Promise<{ a: number; b: number; h50: string }> {
-  config = extra;
-  if (on === "sqlite") {
-    const e = makeTestEnv(extra);
-    env = Object.assign(e, { db: testDb(e.store), dialect: "sqlite" as const });
-  } else env = await makeEnv(extra);
+async function shortenedTheOldWay(extra: Record<string, string> = {}): Promise<{ a: number; b: number; h50: string }> {
+  env = await makeEnv(extra);
   const a = await addTenant(env.db, "Gemeente Delft");
   const b = await addTenant(env.db, "Stichting Leiden");
   await fillChain(env.store, a, 80);
@@ -51,41 +40,24 @@ async function shortenedTheOldWay(extra: Record<string, string> = {}, on: "run" 
   return { a, b, h50 };
 }
 
-/**
- * On the PostgreSQL run, the (adopted) SQLite installation moved to a new database of the
- * run's cluster with `nachtwacht migrate-to`'s function, and the app on it with a copy of
- * the anchor file; on the SQLite run nothing.
- */
-async function moved(): Promise<void> {
-  if (DIALECT !== "pg" || env.store.kind !== "sqlite") return;
-  const from = env;
-  const url = await (await testCluster()).createDatabase();
-  const r = await migrateToPostgres({ dbPath: from.config.databasePath, anchorPath: from.config.auditAnkerBestand, url, verifiers: [VERIFIER], log: () => {} });
-  expect(r.uitkomst).toBe("klaar");
-  const e = await makePgTestEnv({ createDatabase: async () => url }, config);
-  copyFileSync(from.config.auditAnkerBestand, e.config.auditAnkerBestand);
-  env = Object.assign(e, { db: testDb(e.store), dialect: "pg" as const });
-  await from.cleanup();
-}
-
 async function verify() {
   return call(env.app, "/api/cron/audit-verificatie");
 }
 
 const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: any) => r.tenantId === tenantId);
 
-/** `nachtwacht adopt` through its function, with the signing key in the environment as the service has it. */
+/** `nachtwacht adopt` through its function, with the signing key and the database in the environment as the service has them. */
 async function adopt(tenantId: number, o: { ja?: boolean; key?: string | null } = {}) {
-  if (env.store.kind !== "sqlite") throw new Error("nachtwacht adopt works on the SQLite file");
   const lines: string[] = [];
   const errs: string[] = [];
-  const args = ["adopt", "--tenant", String(tenantId), "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
-  const cliEnv: Record<string, string> = o.key === null ? {} : { AUDIT_ANKER_SLEUTEL: o.key ?? TEST_SIGNING_KEY };
+  const where = databaseOf();
+  const args = ["adopt", "--tenant", String(tenantId), ...where.args, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
+  const cliEnv: Record<string, string> = { ...where.env, ...(o.key === null ? {} : { AUDIT_ANKER_SLEUTEL: o.key ?? TEST_SIGNING_KEY }) };
   const code = await runAuditCommand(args, cliEnv, (s) => lines.push(s), (s) => errs.push(s));
   return { code, out: lines.join("\n"), err: errs.join("\n") };
 }
 
-/** Where verify and export read the installation: `--db FILE`, or DATABASE_URL in their environment (PostgreSQL). */
+/** Where the commands read the installation: `--db FILE`, or DATABASE_URL in their environment (PostgreSQL). */
 function databaseOf(): { args: string[]; env: Record<string, string> } {
   return env.store.kind === "sqlite" ? { args: ["--db", env.config.databasePath], env: {} } : { args: [], env: { DATABASE_URL: env.store.url } };
 }
@@ -100,7 +72,7 @@ const VERIFIER = parseVerifierKey(TEST_VERIFIER_KEY);
 
 describe("adopting a chain the earlier version shortened", () => {
   test("409 retentie-ontbreekt; adopt without --ja writes nothing; with --ja the adoption and the first checkpoint of the tree from seq 51 are signed, and audit-verificatie is 200 with a warning naming the tenant, seq and date", async () => {
-    const { a, b, h50 } = await shortenedTheOldWay({}, "sqlite");
+    const { a, b, h50 } = await shortenedTheOldWay();
     const before = await verify();
     expect(before.status).toBe(409);
     expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 51, reden: "retentie-ontbreekt" });
@@ -109,6 +81,8 @@ describe("adopting a chain the earlier version shortened", () => {
     const rows = await rowCount();
     const dry = await adopt(a);
     expect(dry.code).toBe(0);
+    // The database the service uses: on the PostgreSQL run DATABASE_URL's.
+    expect(dry.out).toContain(`database:     ${env.store.kind === "sqlite" ? env.config.databasePath : env.store.url}`);
     expect(dry.out).toContain(`adoptie bij seq 50 met hash ${h50}`);
     expect(dry.out).toContain("audit_retention_anchors (niet ondertekend, alleen ter vergelijking): seq 50 — komt overeen");
     expect(dry.out).toContain("RESULTAAT: adoptie mogelijk; er is niets geschreven.");
@@ -130,7 +104,6 @@ describe("adopting a chain the earlier version shortened", () => {
     expect(cp.ok && cp.text).toBe(`nachtwacht.test/sleutel/tenant/${a}/adoptie/50\n30\n${await rootFrom(a, 50)}\n`);
     expect(await rowCount()).toBe(rows + 3);
 
-    await moved();
     const r = await verify();
     expect(r.status).toBe(200);
     expect(tenantResult(r.json, a)).toMatchObject({ intact: true, aantalEntries: 30 });
@@ -140,9 +113,8 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("audit-anker then extends the adopted tree (its own origin, root over entries 51 on); a field changed later is still 409 hash-afwijkend", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { a } = await shortenedTheOldWay();
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     await fillChain(env.store, a, 7, { from: 80 });
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.status).toBe(200);
@@ -159,10 +131,9 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("a crash after the adoption's fsync, before its COMMIT: the run is the file's tail, the next audit-anker copies it in (hersteld 3), then 200", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { a } = await shortenedTheOldWay();
     const { end } = (await env.db.get<{ end: number }>("SELECT max(positie) AS end FROM audit_anchor_log"))!;
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     // What the crash leaves: the run in the file, none of its rows.
     await env.db.run("DELETE FROM audit_anchor_log WHERE positie > ?", end);
     const crashed = await verify();
@@ -176,9 +147,8 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("entries cut from the adopted chain's start afterwards are missing again: 409 retentie-ontbreekt", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { a } = await shortenedTheOldWay();
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 55", a);
     const r = await verify();
     expect(r.status).toBe(409);
@@ -186,9 +156,8 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("the adoption record altered in the database: 409 retentie-ongeldig (the chain has no valid start), the row not in the file", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { a } = await shortenedTheOldWay();
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     const row = (await env.db.get<{ positie: number; note: string }>("SELECT positie, note FROM audit_anchor_log WHERE soort = 'adoptie'"))!;
     // Moved to adopt from seq 49 (its row still says 50): the signature no longer holds.
     await env.db.run("UPDATE audit_anchor_log SET note = ? WHERE positie = ?", row.note.replace("\nseq 50\n", "\nseq 49\n"), row.positie);
@@ -199,9 +168,8 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("the adoption record altered in the anchor file (root): 409 bestand-gewijzigd", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { a } = await shortenedTheOldWay();
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\nseq 50\\n", "\\nseq 49\\n"));
     const r = await verify();
     expect(r.status).toBe(409);
@@ -224,9 +192,8 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 
   test("a genuine adoption's row copied to another shortened tenant does not start that chain (its origin names the first)", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { a } = await shortenedTheOldWay();
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     // The other tenant shortened the same way (after the adoption: a shortened chain does not move over).
     const c = await addTenant(env.db, "Derde");
     await fillChain(env.store, c, 60);
@@ -240,10 +207,9 @@ describe("adopting a chain the earlier version shortened", () => {
   });
 });
 
-// `nachtwacht adopt` works on the SQLite file only: what it refuses is tested there.
 describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", () => {
-  sqliteOnly("a chain that starts at seq 1; a tenant without entries; a chain broken from its oldest entry on; a second adoption", async () => {
-    const { a, b } = await shortenedTheOldWay({}, "sqlite");
+  test("a chain that starts at seq 1; a tenant without entries; a chain broken from its oldest entry on; a second adoption", async () => {
+    const { a, b } = await shortenedTheOldWay();
     const empty = await addTenant(env.db, "Leeg");
     const text = fileText();
     const one = await adopt(b, { ja: true });
@@ -264,7 +230,7 @@ describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", (
     expect(again.out).toContain(`de keten van tenant ${a} begint al bij een geldig adoptierecord (seq 50)`);
   });
 
-  sqliteOnly("a chain nachtwacht signed from seq 1 whose oldest entries a writer deleted later is not adopted: that is no earlier version's doing", async () => {
+  test("a chain nachtwacht signed from seq 1 whose oldest entries a writer deleted later is not adopted: that is no earlier version's doing", async () => {
     env = await makeEnv();
     const a = await addTenant(env.db, "A");
     await fillChain(env.store, a, 40);
@@ -278,7 +244,7 @@ describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", (
     expect(fileText()).toBe(text);
   });
 
-  sqliteOnly("a chain with a valid retention record is not adopted; neither while the anchor file does not match the database", async () => {
+  test("a chain with a valid retention record is not adopted; neither while the anchor file does not match the database", async () => {
     env = await makeEnv({ AUDIT_RETENTIE_DAGEN: "900" });
     const a = await addTenant(env.db, "A");
     await fillChain(env.store, a, 60); // 1000 to 941 days old: 1–60 past 900 days
@@ -296,14 +262,15 @@ describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", (
     expect(r.out).toContain("het ankerbestand klopt niet met de database (bestand-gewijzigd");
   });
 
-  sqliteOnly("without the signing key nothing is signed: exit 2 (also through the binary's entry point, with no secret in its environment)", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+  test("without the signing key nothing is signed: exit 2 (also through the binary's entry point, with no secret in its environment)", async () => {
+    const { a } = await shortenedTheOldWay();
     const text = fileText();
     const r = await adopt(a, { ja: true, key: null });
     expect(r.code).toBe(2);
     expect(r.err).toContain("AUDIT_ANKER_SLEUTEL staat niet in de omgeving");
-    const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), "adopt", "--tenant", String(a), "--ja", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand], {
-      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir },
+    const where = databaseOf();
+    const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), "adopt", "--tenant", String(a), "--ja", ...where.args, "--bestand", env.config.auditAnkerBestand], {
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir, ...where.env },
       stdout: "pipe",
       stderr: "pipe",
     });
@@ -314,11 +281,35 @@ describe("what adopt refuses (exit 1, nothing written) or cannot do (exit 2)", (
     expect((await runAuditCommand(["adopt", "--ja"], { AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY }, () => {}, () => {}))).toBe(2);
     expect(fileText()).toBe(text);
   });
+
+  test("--db beside DATABASE_URL (or --database-url) names two databases: adopt and accept-restore refuse to choose, exit 2, nothing written", async () => {
+    const { a } = await shortenedTheOldWay();
+    const text = fileText();
+    const rows = await rowCount();
+    // On the SQLite run a PostgreSQL URL nothing listens on: the refusal comes before any connection.
+    const url = env.store.kind === "pg" ? env.store.url : "postgres://nw@127.0.0.1:1/nachtwacht";
+    const run = async (args: string[], extra: Record<string, string>) => {
+      const errs: string[] = [];
+      const code = await runAuditCommand(args, { AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, ...extra }, () => {}, (s) => errs.push(s));
+      return { code, err: errs.join("\n") };
+    };
+    const base = ["--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, "--ja"];
+    for (const cmd of [["adopt", "--tenant", String(a)], ["accept-restore"]]) {
+      const both = await run([...cmd, ...base], { DATABASE_URL: url });
+      expect(both.code).toBe(2);
+      expect(both.err).toContain(`--db ${env.config.databasePath} en DATABASE_URL in de omgeving noemen elk een database: onduidelijk welke bedoeld is.`);
+      const given = await run([...cmd, ...base, "--database-url", url], {});
+      expect(given.code).toBe(2);
+      expect(given.err).toContain("en --database-url noemen elk een database");
+    }
+    expect(fileText()).toBe(text);
+    expect(await rowCount()).toBe(rows);
+  });
 });
 
 describe("an adopted chain in the rest of the system", () => {
   test("nachtwacht verify (a process, public key only) agrees with audit-verificatie before and after, and after a tamper", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { a } = await shortenedTheOldWay();
     const run = async () => {
       const where = databaseOf();
       const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), "verify", ...where.args, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
@@ -332,7 +323,6 @@ describe("an adopted chain in the rest of the system", () => {
     expect(before.code).toBe(1);
     expect(before.out).toContain(`tenant ${a}: GEBROKEN bij seq 51: retentie-ontbreekt`);
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     const after = await run();
     expect(after.code).toBe(0);
     expect(after.out).toContain(`LET OP: tenant ${a} is op `);
@@ -345,9 +335,8 @@ describe("an adopted chain in the rest of the system", () => {
   });
 
   test("export and verify --bundel: the bundle carries the adoption and an inclusion proof in the adopted tree; without the adoption it does not verify", async () => {
-    const { a } = await shortenedTheOldWay({}, "sqlite");
+    const { a } = await shortenedTheOldWay();
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     const file = join(env.dir, "bundel.jsonl");
     const out: string[] = [];
     const where = databaseOf();
@@ -373,9 +362,8 @@ describe("an adopted chain in the rest of the system", () => {
   });
 
   test("audit-retentie deletes the adopted chain's old entries under a record in the adopted tree; verification stays 200 and keeps the warning", async () => {
-    const { a } = await shortenedTheOldWay({ AUDIT_RETENTIE_DAGEN: "935" }, "sqlite");
+    const { a } = await shortenedTheOldWay({ AUDIT_RETENTIE_DAGEN: "935" });
     expect((await adopt(a, { ja: true })).code).toBe(0);
-    await moved();
     // Entries 51–65 are 950 to 936 days old: past 935 days.
     const ret = await call(env.app, "/api/cron/audit-retentie");
     expect(ret.status).toBe(200);

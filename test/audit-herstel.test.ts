@@ -1,54 +1,99 @@
 // `nachtwacht accept-restore`: a database deliberately restored from an older copy is
 // 409 database-teruggezet for good, until the operator accepts the loss with the signing
-// key. Real SQLite files, a restore as a backup restore does it (restoreDatabase), the
-// nightly jobs over HTTP, the command through its function and as a process.
+// key. A restore as a backup restore does it, the nightly jobs over HTTP, the command
+// through its function and as a process.
 //
-// On both stores: the restore (of the .db file) and `accept-restore` (which has no
-// PostgreSQL path) happen on SQLite; on the PostgreSQL run the accepted installation is
-// then moved over (migrate-to, as an operator moves it) and what follows — the jobs,
-// verify, export, tampering — runs on PostgreSQL. What `accept-restore` itself refuses
-// or repeats is tested on the SQLite run only.
+// On both stores (test/dialect.ts). A backup is on SQLite a copy of the .db file
+// (VACUUM INTO) put back over it (restoreDatabase); on PostgreSQL a database made with
+// the service's as its template (CREATE DATABASE … TEMPLATE, nobody connected meanwhile),
+// put back as a new database made from that copy, which the service then uses. On the
+// PostgreSQL run `accept-restore` works on PostgreSQL itself (DATABASE_URL), and the
+// service's environment may still name the SQLite file it was moved from.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signRestoreRecord } from "../src/audit/records.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
+import type { AnyStore } from "../src/deps.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
+import { openPgStore } from "../src/pg/store.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { anchorFileLines, call, DAY_MS, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
-import { addTenant, anchorRowCount, chainRoot, DIALECT, fillChain, sqliteOnly, testCluster, testDb, type Env } from "./dialect.ts";
+import { anchorFileLines, call, DAY_MS, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, anchorRowCount, chainRoot, fillChain, makeEnv, pgOnly, testCluster, testDb, type Env } from "./dialect.ts";
 
 let env: Env;
-afterEach(() => env?.cleanup());
+/** Stores a test opened beside env's own (PostgreSQL: the database reopened, a restored copy); closed after it. */
+const opened: AnyStore[] = [];
+/** Cleanups of installations a test keeps beside env (the SQLite one moved from). */
+const others: (() => unknown)[] = [];
+afterEach(async () => {
+  await env?.cleanup();
+  for (const s of opened.splice(0)) await s.close();
+  for (const c of others.splice(0)) await c();
+});
 setDefaultTimeout(60_000);
 
 /** Entries `n` of a tenant, made a second apart 30 days before NOW; `label` tells fills apart. */
 const fill = (tenantId: number, n: number, label: string) =>
   fillChain(env.store, tenantId, n, { label, at: (i) => new Date(NOW.getTime() - 30 * DAY_MS + i * 1000) });
 
-/** Puts an earlier copy of the SQLite file back as a restore from a backup does (restoreDatabase), env.db on the restored file. */
-function restore(copy: string): void {
-  if (env.store.kind !== "sqlite") throw new Error("a restore of the .db file is SQLite's");
-  restoreDatabase(env as Extract<Env, { dialect: "sqlite" }>, copy);
-  env.db = testDb(env.store);
+/** Puts `store` under the app and env (as restoreDatabase does on SQLite), env.db on it. */
+function useStore(store: AnyStore): void {
+  (env.deps as { store: AnyStore }).store = store;
+  (env as { store: AnyStore }).store = store;
+  env.db = testDb(store);
 }
 
-/** A copy of the SQLite file (VACUUM INTO), as a backup takes it. */
+/** The name of the database a PostgreSQL URL names. */
+const databaseName = (url: string) => new URL(url).pathname.slice(1);
+
+/**
+ * A copy of the database as it is now, as a backup takes it: on SQLite a file (VACUUM
+ * INTO); on PostgreSQL a database made with this one as its template, which nobody may be
+ * connected to meanwhile, so the app's pool is closed and reopened. The copy itself is
+ * never opened: restore() makes a database from it, so it can be put back more than once.
+ */
 async function backup(name: string): Promise<string> {
-  const copy = join(env.dir, name);
-  await env.db.run("VACUUM INTO ?", copy);
+  if (env.store.kind === "sqlite") {
+    const copy = join(env.dir, name);
+    await env.db.run("VACUUM INTO ?", copy);
+    return copy;
+  }
+  const url = env.store.url;
+  await env.store.close();
+  const copy = await (await testCluster()).createDatabase(undefined, { template: databaseName(url) });
+  const reopened = await openPgStore(url);
+  opened.push(reopened);
+  useStore(reopened);
   return copy;
+}
+
+/**
+ * Puts an earlier copy back as a restore from a backup does: on SQLite over the .db file
+ * (restoreDatabase); on PostgreSQL as a new database made from the copy, which the app
+ * (and DATABASE_URL) then names.
+ */
+async function restore(copy: string): Promise<void> {
+  if (env.store.kind === "sqlite") {
+    restoreDatabase(env as TestEnv, copy);
+    env.db = testDb(env.store);
+    return;
+  }
+  await env.store.close();
+  const url = await (await testCluster()).createDatabase(undefined, { template: databaseName(copy) });
+  const restored = await openPgStore(url);
+  opened.push(restored);
+  useStore(restored);
 }
 
 /**
  * Tenants a (40 entries) and b (25) signed; a copy of the database taken; then `runs`
  * more days of entries for a, each signed by audit-anker; then the copy put back as a
- * restore from a backup does it. On SQLite (the restore is of its file).
+ * restore from a backup does it.
  */
 async function restored(runs = 2): Promise<{ a: number; b: number; copy: string }> {
-  const e = makeTestEnv();
-  env = Object.assign(e, { db: testDb(e.store), dialect: "sqlite" as const });
+  env = await makeEnv();
   const a = await addTenant(env.db, "Gemeente Delft");
   const b = await addTenant(env.db, "Stichting Leiden");
   await fill(a, 40, "eerst");
@@ -59,41 +104,25 @@ async function restored(runs = 2): Promise<{ a: number; b: number; copy: string 
     await fill(a, 5, `dag${day}`);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
   }
-  restore(copy);
+  await restore(copy);
   return { a, b, copy };
-}
-
-/**
- * On the PostgreSQL run, the (accepted) SQLite installation moved to a new database of the
- * run's cluster with `nachtwacht migrate-to`'s function, and the app on it with a copy of
- * the anchor file; on the SQLite run nothing.
- */
-async function moved(): Promise<void> {
-  if (DIALECT !== "pg" || env.store.kind !== "sqlite") return;
-  const from = env;
-  const url = await (await testCluster()).createDatabase();
-  const r = await migrateToPostgres({ dbPath: from.config.databasePath, anchorPath: from.config.auditAnkerBestand, url, verifiers: [VERIFIER], log: () => {} });
-  expect(r.uitkomst).toBe("klaar");
-  const e = await makePgTestEnv({ createDatabase: async () => url });
-  copyFileSync(from.config.auditAnkerBestand, e.config.auditAnkerBestand);
-  env = Object.assign(e, { db: testDb(e.store), dialect: "pg" as const });
-  await from.cleanup();
 }
 
 const verify = () => call(env.app, "/api/cron/audit-verificatie");
 const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: any) => r.tenantId === tenantId);
 
+/** `nachtwacht accept-restore` through its function, with the signing key and the database in the environment as the service has them. */
 async function acceptRestore(o: { ja?: boolean; key?: string | null } = {}) {
-  if (env.store.kind !== "sqlite") throw new Error("nachtwacht accept-restore works on the SQLite file");
   const lines: string[] = [];
   const errs: string[] = [];
-  const args = ["accept-restore", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
-  const cliEnv: Record<string, string> = o.key === null ? {} : { AUDIT_ANKER_SLEUTEL: o.key ?? TEST_SIGNING_KEY };
+  const where = databaseOf();
+  const args = ["accept-restore", ...where.args, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
+  const cliEnv: Record<string, string> = { ...where.env, ...(o.key === null ? {} : { AUDIT_ANKER_SLEUTEL: o.key ?? TEST_SIGNING_KEY }) };
   const code = await runAuditCommand(args, cliEnv, (s) => lines.push(s), (s) => errs.push(s));
   return { code, out: lines.join("\n"), err: errs.join("\n") };
 }
 
-/** Where verify and export read the installation: `--db FILE`, or DATABASE_URL in their environment (PostgreSQL). */
+/** Where the commands read the installation: `--db FILE`, or DATABASE_URL in their environment (PostgreSQL). */
 function databaseOf(): { args: string[]; env: Record<string, string> } {
   return env.store.kind === "sqlite" ? { args: ["--db", env.config.databasePath], env: {} } : { args: [], env: { DATABASE_URL: env.store.url } };
 }
@@ -131,7 +160,8 @@ describe("accepting a deliberate restore", () => {
     expect(noKey.code).toBe(2);
     expect(noKey.err).toContain("nachtwacht accept-restore: niet mogelijk: AUDIT_ANKER_SLEUTEL staat niet in de omgeving");
     // The same through the binary's entry point, with no secret in its environment.
-    const proc = await spawn(["accept-restore", "--ja", "--db", env.config.databasePath, "--bestand", env.config.auditAnkerBestand]);
+    const where = databaseOf();
+    const proc = await spawn(["accept-restore", "--ja", ...where.args, "--bestand", env.config.auditAnkerBestand], where.env);
     expect(proc.code).toBe(2);
     expect(fileText()).toBe(text);
     expect(await rowCount()).toBe(rows);
@@ -160,7 +190,6 @@ describe("accepting a deliberate restore", () => {
     // The accepted state, as a backup would copy it (the rollback below puts it back).
     const accepted = await backup("geaccepteerd.db");
 
-    await moved();
     const after = await verify();
     expect(after.status).toBe(200);
     expect(after.json.ankerbestand).toMatchObject({ intact: true });
@@ -178,18 +207,15 @@ describe("accepting a deliberate restore", () => {
     expect((await verify()).status).toBe(200);
     expect(((await verify()).json.ankerbestand.waarschuwingen as string[]).join(" ")).toContain("van seq 50 naar 40");
 
-    // Putting a .db file back is SQLite's restore; the PostgreSQL run's database was never that file.
-    if (env.store.kind === "sqlite") {
-      // A database writer rolls back again, to the copy from before the acceptance: nothing
-      // it can do makes that acceptable (it has no key), so it is the alarm again.
-      restore(copy);
-      const again = await verify();
-      expect(again.status).toBe(409);
-      expect(again.json.ankerbestand).toMatchObject({ reden: "database-teruggezet" });
-      // And to the copy the operator accepted, now a run behind whose tenant lost signed entries.
-      restore(accepted);
-      expect((await verify()).status).toBe(409);
-    }
+    // A database writer rolls back again, to the copy from before the acceptance: nothing
+    // it can do makes that acceptable (it has no key), so it is the alarm again.
+    await restore(copy);
+    const again = await verify();
+    expect(again.status).toBe(409);
+    expect(again.json.ankerbestand).toMatchObject({ reden: "database-teruggezet" });
+    // And to the copy the operator accepted, now a run behind whose tenant lost signed entries.
+    await restore(accepted);
+    expect((await verify()).status).toBe(409);
   });
 
   test("the application wrote more entries to the restored copy than were lost (another chain under the signed numbers): checkpoint-afwijkend, accepted from 50 to 55", async () => {
@@ -201,13 +227,12 @@ describe("accepting a deliberate restore", () => {
     const dry = await acceptRestore();
     expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 55: de database heeft bij seq 50 een andere keten dan ondertekend (checkpoint-afwijkend)`);
     expect((await acceptRestore({ ja: true })).code).toBe(0);
-    await moved();
     const after = await verify();
     expect(after.status).toBe(200);
     expect(after.json.ankerbestand.waarschuwingen.join(" ")).toContain("de ondertekende keten tot seq 50 is vervangen door die uit de database");
   });
 
-  sqliteOnly("a chain broken in itself is not accepted: exit 1, that tenant stays 409, the others are accepted", async () => {
+  test("a chain broken in itself is not accepted: exit 1, that tenant stays 409, the others are accepted", async () => {
     const { a, b } = await restored(2);
     await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 12", b);
     const r = await acceptRestore({ ja: true });
@@ -221,7 +246,7 @@ describe("accepting a deliberate restore", () => {
     expect(tenantResult(v.json, b).fout).toMatchObject({ seq: 12, reden: "hash-afwijkend" });
   });
 
-  sqliteOnly("a restore exactly one run old, after audit-anker copied that run back (kop-ontbreekt for good): accepted too", async () => {
+  test("a restore exactly one run old, after audit-anker copied that run back (kop-ontbreekt for good): accepted too", async () => {
     const { a } = await restored(1);
     const anker = await call(env.app, "/api/cron/audit-anker");
     expect(anker.json).toMatchObject({ hersteld: 2, geweigerd: [{ tenantId: a, seq: 45, reden: "kop-ontbreekt" }] });
@@ -239,7 +264,7 @@ describe("accepting a deliberate restore", () => {
     expect(fileText().length).toBe(size);
   });
 
-  sqliteOnly("a crash after the acceptance's fsync, before its COMMIT: still 409; a rerun copies the lines in and signs nothing new; then 200", async () => {
+  test("a crash after the acceptance's fsync, before its COMMIT: still 409; a rerun copies the lines in and signs nothing new; then 200", async () => {
     const { a } = await restored(2);
     const { end } = (await env.db.get<{ end: number }>("SELECT max(positie) AS end FROM audit_anchor_log"))!;
     expect((await acceptRestore({ ja: true })).code).toBe(0);
@@ -256,7 +281,7 @@ describe("accepting a deliberate restore", () => {
     expect(v.json.ankerbestand.waarschuwingen).toEqual([expect.stringContaining(`tenant ${a}: op `)]);
   });
 
-  sqliteOnly("a database writer cannot accept: a restore acceptance signed with its own key (same name) and inserted is 409, and accept-restore refuses rows that do not match the file", async () => {
+  test("a database writer cannot accept: a restore acceptance signed with its own key (same name) and inserted is 409, and accept-restore refuses rows that do not match the file", async () => {
     const { a } = await restored(1);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(409); // copies the run back, refuses a
     const own = parseSignerKey(generateKeyPair("nachtwacht.test/sleutel").signerKey);
@@ -275,7 +300,6 @@ describe("accepting a deliberate restore", () => {
   test("a restore acceptance altered in the anchor file (root): 409 bestand-gewijzigd", async () => {
     await restored(2);
     expect((await acceptRestore({ ja: true })).code).toBe(0);
-    await moved();
     writeFileSync(env.config.auditAnkerBestand, fileText().replace("\\nnaar 40\\n", "\\nnaar 39\\n"));
     const v = await verify();
     expect(v.status).toBe(409);
@@ -289,7 +313,6 @@ describe("accepting a deliberate restore", () => {
     expect(before.out).toContain("ANKERBESTAND: database-teruggezet");
     expect(before.out).toContain(`tenant ${a}: GEBROKEN bij seq 50: kop-ontbreekt`);
     expect((await acceptRestore({ ja: true })).code).toBe(0);
-    await moved();
     const after = await offline();
     expect(after.code).toBe(0);
     expect(after.out).toContain(`LET OP: tenant ${a}: op `);
@@ -313,5 +336,45 @@ describe("accepting a deliberate restore", () => {
     expect(tampered.code).toBe(1);
     expect(tampered.out).toContain(`tenant ${a}: GEBROKEN bij seq 33: hash-afwijkend`);
     expect((await verify()).status).toBe(409);
+  });
+});
+
+describe("an installation moved to PostgreSQL", () => {
+  pgOnly("the service's environment names PostgreSQL (DATABASE_URL) and still the old SQLite file (DATABASE_PATH): accept-restore looks at PostgreSQL, finds nothing to accept, exit 0, nothing signed", async () => {
+    // On SQLite first: signed, then moved with migrate-to; the old file stays, as docs/postgresql.md says.
+    const old = makeTestEnv();
+    others.push(() => old.cleanup());
+    const a = await addTenant(testDb(old.store), "Gemeente Delft");
+    await fillChain(old.store, a, 40, { label: "eerst", at: (i) => new Date(NOW.getTime() - 30 * DAY_MS + i * 1000) });
+    expect((await call(old.app, "/api/cron/audit-anker")).status).toBe(200);
+    const url = await (await testCluster()).createDatabase();
+    const moved = await migrateToPostgres({ dbPath: old.config.databasePath, anchorPath: old.config.auditAnkerBestand, url, verifiers: [VERIFIER], log: () => {} });
+    expect(moved.uitkomst).toBe("klaar");
+    const e = await makePgTestEnv({ createDatabase: async () => url });
+    copyFileSync(old.config.auditAnkerBestand, e.config.auditAnkerBestand);
+    env = Object.assign(e, { db: testDb(e.store), dialect: "pg" as const });
+    // Two nights on PostgreSQL: the old SQLite file is now two runs behind the anchor file.
+    for (let day = 0; day < 2; day++) {
+      await fill(a, 5, `dag${day}`);
+      expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    }
+    expect((await verify()).status).toBe(200);
+
+    const text = fileText();
+    const rows = await rowCount();
+    const service = { DATABASE_URL: url, DATABASE_PATH: old.config.databasePath, AUDIT_ANKER_BESTAND: env.config.auditAnkerBestand, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY };
+    for (const ja of [[], ["--ja"]]) {
+      const r = await spawn(["accept-restore", ...ja], service);
+      expect(r).toMatchObject({ code: 0, err: "" });
+      expect(r.out).toContain(`database:     ${url}`);
+      expect(r.out).toContain("0 regel(s) van het ankerbestand ontbreken in de database");
+      expect(r.out).toContain("RESULTAAT: niets te accepteren: de database mist niets van het ankerbestand.");
+      expect(r.out).not.toContain("verloren");
+    }
+    expect(fileText()).toBe(text);
+    expect(await rowCount()).toBe(rows);
+    const v = await verify();
+    expect(v.status).toBe(200);
+    expect(v.json.ankerbestand.waarschuwingen).toEqual([]);
   });
 });

@@ -16,14 +16,22 @@
 // installation checkpoint (anchoring.ts, writeRun) and copy them into audit_anchor_log
 // in one write transaction. A database writer has no key: whatever it inserts is not
 // signed, and it is not in the file. docs/audit-chain.md has the formats and reasoning.
+//
+// The rules are here once, for any store (adoptChainOn, acceptRestoreOn over an
+// OperatorStore); the SQLite store is at the end of this file, PostgreSQL's in
+// src/pg/operator.ts. Each reads and writes in one transaction: with --ja under the lock
+// that orders the anchor file's appenders (SQLite's write lock; on PostgreSQL the
+// anchor file's advisory lock and the chains' locks), so a running service cannot
+// interleave; without --ja in one read snapshot.
 import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { applyPragmas } from "../db.ts";
 import { insertRows, readLines, type StoredLine } from "./anchor-file.ts";
-import { compareWithFile, recordSize } from "./anchor-check.ts";
+import { compareWithFile, recordSize, type AnchorComparison } from "./anchor-check.ts";
 import { checkpointLine, syncTail, writeRun } from "./anchoring.ts";
-import { entriesAfter } from "./chain.ts";
+import { entriesAfter, type EntryRow } from "./chain.ts";
 import { CompactRange } from "./merkle.ts";
+import type { Verifier } from "./note.ts";
 import { openTreeHead, signAdoptionRecord, signRestoreRecord, type Keys, type RecordKind, type RestoreRecord } from "./records.ts";
 import { CannotCheck } from "./offline.ts";
 import { chainStart, chainStartFromRecords, ChainWalk, type ChainStart } from "./verify.ts";
@@ -31,32 +39,47 @@ import { chainStart, chainStartFromRecords, ChainWalk, type ChainStart } from ".
 /** What the operator asked for cannot be done, and why (the command exits 1). */
 export class Refused extends Error {}
 
+// ---------------------------------------------------------------------------------
+// What the rules need of a store
+
+/** A tenant's oldest remaining entry. */
+export type EntryHead = { seq: number; id: number; prev_hash: string; created_at: string };
+
+/** What the rules read and write, inside the store's one transaction (OperatorStore.transaction). */
+export interface OperatorTx {
+  oldestEntry(tenantId: number): Promise<EntryHead | null>;
+  /** Where the chain starts (chainStart) from the start records in audit_anchor_log. */
+  chainStart(tenantId: number, firstSeq: number, verifiers: Verifier[]): Promise<ChainStart>;
+  /** The tenant's entries with seq > afterSeq, in seq order, each handed to `take`. */
+  entries(tenantId: number, afterSeq: number, take: (r: EntryRow) => void): Promise<void>;
+  /** The unsigned audit_retention_anchors row an earlier version left, or null. */
+  retentionAnchor(tenantId: number): Promise<{ seq: number; hash: string } | null>;
+  /** Every positie of audit_anchor_log, ascending, in chunks. */
+  positions(): AsyncIterable<readonly number[]> | Iterable<readonly number[]>;
+  /** Holds back the host application's appends to these chains until the transaction ends (SQLite's write lock does already). */
+  lockChains(tenantIds: number[]): Promise<void>;
+  /** The file's crash tail copied into audit_anchor_log (syncTail); how many rows. */
+  syncTail(path: string, verifiers: Verifier[]): Promise<number>;
+  insertRows(rows: StoredLine[]): Promise<void>;
+  /** One run: `lines` and an installation checkpoint, appended to the file (fsynced) and inserted (writeRun). */
+  writeRun(path: string, keys: Keys, lines: StoredLine[]): Promise<{ installatie: string | null }>;
+}
+
+export interface OperatorStore {
+  /** The anchor file against audit_anchor_log, in one read snapshot (compareWithFile). */
+  compare(path: string, verifiers: Verifier[]): Promise<AnchorComparison>;
+  /**
+   * `work` in one transaction: when it writes, under the lock of the anchor file's
+   * appenders, taken before anything is read; else in one read snapshot.
+   */
+  transaction<T>(writes: boolean, work: (tx: OperatorTx) => Promise<T>): Promise<T>;
+}
+
 /** The whole check first: a file that does not match its copy is solved before anything is signed by hand. */
-async function requireSoundFile(dbPath: string, path: string, keys: Keys, allowRestore: boolean) {
-  const cmp = await compareWithFile(dbPath, path, keys.verifiers);
+function requireSoundFile(cmp: AnchorComparison, allowRestore: boolean): void {
   if (cmp.probleem && !(allowRestore && cmp.probleem.reden === "database-teruggezet")) {
     throw new Refused(`het ankerbestand klopt niet met de database (${cmp.probleem.reden}: ${cmp.probleem.toelichting}); los dat eerst op`);
   }
-  return cmp;
-}
-
-/** Runs `work` in one transaction: IMMEDIATE (the write lock first) when it writes, else a read snapshot. */
-function inTransaction<T>(sqlite: Database, writes: boolean, work: () => T): T {
-  sqlite.run(writes ? "BEGIN IMMEDIATE" : "BEGIN");
-  try {
-    const r = work();
-    sqlite.run("COMMIT");
-    return r;
-  } catch (e) {
-    sqlite.run("ROLLBACK");
-    throw e;
-  }
-}
-
-type EntryHead = { seq: number; id: number; prev_hash: string; created_at: string };
-
-function oldestEntry(sqlite: Database, tenantId: number): EntryHead | null {
-  return sqlite.query("SELECT seq, id, prev_hash, created_at FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as EntryHead | null;
 }
 
 // ---------------------------------------------------------------------------------
@@ -83,35 +106,37 @@ export interface AdoptionPlan {
 }
 
 /**
- * Plans, and with `ja` signs, the adoption of one tenant's chain. Refused (Refused) when
- * the anchor file does not match the database, when the file holds any record of this
- * tenant (nachtwacht signed this chain before, so its missing start was not the earlier
- * version's doing, or it was adopted already), when the chain is empty, starts at seq 1,
- * already starts from a valid record or has an invalid one, or does not verify from its
- * oldest entry on.
+ * Plans, and with `ja` signs, the adoption of one tenant's chain, on any store. Refused
+ * (Refused) when the anchor file does not match the database, when the file holds any
+ * record of this tenant (nachtwacht signed this chain before, so its missing start was
+ * not the earlier version's doing, or it was adopted already), when the chain is empty,
+ * starts at seq 1, already starts from a valid record or has an invalid one, or does not
+ * verify from its oldest entry on.
  */
-export async function adoptChain(sqlite: Database, dbPath: string, path: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan> {
-  const cmp = await requireSoundFile(dbPath, path, keys, false);
+export async function adoptChainOn(store: OperatorStore, path: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan> {
+  const cmp = await store.compare(path, keys.verifiers);
+  requireSoundFile(cmp, false);
   const rows = cmp.perTenant.get(tenantId);
   if (rows) throw new Refused(`de rijen van tenant ${tenantId} in audit_anchor_log kloppen niet met het ankerbestand (${rows.reden} bij ${rows.seq}); los dat eerst op`);
-  return inTransaction(sqlite, o.ja, () => {
-    const plan = planAdoption(sqlite, path, tenantId, keys);
+  return store.transaction(o.ja, async (tx) => {
+    if (o.ja) await tx.lockChains([tenantId]);
+    const plan = await planAdoption(tx, path, tenantId, keys);
     if (!o.ja) return plan.plan;
     // Lines a crashed run left in the file go in first, so the rows stay in file order.
-    const hersteld = syncTail(sqlite, path, keys.verifiers);
+    const hersteld = await tx.syncTail(path, keys.verifiers);
     const adoptie = signAdoptionRecord(keys.signer, { tenantId, seq: plan.plan.seq, hash: plan.plan.hash, tijdstip: o.now.toISOString() });
     // The first checkpoint of the adopted tree at once: no day of unsigned tail for the whole chain.
     const cp = checkpointLine(keys, tenantId, plan.range, plan.plan.seq);
-    const { installatie } = writeRun(sqlite, path, keys, [{ soort: "adoptie", tenantId, note: adoptie, positie: 0, grootte: plan.plan.seq, bereik: null }, cp]);
+    const { installatie } = await tx.writeRun(path, keys, [{ soort: "adoptie", tenantId, note: adoptie, positie: 0, grootte: plan.plan.seq, bereik: null }, cp]);
     return { ...plan.plan, adoptie, checkpoint: cp.note, installatie, hersteld };
   });
 }
 
-function planAdoption(sqlite: Database, path: string, tenantId: number, keys: Keys): { plan: AdoptionPlan; range: CompactRange } {
-  const first = oldestEntry(sqlite, tenantId);
+async function planAdoption(tx: OperatorTx, path: string, tenantId: number, keys: Keys): Promise<{ plan: AdoptionPlan; range: CompactRange }> {
+  const first = await tx.oldestEntry(tenantId);
   if (!first) throw new Refused(`tenant ${tenantId} heeft geen audit-entries: er valt niets te adopteren`);
   if (first.seq === 1) throw new Refused(`de keten van tenant ${tenantId} begint bij seq 1: er ontbreekt niets, adoptie is niet nodig`);
-  const start = chainStart(sqlite, tenantId, first.seq, keys.verifiers);
+  const start = await tx.chainStart(tenantId, first.seq, keys.verifiers);
   if (start.ok) throw new Refused(`de keten van tenant ${tenantId} begint al bij een geldig ${start.record ? "retentierecord" : "adoptierecord"} (seq ${start.seq})`);
   if (start.reden !== "retentie-ontbreekt") {
     throw new Refused(`de keten van tenant ${tenantId} heeft retentierecords in de database, maar geen geldig (${start.reden}); los dat eerst op`);
@@ -140,13 +165,13 @@ function planAdoption(sqlite: Database, path: string, tenantId: number, keys: Ke
   };
   // The chain from its oldest entry on must be sound: a broken chain is evidence, never adopted.
   const walk = new ChainWalk(tenantId, adopted, first, null, true);
-  for (const r of entriesAfter(sqlite, tenantId, seq)) walk.push(r);
+  await tx.entries(tenantId, seq, (r) => walk.push(r));
   const res = walk.result();
   if (!res.intact) {
     throw new Refused(`de keten van tenant ${tenantId} klopt niet vanaf seq ${first.seq}: ${res.fout!.reden} bij seq ${res.fout!.seq}; een gebroken keten wordt niet geadopteerd`);
   }
   const tree = walk.tree();
-  const anchor = sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?").get(tenantId) as { seq: number; hash: string } | null;
+  const anchor = await tx.retentionAnchor(tenantId);
   return {
     plan: {
       tenantId,
@@ -194,21 +219,37 @@ type FileRecords = {
 };
 
 /**
- * Reads the anchor file — the authority — beside its copy: the records the database
- * has no row for, and per tenant its start records and newest head, whether or not
- * the restored database knows them.
+ * Reads the anchor file — the authority — beside its copy (`positions`: every positie
+ * of audit_anchor_log, ascending, in chunks): the records the database has no row for,
+ * and per tenant its start records and newest head, whether or not the restored
+ * database knows them.
  */
-function readAuthority(sqlite: Database, path: string, keys: Keys): FileRecords {
+async function readAuthority(path: string, keys: Keys, positions: AsyncIterable<readonly number[]> | Iterable<readonly number[]>): Promise<FileRecords> {
   const out: FileRecords = { missing: [], starts: new Map(), heads: new Map() };
-  const rows = sqlite.query("SELECT positie FROM audit_anchor_log ORDER BY positie").iterate() as IterableIterator<{ positie: number }>;
-  let row = rows.next();
+  const rows = Symbol.asyncIterator in positions ? positions[Symbol.asyncIterator]() : positions[Symbol.iterator]();
+  let chunk: readonly number[] = [];
+  let i = 0;
+  let done = false;
+  /** The current row's positie (null past the last row). */
+  const current = async (): Promise<number | null> => {
+    while (!done && i >= chunk.length) {
+      const r = await rows.next();
+      if (r.done) done = true;
+      else [chunk, i] = [r.value, 0];
+    }
+    return done ? null : chunk[i]!;
+  };
   try {
     for (const fl of readLines(path)) {
-      while (!row.done && row.value.positie < fl.positie) row = rows.next();
+      let row = await current();
+      while (row !== null && row < fl.positie) {
+        i++;
+        row = await current();
+      }
       if (fl.parsed.kind !== "record") continue;
       const l = fl.parsed.line;
       const start = l.soort === "retentie" || l.soort === "adoptie";
-      const hasRow = !row.done && row.value.positie === fl.positie;
+      const hasRow = row === fl.positie;
       const grootte = !hasRow || start ? recordSize(l, keys.verifiers) : 0;
       if (!hasRow) {
         if (grootte === null) throw new Refused(`regel op positie ${fl.positie} van het ankerbestand is niet geldig ondertekend`);
@@ -222,44 +263,47 @@ function readAuthority(sqlite: Database, path: string, keys: Keys): FileRecords 
       }
       if (l.soort === "checkpoint" || l.soort === "herstel") out.heads.set(l.tenantId, { soort: l.soort, note: l.note });
     }
+    // Read to the end (a stream broken off may take its transaction with it).
+    while ((await current()) !== null) i = chunk.length;
   } finally {
-    rows.return?.();
+    if (!done) await rows.return?.();
   }
   return out;
 }
 
 /**
- * Plans, and with `ja` signs, the acceptance of a restored database. Per tenant whose
- * chain no longer reaches its newest signed head (kop-ontbreekt, or checkpoint-afwijkend
- * when new entries took the lost numbers) but is sound in itself from its start, one
- * restore acceptance: from the head's seq and root to the database's newest seq and the
- * root recomputed there. Records of the file the restored copy lacks are copied back
- * first. Refused when the anchor file has any problem other than the rollback itself,
- * or when rows of the database copy do not match the file; a tenant whose chain is
- * broken in itself is listed in `geweigerd` and not accepted.
+ * Plans, and with `ja` signs, the acceptance of a restored database, on any store. Per
+ * tenant whose chain no longer reaches its newest signed head (kop-ontbreekt, or
+ * checkpoint-afwijkend when new entries took the lost numbers) but is sound in itself
+ * from its start, one restore acceptance: from the head's seq and root to the database's
+ * newest seq and the root recomputed there. Records of the file the restored copy lacks
+ * are copied back first. Refused when the anchor file has any problem other than the
+ * rollback itself, or when rows of the database copy do not match the file; a tenant
+ * whose chain is broken in itself is listed in `geweigerd` and not accepted.
  */
-export async function acceptRestore(sqlite: Database, dbPath: string, path: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome> {
-  const cmp = await requireSoundFile(dbPath, path, keys, true);
+export async function acceptRestoreOn(store: OperatorStore, path: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome> {
+  const cmp = await store.compare(path, keys.verifiers);
+  requireSoundFile(cmp, true);
   if (cmp.perTenant.size > 0) {
     const list = [...cmp.perTenant].map(([t, p]) => `tenant ${t}: ${p.reden} bij ${p.seq}`).join(", ");
     throw new Refused(`rijen in audit_anchor_log kloppen niet met het ankerbestand (${list}); dat is geen terugzetten, los dat eerst op`);
   }
-  return inTransaction(sqlite, o.ja, () => {
-    const file = readAuthority(sqlite, path, keys);
-    const tenants = new Set([...(sqlite.query("SELECT id FROM tenants").values() as [number][]).map(([id]) => id), ...file.heads.keys()]);
+  return store.transaction(o.ja, async (tx) => {
+    const file = await readAuthority(path, keys, tx.positions());
+    // Only a tenant with a head in the file can have lost anything against it.
+    const tenants = [...file.heads.keys()].sort((a, b) => a - b);
+    if (o.ja) await tx.lockChains(tenants);
     const verliezen: RestoreLoss[] = [];
     const geweigerd: RestoreOutcome["geweigerd"] = [];
-    for (const tenantId of [...tenants].sort((a, b) => a - b)) {
-      const head = file.heads.get(tenantId);
-      if (!head) continue; // nothing signed, nothing the database can have lost against the file
-      const r = tenantLoss(sqlite, tenantId, head, file.starts.get(tenantId) ?? [], keys);
+    for (const tenantId of tenants) {
+      const r = await tenantLoss(tx, tenantId, file.heads.get(tenantId)!, file.starts.get(tenantId) ?? [], keys);
       if (r === null) continue;
       if ("loss" in r) verliezen.push(r.loss);
       else geweigerd.push({ tenantId, ...r.refused });
     }
     const out: RestoreOutcome = { ontbrekend: file.missing.length, verliezen, geweigerd };
     if (!o.ja || (file.missing.length === 0 && verliezen.length === 0)) return out;
-    insertRows(sqlite, file.missing);
+    await tx.insertRows(file.missing);
     const tijdstip = o.now.toISOString();
     const lines: StoredLine[] = verliezen.map((l) => ({
       soort: "herstel" as RecordKind,
@@ -270,41 +314,101 @@ export async function acceptRestore(sqlite: Database, dbPath: string, path: stri
       // The compact range at naar, as a checkpoint row keeps it: audit-anker extends from it.
       bereik: l.range.encode(),
     }));
-    const { installatie } = writeRun(sqlite, path, keys, lines);
+    const { installatie } = await tx.writeRun(path, keys, lines);
     return { ...out, herstel: lines.map((l) => l.note), installatie };
   });
 }
 
 /** One tenant against its newest head in the file: null when it still reaches it, else its loss or why it cannot be accepted. */
-function tenantLoss(
-  sqlite: Database,
+async function tenantLoss(
+  tx: OperatorTx,
   tenantId: number,
   headLine: { soort: "checkpoint" | "herstel"; note: string },
   starts: { note: string; grootte: number; positie: number }[],
   keys: Keys,
-): { loss: RestoreLoss } | { refused: { seq: number; reden: string } } | null {
+): Promise<{ loss: RestoreLoss } | { refused: { seq: number; reden: string } } | null> {
   const refused = (seq: number, reden: string) => ({ refused: { seq, reden } });
   const h = openTreeHead(headLine.note, tenantId, keys.verifiers, headLine.soort);
   if (!h.ok) return refused(0, `bestand-gewijzigd (${headLine.soort}: ${h.error})`);
   const head = h.head;
-  const first = oldestEntry(sqlite, tenantId);
+  const first = await tx.oldestEntry(tenantId);
   // The start from the file's records: a restored copy may lack a record the file holds.
   const start = chainStartFromRecords(starts, tenantId, first?.seq ?? null, keys.verifiers);
   if (!start.ok) return refused(first?.seq ?? 0, start.reden);
   if (start.basis !== head.basis) return refused(head.size, "checkpoint-afwijkend (het checkpoint hoort bij een andere boom dan de keten)");
   const against = new ChainWalk(tenantId, start, first, head);
-  for (const r of entriesAfter(sqlite, tenantId, 0)) against.push(r);
+  await tx.entries(tenantId, 0, (r) => against.push(r));
   const missed = against.result();
   if (missed.intact) return null;
   const f = missed.fout!;
   if (f.seq !== head.size || (f.reden !== "kop-ontbreekt" && f.reden !== "checkpoint-afwijkend")) return refused(f.seq, f.reden);
   // What the database holds instead must be sound in itself, from its start to its newest entry.
   const whole = new ChainWalk(tenantId, start, first, null, true);
-  for (const r of entriesAfter(sqlite, tenantId, 0)) whole.push(r);
+  await tx.entries(tenantId, 0, (r) => whole.push(r));
   const own = whole.result();
   if (!own.intact) return refused(own.fout!.seq, own.fout!.reden);
   const tree = whole.tree();
   return { loss: { tenantId, basis: head.basis, van: head.size, vanRoot: head.root, naar: tree.size, root: tree.range.root(), reden: f.reden, range: tree.range } };
+}
+
+// ---------------------------------------------------------------------------------
+// On SQLite
+
+/** The SQLite store of the operator's commands: `sqlite` read-write (openOperatorDatabase); the comparison on its own connection to `dbPath`. */
+export function sqliteOperatorStore(sqlite: Database, dbPath: string): OperatorStore {
+  const tx: OperatorTx = {
+    oldestEntry: async (tenantId) =>
+      sqlite.query("SELECT seq, id, prev_hash, created_at FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as EntryHead | null,
+    chainStart: async (tenantId, firstSeq, verifiers) => chainStart(sqlite, tenantId, firstSeq, verifiers),
+    entries: async (tenantId, afterSeq, take) => {
+      for (const r of entriesAfter(sqlite, tenantId, afterSeq)) take(r);
+    },
+    retentionAnchor: async (tenantId) => sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?").get(tenantId) as { seq: number; hash: string } | null,
+    positions: () => positionChunks(sqlite),
+    // BEGIN IMMEDIATE holds every writer back already.
+    lockChains: async () => {},
+    syncTail: async (path, verifiers) => syncTail(sqlite, path, verifiers),
+    insertRows: async (rows) => insertRows(sqlite, rows),
+    writeRun: async (path, keys, lines) => writeRun(sqlite, path, keys, lines),
+  };
+  return {
+    compare: (path, verifiers) => compareWithFile(dbPath, path, verifiers),
+    // IMMEDIATE (the write lock first) when it writes, else a read snapshot. The connection is the command's own.
+    async transaction(writes, work) {
+      sqlite.run(writes ? "BEGIN IMMEDIATE" : "BEGIN");
+      try {
+        const r = await work(tx);
+        sqlite.run("COMMIT");
+        return r;
+      } catch (e) {
+        sqlite.run("ROLLBACK");
+        throw e;
+      }
+    },
+  };
+}
+
+/** audit_anchor_log's positie column, ascending, streamed in chunks. */
+function* positionChunks(sqlite: Database): Generator<number[]> {
+  let chunk: number[] = [];
+  for (const r of sqlite.query("SELECT positie FROM audit_anchor_log ORDER BY positie").iterate() as IterableIterator<{ positie: number }>) {
+    chunk.push(r.positie);
+    if (chunk.length === 1000) {
+      yield chunk;
+      chunk = [];
+    }
+  }
+  if (chunk.length > 0) yield chunk;
+}
+
+/** adoptChainOn on the SQLite database `sqlite` (the command's own connection to `dbPath`). */
+export function adoptChain(sqlite: Database, dbPath: string, path: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan> {
+  return adoptChainOn(sqliteOperatorStore(sqlite, dbPath), path, keys, tenantId, o);
+}
+
+/** acceptRestoreOn on the SQLite database `sqlite` (the command's own connection to `dbPath`). */
+export function acceptRestore(sqlite: Database, dbPath: string, path: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome> {
+  return acceptRestoreOn(sqliteOperatorStore(sqlite, dbPath), path, keys, o);
 }
 
 /** The service's database, read-write, for an operator command (never created: a missing file is an error). */

@@ -3,14 +3,14 @@
 //   nachtwacht key [--naam NAAM]
 //   nachtwacht verify [--db FILE] [--bestand FILE] [--sleutel VKEY ...] [--checkpoint FILE|-] [--bundel FILE]
 //   nachtwacht export --tenant N [--bewijs SEQ] [--uit FILE] [--db FILE] [--bestand FILE] [--sleutel VKEY ...]
-//   nachtwacht adopt --tenant N [--ja] [--db FILE] [--bestand FILE]
-//   nachtwacht accept-restore [--ja] [--db FILE] [--bestand FILE]
+//   nachtwacht adopt --tenant N [--ja] [--db FILE | --database-url URL|-] [--bestand FILE]
+//   nachtwacht accept-restore [--ja] [--db FILE | --database-url URL|-] [--bestand FILE]
 //
 // verify needs public keys only: --sleutel, else AUDIT_VERTROUWDE_SLEUTELS plus the
 // public half of AUDIT_ANKER_SLEUTEL when those are in the environment. Exit codes:
 // 0 in order, 1 not in order, 2 the check could not be made. adopt and accept-restore
-// sign, so they need AUDIT_ANKER_SLEUTEL itself (src/audit/operator.ts): 0 done (or,
-// without --ja, possible), 1 refused, 2 not possible.
+// sign, so they need AUDIT_ANKER_SLEUTEL itself (src/audit/operator.ts; on PostgreSQL
+// src/pg/operator.ts): 0 done (or, without --ja, possible), 1 refused, 2 not possible.
 import { randomBytes } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -18,13 +18,18 @@ import { parseArgs } from "node:util";
 import { generateKeyPair, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
 import { CannotCheck, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
 import { auditKeys, keyList } from "../audit/keys.ts";
-import { acceptRestore, adoptChain, openOperatorDatabase, Refused } from "../audit/operator.ts";
+import { acceptRestore, adoptChain, openOperatorDatabase, Refused, type AdoptionPlan, type RestoreOutcome } from "../audit/operator.ts";
 import type { Keys } from "../audit/records.ts";
-import type { Database } from "bun:sqlite";
 import type { InstallationVerdict } from "../audit/verify-all.ts";
 import { redenUitleg } from "../reports/shared.ts";
 import { redactUrl } from "../pg/url.ts";
 import { databaseUrl } from "./database-url.ts";
+
+/** Where adopt and accept-restore find the service's database. */
+const DATABASE_HELP =
+  "  Database: DATABASE_URL uit de omgeving (PostgreSQL) of --database-url URL|- (een URL met wachtwoord alleen via '-'\n" +
+  "  of DATABASE_URL), anders --db of DATABASE_PATH (SQLite). --db samen met DATABASE_URL of --database-url wordt\n" +
+  "  geweigerd: welke database bedoeld is, moet vaststaan. Draai het met de omgeving van de service (docs/operations.md).\n";
 
 const HELP: Record<string, string> = {
   key:
@@ -47,7 +52,7 @@ const HELP: Record<string, string> = {
     "  die `nachtwacht verify --bundel` offline controleert. --bewijs voegt een RFC 6962-inclusiebewijs van één entry toe.\n" +
     "  exit 0: geschreven; 2: niet mogelijk.",
   adopt:
-    "gebruik: nachtwacht adopt --tenant N [--ja] [--db BESTAND] [--bestand ANKERBESTAND]\n" +
+    "gebruik: nachtwacht adopt --tenant N [--ja] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND]\n" +
     "  Adopteert de keten van één tenant die een eerdere versie inkortte zonder ondertekend retentierecord\n" +
     "  (audit-verificatie: retentie-ontbreekt). Met --ja ondertekent het met AUDIT_ANKER_SLEUTEL uit de omgeving een\n" +
     "  adoptierecord (vanaf seq S = de oudste entry min 1, met haar prev_hash, en de datum) en het eerste checkpoint\n" +
@@ -55,9 +60,10 @@ const HELP: Record<string, string> = {
     "  als waarschuwing. Geweigerd als de keten bij seq 1 begint, al een geldig retentie- of adoptierecord heeft, door\n" +
     "  nachtwacht al ondertekend is, of zelf niet klopt; en als het ankerbestand niet met de database klopt.\n" +
     "  Zonder --ja zegt het alleen wat het zou doen en schrijft het niets.\n" +
+    DATABASE_HELP +
     "  exit 0: geadopteerd (zonder --ja: mogelijk); 1: geweigerd; 2: niet mogelijk (geen sleutel, geen database, gebruik).",
   "accept-restore":
-    "gebruik: nachtwacht accept-restore [--ja] [--db BESTAND] [--bestand ANKERBESTAND]\n" +
+    "gebruik: nachtwacht accept-restore [--ja] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND]\n" +
     "  Accepteert een bewust teruggezette (oudere) database: meldt per tenant wat de database mist tegenover het\n" +
     "  ankerbestand (de seq van het ondertekende checkpoint tegen de nieuwste entry in de database). Met --ja zet het de\n" +
     "  regels van het ankerbestand die de database mist terug in audit_anchor_log en ondertekent het met\n" +
@@ -66,6 +72,7 @@ const HELP: Record<string, string> = {
     "  het verlies voorgoed als waarschuwing. Een keten die zelf niet klopt, rijen die niet met het ankerbestand\n" +
     "  kloppen of een ander probleem met het ankerbestand worden niet geaccepteerd.\n" +
     "  Zonder --ja zegt het alleen wat het zou doen en schrijft het niets.\n" +
+    DATABASE_HELP +
     "  exit 0: geaccepteerd of niets te doen (zonder --ja: alles te accepteren); 1: (deels) geweigerd; 2: niet mogelijk.",
 };
 
@@ -111,12 +118,51 @@ function signingKeys(env: Record<string, string | undefined>): Keys {
 
 const b64 = (b: Uint8Array) => Buffer.from(b).toString("base64");
 
-async function runAdopt(db: Database, dbPath: string, anchorPath: string, keys: Keys, tenantId: number, ja: boolean, out: (s: string) => void): Promise<number> {
-  out(`database:     ${dbPath}`);
+/** The store an operator command signs into: the SQLite file, or PostgreSQL (src/pg/operator.ts). */
+interface OperatorDatabase {
+  /** As printed: the file's path, or the URL without its password. */
+  naam: string;
+  adopt(anchorPath: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan>;
+  acceptRestore(anchorPath: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome>;
+  close(): Promise<void>;
+}
+
+async function openOperatorStore(pg: string | null, dbPath: string): Promise<OperatorDatabase> {
+  if (pg === null) {
+    const db = openOperatorDatabase(dbPath);
+    return {
+      naam: dbPath,
+      adopt: (anchorPath, keys, tenantId, o) => adoptChain(db, dbPath, anchorPath, keys, tenantId, o),
+      acceptRestore: (anchorPath, keys, o) => acceptRestore(db, dbPath, anchorPath, keys, o),
+      close: async () => db.close(),
+    };
+  }
+  const m = await import("../pg/operator.ts");
+  const sql = await m.openOperatorPg(pg);
+  // A failure of PostgreSQL's own is named without the URL's password; a refusal is the command's answer.
+  const named = async <T>(work: () => Promise<T>): Promise<T> => {
+    try {
+      return await work();
+    } catch (e) {
+      if (e instanceof Refused || e instanceof CannotCheck || !(e instanceof Error)) throw e;
+      e.message = e.message.replaceAll(pg, redactUrl(pg));
+      throw e;
+    }
+  };
+  return {
+    naam: redactUrl(pg),
+    adopt: (anchorPath, keys, tenantId, o) => named(() => m.adoptChainPg(sql, anchorPath, keys, tenantId, o)),
+    acceptRestore: (anchorPath, keys, o) => named(() => m.acceptRestorePg(sql, anchorPath, keys, o)),
+    close: () => sql.close(),
+  };
+}
+
+async function runAdopt(db: OperatorDatabase, anchorPath: string, keys: Keys, tenantId: number, ja: boolean, out: (s: string) => void): Promise<number> {
+  out(`database:     ${db.naam}`);
   out(`ankerbestand: ${anchorPath}`);
   let p;
   try {
-    p = await adoptChain(db, dbPath, anchorPath, keys, tenantId, { ja, now: new Date() });
+    p = await db.adopt(anchorPath, keys, tenantId, { ja, now: new Date() });
   } catch (e) {
     if (!(e instanceof Refused)) throw e;
     out(`RESULTAAT: GEWEIGERD: ${e.message}`);
@@ -140,12 +186,12 @@ async function runAdopt(db: Database, dbPath: string, anchorPath: string, keys: 
   return 0;
 }
 
-async function runAcceptRestore(db: Database, dbPath: string, anchorPath: string, keys: Keys, ja: boolean, out: (s: string) => void): Promise<number> {
-  out(`database:     ${dbPath}`);
+async function runAcceptRestore(db: OperatorDatabase, anchorPath: string, keys: Keys, ja: boolean, out: (s: string) => void): Promise<number> {
+  out(`database:     ${db.naam}`);
   out(`ankerbestand: ${anchorPath}`);
   let r;
   try {
-    r = await acceptRestore(db, dbPath, anchorPath, keys, { ja, now: new Date() });
+    r = await db.acceptRestore(anchorPath, keys, { ja, now: new Date() });
   } catch (e) {
     if (!(e instanceof Refused)) throw e;
     out(`RESULTAAT: GEWEIGERD: ${e.message}`);
@@ -185,7 +231,7 @@ function printVerdict(v: InstallationVerdict, out: (s: string) => void): boolean
   return !v.probleem && v.tenants.every((t) => t.intact);
 }
 
-/** The PostgreSQL URL of verify or export: `--database-url`, or DATABASE_URL when no `--db` is given; null for SQLite. */
+/** The PostgreSQL URL of verify, export, adopt or accept-restore: `--database-url`, or DATABASE_URL when no `--db` is given; null for SQLite. */
 async function postgresUrl(o: { "database-url"?: string; db?: string }, env: Record<string, string | undefined>): Promise<string | null> {
   if (o["database-url"] === undefined && (o.db !== undefined || env.DATABASE_URL === undefined)) return null;
   const given = await databaseUrl(o["database-url"], env, () => new Response(Bun.stdin.stream()).text());
@@ -252,13 +298,22 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
     if (SIGNING.has(sub)) {
       if (o.sleutel !== undefined) throw new UsageError("--sleutel hoort niet bij dit commando: het ondertekent met AUDIT_ANKER_SLEUTEL en vertrouwt AUDIT_VERTROUWDE_SLEUTELS, zoals de service");
       if (sub === "adopt" && (o.tenant === undefined || !/^[1-9][0-9]*$/.test(o.tenant))) throw new UsageError("--tenant N is verplicht (een tenant-id)");
+      // After a move to PostgreSQL the old SQLite file stays (docs/postgresql.md): signing into
+      // the one the operator did not mean would record a loss that never happened.
+      if (o.db !== undefined && (o["database-url"] !== undefined || env.DATABASE_URL !== undefined)) {
+        throw new UsageError(
+          `--db ${o.db} en ${o["database-url"] !== undefined ? "--database-url" : "DATABASE_URL in de omgeving"} noemen elk een database: onduidelijk welke bedoeld is. ` +
+            "Laat --db weg voor PostgreSQL (DATABASE_URL), of haal DATABASE_URL uit de omgeving voor het SQLite-bestand.",
+        );
+      }
       const keys = signingKeys(env);
-      const db = openOperatorDatabase(dbPath);
+      const pg = await postgresUrl(o, env);
+      const db = await openOperatorStore(pg, dbPath);
       try {
-        if (sub === "adopt") return await runAdopt(db, dbPath, anchorPath, keys, Number(o.tenant), o.ja === true, out);
-        return await runAcceptRestore(db, dbPath, anchorPath, keys, o.ja === true, out);
+        if (sub === "adopt") return await runAdopt(db, anchorPath, keys, Number(o.tenant), o.ja === true, out);
+        return await runAcceptRestore(db, anchorPath, keys, o.ja === true, out);
       } finally {
-        db.close();
+        await db.close();
       }
     }
 

@@ -1,0 +1,87 @@
+// `nachtwacht adopt` and `nachtwacht accept-restore` on PostgreSQL: the store the rules
+// of src/audit/operator.ts (adoptChainOn, acceptRestoreOn; they live there, for any
+// store) read and write through. The comparison of the anchor file with audit_anchor_log
+// in one read-only snapshot, as verify does (src/pg/offline.ts); without --ja the plan in
+// one read-only snapshot; with --ja one transaction that first takes the lock of the
+// anchor file's appenders (ANCHOR_FILE_LOCK, as audit-anker and audit-retentie take it),
+// then the chains' locks of the tenants concerned (as the write API's appenders take
+// them), so neither the service's runs nor its appends interleave — what SQLite's write
+// lock does there.
+import { SQL } from "bun";
+import { compareRowsWithFile } from "../audit/anchor-check.ts";
+import type { StoredLine } from "../audit/anchor-file.ts";
+import { appendRun, installationRangeFrom, runLines, type InstallationRow } from "../audit/anchoring.ts";
+import { CannotCheck } from "../audit/offline.ts";
+import { acceptRestoreOn, adoptChainOn, type AdoptionPlan, type EntryHead, type OperatorStore, type OperatorTx, type RestoreOutcome } from "../audit/operator.ts";
+import type { Keys } from "../audit/records.ts";
+import { ANCHOR_FILE_LOCK, insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
+import { chainStartPg, copyRows, lockChainsPg, readEntriesPg } from "./chain.ts";
+import { anchorRows } from "./offline.ts";
+import { redactUrl } from "./url.ts";
+
+/** The operator's connection to the service's PostgreSQL database (no migration runs: the service's schema must be there). */
+export async function openOperatorPg(url: string): Promise<SQL> {
+  const sql = new SQL(url, { max: 1 });
+  try {
+    await sql`SELECT 1 FROM audit_anchor_log LIMIT 1`;
+    return sql;
+  } catch (e) {
+    await sql.close().catch(() => {});
+    throw new CannotCheck(`database niet te openen: ${redactUrl(url)}: ${(e instanceof Error ? e.message : String(e)).replaceAll(url, redactUrl(url))}`);
+  }
+}
+
+export function adoptChainPg(sql: SQL, path: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan> {
+  return adoptChainOn(pgOperatorStore(sql), path, keys, tenantId, o);
+}
+
+export function acceptRestorePg(sql: SQL, path: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome> {
+  return acceptRestoreOn(pgOperatorStore(sql), path, keys, o);
+}
+
+export function pgOperatorStore(sql: SQL): OperatorStore {
+  return {
+    compare: (path, verifiers) => sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), path, verifiers)),
+    transaction: (writes, work) =>
+      writes
+        ? // READ COMMITTED: each statement after the lock sees what the lock's previous holder committed.
+          sql.begin(async (tx) => {
+            await tx`SELECT pg_advisory_xact_lock(${ANCHOR_FILE_LOCK}, 0)`;
+            return work(operatorTx(tx));
+          })
+        : sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => work(operatorTx(tx))),
+  };
+}
+
+function operatorTx(tx: SQL): OperatorTx {
+  return {
+    async oldestEntry(tenantId) {
+      const [r] = (await tx`SELECT seq, id, prev_hash, created_at FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string; id: string; prev_hash: string; created_at: string }[];
+      return r ? { seq: Number(r.seq), id: Number(r.id), prev_hash: r.prev_hash, created_at: r.created_at } satisfies EntryHead : null;
+    },
+    chainStart: (tenantId, firstSeq, verifiers) => chainStartPg(tx, tenantId, firstSeq, verifiers),
+    entries: (tenantId, afterSeq, take) => readEntriesPg(tx, tenantId, afterSeq, null, (r) => (take(r), true)),
+    async retentionAnchor(tenantId) {
+      const [r] = (await tx`SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ${tenantId}`) as { seq: string; hash: string }[];
+      return r ? { seq: Number(r.seq), hash: r.hash } : null;
+    },
+    async *positions() {
+      for await (const rows of copyRows(tx, "SELECT positie FROM audit_anchor_log ORDER BY positie")) yield rows.map((f) => Number(f[0]));
+    },
+    lockChains: (tenantIds) => (tenantIds.length > 0 ? lockChainsPg(tx, tenantIds) : Promise.resolve()),
+    // The anchor file's lock is held already (transaction); taking it again is a no-op.
+    syncTail: (path, verifiers) => lockAndSyncTailPg(tx, path, verifiers),
+    insertRows: (rows) => insertRowsPg(tx, rows),
+    writeRun: (path, keys, lines) => writeRunPg(tx, path, keys, lines),
+  };
+}
+
+/** writeRun (src/audit/anchoring.ts) on PostgreSQL, inside the caller's transaction holding the anchor file's lock: as audit-anker's run (anchorAllPg). */
+async function writeRunPg(tx: SQL, path: string, keys: Keys, lines: StoredLine[]): Promise<{ installatie: string | null; herbouwd: boolean }> {
+  const [inst] = (await tx`SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1`) as { positie: string; note: string; grootte: string; bereik: string | null }[];
+  const installRow: InstallationRow | null = inst ? { positie: Number(inst.positie), note: inst.note, grootte: Number(inst.grootte), bereik: inst.bereik } : null;
+  const [{ n: largest }] = (await tx`SELECT coalesce(max(grootte), 0)::bigint AS n FROM audit_anchor_log WHERE soort = 'installatie'`) as [{ n: string }];
+  const run = runLines(installationRangeFrom(installRow, path, keys.verifiers), Number(largest), keys, lines);
+  if (run.all.length > 0) await insertRowsPg(tx, appendRun(path, run.all));
+  return { installatie: run.installatie, herbouwd: run.herbouwd };
+}
