@@ -6,21 +6,94 @@
 //   (test/job-wrapper.test.ts shows the same in-process);
 // - a manual trigger (as Swagger UI's "Try it out" sends it) while the crontab's call
 //   runs, and the other way round.
+//
+// On both stores (test/dialect.ts): on the PostgreSQL run the service serves from a
+// fresh database of the run's cluster (DATABASE_URL), which holds the same data, moved
+// there as an installation moves (migrate-to); the host application's appenders are
+// PostgreSQL clients (appendEntriesPg) beside test/fixtures/append-timed.ts.
 import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { bulkChain, testDatabase, waitForRow, waitForRun, BUN, flakySmtp, ROOT, startService, verifyAll, type ServiceProcess } from "./fixtures/hardening.ts";
-import { SECRET } from "./helpers.ts";
+import { readLines } from "../src/audit/anchor-file.ts";
+import { parseVerifierKey } from "../src/audit/note.ts";
+import { openCheckpoint } from "../src/audit/records.ts";
+import { verifyTenantChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../src/audit/verify.ts";
+import { verifyTenantChainPg } from "../src/pg/chain.ts";
+import { migrateToPostgres } from "../src/pg/migrate-to.ts";
+import { openPgStore } from "../src/pg/store.ts";
+import { DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { bulkChain, testDatabase, BUN, flakySmtp, ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
+import { SECRET, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
 const now = Date.now();
+const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
   for (const f of cleanups.splice(0).reverse()) await f();
 });
 
-const database = (fill: (s: Database) => void) => testDatabase(cleanups, new Date(now - 730 * DAY), fill);
+/** An installation for a service process, and the test's own access to its database. */
+interface Installation {
+  dir: string;
+  /** The service's environment (on PostgreSQL with DATABASE_URL; DATABASE_PATH then only places the outbox). */
+  env: Record<string, string>;
+  /** Plain SQL on the database (env.db's facade); on SQLite a connection per question, the service owns the file. */
+  db: TestDb;
+  /** One tenant's chain verified as audit-verificatie does (verifyTenantChain / verifyTenantChainPg). */
+  verify(tenantId: number, o: VerifyOptions): Promise<TenantChainResult>;
+  /** On PostgreSQL the database's URL, else null. */
+  url: string | null;
+}
+
+/**
+ * A database of the run's store filled by `fill`, installed two years ago. On
+ * PostgreSQL the same data is written to a SQLite file first and moved over with
+ * migrate-to (which proves the copy row by row and every chain on PostgreSQL).
+ */
+async function database(fill: (s: Database) => void): Promise<Installation> {
+  const made = testDatabase(cleanups, new Date(now - 730 * DAY), fill);
+  if (DIALECT === "sqlite") {
+    const path = made.path;
+    const each = <T>(readonly: boolean, f: (s: Database) => T): T => {
+      const s = readonly ? new Database(path, { readonly: true }) : new Database(path);
+      try {
+        return f(s);
+      } finally {
+        s.close();
+      }
+    };
+    return {
+      dir: made.dir,
+      env: made.env,
+      url: null,
+      db: {
+        dialect: "sqlite",
+        all: async (q, ...p) => each(true, (s) => s.query(q).all(...(p as any[])) as any[]),
+        get: async (q, ...p) => each(true, (s) => (s.query(q).get(...(p as any[])) as any) ?? null),
+        run: async (q, ...p) => each(false, (s) => void s.query(q).run(...(p as any[]))),
+      },
+      verify: async (t, o) => each(true, (s) => verifyTenantChain(s, t, o)),
+    };
+  }
+  const url = await (await testCluster()).createDatabase();
+  const moved = await migrateToPostgres({ dbPath: made.path, anchorPath: made.env.AUDIT_ANKER_BESTAND, url, verifiers: VERIFIERS, log: () => {} });
+  expect(moved.uitkomst).toBe("klaar");
+  const store = await openPgStore(url, { max: 2 });
+  cleanups.push(async () => {
+    await store.close();
+    await (await testCluster()).dropDatabase(new URL(url).pathname.slice(1));
+  });
+  return {
+    dir: made.dir,
+    // The service's own path, not the SQLite file the data came from.
+    env: { ...made.env, DATABASE_PATH: join(made.dir, "service", "nachtwacht.db"), DATABASE_URL: url },
+    url,
+    db: testDb(store),
+    verify: (t, o) => verifyTenantChainPg(store.sql, t, o),
+  };
+}
 
 async function service(env: Record<string, string>): Promise<ServiceProcess> {
   const svc = await startService(env);
@@ -34,18 +107,105 @@ async function service(env: Record<string, string>): Promise<ServiceProcess> {
 const post = (svc: ServiceProcess, job: string, headers: Record<string, string> = {}) =>
   fetch(`${svc.url}/api/cron/${job}`, { method: "POST", headers: { authorization: `Bearer ${SECRET}`, ...headers } });
 
-function runsOf(path: string, job: string) {
-  const s = new Database(path, { readonly: true });
-  try {
-    return s.query("SELECT uitkomst, http_status AS httpStatus FROM job_runs WHERE job = ? ORDER BY id").all(job);
-  } finally {
-    s.close();
+function runsOf(db: Installation, job: string) {
+  return db.db.all('SELECT uitkomst, http_status AS "httpStatus" FROM job_runs WHERE job = ? ORDER BY id', job);
+}
+
+/** Polls (1 ms steps, bounded) until `sql` returns a row: waiting for a state, not for a time. */
+async function waitForRow(db: Installation, sql: string, ...params: (string | number)[]): Promise<void> {
+  for (let i = 0; i < 10_000; i++) {
+    if (await db.db.get(sql, ...params)) return;
+    await Bun.sleep(1);
   }
+  throw new Error(`no row for: ${sql}`);
+}
+
+/** Resolves once `job` has a run in progress ('bezig'). */
+async function waitForRun(db: Installation, job: string): Promise<void> {
+  for (let i = 0; i < 5000; i++) {
+    if (await db.db.get("SELECT 1 FROM job_runs WHERE job = ? AND uitkomst = 'bezig'", job)) return;
+    await Bun.sleep(1);
+  }
+  throw new Error(`${job} never started`);
+}
+
+/**
+ * test/fixtures/hardening.ts verifyAll with the anchor file, on either store: every
+ * tenant's chain verified up to its newest signed checkpoint in the file, with its
+ * retention anchor and record.
+ */
+async function verifyAll(db: Installation, anchorFile: string) {
+  const checkpoints = new Map<number, CheckpointRef>();
+  for (const fl of readLines(anchorFile)) {
+    if (fl.parsed.kind !== "record" || fl.parsed.line.soort !== "checkpoint") continue;
+    const tenantId = fl.parsed.line.tenantId!;
+    const o = openCheckpoint(fl.parsed.line.note, tenantId, VERIFIERS);
+    if (!o.ok) throw new Error(`checkpoint of tenant ${tenantId} does not verify: ${o.error}`);
+    checkpoints.set(tenantId, { size: o.checkpoint.size, root: o.checkpoint.root });
+  }
+  const out = [];
+  for (const { id: tenantId } of await db.db.all<{ id: number }>("SELECT id FROM tenants ORDER BY id")) {
+    const anchor = await db.db.get<{ seq: number }>("SELECT seq FROM audit_retention_anchors WHERE tenant_id = ?", tenantId);
+    const record = await db.db.get<{ s: number | null }>("SELECT max(grootte) AS s FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'", tenantId);
+    out.push({
+      tenantId,
+      ankerSeq: anchor?.seq ?? 0,
+      retentieSeq: record!.s ?? 0,
+      ...(await db.verify(tenantId, { checkpoint: checkpoints.get(tenantId) ?? null, verifiers: VERIFIERS })),
+    });
+  }
+  return out;
+}
+
+/**
+ * test/fixtures/append-timed.ts on PostgreSQL, run with `bun -e`: COUNT entries appended
+ * to TENANT, one transaction each (appendEntriesPg, which waits for the tenant's chain
+ * lock), each timed; prints the same JSON line.
+ */
+const PG_APPEND_TIMED = `
+import { SQL } from "bun";
+import { canonicalJson } from ${JSON.stringify(`${ROOT}/src/audit/chain.ts`)};
+import { appendEntriesPg } from ${JSON.stringify(`${ROOT}/src/pg/chain.ts`)};
+const { URL: url, TENANT, COUNT, ACTOR: actor } = process.env;
+const sql = new SQL(url, { max: 1 });
+const times = [];
+let busy = 0;
+const from = new Date().toISOString();
+for (let i = 0; i < Number(COUNT); i++) {
+  const t0 = performance.now();
+  try {
+    const input = { tenantId: Number(TENANT), createdAt: new Date().toISOString(), actor, action: "race.append", subject: actor + "/" + i, details: canonicalJson({ i }) };
+    await sql.begin((tx) => appendEntriesPg(tx, [input]));
+  } catch (e) {
+    // A lock wait given up (lock_timeout, a deadlock): where SQLite answers SQLITE_BUSY, the application would have failed here.
+    if (e?.errno === "55P03" || e?.errno === "40P01") busy++;
+    else throw e;
+  }
+  times.push(performance.now() - t0);
+  if (i % 20 === 0) await Bun.sleep(1);
+}
+const to = new Date().toISOString();
+await sql.close();
+times.sort((a, b) => a - b);
+const p99 = times[Math.floor(times.length * 0.99)] ?? 0;
+process.stdout.write(JSON.stringify({ appended: times.length - busy, maxMs: Math.round(times.at(-1) ?? 0), p99Ms: Math.round(p99), busy, from, to }) + "\\n");
+`;
+
+function timedAppender(db: Installation, tenant: number, count: number, actor: string) {
+  if (db.url === null) {
+    return Bun.spawn([BUN, join(ROOT, "test/fixtures/append-timed.ts"), db.env.DATABASE_PATH!, String(tenant), String(count), actor], { stdout: "pipe", stderr: "inherit" });
+  }
+  return Bun.spawn([BUN, "-e", PG_APPEND_TIMED], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", URL: db.url, TENANT: String(tenant), COUNT: String(count), ACTOR: actor },
+    stdout: "pipe",
+    stderr: "inherit",
+  });
 }
 
 describe("the host application writing while the jobs run", () => {
   test("three appender processes during audit-retentie and audit-verificatie: all chains verify, nothing reported broken, no append waited long", async () => {
-    const db = database((s) => {
+    const db = await database((s) => {
       for (let t = 1; t <= 4; t++) {
         s.query("INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (?, ?, 1, ?)").run(t, `T${t}`, new Date(now - 4000 * DAY).toISOString());
         bulkChain(s, t, 6000, now - 3400 * DAY, now - 2700 * DAY); // to be deleted: 3 batches per tenant
@@ -53,12 +213,10 @@ describe("the host application writing while the jobs run", () => {
       }
     });
     const svc = await service(db.env);
-    const appenders = [1, 2, 3].map((t) =>
-      Bun.spawn([BUN, join(ROOT, "test/fixtures/append-timed.ts"), db.path, String(t), "1500", `app${t}`], { stdout: "pipe", stderr: "inherit" }),
-    );
+    const appenders = [1, 2, 3].map((t) => timedAppender(db, t, 1500, `app${t}`));
     // Every appender is writing before the jobs start; verification starts once retention runs.
-    for (const t of [1, 2, 3]) await waitForRow(db.path, "SELECT 1 FROM audit_entries WHERE actor = ?", `app${t}`);
-    const [retentie, verificatie] = await Promise.all([post(svc, "audit-retentie"), waitForRow(db.path, "SELECT 1 FROM job_runs WHERE job = 'audit-retentie'").then(() => post(svc, "audit-verificatie"))]);
+    for (const t of [1, 2, 3]) await waitForRow(db, "SELECT 1 FROM audit_entries WHERE actor = ?", `app${t}`);
+    const [retentie, verificatie] = await Promise.all([post(svc, "audit-retentie"), waitForRow(db, "SELECT 1 FROM job_runs WHERE job = 'audit-retentie'").then(() => post(svc, "audit-verificatie"))]);
     expect(retentie.status).toBe(200);
     expect(((await retentie.json()) as { verwijderd: number }).verwijderd).toBe(4 * 6000);
     expect(verificatie.status).toBe(200);
@@ -74,28 +232,22 @@ describe("the host application writing while the jobs run", () => {
     );
     console.log(`appends during the jobs: ${JSON.stringify(reports.map(({ from, to, ...r }) => r))}`);
     // The appenders were really at work while both jobs ran.
-    const history = new Database(db.path, { readonly: true });
-    const runs = history.query("SELECT job, gestart, beeindigd FROM job_runs ORDER BY id").all() as { gestart: string; beeindigd: string }[];
-    history.close();
+    const runs = await db.db.all<{ gestart: string; beeindigd: string }>("SELECT job, gestart, beeindigd FROM job_runs ORDER BY id");
     expect(runs).toHaveLength(2);
     for (const run of runs) for (const r of reports) expect(r.from < run.beeindigd && run.gestart < r.to).toBe(true);
     for (const r of reports) {
       expect(r.busy).toBe(0);
       expect(r.appended).toBe(1500);
-      // Retention writes in small batches with pauses: an append never waits long.
+      // Retention writes in small batches with pauses (on PostgreSQL without: its DELETEs
+      // lock only the rows they delete, docs/postgresql.md): an append never waits long.
       expect(r.maxMs).toBeLessThan(1000);
     }
     // Verified again after everything settled, and once more by the service itself.
-    const s = new Database(db.path, { readonly: true });
-    try {
-      for (const c of verifyAll(s, db.env.AUDIT_ANKER_BESTAND)) {
-        expect(c.intact).toBe(true);
-        expect(c.ankerSeq).toBe(6000);
-        expect(c.retentieSeq).toBe(6000);
-        expect(c.aantalEntries).toBe(c.tenantId <= 3 ? 2000 : 500);
-      }
-    } finally {
-      s.close();
+    for (const c of await verifyAll(db, db.env.AUDIT_ANKER_BESTAND!)) {
+      expect(c.intact).toBe(true);
+      expect(c.ankerSeq).toBe(6000);
+      expect(c.retentieSeq).toBe(6000);
+      expect(c.aantalEntries).toBe(c.tenantId <= 3 ? 2000 : 500);
     }
     const again = await post(svc, "audit-verificatie");
     expect(again.status).toBe(200);
@@ -108,7 +260,7 @@ describe("the same job twice at once, over HTTP", () => {
     // Every message takes 150 ms at the server: the run lasts about a second.
     const smtp = await flakySmtp({ delayMs: 150, log });
     cleanups.push(() => smtp.stop());
-    const db = database((s) => {
+    const db = await database((s) => {
       s.query("INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (1, 'Alfa', 1, ?)").run(new Date(now - DAY).toISOString());
       for (let a = 0; a < 30; a++) s.query("INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (1, ?, ?, 1)").run(`a${a}`, `a${a}@alfa.test`);
     });
@@ -119,7 +271,7 @@ describe("the same job twice at once, over HTTP", () => {
   test("two clients: the second gets 409 {error} at once, the job runs once and every report goes out once", async () => {
     const { db, svc, log } = await slowWeekrapport();
     const first = post(svc, "weekrapport");
-    await waitForRun(db.path, "weekrapport");
+    await waitForRun(db, "weekrapport");
     const t0 = performance.now();
     const second = await post(svc, "weekrapport");
     expect(second.status).toBe(409);
@@ -130,7 +282,7 @@ describe("the same job twice at once, over HTTP", () => {
     expect(((await r.json()) as { verstuurd: number }).verstuurd).toBe(30);
     expect(log).toHaveLength(30);
     // The refused call is not a run: one row, finished.
-    expect(runsOf(db.path, "weekrapport")).toEqual([{ uitkomst: "ok", httpStatus: 200 }]);
+    expect(await runsOf(db, "weekrapport")).toEqual([{ uitkomst: "ok", httpStatus: 200 }]);
   }, 30_000);
 
   test("a manual trigger from Swagger UI during the crontab's call gets 409; a crontab call during a manual run gets 409 and curl exits 22", async () => {
@@ -148,7 +300,7 @@ describe("the same job twice at once, over HTTP", () => {
 
     // 1. The scheduled call is running; someone presses "Execute" in Swagger UI.
     const scheduled = cron();
-    await waitForRun(db.path, "weekrapport");
+    await waitForRun(db, "weekrapport");
     const manual = await swagger();
     expect(manual.status).toBe(409);
     expect(((await manual.json()) as { error: string }).error).toContain("loopt al");
@@ -156,11 +308,9 @@ describe("the same job twice at once, over HTTP", () => {
     expect(await new Response(scheduled.stdout as ReadableStream).text()).toContain("(HTTP 200");
 
     // 2. Next week's run started by hand; the crontab fires meanwhile.
-    const s = new Database(db.path);
-    s.run("DELETE FROM weekly_report_deliveries"); // as if a new week: all owed again
-    s.close();
+    await db.db.run("DELETE FROM weekly_report_deliveries"); // as if a new week: all owed again
     const manual2 = swagger();
-    await waitForRun(db.path, "weekrapport");
+    await waitForRun(db, "weekrapport");
     const scheduled2 = cron();
     expect(await scheduled2.exited).toBe(22);
     const out = await new Response(scheduled2.stdout as ReadableStream).text();
@@ -169,7 +319,7 @@ describe("the same job twice at once, over HTTP", () => {
     expect((await manual2).status).toBe(200);
 
     expect(log).toHaveLength(60);
-    expect(runsOf(db.path, "weekrapport")).toEqual([
+    expect(await runsOf(db, "weekrapport")).toEqual([
       { uitkomst: "ok", httpStatus: 200 },
       { uitkomst: "ok", httpStatus: 200 },
     ]);

@@ -6,16 +6,29 @@
 // the last kill a rerun completes the work; for the weekly report, across all kills
 // and the rerun, no administrator gets a report twice.
 //
+// On both stores (test/dialect.ts): on the PostgreSQL run the service serves from a
+// fresh database of the run's cluster (DATABASE_URL), which holds the same data, moved
+// there as an installation moves (migrate-to); the host application's appender is a
+// PostgreSQL client (appendEntriesPg) beside test/fixtures/append-worker.ts.
+//
 // Fixed seed (CRASH_SEED=<n> tries others) and a bounded number of rounds: 14 in all.
 import { Database } from "bun:sqlite";
+import { SQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import { readLines } from "../src/audit/anchor-file.ts";
 import { parseConfig } from "../src/config.ts";
 import { applyPragmas, openStore } from "../src/db.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
-import { openRetentionRecord } from "../src/audit/records.ts";
-import { bulkChain, BUN, deletedEntries, flakySmtp, prng, ROOT, startService, tempDir, verifyAll, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
+import { openCheckpoint, openRetentionRecord } from "../src/audit/records.ts";
+import { verifyTenantChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../src/audit/verify.ts";
+import { verifyTenantChainPg } from "../src/pg/chain.ts";
+import { integrityCheckPg } from "../src/pg/maintenance.ts";
+import { migrateToPostgres } from "../src/pg/migrate-to.ts";
+import { openPgStore } from "../src/pg/store.ts";
+import { DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { bulkChain, BUN, flakySmtp, prng, ROOT, startService, tempDir, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
 import { RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const SEED = Number(process.env.CRASH_SEED ?? 8);
@@ -30,21 +43,41 @@ const NEW_PER_TENANT = 200;
 const OLD_LOGINS = 200_000; // several beveiligingslog-retentie batches (each up to 100 ms of deleting)
 const NEW_LOGINS = 3000;
 const ADMINS_PER_TENANT = 8;
+const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
 
 const dirs: (() => void)[] = [];
+const databases: string[] = [];
 let smtp: FlakySmtp;
 const delivered: string[] = [];
 afterAll(async () => {
   await smtp?.stop();
   for (const d of dirs) d();
+  if (databases.length > 0) {
+    const cluster = await testCluster();
+    for (const url of databases) await cluster.dropDatabase(new URL(url).pathname.slice(1));
+  }
 });
 
+/**
+ * An installation for the crash tests: on SQLite the file at `path`; on PostgreSQL the
+ * database at `url` (the service's DATABASE_PATH then only places its outbox).
+ */
+interface Installation {
+  dir: string;
+  path: string;
+  url: string | null;
+  hashes: Map<string, string>;
+}
+
 /** A fresh database with the crash tests' data; the service counts as installed two years ago. */
-function makeDatabase(): { path: string; dir: string; hashes: Map<string, string> } {
+async function makeDatabase(): Promise<Installation> {
   const { dir, cleanup } = tempDir();
   dirs.push(cleanup);
   const path = join(dir, "data", "nachtwacht.db");
-  const store = openStore(path, new Date(now - 730 * DAY));
+  // On PostgreSQL the same data is written to a SQLite file first and moved over with
+  // migrate-to (which proves the copy row by row and every chain on PostgreSQL).
+  const source = DIALECT === "pg" ? join(dir, "bron.db") : path;
+  const store = openStore(source, new Date(now - 730 * DAY));
   const s = store.sqlite;
   for (let t = 1; t <= TENANTS; t++) {
     s.query("INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (?, ?, 1, ?)").run(t, `Tenant ${t}`, new Date(now - 4000 * DAY).toISOString());
@@ -66,61 +99,222 @@ function makeDatabase(): { path: string; dir: string; hashes: Map<string, string
     hashes.set(`${r.t}/${r.seq}`, r.hash);
   }
   store.close();
-  return { path, dir, hashes };
+  if (DIALECT === "sqlite") return { dir, path, url: null, hashes };
+  const url = await (await testCluster()).createDatabase();
+  databases.push(url);
+  const moved = await migrateToPostgres({ dbPath: source, anchorPath: join(dir, "ankers.jsonl"), url, verifiers: VERIFIERS, log: () => {} });
+  expect(moved.uitkomst).toBe("klaar");
+  // For inspect's integrity check (amcheck); the test cluster's user may install it.
+  const sql = new SQL(url, { max: 1 });
+  await sql`CREATE EXTENSION amcheck`;
+  await sql.close();
+  return { dir, path, url, hashes };
 }
 
-function env(db: { path: string; dir: string }, extra: Record<string, string> = {}) {
-  return { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: db.path, AUDIT_ANKER_BESTAND: join(db.dir, "ankers.jsonl"), ...extra };
+function env(db: Installation, extra: Record<string, string> = {}) {
+  return {
+    CRON_SECRET: SECRET,
+    AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY,
+    DATABASE_PATH: db.path,
+    AUDIT_ANKER_BESTAND: join(db.dir, "ankers.jsonl"),
+    ...(db.url === null ? {} : { DATABASE_URL: db.url }),
+    ...extra,
+  };
 }
 
-/** Starts the job over HTTP and SIGKILLs the service once `progress()` reaches `target` (plus 0–3 ms). */
-async function killDuring(svc: ServiceProcess, job: string, progress: () => number, target: number): Promise<{ reached: number }> {
+/** The installation's database opened beside the service: plain SQL (env.db's facade), its chain verifier and its integrity check. */
+interface Handle {
+  db: TestDb;
+  verify(tenantId: number, o: VerifyOptions): Promise<TenantChainResult>;
+  /** "ok", or what is wrong: PRAGMA integrity_check on SQLite, amcheck's bt_index_check of every index on PostgreSQL. */
+  integrity(): Promise<string>;
+  /**
+   * After a SIGKILL of the service: returns once nothing the killed process started can
+   * still change the database. On SQLite at once (its transaction died with it). On
+   * PostgreSQL a statement the service had sent runs on in its server process, and one
+   * outside a transaction (a login retention batch, a delivery's record) still commits:
+   * this waits until every server process of a connection opened before now, other than
+   * this handle's own (one connection: see open), has ended.
+   */
+  settle(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** `readonly`: a probe beside the running service (on SQLite without the pragmas, as before; on PostgreSQL one connection, for settle). */
+async function open(db: Installation, o: { readonly?: boolean } = {}): Promise<Handle> {
+  if (db.url === null) {
+    const s = o.readonly ? new Database(db.path, { readonly: true }) : new Database(db.path, { strict: true });
+    if (!o.readonly) applyPragmas(s);
+    return {
+      db: {
+        dialect: "sqlite",
+        all: async (q, ...p) => s.query(q).all(...(p as any[])) as any[],
+        get: async (q, ...p) => (s.query(q).get(...(p as any[])) as any) ?? null,
+        run: async (q, ...p) => void s.query(q).run(...(p as any[])),
+      },
+      verify: async (t, v) => verifyTenantChain(s, t, v),
+      integrity: async () => (s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check,
+      settle: async () => {},
+      close: async () => s.close(),
+    };
+  }
+  const store = await openPgStore(db.url, { max: o.readonly ? 1 : 2 });
+  return {
+    db: testDb(store),
+    verify: (t, v) => verifyTenantChainPg(store.sql, t, v),
+    integrity: async () => {
+      const r = await integrityCheckPg(store.sql);
+      return r.status === "ok" ? "ok" : JSON.stringify(r);
+    },
+    settle: async () => {
+      const [{ at }] = (await store.sql`SELECT clock_timestamp()::text AS at`) as [{ at: string }];
+      for (let i = 0; i < 10_000; i++) {
+        const [{ n }] = (await store.sql`
+          SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND backend_start < ${at}::timestamptz`) as [{ n: number }];
+        if (n === 0) return;
+        await Bun.sleep(1);
+      }
+      throw new Error("the killed service's server processes did not end");
+    },
+    close: () => store.close(),
+  };
+}
+
+interface ChainState extends TenantChainResult {
+  tenantId: number;
+  /** The retention anchor's seq (audit_retention_anchors, 0 when none): where appends resume once a whole chain is gone. */
+  ankerSeq: number;
+  /** seq of the tenant's newest signed retention record in audit_anchor_log (0 when none): everything up to it may be deleted. */
+  retentieSeq: number;
+  /** Lowest remaining seq (null when the chain is empty). */
+  eersteSeq: number | null;
+}
+
+/**
+ * test/fixtures/hardening.ts verifyAll on either store: every tenant's chain verified
+ * as audit-verificatie does, up to its newest signed checkpoint, taken from the anchor
+ * file when its path is given (the authority), else from audit_anchor_log.
+ */
+async function verifyAll(h: Handle, anchorFile?: string): Promise<ChainState[]> {
+  const notes = new Map<number, string>();
+  if (anchorFile !== undefined) {
+    for (const fl of readLines(anchorFile)) {
+      if (fl.parsed.kind === "record" && fl.parsed.line.soort === "checkpoint") notes.set(fl.parsed.line.tenantId!, fl.parsed.line.note);
+    }
+  } else {
+    for (const r of await h.db.all<{ t: number; note: string }>("SELECT tenant_id AS t, note FROM audit_anchor_log WHERE soort = 'checkpoint' ORDER BY positie")) notes.set(r.t, r.note);
+  }
+  const checkpoints = new Map<number, CheckpointRef>();
+  for (const [tenantId, note] of notes) {
+    const o = openCheckpoint(note, tenantId, VERIFIERS);
+    if (!o.ok) throw new Error(`checkpoint of tenant ${tenantId} does not verify: ${o.error}`);
+    checkpoints.set(tenantId, { size: o.checkpoint.size, root: o.checkpoint.root });
+  }
+  const out: ChainState[] = [];
+  for (const { id: tenantId } of await h.db.all<{ id: number }>("SELECT id FROM tenants ORDER BY id")) {
+    const anchor = await h.db.get<{ seq: number }>("SELECT seq FROM audit_retention_anchors WHERE tenant_id = ?", tenantId);
+    const record = await h.db.get<{ s: number | null }>("SELECT max(grootte) AS s FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'", tenantId);
+    const first = await h.db.get<{ s: number | null }>("SELECT min(seq) AS s FROM audit_entries WHERE tenant_id = ?", tenantId);
+    out.push({
+      tenantId,
+      ankerSeq: anchor?.seq ?? 0,
+      retentieSeq: record!.s ?? 0,
+      eersteSeq: first!.s,
+      ...(await h.verify(tenantId, { checkpoint: checkpoints.get(tenantId) ?? null, verifiers: VERIFIERS })),
+    });
+  }
+  return out;
+}
+
+/**
+ * Audit entries deleted so far, for chains that keep some entries: retention deletes a
+ * prefix from seq 1, so Σ (lowest seq − 1) over the tenants (one index probe each).
+ */
+async function deletedEntries(db: TestDb): Promise<number> {
+  let n = 0;
+  for (const { id } of await db.all<{ id: number }>("SELECT id FROM tenants")) {
+    n += ((await db.get<{ seq: number }>("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1", id))?.seq ?? 1) - 1;
+  }
+  return n;
+}
+
+/**
+ * Starts the job over HTTP and SIGKILLs the service once `progress()` reaches `target`
+ * (plus 0–3 ms); returns once `probe` has seen the kill's effects settle.
+ */
+async function killDuring(svc: ServiceProcess, job: string, progress: () => Promise<number>, target: number, probe: Handle): Promise<{ reached: number }> {
   const answer = fetch(`${svc.url}/api/cron/${job}`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } }).then(
     (r) => r.status,
     () => "killed" as const,
   );
   const t0 = performance.now();
-  let reached = progress();
+  let reached = await progress();
   while (reached < target) {
     if (performance.now() - t0 > 20_000) throw new Error(`${job} made no progress to ${target} (at ${reached})`);
     await Bun.sleep(1);
-    reached = progress();
+    reached = await progress();
   }
   const extra = Math.floor(rand() * 4);
   if (extra > 0) await Bun.sleep(extra);
   svc.proc.kill("SIGKILL");
   expect(await svc.exited).toBe(-1);
+  await probe.settle();
   // The job had not answered: the kill came in the middle of it.
   expect(await answer).toBe("killed");
   return { reached };
 }
 
-/** Opens the killed service's database the way a restart does (WAL recovery) and checks it. */
-function inspect(path: string, check: (s: Database) => void) {
-  const s = new Database(path, { strict: true });
-  applyPragmas(s);
+/** Opens the killed service's database the way a restart does (on SQLite: WAL recovery) and checks it. */
+async function inspect(db: Installation, check: (h: Handle) => Promise<void>) {
+  const h = await open(db);
   try {
-    expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok");
-    check(s);
+    expect(await h.integrity()).toBe("ok");
+    await check(h);
   } finally {
-    s.close();
+    await h.close();
   }
 }
 
-function lastRun(s: Database, job: string) {
-  return s.query("SELECT uitkomst, beeindigd FROM job_runs WHERE job = ? ORDER BY id DESC LIMIT 1").get(job) as { uitkomst: string; beeindigd: string | null };
+async function lastRun(db: TestDb, job: string) {
+  return (await db.get<{ uitkomst: string; beeindigd: string | null }>("SELECT uitkomst, beeindigd FROM job_runs WHERE job = ? ORDER BY id DESC LIMIT 1", job))!;
 }
 
 /** taken-controle on this database, 31 minutes from now (past the grace of 30). */
-async function takenControle(path: string, dir: string) {
-  const store = openStore(path);
+async function takenControle(db: Installation) {
+  const store = db.url === null ? openStore(db.path) : await openPgStore(db.url, { max: 2 });
   try {
-    const deps = { store, mailer: new RecordingMailer(), alarms: new RecordingAlarms(), clock: () => new Date(now + 31 * 60_000), config: parseConfig(env({ path, dir })) };
+    const deps = { store, mailer: new RecordingMailer(), alarms: new RecordingAlarms(), clock: () => new Date(now + 31 * 60_000), config: parseConfig(env(db)) };
     const r = await runTakenControle(deps, new Date(Date.now() + 31 * 60_000));
     return { ...r, alarms: deps.alarms.raised };
   } finally {
-    store.close();
+    await store.close();
   }
+}
+
+/**
+ * The host application appending to a tenant's chain, one entry per transaction, as its
+ * own process: test/fixtures/append-worker.ts on SQLite; on PostgreSQL its counterpart
+ * through appendEntriesPg (run with `bun -e`).
+ */
+const PG_APPEND_WORKER = `
+import { SQL } from "bun";
+import { canonicalJson } from ${JSON.stringify(`${ROOT}/src/audit/chain.ts`)};
+import { appendEntriesPg } from ${JSON.stringify(`${ROOT}/src/pg/chain.ts`)};
+const { URL: url, TENANT, COUNT, ACTOR: actor } = process.env;
+const sql = new SQL(url, { max: 1 });
+for (let i = 0; i < Number(COUNT); i++) {
+  const input = { tenantId: Number(TENANT), createdAt: new Date().toISOString(), actor, action: "race.append", subject: actor + "/" + i, details: canonicalJson({ i }) };
+  await sql.begin((tx) => appendEntriesPg(tx, [input]));
+  // a breath after each commit, as append-worker.ts takes
+  await Bun.sleep(1);
+}
+await sql.close();
+`;
+
+function appenderCommand(db: Installation, tenant: number, count: number, actor: string): { cmd: string[]; env?: Record<string, string> } {
+  if (db.url === null) return { cmd: [BUN, join(ROOT, "test/fixtures/append-worker.ts"), db.path, String(tenant), String(count), actor] };
+  return { cmd: [BUN, "-e", PG_APPEND_WORKER], env: { PATH: process.env.PATH ?? "/usr/bin:/bin", URL: db.url, TENANT: String(tenant), COUNT: String(count), ACTOR: actor } };
 }
 
 beforeAll(async () => {
@@ -129,12 +323,12 @@ beforeAll(async () => {
 
 describe("SIGKILL in the middle of a job, again and again, then a rerun", () => {
   test("audit-retentie (4 kills): chains verify, nothing is deleted beyond its signed retention record, interrupted runs stay 'bezig'; taken-controle says onderbroken; the rerun finishes and audit-verificatie is 200", async () => {
-    const db = makeDatabase();
+    const db = await makeDatabase();
     const anchorFile = join(db.dir, "ankers.jsonl");
     const total = TENANTS * (OLD_PER_TENANT + NEW_PER_TENANT);
-    let probe = new Database(db.path, { readonly: true });
+    const probe = await open(db, { readonly: true });
     // Entries deleted so far (deletion is a prefix from seq 1; the records are signed before it starts).
-    const deleted = () => deletedEntries(probe);
+    const deleted = () => deletedEntries(probe.db);
     // The kill can land after the run wrote its end, when the batch that crossed the
     // target took the rest of the old entries (batches are paced by the clock, so their
     // size depends on the machine): that round then checks the finished state, and the
@@ -142,14 +336,14 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     let rounds = 0;
     let finished = false;
     // A kill after the last old entry went but before the end was written leaves nothing to kill during either.
-    for (; rounds < 4 && !finished && deleted() < TENANTS * OLD_PER_TENANT; rounds++) {
+    for (; rounds < 4 && !finished && (await deleted()) < TENANTS * OLD_PER_TENANT; rounds++) {
       const svc = await startService(env(db));
-      const before = deleted();
+      const before = await deleted();
       const target = before + 1 + Math.floor(rand() * (TENANTS * OLD_PER_TENANT - before) * 0.5);
-      await killDuring(svc, "audit-retentie", deleted, target);
-      inspect(db.path, (s) => {
-        const chains = verifyAll(s, anchorFile);
-        const remaining = (s.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n;
+      await killDuring(svc, "audit-retentie", deleted, target, probe);
+      await inspect(db, async (h) => {
+        const chains = await verifyAll(h, anchorFile);
+        const remaining = (await h.db.get<{ n: number }>("SELECT count(*) AS n FROM audit_entries"))!.n;
         let gone = 0;
         for (const c of chains) {
           expect(c.intact).toBe(true);
@@ -159,10 +353,10 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
           expect([0, OLD_PER_TENANT]).toContain(c.retentieSeq);
           expect(c.ankerSeq).toBe(c.retentieSeq);
           if (c.retentieSeq > 0) {
-            const row = s.query("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY positie DESC LIMIT 1").get(c.tenantId) as { note: string };
-            const o = openRetentionRecord(row.note, c.tenantId, [parseVerifierKey(TEST_VERIFIER_KEY)]);
+            const row = (await h.db.get<{ note: string }>("SELECT note FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie' ORDER BY positie DESC LIMIT 1", c.tenantId))!;
+            const o = openRetentionRecord(row.note, c.tenantId, VERIFIERS);
             expect(o.ok && o.record.hash).toBe(db.hashes.get(`${c.tenantId}/${c.retentieSeq}`)!);
-            const a = s.query("SELECT hash FROM audit_retention_anchors WHERE tenant_id = ?").get(c.tenantId) as { hash: string };
+            const a = (await h.db.get<{ hash: string }>("SELECT hash FROM audit_retention_anchors WHERE tenant_id = ?", c.tenantId))!;
             expect(a.hash).toBe(db.hashes.get(`${c.tenantId}/${c.retentieSeq}`)!);
           }
           // No hole: what is left is exactly the chain after the deleted prefix.
@@ -171,19 +365,19 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
         }
         expect(gone + remaining).toBe(total);
         expect(gone).toBeGreaterThanOrEqual(before);
-        const run = lastRun(s, "audit-retentie");
+        const run = await lastRun(h.db, "audit-retentie");
         if (run.uitkomst === "ok" && gone === TENANTS * OLD_PER_TENANT) finished = true;
         else expect(run).toEqual({ uitkomst: "bezig", beeindigd: null });
       });
     }
-    probe.close();
-    inspect(db.path, (s) => {
-      const runs = s.query("SELECT uitkomst, count(*) AS n FROM job_runs WHERE job = 'audit-retentie' GROUP BY uitkomst ORDER BY uitkomst").all();
+    await probe.close();
+    await inspect(db, async (h) => {
+      const runs = await h.db.all("SELECT uitkomst, count(*) AS n FROM job_runs WHERE job = 'audit-retentie' GROUP BY uitkomst ORDER BY uitkomst");
       const interrupted = finished ? rounds - 1 : rounds;
       expect(runs).toEqual([...(interrupted > 0 ? [{ uitkomst: "bezig", n: interrupted }] : []), ...(finished ? [{ uitkomst: "ok", n: 1 }] : [])]);
     });
     if (!finished) {
-      const tc = await takenControle(db.path, db.dir);
+      const tc = await takenControle(db);
       expect(tc.status).toBe(409);
       expect(tc.body.taken.find((t) => t.job === "audit-retentie")?.status).toBe("onderbroken");
       expect(tc.body.falend).toContain("audit-retentie");
@@ -199,66 +393,66 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     expect(v.status).toBe(200);
     svc.proc.kill("SIGTERM");
     expect(await svc.exited).toBe(0);
-    inspect(db.path, (s) => {
-      for (const c of verifyAll(s, anchorFile)) {
+    await inspect(db, async (h) => {
+      for (const c of await verifyAll(h, anchorFile)) {
         expect(c).toMatchObject({ intact: true, ankerSeq: OLD_PER_TENANT, retentieSeq: OLD_PER_TENANT, eersteSeq: OLD_PER_TENANT + 1, aantalEntries: NEW_PER_TENANT });
       }
       // One signed record per tenant: the reruns found their prefixes covered already.
-      const records = s.query("SELECT count(*) AS n FROM audit_anchor_log WHERE soort = 'retentie'").get() as { n: number };
+      const records = (await h.db.get<{ n: number }>("SELECT count(*) AS n FROM audit_anchor_log WHERE soort = 'retentie'"))!;
       expect(records.n).toBe(TENANTS);
-      expect(lastRun(s, "audit-retentie").uitkomst).toBe("ok");
+      expect((await lastRun(h.db, "audit-retentie")).uitkomst).toBe("ok");
       const deletedBefore = TENANTS * OLD_PER_TENANT - body.verwijderd;
       expect(deletedBefore).toBeGreaterThan(0);
     });
-    const after = await takenControle(db.path, db.dir);
+    const after = await takenControle(db);
     expect(after.body.taken.find((t) => t.job === "audit-retentie")?.status).toBe("ok");
   }, 60_000);
 
   test("beveiligingslog-retentie (3 kills): whole batches only, recent attempts untouched; the rerun deletes exactly the rest", async () => {
-    const db = makeDatabase();
-    const probe = new Database(db.path, { readonly: true });
-    const left = () => (probe.query("SELECT count(*) AS n FROM login_attempts").get() as { n: number }).n;
-    const deleted = () => OLD_LOGINS + NEW_LOGINS - left();
+    const db = await makeDatabase();
+    const probe = await open(db, { readonly: true });
+    const left = async () => (await probe.db.get<{ n: number }>("SELECT count(*) AS n FROM login_attempts"))!.n;
+    const deleted = async () => OLD_LOGINS + NEW_LOGINS - (await left());
     // A batch may take many rows on a fast machine: once a kill came after the last old
     // row went (before the run's end was written), there is nothing left to kill during.
     // Nor when the kill lands after the run wrote its end: that round checks the finished state.
     let finished = false;
-    for (let round = 0; round < 3 && !finished && deleted() < OLD_LOGINS; round++) {
+    for (let round = 0; round < 3 && !finished && (await deleted()) < OLD_LOGINS; round++) {
       const svc = await startService(env(db));
-      const before = deleted();
-      await killDuring(svc, "beveiligingslog-retentie", deleted, before + 1 + Math.floor(rand() * (OLD_LOGINS - before) * 0.5));
-      inspect(db.path, (s) => {
-        const n = (s.query("SELECT count(*) AS n FROM login_attempts").get() as { n: number }).n;
-        const recent = (s.query("SELECT count(*) AS n FROM login_attempts WHERE tijdstip >= ?").get(new Date(now - 31 * DAY).toISOString()) as { n: number }).n;
+      const before = await deleted();
+      await killDuring(svc, "beveiligingslog-retentie", deleted, before + 1 + Math.floor(rand() * (OLD_LOGINS - before) * 0.5), probe);
+      await inspect(db, async (h) => {
+        const n = (await h.db.get<{ n: number }>("SELECT count(*) AS n FROM login_attempts"))!.n;
+        const recent = (await h.db.get<{ n: number }>("SELECT count(*) AS n FROM login_attempts WHERE tijdstip >= ?", new Date(now - 31 * DAY).toISOString()))!.n;
         expect(recent).toBe(NEW_LOGINS);
         // A batch is all or nothing and the oldest go first: what is left of the old
         // ones is exactly a suffix in time, whatever size the batches had (none left: the
         // oldest is the first recent one).
-        const oldest = s.query("SELECT min(tijdstip) AS m FROM login_attempts").get() as { m: string };
+        const oldest = (await h.db.get<{ m: string }>("SELECT min(tijdstip) AS m FROM login_attempts"))!;
         const firstLeft = n > NEW_LOGINS ? now - 200 * DAY + (OLD_LOGINS + NEW_LOGINS - n) * 1000 : now - 30 * DAY;
         expect(oldest.m).toBe(new Date(firstLeft).toISOString());
-        const run = lastRun(s, "beveiligingslog-retentie");
+        const run = await lastRun(h.db, "beveiligingslog-retentie");
         if (run.uitkomst === "ok" && n === NEW_LOGINS) finished = true;
         else expect(run).toEqual({ uitkomst: "bezig", beeindigd: null });
       });
     }
-    const gone = deleted();
-    probe.close();
+    const gone = await deleted();
+    await probe.close();
     const svc = await startService(env(db));
     const r = await fetch(`${svc.url}/api/cron/beveiligingslog-retentie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
     expect(r.status).toBe(200);
     expect(((await r.json()) as { verwijderd: number }).verwijderd).toBe(OLD_LOGINS - gone);
     svc.proc.kill("SIGTERM");
     expect(await svc.exited).toBe(0);
-    inspect(db.path, (s) => expect((s.query("SELECT count(*) AS n FROM login_attempts").get() as { n: number }).n).toBe(NEW_LOGINS));
+    await inspect(db, async (h) => expect((await h.db.get<{ n: number }>("SELECT count(*) AS n FROM login_attempts"))!.n).toBe(NEW_LOGINS));
   }, 60_000);
 
   test("weekrapport to a real SMTP server (4 kills): nobody gets a report twice; whatever did not surely arrive is named (onzeker + alarm), nothing silently lost", async () => {
-    const db = makeDatabase();
+    const db = await makeDatabase();
     const all = TENANTS * ADMINS_PER_TENANT;
     delivered.length = 0;
-    const probe = new Database(db.path, { readonly: true });
-    const recorded = () => (probe.query("SELECT count(*) AS n FROM weekly_report_deliveries WHERE verstuurd <> 'verzenden'").get() as { n: number }).n;
+    const probe = await open(db, { readonly: true });
+    const recorded = async () => (await probe.db.get<{ n: number }>("SELECT count(*) AS n FROM weekly_report_deliveries WHERE verstuurd <> 'verzenden'"))!.n;
     /** Per kill: messages the server had accepted that the service had not yet recorded. */
     const unrecorded: number[] = [];
     for (let round = 0; round < 4; round++) {
@@ -266,9 +460,9 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
       const before = delivered.length;
       // Kill right after the server accepted a random number more of this run's
       // messages: the worst moment, with the newest one accepted but not yet recorded.
-      await killDuring(svc, "weekrapport", () => delivered.length, Math.min(all - 1, before + 1 + Math.floor(rand() * (all - before) * 0.4)));
-      unrecorded.push(delivered.length - recorded());
-      inspect(db.path, (s) => expect(lastRun(s, "weekrapport")).toEqual({ uitkomst: "bezig", beeindigd: null }));
+      await killDuring(svc, "weekrapport", async () => delivered.length, Math.min(all - 1, before + 1 + Math.floor(rand() * (all - before) * 0.4)), probe);
+      unrecorded.push(delivered.length - (await recorded()));
+      await inspect(db, async (h) => expect(await lastRun(h.db, "weekrapport")).toEqual({ uitkomst: "bezig", beeindigd: null }));
     }
     const svc = await startService(env(db, { SMTP_URL: smtp.url }));
     const r = await fetch(`${svc.url}/api/cron/weekrapport`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
@@ -276,20 +470,20 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     const body = (await r.json()) as { verstuurd: number; fouten: number; overgeslagen: number; onzeker?: number };
     svc.proc.kill("SIGTERM");
     expect(await svc.exited).toBe(0);
-    probe.close();
+    await probe.close();
 
     const perRecipient = new Map<string, number>();
     for (const to of delivered) perRecipient.set(to, (perRecipient.get(to) ?? 0) + 1);
     const twice = [...perRecipient].filter(([, n]) => n > 1);
     let uncertain: string[] = [];
-    inspect(db.path, (s) => {
+    await inspect(db, async (h) => {
       uncertain = (
-        s.query("SELECT a.email FROM weekly_report_deliveries d JOIN administrators a ON a.id = d.administrator_id WHERE d.verstuurd = 'verzenden'").values() as [string][]
-      ).map(([e]) => e);
-      expect(lastRun(s, "weekrapport").uitkomst).toBe("ok");
+        await h.db.all<{ email: string }>("SELECT a.email FROM weekly_report_deliveries d JOIN administrators a ON a.id = d.administrator_id WHERE d.verstuurd = 'verzenden'")
+      ).map((r) => r.email);
+      expect((await lastRun(h.db, "weekrapport")).uitkomst).toBe("ok");
     });
     console.log(
-      `weekrapport (seed ${SEED}): ${delivered.length} messages for ${all} administrators; accepted but unrecorded at each kill: ${unrecorded.join(", ")}; ` +
+      `weekrapport (seed ${SEED}, ${DIALECT}): ${delivered.length} messages for ${all} administrators; accepted but unrecorded at each kill: ${unrecorded.join(", ")}; ` +
         `uncertain after the rerun: ${uncertain.length} (of which arrived: ${uncertain.filter((e) => perRecipient.has(e)).length}); sent twice: ${twice.length}`,
     );
     expect(twice).toEqual([]);
@@ -310,33 +504,35 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
   }, 60_000);
 
   test("an append burst from the host application (3 kills of the appender, the service running audit-verificatie meanwhile): every chain verifies, no gap, appends continue", async () => {
-    const db = makeDatabase();
+    const db = await makeDatabase();
     const svc = await startService(env(db));
-    const probe = new Database(db.path, { readonly: true });
-    const head = () => (probe.query("SELECT max(seq) AS m FROM audit_entries WHERE tenant_id = 2").get() as { m: number }).m;
-    const start = head();
+    const probe = await open(db, { readonly: true });
+    const head = async () => (await probe.db.get<{ m: number }>("SELECT max(seq) AS m FROM audit_entries WHERE tenant_id = 2"))!.m;
+    const start = await head();
     for (let round = 0; round < 3; round++) {
-      const appender = Bun.spawn([BUN, join(ROOT, "test/fixtures/append-worker.ts"), db.path, "2", "100000", `burst${round}`], { stdout: "ignore", stderr: "pipe" });
-      const before = head();
+      const a = appenderCommand(db, 2, 100_000, `burst${round}`);
+      const appender = Bun.spawn(a.cmd, { cwd: ROOT, ...(a.env ? { env: a.env } : {}), stdout: "ignore", stderr: "pipe" });
+      const before = await head();
       const target = before + 20 + Math.floor(rand() * 400);
       const verification = fetch(`${svc.url}/api/cron/audit-verificatie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
-      for (let i = 0; head() < target && i < 10_000; i++) await Bun.sleep(1);
+      for (let i = 0; (await head()) < target && i < 10_000; i++) await Bun.sleep(1);
       appender.kill("SIGKILL");
       await appender.exited;
       expect(appender.signalCode).toBe("SIGKILL");
       const v = await verification;
       expect(v.status).toBe(200);
       expect(((await v.json()) as { aantalGebroken: number }).aantalGebroken).toBe(0);
-      inspect(db.path, (s) => {
-        for (const c of verifyAll(s)) expect(c.intact).toBe(true);
-        const seqs = s.query("SELECT count(*) AS n, max(seq) AS m FROM audit_entries WHERE tenant_id = 2").get() as { n: number; m: number };
+      await inspect(db, async (h) => {
+        for (const c of await verifyAll(h)) expect(c.intact).toBe(true);
+        const seqs = (await h.db.get<{ n: number; m: number }>("SELECT count(*) AS n, max(seq) AS m FROM audit_entries WHERE tenant_id = 2"))!;
         expect(seqs.n).toBe(seqs.m); // 1..m without a gap
       });
     }
-    expect(head()).toBeGreaterThan(start);
-    probe.close();
+    expect(await head()).toBeGreaterThan(start);
+    await probe.close();
     // After the kills the chain simply goes on.
-    const more = Bun.spawnSync([BUN, join(ROOT, "test/fixtures/append-worker.ts"), db.path, "2", "50", "after"]);
+    const a = appenderCommand(db, 2, 50, "after");
+    const more = Bun.spawnSync(a.cmd, { cwd: ROOT, ...(a.env ? { env: a.env } : {}) });
     expect(more.exitCode).toBe(0);
     const v = await fetch(`${svc.url}/api/cron/audit-verificatie`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
     expect(v.status).toBe(200);
