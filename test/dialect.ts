@@ -137,6 +137,16 @@ export async function makeEnv(env: Record<string, string> = {}, options: AppOpti
   }
   const { cluster: c, template } = await sharedCluster();
   const e = await makePgTestEnv({ createDatabase: () => c.createDatabase(undefined, { template }) }, env, options);
+  // Dropped with the installation: the run makes hundreds, and the cluster's directory stays small.
+  // A file's afterEach may clean up the previous test's installation again: once is enough.
+  const cleanup = e.cleanup;
+  let dropped = false;
+  e.cleanup = async () => {
+    await cleanup();
+    if (dropped) return;
+    dropped = true;
+    await c.dropDatabase(new URL(e.url).pathname.slice(1));
+  };
   return Object.assign(e, { db: testDb(e.store), dialect: "pg" as const });
 }
 
