@@ -6,8 +6,10 @@
 // take about TARGET_MS, adapting to the server.
 //
 // Safe beside a second instance running the same deletion (the job lease should prevent
-// that, this does not rely on it): a batch takes its rows FOR UPDATE, so two
-// deleters never wait for each other and never count a row twice.
+// that, this does not rely on it): a row both DELETEs reach is deleted and counted by one
+// of them; the other waits for its row lock and then finds it gone. A batch is one
+// statement, so one already sent when the service is killed still commits on the server
+// (test/hardening-crash waits for it); the next run starts after it.
 import type { SQL } from "bun";
 import type { RetentionOptions } from "../audit/retention.ts";
 
