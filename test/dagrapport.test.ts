@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { appendFileSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { simpleParser } from "mailparser";
 import * as sqliteSchema from "../db/schema.ts";
 import * as pgSchema from "../db/schema-pg.ts";
@@ -12,13 +12,12 @@ import { runDagrapport } from "../src/jobs/dagrapport.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { formatSize } from "../src/format.ts";
 import type { AnyStore } from "../src/deps.ts";
-import { createMailer } from "../src/mail/transport.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import { formatDuur, median, OPERATOR_RECORDS_SQL } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
 import { call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { addLoginAttempt, addTenant, appendInputs, makeEnv, testDb, type TestDb } from "./dialect.ts";
-import { closedPort, startSmtp } from "./smtp.ts";
+import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
 
 // bunfig.toml's 30 s is not applied by this Bun (its default is 5 s): on the PostgreSQL run
 // the first test also starts the run's shared cluster, which takes seconds on a busy host.
@@ -33,38 +32,21 @@ afterEach(async () => {
   for (const f of toClean.splice(0).reverse()) await f();
 });
 
-/**
- * test/smtp.ts makeMailEnv on the run's store: the installation of makeEnv, its mailer
- * the real transport (SMTP with short timeouts, or the outbox without SMTP_URL) instead
- * of the recording one. Cleaned up after the test.
- */
-async function makeMailEnv(env: Record<string, string> = {}) {
-  const e = await makeEnv({ MAIL_FROM: "nachtwacht <nachtwacht@example.test>", ...env });
-  const outboxDir = join(dirname(e.config.databasePath), "outbox");
-  const mailer = createMailer({
-    smtpUrl: e.config.smtpUrl,
-    from: e.config.mailFrom,
-    outboxDir,
-    // Short timeouts: a test against a closed port must fail fast, not after 15 s.
-    timeouts: { connection: 2000, greeting: 2000, socket: 5000 },
-  });
-  // The app's jobs read deps.mailer when they run.
-  e.deps.mailer = mailer;
-  toClean.push(
-    () => e.cleanup(),
-    () => mailer.close(),
-  );
-  return Object.assign(e, { outboxDir });
+/** test/smtp.ts makeMailEnv (the run's store, the real transport), cleaned up after the test. */
+async function mailEnv(env: Record<string, string> = {}) {
+  const e = await makeMailEnv(env);
+  toClean.push(() => e.cleanup());
+  return e;
 }
 
 async function setup(env: Record<string, string> = {}) {
   const smtp = await startSmtp();
   toClean.push(() => smtp.stop());
-  const e = await makeMailEnv({ SMTP_URL: smtp.url, ...env });
+  const e = await mailEnv({ SMTP_URL: smtp.url, ...env });
   return { smtp, env: e };
 }
 
-type Env = Awaited<ReturnType<typeof makeMailEnv>>;
+type Env = Awaited<ReturnType<typeof mailEnv>>;
 const DAY = 24 * 3600 * 1000;
 
 function addBackup(env: Env, b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }) {
@@ -398,7 +380,7 @@ describe("dagrapport: a failed send", () => {
 
   test("SMTP_URL pointing at a closed port: 502", async () => {
     const port = await closedPort();
-    const env = await makeMailEnv({ SMTP_URL: `smtp://127.0.0.1:${port}`, SUPPORT_EMAIL: "support@example.test" });
+    const env = await mailEnv({ SMTP_URL: `smtp://127.0.0.1:${port}`, SUPPORT_EMAIL: "support@example.test" });
     const r = await runDagrapport(env.deps, NOW);
     expect(r.status).toBe(502);
     expect(r.body).toMatchObject({ ok: false, verzonden: false, error: expect.stringContaining("ECONNREFUSED") });
@@ -592,7 +574,7 @@ describe("dagrapport: installation checkpoint and verifier key", () => {
   });
 
   test("the raw message (outbox .eml, unix newlines) is valid MIME: 7-bit, lines within 998 octets, and the note survives parsing", async () => {
-    const env = await makeMailEnv({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const env = await mailEnv({ DAGRAPPORT_EMAIL: "ops@example.test" });
     await addEntries(env, await addTenant(env.db, "Gemeente Delft"), 4);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     expect((await call(env.app, "/api/cron/dagrapport")).status).toBe(200);

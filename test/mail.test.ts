@@ -7,7 +7,7 @@ import { createAlarmSink } from "../src/alarms/sink.ts";
 import { parseConfig } from "../src/config.ts";
 import { createMailer, smtpOptions } from "../src/mail/transport.ts";
 import { wireDeps } from "../src/server.ts";
-import { addAdmin, addTenant, call, NOW, SECRET, tempDir, TEST_SIGNING_KEY } from "./helpers.ts";
+import { addAdmin, addTenant, call, makeTestEnv, NOW, SECRET, tempDir, TEST_SIGNING_KEY } from "./helpers.ts";
 import { makeMailEnv, startSmtp } from "./smtp.ts";
 
 const toClean: (() => unknown)[] = [];
@@ -78,7 +78,7 @@ describe("mail transport", () => {
 
 describe("outbox when no SMTP_URL is set", () => {
   test("the weekly report is written as .eml files beside the database and the response says bezorging outbox", async () => {
-    const env = makeMailEnv();
+    const env = await makeMailEnv({}, makeTestEnv);
     toClean.push(() => env.cleanup());
     expect(env.deps.mailer.bezorging).toBe("outbox");
     const t = addTenant(env.store, "Alfa BV");
@@ -102,7 +102,7 @@ describe("outbox when no SMTP_URL is set", () => {
   });
 
   test("the daily report goes to the outbox too", async () => {
-    const env = makeMailEnv({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const env = await makeMailEnv({ DAGRAPPORT_EMAIL: "ops@example.test" }, makeTestEnv);
     toClean.push(() => env.cleanup());
     const res = await call(env.app, "/api/cron/dagrapport");
     expect(res.status).toBe(200);

@@ -4,8 +4,10 @@
 import { dirname, join } from "node:path";
 import { simpleParser } from "mailparser";
 import { SMTPServer } from "smtp-server";
+import type { Config } from "../src/config.ts";
+import type { Mailer } from "../src/mail/mailer.ts";
 import { createMailer } from "../src/mail/transport.ts";
-import { buildTestEnv } from "./helpers.ts";
+import { makeEnv, type Env } from "./dialect.ts";
 
 export interface ReceivedMail {
   /** Envelope recipients (RCPT TO). */
@@ -96,19 +98,47 @@ export async function closedPort(): Promise<number> {
   return port;
 }
 
+/** What makeMailEnv needs of an installation: its configuration, the mailer its jobs read, its cleanup. */
+interface MailableEnv {
+  config: Config;
+  deps: { mailer: Mailer };
+  cleanup(): Promise<void>;
+}
+
+/** An installation whose jobs use the real mailer (deps.mailer); `outboxDir`: the folder it writes without SMTP_URL. */
+export type MailEnv<E extends MailableEnv> = E & { outboxDir: string };
+
 /**
- * Like makeTestEnv, but with the REAL mailer of src/mail/transport.ts: over SMTP when
- * `env.SMTP_URL` is set (point it at startSmtp()), else the outbox folder.
+ * A test installation with the REAL mailer of src/mail/transport.ts in place of the
+ * recording one: over SMTP when `env.SMTP_URL` is set (point it at startSmtp()), else the
+ * outbox folder beside the database. The installation is test/dialect.ts makeEnv's (the
+ * run's store), or `make`'s (helpers.ts makeTestEnv for a file on SQLite only); its own
+ * `mailer` stays the recording one, unused. Its cleanup closes the real mailer first.
+ * Not cleaned up by itself: the caller does.
  */
-export function makeMailEnv(env: Record<string, string> = {}) {
-  const t = buildTestEnv({ MAIL_FROM: "nachtwacht <nachtwacht@example.test>", ...env }, {}, (config) =>
+export function makeMailEnv(env?: Record<string, string>): Promise<MailEnv<Env>>;
+export function makeMailEnv<E extends MailableEnv>(env: Record<string, string>, make: (env: Record<string, string>) => E | Promise<E>): Promise<MailEnv<E>>;
+export async function makeMailEnv(
+  env: Record<string, string> = {},
+  make: (env: Record<string, string>) => MailableEnv | Promise<MailableEnv> = makeEnv,
+): Promise<MailEnv<MailableEnv>> {
+  const e = await make({ MAIL_FROM: "nachtwacht <nachtwacht@example.test>", ...env });
+  const outboxDir = join(dirname(e.config.databasePath), "outbox");
+  const mailer = createMailer({
+    smtpUrl: e.config.smtpUrl,
+    from: e.config.mailFrom,
+    outboxDir,
     // Short timeouts: a test against a closed port must fail fast, not after 15 s.
-    createMailer({
-      smtpUrl: config.smtpUrl,
-      from: config.mailFrom,
-      outboxDir: join(dirname(config.databasePath), "outbox"),
-      timeouts: { connection: 2000, greeting: 2000, socket: 5000 },
-    }),
-  );
-  return { ...t, outboxDir: join(dirname(t.config.databasePath), "outbox") };
+    timeouts: { connection: 2000, greeting: 2000, socket: 5000 },
+  });
+  // The app's jobs read deps.mailer when they run.
+  e.deps.mailer = mailer;
+  const cleanup = e.cleanup;
+  return Object.assign(e, {
+    outboxDir,
+    async cleanup() {
+      await mailer.close();
+      await cleanup();
+    },
+  });
 }

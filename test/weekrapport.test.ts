@@ -1,5 +1,4 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { dirname, join } from "node:path";
 import { fillPlaceholders } from "drizzle-orm";
 import { canonicalJson } from "../src/audit/chain.ts";
 import { runWeekrapport } from "../src/jobs/weekrapport.ts";
@@ -8,7 +7,7 @@ import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/
 import { WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
 import { call, NOW } from "./helpers.ts";
 import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
-import { startSmtp, type TestSmtp } from "./smtp.ts";
+import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
 
 // bunfig.toml's 30 s is not applied by this Bun (its default is 5 s): on the PostgreSQL run
 // the first test also starts the run's shared cluster, which takes seconds on a busy host.
@@ -23,29 +22,10 @@ afterEach(async () => {
   for (const f of toClean.splice(0).reverse()) await f();
 });
 
-/**
- * test/smtp.ts makeMailEnv on the run's store: the installation of makeEnv, its mailer
- * the real SMTP transport (short timeouts) instead of the recording one.
- */
-async function makeMailEnv(env: Record<string, string>) {
-  const e = await makeEnv({ MAIL_FROM: "nachtwacht <nachtwacht@example.test>", ...env });
-  const outboxDir = join(dirname(e.config.databasePath), "outbox");
-  const mailer = createMailer({
-    smtpUrl: e.config.smtpUrl,
-    from: e.config.mailFrom,
-    outboxDir,
-    // Short timeouts: a test against a closed port must fail fast, not after 15 s.
-    timeouts: { connection: 2000, greeting: 2000, socket: 5000 },
-  });
-  // The app's jobs read deps.mailer when they run.
-  e.deps.mailer = mailer;
-  return Object.assign(e, { outboxDir, closeMailer: () => mailer.close() });
-}
-
 async function setup(refuse: string[] = []) {
   const smtp = await startSmtp({ refuse });
   const env = await makeMailEnv({ SMTP_URL: smtp.url });
-  toClean.push(() => smtp.stop(), () => env.cleanup(), () => env.closeMailer());
+  toClean.push(() => smtp.stop(), () => env.cleanup());
   return { smtp, env };
 }
 
