@@ -24,7 +24,7 @@ import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttempts
 import { Refusal } from "../ingest/refusal.ts";
 import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
-import { ErrorBody, HttpError, json, unexpectedStatus } from "./errors.ts";
+import { ErrorBody, HttpError, json, unavailableCode, unexpectedStatus } from "./errors.ts";
 
 function kib(bytes: number): string {
   return bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`;
@@ -38,14 +38,18 @@ function statusOf(e: unknown): number {
 }
 
 /**
- * Another process held the write lock for the whole wait (BUSY_TIMEOUT_MS): expected
- * now and then (a long host transaction, a backup), so a 503 the client retries after a
- * few seconds, logged, not an alarm per waiting request. Other errors pass on unchanged.
+ * Another process held the write lock for the whole wait (BUSY_TIMEOUT_MS), or on
+ * PostgreSQL another session a lock this batch needs (lock_timeout, the same wait;
+ * 55P03): expected now and then (a long host transaction, a backup, a hung appender), so
+ * a 503 the client retries after a few seconds, logged, not an alarm per waiting
+ * request. Other errors pass on unchanged.
  */
 function busyAnswer(e: unknown): unknown {
-  if (!isBusy(e)) return e;
-  log("warn", "write API: the database write lock stayed taken by another process; answered 503", { code: (e as { code: string }).code });
-  return new HttpError(503, "De database is bezet (SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast); niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.", {
+  const sqliteBusy = isBusy(e);
+  if (!sqliteBusy && unavailableCode(e) !== "55P03") return e;
+  log("warn", "write API: a lock stayed taken by another process or session for the whole wait; answered 503", { code: sqliteBusy ? (e as { code: string }).code : "55P03" });
+  const why = sqliteBusy ? "SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast" : "55P03: een andere sessie houdt een vergrendeling vast";
+  return new HttpError(503, `De database is bezet (${why}); niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.`, {
     "retry-after": "5",
   });
 }

@@ -9,7 +9,7 @@ import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import { migrate as drizzleMigrate } from "drizzle-orm/bun-sql/migrator";
 import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
 import * as schema from "../../db/schema-pg.ts";
-import { migrationsFolder } from "../db.ts";
+import { BUSY_TIMEOUT_MS, migrationsFolder } from "../db.ts";
 
 export type PgDb = BunSQLDatabase<typeof schema>;
 
@@ -42,8 +42,17 @@ export const LOCK_JOB_LEASE = 1;
 /** Held while tenants' id sequence is moved past an id given by PUT /api/tenants/{id} (putTenantPg). */
 export const LOCK_TENANT_IDS = 2;
 
+/**
+ * How long a statement of the service waits for a lock another session holds (a row, a
+ * table, an advisory lock: a hung appender of the host application, an operator's
+ * VACUUM FULL) before it gives up with 55P03, which answers 503 with Retry-After
+ * (src/http/errors.ts): SQLite's busy timeout, so neither store leaves a request
+ * hanging behind someone else's lock.
+ */
+export const LOCK_TIMEOUT_MS = BUSY_TIMEOUT_MS;
+
 export async function openPgStore(url: string, o: { max?: number } = {}): Promise<PgStore> {
-  const sql = new SQL(url, { max: o.max ?? 10 });
+  const sql = new SQL(url, { max: o.max ?? 10, connection: { lock_timeout: String(LOCK_TIMEOUT_MS) } });
   try {
     await migratePg(sql);
   } catch (e) {
@@ -76,6 +85,8 @@ export async function markInstalledPg(store: PgStore, now: Date): Promise<void> 
 export async function migratePg(sql: SQL): Promise<void> {
   const conn = await sql.reserve();
   try {
+    // Waits as long as another instance migrates, and its DDL for whatever it has to (no lock timeout here).
+    await conn`SET lock_timeout = 0`;
     await conn`SELECT pg_advisory_lock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
     const m = migrationsFolder(embeddedMigrations);
     try {
@@ -83,6 +94,7 @@ export async function migratePg(sql: SQL): Promise<void> {
     } finally {
       m.remove();
       await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
+      await conn`RESET lock_timeout`;
     }
   } finally {
     conn.release();
