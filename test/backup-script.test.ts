@@ -12,9 +12,9 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { libpqEnv } from "../src/pg/backup.ts";
-import { openPgStore, type PgStore } from "../src/pg/store.ts";
+import { openPgStore } from "../src/pg/store.ts";
 import { buildBinary, ROOT, startBinary, type RunningBinary } from "./binary.ts";
-import { DIALECT, pgOnly, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { DIALECT, openServiceDb, pgOnly, testCluster } from "./dialect.ts";
 
 const SCRIPT = join(ROOT, "ops", "backup.sh");
 const SECRET = "backup-" + "5a".repeat(30);
@@ -29,25 +29,6 @@ interface Row {
   grootte: number | null;
   foutmelding: string | null;
   bron: string;
-}
-
-/** The service's database opened beside it, as another process: the SQLite file (waiting for its write lock), or a pool on the PostgreSQL database. */
-async function openData(o: { dbPath: string; url: string | null; readonly?: boolean }): Promise<{ db: TestDb; close(): Promise<void> }> {
-  if (o.url !== null) {
-    const store: PgStore = await openPgStore(o.url, { max: 2 });
-    return { db: testDb(store), close: () => store.close() };
-  }
-  const sqlite = new Database(o.dbPath, o.readonly ? { readonly: true } : {});
-  if (!o.readonly) sqlite.run("PRAGMA busy_timeout = 5000"); // as the service's own connection has
-  return {
-    db: {
-      dialect: "sqlite",
-      all: async (q, ...p) => sqlite.query(q).all(...(p as any[])) as any[],
-      get: async (q, ...p) => (sqlite.query(q).get(...(p as any[])) as any) ?? null,
-      run: async (q, ...p) => void sqlite.query(q).run(...(p as any[])),
-    },
-    close: async () => sqlite.close(),
-  };
 }
 
 describe("ops/backup.sh → nachtwacht backup", () => {
@@ -68,7 +49,7 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     work = mkdtempSync(join(tmpdir(), "nachtwacht-backup-"));
     envFile = join(work, "nachtwacht.env");
     writeFileSync(envFile, `CRON_SECRET=${SECRET}\nPORT=${new URL(app.url).port}\nHOST=127.0.0.1\n`, { mode: 0o600 });
-    const { db, close } = await openData({ dbPath, url });
+    const { db, close } = await openServiceDb({ path: dbPath, url });
     try {
       // 500 tenants in one statement (one transaction).
       const rows = Array.from({ length: 500 }, (_, i) => [`Tenant ${i}`, true, new Date().toISOString()]);
@@ -109,7 +90,7 @@ describe("ops/backup.sh → nachtwacht backup", () => {
   }
 
   async function newestStatus(): Promise<Row> {
-    const { db, close } = await openData({ dbPath, url, readonly: true });
+    const { db, close } = await openServiceDb({ path: dbPath, url, readonly: true });
     try {
       return (await db.get<Row>("SELECT exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron FROM backup_statuses ORDER BY id DESC LIMIT 1"))!;
     } finally {
@@ -150,7 +131,7 @@ describe("ops/backup.sh → nachtwacht backup", () => {
   test("makes a consistent gzip copy while the service writes, and reports its name and size", async () => {
     const dir = join(work, "ok");
     // A writer on the live database during the copy, as the service's own writers would be.
-    const { db: writer, close } = await openData({ dbPath, url });
+    const { db: writer, close } = await openServiceDb({ path: dbPath, url });
     let writing = true;
     const writes = (async () => {
       while (writing) {

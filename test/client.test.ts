@@ -6,7 +6,6 @@
 // client bundled for Node 20 and run there. On the PostgreSQL run (test/dialect.ts) the
 // service gets DATABASE_URL, a fresh database of the run's cluster, and the tests read
 // that database; on SQLite they read the service's file.
-import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -17,8 +16,7 @@ import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { holdWriteLock } from "./ingest-fixtures.ts";
 import { TEST_SIGNING_KEY } from "./helpers.ts";
-import { openPgStore, type PgStore } from "../src/pg/store.ts";
-import { DIALECT, pgOnly, sqliteOnly, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { DIALECT, pgOnly, serviceReader, sqliteOnly, testCluster } from "./dialect.ts";
 
 const APP = `app-${randomBytes(24).toString("hex")}`;
 const CRON = `cron-${randomBytes(24).toString("hex")}`;
@@ -27,9 +25,10 @@ let dir: string;
 let dbPath: string;
 let svc: ServiceProcess;
 let nextTenant = 100;
-/** PostgreSQL run: the service's database (DATABASE_URL), and a store of ours on it. */
-let pgUrl: string;
-let pg: { store: PgStore; db: TestDb } | null = null;
+/** PostgreSQL run: the service's database (DATABASE_URL). */
+let pgUrl: string | null = null;
+/** The test's reads of the service's database. */
+let data: Awaited<ReturnType<typeof serviceReader>> | null = null;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "nachtwacht-client-"));
@@ -41,10 +40,7 @@ beforeAll(async () => {
     env.DATABASE_URL = pgUrl;
   }
   svc = await startService(env);
-  if (DIALECT === "pg") {
-    const store = await openPgStore(pgUrl, { max: 2 });
-    pg = { store, db: testDb(store) };
-  }
+  data = await serviceReader({ path: dbPath, url: pgUrl });
 });
 
 afterAll(async () => {
@@ -52,7 +48,7 @@ afterAll(async () => {
     svc.proc.kill("SIGTERM");
     await svc.exited;
   }
-  await pg?.store.close();
+  await data?.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -75,13 +71,7 @@ const entry = (tenantId: number, i: number, sleutel?: string): AuditEntry => ({
 
 /** `count(*) AS n` of `sql`, read from the service's database (its file, opened read-only, or its PostgreSQL database). */
 async function count(sql: string, ...params: number[]): Promise<number> {
-  if (pg) return (await pg.db.get<{ n: number }>(sql, ...params))!.n;
-  const db = new Database(dbPath, { readonly: true });
-  try {
-    return (db.query(sql).get(...params) as { n: number }).n;
-  } finally {
-    db.close();
-  }
+  return (await data!.db.get<{ n: number }>(sql, ...params))!.n;
 }
 const entriesOf = (tenantId: number) => count("SELECT count(*) AS n FROM audit_entries WHERE tenant_id = ?", tenantId);
 
@@ -369,7 +359,7 @@ sqliteOnly("a real 503: the service gives up on a write lock held by another pro
 pgOnly("a real 503: the database refuses writes (read-only, 25006); its Retry-After (60 s) is honoured, so the client stops; later the same batch is stored once", async () => {
   const t = await newTenant();
   const batch = [entry(t, 0, "ro-0"), entry(t, 1, "ro-1")];
-  const sql = pg!.store.sql;
+  const sql = data!.pg!.sql;
   await sql.unsafe(
     `CREATE FUNCTION alleen_lezen() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
        RAISE EXCEPTION 'cannot execute % in a read-only transaction', TG_OP USING ERRCODE = 'read_only_sql_transaction';

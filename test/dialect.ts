@@ -10,12 +10,13 @@
 //   booleans passed as true/false, and PostgreSQL's answers read as SQLite's (booleans
 //   as 1/0, 64-bit integers and numerics as numbers), so one expectation holds on both;
 // - addTenant / addAdmin / fillChain / chainRoot / anchorRowCount from here.
+import { Database } from "bun:sqlite";
 import { test } from "bun:test";
 import { appendEntries, canonicalJson, type ChainInput, type NewLoginAttempt } from "../src/audit/chain.ts";
 import type { AppOptions } from "../src/app.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
-import { openPgStore } from "../src/pg/store.ts";
+import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { DAY_MS, makePgTestEnv, makeTestEnv, NOW, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 
@@ -67,15 +68,7 @@ function sqliteShaped(rows: any[] & { columns?: { name: string; type: number }[]
 }
 
 export function testDb(store: AnyStore): TestDb {
-  if (store.kind === "sqlite") {
-    const { sqlite } = store;
-    return {
-      dialect: "sqlite",
-      all: async (q, ...p) => sqlite.query(q).all(...(p as any[])) as any[],
-      get: async (q, ...p) => (sqlite.query(q).get(...(p as any[])) as any) ?? null,
-      run: async (q, ...p) => void sqlite.query(q).run(...(p as any[])),
-    };
-  }
+  if (store.kind === "sqlite") return sqliteTestDb(store.sqlite);
   const all = async (q: string, ...p: unknown[]) => sqliteShaped(await store.sql.unsafe(numberedPlaceholders(q), p as any[]));
   return {
     dialect: "pg",
@@ -83,6 +76,72 @@ export function testDb(store: AnyStore): TestDb {
     get: async (q, ...p) => (await all(q, ...p))[0] ?? null,
     run: async (q, ...p) => void (await store.sql.unsafe(numberedPlaceholders(q), p as any[])),
   };
+}
+
+/** testDb on a SQLite connection of the test's own. */
+export function sqliteTestDb(sqlite: Database): TestDb {
+  return {
+    dialect: "sqlite",
+    all: async (q, ...p) => sqlite.query(q).all(...(p as any[])) as any[],
+    get: async (q, ...p) => (sqlite.query(q).get(...(p as any[])) as any) ?? null,
+    run: async (q, ...p) => void sqlite.query(q).run(...(p as any[])),
+  };
+}
+
+// ---------------------------------------------------------------------------------
+// The database of a service running as its own process, read by the test beside it.
+
+/** `f` on a connection to the SQLite file at `path` of its own, closed after: read-only, or (`write`) a plain one. */
+export function onFile<T>(path: string, f: (s: Database) => T, o: { write?: boolean } = {}): T {
+  const s = o.write ? new Database(path) : new Database(path, { readonly: true });
+  try {
+    return f(s);
+  } finally {
+    s.close();
+  }
+}
+
+/**
+ * testDb on a SQLite file another process owns: a connection per question (onFile),
+ * read-only for reads; writes through a plain one, or refused when `readonly`.
+ */
+export function fileTestDb(path: string, o: { readonly?: boolean } = {}): TestDb {
+  return {
+    dialect: "sqlite",
+    all: async (q, ...p) => onFile(path, (s) => s.query(q).all(...(p as any[])) as any[]),
+    get: async (q, ...p) => onFile(path, (s) => (s.query(q).get(...(p as any[])) as any) ?? null),
+    run: o.readonly
+      ? async () => {
+          throw new Error("read-only");
+        }
+      : async (q, ...p) => onFile(path, (s) => void s.query(q).run(...(p as any[])), { write: true }),
+  };
+}
+
+/**
+ * The reads of a running service's database: on SQLite its file at `path`, opened
+ * read-only for each question (fileTestDb); on PostgreSQL (`url`) a pool of ours on it,
+ * `pg`. Opened once the service has started (opening a PostgreSQL store migrates it).
+ */
+export async function serviceReader(o: { path: string; url: string | null }): Promise<{ db: TestDb; pg: PgStore | null; close(): Promise<void> }> {
+  if (o.url === null) return { db: fileTestDb(o.path, { readonly: true }), pg: null, close: async () => {} };
+  const store = await openPgStore(o.url, { max: 2 });
+  return { db: testDb(store), pg: store, close: () => store.close() };
+}
+
+/**
+ * A running service's database opened beside it, as another process, until close(): the
+ * SQLite file at `path` (read-only, or waiting up to 5 s for the service's write lock as
+ * its own connection does), or a pool on the PostgreSQL database at `url`.
+ */
+export async function openServiceDb(o: { path: string; url: string | null; readonly?: boolean }): Promise<{ db: TestDb; store: { kind: "sqlite"; sqlite: Database } | PgStore; close(): Promise<void> }> {
+  if (o.url !== null) {
+    const store = await openPgStore(o.url, { max: 2 });
+    return { db: testDb(store), store, close: () => store.close() };
+  }
+  const sqlite = new Database(o.path, o.readonly ? { readonly: true } : {});
+  if (!o.readonly) sqlite.run("PRAGMA busy_timeout = 5000"); // as the service's own connection has
+  return { db: sqliteTestDb(sqlite), store: { kind: "sqlite", sqlite }, close: async () => sqlite.close() };
 }
 
 /**

@@ -3,14 +3,12 @@
 // are printed (bench/startup.ts measures them properly); nothing here asserts timings.
 // On both stores: on PostgreSQL the binary serves a fresh, empty database of the run's
 // cluster (DATABASE_URL), which it migrates at start, and the test reads that database.
-import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { appendAuditEntry, canonicalJson } from "../src/audit/chain.ts";
-import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { buildBinary, startBinary, type RunningBinary } from "./binary.ts";
-import { appendInputs, DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { appendInputs, DIALECT, openServiceDb, testCluster } from "./dialect.ts";
 
 const SECRET = "e2e-" + "9f".repeat(30); // 64 characters, unique enough to grep for
 
@@ -35,32 +33,18 @@ afterAll(async () => {
 });
 
 /**
- * The binary's database opened beside it, as another process: the SQLite file (waiting
- * up to 5 s for the binary's write lock), or a pool on the PostgreSQL database.
+ * The binary's database opened beside it, as another process (openServiceDb), and an
+ * append to a chain there as the host application makes it.
  */
-async function openData(o: { readonly?: boolean } = {}): Promise<{ db: TestDb; append(tenantId: number, subject: string): Promise<void>; close(): Promise<void> }> {
-  if (databaseUrl !== null) {
-    const store: PgStore = await openPgStore(databaseUrl, { max: 2 });
-    return {
-      db: testDb(store),
-      // what appendAuditEntry stores on SQLite: details {}, created now
-      append: (tenantId, subject) =>
-        appendInputs(store, [{ tenantId, actor: "a@example.com", action: "login", subject, details: canonicalJson({}), createdAt: new Date().toISOString() }]),
-      close: () => store.close(),
-    };
-  }
-  const sqlite = new Database(join(app.dir, "data", "nachtwacht.db"), o.readonly ? { readonly: true } : {});
-  if (!o.readonly) sqlite.run("PRAGMA busy_timeout = 5000");
-  return {
-    db: {
-      dialect: "sqlite",
-      all: async (q, ...p) => sqlite.query(q).all(...(p as any[])) as any[],
-      get: async (q, ...p) => (sqlite.query(q).get(...(p as any[])) as any) ?? null,
-      run: async (q, ...p) => void sqlite.query(q).run(...(p as any[])),
-    },
-    append: async (tenantId, subject) => void appendAuditEntry(sqlite, { tenantId, actor: "a@example.com", action: "login", subject }),
-    close: async () => sqlite.close(),
+async function openData(o: { readonly?: boolean } = {}) {
+  const d = await openServiceDb({ path: join(app.dir, "data", "nachtwacht.db"), url: databaseUrl, readonly: o.readonly });
+  const { store } = d;
+  const append = async (tenantId: number, subject: string): Promise<void> => {
+    if (store.kind === "sqlite") return void appendAuditEntry(store.sqlite, { tenantId, actor: "a@example.com", action: "login", subject });
+    // what appendAuditEntry stores on SQLite: details {}, created now
+    await appendInputs(store, [{ tenantId, actor: "a@example.com", action: "login", subject, details: canonicalJson({}), createdAt: new Date().toISOString() }]);
   };
+  return { ...d, append };
 }
 
 async function post(path: string, init: { token?: string | null; body?: string } = {}) {

@@ -22,7 +22,7 @@ import { verifyTenantChain, type CheckpointRef, type TenantChainResult, type Ver
 import { verifyTenantChainPg } from "../src/pg/chain.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { openPgStore } from "../src/pg/store.ts";
-import { DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { DIALECT, fileTestDb, onFile, testCluster, testDb, type TestDb } from "./dialect.ts";
 import { bulkChain, testDatabase, BUN, flakySmtp, ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { SECRET, TEST_VERIFIER_KEY } from "./helpers.ts";
 
@@ -55,26 +55,12 @@ interface Installation {
 async function database(fill: (s: Database) => void): Promise<Installation> {
   const made = testDatabase(cleanups, new Date(now - 730 * DAY), fill);
   if (DIALECT === "sqlite") {
-    const path = made.path;
-    const each = <T>(readonly: boolean, f: (s: Database) => T): T => {
-      const s = readonly ? new Database(path, { readonly: true }) : new Database(path);
-      try {
-        return f(s);
-      } finally {
-        s.close();
-      }
-    };
     return {
       dir: made.dir,
       env: made.env,
       url: null,
-      db: {
-        dialect: "sqlite",
-        all: async (q, ...p) => each(true, (s) => s.query(q).all(...(p as any[])) as any[]),
-        get: async (q, ...p) => each(true, (s) => (s.query(q).get(...(p as any[])) as any) ?? null),
-        run: async (q, ...p) => each(false, (s) => void s.query(q).run(...(p as any[]))),
-      },
-      verify: async (t, o) => each(true, (s) => verifyTenantChain(s, t, o)),
+      db: fileTestDb(made.path),
+      verify: async (t, o) => onFile(made.path, (s) => verifyTenantChain(s, t, o)),
     };
   }
   const url = await (await testCluster()).createDatabase();

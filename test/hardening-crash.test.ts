@@ -27,7 +27,7 @@ import { verifyTenantChainPg } from "../src/pg/chain.ts";
 import { integrityCheckPg } from "../src/pg/maintenance.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { openPgStore } from "../src/pg/store.ts";
-import { DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { DIALECT, sqliteTestDb, testCluster, testDb, type TestDb } from "./dialect.ts";
 import { bulkChain, BUN, flakySmtp, prng, ROOT, startService, tempDir, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
 import { RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
@@ -146,12 +146,7 @@ async function open(db: Installation, o: { readonly?: boolean } = {}): Promise<H
     const s = o.readonly ? new Database(db.path, { readonly: true }) : new Database(db.path, { strict: true });
     if (!o.readonly) applyPragmas(s);
     return {
-      db: {
-        dialect: "sqlite",
-        all: async (q, ...p) => s.query(q).all(...(p as any[])) as any[],
-        get: async (q, ...p) => (s.query(q).get(...(p as any[])) as any) ?? null,
-        run: async (q, ...p) => void s.query(q).run(...(p as any[])),
-      },
+      db: sqliteTestDb(s),
       verify: async (t, v) => verifyTenantChain(s, t, v),
       integrity: async () => (s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check,
       settle: async () => {},

@@ -3,7 +3,6 @@
 // the WAL into the database and closes it (on PostgreSQL: closes its pool), and exits 0. A job that does not finish
 // within the bound (25 s; shorter in the fixture) is answered 503, recorded as 'fout'
 // with a message, and the process exits 1 with the database closed cleanly.
-import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
@@ -17,7 +16,7 @@ import { RunningJobs } from "../src/running-jobs.ts";
 import { SHUTDOWN_GRACE_MS } from "../src/server.ts";
 import { bulkChain, tempDir, verifyAll, ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { call, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, until } from "./helpers.ts";
-import { DIALECT, makeEnv, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { DIALECT, fileTestDb, makeEnv, onFile, testCluster, testDb, type TestDb } from "./dialect.ts";
 
 const DAY = 24 * 3600 * 1000;
 const now = Date.now();
@@ -60,29 +59,14 @@ async function installation(fill: (db: TestDb, chain: (tenantId: number, n: numb
     await fill(testDb(store), async (t, n, from, to) => bulkChain(store.sqlite, t, n, from, to));
     store.close();
     // Read-only, opened per question: the service owns the file.
-    const readOnly = <T>(f: (s: Database) => T): T => {
-      const s = new Database(path, { readonly: true });
-      try {
-        return f(s);
-      } finally {
-        s.close();
-      }
-    };
     return {
       env,
-      db: {
-        dialect: "sqlite",
-        all: async (q, ...p) => readOnly((s) => s.query(q).all(...(p as any[])) as any[]),
-        get: async (q, ...p) => readOnly((s) => (s.query(q).get(...(p as any[])) as any) ?? null),
-        run: async () => {
-          throw new Error("read-only");
-        },
-      },
-      chains: async () => readOnly((s) => verifyAll(s, env.AUDIT_ANKER_BESTAND)),
+      db: fileTestDb(path, { readonly: true }),
+      chains: async () => onFile(path, (s) => verifyAll(s, env.AUDIT_ANKER_BESTAND)),
       closedCleanly: async () => {
         const wal = `${path}-wal`;
         expect(existsSync(wal) ? statSync(wal).size : 0).toBe(0);
-        readOnly((s) => expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok"));
+        onFile(path, (s) => expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok"));
       },
     };
   }

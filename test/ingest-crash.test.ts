@@ -32,11 +32,11 @@ import { readLines } from "../src/audit/anchor-file.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
 import { openCheckpoint } from "../src/audit/records.ts";
 import type { CheckpointRef } from "../src/audit/verify.ts";
-import { applyPragmas, type Store } from "../src/db.ts";
+import { applyPragmas } from "../src/db.ts";
 import { verifyRangePg } from "../src/pg/chain.ts";
 import { integrityCheckPg } from "../src/pg/maintenance.ts";
 import { openPgStore } from "../src/pg/store.ts";
-import { DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { DIALECT, sqliteTestDb, testCluster, testDb, type TestDb } from "./dialect.ts";
 import { prng, startService, verifyAll } from "./fixtures/hardening.ts";
 import { SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
@@ -235,7 +235,7 @@ async function withDatabase<T>(fn: (c: Checked) => Promise<T>): Promise<T> {
     applyPragmas(s);
     try {
       return await fn({
-        db: testDb({ kind: "sqlite", sqlite: s } as unknown as Store),
+        db: sqliteTestDb(s),
         sound: async () => expect((s.query("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check).toBe("ok"),
         chains: async () => verifyAll(s, anchorFile),
       });

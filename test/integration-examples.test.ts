@@ -8,7 +8,6 @@
 // extension is on PATH (CI has none); python3 likewise. On the PostgreSQL run
 // (test/dialect.ts) the service gets DATABASE_URL, a fresh database of the run's cluster,
 // and the tests (and `nachtwacht export`) read that database instead of the service's file.
-import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -19,8 +18,7 @@ import type { AuditAnswer } from "../examples/audit.ts";
 import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
-import { openPgStore, type PgStore } from "../src/pg/store.ts";
-import { DIALECT, testCluster, testDb, type TestDb } from "./dialect.ts";
+import { DIALECT, serviceReader, testCluster } from "./dialect.ts";
 
 // Random per run, so finding one on a command line cannot be a coincidence.
 const APP = `app-${randomBytes(24).toString("hex")}`;
@@ -50,9 +48,10 @@ let svc: ServiceProcess;
 let dbPath: string;
 let anchorPath: string;
 let nextTenant = 1;
-/** PostgreSQL run: the service's database (DATABASE_URL), and a store of ours on it. */
-let pgUrl: string;
-let pg: { store: PgStore; db: TestDb } | null = null;
+/** PostgreSQL run: the service's database (DATABASE_URL). */
+let pgUrl: string | null = null;
+/** The test's reads of the service's database. */
+let data: Awaited<ReturnType<typeof serviceReader>> | null = null;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "nachtwacht-examples-"));
@@ -65,10 +64,7 @@ beforeAll(async () => {
     env.DATABASE_URL = pgUrl;
   }
   svc = await startService(env);
-  if (DIALECT === "pg") {
-    const store = await openPgStore(pgUrl, { max: 2 });
-    pg = { store, db: testDb(store) };
-  }
+  data = await serviceReader({ path: dbPath, url: pgUrl });
 });
 
 afterAll(async () => {
@@ -78,7 +74,7 @@ afterAll(async () => {
     // The secret is in the service's environment, never in what it wrote.
     expect(svc.output()).not.toContain(APP);
   }
-  await pg?.store.close();
+  await data?.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -134,13 +130,7 @@ const envFor = (url: string, extra: Record<string, string> = {}) => ({ NACHTWACH
 
 /** The rows of `sql`, read from the service's database (its file, opened read-only, or its PostgreSQL database). */
 async function rowsFromDb<T>(sql: string, ...params: number[]): Promise<T[]> {
-  if (pg) return pg.db.all<T>(sql, ...params);
-  const db = new Database(dbPath, { readonly: true });
-  try {
-    return db.query(sql).all(...params) as T[];
-  } finally {
-    db.close();
-  }
+  return data!.db.all<T>(sql, ...params);
 }
 
 const rowsOf = (tenantId: number) =>
@@ -387,12 +377,12 @@ test("after the examples: audit-anker signs, audit-verificatie finds every chain
   const bundle = join(dir, "bundel.jsonl");
   const cli = async (...args: string[]) => {
     // On PostgreSQL, export reads the service's database from DATABASE_URL (given no --db).
-    const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, ...(pg ? { DATABASE_URL: pgUrl } : {}) };
+    const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, ...(pgUrl ? { DATABASE_URL: pgUrl } : {}) };
     const p = Bun.spawn([process.execPath, "src/index.ts", ...args], { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" });
     const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
     return { code, out: out + err };
   };
-  const dbArgs = pg ? [] : ["--db", dbPath];
+  const dbArgs = pgUrl ? [] : ["--db", dbPath];
   const exp = await cli("export", "--tenant", String(tenantId), "--bewijs", String(receipt.seq), "--uit", bundle, ...dbArgs, "--bestand", anchorPath, "--sleutel", TEST_VERIFIER_KEY);
   expect(exp).toMatchObject({ code: 0 });
   const [header, ...entries] = readFileSync(bundle, "utf8").trim().split("\n").map((l) => JSON.parse(l));
