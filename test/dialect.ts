@@ -91,14 +91,22 @@ export function sqliteTestDb(sqlite: Database): TestDb {
 // ---------------------------------------------------------------------------------
 // The database of a service running as its own process, read by the test beside it.
 
-/** `f` on a connection to the SQLite file at `path` of its own, closed after: read-only, or (`write`) a plain one. */
+/**
+ * `f` on a connection to the SQLite file at `path` of its own, closed after (after the
+ * promise `f` returns, if any): read-only, or (`write`) a plain one.
+ */
 export function onFile<T>(path: string, f: (s: Database) => T, o: { write?: boolean } = {}): T {
   const s = o.write ? new Database(path) : new Database(path, { readonly: true });
+  let r: T;
   try {
-    return f(s);
-  } finally {
+    r = f(s);
+  } catch (e) {
     s.close();
+    throw e;
   }
+  if (r instanceof Promise) return r.finally(() => s.close()) as T;
+  s.close();
+  return r;
 }
 
 /**

@@ -15,15 +15,13 @@ import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { readLines } from "../src/audit/anchor-file.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
-import { openCheckpoint } from "../src/audit/records.ts";
-import { verifyTenantChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../src/audit/verify.ts";
+import { verifyTenantChain, type TenantChainResult, type VerifyOptions } from "../src/audit/verify.ts";
 import { verifyTenantChainPg } from "../src/pg/chain.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { DIALECT, fileTestDb, onFile, testCluster, testDb, type TestDb } from "./dialect.ts";
-import { bulkChain, testDatabase, BUN, flakySmtp, ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, testDatabase, BUN, flakySmtp, ROOT, startService, verifyAllOn, waitForRow, waitForRun, type ServiceProcess } from "./fixtures/hardening.ts";
 import { SECRET, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -97,52 +95,6 @@ function runsOf(db: Installation, job: string) {
   return db.db.all('SELECT uitkomst, http_status AS "httpStatus" FROM job_runs WHERE job = ? ORDER BY id', job);
 }
 
-/** Polls (1 ms steps, bounded) until `sql` returns a row: waiting for a state, not for a time. */
-async function waitForRow(db: Installation, sql: string, ...params: (string | number)[]): Promise<void> {
-  for (let i = 0; i < 10_000; i++) {
-    if (await db.db.get(sql, ...params)) return;
-    await Bun.sleep(1);
-  }
-  throw new Error(`no row for: ${sql}`);
-}
-
-/** Resolves once `job` has a run in progress ('bezig'). */
-async function waitForRun(db: Installation, job: string): Promise<void> {
-  for (let i = 0; i < 5000; i++) {
-    if (await db.db.get("SELECT 1 FROM job_runs WHERE job = ? AND uitkomst = 'bezig'", job)) return;
-    await Bun.sleep(1);
-  }
-  throw new Error(`${job} never started`);
-}
-
-/**
- * test/fixtures/hardening.ts verifyAll with the anchor file, on either store: every
- * tenant's chain verified up to its newest signed checkpoint in the file, with its
- * retention anchor and record.
- */
-async function verifyAll(db: Installation, anchorFile: string) {
-  const checkpoints = new Map<number, CheckpointRef>();
-  for (const fl of readLines(anchorFile)) {
-    if (fl.parsed.kind !== "record" || fl.parsed.line.soort !== "checkpoint") continue;
-    const tenantId = fl.parsed.line.tenantId!;
-    const o = openCheckpoint(fl.parsed.line.note, tenantId, VERIFIERS);
-    if (!o.ok) throw new Error(`checkpoint of tenant ${tenantId} does not verify: ${o.error}`);
-    checkpoints.set(tenantId, { size: o.checkpoint.size, root: o.checkpoint.root });
-  }
-  const out = [];
-  for (const { id: tenantId } of await db.db.all<{ id: number }>("SELECT id FROM tenants ORDER BY id")) {
-    const anchor = await db.db.get<{ seq: number }>("SELECT seq FROM audit_retention_anchors WHERE tenant_id = ?", tenantId);
-    const record = await db.db.get<{ s: number | null }>("SELECT max(grootte) AS s FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'", tenantId);
-    out.push({
-      tenantId,
-      ankerSeq: anchor?.seq ?? 0,
-      retentieSeq: record!.s ?? 0,
-      ...(await db.verify(tenantId, { checkpoint: checkpoints.get(tenantId) ?? null, verifiers: VERIFIERS })),
-    });
-  }
-  return out;
-}
-
 /**
  * test/fixtures/append-timed.ts on PostgreSQL, run with `bun -e`: COUNT entries appended
  * to TENANT, one transaction each (appendEntriesPg, which waits for the tenant's chain
@@ -201,8 +153,8 @@ describe("the host application writing while the jobs run", () => {
     const svc = await service(db.env);
     const appenders = [1, 2, 3].map((t) => timedAppender(db, t, 1500, `app${t}`));
     // Every appender is writing before the jobs start; verification starts once retention runs.
-    for (const t of [1, 2, 3]) await waitForRow(db, "SELECT 1 FROM audit_entries WHERE actor = ?", `app${t}`);
-    const [retentie, verificatie] = await Promise.all([post(svc, "audit-retentie"), waitForRow(db, "SELECT 1 FROM job_runs WHERE job = 'audit-retentie'").then(() => post(svc, "audit-verificatie"))]);
+    for (const t of [1, 2, 3]) await waitForRow(db.db, "SELECT 1 FROM audit_entries WHERE actor = ?", `app${t}`);
+    const [retentie, verificatie] = await Promise.all([post(svc, "audit-retentie"), waitForRow(db.db, "SELECT 1 FROM job_runs WHERE job = 'audit-retentie'").then(() => post(svc, "audit-verificatie"))]);
     expect(retentie.status).toBe(200);
     expect(((await retentie.json()) as { verwijderd: number }).verwijderd).toBe(4 * 6000);
     expect(verificatie.status).toBe(200);
@@ -229,7 +181,7 @@ describe("the host application writing while the jobs run", () => {
       expect(r.maxMs).toBeLessThan(1000);
     }
     // Verified again after everything settled, and once more by the service itself.
-    for (const c of await verifyAll(db, db.env.AUDIT_ANKER_BESTAND!)) {
+    for (const c of await verifyAllOn(db.db, db.verify, db.env.AUDIT_ANKER_BESTAND!)) {
       expect(c.intact).toBe(true);
       expect(c.ankerSeq).toBe(6000);
       expect(c.retentieSeq).toBe(6000);
@@ -257,7 +209,7 @@ describe("the same job twice at once, over HTTP", () => {
   test("two clients: the second gets 409 {error} at once, the job runs once and every report goes out once", async () => {
     const { db, svc, log } = await slowWeekrapport();
     const first = post(svc, "weekrapport");
-    await waitForRun(db, "weekrapport");
+    await waitForRun(db.db, "weekrapport");
     const t0 = performance.now();
     const second = await post(svc, "weekrapport");
     expect(second.status).toBe(409);
@@ -286,7 +238,7 @@ describe("the same job twice at once, over HTTP", () => {
 
     // 1. The scheduled call is running; someone presses "Execute" in Swagger UI.
     const scheduled = cron();
-    await waitForRun(db, "weekrapport");
+    await waitForRun(db.db, "weekrapport");
     const manual = await swagger();
     expect(manual.status).toBe(409);
     expect(((await manual.json()) as { error: string }).error).toContain("loopt al");
@@ -296,7 +248,7 @@ describe("the same job twice at once, over HTTP", () => {
     // 2. Next week's run started by hand; the crontab fires meanwhile.
     await db.db.run("DELETE FROM weekly_report_deliveries"); // as if a new week: all owed again
     const manual2 = swagger();
-    await waitForRun(db, "weekrapport");
+    await waitForRun(db.db, "weekrapport");
     const scheduled2 = cron();
     expect(await scheduled2.exited).toBe(22);
     const out = await new Response(scheduled2.stdout as ReadableStream).text();

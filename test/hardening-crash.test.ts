@@ -16,19 +16,18 @@ import { Database } from "bun:sqlite";
 import { SQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { readLines } from "../src/audit/anchor-file.ts";
 import { parseConfig } from "../src/config.ts";
 import { applyPragmas, openStore } from "../src/db.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
-import { openCheckpoint, openRetentionRecord } from "../src/audit/records.ts";
-import { verifyTenantChain, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../src/audit/verify.ts";
+import { openRetentionRecord } from "../src/audit/records.ts";
+import { verifyTenantChain, type TenantChainResult, type VerifyOptions } from "../src/audit/verify.ts";
 import { verifyTenantChainPg } from "../src/pg/chain.ts";
 import { integrityCheckPg } from "../src/pg/maintenance.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { DIALECT, sqliteTestDb, testCluster, testDb, type TestDb } from "./dialect.ts";
-import { bulkChain, BUN, flakySmtp, prng, ROOT, startService, tempDir, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, BUN, deletedEntriesOn, flakySmtp, prng, ROOT, startService, tempDir, verifyAllOn, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
 import { RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const SEED = Number(process.env.CRASH_SEED ?? 8);
@@ -176,64 +175,6 @@ async function open(db: Installation, o: { readonly?: boolean } = {}): Promise<H
   };
 }
 
-interface ChainState extends TenantChainResult {
-  tenantId: number;
-  /** The retention anchor's seq (audit_retention_anchors, 0 when none): where appends resume once a whole chain is gone. */
-  ankerSeq: number;
-  /** seq of the tenant's newest signed retention record in audit_anchor_log (0 when none): everything up to it may be deleted. */
-  retentieSeq: number;
-  /** Lowest remaining seq (null when the chain is empty). */
-  eersteSeq: number | null;
-}
-
-/**
- * test/fixtures/hardening.ts verifyAll on either store: every tenant's chain verified
- * as audit-verificatie does, up to its newest signed checkpoint, taken from the anchor
- * file when its path is given (the authority), else from audit_anchor_log.
- */
-async function verifyAll(h: Handle, anchorFile?: string): Promise<ChainState[]> {
-  const notes = new Map<number, string>();
-  if (anchorFile !== undefined) {
-    for (const fl of readLines(anchorFile)) {
-      if (fl.parsed.kind === "record" && fl.parsed.line.soort === "checkpoint") notes.set(fl.parsed.line.tenantId!, fl.parsed.line.note);
-    }
-  } else {
-    for (const r of await h.db.all<{ t: number; note: string }>("SELECT tenant_id AS t, note FROM audit_anchor_log WHERE soort = 'checkpoint' ORDER BY positie")) notes.set(r.t, r.note);
-  }
-  const checkpoints = new Map<number, CheckpointRef>();
-  for (const [tenantId, note] of notes) {
-    const o = openCheckpoint(note, tenantId, VERIFIERS);
-    if (!o.ok) throw new Error(`checkpoint of tenant ${tenantId} does not verify: ${o.error}`);
-    checkpoints.set(tenantId, { size: o.checkpoint.size, root: o.checkpoint.root });
-  }
-  const out: ChainState[] = [];
-  for (const { id: tenantId } of await h.db.all<{ id: number }>("SELECT id FROM tenants ORDER BY id")) {
-    const anchor = await h.db.get<{ seq: number }>("SELECT seq FROM audit_retention_anchors WHERE tenant_id = ?", tenantId);
-    const record = await h.db.get<{ s: number | null }>("SELECT max(grootte) AS s FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'", tenantId);
-    const first = await h.db.get<{ s: number | null }>("SELECT min(seq) AS s FROM audit_entries WHERE tenant_id = ?", tenantId);
-    out.push({
-      tenantId,
-      ankerSeq: anchor?.seq ?? 0,
-      retentieSeq: record!.s ?? 0,
-      eersteSeq: first!.s,
-      ...(await h.verify(tenantId, { checkpoint: checkpoints.get(tenantId) ?? null, verifiers: VERIFIERS })),
-    });
-  }
-  return out;
-}
-
-/**
- * Audit entries deleted so far, for chains that keep some entries: retention deletes a
- * prefix from seq 1, so Σ (lowest seq − 1) over the tenants (one index probe each).
- */
-async function deletedEntries(db: TestDb): Promise<number> {
-  let n = 0;
-  for (const { id } of await db.all<{ id: number }>("SELECT id FROM tenants")) {
-    n += ((await db.get<{ seq: number }>("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1", id))?.seq ?? 1) - 1;
-  }
-  return n;
-}
-
 /**
  * Starts the job over HTTP and SIGKILLs the service once `progress()` reaches `target`
  * (plus 0–3 ms); returns once `probe` has seen the kill's effects settle.
@@ -323,7 +264,7 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     const total = TENANTS * (OLD_PER_TENANT + NEW_PER_TENANT);
     const probe = await open(db, { readonly: true });
     // Entries deleted so far (deletion is a prefix from seq 1; the records are signed before it starts).
-    const deleted = () => deletedEntries(probe.db);
+    const deleted = () => deletedEntriesOn(probe.db);
     // The kill can land after the run wrote its end, when the batch that crossed the
     // target took the rest of the old entries (batches are paced by the clock, so their
     // size depends on the machine): that round then checks the finished state, and the
@@ -337,7 +278,7 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
       const target = before + 1 + Math.floor(rand() * (TENANTS * OLD_PER_TENANT - before) * 0.5);
       await killDuring(svc, "audit-retentie", deleted, target, probe);
       await inspect(db, async (h) => {
-        const chains = await verifyAll(h, anchorFile);
+        const chains = await verifyAllOn(h.db, h.verify, anchorFile);
         const remaining = (await h.db.get<{ n: number }>("SELECT count(*) AS n FROM audit_entries"))!.n;
         let gone = 0;
         for (const c of chains) {
@@ -389,7 +330,7 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     svc.proc.kill("SIGTERM");
     expect(await svc.exited).toBe(0);
     await inspect(db, async (h) => {
-      for (const c of await verifyAll(h, anchorFile)) {
+      for (const c of await verifyAllOn(h.db, h.verify, anchorFile)) {
         expect(c).toMatchObject({ intact: true, ankerSeq: OLD_PER_TENANT, retentieSeq: OLD_PER_TENANT, eersteSeq: OLD_PER_TENANT + 1, aantalEntries: NEW_PER_TENANT });
       }
       // One signed record per tenant: the reruns found their prefixes covered already.
@@ -518,7 +459,7 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
       expect(v.status).toBe(200);
       expect(((await v.json()) as { aantalGebroken: number }).aantalGebroken).toBe(0);
       await inspect(db, async (h) => {
-        for (const c of await verifyAll(h)) expect(c.intact).toBe(true);
+        for (const c of await verifyAllOn(h.db, h.verify)) expect(c.intact).toBe(true);
         const seqs = (await h.db.get<{ n: number; m: number }>("SELECT count(*) AS n, max(seq) AS m FROM audit_entries WHERE tenant_id = 2"))!;
         expect(seqs.n).toBe(seqs.m); // 1..m without a gap
       });

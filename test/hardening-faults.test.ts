@@ -10,15 +10,12 @@ import { chmodSync, closeSync, existsSync, ftruncateSync, mkdirSync, openSync, r
 import { join } from "node:path";
 import { createAlarmSink } from "../src/alarms/sink.ts";
 import { createApp } from "../src/app.ts";
-import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "../src/audit/chain.ts";
-import { parseVerifierKey } from "../src/audit/note.ts";
 import { parseConfig } from "../src/config.ts";
 import { openStore } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import { createMailer } from "../src/mail/transport.ts";
-import { verifyInstallationPg } from "../src/pg/offline.ts";
-import { bulkChain, BUN, deletedEntries, fakeSentry, flakySmtp, verifyAll, type FakeSentry } from "./fixtures/hardening.ts";
-import { call, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, tempDir, until } from "./helpers.ts";
+import { bulkChainOn, BUN, deletedEntries, deletedEntriesOn, fakeSentry, flakySmtp, verifyAll, verifyAllPg, type FakeSentry } from "./fixtures/hardening.ts";
+import { call, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, tempDir, until } from "./helpers.ts";
 import { addAdmin, addTenant, DIALECT, makeEnv, sqliteOnly, testCluster, testDb, type Env, type TestDb } from "./dialect.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -68,56 +65,10 @@ async function setReadOnly(env: Env, on: boolean): Promise<void> {
   await until(`default_transaction_read_only ${want}`, async () => (await env.db.get("SHOW default_transaction_read_only"))!.default_transaction_read_only === want);
 }
 
-/** fixtures/hardening.ts bulkChain on either store: the same rows, the same hashes. */
-async function chainOf(env: Env, tenantId: number, n: number, fromMs: number, toMs: number): Promise<void> {
-  if (env.store.kind === "sqlite") return bulkChain(env.store.sqlite, tenantId, n, fromMs, toMs);
-  const head = await env.db.get<{ seq: number; hash: string }>("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1", tenantId);
-  let seq = head?.seq ?? 0;
-  let prev = head?.hash ?? GENESIS_HASH;
-  let id = (await env.db.get<{ m: number }>("SELECT coalesce(max(id), 0) AS m FROM audit_entries"))!.m;
-  const rows: Record<string, string | number>[] = [];
-  for (let i = 0; i < n; i++) {
-    seq++;
-    id++;
-    const createdAt = new Date(fromMs + Math.floor(((toMs - fromMs) * i) / Math.max(1, n - 1))).toISOString();
-    const details = `{"i":${i}}`;
-    const hash = sha256Hex(JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, "bulk", "dossier.bekeken", `d/${i}`, details, prev]));
-    rows.push({ tenant_id: tenantId, seq, id, created_at: createdAt, actor: "bulk", action: "dossier.bekeken", subject: `d/${i}`, details, prev_hash: prev, hash });
-    prev = hash;
-  }
-  await env.store.sql.begin(async (tx) => {
-    for (let i = 0; i < rows.length; i += 1000) await tx`INSERT INTO audit_entries ${tx(rows.slice(i, i + 1000))}`;
-    // The ids were given here: the identity sequence moves past them, as appends would.
-    await tx`SELECT setval(pg_get_serial_sequence('audit_entries', 'id'), ${id})`;
-  });
-}
-
-/** fixtures/hardening.ts deletedEntries on either store: Σ (lowest seq − 1) over the tenants. */
-async function deletedOf(env: Env): Promise<number> {
-  const rows = await env.db.all<{ s: number | null }>("SELECT (SELECT min(seq) FROM audit_entries WHERE tenant_id = t.id) AS s FROM tenants t");
-  return rows.reduce((n, r) => n + (r.s ?? 1) - 1, 0);
-}
-
-const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
-
-/**
- * fixtures/hardening.ts verifyAll on either store: every tenant's chain verified against
- * the anchor file, with its retention anchor, its newest retention record and its lowest
- * seq. On PostgreSQL the installation's own check (verifyInstallationPg), which also
- * compares the anchor file with audit_anchor_log: no problem there either.
- */
+/** fixtures/hardening.ts verifyAll on either store, against the anchor file (verifyAllPg on PostgreSQL). */
 async function chainsOf(env: Env): Promise<{ tenantId: number; intact: boolean; aantalEntries: number; ankerSeq: number; retentieSeq: number; eersteSeq: number | null }[]> {
   if (env.store.kind === "sqlite") return verifyAll(env.store.sqlite, env.config.auditAnkerBestand);
-  const verdict = await verifyInstallationPg(env.store.url, env.config.auditAnkerBestand, VERIFIERS, { workers: 0 });
-  expect(verdict.probleem ?? null).toBeNull();
-  const out = [];
-  for (const t of verdict.tenants) {
-    const anchor = await env.db.get<{ seq: number }>("SELECT seq FROM audit_retention_anchors WHERE tenant_id = ?", t.tenantId);
-    const record = await env.db.get<{ s: number | null }>("SELECT max(grootte) AS s FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'", t.tenantId);
-    const first = await env.db.get<{ s: number | null }>("SELECT min(seq) AS s FROM audit_entries WHERE tenant_id = ?", t.tenantId);
-    out.push({ ...t, ankerSeq: anchor?.seq ?? 0, retentieSeq: record?.s ?? 0, eersteSeq: first?.s ?? null });
-  }
-  return out;
+  return verifyAllPg(env.store, env.config.auditAnkerBestand);
 }
 
 describe("SMTP server going away in the middle of the weekly batch", () => {
@@ -310,8 +261,8 @@ describe("the database read-only or the disk full", () => {
     const tenants = [await addTenant(env.db, "A"), await addTenant(env.db, "B"), await addTenant(env.db, "C")];
     const old = NOW.getTime() - 3000 * DAY;
     for (const t of tenants) {
-      await chainOf(env, t, 5000, old - 400 * DAY, old); // older than grens: several batches
-      await chainOf(env, t, 100, NOW.getTime() - 10 * DAY, NOW.getTime() - DAY);
+      await bulkChainOn(env.store, t, 5000, old - 400 * DAY, old); // older than grens: several batches
+      await bulkChainOn(env.store, t, 100, NOW.getTime() - 10 * DAY, NOW.getTime() - DAY);
     }
     let r: Awaited<ReturnType<typeof call>>;
     if (env.store.kind === "sqlite") {
@@ -341,7 +292,7 @@ describe("the database read-only or the disk full", () => {
       await held.promise;
       const answer = call(env.app, "/api/cron/audit-retentie");
       await until("a batch waiting for the held row", async () => (await env.db.get<{ n: number }>("SELECT count(*) AS n FROM pg_locks WHERE NOT granted"))!.n > 0);
-      expect(await deletedOf(env)).toBeGreaterThan(0);
+      expect(await deletedEntriesOn(env.db)).toBeGreaterThan(0);
       await setReadOnly(env, true);
       release.resolve();
       await holder;
@@ -357,7 +308,7 @@ describe("the database read-only or the disk full", () => {
     // the first batch committed, the one that met the read-only database did not
     expect(deleted).toBeGreaterThan(0);
     expect(deleted).toBeLessThan(15_000);
-    expect(await deletedOf(env)).toBe(deleted); // deletion is a prefix of each chain
+    expect(await deletedEntriesOn(env.db)).toBe(deleted); // deletion is a prefix of each chain
     for (const c of await chainsOf(env)) {
       expect(c.intact).toBe(true);
       // the record of the whole old prefix was signed first: every deleted entry is covered by it

@@ -7,15 +7,12 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { createApp } from "../src/app.ts";
-import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "../src/audit/chain.ts";
-import { parseVerifierKey } from "../src/audit/note.ts";
 import { openStore } from "../src/db.ts";
-import { verifyInstallationPg } from "../src/pg/offline.ts";
 import { markInstalledPg, openPgStore } from "../src/pg/store.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { SHUTDOWN_GRACE_MS } from "../src/server.ts";
-import { bulkChain, tempDir, verifyAll, ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
-import { call, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, until } from "./helpers.ts";
+import { bulkChain, bulkChainPg, tempDir, verifyAll, verifyAllPg, ROOT, startService, waitForRow, waitForRun, type ServiceProcess } from "./fixtures/hardening.ts";
+import { call, SECRET, TEST_SIGNING_KEY, until } from "./helpers.ts";
 import { DIALECT, fileTestDb, makeEnv, onFile, testCluster, testDb, type TestDb } from "./dialect.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -24,8 +21,6 @@ const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
   for (const f of cleanups.splice(0).reverse()) await f();
 });
-
-const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
 
 /** A database of the run's store for a service process, filled by the test, and what the test reads of it. */
 interface Installation {
@@ -75,22 +70,11 @@ async function installation(fill: (db: TestDb, chain: (tenantId: number, n: numb
   cleanups.push(() => store.close());
   await markInstalledPg(store, installedAt);
   const db = testDb(store);
-  await fill(db, (t, n, from, to) => bulkChainPg(db, t, n, from, to));
+  await fill(db, (t, n, from, to) => bulkChainPg(store, t, n, from, to));
   return {
     env: { ...env, DATABASE_URL: url },
     db,
-    chains: async () => {
-      const verdict = await verifyInstallationPg(url, env.AUDIT_ANKER_BESTAND, VERIFIERS, { workers: 0 });
-      expect(verdict.probleem ?? null).toBeNull();
-      const out = [];
-      for (const t of verdict.tenants) {
-        const anchor = await db.get<{ seq: number }>("SELECT seq FROM audit_retention_anchors WHERE tenant_id = ?", t.tenantId);
-        const record = await db.get<{ s: number | null }>("SELECT max(grootte) AS s FROM audit_anchor_log WHERE tenant_id = ? AND soort = 'retentie'", t.tenantId);
-        const first = await db.get<{ s: number | null }>("SELECT min(seq) AS s FROM audit_entries WHERE tenant_id = ?", t.tenantId);
-        out.push({ ...t, ankerSeq: anchor?.seq ?? 0, retentieSeq: record?.s ?? 0, eersteSeq: first?.s ?? null });
-      }
-      return out;
-    },
+    chains: () => verifyAllPg(store, env.AUDIT_ANKER_BESTAND),
     closedCleanly: async (svc) => {
       expect(svc.output()).not.toContain("closing the PostgreSQL connections failed");
       // A backend ends just after its client left: waited for, bounded.
@@ -102,41 +86,6 @@ async function installation(fill: (db: TestDb, chain: (tenantId: number, n: numb
   };
 }
 
-/** fixtures/hardening.ts bulkChain on PostgreSQL: the same rows, the same hashes; the identity sequence moved past their ids. */
-async function bulkChainPg(db: TestDb, tenantId: number, n: number, fromMs: number, toMs: number): Promise<void> {
-  const head = await db.get<{ seq: number; hash: string }>("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1", tenantId);
-  let seq = head?.seq ?? 0;
-  let prev = head?.hash ?? GENESIS_HASH;
-  let id = (await db.get<{ m: number }>("SELECT coalesce(max(id), 0) AS m FROM audit_entries"))!.m;
-  const cols = { seq: [] as number[], id: [] as number[], created_at: [] as string[], subject: [] as string[], details: [] as string[], prev_hash: [] as string[], hash: [] as string[] };
-  for (let i = 0; i < n; i++) {
-    seq++;
-    id++;
-    const createdAt = new Date(fromMs + Math.floor(((toMs - fromMs) * i) / Math.max(1, n - 1))).toISOString();
-    const details = `{"i":${i}}`;
-    const hash = sha256Hex(JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, "bulk", "dossier.bekeken", `d/${i}`, details, prev]));
-    cols.seq.push(seq);
-    cols.id.push(id);
-    cols.created_at.push(createdAt);
-    cols.subject.push(`d/${i}`);
-    cols.details.push(details);
-    cols.prev_hash.push(prev);
-    cols.hash.push(hash);
-    prev = hash;
-  }
-  for (let i = 0; i < n; i += 5000) {
-    const part = <T>(a: T[]) => a.slice(i, i + 5000);
-    await db.run(
-      `INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash)
-       SELECT ?, s, i, c, 'bulk', 'dossier.bekeken', su, d, p, h
-       FROM unnest(?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) AS u(s, i, c, su, d, p, h)`,
-      tenantId,
-      ...[cols.seq, cols.id, cols.created_at, cols.subject, cols.details, cols.prev_hash, cols.hash].map((c) => part<unknown>(c)),
-    );
-  }
-  await db.run("SELECT setval(pg_get_serial_sequence('audit_entries', 'id'), ?)", id);
-}
-
 /** The runs of `job` as the test reads them after the process is gone. */
 function runs(db: TestDb, job: string) {
   return db.all<{ uitkomst: string; httpStatus: number; beeindigd: number; fout: string | null }>(
@@ -144,11 +93,6 @@ function runs(db: TestDb, job: string) {
     job,
   );
 }
-
-/** Polls until `sql` returns a row: waiting for a state, not for a time. */
-const waitForRow = (db: TestDb, sql: string, ...params: unknown[]) => until(`a row for ${sql}`, async () => (await db.get(sql, ...params)) !== null, 10_000);
-/** Resolves once `job` has a run in progress ('bezig'). */
-const waitForRun = (db: TestDb, job: string) => waitForRow(db, "SELECT 1 FROM job_runs WHERE job = ? AND uitkomst = 'bezig'", job);
 
 describe("SIGTERM", () => {
   test("during audit-retentie: the job finishes and answers 200, the run is recorded ok, new connections are refused, the WAL is folded in, exit 0", async () => {

@@ -28,16 +28,13 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readLines } from "../src/audit/anchor-file.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
-import { openCheckpoint } from "../src/audit/records.ts";
-import type { CheckpointRef } from "../src/audit/verify.ts";
 import { applyPragmas } from "../src/db.ts";
 import { verifyRangePg } from "../src/pg/chain.ts";
 import { integrityCheckPg } from "../src/pg/maintenance.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { DIALECT, sqliteTestDb, testCluster, testDb, type TestDb } from "./dialect.ts";
-import { prng, startService, verifyAll } from "./fixtures/hardening.ts";
+import { fileCheckpoints, prng, startService, verifyAll } from "./fixtures/hardening.ts";
 import { SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
 
@@ -215,19 +212,6 @@ interface Checked {
 
 const VERIFIERS = [parseVerifierKey(TEST_VERIFIER_KEY)];
 
-/** Each tenant's newest signed checkpoint in the anchor file (as verifyAll reads it on SQLite). */
-function fileCheckpoints(): Map<number, CheckpointRef> {
-  const notes = new Map<number, string>();
-  for (const fl of readLines(anchorFile)) if (fl.parsed.kind === "record" && fl.parsed.line.soort === "checkpoint") notes.set(fl.parsed.line.tenantId!, fl.parsed.line.note);
-  const out = new Map<number, CheckpointRef>();
-  for (const [tenantId, note] of notes) {
-    const o = openCheckpoint(note, tenantId, VERIFIERS);
-    if (!o.ok) throw new Error(`checkpoint of tenant ${tenantId} does not verify: ${o.error}`);
-    out.set(tenantId, { size: o.checkpoint.size, root: o.checkpoint.root });
-  }
-  return out;
-}
-
 async function withDatabase<T>(fn: (c: Checked) => Promise<T>): Promise<T> {
   if (DIALECT === "sqlite") {
     // Opened as a restart opens it: WAL recovery of what the killed process left.
@@ -267,7 +251,7 @@ async function withDatabase<T>(fn: (c: Checked) => Promise<T>): Promise<T> {
         expect(r.status === "ok" ? "ok" : JSON.stringify(r)).toBe("ok");
       },
       chains: async () => {
-        const checkpoints = fileCheckpoints();
+        const checkpoints = fileCheckpoints(anchorFile);
         const ids = (await store.sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[];
         // One snapshot for all tenants, as verifyAll reads a closed file.
         const results = await verifyRangePg(
