@@ -4,16 +4,13 @@
 // anchoring run signs, and the anchor file and its database copy stay equal. On
 // PostgreSQL the same installation is moved there first (migrate-to) and the service
 // and the appenders work on it.
-import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { parseVerifierKey } from "../src/audit/note.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
-import { openPgStore } from "../src/pg/store.ts";
-import { BUN, bulkChain, ROOT, startService, testDatabase, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, startService, testDatabase, timedAppender, type ServiceProcess } from "./fixtures/hardening.ts";
 import { SECRET, TEST_VERIFIER_KEY, until } from "./helpers.ts";
-import { DIALECT, testCluster, testDb } from "./dialect.ts";
+import { DIALECT, openServiceDb, testCluster } from "./dialect.ts";
 
 const DAY = 24 * 3600 * 1000;
 const now = Date.now();
@@ -36,61 +33,17 @@ const post = async (svc: ServiceProcess, job: string) => {
   return { job, status: r.status, body: (await r.json()) as Record<string, unknown> };
 };
 
-/** Where the installation's data lives: the SQLite file, or (the PostgreSQL run) its copy in a database of the run's cluster. */
-type Data = { kind: "sqlite"; path: string } | { kind: "pg"; url: string };
+/** Where the installation's data lives: the SQLite file, or (the PostgreSQL run, `url`) its copy in a database of the run's cluster. */
+type Data = { path: string; url: string | null };
 
 /** Plain SQL reads of the data while the service works: a read-only connection to the file, or a client of the database. */
-async function reader(data: Data): Promise<{ all<T = any>(q: string, ...p: unknown[]): Promise<T[]>; close(): Promise<void> }> {
-  if (data.kind === "sqlite") {
-    const s = new Database(data.path, { readonly: true });
-    return { all: async (q, ...p) => s.query(q).all(...(p as any[])) as any[], close: async () => s.close() };
-  }
-  const store = await openPgStore(data.url, { max: 1 });
-  const db = testDb(store);
-  return { all: db.all, close: () => store.close() };
+async function reader(data: Data) {
+  const d = await openServiceDb({ ...data, readonly: true });
+  return { ...d.db, close: d.close };
 }
 
-/**
- * test/fixtures/append-timed.ts on PostgreSQL, as its own process (`bun -e`): one
- * transaction per entry, which waits for the tenant's chain lock; a lock wait given up
- * after 5 s (55P03, lock_timeout as SQLite's busy_timeout) is counted as `busy`.
- */
-const PG_APPEND_TIMED = `
-import { SQL } from "bun";
-import { canonicalJson } from ${JSON.stringify(`${ROOT}/src/audit/chain.ts`)};
-import { appendEntriesPg } from ${JSON.stringify(`${ROOT}/src/pg/chain.ts`)};
-const { URL: url, TENANT, COUNT, ACTOR: actor } = process.env;
-const sql = new SQL(url, { max: 1 });
-const times = [];
-let busy = 0;
-const from = new Date().toISOString();
-for (let i = 0; i < Number(COUNT); i++) {
-  const t0 = performance.now();
-  const input = { tenantId: Number(TENANT), createdAt: new Date().toISOString(), actor, action: "race.append", subject: actor + "/" + i, details: canonicalJson({ i }) };
-  try {
-    await sql.begin(async (tx) => {
-      await tx\`SET LOCAL lock_timeout = '5s'\`;
-      await appendEntriesPg(tx, [input]);
-    });
-  } catch (e) {
-    if (e?.errno === "55P03") busy++;
-    else throw e;
-  }
-  times.push(performance.now() - t0);
-  if (i % 20 === 0) await Bun.sleep(1);
-}
-const to = new Date().toISOString();
-await sql.close();
-times.sort((a, b) => a - b);
-const p99 = times[Math.floor(times.length * 0.99)] ?? 0;
-process.stdout.write(JSON.stringify({ appended: times.length - busy, maxMs: Math.round(times.at(-1) ?? 0), p99Ms: Math.round(p99), busy, from, to }) + "\\n");
-`;
-
-function appender(data: Data, tenant: number, count: number, actor: string) {
-  return data.kind === "sqlite"
-    ? Bun.spawn([BUN, join(ROOT, "test/fixtures/append-timed.ts"), data.path, String(tenant), String(count), actor], { stdout: "pipe", stderr: "inherit" })
-    : Bun.spawn([BUN, "-e", PG_APPEND_TIMED], { cwd: ROOT, env: { ...process.env, URL: data.url, TENANT: String(tenant), COUNT: String(count), ACTOR: actor }, stdout: "pipe", stderr: "inherit" });
-}
+/** fixtures/hardening.ts timedAppender on the data; on PostgreSQL a lock wait is given up after 5 s (lock_timeout, as SQLite's busy_timeout) and counted busy. */
+const appender = (data: Data, tenant: number, count: number, actor: string) => timedAppender(data, tenant, count, actor, { lockTimeout: "5s" });
 
 /** Resolves once every actor has appended at least one entry: the appenders are at work. */
 async function appending(data: Data, actors: string[]): Promise<void> {
@@ -114,13 +67,13 @@ describe("the audit jobs at once, with appenders, and a restart", () => {
         bulkChain(s, t, 500, now - 30 * DAY, now - DAY);
       }
     });
-    let data: Data = { kind: "sqlite", path: db.path };
+    let data: Data = { path: db.path, url: null };
     let serviceEnv: Record<string, string> = db.env;
     if (DIALECT === "pg") {
       const url = await (await testCluster()).createDatabase();
       const moved = await migrateToPostgres({ dbPath: db.path, anchorPath: db.env.AUDIT_ANKER_BESTAND, url, verifiers: [parseVerifierKey(TEST_VERIFIER_KEY)], log: () => {} });
       expect(moved.uitkomst).toBe("klaar");
-      data = { kind: "pg", url };
+      data = { path: db.path, url };
       serviceEnv = { ...db.env, DATABASE_URL: url };
     }
     let svc = await service(serviceEnv);

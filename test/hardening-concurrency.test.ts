@@ -21,7 +21,7 @@ import { verifyTenantChainPg } from "../src/pg/chain.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { DIALECT, fileTestDb, onFile, testCluster, testDb, type TestDb } from "./dialect.ts";
-import { bulkChain, testDatabase, BUN, flakySmtp, ROOT, startService, verifyAllOn, waitForRow, waitForRun, type ServiceProcess } from "./fixtures/hardening.ts";
+import { bulkChain, testDatabase, flakySmtp, ROOT, startService, timedAppender, verifyAllOn, waitForRow, waitForRun, type ServiceProcess } from "./fixtures/hardening.ts";
 import { SECRET, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -95,52 +95,6 @@ function runsOf(db: Installation, job: string) {
   return db.db.all('SELECT uitkomst, http_status AS "httpStatus" FROM job_runs WHERE job = ? ORDER BY id', job);
 }
 
-/**
- * test/fixtures/append-timed.ts on PostgreSQL, run with `bun -e`: COUNT entries appended
- * to TENANT, one transaction each (appendEntriesPg, which waits for the tenant's chain
- * lock), each timed; prints the same JSON line.
- */
-const PG_APPEND_TIMED = `
-import { SQL } from "bun";
-import { canonicalJson } from ${JSON.stringify(`${ROOT}/src/audit/chain.ts`)};
-import { appendEntriesPg } from ${JSON.stringify(`${ROOT}/src/pg/chain.ts`)};
-const { URL: url, TENANT, COUNT, ACTOR: actor } = process.env;
-const sql = new SQL(url, { max: 1 });
-const times = [];
-let busy = 0;
-const from = new Date().toISOString();
-for (let i = 0; i < Number(COUNT); i++) {
-  const t0 = performance.now();
-  try {
-    const input = { tenantId: Number(TENANT), createdAt: new Date().toISOString(), actor, action: "race.append", subject: actor + "/" + i, details: canonicalJson({ i }) };
-    await sql.begin((tx) => appendEntriesPg(tx, [input]));
-  } catch (e) {
-    // A lock wait given up (lock_timeout, a deadlock): where SQLite answers SQLITE_BUSY, the application would have failed here.
-    if (e?.errno === "55P03" || e?.errno === "40P01") busy++;
-    else throw e;
-  }
-  times.push(performance.now() - t0);
-  if (i % 20 === 0) await Bun.sleep(1);
-}
-const to = new Date().toISOString();
-await sql.close();
-times.sort((a, b) => a - b);
-const p99 = times[Math.floor(times.length * 0.99)] ?? 0;
-process.stdout.write(JSON.stringify({ appended: times.length - busy, maxMs: Math.round(times.at(-1) ?? 0), p99Ms: Math.round(p99), busy, from, to }) + "\\n");
-`;
-
-function timedAppender(db: Installation, tenant: number, count: number, actor: string) {
-  if (db.url === null) {
-    return Bun.spawn([BUN, join(ROOT, "test/fixtures/append-timed.ts"), db.env.DATABASE_PATH!, String(tenant), String(count), actor], { stdout: "pipe", stderr: "inherit" });
-  }
-  return Bun.spawn([BUN, "-e", PG_APPEND_TIMED], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", URL: db.url, TENANT: String(tenant), COUNT: String(count), ACTOR: actor },
-    stdout: "pipe",
-    stderr: "inherit",
-  });
-}
-
 describe("the host application writing while the jobs run", () => {
   test("three appender processes during audit-retentie and audit-verificatie: all chains verify, nothing reported broken, no append waited long", async () => {
     const db = await database((s) => {
@@ -151,7 +105,8 @@ describe("the host application writing while the jobs run", () => {
       }
     });
     const svc = await service(db.env);
-    const appenders = [1, 2, 3].map((t) => timedAppender(db, t, 1500, `app${t}`));
+    // On PostgreSQL no lock_timeout: an append waits for the chain's lock as long as it takes.
+    const appenders = [1, 2, 3].map((t) => timedAppender({ path: db.env.DATABASE_PATH!, url: db.url }, t, 1500, `app${t}`));
     // Every appender is writing before the jobs start; verification starts once retention runs.
     for (const t of [1, 2, 3]) await waitForRow(db.db, "SELECT 1 FROM audit_entries WHERE actor = ?", `app${t}`);
     const [retentie, verificatie] = await Promise.all([post(svc, "audit-retentie"), waitForRow(db.db, "SELECT 1 FROM job_runs WHERE job = 'audit-retentie'").then(() => post(svc, "audit-verificatie"))]);
