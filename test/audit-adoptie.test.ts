@@ -193,11 +193,10 @@ describe("adopting a chain the earlier version shortened", () => {
 
   test("a genuine adoption's row copied to another shortened tenant does not start that chain (its origin names the first)", async () => {
     const { a } = await shortenedTheOldWay();
-    expect((await adopt(a, { ja: true })).code).toBe(0);
-    // The other tenant shortened the same way (after the adoption: a shortened chain does not move over).
     const c = await addTenant(env.db, "Derde");
     await fillChain(env.store, c, 60);
     await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 50", c);
+    expect((await adopt(a, { ja: true })).code).toBe(0);
     const row = (await env.db.get<{ note: string }>("SELECT note FROM audit_anchor_log WHERE soort = 'adoptie'"))!;
     await env.db.run("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (999999, 'adoptie', ?, 50, ?)", c, row.note);
     const r = await verify();
