@@ -32,8 +32,14 @@ export interface TestDb {
   run(query: string, ...params: unknown[]): Promise<void>;
 }
 
-/** `?` placeholders as $1, $2, … (outside quoted text), for PostgreSQL. */
+/**
+ * `?` placeholders as $1, $2, … for PostgreSQL: outside quoted text. A `?` in a comment
+ * or a dollar-quoted body would be taken for one, so such a query is refused instead.
+ */
 export function numberedPlaceholders(query: string): string {
+  if (/--|\/\*|\$[A-Za-z_]*\$/.test(query) && query.includes("?")) {
+    throw new Error(`numberedPlaceholders: a query with a comment or a dollar-quoted body takes $n placeholders, not ?: ${query}`);
+  }
   let n = 0;
   let quote: string | null = null;
   let out = "";
@@ -207,12 +213,17 @@ export async function makeEnv(env: Record<string, string> = {}, options: AppOpti
   // Dropped with the installation: the run makes hundreds, and the cluster's directory stays small.
   // A file's afterEach may clean up the previous test's installation again: once is enough.
   const cleanup = e.cleanup;
+  const name = new URL(e.url).pathname.slice(1);
   let dropped = false;
   e.cleanup = async () => {
-    await cleanup();
-    if (dropped) return;
-    dropped = true;
-    await c.dropDatabase(new URL(e.url).pathname.slice(1));
+    try {
+      await cleanup();
+    } finally {
+      if (!dropped) {
+        dropped = true;
+        await c.dropDatabase(name);
+      }
+    }
   };
   return Object.assign(e, { db: testDb(e.store), dialect: "pg" as const });
 }
