@@ -1,5 +1,6 @@
 // Shared by the write-API tests: the application's secret (APP_SECRET), one entry, and
-// another process holding the database's write lock.
+// another process holding the database's write lock (or, for the job tests, what a run's end writes).
+import { SQL } from "bun";
 import { expect } from "bun:test";
 export const APP_SECRET = "app-secret-0123456789abcdef0123456789abcdef";
 
@@ -46,6 +47,28 @@ export async function holdWriteLock(path: string) {
       child.stdin.write("go\n");
       await child.stdin.end();
       expect(await child.exited).toBe(0);
+    },
+  };
+}
+
+/**
+ * What a job run's end must write, held by another process until release(): SQLite's
+ * write lock on the file at `path` (holdWriteLock); on PostgreSQL (`url`), which locks
+ * only rows, the job's running run's job_runs row, held FOR UPDATE by another
+ * connection's open transaction.
+ */
+export async function holdRunEnd(db: { path: string; url?: string | null }, job: string): Promise<{ release(): Promise<void> }> {
+  if (db.url === undefined || db.url === null) return holdWriteLock(db.path);
+  const client = new SQL(db.url, { max: 1 });
+  const conn = await client.reserve();
+  await conn`BEGIN`;
+  const locked = await conn`SELECT id FROM job_runs WHERE job = ${job} AND uitkomst = 'bezig' FOR UPDATE`;
+  expect(locked.length).toBe(1);
+  return {
+    async release() {
+      await conn`ROLLBACK`;
+      conn.release();
+      await client.close();
     },
   };
 }

@@ -29,7 +29,7 @@ import { defineJob } from "../src/jobs/job.ts";
 import { createApp } from "../src/app.ts";
 import { startService } from "./fixtures/hardening.ts";
 import { RETURNED } from "./fixtures/server-marked-end.ts";
-import { holdWriteLock } from "./ingest-fixtures.ts";
+import { holdRunEnd, holdWriteLock } from "./ingest-fixtures.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const RECIPIENT = "ops@example.test";
@@ -201,27 +201,6 @@ async function sharedDatabase(): Promise<SharedDatabase> {
   dirs.push(() => store.close());
   const db = testDb(store);
   return { path, url, env: { ...env, DATABASE_URL: url }, all: (sql, ...params) => db.all(sql, ...params), run: (sql, ...params) => db.run(sql, ...params) };
-}
-
-/**
- * What a run's end must write, held by another process until release(): SQLite's write
- * lock; on PostgreSQL, which locks rows only, the job's running run's job_runs row, held
- * FOR UPDATE by another connection's open transaction.
- */
-async function holdRunEnd(db: SharedDatabase, job: string): Promise<{ release(): Promise<void> }> {
-  if (db.url === undefined) return holdWriteLock(db.path);
-  const client = new SQL(db.url, { max: 1 });
-  const conn = await client.reserve();
-  await conn`BEGIN`;
-  const locked = await conn`SELECT id FROM job_runs WHERE job = ${job} AND uitkomst = 'bezig' FOR UPDATE`;
-  expect(locked.length).toBe(1);
-  return {
-    async release() {
-      await conn`ROLLBACK`;
-      conn.release();
-      await client.close();
-    },
-  };
 }
 
 const leaseOf = async (db: SharedDatabase, job: string) =>

@@ -1,5 +1,4 @@
 import { afterEach, describe, expect, spyOn, test } from "bun:test";
-import { SQL } from "bun";
 import { Cron } from "croner";
 import { t } from "elysia";
 import type { AnyStore } from "../src/deps.ts";
@@ -12,7 +11,7 @@ import { takenControleJob } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE } from "../src/schedule.ts";
 import { call, NOW, SECRET } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
-import { holdWriteLock } from "./ingest-fixtures.ts";
+import { holdRunEnd } from "./ingest-fixtures.ts";
 
 let env: Env;
 afterEach(() => env?.cleanup());
@@ -339,27 +338,6 @@ describe("the job wrapper: a completed job whose end cannot be recorded", () => 
   });
 });
 
-/**
- * Another process holding what the run's end must write past the wait (5 s): SQLite's
- * write lock (the host application, a backup); on PostgreSQL, which locks only rows, a
- * transaction of another connection holding the run's job_runs row (FOR UPDATE).
- */
-async function holdRunEnd(e: Env, job: string): Promise<{ release(): Promise<void> }> {
-  if (e.store.kind === "sqlite") return holdWriteLock(e.config.databasePath);
-  const client = new SQL((e as Env & { url: string }).url, { max: 1 });
-  const conn = await client.reserve();
-  await conn`BEGIN`;
-  const locked = await conn`SELECT id FROM job_runs WHERE job = ${job} FOR UPDATE`;
-  expect(locked.length).toBe(1);
-  return {
-    async release() {
-      await conn`ROLLBACK`;
-      conn.release();
-      await client.close();
-    },
-  };
-}
-
 describe("the job wrapper: a run that ends while another process holds the write lock (on PostgreSQL: the run's row) past the wait (5 s)", () => {
   test("a job that throws: its 500 is answered while the lock is held, the end is kept meanwhile, then written (fout/500) and the lease released once the lock is free; no error logged for the wait", async () => {
     const started = gate();
@@ -388,7 +366,7 @@ describe("the job wrapper: a run that ends while another process holds the write
     try {
       const answer = call(env.app, "/api/cron/weekrapport");
       await started.p;
-      lock = await holdRunEnd(env, "weekrapport");
+      lock = await holdRunEnd({ path: env.config.databasePath, url: env.store.kind === "pg" ? env.store.url : null }, "weekrapport");
       fail.open();
       const r = await answer;
       expect(r.status).toBe(500);
