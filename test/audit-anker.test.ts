@@ -3,7 +3,6 @@
 // that opens the notes in checkpoint-go.test.ts.
 import { afterEach, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { TreeExtension } from "../src/audit/anchoring.ts";
 import { entriesAfter, entryHash, type EntryRow } from "../src/audit/chain.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
@@ -11,17 +10,11 @@ import { openNote, parseVerifierKey } from "../src/audit/note.ts";
 import { chainStart, type ChainStart } from "../src/audit/verify.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { chainStartPg, readEntriesPg } from "../src/pg/chain.ts";
-import { openPgStore } from "../src/pg/store.ts";
-import { anchorFileLines, call, mth, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
-import { addTenant, chainRoot, fillChain, makeEnv, testCluster, testDb, type Env } from "./dialect.ts";
+import { anchorFileLines, call, mth, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { addTenant, chainRoot, copyDatabase, fillChain, makeEnv, restoreCopy, type Env } from "./dialect.ts";
 
 let env: Env;
-/** Stores a test opened beside env's own (PostgreSQL: the database reopened, a restored copy); closed after it. */
-const opened: AnyStore[] = [];
-afterEach(async () => {
-  await env?.cleanup();
-  for (const s of opened.splice(0)) await s.close();
-});
+afterEach(() => env?.cleanup());
 
 /** Entries `n` of a tenant, made a second apart in the hour before NOW. */
 const fill = (e: Env, tenantId: number, n: number) => fillChain(e.store, tenantId, n, { at: (i) => new Date(NOW.getTime() - 3600_000 + i * 1000) });
@@ -51,46 +44,6 @@ async function rehash(e: Env, tenantId: number, fromSeq: number, firstPrev?: str
 
 /** The compact range in a tenant's checkpoint rows made useless, so audit-anker rebuilds the tree from the chain's start. */
 const spoilRange = (e: Env, tenantId: number) => e.db.run("UPDATE audit_anchor_log SET bereik = 'kapot' WHERE tenant_id = ? AND soort = 'checkpoint'", tenantId);
-
-/** Puts `store` under the app and env (as restoreDatabase does on SQLite), env.db on it. */
-function useStore(e: Env, store: AnyStore): void {
-  (e.deps as { store: AnyStore }).store = store;
-  (e as { store: AnyStore }).store = store;
-  e.db = testDb(store);
-}
-
-/**
- * A copy of the database as it is now, to put back later (restoreCopy): on SQLite a file
- * (VACUUM INTO); on PostgreSQL a database created with this one as its template, which
- * nobody may be connected to meanwhile, so the app's pool is closed and reopened.
- */
-async function copyDatabase(e: Env): Promise<string> {
-  if (e.store.kind === "sqlite") {
-    const copy = join(e.dir, "oud.db");
-    e.store.sqlite.query("VACUUM INTO ?").run(copy);
-    return copy;
-  }
-  const url = e.store.url;
-  await e.store.close();
-  const copy = await (await testCluster()).createDatabase(undefined, { template: new URL(url).pathname.slice(1) });
-  const reopened = await openPgStore(url);
-  opened.push(reopened);
-  useStore(e, reopened);
-  return copy;
-}
-
-/** Puts the copy back as a restore from a backup does, and gives the app a store on it. */
-async function restoreCopy(e: Env, copy: string): Promise<void> {
-  if (e.store.kind === "sqlite") {
-    restoreDatabase(e as TestEnv, copy);
-    e.db = testDb(e.store);
-    return;
-  }
-  await e.store.close();
-  const restored = await openPgStore(copy);
-  opened.push(restored);
-  useStore(e, restored);
-}
 
 /** A tenant's entries in seq order, read as audit-anker reads them on the store (entriesAfter, readEntriesPg). */
 async function entries(store: AnyStore, tenantId: number): Promise<EntryRow[]> {

@@ -8,28 +8,24 @@
 // the service's as its template (CREATE DATABASE … TEMPLATE, nobody connected meanwhile),
 // put back as a new database made from that copy, which the service then uses. On the
 // PostgreSQL run `accept-restore` works on PostgreSQL itself (DATABASE_URL), and the
-// service's environment may still name the SQLite file it was moved from.
+// service's environment may still name the SQLite file it was moved from. Both ways are
+// test/dialect.ts copyDatabase and restoreCopy.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signRestoreRecord } from "../src/audit/records.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
-import type { AnyStore } from "../src/deps.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
-import { openPgStore } from "../src/pg/store.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { anchorFileLines, call, DAY_MS, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
-import { addTenant, anchorRowCount, chainRoot, fillChain, makeEnv, pgOnly, testCluster, testDb, type Env } from "./dialect.ts";
+import { anchorFileLines, call, DAY_MS, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { addTenant, anchorRowCount, chainRoot, copyDatabase, fillChain, makeEnv, pgOnly, restoreCopy, testCluster, testDb, type Env } from "./dialect.ts";
 
 let env: Env;
-/** Stores a test opened beside env's own (PostgreSQL: the database reopened, a restored copy); closed after it. */
-const opened: AnyStore[] = [];
 /** Cleanups of installations a test keeps beside env (the SQLite one moved from). */
 const others: (() => unknown)[] = [];
 afterEach(async () => {
   await env?.cleanup();
-  for (const s of opened.splice(0)) await s.close();
   for (const c of others.splice(0)) await c();
 });
 setDefaultTimeout(60_000);
@@ -37,55 +33,6 @@ setDefaultTimeout(60_000);
 /** Entries `n` of a tenant, made a second apart 30 days before NOW; `label` tells fills apart. */
 const fill = (tenantId: number, n: number, label: string) =>
   fillChain(env.store, tenantId, n, { label, at: (i) => new Date(NOW.getTime() - 30 * DAY_MS + i * 1000) });
-
-/** Puts `store` under the app and env (as restoreDatabase does on SQLite), env.db on it. */
-function useStore(store: AnyStore): void {
-  (env.deps as { store: AnyStore }).store = store;
-  (env as { store: AnyStore }).store = store;
-  env.db = testDb(store);
-}
-
-/** The name of the database a PostgreSQL URL names. */
-const databaseName = (url: string) => new URL(url).pathname.slice(1);
-
-/**
- * A copy of the database as it is now, as a backup takes it: on SQLite a file (VACUUM
- * INTO); on PostgreSQL a database made with this one as its template, which nobody may be
- * connected to meanwhile, so the app's pool is closed and reopened. The copy itself is
- * never opened: restore() makes a database from it, so it can be put back more than once.
- */
-async function backup(name: string): Promise<string> {
-  if (env.store.kind === "sqlite") {
-    const copy = join(env.dir, name);
-    await env.db.run("VACUUM INTO ?", copy);
-    return copy;
-  }
-  const url = env.store.url;
-  await env.store.close();
-  const copy = await (await testCluster()).createDatabase(undefined, { template: databaseName(url) });
-  const reopened = await openPgStore(url);
-  opened.push(reopened);
-  useStore(reopened);
-  return copy;
-}
-
-/**
- * Puts an earlier copy back as a restore from a backup does: on SQLite over the .db file
- * (restoreDatabase); on PostgreSQL as a new database made from the copy, which the app
- * (and DATABASE_URL) then names.
- */
-async function restore(copy: string): Promise<void> {
-  if (env.store.kind === "sqlite") {
-    restoreDatabase(env as TestEnv, copy);
-    env.db = testDb(env.store);
-    return;
-  }
-  await env.store.close();
-  const url = await (await testCluster()).createDatabase(undefined, { template: databaseName(copy) });
-  const restored = await openPgStore(url);
-  opened.push(restored);
-  useStore(restored);
-}
 
 /**
  * Tenants a (40 entries) and b (25) signed; a copy of the database taken; then `runs`
@@ -99,12 +46,12 @@ async function restored(runs = 2): Promise<{ a: number; b: number; copy: string 
   await fill(a, 40, "eerst");
   await fill(b, 25, "eerst");
   expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
-  const copy = await backup("oud.db");
+  const copy = await copyDatabase(env, "oud.db");
   for (let day = 0; day < runs; day++) {
     await fill(a, 5, `dag${day}`);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
   }
-  await restore(copy);
+  await restoreCopy(env, copy);
   return { a, b, copy };
 }
 
@@ -188,7 +135,7 @@ describe("accepting a deliberate restore", () => {
     // Every line of the file has its row again (the four the copy lacked, the two new ones).
     expect(await rowCount()).toBe(rows + 4 + 2);
     // The accepted state, as a backup would copy it (the rollback below puts it back).
-    const accepted = await backup("geaccepteerd.db");
+    const accepted = await copyDatabase(env, "geaccepteerd.db");
 
     const after = await verify();
     expect(after.status).toBe(200);
@@ -209,12 +156,12 @@ describe("accepting a deliberate restore", () => {
 
     // A database writer rolls back again, to the copy from before the acceptance: nothing
     // it can do makes that acceptable (it has no key), so it is the alarm again.
-    await restore(copy);
+    await restoreCopy(env, copy);
     const again = await verify();
     expect(again.status).toBe(409);
     expect(again.json.ankerbestand).toMatchObject({ reden: "database-teruggezet" });
     // And to the copy the operator accepted, now a run behind whose tenant lost signed entries.
-    await restore(accepted);
+    await restoreCopy(env, accepted);
     expect((await verify()).status).toBe(409);
   });
 

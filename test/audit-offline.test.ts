@@ -9,22 +9,15 @@ import { copyFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
-import type { AnyStore } from "../src/deps.ts";
 import { anchorRecordsPg } from "../src/pg/daily.ts";
-import { openPgStore } from "../src/pg/store.ts";
 import { BUN, buildBinary, ROOT } from "./binary.ts";
-import { addTenant, fillChain, makeEnv, testCluster, testDb, type Env } from "./dialect.ts";
-import { call, DAY_MS, NOW, restoreDatabase, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addTenant, copyDatabase, fillChain, makeEnv, restoreCopy, type Env } from "./dialect.ts";
+import { call, DAY_MS, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 let env: Env;
 /** What the commands read: the SQLite file, or the PostgreSQL database's URL (`--database-url`). */
 let target: string;
-/** Stores a test opened beside env's own (the database reopened or rolled back); closed after it. */
-const opened: AnyStore[] = [];
-afterEach(async () => {
-  await env?.cleanup();
-  for (const s of opened.splice(0)) await s.close();
-});
+afterEach(() => env?.cleanup());
 // Each command is a new process (a generous bound: a hang is the failure here).
 setDefaultTimeout(120_000);
 
@@ -66,57 +59,6 @@ const base = () => [...dbArgs(), "--bestand", env.config.auditAnkerBestand, "--s
 /** The newest installation checkpoint, as the daily e-mail carries it (src/reports/daily.ts, src/pg/daily.ts). */
 async function mailedCheckpoint(): Promise<string | null> {
   return env.store.kind === "sqlite" ? latestInstallationCheckpoint(env.store.sqlite) : (await anchorRecordsPg(env.store.db)).installatieCheckpoint;
-}
-
-/** Puts `store` under the app and env (as restoreDatabase does on SQLite), env.db on it. */
-function useStore(store: AnyStore): void {
-  (env.deps as { store: AnyStore }).store = store;
-  (env as { store: AnyStore }).store = store;
-  env.db = testDb(store);
-}
-
-/**
- * The database as it is now, for root to roll back to: on SQLite a file (VACUUM INTO);
- * on PostgreSQL a database created with this one as its template, which nobody may be
- * connected to meanwhile, so the app's pool is closed and reopened. Returns its name.
- */
-async function copyDatabase(): Promise<string> {
-  if (env.store.kind === "sqlite") {
-    env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
-    const copy = join(env.dir, "oud.db");
-    env.store.sqlite.query("VACUUM INTO ?").run(copy);
-    return copy;
-  }
-  const url = env.store.url;
-  await env.store.close();
-  const copy = await (await testCluster()).createDatabase(undefined, { template: new URL(url).pathname.slice(1) });
-  const reopened = await openPgStore(url);
-  opened.push(reopened);
-  useStore(reopened);
-  return new URL(copy).pathname.slice(1);
-}
-
-/**
- * Root puts the copy back in the installation's place: on SQLite the file (a new inode,
- * no -wal or -shm); on PostgreSQL the database dropped and created again, under its own
- * name, from the copy. The app gets a store on it.
- */
-async function rollBack(copy: string): Promise<void> {
-  if (env.store.kind === "sqlite") {
-    restoreDatabase(env as TestEnv, copy);
-    opened.push(env.store);
-    env.db = testDb(env.store);
-    return;
-  }
-  const url = env.store.url;
-  const name = new URL(url).pathname.slice(1);
-  await env.store.close();
-  const cluster = await testCluster();
-  await cluster.dropDatabase(name);
-  await cluster.createDatabase(name, { template: copy });
-  const restored = await openPgStore(url);
-  opened.push(restored);
-  useStore(restored);
 }
 
 /** A database that does not exist: a file path on SQLite, a database name on the cluster on PostgreSQL. */
@@ -204,7 +146,8 @@ describe("nachtwacht verify --checkpoint (the off-machine witness)", () => {
   test("holds for the e-mailed checkpoint; after both the database and the anchor file were rolled back it exits 1, though the nightly check sees nothing", async () => {
     const { a } = await signed();
     // The state after the first run, as root would keep it to roll back to.
-    const oldDb = await copyDatabase();
+    if (env.store.kind === "sqlite") env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    const oldDb = await copyDatabase(env);
     const oldFile = join(env.dir, "oud.jsonl");
     copyFileSync(env.config.auditAnkerBestand, oldFile);
     // A day later: new entries, anchored; the daily e-mail carries this checkpoint.
@@ -217,7 +160,8 @@ describe("nachtwacht verify --checkpoint (the off-machine witness)", () => {
     expect((await run(["verify", ...base(), "--checkpoint", "-"], { stdin: mailed })).code).toBe(0);
 
     // Root rolls both back to the earlier pair.
-    await rollBack(oldDb);
+    // On PostgreSQL in place: the commands' --database-url names the installation's database.
+    await restoreCopy(env, oldDb, { inPlace: true });
     copyFileSync(oldFile, env.config.auditAnkerBestand);
     expect((await run(["verify", ...base()])).code).toBe(0);
     const witness = await run(["verify", ...base(), "--checkpoint", cpFile]);

@@ -7,9 +7,8 @@ import { readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { entryHash } from "../src/audit/chain.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
-import { openPgStore, type PgStore } from "../src/pg/store.ts";
-import { call, NOW, restoreDatabase, type TestEnv } from "./helpers.ts";
-import { addTenant, fillChain, makeEnv, testCluster, testDb, type Env, type TestDb } from "./dialect.ts";
+import { call, NOW } from "./helpers.ts";
+import { addTenant, copyDatabase, fillChain, makeEnv, restoreCopy, type Env, type TestDb } from "./dialect.ts";
 
 // On the PostgreSQL run the first test may start the cluster (test/dialect.ts), on a shared host that takes seconds.
 setDefaultTimeout(30_000);
@@ -53,43 +52,6 @@ async function recompute(db: TestDb, tenantId: number, fromSeq: number) {
 
 function expectAlarm() {
   expect(env.alarms.raised.map((x) => x.type)).toContain("audit-chain-broken");
-}
-
-/** The app (and env.store, env.db) on another PostgreSQL store; the test's cleanup closes it. */
-function usePgStore(e: Env, store: PgStore) {
-  const cleanup = e.cleanup;
-  Object.assign(e, { store, url: store.url, db: testDb(store), cleanup: async () => (await store.close(), await cleanup()) });
-  e.deps.store = store;
-}
-
-/**
- * A backup of the database as it is now, for restoreBackup: on SQLite a copy of the file
- * (VACUUM INTO); on PostgreSQL a copy of the database (CREATE DATABASE … TEMPLATE, as a
- * restored dump would be), made while the app's pool is closed (a template may have no
- * connections).
- */
-async function backup(e: Env): Promise<string> {
-  const s = e.store;
-  if (s.kind === "sqlite") {
-    const copy = join(e.dir, "oud.db");
-    s.sqlite.query("VACUUM INTO ?").run(copy);
-    return copy;
-  }
-  await s.close();
-  const copy = await (await testCluster()).createDatabase(undefined, { template: new URL(s.url).pathname.slice(1) });
-  usePgStore(e, await openPgStore(s.url));
-  return copy;
-}
-/** The backup put back in the database's place, and the app on it. */
-async function restoreBackup(e: Env, copy: string) {
-  const s = e.store;
-  if (s.kind === "sqlite") {
-    restoreDatabase(e as TestEnv, copy);
-    e.db = testDb(e.store);
-    return;
-  }
-  await s.close();
-  usePgStore(e, await openPgStore(copy));
 }
 
 describe("tamper evidence: the nightly check, over HTTP, against a database writer", () => {
@@ -230,13 +192,13 @@ describe("tamper evidence: the nightly check, over HTTP, against a database writ
 
   test("the database replaced by an older copy → database-teruggezet", async () => {
     const { a } = await anchored();
-    const copy = await backup(env);
+    const copy = await copyDatabase(env);
     // Two more days of entries and anchoring.
     for (const day of [1, 2]) {
       await fillChain(env.store, a, 5, { from: 40 + (day - 1) * 5 });
       expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     }
-    await restoreBackup(env, copy);
+    await restoreCopy(env, copy);
     const r = await verify();
     expect(r.status).toBe(409);
     expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "database-teruggezet" });

@@ -12,12 +12,13 @@
 // - addTenant / addAdmin / fillChain / chainRoot / anchorRowCount from here.
 import { Database } from "bun:sqlite";
 import { test } from "bun:test";
+import { join } from "node:path";
 import { appendEntries, canonicalJson, type ChainInput, type NewLoginAttempt } from "../src/audit/chain.ts";
 import type { AppOptions } from "../src/app.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
-import { DAY_MS, makePgTestEnv, makeTestEnv, NOW, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { DAY_MS, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 
 export type Dialect = "sqlite" | "pg";
@@ -295,4 +296,87 @@ export async function chainRoot(db: TestDb, tenantId: number, after = 0): Promis
 /** The number of rows in audit_anchor_log. */
 export async function anchorRowCount(db: TestDb): Promise<number> {
   return (await db.get<{ n: number }>("SELECT count(*) AS n FROM audit_anchor_log"))!.n;
+}
+
+// ---------------------------------------------------------------------------------
+// A copy of an installation's database, put back later as a restore from a backup does.
+
+/** Runs `f` first when `e` is cleaned up (once, however often its cleanup is called). */
+function beforeCleanup(e: Env, f: () => unknown): void {
+  const cleanup = e.cleanup;
+  let done = false;
+  e.cleanup = async () => {
+    try {
+      if (!done) {
+        done = true;
+        await f();
+      }
+    } finally {
+      await cleanup();
+    }
+  };
+}
+
+/** Puts `store` under the app (deps.store), env.store and env.db, as restoreDatabase does on SQLite; env's cleanup closes it. */
+function useStore(e: Env, store: AnyStore): void {
+  (e.deps as { store: AnyStore }).store = store;
+  (e as { store: AnyStore }).store = store;
+  if (store.kind === "pg") (e as { url?: string }).url = store.url;
+  e.db = testDb(store);
+  beforeCleanup(e, () => store.close());
+}
+
+/** The name of the database a PostgreSQL URL names. */
+const databaseName = (url: string) => new URL(url).pathname.slice(1);
+
+/**
+ * A copy of the database as it is now, as a backup takes it, to put back with
+ * restoreCopy: on SQLite a file in env's directory (VACUUM INTO), its path; on PostgreSQL
+ * a database made with this one as its template, its URL. A template may have no
+ * connections meanwhile, so the app's pool is closed and reopened. The copy itself is
+ * never opened (restoreCopy makes a database from it, so it can be put back more than
+ * once); it is dropped with env.
+ */
+export async function copyDatabase(e: Env, name = "oud.db"): Promise<string> {
+  if (e.store.kind === "sqlite") {
+    const copy = join(e.dir, name);
+    e.store.sqlite.query("VACUUM INTO ?").run(copy);
+    return copy;
+  }
+  const url = e.store.url;
+  await e.store.close();
+  const c = await testCluster();
+  const copy = await c.createDatabase(undefined, { template: databaseName(url) });
+  beforeCleanup(e, () => c.dropDatabase(databaseName(copy)));
+  useStore(e, await openPgStore(url));
+  return copy;
+}
+
+/**
+ * Puts a copy (copyDatabase) back as a restore from a backup does, and gives the app a
+ * store on it. SQLite: over the installation's file (restoreDatabase: a new file, no -wal
+ * or -shm). PostgreSQL: a new database made from the copy, which the app (and env.url)
+ * then names; `inPlace`: under the installation's own name instead (the database dropped
+ * and made again), so that a URL taken before still names it.
+ */
+export async function restoreCopy(e: Env, copy: string, o: { inPlace?: boolean } = {}): Promise<void> {
+  if (e.store.kind === "sqlite") {
+    restoreDatabase(e as TestEnv, copy);
+    e.db = testDb(e.store);
+    const store = e.store;
+    beforeCleanup(e, () => store.close());
+    return;
+  }
+  const c = await testCluster();
+  await e.store.close();
+  let url: string;
+  if (o.inPlace) {
+    url = e.store.url;
+    await c.dropDatabase(databaseName(url));
+    await c.createDatabase(databaseName(url), { template: databaseName(copy) });
+  } else {
+    url = await c.createDatabase(undefined, { template: databaseName(copy) });
+    beforeCleanup(e, () => c.dropDatabase(databaseName(url)));
+  }
+  useStore(e, await openPgStore(url));
 }
