@@ -139,7 +139,7 @@ describe("SIGTERM", () => {
     expect(SHUTDOWN_GRACE_MS).toBe(25_000); // production bound; the fixture uses 1.5 s
     const inst = await installation();
     // The same slow job on either store (the fixture of the PostgreSQL run writes through its pool).
-    const fixture = join(ROOT, DIALECT === "sqlite" ? "test/fixtures/server-slow-job.ts" : "test/fixtures/server-slow-job-pg.ts");
+    const fixture = join(ROOT, "test/fixtures/server-slow-job.ts");
     const svc = await startService({ ...inst.env, SHUTDOWN_GRACE_MS: "1500" }, fixture);
     const answer = fetch(`${svc.url}/api/cron/db-onderhoud`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
     await waitForRun(inst.db, "db-onderhoud");
