@@ -13,9 +13,9 @@ import { createApp } from "../src/app.ts";
 import { parseConfig } from "../src/config.ts";
 import { openStore } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
-import { createMailer } from "../src/mail/transport.ts";
 import { bulkChainOn, BUN, deletedEntries, deletedEntriesOn, fakeSentry, flakySmtp, verifyAll, verifyAllPg, type FakeSentry } from "./fixtures/hardening.ts";
 import { call, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, tempDir, until } from "./helpers.ts";
+import { makeMailEnv } from "./smtp.ts";
 import { addAdmin, addTenant, DIALECT, makeEnv, sqliteOnly, testCluster, testDb, type Env, type TestDb } from "./dialect.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -75,10 +75,8 @@ describe("SMTP server going away in the middle of the weekly batch", () => {
   test("200 with the failures counted, mail-failure alarm; after the server is back the rerun sends exactly the rest, nobody gets two", async () => {
     const log: string[] = [];
     const first = await flakySmtp({ dieAfter: 6, log });
-    const env = track(await makeEnv({ SMTP_URL: first.url }));
     // The real mailer (nodemailer pool), short timeouts so the test never waits 15 s.
-    env.deps.mailer = createMailer({ smtpUrl: first.url, from: env.config.mailFrom, outboxDir: join(env.dir, "outbox"), timeouts: { connection: 2000, greeting: 2000, socket: 5000 } });
-    cleanups.push(() => env.deps.mailer.close());
+    const env = track(await makeMailEnv({ SMTP_URL: first.url }));
     const recipients: string[] = [];
     for (let t = 0; t < 3; t++) {
       const id = await addTenant(env.db, `Tenant ${t}`);
