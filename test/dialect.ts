@@ -10,6 +10,9 @@
 //   booleans passed as true/false, and PostgreSQL's answers read as SQLite's (booleans
 //   as 1/0, 64-bit integers and numerics as numbers), so one expectation holds on both;
 // - addTenant / addAdmin / fillChain / chainRoot / anchorRowCount from here.
+// Also here: a service process's database read beside it (serviceReader, openServiceDb,
+// fileTestDb), and a copy of the database put back as a restore does (copyDatabase,
+// restoreCopy).
 import { Database } from "bun:sqlite";
 import { test } from "bun:test";
 import { join } from "node:path";
