@@ -80,11 +80,12 @@ export const openRun = (t: { id: AnyColumn; uitkomst: AnyColumn }, id: number) =
 /**
  * Writes a run's end (finishRun). On SQLite it waits for another process's write lock
  * without blocking the event loop (retryWhenBusy), for at most `deadlineMs`; then rejects
- * with that SQLITE_BUSY and nothing was written. PostgreSQL locks only the row, which no
- * one else writes. Other database errors are passed on.
+ * with that SQLITE_BUSY and nothing was written. On PostgreSQL it waits as long for the
+ * run's row, should another session hold it (finishRunPg). Other database errors are
+ * passed on.
  */
 export function writeRunEnd(store: AnyStore, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
-  if (store.kind === "pg") return withDeadline(finishRunPg(store, id, end, r), deadlineMs, "the end of a run");
+  if (store.kind === "pg") return withDeadline(finishRunPg(store, id, end, r, deadlineMs), deadlineMs, "the end of a run");
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, id, end, r), deadlineMs);
 }
 

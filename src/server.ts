@@ -143,12 +143,7 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
     await writeKeptEnds(deps.store, running, Math.max(0, writesDeadline - performance.now()));
     const unwritten = running.keptEndsList();
     if (unwritten.length > 0) {
-      // On PostgreSQL an UPDATE already sent may still be applied by the server once the
-      // row is free (the first end written stays: WHERE uitkomst = 'bezig'); the log says so.
-      log("error", "the end of a run could not be recorded before shutdown", {
-        runs: unwritten.map((k) => ({ job: k.job, runId: k.runId, uitkomst: k.result.uitkomst, httpStatus: k.result.httpStatus })),
-        ...(deps.store.kind === "pg" ? { note: "an update already sent may still be applied by PostgreSQL after exit" } : {}),
-      });
+      log("error", "the end of a run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId, uitkomst: k.result.uitkomst, httpStatus: k.result.httpStatus })) });
     }
     void deps.mailer.close().catch(() => {});
     await checkpointer?.stop();

@@ -4,7 +4,6 @@
 // answer 409 with the reason that says what happened, and raise the alarm.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { entryHash } from "../src/audit/chain.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
 import { call, NOW } from "./helpers.ts";

@@ -18,7 +18,7 @@ import type { AnyStore } from "../src/deps.ts";
 import { anchorAllPg } from "../src/pg/anchoring.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { ROOT } from "./binary.ts";
-import { NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 
 // `go run` compiles the peer first: a generous bound (a hang is the failure).

@@ -49,7 +49,6 @@ const killRand = prng(SEED);
 const clientRand = Array.from({ length: CLIENTS }, (_, c) => prng(SEED + 7919 * (c + 1)));
 const between = (rand: () => number, lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo + 1));
 
-const ROOT = join(import.meta.dir, "..");
 const dir = mkdtempSync(join(tmpdir(), "nachtwacht-ingest-crash-"));
 /** The service running now, if any: stopped and awaited when a check fails half way. */
 let current: Service | null = null;
