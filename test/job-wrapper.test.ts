@@ -2,7 +2,7 @@ import { afterEach, describe, expect, spyOn, test } from "bun:test";
 import { Cron } from "croner";
 import { t } from "elysia";
 import type { AnyStore } from "../src/deps.ts";
-import type { JobRunRow } from "../src/job-runs.ts";
+import { lastRun as lastRunOf, type JobRunRow } from "../src/job-runs.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { backupControleJob } from "../src/jobs/backup-controle.ts";
 import { dagrapportJob } from "../src/jobs/dagrapport.ts";
@@ -16,8 +16,9 @@ import { holdRunEnd } from "./ingest-fixtures.ts";
 let env: Env;
 afterEach(() => env?.cleanup());
 
-/** The job's newest run, as lastRun (src/job-runs.ts) reads it, on either store. */
+/** The job's newest run: lastRun (src/job-runs.ts) on SQLite, the same columns and order by plain SQL on PostgreSQL (lastRunPg reads fewer). */
 async function lastRun(e: Env, job: string): Promise<JobRunRow | null> {
+  if (e.store.kind === "sqlite") return lastRunOf(e.store.db, job);
   return e.db.get<JobRunRow>(
     'SELECT id, job, gestart, beeindigd, uitkomst, http_status AS "httpStatus", samenvatting, fout FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1',
     job,
