@@ -295,6 +295,9 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       return 0;
     }
 
+    // Two databases named on the command line: which one is meant is not for this command to guess.
+    if (o.db !== undefined && o["database-url"] !== undefined) throw new UsageError("--db en --database-url noemen elk een database: geef er één");
+
     if (SIGNING.has(sub)) {
       if (o.sleutel !== undefined) throw new UsageError("--sleutel hoort niet bij dit commando: het ondertekent met AUDIT_ANKER_SLEUTEL en vertrouwt AUDIT_VERTROUWDE_SLEUTELS, zoals de service");
       if (sub === "adopt" && (o.tenant === undefined || !/^[1-9][0-9]*$/.test(o.tenant))) throw new UsageError("--tenant N is verplicht (een tenant-id)");
