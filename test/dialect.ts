@@ -2,7 +2,7 @@
 // default, then again with NACHTWACHT_TEST_DB=pg the files that build their
 // installation here (test/pg-pass.ts finds them by their import of this file): the
 // same tests, on a fresh database of one throw-away PostgreSQL cluster per run
-// (test/setup.ts starts it on first use and stops it after the last file).
+// (started on first use; test/setup.ts stops it after the last file).
 //
 // What a test needs to be dialect-neutral:
 // - makeEnv() instead of makeTestEnv(): the same app, jobs, mailer, alarms and clock;
@@ -19,6 +19,7 @@ import { join } from "node:path";
 import { appendEntries, canonicalJson, type ChainInput, type NewLoginAttempt } from "../src/audit/chain.ts";
 import type { AppOptions } from "../src/app.ts";
 import type { AnyStore } from "../src/deps.ts";
+import { BUSY_TIMEOUT_MS } from "../src/db.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { DAY_MS, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv } from "./helpers.ts";
@@ -158,14 +159,15 @@ export async function openServiceDb(o: { path: string; url: string | null; reado
     return { db: testDb(store), store, close: () => store.close() };
   }
   const sqlite = new Database(o.path, o.readonly ? { readonly: true } : {});
-  if (!o.readonly) sqlite.run("PRAGMA busy_timeout = 5000"); // as the service's own connection has
+  if (!o.readonly) sqlite.run(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`); // as the service's own connection has
   return { db: sqliteTestDb(sqlite), store: { kind: "sqlite", sqlite }, close: async () => sqlite.close() };
 }
 
 /**
  * A test of one store's own mechanics (SQLite's file, WAL, write lock, busy handler and
- * checkpointer): defined on that store's run only, not skipped on the other; its
- * PostgreSQL counterpart, where one exists, is in the pg-* files.
+ * checkpointer; PostgreSQL's amcheck, pg_dump, read-only server): defined on that
+ * store's run only, not skipped on the other. The other store's counterpart, where one
+ * exists, is a test beside it or in a pg-* file (docs/postgresql.md, "Tests").
  */
 export const sqliteOnly: typeof test = (DIALECT === "sqlite" ? test : () => {}) as typeof test;
 export const pgOnly: typeof test = (DIALECT === "pg" ? test : () => {}) as typeof test;
