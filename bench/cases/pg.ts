@@ -141,7 +141,6 @@ try {
   // Retention of half the login attempts, each mode on a fresh copy, a writer beside it.
   // Both clocks run to the end of a CHECKPOINT after the deletion (what it left in the
   // WAL written into the tables' files), as on SQLite; the statement alone is kept too.
-  const grens = retentionBoundary(NOW, 90);
   const retention = async (kind: "login" | "audit", mode: "delete" | "job") => {
     const name = `bench_${kind}_${mode}`;
     const copyUrl = await cluster.createDatabase(name, { template: "bench" });

@@ -9,7 +9,7 @@ import { t, type Static } from "elysia";
 import { loginAttempts } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
 import type { AnyStore, Deps } from "../deps.ts";
-import { offendersPg } from "../pg/status.ts";
+import { offenderQueryPg } from "../pg/status.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
 
@@ -96,7 +96,7 @@ export function offenderQuery(db: Db, column: "ip" | "account", van: string, tot
 }
 
 async function offenders(store: AnyStore, soort: "ip" | "account", van: string, tot: string, threshold: number): Promise<OffenderRow[]> {
-  return store.kind === "pg" ? offendersPg(store.db, soort, van, tot, threshold) : offenderQuery(store.db, soort, van, tot, threshold).all();
+  return store.kind === "pg" ? offenderQueryPg(store.db, soort, van, tot, threshold) : offenderQuery(store.db, soort, van, tot, threshold).all();
 }
 
 export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<JobResult<BeveiligingslogAnalyseBody>> {

@@ -6,7 +6,7 @@
 import { count, desc, eq, max, sql } from "drizzle-orm";
 import { auditVerificationState, backupStatuses, jobRuns, loginAttempts, serviceMeta } from "../../db/schema-pg.ts";
 import type { NewestBackup } from "../jobs/backup-controle.ts";
-import { offenderRule, type OffenderRow } from "../jobs/beveiligingslog-analyse.ts";
+import { offenderRule } from "../jobs/beveiligingslog-analyse.ts";
 import type { JobContext } from "../jobs/job.ts";
 import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStatus, type NewestRun } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
@@ -90,10 +90,6 @@ export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string,
     .groupBy(waarde)
     .having(offenderRule.reaches(threshold))
     .orderBy(desc(aantal), sql`${waarde} COLLATE "C"`);
-}
-
-export async function offendersPg(db: PgDb, column: "ip" | "account", van: string, tot: string, threshold: number): Promise<OffenderRow[]> {
-  return await offenderQueryPg(db, column, van, tot, threshold);
 }
 
 /** /metrics' summary of audit_verification_state (one row per tenant): tenants checked, those not intact, the newest check. */
