@@ -16,7 +16,6 @@
 import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, max, notExists, sql } from "drizzle-orm";
 import { auditAnchorLog, auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema-pg.ts";
 import type { Config } from "../config.ts";
-import type { JobContext } from "../jobs/job.ts";
 import {
   dailyReport,
   databaseSection,
@@ -32,7 +31,7 @@ import {
 } from "../reports/daily.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
-import { jobStatusesPg, newestBackupPg } from "./status.ts";
+import { dueStatePg, installedAtPg, newestBackupPg } from "./status.ts";
 import type { PgDb, PgStore } from "./store.ts";
 
 export async function loginCountsPg(db: PgDb, now: Date): Promise<LoginCounts> {
@@ -98,20 +97,15 @@ export async function anchorRecordsPg(db: PgDb): Promise<AnchorRecords> {
   return { installatieCheckpoint: newest?.note ?? null, operatorRecords: records };
 }
 
-/**
- * jobStatusesPg is asked only for each job's `due` (dueState, the rule taken-controle
- * applies), which does not depend on what this process runs: no context is needed.
- */
-const NO_CONTEXT: JobContext = { running: [], unrecorded: [] };
-
 export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Config, "takenMargeMinuten">): Promise<ScheduledJobRuns[]> {
-  const statuses = new Map((await jobStatusesPg(db, now, config.takenMargeMinuten * 60_000, NO_CONTEXT)).map((s) => [s.job, s]));
+  const installed = await installedAtPg(db);
+  const margeMs = config.takenMargeMinuten * 60_000;
   const at = now.toISOString();
   const out: ScheduledJobRuns[] = [];
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
-    const due = statuses.get(entry.job)?.due;
-    if (!due) throw new Error(`jobStatusesPg gaf geen stand voor ${entry.job}`);
+    // The same rule as taken-controle (scheduledJobRuns on SQLite).
+    const due = await dueStatePg(db, entry.job, entry.cron, now, margeMs, installed);
     const [lastRun] = await db
       .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
       .from(jobRuns)
