@@ -12,6 +12,7 @@ import type { CompactRange } from "../audit/merkle.ts";
 import type { Verifier } from "../audit/note.ts";
 import type { Keys } from "../audit/records.ts";
 import type { CheckpointRef } from "../audit/verify.ts";
+import type { StoredLine } from "../audit/anchor-file.ts";
 import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { chainStartPg, readEntriesPg } from "./chain.ts";
 import { anchorRows } from "./offline.ts";
@@ -24,13 +25,24 @@ export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<A
 
   return sql.begin(async (tx) => {
     const hersteld = await lockAndSyncTailPg(tx, path, keys.verifiers);
-    const [inst] = (await tx`SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1`) as { positie: string; note: string; grootte: string; bereik: string | null }[];
-    const installRow: InstallationRow | null = inst ? { positie: Number(inst.positie), note: inst.note, grootte: Number(inst.grootte), bereik: inst.bereik } : null;
-    const [{ n: largest }] = (await tx`SELECT coalesce(max(grootte), 0)::bigint AS n FROM audit_anchor_log WHERE soort = 'installatie'`) as [{ n: string }];
-    const run = runLines(installationRangeFrom(installRow, path, keys.verifiers), Number(largest), keys, lines);
-    if (run.all.length > 0) await insertRowsPg(tx, appendRun(path, run.all));
+    const run = await writeRunPg(tx, path, keys, lines);
     return { checkpoints, unchanged, refused, installatie: run.installatie, hersteld, herbouwd: run.herbouwd };
   });
+}
+
+/**
+ * writeRun (src/audit/anchoring.ts) on PostgreSQL, inside the caller's transaction that
+ * holds the anchor file's lock: `lines` and an installation checkpoint over the whole
+ * file, appended (fsynced) and inserted. audit-anker's run, and the operator's
+ * (src/pg/operator.ts).
+ */
+export async function writeRunPg(tx: SQL, path: string, keys: Keys, lines: StoredLine[]): Promise<{ installatie: string | null; herbouwd: boolean }> {
+  const [inst] = (await tx`SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1`) as { positie: string; note: string; grootte: string; bereik: string | null }[];
+  const installRow: InstallationRow | null = inst ? { positie: Number(inst.positie), note: inst.note, grootte: Number(inst.grootte), bereik: inst.bereik } : null;
+  const [{ n: largest }] = (await tx`SELECT coalesce(max(grootte), 0)::bigint AS n FROM audit_anchor_log WHERE soort = 'installatie'`) as [{ n: string }];
+  const run = runLines(installationRangeFrom(installRow, path, keys.verifiers), Number(largest), keys, lines);
+  if (run.all.length > 0) await insertRowsPg(tx, appendRun(path, run.all));
+  return { installatie: run.installatie, herbouwd: run.herbouwd };
 }
 
 /** One tenant's tree extended to its head, read in one snapshot (TreeExtension). Null when nothing changed. */

@@ -9,12 +9,11 @@
 // lock does there.
 import { SQL } from "bun";
 import { compareRowsWithFile } from "../audit/anchor-check.ts";
-import type { StoredLine } from "../audit/anchor-file.ts";
-import { appendRun, installationRangeFrom, runLines, type InstallationRow } from "../audit/anchoring.ts";
 import { CannotCheck } from "../audit/offline.ts";
 import { acceptRestoreOn, adoptChainOn, type AdoptionPlan, type EntryHead, type OperatorStore, type OperatorTx, type RestoreOutcome } from "../audit/operator.ts";
 import type { Keys } from "../audit/records.ts";
 import { ANCHOR_FILE_LOCK, insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
+import { writeRunPg } from "./anchoring.ts";
 import { chainStartPg, copyRows, lockChainsPg, readEntriesPg } from "./chain.ts";
 import { anchorRows } from "./offline.ts";
 import { redactUrl } from "./url.ts";
@@ -74,14 +73,4 @@ function operatorTx(tx: SQL): OperatorTx {
     insertRows: (rows) => insertRowsPg(tx, rows),
     writeRun: (path, keys, lines) => writeRunPg(tx, path, keys, lines),
   };
-}
-
-/** writeRun (src/audit/anchoring.ts) on PostgreSQL, inside the caller's transaction holding the anchor file's lock: as audit-anker's run (anchorAllPg). */
-async function writeRunPg(tx: SQL, path: string, keys: Keys, lines: StoredLine[]): Promise<{ installatie: string | null; herbouwd: boolean }> {
-  const [inst] = (await tx`SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1`) as { positie: string; note: string; grootte: string; bereik: string | null }[];
-  const installRow: InstallationRow | null = inst ? { positie: Number(inst.positie), note: inst.note, grootte: Number(inst.grootte), bereik: inst.bereik } : null;
-  const [{ n: largest }] = (await tx`SELECT coalesce(max(grootte), 0)::bigint AS n FROM audit_anchor_log WHERE soort = 'installatie'`) as [{ n: string }];
-  const run = runLines(installationRangeFrom(installRow, path, keys.verifiers), Number(largest), keys, lines);
-  if (run.all.length > 0) await insertRowsPg(tx, appendRun(path, run.all));
-  return { installatie: run.installatie, herbouwd: run.herbouwd };
 }
