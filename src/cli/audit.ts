@@ -303,9 +303,10 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       if (sub === "adopt" && (o.tenant === undefined || !/^[1-9][0-9]*$/.test(o.tenant))) throw new UsageError("--tenant N is verplicht (een tenant-id)");
       // After a move to PostgreSQL the old SQLite file stays (docs/postgresql.md): signing into
       // the one the operator did not mean would record a loss that never happened.
-      if (o.db !== undefined && (o["database-url"] !== undefined || env.DATABASE_URL !== undefined)) {
+      // (--db beside --database-url is refused above, for every command.)
+      if (o.db !== undefined && env.DATABASE_URL !== undefined) {
         throw new UsageError(
-          `--db ${o.db} en ${o["database-url"] !== undefined ? "--database-url" : "DATABASE_URL in de omgeving"} noemen elk een database: onduidelijk welke bedoeld is. ` +
+          `--db ${o.db} en DATABASE_URL in de omgeving noemen elk een database: onduidelijk welke bedoeld is. ` +
             "Laat --db weg voor PostgreSQL (DATABASE_URL), of haal DATABASE_URL uit de omgeving voor het SQLite-bestand.",
         );
       }
