@@ -77,6 +77,9 @@ export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
  */
 export const openRun = (t: { id: AnyColumn; uitkomst: AnyColumn }, id: number) => and(eq(t.id, id), eq(t.uitkomst, "bezig"));
 
+/** How long one try of a PostgreSQL end may take when it is not to wait (deadline 0): its round trips, not a lock. */
+const ONE_TRY_MS = 1000;
+
 /**
  * Writes a run's end (finishRun). On SQLite it waits for another process's write lock
  * without blocking the event loop (retryWhenBusy), for at most `deadlineMs`; then rejects
@@ -85,7 +88,8 @@ export const openRun = (t: { id: AnyColumn; uitkomst: AnyColumn }, id: number) =
  * passed on.
  */
 export function writeRunEnd(store: AnyStore, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
-  if (store.kind === "pg") return withDeadline(finishRunPg(store, id, end, r, deadlineMs), deadlineMs, "the end of a run");
+  // 0 is one try without waiting for a lock (finishRunPg: 1 ms); the try itself still needs its round trips.
+  if (store.kind === "pg") return withDeadline(finishRunPg(store, id, end, r, deadlineMs), Math.max(deadlineMs, ONE_TRY_MS), "the end of a run");
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, id, end, r), deadlineMs);
 }
 

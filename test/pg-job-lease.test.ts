@@ -10,7 +10,9 @@ import { readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import { holderGone, newLeaseHolder, startRenewing, type LeaseHolder } from "../src/job-lease.ts";
 import { liveLeasesPg, releaseLeasePg, renewLeasePg, startLeasedRunPg } from "../src/pg/job-lease.ts";
+import { writeKeptEnds } from "../src/job-runs.ts";
 import { finishRunPg } from "../src/pg/job-runs.ts";
+import { RunningJobs } from "../src/running-jobs.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
@@ -65,6 +67,19 @@ describe("the lease functions on PostgreSQL", () => {
     } finally {
       spy.mockRestore();
     }
+  });
+
+  test("a kept end is written by the next job call's one try without waiting (writeKeptEnds with 0), and forgotten", async () => {
+    const store = await freshStore();
+    const h = newLeaseHolder();
+    const r = await startLeasedRunPg(store, "dagrapport", h, NOW, 90_000);
+    if (!r.ok) throw new Error("not taken");
+    const running = new RunningJobs();
+    running.keepEnd({ job: "dagrapport", runId: r.runId, end: at(1000), result: { uitkomst: "ok", httpStatus: 200 } });
+    const written = await writeKeptEnds(store, running, 0);
+    expect(written.map((k) => k.runId)).toEqual([r.runId]);
+    expect(running.keptEndsList()).toEqual([]);
+    expect(await runsOf(store, "dagrapport")).toEqual([{ id: r.runId, uitkomst: "ok", beeindigd: at(1000).toISOString() }]);
   });
 
   test("late writes never move things back: the first end written of a run stays (a second, given-up write arriving later is a no-op), and a renewal older than the last one leaves the expiry", async () => {
