@@ -19,7 +19,7 @@ import {
   TenantInput,
   TenantResult,
 } from "../ingest/tenants.ts";
-import { isBusy, writeTransaction } from "../db.ts";
+import { writeTransaction } from "../db.ts";
 import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttemptsPg } from "../pg/ingest.ts";
 import { Refusal } from "../ingest/refusal.ts";
 import { jsonBodyReader } from "./body.ts";
@@ -45,10 +45,10 @@ function statusOf(e: unknown): number {
  * request. Other errors pass on unchanged.
  */
 function busyAnswer(e: unknown): unknown {
-  const sqliteBusy = isBusy(e);
-  if (!sqliteBusy && unavailableCode(e) !== "55P03") return e;
-  log("warn", "write API: a lock stayed taken by another process or session for the whole wait; answered 503", { code: sqliteBusy ? (e as { code: string }).code : "55P03" });
-  const why = sqliteBusy ? "SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast" : "55P03: een andere sessie houdt een vergrendeling vast";
+  const code = unavailableCode(e);
+  if (code !== "SQLITE_BUSY" && code !== "55P03") return e;
+  log("warn", "write API: a lock stayed taken by another process or session for the whole wait; answered 503", { code });
+  const why = code === "SQLITE_BUSY" ? "SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast" : "55P03: een andere sessie houdt een vergrendeling vast";
   return new HttpError(503, `De database is bezet (${why}); niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.`, {
     "retry-after": "5",
   });
