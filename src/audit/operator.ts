@@ -401,16 +401,6 @@ function* positionChunks(sqlite: Database): Generator<number[]> {
   if (chunk.length > 0) yield chunk;
 }
 
-/** adoptChainOn on the SQLite database `sqlite` (the command's own connection to `dbPath`). */
-export function adoptChain(sqlite: Database, dbPath: string, path: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan> {
-  return adoptChainOn(sqliteOperatorStore(sqlite, dbPath), path, keys, tenantId, o);
-}
-
-/** acceptRestoreOn on the SQLite database `sqlite` (the command's own connection to `dbPath`). */
-export function acceptRestore(sqlite: Database, dbPath: string, path: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome> {
-  return acceptRestoreOn(sqliteOperatorStore(sqlite, dbPath), path, keys, o);
-}
-
 /** The service's database, read-write, for an operator command (never created: a missing file is an error). */
 export function openOperatorDatabase(dbPath: string): Database {
   if (!existsSync(dbPath)) throw new CannotCheck(`database niet gevonden: ${dbPath}`);

@@ -18,7 +18,7 @@ import { parseArgs } from "node:util";
 import { generateKeyPair, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
 import { CannotCheck, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
 import { auditKeys, keyList } from "../audit/keys.ts";
-import { acceptRestore, adoptChain, openOperatorDatabase, Refused, type AdoptionPlan, type RestoreOutcome } from "../audit/operator.ts";
+import { acceptRestoreOn, adoptChainOn, openOperatorDatabase, Refused, sqliteOperatorStore, type OperatorStore } from "../audit/operator.ts";
 import type { Keys } from "../audit/records.ts";
 import type { InstallationVerdict } from "../audit/verify-all.ts";
 import { redenUitleg } from "../reports/shared.ts";
@@ -122,37 +122,31 @@ const b64 = (b: Uint8Array) => Buffer.from(b).toString("base64");
 interface OperatorDatabase {
   /** As printed: the file's path, or the URL without its password. */
   naam: string;
-  adopt(anchorPath: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan>;
-  acceptRestore(anchorPath: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome>;
+  /** `work` on the store (adoptChainOn, acceptRestoreOn); on PostgreSQL a failure of its own is named without the URL's password. */
+  run<T>(work: (store: OperatorStore) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 
 async function openOperatorStore(pg: string | null, dbPath: string): Promise<OperatorDatabase> {
   if (pg === null) {
     const db = openOperatorDatabase(dbPath);
-    return {
-      naam: dbPath,
-      adopt: (anchorPath, keys, tenantId, o) => adoptChain(db, dbPath, anchorPath, keys, tenantId, o),
-      acceptRestore: (anchorPath, keys, o) => acceptRestore(db, dbPath, anchorPath, keys, o),
-      close: async () => db.close(),
-    };
+    return { naam: dbPath, run: (work) => work(sqliteOperatorStore(db, dbPath)), close: async () => db.close() };
   }
   const m = await import("../pg/operator.ts");
   const sql = await m.openOperatorPg(pg);
-  // A failure of PostgreSQL's own is named without the URL's password; a refusal is the command's answer.
-  const named = async <T>(work: () => Promise<T>): Promise<T> => {
-    try {
-      return await work();
-    } catch (e) {
-      if (e instanceof Refused || e instanceof CannotCheck || !(e instanceof Error)) throw e;
-      e.message = e.message.replaceAll(pg, redactUrl(pg));
-      throw e;
-    }
-  };
+  const store = m.pgOperatorStore(sql);
   return {
     naam: redactUrl(pg),
-    adopt: (anchorPath, keys, tenantId, o) => named(() => m.adoptChainPg(sql, anchorPath, keys, tenantId, o)),
-    acceptRestore: (anchorPath, keys, o) => named(() => m.acceptRestorePg(sql, anchorPath, keys, o)),
+    async run(work) {
+      try {
+        return await work(store);
+      } catch (e) {
+        // A refusal is the command's answer; anything else may quote the URL.
+        if (e instanceof Refused || e instanceof CannotCheck || !(e instanceof Error)) throw e;
+        e.message = e.message.replaceAll(pg, redactUrl(pg));
+        throw e;
+      }
+    },
     close: () => sql.close(),
   };
 }
@@ -162,7 +156,7 @@ async function runAdopt(db: OperatorDatabase, anchorPath: string, keys: Keys, te
   out(`ankerbestand: ${anchorPath}`);
   let p;
   try {
-    p = await db.adopt(anchorPath, keys, tenantId, { ja, now: new Date() });
+    p = await db.run((store) => adoptChainOn(store, anchorPath, keys, tenantId, { ja, now: new Date() }));
   } catch (e) {
     if (!(e instanceof Refused)) throw e;
     out(`RESULTAAT: GEWEIGERD: ${e.message}`);
@@ -191,7 +185,7 @@ async function runAcceptRestore(db: OperatorDatabase, anchorPath: string, keys: 
   out(`ankerbestand: ${anchorPath}`);
   let r;
   try {
-    r = await db.acceptRestore(anchorPath, keys, { ja, now: new Date() });
+    r = await db.run((store) => acceptRestoreOn(store, anchorPath, keys, { ja, now: new Date() }));
   } catch (e) {
     if (!(e instanceof Refused)) throw e;
     out(`RESULTAAT: GEWEIGERD: ${e.message}`);

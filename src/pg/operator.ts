@@ -10,8 +10,7 @@
 import { SQL } from "bun";
 import { compareRowsWithFile } from "../audit/anchor-check.ts";
 import { CannotCheck } from "../audit/offline.ts";
-import { acceptRestoreOn, adoptChainOn, type AdoptionPlan, type EntryHead, type OperatorStore, type OperatorTx, type RestoreOutcome } from "../audit/operator.ts";
-import type { Keys } from "../audit/records.ts";
+import type { EntryHead, OperatorStore, OperatorTx } from "../audit/operator.ts";
 import { ANCHOR_FILE_LOCK, insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { writeRunPg } from "./anchoring.ts";
 import { chainStartPg, copyRows, lockChainsPg, readEntriesPg } from "./chain.ts";
@@ -28,14 +27,6 @@ export async function openOperatorPg(url: string): Promise<SQL> {
     await sql.close().catch(() => {});
     throw new CannotCheck(`database niet te openen: ${redactUrl(url)}: ${(e instanceof Error ? e.message : String(e)).replaceAll(url, redactUrl(url))}`);
   }
-}
-
-export function adoptChainPg(sql: SQL, path: string, keys: Keys, tenantId: number, o: { ja: boolean; now: Date }): Promise<AdoptionPlan> {
-  return adoptChainOn(pgOperatorStore(sql), path, keys, tenantId, o);
-}
-
-export function acceptRestorePg(sql: SQL, path: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome> {
-  return acceptRestoreOn(pgOperatorStore(sql), path, keys, o);
 }
 
 export function pgOperatorStore(sql: SQL): OperatorStore {
