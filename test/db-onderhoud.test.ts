@@ -2,14 +2,8 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { closeSync, copyFileSync, openSync, readSync, statSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import {
-  BACKUP_STATUSES_BEWAAR_DAGEN,
-  convertToIncrementalAutoVacuum,
-  JOB_RUNS_BEWAAR_DAGEN,
-  PRUNE_BATCH,
-  pruneOwnTables,
-  runDbOnderhoud,
-} from "../src/jobs/db-onderhoud.ts";
+import { convertToIncrementalAutoVacuum, pruneOwnTables, runDbOnderhoud } from "../src/jobs/db-onderhoud.ts";
+import { BACKUP_STATUSES_BEWAAR_DAGEN, JOB_RUNS_BEWAAR_DAGEN, PRUNE_BATCH } from "../src/maintenance/pruning.ts";
 import { runBackupControle } from "../src/jobs/backup-controle.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import type { PruneOptions } from "../src/maintenance/pruning.ts";

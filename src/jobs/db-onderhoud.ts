@@ -44,7 +44,6 @@ import { redactUrl } from "../pg/url.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable, enumOf } from "./schema.ts";
 
-export { BACKUP_STATUSES_BEWAAR_DAGEN, JOB_RUNS_BEWAAR_DAGEN, KEEP_OK_RUNS, PRUNE_BATCH, type PruneOptions };
 
 /** Pages freed per incremental-vacuum transaction (4 MiB at the default page size). */
 export const VACUUM_STEP_PAGES = 1000;
