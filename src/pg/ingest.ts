@@ -41,9 +41,6 @@ import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
  */
 const READ_COMMITTED = "ISOLATION LEVEL READ COMMITTED";
 
-/** Rows per INSERT: 6 columns × 1,000 stays far below PostgreSQL's 65,535 parameters. */
-const INSERT_ROWS = 1000;
-
 /** Which of these tenants exist, in one query. */
 async function existingTenants(tx: SQL, tenantIds: readonly number[]): Promise<Set<number>> {
   if (tenantIds.length === 0) return new Set();
@@ -130,7 +127,8 @@ export function storeLoginAttemptsPg(store: PgStore, attempts: readonly AttemptR
     const idRows: { id: string }[] = await tx`SELECT nextval(pg_get_serial_sequence('login_attempts', 'id')) AS id FROM generate_series(1, ${attempts.length})`;
     const ids = idRows.map((r) => Number(r.id)).sort((a, b) => a - b);
     const rows = attempts.map((a, i) => ({ id: ids[i]!, tijdstip: a.tijdstip, account: a.account, ip: a.ip, gelukt: a.gelukt, reden: a.reden, tenant_id: a.tenantId }));
-    for (let i = 0; i < rows.length; i += INSERT_ROWS) await tx`INSERT INTO login_attempts ${tx(rows.slice(i, i + INSERT_ROWS))}`;
+    // One statement: a batch holds at most MAX_BATCH_ENTRIES (1,000) attempts, 7,000 parameters of PostgreSQL's 65,535.
+    await tx`INSERT INTO login_attempts ${tx(rows)}`;
     return { opgeslagen: ids.length, ids };
   });
 }
