@@ -1,6 +1,6 @@
 // The Drizzle schema for PostgreSQL (DATABASE_URL=postgres://…): the same tables,
 // columns and indexes as db/schema.ts, which docs/data-model.md explains; a test
-// (test/pg-schema.test.ts) fails when the two differ in a table or column name.
+// (test/pg-chain.test.ts) fails when the two differ in a table, column or index name.
 //
 // What differs, and why:
 // - Times stay ISO 8601 UTC text, as in SQLite: `created_at` is hashed exactly as
@@ -12,6 +12,15 @@
 //   `audit_entries.id` comes from an identity sequence instead of max(id) + 1, because
 //   PostgreSQL appenders to different tenants run at the same time (src/pg/chain.ts).
 // - Booleans are boolean.
+// - audit_entries and audit_sleutels have no foreign key to tenants. PostgreSQL checks
+//   one per inserted row (a query and a KEY SHARE lock on the tenant's row, in a
+//   trigger), and a write API batch holds its tenants' chain locks while it inserts:
+//   the checks were a fifth of that time, and batches over many tenants queue behind
+//   each other on those locks (bench/pg-ingest-profile.ts, docs/performance.md). What
+//   the key guarded is kept otherwise: every append checks in its own transaction that
+//   its tenants exist (422), nachtwacht never deletes or renumbers a tenant, and a
+//   tenant's row deleted behind its back is found by verification from the anchor file
+//   (test/audit-tamper.test.ts). SQLite checks its keys without locking and keeps them.
 import { sql } from "drizzle-orm";
 import { bigint, boolean, customType, index, integer, pgTable, primaryKey, serial, text, uniqueIndex } from "drizzle-orm/pg-core";
 
@@ -46,9 +55,8 @@ export const administrators = pgTable(
 export const auditEntries = pgTable(
   "audit_entries",
   {
-    tenantId: integer("tenant_id")
-      .notNull()
-      .references(() => tenants.id),
+    // No foreign key: see the top of this file.
+    tenantId: integer("tenant_id").notNull(),
     seq: int64("seq").notNull(),
     id: int64("id").notNull().generatedByDefaultAsIdentity(),
     createdAt: time("created_at").notNull(),
@@ -69,9 +77,8 @@ export const auditEntries = pgTable(
 export const auditKeys = pgTable(
   "audit_sleutels",
   {
-    tenantId: integer("tenant_id")
-      .notNull()
-      .references(() => tenants.id),
+    // No foreign key: see the top of this file.
+    tenantId: integer("tenant_id").notNull(),
     sleutel: text("sleutel").notNull(),
     inhoud: text("inhoud").notNull(),
     seq: int64("seq").notNull(),

@@ -9,6 +9,7 @@ import { is } from "drizzle-orm";
 import { SQLiteTable as SQLiteTableClass } from "drizzle-orm/sqlite-core";
 import { PgTable as PgTableClass } from "drizzle-orm/pg-core";
 import { renderMigrationsModule } from "../db/embed-migrations.ts";
+import { embeddedMigrations as embeddedPgMigrations } from "../db/migrations-pg.gen.ts";
 import * as sqliteSchema from "../db/schema.ts";
 import * as pgSchema from "../db/schema-pg.ts";
 import { GENESIS_HASH } from "../src/audit/chain.ts";
@@ -58,11 +59,15 @@ describe("PostgreSQL schema", () => {
     try {
       const sql = stores[0]!.sql;
       const rows = await sql`SELECT hash FROM drizzle.__drizzle_migrations`;
-      expect(rows.length).toBe(1);
+      expect(rows.length).toBe(embeddedPgMigrations.journal.entries.length);
+      expect(rows.length).toBe(2);
       const [{ n }] = await sql`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`;
       expect(n).toBe(14);
       const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;
       expect(collation).toBe("C");
+      // The appends' tables check their tenant in the transaction, not per row by a foreign key (db/schema-pg.ts).
+      const fks = (await sql`SELECT conrelid::regclass::text AS t FROM pg_constraint WHERE contype = 'f' AND confrelid = 'tenants'::regclass ORDER BY 1`) as { t: string }[];
+      expect(fks.map((r) => r.t)).toEqual(["administrators", "audit_head_anchors", "audit_retention_anchors", "audit_verification_state", "login_attempts", "weekly_report_deliveries"]);
     } finally {
       for (const s of stores) await s.close();
     }
