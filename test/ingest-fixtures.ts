@@ -2,6 +2,7 @@
 // another process holding the database's write lock (or, for the job tests, what a run's end writes).
 import { SQL } from "bun";
 import { expect } from "bun:test";
+import { LOCK_JOB_LEASE, LOCK_NAMESPACE } from "../src/pg/store.ts";
 export const APP_SECRET = "app-secret-0123456789abcdef0123456789abcdef";
 
 export const auditEntry = (tenantId: number, i: number, extra: Record<string, unknown> = {}) => ({
@@ -64,6 +65,26 @@ export async function holdRunEnd(db: { path: string; url?: string | null }, job:
   await conn`BEGIN`;
   const locked = await conn`SELECT id FROM job_runs WHERE job = ${job} AND uitkomst = 'bezig' FOR UPDATE`;
   expect(locked.length).toBe(1);
+  return {
+    async release() {
+      await conn`ROLLBACK`;
+      conn.release();
+      await client.close();
+    },
+  };
+}
+
+/**
+ * What taking a job's lease needs, held by another process until release(): SQLite's
+ * write lock (holdWriteLock); on PostgreSQL the lease's advisory lock (startLeasedRunPg),
+ * held by another connection's open transaction, as a hung instance would hold it.
+ */
+export async function holdLeaseLock(db: { path: string; url?: string | null }): Promise<{ release(): Promise<void> }> {
+  if (db.url === undefined || db.url === null) return holdWriteLock(db.path);
+  const client = new SQL(db.url, { max: 1 });
+  const conn = await client.reserve();
+  await conn`BEGIN`;
+  await conn`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_JOB_LEASE})`;
   return {
     async release() {
       await conn`ROLLBACK`;

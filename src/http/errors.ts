@@ -53,6 +53,20 @@ export function unavailableCode(e: unknown, depth = 0): string | undefined {
   return base !== undefined && UNAVAILABLE.has(base) ? base : undefined;
 }
 
+/**
+ * When `e` is a lock wait given up — SQLite's write lock held by another process for
+ * the whole busy timeout (SQLITE_BUSY), or on PostgreSQL another session's lock for the
+ * whole lock_timeout (55P03), the same wait — its code and what it means, in words for
+ * the answer; else undefined. Expected now and then (a long host transaction, a backup,
+ * a hung appender): a 503 to try again later, logged, not an alarm per call.
+ */
+export function lockWaitGivenUp(e: unknown): { code: "SQLITE_BUSY" | "55P03"; why: string } | undefined {
+  const code = unavailableCode(e);
+  if (code === "SQLITE_BUSY") return { code, why: "SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast" };
+  if (code === "55P03") return { code, why: "55P03: een andere sessie houdt een vergrendeling vast" };
+  return undefined;
+}
+
 /** The status onError answers an unexpected error with: 503 for an unavailable database, else 500. */
 export function unexpectedStatus(e: unknown): 500 | 503 {
   return unavailableCode(e) === undefined ? 500 : 503;

@@ -24,7 +24,7 @@ import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttempts
 import { Refusal } from "../ingest/refusal.ts";
 import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
-import { ErrorBody, HttpError, json, unavailableCode, unexpectedStatus } from "./errors.ts";
+import { ErrorBody, HttpError, json, lockWaitGivenUp, unexpectedStatus } from "./errors.ts";
 
 function kib(bytes: number): string {
   return bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`;
@@ -38,18 +38,15 @@ function statusOf(e: unknown): number {
 }
 
 /**
- * Another process held the write lock for the whole wait (BUSY_TIMEOUT_MS), or on
- * PostgreSQL another session a lock this batch needs (lock_timeout, the same wait;
- * 55P03): expected now and then (a long host transaction, a backup, a hung appender), so
- * a 503 the client retries after a few seconds, logged, not an alarm per waiting
- * request. Other errors pass on unchanged.
+ * A lock this batch needs stayed taken for the whole wait (lockWaitGivenUp): a 503 the
+ * client retries after a few seconds, logged, not an alarm per waiting request. Other
+ * errors pass on unchanged.
  */
 function busyAnswer(e: unknown): unknown {
-  const code = unavailableCode(e);
-  if (code !== "SQLITE_BUSY" && code !== "55P03") return e;
-  log("warn", "write API: a lock stayed taken by another process or session for the whole wait; answered 503", { code });
-  const why = code === "SQLITE_BUSY" ? "SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast" : "55P03: een andere sessie houdt een vergrendeling vast";
-  return new HttpError(503, `De database is bezet (${why}); niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.`, {
+  const wait = lockWaitGivenUp(e);
+  if (!wait) return e;
+  log("warn", "write API: a lock stayed taken by another process or session for the whole wait; answered 503", { code: wait.code });
+  return new HttpError(503, `De database is bezet (${wait.why}); niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.`, {
     "retry-after": "5",
   });
 }
