@@ -32,20 +32,44 @@ const UNAVAILABLE = new Set(["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQL
  */
 const PG_UNAVAILABLE_STATES = /^(08|53|57P0[123]$|25006$|55P03$|40001$|40P01$)/;
 
+/** A database driver's own error, as driverError finds it. */
+export interface DriverError {
+  name?: unknown;
+  message?: unknown;
+  /** SQLite's SQLITE_* code; on PostgreSQL Bun's code (ERR_POSTGRES_…). */
+  code?: unknown;
+  /** PostgreSQL's SQLSTATE. */
+  errno?: unknown;
+  /** PostgreSQL: the constraint a violation names. */
+  constraint?: unknown;
+}
+
+/**
+ * The database's own error in `e`: SQLite's (a SQLITE_* code) or PostgreSQL's (Bun's
+ * PostgresError, also for a connection that failed), found in `e` itself or down its
+ * causes (Drizzle hands the driver's error on as the cause of its DrizzleQueryError; a
+ * few levels at most). Undefined for anything else.
+ */
+export function driverError(e: unknown): DriverError | undefined {
+  let candidate = e;
+  for (let depth = 0; depth < 4 && candidate !== null && typeof candidate === "object"; depth++) {
+    const err = candidate as DriverError & { cause?: unknown };
+    if (err.name === "PostgresError" || (typeof err.code === "string" && err.code.startsWith("SQLITE_"))) return err;
+    if (err.cause === candidate) break;
+    candidate = err.cause;
+  }
+  return undefined;
+}
+
 /**
  * SQLITE_BUSY (for SQLITE_BUSY_SNAPSHOT and the like) when `e` is such a failure, or
  * PostgreSQL's code for one (the SQLSTATE, else Bun's connection code); else undefined.
  */
-export function unavailableCode(e: unknown, depth = 0): string | undefined {
-  // Drizzle wraps a driver's error (DrizzleQueryError) and keeps it as the cause; a few levels at most.
-  const cause = (e as { cause?: unknown } | null)?.cause;
-  if (depth < 3 && cause !== undefined && cause !== e && (e as { name?: unknown }).name !== "PostgresError") {
-    const inner = unavailableCode(cause, depth + 1);
-    if (inner !== undefined) return inner;
-  }
-  const err = e as { code?: unknown; errno?: unknown; name?: unknown } | null;
-  const code = err?.code;
-  if (err?.name === "PostgresError") {
+export function unavailableCode(e: unknown): string | undefined {
+  const err = driverError(e);
+  if (err === undefined) return undefined;
+  const code = err.code;
+  if (err.name === "PostgresError") {
     if (typeof err.errno === "string" && PG_UNAVAILABLE_STATES.test(err.errno)) return err.errno;
     return typeof code === "string" && code.startsWith("ERR_POSTGRES_CONNECTION") ? code : undefined;
   }

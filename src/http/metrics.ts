@@ -25,7 +25,7 @@ import type { RunningJobs } from "../running-jobs.ts";
 import { jobStatuses, type JobStatus } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { bearerChecker, unauthorized } from "./auth.ts";
-import { ErrorBody, json } from "./errors.ts";
+import { driverError, ErrorBody, json } from "./errors.ts";
 import { jobContext } from "./job-route.ts";
 import packageJson from "../../package.json" with { type: "json" };
 
@@ -114,9 +114,9 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
   } catch (e) {
     // A database error (busy, locked, unreadable, unreachable): a scrape every few seconds
     // must not raise an alarm each time; `nachtwacht_database_up 0` says it. Anything else is a bug.
-    const cause = databaseError(e);
+    const cause = driverError(e);
     if (cause === undefined) throw e;
-    log("warn", "/metrics could not read the database", { error: cause.message, code: cause.code });
+    log("warn", "/metrics could not read the database", { error: String(cause.message), code: cause.code });
   }
   return {
     now,
@@ -127,20 +127,6 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     database,
     counters,
   };
-}
-
-/**
- * The database's own error in `e`: SQLite's (a SQLITE_* code) or PostgreSQL's (Bun's
- * PostgresError, also for a connection that failed), which Drizzle hands on as the
- * cause of its DrizzleQueryError. Undefined for anything else.
- */
-function databaseError(e: unknown): { message: string; code: unknown } | undefined {
-  for (const candidate of [e, (e as { cause?: unknown } | null)?.cause]) {
-    const err = candidate as { code?: unknown; name?: unknown; message?: unknown } | null | undefined;
-    const code = err?.code;
-    if ((typeof code === "string" && code.startsWith("SQLITE_")) || err?.name === "PostgresError") return { message: String(err?.message), code };
-  }
-  return undefined;
 }
 
 /** What the metrics read from the database, on either store. */

@@ -32,7 +32,7 @@ import {
   type TenantResult,
 } from "../ingest/tenants.ts";
 import { appendEntriesPg } from "./chain.ts";
-import { HttpError } from "../http/errors.ts";
+import { driverError, HttpError } from "../http/errors.ts";
 import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
 
 /**
@@ -93,9 +93,8 @@ const KEY_RACE_ATTEMPTS = 3;
 
 /** A unique violation of audit_sleutels' primary key: another call stored one of this batch's keys meanwhile. */
 function isKeyRace(e: unknown): boolean {
-  const err = (e as { cause?: unknown } | null)?.cause ?? e;
-  const { errno, constraint } = err as { errno?: unknown; constraint?: unknown };
-  return errno === "23505" && constraint === "audit_sleutels_tenant_id_sleutel_pk";
+  const err = driverError(e);
+  return err?.errno === "23505" && err.constraint === "audit_sleutels_tenant_id_sleutel_pk";
 }
 
 function storeAuditBatchOnce(store: PgStore, prepared: readonly Prepared[]): Promise<AuditBatchResult> {
