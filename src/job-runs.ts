@@ -6,9 +6,9 @@
 // event loop, /health included.
 import { and, desc, eq, type AnyColumn } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
-import { BUSY_TIMEOUT_MS, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
+import { BUSY_TIMEOUT_MS, retryWhenBusy, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
-import { finishRunPg, insertRunPg } from "./pg/job-runs.ts";
+import { finishRunPg } from "./pg/job-runs.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
 
@@ -91,16 +91,6 @@ export function writeRunEnd(store: AnyStore, id: number, end: Date, r: RunEnd, d
   // 0 is one try without waiting for a lock (finishRunPg: 1 ms); the try itself still needs its round trips.
   if (store.kind === "pg") return withDeadline(finishRunPg(store, id, end, r, deadlineMs), Math.max(deadlineMs, ONE_TRY_MS), "the end of a run");
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, id, end, r), deadlineMs);
-}
-
-/**
- * A call refused before its run could start (the lease's lock stayed taken): its row,
- * start and end at once. On SQLite it waits for the write lock for at most `deadlineMs`,
- * as writeRunEnd; on PostgreSQL it is one INSERT, which waits for no lock.
- */
-export function recordRefusedRun(store: AnyStore, job: JobName, started: Date, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
-  if (store.kind === "pg") return withDeadline(insertRunPg(store, job, started, end, r), Math.max(deadlineMs, ONE_TRY_MS), "a refused call's run");
-  return writeTransaction(store.sqlite, () => finishRun(store.db, startRun(store.db, job, started), end, r), deadlineMs);
 }
 
 export function lastRun(db: Db, job: string): JobRunRow | null {

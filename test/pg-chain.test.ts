@@ -60,7 +60,7 @@ describe("PostgreSQL schema", () => {
       const sql = stores[0]!.sql;
       const rows = await sql`SELECT hash FROM drizzle.__drizzle_migrations`;
       expect(rows.length).toBe(embeddedPgMigrations.journal.entries.length);
-      expect(rows.length).toBe(2);
+      expect(rows.length).toBe(3);
       const [{ n }] = await sql`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`;
       expect(n).toBe(14);
       const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;

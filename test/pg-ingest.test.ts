@@ -397,6 +397,45 @@ describe("concurrent writers on PostgreSQL", () => {
     expect((await verified(1)).intact).toBe(true);
   });
 
+  test("a tenant with audit entries is neither deleted nor renumbered (23503, as SQLite's foreign key answers); one without is; a DELETE racing an append waits for it and is then refused", async () => {
+    await pgEnv();
+    const a = await tenant(1);
+    const leeg = await tenant(2);
+    expect((await send("/api/audit", { entries: [entry(a, 0)] })).status).toBe(200);
+    const refused = async (q: string) => {
+      const e = await env!.store.sql.unsafe(q).then(() => null, (x: unknown) => x as { errno?: string; message?: string });
+      expect(e?.errno).toBe("23503");
+      expect(e?.message).toContain("tenant 1 has audit entries");
+    };
+    await refused("DELETE FROM tenants WHERE id = 1");
+    await refused("UPDATE tenants SET id = 99 WHERE id = 1");
+    // Its other columns change as before (PUT /api/tenants), and a tenant without entries goes.
+    expect((await send(`/api/tenants/${a}`, { naam: "Hernoemd", actief: false }, { method: "PUT" })).status).toBe(200);
+    await env!.store.sql`DELETE FROM tenants WHERE id = ${leeg}`;
+    expect(await count("tenants")).toBe(1);
+
+    // The race a check without a lock would lose: the append has found tenant 3 and waits
+    // for its chain lock when the DELETE comes. Tenant 3 has no entries yet.
+    const t = await tenant(3);
+    const holder = await env!.store.sql.reserve();
+    await holder`BEGIN`;
+    await holder`SELECT pg_advisory_xact_lock(${CHAIN_LOCK}, ${t})`;
+    const append = send("/api/audit", { entries: [entry(t, 0)] });
+    const waitingOn = async (locktype: string) => Number(((await env!.store.sql`SELECT count(*) AS n FROM pg_locks WHERE locktype = ${locktype} AND NOT granted`) as { n: string }[])[0]!.n);
+    await until("the append to wait for the chain lock", async () => (await waitingOn("advisory")) === 1);
+    const other = await env!.store.sql.reserve();
+    const deletion = other`DELETE FROM tenants WHERE id = ${t}`.then(() => null, (x: unknown) => x as { errno?: string });
+    // The DELETE waits for the append's KEY SHARE on the tenant's row (a transactionid lock).
+    await until("the DELETE to wait for the append", async () => (await waitingOn("transactionid")) === 1);
+    await holder`COMMIT`;
+    holder.release();
+    expect((await append).status).toBe(200);
+    expect((await deletion)?.errno).toBe("23503");
+    other.release();
+    expect((await env!.store.sql`SELECT id FROM tenants WHERE id = ${t}`).length).toBe(1);
+    expect(await verified(t)).toEqual({ intact: true, aantalEntries: 1 });
+  });
+
   test("the same sleutel at the same time: identical content stores once and answers all alike; other content stores one and is 409 for the rest", async () => {
     await pgEnv();
     const a = await tenant(1);

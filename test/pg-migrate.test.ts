@@ -221,6 +221,25 @@ describe("migrate-to", () => {
     expect(exists).toBe(false);
   });
 
+  test("refuses a source with audit entries of a tenant that is not there (written with foreign keys off), and copies nothing", async () => {
+    await livedInstallation();
+    // A tenant that was never anchored (so the anchor file does not name it), its row
+    // then deleted by a connection without foreign keys: its chain verifies nowhere.
+    const w = env!.store.sqlite;
+    const d = addTenant(env!.store, "Weg");
+    for (let i = 0; i < 3; i++) appendAuditEntry(w, { tenantId: d, actor: "u@weg.nl", action: "inlog", subject: "s", details: {}, createdAt: new Date(NOW.getTime() - DAY) });
+    w.run("PRAGMA foreign_keys = OFF");
+    w.query("DELETE FROM tenants WHERE id = ?").run(d);
+    w.run("PRAGMA foreign_keys = ON");
+    const url = await cluster.createDatabase();
+    const r = await migrate(url);
+    expect(r.uitkomst).toBe("bron-niet-in-orde");
+    if (r.uitkomst === "bron-niet-in-orde") expect(r.toelichting).toContain("audit_entries heeft rijen van een tenant die niet in tenants staat");
+    const pg = client(url);
+    const [{ exists }] = await pg`SELECT EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'tenants') AS exists`;
+    expect(exists).toBe(false);
+  });
+
   test("a chain adopted from the earlier version (its start an adoption record, not genesis) moves and verifies on PostgreSQL as on SQLite", async () => {
     env = makeTestEnv();
     const a = addTenant(env.store, "Oud");

@@ -13,10 +13,10 @@
 import { Cron } from "croner";
 import { DrizzleQueryError } from "drizzle-orm/errors";
 import { t, type Elysia, type TSchema } from "elysia";
-import { BUSY_TIMEOUT_MS } from "../db.ts";
+import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
-import { DeadlineError, recordRefusedRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
+import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
 import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
@@ -248,24 +248,26 @@ async function releaseAfterEnd(deps: Deps, running: RunningJobs, job: JobName, r
 }
 
 /**
- * The answer to a call whose lease could not be taken because a lock stayed taken for the
- * whole wait (lockWaitGivenUp: SQLite's write lock, held by the host application or a
- * backup; on PostgreSQL the lease's lock, held by a hung session): 503 with Retry-After,
- * as every job answers an unavailable database, logged as a warning. No alarm per call
- * (the lock is expected to be taken now and then, as for the write API): the run is
- * recorded in job_runs as `fout` with 503 and this message, so taken-controle reports
- * the job `faalt` unless a later run succeeded. On SQLite that row cannot be written
- * while the lock is taken: it is written after the answer (writeLater), as on PostgreSQL.
+ * The answer to a call whose lease could not be taken because another process held the
+ * write lock for the whole wait (BUSY_TIMEOUT_MS; the host application, a backup): 503
+ * with Retry-After, as every job answers an unavailable database, logged as a warning.
+ * No alarm per call (the lock is expected to be taken now and then, as for the write
+ * API): the run is recorded in job_runs as `fout` with 503 and this message, so
+ * taken-controle reports the job `faalt` unless a later run succeeded. That row cannot
+ * be written while the lock is taken: it is written after the answer (writeLater).
  */
-function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, started: Date, wait: { code: string; why: string }): Response {
-  const message = `De database is bezet (${wait.why}); de taak ${job} is niet gestart. Probeer het na Retry-After opnieuw.`;
+function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, started: Date, e: unknown): Response {
+  // Only SQLite has a database-wide write lock (SQLITE_BUSY).
+  if (deps.store.kind !== "sqlite") throw e;
+  const message = `De database is bezet (${lockWaitGivenUp(e)!.why}); de taak ${job} is niet gestart. Probeer het na Retry-After opnieuw.`;
   const refused = deps.clock();
-  log("warn", "a lock stayed taken by another process or session for the whole wait; the job was not started and answered 503", { job, code: wait.code });
+  log("warn", "the database write lock stayed taken by another process; the job was not started and answered 503", { job, code: (e as { code?: unknown }).code });
+  const { sqlite, db } = deps.store;
   void writeLater(
     running,
     { what: "run", job, runId: null },
     { message: "could not record a job call refused on a busy database in job_runs", context: { job, gestart: started.toISOString() } },
-    (ms) => recordRefusedRun(deps.store, job, started, refused, { uitkomst: "fout", httpStatus: 503, fout: message }, ms),
+    (ms) => writeTransaction(sqlite, () => finishRun(db, startRun(db, job, started), refused, { uitkomst: "fout", httpStatus: 503, fout: message }), ms),
   );
   return json(503, { error: message }, { "retry-after": "60" });
 }
@@ -317,9 +319,12 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       lease = await startLeasedRun(deps.store, def.name, running.holder, started, timing.ttlMs, BUSY_TIMEOUT_MS, firedAt);
     } catch (e) {
       // Another database error (read-only, disk full) is onError's 503 with an alarm.
-      const wait = lockWaitGivenUp(e);
-      if (!wait) throw e;
-      return refusedOnBusyLock(deps, running, def.name, started, wait);
+      // On SQLite the write lock is taken now and then by the host application or a
+      // backup: a warning. On PostgreSQL the lease's lock is only held by nachtwacht's own
+      // takes, for milliseconds: held for the whole lock_timeout (55P03) it is a hung
+      // instance, and every job stays refused meanwhile, so it is onError's, with an alarm.
+      if (lockWaitGivenUp(e)?.code !== "SQLITE_BUSY") throw e;
+      return refusedOnBusyLock(deps, running, def.name, started, e);
     }
     if (!lease.ok) return notRun(scheduled, lease.gedaan ? doneMessage(def.name, firedAt!, lease.gedaan) : heldElsewhereMessage(def.name, lease.houder));
     if (lease.overgenomen) {

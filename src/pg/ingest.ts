@@ -41,10 +41,15 @@ import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
  */
 const READ_COMMITTED = "ISOLATION LEVEL READ COMMITTED";
 
-/** Which of these tenants exist, in one query. */
+/**
+ * Which of these tenants exist, in one query, their rows held FOR KEY SHARE until the
+ * transaction ends: a tenant's DELETE then waits for the append and is refused once it
+ * sees its entries (migration 0002, which does what the per-row foreign keys did). KEY
+ * SHARE does not conflict with other appends' or with PUT /api/tenants' NO KEY UPDATE.
+ */
 async function existingTenants(tx: SQL, tenantIds: readonly number[]): Promise<Set<number>> {
   if (tenantIds.length === 0) return new Set();
-  const rows: { id: number }[] = await tx`SELECT id FROM tenants WHERE id = ANY(${[...new Set(tenantIds)]}::int[])`;
+  const rows: { id: number }[] = await tx`SELECT id FROM tenants WHERE id = ANY(${[...new Set(tenantIds)]}::int[]) ORDER BY id FOR KEY SHARE`;
   return new Set(rows.map((r) => r.id));
 }
 

@@ -1,9 +1,8 @@
-// The job-run history (src/job-runs.ts) on PostgreSQL: a run's end, and a refused call's
-// whole row. A run's start is written with its lease (startLeasedRunPg, src/pg/job-lease.ts).
+// The job-run history (src/job-runs.ts) on PostgreSQL: a run's end. Its start is written
+// with its lease (startLeasedRunPg, src/pg/job-lease.ts).
 import { sql } from "drizzle-orm";
 import { jobRuns } from "../../db/schema-pg.ts";
-import { openRun, runEndValues, runStartValues, type RunEnd } from "../job-runs.ts";
-import type { JobName } from "../schedule.ts";
+import { openRun, runEndValues, type RunEnd } from "../job-runs.ts";
 import { LOCK_TIMEOUT_MS, type PgStore } from "./store.ts";
 
 /**
@@ -17,9 +16,4 @@ export async function finishRunPg(store: PgStore, id: number, end: Date, r: RunE
     await tx.execute(sql.raw(`SET LOCAL lock_timeout = ${Math.max(1, Math.ceil(lockWaitMs))}`));
     await tx.update(jobRuns).set(runEndValues(end, r)).where(openRun(jobRuns, id));
   });
-}
-
-/** A run written whole, start and end in one INSERT (recordRefusedRun). */
-export async function insertRunPg(store: PgStore, job: JobName, started: Date, end: Date, r: RunEnd): Promise<void> {
-  await store.db.insert(jobRuns).values({ ...runStartValues(job, started), ...runEndValues(end, r) });
 }

@@ -168,6 +168,17 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
 
   const source = new Database(o.dbPath, { readonly: true, strict: true });
   source.run("PRAGMA busy_timeout = 5000");
+  // Audit entries or keys of a tenant that is not there: SQLite checks its foreign keys
+  // only on connections that ask for it, and PostgreSQL's audit tables have none
+  // (db/schema-pg.ts), so such rows would be copied and never verified. The other
+  // tables' keys PostgreSQL checks itself.
+  for (const table of ["audit_entries", "audit_sleutels"]) {
+    const orphan = source.query(`PRAGMA foreign_key_check(${table})`).get() as { rowid: number } | null;
+    if (orphan) {
+      source.close();
+      return { uitkomst: "bron-niet-in-orde", toelichting: `${table} heeft rijen van een tenant die niet in tenants staat (rowid ${orphan.rowid}); eerst uitzoeken, niets gekopieerd` };
+    }
+  }
   const target = await openPgStore(o.url, { max: Math.max(2, (o.parallel ?? 2) + 1) });
   try {
     const shapes = COPIED_TABLES.map(tableShape);
