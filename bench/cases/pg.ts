@@ -15,7 +15,9 @@
 //                audit-retentie's (src/pg/audit-retention.ts: the check of every chain
 //                first, then signed records, then the prefixes) against one DELETE of the
 //                same rows, each on its own copy of the database (CREATE DATABASE …
-//                TEMPLATE) while bench/pg-writer.ts writes every 10 ms
+//                TEMPLATE) while bench/pg-writer.ts writes every 10 ms; and beside them
+//                what an audit deletion that checks what it deletes costs here at the
+//                least (checkedDelete below), to tell how near the target a sound job can get
 //
 //   bun bench/cases/pg.ts --db <file> --ingest 200000
 import { SQL } from "bun";
@@ -141,7 +143,7 @@ try {
   // Retention of half the login attempts, each mode on a fresh copy, a writer beside it.
   // Both clocks run to the end of a CHECKPOINT after the deletion (what it left in the
   // WAL written into the tables' files), as on SQLite; the statement alone is kept too.
-  const retention = async (kind: "login" | "audit", mode: "delete" | "job") => {
+  const retention = async (kind: "login" | "audit", mode: "delete" | "job" | "checked") => {
     const name = `bench_${kind}_${mode}`;
     const copyUrl = await cluster.createDatabase(name, { template: "bench" });
     // The job appends retention records: to its own copy of the anchor file.
@@ -166,7 +168,9 @@ try {
       const onBatch = (b: { lockMs: number }) => batches.push(b.lockMs);
       const grens = retentionBoundary(NOW, kind === "login" ? 90 : 2555);
       const deleted =
-        mode === "delete"
+        mode === "checked"
+          ? await checkedDelete(copyUrl, grens, tenants)
+          : mode === "delete"
           ? kind === "login"
             ? ((await conn`WITH gone AS (DELETE FROM login_attempts WHERE tijdstip < ${grens} RETURNING 1) SELECT count(*)::int AS n FROM gone`) as { n: number }[])[0]!.n
             : ((await conn`WITH gone AS (DELETE FROM audit_entries WHERE created_at < ${grens} RETURNING 1) SELECT count(*)::int AS n FROM gone`) as { n: number }[])[0]!.n
@@ -193,6 +197,7 @@ try {
   const retentionJob = await retention("login", "job");
   const auditRetentionDelete = await retention("audit", "delete");
   const auditRetentionJob = await retention("audit", "job");
+  const auditRetentionChecked = await retention("audit", "checked");
   report({
     migrateSeconds,
     copiedRows: moved.tabellen.reduce((n, t) => n + t.rijen, 0),
@@ -214,10 +219,26 @@ try {
     retentionJob,
     auditRetentionDelete,
     auditRetentionJob,
+    auditRetentionChecked,
     peakRssMb: peakRssMb(),
   });
 } finally {
   await cluster.stop();
+}
+
+/**
+ * The least a deletion of the audit entries older than `grens` costs here when it checks
+ * what it deletes: bench/pg-checked-delete-worker.ts on two threads over a queue of
+ * tenant ranges (one `DELETE … RETURNING` each, every row's hash recomputed, links and
+ * the tree per tenant, rolled back when anything does not check out), as verification
+ * runs on two. It leaves out what audit-retentie needs besides (the anchor file, the
+ * tree's root at a signed checkpoint over the entries kept, the signed records), so a
+ * job that checks what it deletes can hardly be faster on this machine.
+ */
+async function checkedDelete(url: string, grens: string, tenants: readonly number[]): Promise<number> {
+  const r = await floorOnWorkers(new URL("../pg-checked-delete-worker.ts", import.meta.url), { url, grens }, tenants, 2);
+  if (r.mismatches > 0) throw new Error(`checkedDelete: ${r.mismatches} rows did not check out`);
+  return r.n;
 }
 
 /**
