@@ -258,7 +258,7 @@ export function renewLease(store: AnyStore, job: JobName, holder: LeaseHolder, r
  * SQLITE_BUSY and the lease stays until it expires.
  */
 export function releaseLease(store: AnyStore, job: JobName, holder: LeaseHolder, runId: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
-  if (store.kind === "pg") return releaseLeasePg(store, job, holder, runId);
+  if (store.kind === "pg") return releaseLeasePg(store, job, holder, runId, deadlineMs);
   return retryWhenBusy(
     store.sqlite,
     () => store.db.delete(jobLeases).where(heldBy(job, holder, runId)).returning({ job: jobLeases.job }).all().length > 0,

@@ -13,10 +13,11 @@ import { liveLeasesPg, releaseLeasePg, renewLeasePg, startLeasedRunPg } from "..
 import { writeKeptEnds } from "../src/job-runs.ts";
 import { finishRunPg } from "../src/pg/job-runs.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
-import { openPgStore, type PgStore } from "../src/pg/store.ts";
+import { LOCK_TIMEOUT_MS, openPgStore, type PgStore } from "../src/pg/store.ts";
 import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
 import { until } from "./helpers.ts";
+import { driverError } from "../src/http/errors.ts";
 
 setDefaultTimeout(120_000);
 
@@ -80,6 +81,29 @@ describe("the lease functions on PostgreSQL", () => {
     expect(written.map((k) => k.runId)).toEqual([r.runId]);
     expect(running.keptEndsList()).toEqual([]);
     expect(await runsOf(store, "dagrapport")).toEqual([{ id: r.runId, uitkomst: "ok", beeindigd: at(1000).toISOString() }]);
+  });
+
+  test("a release waits for the lease's row as long as its caller waits: a short wait gives up (55P03) and the lease stays; a longer one gets through once the row is free", async () => {
+    const store = await freshStore();
+    const h = newLeaseHolder();
+    const r = await startLeasedRunPg(store, "dagrapport", h, NOW, 90_000);
+    if (!r.ok) throw new Error("not taken");
+    const other = await store.sql.reserve();
+    await other`BEGIN`;
+    await other`SELECT job FROM job_leases WHERE job = 'dagrapport' FOR UPDATE`;
+    const t0 = performance.now();
+    const short = await releaseLeasePg(store, "dagrapport", h, r.runId, 50).then(() => null, (e: unknown) => e);
+    expect(driverError(short)?.errno).toBe("55P03");
+    // Its own wait, not the pool's lock_timeout (5 s).
+    expect(performance.now() - t0).toBeLessThan(LOCK_TIMEOUT_MS);
+    expect((await leaseRows(store)).length).toBe(1);
+    // Longer than the pool's 5 s lock_timeout would allow: after the answer a release waits up to a minute.
+    const long = releaseLeasePg(store, "dagrapport", h, r.runId, 60_000);
+    await until("the release to wait for the row", async () => Number(((await store.sql`SELECT count(*) AS n FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted`) as { n: string }[])[0]!.n) === 1);
+    await other`COMMIT`;
+    other.release();
+    expect(await long).toBe(true);
+    expect(await leaseRows(store)).toEqual([]);
   });
 
   test("late writes never move things back: the first end written of a run stays (a second, given-up write arriving later is a no-op), and a renewal older than the last one leaves the expiry", async () => {
