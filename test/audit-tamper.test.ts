@@ -300,28 +300,53 @@ describe("retention that stops part way", () => {
 });
 
 describe("tamper evidence: what the check itself reads", () => {
-  test("a tenant's row deleted (foreign keys off) and its entries changed: the file still names it, so it is checked", async () => {
-    const { a } = await anchored();
-    const tamper = [
-      ["DELETE FROM audit_verification_state WHERE tenant_id = ?", a],
-      ["DELETE FROM tenants WHERE id = ?", a],
-      ["UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 3", a],
-    ] as const;
+  /** Statements of one parameter each, past the keys that guard tenants' rows: SQLite's foreign keys off; on PostgreSQL replica mode, which skips triggers (a superuser's). */
+  async function pastTheKeys(statements: readonly (readonly [string, number])[]): Promise<void> {
     const s = env.store;
     if (s.kind === "sqlite") {
       s.sqlite.run("PRAGMA foreign_keys = OFF");
-      for (const [q, p] of tamper) s.sqlite.query(q).run(p);
+      for (const [q, p] of statements) s.sqlite.query(q).run(p);
       s.sqlite.run("PRAGMA foreign_keys = ON");
     } else {
-      // PostgreSQL's way of writing past foreign keys: replica mode skips their triggers (a superuser's).
       await s.sql.begin(async (tx) => {
         await tx`SET LOCAL session_replication_role = replica`;
-        for (const [q, p] of tamper) await tx.unsafe(q.replace("?", "$1"), [p]);
+        for (const [q, p] of statements) await tx.unsafe(q.replace("?", "$1"), [p]);
       });
     }
+  }
+
+  test("a tenant's row deleted (foreign keys off) and its entries changed: the file still names it, so it is checked", async () => {
+    const { a } = await anchored();
+    await pastTheKeys([
+      ["DELETE FROM audit_verification_state WHERE tenant_id = ?", a],
+      ["DELETE FROM tenants WHERE id = ?", a],
+      ["UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 3", a],
+    ]);
     const r = await verify();
     expect(r.status).toBe(409);
     expect(tenantResult(r.json, a)).toMatchObject({ intact: false, fout: { seq: 3, reden: "hash-afwijkend" } });
+  });
+
+  test("a tenant never anchored, its row deleted past the keys: its entries are still checked, with a warning naming it, and audit-anker anchors them; changed afterwards, verification finds it", async () => {
+    const { a } = await anchored();
+    const weg = await addTenant(env.db, "Weg");
+    // After the anchoring: the file does not name this tenant.
+    await fillChain(env.store, weg, 7);
+    await pastTheKeys([["DELETE FROM tenants WHERE id = ?", weg]]);
+    let r = await verify();
+    expect(r.status).toBe(200);
+    expect(tenantResult(r.json, weg)).toMatchObject({ intact: true, aantalEntries: 7, tenant: "(niet meer in de tabel tenants)" });
+    expect(tenantResult(r.json, a)).toMatchObject({ intact: true, aantalEntries: 40 });
+    expect(r.json.ankerbestand.waarschuwingen).toContain(`tenant ${weg} heeft audit-entries maar geen rij in de tabel tenants (buiten nachtwacht om verwijderd?); de keten wordt gewoon gecontroleerd.`);
+
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const checkpoints = await env.db.all<{ grootte: number }>("SELECT grootte FROM audit_anchor_log WHERE soort = 'checkpoint' AND tenant_id = ?", weg);
+    expect(checkpoints.map((c) => c.grootte)).toEqual([7]);
+
+    await pastTheKeys([["UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 3", weg]]);
+    r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, weg)).toMatchObject({ intact: false, fout: { seq: 3, reden: "hash-afwijkend" } });
   });
 
   test("head anchors of an earlier version (HMAC) in the database and the file are retired: never used, reported as a warning", async () => {

@@ -37,6 +37,22 @@ function canonicalTextOf(tenantId: number, seq: number, createdAt: string, actor
   return JSON.stringify([CHAIN_VERSION, tenantId, seq, createdAt, actor, action, subject, details, prevHash]);
 }
 
+/**
+ * The tenants whose audit entries have no row in tenants — deleted behind nachtwacht's
+ * back: on SQLite by a connection without foreign keys, on PostgreSQL past the trigger of
+ * migration 0002 — in ascending order. Verification and audit-anker take them on like
+ * any chain: deleting a tenant's row must not take its entries out of the check. A loose
+ * index scan: one seek on the primary key (tenant_id, seq) per tenant, however long the
+ * chains. The same SQL on both stores.
+ */
+export const ORPHAN_CHAINS_SQL = `
+  WITH RECURSIVE chain(id) AS (
+    SELECT min(tenant_id) FROM audit_entries
+    UNION ALL
+    SELECT (SELECT min(tenant_id) FROM audit_entries WHERE tenant_id > chain.id) FROM chain WHERE chain.id IS NOT NULL
+  )
+  SELECT id FROM chain WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = chain.id) ORDER BY id`;
+
 /** An audit_entries row as stored. */
 export interface EntryRow {
   seq: number;

@@ -5,6 +5,7 @@ import { compareWithFile, type AnchorComparison, type FileProblem, type RowReaso
 import type { Verifier } from "./note.ts";
 import { verifyTenants, type TenantTask } from "./verify-parallel.ts";
 import type { BreakReason, CheckpointRef, TenantChainResult } from "./verify.ts";
+import { ORPHAN_CHAINS_SQL } from "./chain.ts";
 
 export interface TenantVerdict {
   tenantId: number;
@@ -67,6 +68,7 @@ export async function verifyInstallation(
       // Each chain is streamed (verify.ts): memory does not grow with its length.
       verifyChains: (tasks) => verifyTenants(sqlite, dbPath, tasks, o.workers, verifiers.map((v) => v.verifierKey)),
       oldHeadAnchors: async () => (sqlite.query("SELECT count(*) AS n FROM audit_head_anchors").get() as { n: number }).n,
+      orphanChains: async () => (sqlite.query(ORPHAN_CHAINS_SQL).values() as [number][]).map(([id]) => id),
     },
     tenantIds,
     o.checkpoints,
@@ -81,6 +83,8 @@ export interface InstallationSource {
   verifyChains(tasks: TenantTask[]): Promise<Map<number, TenantChainResult>>;
   /** Rows of audit_head_anchors (an earlier version's, no longer trusted). */
   oldHeadAnchors(): Promise<number>;
+  /** Tenants with audit entries but no row in tenants (ORPHAN_CHAINS_SQL). */
+  orphanChains(): Promise<number[]>;
 }
 
 /** The rule of a whole installation's verdict, for any store. */
@@ -89,9 +93,11 @@ export async function verifyInstallationOf(src: InstallationSource, tenantIds: n
   // each tenant's newest checkpoint in it is what the chain must still reach.
   const cmp = await src.compare();
   const targets = checkpoints ?? cmp.checkpoints;
-  // A tenant the file has checkpoints for is checked even when its row is gone from the
-  // tenants table: deleting that row must not take its chain out of the check.
-  const ids = [...new Set([...tenantIds, ...targets.keys()])].sort((a, b) => a - b);
+  // A tenant the file has checkpoints for, or whose entries are there, is checked even
+  // when its row is gone from the tenants table: deleting that row must not take its
+  // chain out of the check.
+  const orphans = await src.orphanChains();
+  const ids = [...new Set([...tenantIds, ...targets.keys(), ...orphans])].sort((a, b) => a - b);
   const tasks = ids.map((tenantId) => {
     const c = targets.get(tenantId);
     return { tenantId, checkpoint: c ? { size: c.size, root: c.root, basis: c.basis ?? 0 } : null };
@@ -115,6 +121,7 @@ export async function verifyInstallationOf(src: InstallationSource, tenantIds: n
     tenants.push({ tenantId, intact: !fout, aantalEntries: r.aantalEntries, ...(fout ? { fout } : {}) });
   }
   const waarschuwingen = [...cmp.waarschuwingen, ...operatorWarnings(cmp)];
+  for (const id of orphans) waarschuwingen.push(`tenant ${id} heeft audit-entries maar geen rij in de tabel tenants (buiten nachtwacht om verwijderd?); de keten wordt gewoon gecontroleerd.`);
   // Head anchors of earlier versions (HMAC-signed or unsigned) are retired: never trusted, only counted.
   if (cmp.oudeRegels > 0) waarschuwingen.push(`${cmp.oudeRegels} regel(s) uit een eerdere versie (HMAC-kopankers) in het ankerbestand worden niet meer vertrouwd.`);
   const oldRows = await src.oldHeadAnchors();

@@ -15,12 +15,17 @@ import type { CheckpointRef } from "../audit/verify.ts";
 import type { StoredLine } from "../audit/anchor-file.ts";
 import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { chainStartPg, readEntriesPg } from "./chain.ts";
+import { ORPHAN_CHAINS_SQL } from "../audit/chain.ts";
 import { anchorRows } from "./offline.ts";
 
 export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<AnchoringResult> {
   const cmp = await sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), path, keys.verifiers));
   throwIfProblem(cmp.probleem);
-  const tenants = ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
+  // Every tenant, and every chain whose tenant's row is gone (ORPHAN_CHAINS_SQL).
+  const tenants = [
+    ...((await sql`SELECT id FROM tenants`) as { id: number }[]).map((t) => t.id),
+    ...((await sql.unsafe(ORPHAN_CHAINS_SQL)) as { id: number }[]).map((r) => Number(r.id)),
+  ].sort((a, b) => a - b);
   const { lines, refused, checkpoints, unchanged } = await anchorTenants(tenants, cmp, keys, (tenantId, prev) => extendTenantPg(sql, tenantId, prev, keys.verifiers));
 
   return sql.begin(async (tx) => {
