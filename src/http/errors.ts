@@ -81,8 +81,9 @@ export function unavailableCode(e: unknown): string | undefined {
  * When `e` is a lock wait given up — SQLite's write lock held by another process for
  * the whole busy timeout (SQLITE_BUSY), or on PostgreSQL another session's lock for the
  * whole lock_timeout (55P03), the same wait — its code and what it means, in words for
- * the answer; else undefined. Expected now and then (a long host transaction, a backup,
- * a hung appender): a 503 to try again later, logged, not an alarm per call.
+ * the answer; else undefined. Where such a wait is expected now and then (the write
+ * API: a long host transaction, a backup, a hung appender), it is a 503 to try again
+ * later, logged, not an alarm per call; the job route decides per store (job-route.ts).
  */
 export function lockWaitGivenUp(e: unknown): { code: "SQLITE_BUSY" | "55P03"; why: string } | undefined {
   const code = unavailableCode(e);

@@ -167,8 +167,8 @@ export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput
  * PUT /api/tenants/{id}/beheerders (putAdministrators on SQLite; administratorChanges
  * decides). The tenant's row is locked first, so two lists for one tenant at the same
  * time are applied one after the other instead of both adding the same address. NO KEY
- * UPDATE: inserts whose foreign key takes KEY SHARE on that row (login attempts) go on
- * meanwhile, and audit appends take no lock on it.
+ * UPDATE: what holds that row KEY SHARE goes on meanwhile (audit appends, from their
+ * check that the tenant exists; login attempts, by their foreign key).
  */
 export function putAdministratorsPg(store: PgStore, tenantId: number, input: AdministratorList): Promise<AdministratorsResult> {
   return store.sql.begin(READ_COMMITTED, async (tx) => {

@@ -170,8 +170,8 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
   source.run("PRAGMA busy_timeout = 5000");
   // Audit entries or keys of a tenant that is not there: SQLite checks its foreign keys
   // only on connections that ask for it, and PostgreSQL's audit tables have none
-  // (db/schema-pg.ts), so such rows would be copied and never verified. The other
-  // tables' keys PostgreSQL checks itself.
+  // (db/schema-pg.ts), so such rows would be copied without a word. The other tables'
+  // keys PostgreSQL checks itself.
   for (const table of ["audit_entries", "audit_sleutels"]) {
     const orphan = source.query(`PRAGMA foreign_key_check(${table})`).get() as { rowid: number } | null;
     if (orphan) {
