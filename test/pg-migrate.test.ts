@@ -65,6 +65,16 @@ async function livedInstallation() {
 const migrate = (url: string) =>
   migrateToPostgres({ dbPath: env!.config.databasePath, anchorPath: env!.config.auditAnkerBestand, url, verifiers: VERIFIERS, log: () => {} });
 
+/** migrate-to refuses the source (bron-niet-in-orde, saying `why`) and creates nothing in a fresh target. */
+async function expectSourceRefused(why: string): Promise<void> {
+  const url = await cluster.createDatabase();
+  const r = await migrate(url);
+  expect(r.uitkomst).toBe("bron-niet-in-orde");
+  if (r.uitkomst === "bron-niet-in-orde") expect(r.toelichting).toContain(why);
+  const [{ exists }] = await client(url)`SELECT EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'tenants') AS exists`;
+  expect(exists).toBe(false);
+}
+
 const count = (table: string) => (env!.store.sqlite.query(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
 
 describe("migrate-to", () => {
@@ -212,32 +222,20 @@ describe("migrate-to", () => {
   test("refuses a source that does not verify, and copies nothing", async () => {
     const { b } = await livedInstallation();
     env!.store.sqlite.query("UPDATE audit_entries SET action = 'vervalst' WHERE tenant_id = ? AND seq = 3").run(b);
-    const url = await cluster.createDatabase();
-    const r = await migrate(url);
-    expect(r.uitkomst).toBe("bron-niet-in-orde");
-    if (r.uitkomst === "bron-niet-in-orde") expect(r.toelichting).toContain("hash-afwijkend");
-    const pg = client(url);
-    const [{ exists }] = await pg`SELECT EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'tenants') AS exists`;
-    expect(exists).toBe(false);
+    await expectSourceRefused("hash-afwijkend");
   });
 
   test("refuses a source with audit entries of a tenant that is not there (written with foreign keys off), and copies nothing", async () => {
     await livedInstallation();
-    // A tenant that was never anchored (so the anchor file does not name it), its row
-    // then deleted by a connection without foreign keys: its chain verifies nowhere.
+    // A tenant whose row was deleted by a connection without foreign keys: its chain
+    // still verifies (from its entries), but PostgreSQL would take its rows without a word.
     const w = env!.store.sqlite;
     const d = addTenant(env!.store, "Weg");
     for (let i = 0; i < 3; i++) appendAuditEntry(w, { tenantId: d, actor: "u@weg.nl", action: "inlog", subject: "s", details: {}, createdAt: new Date(NOW.getTime() - DAY) });
     w.run("PRAGMA foreign_keys = OFF");
     w.query("DELETE FROM tenants WHERE id = ?").run(d);
     w.run("PRAGMA foreign_keys = ON");
-    const url = await cluster.createDatabase();
-    const r = await migrate(url);
-    expect(r.uitkomst).toBe("bron-niet-in-orde");
-    if (r.uitkomst === "bron-niet-in-orde") expect(r.toelichting).toContain("audit_entries heeft rijen van een tenant die niet in tenants staat");
-    const pg = client(url);
-    const [{ exists }] = await pg`SELECT EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'tenants') AS exists`;
-    expect(exists).toBe(false);
+    await expectSourceRefused("audit_entries heeft rijen van een tenant die niet in tenants staat");
   });
 
   test("a chain adopted from the earlier version (its start an adoption record, not genesis) moves and verifies on PostgreSQL as on SQLite", async () => {
