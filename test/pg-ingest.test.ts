@@ -6,7 +6,8 @@
 // processes) with the same sleutels store each entry once, give every caller the same
 // receipt, and never fork a chain.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { rowHash, type EntryRow } from "../src/audit/chain.ts";
+import { ORPHAN_CHAINS_SQL, rowHash, type EntryRow } from "../src/audit/chain.ts";
+import { driverError } from "../src/http/errors.ts";
 import { CHAIN_LOCK, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { call, makePgTestEnv, makeTestEnv, NOW, SECRET, until, type PgTestEnv, type TestEnv } from "./helpers.ts";
@@ -434,6 +435,34 @@ describe("concurrent writers on PostgreSQL", () => {
     other.release();
     expect((await env!.store.sql`SELECT id FROM tenants WHERE id = ${t}`).length).toBe(1);
     expect(await verified(t)).toEqual({ intact: true, aantalEntries: 1 });
+  });
+
+  test("the ways around a check the foreign keys closed stay closed: a temporary audit_entries in the deleting session, a REPEATABLE READ delete, TRUNCATE … CASCADE, and audit rows written or moved to a tenant that does not exist", async () => {
+    await pgEnv();
+    const a = await tenant(1);
+    expect((await send("/api/audit", { entries: [{ ...entry(a, 0), sleutel: "s1" }] })).status).toBe(200);
+    const conn = await env!.store.sql.reserve();
+    const failure = (q: string) => conn.unsafe(q).then(() => null, (x: unknown) => driverError(x)?.errno);
+    try {
+      // Tables of the session's own cannot stand in for nachtwacht's (the functions name theirs, search_path fixed).
+      await conn`CREATE TEMP TABLE audit_entries (tenant_id int)`;
+      await conn`CREATE TEMP TABLE audit_sleutels (tenant_id int)`;
+      expect(await failure("DELETE FROM public.tenants WHERE id = 1")).toBe("23503");
+      await conn`DROP TABLE pg_temp.audit_entries, pg_temp.audit_sleutels`;
+      // A snapshot older than an append's commit would not see its entries: refused whatever it would see.
+      await conn`BEGIN ISOLATION LEVEL REPEATABLE READ`;
+      expect(await failure("DELETE FROM tenants WHERE id = 1")).toBe("40001");
+      await conn`ROLLBACK`;
+      expect(await failure("TRUNCATE tenants CASCADE")).toBe("23503");
+      expect(await failure("INSERT INTO audit_entries (tenant_id, seq, created_at, actor, action, subject, details, prev_hash, hash) VALUES (999, 1, '2026-07-23T12:00:00.000Z', 'x', 'y', 'z', '{}', 'p', 'h')")).toBe("23503");
+      expect(await failure("UPDATE audit_entries SET tenant_id = 777 WHERE tenant_id = 1")).toBe("23503");
+      expect(await failure("UPDATE audit_sleutels SET tenant_id = 777 WHERE tenant_id = 1")).toBe("23503");
+    } finally {
+      conn.release();
+    }
+    expect(await count("tenants")).toBe(1);
+    expect((await env!.store.sql.unsafe(ORPHAN_CHAINS_SQL)).length).toBe(0);
+    expect(await verified(a)).toEqual({ intact: true, aantalEntries: 1 });
   });
 
   test("the same sleutel at the same time: identical content stores once and answers all alike; other content stores one and is 409 for the rest", async () => {

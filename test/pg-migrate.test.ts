@@ -235,7 +235,7 @@ describe("migrate-to", () => {
     w.run("PRAGMA foreign_keys = OFF");
     w.query("DELETE FROM tenants WHERE id = ?").run(d);
     w.run("PRAGMA foreign_keys = ON");
-    await expectSourceRefused("audit_entries heeft rijen van een tenant die niet in tenants staat");
+    await expectSourceRefused(`tenant ${d} heeft audit-entries of sleutels maar staat niet in tenants`);
   });
 
   test("a chain adopted from the earlier version (its start an adoption record, not genesis) moves and verifies on PostgreSQL as on SQLite", async () => {

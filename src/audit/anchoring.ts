@@ -334,10 +334,9 @@ export async function anchorTenants(
 export async function anchorAll(sqlite: Database, dbPath: string, path: string, keys: Keys): Promise<AnchoringResult> {
   const cmp = await compareWithFile(dbPath, path, keys.verifiers);
   throwIfProblem(cmp.probleem);
-  // Every tenant, and every chain whose tenant's row is gone (ORPHAN_CHAINS_SQL).
+  // Every tenant, and every chain whose tenant's row is gone (ORPHAN_CHAINS_SQL); once each.
   const tenants = [
-    ...(sqlite.query("SELECT id FROM tenants").values() as [number][]).map(([id]) => id),
-    ...(sqlite.query(ORPHAN_CHAINS_SQL).values() as [number][]).map(([id]) => id),
+    ...new Set([...(sqlite.query("SELECT id FROM tenants").values() as [number][]).map(([id]) => id), ...(sqlite.query(ORPHAN_CHAINS_SQL).values() as [number][]).map(([id]) => id)]),
   ].sort((a, b) => a - b);
   const { lines, refused, checkpoints, unchanged } = await anchorTenants(tenants, cmp, keys, async (tenantId, prev) => extendTenant(sqlite, tenantId, prev, keys.verifiers));
 

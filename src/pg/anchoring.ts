@@ -21,10 +21,10 @@ import { anchorRows } from "./offline.ts";
 export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<AnchoringResult> {
   const cmp = await sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), path, keys.verifiers));
   throwIfProblem(cmp.probleem);
-  // Every tenant, and every chain whose tenant's row is gone (ORPHAN_CHAINS_SQL).
+  // Every tenant, and every chain whose tenant's row is gone (ORPHAN_CHAINS_SQL); once each
+  // (a row deleted between the two reads is in both).
   const tenants = [
-    ...((await sql`SELECT id FROM tenants`) as { id: number }[]).map((t) => t.id),
-    ...((await sql.unsafe(ORPHAN_CHAINS_SQL)) as { id: number }[]).map((r) => Number(r.id)),
+    ...new Set([...((await sql`SELECT id FROM tenants`) as { id: number }[]).map((t) => t.id), ...((await sql.unsafe(ORPHAN_CHAINS_SQL)) as { id: number }[]).map((r) => Number(r.id))]),
   ].sort((a, b) => a - b);
   const { lines, refused, checkpoints, unchanged } = await anchorTenants(tenants, cmp, keys, (tenantId, prev) => extendTenantPg(sql, tenantId, prev, keys.verifiers));
 

@@ -3,6 +3,7 @@
 // then prove the copy before saying done: every row equal, in key order, and every
 // tenant's chain verifying on PostgreSQL against the anchor file's signed checkpoints.
 import { Database } from "bun:sqlite";
+import { ORPHAN_CHAINS_SQL } from "../audit/chain.ts";
 import type { SQL } from "bun";
 import { getTableConfig, type PgTable } from "drizzle-orm/pg-core";
 import * as pgSchema from "../../db/schema-pg.ts";
@@ -169,15 +170,15 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
   const source = new Database(o.dbPath, { readonly: true, strict: true });
   source.run("PRAGMA busy_timeout = 5000");
   // Audit entries or keys of a tenant that is not there: SQLite checks its foreign keys
-  // only on connections that ask for it, and PostgreSQL's audit tables have none
-  // (db/schema-pg.ts), so such rows would be copied without a word. The other tables'
-  // keys PostgreSQL checks itself.
-  for (const table of ["audit_entries", "audit_sleutels"]) {
-    const orphan = source.query(`PRAGMA foreign_key_check(${table})`).get() as { rowid: number } | null;
-    if (orphan) {
-      source.close();
-      return { uitkomst: "bron-niet-in-orde", toelichting: `${table} heeft rijen van een tenant die niet in tenants staat (rowid ${orphan.rowid}); eerst uitzoeken, niets gekopieerd` };
-    }
+  // only on connections that ask for it, and PostgreSQL would refuse the rows mid-copy
+  // (migration 0002). Named before anything is copied. The other tables' keys PostgreSQL
+  // checks itself.
+  const orphan =
+    (source.query(ORPHAN_CHAINS_SQL).get() as { id: number } | null)?.id ??
+    (source.query("SELECT tenant_id AS id FROM audit_sleutels k WHERE NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = k.tenant_id) LIMIT 1").get() as { id: number } | null)?.id;
+  if (orphan !== undefined) {
+    source.close();
+    return { uitkomst: "bron-niet-in-orde", toelichting: `tenant ${orphan} heeft audit-entries of sleutels maar staat niet in tenants; eerst uitzoeken, niets gekopieerd` };
   }
   const target = await openPgStore(o.url, { max: Math.max(2, (o.parallel ?? 2) + 1) });
   try {
