@@ -17,10 +17,10 @@
 //   trigger), and a write API batch holds its tenants' chain locks while it inserts:
 //   the checks were a fifth of that time, and batches over many tenants queue behind
 //   each other on those locks (bench/pg-ingest-profile.ts, docs/performance.md). What
-//   the keys refused is refused once per tenant instead: a trigger on tenants
-//   (migration 0002) refuses to delete or renumber a tenant with audit entries or keys,
-//   and an append holds its tenants' rows FOR KEY SHARE from its check that they exist
-//   until it commits (src/pg/ingest.ts). SQLite checks its keys without locks and keeps them.
+//   the keys refused is refused once per statement instead (migration 0002: statement
+//   triggers on the audit tables, a trigger on tenants; docs/postgresql.md), and an
+//   append holds its tenants' rows FOR KEY SHARE from its check that they exist until it
+//   commits (src/pg/ingest.ts). SQLite checks its keys without locks and keeps them.
 import { sql } from "drizzle-orm";
 import { bigint, boolean, customType, index, integer, pgTable, primaryKey, serial, text, uniqueIndex } from "drizzle-orm/pg-core";
 

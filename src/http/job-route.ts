@@ -320,9 +320,9 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     } catch (e) {
       // Another database error (read-only, disk full) is onError's 503 with an alarm.
       // On SQLite the write lock is taken now and then by the host application or a
-      // backup: a warning. On PostgreSQL the lease's lock is only held by nachtwacht's own
-      // takes, for milliseconds: held for the whole lock_timeout (55P03) it is a hung
-      // instance, and every job stays refused meanwhile, so it is onError's, with an alarm.
+      // backup: a warning. On PostgreSQL nachtwacht's own takes hold the lease's lock for
+      // milliseconds: held for the whole lock_timeout (55P03) it is a hung instance or an
+      // operator's table lock, and every job stays refused meanwhile: onError's, an alarm.
       if (lockWaitGivenUp(e)?.code !== "SQLITE_BUSY") throw e;
       return refusedOnBusyLock(deps, running, def.name, started, e);
     }
