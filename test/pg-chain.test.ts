@@ -65,7 +65,7 @@ describe("PostgreSQL schema", () => {
       expect(n).toBe(14);
       const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;
       expect(collation).toBe("C");
-      // The appends' tables check their tenant in the transaction, not per row by a foreign key (db/schema-pg.ts).
+      // The audit tables' tenants are checked per statement by migration 0002's triggers, not per row by a foreign key (db/schema-pg.ts).
       const fks = (await sql`SELECT conrelid::regclass::text AS t FROM pg_constraint WHERE contype = 'f' AND confrelid = 'tenants'::regclass ORDER BY 1`) as { t: string }[];
       expect(fks.map((r) => r.t)).toEqual(["administrators", "audit_head_anchors", "audit_retention_anchors", "audit_verification_state", "login_attempts", "weekly_report_deliveries"]);
     } finally {
