@@ -205,6 +205,9 @@ describe("migrate-to", () => {
     const url = await cluster.createDatabase();
     expect((await migrate(url)).uitkomst).toBe("klaar");
     const pg = client(url);
+    // The tenant checks it switched off for the copy are on again.
+    const triggers = await pg`SELECT tgname, tgenabled FROM pg_trigger WHERE tgname IN ('audit_entries_have_tenant', 'audit_sleutels_have_tenant') ORDER BY tgname`;
+    expect(triggers).toEqual([{ tgname: "audit_entries_have_tenant", tgenabled: "O" }, { tgname: "audit_sleutels_have_tenant", tgenabled: "O" }]);
     const [{ n }] = await pg`SELECT count(*) AS n FROM audit_entries`;
     const again = await migrate(url);
     expect(again.uitkomst).toBe("doel-niet-leeg");

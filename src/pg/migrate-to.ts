@@ -155,6 +155,12 @@ export type MigrateResult =
   | { uitkomst: "doel-niet-leeg"; toelichting: string }
   | { uitkomst: "kopie-wijkt-af"; toelichting: string };
 
+/** The statement triggers of migration 0002 that check new audit rows' tenants. */
+const TENANT_CHECKS = [
+  { table: "audit_entries", trigger: "audit_entries_have_tenant" },
+  { table: "audit_sleutels", trigger: "audit_sleutels_have_tenant" },
+] as const;
+
 export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResult> {
   // 1. The source must verify: a copy of a log that does not would carry the break over
   //    and lose the evidence of where it happened.
@@ -203,6 +209,12 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
     try {
       const tabellen: { tabel: string; rijen: number }[] = [];
       await target.sql.begin(async (tx) => {
+        // The audit tables' statement triggers (migration 0002) would keep every copied
+        // row in a transition table to look its tenant up: gigabytes of temporary files at
+        // millions of entries, for a check made above already (no orphan rows) and after
+        // the copy (row by row). Off for this transaction only; ALTER TABLE is
+        // transactional, so an aborted copy leaves them on.
+        for (const t of TENANT_CHECKS) await tx.unsafe(`ALTER TABLE ${t.table} DISABLE TRIGGER ${t.trigger}`);
         for (const s of shapes) {
           const rijen = await copyTable(tx, source, s);
           tabellen.push({ tabel: s.name, rijen });
@@ -214,6 +226,7 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
             );
           }
         }
+        for (const t of TENANT_CHECKS) await tx.unsafe(`ALTER TABLE ${t.table} ENABLE TRIGGER ${t.trigger}`);
       });
 
     // Statistics for the planner now: after a bulk COPY PostgreSQL has none until
