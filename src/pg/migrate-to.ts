@@ -175,6 +175,10 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
 
   const source = new Database(o.dbPath, { readonly: true, strict: true });
   source.run("PRAGMA busy_timeout = 5000");
+  // One snapshot of the source from here (a read transaction, its snapshot taken at the
+  // first read below), held through the copy and its proof: what is checked is what is
+  // copied, and a writer still at work shows as a difference.
+  source.run("BEGIN");
   // Audit entries or keys of a tenant that is not there: SQLite checks its foreign keys
   // only on connections that ask for it, and PostgreSQL would refuse the rows mid-copy
   // (migration 0002). Named before anything is copied. The other tables' keys PostgreSQL
@@ -202,10 +206,8 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
             "verwijder die database en maak haar leeg opnieuw aan, dan opnieuw",
       };
     }
-    // 3. Copy: one snapshot of the source (a read transaction, held through the check
-    //    below, so a writer still at work shows as a difference), one transaction on the target.
+    // 3. Copy: the source's snapshot (above), one transaction on the target.
     o.log(`kopiëren naar ${redactUrl(o.url)}`);
-    source.run("BEGIN");
     try {
       const tabellen: { tabel: string; rijen: number }[] = [];
       await target.sql.begin(async (tx) => {
