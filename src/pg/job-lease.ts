@@ -20,7 +20,7 @@ import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
 import { doneSince, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import { runStartValues } from "../job-runs.ts";
 import type { JobName } from "../schedule.ts";
-import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, type PgDb, type PgStore } from "./store.ts";
+import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgDb, type PgStore } from "./store.ts";
 
 /**
  * Takes the job's lease and writes its job_runs row ('bezig'), in one transaction:
@@ -83,15 +83,11 @@ function forwardOnly(v: { vernieuwd: string; verloopt: string }) {
 
 /**
  * Deletes this holder's lease of the run; never another holder's. False when there was
- * none. It waits for the lease's row as long as its caller waits (`lockWaitMs`: 5 s
- * before the answer, a minute after it), as finishRunPg does for a run's end.
+ * none. It waits for the lease's row as long as its caller waits (withLockWait), as a
+ * run's end does.
  */
 export async function releaseLeasePg(store: PgStore, job: JobName, holder: LeaseHolder, runId: number, lockWaitMs = LOCK_TIMEOUT_MS): Promise<boolean> {
-  return store.db.transaction(async (tx) => {
-    await tx.execute(sql.raw(`SET LOCAL lock_timeout = ${Math.max(1, Math.ceil(lockWaitMs))}`));
-    const rows = await tx.delete(jobLeases).where(heldBy(job, holder, runId)).returning({ job: jobLeases.job });
-    return rows.length > 0;
-  });
+  return withLockWait(store, lockWaitMs, async (tx) => (await tx.delete(jobLeases).where(heldBy(job, holder, runId)).returning({ job: jobLeases.job })).length > 0);
 }
 
 /**

@@ -5,6 +5,7 @@
 // carries (no package, nothing to bundle), it pools connections, and it speaks COPY
 // FROM STDIN / TO STDOUT as streams, which `migrate-to` and the verification floor use.
 import { SQL } from "bun";
+import { sql as sqlText } from "drizzle-orm";
 import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import { migrate as drizzleMigrate } from "drizzle-orm/bun-sql/migrator";
 import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
@@ -50,6 +51,22 @@ export const LOCK_TENANT_IDS = 2;
  * hanging behind someone else's lock.
  */
 export const LOCK_TIMEOUT_MS = BUSY_TIMEOUT_MS;
+
+/** A transaction of `db` (Drizzle's) as passed to its callback. */
+export type PgDbTx = Parameters<Parameters<PgDb["transaction"]>[0]>[0];
+
+/**
+ * `work` in a transaction whose statements wait for another session's lock at most
+ * `lockWaitMs` instead of the pool's LOCK_TIMEOUT_MS: as long as the caller waits (5 s
+ * before an answer, a minute after it), as SQLite's writes wait for the write lock. 0
+ * still waits 1 ms, since lock_timeout 0 is no limit.
+ */
+export function withLockWait<T>(store: PgStore, lockWaitMs: number, work: (tx: PgDbTx) => Promise<T>): Promise<T> {
+  return store.db.transaction(async (tx) => {
+    await tx.execute(sqlText.raw(`SET LOCAL lock_timeout = ${Math.max(1, Math.ceil(lockWaitMs))}`));
+    return work(tx);
+  });
+}
 
 export async function openPgStore(url: string, o: { max?: number } = {}): Promise<PgStore> {
   const sql = new SQL(url, { max: o.max ?? 10, connection: { lock_timeout: String(LOCK_TIMEOUT_MS) } });
