@@ -9,7 +9,7 @@
 import type { Database } from "bun:sqlite";
 import { appendLines, databaseEnd, insertRows, readLines, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type AnchorComparison, type RowReason } from "./anchor-check.ts";
-import { entriesAfter, ORPHAN_CHAINS_SQL, rowHash, type EntryRow } from "./chain.ts";
+import { entriesAfter, orphanChains, rowHash, type EntryRow } from "./chain.ts";
 import { CompactRange, leafHashOfBytes } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openInstallationCheckpoint, signCheckpoint, signInstallationCheckpoint, anchorLineText, type Keys } from "./records.ts";
@@ -336,7 +336,7 @@ export async function anchorAll(sqlite: Database, dbPath: string, path: string, 
   throwIfProblem(cmp.probleem);
   // Every tenant, and every chain whose tenant's row is gone (ORPHAN_CHAINS_SQL); once each.
   const tenants = [
-    ...new Set([...(sqlite.query("SELECT id FROM tenants").values() as [number][]).map(([id]) => id), ...(sqlite.query(ORPHAN_CHAINS_SQL).values() as [number][]).map(([id]) => id)]),
+    ...new Set([...(sqlite.query("SELECT id FROM tenants").values() as [number][]).map(([id]) => id), ...orphanChains(sqlite)]),
   ].sort((a, b) => a - b);
   const { lines, refused, checkpoints, unchanged } = await anchorTenants(tenants, cmp, keys, async (tenantId, prev) => extendTenant(sqlite, tenantId, prev, keys.verifiers));
 

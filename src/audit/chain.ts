@@ -53,6 +53,11 @@ export const ORPHAN_CHAINS_SQL = `
   )
   SELECT id FROM chain WHERE id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = chain.id) ORDER BY id`;
 
+/** ORPHAN_CHAINS_SQL on SQLite (orphanChainsPg on PostgreSQL). */
+export function orphanChains(sqlite: Database): number[] {
+  return (sqlite.query(ORPHAN_CHAINS_SQL).values() as [number][]).map(([id]) => id);
+}
+
 /** An audit_entries row as stored. */
 export interface EntryRow {
   seq: number;

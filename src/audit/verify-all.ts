@@ -5,7 +5,7 @@ import { compareWithFile, type AnchorComparison, type FileProblem, type RowReaso
 import type { Verifier } from "./note.ts";
 import { verifyTenants, type TenantTask } from "./verify-parallel.ts";
 import type { BreakReason, CheckpointRef, TenantChainResult } from "./verify.ts";
-import { ORPHAN_CHAINS_SQL } from "./chain.ts";
+import { orphanChains } from "./chain.ts";
 
 export interface TenantVerdict {
   tenantId: number;
@@ -68,7 +68,7 @@ export async function verifyInstallation(
       // Each chain is streamed (verify.ts): memory does not grow with its length.
       verifyChains: (tasks) => verifyTenants(sqlite, dbPath, tasks, o.workers, verifiers.map((v) => v.verifierKey)),
       oldHeadAnchors: async () => (sqlite.query("SELECT count(*) AS n FROM audit_head_anchors").get() as { n: number }).n,
-      orphanChains: async () => (sqlite.query(ORPHAN_CHAINS_SQL).values() as [number][]).map(([id]) => id),
+      orphanChains: async () => orphanChains(sqlite),
     },
     tenantIds,
     o.checkpoints,

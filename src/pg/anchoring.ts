@@ -14,8 +14,7 @@ import type { Keys } from "../audit/records.ts";
 import type { CheckpointRef } from "../audit/verify.ts";
 import type { StoredLine } from "../audit/anchor-file.ts";
 import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
-import { chainStartPg, readEntriesPg } from "./chain.ts";
-import { ORPHAN_CHAINS_SQL } from "../audit/chain.ts";
+import { chainStartPg, orphanChainsPg, readEntriesPg } from "./chain.ts";
 import { anchorRows } from "./offline.ts";
 
 export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<AnchoringResult> {
@@ -24,7 +23,7 @@ export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<A
   // Every tenant, and every chain whose tenant's row is gone (ORPHAN_CHAINS_SQL); once each
   // (a row deleted between the two reads is in both).
   const tenants = [
-    ...new Set([...((await sql`SELECT id FROM tenants`) as { id: number }[]).map((t) => t.id), ...((await sql.unsafe(ORPHAN_CHAINS_SQL)) as { id: number }[]).map((r) => Number(r.id))]),
+    ...new Set([...((await sql`SELECT id FROM tenants`) as { id: number }[]).map((t) => t.id), ...(await orphanChainsPg(sql))]),
   ].sort((a, b) => a - b);
   const { lines, refused, checkpoints, unchanged } = await anchorTenants(tenants, cmp, keys, (tenantId, prev) => extendTenantPg(sql, tenantId, prev, keys.verifiers));
 

@@ -4,7 +4,7 @@
 // verify.ts); only the reading and writing differ.
 import type { SQL } from "bun";
 import { onWorkers } from "../worker-pool.ts";
-import { GENESIS_HASH, linkEntries, type AppendedEntry, type ChainHead, type ChainInput, type EntryRow } from "../audit/chain.ts";
+import { GENESIS_HASH, linkEntries, ORPHAN_CHAINS_SQL, type AppendedEntry, type ChainHead, type ChainInput, type EntryRow } from "../audit/chain.ts";
 import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type ChainStart, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
 
 /**
@@ -62,6 +62,11 @@ export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): P
       ${out.map((e) => e.createdAt)}::text[], ${out.map((e) => e.actor)}::text[], ${out.map((e) => e.action)}::text[], ${out.map((e) => e.subject)}::text[],
       ${out.map((e) => e.details)}::text[], ${out.map((e) => e.prevHash)}::text[], ${out.map((e) => e.hash)}::text[])`;
   return out;
+}
+
+/** ORPHAN_CHAINS_SQL on PostgreSQL (orphanChains on SQLite). */
+export async function orphanChainsPg(sql: SQL): Promise<number[]> {
+  return ((await sql.unsafe(ORPHAN_CHAINS_SQL)) as { id: number }[]).map((r) => Number(r.id));
 }
 
 /** COPY's text format as PostgreSQL writes it: a backslash before b f n r t v or itself. */

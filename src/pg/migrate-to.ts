@@ -3,7 +3,7 @@
 // then prove the copy before saying done: every row equal, in key order, and every
 // tenant's chain verifying on PostgreSQL against the anchor file's signed checkpoints.
 import { Database } from "bun:sqlite";
-import { ORPHAN_CHAINS_SQL } from "../audit/chain.ts";
+import { orphanChains } from "../audit/chain.ts";
 import type { SQL } from "bun";
 import { getTableConfig, type PgTable } from "drizzle-orm/pg-core";
 import * as pgSchema from "../../db/schema-pg.ts";
@@ -184,7 +184,7 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
   // (migration 0002). Named before anything is copied. The other tables' keys PostgreSQL
   // checks itself.
   const orphan =
-    (source.query(ORPHAN_CHAINS_SQL).get() as { id: number } | null)?.id ??
+    orphanChains(source)[0] ??
     (source.query("SELECT tenant_id AS id FROM audit_sleutels k WHERE NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = k.tenant_id) LIMIT 1").get() as { id: number } | null)?.id;
   if (orphan !== undefined) {
     source.close();

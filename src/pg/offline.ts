@@ -5,11 +5,11 @@
 import { SQL } from "bun";
 import { compareRowsWithFile, type AnchorRow } from "../audit/anchor-check.ts";
 import type { Verifier } from "../audit/note.ts";
-import { ORPHAN_CHAINS_SQL, type EntryRow } from "../audit/chain.ts";
+import type { EntryRow } from "../audit/chain.ts";
 import { exportBundleFrom, verifyAgainstInstallationCheckpointWith, type WitnessVerdict } from "../audit/offline.ts";
 import { verifyInstallationOf, type InstallationVerdict } from "../audit/verify-all.ts";
 import type { CheckpointRef } from "../audit/verify.ts";
-import { chainStartPg, copyRows, copyUnescape, readEntriesPg, verifyTenantsPg } from "./chain.ts";
+import { chainStartPg, copyRows, copyUnescape, orphanChainsPg, readEntriesPg, verifyTenantsPg } from "./chain.ts";
 
 /** audit_anchor_log in positie order, streamed through COPY in the transaction `tx`. */
 export async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
@@ -34,7 +34,7 @@ export async function verifyInstallationPg(url: string, anchorPath: string, veri
         compare: () => sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), anchorPath, verifiers)),
         verifyChains: (tasks) => verifyTenantsPg(sql, tasks, { parallel: 2, verifiers, ...(o.workers > 0 ? { workers: { url, count: o.workers } } : {}) }),
         oldHeadAnchors: async () => Number(((await sql`SELECT count(*) AS n FROM audit_head_anchors`) as { n: string }[])[0]!.n),
-        orphanChains: async () => ((await sql.unsafe(ORPHAN_CHAINS_SQL)) as { id: number }[]).map((r) => Number(r.id)),
+        orphanChains: () => orphanChainsPg(sql),
       },
       tenantIds,
       o.checkpoints,
