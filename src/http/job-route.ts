@@ -256,10 +256,10 @@ async function releaseAfterEnd(deps: Deps, running: RunningJobs, job: JobName, r
  * taken-controle reports the job `faalt` unless a later run succeeded. That row cannot
  * be written while the lock is taken: it is written after the answer (writeLater).
  */
-function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, started: Date, e: unknown): Response {
+function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, started: Date, e: unknown, why: string): Response {
   // Only SQLite has a database-wide write lock (SQLITE_BUSY).
   if (deps.store.kind !== "sqlite") throw e;
-  const message = `De database is bezet (${lockWaitGivenUp(e)!.why}); de taak ${job} is niet gestart. Probeer het na Retry-After opnieuw.`;
+  const message = `De database is bezet (${why}); de taak ${job} is niet gestart. Probeer het na Retry-After opnieuw.`;
   const refused = deps.clock();
   log("warn", "the database write lock stayed taken by another process; the job was not started and answered 503", { job, code: (e as { code?: unknown }).code });
   const { sqlite, db } = deps.store;
@@ -323,8 +323,9 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       // backup: a warning. On PostgreSQL nachtwacht's own takes hold the lease's lock for
       // milliseconds: held for the whole lock_timeout (55P03) it is a hung instance or an
       // operator's table lock, and every job stays refused meanwhile: onError's, an alarm.
-      if (lockWaitGivenUp(e)?.code !== "SQLITE_BUSY") throw e;
-      return refusedOnBusyLock(deps, running, def.name, started, e);
+      const wait = lockWaitGivenUp(e);
+      if (wait?.code !== "SQLITE_BUSY") throw e;
+      return refusedOnBusyLock(deps, running, def.name, started, e, wait.why);
     }
     if (!lease.ok) return notRun(scheduled, lease.gedaan ? doneMessage(def.name, firedAt!, lease.gedaan) : heldElsewhereMessage(def.name, lease.houder));
     if (lease.overgenomen) {
