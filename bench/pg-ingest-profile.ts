@@ -19,7 +19,7 @@ try {
   const B = 25, N = 500, C = 4;
   const mk = (c: number, b: number, tag: string) => ({ entries: Array.from({ length: N }, (_, i) => ({ tenantId: ((c * 7919 + b * N + i) % 1000) + 1, actor: `a${c}@x.nl`, action: "bench.api", subject: `s/${c}/${b}/${i}`, details: { c, b, i }, sleutel: `${tag}-${c}-${b}-${i}` })) });
   let t = performance.now();
-  await Promise.all(Array.from({ length: C }, async (_, c) => { for (let b = 0; b < B; b++) { const inputs = prepareAuditBatch(mk(c, b, "d") as any, new Date()).map((p) => p.entry); await store.sql.begin((tx) => appendEntriesPg(tx, inputs)); } }));
+  await Promise.all(Array.from({ length: C }, async (_, c) => { for (let b = 0; b < B; b++) { const inputs = prepareAuditBatch(mk(c, b, "d") as any, new Date()); await store.sql.begin((tx) => appendEntriesPg(tx, inputs)); } }));
   console.log("direct (with prepare)", Math.round((C * B * N) / ((performance.now() - t) / 1000)), "/s");
   let prepMs = 0;
   t = performance.now();

@@ -12,7 +12,7 @@
 //   `audit_entries.id` comes from an identity sequence instead of max(id) + 1, because
 //   PostgreSQL appenders to different tenants run at the same time (src/pg/chain.ts).
 // - Booleans are boolean.
-// - audit_entries and audit_sleutels have no foreign key to tenants. PostgreSQL checks
+// - audit_entries has no foreign key to tenants. PostgreSQL checks
 //   one per inserted row (a query and a KEY SHARE lock on the tenant's row, in a
 //   trigger), and a write API batch holds its tenants' chain locks while it inserts:
 //   the checks were a fifth of that time, and batches over many tenants queue behind
@@ -66,26 +66,16 @@ export const auditEntries = pgTable(
     details: text("details").notNull(),
     prevHash: text("prev_hash").notNull(),
     hash: text("hash").notNull(),
+    // The write API's idempotency key and the hash of the content sent under it, as in db/schema.ts.
+    sleutel: text("sleutel"),
+    inhoud: text("inhoud"),
   },
   (t) => [
     primaryKey({ columns: [t.tenantId, t.seq] }),
     uniqueIndex("audit_entries_id_idx").on(t.id),
     index("audit_entries_tenant_created_idx").on(t.tenantId, t.createdAt),
+    uniqueIndex("audit_entries_sleutel_idx").on(t.tenantId, t.sleutel).where(sql`${t.sleutel} IS NOT NULL`),
   ],
-);
-
-export const auditKeys = pgTable(
-  "audit_sleutels",
-  {
-    // No foreign key: see the top of this file.
-    tenantId: integer("tenant_id").notNull(),
-    sleutel: text("sleutel").notNull(),
-    inhoud: text("inhoud").notNull(),
-    seq: int64("seq").notNull(),
-    id: int64("id").notNull(),
-    hash: text("hash").notNull(),
-  },
-  (t) => [primaryKey({ columns: [t.tenantId, t.sleutel] }), index("audit_sleutels_seq_idx").on(t.tenantId, t.seq)],
 );
 
 export const auditRetentionAnchors = pgTable("audit_retention_anchors", {

@@ -53,32 +53,24 @@ export const auditEntries = sqliteTable(
     details: text("details").notNull(),
     prevHash: text("prev_hash").notNull(),
     hash: text("hash").notNull(),
+    // The write API's idempotency key (POST /api/audit), when the entry was sent with
+    // one, and `inhoud`: the SHA-256 of the entry as sent (src/ingest/audit.ts). A
+    // retry with the same content gets this entry's receipt (seq, id, hash); other
+    // content under the same sleutel is refused. Not part of the hash: they say how the
+    // entry arrived, not what it records. Kept in the entry's row, not a table of their
+    // own, so they are written with it (one index more per append instead of a table
+    // and two indexes: the write API's throughput, docs/performance.md) and deleted
+    // with it by audit-retentie.
+    sleutel: text("sleutel"),
+    inhoud: text("inhoud"),
   },
   (t) => [
     primaryKey({ columns: [t.tenantId, t.seq] }),
     uniqueIndex("audit_entries_id_idx").on(t.id),
     index("audit_entries_tenant_created_idx").on(t.tenantId, t.createdAt),
+    // Partial: an entry without a sleutel costs this index nothing.
+    uniqueIndex("audit_entries_sleutel_idx").on(t.tenantId, t.sleutel).where(sql`${t.sleutel} IS NOT NULL`),
   ],
-);
-
-// The write API's idempotency keys: an audit entry sent with a `sleutel` is stored
-// once per (tenant, sleutel); a retry with the same content gets the same receipt
-// (seq, id, hash), other content under the same sleutel is refused. `inhoud` is the
-// SHA-256 of the entry as sent (src/ingest/audit.ts). audit-retentie deletes a key
-// with its entry.
-export const auditKeys = sqliteTable(
-  "audit_sleutels",
-  {
-    tenantId: integer("tenant_id")
-      .notNull()
-      .references(() => tenants.id),
-    sleutel: text("sleutel").notNull(),
-    inhoud: text("inhoud").notNull(),
-    seq: integer("seq").notNull(),
-    id: integer("id").notNull(),
-    hash: text("hash").notNull(),
-  },
-  (t) => [primaryKey({ columns: [t.tenantId, t.sleutel] }), index("audit_sleutels_seq_idx").on(t.tenantId, t.seq)],
 );
 
 // Per tenant: the sequence number and hash of the last entry audit-retentie deleted.

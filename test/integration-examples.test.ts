@@ -135,7 +135,7 @@ async function rowsFromDb<T>(sql: string, ...params: number[]): Promise<T[]> {
 
 const rowsOf = (tenantId: number) =>
   rowsFromDb<EntryRow>("SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq", tenantId);
-const sleutelsOf = async (tenantId: number) => (await rowsFromDb<{ sleutel: string }>("SELECT sleutel FROM audit_sleutels WHERE tenant_id = ? ORDER BY seq", tenantId)).map((r) => r.sleutel);
+const sleutelsOf = async (tenantId: number) => (await rowsFromDb<{ sleutel: string }>("SELECT sleutel FROM audit_entries WHERE tenant_id = ? AND sleutel IS NOT NULL ORDER BY seq", tenantId)).map((r) => r.sleutel);
 
 /** Every process's command line (argv joined by NUL), as far as this user may read it. */
 function commandLines(): { pid: string; argv: string }[] {

@@ -9,6 +9,8 @@ import { renderMigrationsModule } from "../db/embed-migrations.ts";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
 import * as schema from "../db/schema.ts";
 import { applyPragmas, installedAt, openStore } from "../src/db.ts";
+import { GENESIS_HASH, linkEntries } from "../src/audit/chain.ts";
+import { prepareAuditBatch, storeAuditBatch } from "../src/ingest/audit.ts";
 import { tempDir } from "./helpers.ts";
 
 const folder = join(import.meta.dir, "..", "db", "migrations");
@@ -157,6 +159,46 @@ describe("migrations", () => {
     expect(rows.slice(n - 1).map(({ hash, created_at }) => ({ hash, created_at }))).toEqual([{ hash: last.hash, created_at: last.folderMillis }]);
     expect(store.sqlite.query("SELECT name FROM sqlite_schema WHERE name = 'audit_anchor_log'").get()).not.toBeNull();
     expect((store.sqlite.query("SELECT count(*) AS n FROM tenants").get() as { n: number }).n).toBe(1);
+    store.close();
+    cleanup();
+  });
+
+  test("0007: the keys audit_sleutels held move into their entries' rows; a retry then gets the same receipts, other content is refused, and the lookup uses the sleutel index", () => {
+    const { dir, cleanup } = tempDir();
+    const path = join(dir, "keys.db");
+    const before = embeddedMigrations.journal.entries.findIndex((e) => e.tag === "0007_keys_in_entries");
+    migrateAsBefore(path, new Date("2026-01-01T00:00:00.000Z"), before);
+    // Three entries of tenant 1 as the write API stored them before 0007: two with a sleutel.
+    const batch = {
+      entries: [
+        { tenantId: 1, actor: "a", action: "x", subject: "s0", sleutel: "k0" },
+        { tenantId: 1, actor: "a", action: "x", subject: "s1" },
+        { tenantId: 1, actor: "a", action: "x", subject: "s2", details: { n: 2 }, sleutel: "k2" },
+      ],
+    };
+    const prepared = prepareAuditBatch(batch, new Date("2026-01-02T00:00:00.000Z"));
+    let id = 1;
+    const appended = linkEntries(prepared, () => ({ seq: 0, hash: GENESIS_HASH }), () => id++);
+    const old = new Database(path, { strict: true });
+    for (const e of appended) {
+      old.query("INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").run(e.tenantId, e.seq, e.id, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash, e.hash);
+      if (e.key) old.query("INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) VALUES (?, ?, ?, ?, ?, ?)").run(e.tenantId, e.key.sleutel, e.key.inhoud, e.seq, e.id, e.hash);
+    }
+    old.close();
+
+    const store = openStore(path);
+    expect(store.sqlite.query("SELECT name FROM sqlite_schema WHERE name = 'audit_sleutels'").get()).toBeNull();
+    expect(store.sqlite.query("SELECT seq, sleutel, inhoud FROM audit_entries ORDER BY seq").all()).toEqual(
+      appended.map((e) => ({ seq: e.seq, sleutel: e.key?.sleutel ?? null, inhoud: e.key?.inhoud ?? null })),
+    );
+    const receipt = (e: (typeof appended)[number]) => ({ tenantId: 1, seq: e.seq, id: e.id, hash: e.hash });
+    const retry = { entries: [batch.entries[2]!, batch.entries[0]!] };
+    const again = store.sqlite.transaction(() => storeAuditBatch(store.sqlite, prepareAuditBatch(retry, new Date("2026-01-03T00:00:00.000Z")))).immediate();
+    expect(again).toEqual({ opgeslagen: 0, alBekend: 2, ontvangstbewijzen: [receipt(appended[2]!), receipt(appended[0]!)] });
+    const other = { entries: [{ ...batch.entries[0]!, subject: "anders" }] };
+    expect(() => store.sqlite.transaction(() => storeAuditBatch(store.sqlite, prepareAuditBatch(other, new Date()))).immediate()).toThrow('Sleutel "k0" (entries[0])');
+    const plan = store.sqlite.query("EXPLAIN QUERY PLAN SELECT inhoud, seq, id, hash FROM audit_entries WHERE tenant_id = ? AND sleutel = ?").all(1, "k0") as { detail: string }[];
+    expect(plan.map((r) => r.detail).join("\n")).toContain("USING INDEX audit_entries_sleutel_idx");
     store.close();
     cleanup();
   });

@@ -12,9 +12,16 @@ import { renderMigrationsModule } from "../db/embed-migrations.ts";
 import { embeddedMigrations as embeddedPgMigrations } from "../db/migrations-pg.gen.ts";
 import * as sqliteSchema from "../db/schema.ts";
 import * as pgSchema from "../db/schema-pg.ts";
-import { GENESIS_HASH } from "../src/audit/chain.ts";
+import { GENESIS_HASH, linkEntries } from "../src/audit/chain.ts";
 import { appendEntriesPg, copyRows, copyUnescape, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { openPgStore } from "../src/pg/store.ts";
+import { SQL } from "bun";
+import { drizzle } from "drizzle-orm/bun-sql";
+import { migrate as drizzleMigrate } from "drizzle-orm/bun-sql/migrator";
+import { migrationsFolder } from "../src/db.ts";
+import { driverError } from "../src/http/errors.ts";
+import { prepareAuditBatch } from "../src/ingest/audit.ts";
+import { storeAuditBatchPg } from "../src/pg/ingest.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
 
@@ -44,7 +51,7 @@ describe("PostgreSQL schema", () => {
         return shape(c.name, c.columns, c.indexes.map((i) => i.config.name!));
       })
       .sort((a, b) => a.name.localeCompare(b.name));
-    expect(pg.length).toBe(14);
+    expect(pg.length).toBe(13);
     expect(pg).toEqual(lite);
   });
 
@@ -60,9 +67,9 @@ describe("PostgreSQL schema", () => {
       const sql = stores[0]!.sql;
       const rows = await sql`SELECT hash FROM drizzle.__drizzle_migrations`;
       expect(rows.length).toBe(embeddedPgMigrations.journal.entries.length);
-      expect(rows.length).toBe(3);
+      expect(rows.length).toBe(4);
       const [{ n }] = await sql`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`;
-      expect(n).toBe(14);
+      expect(n).toBe(13);
       const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;
       expect(collation).toBe("C");
       // The audit tables' tenants are checked per statement by migration 0002's triggers, not per row by a foreign key (db/schema-pg.ts).
@@ -70,6 +77,54 @@ describe("PostgreSQL schema", () => {
       expect(fks.map((r) => r.t)).toEqual(["administrators", "audit_head_anchors", "audit_retention_anchors", "audit_verification_state", "login_attempts", "weekly_report_deliveries"]);
     } finally {
       for (const s of stores) await s.close();
+    }
+  });
+});
+
+describe("migration 0003 on PostgreSQL", () => {
+  test("the keys audit_sleutels held move into their entries' rows, the tenant guard no longer names that table, and a retry gets the same receipts", async () => {
+    const url = await cluster.createDatabase();
+    // The database as the code before 0003 left it: migrations 0000–0002 only.
+    const before = embeddedPgMigrations.journal.entries.findIndex((e) => e.tag === "0003_keys_in_entries");
+    const m = migrationsFolder({ journal: { entries: embeddedPgMigrations.journal.entries.slice(0, before) }, sql: embeddedPgMigrations.sql });
+    const old = new SQL(url);
+    try {
+      await drizzleMigrate(drizzle({ client: old }), { migrationsFolder: m.folder });
+      await old`INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (1, 'A', true, '2026-01-01T00:00:00.000Z')`;
+      const batch = {
+        entries: [
+          { tenantId: 1, actor: "a", action: "x", subject: "s0", sleutel: "k0" },
+          { tenantId: 1, actor: "a", action: "x", subject: "s1" },
+          { tenantId: 1, actor: "a", action: "x", subject: "s2", sleutel: "k2" },
+        ],
+      };
+      let id = 1;
+      const appended = linkEntries(prepareAuditBatch(batch, new Date("2026-01-02T00:00:00.000Z")), () => ({ seq: 0, hash: GENESIS_HASH }), () => id++);
+      for (const e of appended) {
+        await old`INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash) VALUES (${e.tenantId}, ${e.seq}, ${e.id}, ${e.createdAt}, ${e.actor}, ${e.action}, ${e.subject}, ${e.details}, ${e.prevHash}, ${e.hash})`;
+        if (e.key) await old`INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) VALUES (${e.tenantId}, ${e.key.sleutel}, ${e.key.inhoud}, ${e.seq}, ${e.id}, ${e.hash})`;
+      }
+      await old.close();
+      const store = await openPgStore(url);
+      try {
+        const sql = store.sql;
+        expect(await sql`SELECT to_regclass('public.audit_sleutels') AS t`).toEqual([{ t: null }]);
+        expect(await sql`SELECT seq::int, sleutel, inhoud FROM audit_entries ORDER BY seq`).toEqual(appended.map((e) => ({ seq: e.seq, sleutel: e.key?.sleutel ?? null, inhoud: e.key?.inhoud ?? null })));
+        // The moved-rows check, off for the migration's UPDATE, is on again.
+        expect(await sql`SELECT tgenabled FROM pg_trigger WHERE tgname = 'audit_entries_moved_have_tenant'`).toEqual([{ tgenabled: "O" }]);
+        const retry = await storeAuditBatchPg(store, prepareAuditBatch({ entries: [batch.entries[2]!, batch.entries[0]!] }, new Date()));
+        const receipt = (e: (typeof appended)[number]) => ({ tenantId: 1, seq: e.seq, id: e.id, hash: e.hash });
+        expect(retry).toEqual({ opgeslagen: 0, alBekend: 2, ontvangstbewijzen: [receipt(appended[2]!), receipt(appended[0]!)] });
+        // The tenant guard, rewritten without audit_sleutels, still refuses; a tenant without entries still goes.
+        const code = (q: Promise<unknown>) => q.then(() => null, (x: unknown) => driverError(x)?.errno);
+        expect(await code(sql`DELETE FROM tenants WHERE id = 1`)).toBe("23503");
+        await sql`INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (2, 'B', true, '2026-01-01T00:00:00.000Z')`;
+        expect(await code(sql`DELETE FROM tenants WHERE id = 2`)).toBeNull();
+      } finally {
+        await store.close();
+      }
+    } finally {
+      m.remove();
     }
   });
 });

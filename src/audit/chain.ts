@@ -129,6 +129,7 @@ export interface NewAuditEntry {
 export interface AppendedEntry extends ChainFields {
   id: number;
   hash: string;
+  key?: EntryKey;
 }
 
 /** An entry ready to be chained: every field in its stored form. */
@@ -141,6 +142,14 @@ export interface ChainInput {
   subject: string;
   /** Canonical JSON text (canonicalJson). */
   details: string;
+  /** Sent through the write API with an idempotency key: stored in the entry's row, not hashed (src/ingest/audit.ts). */
+  key?: EntryKey;
+}
+
+/** An entry's idempotency key and the SHA-256 of its content as sent (audit_entries.sleutel, .inhoud). */
+export interface EntryKey {
+  sleutel: string;
+  inhoud: string;
 }
 
 /**
@@ -156,15 +165,15 @@ export function appendEntries(sqlite: Database, inputs: readonly ChainInput[]): 
   const anchor = sqlite.query("SELECT seq, hash FROM audit_retention_anchors WHERE tenant_id = ?");
   let { nextId } = sqlite.query("SELECT coalesce(max(id), 0) + 1 AS nextId FROM audit_entries").get() as { nextId: number };
   const insert = sqlite.query(
-    `INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash, sleutel, inhoud)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   );
   const out = linkEntries(
     inputs,
     (tenantId) => (head.get(tenantId) as ChainHead | null) ?? (anchor.get(tenantId) as ChainHead | null) ?? { seq: 0, hash: GENESIS_HASH },
     () => nextId++,
   );
-  for (const e of out) insert.run(e.tenantId, e.seq, e.id, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash, e.hash);
+  for (const e of out) insert.run(e.tenantId, e.seq, e.id, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash, e.hash, e.key?.sleutel ?? null, e.key?.inhoud ?? null);
   return out;
 }
 

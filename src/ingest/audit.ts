@@ -100,12 +100,11 @@ function depthOf(value: unknown): number {
   return deepest;
 }
 
-/** An entry as it will be chained, with its idempotency key and the hash of its content as sent. */
-export interface Prepared {
-  entry: ChainInput;
-  sleutel: string | undefined;
-  content: string;
-}
+/**
+ * An entry as it will be chained; with a sleutel, its `key` holds that sleutel and the
+ * SHA-256 of the entry as sent (`inhoud`), stored in the entry's row.
+ */
+export type Prepared = ChainInput;
 
 /**
  * The checks that need no database, done before the transaction: when (≤ a minute
@@ -121,9 +120,11 @@ export function prepareAuditBatch(batch: AuditBatch, now: Date): Prepared[] {
     if (Buffer.byteLength(text, "utf8") > MAX_DETAILS_BYTES) {
       throw new Refusal(400, `Veld entries[${i}].details is groter dan ${MAX_DETAILS_BYTES / 1024} KiB.`);
     }
+    const entry: Prepared = { tenantId: e.tenantId, createdAt, actor: e.actor, action: e.action, subject: e.subject, details: text };
+    if (e.sleutel === undefined) return entry;
     // The content as sent: a retry without tijdstip is the same content, stored at its first time.
-    const content = sha256Hex(JSON.stringify([e.actor, e.action, e.subject, text, e.tijdstip === undefined ? null : createdAt]));
-    return { entry: { tenantId: e.tenantId, createdAt, actor: e.actor, action: e.action, subject: e.subject, details: text }, sleutel: e.sleutel, content };
+    const inhoud = sha256Hex(JSON.stringify([e.actor, e.action, e.subject, text, e.tijdstip === undefined ? null : createdAt]));
+    return { ...entry, key: { sleutel: e.sleutel, inhoud } };
   });
 }
 
@@ -144,25 +145,19 @@ export function tenantExists(sqlite: Database): (tenantId: number) => boolean {
 }
 
 /** The tenants a prepared batch names, in batch order. */
-export const batchTenants = (prepared: readonly Prepared[]): number[] => prepared.map((p) => p.entry.tenantId);
+export const batchTenants = (prepared: readonly Prepared[]): number[] => prepared.map((p) => p.tenantId);
 
 /** Refuses the batch (422) at its first entry whose tenant `exists` denies, naming that entry. */
 export function refuseUnknownBatchTenants(prepared: readonly Prepared[], exists: (tenantId: number) => boolean): void {
-  refuseUnknownTenants(batchTenants(prepared), exists, (id) => `entries[${prepared.findIndex((p) => p.entry.tenantId === id)}].tenantId`);
+  refuseUnknownTenants(batchTenants(prepared), exists, (id) => `entries[${prepared.findIndex((p) => p.tenantId === id)}].tenantId`);
 }
 
-/** An idempotency key as audit_sleutels holds it: the content first stored under it, and that entry's receipt. */
+/** A stored entry found by its sleutel: the content first stored under it, and its receipt. */
 export interface StoredKey {
   inhoud: string;
   seq: number;
   id: number;
   hash: string;
-}
-
-/** The audit_sleutels row of an appended entry with a sleutel. */
-export interface KeyRow extends StoredKey {
-  tenantId: number;
-  sleutel: string;
 }
 
 /** What a batch comes to, decided against the keys already stored (planAuditBatch). */
@@ -177,9 +172,9 @@ export interface AuditPlan {
 
 /**
  * Decides, for both stores, which entries of a batch are stored now. `storedKey` answers
- * from audit_sleutels as it is inside the write transaction (SQLite: under the write
- * lock; PostgreSQL: read before the chain locks, a key stored meanwhile refusing the
- * insert, and the call done again: storeAuditBatchPg).
+ * from audit_entries' sleutels as they are inside the write transaction (SQLite: under
+ * the write lock; PostgreSQL: read before the chain locks, a key stored meanwhile
+ * refusing the insert, and the call done again: storeAuditBatchPg).
  * Entries whose sleutel is stored with the same content are answered from that row; with
  * other content the batch is refused (409). The same sleutel twice in one batch counts as
  * a retry of the first.
@@ -191,20 +186,21 @@ export function planAuditBatch(prepared: readonly Prepared[], storedKey: (tenant
   const fresh: number[] = [];
   const repeats: [index: number, first: number][] = [];
   for (const [i, p] of prepared.entries()) {
-    if (p.sleutel === undefined) {
+    if (p.key === undefined) {
       fresh.push(i);
       continue;
     }
-    const row = storedKey(p.entry.tenantId, p.sleutel);
-    const first = firstInBatch.get(`${p.entry.tenantId}\u0000${p.sleutel}`);
-    const earlier = row?.inhoud ?? (first === undefined ? undefined : prepared[first]!.content);
-    if (earlier !== undefined && earlier !== p.content) {
-      throw new Refusal(409, `Sleutel ${JSON.stringify(p.sleutel)} (entries[${i}]) is voor tenant ${p.entry.tenantId} al gebruikt voor een andere entry; niets van deze batch is opgeslagen.`);
+    const { sleutel, inhoud } = p.key;
+    const row = storedKey(p.tenantId, sleutel);
+    const first = firstInBatch.get(`${p.tenantId}\u0000${sleutel}`);
+    const earlier = row?.inhoud ?? (first === undefined ? undefined : prepared[first]!.key!.inhoud);
+    if (earlier !== undefined && earlier !== inhoud) {
+      throw new Refusal(409, `Sleutel ${JSON.stringify(sleutel)} (entries[${i}]) is voor tenant ${p.tenantId} al gebruikt voor een andere entry; niets van deze batch is opgeslagen.`);
     }
-    if (row) receipts[i] = { tenantId: p.entry.tenantId, seq: row.seq, id: row.id, hash: row.hash };
+    if (row) receipts[i] = { tenantId: p.tenantId, seq: row.seq, id: row.id, hash: row.hash };
     else if (first !== undefined) repeats.push([i, first]);
     else {
-      firstInBatch.set(`${p.entry.tenantId}\u0000${p.sleutel}`, i);
+      firstInBatch.set(`${p.tenantId}\u0000${sleutel}`, i);
       fresh.push(i);
     }
   }
@@ -212,23 +208,17 @@ export function planAuditBatch(prepared: readonly Prepared[], storedKey: (tenant
 }
 
 /** The entries a plan appends, in batch order. */
-export const freshEntries = (prepared: readonly Prepared[], plan: AuditPlan): ChainInput[] => plan.fresh.map((i) => prepared[i]!.entry);
+export const freshEntries = (prepared: readonly Prepared[], plan: AuditPlan): ChainInput[] => plan.fresh.map((i) => prepared[i]!);
 
-/**
- * The answer to a planned batch once its fresh entries are appended (`appended` in the
- * order of plan.fresh), and the keys to remember for them.
- */
-export function completeAuditBatch(prepared: readonly Prepared[], plan: AuditPlan, appended: readonly AppendedEntry[]): { result: AuditBatchResult; keys: KeyRow[] } {
+/** The answer to a planned batch once its fresh entries are appended (`appended` in the order of plan.fresh). */
+export function completeAuditBatch(prepared: readonly Prepared[], plan: AuditPlan, appended: readonly AppendedEntry[]): AuditBatchResult {
   const receipts = [...plan.receipts];
-  const keys: KeyRow[] = [];
   for (const [k, i] of plan.fresh.entries()) {
     const a = appended[k]!;
     receipts[i] = { tenantId: a.tenantId, seq: a.seq, id: a.id, hash: a.hash };
-    const p = prepared[i]!;
-    if (p.sleutel !== undefined) keys.push({ tenantId: a.tenantId, sleutel: p.sleutel, inhoud: p.content, seq: a.seq, id: a.id, hash: a.hash });
   }
   for (const [i, first] of plan.repeats) receipts[i] = receipts[first];
-  return { result: { opgeslagen: plan.fresh.length, alBekend: prepared.length - plan.fresh.length, ontvangstbewijzen: receipts as Receipt[] }, keys };
+  return { opgeslagen: plan.fresh.length, alBekend: prepared.length - plan.fresh.length, ontvangstbewijzen: receipts as Receipt[] };
 }
 
 /**
@@ -238,10 +228,7 @@ export function completeAuditBatch(prepared: readonly Prepared[], plan: AuditPla
  */
 export function storeAuditBatch(sqlite: Database, prepared: readonly Prepared[]): AuditBatchResult {
   refuseUnknownBatchTenants(prepared, tenantExists(sqlite));
-  const stored = sqlite.query("SELECT inhoud, seq, id, hash FROM audit_sleutels WHERE tenant_id = ? AND sleutel = ?");
+  const stored = sqlite.query("SELECT inhoud, seq, id, hash FROM audit_entries WHERE tenant_id = ? AND sleutel = ?");
   const plan = planAuditBatch(prepared, (tenantId, sleutel) => (stored.get(tenantId, sleutel) as StoredKey | null) ?? undefined);
-  const { result, keys } = completeAuditBatch(prepared, plan, appendEntries(sqlite, freshEntries(prepared, plan)));
-  const remember = sqlite.query("INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) VALUES (?, ?, ?, ?, ?, ?)");
-  for (const k of keys) remember.run(k.tenantId, k.sleutel, k.inhoud, k.seq, k.id, k.hash);
-  return result;
+  return completeAuditBatch(prepared, plan, appendEntries(sqlite, freshEntries(prepared, plan)));
 }

@@ -83,9 +83,8 @@ async function recordPlansPg(sql: SQL, plans: DeletionPlan[], signing: PgRetenti
 }
 
 /**
- * The planned prefixes, in batches of one transaction: the next rows of every
- * unfinished tenant of the group (round robin), each tenant's idempotency keys with its
- * entries, in one statement per table. Sized so a batch takes about TARGET_MS.
+ * The planned prefixes, in batches of one transaction: the next rows of every unfinished
+ * tenant of the group (round robin). Sized so a batch takes about TARGET_MS.
  */
 async function deletePlannedPg(sql: SQL, plans: DeletionPlan[], o: RetentionOptions): Promise<number> {
   const clock = o.clock ?? (() => performance.now());
@@ -98,15 +97,15 @@ async function deletePlannedPg(sql: SQL, plans: DeletionPlan[], o: RetentionOpti
     const upTo = active.map((p) => Math.min(p.seq, next.get(p.tenantId)! + per - 1));
     const ids = active.map((p) => p.tenantId);
     const t0 = clock();
+    // In a transaction, though it is one statement: the server goes on with a statement
+    // whose client died, and would commit it; a transaction waits for the client's COMMIT.
+    // The write API's idempotency keys are in the entries' rows: they go with them.
     const n = await sql.begin(async (tx) => {
       const [{ n }] = (await tx`
         WITH gone AS (
           DELETE FROM audit_entries e USING unnest(${ids}::int[], ${upTo}::bigint[]) AS u(t, s)
           WHERE e.tenant_id = u.t AND e.seq <= u.s RETURNING 1
         ) SELECT count(*)::int AS n FROM gone`) as [{ n: number }];
-      await tx`
-        DELETE FROM audit_sleutels k USING unnest(${ids}::int[], ${upTo}::bigint[]) AS u(t, s)
-        WHERE k.tenant_id = u.t AND k.seq <= u.s`;
       return n;
     });
     const lockMs = clock() - t0;

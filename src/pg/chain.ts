@@ -54,13 +54,14 @@ export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): P
   const ids = idRows.map((r) => Number(r.id)).sort((a, b) => a - b);
   let next = 0;
   const out = linkEntries(inputs, (tenantId) => heads.get(tenantId)!, () => ids[next++]!);
-  // One statement of ten arrays (unnest), not a VALUES list of ten parameters per row:
-  // PostgreSQL parses and plans it once, whatever the batch's size, and Bun binds ten
-  // values instead of thousands (bench/pg-ingest-profile.ts).
-  await tx`INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash)
+  // One statement of twelve arrays (unnest), not a VALUES list of twelve parameters per
+  // row: PostgreSQL parses and plans it once, whatever the batch's size, and Bun binds
+  // twelve values instead of thousands (bench/pg-ingest-profile.ts).
+  await tx`INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash, sleutel, inhoud)
     SELECT * FROM unnest(${out.map((e) => e.tenantId)}::int[], ${out.map((e) => e.seq)}::bigint[], ${out.map((e) => e.id)}::bigint[],
       ${out.map((e) => e.createdAt)}::text[], ${out.map((e) => e.actor)}::text[], ${out.map((e) => e.action)}::text[], ${out.map((e) => e.subject)}::text[],
-      ${out.map((e) => e.details)}::text[], ${out.map((e) => e.prevHash)}::text[], ${out.map((e) => e.hash)}::text[])`;
+      ${out.map((e) => e.details)}::text[], ${out.map((e) => e.prevHash)}::text[], ${out.map((e) => e.hash)}::text[],
+      ${out.map((e) => e.key?.sleutel ?? null)}::text[], ${out.map((e) => e.key?.inhoud ?? null)}::text[])`;
   return out;
 }
 

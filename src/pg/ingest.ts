@@ -8,7 +8,7 @@
 // process and in others on the same database. Where a call reads what it then writes on,
 // either the lock that makes that read final comes first (the tenant's row before its
 // administrators are read), or a key the read missed refuses the write and the call is
-// done again (audit_sleutels: storeAuditBatchPg).
+// done again (a sleutel: storeAuditBatchPg).
 import type { SQL } from "bun";
 import {
   batchTenants,
@@ -57,13 +57,13 @@ const keyOf = (tenantId: number, sleutel: string) => `${tenantId}:${sleutel}`;
 
 /** The stored keys among the batch's (tenant, sleutel) pairs, in one query. */
 async function storedKeys(tx: SQL, prepared: readonly Prepared[]): Promise<Map<string, StoredKey>> {
-  const wanted = prepared.filter((p) => p.sleutel !== undefined);
+  const wanted = prepared.filter((p) => p.key !== undefined);
   const found = new Map<string, StoredKey>();
   if (wanted.length === 0) return found;
   const rows: { tenant_id: number; sleutel: string; inhoud: string; seq: string; id: string; hash: string }[] = await tx`
-    SELECT k.tenant_id, k.sleutel, k.inhoud, k.seq, k.id, k.hash
-    FROM audit_sleutels AS k
-    JOIN unnest(${wanted.map((p) => p.entry.tenantId)}::int[], ${wanted.map((p) => p.sleutel!)}::text[]) AS w (t, s) ON k.tenant_id = w.t AND k.sleutel = w.s`;
+    SELECT e.tenant_id, e.sleutel, e.inhoud, e.seq, e.id, e.hash
+    FROM audit_entries AS e
+    JOIN unnest(${wanted.map((p) => p.tenantId)}::int[], ${wanted.map((p) => p.key!.sleutel)}::text[]) AS w (t, s) ON e.tenant_id = w.t AND e.sleutel = w.s`;
   for (const r of rows) found.set(keyOf(r.tenant_id, r.sleutel), { inhoud: r.inhoud, seq: Number(r.seq), id: Number(r.id), hash: r.hash });
   return found;
 }
@@ -77,7 +77,7 @@ async function storedKeys(tx: SQL, prepared: readonly Prepared[]): Promise<Map<s
  * them, so what is read before them keeps the queue short (bench/pg-ingest-profile.ts:
  * the lookup was a sixth of the time under the locks). Two calls with the same (tenant,
  * sleutel) at the same time then both find no key; the second to commit meets the
- * primary key (tenant_id, sleutel) on inserting it (23505), the whole transaction is
+ * unique index (tenant_id, sleutel) on inserting its entry (23505), the whole transaction is
  * rolled back — its entries with it — and the call is done again, now finding the first
  * one's key: the same receipt, or 409 for other content. Exactly once either way.
  */
@@ -96,10 +96,10 @@ export async function storeAuditBatchPg(store: PgStore, prepared: readonly Prepa
 /** How often a batch is done again after losing a race for one of its keys; each loss means another call stored that key. */
 const KEY_RACE_ATTEMPTS = 3;
 
-/** A unique violation of audit_sleutels' primary key: another call stored one of this batch's keys meanwhile. */
+/** A unique violation of audit_entries' sleutel index: another call stored one of this batch's keys meanwhile. */
 function isKeyRace(e: unknown): boolean {
   const err = driverError(e);
-  return err?.errno === "23505" && err.constraint === "audit_sleutels_tenant_id_sleutel_pk";
+  return err?.errno === "23505" && err.constraint === "audit_entries_sleutel_idx";
 }
 
 function storeAuditBatchOnce(store: PgStore, prepared: readonly Prepared[]): Promise<AuditBatchResult> {
@@ -109,14 +109,7 @@ function storeAuditBatchOnce(store: PgStore, prepared: readonly Prepared[]): Pro
     refuseUnknownBatchTenants(prepared, (id) => existing.has(id));
     const stored = await storedKeys(tx, prepared);
     const plan = planAuditBatch(prepared, (tenantId, sleutel) => stored.get(keyOf(tenantId, sleutel)));
-    const { result, keys } = completeAuditBatch(prepared, plan, await appendEntriesPg(tx, freshEntries(prepared, plan)));
-    // Six arrays in one statement, as appendEntriesPg inserts its rows.
-    if (keys.length > 0) {
-      await tx`INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash)
-        SELECT * FROM unnest(${keys.map((k) => k.tenantId)}::int[], ${keys.map((k) => k.sleutel)}::text[], ${keys.map((k) => k.inhoud)}::text[],
-          ${keys.map((k) => k.seq)}::bigint[], ${keys.map((k) => k.id)}::bigint[], ${keys.map((k) => k.hash)}::text[])`;
-    }
-    return result;
+    return completeAuditBatch(prepared, plan, await appendEntriesPg(tx, freshEntries(prepared, plan)));
   });
 }
 

@@ -23,7 +23,6 @@ export const COPIED_TABLES: readonly PgTable[] = [
   pgSchema.tenants,
   pgSchema.administrators,
   pgSchema.auditEntries,
-  pgSchema.auditKeys,
   pgSchema.auditRetentionAnchors,
   pgSchema.auditHeadAnchors,
   pgSchema.auditAnchorLog,
@@ -156,10 +155,7 @@ export type MigrateResult =
   | { uitkomst: "kopie-wijkt-af"; toelichting: string };
 
 /** The statement triggers of migration 0002 that check new audit rows' tenants. */
-const TENANT_CHECKS = [
-  { table: "audit_entries", trigger: "audit_entries_have_tenant" },
-  { table: "audit_sleutels", trigger: "audit_sleutels_have_tenant" },
-] as const;
+const TENANT_CHECKS = [{ table: "audit_entries", trigger: "audit_entries_have_tenant" }] as const;
 
 export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResult> {
   // 1. The source must verify: a copy of a log that does not would carry the break over
@@ -179,16 +175,14 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
   // first read below), held through the copy and its proof: what is checked is what is
   // copied, and a writer still at work shows as a difference.
   source.run("BEGIN");
-  // Audit entries or keys of a tenant that is not there: SQLite checks its foreign keys
-  // only on connections that ask for it, and PostgreSQL would refuse the rows mid-copy
+  // Audit entries of a tenant that is not there: SQLite checks its foreign keys only on
+  // connections that ask for it, and PostgreSQL would refuse the rows mid-copy
   // (migration 0002). Named before anything is copied. The other tables' keys PostgreSQL
   // checks itself.
-  const orphan =
-    orphanChains(source)[0] ??
-    (source.query("SELECT tenant_id AS id FROM audit_sleutels k WHERE NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = k.tenant_id) LIMIT 1").get() as { id: number } | null)?.id;
+  const orphan = orphanChains(source)[0];
   if (orphan !== undefined) {
     source.close();
-    return { uitkomst: "bron-niet-in-orde", toelichting: `tenant ${orphan} heeft audit-entries of sleutels maar staat niet in tenants; eerst uitzoeken, niets gekopieerd` };
+    return { uitkomst: "bron-niet-in-orde", toelichting: `tenant ${orphan} heeft audit-entries maar staat niet in tenants; eerst uitzoeken, niets gekopieerd` };
   }
   const target = await openPgStore(o.url, { max: Math.max(2, (o.parallel ?? 2) + 1) });
   try {
