@@ -36,6 +36,8 @@ import { appendEntries, canonicalJson, type ChainInput } from "../src/audit/chai
 import { applyPragmas } from "../src/db.ts";
 import { prepareAuditBatch, storeAuditBatch, type AuditBatch } from "../src/ingest/audit.ts";
 import { writeTransaction } from "../src/db.ts";
+import { SERVICE_CACHE_KIB } from "../src/server.ts";
+import { statSync } from "node:fs";
 import { seededRandom } from "../src/cli/demo-data.ts";
 import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, report } from "./lib.ts";
 import { startSink } from "./sink-client.ts";
@@ -440,6 +442,13 @@ async function driveAll(): Promise<void> {
   let tpErrors = 0;
   const done: number[] = [];
   const tpLatency: number[] = [];
+  // The WAL file's size meanwhile: bounded by the checkpoint thread (src/checkpointer.ts walStep).
+  let walMaxBytes = 0;
+  const walWatch = setInterval(() => {
+    try {
+      walMaxBytes = Math.max(walMaxBytes, statSync(`${dbPath}-wal`).size);
+    } catch {}
+  }, 100);
   const tp0 = performance.now();
   const stopAt = tp0 + seconds * 1000;
   await Promise.all(
@@ -459,14 +468,17 @@ async function driveAll(): Promise<void> {
     }),
   );
   const tpSeconds = (performance.now() - tp0) / 1000;
+  clearInterval(walWatch);
   const tpProbe = await mark("throughput");
   const apiRate = stored / tpSeconds;
-  log(`throughput: ${stored} entries in ${tpSeconds.toFixed(2)} s = ${Math.round(apiRate)} entries/s (${tpErrors} errors, ${nextBatch >= batches.length ? "ran out of batches" : "time up"})`);
+  log(`throughput: ${stored} entries in ${tpSeconds.toFixed(2)} s = ${Math.round(apiRate)} entries/s (${tpErrors} errors, ${nextBatch >= batches.length ? "ran out of batches" : "time up"}); WAL file at most ${Math.round(walMaxBytes / 1e6)} MB`);
 
   // 1. baselines, in this process on its own connection, while the service idles: the same batches
   done.sort((a, b) => a - b);
   const sqlite = new Database(dbPath, { strict: true });
   applyPragmas(sqlite);
+  // The service's page cache (src/server.ts), so the baselines compare like with like.
+  sqlite.run(`PRAGMA cache_size = -${SERVICE_CACHE_KIB}`);
   const inputs: ChainInput[][] = done.map((i) =>
     batches[i]!.entries.map((e) => ({ tenantId: e.tenantId, createdAt: e.tijdstip, actor: e.actor, action: e.action, subject: e.subject, details: canonicalJson(e.details) })),
   );
@@ -606,6 +618,7 @@ async function driveAll(): Promise<void> {
       entries: stored,
       perSecond: Math.round(apiRate),
       errors: tpErrors,
+      walMaxMb: Math.round(walMaxBytes / 1e6),
       requestLatency: stats(tpLatency),
       probe: tpProbe,
       direct: { entries: directEntries, seconds: +directSeconds.toFixed(2), perSecond: Math.round(directRate) },

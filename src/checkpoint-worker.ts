@@ -4,19 +4,17 @@
 // happens here instead of inside some request's COMMIT on the event loop.
 // Built into the binary as an entry point of its own (see package.json "build").
 import { Database } from "bun:sqlite";
+import { statSync } from "node:fs";
+import { walStep, type WalLimits } from "./checkpointer.ts";
 
 declare var self: Worker;
-
-/** WAL pages (4 KiB) from which a fully copied, quiet WAL is rewound: 16 MB. */
-const REWIND_PAGES = 4096;
-
 
 let db: Database | null = null;
 let timer: ReturnType<typeof setInterval> | null = null;
 
 let tick: (() => void) | null = null;
 
-self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number } | "stop" | "now">) => {
+self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number; limits: WalLimits } | "stop" | "now">) => {
   if (e.data === "now") {
     // A large commit just happened (a retention batch): copy it back before the next
     // writer's COMMIT would, inside that writer's own transaction, with its fsync.
@@ -38,22 +36,45 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number } | "stop
   // locks, and a writer starting at that moment cannot rewind the WAL to its start.
   const dataVersion = db.query("PRAGMA data_version");
   const restart = db.query("PRAGMA wal_checkpoint(RESTART)");
+  const truncate = db.query("PRAGMA wal_checkpoint(TRUNCATE)");
+  const { dbPath, limits } = e.data;
+  const walBytes = () => {
+    try {
+      return statSync(`${dbPath}-wal`).size;
+    } catch {
+      return 0;
+    }
+  };
   let seen = -1;
   let complete = true;
+  let changedAt = performance.now();
+  let shrunk = false;
   tick = () => {
     try {
       const version = (dataVersion.get() as { data_version: number }).data_version;
-      if (version === seen && complete) return;
+      if (version === seen && complete) {
+        // Quiet: once per quiet spell, a WAL file a burst left large is truncated (see walStep).
+        if (!shrunk && performance.now() - changedAt >= limits.shrinkAfterMs) {
+          shrunk = true;
+          if (walBytes() > limits.shrinkBytes) truncate.get();
+        }
+        return;
+      }
+      if (version !== seen) {
+        changedAt = performance.now();
+        shrunk = false;
+      }
       seen = version;
       let r = checkpoint.get() as { busy: number; log: number; checkpointed: number };
-      // A large WAL that is copied back entirely and that nobody wrote to since: RESTART
-      // makes the next writer begin at its start again (a small, hot WAL; without it
-      // beveiligingslog-retentie at L took 1.5–1.7× one DELETE instead of 0.8×). Only then:
-      // with frames left to copy, RESTART would hold the write lock while it copies and
-      // fsyncs (writers in other processes waited up to 530 ms). busy_timeout 0: it
-      // never waits for anyone.
-      if (r.log > REWIND_PAGES && r.checkpointed === r.log && (dataVersion.get() as { data_version: number }).data_version === version) {
-        r = restart.get() as typeof r;
+      // Rewound when walStep says so.
+      if (walStep(r, () => (dataVersion.get() as { data_version: number }).data_version === version, limits) === "restart") {
+        // Waiting a moment for the write lock: under load it is free only between two transactions.
+        db!.run(`PRAGMA busy_timeout = ${limits.restartWaitMs}`);
+        try {
+          r = restart.get() as typeof r;
+        } finally {
+          db!.run("PRAGMA busy_timeout = 0");
+        }
       }
       complete = r.checkpointed === r.log;
       if (r.log > 0) self.postMessage({ log: r.log, checkpointed: r.checkpointed });

@@ -12,6 +12,45 @@ import { startWorker } from "./workers.ts";
 /** SQLite's default wal_autocheckpoint (pages), restored when the worker fails. */
 const DEFAULT_AUTOCHECKPOINT = 1000;
 
+/** When the worker rewinds or truncates the WAL (walStep, and its idle shrink); tests pass smaller ones. */
+export interface WalLimits {
+  /** WAL pages (4 KiB) from which a copied, quiet WAL is rewound: 16 MB. */
+  rewindPages: number;
+  /** WAL pages past which it is rewound while writers keep committing: 64 MB. */
+  growLimitPages: number;
+  /** A WAL file larger than this, after shrinkAfterMs without a commit, is truncated: 64 MB. */
+  shrinkBytes: number;
+  shrinkAfterMs: number;
+  /** How long a RESTART waits for the write lock (and for readers): 30 ms. */
+  restartWaitMs: number;
+}
+
+export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384, shrinkBytes: 64 * 1024 * 1024, shrinkAfterMs: 1000, restartWaitMs: 30 };
+
+/**
+ * Whether the worker rewinds the WAL (RESTART) after its PASSIVE checkpoint (`r`):
+ * - copied back entirely and nobody wrote since (`quiet`, asked only then): when it holds
+ *   more than rewindPages, so the next writer begins at its start again (a small, hot
+ *   WAL; without it beveiligingslog-retentie at L took 1.5–1.7× one DELETE instead of 0.8×).
+ * - past growLimitPages, also while writers write. Writers that commit back to back (the
+ *   write API under load) are never quiet, and SQLite rewinds only a WAL copied entirely
+ *   when a write begins: it grew by 200–250 MB a second, to 2.4 GB in 10 s, and every
+ *   read searched it (docs/performance.md, round 9). RESTART waits up to restartWaitMs
+ *   for the write lock, which under load is free only between two transactions (else it
+ *   stays the PASSIVE, and the next tick tries again), copies the frames the PASSIVE
+ *   left (a batch or two) and fsyncs, and the next writer starts at the beginning.
+ *   Writers wait meanwhile: the service's without blocking (retryWhenBusy), others by
+ *   their busy timeout. Not sooner: with frames left, RESTART holds the write lock while
+ *   it copies and fsyncs (writers in other processes waited up to 530 ms during retention).
+ * A rewound WAL file keeps its size, to be written over; the worker truncates one larger
+ * than shrinkBytes once it has been quiet for shrinkAfterMs (not at every rewind: growing
+ * the file again under load cost a fifth of the write API's throughput).
+ */
+export function walStep(r: { log: number; checkpointed: number }, quiet: () => boolean, limits: WalLimits = WAL_LIMITS): "none" | "restart" {
+  if (r.log > limits.growLimitPages) return "restart";
+  return r.log > limits.rewindPages && r.checkpointed === r.log && quiet() ? "restart" : "none";
+}
+
 export interface CheckpointResult {
   log: number;
   checkpointed: number;
@@ -23,7 +62,7 @@ export interface Checkpointer {
   stop(): Promise<void>;
 }
 
-export function startCheckpointer(sqlite: Database, dbPath: string, options: { intervalMs?: number; onCheckpoint?: (r: CheckpointResult) => void } = {}): Checkpointer {
+export function startCheckpointer(sqlite: Database, dbPath: string, options: { intervalMs?: number; limits?: WalLimits; onCheckpoint?: (r: CheckpointResult) => void } = {}): Checkpointer {
   const worker = startWorker("checkpoint-worker");
   let failed = false;
   const fallBack = (why: string) => {
@@ -41,7 +80,7 @@ export function startCheckpointer(sqlite: Database, dbPath: string, options: { i
   };
   worker.onerror = (e) => fallBack(e.message);
   sqlite.run("PRAGMA wal_autocheckpoint = 0");
-  worker.postMessage({ dbPath, intervalMs: options.intervalMs ?? 50 });
+  worker.postMessage({ dbPath, intervalMs: options.intervalMs ?? 50, limits: options.limits ?? WAL_LIMITS });
   return {
     now: () => {
       if (!failed) worker.postMessage("now");

@@ -4,8 +4,8 @@
 import { afterEach, expect, test } from "bun:test";
 import { statSync } from "node:fs";
 import { deleteOldLoginAttempts } from "../src/audit/retention.ts";
-import { startCheckpointer, type CheckpointResult } from "../src/checkpointer.ts";
-import { addTenant, makeTestEnv, type TestEnv } from "./helpers.ts";
+import { startCheckpointer, WAL_LIMITS, walStep, type CheckpointResult } from "../src/checkpointer.ts";
+import { addTenant, makeTestEnv, until, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
@@ -110,4 +110,36 @@ test("a retention run does not switch automatic checkpoints off again after the 
   });
   expect(deleted).toBe(2000);
   expect(autocheckpoint()).toBe(1000);
+});
+
+test("walStep: a copied, quiet WAL past rewindPages is rewound; past growLimitPages it is rewound while writers write; else nothing", () => {
+  const limits = { ...WAL_LIMITS, rewindPages: 100, growLimitPages: 1000 };
+  const quiet = () => true;
+  const busy = () => false;
+  expect(walStep({ log: 500, checkpointed: 500 }, quiet, limits)).toBe("restart");
+  expect(walStep({ log: 50, checkpointed: 50 }, quiet, limits)).toBe("none");
+  // Written to since, or frames left: not below the growth limit (RESTART would hold the write lock while it copies).
+  expect(walStep({ log: 500, checkpointed: 500 }, busy, limits)).toBe("none");
+  expect(walStep({ log: 500, checkpointed: 300 }, quiet, limits)).toBe("none");
+  // Writers back to back are never quiet: past the limit, rewound all the same.
+  expect(walStep({ log: 1500, checkpointed: 1200 }, busy, limits)).toBe("restart");
+  expect(walStep({ log: 1500, checkpointed: 1500 }, busy, limits)).toBe("restart");
+  // The service's limits: 16 MB quiet, 64 MB under load.
+  expect([WAL_LIMITS.rewindPages, WAL_LIMITS.growLimitPages]).toEqual([4096, 16384]);
+});
+
+test("a WAL file a burst left larger than shrinkBytes is truncated once nothing was committed for shrinkAfterMs", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const wal = () => statSync(env.store.path + "-wal").size;
+  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, limits: { ...WAL_LIMITS, shrinkBytes: 1024 * 1024, shrinkAfterMs: 50 } });
+  try {
+    writeBatch(tenantId, 0); // about 2 MB
+    expect(wal()).toBeGreaterThan(1024 * 1024);
+    await until("the WAL file truncated", () => wal() === 0);
+    // Nothing lost: the rows are in the database file.
+    expect((env.store.sqlite.query("SELECT count(*) AS n FROM login_attempts").get() as { n: number }).n).toBe(2000);
+  } finally {
+    await checkpointer.stop();
+  }
 });

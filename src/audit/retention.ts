@@ -472,7 +472,11 @@ async function deletePlanned(sqlite: Database, plans: DeletionPlan[], o: Retenti
   // pages), and at 40 ms single batches reached 180 ms on a shared 2-core host. One
   // chunk per batch: a chunk is a DELETE per tenant of the group, and ten smaller rounds
   // took three times the lock time (bench/cases/retention.ts, 15.2 s against 5 s at L).
-  return inBatches(sqlite, o, { targetMs: 30, chunks: 1, initial: 2000, min: 200, max: 50_000 }, chunk, progress);
+  // SQLite's default page cache, whatever the service's (src/server.ts): with 64 MB a
+  // batch's dirty pages all went to the WAL in its COMMIT instead of spilling during
+  // the DELETE, and appends during the job waited up to 155 ms (p99 89 ms; 44 and 35
+  // with the default; bench/ingest.ts, docs/performance.md round 9).
+  return inBatches(sqlite, o, { targetMs: 30, chunks: 1, initial: 2000, min: 200, max: 50_000, cacheKib: 2048 }, chunk, progress);
 }
 
 /** Deletes login attempts older than grens, in batches by the tijdstip index. */
