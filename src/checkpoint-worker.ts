@@ -66,16 +66,8 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number; limits: 
       }
       seen = version;
       let r = checkpoint.get() as { busy: number; log: number; checkpointed: number };
-      // Rewound when walStep says so.
-      if (walStep(r, () => (dataVersion.get() as { data_version: number }).data_version === version, limits) === "restart") {
-        // Waiting a moment for the write lock: under load it is free only between two transactions.
-        db!.run(`PRAGMA busy_timeout = ${limits.restartWaitMs}`);
-        try {
-          r = restart.get() as typeof r;
-        } finally {
-          db!.run("PRAGMA busy_timeout = 0");
-        }
-      }
+      // Rewound when walStep says so; busy_timeout 0: never waiting for anyone.
+      if (walStep(r, () => (dataVersion.get() as { data_version: number }).data_version === version, limits) === "restart") r = restart.get() as typeof r;
       complete = r.checkpointed === r.log;
       if (r.log > 0) self.postMessage({ log: r.log, checkpointed: r.checkpointed });
     } catch (err) {

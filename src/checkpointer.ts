@@ -21,11 +21,16 @@ export interface WalLimits {
   /** A WAL file larger than this, after shrinkAfterMs without a commit, is truncated: 64 MB. */
   shrinkBytes: number;
   shrinkAfterMs: number;
-  /** How long a RESTART waits for the write lock (and for readers): 30 ms. */
-  restartWaitMs: number;
+  /**
+   * Past growLimitPages, the most frames the PASSIVE may have left for a RESTART to be
+   * tried: 16 MB. More are left when a reader's snapshot holds them in the WAL (a
+   * backup, a verification), and then a RESTART cannot rewind it but would take the write
+   * lock every tick.
+   */
+  restartLagPages: number;
 }
 
-export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384, shrinkBytes: 64 * 1024 * 1024, shrinkAfterMs: 1000, restartWaitMs: 30 };
+export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384, shrinkBytes: 64 * 1024 * 1024, shrinkAfterMs: 1000, restartLagPages: 4096 };
 
 /**
  * Whether the worker rewinds the WAL (RESTART) after its PASSIVE checkpoint (`r`):
@@ -35,10 +40,12 @@ export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384,
  * - past growLimitPages, also while writers write. Writers that commit back to back (the
  *   write API under load) are never quiet, and SQLite rewinds only a WAL copied entirely
  *   when a write begins: it grew by 200–250 MB a second, to 2.4 GB in 10 s, and every
- *   read searched it (docs/performance.md, round 9). RESTART waits up to restartWaitMs
- *   for the write lock, which under load is free only between two transactions (else it
- *   stays the PASSIVE, and the next tick tries again), copies the frames the PASSIVE
- *   left (a batch or two) and fsyncs, and the next writer starts at the beginning.
+ *   read searched it (docs/performance.md, round 9). RESTART takes the write lock if it
+ *   is free at that moment (busy_timeout 0: else it stays the PASSIVE, and the next tick
+ *   tries again; waiting 30 ms for it held other processes' writers up to 330–430 ms
+ *   during audit retention, against 55–105 ms), copies the frames the PASSIVE left (a
+ *   batch or two; not tried when more than restartLagPages are left: a reader holds
+ *   them) and fsyncs, and the next writer starts at the beginning.
  *   Writers wait meanwhile: the service's without blocking (retryWhenBusy), others by
  *   their busy timeout. Not sooner: with frames left, RESTART holds the write lock while
  *   it copies and fsyncs (writers in other processes waited up to 530 ms during retention).
@@ -47,7 +54,7 @@ export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384,
  * the file again under load cost a fifth of the write API's throughput).
  */
 export function walStep(r: { log: number; checkpointed: number }, quiet: () => boolean, limits: WalLimits = WAL_LIMITS): "none" | "restart" {
-  if (r.log > limits.growLimitPages) return "restart";
+  if (r.log > limits.growLimitPages) return r.log - r.checkpointed <= limits.restartLagPages ? "restart" : "none";
   return r.log > limits.rewindPages && r.checkpointed === r.log && quiet() ? "restart" : "none";
 }
 

@@ -3,7 +3,8 @@
 // is stopped the connection's automatic checkpoints are back.
 import { afterEach, expect, test } from "bun:test";
 import { statSync } from "node:fs";
-import { deleteOldLoginAttempts } from "../src/audit/retention.ts";
+import { Database } from "bun:sqlite";
+import { deleteOldLoginAttempts, pinCacheSize } from "../src/audit/retention.ts";
 import { startCheckpointer, WAL_LIMITS, walStep, type CheckpointResult } from "../src/checkpointer.ts";
 import { addTenant, makeTestEnv, until, type TestEnv } from "./helpers.ts";
 
@@ -112,7 +113,7 @@ test("a retention run does not switch automatic checkpoints off again after the 
   expect(autocheckpoint()).toBe(1000);
 });
 
-test("walStep: a copied, quiet WAL past rewindPages is rewound; past growLimitPages it is rewound while writers write; else nothing", () => {
+test("walStep: a copied, quiet WAL past rewindPages is rewound; past growLimitPages it is rewound while writers write, unless a reader holds much of it; else nothing", () => {
   const limits = { ...WAL_LIMITS, rewindPages: 100, growLimitPages: 1000 };
   const quiet = () => true;
   const busy = () => false;
@@ -124,6 +125,8 @@ test("walStep: a copied, quiet WAL past rewindPages is rewound; past growLimitPa
   // Writers back to back are never quiet: past the limit, rewound all the same.
   expect(walStep({ log: 1500, checkpointed: 1200 }, busy, limits)).toBe("restart");
   expect(walStep({ log: 1500, checkpointed: 1500 }, busy, limits)).toBe("restart");
+  // Unless a reader holds more than restartLagPages in the WAL: RESTART could not rewind it, only take the write lock.
+  expect(walStep({ log: 1500 + WAL_LIMITS.restartLagPages + 1, checkpointed: 1500 }, busy, limits)).toBe("none");
   // The service's limits: 16 MB quiet, 64 MB under load.
   expect([WAL_LIMITS.rewindPages, WAL_LIMITS.growLimitPages]).toEqual([4096, 16384]);
 });
@@ -142,4 +145,29 @@ test("a WAL file a burst left larger than shrinkBytes is truncated once nothing 
   } finally {
     await checkpointer.stop();
   }
+});
+
+test("page-cache pins on one connection (audit and login retention may overlap): each release leaves the newest pin in force, the last one the size before the first, in either order", () => {
+  const db = new Database(":memory:");
+  const size = () => (db.query("PRAGMA cache_size").get() as { cache_size: number }).cache_size;
+  db.run("PRAGMA cache_size = -65536"); // as the service's connection
+  for (const firstEndsFirst of [true, false]) {
+    const audit = pinCacheSize(db, 2048);
+    expect(size()).toBe(-2048);
+    const login = pinCacheSize(db, 65536 * 2);
+    expect(size()).toBe(-131072);
+    if (firstEndsFirst) {
+      audit();
+      expect(size()).toBe(-131072);
+      login();
+    } else {
+      login();
+      expect(size()).toBe(-2048);
+      audit();
+    }
+    expect(size()).toBe(-65536);
+    audit(); // a second call changes nothing
+    expect(size()).toBe(-65536);
+  }
+  db.close();
 });

@@ -184,6 +184,8 @@ describe("migrations", () => {
       old.query("INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").run(e.tenantId, e.seq, e.id, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash, e.hash);
       if (e.key) old.query("INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) VALUES (?, ?, ?, ?, ?, ?)").run(e.tenantId, e.key.sleutel, e.key.inhoud, e.seq, e.id, e.hash);
     }
+    // A key whose receipt does not match the entry at its seq (another id): not attached to that entry.
+    old.query("INSERT INTO audit_sleutels (tenant_id, sleutel, inhoud, seq, id, hash) VALUES (1, 'vreemd', 'x', 2, 99, ?)").run(appended[1]!.hash);
     old.close();
 
     const store = openStore(path);

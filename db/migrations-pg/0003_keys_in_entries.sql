@@ -1,12 +1,12 @@
 -- The write API's idempotency keys move from audit_sleutels into their entries' rows
--- (db/schema-pg.ts), as on SQLite (db/migrations/0007_keys_in_entries.sql). Every key is
--- carried over to its entry, found by (tenant_id, seq). The UPDATE changes no tenant_id,
+-- (db/schema-pg.ts), as on SQLite (db/migrations/0007_keys_in_entries.sql): every key to
+-- the entry its receipt names (tenant_id, seq, id and hash alike). The UPDATE changes no tenant_id,
 -- so 0002's check of moved rows is off for it: it would hold every updated row in a
 -- transition table for nothing.
 ALTER TABLE "audit_entries" ADD COLUMN "sleutel" text;--> statement-breakpoint
 ALTER TABLE "audit_entries" ADD COLUMN "inhoud" text;--> statement-breakpoint
 ALTER TABLE public.audit_entries DISABLE TRIGGER audit_entries_moved_have_tenant;--> statement-breakpoint
-UPDATE public.audit_entries AS e SET sleutel = k.sleutel, inhoud = k.inhoud FROM public.audit_sleutels AS k WHERE k.tenant_id = e.tenant_id AND k.seq = e.seq;--> statement-breakpoint
+UPDATE public.audit_entries AS e SET sleutel = k.sleutel, inhoud = k.inhoud FROM public.audit_sleutels AS k WHERE k.tenant_id = e.tenant_id AND k.seq = e.seq AND k.id = e.id AND k.hash = e.hash;--> statement-breakpoint
 ALTER TABLE public.audit_entries ENABLE TRIGGER audit_entries_moved_have_tenant;--> statement-breakpoint
 CREATE UNIQUE INDEX "audit_entries_sleutel_idx" ON "audit_entries" USING btree ("tenant_id","sleutel") WHERE "audit_entries"."sleutel" IS NOT NULL;--> statement-breakpoint
 DROP TABLE public.audit_sleutels;--> statement-breakpoint

@@ -98,6 +98,35 @@ export interface Pacing {
   cacheKib?: number;
 }
 
+/** Per connection: its page cache before any pin, and the pins in force, oldest first. */
+const cachePins = new WeakMap<Database, { base: number; pins: { size: number }[] }>();
+
+/**
+ * Sets the connection's page cache to `kib` until the returned function is called; then
+ * the newest pin still in force applies, or, when none is, the size before the first. The
+ * service's one connection is shared by jobs that may overlap (audit and login retention
+ * each pin their own), and each restoring what it found would leave the cache at the
+ * size of whichever ended last.
+ */
+export function pinCacheSize(sqlite: Database, kib: number): () => void {
+  let state = cachePins.get(sqlite);
+  if (state === undefined) {
+    state = { base: (sqlite.query("PRAGMA cache_size").get() as { cache_size: number }).cache_size, pins: [] };
+    cachePins.set(sqlite, state);
+  }
+  const pin = { size: -kib };
+  state.pins.push(pin);
+  sqlite.run(`PRAGMA cache_size = ${pin.size}`);
+  return () => {
+    const s = state!;
+    const i = s.pins.indexOf(pin);
+    if (i < 0) return;
+    s.pins.splice(i, 1);
+    sqlite.run(`PRAGMA cache_size = ${s.pins.at(-1)?.size ?? s.base}`);
+    if (s.pins.length === 0) cachePins.delete(sqlite);
+  };
+}
+
 /** How many batches' COMMIT costs the estimate takes the largest of. */
 const COMMITS_REMEMBERED = 4;
 
@@ -153,9 +182,8 @@ async function inBatches(
   });
   let verwijderd = 0;
   const { wal_autocheckpoint: autoCheckpoint } = sqlite.query("PRAGMA wal_autocheckpoint").get() as { wal_autocheckpoint: number };
-  const { cache_size: cacheSize } = sqlite.query("PRAGMA cache_size").get() as { cache_size: number };
   sqlite.run("PRAGMA wal_autocheckpoint = 0");
-  if (pacing.cacheKib !== undefined) sqlite.run(`PRAGMA cache_size = -${pacing.cacheKib}`);
+  const unpinCache = pacing.cacheKib === undefined ? () => {} : pinCacheSize(sqlite, pacing.cacheKib);
   try {
     for (;;) {
       // The batch waits for another process's write lock without blocking the event loop.
@@ -204,7 +232,7 @@ async function inBatches(
     // fallback switched automatic checkpoints back on (src/checkpointer.ts), and that stays.
     const { wal_autocheckpoint: now } = sqlite.query("PRAGMA wal_autocheckpoint").get() as { wal_autocheckpoint: number };
     if (now === 0) sqlite.run(`PRAGMA wal_autocheckpoint = ${autoCheckpoint}`);
-    sqlite.run(`PRAGMA cache_size = ${cacheSize}`);
+    unpinCache();
   }
   return verwijderd;
 }
@@ -474,8 +502,9 @@ async function deletePlanned(sqlite: Database, plans: DeletionPlan[], o: Retenti
   // took three times the lock time (bench/cases/retention.ts, 15.2 s against 5 s at L).
   // SQLite's default page cache, whatever the service's (src/server.ts): with 64 MB a
   // batch's dirty pages all went to the WAL in its COMMIT instead of spilling during
-  // the DELETE, and appends during the job waited up to 155 ms (p99 89 ms; 44 and 35
-  // with the default; bench/ingest.ts, docs/performance.md round 9).
+  // the DELETE, and appends during the job waited up to 155 ms (p99 89 ms) in one run;
+  // with 2 MB, 105 and 72 ms (p99 64 and 56) in two (bench/ingest.ts, docs/performance.md
+  // round 9).
   return inBatches(sqlite, o, { targetMs: 30, chunks: 1, initial: 2000, min: 200, max: 50_000, cacheKib: 2048 }, chunk, progress);
 }
 
