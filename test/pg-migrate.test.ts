@@ -241,6 +241,20 @@ describe("migrate-to", () => {
     await expectSourceRefused(`tenant ${d} heeft audit-entries maar staat niet in tenants`);
   });
 
+  test("refuses a source another version left (fewer or more migrations than this one's), saying what to do, and copies nothing", async () => {
+    await livedInstallation();
+    const w = env!.store.sqlite;
+    const rows = w.query("SELECT rowid, * FROM __drizzle_migrations ORDER BY rowid").all() as Record<string, unknown>[];
+    const n = rows.length;
+    // As an earlier version left it: its last migration not yet applied.
+    w.run("DELETE FROM __drizzle_migrations WHERE rowid = (SELECT max(rowid) FROM __drizzle_migrations)");
+    await expectSourceRefused(`de database is van een eerdere versie (${n - 1} van ${n} migraties toegepast): start de service eenmaal met deze versie`);
+    // As a later version left it: one more than this version knows.
+    const last = rows.at(-1)!;
+    w.query("INSERT INTO __drizzle_migrations (hash, created_at) VALUES (?, ?), ('later', 9999999999999)").run(last.hash as string, last.created_at as number);
+    await expectSourceRefused(`de database is van een nieuwere versie (${n + 1} migraties, deze versie kent er ${n})`);
+  });
+
   test("a chain adopted from the earlier version (its start an adoption record, not genesis) moves and verifies on PostgreSQL as on SQLite", async () => {
     env = makeTestEnv();
     const a = addTenant(env.store, "Oud");
