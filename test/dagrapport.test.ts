@@ -327,14 +327,15 @@ describe("dagrapport: further sections", () => {
       expect(r.body.database.grootte).toMatch(/^\d+\.\d (KB|MB)$/);
     } else {
       // By design (src/pg/daily.ts): this database's files, and no WAL: PostgreSQL's is the
-      // whole server's. Bracketed, since autovacuum may add a map fork meanwhile.
+      // whole server's. Bracketed, since autovacuum may meanwhile add a map fork or cut
+      // empty pages off a table's end (CI saw the size fall by 150 KB during the job).
       const size = async () => (await env.db.get<{ n: number }>("SELECT pg_database_size(current_database())::float8 AS n"))!.n;
       const before = await size();
       const r = await runDagrapport(env.deps, NOW);
       const after = await size();
       expect(r.body.database.walBytes).toBe(0);
-      expect(r.body.database.bytes).toBeGreaterThanOrEqual(before);
-      expect(r.body.database.bytes).toBeLessThanOrEqual(after);
+      expect(r.body.database.bytes).toBeGreaterThanOrEqual(Math.min(before, after));
+      expect(r.body.database.bytes).toBeLessThanOrEqual(Math.max(before, after));
       expect(r.body.database.grootte).toBe(formatSize(r.body.database.bytes));
       expect(r.body.database.grootte).toMatch(/^\d+\.\d (KB|MB)$/);
     }
