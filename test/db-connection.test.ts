@@ -41,6 +41,11 @@ describe("opening the store while another process holds the database for a momen
     try {
       const path = join(dir, "busy.db");
       openStore(path).close();
+      // close() leaves the connection open until its last prepared statement is
+      // collected (sqlite3_close_v2), and an open WAL connection keeps a shared lock that
+      // the holder's EXCLUSIVE lock waits for: collected now, or the holder itself timed
+      // out (seen in CI and in 2 of 5 runs on a busy machine).
+      Bun.gc(true);
       const holder = Bun.spawn([process.execPath, join(import.meta.dir, "fixtures", "hold-exclusive-lock.ts"), path, "400"], { stdout: "pipe", stderr: "inherit" });
       const reader = holder.stdout.getReader();
       let seen = "";
