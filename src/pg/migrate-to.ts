@@ -167,8 +167,8 @@ export type MigrateResult =
   | { uitkomst: "doel-niet-leeg"; toelichting: string }
   | { uitkomst: "kopie-wijkt-af"; toelichting: string };
 
-/** The statement triggers of migration 0002 that check new audit rows' tenants. */
-const TENANT_CHECKS = [{ table: "audit_entries", trigger: "audit_entries_have_tenant" }] as const;
+/** Migration 0002's statement trigger that checks new audit rows' tenants. */
+const TENANT_CHECK = "audit_entries_have_tenant";
 
 export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResult> {
   // 1. The source must verify: a copy of a log that does not would carry the break over
@@ -225,12 +225,12 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
     try {
       const tabellen: { tabel: string; rijen: number }[] = [];
       await target.sql.begin(async (tx) => {
-        // The audit tables' statement triggers (migration 0002) would keep every copied
+        // The audit entries' statement trigger (migration 0002) would keep every copied
         // row in a transition table to look its tenant up: gigabytes of temporary files at
         // millions of entries, for a check made above already (no orphan rows) and after
         // the copy (row by row). Off for this transaction only; ALTER TABLE is
-        // transactional, so an aborted copy leaves them on.
-        for (const t of TENANT_CHECKS) await tx.unsafe(`ALTER TABLE ${t.table} DISABLE TRIGGER ${t.trigger}`);
+        // transactional, so an aborted copy leaves it on.
+        await tx.unsafe(`ALTER TABLE audit_entries DISABLE TRIGGER ${TENANT_CHECK}`);
         for (const s of shapes) {
           const rijen = await copyTable(tx, source, s);
           tabellen.push({ tabel: s.name, rijen });
@@ -242,7 +242,7 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
             );
           }
         }
-        for (const t of TENANT_CHECKS) await tx.unsafe(`ALTER TABLE ${t.table} ENABLE TRIGGER ${t.trigger}`);
+        await tx.unsafe(`ALTER TABLE audit_entries ENABLE TRIGGER ${TENANT_CHECK}`);
       });
 
     // Statistics for the planner now: after a bulk COPY PostgreSQL has none until
