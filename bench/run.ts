@@ -22,9 +22,11 @@ const flag = (name: string) => {
 };
 const seed = Number(flag("seed") ?? "42");
 const only = flag("cases")?.split(",");
+/** Server settings for the PostgreSQL case's cluster, `name=value,…` (none by default: initdb's). */
+const pgSettings = flag("pg-settings");
 const size = (args[0] ?? "S").toUpperCase() as SizeName;
 if (!(size in SIZES) || size === "XS") {
-  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,anker,retention,weekrapport,reports,ingest,binary,pg]");
+  console.error("usage: bun run bench -- S|M|L [--seed 42] [--cases verify,anker,retention,weekrapport,reports,ingest,binary,pg] [--pg-settings name=value,…]");
   process.exit(2);
 }
 const scored = size === "L";
@@ -411,6 +413,8 @@ if (wants("binary")) {
 // 6. PostgreSQL (bench/cases/pg.ts starts its own throw-away cluster): the move, then
 //    verification beside its floor (COPY … TO STDOUT of the same rows, hashed) and ingestion.
 if (wants("pg")) {
+  type PgWal = { mb: number; fullPages: number; checkpointsRequested: number; checkpointsTimed: number };
+  const walNote = (w: PgWal) => `WAL ${w.mb} MB, ${w.fullPages} full-page images, checkpoints ${w.checkpointsRequested} requested / ${w.checkpointsTimed} timed`;
   type PgRetention = { seconds: number; statementSeconds: number; deleted: number; writer: { inserts: number; maxMs: number; p99Ms: number }; batches: number; batchMsMax: number | null };
   type P = {
     migrateSeconds: number;
@@ -432,11 +436,13 @@ if (wants("pg")) {
     ingestEntries: number;
     ingestSeconds: number;
     ingestBatchP99Ms: number | null;
-    api: { entries: number; seconds: number; batchP99Ms: number | null };
+    ingestWal: PgWal;
+    api: { entries: number; seconds: number; batchP99Ms: number | null; wal: PgWal };
+    serverSettings: Record<string, string>;
     peakRssMb: number;
   };
   log("PostgreSQL: migrate-to, verification twice beside its floors, ingestion from 4 clients, login retention");
-  const p = await child<P>(["bench/cases/pg.ts", "--db", db, "--ingest", String(Math.min(200_000, sz.audit / 5))], "pg");
+  const p = await child<P>(["bench/cases/pg.ts", "--db", db, "--ingest", String(Math.min(200_000, sz.audit / 5)), ...(pgSettings ? ["--pg-settings", pgSettings] : [])], "pg");
   if (p) {
     fig("pg", "migrate-to-seconds", p.migrateSeconds, "s", { note: `${p.copiedRows} rows: source verified, copied (COPY), compared row by row, every chain verified on PostgreSQL` });
     fig("pg", "verify-entries-per-second", p.entries / p.verifySeconds, "entries/s", { target: { op: ">=", limit: 500_000, on: "value" }, note: `best of ${p.verifyRuns.map((x) => x.toFixed(2)).join(" / ")} s` });
@@ -451,11 +457,11 @@ if (wants("pg")) {
     });
     fig("pg", "ingest-entries-per-second", p.ingestEntries / p.ingestSeconds, "entries/s", {
       target: { op: ">=", limit: 20_000, on: "value" },
-      note: `${p.ingestEntries} entries, batches of 500 from 4 clients, appendEntriesPg direct; batch p99 ${p.ingestBatchP99Ms?.toFixed(1)} ms`,
+      note: `${p.ingestEntries} entries, batches of 500 from 4 clients, appendEntriesPg direct; batch p99 ${p.ingestBatchP99Ms?.toFixed(1)} ms; ${walNote(p.ingestWal)}; server settings: ${Object.entries(p.serverSettings).map(([k, v]) => `${k}=${v}`).join(" ") || "initdb's defaults"}`,
     });
     fig("pg", "api-ingest-entries-per-second", p.api.entries / p.api.seconds, "entries/s", {
       target: { op: ">=", limit: 20_000, on: "value" },
-      note: `${p.api.entries} entries through POST /api/audit (the service as its own process on PostgreSQL), batches of 500 with a sleutel each from 4 HTTP clients; batch p99 ${p.api.batchP99Ms?.toFixed(1)} ms; direct appends in the same run as the baseline`,
+      note: `${p.api.entries} entries through POST /api/audit (the service as its own process on PostgreSQL), batches of 500 with a sleutel each from 4 HTTP clients; batch p99 ${p.api.batchP99Ms?.toFixed(1)} ms; ${walNote(p.api.wal)}; direct appends in the same run as the baseline`,
     });
     fig("pg", "api-ingest-vs-direct", (p.api.seconds / p.api.entries) * 1e6, "µs/entry", {
       baseline: (p.ingestSeconds / p.ingestEntries) * 1e6,

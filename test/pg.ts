@@ -42,7 +42,8 @@ function run(cmd: string[], asPostgres: boolean): void {
 
 let counter = 0;
 
-export async function startCluster(): Promise<TestCluster> {
+/** `settings`: server settings (`-c name=value`) beyond the defaults initdb leaves; the benchmarks try some. */
+export async function startCluster(o: { settings?: Record<string, string> } = {}): Promise<TestCluster> {
   const bin = postgresBinDir();
   if (bin === null) throw new Error("PostgreSQL server not installed (Debian package postgresql; test/preflight.ts)");
   const asPostgres = process.getuid?.() === 0;
@@ -53,8 +54,12 @@ export async function startCluster(): Promise<TestCluster> {
   run([join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "nw", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], asPostgres);
   const port = freePort();
   // fsync stays on: the crash tests rely on what a committed transaction promises.
+  const extra = Object.entries(o.settings ?? {}).map(([k, v]) => {
+    if (!/^[a-z_]+$/.test(k) || !/^[A-Za-z0-9_.]+$/.test(v)) throw new Error(`not a server setting: ${k}=${v}`);
+    return ` -c ${k}=${v}`;
+  });
   run(
-    [join(bin, "pg_ctl"), "-D", data, "-l", join(dir, "log"), "-w", "-o", `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=100`, "start"],
+    [join(bin, "pg_ctl"), "-D", data, "-l", join(dir, "log"), "-w", "-o", `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c max_connections=100${extra.join("")}`, "start"],
     asPostgres,
   );
   const url = `postgres://nw@127.0.0.1:${port}/postgres`;

@@ -37,9 +37,16 @@ import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, floorOnWorkers, NOW, peakRss
 
 const db = arg("db");
 const ingestTotal = Number(arg("ingest", "200000"));
+// Server settings for this run's cluster, `name=value,name=value` (the default: none, as initdb leaves them).
+const serverSettings = Object.fromEntries(
+  arg("pg-settings", "")
+    .split(",")
+    .filter((kv) => kv !== "")
+    .map((kv) => kv.split("=", 2) as [string, string]),
+);
 const signer = parseSignerKey(BENCH_SIGNING_KEY);
 const verifiers = [parseVerifierKey(signer.verifierKey)];
-const cluster = await startCluster();
+const cluster = await startCluster({ settings: serverSettings });
 try {
   const url = await cluster.createDatabase("bench");
   let t0 = performance.now();
@@ -107,6 +114,7 @@ try {
   const r2 = await rowFloor(2);
 
   // Ingestion: 4 clients, each its own connection, batches of 500 over every tenant.
+  const ingestWal = await walActivity(sql);
   const clients = 4;
   const batch = 500;
   const batchesPerClient = Math.max(1, Math.round(ingestTotal / clients / batch));
@@ -136,8 +144,10 @@ try {
     }),
   );
   const ingestSeconds = (performance.now() - t0) / 1000;
+  const ingestWalUsed = await ingestWal();
   batchMs.sort((a, b) => a - b);
-  const api = await ingestThroughApi(url, tenants, clients, batch, batchesPerClient);
+  const apiWal = await walActivity(sql);
+  const api = { ...(await ingestThroughApi(url, tenants, clients, batch, batchesPerClient)), wal: await apiWal() };
   await sql.close();
 
   // Retention of half the login attempts, each mode on a fresh copy, a writer beside it.
@@ -214,6 +224,8 @@ try {
     ingestEntries: clients * batchesPerClient * batch,
     ingestSeconds,
     ingestBatchP99Ms: batchMs[Math.floor(batchMs.length * 0.99)] ?? null,
+    ingestWal: ingestWalUsed,
+    serverSettings,
     api,
     retentionDelete,
     retentionJob,
@@ -224,6 +236,22 @@ try {
   });
 } finally {
   await cluster.stop();
+}
+
+/**
+ * What the server wrote to its WAL from now until the returned function is called: bytes,
+ * full-page images (the first change of a page after a checkpoint writes the whole page)
+ * and checkpoints (requested: by max_wal_size; timed: checkpoint_timeout).
+ */
+async function walActivity(sql: SQL): Promise<() => Promise<{ mb: number; fullPages: number; checkpointsRequested: number; checkpointsTimed: number }>> {
+  const read = async () =>
+    ((await sql`SELECT w.wal_bytes::float8 AS bytes, w.wal_fpi::float8 AS fpi, b.checkpoints_req::float8 AS req, b.checkpoints_timed::float8 AS timed
+      FROM pg_stat_wal w, pg_stat_bgwriter b`) as { bytes: number; fpi: number; req: number; timed: number }[])[0]!;
+  const before = await read();
+  return async () => {
+    const after = await read();
+    return { mb: Math.round((after.bytes - before.bytes) / 1e5) / 10, fullPages: after.fpi - before.fpi, checkpointsRequested: after.req - before.req, checkpointsTimed: after.timed - before.timed };
+  };
 }
 
 /**
