@@ -1,17 +1,16 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import type { SQL } from "bun";
 import { appendLines, insertRows, readLines, type StoredLine } from "../src/audit/anchor-file.ts";
-import { appendEntries, canonicalJson, entriesAfter, entryHash, GENESIS_HASH, type AppendedEntry, type ChainInput } from "../src/audit/chain.ts";
+import { appendEntries, canonicalJson, entryHash, GENESIS_HASH, type AppendedEntry, type ChainInput } from "../src/audit/chain.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { anchorLineText, openRetentionRecord, signRetentionRecord, type AnchorLine, type RetentionRecord } from "../src/audit/records.ts";
-import { deleteOldAuditEntries, PrefixPlan, retentionBoundary, type AuditRetentionResult, type DeletionPlan, type RetentionOptions, type RetentionStop } from "../src/audit/retention.ts";
-import { chainStart } from "../src/audit/verify.ts";
+import { deleteOldAuditEntries, retentionBoundary, type AuditRetentionResult, type RetentionOptions } from "../src/audit/retention.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
 import { insertRowsPg } from "../src/pg/anchor-file.ts";
 import { deleteOldAuditEntriesPg } from "../src/pg/audit-retention.ts";
-import { appendEntriesPg, chainStartPg, readEntriesPg } from "../src/pg/chain.ts";
+import { appendEntriesPg } from "../src/pg/chain.ts";
 import { call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { addTenant, makeEnv, sqliteOnly, type Env } from "./dialect.ts";
 
@@ -75,7 +74,7 @@ function deleteOld(e: Env, grens: string, o: RetentionOptions, settle: () => Pro
   const signing = { path: e.config.auditAnkerBestand, keys: auditKeys(e.config), retentieDagen: e.config.auditRetentieDagen, workers: 0 };
   const s = e.store;
   if (s.kind === "sqlite") return deleteOldAuditEntries(s.sqlite, grens, NOW, { ...signing, dbPath: s.path }, { ...o, pause: async (ms) => (await settle(), await o.pause?.(ms)) });
-  return deleteOldAuditEntriesPg(beginAfter(s.sql, settle), s.url, grens, NOW, signing, o);
+  return deleteOldAuditEntriesPg(beginAfter(s.sql, settle), grens, NOW, signing, o);
 }
 /** The retention records in audit_anchor_log (of one tenant, or all), opened with the test key, in file order. */
 async function records(e: Env, tenantId?: number): Promise<RetentionRecord[]> {
@@ -520,31 +519,7 @@ describe("audit-retentie", () => {
   });
 });
 
-describe("PrefixPlan: each entry checked again while planning (a change made after the verification)", () => {
-  /** The plan for one tenant, driven as planTenant (SQLite) or planTenantPg drives it. */
-  async function plan(e: Env, tenantId: number) {
-    const gestopt: RetentionStop[] = [];
-    let result: DeletionPlan | null;
-    const s = e.store;
-    if (s.kind === "sqlite") {
-      const first = s.sqlite.query("SELECT seq, id FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number; id: number };
-      const p = new PrefixPlan(tenantId, first, chainStart(s.sqlite, tenantId, first.seq, VERIFIERS), GRENS, gestopt);
-      if (p.open) for (const r of entriesAfter(s.sqlite, tenantId, p.from)) if (!p.push(r)) break;
-      result = p.result();
-    } else {
-      result = await s.sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (tx) => {
-        const [first] = (await tx`SELECT seq, id FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string; id: string }[];
-        const f = { seq: Number(first!.seq), id: Number(first!.id) };
-        const p = new PrefixPlan(tenantId, f, await chainStartPg(tx, tenantId, f.seq, VERIFIERS), GRENS, gestopt);
-        if (p.open) {
-          const [end] = (await tx`SELECT seq FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${p.from} AND created_at >= ${GRENS} ORDER BY seq LIMIT 1`) as { seq: string }[];
-          await readEntriesPg(tx, tenantId, p.from, end ? Number(end.seq) - 1 : null, (r) => p.push(r));
-        }
-        return p.result();
-      });
-    }
-    return { result, gestopt: gestopt.map(({ seq, reden }) => ({ seq, reden })) };
-  }
+describe("checkPrefix: what audit-retentie checks before it deletes, and against which checkpoint", () => {
   /** Six entries, the first five older than GRENS. */
   async function chain(e: Env, name: string): Promise<number> {
     const t = await addTenant(e.db, name);
@@ -558,30 +533,147 @@ describe("PrefixPlan: each entry checked again while planning (a change made aft
     const hash = entryHash({ tenantId, seq, createdAt: r.created_at, actor: r.actor, action: r.action, subject: r.subject, details: r.details, prevHash: prev });
     await e.db.run("UPDATE audit_entries SET prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, tenantId, seq);
   }
+  /** Every entry from `seq` on given `actor`, each hash and link recomputed: a rewrite only a signed checkpoint can tell. */
+  async function rewriteFrom(e: Env, tenantId: number, seq: number, actor: string) {
+    let prev = (await e.db.get<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = ?", tenantId, seq - 1))?.hash ?? GENESIS_HASH;
+    for (const r of await e.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= ? ORDER BY seq", tenantId, seq)) {
+      const hash = entryHash({ tenantId, seq: r.seq, createdAt: r.created_at, actor, action: r.action, subject: r.subject, details: r.details, prevHash: prev });
+      await e.db.run("UPDATE audit_entries SET actor = ?, prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", actor, prev, hash, tenantId, r.seq);
+      prev = hash;
+    }
+  }
+  const run = async () => {
+    const r = await deleteOld(env, GRENS, {});
+    return { verwijderd: r.verwijderd, gestopt: r.gestopt.map(({ tenantId, seq, reden }) => ({ tenantId, seq, reden })) };
+  };
 
-  test("an intact chain: the prefix older than grens, with a record to sign", async () => {
+  test("an intact chain: the prefix older than grens goes, with one signed record of its end", async () => {
     env = await makeEnv();
     const t = await chain(env, "Heel");
-    const { result, gestopt } = await plan(env, t);
-    expect(gestopt).toEqual([]);
-    expect(result).toMatchObject({ tenantId: t, from: 1, seq: 5, record: { seq: 5, createdAt: "2012-05-01T00:00:00.000Z" } });
-    expect(result!.record!.bereik.encode()).toBe((await rangeUpTo(env, t, 5)).encode());
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const before = await rangeUpTo(env, t, 5);
+    expect(await run()).toEqual({ verwijderd: 5, gestopt: [] });
+    expect(await seqs(env, t)).toEqual([6]);
+    const [rec] = await records(env, t);
+    expect(rec).toMatchObject({ seq: 5, createdAt: "2012-05-01T00:00:00.000Z" });
+    expect(rec!.bereik.encode()).toBe(before.encode());
   });
 
-  test("the prefix ends before an entry whose hash, link or start does not check out; that entry is named (gestopt)", async () => {
+  test("a prefix whose hash, link or start does not check out keeps every entry of its tenant, and names the entry", async () => {
     env = await makeEnv();
     const changed = await chain(env, "Gewijzigd");
-    await env.db.run("UPDATE audit_entries SET actor = 'mallory' WHERE tenant_id = ? AND seq = 4", changed);
     const unlinked = await chain(env, "Ontkoppeld");
-    await relink(env, unlinked, 4, "f".repeat(64));
     const unanchored = await chain(env, "Los van genesis");
-    await relink(env, unanchored, 1, "f".repeat(64));
     const cut = await chain(env, "Ingekort");
+    const intact = await chain(env, "Heel");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    await env.db.run("UPDATE audit_entries SET actor = 'mallory' WHERE tenant_id = ? AND seq = 4", changed);
+    await relink(env, unlinked, 4, "f".repeat(64));
+    await relink(env, unanchored, 1, "f".repeat(64));
     await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 2", cut);
 
-    expect(await plan(env, changed)).toEqual({ result: expect.objectContaining({ seq: 3 }), gestopt: [{ seq: 4, reden: "hash-afwijkend" }] });
-    expect(await plan(env, unlinked)).toEqual({ result: expect.objectContaining({ seq: 3 }), gestopt: [{ seq: 4, reden: "koppeling-verbroken" }] });
-    expect(await plan(env, unanchored)).toEqual({ result: null, gestopt: [{ seq: 1, reden: "anker-afwijkend" }] });
-    expect(await plan(env, cut)).toEqual({ result: null, gestopt: [{ seq: 3, reden: "retentie-ontbreekt" }] });
+    expect(await run()).toEqual({
+      verwijderd: 5,
+      gestopt: [
+        { tenantId: changed, seq: 4, reden: "hash-afwijkend" },
+        { tenantId: unlinked, seq: 4, reden: "koppeling-verbroken" },
+        { tenantId: unanchored, seq: 1, reden: "anker-afwijkend" },
+        { tenantId: cut, seq: 3, reden: "retentie-ontbreekt" },
+      ],
+    });
+    for (const t of [changed, unlinked, unanchored]) expect(await seqs(env, t)).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(await seqs(env, cut)).toEqual([3, 4, 5, 6]);
+    expect(await seqs(env, intact)).toEqual([6]);
+  });
+
+  test("the prefix is proved against the smallest checkpoint that covers it: a change after that checkpoint stays for audit-verificatie, the proved prefix goes", async () => {
+    env = await makeEnv();
+    const t = await addTenant(env.db, "Later gewijzigd");
+    for (let i = 1; i <= 5; i++) await add(env, t, `2012-0${i}-01T00:00:00.000Z`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 5
+    for (let i = 6; i <= 8; i++) await add(env, t, `2024-01-0${i}T00:00:00.000Z`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 8, the newest
+    await env.db.run("UPDATE audit_entries SET actor = 'mallory' WHERE tenant_id = ? AND seq = 7", t);
+
+    expect(await run()).toEqual({ verwijderd: 5, gestopt: [] });
+    expect(await seqs(env, t)).toEqual([6, 7, 8]);
+    // the change is still there, and verification names it
+    const v = await call(env.app, "/api/cron/audit-verificatie");
+    expect(v.status).toBe(409);
+    expect(v.json.resultaten.find((r: { tenantId: number }) => r.tenantId === t).fout).toMatchObject({ seq: 7, reden: "hash-afwijkend" });
+  });
+
+  test("a rewrite of the prefix with every hash and link recomputed does not match the covering checkpoint: nothing goes", async () => {
+    env = await makeEnv();
+    const t = await addTenant(env.db, "Herschreven");
+    for (let i = 1; i <= 5; i++) await add(env, t, `2012-0${i}-01T00:00:00.000Z`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 5
+    for (let i = 6; i <= 8; i++) await add(env, t, `2024-01-0${i}T00:00:00.000Z`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 8
+    await rewriteFrom(env, t, 2, "mallory");
+
+    expect(await run()).toEqual({ verwijderd: 0, gestopt: [{ tenantId: t, seq: 5, reden: "checkpoint-afwijkend" }] });
+    expect(await seqs(env, t)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+  });
+
+  test("a prefix past the newest checkpoint is proved by that checkpoint and linked on: the entries since audit-anker go too", async () => {
+    env = await makeEnv();
+    const t = await addTenant(env.db, "Niet verankerd");
+    for (let i = 1; i <= 3; i++) await add(env, t, `2012-0${i}-01T00:00:00.000Z`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 3
+    for (let i = 4; i <= 5; i++) await add(env, t, `2012-0${i}-01T00:00:00.000Z`);
+    await add(env, t, "2024-01-01T00:00:00.000Z");
+    const before = await rangeUpTo(env, t, 5);
+    expect(await run()).toEqual({ verwijderd: 5, gestopt: [] });
+    expect((await records(env, t))[0]!.bereik.encode()).toBe(before.encode());
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+
+    // the same with an entry past the checkpoint changed: nothing goes
+    env.cleanup();
+    env = await makeEnv();
+    const u = await addTenant(env.db, "Niet verankerd, gewijzigd");
+    for (let i = 1; i <= 3; i++) await add(env, u, `2012-0${i}-01T00:00:00.000Z`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    for (let i = 4; i <= 5; i++) await add(env, u, `2012-0${i}-01T00:00:00.000Z`);
+    await add(env, u, "2024-01-01T00:00:00.000Z");
+    await env.db.run("UPDATE audit_entries SET subject = 'x' WHERE tenant_id = ? AND seq = 5", u);
+    expect(await run()).toEqual({ verwijderd: 0, gestopt: [{ tenantId: u, seq: 5, reden: "hash-afwijkend" }] });
+  });
+
+  sqliteOnly("on worker threads (each its own read-only connection) the same checks and plans as in this thread", async () => {
+    const outcome = async (workers: number) => {
+      env = await makeEnv();
+      const intact = await chain(env, "Heel");
+      const changed = await chain(env, "Gewijzigd");
+      const late = await addTenant(env.db, "Na het anker");
+      for (let i = 1; i <= 3; i++) await add(env, late, `2012-0${i}-01T00:00:00.000Z`);
+      expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+      await add(env, late, "2012-04-01T00:00:00.000Z");
+      await add(env, late, "2024-01-01T00:00:00.000Z");
+      await env.db.run("UPDATE audit_entries SET actor = 'mallory' WHERE tenant_id = ? AND seq = 2", changed);
+      const s = env.store;
+      if (s.kind !== "sqlite") throw new Error("SQLite only");
+      const signing = { path: env.config.auditAnkerBestand, keys: auditKeys(env.config), retentieDagen: 2555, workers, dbPath: s.path };
+      const r = await deleteOldAuditEntries(s.sqlite, GRENS, NOW, signing, { pause: async () => {} });
+      const out = { r, left: [await seqs(env, intact), await seqs(env, changed), await seqs(env, late)], records: (await records(env)).map((x) => [x.seq, x.hash, x.bereik.encode()]) };
+      expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(409);
+      env.cleanup();
+      return out;
+    };
+    const inThread = await outcome(0);
+    const onWorkers = await outcome(2);
+    expect(inThread.r).toEqual({ verwijderd: 9, gestopt: [{ tenantId: 2, seq: 2, entryId: expect.any(Number), reden: "hash-afwijkend" }] });
+    expect(inThread.left).toEqual([[6], [1, 2, 3, 4, 5, 6], [5]]);
+    expect(onWorkers).toEqual(inThread);
+  });
+
+  test("a chain shorter than its newest checkpoint (entries cut off the end) keeps everything", async () => {
+    env = await makeEnv();
+    const t = await chain(env, "Kop weg");
+    await add(env, t, "2024-02-01T00:00:00.000Z");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 7
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq = 7", t);
+    expect(await run()).toEqual({ verwijderd: 0, gestopt: [{ tenantId: t, seq: 7, reden: "kop-ontbreekt" }] });
+    expect(await seqs(env, t)).toEqual([1, 2, 3, 4, 5, 6]);
   });
 });

@@ -66,7 +66,7 @@ describe("audit-retentie on PostgreSQL", () => {
     const { a, b, c, url, sql, signing, pgAnchorPath } = await installation();
     const lite = await runAuditRetentie(env!.deps, NOW);
     expect(lite.status).toBe(200);
-    const pg = await deleteOldAuditEntriesPg(sql, url, GRENS, NOW, signing);
+    const pg = await deleteOldAuditEntriesPg(sql, GRENS, NOW, signing);
     expect(pg.gestopt).toEqual([]);
     expect(pg.verwijderd).toBe((lite.body as { verwijderd: number }).verwijderd);
     expect(pg.verwijderd).toBe(12 + 7);
@@ -96,7 +96,7 @@ describe("audit-retentie on PostgreSQL", () => {
     })();
     await sql`INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (${d}, 'Delta', true, ${NOW.toISOString()})`;
     for (let i = 0; i < rows.length; i += 500) await sql`INSERT INTO audit_entries ${sql(rows.slice(i, i + 500))}`;
-    const r = await deleteOldAuditEntriesPg(sql, url, GRENS, NOW, signing);
+    const r = await deleteOldAuditEntriesPg(sql, GRENS, NOW, signing);
     expect(r.gestopt).toEqual([]);
     expect(r.verwijderd).toBe(12 + 7 + 1500);
     expect(await pgSeqs(sql, d)).toHaveLength(3000);
@@ -107,7 +107,7 @@ describe("audit-retentie on PostgreSQL", () => {
   test("a changed old entry is evidence: that tenant keeps its entries, the others' are deleted", async () => {
     const { a, c, url, sql, signing } = await installation();
     await sql`UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ${a} AND seq = 5`;
-    const r = await deleteOldAuditEntriesPg(sql, url, GRENS, NOW, signing);
+    const r = await deleteOldAuditEntriesPg(sql, GRENS, NOW, signing);
     expect(r.gestopt).toEqual([{ tenantId: a, seq: 5, entryId: expect.any(Number), reden: "hash-afwijkend" }]);
     expect(await pgSeqs(sql, a)).toHaveLength(30);
     expect(r.verwijderd).toBe(7);
@@ -116,13 +116,13 @@ describe("audit-retentie on PostgreSQL", () => {
 
   test("a run stopped after a batch leaves verifying chains; the next run deletes the rest, once", async () => {
     const { a, c, url, sql, signing, pgAnchorPath } = await installation();
-    await expect(deleteOldAuditEntriesPg(sql, url, GRENS, NOW, signing, { batchSize: 4, afterBatch: () => { throw new Error("gestopt na één batch"); } })).rejects.toThrow("gestopt");
+    await expect(deleteOldAuditEntriesPg(sql, GRENS, NOW, signing, { batchSize: 4, afterBatch: () => { throw new Error("gestopt na één batch"); } })).rejects.toThrow("gestopt");
     // The records are signed and the first batch committed: 2 of a's and 2 of c's entries.
     expect(await pgSeqs(sql, a)).toHaveLength(28);
     const halfway = await verifyInstallationPg(url, signing.path, VERIFIERS, { workers: 0 });
     expect(halfway.tenants.every((t) => t.intact)).toBe(true);
     const records = readFileSync(pgAnchorPath, "utf8").split("\n").filter((l) => l.includes("retentie")).length;
-    const r = await deleteOldAuditEntriesPg(sql, url, GRENS, NOW, signing, { batchSize: 4 });
+    const r = await deleteOldAuditEntriesPg(sql, GRENS, NOW, signing, { batchSize: 4 });
     expect(r.verwijderd).toBe(12 + 7 - 4);
     expect(await pgSeqs(sql, a)).toHaveLength(18);
     expect(await pgSeqs(sql, c)).toEqual([8, 9]);

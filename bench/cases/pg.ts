@@ -12,8 +12,9 @@
 //                process (`bun src/index.ts` with DATABASE_URL), 4 HTTP clients on
 //                loopback posting 500-entry batches with a sleutel per entry
 //   retention    beveiligingslog-retentie's deletion (src/pg/retention.ts) and
-//                audit-retentie's (src/pg/audit-retention.ts: the check of every chain
-//                first, then signed records, then the prefixes) against one DELETE of the
+//                audit-retentie's (src/pg/audit-retention.ts: each prefix checked and
+//                proved against a signed checkpoint, then signed records, then the
+//                prefixes deleted) against one DELETE of the
 //                same rows, each on its own copy of the database (CREATE DATABASE …
 //                TEMPLATE) while bench/pg-writer.ts writes every 10 ms; and beside them
 //                what an audit deletion that checks what it deletes costs here at the
@@ -27,6 +28,7 @@ import { appendEntriesPg, verifyTenantsPg } from "../../src/pg/chain.ts";
 import { migrateToPostgres } from "../../src/pg/migrate-to.ts";
 import { deleteOldLoginAttemptsPg } from "../../src/pg/retention.ts";
 import { deleteOldAuditEntriesPg } from "../../src/pg/audit-retention.ts";
+import type { RetentionPhases } from "../../src/audit/retention.ts";
 import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -176,6 +178,8 @@ try {
       const start = performance.now();
       const batches: number[] = [];
       const onBatch = (b: { lockMs: number }) => batches.push(b.lockMs);
+      let phases: RetentionPhases | null = null;
+      const onPhases = (p: RetentionPhases) => void (phases = p);
       const grens = retentionBoundary(NOW, kind === "login" ? 90 : 2555);
       const deleted =
         mode === "checked"
@@ -186,7 +190,7 @@ try {
             : ((await conn`WITH gone AS (DELETE FROM audit_entries WHERE created_at < ${grens} RETURNING 1) SELECT count(*)::int AS n FROM gone`) as { n: number }[])[0]!.n
           : kind === "login"
             ? await deleteOldLoginAttemptsPg(conn, grens, { onBatch })
-            : (await deleteOldAuditEntriesPg(conn, copyUrl, grens, NOW, { path: anchorCopy, keys: { signer, verifiers }, retentieDagen: 2555, workers: 2 }, { onBatch })).verwijderd;
+            : (await deleteOldAuditEntriesPg(conn, grens, NOW, { path: anchorCopy, keys: { signer, verifiers }, retentieDagen: 2555, workers: 2 }, { onBatch, onPhases })).verwijderd;
       const statementSeconds = (performance.now() - start) / 1000;
       await conn`CHECKPOINT`;
       const seconds = (performance.now() - start) / 1000;
@@ -196,7 +200,7 @@ try {
       await writer.exited;
       const waits = JSON.parse(out.trim().split("\n").at(-1)!) as { inserts: number; maxMs: number; p99Ms: number };
       batches.sort((a, b) => a - b);
-      return { seconds, statementSeconds, deleted, writer: waits, batches: batches.length, batchMsMax: batches.at(-1) ?? null };
+      return { seconds, statementSeconds, deleted, writer: waits, batches: batches.length, batchMsMax: batches.at(-1) ?? null, phases };
     } finally {
       await conn.close();
       await cluster.dropDatabase(name);

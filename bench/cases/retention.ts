@@ -5,7 +5,7 @@
 //   --mode job    the real job;  --mode delete  one unbatched DELETE of the same rows
 //
 //   bun bench/cases/retention.ts --db <copy> --kind login --mode job
-import { retentionBoundary } from "../../src/audit/retention.ts";
+import { retentionBoundary, type RetentionPhases } from "../../src/audit/retention.ts";
 import { startCheckpointer } from "../../src/checkpointer.ts";
 import { openStore } from "../../src/db.ts";
 import { runAuditRetentie } from "../../src/jobs/audit-retentie.ts";
@@ -37,11 +37,13 @@ await Bun.sleep(300); // the writer's waits before the run, for comparison
 type Batch = { rows: number; chunks: number; lockMs: number; commitMs: number; checkpointMs: number };
 const batches: Batch[] = [];
 const onBatch = (b: Batch) => batches.push(b);
+let phases: RetentionPhases | null = null;
+const onPhases = (p: RetentionPhases) => void (phases = p);
 
 const t0 = performance.now();
 let deleted: number;
 if (mode === "job") {
-  const r = kind === "login" ? await runBeveiligingslogRetentie(deps, NOW, { onBatch }) : await runAuditRetentie(deps, NOW, { onBatch });
+  const r = kind === "login" ? await runBeveiligingslogRetentie(deps, NOW, { onBatch }) : await runAuditRetentie(deps, NOW, { onBatch, onPhases });
   deleted = r.body.verwijderd;
 } else {
   const grens = retentionBoundary(NOW, kind === "login" ? deps.config.beveiligingslogRetentieDagen : deps.config.auditRetentieDagen);
@@ -83,4 +85,4 @@ const profile = batches.length
       commitMsMax: commits.at(-1),
     }
   : null;
-report({ kind, mode, seconds, deleted, writer: waits, profile, checkpointAfter: { seconds: checkpointAfterSeconds, ...ckpt } });
+report({ kind, mode, seconds, deleted, writer: waits, profile, phases, checkpointAfter: { seconds: checkpointAfterSeconds, ...ckpt } });

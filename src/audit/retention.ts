@@ -27,14 +27,16 @@
 //   it waiting until 178 ms, which is why the budget is a deadline.
 import type { Database } from "bun:sqlite";
 import { insertRows, type StoredLine } from "./anchor-file.ts";
-import type { RowReason } from "./anchor-check.ts";
+import { compareWithFile, type AnchorComparison, type RowReason } from "./anchor-check.ts";
 import { appendRun, syncTail, throwIfProblem } from "./anchoring.ts";
 import { retryWhenBusy } from "../db.ts";
-import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
-import { entriesAfter, rowHash, type EntryRow } from "./chain.ts";
-import type { CompactRange } from "./merkle.ts";
-import { signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
-import { chainStart, linkBreak, type BreakReason, type ChainStart } from "./verify.ts";
+import { onWorkers } from "../worker-pool.ts";
+import { databaseBehindFile } from "./verify-all.ts";
+import { entriesAfter, type EntryRow } from "./chain.ts";
+import { CompactRange } from "./merkle.ts";
+import type { Verifier } from "./note.ts";
+import { openTreeHead, signRetentionRecord, type Keys, type RetentionRecord } from "./records.ts";
+import { chainStart, ChainWalk, type BreakReason, type ChainStart, type CheckpointRef } from "./verify.ts";
 
 export { retentionBoundary } from "../time.ts";
 
@@ -76,6 +78,13 @@ export interface RetentionOptions {
   clock?: () => number;
   /** What each batch cost (the benchmark's profile). */
   onBatch?: (b: { rows: number; chunks: number; lockMs: number; commitMs: number; checkpointMs: number }) => void;
+  /** What each part of audit-retentie took in all, ms (the benchmark's profile): checking the prefixes, and recording and deleting them. */
+  onPhases?: (p: RetentionPhases) => void;
+}
+
+export interface RetentionPhases {
+  checkMs: number;
+  deleteMs: number;
 }
 
 export interface Pacing {
@@ -267,12 +276,13 @@ export interface RetentionSigning {
 }
 
 /**
- * Deletes old audit entries of every tenant that has any. Before an entry is deleted it
- * is checked like the verifier does (hash, link to the previous entry or the chain's
- * signed start, no seq gap): retention must not erase the evidence of tampering, so a
- * tenant's deletion stops before the first entry that does not check out. A chunk deletes
- * at most its size in rows, spread over a group of tenants; a long prefix continues in
- * the next.
+ * Deletes old audit entries of every tenant that has any. Before anything is deleted,
+ * each tenant's prefix is checked as the verifier checks a chain (hash, link to the
+ * previous entry or the chain's signed start, no seq gap) and proved against a signed
+ * checkpoint that covers it (checkPrefix): retention must not erase the evidence of
+ * tampering, so a tenant whose prefix does not check out keeps every entry (gestopt).
+ * A chunk deletes at most its size in rows, spread over a group of tenants; a long
+ * prefix continues in the next.
  *
  * Per tenant one signed retention record (seq and hash of the last entry to delete, its
  * created_at, grens, the retention days, the run's time and the tree's compact range
@@ -298,40 +308,218 @@ export async function deleteOldAuditEntries(
   const gestopt: RetentionStop[] = [];
   if (candidates.length === 0) return { verwijderd: 0, gestopt };
 
-  // First the whole check audit-verificatie makes (anchor file against its copy, every
-  // chain against its newest signed checkpoint): what does not check out is evidence,
-  // and deleting it would erase the proof of which entries were changed.
   const { verifiers } = signing.keys;
-  const verdict = await verifyInstallation(sqlite, signing.dbPath, signing.path, candidates, verifiers, { workers: signing.workers });
-  const tenants = deletable(verdict, candidates, gestopt);
+  const phases: RetentionPhases = { checkMs: 0, deleteMs: 0 };
+  let t0 = performance.now();
+  const cmp = await compareWithFile(signing.dbPath, signing.path, verifiers);
+  const plans = await checkPrefixes(cmp, candidates, grens, gestopt, (tasks) => checkPrefixesSqlite(sqlite, signing.dbPath, tasks, signing.workers, verifiers));
+  phases.checkMs = performance.now() - t0;
 
   const tijdstip = now.toISOString();
   let verwijderd = 0;
-  // Groups of tenants: planned (and their records signed) together, then deleted side by side.
-  for (let g = 0; g < tenants.length; g += TENANT_GROUP) {
-    const group = tenants.slice(g, g + TENANT_GROUP);
-    const plans: DeletionPlan[] = [];
-    for (const tenantId of group) {
-      const p = planTenant(sqlite, tenantId, grens, verifiers, gestopt);
-      if (p) plans.push(p);
-      // Planning reads; give the event loop a turn between tenants.
-      await new Promise((r) => setImmediate(r));
-    }
-    recordPlans(sqlite, plans, signing, grens, tijdstip);
-    verwijderd += await deletePlanned(sqlite, plans, o);
+  // Groups of tenants: their records signed together, then deleted side by side.
+  t0 = performance.now();
+  for (let g = 0; g < plans.length; g += TENANT_GROUP) {
+    const group = plans.slice(g, g + TENANT_GROUP);
+    recordPlans(sqlite, group, signing, grens, tijdstip);
+    verwijderd += await deletePlanned(sqlite, group, o);
   }
+  phases.deleteMs = performance.now() - t0;
+  o.onPhases?.(phases);
   return { verwijderd, gestopt };
 }
 
 /**
- * The candidates whose chains checked out, for any store: a problem with the anchor file
- * stops everything (AnchorFileError); a broken chain keeps that tenant's entries (gestopt).
+ * The rule around checkPrefix, for any store: the anchor file must match its database
+ * copy (a problem stops everything: AnchorFileError); a tenant whose rows do not match
+ * the file, or whose prefix does not check out, keeps its entries (gestopt); the others'
+ * plans, in tenant order. `check` runs checkPrefix for each task on the store.
  */
-export function deletable(verdict: InstallationVerdict, candidates: number[], gestopt: RetentionStop[]): number[] {
-  throwIfProblem(verdict.probleem);
-  const broken = new Map(verdict.tenants.filter((t) => !t.intact).map((t) => [t.tenantId, t.fout!]));
-  for (const [tenantId, f] of broken) if (candidates.includes(tenantId)) gestopt.push({ tenantId, seq: f.seq, entryId: f.entryId, reden: f.reden });
-  return candidates.filter((id) => !broken.has(id));
+export async function checkPrefixes(
+  cmp: AnchorComparison,
+  candidates: readonly number[],
+  grens: string,
+  gestopt: RetentionStop[],
+  check: (tasks: PrefixTask[]) => Promise<Map<number, PrefixCheck>>,
+): Promise<DeletionPlan[]> {
+  throwIfProblem(cmp.probleem);
+  // A checkpoint from before the tenant's newest adoption or restore acceptance was
+  // signed over another chain: only later ones may prove a prefix.
+  const lastReset = new Map<number, number>();
+  for (const r of [...cmp.adopties, ...cmp.herstellingen]) lastReset.set(r.tenantId, Math.max(lastReset.get(r.tenantId) ?? -1, r.positie));
+  const tasks: PrefixTask[] = [];
+  for (const tenantId of candidates) {
+    const row = cmp.perTenant.get(tenantId);
+    if (row) {
+      gestopt.push({ tenantId, seq: row.seq, entryId: null, reden: row.reden });
+      continue;
+    }
+    const c = cmp.checkpoints.get(tenantId);
+    tasks.push({ tenantId, grens, newest: c ? { size: c.size, root: c.root, basis: c.basis } : null, after: lastReset.get(tenantId) ?? -1 });
+  }
+  const checked = await check(tasks);
+  const plans: DeletionPlan[] = [];
+  for (const t of tasks) {
+    const r = checked.get(t.tenantId)!;
+    if ("stop" in r) {
+      throwIfProblem(databaseBehindFile(t.tenantId, r.stop.reden, cmp));
+      gestopt.push(r.stop);
+    } else if (r.plan) plans.push(r.plan);
+  }
+  return plans;
+}
+
+/** One tenant's retention check (checkPrefix). `newest` is the file's newest head of its chain; `after` the byte position a proving checkpoint must lie beyond. */
+export interface PrefixTask {
+  tenantId: number;
+  grens: string;
+  newest: CheckpointRef | null;
+  after: number;
+}
+
+/** What checkPrefix found: a plan (null: nothing to delete), or why the tenant keeps everything. */
+export type PrefixCheck = { plan: DeletionPlan | null } | { stop: RetentionStop };
+
+type Maybe<T> = T | Promise<T>;
+
+/** What checkPrefix reads of one tenant, all in one snapshot; each store answers from its own. */
+export interface PrefixSource {
+  /** The oldest entry (null: none). */
+  first(): Maybe<{ seq: number; id: number } | null>;
+  /** The chain's start (chainStart). */
+  start(firstSeq: number): Maybe<ChainStart>;
+  /** The seq of the first entry after `afterSeq` not older than grens; null when there is none. */
+  firstNotOlder(afterSeq: number): Maybe<number | null>;
+  /** The newest seq. */
+  last(): Maybe<number>;
+  /** Notes of audit_anchor_log's checkpoints of at least `atLeast` written after byte `after`, smallest first (a few). */
+  checkpointsFrom(atLeast: number, after: number): Maybe<string[]>;
+  /** The entries with seq <= uptoSeq, in seq order, each to `take`. */
+  entries(uptoSeq: number, take: (r: EntryRow) => void): Maybe<void>;
+}
+
+/** The SQL of PrefixSource.firstNotOlder and .checkpointsFrom, the same on both stores (parameters: tenant, seq or size, grens or position). */
+export const FIRST_NOT_OLDER_SQL = "SELECT seq FROM audit_entries WHERE tenant_id = $1 AND seq > $2 AND created_at >= $3 ORDER BY seq LIMIT 1";
+export const CHECKPOINTS_FROM_SQL =
+  "SELECT note FROM audit_anchor_log WHERE tenant_id = $1 AND soort = 'checkpoint' AND grootte >= $2 AND positie > $3 ORDER BY grootte, positie LIMIT 3";
+
+/**
+ * One tenant's retention check, for any store. The prefix older than grens runs from the
+ * chain's start (genesis, a signed retention record or an adoption) up to the entry
+ * before the first one not older than grens; entries that a stopped run's record already
+ * covers go too. Every entry from the oldest up to the prefix's end is checked as the
+ * verifier checks it, and the tree over them is proved against the smallest signed
+ * checkpoint that covers the prefix: the entries between the prefix and that checkpoint
+ * are checked as well. The rest of the chain is audit-verificatie's: a break there is
+ * evidence of its own, which deleting older, proved entries does not touch. Without
+ * such a checkpoint, the proof is the file's newest head, and the prefix's entries past
+ * it are new since audit-anker, as the verifier accepts them.
+ *
+ * The checkpoint comes from audit_anchor_log, which the file was compared with just
+ * before; it counts only when its signature holds for this tenant under a trusted key
+ * and it was written after the tenant's newest adoption or restore acceptance. A row
+ * removed by an attacker only means that a larger checkpoint, or the newest head, proves
+ * the prefix.
+ */
+export async function checkPrefix(src: PrefixSource, task: PrefixTask, verifiers: Verifier[]): Promise<PrefixCheck> {
+  const { tenantId, newest } = task;
+  const first = await src.first();
+  if (!first) return { plan: null };
+  const start = await src.start(first.seq);
+  if (!start.ok) return { stop: { tenantId, seq: first.seq, entryId: first.id, reden: start.reden } };
+  const last = await src.last();
+  // Entries cut off the chain's end: everything kept, as verification reports it.
+  if (newest && newest.size > last) return { stop: { tenantId, seq: newest.size, entryId: null, reden: "kop-ontbreekt" } };
+  const notOlder = await src.firstNotOlder(start.seq);
+  /** The last entry to delete: the prefix's, or the start record's when no entry past it is older than grens. */
+  const end = Math.max(start.seq, notOlder === null ? last : notOlder - 1);
+  if (end < first.seq) return { plan: null };
+  let proof: CheckpointRef | null = null;
+  if (end > start.seq) {
+    for (const note of await src.checkpointsFrom(end, task.after)) {
+      const o = openTreeHead(note, tenantId, verifiers, "checkpoint");
+      if (o.ok && o.head.size >= end) {
+        proof = { size: o.head.size, root: o.head.root, basis: o.head.basis };
+        break;
+      }
+    }
+  }
+  // Without a covering checkpoint: the newest head, the tree built on to the prefix's end.
+  const cp = proof ?? newest;
+  const walk = new ChainWalk(tenantId, start, first, cp, proof === null, end > start.seq ? end : null);
+  await src.entries(Math.max(end, cp?.size ?? 0), (r) => walk.push(r));
+  const result = walk.result();
+  if (result.fout) return { stop: { tenantId, seq: result.fout.seq, entryId: result.fout.entryId, reden: result.fout.reden } };
+  if (end === start.seq) return { plan: { tenantId, from: first.seq, seq: end, hash: start.hash, record: null } };
+  const kept = walk.at();
+  if (kept?.seq !== end) throw new Error(`audit-retentie: tenant ${tenantId}: the walk did not reach seq ${end}`);
+  return {
+    plan: {
+      tenantId,
+      from: first.seq,
+      seq: end,
+      hash: kept.hash,
+      // The record continues the chain's tree: for an adopted chain, the one from its adoption.
+      record: { tenantId, seq: end, hash: kept.hash, createdAt: kept.createdAt, bereik: kept.range, basis: start.basis },
+    },
+  };
+}
+
+/** checkPrefix's source on a SQLite connection, inside the caller's read transaction. */
+export function prefixSourceSqlite(sqlite: Database, tenantId: number, grens: string, verifiers: Verifier[]): PrefixSource {
+  return {
+    first: () => sqlite.query("SELECT seq, id FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number; id: number } | null,
+    start: (firstSeq) => chainStart(sqlite, tenantId, firstSeq, verifiers),
+    firstNotOlder: (afterSeq) => (sqlite.query(FIRST_NOT_OLDER_SQL).get(tenantId, afterSeq, grens) as { seq: number } | null)?.seq ?? null,
+    last: () => (sqlite.query("SELECT max(seq) AS n FROM audit_entries WHERE tenant_id = ?").get(tenantId) as { n: number }).n,
+    checkpointsFrom: (atLeast, after) => (sqlite.query(CHECKPOINTS_FROM_SQL).all(tenantId, atLeast, after) as { note: string }[]).map((r) => r.note),
+    entries: (uptoSeq, take) => {
+      for (const r of entriesAfter(sqlite, tenantId, 0, uptoSeq)) take(r);
+    },
+  };
+}
+
+/** checkPrefix for one tenant on a SQLite connection, in one read snapshot. */
+export async function checkPrefixSqlite(sqlite: Database, task: PrefixTask, verifiers: Verifier[]): Promise<PrefixCheck> {
+  sqlite.run("BEGIN");
+  try {
+    return await checkPrefix(prefixSourceSqlite(sqlite, task.tenantId, task.grens, verifiers), task, verifiers);
+  } finally {
+    sqlite.run("COMMIT");
+  }
+}
+
+/** A PrefixCheck as a worker thread sends it: the compact range as its encoding. */
+export type PrefixCheckMessage = { plan: (Omit<DeletionPlan, "record"> & { record: (Omit<NonNullable<DeletionPlan["record"]>, "bereik"> & { bereik: string }) | null }) | null } | { stop: RetentionStop };
+
+export function prefixCheckMessage(c: PrefixCheck): PrefixCheckMessage {
+  if ("stop" in c || c.plan === null || c.plan.record === null) return c as PrefixCheckMessage;
+  return { plan: { ...c.plan, record: { ...c.plan.record, bereik: c.plan.record.bereik.encode() } } };
+}
+
+export function prefixCheckOf(m: PrefixCheckMessage): PrefixCheck {
+  if ("stop" in m || m.plan === null || m.plan.record === null) return m as PrefixCheck;
+  const r = m.plan.record;
+  return { plan: { ...m.plan, record: { ...r, bereik: CompactRange.decode(r.seq - (r.basis ?? 0), r.bereik) } } };
+}
+
+/**
+ * checkPrefix for every task on SQLite: on `workers` threads, each with its own read-only
+ * connection (verify-worker.ts), or with none in this thread, giving the event loop a
+ * turn between tenants.
+ */
+async function checkPrefixesSqlite(sqlite: Database, dbPath: string, tasks: PrefixTask[], workers: number, verifiers: Verifier[]): Promise<Map<number, PrefixCheck>> {
+  const results = new Map<number, PrefixCheck>();
+  if (workers <= 0 || dbPath === ":memory:" || tasks.length === 0) {
+    for (const t of tasks) {
+      results.set(t.tenantId, await checkPrefixSqlite(sqlite, t, verifiers));
+      await new Promise((r) => setImmediate(r));
+    }
+    return results;
+  }
+  const verifierKeys = verifiers.map((v) => v.verifierKey);
+  await onWorkers<PrefixTask, PrefixCheckMessage>("verify-worker", { dbPath, verifierKeys }, tasks, workers, (t, m) => results.set(t.tenantId, prefixCheckOf(m)));
+  return results;
 }
 
 /** What audit-retentie deletes of one tenant: every entry up to `seq`, justified by `record`. */
@@ -344,89 +532,6 @@ export interface DeletionPlan {
   hash: string;
   /** A new record to sign; null when an earlier run's record already covers `seq` (it stopped part way). */
   record: Omit<RetentionRecord, "tijdstip" | "grens" | "retentieDagen"> | null;
-}
-
-/**
- * Reads one tenant's prefix older than grens (in one snapshot, no write lock), checking
- * each entry as the verifier does and extending the tree's compact range from the
- * chain's start. An entry that does not check out stops the prefix before it (gestopt).
- */
-function planTenant(sqlite: Database, tenantId: number, grens: string, verifiers: Keys["verifiers"], gestopt: RetentionStop[]): DeletionPlan | null {
-  sqlite.run("BEGIN");
-  try {
-    const first = sqlite.query("SELECT seq, id FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number; id: number } | null;
-    if (!first) return null;
-    const plan = new PrefixPlan(tenantId, first, chainStart(sqlite, tenantId, first.seq, verifiers), grens, gestopt);
-    if (plan.open) for (const r of entriesAfter(sqlite, tenantId, plan.from)) if (!plan.push(r)) break;
-    return plan.result();
-  } finally {
-    sqlite.run("COMMIT");
-  }
-}
-
-/**
- * The rule of planning one tenant's deletion, for any store: given its first entry and
- * its chain's start, the entries after the start are pushed in seq order until push()
- * says stop (an entry not older than grens, or one that does not check out: it goes to
- * `gestopt`, and the prefix ends before it).
- */
-export class PrefixPlan {
-  private range: CompactRange | null = null;
-  private prevSeq = 0;
-  private prevHash = "";
-  private lastCreatedAt = "";
-  /** The seq after which entries are pushed (the chain's start). */
-  readonly from: number;
-  /** False when the chain's start is not justified by a signed record: nothing is deleted. */
-  readonly open: boolean;
-
-  constructor(
-    private readonly tenantId: number,
-    private readonly first: { seq: number; id: number },
-    private readonly start: ChainStart,
-    private readonly grens: string,
-    private readonly gestopt: RetentionStop[],
-  ) {
-    this.open = start.ok;
-    if (!start.ok) {
-      // The chain's start is not justified by a signed record: keep everything as evidence.
-      gestopt.push({ tenantId, seq: first.seq, entryId: first.id, reden: start.reden });
-      this.from = first.seq;
-      return;
-    }
-    this.from = start.seq;
-    this.range = start.range.clone();
-    this.prevSeq = start.seq;
-    this.prevHash = start.hash;
-  }
-
-  /** One entry of the chain, in seq order; false: stop reading. */
-  push(r: EntryRow): boolean {
-    if (!this.start.ok || r.created_at >= this.grens) return false;
-    const reden = linkBreak(rowHash(this.tenantId, r) !== r.hash, r.seq === this.start.seq + 1, r.seq, r.prev_hash, this.prevSeq, this.prevHash);
-    if (reden) {
-      this.gestopt.push({ tenantId: this.tenantId, seq: r.seq, entryId: r.id, reden });
-      return false;
-    }
-    this.range!.pushEntryHash(r.hash);
-    this.prevSeq = r.seq;
-    this.prevHash = r.hash;
-    this.lastCreatedAt = r.created_at;
-    return true;
-  }
-
-  result(): DeletionPlan | null {
-    if (!this.start.ok || this.prevSeq < this.first.seq) return null;
-    const { tenantId, prevSeq, prevHash } = this;
-    return {
-      tenantId,
-      from: this.first.seq,
-      seq: prevSeq,
-      hash: prevHash,
-      // The record continues the chain's tree: for an adopted chain, the one from its adoption.
-      record: prevSeq > this.start.seq ? { tenantId, seq: prevSeq, hash: prevHash, createdAt: this.lastCreatedAt, bereik: this.range!, basis: this.start.basis } : null,
-    };
-  }
 }
 
 /**

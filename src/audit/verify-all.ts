@@ -25,6 +25,20 @@ export interface InstallationVerdict {
 /** A chain that does not reach a checkpoint from the file's tail: the database lost a run. */
 const LOST_REASONS = new Set<string>(["kop-ontbreekt", "checkpoint-afwijkend"]);
 
+/**
+ * The file-level problem a tenant's break points to, if any: a chain that does not reach
+ * a head only the file's tail holds (a run whose commit the database lacks) means the
+ * database is older than the file.
+ */
+export function databaseBehindFile(tenantId: number, reden: string, cmp: Pick<AnchorComparison, "checkpoints">): FileProblem | undefined {
+  if (!LOST_REASONS.has(reden) || !cmp.checkpoints.get(tenantId)?.inTail) return undefined;
+  return {
+    reden: "database-teruggezet",
+    positie: null,
+    toelichting: `tenant ${tenantId} haalt een checkpoint niet dat alleen het bestand nog kent: de database is ouder dan het bestand`,
+  };
+}
+
 export interface VerifyAllOptions {
   workers: number;
   /** Check the chains against these checkpoints instead of the file's newest (verify --checkpoint). */
@@ -111,13 +125,7 @@ export async function verifyInstallationOf(src: InstallationSource, tenantIds: n
     const row = cmp.perTenant.get(tenantId);
     // The chain's own break first; else a row of the database copy that does not match the file.
     const fout = r.fout ?? (row ? { seq: row.seq, entryId: null, reden: row.reden } : undefined);
-    if (r.fout && LOST_REASONS.has(r.fout.reden) && cmp.checkpoints.get(tenantId)?.inTail && !checkpoints) {
-      probleem ??= {
-        reden: "database-teruggezet",
-        positie: null,
-        toelichting: `tenant ${tenantId} haalt een checkpoint niet dat alleen het bestand nog kent: de database is ouder dan het bestand`,
-      };
-    }
+    if (r.fout && !checkpoints) probleem ??= databaseBehindFile(tenantId, r.fout.reden, cmp);
     tenants.push({ tenantId, intact: !fout, aantalEntries: r.aantalEntries, ...(fout ? { fout } : {}) });
   }
   const waarschuwingen = [...cmp.waarschuwingen, ...operatorWarnings(cmp)];

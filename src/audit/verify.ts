@@ -182,6 +182,14 @@ export function unstartedChain(first: { seq: number; id: number } | null, count:
   return { intact: false, aantalEntries: count, fout: first ? { seq: first.seq, entryId: first.id, reden } : { seq: 0, entryId: null, reden } };
 }
 
+/** A chain's tree kept at one entry (ChainWalk.at). */
+export interface KeptTree {
+  seq: number;
+  hash: string;
+  createdAt: string;
+  range: CompactRange;
+}
+
 /**
  * The walk over one tenant's entries in seq order, whatever store streams them
  * (SQLite's statement iterator here, a PostgreSQL cursor in src/pg/): push each row,
@@ -196,6 +204,7 @@ export class ChainWalk {
   private prevSeq: number;
   private prevHash: string | null;
   private fout: ChainBreak | undefined;
+  private kept: KeptTree | null = null;
 
   constructor(
     private readonly tenantId: number,
@@ -205,6 +214,8 @@ export class ChainWalk {
     private readonly cp: CheckpointRef | null,
     /** Build the tree up to the last entry, not only up to the checkpoint (see tree()). */
     private readonly wholeTree = false,
+    /** Keep the tree as it stands after this seq (at()): where audit-retentie's prefix ends. */
+    private readonly keepAt: number | null = null,
   ) {
     this.range = start.range.clone();
     this.basis = start.basis ?? 0;
@@ -235,6 +246,7 @@ export class ChainWalk {
       this.range.pushEntryHash(hash);
       // Entries past the checkpoint are new since audit-anker: nothing signed covers them yet.
       if (cp && this.basis + this.range.size === cp.size && !rootsEqual(this.range.root(), cp.root)) this.fout = { seq, entryId: id, reden: "checkpoint-afwijkend" };
+      if (seq === this.keepAt) this.kept = { seq, hash, createdAt: r.created_at, range: this.range.clone() };
     }
     this.prevSeq = seq;
     this.prevHash = hash;
@@ -247,6 +259,11 @@ export class ChainWalk {
    */
   tree(): { basis: number; size: number; range: CompactRange } {
     return { basis: this.basis, size: this.basis + this.range.size, range: this.range.clone() };
+  }
+
+  /** The tree after the entry `keepAt` (its seq, hash, created_at and compact range), once walked past it; null before. */
+  at(): KeptTree | null {
+    return this.kept;
   }
 
   result(): TenantChainResult {

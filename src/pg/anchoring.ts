@@ -6,7 +6,6 @@
 // (fsynced) and copied into audit_anchor_log. The anchor file's appenders are ordered by
 // the advisory lock audit-retentie takes too (src/pg/anchor-file.ts).
 import type { SQL } from "bun";
-import { compareRowsWithFile } from "../audit/anchor-check.ts";
 import { anchorTenants, appendRun, installationRangeFrom, runLines, settledByHead, throwIfProblem, TreeExtension, type AnchoringResult, type InstallationRow, type Refusal } from "../audit/anchoring.ts";
 import type { CompactRange } from "../audit/merkle.ts";
 import type { Verifier } from "../audit/note.ts";
@@ -15,10 +14,10 @@ import type { CheckpointRef } from "../audit/verify.ts";
 import type { StoredLine } from "../audit/anchor-file.ts";
 import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { chainStartPg, orphanChainsPg, readEntriesPg } from "./chain.ts";
-import { anchorRows } from "./offline.ts";
+import { compareWithFilePg } from "./offline.ts";
 
 export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<AnchoringResult> {
-  const cmp = await sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), path, keys.verifiers));
+  const cmp = await compareWithFilePg(sql, path, keys.verifiers);
   throwIfProblem(cmp.probleem);
   // Every tenant, and every chain whose tenant's row is gone (ORPHAN_CHAINS_SQL); once each
   // (a row deleted between the two reads is in both).

@@ -1,63 +1,104 @@
 // audit-retentie's work on PostgreSQL, by the same rules as on SQLite (src/audit/retention.ts
-// has them and the reasons): only candidates whose chains check out against the anchor
-// file and their signed checkpoints; per tenant a prefix, each entry checked as the
-// verifier does (PrefixPlan); per group one signed retention record per tenant appended
-// to the anchor file (fsynced) and copied into audit_anchor_log with the retention
-// anchors in one transaction, before a single entry is deleted; then the prefixes in
-// short batches, round robin over the group. A crash at any point leaves chains that
-// link up to their records, as on SQLite.
+// has them and the reasons): the anchor file against its copy; per tenant its prefix,
+// each entry checked as the verifier does and the prefix proved against a signed
+// checkpoint that covers it (checkPrefix); per group one signed retention record per
+// tenant appended to the anchor file (fsynced) and copied into audit_anchor_log with the
+// retention anchors in one transaction, before a single entry is deleted; then the
+// prefixes in short batches, round robin over the group. A crash at any point leaves
+// chains that link up to their records, as on SQLite.
 //
 // What differs: no gap between batches (PostgreSQL locks only the deleted rows, so the
 // host application's appends never wait for them), and the anchor file's appenders are
 // ordered by a transaction advisory lock instead of SQLite's write lock.
 import type { SQL } from "bun";
+import {
+  CHECKPOINTS_FROM_SQL,
+  checkPrefix,
+  checkPrefixes,
+  FIRST_NOT_OLDER_SQL,
+  retentionLines,
+  TENANT_GROUP,
+  type AuditRetentionResult,
+  type DeletionPlan,
+  type PrefixCheck,
+  type PrefixSource,
+  type PrefixTask,
+  type RetentionOptions,
+  type RetentionPhases,
+  type RetentionSigning,
+  type RetentionStop,
+} from "../audit/retention.ts";
+import type { Verifier } from "../audit/note.ts";
 import { appendRun } from "../audit/anchoring.ts";
-import { deletable, PrefixPlan, retentionLines, TENANT_GROUP, type AuditRetentionResult, type DeletionPlan, type RetentionOptions, type RetentionSigning, type RetentionStop } from "../audit/retention.ts";
 import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { chainStartPg, readEntriesPg } from "./chain.ts";
-import { verifyInstallationPg } from "./offline.ts";
+import { compareWithFilePg } from "./offline.ts";
 
 /** What a batch aims at, ms: short transactions, as the login attempts' (src/pg/retention.ts). */
 const TARGET_MS = 100;
 
 export type PgRetentionSigning = Omit<RetentionSigning, "dbPath">;
 
-/** Deletes old audit entries of every tenant that has any; see the top of this file. `url` is for the verification's worker threads. */
-export async function deleteOldAuditEntriesPg(sql: SQL, url: string, grens: string, now: Date, signing: PgRetentionSigning, o: RetentionOptions = {}): Promise<AuditRetentionResult> {
+/** Tenants checked side by side, each on its own connection: one is read by the server while another is hashed here. */
+const PARALLEL_CHECKS = 2;
+
+/** Deletes old audit entries of every tenant that has any; see the top of this file. */
+export async function deleteOldAuditEntriesPg(sql: SQL, grens: string, now: Date, signing: PgRetentionSigning, o: RetentionOptions = {}): Promise<AuditRetentionResult> {
   const candidates = ((await sql`
     SELECT id FROM tenants t WHERE (SELECT min(created_at) FROM audit_entries WHERE tenant_id = t.id) < ${grens} ORDER BY id`) as { id: number }[]).map((r) => r.id);
   const gestopt: RetentionStop[] = [];
   if (candidates.length === 0) return { verwijderd: 0, gestopt };
-  const verdict = await verifyInstallationPg(url, signing.path, signing.keys.verifiers, { workers: signing.workers, tenantIds: candidates });
-  const tenants = deletable(verdict, candidates, gestopt);
+  const { verifiers } = signing.keys;
+  const phases: RetentionPhases = { checkMs: 0, deleteMs: 0 };
+  let t0 = performance.now();
+  const cmp = await compareWithFilePg(sql, signing.path, verifiers);
+  const plans = await checkPrefixes(cmp, candidates, grens, gestopt, async (tasks) => {
+    const results = new Map<number, PrefixCheck>();
+    const queue = [...tasks];
+    await Promise.all(
+      Array.from({ length: PARALLEL_CHECKS }, async () => {
+        for (let t = queue.shift(); t !== undefined; t = queue.shift()) results.set(t.tenantId, await checkPrefixPg(sql, t, verifiers));
+      }),
+    );
+    return results;
+  });
+  phases.checkMs = performance.now() - t0;
   const tijdstip = now.toISOString();
   let verwijderd = 0;
-  for (let g = 0; g < tenants.length; g += TENANT_GROUP) {
-    const plans: DeletionPlan[] = [];
-    for (const tenantId of tenants.slice(g, g + TENANT_GROUP)) {
-      const p = await planTenantPg(sql, tenantId, grens, signing.keys.verifiers, gestopt);
-      if (p) plans.push(p);
-    }
-    await recordPlansPg(sql, plans, signing, grens, tijdstip);
-    verwijderd += await deletePlannedPg(sql, plans, o);
+  t0 = performance.now();
+  for (let g = 0; g < plans.length; g += TENANT_GROUP) {
+    const group = plans.slice(g, g + TENANT_GROUP);
+    await recordPlansPg(sql, group, signing, grens, tijdstip);
+    verwijderd += await deletePlannedPg(sql, group, o);
   }
+  phases.deleteMs = performance.now() - t0;
+  o.onPhases?.(phases);
   return { verwijderd, gestopt };
 }
 
-/** One tenant's prefix older than grens, read and checked in one snapshot (PrefixPlan). */
-async function planTenantPg(sql: SQL, tenantId: number, grens: string, verifiers: PgRetentionSigning["keys"]["verifiers"], gestopt: RetentionStop[]): Promise<DeletionPlan | null> {
+/** checkPrefix for one tenant on PostgreSQL, in one snapshot. */
+export function checkPrefixPg(sql: SQL, task: PrefixTask, verifiers: Verifier[]): Promise<PrefixCheck> {
+  const { tenantId, grens } = task;
   return sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (tx) => {
-    const [first] = (await tx`SELECT seq, id FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string; id: string }[];
-    if (!first) return null;
-    const f = { seq: Number(first.seq), id: Number(first.id) };
-    const plan = new PrefixPlan(tenantId, f, await chainStartPg(tx, tenantId, f.seq, verifiers), grens, gestopt);
-    if (plan.open) {
-      // The prefix ends before the first entry not older than grens: read up to there and no further.
-      const [end] = (await tx`
-        SELECT seq FROM audit_entries WHERE tenant_id = ${tenantId} AND seq > ${plan.from} AND created_at >= ${grens} ORDER BY seq LIMIT 1`) as { seq: string }[];
-      await readEntriesPg(tx, tenantId, plan.from, end ? Number(end.seq) - 1 : null, (r) => plan.push(r));
-    }
-    return plan.result();
+    const src: PrefixSource = {
+      first: async () => {
+        const [r] = (await tx`SELECT seq, id FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string; id: string }[];
+        return r ? { seq: Number(r.seq), id: Number(r.id) } : null;
+      },
+      start: (firstSeq) => chainStartPg(tx, tenantId, firstSeq, verifiers),
+      firstNotOlder: async (afterSeq) => {
+        const [r] = (await tx.unsafe(FIRST_NOT_OLDER_SQL, [tenantId, afterSeq, grens])) as { seq: string }[];
+        return r ? Number(r.seq) : null;
+      },
+      last: async () => Number(((await tx`SELECT max(seq) AS n FROM audit_entries WHERE tenant_id = ${tenantId}`) as { n: string }[])[0]!.n),
+      checkpointsFrom: async (atLeast, after) => ((await tx.unsafe(CHECKPOINTS_FROM_SQL, [tenantId, atLeast, after])) as { note: string }[]).map((r) => r.note),
+      entries: (uptoSeq, take) =>
+        readEntriesPg(tx, tenantId, 0, uptoSeq, (r) => {
+          take(r);
+          return true;
+        }),
+    };
+    return checkPrefix(src, task, verifiers);
   });
 }
 

@@ -3,7 +3,7 @@
 // database against its anchor file (verifyInstallationOf), and one tenant's bundle
 // (exportBundleFrom). Read only: no migration runs, so a read-only role will do.
 import { SQL } from "bun";
-import { compareRowsWithFile, type AnchorRow } from "../audit/anchor-check.ts";
+import { compareRowsWithFile, type AnchorComparison, type AnchorRow } from "../audit/anchor-check.ts";
 import type { Verifier } from "../audit/note.ts";
 import type { EntryRow } from "../audit/chain.ts";
 import { exportBundleFrom, verifyAgainstInstallationCheckpointWith, type WitnessVerdict } from "../audit/offline.ts";
@@ -25,13 +25,18 @@ export async function* anchorRows(tx: SQL): AsyncGenerator<AnchorRow[]> {
 }
 
 /** The whole check on PostgreSQL: every tenant, or `o.tenantIds` (and, as always, every tenant the anchor file has checkpoints of). */
+/** compareWithFile (src/audit/anchor-check.ts) on PostgreSQL: audit_anchor_log read in one snapshot, then the file. */
+export function compareWithFilePg(sql: SQL, anchorPath: string, verifiers: Verifier[]): Promise<AnchorComparison> {
+  return sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), anchorPath, verifiers));
+}
+
 export async function verifyInstallationPg(url: string, anchorPath: string, verifiers: Verifier[], o: { workers: number; checkpoints?: Map<number, CheckpointRef>; tenantIds?: number[] }): Promise<InstallationVerdict> {
   const sql = new SQL(url, { max: 3 });
   try {
     const tenantIds = o.tenantIds ?? ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
     return await verifyInstallationOf(
       {
-        compare: () => sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), anchorPath, verifiers)),
+        compare: () => compareWithFilePg(sql, anchorPath, verifiers),
         verifyChains: (tasks) => verifyTenantsPg(sql, tasks, { parallel: 2, verifiers, ...(o.workers > 0 ? { workers: { url, count: o.workers } } : {}) }),
         oldHeadAnchors: async () => Number(((await sql`SELECT count(*) AS n FROM audit_head_anchors`) as { n: string }[])[0]!.n),
         orphanChains: () => orphanChainsPg(sql),

@@ -8,13 +8,12 @@
 // them), so neither the service's runs nor its appends interleave — what SQLite's write
 // lock does there.
 import { SQL } from "bun";
-import { compareRowsWithFile } from "../audit/anchor-check.ts";
 import { CannotCheck } from "../audit/offline.ts";
 import type { EntryHead, OperatorStore, OperatorTx } from "../audit/operator.ts";
 import { ANCHOR_FILE_LOCK, insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { writeRunPg } from "./anchoring.ts";
 import { chainStartPg, copyRows, lockChainsPg, readEntriesPg } from "./chain.ts";
-import { anchorRows } from "./offline.ts";
+import { compareWithFilePg } from "./offline.ts";
 import { redactUrl } from "./url.ts";
 
 /** The operator's connection to the service's PostgreSQL database (no migration runs: the service's schema must be there). */
@@ -31,7 +30,7 @@ export async function openOperatorPg(url: string): Promise<SQL> {
 
 export function pgOperatorStore(sql: SQL): OperatorStore {
   return {
-    compare: (path, verifiers) => sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => compareRowsWithFile(anchorRows(tx), path, verifiers)),
+    compare: (path, verifiers) => compareWithFilePg(sql, path, verifiers),
     transaction: (writes, work) =>
       writes
         ? // READ COMMITTED: each statement after the lock sees what the lock's previous holder committed.
