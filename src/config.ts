@@ -93,11 +93,15 @@ function timeZone(env: Env, name: string, fallback: string): string {
 }
 
 /** A shared secret: unset is undefined; set, it is at least 32 printable ASCII characters. */
+/** The longest secret: the auth gate refuses longer Authorization headers without hashing them (src/http/auth.ts). */
+export const MAX_SECRET_LENGTH = 1024;
+
 function secret(env: Env, name: string): string | undefined {
   const v = env[name];
   if (v === undefined || v === "") return undefined;
   // Never echo the value, not even in these messages.
   if (v.length < 32) throw new ConfigError(name, `is shorter than 32 characters; ${SECRET_HINT}`);
+  if (v.length > MAX_SECRET_LENGTH) throw new ConfigError(name, `is longer than ${MAX_SECRET_LENGTH} characters; ${SECRET_HINT}`);
   if (!/^[\x21-\x7e]+$/.test(v)) throw new ConfigError(name, `may contain only printable ASCII without spaces; ${SECRET_HINT}`);
   return v;
 }

@@ -4,10 +4,10 @@
 // answer 409 with the reason that says what happened, and raise the alarm.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
-import { entryHash } from "../src/audit/chain.ts";
+import { appendEntries, entryHash } from "../src/audit/chain.ts";
 import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
 import { call, NOW } from "./helpers.ts";
-import { addTenant, copyDatabase, fillChain, makeEnv, restoreCopy, type Env, type TestDb } from "./dialect.ts";
+import { addTenant, copyDatabase, fillChain, makeEnv, restoreCopy, sqliteOnly, type Env, type TestDb } from "./dialect.ts";
 
 // On the PostgreSQL run the first test may start the cluster (test/dialect.ts), on a shared host that takes seconds.
 setDefaultTimeout(30_000);
@@ -187,6 +187,44 @@ describe("tamper evidence: the nightly check, over HTTP, against a database writ
     const r = await verify();
     expect(r.status).toBe(409);
     expect(tenantResult(r.json, b).fout).toMatchObject({ reden: "checkpoint-niet-in-bestand" });
+  });
+
+  sqliteOnly("a row with a text seq (SQLite checks no column type; text sorts after every number) → volgnummer-gat; nothing is appended after it or signed", async () => {
+    const { a } = await anchored();
+    await env.db.run(
+      "INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash) VALUES (?, 'x', 100000, '2026-01-01T00:00:00.000Z', '', '', '', '{}', '', '')",
+      a,
+    );
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, a).fout).toEqual({ seq: 41, entryId: 100000, reden: "volgnummer-gat" });
+    expect(tenantResult(r.json, a).aantalEntries).toBe(41);
+    // the appender does not build on it ("x" + 1), and audit-anker does not sign it
+    const s = env.store;
+    if (s.kind !== "sqlite") throw new Error("SQLite only");
+    expect(() => s.sqlite.transaction(() => appendEntries(s.sqlite, [{ tenantId: a, createdAt: "2026-01-02T00:00:00.000Z", actor: "x", action: "a", subject: "", details: "{}" }])).immediate()).toThrow(
+      "is not an integer",
+    );
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.status).toBe(409);
+    expect(anker.json.geweigerd).toEqual([expect.objectContaining({ tenantId: a, reden: "volgnummer-gat" })]);
+  });
+
+  test("a checkpoint row moved to a tenant id nobody has → still found, under the tenant whose line it is", async () => {
+    const { b } = await anchored();
+    await env.db.run("UPDATE audit_anchor_log SET tenant_id = 999 WHERE tenant_id = ? AND soort = 'checkpoint'", b);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(tenantResult(r.json, b).fout).toMatchObject({ reden: "checkpoint-niet-in-bestand" });
+    expect(tenantResult(r.json, 999).fout).toMatchObject({ reden: "checkpoint-niet-in-bestand" });
+  });
+
+  test("a forged installation row under a tenant id → the file as a whole does not match (bestand-gewijzigd)", async () => {
+    await anchored();
+    await env.db.run("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note) VALUES (1000000000, 'installatie', 999, 1000000, 'rommel')");
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "bestand-gewijzigd" });
   });
 
   test("the database replaced by an older copy → database-teruggezet", async () => {

@@ -72,6 +72,16 @@ describe("configuration", () => {
     expect(e.message).not.toContain(short);
   });
 
+  test("a secret longer than the gate reads (1,024 characters) is refused at start, not with a 401 on every call", () => {
+    const long = "s".repeat(1025);
+    for (const variable of ["CRON_SECRET", "APP_SECRET"]) {
+      const e = failure({ ...REQUIRED, [variable]: long });
+      expect(e.variable).toBe(variable);
+      expect(e.message).toContain("1024");
+      expect(e.message).not.toContain(long);
+    }
+  });
+
   test("a CRON_SECRET of exactly 32 characters is accepted", () => {
     expect(ok({ CRON_SECRET: "y".repeat(32) }).cronSecret).toBe("y".repeat(32));
   });

@@ -3,7 +3,7 @@
 // it verify after retention and anchoring.
 import { afterEach, describe, expect, test } from "bun:test";
 import { authGate } from "../src/http/auth.ts";
-import { rowHash, type EntryRow } from "../src/audit/chain.ts";
+import { GENESIS_HASH, linkEntries, rowHash, type EntryRow } from "../src/audit/chain.ts";
 import { JOB_NAMES, jobPath } from "../src/schedule.ts";
 import { call, NOW, SECRET } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
@@ -202,18 +202,76 @@ describe("POST /api/audit", () => {
       [{ sleutel: "" }, "entries[1].sleutel"],
       [{ sleutel: "x".repeat(201) }, "entries[1].sleutel"],
       [{ detials: {} }, "entries[1].detials"],
+      // half a character: hashed as sent, but stored as U+FFFD, it would never verify again
+      [{ actor: "x\ud800y" }, "entries[1].actor"],
+      [{ subject: "\udc00" }, "entries[1].subject"],
+      [{ sleutel: "k\ud801" }, "entries[1].sleutel"],
     ];
     for (const [change, field] of cases) {
       const r = await send("/api/audit", { entries: [entry(a, 0), { ...entry(a, 1), ...change }] });
       expect({ change: Object.keys(change)[0], status: r.status }).toEqual({ change: Object.keys(change)[0], status: 400 });
       expect(r.json.error).toContain(field);
     }
+    // numbers JSON.parse cannot keep as sent (so the body is written out by hand)
+    for (const [details, why] of [
+      ['{"id":12345678901234567891}', "geheel getal buiten ±2^53"],
+      ['{"a":{"big":1e400}}', "getal buiten het bereik van JSON-getallen"],
+    ]) {
+      const r = await send("/api/audit", `{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"","details":${details}}]}`);
+      expect(r.status).toBe(400);
+      expect(r.json.error).toContain(`Veld entries[0].details bevat een ${why}`);
+    }
     const missing = await send("/api/audit", { entries: [entry(a, 0), { tenantId: a, actor: "x", subject: "" }] });
-    expect(missing.json.error).toBe("Veld entries[1].action ontbreekt (verplicht: een tekst zonder NUL-teken (U+0000) van 1 tot 200 tekens).");
+    expect(missing.json.error).toBe("Veld entries[1].action ontbreekt (verplicht: een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft) van 1 tot 200 tekens).");
     for (const body of [{}, { entries: [] }, { entries: {} }, [entry(a, 0)], "null"]) {
       const r = await send("/api/audit", body);
       expect(r.status).toBe(400);
     }
+    expect(await count("audit_entries")).toBe(0);
+  });
+
+  test("text with whole characters beyond the BMP passes and verifies; a lone surrogate is refused by the library too", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    const r = await send("/api/audit", { entries: [{ ...entry(a, 0), actor: "an😀na", subject: "dossier/𝄞", details: { lone: "\ud800" } }] });
+    expect(r.status).toBe(200);
+    const [row] = await stored(a);
+    expect(row!.actor).toBe("an😀na");
+    // details is canonical JSON text: a lone surrogate inside it is an escape, and stays one
+    expect(row!.details).toBe('{"lone":"\\ud800"}');
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+    expect(() => linkEntries([{ tenantId: a, createdAt: "2026-01-01T00:00:00.000Z", actor: "x\ud800", action: "a", subject: "", details: "{}" }], () => ({ seq: 0, hash: GENESIS_HASH }), () => 1)).toThrow(
+      "actor is not well-formed Unicode",
+    );
+  });
+
+  test("details: a key __proto__ is kept like any other, and counts as content for the sleutel", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    const body = (x: string) => `{"entries":[{"tenantId":${a},"actor":"anna","action":"a","subject":"s","details":{"__proto__":{"x":"${x}"},"y":1},"sleutel":"k1"}]}`;
+    const r = await send("/api/audit", body("evil"));
+    expect(r.status).toBe(200);
+    expect((await stored(a))[0]!.details).toBe('{"__proto__":{"x":"evil"},"y":1}');
+    const other = await send("/api/audit", body("other"));
+    expect(other.status).toBe(409);
+    expect((await send("/api/audit", body("evil"))).json.alBekend).toBe(1);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+  });
+
+  test("a body that fails its schema is answered by field, whatever its size and depth: no echo of the value, no runaway message", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    // 20,000 nested arrays in details, and a required field missing: Elysia's own error
+    // would render all of it, indented, into its message (800 MB); here one line.
+    const deep = `{"entries":[{"tenantId":${a},"action":"a","subject":"s","details":{"a":${"[".repeat(20_000)}${"]".repeat(20_000)}}}]}`;
+    const r = await send("/api/audit", deep);
+    expect(r.status).toBe(400);
+    expect(r.json.error).toStartWith("Veld entries[0].actor ontbreekt");
+    // the name of an unknown field is repeated only in part
+    const long = "v".repeat(500_000);
+    const u = await send("/api/audit", `{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"s","${long}":1}]}`);
+    expect(u.status).toBe(400);
+    expect(u.json.error).toBe(`Onbekend veld entries[0].${"v".repeat(100)}….`);
     expect(await count("audit_entries")).toBe(0);
   });
 
@@ -239,6 +297,23 @@ describe("POST /api/audit", () => {
     const res = await env.app.handle(new Request("http://localhost/api/audit", { method: "POST", headers: { authorization: `Bearer ${APP_SECRET}` }, body: chunked }));
     expect(res.status).toBe(413);
     expect(await count("audit_entries")).toBe(1000);
+  });
+
+  test("a client that goes away in the middle of its body: 400, nothing stored, no alarm", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    const text = JSON.stringify({ entries: [entry(a, 0)] });
+    const broken = new ReadableStream({
+      start(c) {
+        c.enqueue(new TextEncoder().encode(text.slice(0, 12)));
+        c.error(new Error("The connection was closed."));
+      },
+    });
+    const res = await env.app.handle(new Request("http://localhost/api/audit", { method: "POST", headers: { authorization: `Bearer ${APP_SECRET}` }, body: broken }));
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toStartWith("Body onvolledig");
+    expect(await count("audit_entries")).toBe(0);
+    expect(env.alarms.raised).toEqual([]);
   });
 
   test("chains written through the API verify after audit-retentie and audit-anker", async () => {

@@ -80,6 +80,9 @@ export interface AnchorComparison {
   waarschuwingen: string[];
 }
 
+/** The tenant a row or line is about: none for an installation checkpoint, whatever its tenant_id says. */
+const rowTenant = (l: Pick<AnchorLine, "soort" | "tenantId">): number | null => (l.soort === "installatie" ? null : l.tenantId);
+
 /** Whether a record's signature holds under a trusted key (and it names its tenant). */
 export function recordVerifies(l: AnchorLine, verifiers: Verifier[]): boolean {
   return recordSize(l, verifiers) !== null;
@@ -195,6 +198,11 @@ export async function compareRowsWithFile(rowChunks: AsyncIterable<readonly Anch
   const fileProblem = (p: FileProblem) => {
     out.probleem ??= p;
   };
+  /**
+   * A row that does not match the file: a problem of its tenant, and of the file's line's
+   * tenant when the row names another (a row moved to a tenant id nobody checks must not
+   * take its problem with it); an installation row's, of the file as a whole.
+   */
   const rowProblem = (tenantId: number | null, p: RowProblem, toelichting: string) => {
     if (tenantId === null) fileProblem({ reden: p.reden === "checkpoint-ontbreekt" ? "database-teruggezet" : "bestand-gewijzigd", positie: p.positie, toelichting });
     else if (!out.perTenant.has(tenantId)) out.perTenant.set(tenantId, p);
@@ -228,7 +236,7 @@ export async function compareRowsWithFile(rowChunks: AsyncIterable<readonly Anch
       while (!row.done && row.value.positie < fl.positie) {
         const r = row.value;
         const forged = !recordVerifies(r, verifiers);
-        if (forged) rowProblem(r.tenantId, { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} staat niet in het bestand`);
+        if (forged) rowProblem(rowTenant(r), { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} staat niet in het bestand`);
         else fileProblem({ reden: "bestand-gewijzigd", positie: r.positie, toelichting: `het bestand heeft op positie ${r.positie} geen regel meer, de database wel` });
         await row.next();
       }
@@ -240,7 +248,9 @@ export async function compareRowsWithFile(rowChunks: AsyncIterable<readonly Anch
         if (anchorLineText(r) !== fl.text) {
           // Which side changed: the one whose signature no longer holds.
           if (p.kind === "record" && recordVerifies(p.line, verifiers) && !recordVerifies(r, verifiers)) {
-            rowProblem(r.tenantId, { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} wijkt af van het bestand`);
+            const problem: RowProblem = { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie };
+            rowProblem(rowTenant(r), problem, `rij op positie ${r.positie} wijkt af van het bestand`);
+            if (p.line.tenantId !== r.tenantId) rowProblem(rowTenant(p.line), problem, `rij op positie ${r.positie} wijkt af van het bestand`);
           } else {
             fileProblem({ reden: "bestand-gewijzigd", positie: fl.positie, toelichting: `regel op positie ${fl.positie} wijkt af van de database` });
           }
@@ -277,7 +287,7 @@ export async function compareRowsWithFile(rowChunks: AsyncIterable<readonly Anch
       if (recordVerifies(r, verifiers)) {
         fileProblem({ reden: "bestand-ingekort", positie: r.positie, toelichting: `de database verwijst naar positie ${r.positie}, voorbij het einde van het bestand` });
       } else {
-        rowProblem(r.tenantId, { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} staat niet in het bestand`);
+        rowProblem(rowTenant(r), { reden: "checkpoint-niet-in-bestand", seq: r.grootte, positie: r.positie }, `rij op positie ${r.positie} staat niet in het bestand`);
       }
     }
 

@@ -220,6 +220,8 @@ function extendTenant(sqlite: Database, tenantId: number, prev: CheckpointRef | 
   try {
     const first = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as { seq: number } | null;
     const head = sqlite.query("SELECT seq FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1").get(tenantId) as { seq: number } | null;
+    // A seq that is no integer sorts last on SQLite: written by hand, never signed.
+    if (head && !Number.isSafeInteger(head.seq)) return { refusal: { tenantId, seq: prev?.size ?? 0, reden: "volgnummer-gat" } };
     const settled = settledByHead(tenantId, prev, first && head ? head.seq : null);
     if (settled !== undefined) return settled;
     const stored =

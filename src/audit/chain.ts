@@ -81,13 +81,13 @@ export function rowHash(tenantId: number, r: EntryRow): string {
  * steps the cursor row by row (values() would build every row first: 1M entries, 1.4 GB
  * peak RSS and 3x slower, bench/verify-memory.ts). Raw SQL: the verification scan.
  */
-export function entriesAfter(sqlite: Database, tenantId: number, afterSeq = 0, uptoSeq = Number.MAX_SAFE_INTEGER): IterableIterator<EntryRow> {
-  return sqlite
-    .query(
-      `SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash
-       FROM audit_entries WHERE tenant_id = ? AND seq > ? AND seq <= ? ORDER BY seq`,
-    )
-    .iterate(tenantId, afterSeq, uptoSeq) as IterableIterator<EntryRow>;
+export function entriesAfter(sqlite: Database, tenantId: number, afterSeq = 0, uptoSeq?: number): IterableIterator<EntryRow> {
+  // Without an upper bound unless one is given: SQLite sorts a text seq (a row a writer
+  // put there by hand; the column has no type check) after every number, and a bound
+  // would leave it unread. Read, it is a break in the chain (volgnummer-gat).
+  const columns = "SELECT seq, id, created_at, actor, action, subject, details, prev_hash, hash FROM audit_entries WHERE tenant_id = ? AND seq > ?";
+  if (uptoSeq === undefined) return sqlite.query(`${columns} ORDER BY seq`).iterate(tenantId, afterSeq) as IterableIterator<EntryRow>;
+  return sqlite.query(`${columns} AND seq <= ? ORDER BY seq`).iterate(tenantId, afterSeq, uptoSeq) as IterableIterator<EntryRow>;
 }
 
 export function sha256Hex(text: string): string {
@@ -106,7 +106,9 @@ export function canonicalJson(value: unknown): string {
 function sortKeys(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(sortKeys);
   if (v !== null && typeof v === "object") {
-    const out: Record<string, unknown> = {};
+    // Without a prototype: a key "__proto__" (JSON.parse makes it an own property) is
+    // then a key like any other, not a prototype that assigning would set and drop.
+    const out: Record<string, unknown> = Object.create(null);
     for (const k of Object.keys(v as object).sort()) out[k] = sortKeys((v as Record<string, unknown>)[k]);
     return out;
   }
@@ -193,7 +195,14 @@ export function linkEntries(inputs: readonly ChainInput[], headOf: (tenantId: nu
   const heads = new Map<number, ChainHead>();
   return inputs.map((input) => {
     if (!ISO_UTC.test(input.createdAt)) throw new Error(`createdAt must be ISO 8601 UTC with milliseconds, got ${input.createdAt}`);
+    for (const field of ["actor", "action", "subject", "details"] as const) {
+      // A lone surrogate is hashed as JavaScript holds it, but both stores keep U+FFFD:
+      // the entry would never verify again (the write API refuses it with a 400 first).
+      if (!input[field].isWellFormed()) throw new Error(`${field} is not well-formed Unicode (a lone UTF-16 surrogate): it cannot be stored as hashed`);
+    }
     const prev = heads.get(input.tenantId) ?? headOf(input.tenantId);
+    // A head whose seq is no integer was written by hand (SQLite's column checks no type).
+    if (!Number.isSafeInteger(prev.seq)) throw new Error(`the chain of tenant ${input.tenantId} ends in an entry whose seq is not an integer (${JSON.stringify(prev.seq)}): not appended; audit-verificatie reports it`);
     const fields: ChainFields = { ...input, seq: prev.seq + 1, prevHash: prev.hash };
     const hash = entryHash(fields);
     heads.set(input.tenantId, { seq: fields.seq, hash });

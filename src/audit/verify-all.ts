@@ -111,7 +111,8 @@ export async function verifyInstallationOf(src: InstallationSource, tenantIds: n
   // when its row is gone from the tenants table: deleting that row must not take its
   // chain out of the check.
   const orphans = await src.orphanChains();
-  const ids = [...new Set([...tenantIds, ...targets.keys(), ...orphans])].sort((a, b) => a - b);
+  // And every tenant id a row problem was filed under, whether or not it has a chain.
+  const ids = [...new Set([...tenantIds, ...targets.keys(), ...orphans, ...cmp.perTenant.keys()])].sort((a, b) => a - b);
   const tasks = ids.map((tenantId) => {
     const c = targets.get(tenantId);
     return { tenantId, checkpoint: c ? { size: c.size, root: c.root, basis: c.basis ?? 0 } : null };

@@ -235,6 +235,12 @@ export class ChainWalk {
     this.count++;
     if (this.fout) return; // first break found: only count the rest
     const { seq, id, prev_hash: rowPrevHash, hash } = r;
+    // A seq that is no integer (SQLite's column checks no type; text sorts last): a row
+    // written by hand, named by the place it took.
+    if (!Number.isSafeInteger(seq)) {
+      this.fout = { seq: this.prevSeq + 1, entryId: id, reden: "volgnummer-gat" };
+      return;
+    }
     const { start, cp } = this;
     // The oldest entry after the start must link to genesis or to its start record's hash.
     const reden = linkBreak(rowHash(this.tenantId, r) !== hash, !this.pending && this.count === 1, seq, rowPrevHash, this.prevSeq, this.prevHash ?? rowPrevHash);

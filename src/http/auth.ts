@@ -3,11 +3,10 @@
 // malformed body is 401. Only the Authorization header counts: a token in the query
 // string would end up in access logs, so it is never read.
 import { createHash, timingSafeEqual } from "node:crypto";
+import { MAX_SECRET_LENGTH as MAX_TOKEN } from "../config.ts";
 import { json } from "./errors.ts";
 
 const SCHEME = /^bearer +([^\s]+) *$/i;
-/** Longer headers are refused without hashing: no secret is this long. */
-const MAX_TOKEN = 1024;
 
 function digest(value: string): Buffer {
   return createHash("sha256").update(value, "utf8").digest();

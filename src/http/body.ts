@@ -3,14 +3,12 @@
 // it is read, and only here is it read, with the job's cap. It is JSON whatever the
 // content type says (`curl -d` sends a form type), and it is checked against the job's
 // TypeBox schema, the same declaration the OpenAPI document shows. A body that does
-// not match throws Elysia's ValidationError, which the one onError (src/app.ts) turns
-// into 400 naming the field.
+// not match is a 400 naming its first wrong field (validationMessage).
 import type { Static, TSchema } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
-import { ValidationError } from "elysia";
 import type { JobInput } from "../jobs/job.ts";
 import type { JobName } from "../schedule.ts";
-import { expectation, HttpError } from "./errors.ts";
+import { expectation, HttpError, validationMessage } from "./errors.ts";
 
 /** Reads at most `max` bytes; one byte more is 413, whatever content-length said. */
 export async function readCappedBody(request: Request, max: number, tooLarge: string): Promise<Uint8Array> {
@@ -22,7 +20,15 @@ export async function readCappedBody(request: Request, max: number, tooLarge: st
   let total = 0;
   try {
     for (;;) {
-      const { done, value } = await reader.read();
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await reader.read();
+      } catch {
+        // The client went away mid-body (its timeout, a broken connection): nobody is
+        // there to answer, and nothing of it is stored. A 4xx, so no alarm.
+        throw new HttpError(400, "Body onvolledig: de verbinding werd verbroken voordat de body binnen was; niets opgeslagen.");
+      }
+      const { done, value } = chunk;
       if (done) break;
       total += value.byteLength;
       if (total > max) throw new HttpError(413, tooLarge);
@@ -43,8 +49,7 @@ export async function readCappedBody(request: Request, max: number, tooLarge: st
 
 /**
  * A reader of JSON bodies of one schema, compiled once: at most `maxBytes` (413 with
- * `tooLarge` above), UTF-8, JSON, then the schema; a mismatch throws Elysia's
- * ValidationError, which onError turns into 400 naming the field.
+ * `tooLarge` above), UTF-8, JSON, then the schema; a mismatch is a 400 naming the field.
  */
 export function jsonBodyReader<T extends TSchema>(schema: T, maxBytes: number, tooLarge: string): (request: Request) => Promise<Static<T>> {
   const check = TypeCompiler.Compile(schema);
@@ -64,7 +69,9 @@ export function jsonBodyReader<T extends TSchema>(schema: T, maxBytes: number, t
     } catch {
       throw new HttpError(400, "Ongeldige body: geen geldige JSON.");
     }
-    if (!check.Check(value)) throw new ValidationError("body", schema, value, false, check.Errors(value));
+    // The first error only, by field: Elysia's ValidationError would render the whole
+    // value into its message (a 40 KB body of deep arrays: 800 MB, and a stack overflow deeper).
+    if (!check.Check(value)) throw new HttpError(400, validationMessage({ valueError: check.Errors(value).First() }));
     return value;
   };
 }

@@ -154,7 +154,7 @@ export function expectation(schema: unknown): string {
     case "string":
       if (s.format === "date-time") return "een tijdstip in ISO 8601 met tijdzone (bv. 2026-11-23T12:00:00Z)";
       if (s.format === "email") return "een e-mailadres";
-      if (s.pattern === NO_NUL) return `een tekst zonder NUL-teken (U+0000)${lengths(s.minLength, s.maxLength, "tekens")}`;
+      if (s.pattern === NO_NUL) return `een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft)${lengths(s.minLength, s.maxLength, "tekens")}`;
       return `een tekst (string)${lengths(s.minLength, s.maxLength, "tekens")}`;
     case "boolean":
       return "true of false";
@@ -172,11 +172,16 @@ function acceptsNull(schema: SchemaNode): boolean {
   return schema.type === "null" || (Array.isArray(schema.anyOf) && schema.anyOf.some(acceptsNull));
 }
 
-/** `/checkpoints/0/root` → `checkpoints[0].root`. */
+/** The most of a field name a message repeats: the name of an unknown field is the caller's. */
+const MAX_FIELD_NAME = 100;
+
+/** `/checkpoints/0/root` → `checkpoints[0].root`; each name at most MAX_FIELD_NAME characters, control characters as \uXXXX. */
 function fieldName(path: string): string {
   let out = "";
   for (const part of path.split("/").slice(1)) {
-    const key = part.replace(/~1/g, "/").replace(/~0/g, "~");
+    const whole = part.replace(/~1/g, "/").replace(/~0/g, "~");
+    const cut = whole.length > MAX_FIELD_NAME ? `${whole.slice(0, MAX_FIELD_NAME)}…` : whole;
+    const key = cut.replace(/[\u0000-\u001f\u007f-\u009f\ud800-\udfff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
     out += /^\d+$/.test(key) ? `[${key}]` : out === "" ? key : `.${key}`;
   }
   return out;

@@ -87,17 +87,26 @@ export function storedMoment(tijdstip: string | undefined, now: Date, field: str
   return at.toISOString();
 }
 
-function depthOf(value: unknown): number {
-  let deepest = 0;
+/**
+ * What is wrong with an entry's details, if anything: nested deeper than
+ * MAX_DETAILS_DEPTH, or a number that JSON.parse could not keep as sent (beyond ±1.8e308
+ * it became Infinity, stored as null; an integer beyond ±2^53 lost digits) — stored
+ * silently changed, and a retry with other digits would count as the same content.
+ */
+function detailsProblem(value: unknown): string | null {
   const stack: [unknown, number][] = [[value, 1]];
   while (stack.length > 0) {
     const [v, d] = stack.pop()!;
+    if (typeof v === "number") {
+      if (!Number.isFinite(v)) return "bevat een getal buiten het bereik van JSON-getallen (±1,8e308)";
+      if (Number.isInteger(v) && !Number.isSafeInteger(v)) return "bevat een geheel getal buiten ±2^53 (9007199254740991) dat niet exact kan worden bewaard; stuur het als tekst";
+      continue;
+    }
     if (v === null || typeof v !== "object") continue;
-    if (d > deepest) deepest = d;
-    if (d > MAX_DETAILS_DEPTH) break;
+    if (d > MAX_DETAILS_DEPTH) return `is dieper genest dan ${MAX_DETAILS_DEPTH} niveaus`;
     for (const child of Object.values(v as object)) stack.push([child, d + 1]);
   }
-  return deepest;
+  return null;
 }
 
 /**
@@ -115,7 +124,8 @@ export function prepareAuditBatch(batch: AuditBatch, now: Date): Prepared[] {
   return batch.entries.map((e, i) => {
     const createdAt = storedMoment(e.tijdstip, now, `entries[${i}].tijdstip`);
     const details = e.details ?? {};
-    if (depthOf(details) > MAX_DETAILS_DEPTH) throw new Refusal(400, `Veld entries[${i}].details is dieper genest dan ${MAX_DETAILS_DEPTH} niveaus.`);
+    const problem = detailsProblem(details);
+    if (problem !== null) throw new Refusal(400, `Veld entries[${i}].details ${problem}.`);
     const text = canonicalJson(details);
     if (Buffer.byteLength(text, "utf8") > MAX_DETAILS_BYTES) {
       throw new Refusal(400, `Veld entries[${i}].details is groter dan ${MAX_DETAILS_BYTES / 1024} KiB.`);

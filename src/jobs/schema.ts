@@ -19,13 +19,16 @@ export const enumOf = <const V extends readonly [string, ...string[]]>(values: V
   t.UnionEnum(values, { ...options, default: undefined });
 
 /**
- * The pattern of text as both stores keep it: no NUL character (U+0000). SQLite stores
- * one; PostgreSQL's text refuses it, so a batch holding one would be a 500 there (and lost
- * on every retry) while SQLite took it. Refused on both, with a 400 that says why.
+ * The pattern of text as both stores keep it: well-formed Unicode without NUL (U+0000).
+ * SQLite stores a NUL; PostgreSQL's text refuses it, so a batch holding one would be a
+ * 500 there (and lost on every retry) while SQLite took it. A lone UTF-16 surrogate
+ * (half of a character, "\ud800" in JSON) is hashed as JavaScript holds it, but both
+ * stores keep U+FFFD instead: the entry would never verify again. Both refused, with a
+ * 400 that says why. Matched per UTF-16 unit, so the same with or without the u flag.
  */
-export const NO_NUL = "^[^\\u0000]*$";
+export const NO_NUL = "^(?:[^\\u0000\\ud800-\\udfff]|[\\ud800-\\udbff][\\udc00-\\udfff])*$";
 
-/** A text field of a write API body: t.String without NUL characters (NO_NUL). */
+/** A text field of a write API body: t.String of well-formed Unicode without NUL characters (NO_NUL). */
 export const text = (options?: StringOptions) => t.String({ ...options, pattern: NO_NUL });
 
 /** A moment as Date.toISOString() writes it (UTC). */
