@@ -1,7 +1,7 @@
 // The host application during retention: a separate process inserting one row every
 // 10 ms (a login attempt, or an audit entry through appendAuditEntry) and timing each
 // insert, lock waits included. Prints "ready", and on SIGTERM one JSON line with the
-// waits. Its busy timeout is long so an unbatched DELETE's whole wait is measured
+// waits (and when the longest began, ms since the epoch). Its busy timeout is long so an unbatched DELETE's whole wait is measured
 // instead of ending in SQLITE_BUSY.
 //
 //   bun bench/writer.ts --db <file> --kind login|audit [--interval 10]
@@ -17,6 +17,8 @@ const interval = Number(arg("interval", "10"));
 const tenants = (sqlite.query("SELECT id FROM tenants ORDER BY id").all() as { id: number }[]).map((t) => t.id);
 
 const waits: number[] = [];
+/** When the longest wait began (ms since the epoch), to place it in the job's phases. */
+let longest = { ms: -1, at: 0 };
 let stop = false;
 process.on("SIGTERM", () => {
   stop = true;
@@ -38,12 +40,15 @@ console.log("ready");
 let next = performance.now();
 while (!stop) {
   const t0 = performance.now();
+  const at = Date.now();
   insertOne();
-  waits.push(performance.now() - t0);
+  const ms = performance.now() - t0;
+  waits.push(ms);
+  if (ms > longest.ms) longest = { ms, at };
   next += interval;
   await Bun.sleep(Math.max(0, next - performance.now()));
 }
 waits.sort((a, b) => a - b);
 const q = (p: number) => +(waits[Math.min(waits.length - 1, Math.floor(p * waits.length))] ?? 0).toFixed(1);
-console.log(JSON.stringify({ inserts: waits.length, maxMs: q(1), p99Ms: q(0.99), p50Ms: q(0.5) }));
+console.log(JSON.stringify({ inserts: waits.length, maxMs: q(1), p99Ms: q(0.99), p50Ms: q(0.5), maxAt: longest.at }));
 store.close();

@@ -41,6 +41,7 @@ let phases: RetentionPhases | null = null;
 const onPhases = (p: RetentionPhases) => void (phases = p);
 
 const t0 = performance.now();
+const startedAt = Date.now();
 let deleted: number;
 if (mode === "job") {
   const r = kind === "login" ? await runBeveiligingslogRetentie(deps, NOW, { onBatch }) : await runAuditRetentie(deps, NOW, { onBatch, onPhases });
@@ -66,7 +67,9 @@ await Bun.sleep(300);
 writer.kill("SIGTERM");
 for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
 await writer.exited;
-const waits = JSON.parse(out.trim().split("\n").at(-1)!) as { inserts: number; maxMs: number; p99Ms: number; p50Ms: number };
+const w = JSON.parse(out.trim().split("\n").at(-1)!) as { inserts: number; maxMs: number; p99Ms: number; p50Ms: number; maxAt: number };
+// When the longest wait began, in seconds from the start of the run (negative: before it).
+const waits = { ...w, maxAtSeconds: (w.maxAt - startedAt) / 1000 };
 store.close();
 const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
 const lock = sorted(batches.map((b) => b.lockMs));
