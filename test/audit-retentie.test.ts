@@ -640,7 +640,7 @@ describe("checkPrefix: what audit-retentie checks before it deletes, and against
     expect(await run()).toEqual({ verwijderd: 0, gestopt: [{ tenantId: u, seq: 5, reden: "hash-afwijkend" }] });
   });
 
-  sqliteOnly("on worker threads (each its own read-only connection) the same checks and plans as in this thread", async () => {
+  test("on worker threads (each its own connection) the same checks and plans as in this thread", async () => {
     const outcome = async (workers: number) => {
       env = await makeEnv();
       const intact = await chain(env, "Heel");
@@ -652,9 +652,11 @@ describe("checkPrefix: what audit-retentie checks before it deletes, and against
       await add(env, late, "2024-01-01T00:00:00.000Z");
       await env.db.run("UPDATE audit_entries SET actor = 'mallory' WHERE tenant_id = ? AND seq = 2", changed);
       const s = env.store;
-      if (s.kind !== "sqlite") throw new Error("SQLite only");
-      const signing = { path: env.config.auditAnkerBestand, keys: auditKeys(env.config), retentieDagen: 2555, workers, dbPath: s.path };
-      const r = await deleteOldAuditEntries(s.sqlite, GRENS, NOW, signing, { pause: async () => {} });
+      const signing = { path: env.config.auditAnkerBestand, keys: auditKeys(env.config), retentieDagen: 2555, workers };
+      const r =
+        s.kind === "sqlite"
+          ? await deleteOldAuditEntries(s.sqlite, GRENS, NOW, { ...signing, dbPath: s.path }, { pause: async () => {} })
+          : await deleteOldAuditEntriesPg(s.sql, GRENS, NOW, { ...signing, url: s.url });
       const out = { r, left: [await seqs(env, intact), await seqs(env, changed), await seqs(env, late)], records: (await records(env)).map((x) => [x.seq, x.hash, x.bereik.encode()]) };
       expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(409);
       env.cleanup();

@@ -190,7 +190,7 @@ try {
             : ((await conn`WITH gone AS (DELETE FROM audit_entries WHERE created_at < ${grens} RETURNING 1) SELECT count(*)::int AS n FROM gone`) as { n: number }[])[0]!.n
           : kind === "login"
             ? await deleteOldLoginAttemptsPg(conn, grens, { onBatch })
-            : (await deleteOldAuditEntriesPg(conn, grens, NOW, { path: anchorCopy, keys: { signer, verifiers }, retentieDagen: 2555, workers: 2 }, { onBatch, onPhases })).verwijderd;
+            : (await deleteOldAuditEntriesPg(conn, grens, NOW, { path: anchorCopy, keys: { signer, verifiers }, retentieDagen: 2555, workers: 2, url: copyUrl }, { onBatch, onPhases })).verwijderd;
       const statementSeconds = (performance.now() - start) / 1000;
       await conn`CHECKPOINT`;
       const seconds = (performance.now() - start) / 1000;

@@ -45,7 +45,7 @@ export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOption
   try {
     result =
       store.kind === "pg"
-        ? await deleteOldAuditEntriesPg(store.sql, grens, now, signing, o)
+        ? await deleteOldAuditEntriesPg(store.sql, grens, now, { ...signing, url: store.url }, o)
         : await deleteOldAuditEntries(store.sqlite, grens, now, { ...signing, dbPath: store.path }, { afterCommit: deps.checkpointNow, ...o });
   } catch (e) {
     if (!(e instanceof AnchorFileError)) throw e;

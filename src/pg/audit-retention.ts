@@ -16,11 +16,13 @@ import {
   checkPrefix,
   checkPrefixes,
   FIRST_NOT_OLDER_SQL,
+  prefixCheckOf,
   retentionLines,
   TENANT_GROUP,
   type AuditRetentionResult,
   type DeletionPlan,
   type PrefixCheck,
+  type PrefixCheckMessage,
   type PrefixSource,
   type PrefixTask,
   type RetentionOptions,
@@ -33,13 +35,15 @@ import { appendRun } from "../audit/anchoring.ts";
 import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { chainStartPg, readEntriesPg } from "./chain.ts";
 import { compareWithFilePg } from "./offline.ts";
+import { onWorkers } from "../worker-pool.ts";
 
 /** What a batch aims at, ms: short transactions, as the login attempts' (src/pg/retention.ts). */
 const TARGET_MS = 100;
 
-export type PgRetentionSigning = Omit<RetentionSigning, "dbPath">;
+/** What a retention record needs on PostgreSQL; `url` (the database's) for the checks on worker threads, when `workers` > 0. */
+export type PgRetentionSigning = Omit<RetentionSigning, "dbPath"> & { url?: string };
 
-/** Tenants checked side by side, each on its own connection: one is read by the server while another is hashed here. */
+/** Without worker threads: tenants checked side by side, each on its own connection (one is read by the server while another is hashed). */
 const PARALLEL_CHECKS = 2;
 
 /** Deletes old audit entries of every tenant that has any; see the top of this file. */
@@ -52,16 +56,7 @@ export async function deleteOldAuditEntriesPg(sql: SQL, grens: string, now: Date
   const phases: RetentionPhases = { checkMs: 0, deleteMs: 0 };
   let t0 = performance.now();
   const cmp = await compareWithFilePg(sql, signing.path, verifiers);
-  const plans = await checkPrefixes(cmp, candidates, grens, gestopt, async (tasks) => {
-    const results = new Map<number, PrefixCheck>();
-    const queue = [...tasks];
-    await Promise.all(
-      Array.from({ length: PARALLEL_CHECKS }, async () => {
-        for (let t = queue.shift(); t !== undefined; t = queue.shift()) results.set(t.tenantId, await checkPrefixPg(sql, t, verifiers));
-      }),
-    );
-    return results;
-  });
+  const plans = await checkPrefixes(cmp, candidates, grens, gestopt, (tasks) => checkPrefixesPg(sql, tasks, verifiers, signing));
   phases.checkMs = performance.now() - t0;
   const tijdstip = now.toISOString();
   let verwijderd = 0;
@@ -74,6 +69,26 @@ export async function deleteOldAuditEntriesPg(sql: SQL, grens: string, now: Date
   phases.deleteMs = performance.now() - t0;
   o.onPhases?.(phases);
   return { verwijderd, gestopt };
+}
+
+/**
+ * checkPrefix for every task: on `workers` threads (pg-verify-worker.ts, each its own
+ * connection; hashing is CPU-bound, as verification's), or in this thread.
+ */
+async function checkPrefixesPg(sql: SQL, tasks: PrefixTask[], verifiers: Verifier[], signing: PgRetentionSigning): Promise<Map<number, PrefixCheck>> {
+  const results = new Map<number, PrefixCheck>();
+  if (signing.workers > 0 && signing.url !== undefined && tasks.length > 0) {
+    const init = { url: signing.url, verifierKeys: verifiers.map((v) => v.verifierKey) };
+    await onWorkers<PrefixTask, PrefixCheckMessage>("pg-verify-worker", init, tasks, signing.workers, (t, m) => results.set(t.tenantId, prefixCheckOf(m)));
+    return results;
+  }
+  const queue = [...tasks];
+  await Promise.all(
+    Array.from({ length: PARALLEL_CHECKS }, async () => {
+      for (let t = queue.shift(); t !== undefined; t = queue.shift()) results.set(t.tenantId, await checkPrefixPg(sql, t, verifiers));
+    }),
+  );
+  return results;
 }
 
 /** checkPrefix for one tenant on PostgreSQL, in one snapshot. */
