@@ -92,10 +92,10 @@ function timeZone(env: Env, name: string, fallback: string): string {
   return v;
 }
 
-/** A shared secret: unset is undefined; set, it is at least 32 printable ASCII characters. */
 /** The longest secret: the auth gate refuses longer Authorization headers without hashing them (src/http/auth.ts). */
 export const MAX_SECRET_LENGTH = 1024;
 
+/** A shared secret: unset is undefined; set, it is 32 to MAX_SECRET_LENGTH printable ASCII characters. */
 function secret(env: Env, name: string): string | undefined {
   const v = env[name];
   if (v === undefined || v === "") return undefined;
