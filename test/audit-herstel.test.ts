@@ -15,6 +15,7 @@ import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signRestoreRecord } from "../src/audit/records.ts";
+import { entryHash } from "../src/audit/chain.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { BUN, ROOT } from "./binary.ts";
@@ -191,6 +192,30 @@ describe("accepting a deliberate restore", () => {
     expect(v.json.ankerbestand).toMatchObject({ intact: true });
     expect(tenantResult(v.json, a)).toMatchObject({ intact: true });
     expect(tenantResult(v.json, b).fout).toMatchObject({ seq: 12, reden: "hash-afwijkend" });
+  });
+
+  test("a chain rewritten in the database (no restore) is not accepted: it misses the checkpoint the database held itself before the newest run", async () => {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "Gemeente Delft");
+    await fill(a, 10, "eerst");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 10
+    await fill(a, 10, "dag0");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 20
+    // From seq 3 on: another actor, every hash and link recomputed; only the checkpoints tell.
+    let prev = (await env.db.get<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 2", a))!.hash;
+    for (const r of await env.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 3 ORDER BY seq", a)) {
+      const hash = entryHash({ tenantId: a, seq: r.seq, createdAt: r.created_at, actor: "mallory", action: r.action, subject: r.subject, details: r.details, prevHash: prev });
+      await env.db.run("UPDATE audit_entries SET actor = 'mallory', prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, a, r.seq);
+      prev = hash;
+    }
+    const before = readFileSync(env.config.auditAnkerBestand, "utf8");
+    const r = await acceptRestore({ ja: true });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(`tenant ${a}: NIET te accepteren: checkpoint-afwijkend (de keten haalt het checkpoint bij seq 10 niet, dat de database zelf al had`);
+    expect(readFileSync(env.config.auditAnkerBestand, "utf8")).toBe(before);
+    const v = await verify();
+    expect(v.status).toBe(409);
+    expect(tenantResult(v.json, a).fout).toMatchObject({ reden: "checkpoint-afwijkend" });
   });
 
   test("a restore exactly one run old, after audit-anker copied that run back (kop-ontbreekt for good): accepted too", async () => {

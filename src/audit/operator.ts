@@ -212,10 +212,20 @@ export interface RestoreOutcome {
   installatie?: string | null;
 }
 
+type HeadLine = { soort: "checkpoint" | "herstel"; note: string; positie: number };
+
 type FileRecords = {
   missing: StoredLine[];
   starts: Map<number, { note: string; grootte: number; positie: number }[]>;
-  heads: Map<number, { soort: "checkpoint" | "herstel"; note: string }>;
+  heads: Map<number, HeadLine>;
+  /**
+   * Per tenant, the newest head the database itself held before the file's newest run
+   * (a line it has a row for, written before that run's lines, after the tenant's newest
+   * adoption or restore acceptance). A restored copy reaches its own checkpoints; only
+   * the newest run may have been copied back into it from the file (audit-anker after a
+   * crash-like tail). A chain that misses such a head was changed, not restored.
+   */
+  known: Map<number, HeadLine>;
 };
 
 /**
@@ -225,7 +235,11 @@ type FileRecords = {
  * database knows them.
  */
 async function readAuthority(path: string, keys: Keys, positions: AsyncIterable<readonly number[]> | Iterable<readonly number[]>): Promise<FileRecords> {
-  const out: FileRecords = { missing: [], starts: new Map(), heads: new Map() };
+  const out: FileRecords = { missing: [], starts: new Map(), heads: new Map(), known: new Map() };
+  /** Per tenant its last two heads the database has rows for (the newest run holds one head per tenant at most). */
+  const rowHeads = new Map<number, HeadLine[]>();
+  /** Where the last two installation lines (each ends a run) stand. */
+  const runEnds: number[] = [];
   const rows = Symbol.asyncIterator in positions ? positions[Symbol.asyncIterator]() : positions[Symbol.iterator]();
   let chunk: readonly number[] = [];
   let i = 0;
@@ -255,18 +269,33 @@ async function readAuthority(path: string, keys: Keys, positions: AsyncIterable<
         if (grootte === null) throw new Refused(`regel op positie ${fl.positie} van het ankerbestand is niet geldig ondertekend`);
         out.missing.push({ ...l, positie: fl.positie, grootte, bereik: null });
       }
+      if (l.soort === "installatie") {
+        runEnds.push(fl.positie);
+        if (runEnds.length > 2) runEnds.shift();
+      }
       if (l.tenantId === null) continue;
+      // An adoption or a restore acceptance starts another tree: the heads before it are not this chain's.
+      if (l.soort === "adoptie" || l.soort === "herstel") rowHeads.delete(l.tenantId);
+      if (hasRow && (l.soort === "checkpoint" || l.soort === "herstel")) {
+        rowHeads.set(l.tenantId, [...(rowHeads.get(l.tenantId) ?? []).slice(-1), { soort: l.soort, note: l.note, positie: fl.positie }]);
+      }
       if (start && grootte !== null) {
         const list = out.starts.get(l.tenantId) ?? [];
         list.push({ note: l.note, grootte, positie: fl.positie });
         out.starts.set(l.tenantId, list);
       }
-      if (l.soort === "checkpoint" || l.soort === "herstel") out.heads.set(l.tenantId, { soort: l.soort, note: l.note });
+      if (l.soort === "checkpoint" || l.soort === "herstel") out.heads.set(l.tenantId, { soort: l.soort, note: l.note, positie: fl.positie });
     }
     // Read to the end (a stream broken off may take its transaction with it).
     while ((await current()) !== null) i = chunk.length;
   } finally {
     if (!done) await rows.return?.();
+  }
+  // The newest run begins after the installation line before the last one.
+  const newestRun = runEnds.length === 2 ? runEnds[0]! : -1;
+  for (const [tenantId, list] of rowHeads) {
+    const h = list.filter((x) => x.positie < newestRun).at(-1);
+    if (h) out.known.set(tenantId, h);
   }
   return out;
 }
@@ -296,7 +325,7 @@ export async function acceptRestoreOn(store: OperatorStore, path: string, keys: 
     const verliezen: RestoreLoss[] = [];
     const geweigerd: RestoreOutcome["geweigerd"] = [];
     for (const tenantId of tenants) {
-      const r = await tenantLoss(tx, tenantId, file.heads.get(tenantId)!, file.starts.get(tenantId) ?? [], keys);
+      const r = await tenantLoss(tx, tenantId, file.heads.get(tenantId)!, file.known.get(tenantId) ?? null, file.starts.get(tenantId) ?? [], keys);
       if (r === null) continue;
       if ("loss" in r) verliezen.push(r.loss);
       else geweigerd.push({ tenantId, ...r.refused });
@@ -323,7 +352,9 @@ export async function acceptRestoreOn(store: OperatorStore, path: string, keys: 
 async function tenantLoss(
   tx: OperatorTx,
   tenantId: number,
-  headLine: { soort: "checkpoint" | "herstel"; note: string },
+  headLine: HeadLine,
+  /** The newest head the database held itself (FileRecords.known): a restored chain still reaches it. */
+  knownLine: HeadLine | null,
   starts: { note: string; grootte: number; positie: number }[],
   keys: Keys,
 ): Promise<{ loss: RestoreLoss } | { refused: { seq: number; reden: string } } | null> {
@@ -342,6 +373,16 @@ async function tenantLoss(
   if (missed.intact) return null;
   const f = missed.fout!;
   if (f.seq !== head.size || (f.reden !== "kop-ontbreekt" && f.reden !== "checkpoint-afwijkend")) return refused(f.seq, f.reden);
+  // A chain rewritten in the database (every hash after the change recomputed) also
+  // misses only its newest head, but it misses the database's own older heads as well.
+  if (knownLine !== null && knownLine.positie !== headLine.positie) {
+    const k = openTreeHead(knownLine.note, tenantId, keys.verifiers, knownLine.soort);
+    if (!k.ok) return refused(0, `bestand-gewijzigd (${knownLine.soort}: ${k.error})`);
+    const known = new ChainWalk(tenantId, start, first, k.head);
+    await tx.entries(tenantId, 0, (r) => known.push(r));
+    const held = known.result();
+    if (!held.intact) return refused(held.fout!.seq, `${held.fout!.reden} (de keten haalt het checkpoint bij seq ${k.head.size} niet, dat de database zelf al had: dit is geen teruggezette database maar een gewijzigde keten)`);
+  }
   // What the database holds instead must be sound in itself, from its start to its newest entry.
   const whole = new ChainWalk(tenantId, start, first, null, true);
   await tx.entries(tenantId, 0, (r) => whole.push(r));
