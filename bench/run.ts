@@ -14,6 +14,7 @@ import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:
 import { join } from "node:path";
 import { cpus, totalmem } from "node:os";
 import { anchorFileOf, BUN, DATA_DIR, dbPath, FIFTH, ROOT, SIZES, type SizeName } from "./lib.ts";
+import type { RetentionPhases } from "../src/audit/retention.ts";
 
 const args = process.argv.slice(2).filter((a) => a !== "--");
 const flag = (name: string) => {
@@ -234,7 +235,7 @@ if (wants("retention")) {
     profile: { batches: number; lockSeconds: number; checkpointSeconds: number; lockMsP50: number; lockMsMax: number; sizeP50: number; chunksP50: number; commitMsP50: number; commitMsMax: number } | null;
     /** The FULL checkpoint right after the clock stopped: what the run left in the WAL. */
     checkpointAfter: { seconds: number; log: number };
-    phases: { checkMs: number; deleteMs: number } | null;
+    phases: RetentionPhases | null;
   };
   checkpoint(db);
   for (const [kind, bench, rows] of [
@@ -425,7 +426,7 @@ if (wants("binary")) {
 if (wants("pg")) {
   type PgWal = { mb: number; fullPages: number; checkpointsRequested: number; checkpointsTimed: number };
   const walNote = (w: PgWal) => `WAL ${w.mb} MB, ${w.fullPages} full-page images, checkpoints ${w.checkpointsRequested} requested / ${w.checkpointsTimed} timed`;
-  type PgRetention = { seconds: number; statementSeconds: number; deleted: number; writer: { inserts: number; maxMs: number; p99Ms: number }; batches: number; batchMsMax: number | null; phases: { checkMs: number; deleteMs: number } | null };
+  type PgRetention = { seconds: number; statementSeconds: number; deleted: number; writer: { inserts: number; maxMs: number; p99Ms: number }; batches: number; batchMsMax: number | null; phases: RetentionPhases | null };
   type P = {
     migrateSeconds: number;
     copiedRows: number;

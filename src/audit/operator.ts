@@ -32,7 +32,7 @@ import { checkpointLine, syncTail, writeRun } from "./anchoring.ts";
 import { entriesAfter, type EntryRow } from "./chain.ts";
 import { CompactRange } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
-import { openTreeHead, signAdoptionRecord, signRestoreRecord, type Keys, type RecordKind, type RestoreRecord } from "./records.ts";
+import { openTreeHead, signAdoptionRecord, signRestoreRecord, type Keys, type RecordKind, type RestoreRecord, type TreeHead } from "./records.ts";
 import { CannotCheck } from "./offline.ts";
 import { chainStart, chainStartFromRecords, ChainWalk, type ChainStart } from "./verify.ts";
 
@@ -375,19 +375,21 @@ async function tenantLoss(
   if (f.seq !== head.size || (f.reden !== "kop-ontbreekt" && f.reden !== "checkpoint-afwijkend")) return refused(f.seq, f.reden);
   // A chain rewritten in the database (every hash after the change recomputed) also
   // misses only its newest head, but it misses the database's own older heads as well.
+  let known: TreeHead | null = null;
   if (knownLine !== null && knownLine.positie !== headLine.positie) {
     const k = openTreeHead(knownLine.note, tenantId, keys.verifiers, knownLine.soort);
     if (!k.ok) return refused(0, `bestand-gewijzigd (${knownLine.soort}: ${k.error})`);
-    const known = new ChainWalk(tenantId, start, first, k.head);
-    await tx.entries(tenantId, 0, (r) => known.push(r));
-    const held = known.result();
-    if (!held.intact) return refused(held.fout!.seq, `${held.fout!.reden} (de keten haalt het checkpoint bij seq ${k.head.size} niet, dat de database zelf al had: dit is geen teruggezette database maar een gewijzigde keten)`);
+    known = k.head;
   }
-  // What the database holds instead must be sound in itself, from its start to its newest entry.
-  const whole = new ChainWalk(tenantId, start, first, null, true);
+  // What the database holds instead must be sound in itself, from its start to its newest
+  // entry, and reach that older head: one walk for both.
+  const whole = new ChainWalk(tenantId, start, first, known, true);
   await tx.entries(tenantId, 0, (r) => whole.push(r));
   const own = whole.result();
-  if (!own.intact) return refused(own.fout!.seq, own.fout!.reden);
+  if (!own.intact) {
+    const why = known ? ` (de keten haalt het checkpoint bij seq ${known.size} niet, dat de database zelf al had: dit is geen teruggezette database maar een gewijzigde keten)` : "";
+    return refused(own.fout!.seq, `${own.fout!.reden}${why}`);
+  }
   const tree = whole.tree();
   return { loss: { tenantId, basis: head.basis, van: head.size, vanRoot: head.root, naar: tree.size, root: tree.range.root(), reden: f.reden, range: tree.range } };
 }

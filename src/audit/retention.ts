@@ -31,6 +31,7 @@ import { compareWithFile, type AnchorComparison, type RowReason } from "./anchor
 import { appendRun, syncTail, throwIfProblem } from "./anchoring.ts";
 import { retryWhenBusy } from "../db.ts";
 import { onWorkers } from "../worker-pool.ts";
+import type { WorkerName } from "../workers.ts";
 import { databaseBehindFile } from "./verify-all.ts";
 import { entriesAfter, type EntryRow } from "./chain.ts";
 import { CompactRange } from "./merkle.ts";
@@ -521,16 +522,20 @@ export function prefixCheckOf(m: PrefixCheckMessage): PrefixCheck {
  * turn between tenants.
  */
 async function checkPrefixesSqlite(sqlite: Database, dbPath: string, tasks: PrefixTask[], workers: number, verifiers: Verifier[]): Promise<Map<number, PrefixCheck>> {
+  if (workers > 0 && dbPath !== ":memory:" && tasks.length > 0) return checkPrefixesOnWorkers("verify-worker", { dbPath }, tasks, workers, verifiers);
   const results = new Map<number, PrefixCheck>();
-  if (workers <= 0 || dbPath === ":memory:" || tasks.length === 0) {
-    for (const t of tasks) {
-      results.set(t.tenantId, await checkPrefixSqlite(sqlite, t, verifiers));
-      await new Promise((r) => setImmediate(r));
-    }
-    return results;
+  for (const t of tasks) {
+    results.set(t.tenantId, await checkPrefixSqlite(sqlite, t, verifiers));
+    await new Promise((r) => setImmediate(r));
   }
+  return results;
+}
+
+/** checkPrefix for every task on `count` threads of a verification worker (`init`: its store, plus the verifier keys), for either store. */
+export async function checkPrefixesOnWorkers(worker: WorkerName, init: object, tasks: PrefixTask[], count: number, verifiers: Verifier[]): Promise<Map<number, PrefixCheck>> {
+  const results = new Map<number, PrefixCheck>();
   const verifierKeys = verifiers.map((v) => v.verifierKey);
-  await onWorkers<PrefixTask, PrefixCheckMessage>("verify-worker", { dbPath, verifierKeys }, tasks, workers, (t, m) => results.set(t.tenantId, prefixCheckOf(m)));
+  await onWorkers<PrefixTask, PrefixCheckMessage>(worker, { ...init, verifierKeys }, tasks, count, (t, m) => results.set(t.tenantId, prefixCheckOf(m)));
   return results;
 }
 

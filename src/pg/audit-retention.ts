@@ -15,14 +15,13 @@ import {
   CHECKPOINTS_FROM_SQL,
   checkPrefix,
   checkPrefixes,
+  checkPrefixesOnWorkers,
   FIRST_NOT_OLDER_SQL,
-  prefixCheckOf,
   retentionLines,
   TENANT_GROUP,
   type AuditRetentionResult,
   type DeletionPlan,
   type PrefixCheck,
-  type PrefixCheckMessage,
   type PrefixSource,
   type PrefixTask,
   type RetentionOptions,
@@ -35,7 +34,6 @@ import { appendRun } from "../audit/anchoring.ts";
 import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { chainStartPg, readEntriesPg } from "./chain.ts";
 import { compareWithFilePg } from "./offline.ts";
-import { onWorkers } from "../worker-pool.ts";
 
 /** What a batch aims at, ms: short transactions, as the login attempts' (src/pg/retention.ts). */
 const TARGET_MS = 100;
@@ -76,12 +74,8 @@ export async function deleteOldAuditEntriesPg(sql: SQL, grens: string, now: Date
  * connection; hashing is CPU-bound, as verification's), or in this thread.
  */
 async function checkPrefixesPg(sql: SQL, tasks: PrefixTask[], verifiers: Verifier[], signing: PgRetentionSigning): Promise<Map<number, PrefixCheck>> {
+  if (signing.workers > 0 && signing.url !== undefined && tasks.length > 0) return checkPrefixesOnWorkers("pg-verify-worker", { url: signing.url }, tasks, signing.workers, verifiers);
   const results = new Map<number, PrefixCheck>();
-  if (signing.workers > 0 && signing.url !== undefined && tasks.length > 0) {
-    const init = { url: signing.url, verifierKeys: verifiers.map((v) => v.verifierKey) };
-    await onWorkers<PrefixTask, PrefixCheckMessage>("pg-verify-worker", init, tasks, signing.workers, (t, m) => results.set(t.tenantId, prefixCheckOf(m)));
-    return results;
-  }
   const queue = [...tasks];
   await Promise.all(
     Array.from({ length: PARALLEL_CHECKS }, async () => {
