@@ -542,6 +542,16 @@ describe("checkPrefix: what audit-retentie checks before it deletes, and against
       prev = hash;
     }
   }
+  /** A fresh installation with one tenant: five old entries signed at 5, three new ones signed at 8. */
+  async function signedTwice(name: string): Promise<number> {
+    env = await makeEnv();
+    const t = await addTenant(env.db, name);
+    for (let i = 1; i <= 5; i++) await add(env, t, `2012-0${i}-01T00:00:00.000Z`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 5
+    for (let i = 6; i <= 8; i++) await add(env, t, `2024-01-0${i}T00:00:00.000Z`);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 8, the newest
+    return t;
+  }
   const run = async () => {
     const r = await deleteOld(env, GRENS, {});
     return { verwijderd: r.verwijderd, gestopt: r.gestopt.map(({ tenantId, seq, reden }) => ({ tenantId, seq, reden })) };
@@ -587,12 +597,7 @@ describe("checkPrefix: what audit-retentie checks before it deletes, and against
   });
 
   test("the prefix is proved against the smallest checkpoint that covers it: a change after that checkpoint stays for audit-verificatie, the proved prefix goes", async () => {
-    env = await makeEnv();
-    const t = await addTenant(env.db, "Later gewijzigd");
-    for (let i = 1; i <= 5; i++) await add(env, t, `2012-0${i}-01T00:00:00.000Z`);
-    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 5
-    for (let i = 6; i <= 8; i++) await add(env, t, `2024-01-0${i}T00:00:00.000Z`);
-    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 8, the newest
+    const t = await signedTwice("Later gewijzigd");
     await env.db.run("UPDATE audit_entries SET actor = 'mallory' WHERE tenant_id = ? AND seq = 7", t);
 
     expect(await run()).toEqual({ verwijderd: 5, gestopt: [] });
@@ -604,12 +609,7 @@ describe("checkPrefix: what audit-retentie checks before it deletes, and against
   });
 
   test("a rewrite of the prefix with every hash and link recomputed does not match the covering checkpoint: nothing goes", async () => {
-    env = await makeEnv();
-    const t = await addTenant(env.db, "Herschreven");
-    for (let i = 1; i <= 5; i++) await add(env, t, `2012-0${i}-01T00:00:00.000Z`);
-    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 5
-    for (let i = 6; i <= 8; i++) await add(env, t, `2024-01-0${i}T00:00:00.000Z`);
-    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 8
+    const t = await signedTwice("Herschreven");
     await rewriteFrom(env, t, 2, "mallory");
 
     expect(await run()).toEqual({ verwijderd: 0, gestopt: [{ tenantId: t, seq: 5, reden: "checkpoint-afwijkend" }] });
