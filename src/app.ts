@@ -14,6 +14,7 @@ import { metricsRoute } from "./http/metrics.ts";
 import { Refusal } from "./ingest/refusal.ts";
 import { countRejected, newIngestCounters, type IngestCounters } from "./ingest/counters.ts";
 import { log } from "./logger.ts";
+import { CommitOutcomeUnknown } from "./pg/commit.ts";
 
 export interface AppOptions {
   /** The jobs to mount; all eleven by default. Tests may pass their own. */
@@ -51,14 +52,17 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       if (code === "VALIDATION") return json(400, { error: validationMessage(error) });
       const reason = unavailableCode(error);
       const unavailable = reason !== undefined;
+      const unknownOutcome = error instanceof CommitOutcomeUnknown;
       // Unexpected: reported with its message, answered without a stack trace.
       void deps.alarms
         .raise({
           type: "internal-error",
-          message: unavailable ? `Database niet beschikbaar (${reason})` : "Onverwachte fout in de service",
-          context: { error: errorText(error), code: String(code) },
+          message: unavailable ? `Database niet beschikbaar (${reason})` : unknownOutcome ? error.message : "Onverwachte fout in de service",
+          context: { error: errorText(unknownOutcome ? error.commitError : error), code: String(code) },
         })
         .catch((e) => log("error", "alarm failed", { error: errorText(e) }));
+      // Not the 503 of "nothing stored": a client would repeat a batch that may be stored.
+      if (unknownOutcome) return json(500, { error: error.message });
       if (unavailable) {
         return json(503, { error: `De database is tijdelijk niet beschikbaar (${reason}); probeer het later opnieuw.` }, { "retry-after": "60" });
       }

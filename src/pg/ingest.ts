@@ -8,7 +8,8 @@
 // process and in others on the same database. Where a call reads what it then writes on,
 // either the lock that makes that read final comes first (the tenant's row before its
 // administrators are read), or a key the read missed refuses the write and the call is
-// done again (a sleutel: storeAuditBatchPg).
+// done again (a sleutel: storeAuditBatchPg). Each call's answer says what its COMMIT did,
+// also when the connection broke at it (certainTransaction).
 import type { SQL } from "bun";
 import {
   batchTenants,
@@ -32,6 +33,7 @@ import {
   type TenantResult,
 } from "../ingest/tenants.ts";
 import { appendEntriesPg } from "./chain.ts";
+import { certainTransaction } from "./commit.ts";
 import { driverError, HttpError } from "../http/errors.ts";
 import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
 
@@ -103,7 +105,7 @@ function isKeyRace(e: unknown): boolean {
 }
 
 function storeAuditBatchOnce(store: PgStore, prepared: readonly Prepared[]): Promise<AuditBatchResult> {
-  return store.sql.begin(READ_COMMITTED, async (tx) => {
+  return certainTransaction(store.sql, READ_COMMITTED, async (tx) => {
     const tenantIds = batchTenants(prepared);
     const existing = await existingTenants(tx, tenantIds);
     refuseUnknownBatchTenants(prepared, (id) => existing.has(id));
@@ -115,7 +117,7 @@ function storeAuditBatchOnce(store: PgStore, prepared: readonly Prepared[]): Pro
 
 /** POST /api/inlogpogingen (storeLoginAttempts on SQLite), in one transaction: an unknown tenant (422) stores nothing. */
 export function storeLoginAttemptsPg(store: PgStore, attempts: readonly AttemptRow[]): Promise<LoginAttemptResult> {
-  return store.sql.begin(READ_COMMITTED, async (tx) => {
+  return certainTransaction(store.sql, READ_COMMITTED, async (tx) => {
     const existing = await existingTenants(tx, attemptTenants(attempts));
     refuseUnknownAttemptTenants(attempts, (id) => existing.has(id));
     // Ids increasing in batch order, as SQLite's inserts one by one give them: taken
@@ -136,7 +138,7 @@ export function storeLoginAttemptsPg(store: PgStore, attempts: readonly AttemptR
  * updates the row instead of failing on the primary key.
  */
 export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput, now: Date): Promise<TenantResult> {
-  return store.sql.begin(READ_COMMITTED, async (tx) => {
+  return certainTransaction(store.sql, READ_COMMITTED, async (tx) => {
     const row = newTenant(tenantId, input, now);
     const [created] = (await tx`INSERT INTO tenants ${tx(row)} ON CONFLICT (id) DO NOTHING RETURNING aangemaakt`) as { aangemaakt: string }[];
     if (created) {
@@ -164,7 +166,7 @@ export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput
  * check that the tenant exists; login attempts, by their foreign key).
  */
 export function putAdministratorsPg(store: PgStore, tenantId: number, input: AdministratorList): Promise<AdministratorsResult> {
-  return store.sql.begin(READ_COMMITTED, async (tx) => {
+  return certainTransaction(store.sql, READ_COMMITTED, async (tx) => {
     const [tenant] = await tx`SELECT id FROM tenants WHERE id = ${tenantId} FOR NO KEY UPDATE`;
     if (!tenant) throw unknownTenant(tenantId);
     const ofTenant = async () =>

@@ -1,0 +1,64 @@
+// A write transaction whose outcome the caller is told truthfully, also when the
+// connection breaks at its COMMIT. Over a network the server can commit while its answer
+// is lost; the error then says nothing of what was stored, and the write API answering
+// it with "503, nothing stored" would have a client store a batch without keys twice.
+// So the transaction's id is taken first (pg_current_xact_id), and when COMMIT fails the
+// server is asked what became of it (pg_xact_status, on another connection of the pool):
+// committed → the body's result, as if the answer had come; aborted → the error as it
+// was (nothing stored); no answer within COMMIT_STATUS_WAIT_MS → CommitOutcomeUnknown.
+import type { SQL } from "bun";
+import { log } from "../logger.ts";
+
+/** How long the server is asked what became of a transaction whose COMMIT failed. */
+const COMMIT_STATUS_WAIT_MS = 5_000;
+const COMMIT_STATUS_STEP_MS = 50;
+
+/** The COMMIT failed and the server could not be asked whether it was carried out: the write may or may not be stored. */
+export class CommitOutcomeUnknown extends Error {
+  constructor(readonly commitError: unknown) {
+    super(
+      "Onbekend of de schrijfactie is opgeslagen: de verbinding met de database viel weg tijdens COMMIT en de database was daarna niet te bereiken. Herhaal een batch met sleutels gerust; controleer bij inlogpogingen eerst of ze er al zijn.",
+    );
+    this.name = "CommitOutcomeUnknown";
+  }
+}
+
+/** `body` in a transaction of `sql` with `options` (sql.begin's), its outcome made certain as described above. */
+export async function certainTransaction<T>(sql: SQL, options: string, body: (tx: SQL) => Promise<T>): Promise<T> {
+  let xid: string | null = null;
+  let done: { result: T } | null = null;
+  try {
+    return await sql.begin(options, async (tx) => {
+      xid = ((await tx`SELECT pg_current_xact_id()::text AS xid`) as { xid: string }[])[0]!.xid;
+      done = { result: await body(tx) };
+      return done.result;
+    });
+  } catch (e) {
+    // An error from the body rolled back; only one at COMMIT leaves the outcome open.
+    if (done === null || xid === null) throw e;
+    const status = await commitStatus(sql, xid);
+    if (status === "aborted") throw e;
+    if (status === "committed") {
+      log("warn", "PostgreSQL: the connection failed at COMMIT, but the server had committed; answered with the result", { error: String(e) });
+      return (done as { result: T }).result;
+    }
+    throw new CommitOutcomeUnknown(e);
+  }
+}
+
+/** pg_xact_status of `xid` once it is no longer in progress; null when the server does not answer within COMMIT_STATUS_WAIT_MS. */
+async function commitStatus(sql: SQL, xid: string): Promise<"committed" | "aborted" | null> {
+  const deadline = performance.now() + COMMIT_STATUS_WAIT_MS;
+  for (;;) {
+    // A new connection can hang until the pool's connection timeout: no longer than the deadline.
+    const asked = (sql`SELECT pg_xact_status(${xid}::xid8) AS status` as Promise<{ status: string | null }[]>).then(
+      (rows) => rows[0]?.status ?? null,
+      () => null, // not reachable (yet): asked again until the deadline
+    );
+    const status = await Promise.race([asked, Bun.sleep(Math.max(0, deadline - performance.now())).then(() => null)]);
+    // 'in progress': the server has not yet seen the COMMIT or the connection's end.
+    if (status === "committed" || status === "aborted") return status;
+    if (performance.now() + COMMIT_STATUS_STEP_MS > deadline) return null;
+    await Bun.sleep(COMMIT_STATUS_STEP_MS);
+  }
+}

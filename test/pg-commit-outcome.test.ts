@@ -1,0 +1,96 @@
+// The write API on PostgreSQL when the connection breaks at the end of a transaction,
+// cut by a TCP proxy between the service and a real server (test/pg-proxy.ts). Over a
+// network a COMMIT can be carried out by the server while its answer is lost: the
+// service must then neither answer "nothing stored" (503; a client retries a batch
+// without keys and it is stored twice) nor lose the receipts. It asks the server what
+// became of the transaction and answers with the truth: 200 with what was stored, 503
+// when nothing was, and 500 with an alarm when it cannot find out.
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { SQL } from "bun";
+import { call, makePgTestEnv, type PgTestEnv } from "./helpers.ts";
+import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
+import { useTestCluster } from "./pg.ts";
+import { startPgProxy, type PgProxy } from "./pg-proxy.ts";
+
+setDefaultTimeout(60_000);
+
+const cluster = useTestCluster();
+let env: PgTestEnv | undefined;
+let proxy: PgProxy | undefined;
+let direct: SQL | undefined;
+afterEach(async () => {
+  await env?.cleanup();
+  await direct?.close();
+  await proxy?.close();
+  env = proxy = direct = undefined;
+});
+
+/** The service on a database reached through the proxy, tenant 1 created; `direct` bypasses the proxy. */
+async function proxiedEnv(): Promise<PgTestEnv> {
+  env = await makePgTestEnv({
+    createDatabase: async () => {
+      const url = await cluster.createDatabase();
+      direct = new SQL(url, { max: 1 });
+      proxy = await startPgProxy(url);
+      return proxy.url;
+    },
+  }, { APP_SECRET });
+  expect((await send("/api/tenants/1", { naam: "Een", actief: true }, "PUT")).status).toBe(201);
+  return env;
+}
+
+const send = (path: string, body: unknown, method = "POST") => call(env!.app, path, { token: APP_SECRET, method, body: JSON.stringify(body) });
+const attempts = (n: number) => ({ pogingen: Array.from({ length: n }, (_, i) => ({ tenantId: 1, account: `a${i}@example.nl`, ip: "192.0.2.1", gelukt: false })) });
+const rows = async (table: string) => Number(((await direct!.unsafe(`SELECT count(*) AS n FROM ${table}`)) as { n: string }[])[0]!.n);
+
+describe("a connection cut at COMMIT (PostgreSQL)", () => {
+  test("cut after the server committed: the service finds the transaction committed and answers 200 with the ids stored, once", async () => {
+    await proxiedEnv();
+    const cut = proxy!.cutNextCommit("after");
+    const r = await send("/api/inlogpogingen", attempts(3));
+    await cut;
+    expect(r.status).toBe(200);
+    expect(r.json.opgeslagen).toBe(3);
+    const ids = ((await direct!`SELECT id FROM login_attempts ORDER BY id`) as { id: number }[]).map((x) => Number(x.id));
+    expect(ids).toEqual(r.json.ids);
+    expect(env!.alarms.raised).toEqual([]);
+  });
+
+  test("cut after the server committed an audit batch: 200 with the receipts of the rows stored; a retry with the same sleutels stores nothing twice", async () => {
+    await proxiedEnv();
+    const body = { entries: [auditEntry(1, 0, { sleutel: "k0" }), auditEntry(1, 1, { sleutel: "k1" })] };
+    const cut = proxy!.cutNextCommit("after");
+    const r = await send("/api/audit", body);
+    await cut;
+    expect(r.status).toBe(200);
+    const stored = (await direct!`SELECT seq, id, hash FROM audit_entries WHERE tenant_id = 1 ORDER BY seq`) as { seq: string; id: string; hash: string }[];
+    expect(r.json.ontvangstbewijzen).toEqual(stored.map((s) => ({ tenantId: 1, seq: Number(s.seq), id: Number(s.id), hash: s.hash })));
+    const again = await send("/api/audit", body);
+    expect(again.status).toBe(200);
+    expect(again.json.ontvangstbewijzen).toEqual(r.json.ontvangstbewijzen);
+    expect(await rows("audit_entries")).toBe(2);
+  });
+
+  test("cut before the COMMIT reached the server: it rolled back, and the answer is the 503 that says nothing was stored; the retry stores the batch once", async () => {
+    await proxiedEnv();
+    const cut = proxy!.cutNextCommit("before");
+    const r = await send("/api/inlogpogingen", attempts(2));
+    await cut;
+    expect(r.status).toBe(503);
+    expect(await rows("login_attempts")).toBe(0);
+    expect((await send("/api/inlogpogingen", attempts(2))).status).toBe(200);
+    expect(await rows("login_attempts")).toBe(2);
+  });
+
+  test("cut after the COMMIT and the server unreachable since: not 503 (it was stored) but 500 saying the outcome is unknown, with an alarm", async () => {
+    await proxiedEnv();
+    const cut = proxy!.cutNextCommit("after", { down: true });
+    const r = await send("/api/inlogpogingen", attempts(2));
+    await cut;
+    expect(r.status).toBe(500);
+    expect(r.json.error).toStartWith("Onbekend of de schrijfactie is opgeslagen");
+    expect(await rows("login_attempts")).toBe(2);
+    expect(env!.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);
+    proxy!.up();
+  });
+});
