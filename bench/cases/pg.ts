@@ -35,6 +35,7 @@ import { join } from "node:path";
 import { retentionBoundary } from "../../src/time.ts";
 import { freePort } from "../../test/binary.ts";
 import { startCluster } from "../../test/pg.ts";
+import { cpuMeter, processCpu } from "../cpu.ts";
 import { anchorFileOf, arg, BENCH_SIGNING_KEY, BUN, floorOnWorkers, NOW, peakRssMb, report } from "../lib.ts";
 
 const db = arg("db");
@@ -91,9 +92,10 @@ try {
   // tenant ranges as its pool has.
   const rowFloor = async (threads: number) => {
     const start = performance.now();
+    const cpu = cpuMeter();
     const { n: entries, mismatches } = await floorOnWorkers(new URL("../pg-floor-worker.ts", import.meta.url), { url }, tenants, threads);
     if (mismatches > 0) throw new Error(`row floor: ${mismatches} hashes differ`);
-    return { seconds: (performance.now() - start) / 1000, entries };
+    return { seconds: (performance.now() - start) / 1000, entries, cpu: cpu() };
   };
 
   const verify = async () => {
@@ -176,6 +178,8 @@ try {
       out = out.slice(out.indexOf("ready\n") + 6);
       await Bun.sleep(300);
       const start = performance.now();
+      const cpu = cpuMeter();
+      const writerCpu0 = processCpu(writer.pid);
       const batches: number[] = [];
       const onBatch = (b: { lockMs: number }) => batches.push(b.lockMs);
       let phases: RetentionPhases | null = null;
@@ -194,13 +198,17 @@ try {
       const statementSeconds = (performance.now() - start) / 1000;
       await conn`CHECKPOINT`;
       const seconds = (performance.now() - start) / 1000;
+      // The writer beside it is no part of the deletion's cost.
+      const used = cpu();
+      const writerCpu = processCpu(writer.pid) - writerCpu0;
+      const coreSeconds = { server: +(used.machine - used.own - writerCpu).toFixed(2), bench: used.own, writer: +writerCpu.toFixed(2) };
       await Bun.sleep(300);
       writer.kill("SIGTERM");
       for (let r = await reader.read(); !r.done; r = await reader.read()) out += decoder.decode(r.value, { stream: true });
       await writer.exited;
       const waits = JSON.parse(out.trim().split("\n").at(-1)!) as { inserts: number; maxMs: number; p99Ms: number };
       batches.sort((a, b) => a - b);
-      return { seconds, statementSeconds, deleted, writer: waits, batches: batches.length, batchMsMax: batches.at(-1) ?? null, phases };
+      return { seconds, statementSeconds, deleted, writer: waits, batches: batches.length, batchMsMax: batches.at(-1) ?? null, phases, coreSeconds };
     } finally {
       await conn.close();
       await cluster.dropDatabase(name);
@@ -225,6 +233,7 @@ try {
     rowFloorSeconds: Math.min(r1.seconds, r2.seconds),
     rowFloorRuns: [r1.seconds, r2.seconds],
     rowFloorEntries: r1.entries,
+    rowFloorCpu: r1.seconds <= r2.seconds ? r1.cpu : r2.cpu,
     ingestEntries: clients * batchesPerClient * batch,
     ingestSeconds,
     ingestBatchP99Ms: batchMs[Math.floor(batchMs.length * 0.99)] ?? null,
