@@ -12,6 +12,9 @@ import { runBeveiligingslogAnalyse } from "../src/jobs/beveiligingslog-analyse.t
 import type { JobContext } from "../src/jobs/job.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { jobStatusesPg, newestBackupPg, offenderQueryPg } from "../src/pg/status.ts";
+import { releaseLeasePg, startLeasedRunPg } from "../src/pg/job-lease.ts";
+import { finishRunPg } from "../src/pg/job-runs.ts";
+import { openPgStore } from "../src/pg/store.ts";
 import { jobStatuses } from "../src/schedule-due.ts";
 import { SCHEDULE } from "../src/schedule.ts";
 import { call, makePgTestEnv, makeTestEnv, NOW, type PgTestEnv, type TestEnv } from "./helpers.ts";
@@ -182,6 +185,39 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
     expect(livePg).toEqual(liveLite);
     expect(livePg.find((s) => s.job === "beveiligingslog-retentie")).toMatchObject({ status: "hangt", levend: "dit-proces" });
     expect(livePg.find((s) => s.job === "dagrapport")!.run).toMatchObject({ beeindigd: "2026-07-22T06:00:09.000Z", uitkomst: "fout" });
+  });
+
+  test("jobStatusesPg reads the leases and the runs in one snapshot: a job started by another instance meanwhile is never read as interrupted (300 races)", async () => {
+    const { pg } = await pair();
+    const other = await openPgStore(pg.url);
+    try {
+      const seen: Record<string, number> = {};
+      for (let i = 0; i < 300; i++) {
+        const now = new Date();
+        const holder = { ...newLeaseHolder(), host: "elders.example" };
+        // Some round trips first, a different number each time, so the take commits at every point of the reads.
+        const jitter = i % 7;
+        const [statuses, take] = await Promise.all([
+          (async () => {
+            for (let k = 0; k < jitter; k++) await pg.store.sql`SELECT 1`;
+            return jobStatusesPg(pg.store.db, now, 15 * MIN, idle);
+          })(),
+          startLeasedRunPg(other, "beveiligingslog-analyse", holder, now, 90_000),
+        ]);
+        expect(take.ok).toBe(true);
+        const status = statuses.find((s) => s.job === "beveiligingslog-analyse")!.status ?? "geen";
+        seen[status] = (seen[status] ?? 0) + 1;
+        if (take.ok) {
+          await finishRunPg(other, take.runId, new Date(), { uitkomst: "ok", httpStatus: 200 });
+          await releaseLeasePg(other, "beveiligingslog-analyse", holder, take.runId);
+        }
+      }
+      expect(seen.onderbroken).toBeUndefined();
+      // Both orders occurred: the take seen (a live run) and not yet seen (the previous, ended run).
+      expect(Object.keys(seen).length).toBeGreaterThan(1);
+    } finally {
+      await other.close();
+    }
   });
 
   test("newestBackupPg: the newest by arrival (then id), as newestBackup; null without any", async () => {

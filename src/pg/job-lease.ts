@@ -20,7 +20,7 @@ import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
 import { doneSince, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import { runStartValues } from "../job-runs.ts";
 import type { JobName } from "../schedule.ts";
-import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgDb, type PgStore } from "./store.ts";
+import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
 
 /**
  * Takes the job's lease and writes its job_runs row ('bezig'), in one transaction:
@@ -94,7 +94,7 @@ export async function releaseLeasePg(store: PgStore, job: JobName, holder: Lease
  * The leases that have not expired at `now` and whose holder is not provably gone, by
  * job: whoever holds them is alive (or was, less than an expiry ago).
  */
-export async function liveLeasesPg(db: PgDb, now: Date): Promise<Map<string, JobLease>> {
+export async function liveLeasesPg(db: PgDb | PgDbTx, now: Date): Promise<Map<string, JobLease>> {
   const rows = await db.select().from(jobLeases).where(gt(jobLeases.verloopt, now.toISOString()));
   return new Map(rows.filter((r) => !holderGone(r)).map((r) => [r.job, r]));
 }

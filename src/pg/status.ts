@@ -11,16 +11,16 @@ import type { JobContext } from "../jobs/job.ts";
 import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStatus, type NewestRun } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { liveLeasesPg } from "./job-lease.ts";
-import type { PgDb } from "./store.ts";
+import type { PgDb, PgDbTx } from "./store.ts";
 
 /** The first start of the service on this database (installedAt on SQLite); null when the row is gone. */
-export async function installedAtPg(db: PgDb): Promise<Date | null> {
+export async function installedAtPg(db: PgDb | PgDbTx): Promise<Date | null> {
   const [row] = await db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, "geinstalleerd"));
   return row ? new Date(row.value) : null;
 }
 
 /** The job's newest run, as lastRun reads it on SQLite: by start, then id. An index range on (job, gestart). */
-export async function lastRunPg(db: PgDb, job: string): Promise<NewestRun | null> {
+export async function lastRunPg(db: PgDb | PgDbTx, job: string): Promise<NewestRun | null> {
   const [row] = await db
     .select({ id: jobRuns.id, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
     .from(jobRuns)
@@ -42,12 +42,17 @@ export async function dueStatePg(db: PgDb, job: JobName, cronExpression: string,
  * over the pool; each is an index range.
  */
 export async function jobStatusesPg(db: PgDb, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
-  // The leases before the runs, as on SQLite: a run that ends between the two reads is
-  // then seen ended, never as 'bezig' without its (already released) lease, which would
-  // read as interrupted.
-  const [installed, leases] = await Promise.all([installedAtPg(db), liveLeasesPg(db, now)]);
-  const runs = await Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(db, job)] as const));
-  return statusesOf({ installed, leases, newestRuns: new Map(runs) }, now, graceMs, context);
+  // The leases and the runs in one snapshot: a lease taken between two reads (another
+  // job starting, here or in another instance) would leave its 'bezig' run without the
+  // lease, which reads as interrupted; one that ends between them, the other way round.
+  return db.transaction(
+    async (tx) => {
+      const [installed, leases] = await Promise.all([installedAtPg(tx), liveLeasesPg(tx, now)]);
+      const runs = await Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(tx, job)] as const));
+      return statusesOf({ installed, leases, newestRuns: new Map(runs) }, now, graceMs, context);
+    },
+    { isolationLevel: "repeatable read", accessMode: "read only" },
+  );
 }
 
 /** The newest status backup-status received (newestBackup on SQLite): by arrival, then id. */
