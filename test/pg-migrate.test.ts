@@ -12,7 +12,7 @@ import { compareWithFile } from "../src/audit/anchor-check.ts";
 import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { verifyTenantChain } from "../src/audit/verify.ts";
 import { libpqEnv } from "../src/pg/backup.ts";
-import { appendEntriesPg, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
+import { appendEntriesPg, copyRows, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
 import { verifyInstallationPg } from "../src/pg/offline.ts";
 import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
@@ -49,7 +49,7 @@ async function livedInstallation() {
   for (let i = 0; i < 40; i++) {
     // The first ten are past the retention period (2555 days) and will be deleted.
     const age = i < 10 ? 3000 - i : 400 - i;
-    appendAuditEntry(env.store.sqlite, { tenantId: a, actor: i === 12 ? "tab\there\nnewline\\backslash\r" : `u${i}@alfa.nl`, action: "dossier.gewijzigd", subject: `dossier/${i} é 😀`, details: { i, tekst: "a\tb" }, createdAt: new Date(NOW.getTime() - age * DAY) });
+    appendAuditEntry(env.store.sqlite, { tenantId: a, actor: i === 12 ? "tab\there\nnewline\\backslash\r vt\v bs\b ff\f" : `u${i}@alfa.nl`, action: "dossier.gewijzigd", subject: `dossier/${i} é 😀`, details: { i, tekst: "a\tb" }, createdAt: new Date(NOW.getTime() - age * DAY) });
   }
   for (let i = 0; i < 25; i++) appendAuditEntry(env.store.sqlite, { tenantId: b, actor: `u${i}@beta.nl`, action: "inlog", subject: "s", details: {}, createdAt: new Date(NOW.getTime() - (100 - i) * DAY) });
   env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, reden, tenant_id) VALUES (?, 'x@alfa.nl', '10.0.0.1', 0, 'wachtwoord', ?), (?, 'y', '::1', 1, NULL, NULL)").run(new Date(NOW.getTime() - DAY).toISOString(), a, NOW.toISOString());
@@ -103,7 +103,7 @@ describe("migrate-to", () => {
     }
     // The odd characters survived COPY's text format byte for byte.
     const [row] = await pg`SELECT actor, details FROM audit_entries WHERE tenant_id = ${a} AND seq = 13`;
-    expect(row.actor).toBe("tab\there\nnewline\\backslash\r");
+    expect(row.actor).toBe("tab\there\nnewline\\backslash\r vt\v bs\b ff\f");
     expect(row.details).toBe(canonicalJson({ i: 12, tekst: "a\tb" }));
     // Ids and sequences continue after the copied ones: a new append links to the head.
     const [{ m }] = await pg`SELECT max(id) AS m FROM audit_entries`;
@@ -284,8 +284,17 @@ describe("migrate-to", () => {
 class Rollback extends Error {}
 
 describe("COPY text format", () => {
-  test("escapes backslash, newline, carriage return and tab; \\N for null; booleans t/f", () => {
+  test("escapes backslash, backspace, form feed, newline, carriage return, tab and vertical tab as PostgreSQL's COPY TO does; \\N for null; booleans t/f", async () => {
     expect(copyText("a\\b\nc\rd\te", false)).toBe("a\\\\b\\nc\\rd\\te");
+    // What the server itself writes for every control character, a backslash and DEL: copyText must write the same.
+    const every = String.fromCharCode(...Array.from({ length: 31 }, (_, i) => i + 1)) + "\\\x7f";
+    const sql = client(await cluster.createDatabase());
+    await sql`CREATE TABLE t (v text)`;
+    await sql`INSERT INTO t VALUES (${every})`;
+    let fromServer = "";
+    for await (const rows of copyRows(sql, "SELECT v FROM t")) fromServer += rows[0]![0];
+    expect(fromServer).toContain("\\v");
+    expect(copyText(every, false)).toBe(fromServer);
     expect(copyText(null, false)).toBe("\\N");
     expect(copyText(1, true)).toBe("t");
     expect(copyText(0, true)).toBe("f");
@@ -466,6 +475,10 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
       PGSSLMODE: "require",
     });
     expect(libpqEnv("postgres://nw@[::1]/x?password=p").PGPASSWORD).toBe("p");
+    // sslpassword is not the password (libpq has no variable for it): refused, naming it, never its value.
+    expect(libpqEnv("postgres://nw:pw@h/x?sslmode=verify-full&sslrootcert=/etc/ca.pem")).toMatchObject({ PGPASSWORD: "pw", PGSSLMODE: "verify-full", PGSSLROOTCERT: "/etc/ca.pem" });
+    expect(() => libpqEnv("postgres://nw:pw@h/x?sslpassword=keypass")).toThrow(/de parameter "sslpassword" kan niet/);
+    expect(() => libpqEnv("postgres://nw:pw@h/x?sslpassword=keypass")).not.toThrow(/keypass/);
   });
 
   test("nachtwacht export --database-url writes the same bundle, byte for byte, as export from the SQLite original; verify --bundel accepts it", async () => {

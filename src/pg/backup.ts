@@ -6,7 +6,7 @@
 // ps would show a password.
 import { existsSync, renameSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { BackupSteps, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
+import { BackupError, BackupSteps, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
 import { COPIED_TABLES, tableShape } from "./migrate-to.ts";
 
 export interface PgBackupOptions {
@@ -28,11 +28,45 @@ export function libpqEnv(url: string): Record<string, string> {
   const db = decodeURIComponent(u.pathname.replace(/^\//, ""));
   if (db) env.PGDATABASE = db;
   for (const [k, v] of u.searchParams) {
-    if (k === "sslmode") env.PGSSLMODE = v;
-    else if (/password/i.test(k)) env.PGPASSWORD = v;
+    const name = Object.hasOwn(LIBPQ_ENV, k) ? LIBPQ_ENV[k] : undefined;
+    // Not dropped in silence (a backup over another connection than the service's), nor
+    // guessed: sslpassword, e.g., has no environment variable, and is not PGPASSWORD.
+    if (name === undefined) throw new BackupError(78, `DATABASE_URL: de parameter ${JSON.stringify(k.slice(0, 40))} kan niet aan pg_dump worden doorgegeven (alleen via zijn omgeving: ${Object.keys(LIBPQ_ENV).join(", ")}).`);
+    env[name] = v;
   }
   return env;
 }
+
+/** The URL parameters libpq also reads from its environment, and those variables (libpq's "Environment Variables"). */
+const LIBPQ_ENV: Record<string, string> = {
+  host: "PGHOST",
+  hostaddr: "PGHOSTADDR",
+  port: "PGPORT",
+  dbname: "PGDATABASE",
+  user: "PGUSER",
+  password: "PGPASSWORD",
+  passfile: "PGPASSFILE",
+  channel_binding: "PGCHANNELBINDING",
+  options: "PGOPTIONS",
+  application_name: "PGAPPNAME",
+  sslmode: "PGSSLMODE",
+  sslcert: "PGSSLCERT",
+  sslkey: "PGSSLKEY",
+  sslrootcert: "PGSSLROOTCERT",
+  sslcrl: "PGSSLCRL",
+  sslcrldir: "PGSSLCRLDIR",
+  sslsni: "PGSSLSNI",
+  requirepeer: "PGREQUIREPEER",
+  ssl_min_protocol_version: "PGSSLMINPROTOCOLVERSION",
+  ssl_max_protocol_version: "PGSSLMAXPROTOCOLVERSION",
+  gssencmode: "PGGSSENCMODE",
+  krbsrvname: "PGKRBSRVNAME",
+  gsslib: "PGGSSLIB",
+  connect_timeout: "PGCONNECT_TIMEOUT",
+  client_encoding: "PGCLIENTENCODING",
+  target_session_attrs: "PGTARGETSESSIONATTRS",
+  load_balance_hosts: "PGLOADBALANCEHOSTS",
+};
 
 async function run(cmd: string[], env: Record<string, string>): Promise<{ code: number; out: string; err: string }> {
   const p = Bun.spawn(cmd, { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...env }, stdout: "pipe", stderr: "pipe", stdin: "ignore" });

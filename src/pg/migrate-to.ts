@@ -74,12 +74,20 @@ export function schemaVersionProblem(source: Database): string | null {
 
 const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
-/** One value in COPY's text format: \N for null; backslash, newline, carriage return and tab escaped. */
+/** What COPY's text format escapes, as PostgreSQL's COPY TO writes it (copyUnescape in src/pg/chain.ts reads it back). */
+const ESCAPED: Record<string, string> = { "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v" };
+const TO_ESCAPE = /[\\\b\f\n\r\t\v]/g;
+
+/**
+ * One value in COPY's text format: \N for null; a backslash, backspace, form feed,
+ * newline, carriage return, tab and vertical tab escaped exactly as PostgreSQL's own
+ * COPY TO escapes them, so compareTable compares like with like.
+ */
 export function copyText(v: unknown, boolean: boolean): string {
   if (v === null || v === undefined) return "\\N";
   if (boolean) return v ? "t" : "f";
   const s = typeof v === "string" ? v : String(v);
-  return /[\\\n\r\t]/.test(s) ? s.replace(/[\\\n\r\t]/g, (ch) => (ch === "\\" ? "\\\\" : ch === "\n" ? "\\n" : ch === "\r" ? "\\r" : "\\t")) : s;
+  return s.replace(TO_ESCAPE, (ch) => ESCAPED[ch]!);
 }
 
 async function copyTable(tx: SQL, source: Database, shape: TableShape): Promise<number> {
