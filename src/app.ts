@@ -6,7 +6,7 @@ import { RunningJobs } from "./running-jobs.ts";
 import { ALL_JOBS } from "./jobs/index.ts";
 import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";
-import { HttpError, json, unavailableCode, validationMessage } from "./http/errors.ts";
+import { HttpError, json, nothingStoredHeaders, unavailableCode, validationMessage } from "./http/errors.ts";
 import { errorText, mountJob } from "./http/job-route.ts";
 import { docs } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
@@ -44,7 +44,7 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       }),
     )
     .onError(({ code, error }) => {
-      if (error instanceof HttpError) return json(error.status, { error: error.message }, error.headers);
+      if (error instanceof HttpError) return json(error.status, { error: error.message }, { ...error.headers, ...nothingStoredHeaders(error) });
       if (error instanceof Refusal) return json(error.status, { error: error.message });
       if (code === "NOT_FOUND") return json(404, { error: "Onbekend pad." });
       if (code === "PARSE") return json(400, { error: "Ongeldige body: geen geldige JSON." });
@@ -64,7 +64,7 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       // Not the 503 of "nothing stored": a client would repeat a batch that may be stored.
       if (unknownOutcome) return json(500, { error: error.message });
       if (unavailable) {
-        return json(503, { error: `De database is tijdelijk niet beschikbaar (${reason}); probeer het later opnieuw.` }, { "retry-after": "60" });
+        return json(503, { error: `De database is tijdelijk niet beschikbaar (${reason}); probeer het later opnieuw.` }, { "retry-after": "60", ...nothingStoredHeaders(error) });
       }
       return json(500, { error: "Interne fout; de fout is gemeld." });
     })

@@ -13,10 +13,12 @@
 // connection error. A Retry-After of the server is honoured: never tried earlier; when
 // it asks for longer than `maxDelayMs`, the client stops and throws (the error carries
 // retryAfterMs, so the caller can queue the batch). After a timeout, a dropped
-// connection or another 5xx the request may have been stored; such calls are retried
-// only when they are idempotent: PUTs, and audit batches in which every entry has a
-// `sleutel` (the service then answers a repeat with the same receipts). Login attempts
-// have no keys: they are retried only when the service certainly stored nothing.
+// connection, a 429 or another 5xx the request may have been stored; such calls are
+// retried only when they are idempotent: PUTs, and audit batches in which every entry has
+// a `sleutel` (the service then answers a repeat with the same receipts). Login attempts
+// have no keys: they are retried only when the service certainly stored nothing — a
+// refused connection, or a 503 carrying the service's own NOTHING_STORED_HEADER (a
+// proxy's 503 may come after it passed the request on).
 // Every other answer (4xx) is final: NachtwachtError with the status and the server's
 // `error` message.
 import type { Static } from "@sinclair/typebox";
@@ -77,6 +79,14 @@ export interface ClientOptions {
 }
 
 /**
+ * The header with which the service says that it stored nothing of a call it answered
+ * 503 (a busy or unavailable database): only then is a call without keys repeated. A
+ * proxy in front may answer 503 after it passed the request on, without this header.
+ */
+export const NOTHING_STORED_HEADER = "nachtwacht-opgeslagen";
+export const NOTHING_STORED_VALUE = "nee";
+
+/**
  * A call that did not succeed. `status` is the HTTP status, or null when no answer came
  * (connection error, timeout); `error` is the server's message (`{ error }`), or the
  * connection error's. Never carries the secret.
@@ -92,12 +102,20 @@ export class NachtwachtError extends Error {
     readonly attempts: number,
     /** The server's Retry-After, in milliseconds, when it sent one. */
     readonly retryAfterMs: number | null = null,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; nothingStored?: boolean },
   ) {
     super(`nachtwacht ${method} ${path}: ${status === null ? "geen antwoord" : `HTTP ${status}`}: ${error}`, options);
+    this.nothingStored = options?.nothingStored ?? (status !== null && status >= 400 && status < 500 && status !== 408);
   }
 
-  /** True when the same call may succeed later (no answer, 408, 429, 5xx); 4xx otherwise are final. */
+  /**
+   * True when the service certainly stored nothing of this call: a 4xx refusal, its own
+   * 503 (NOTHING_STORED_HEADER), a refused connection. Only then may a call without keys
+   * (login attempts, audit entries without `sleutel`) be sent again.
+   */
+  readonly nothingStored: boolean;
+
+  /** True when the same call may succeed later (no answer, 408, 429, 5xx); 4xx otherwise are final. Without keys, repeat it only when `nothingStored`. */
   get retryable(): boolean {
     return this.status === null || this.status === 408 || this.status === 429 || this.status >= 500;
   }
@@ -188,7 +206,8 @@ export class NachtwachtClient {
         if (status >= 200 && status < 300) return JSON.parse(text) as T;
         reason = errorMessage(text, status);
         retryAfterMs = parseRetryAfter(res.headers.get("retry-after"));
-        nothingStored = status === 503 || status === 429;
+        // Only the service's own word counts: a proxy's 503 or 429 may come after it passed the request on.
+        nothingStored = status === 503 && res.headers.get(NOTHING_STORED_HEADER) === NOTHING_STORED_VALUE;
         const retryable = status === 408 || status === 429 || status >= 500;
         if (!retryable) throw new NachtwachtError(method, path, status, reason, attempt, retryAfterMs);
       } catch (e) {
@@ -204,7 +223,7 @@ export class NachtwachtClient {
           nothingStored = false;
         }
       }
-      const giveUp = (why?: string) => new NachtwachtError(method, path, status, why ? `${reason} (${why})` : reason, attempt, retryAfterMs, { cause });
+      const giveUp = (why?: string) => new NachtwachtError(method, path, status, why ? `${reason} (${why})` : reason, attempt, retryAfterMs, { cause, nothingStored });
       if (!idempotent && !nothingStored) throw giveUp("niet herhaald: misschien al opgeslagen en zonder sleutel niet veilig te herhalen");
       if (attempt >= this.#o.maxAttempts) throw giveUp(`opgegeven na ${attempt} pogingen`);
       if (retryAfterMs !== null && retryAfterMs > this.#o.maxDelayMs) throw giveUp(`Retry-After ${retryAfterMs / 1000} s is langer dan maxDelayMs`);

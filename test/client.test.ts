@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { NachtwachtClient, NachtwachtError, parseRetryAfter, type AuditEntry, type ClientOptions, type RetryInfo } from "../src/client.ts";
+import { NachtwachtClient, NachtwachtError, NOTHING_STORED_HEADER, NOTHING_STORED_VALUE, parseRetryAfter, type AuditEntry, type ClientOptions, type RetryInfo } from "../src/client.ts";
 import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { holdWriteLock } from "./ingest-fixtures.ts";
@@ -85,12 +85,14 @@ async function failure(p: Promise<unknown>): Promise<NachtwachtError> {
   return e as NachtwachtError;
 }
 
-type Step = { status: number; retryAfter?: string } | "lose" | "pass";
+type Step = { status: number; retryAfter?: string; nothingStored?: true } | "lose" | "pass" | "pass-then-503";
 
 /**
  * A real HTTP server in front of the service. Per request, in order: `{status}` answers
- * that status (with Retry-After when given) without passing the request on; `lose`
- * passes it on and answers 502 (the service stored it, the answer was lost); `pass`, and
+ * that status (with Retry-After when given, and the service's nothing-stored header with
+ * `nothingStored`) without passing the request on; `lose` passes it on and answers 502
+ * (the service stored it, the answer was lost); `pass-then-503` passes it on and answers
+ * 503 without that header, as a proxy whose upstream connection reset does; `pass`, and
  * every request after the list, passes it on.
  */
 function flakyProxy(steps: Step[]) {
@@ -102,10 +104,16 @@ function flakyProxy(steps: Step[]) {
       const body = await req.text();
       seen.push({ at: performance.now(), authorization: req.headers.get("authorization"), body });
       const step = steps[seen.length - 1] ?? "pass";
-      if (typeof step === "object") return Response.json({ error: `proxy ${step.status}` }, { status: step.status, headers: step.retryAfter === undefined ? {} : { "retry-after": step.retryAfter } });
+      if (typeof step === "object") {
+        const headers: Record<string, string> = step.retryAfter === undefined ? {} : { "retry-after": step.retryAfter };
+        if (step.nothingStored) headers[NOTHING_STORED_HEADER] = NOTHING_STORED_VALUE;
+        return Response.json({ error: `proxy ${step.status}` }, { status: step.status, headers });
+      }
       const res = await fetch(svc.url + new URL(req.url).pathname, { method: req.method, headers: { authorization: req.headers.get("authorization") ?? "", "content-type": "application/json" }, body });
       const text = await res.text();
       if (step === "lose") return new Response("Bad Gateway", { status: 502 });
+      // As Envoy does when the upstream connection resets before the headers: a 503 after the request went on.
+      if (step === "pass-then-503") return new Response("upstream connect error or disconnect/reset before headers", { status: 503, headers: { "retry-after": "0" } });
       return new Response(text, { status: res.status, headers: { "content-type": "application/json" } });
     },
   });
@@ -281,16 +289,18 @@ describe("retries", () => {
     }
   });
 
-  test("login attempts (no keys): retried after 503, where nothing was stored; not after a lost answer", async () => {
-    const proxy = flakyProxy([{ status: 503, retryAfter: "0" }, "pass", "lose"]);
+  test("login attempts (no keys): retried after a 503 that says nothing was stored; not after a lost answer, nor after a proxy's 503 without that word", async () => {
+    const proxy = flakyProxy([{ status: 503, retryAfter: "0", nothingStored: true }, "pass", "lose", "pass-then-503"]);
     try {
       const before = await count("SELECT count(*) AS n FROM login_attempts");
       const c = client({ baseUrl: proxy.url });
       expect((await c.recordLoginAttempts([{ account: "x", ip: "192.0.2.9", gelukt: false }])).opgeslagen).toBe(1);
       const e = await failure(c.recordLoginAttempts([{ account: "y", ip: "192.0.2.9", gelukt: false }]));
-      expect(e).toMatchObject({ status: 502, attempts: 1 });
-      expect(proxy.seen).toHaveLength(3);
-      expect(await count("SELECT count(*) AS n FROM login_attempts")).toBe(before + 2);
+      expect(e).toMatchObject({ status: 502, attempts: 1, nothingStored: false });
+      const proxied503 = await failure(c.recordLoginAttempts([{ account: "z", ip: "192.0.2.9", gelukt: false }]));
+      expect(proxied503).toMatchObject({ status: 503, attempts: 1, nothingStored: false, retryable: true });
+      expect(proxy.seen).toHaveLength(4);
+      expect(await count("SELECT count(*) AS n FROM login_attempts")).toBe(before + 3);
     } finally {
       proxy.stop();
     }
@@ -342,7 +352,7 @@ sqliteOnly("a real 503: the service gives up on a write lock held by another pro
   } finally {
     await lock.release();
   }
-  expect(e).toMatchObject({ status: 503, attempts: 1, retryAfterMs: 5_000, retryable: true });
+  expect(e).toMatchObject({ status: 503, attempts: 1, retryAfterMs: 5_000, retryable: true, nothingStored: true });
   expect(e.error).toContain("SQLITE_BUSY");
   expect(await entriesOf(t)).toBe(0);
   const r = await client().appendAudit(batch);
@@ -372,7 +382,7 @@ pgOnly("a real 503: the database refuses writes (read-only, 25006); its Retry-Af
   } finally {
     await sql.unsafe("DROP TRIGGER alleen_lezen ON audit_entries; DROP FUNCTION alleen_lezen();");
   }
-  expect(e).toMatchObject({ status: 503, attempts: 1, retryAfterMs: 60_000, retryable: true });
+  expect(e).toMatchObject({ status: 503, attempts: 1, retryAfterMs: 60_000, retryable: true, nothingStored: true });
   expect(e.error).toContain("De database is tijdelijk niet beschikbaar (25006)");
   expect(await entriesOf(t)).toBe(0);
   const r = await client().appendAudit(batch);

@@ -7,6 +7,7 @@
 // when nothing was, and 500 with an alarm when it cannot find out.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
+import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../src/client.ts";
 import { call, makePgTestEnv, type PgTestEnv } from "./helpers.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 import { useTestCluster } from "./pg.ts";
@@ -77,6 +78,7 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
     const r = await send("/api/inlogpogingen", attempts(2));
     await cut;
     expect(r.status).toBe(503);
+    expect(r.headers.get(NOTHING_STORED_HEADER)).toBe(NOTHING_STORED_VALUE);
     expect(await rows("login_attempts")).toBe(0);
     expect((await send("/api/inlogpogingen", attempts(2))).status).toBe(200);
     expect(await rows("login_attempts")).toBe(2);
@@ -88,6 +90,7 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
     const r = await send("/api/inlogpogingen", attempts(2));
     await cut;
     expect(r.status).toBe(500);
+    expect(r.headers.get(NOTHING_STORED_HEADER)).toBeNull();
     expect(r.json.error).toStartWith("Onbekend of de schrijfactie is opgeslagen");
     expect(await rows("login_attempts")).toBe(2);
     expect(env!.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);

@@ -3,6 +3,7 @@
 import { ValueErrorType } from "@sinclair/typebox/errors";
 import { t, type ValidationError } from "elysia";
 import { NO_NUL } from "../jobs/schema.ts";
+import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../client.ts";
 
 /** The body of every answer that is not a job's own result. */
 export const ErrorBody = t.Object({ error: t.String({ description: "Wat er mis is." }) });
@@ -90,6 +91,20 @@ export function lockWaitGivenUp(e: unknown): { code: "SQLITE_BUSY" | "55P03"; wh
   if (code === "SQLITE_BUSY") return { code, why: "SQLITE_BUSY: een ander proces houdt de schrijfvergrendeling vast" };
   if (code === "55P03") return { code, why: "55P03: een andere sessie houdt een vergrendeling vast" };
   return undefined;
+}
+
+/** Errors of the write API that stored nothing (its 503s), for onError's NOTHING_STORED_HEADER. */
+const storedNothing = new WeakSet<object>();
+
+/** Marks `e` as an answer of the write API after which nothing is stored; `e` itself is returned. */
+export function markNothingStored<E>(e: E): E {
+  if (typeof e === "object" && e !== null) storedNothing.add(e);
+  return e;
+}
+
+/** The header a marked error's answer carries (src/client.ts: only then is a call without keys repeated). */
+export function nothingStoredHeaders(e: unknown): Record<string, string> {
+  return typeof e === "object" && e !== null && storedNothing.has(e) ? { [NOTHING_STORED_HEADER]: NOTHING_STORED_VALUE } : {};
 }
 
 /** The status onError answers an unexpected error with: 503 for an unavailable database, else 500. */

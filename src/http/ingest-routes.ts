@@ -20,11 +20,12 @@ import {
   TenantResult,
 } from "../ingest/tenants.ts";
 import { writeTransaction } from "../db.ts";
+import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../client.ts";
 import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttemptsPg } from "../pg/ingest.ts";
 import { Refusal } from "../ingest/refusal.ts";
 import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
-import { ErrorBody, HttpError, json, lockWaitGivenUp, unexpectedStatus } from "./errors.ts";
+import { ErrorBody, HttpError, json, lockWaitGivenUp, markNothingStored, unexpectedStatus } from "./errors.ts";
 
 function kib(bytes: number): string {
   return bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`;
@@ -84,7 +85,13 @@ function detail(e: Endpoint<TSchema>) {
     403: error("Geldig token voor iets anders (CRON_SECRET): de schrijf-API vraagt APP_SECRET."),
     413: error(`Body groter dan ${kib(e.maxBytes)}.`),
     500: error("Onverwachte fout; gemeld als alarm internal-error. Onbekend of de batch is opgeslagen: herhaal hem met dezelfde sleutels."),
-    503: error("De database is bezet of niet beschikbaar; niets is opgeslagen. Probeer het na Retry-After opnieuw (met dezelfde sleutels)."),
+    503: {
+      ...error("De database is bezet of niet beschikbaar; niets is opgeslagen. Probeer het na Retry-After opnieuw (met dezelfde sleutels)."),
+      headers: {
+        [NOTHING_STORED_HEADER]: { description: "Dat niets is opgeslagen, van de service zelf (de 503 van een proxy ervoor heeft hem niet).", schema: { type: "string", enum: [NOTHING_STORED_VALUE] } },
+        "retry-after": { description: "Seconden tot een nieuwe poging.", schema: { type: "string" } },
+      },
+    },
   };
   for (const [status, description] of Object.entries(e.refusals)) responses[status] = error(description);
   return {
@@ -108,8 +115,11 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
         return response;
       } catch (caught) {
         const err = busyAnswer(caught);
-        countRejected(counters, statusOf(err));
-        throw err;
+        const status = statusOf(err);
+        countRejected(counters, status);
+        // Every 503 here comes before a COMMIT, or after one the server says it rolled back
+        // (src/pg/commit.ts): nothing is stored, which the answer says in a header.
+        throw status === 503 ? markNothingStored(err) : err;
       }
     };
     // Elysia never reads the body (parse: "none"): only the capped reader does, after the gate.

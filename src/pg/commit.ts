@@ -17,7 +17,7 @@ const COMMIT_STATUS_STEP_MS = 50;
 export class CommitOutcomeUnknown extends Error {
   constructor(readonly commitError: unknown) {
     super(
-      "Onbekend of de schrijfactie is opgeslagen: de verbinding met de database viel weg tijdens COMMIT en de database was daarna niet te bereiken. Herhaal een batch met sleutels gerust; controleer bij inlogpogingen eerst of ze er al zijn.",
+      "Onbekend of de schrijfactie is opgeslagen: de verbinding met de database viel weg tijdens COMMIT en de database was daarna niet te bereiken. Herhaal een batch waarin elke entry een sleutel heeft gerust; een batch zonder sleutels (inlogpogingen) kan bij herhalen dubbel worden opgeslagen.",
     );
     this.name = "CommitOutcomeUnknown";
   }
