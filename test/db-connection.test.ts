@@ -35,6 +35,18 @@ describe("store.db and store.sqlite are one connection", () => {
   });
 });
 
+test("the service's connection commits durably: WAL, synchronous FULL (an fsync per COMMIT, so a write answered 200 survives a power loss)", () => {
+  const { dir, cleanup } = tempDir();
+  const store = openStore(join(dir, "durable.db"));
+  try {
+    expect(store.sqlite.query("PRAGMA journal_mode").get()).toEqual({ journal_mode: "wal" });
+    expect(store.sqlite.query("PRAGMA synchronous").get()).toEqual({ synchronous: 2 });
+  } finally {
+    store.close();
+    cleanup();
+  }
+});
+
 describe("opening the store while another process holds the database for a moment", () => {
   test("openStore waits for the lock (busy_timeout is set before its first read) instead of failing with SQLITE_BUSY", async () => {
     const { dir, cleanup } = tempDir();
