@@ -16,6 +16,7 @@ import { RunningJobs } from "../src/running-jobs.ts";
 import { LOCK_TIMEOUT_MS, openPgStore, type PgStore } from "../src/pg/store.ts";
 import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
+import { startPgProxy } from "./pg-proxy.ts";
 import { until } from "./helpers.ts";
 import { driverError } from "../src/http/errors.ts";
 
@@ -43,6 +44,29 @@ const runsOf = async (store: PgStore, job: string) =>
 const leaseRows = async (store: PgStore) => (await store.sql`SELECT job, pid, instantie, run_id, verloopt FROM job_leases ORDER BY job`) as Record<string, unknown>[];
 
 describe("the lease functions on PostgreSQL", () => {
+  test("a take whose COMMIT's answer is lost (the connection cut after the server committed): the take is found committed and runs here; the other instance, told it runs here, is right", async () => {
+    const url = await cluster.createDatabase();
+    const direct = await openPgStore(url);
+    stores.push(direct);
+    const proxy = await startPgProxy(url);
+    try {
+      const viaProxy = await openPgStore(proxy.url);
+      stores.push(viaProxy);
+      const firedAt = at(-1000);
+      const a = elsewhere();
+      const cut = proxy.cutNextCommit("after");
+      const take = await startLeasedRunPg(viaProxy, "dagrapport", a, NOW, 90_000, firedAt);
+      await cut;
+      expect(take).toMatchObject({ ok: true });
+      if (!take.ok) return;
+      expect(await runsOf(direct, "dagrapport")).toEqual([{ id: take.runId, uitkomst: "bezig", beeindigd: null }]);
+      const b = await startLeasedRunPg(direct, "dagrapport", elsewhere(), at(500), 90_000, firedAt);
+      expect(b).toMatchObject({ ok: false });
+    } finally {
+      await proxy.close();
+    }
+  });
+
   test("the renewer on PostgreSQL: a renewal that fails past the expiry is logged as the lapse it is (state.lapsed), and renewal goes on until one gets through", async () => {
     const store = await freshStore();
     const lines: string[] = [];

@@ -7,7 +7,10 @@
 // committed → the body's result, as if the answer had come; aborted → the error as it
 // was (nothing stored); no answer within COMMIT_STATUS_WAIT_MS → CommitOutcomeUnknown.
 import type { SQL } from "bun";
+import { drizzle } from "drizzle-orm/bun-sql";
+import * as schema from "../../db/schema-pg.ts";
 import { log } from "../logger.ts";
+import type { PgDb } from "./store.ts";
 
 /** How long the server is asked what became of a transaction whose COMMIT failed. */
 const COMMIT_STATUS_WAIT_MS = 5_000;
@@ -61,4 +64,9 @@ async function commitStatus(sql: SQL, xid: string): Promise<"committed" | "abort
     if (performance.now() + COMMIT_STATUS_STEP_MS > deadline) return null;
     await Bun.sleep(COMMIT_STATUS_STEP_MS);
   }
+}
+
+/** certainTransaction with Drizzle over the transaction, for work written with its builder. */
+export function certainDbTransaction<T>(sql: SQL, options: string, body: (tx: PgDb) => Promise<T>): Promise<T> {
+  return certainTransaction(sql, options, (tx) => body(drizzle({ client: tx, schema })));
 }

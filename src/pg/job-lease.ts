@@ -20,6 +20,7 @@ import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
 import { doneSince, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import { runStartValues } from "../job-runs.ts";
 import type { JobName } from "../schedule.ts";
+import { certainDbTransaction } from "./commit.ts";
 import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
 
 /**
@@ -29,7 +30,13 @@ import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgD
  * itself is taken over, as on SQLite (startLeasedRun).
  */
 export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, firedAt: Date | null = null): Promise<LeasedStart> {
-  return store.db.transaction(
+  // The reasoning below needs a fresh snapshot per statement, whatever the server's
+  // default. A take whose COMMIT's answer is lost is looked up (certainTransaction): a
+  // committed take not known as such would leave the scheduled run to nobody, the other
+  // instance having been told it runs here.
+  return certainDbTransaction(
+    store.sql,
+    "ISOLATION LEVEL READ COMMITTED",
     async (tx): Promise<LeasedStart> => {
       // Drizzle has no builder for advisory locks; transaction-scoped, so COMMIT or ROLLBACK frees it.
       await tx.execute(sql`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_JOB_LEASE})`);
@@ -55,8 +62,6 @@ export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHold
         .onConflictDoUpdate({ target: jobLeases.job, set: values });
       return { ok: true, runId: run!.id, verloopt: new Date(values.verloopt), overgenomen: take.overgenomen };
     },
-    // The reasoning above needs a fresh snapshot per statement, whatever the server's default.
-    { isolationLevel: "read committed" },
   );
 }
 
