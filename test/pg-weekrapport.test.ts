@@ -14,6 +14,7 @@ import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/
 import { WEEK_MS, weeklyQueries, type WeeklyQueries } from "../src/reports/weekly.ts";
 import { addAdmin, addTenant, call, makePgTestEnv, makeTestEnv, NOW, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
+import { startPgProxy, type PgProxy } from "./pg-proxy.ts";
 
 setDefaultTimeout(120_000);
 
@@ -355,6 +356,29 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
     expect(released!.result).toEqual({ status: 200, body: { verstuurd: 1, fouten: 0, overgeslagen: 1, bezorging: "smtp", week: "2026-W30" } });
     expect(released!.mails.map((m) => m.to)).toEqual(["anna@alfa.test"]);
     expect(released!.deliveries.map((d) => d.verstuurd)).toEqual(["2026-07-23T12:00:00.000Z", "2026-07-23T12:00:00.000Z"]);
+  });
+
+  test("a reservation whose COMMIT's answer is lost (the connection cut after the server committed) is found stored: the message is sent, not left as uncertain for ever", async () => {
+    let proxy: PgProxy | undefined;
+    const pg = await makePgTestEnv({
+      createDatabase: async () => {
+        proxy = await startPgProxy(await cluster.createDatabase());
+        return proxy.url;
+      },
+    });
+    toClean.push(async () => {
+      await pg.cleanup();
+      await proxy!.close();
+    });
+    const seed = pgSeed(pg);
+    const t = await seed.tenant("Alfa BV");
+    const a = { administratorId: await seed.admin(t, "anna@alfa.test"), tenantId: t };
+    const q = weeklyQueriesPg(pg.store);
+    let cut = false;
+    void proxy!.cutNextCommit("after").then(() => (cut = true));
+    expect(await q.reserveDelivery(a, "2026-W30")).toBe(true);
+    expect(cut).toBe(true);
+    expect(await seed.deliveries()).toEqual([{ administratorId: a.administratorId, tenantId: t, isoWeek: "2026-W30", verstuurd: "verzenden" }]);
   });
 
   test("the bookkeeping's rules on both stores: a reservation never replaces a record, a release removes only a reservation, a record replaces only a reservation", async () => {

@@ -30,6 +30,7 @@ import {
   type WeekRecipient,
 } from "../reports/weekly.ts";
 import type { PgDb, PgStore } from "./store.ts";
+import { certainDbTransaction } from "./commit.ts";
 
 type DeliveryKey = { administratorId: number; tenantId: number };
 
@@ -160,7 +161,9 @@ export function weeklyQueriesPg(store: PgStore): WeeklyQueries {
   return {
     pruneDeliveries: (oldestKept) => pruneDeliveriesPg(db, oldestKept),
     weekRecipients: (isoWeek) => weekRecipientsPg(db, isoWeek),
-    reserveDelivery: (r, isoWeek) => reserveDeliveryPg(db, r, isoWeek),
+    // Looked up when its COMMIT's answer is lost: a reservation stored but not known as such
+    // would keep the message from ever being sent (every rerun calls it uncertain).
+    reserveDelivery: (r, isoWeek) => certainDbTransaction(store.sql, "ISOLATION LEVEL READ COMMITTED", (tx) => reserveDeliveryPg(tx, r, isoWeek)),
     releaseDelivery: (r, isoWeek) => releaseDeliveryPg(db, r, isoWeek),
     recordDelivery: (r, isoWeek, now) => recordDeliveryPg(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLoginsPg(db, van, tot),
