@@ -7,11 +7,14 @@ import { readFileSync } from "node:fs";
 /** Clock ticks per second of /proc's figures (USER_HZ; 100 on Linux). */
 const HZ = 100;
 
-/** Core-seconds the machine's CPUs spent busy since boot: all but idle and iowait. */
+/**
+ * Core-seconds the machine's CPUs spent busy since boot: user, nice, system, irq and
+ * softirq (not idle, iowait, steal — time the hypervisor gave to others — nor guest,
+ * which user already counts).
+ */
 export function machineBusy(): number {
   const f = readFileSync("/proc/stat", "utf8").split("\n", 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
-  const total = f.reduce((a, b) => a + b, 0);
-  return (total - f[3]! - f[4]!) / HZ;
+  return (f[0]! + f[1]! + f[2]! + f[5]! + f[6]!) / HZ;
 }
 
 /** Core-seconds process `pid` (all its threads) has run, user and system. */

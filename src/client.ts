@@ -105,7 +105,8 @@ export class NachtwachtError extends Error {
     options?: { cause?: unknown; nothingStored?: boolean },
   ) {
     super(`nachtwacht ${method} ${path}: ${status === null ? "geen antwoord" : `HTTP ${status}`}: ${error}`, options);
-    this.nothingStored = options?.nothingStored ?? (status !== null && status >= 400 && status < 500 && status !== 408);
+    // A final refusal (4xx but 408 and 429, which may come from a proxy after it passed the call on) stored nothing.
+    this.nothingStored = options?.nothingStored ?? (status !== null && status >= 400 && status < 500 && status !== 408 && status !== 429);
   }
 
   /**

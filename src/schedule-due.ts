@@ -174,12 +174,19 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
   });
 }
 
-/** statusesOf on SQLite: the install time, the live leases and each job's newest run. */
+/**
+ * statusesOf on SQLite: the install time, the live leases and each job's newest run, in
+ * one read transaction: a lease another process takes between the reads would otherwise
+ * leave its 'bezig' run without it, which reads as interrupted (as on PostgreSQL).
+ */
 export function jobStatuses(db: Db, now: Date, graceMs: number, context: JobContext): JobStatus[] {
-  const reads: StatusReads = {
-    installed: installedAt(db),
-    leases: liveLeases(db, now),
-    newestRuns: new Map(SCHEDULE.map(({ job }) => [job, lastRun(db, job)])),
-  };
+  const reads: StatusReads = db.transaction(
+    (tx) => ({
+      installed: installedAt(tx),
+      leases: liveLeases(tx, now),
+      newestRuns: new Map(SCHEDULE.map(({ job }) => [job, lastRun(tx, job)])),
+    }),
+    { behavior: "deferred" },
+  );
   return statusesOf(reads, now, graceMs, context);
 }

@@ -329,6 +329,12 @@ describe("retries", () => {
     }
   });
 
+  test("nothingStored of an error built without it: a final refusal (4xx) stored nothing; 408, 429, 5xx and no answer may have", () => {
+    const of = (status: number | null) => new NachtwachtError("POST", "/api/inlogpogingen", status, "x", 1).nothingStored;
+    expect([400, 401, 403, 409, 413, 422].map(of)).toEqual([true, true, true, true, true, true]);
+    expect([408, 429, 500, 502, 503, 504, null].map(of)).toEqual([false, false, false, false, false, false, false]);
+  });
+
   test("parseRetryAfter: seconds, an HTTP date, nonsense", () => {
     const now = Date.parse("2026-07-23T12:00:00Z");
     expect(parseRetryAfter("60", now)).toBe(60_000);

@@ -479,6 +479,7 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     expect(libpqEnv("postgres://nw:pw@h/x?sslmode=verify-full&sslrootcert=/etc/ca.pem")).toMatchObject({ PGPASSWORD: "pw", PGSSLMODE: "verify-full", PGSSLROOTCERT: "/etc/ca.pem" });
     expect(() => libpqEnv("postgres://nw:pw@h/x?sslpassword=keypass")).toThrow(/de parameter "sslpassword" kan niet/);
     expect(() => libpqEnv("postgres://nw:pw@h/x?sslpassword=keypass")).not.toThrow(/keypass/);
+    expect(libpqEnv("postgres://h/x?service=nachtwacht&require_auth=scram-sha-256&sslnegotiation=direct")).toMatchObject({ PGSERVICE: "nachtwacht", PGREQUIREAUTH: "scram-sha-256", PGSSLNEGOTIATION: "direct" });
   });
 
   test("nachtwacht export --database-url writes the same bundle, byte for byte, as export from the SQLite original; verify --bundel accepts it", async () => {

@@ -25,7 +25,7 @@ import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttempts
 import { Refusal } from "../ingest/refusal.ts";
 import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
-import { ErrorBody, HttpError, json, lockWaitGivenUp, markNothingStored, unexpectedStatus } from "./errors.ts";
+import { ErrorBody, HttpError, json, lockWaitGivenUp, markNothingStored, unavailableCode, unexpectedStatus } from "./errors.ts";
 
 function kib(bytes: number): string {
   return bytes >= 1024 * 1024 ? `${bytes / 1024 / 1024} MiB` : `${bytes / 1024} KiB`;
@@ -50,6 +50,18 @@ function busyAnswer(e: unknown): unknown {
   return new HttpError(503, `De database is bezet (${wait.why}); niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.`, {
     "retry-after": "5",
   });
+}
+
+/**
+ * Whether a 503 of the write API certainly stored nothing, which its answer then says in
+ * a header (src/client.ts repeats a call without keys only then). On PostgreSQL every
+ * one: it came before the COMMIT, or after one the server says it rolled back
+ * (src/pg/commit.ts). On SQLite not an I/O error or a full disk: one at COMMIT may come
+ * after the commit frame reached the WAL, which the next open then recovers.
+ */
+function storedNothing(e: unknown): boolean {
+  const code = unavailableCode(e);
+  return code !== "SQLITE_IOERR" && code !== "SQLITE_FULL";
 }
 
 /** A path parameter `{id}`: a tenant id, 1 … 2^31−1, written as digits only. */
@@ -117,9 +129,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
         const err = busyAnswer(caught);
         const status = statusOf(err);
         countRejected(counters, status);
-        // Every 503 here comes before a COMMIT, or after one the server says it rolled back
-        // (src/pg/commit.ts): nothing is stored, which the answer says in a header.
-        throw status === 503 ? markNothingStored(err) : err;
+        throw status === 503 && storedNothing(err) ? markNothingStored(err) : err;
       }
     };
     // Elysia never reads the body (parse: "none"): only the capped reader does, after the gate.

@@ -66,6 +66,13 @@ const LIBPQ_ENV: Record<string, string> = {
   client_encoding: "PGCLIENTENCODING",
   target_session_attrs: "PGTARGETSESSIONATTRS",
   load_balance_hosts: "PGLOADBALANCEHOSTS",
+  service: "PGSERVICE",
+  require_auth: "PGREQUIREAUTH",
+  sslnegotiation: "PGSSLNEGOTIATION",
+  sslcertmode: "PGSSLCERTMODE",
+  sslcompression: "PGSSLCOMPRESSION",
+  requiressl: "PGREQUIRESSL",
+  gssdelegation: "PGGSSDELEGATION",
 };
 
 async function run(cmd: string[], env: Record<string, string>): Promise<{ code: number; out: string; err: string }> {

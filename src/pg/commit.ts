@@ -18,16 +18,22 @@ const COMMIT_STATUS_STEP_MS = 50;
 
 /** The COMMIT failed and the server could not be asked whether it was carried out: the write may or may not be stored. */
 export class CommitOutcomeUnknown extends Error {
-  constructor(readonly commitError: unknown) {
-    super(
-      "Onbekend of de schrijfactie is opgeslagen: de verbinding met de database viel weg tijdens COMMIT en de database was daarna niet te bereiken. Herhaal een batch waarin elke entry een sleutel heeft gerust; een batch zonder sleutels (inlogpogingen) kan bij herhalen dubbel worden opgeslagen.",
-    );
+  constructor(
+    readonly commitError: unknown,
+    /** What the caller can do about it, for whoever reads the message. */
+    advice = "",
+  ) {
+    super(`Onbekend of de schrijfactie is opgeslagen: de verbinding met de database viel weg tijdens COMMIT en de database was daarna niet te bereiken.${advice === "" ? "" : ` ${advice}`}`);
     this.name = "CommitOutcomeUnknown";
   }
 }
 
-/** `body` in a transaction of `sql` with `options` (sql.begin's), its outcome made certain as described above. */
-export async function certainTransaction<T>(sql: SQL, options: string, body: (tx: SQL) => Promise<T>): Promise<T> {
+/** The write API's advice with an unknown outcome (src/pg/ingest.ts). */
+export const WRITE_API_ADVICE =
+  "Herhaal een batch waarin elke entry een sleutel heeft gerust; een batch zonder sleutels (inlogpogingen) kan bij herhalen dubbel worden opgeslagen.";
+
+/** `body` in a transaction of `sql` with `options` (sql.begin's), its outcome made certain as described above; `advice` goes into CommitOutcomeUnknown's message. */
+export async function certainTransaction<T>(sql: SQL, options: string, body: (tx: SQL) => Promise<T>, advice = ""): Promise<T> {
   let xid: string | null = null;
   let done: { result: T } | null = null;
   try {
@@ -45,7 +51,7 @@ export async function certainTransaction<T>(sql: SQL, options: string, body: (tx
       log("warn", "PostgreSQL: the connection failed at COMMIT, but the server had committed; answered with the result", { error: String(e) });
       return (done as { result: T }).result;
     }
-    throw new CommitOutcomeUnknown(e);
+    throw new CommitOutcomeUnknown(e, advice);
   }
 }
 

@@ -33,7 +33,7 @@ import {
   type TenantResult,
 } from "../ingest/tenants.ts";
 import { appendEntriesPg } from "./chain.ts";
-import { certainTransaction } from "./commit.ts";
+import { certainTransaction, WRITE_API_ADVICE } from "./commit.ts";
 import { driverError, HttpError } from "../http/errors.ts";
 import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
 
@@ -42,6 +42,9 @@ import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
  * snapshot, which holds what the lock's previous holder committed.
  */
 const READ_COMMITTED = "ISOLATION LEVEL READ COMMITTED";
+
+/** One write-API call's transaction: READ COMMITTED, its outcome certain (certainTransaction). */
+const writeCall = <T>(store: PgStore, body: (tx: SQL) => Promise<T>) => certainTransaction(store.sql, READ_COMMITTED, body, WRITE_API_ADVICE);
 
 /**
  * Which of these tenants exist, in one query, their rows held FOR KEY SHARE until the
@@ -105,7 +108,7 @@ function isKeyRace(e: unknown): boolean {
 }
 
 function storeAuditBatchOnce(store: PgStore, prepared: readonly Prepared[]): Promise<AuditBatchResult> {
-  return certainTransaction(store.sql, READ_COMMITTED, async (tx) => {
+  return writeCall(store, async (tx) => {
     const tenantIds = batchTenants(prepared);
     const existing = await existingTenants(tx, tenantIds);
     refuseUnknownBatchTenants(prepared, (id) => existing.has(id));
@@ -117,7 +120,7 @@ function storeAuditBatchOnce(store: PgStore, prepared: readonly Prepared[]): Pro
 
 /** POST /api/inlogpogingen (storeLoginAttempts on SQLite), in one transaction: an unknown tenant (422) stores nothing. */
 export function storeLoginAttemptsPg(store: PgStore, attempts: readonly AttemptRow[]): Promise<LoginAttemptResult> {
-  return certainTransaction(store.sql, READ_COMMITTED, async (tx) => {
+  return writeCall(store, async (tx) => {
     const existing = await existingTenants(tx, attemptTenants(attempts));
     refuseUnknownAttemptTenants(attempts, (id) => existing.has(id));
     // Ids increasing in batch order, as SQLite's inserts one by one give them: taken
@@ -138,7 +141,7 @@ export function storeLoginAttemptsPg(store: PgStore, attempts: readonly AttemptR
  * updates the row instead of failing on the primary key.
  */
 export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput, now: Date): Promise<TenantResult> {
-  return certainTransaction(store.sql, READ_COMMITTED, async (tx) => {
+  return writeCall(store, async (tx) => {
     const row = newTenant(tenantId, input, now);
     const [created] = (await tx`INSERT INTO tenants ${tx(row)} ON CONFLICT (id) DO NOTHING RETURNING aangemaakt`) as { aangemaakt: string }[];
     if (created) {
@@ -166,7 +169,7 @@ export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput
  * check that the tenant exists; login attempts, by their foreign key).
  */
 export function putAdministratorsPg(store: PgStore, tenantId: number, input: AdministratorList): Promise<AdministratorsResult> {
-  return certainTransaction(store.sql, READ_COMMITTED, async (tx) => {
+  return writeCall(store, async (tx) => {
     const [tenant] = await tx`SELECT id FROM tenants WHERE id = ${tenantId} FOR NO KEY UPDATE`;
     if (!tenant) throw unknownTenant(tenantId);
     const ofTenant = async () =>

@@ -38,8 +38,8 @@ export async function dueStatePg(db: PgDb, job: JobName, cronExpression: string,
 
 /**
  * jobStatuses on PostgreSQL: the same reads (the install time, the live leases, each
- * job's newest run) and the same rule (statusesOf). The per-job lookups go out together
- * over the pool; each is an index range.
+ * job's newest run) and the same rule (statusesOf), on the transaction's one connection;
+ * each lookup is an index range.
  */
 export async function jobStatusesPg(db: PgDb, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
   // The leases and the runs in one snapshot: a lease taken between two reads (another
