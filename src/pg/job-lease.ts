@@ -31,7 +31,7 @@ import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgD
  */
 export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, firedAt: Date | null = null): Promise<LeasedStart> {
   // The reasoning below needs a fresh snapshot per statement, whatever the server's
-  // default. A take whose COMMIT's answer is lost is looked up (certainTransaction): a
+  // default. A take whose COMMIT's answer is lost is looked up (certainDbTransaction): a
   // committed take not known as such would leave the scheduled run to nobody, the other
   // instance having been told it runs here.
   return certainDbTransaction(
