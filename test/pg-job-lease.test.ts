@@ -44,7 +44,7 @@ const runsOf = async (store: PgStore, job: string) =>
 const leaseRows = async (store: PgStore) => (await store.sql`SELECT job, pid, instantie, run_id, verloopt FROM job_leases ORDER BY job`) as Record<string, unknown>[];
 
 describe("the lease functions on PostgreSQL", () => {
-  test("a take whose COMMIT's answer is lost (the connection cut after the server committed): the take is found committed and runs here; the other instance, told it runs here, is right", async () => {
+  test("a take whose COMMIT's answer is lost (the connection cut after the server committed): the take is found committed and runs here; the other instance, told it runs here, is right; so are the run's end and the release", async () => {
     const url = await cluster.createDatabase();
     const direct = await openPgStore(url);
     stores.push(direct);
@@ -62,6 +62,16 @@ describe("the lease functions on PostgreSQL", () => {
       expect(await runsOf(direct, "dagrapport")).toEqual([{ id: take.runId, uitkomst: "bezig", beeindigd: null }]);
       const b = await startLeasedRunPg(direct, "dagrapport", elsewhere(), at(500), 90_000, firedAt);
       expect(b).toMatchObject({ ok: false });
+
+      // The run's end and the lease's release, their answers lost the same way: found stored, not reported failed.
+      const ended = proxy.cutNextCommit("after");
+      await finishRunPg(viaProxy, take.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
+      await ended;
+      expect(await runsOf(direct, "dagrapport")).toEqual([{ id: take.runId, uitkomst: "ok", beeindigd: at(1000).toISOString() }]);
+      const released = proxy.cutNextCommit("after");
+      expect(await releaseLeasePg(viaProxy, "dagrapport", a, take.runId)).toBe(true);
+      await released;
+      expect(await leaseRows(direct)).toEqual([]);
     } finally {
       await proxy.close();
     }

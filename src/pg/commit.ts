@@ -32,16 +32,21 @@ export class CommitOutcomeUnknown extends Error {
 export const WRITE_API_ADVICE =
   "Herhaal een batch waarin elke entry een sleutel heeft gerust; een batch zonder sleutels (inlogpogingen) kan bij herhalen dubbel worden opgeslagen.";
 
-/** `body` in a transaction of `sql` with `options` (sql.begin's), its outcome made certain as described above; `advice` goes into CommitOutcomeUnknown's message. */
+/**
+ * `body` in a transaction of `sql` with `options` (sql.begin's; "" for the server's
+ * defaults), its outcome made certain as described above; `advice` goes into
+ * CommitOutcomeUnknown's message.
+ */
 export async function certainTransaction<T>(sql: SQL, options: string, body: (tx: SQL) => Promise<T>, advice = ""): Promise<T> {
   let xid: string | null = null;
   let done: { result: T } | null = null;
+  const inTransaction = async (tx: SQL) => {
+    xid = ((await tx`SELECT pg_current_xact_id()::text AS xid`) as { xid: string }[])[0]!.xid;
+    done = { result: await body(tx) };
+    return done.result;
+  };
   try {
-    return await sql.begin(options, async (tx) => {
-      xid = ((await tx`SELECT pg_current_xact_id()::text AS xid`) as { xid: string }[])[0]!.xid;
-      done = { result: await body(tx) };
-      return done.result;
-    });
+    return await (options === "" ? sql.begin(inTransaction) : sql.begin(options, inTransaction));
   } catch (e) {
     // An error from the body rolled back; only one at COMMIT leaves the outcome open.
     if (done === null || xid === null) throw e;

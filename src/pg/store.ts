@@ -11,6 +11,7 @@ import { migrate as drizzleMigrate } from "drizzle-orm/bun-sql/migrator";
 import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
 import * as schema from "../../db/schema-pg.ts";
 import { BUSY_TIMEOUT_MS, migrationsFolder } from "../db.ts";
+import { certainDbTransaction } from "./commit.ts";
 
 export type PgDb = BunSQLDatabase<typeof schema>;
 
@@ -59,10 +60,12 @@ export type PgDbTx = Parameters<Parameters<PgDb["transaction"]>[0]>[0];
  * `work` in a transaction whose statements wait for another session's lock at most
  * `lockWaitMs` instead of the pool's LOCK_TIMEOUT_MS: as long as the caller waits (5 s
  * before an answer, a minute after it), as SQLite's writes wait for the write lock. 0
- * still waits 1 ms, since lock_timeout 0 is no limit.
+ * still waits 1 ms, since lock_timeout 0 is no limit. A COMMIT whose answer is lost is
+ * looked up (certainDbTransaction): a run's end or a lease's release that was stored is
+ * not reported as failed.
  */
-export function withLockWait<T>(store: PgStore, lockWaitMs: number, work: (tx: PgDbTx) => Promise<T>): Promise<T> {
-  return store.db.transaction(async (tx) => {
+export function withLockWait<T>(store: PgStore, lockWaitMs: number, work: (tx: PgDb) => Promise<T>): Promise<T> {
+  return certainDbTransaction(store.sql, "", async (tx) => {
     await tx.execute(sqlText.raw(`SET LOCAL lock_timeout = ${Math.max(1, Math.ceil(lockWaitMs))}`));
     return work(tx);
   });
