@@ -22,8 +22,6 @@ export interface AppOptions {
   running?: RunningJobs;
   /** The write API's counters (read by /metrics); new ones by default. */
   counters?: IngestCounters;
-  /** How long write-API calls on SQLite wait at most for calls still being read, to share a transaction (src/ingest/group-commit.ts); GROUP_WAIT_MS by default. */
-  groupWaitMs?: number;
 }
 
 const HealthOk = t.Object({
@@ -95,6 +93,6 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
     .use(docs())
     .use(metricsRoute({ deps, running, counters }));
   for (const job of options.jobs ?? ALL_JOBS) mountJob(app, deps, running, job);
-  mountIngest(app, deps, counters, options.groupWaitMs);
+  mountIngest(app, deps, counters);
   return app;
 }

@@ -1,10 +1,8 @@
 // The write API's routes: POST /api/audit, POST /api/inlogpogingen, PUT /api/tenants/{id}
 // and PUT /api/tenants/{id}/beheerders. The gate (src/http/auth.ts) lets only APP_SECRET
 // through, before any of the body is read; here the body is read with its cap and
-// schema, checked, and written in one transaction: on SQLite in a transaction it may share
-// with calls that arrive together, each in a savepoint of its own
-// (src/ingest/group-commit.ts, through writeTransaction, which never blocks the event
-// loop waiting for the lock), on PostgreSQL through src/pg/ingest.ts.
+// schema, checked, and written in one transaction: on SQLite through writeTransaction
+// (src/db.ts), which never blocks the event loop, on PostgreSQL through src/pg/ingest.ts.
 // The work itself, and every rule of it, is in src/ingest/.
 import { ValidationError, type Elysia, type TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
@@ -21,7 +19,7 @@ import {
   TenantInput,
   TenantResult,
 } from "../ingest/tenants.ts";
-import { GROUP_WAIT_MS, groupWriter } from "../ingest/group-commit.ts";
+import { writeTransaction } from "../db.ts";
 import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../client.ts";
 import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttemptsPg } from "../pg/ingest.ts";
 import { Refusal } from "../ingest/refusal.ts";
@@ -118,21 +116,13 @@ function detail(e: Endpoint<TSchema>) {
   } as any;
 }
 
-/** Writes a call's work on SQLite, in a transaction it may share with others (src/ingest/group-commit.ts); `weight`: its entries. */
-type Write = <T>(work: () => T, weight?: number) => Promise<T>;
-
-export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, counters: IngestCounters, groupWaitMs = GROUP_WAIT_MS): void {
-  // On SQLite, calls that arrive together share a transaction; announced before the body
-  // is read, so a transaction about to begin waits a moment for a body on its way.
-  const group = deps.store.kind === "sqlite" ? groupWriter(deps.store.sqlite, counters, groupWaitMs) : null;
-  const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>, write: Write) => Promise<Response>) => {
+export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, counters: IngestCounters): void {
+  const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>) => Promise<Response>) => {
     const shown = e.path.replace(":id", "{id}");
     const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`);
     const handler = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
-      const ticket = group?.announce();
-      const write: Write = (work, weight) => (ticket ? ticket.write(work, weight) : Promise.reject(new Error("no SQLite store to write to")));
       try {
-        const response = await handle(await read(request), params, write);
+        const response = await handle(await read(request), params);
         counters.accepted[e.kind]++;
         return response;
       } catch (caught) {
@@ -140,8 +130,6 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
         const status = statusOf(err);
         countRejected(counters, status);
         throw status === 503 && storedNothing(err) ? markNothingStored(err) : err;
-      } finally {
-        ticket?.close();
       }
     };
     // Elysia never reads the body (parse: "none"): only the capped reader does, after the gate.
@@ -164,10 +152,10 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
         422: "Een onbekende tenant; de melding noemt het veld en het id. Niets is opgeslagen.",
       },
     },
-    async (body, _params, write) => {
+    async (body) => {
       const prepared = prepareAuditBatch(body, deps.clock());
       const { store } = deps;
-      const result = store.kind === "pg" ? await storeAuditBatchPg(store, prepared) : await write(() => storeAuditBatch(store.sqlite, prepared), prepared.length);
+      const result = store.kind === "pg" ? await storeAuditBatchPg(store, prepared) : await writeTransaction(store.sqlite, () => storeAuditBatch(store.sqlite, prepared));
       counters.stored.audit += result.opgeslagen;
       counters.replayed += result.alBekend;
       return json(200, result);
@@ -186,10 +174,10 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       result: LoginAttemptResult,
       refusals: { 422: "Een onbekende tenant; de melding noemt het veld en het id. Niets is opgeslagen." },
     },
-    async (body, _params, write) => {
+    async (body) => {
       const rows = prepareLoginAttempts(body, deps.clock());
       const { store } = deps;
-      const result = store.kind === "pg" ? await storeLoginAttemptsPg(store, rows) : await write(() => storeLoginAttempts(store.sqlite, rows), rows.length);
+      const result = store.kind === "pg" ? await storeLoginAttemptsPg(store, rows) : await writeTransaction(store.sqlite, () => storeLoginAttempts(store.sqlite, rows));
       counters.stored.inlogpogingen += result.opgeslagen;
       return json(200, result);
     },
@@ -208,11 +196,11 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       created: "Aangemaakt.",
       refusals: {},
     },
-    async (body, params, write) => {
+    async (body, params) => {
       const id = tenantIdOf(params.id!);
       const now = deps.clock();
       const { store } = deps;
-      const result = store.kind === "pg" ? await putTenantPg(store, id, body, now) : await write(() => putTenant(store.db, id, body, now));
+      const result = store.kind === "pg" ? await putTenantPg(store, id, body, now) : await writeTransaction(store.sqlite, () => putTenant(store.db, id, body, now));
       return json(result.nieuw ? 201 : 200, result);
     },
   );
@@ -230,10 +218,10 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       result: AdministratorsResult,
       refusals: { 404: "Onbekende tenant; maak hem eerst aan met PUT /api/tenants/{id}." },
     },
-    async (body, params, write) => {
+    async (body, params) => {
       const id = tenantIdOf(params.id!);
       const { store } = deps;
-      return json(200, store.kind === "pg" ? await putAdministratorsPg(store, id, body) : await write(() => putAdministrators(store.db, id, body), body.beheerders.length));
+      return json(200, store.kind === "pg" ? await putAdministratorsPg(store, id, body) : await writeTransaction(store.sqlite, () => putAdministrators(store.db, id, body)));
     },
   );
 }

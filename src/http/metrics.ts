@@ -306,12 +306,6 @@ export function renderMetrics(m: MetricsSnapshot): string {
   out.family(`${N}ingest_audit_entries_replayed_total`, "counter", "Audit entries answered from an earlier batch with the same sleutel (a retry) since the process started.", [
     [{}, c.replayed],
   ]);
-  out.family(
-    `${N}ingest_sqlite_transactions_total`,
-    "counter",
-    "SQLite transactions the write API committed or tried since the process started; calls that arrive together share one. 0 on PostgreSQL, where each call is its own.",
-    [[{}, c.sqliteTransactions]],
-  );
   const statuses = [...new Set([...REJECTED_STATUSES, ...Object.keys(c.rejected)])].sort();
   out.family(
     `${N}ingest_requests_rejected_total`,

@@ -14,8 +14,6 @@ export interface IngestCounters {
   replayed: number;
   /** Requests refused, by HTTP status ("400", "401", "403", "409", "413", "422", "503", …). */
   rejected: Record<string, number>;
-  /** SQLite transactions the write API committed or tried (calls that arrive together share one: src/ingest/group-commit.ts); 0 on PostgreSQL. */
-  sqliteTransactions: number;
 }
 
 export function newIngestCounters(): IngestCounters {
@@ -24,7 +22,6 @@ export function newIngestCounters(): IngestCounters {
     stored: { audit: 0, inlogpogingen: 0 },
     replayed: 0,
     rejected: {},
-    sqliteTransactions: 0,
   };
 }
 
