@@ -8,15 +8,19 @@
 //
 // In your application, require this file and call nachtwacht_send_audit() with your
 // entries; give every entry a `sleutel` (your own event id): a batch sent twice is then
-// stored once, and the second time answered with the same receipts.
+// stored once, and the second time answered with the same receipts. A batch with an entry
+// without one is sent again only when the failed attempt certainly stored nothing (the
+// connection was refused, or nachtwacht's own 503 says so in its `nachtwacht-opgeslagen:
+// nee` header); after any other failure it may have been stored, and is not repeated.
 //
 // Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
 // NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
 // NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
 //
 // Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
-// the server's message is on stderr); 2 usage; 75 gave up for now (no answer, 5xx,
-// 429): send the same batch again later. The secret comes from the environment
+// the server's message is on stderr); 2 usage; 3 perhaps stored (entries without a
+// sleutel, no certain answer): do not send it again as it is; 75 gave up for now (no
+// answer, 5xx, 429): send the same batch again later. The secret comes from the environment
 // (getenv) and only goes into a request header (CURLOPT_HTTPHEADER), never onto a
 // command line.
 
@@ -36,6 +40,11 @@ final class NachtwachtRefused extends RuntimeException
 
 /** No success after the allowed attempts, or the server asks to wait longer than allowed. */
 final class NachtwachtGaveUp extends RuntimeException
+{
+}
+
+/** No certain answer for a batch with entries without a sleutel: it may have been stored, so it is not sent again. */
+final class NachtwachtMaybeStored extends RuntimeException
 {
 }
 
@@ -66,8 +75,10 @@ function nachtwacht_error_of(string $body, int $status): string
  * POSTs the entries as one batch and returns the answer as an array
  * (opgeslagen, alBekend, ontvangstbewijzen). Retries (the same bytes, so the same
  * sleutels) after a connection error, a timeout, 408, 429 and 5xx, waiting
- * 2^(attempt−1) × backoff_ms with jitter, or the server's Retry-After when longer.
- * Throws NachtwachtRefused for a final answer, NachtwachtGaveUp otherwise.
+ * 2^(attempt−1) × backoff_ms with jitter, or the server's Retry-After when longer; a
+ * batch with an entry without a sleutel only when nothing was stored. Throws
+ * NachtwachtRefused for a final answer, NachtwachtMaybeStored when a batch without
+ * sleutels may have been stored, NachtwachtGaveUp otherwise.
  *
  * `details` must encode as a JSON object: an empty PHP array [] encodes as a JSON array
  * (400); leave it out, or pass (object) [] or an associative array.
@@ -77,6 +88,11 @@ function nachtwacht_error_of(string $body, int $status): string
  */
 function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, int $maxAttempts = 5, int $backoffMs = 500, int $maxDelayMs = 60000, ?callable $log = null): array
 {
+    $keyed = true;
+    foreach ($entries as $e) {
+        $sleutel = is_array($e) ? ($e['sleutel'] ?? null) : (is_object($e) ? ($e->sleutel ?? null) : null);
+        $keyed = $keyed && is_string($sleutel);
+    }
     // Encoded once: every attempt sends the same bytes, so the same sleutels.
     $payload = json_encode(['entries' => $entries], JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_THROW_ON_ERROR);
     $url = rtrim($baseUrl, '/') . '/api/audit';
@@ -105,17 +121,26 @@ function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, 
         $body = curl_exec($ch);
         $status = (int) curl_getinfo($ch, CURLINFO_RESPONSE_CODE);
         $curlError = curl_error($ch);
+        $curlErrno = curl_errno($ch);
         unset($ch); // frees the handle (curl_close() is a no-op since PHP 8 and deprecated in 8.5)
 
         if ($body === false || $status === 0) {
             $reason = "no answer: $curlError";
+            // Not resolved or not connected: the request never left this machine.
+            $nothingStored = in_array($curlErrno, [CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT], true);
         } elseif ($status >= 200 && $status < 300) {
             return json_decode((string) $body, true, 512, JSON_THROW_ON_ERROR);
         } elseif (in_array($status, [408, 429, 500, 502, 503, 504], true)) {
             $reason = "HTTP $status: " . nachtwacht_error_of((string) $body, $status);
             $retryAfter = nachtwacht_retry_after_ms($headers['retry-after'] ?? null);
+            // nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
+            $nothingStored = $status === 503 && ($headers['nachtwacht-opgeslagen'] ?? '') === 'nee';
         } else {
             throw new NachtwachtRefused($status, nachtwacht_error_of((string) $body, $status));
+        }
+
+        if (!$keyed && !$nothingStored) {
+            throw new NachtwachtMaybeStored("$reason; perhaps stored, and entries without a sleutel are not sent again (they could be stored twice)");
         }
 
         if ($attempt >= $maxAttempts) {
@@ -173,6 +198,9 @@ function nachtwacht_main(array $argv): int
     } catch (NachtwachtRefused $e) {
         $say('refused, ' . $e->getMessage());
         return 1;
+    } catch (NachtwachtMaybeStored $e) {
+        $say($e->getMessage() . '; check before sending it again, and give every entry a sleutel');
+        return 3;
     } catch (NachtwachtGaveUp $e) {
         $say($e->getMessage() . '; send the same batch again later');
         return 75;

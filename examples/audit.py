@@ -12,15 +12,19 @@ In your application, import send_audit() and call it with your entries:
                                    "subject": f"factuur/{f.nummer}", "sleutel": f"evt-{event.id}"}])
 
 Give every entry a `sleutel` (your own event id): a batch sent twice is then stored
-once, and the second time answered with the same receipts.
+once, and the second time answered with the same receipts. A batch with an entry
+without one is sent again only when the failed attempt certainly stored nothing (the
+connection was refused, or nachtwacht's own 503 says so in its `nachtwacht-opgeslagen:
+nee` header); after any other failure it may have been stored, and is not repeated.
 
 Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
 NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
 NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
 
 Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
-the server's message is on stderr); 2 usage; 75 gave up for now (no answer, 5xx,
-429): send the same batch again later.
+the server's message is on stderr); 2 usage; 3 perhaps stored (entries without a
+sleutel, no certain answer): do not send it again as it is; 75 gave up for now (no
+answer, 5xx, 429): send the same batch again later.
 
 The secret is read from the environment and only ever put in a request header: it is
 never on a command line.
@@ -38,6 +42,8 @@ import urllib.error
 import urllib.request
 
 RETRYABLE = {408, 429, 500, 502, 503, 504}
+# nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
+NOTHING_STORED = ("nachtwacht-opgeslagen", "nee")
 
 
 class Refused(Exception):
@@ -51,6 +57,10 @@ class Refused(Exception):
 
 class GaveUp(Exception):
     """No success after the allowed attempts, or the server asks to wait longer than allowed."""
+
+
+class MaybeStored(Exception):
+    """No certain answer for a batch with entries without a sleutel: it may have been stored, so it is not sent again."""
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -90,13 +100,17 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
 
     Retries (the same bytes, so the same sleutels) after a connection error, a timeout,
     408, 429 and 5xx, waiting 2^(attempt-1) x backoff_ms with jitter, or the server's
-    Retry-After when longer. Raises Refused for a final answer, GaveUp otherwise.
+    Retry-After when longer; a batch with an entry without a sleutel only when nothing
+    was stored. Raises Refused for a final answer, MaybeStored when a batch without
+    sleutels may have been stored, GaveUp otherwise.
     """
+    keyed = all(isinstance(e, dict) and isinstance(e.get("sleutel"), str) for e in entries)
     payload = json.dumps({"entries": entries}).encode("utf-8")
     url = base_url.rstrip("/") + "/api/audit"
     headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json", "Accept": "application/json"}
     for attempt in range(1, max_attempts + 1):
         retry_after = None
+        nothing_stored = False
         request = urllib.request.Request(url, data=payload, headers=headers, method="POST")
         try:
             with _opener.open(request, timeout=timeout_s) as response:
@@ -107,8 +121,13 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
                 raise Refused(e.code, _error_of(body, e.code)) from None
             reason = f"HTTP {e.code}: {_error_of(body, e.code)}"
             retry_after = _retry_after_ms(e.headers.get("Retry-After"))
+            nothing_stored = e.code == 503 and (e.headers.get(NOTHING_STORED[0]) or "").strip() == NOTHING_STORED[1]
         except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout, TimeoutError) as e:
             reason = f"no answer: {getattr(e, 'reason', None) or e}"
+            # Refused: the request never left this machine.
+            nothing_stored = isinstance(e, ConnectionRefusedError) or isinstance(getattr(e, "reason", None), ConnectionRefusedError)
+        if not keyed and not nothing_stored:
+            raise MaybeStored(f"{reason}; perhaps stored, and entries without a sleutel are not sent again (they could be stored twice)")
         if attempt >= max_attempts:
             raise GaveUp(f"gave up after {attempt} attempts: {reason}")
         if retry_after is not None and retry_after > max_delay_ms:
@@ -152,6 +171,9 @@ def main(argv):
     except Refused as e:
         say(f"refused, {e}")
         return 1
+    except MaybeStored as e:
+        say(f"{e}; check before sending it again, and give every entry a sleutel")
+        return 3
     except GaveUp as e:
         say(f"{e}; send the same batch again later")
         return 75

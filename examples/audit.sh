@@ -7,15 +7,21 @@
 #
 # The batch is {"entries":[{tenantId, actor, action, subject, details?, tijdstip?, sleutel?}, …]}
 # (examples/batch.json). Give every entry a `sleutel` (your own event id): a batch sent
-# twice is then stored once, and the second time answered with the same receipts.
+# twice is then stored once, and the second time answered with the same receipts. A
+# batch with an entry without one is sent again only when the failed attempt certainly
+# stored nothing (the connection was refused, or nachtwacht's own 503 says so in its
+# `nachtwacht-opgeslagen: nee` header); after any other failure it may have been stored,
+# and is not repeated. jq checks the sleutels; without jq every batch counts as one with
+# an entry without.
 #
 # Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
 # NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
 # NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
 #
 # Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch,
-# the server's {"error"} is on stderr); 2 usage or curl cannot run; 75 gave up for now
-# (no answer, 5xx, 429): send the same file again later.
+# the server's {"error"} is on stderr); 2 usage or curl cannot run; 3 perhaps stored
+# (entries without a sleutel, no certain answer): do not send it again as it is; 75 gave
+# up for now (no answer, 5xx, 429): send the same file again later.
 #
 # APP_SECRET never appears on a command line (`ps`, /proc/<pid>/cmdline): curl reads the
 # Authorization header from its stdin (`--header @-`), fed by a here-string. Do not
@@ -40,6 +46,9 @@ trap 'rm -rf "$work"' EXIT
 # Read once: every attempt sends the same bytes, so the same sleutels.
 if [[ $# -eq 0 || $1 == - ]]; then cat >"$work/batch.json"; else cp -- "$1" "$work/batch.json" || die "cannot read $1"; fi
 url=${NACHTWACHT_URL%/}/api/audit
+# Every entry with a sleutel: then a repeat is answered from them, and may always be sent.
+keyed=0
+if command -v jq >/dev/null && jq -e 'all(.entries[]; .sleutel | type == "string")' "$work/batch.json" >/dev/null 2>&1; then keyed=1; fi
 
 for ((attempt = 1; ; attempt++)); do
   rc=0
@@ -51,10 +60,13 @@ for ((attempt = 1; ; attempt++)); do
     "$url" <<<"Authorization: Bearer $APP_SECRET") || rc=$?
 
   retry_after=""
+  nothing_stored=0
   if ((rc != 0)); then
     case $rc in
-      # could not resolve, connect, send or receive; timeout; empty reply; TLS handshake
-      5 | 6 | 7 | 16 | 18 | 28 | 35 | 52 | 55 | 56 | 92) reason="no answer (curl exit $rc)" ;;
+      # could not resolve or connect: the request never left this machine
+      5 | 6 | 7) reason="no answer (curl exit $rc)" nothing_stored=1 ;;
+      # could not send or receive; timeout; empty reply; TLS handshake
+      16 | 18 | 28 | 35 | 52 | 55 | 56 | 92) reason="no answer (curl exit $rc)" ;;
       *) die "curl failed (exit $rc); not retried" ;;
     esac
   else
@@ -69,6 +81,8 @@ for ((attempt = 1; ; attempt++)); do
         # The last Retry-After (curl may have dumped a 100 Continue before the answer); seconds only.
         retry_after=$(tr -d '\r' <"$work/headers" | awk -F': *' 'tolower($1) == "retry-after" { v = $2 } END { print v }')
         [[ $retry_after =~ ^[0-9]+$ ]] || retry_after=""
+        # nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
+        if [[ $status == 503 ]] && tr -d '\r' <"$work/headers" | grep -qix 'nachtwacht-opgeslagen: *nee'; then nothing_stored=1; fi
         ;;
       *)
         # Final: the batch itself is wrong (400, 409, 413, 422) or the secret is (401, 403).
@@ -78,6 +92,10 @@ for ((attempt = 1; ; attempt++)); do
     esac
   fi
 
+  if ((!keyed && !nothing_stored)); then
+    echo "$me: $reason; perhaps stored, and a batch with entries without a sleutel is not sent again (it could be stored twice; jq checks the sleutels); check before sending it again, and give every entry a sleutel" >&2
+    exit 3
+  fi
   if ((attempt >= max_attempts)); then
     echo "$me: gave up after $attempt attempts: $reason; send the same batch again later" >&2
     exit 75

@@ -9,16 +9,20 @@
 //   node --experimental-strip-types examples/audit.ts batch.json   (Node ≥ 22.6; Node 20: compile first)
 //
 // Give every entry a `sleutel` (your own event id): a batch sent twice is then stored
-// once, and the second time answered with the same receipts.
+// once, and the second time answered with the same receipts. A batch with an entry
+// without one is sent again only when the failed attempt certainly stored nothing (the
+// connection was refused, or nachtwacht's own 503 says so in its `nachtwacht-opgeslagen:
+// nee` header); after any other failure it may have been stored, and is not repeated.
 //
 // Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
 // NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
 // NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
 //
 // Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
-// the server's message is on stderr); 2 usage; 75 gave up for now (no answer, 5xx,
-// 429): send the same batch again later. The secret comes from the environment and only
-// goes into a request header, never onto a command line.
+// the server's message is on stderr); 2 usage; 3 perhaps stored (entries without a
+// sleutel, no certain answer): do not send it again as it is; 75 gave up for now (no
+// answer, 5xx, 429): send the same batch again later. The secret comes from the
+// environment and only goes into a request header, never onto a command line.
 import { readFileSync } from "node:fs";
 
 export interface AuditEntry {
@@ -58,6 +62,9 @@ export class Refused extends Error {
 /** No success after the allowed attempts, or the server asks to wait longer than allowed. */
 export class GaveUp extends Error {}
 
+/** No certain answer for a batch with entries without a sleutel: it may have been stored, so it is not sent again. */
+export class MaybeStored extends Error {}
+
 export interface SendOptions {
   maxAttempts?: number;
   backoffMs?: number;
@@ -67,6 +74,14 @@ export interface SendOptions {
 }
 
 const RETRYABLE = new Set([408, 429, 500, 502, 503, 504]);
+/** nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not). */
+const NOTHING_STORED = ["nachtwacht-opgeslagen", "nee"] as const;
+
+/** The connection was refused: the request never left this machine (Bun: e.code; Node: e.cause.code). */
+function refused(e: unknown): boolean {
+  const code = (x: unknown) => (x as { code?: unknown } | null)?.code;
+  return code(e) === "ECONNREFUSED" || code((e as { cause?: unknown } | null)?.cause) === "ECONNREFUSED";
+}
 
 function retryAfterMs(value: string | null): number | null {
   if (value === null) return null;
@@ -88,18 +103,22 @@ function errorOf(text: string, status: number): string {
 /**
  * POSTs the entries as one batch and returns the answer. Retries (the same bytes, so
  * the same sleutels) after a connection error, a timeout, 408, 429 and 5xx, waiting
- * 2^(attempt−1) × backoffMs with jitter, or the server's Retry-After when longer.
- * Throws Refused for a final answer, GaveUp otherwise.
+ * 2^(attempt−1) × backoffMs with jitter, or the server's Retry-After when longer; a batch
+ * with an entry without a sleutel only when nothing was stored. Throws Refused for a
+ * final answer, MaybeStored when a batch without sleutels may have been stored, GaveUp
+ * otherwise.
  */
 export async function sendAudit(baseUrl: string, secret: string, entries: AuditEntry[], o: SendOptions = {}): Promise<AuditAnswer> {
   const maxAttempts = o.maxAttempts ?? 5;
   const backoffMs = o.backoffMs ?? 500;
   const maxDelayMs = o.maxDelayMs ?? 60_000;
+  const keyed = entries.every((e) => typeof e?.sleutel === "string");
   const body = JSON.stringify({ entries });
   const url = `${baseUrl.replace(/\/+$/, "")}/api/audit`;
   for (let attempt = 1; ; attempt++) {
     let reason: string;
     let wait: number | null = null;
+    let nothingStored = false;
     try {
       const res = await fetch(url, {
         method: "POST",
@@ -114,10 +133,13 @@ export async function sendAudit(baseUrl: string, secret: string, entries: AuditE
       if (!RETRYABLE.has(res.status)) throw new Refused(res.status, errorOf(text, res.status));
       reason = `HTTP ${res.status}: ${errorOf(text, res.status)}`;
       wait = retryAfterMs(res.headers.get("retry-after"));
+      nothingStored = res.status === 503 && res.headers.get(NOTHING_STORED[0])?.trim() === NOTHING_STORED[1];
     } catch (e) {
       if (e instanceof Refused) throw e;
       reason = `no answer: ${e instanceof Error ? e.message : String(e)}`;
+      nothingStored = refused(e);
     }
+    if (!keyed && !nothingStored) throw new MaybeStored(`${reason}; perhaps stored, and entries without a sleutel are not sent again (they could be stored twice)`);
     if (attempt >= maxAttempts) throw new GaveUp(`gave up after ${attempt} attempts: ${reason}`);
     if (wait !== null && wait > maxDelayMs) throw new GaveUp(`${reason}; the server asks to wait ${wait / 1000} s (Retry-After), more than maxDelayMs`);
     const backoff = Math.min(maxDelayMs, backoffMs * 2 ** (attempt - 1));
@@ -163,6 +185,10 @@ async function main(args: string[]): Promise<number> {
     if (e instanceof Refused) {
       say(`refused, ${e.message}`);
       return 1;
+    }
+    if (e instanceof MaybeStored) {
+      say(`${e.message}; check before sending it again, and give every entry a sleutel`);
+      return 3;
     }
     if (e instanceof GaveUp) {
       say(`${e.message}; send the same batch again later`);

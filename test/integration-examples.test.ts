@@ -10,11 +10,12 @@
 // and the tests (and `nachtwacht export`) read that database instead of the service's file.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { rowHash, type EntryRow } from "../src/audit/chain.ts";
 import type { AuditAnswer } from "../examples/audit.ts";
+import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../src/client.ts";
 import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
@@ -104,6 +105,30 @@ function batchFor(tenantId: number, suffix = ""): { path: string; text: string; 
   return { path, text, sleutels: batch.entries.map((e) => e.sleutel) };
 }
 
+/** The same with no entry carrying a sleutel. */
+function keylessBatchFor(tenantId: number): { path: string; text: string } {
+  const batch = JSON.parse(readFileSync(join(ROOT, "examples/batch.json"), "utf8")) as { entries: { tenantId: number; sleutel?: string }[] };
+  for (const e of batch.entries) {
+    e.tenantId = tenantId;
+    delete e.sleutel;
+  }
+  const text = JSON.stringify(batch);
+  const path = join(dir, `batch-${tenantId}-keyless.json`);
+  writeFileSync(path, text);
+  return { path, text };
+}
+
+/** A PATH with only what examples/audit.sh needs, and no jq. */
+function pathWithoutJq(): string {
+  const bin = join(dir, "bin-without-jq");
+  mkdirSync(bin, { recursive: true });
+  for (const tool of ["bash", "curl", "cat", "cp", "mktemp", "rm", "tr", "awk", "grep", "head", "sleep", "printf"]) {
+    const at = Bun.which(tool);
+    if (at && !existsSync(join(bin, tool))) symlinkSync(at, join(bin, tool));
+  }
+  return bin;
+}
+
 interface Run {
   code: number | null;
   stdout: string;
@@ -150,12 +175,13 @@ function commandLines(): { pid: string; argv: string }[] {
   return out;
 }
 
-type Step = "busy" | "busy-long" | "lose" | "pass";
+type Step = "busy" | "busy-long" | "busy-nothing-stored" | "lose" | "pass";
 
 /**
  * A real HTTP server between an example and the service. Per request, in order: `busy`
- * answers 503 with Retry-After: 0 without passing the request on; `busy-long` 503 with
- * Retry-After: 60; `lose` passes it on (the service stores it) and then answers 502, as a
+ * answers 503 with Retry-After: 0 without passing the request on, as a proxy does;
+ * `busy-long` the same with Retry-After: 60; `busy-nothing-stored` 503 with Retry-After:
+ * 0 and the header the service itself sends when it stored nothing; `lose` passes it on (the service stores it) and then answers 502, as a
  * proxy does that lost the answer; `pass` (and every request after the list) passes it
  * on. While it holds a request, it reads every process's command line.
  */
@@ -174,6 +200,7 @@ function flakyProxy(steps: Step[]) {
       const step = steps[seen.length - 1] ?? "pass";
       if (step === "busy") return Response.json({ error: "bezet (proxy)" }, { status: 503, headers: { "retry-after": "0" } });
       if (step === "busy-long") return Response.json({ error: "bezet (proxy)" }, { status: 503, headers: { "retry-after": "60" } });
+      if (step === "busy-nothing-stored") return Response.json({ error: "De database is bezet" }, { status: 503, headers: { "retry-after": "0", [NOTHING_STORED_HEADER]: NOTHING_STORED_VALUE } });
       const res = await fetch(svc.url + new URL(req.url).pathname, {
         method: req.method,
         headers: { authorization: req.headers.get("authorization") ?? "", "content-type": "application/json" },
@@ -264,6 +291,38 @@ describe.each(EXAMPLES)("$file", (ex) => {
     }
   });
 
+  it("entries without a sleutel: sent again after the service's 503 that stored nothing or a refused connection; not after a lost answer or a proxy's 503 (exit 3), so never stored twice", async () => {
+    const tenantId = await newTenant();
+    const keyless = keylessBatchFor(tenantId);
+    const proxy = flakyProxy(["busy-nothing-stored", "lose", "busy"]);
+    try {
+      const lost = await runExample(ex, [keyless.path], envFor(proxy.url));
+      expect(lost.code).toBe(3);
+      expect(lost.stdout).toBe("");
+      expect(lost.stderr).toContain("attempt 1: HTTP 503");
+      expect(lost.stderr).toContain("HTTP 502");
+      expect(lost.stderr).toContain("perhaps stored");
+      expect(lost.stderr).toContain("sleutel");
+      // the second attempt was stored (its answer lost); there was no third
+      expect(proxy.seen).toHaveLength(2);
+      expect(JSON.parse(proxy.lost[0]!).opgeslagen).toBe(3);
+      expect((await rowsOf(tenantId)).map((r) => r.seq)).toEqual([1, 2, 3]);
+
+      // a 503 without the service's header (a proxy's): perhaps stored, not repeated
+      const proxied = await runExample(ex, [keyless.path], envFor(proxy.url));
+      expect(proxied.code).toBe(3);
+      expect(proxy.seen).toHaveLength(3);
+      expect((await rowsOf(tenantId)).map((r) => r.seq)).toEqual([1, 2, 3]);
+    } finally {
+      proxy.stop();
+    }
+    // nobody listening: nothing left the machine, so it is tried again until given up
+    const nobody = await runExample(ex, [keyless.path], envFor(`http://127.0.0.1:${freePort()}`, { NACHTWACHT_MAX_ATTEMPTS: "2" }));
+    expect(nobody.code).toBe(75);
+    expect(nobody.stderr).toContain("attempt 1");
+    expect(nobody.stderr).toContain("gave up after 2 attempts");
+  });
+
   it("a refusal is final (exit 1, the server's message on stderr, one request); no answer gives up (75); a long Retry-After is honoured by stopping", async () => {
     const proxy = flakyProxy(["pass", "pass", "busy-long"]);
     try {
@@ -296,6 +355,27 @@ describe.each(EXAMPLES)("$file", (ex) => {
     const unset = await runExample(ex, [batchFor(1).path], { NACHTWACHT_URL: svc.url });
     expect(unset.code).toBe(2);
     expect(unset.stderr).toContain("APP_SECRET");
+  });
+});
+
+describe("examples/audit.sh without jq", () => {
+  test("cannot check the sleutels, so a lost answer is not repeated even for a batch that has them (exit 3); the service's own 503 is", async () => {
+    const sh = EXAMPLES.find((e) => e.file === "examples/audit.sh")!;
+    if (sh.missing !== null) throw new Error(`${sh.file} cannot run: ${sh.missing}; .ci/run installs it`);
+    const PATH = pathWithoutJq();
+    expect(Bun.spawnSync(["bash", "-c", "command -v jq || echo none"], { env: { PATH } }).stdout.toString().trim()).toBe("none");
+    const tenantId = await newTenant();
+    const batch = batchFor(tenantId, "-zonder-jq");
+    const proxy = flakyProxy(["busy-nothing-stored", "lose"]);
+    try {
+      const run = await runExample(sh, [batch.path], { ...envFor(proxy.url), PATH });
+      expect(run.code).toBe(3);
+      expect(run.stderr).toContain("jq");
+      expect(proxy.seen).toHaveLength(2);
+      expect(await sleutelsOf(tenantId)).toEqual(batch.sleutels);
+    } finally {
+      proxy.stop();
+    }
   });
 });
 

@@ -14,6 +14,7 @@ const needs: [boolean, string][] = [
   [existsSync("/usr/share/gocode/src/golang.org/x/mod/sumdb"), "golang-golang-x-mod-dev"],
   [has("prometheus") && has("promtool"), "prometheus"],
   [has("python3"), "python3"],
+  [has("jq"), "jq"],
   [has("php") && ok(["php", "-r", 'exit(function_exists("curl_init") ? 0 : 1);']), "php-cli php-curl"],
   // The PostgreSQL tests start their own throw-away cluster (test/pg.ts); as root it runs as `postgres`.
   [postgresBinDir() !== null && (process.getuid?.() !== 0 || has("runuser")), "postgresql"],
