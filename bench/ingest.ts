@@ -22,7 +22,7 @@
 // weekrapport delivers to bench/smtp-sink.ts (its own process) over SMTP_URL.
 //
 //   bun bench/ingest.ts --db <copy> [--seconds 10] [--jobs audit-verificatie,weekrapport,audit-retentie]
-//                       [--tenants-per-batch N] [--profile] [--variant checkpoint-thread,cache64]
+//                       [--tenants-per-batch N] [--also-tenants-per-batch 10,1] [--profile] [--variant checkpoint-thread,cache64]
 //   bun bench/ingest.ts --db <copy> --commit-profile     (where a spread batch's time goes, without the service)
 //   (bench/run.ts L --cases ingest makes the copy, runs this and prints the figures)
 //
@@ -30,7 +30,9 @@
 // (body and BEGIN + COMMIT apart) that takes INGEST_PROFILE_MS (20) or longer on its
 // event loop, and names what ran during the longest stalls of each window (diagnosis).
 // --variant: a proposed fix tried in the bench's service process only (see
-// checkpointInAThread); --tenants-per-batch N: throughput batches from N tenants each.
+// checkpointInAThread); --tenants-per-batch N: throughput batches from N tenants each;
+// --also-tenants-per-batch 10,1: the throughput measured again after the job windows, with
+// batches from that many tenants each (no baselines).
 import { Database } from "bun:sqlite";
 import { appendEntries, canonicalJson, type ChainInput } from "../src/audit/chain.ts";
 import { applyPragmas } from "../src/db.ts";
@@ -423,55 +425,65 @@ async function driveAll(): Promise<void> {
   }
   const idleProbe = await mark("idle");
 
-  // 1. throughput: 4 clients, 500-entry batches, for `seconds`
+  // 1. throughput: 4 clients, 500-entry batches, for `seconds`; first with entries from
+  //    any tenant (or `perBatch` tenants per batch), then once per --also-tenants-per-batch value
   const BATCH = 500;
   const CLIENTS = 4;
-  const pregenerated = Math.ceil(seconds * 140); // batches for up to 70k entries/s
-  log(`throughput: generating ${pregenerated} batches of ${BATCH} entries over ${perBatch > 0 ? `${perBatch} tenant(s) each, of` : ""} ${tenants.length} tenants`);
-  const batches: { entries: Entry[]; body: string }[] = [];
-  for (let b = 0; b < pregenerated; b++) {
-    // Each entry from any tenant (the default), or from `perBatch` tenants picked per batch.
-    const own = perBatch > 0 ? Array.from({ length: perBatch }, pick) : null;
-    const entries = Array.from({ length: BATCH }, () => entry(own ? own[Math.floor(rand() * own.length)]! : pick(), "tp"));
-    batches.push({ entries, body: JSON.stringify({ entries }) });
-  }
-  log(`throughput: ${CLIENTS} clients for ${seconds} s`);
-  await mark("before-throughput");
-  let nextBatch = 0;
-  let stored = 0;
-  let tpErrors = 0;
-  const done: number[] = [];
-  const tpLatency: number[] = [];
-  // The WAL file's size meanwhile: bounded by the checkpoint thread (src/checkpointer.ts walStep).
-  let walMaxBytes = 0;
-  const walWatch = setInterval(() => {
-    try {
-      walMaxBytes = Math.max(walMaxBytes, statSync(`${dbPath}-wal`).size);
-    } catch {}
-  }, 100);
-  const tp0 = performance.now();
-  const stopAt = tp0 + seconds * 1000;
-  await Promise.all(
-    Array.from({ length: CLIENTS }, async () => {
-      while (performance.now() < stopAt && nextBatch < batches.length) {
-        const i = nextBatch++;
-        const s = performance.now();
-        const r = await fetch(`${url}/api/audit`, { method: "POST", headers: appHeaders, body: batches[i]!.body });
-        const body = (await r.json()) as { opgeslagen?: number };
-        tpLatency.push(performance.now() - s);
-        if (r.status !== 200) tpErrors++;
-        else {
-          stored += body.opgeslagen!;
-          done.push(i);
+  const throughputPhase = async (tenantsPerBatch: number) => {
+    const pregenerated = Math.ceil(seconds * 240); // batches for up to 120k entries/s
+    log(`throughput: generating ${pregenerated} batches of ${BATCH} entries over ${tenantsPerBatch > 0 ? `${tenantsPerBatch} tenant(s) each, of` : ""} ${tenants.length} tenants`);
+    const batches: { entries: Entry[]; body: string }[] = [];
+    for (let b = 0; b < pregenerated; b++) {
+      // Each entry from any tenant (the default), or from `tenantsPerBatch` tenants picked per batch.
+      const own = tenantsPerBatch > 0 ? Array.from({ length: tenantsPerBatch }, pick) : null;
+      const entries = Array.from({ length: BATCH }, () => entry(own ? own[Math.floor(rand() * own.length)]! : pick(), "tp"));
+      batches.push({ entries, body: JSON.stringify({ entries }) });
+    }
+    log(`throughput: ${CLIENTS} clients for ${seconds} s`);
+    await mark("before-throughput");
+    let nextBatch = 0;
+    let stored = 0;
+    let errors = 0;
+    const done: number[] = [];
+    const latency: number[] = [];
+    // The WAL file's size meanwhile: bounded by the checkpoint thread (src/checkpointer.ts walStep).
+    let walMaxBytes = 0;
+    const walWatch = setInterval(() => {
+      try {
+        walMaxBytes = Math.max(walMaxBytes, statSync(`${dbPath}-wal`).size);
+      } catch {}
+    }, 100);
+    const tp0 = performance.now();
+    const stopAt = tp0 + seconds * 1000;
+    await Promise.all(
+      Array.from({ length: CLIENTS }, async () => {
+        while (performance.now() < stopAt && nextBatch < batches.length) {
+          const i = nextBatch++;
+          const s = performance.now();
+          const r = await fetch(`${url}/api/audit`, { method: "POST", headers: appHeaders, body: batches[i]!.body });
+          const body = (await r.json()) as { opgeslagen?: number };
+          latency.push(performance.now() - s);
+          if (r.status !== 200) errors++;
+          else {
+            stored += body.opgeslagen!;
+            done.push(i);
+          }
         }
-      }
-    }),
-  );
-  const tpSeconds = (performance.now() - tp0) / 1000;
-  clearInterval(walWatch);
-  const tpProbe = await mark("throughput");
-  const apiRate = stored / tpSeconds;
-  log(`throughput: ${stored} entries in ${tpSeconds.toFixed(2)} s = ${Math.round(apiRate)} entries/s (${tpErrors} errors, ${nextBatch >= batches.length ? "ran out of batches" : "time up"}); WAL file at most ${Math.round(walMaxBytes / 1e6)} MB`);
+      }),
+    );
+    const tpSeconds = (performance.now() - tp0) / 1000;
+    clearInterval(walWatch);
+    const probe = await mark("throughput");
+    const rate = stored / tpSeconds;
+    log(`throughput: ${stored} entries in ${tpSeconds.toFixed(2)} s = ${Math.round(rate)} entries/s (${errors} errors, ${nextBatch >= batches.length ? "ran out of batches" : "time up"}); WAL file at most ${Math.round(walMaxBytes / 1e6)} MB`);
+    return { batches, done, tpSeconds, stored, errors, latency, walMaxBytes, probe, rate };
+  };
+  const main = await throughputPhase(perBatch);
+  const { batches, done, tpSeconds, stored, walMaxBytes } = main;
+  const tpErrors = main.errors;
+  const tpLatency = main.latency;
+  const tpProbe = main.probe;
+  const apiRate = main.rate;
 
   // 1. baselines, in this process on its own connection, while the service idles: the same batches
   done.sort((a, b) => a - b);
@@ -502,6 +514,7 @@ async function driveAll(): Promise<void> {
   log(`storeAuditBatch: ${storeEntries} entries in ${storeSeconds.toFixed(2)} s = ${Math.round(storeRate)} entries/s`);
   sqlite.close();
   batches.length = 0;
+
 
   // 3 + 4. appends and /health probes while each job runs (and in a quiet window first)
   interface Window {
@@ -599,6 +612,15 @@ async function driveAll(): Promise<void> {
     });
   }
 
+  // 1b. throughput again with entries from fewer tenants per batch (an application that
+  //     batches per tenant); last, so the job windows above see the database as before
+  const concentrated: { tenantsPerBatch: number; entries: number; seconds: number; perSecond: number; errors: number; walMaxMb: number; requestLatency: Stats }[] = [];
+  for (const n of arg("also-tenants-per-batch", "").split(",").filter(Boolean).map(Number)) {
+    const p = await throughputPhase(n);
+    p.batches.length = 0;
+    concentrated.push({ tenantsPerBatch: n, entries: p.stored, seconds: +p.tpSeconds.toFixed(2), perSecond: Math.round(p.rate), errors: p.errors, walMaxMb: Math.round(p.walMaxBytes / 1e6), requestLatency: stats(p.latency) });
+  }
+
   svc.kill("SIGTERM");
   const exit = await svc.exited;
   await drained;
@@ -623,6 +645,7 @@ async function driveAll(): Promise<void> {
       probe: tpProbe,
       direct: { entries: directEntries, seconds: +directSeconds.toFixed(2), perSecond: Math.round(directRate) },
       storeAuditBatch: { entries: storeEntries, seconds: +storeSeconds.toFixed(2), perSecond: Math.round(storeRate) },
+      concentrated,
     },
     windows,
     smtpReceived: mail.received,

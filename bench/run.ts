@@ -341,6 +341,7 @@ if (wants("ingest")) {
       requestLatency: Lat;
       direct: { entries: number; seconds: number; perSecond: number };
       storeAuditBatch: { entries: number; seconds: number; perSecond: number };
+      concentrated: { tenantsPerBatch: number; entries: number; seconds: number; perSecond: number; errors: number; requestLatency: Lat }[];
     };
     windows: Win[];
     smtpReceived: number;
@@ -350,7 +351,7 @@ if (wants("ingest")) {
   const c0 = performance.now();
   await copyWithAnchors(db, copy);
   log(`ingest: the write API on a copy (copy took ${round((performance.now() - c0) / 1000)} s); service process + clients, SMTP sink`);
-  const r = await child<I>(["bench/ingest.ts", "--db", copy, "--seconds", "10"], "ingest");
+  const r = await child<I>(["bench/ingest.ts", "--db", copy, "--seconds", "10", "--also-tenants-per-batch", "10,1"], "ingest");
   removeCopy(copy);
   if (r) {
     const t = r.throughput;
@@ -359,6 +360,13 @@ if (wants("ingest")) {
       baseline: t.direct.perSecond,
       note: `${t.clients} clients, ${t.batch}-entry batches over ${r.tenants} tenants, each entry with a sleutel: ${t.entries} in ${t.seconds} s, ${t.errors} errors, request p50 ${t.requestLatency.p50Ms} ms; baseline: appendEntries of the same entries in this process, 500-entry IMMEDIATE transactions, the service's page cache (${t.direct.entries} in ${t.direct.seconds} s)`,
     });
+    for (const c of t.concentrated) {
+      fig("ingest", `entries-per-second-${c.tenantsPerBatch}-tenant${c.tenantsPerBatch === 1 ? "" : "s"}-per-batch`, c.perSecond, "entries/s", {
+        target: { op: ">=", limit: 50_000, on: "value" },
+        baseline: t.perSecond,
+        note: `the same, with each batch's entries from ${c.tenantsPerBatch} tenant(s): ${c.entries} in ${c.seconds} s, ${c.errors} errors, request p50 ${c.requestLatency.p50Ms} ms; measured after the job windows; baseline: the spread batches above`,
+      });
+    }
     fig("ingest", "wal-max-during-throughput", t.walMaxMb, "MB", {
       note: "information: the WAL file's largest size, sampled every 100 ms while the clients wrote (the checkpoint thread rewinds it past 64 MB of frames)",
     });
