@@ -3,6 +3,7 @@ import type { Config } from "./config.ts";
 import type { Store } from "./db.ts";
 import type { PgStore } from "./pg/store.ts";
 import type { Mailer } from "./mail/mailer.ts";
+import type { WriteApiActivity } from "./ingest/activity.ts";
 
 export type Clock = () => Date;
 
@@ -24,5 +25,7 @@ export interface Deps<S extends AnyStore = AnyStore> {
    * large commit such as a retention batch; absent where no such thread runs (tests).
    */
   checkpointNow?: () => void;
+  /** When the write API was last called in this process (createApp makes one when absent). */
+  writeApi?: WriteApiActivity;
 }
 

@@ -1,6 +1,9 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { runBeveiligingslogRetentie } from "../src/jobs/beveiligingslog-retentie.ts";
+import { WriteApiActivity, APP_WRITING_MS } from "../src/ingest/activity.ts";
+import { createApp } from "../src/app.ts";
 import { call, NOW } from "./helpers.ts";
+import { APP_SECRET } from "./ingest-fixtures.ts";
 import { addLoginAttempt, addTenant, makeEnv, sqliteOnly, type Env } from "./dialect.ts";
 
 let env: Env;
@@ -102,6 +105,58 @@ describe("beveiligingslog-retentie", () => {
     for (const b of batches) expect(b.lockMs).toBeLessThanOrEqual(100);
     // Batches fill their budget: all but the last reach at least half of it.
     for (const b of batches.slice(0, -1)) expect(b.lockMs).toBeGreaterThan(50);
+  });
+
+  sqliteOnly("while the application writes through the write API, batches aim at 30 ms in 3 chunks: its writes wait on the event loop for a whole batch", async () => {
+    env = await makeEnv();
+    if (env.store.kind !== "sqlite") throw new Error("SQLite only");
+    const { sqlite } = env.store;
+    const old = Date.parse("2026-01-01T00:00:00Z");
+    const insert = sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (?, 'a@example.nl', '203.0.113.7', 0)");
+    sqlite.transaction(() => {
+      for (let i = 0; i < 60_000; i++) insert.run(iso(old + i));
+    })();
+    // The same work-driven clock as above (5 µs per row deleted, 1 µs per row committed).
+    const count = sqlite.query("SELECT count(*) AS n FROM login_attempts");
+    let committed = 0;
+    const clock = () => {
+      const deleted = 60_000 - (count.get() as { n: number }).n;
+      if (!sqlite.inTransaction) committed = deleted;
+      return deleted * 0.005 + committed * 0.001;
+    };
+    let appNow = 0;
+    const writeApi = new WriteApiActivity(() => appNow);
+    writeApi.seen();
+    const batches: { rows: number; chunks: number; lockMs: number }[] = [];
+    const r = await runBeveiligingslogRetentie({ ...env.deps, writeApi }, NOW, { clock, pause: async () => {}, onBatch: (b) => batches.push(b) });
+    expect(r.body.verwijderd).toBe(60_000);
+    expect(batches.length).toBeGreaterThan(5);
+    for (const b of batches) {
+      expect(b.lockMs).toBeLessThanOrEqual(30);
+      expect(b.chunks).toBeLessThanOrEqual(3);
+    }
+    for (const b of batches.slice(0, -1)) expect(b.lockMs).toBeGreaterThan(15);
+
+    // A minute after the last call the application no longer counts as writing.
+    appNow += APP_WRITING_MS + 1;
+    expect(writeApi.recent()).toBe(false);
+  });
+
+  test("a write-API call (past the gate) marks the application as writing; a refused token does not", async () => {
+    env = await makeEnv({ APP_SECRET });
+    let appNow = 1_000;
+    const writeApi = new WriteApiActivity(() => appNow);
+    const app = createApp({ ...env.deps, writeApi });
+    expect(writeApi.recent()).toBe(false);
+    const body = JSON.stringify({ pogingen: [{ account: "a@example.nl", ip: "192.0.2.1", gelukt: false }] });
+    expect((await call(app, "/api/inlogpogingen", { token: "wrong-" + "x".repeat(40), body })).status).toBe(401);
+    expect(writeApi.recent()).toBe(false);
+    expect((await call(app, "/api/inlogpogingen", { token: APP_SECRET, body })).status).toBe(200);
+    expect(writeApi.recent()).toBe(true);
+    appNow += APP_WRITING_MS;
+    expect(writeApi.recent()).toBe(true);
+    appNow += 1;
+    expect(writeApi.recent()).toBe(false);
   });
 
   test("the run is recorded in the job-run history", async () => {

@@ -121,6 +121,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     const shown = e.path.replace(":id", "{id}");
     const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`);
     const handler = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
+      deps.writeApi?.seen();
       try {
         const response = await handle(await read(request), params);
         counters.accepted[e.kind]++;

@@ -46,7 +46,7 @@ export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOption
     result =
       store.kind === "pg"
         ? await deleteOldAuditEntriesPg(store.sql, grens, now, { ...signing, url: store.url }, o)
-        : await deleteOldAuditEntries(store.sqlite, grens, now, { ...signing, dbPath: store.path }, { afterCommit: deps.checkpointNow, ...o });
+        : await deleteOldAuditEntries(store.sqlite, grens, now, { ...signing, dbPath: store.path }, { afterCommit: deps.checkpointNow, appWriting: () => deps.writeApi?.recent() ?? false, ...o });
   } catch (e) {
     if (!(e instanceof AnchorFileError)) throw e;
     // The anchor file does not match the database: nothing is deleted until it is explained.

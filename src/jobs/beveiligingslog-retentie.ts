@@ -23,7 +23,7 @@ export async function runBeveiligingslogRetentie(deps: Deps, now: Date, o: Reten
   const verwijderd =
     store.kind === "pg"
       ? await deleteOldLoginAttemptsPg(store.sql, grens, o)
-      : await deleteOldLoginAttempts(store.sqlite, grens, { afterCommit: deps.checkpointNow, ...o });
+      : await deleteOldLoginAttempts(store.sqlite, grens, { afterCommit: deps.checkpointNow, appWriting: () => deps.writeApi?.recent() ?? false, ...o });
   return { status: 200, body: { ok: true, verwijderd, retentieDagen, grens } };
 }
 
