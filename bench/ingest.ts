@@ -8,10 +8,11 @@
 //      API's work without HTTP, JSON and validation; information);
 //   2. single-entry appends on the idle service, sequential, interleaved with GET
 //      /health (the baseline);
-//   3. appends while a job runs (audit-verificatie, weekrapport, audit-retentie, one
-//      at a time, each started over HTTP with CRON_SECRET): one single-entry append
-//      every 10 ms, open loop (sent on time whether or not the one before was answered),
-//      and a quiet window without a job first as the baseline;
+//   3. appends while a job runs (audit-verificatie, weekrapport, audit-retentie,
+//      beveiligingslog-retentie, one at a time, each started over HTTP with
+//      CRON_SECRET): one single-entry append every 10 ms, open loop (sent on time
+//      whether or not the one before was answered), and a quiet window without a job
+//      first as the baseline;
 //   4. meanwhile GET /health every 10 ms (open loop): the largest time from a request's
 //      send to its answer; and inside the service process an event-loop drift probe
 //      (setInterval 10 ms): the service runs as `bun bench/ingest.ts --serve`, which
@@ -21,7 +22,7 @@
 // 2026-07-23, audit-retentie at its default 2555 days deletes roughly a third.
 // weekrapport delivers to bench/smtp-sink.ts (its own process) over SMTP_URL.
 //
-//   bun bench/ingest.ts --db <copy> [--seconds 10] [--jobs audit-verificatie,weekrapport,audit-retentie]
+//   bun bench/ingest.ts --db <copy> [--seconds 10] [--jobs audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie]
 //                       [--tenants-per-batch N] [--also-tenants-per-batch 10,1] [--profile] [--variant checkpoint-thread,cache64]
 //   bun bench/ingest.ts --db <copy> --commit-profile     (where a spread batch's time goes, without the service)
 //   (bench/run.ts L --cases ingest makes the copy, runs this and prints the figures)
@@ -299,7 +300,7 @@ async function drive(): Promise<void> {
 async function driveAll(): Promise<void> {
   const dbPath = arg("db");
   const seconds = Number(arg("seconds", "10"));
-  const jobs = arg("jobs", "audit-verificatie,weekrapport,audit-retentie").split(",").filter(Boolean);
+  const jobs = arg("jobs", "audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie").split(",").filter(Boolean);
   const profile = process.argv.includes("--profile");
   const variant = arg("variant", "");
   /** Tenants per throughput batch: 0 = every entry from any tenant. */
@@ -585,6 +586,7 @@ async function driveAll(): Promise<void> {
     "audit-verificatie": ["gecontroleerd", "aantalGebroken"],
     weekrapport: ["verstuurd", "fouten", "overgeslagen", "bezorging"],
     "audit-retentie": ["verwijderd", "grens", "retentieDagen"],
+    "beveiligingslog-retentie": ["verwijderd", "grens", "retentieDagen"],
   };
   for (const job of jobs) {
     log(`${job}: started over HTTP, with appends and /health every ${PERIOD_MS} ms`);
