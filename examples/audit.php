@@ -10,8 +10,9 @@
 // entries; give every entry a `sleutel` (your own event id): a batch sent twice is then
 // stored once, and the second time answered with the same receipts. A batch with an entry
 // without one is sent again only when the failed attempt certainly stored nothing (the
-// connection was refused, or nachtwacht's own 503 says so in its `nachtwacht-opgeslagen:
-// nee` header); after any other failure it may have been stored, and is not repeated.
+// name did not resolve or the connection was refused, or nachtwacht's own 503 says so in
+// its `nachtwacht-opgeslagen: nee` header); after any other failure it may have been
+// stored, and is not repeated.
 //
 // Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
 // NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
@@ -111,6 +112,10 @@ function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, 
             CURLOPT_CONNECTTIMEOUT => 10,
             CURLOPT_TIMEOUT => 60,
             CURLOPT_HEADERFUNCTION => function ($ch, string $line) use (&$headers): int {
+                // A new status line (after a 100 Continue): only the final answer's headers count.
+                if (strncmp($line, 'HTTP/', 5) === 0) {
+                    $headers = [];
+                }
                 $parts = explode(':', $line, 2);
                 if (count($parts) === 2) {
                     $headers[strtolower(trim($parts[0]))] = trim($parts[1]);
@@ -127,7 +132,7 @@ function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, 
         if ($body === false || $status === 0) {
             $reason = "no answer: $curlError";
             // Not resolved or not connected: the request never left this machine.
-            $nothingStored = in_array($curlErrno, [CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT], true);
+            $nothingStored = in_array($curlErrno, [CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT], true);
         } elseif ($status >= 200 && $status < 300) {
             return json_decode((string) $body, true, 512, JSON_THROW_ON_ERROR);
         } elseif (in_array($status, [408, 429, 500, 502, 503, 504], true)) {

@@ -14,8 +14,9 @@ In your application, import send_audit() and call it with your entries:
 Give every entry a `sleutel` (your own event id): a batch sent twice is then stored
 once, and the second time answered with the same receipts. A batch with an entry
 without one is sent again only when the failed attempt certainly stored nothing (the
-connection was refused, or nachtwacht's own 503 says so in its `nachtwacht-opgeslagen:
-nee` header); after any other failure it may have been stored, and is not repeated.
+name did not resolve or the connection was refused, or nachtwacht's own 503 says so in
+its `nachtwacht-opgeslagen: nee` header); after any other failure it may have been
+stored, and is not repeated.
 
 Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
 NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
@@ -124,8 +125,8 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
             nothing_stored = e.code == 503 and (e.headers.get(NOTHING_STORED[0]) or "").strip() == NOTHING_STORED[1]
         except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout, TimeoutError) as e:
             reason = f"no answer: {getattr(e, 'reason', None) or e}"
-            # Refused: the request never left this machine.
-            nothing_stored = isinstance(e, ConnectionRefusedError) or isinstance(getattr(e, "reason", None), ConnectionRefusedError)
+            # The name did not resolve or the connection was refused: the request never left this machine.
+            nothing_stored = any(isinstance(x, (ConnectionRefusedError, socket.gaierror)) for x in (e, getattr(e, "reason", None)))
         if not keyed and not nothing_stored:
             raise MaybeStored(f"{reason}; perhaps stored, and entries without a sleutel are not sent again (they could be stored twice)")
         if attempt >= max_attempts:

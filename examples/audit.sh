@@ -9,10 +9,10 @@
 # (examples/batch.json). Give every entry a `sleutel` (your own event id): a batch sent
 # twice is then stored once, and the second time answered with the same receipts. A
 # batch with an entry without one is sent again only when the failed attempt certainly
-# stored nothing (the connection was refused, or nachtwacht's own 503 says so in its
-# `nachtwacht-opgeslagen: nee` header); after any other failure it may have been stored,
-# and is not repeated. jq checks the sleutels; without jq every batch counts as one with
-# an entry without.
+# stored nothing (the name did not resolve or the connection failed, or nachtwacht's own
+# 503 says so in its `nachtwacht-opgeslagen: nee` header); after any other failure it may
+# have been stored, and is not repeated. jq checks the sleutels; without jq every batch
+# counts as one with an entry without.
 #
 # Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
 # NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
@@ -48,7 +48,16 @@ if [[ $# -eq 0 || $1 == - ]]; then cat >"$work/batch.json"; else cp -- "$1" "$wo
 url=${NACHTWACHT_URL%/}/api/audit
 # Every entry with a sleutel: then a repeat is answered from them, and may always be sent.
 keyed=0
-if command -v jq >/dev/null && jq -e 'all(.entries[]; .sleutel | type == "string")' "$work/batch.json" >/dev/null 2>&1; then keyed=1; fi
+if ! command -v jq >/dev/null; then
+  unkeyed_why="jq, which checks the sleutels, is not installed"
+elif jq -e 'all(.entries[]; .sleutel | type == "string")' "$work/batch.json" >/dev/null 2>&1; then
+  keyed=1
+else
+  unkeyed_why="an entry has no sleutel (or jq could not read the batch)"
+fi
+
+# A header of the last answer in curl's --dump-header file (a 100 Continue may come first).
+header() { awk -v name="$1" -F': *' '{ sub(/\r$/, "") } /^HTTP\// { v = "" } tolower($1) == name { v = $2 } END { print v }' "$work/headers"; }
 
 for ((attempt = 1; ; attempt++)); do
   rc=0
@@ -76,16 +85,15 @@ for ((attempt = 1; ; attempt++)); do
         echo
         exit 0
         ;;
-      408 | 429 | 5??)
+      408 | 429 | 500 | 502 | 503 | 504)
         reason="HTTP $status $(head -c 300 "$work/answer")"
-        # The last Retry-After (curl may have dumped a 100 Continue before the answer); seconds only.
-        retry_after=$(tr -d '\r' <"$work/headers" | awk -F': *' 'tolower($1) == "retry-after" { v = $2 } END { print v }')
+        retry_after=$(header retry-after) # seconds only
         [[ $retry_after =~ ^[0-9]+$ ]] || retry_after=""
         # nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
-        if [[ $status == 503 ]] && tr -d '\r' <"$work/headers" | grep -qix 'nachtwacht-opgeslagen: *nee'; then nothing_stored=1; fi
+        if [[ $status == 503 && $(header nachtwacht-opgeslagen) == nee ]]; then nothing_stored=1; fi
         ;;
       *)
-        # Final: the batch itself is wrong (400, 409, 413, 422) or the secret is (401, 403).
+        # Final: the batch itself is wrong (400, 409, 413, 422), the secret is (401, 403), or the server cannot do it at all.
         echo "$me: refused, HTTP $status: $(cat "$work/answer")" >&2
         exit 1
         ;;
@@ -93,7 +101,7 @@ for ((attempt = 1; ; attempt++)); do
   fi
 
   if ((!keyed && !nothing_stored)); then
-    echo "$me: $reason; perhaps stored, and a batch with entries without a sleutel is not sent again (it could be stored twice; jq checks the sleutels); check before sending it again, and give every entry a sleutel" >&2
+    echo "$me: $reason; perhaps stored, and not sent again: $unkeyed_why, so it could be stored twice; check before sending it again, and give every entry a sleutel" >&2
     exit 3
   fi
   if ((attempt >= max_attempts)); then

@@ -11,8 +11,9 @@
 // Give every entry a `sleutel` (your own event id): a batch sent twice is then stored
 // once, and the second time answered with the same receipts. A batch with an entry
 // without one is sent again only when the failed attempt certainly stored nothing (the
-// connection was refused, or nachtwacht's own 503 says so in its `nachtwacht-opgeslagen:
-// nee` header); after any other failure it may have been stored, and is not repeated.
+// name did not resolve or the connection was refused, or nachtwacht's own 503 says so in
+// its `nachtwacht-opgeslagen: nee` header); after any other failure it may have been
+// stored, and is not repeated.
 //
 // Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (5),
 // NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
@@ -77,10 +78,10 @@ const RETRYABLE = new Set([408, 429, 500, 502, 503, 504]);
 /** nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not). */
 const NOTHING_STORED = ["nachtwacht-opgeslagen", "nee"] as const;
 
-/** The connection was refused: the request never left this machine (Bun: e.code; Node: e.cause.code). */
-function refused(e: unknown): boolean {
+/** The name did not resolve or the connection was refused: the request never left this machine (Bun: e.code; Node: e.cause.code). */
+function neverSent(e: unknown): boolean {
   const code = (x: unknown) => (x as { code?: unknown } | null)?.code;
-  return code(e) === "ECONNREFUSED" || code((e as { cause?: unknown } | null)?.cause) === "ECONNREFUSED";
+  return [code(e), code((e as { cause?: unknown } | null)?.cause)].some((c) => c === "ECONNREFUSED" || c === "ENOTFOUND" || c === "EAI_AGAIN");
 }
 
 function retryAfterMs(value: string | null): number | null {
@@ -137,7 +138,7 @@ export async function sendAudit(baseUrl: string, secret: string, entries: AuditE
     } catch (e) {
       if (e instanceof Refused) throw e;
       reason = `no answer: ${e instanceof Error ? e.message : String(e)}`;
-      nothingStored = refused(e);
+      nothingStored = neverSent(e);
     }
     if (!keyed && !nothingStored) throw new MaybeStored(`${reason}; perhaps stored, and entries without a sleutel are not sent again (they could be stored twice)`);
     if (attempt >= maxAttempts) throw new GaveUp(`gave up after ${attempt} attempts: ${reason}`);

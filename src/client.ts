@@ -17,7 +17,7 @@
 // retried only when they are idempotent: PUTs, and audit batches in which every entry has
 // a `sleutel` (the service then answers a repeat with the same receipts). Login attempts
 // have no keys: they are retried only when the service certainly stored nothing — a
-// refused connection, or a 503 carrying the service's own NOTHING_STORED_HEADER (a
+// name that did not resolve, a refused connection, or a 503 carrying the service's own NOTHING_STORED_HEADER (a
 // proxy's 503 may come after it passed the request on).
 // Every other answer (4xx) is final: NachtwachtError with the status and the server's
 // `error` message.
@@ -111,7 +111,7 @@ export class NachtwachtError extends Error {
 
   /**
    * True when the service certainly stored nothing of this call: a 4xx refusal, its own
-   * 503 (NOTHING_STORED_HEADER), a refused connection. Only then may a call without keys
+   * 503 (NOTHING_STORED_HEADER), a name that did not resolve, a refused connection. Only then may a call without keys
    * (login attempts, audit entries without `sleutel`) be sent again.
    */
   readonly nothingStored: boolean;
@@ -131,10 +131,10 @@ export function parseRetryAfter(value: string | null, now = Date.now()): number 
   return Number.isNaN(at) ? null : Math.max(0, at - now);
 }
 
-/** No answer: did the request certainly not reach the service (nothing can have been stored)? */
-function refusedConnection(e: unknown): boolean {
+/** No answer: did the request certainly not reach the service (the name did not resolve, or the connection was refused)? */
+function neverSent(e: unknown): boolean {
   const code = (x: unknown) => (x as { code?: unknown } | null)?.code;
-  return code(e) === "ECONNREFUSED" || code((e as { cause?: unknown } | null)?.cause) === "ECONNREFUSED";
+  return [code(e), code((e as { cause?: unknown } | null)?.cause)].some((c) => c === "ECONNREFUSED" || c === "ENOTFOUND" || c === "EAI_AGAIN");
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -216,7 +216,7 @@ export class NachtwachtClient {
         if (status === null) {
           cause = e;
           reason = e instanceof Error ? e.message : String(e);
-          nothingStored = refusedConnection(e);
+          nothingStored = neverSent(e);
         } else {
           // The answer came but its body could not be read (connection lost) or parsed: the request may have been stored.
           cause = e;

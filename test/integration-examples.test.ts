@@ -217,6 +217,60 @@ function flakyProxy(steps: Step[]) {
   return { url: `http://127.0.0.1:${server.port}`, seen, scans, lost, stop: () => server.stop(true) };
 }
 
+type RawStep = "drop" | "continue-then-503" | "pass";
+
+/**
+ * A TCP server speaking just enough HTTP/1.1, for what Bun.serve cannot do. Per request,
+ * in order: `drop` passes it on to the service (which stores it) and closes the
+ * connection without an answer; `continue-then-503` answers `100 Continue` carrying
+ * `nachtwacht-opgeslagen: nee` and then a 503 without it (only the final answer's headers
+ * count), not passing it on; `pass` (and every request after the list) passes it on.
+ */
+function rawProxy(steps: RawStep[]) {
+  let requests = 0;
+  const stored: string[] = [];
+  const server = Bun.listen<{ buf: Buffer; done: boolean }>({
+    hostname: "127.0.0.1",
+    port: 0,
+    socket: {
+      open(socket) {
+        socket.data = { buf: Buffer.alloc(0), done: false };
+      },
+      async data(socket, chunk) {
+        const st = socket.data;
+        if (st.done) return;
+        st.buf = Buffer.concat([st.buf, chunk]);
+        const end = st.buf.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const head = st.buf.subarray(0, end).toString("latin1");
+        const length = Number(/^content-length:\s*(\d+)/im.exec(head)?.[1] ?? 0);
+        if (st.buf.length < end + 4 + length) return;
+        st.done = true;
+        const body = st.buf.subarray(end + 4, end + 4 + length).toString("utf8");
+        const step = steps[requests++] ?? "pass";
+        if (step === "continue-then-503") {
+          socket.write("HTTP/1.1 100 Continue\r\nnachtwacht-opgeslagen: nee\r\n\r\n");
+          const text = JSON.stringify({ error: "bezet (proxy)" });
+          socket.end(`HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 0\r\ncontent-length: ${text.length}\r\nconnection: close\r\n\r\n${text}`);
+          return;
+        }
+        const [, method, path] = /^(\S+) (\S+)/.exec(head)!;
+        const authorization = /^authorization:\s*(.*)$/im.exec(head)?.[1] ?? "";
+        const res = await fetch(svc.url + path, { method, headers: { authorization, "content-type": "application/json" }, body });
+        const text = await res.text();
+        if (step === "drop") {
+          stored.push(text);
+          socket.end();
+          return;
+        }
+        const bytes = Buffer.from(text, "utf8");
+        socket.end(`HTTP/1.1 ${res.status} X\r\ncontent-type: application/json\r\ncontent-length: ${bytes.length}\r\nconnection: close\r\n\r\n${text}`);
+      },
+    },
+  });
+  return { url: `http://127.0.0.1:${server.port}`, requests: () => requests, stored, stop: () => server.stop(true) };
+}
+
 describe.each(EXAMPLES)("$file", (ex) => {
   // Nothing is skipped: without its interpreter an example's tests fail, naming the package.
   const it = (name: string, fn: () => Promise<void>, timeout?: number) =>
@@ -316,11 +370,45 @@ describe.each(EXAMPLES)("$file", (ex) => {
     } finally {
       proxy.stop();
     }
+    // the connection dropped after the service stored it: perhaps stored, not repeated;
+    // a 503 whose 100 Continue before it carried the header: not the service's own
+    const raw = rawProxy(["drop", "continue-then-503"]);
+    try {
+      const dropped = await runExample(ex, [keylessBatchFor(tenantId).path], envFor(raw.url));
+      expect(dropped.code).toBe(3);
+      expect(raw.requests()).toBe(1);
+      expect(JSON.parse(raw.stored[0]!).opgeslagen).toBe(3);
+      expect((await rowsOf(tenantId)).map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6]);
+      const continued = await runExample(ex, [keylessBatchFor(tenantId).path], envFor(raw.url));
+      expect(continued.code).toBe(3);
+      expect(continued.stderr).toContain("HTTP 503");
+      expect(raw.requests()).toBe(2);
+      expect((await rowsOf(tenantId)).map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6]);
+    } finally {
+      raw.stop();
+    }
     // nobody listening: nothing left the machine, so it is tried again until given up
     const nobody = await runExample(ex, [keyless.path], envFor(`http://127.0.0.1:${freePort()}`, { NACHTWACHT_MAX_ATTEMPTS: "2" }));
     expect(nobody.code).toBe(75);
     expect(nobody.stderr).toContain("attempt 1");
     expect(nobody.stderr).toContain("gave up after 2 attempts");
+  });
+
+  it("a batch with sleutels is sent again after a connection dropped once the service stored it, and stored once", async () => {
+    const tenantId = await newTenant();
+    const batch = batchFor(tenantId, "-drop");
+    const raw = rawProxy(["drop"]);
+    try {
+      const run = await runExample(ex, [batch.path], envFor(raw.url));
+      expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: expect.stringContaining("attempt 1: no answer") });
+      expect(raw.requests()).toBe(2);
+      const first = JSON.parse(raw.stored[0]!) as AuditAnswer;
+      expect(first.opgeslagen).toBe(3);
+      expect(JSON.parse(run.stdout)).toEqual({ opgeslagen: 0, alBekend: 3, ontvangstbewijzen: first.ontvangstbewijzen });
+      expect(await sleutelsOf(tenantId)).toEqual(batch.sleutels);
+    } finally {
+      raw.stop();
+    }
   });
 
   it("a refusal is final (exit 1, the server's message on stderr, one request); no answer gives up (75); a long Retry-After is honoured by stopping", async () => {
