@@ -2,7 +2,6 @@
 // error mapping live here once; the jobs themselves are plain functions in src/jobs/.
 import { Elysia, t } from "elysia";
 import type { Deps } from "./deps.ts";
-import { WriteApiActivity } from "./ingest/activity.ts";
 import { RunningJobs } from "./running-jobs.ts";
 import { ALL_JOBS } from "./jobs/index.ts";
 import type { JobDefinition } from "./jobs/job.ts";
@@ -35,9 +34,7 @@ const HealthDown = t.Object({ status: t.Literal("fout"), database: t.Literal("on
 /** Largest request body the server reads at all; backup-status allows far less. */
 export const MAX_REQUEST_BODY = 1024 * 1024;
 
-export function createApp(given: Deps, options: AppOptions = {}) {
-  // One tracker shared by the write API's routes and the jobs' batches (src/ingest/activity.ts).
-  const deps: Deps = given.writeApi ? given : { ...given, writeApi: new WriteApiActivity() };
+export function createApp(deps: Deps, options: AppOptions = {}) {
   const running = options.running ?? new RunningJobs();
   const counters = options.counters ?? newIngestCounters();
   const app = new Elysia({ serve: { maxRequestBodySize: MAX_REQUEST_BODY } })

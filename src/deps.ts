@@ -25,7 +25,11 @@ export interface Deps<S extends AnyStore = AnyStore> {
    * large commit such as a retention batch; absent where no such thread runs (tests).
    */
   checkpointNow?: () => void;
-  /** When the write API was last called in this process (createApp makes one when absent). */
+  /**
+   * When the write API was last called in this process (src/ingest/activity.ts), for the
+   * retention jobs' pacing on SQLite; wired by startServer, absent elsewhere (the jobs
+   * then keep their usual batches).
+   */
   writeApi?: WriteApiActivity;
 }
 

@@ -9,6 +9,7 @@ import { redactedConfig, type Config } from "./config.ts";
 import { BUSY_TIMEOUT_MS, openStore, type Store } from "./db.ts";
 import type { AnyStore, Deps } from "./deps.ts";
 import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
+import { WriteApiActivity } from "./ingest/activity.ts";
 import { markInstalledPg, openPgStore, type PgStore } from "./pg/store.ts";
 import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
@@ -78,7 +79,8 @@ export function startServer(config: Config, options: ServerOptions = {}) {
   const wired = wireDeps(config);
   wired.store.sqlite.run(`PRAGMA cache_size = -${SERVICE_CACHE_KIB}`);
   const checkpointer = startCheckpointer(wired.store.sqlite, wired.store.path);
-  return serveWith({ ...wired, checkpointNow: () => checkpointer.now() }, checkpointer, options);
+  // One tracker for the write API's routes and the retention jobs' batches (src/ingest/activity.ts).
+  return serveWith({ ...wired, checkpointNow: () => checkpointer.now(), writeApi: new WriteApiActivity() }, checkpointer, options);
 }
 
 /**
