@@ -21,6 +21,29 @@ async function remaining(e: Env): Promise<string[]> {
   return (await e.db.all<{ tijdstip: string }>("SELECT tijdstip FROM login_attempts ORDER BY tijdstip")).map((r) => r.tijdstip);
 }
 
+/**
+ * 60,000 login attempts older than grens (SQLite), and a clock driven by the work done,
+ * so a chunk's duration follows its size as on a real machine: 5 µs per row deleted (as
+ * seen inside the batch's transaction) and 1 µs per row for its COMMIT, which shows once
+ * the clock is read after it.
+ */
+async function oldAttemptsAndWorkClock(e: Env): Promise<() => number> {
+  if (e.store.kind !== "sqlite") throw new Error("SQLite only");
+  const { sqlite } = e.store;
+  const old = Date.parse("2026-01-01T00:00:00Z");
+  const insert = sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (?, 'a@example.nl', '203.0.113.7', 0)");
+  sqlite.transaction(() => {
+    for (let i = 0; i < 60_000; i++) insert.run(iso(old + i));
+  })();
+  const count = sqlite.query("SELECT count(*) AS n FROM login_attempts WHERE tijdstip < ?");
+  let committed = 0;
+  return () => {
+    const deleted = 60_000 - (count.get(GRENS) as { n: number }).n;
+    if (!sqlite.inTransaction) committed = deleted;
+    return deleted * 0.005 + committed * 0.001;
+  };
+}
+
 describe("beveiligingslog-retentie", () => {
   test("grens is now − 90 × 24 h; attempts strictly older are deleted, one exactly at grens is kept", async () => {
     env = await makeEnv();
@@ -76,24 +99,8 @@ describe("beveiligingslog-retentie", () => {
 
   sqliteOnly("a batch takes chunks until the next, with the COMMIT, would end past its target lock time (100 ms)", async () => {
     env = await makeEnv();
-    if (env.store.kind !== "sqlite") throw new Error("SQLite only");
-    const { sqlite } = env.store;
-    const old = Date.parse("2026-01-01T00:00:00Z");
-    const insert = sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (?, 'a@example.nl', '203.0.113.7', 0)");
-    sqlite.transaction(() => {
-      for (let i = 0; i < 60_000; i++) insert.run(iso(old + i));
-    })();
+    const clock = await oldAttemptsAndWorkClock(env);
     await attempt(env, iso(NOW.getTime() - DAY));
-    // A clock driven by the work done, so a chunk's duration follows its size as on a
-    // real machine: 5 µs per row deleted (as seen inside the batch's transaction) and
-    // 1 µs per row for its COMMIT, which shows once the clock is read after it.
-    const count = sqlite.query("SELECT count(*) AS n FROM login_attempts");
-    let committed = 0;
-    const clock = () => {
-      const deleted = 60_001 - (count.get() as { n: number }).n;
-      if (!sqlite.inTransaction) committed = deleted;
-      return deleted * 0.005 + committed * 0.001;
-    };
     const batches: { rows: number; chunks: number; lockMs: number }[] = [];
     const r = await runBeveiligingslogRetentie(env.deps, NOW, { clock, pause: async () => {}, onBatch: (b) => batches.push(b) });
     expect(r.body.verwijderd).toBe(60_000);
@@ -109,21 +116,7 @@ describe("beveiligingslog-retentie", () => {
 
   sqliteOnly("while the application writes through the write API, batches aim at 30 ms in 3 chunks: its writes wait on the event loop for a whole batch", async () => {
     env = await makeEnv();
-    if (env.store.kind !== "sqlite") throw new Error("SQLite only");
-    const { sqlite } = env.store;
-    const old = Date.parse("2026-01-01T00:00:00Z");
-    const insert = sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (?, 'a@example.nl', '203.0.113.7', 0)");
-    sqlite.transaction(() => {
-      for (let i = 0; i < 60_000; i++) insert.run(iso(old + i));
-    })();
-    // The same work-driven clock as above (5 µs per row deleted, 1 µs per row committed).
-    const count = sqlite.query("SELECT count(*) AS n FROM login_attempts");
-    let committed = 0;
-    const clock = () => {
-      const deleted = 60_000 - (count.get() as { n: number }).n;
-      if (!sqlite.inTransaction) committed = deleted;
-      return deleted * 0.005 + committed * 0.001;
-    };
+    const clock = await oldAttemptsAndWorkClock(env);
     let appNow = 0;
     const writeApi = new WriteApiActivity(() => appNow);
     writeApi.seen();
