@@ -17,8 +17,8 @@
 // retried only when they are idempotent: PUTs, and audit batches in which every entry has
 // a `sleutel` (the service then answers a repeat with the same receipts). Login attempts
 // have no keys: they are retried only when the service certainly stored nothing — a
-// name that did not resolve, a refused connection, or a 503 carrying the service's own NOTHING_STORED_HEADER (a
-// proxy's 503 may come after it passed the request on).
+// name that did not resolve, a refused connection, or a 503 carrying the service's own
+// NOTHING_STORED_HEADER (a proxy's 503 may come after it passed the request on).
 // Every other answer (4xx) is final: NachtwachtError with the status and the server's
 // `error` message.
 import type { Static } from "@sinclair/typebox";
@@ -111,8 +111,9 @@ export class NachtwachtError extends Error {
 
   /**
    * True when the service certainly stored nothing of this call: a 4xx refusal, its own
-   * 503 (NOTHING_STORED_HEADER), a name that did not resolve, a refused connection. Only then may a call without keys
-   * (login attempts, audit entries without `sleutel`) be sent again.
+   * 503 (NOTHING_STORED_HEADER), a name that did not resolve, a refused connection. Only
+   * then may a call without keys (login attempts, audit entries without `sleutel`) be
+   * sent again.
    */
   readonly nothingStored: boolean;
 
