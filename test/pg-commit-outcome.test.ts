@@ -10,7 +10,7 @@ import { SQL } from "bun";
 import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../src/client.ts";
 import { call, makePgTestEnv, type PgTestEnv } from "./helpers.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
-import { useTestCluster } from "./pg.ts";
+import { startCluster, useTestCluster, type TestCluster } from "./pg.ts";
 import { startPgProxy, type PgProxy } from "./pg-proxy.ts";
 
 setDefaultTimeout(60_000);
@@ -19,18 +19,21 @@ const cluster = useTestCluster();
 let env: PgTestEnv | undefined;
 let proxy: PgProxy | undefined;
 let direct: SQL | undefined;
+let dbUrl = "";
+let standby: TestCluster | undefined;
 afterEach(async () => {
   await env?.cleanup();
   await direct?.close();
   await proxy?.close();
-  env = proxy = direct = undefined;
+  await standby?.stop();
+  env = proxy = direct = standby = undefined;
 });
 
 /** The service on a database reached through the proxy, tenant 1 created; `direct` bypasses the proxy. */
 async function proxiedEnv(): Promise<PgTestEnv> {
   env = await makePgTestEnv({
     createDatabase: async () => {
-      const url = await cluster.createDatabase();
+      const url = (dbUrl = await cluster.createDatabase());
       direct = new SQL(url, { max: 1 });
       proxy = await startPgProxy(url);
       return proxy.url;
@@ -95,5 +98,38 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
     expect(await rows("login_attempts")).toBe(2);
     expect(env!.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);
     proxy!.up();
+  });
+
+  test("cut after the COMMIT, and the host name then leads to another server (a failover) that gave the same transaction id to a transaction of its own: 500 unknown, not 200 for rows that server does not have", async () => {
+    await proxiedEnv();
+    // The other server: the service's database under the same name, and transaction ids
+    // used and committed well past the one the service's transaction will get here.
+    standby = await startCluster();
+    const name = new URL(dbUrl).pathname.slice(1);
+    const other = new SQL(await standby.createDatabase(name), { max: 1 });
+    try {
+      const next = Number(((await direct!`SELECT pg_current_xact_id()::text AS x`) as { x: string }[])[0]!.x) + 1;
+      const at = Number(((await other`SELECT pg_current_xact_id()::text AS x`) as { x: string }[])[0]!.x);
+      const burn = Math.max(0, next - at) + 200;
+      await other.unsafe(`DO $$ BEGIN FOR i IN 1..${burn} LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$`);
+      // The old answer would be "committed": that id is a committed transaction there.
+      const service = ((await direct!`SELECT pg_current_xact_id()::text AS x`) as { x: string }[])[0]!.x;
+      expect(((await other`SELECT pg_xact_status((${Number(service) + 1}::text)::xid8) AS s`) as { s: string }[])[0]!.s).toBe("committed");
+
+      const cut = proxy!.cutNextCommit("after", { down: true });
+      const pending = send("/api/inlogpogingen", attempts(2));
+      await cut;
+      proxy!.retarget(standby.url);
+      proxy!.up();
+      const r = await pending;
+      expect(r.status).toBe(500);
+      expect(r.headers.get(NOTHING_STORED_HEADER)).toBeNull();
+      expect(r.json.error).toStartWith("Onbekend of de schrijfactie is opgeslagen");
+      expect(r.json.ids).toBeUndefined();
+      expect(await rows("login_attempts")).toBe(2); // on the server that committed them
+      expect(env!.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);
+    } finally {
+      await other.close();
+    }
   });
 });

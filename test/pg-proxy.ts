@@ -5,7 +5,8 @@
 // rolls back); `after` passes the COMMIT on and drops the connection as the server's
 // answer arrives (the server committed; the client never hears so). With `down`, every
 // other connection is cut with it and every later one refused, so nothing can ask the
-// server afterwards.
+// server afterwards. `retarget` sends later connections to another server, as a failover
+// that moves the service's host name to a promoted standby would.
 import { connect, createServer, type Server, type Socket } from "node:net";
 
 export type CutMode = "before" | "after";
@@ -17,11 +18,13 @@ export interface PgProxy {
   cutNextCommit(mode: CutMode, o?: { down?: boolean }): Promise<void>;
   /** Lets connections through again after a `down` cut. */
   up(): void;
+  /** Later connections go to the server of `url` (its host and port). */
+  retarget(url: string): void;
   close(): Promise<void>;
 }
 
 export async function startPgProxy(url: string): Promise<PgProxy> {
-  const target = new URL(url);
+  let target = new URL(url);
   let armed: { mode: CutMode; down: boolean; done: () => void } | null = null;
   let down = false;
   const sockets = new Set<Socket>();
@@ -74,6 +77,7 @@ export async function startPgProxy(url: string): Promise<PgProxy> {
     url: proxied.toString(),
     cutNextCommit: (mode, o = {}) => new Promise<void>((done) => (armed = { mode, down: o.down ?? false, done })),
     up: () => void (down = false),
+    retarget: (to) => void (target = new URL(to)),
     close: async () => {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -6,6 +6,12 @@
 // server is asked what became of it (pg_xact_status, on another connection of the pool):
 // committed → the body's result, as if the answer had come; aborted → the error as it
 // was (nothing stored); no answer within COMMIT_STATUS_WAIT_MS → CommitOutcomeUnknown.
+// A transaction id means something only on the server that gave it: after a failover
+// (a promoted standby, the URL's name pointing elsewhere) the server asked may have
+// given the same id to a transaction of its own, and "committed" would then answer 200
+// for rows that are not there. So the server's start time is taken with the id and
+// asked with the status, and only an answer from the same server run counts (one that
+// restarted counts as another: unknown rather than a guess).
 import type { SQL } from "bun";
 import { drizzle } from "drizzle-orm/bun-sql";
 import * as schema from "../../db/schema-pg.ts";
@@ -16,6 +22,18 @@ import type { PgDb } from "./store.ts";
 const COMMIT_STATUS_WAIT_MS = 5_000;
 const COMMIT_STATUS_STEP_MS = 50;
 
+/** A transaction's id and the server run (SERVER_RUN) that gave it. */
+interface Xact {
+  xid: string;
+  server: string;
+}
+
+/**
+ * Which run of which server answers: its start time, to the microsecond. A promoted
+ * standby was started at a time of its own, and a server that restarted has a new one.
+ */
+const SERVER_RUN = "extract(epoch FROM pg_postmaster_start_time())::text";
+
 /** The COMMIT failed and the server could not be asked whether it was carried out: the write may or may not be stored. */
 export class CommitOutcomeUnknown extends Error {
   constructor(
@@ -23,7 +41,7 @@ export class CommitOutcomeUnknown extends Error {
     /** What the caller can do about it, for whoever reads the message. */
     advice = "",
   ) {
-    super(`Onbekend of de schrijfactie is opgeslagen: de verbinding met de database viel weg tijdens COMMIT en de database was daarna niet te bereiken.${advice === "" ? "" : ` ${advice}`}`);
+    super(`Onbekend of de schrijfactie is opgeslagen: de verbinding met de database viel weg tijdens COMMIT en dezelfde databaseserver gaf daarna geen antwoord.${advice === "" ? "" : ` ${advice}`}`);
     this.name = "CommitOutcomeUnknown";
   }
 }
@@ -38,10 +56,10 @@ export const WRITE_API_ADVICE =
  * CommitOutcomeUnknown's message.
  */
 export async function certainTransaction<T>(sql: SQL, options: string, body: (tx: SQL) => Promise<T>, advice = ""): Promise<T> {
-  let xid: string | null = null;
+  let xact: Xact | null = null;
   let done: { result: T } | null = null;
   const inTransaction = async (tx: SQL) => {
-    xid = ((await tx`SELECT pg_current_xact_id()::text AS xid`) as { xid: string }[])[0]!.xid;
+    xact = ((await tx.unsafe(`SELECT pg_current_xact_id()::text AS xid, ${SERVER_RUN} AS server`)) as Xact[])[0]!;
     done = { result: await body(tx) };
     return done.result;
   };
@@ -49,8 +67,8 @@ export async function certainTransaction<T>(sql: SQL, options: string, body: (tx
     return await (options === "" ? sql.begin(inTransaction) : sql.begin(options, inTransaction));
   } catch (e) {
     // An error from the body rolled back; only one at COMMIT leaves the outcome open.
-    if (done === null || xid === null) throw e;
-    const status = await commitStatus(sql, xid);
+    if (done === null || xact === null) throw e;
+    const status = await commitStatus(sql, xact);
     if (status === "aborted") throw e;
     if (status === "committed") {
       log("warn", "PostgreSQL: the connection failed at COMMIT, but the server had committed; answered with the result", { error: String(e) });
@@ -60,13 +78,14 @@ export async function certainTransaction<T>(sql: SQL, options: string, body: (tx
   }
 }
 
-/** pg_xact_status of `xid` once it is no longer in progress; null when the server does not answer within COMMIT_STATUS_WAIT_MS. */
-async function commitStatus(sql: SQL, xid: string): Promise<"committed" | "aborted" | null> {
+/** pg_xact_status of the transaction once it is no longer in progress, asked of the server run that gave its id; null when that run does not answer within COMMIT_STATUS_WAIT_MS. */
+async function commitStatus(sql: SQL, xact: Xact): Promise<"committed" | "aborted" | null> {
   const deadline = performance.now() + COMMIT_STATUS_WAIT_MS;
   for (;;) {
     // A new connection can hang until the pool's connection timeout: no longer than the deadline.
-    const asked = (sql`SELECT pg_xact_status(${xid}::xid8) AS status` as Promise<{ status: string | null }[]>).then(
-      (rows) => rows[0]?.status ?? null,
+    const asked = (sql.unsafe(`SELECT pg_xact_status($1::xid8) AS status, ${SERVER_RUN} AS server`, [xact.xid]) as Promise<{ status: string | null; server: string }[]>).then(
+      // Another server's answer (a failover) says nothing of this transaction: asked again until the deadline.
+      (rows) => (rows[0]?.server === xact.server ? (rows[0]?.status ?? null) : null),
       () => null, // not reachable (yet): asked again until the deadline
     );
     const status = await Promise.race([asked, Bun.sleep(Math.max(0, deadline - performance.now())).then(() => null)]);
