@@ -52,12 +52,13 @@ describe("opening the store while another process holds the database for a momen
     const { dir, cleanup } = tempDir();
     try {
       const path = join(dir, "busy.db");
-      openStore(path).close();
-      // close() leaves the connection open until its last prepared statement is
-      // collected (sqlite3_close_v2), and an open WAL connection keeps a shared lock that
-      // the holder's EXCLUSIVE lock waits for: collected now, or the holder itself timed
-      // out (seen in CI and in 2 of 5 runs on a busy machine).
-      Bun.gc(true);
+      // Created in another process: a connection of this one, even closed, stays open until
+      // its last prepared statement is collected (sqlite3_close_v2) and keeps a shared lock
+      // that the holder's EXCLUSIVE lock would wait for (with Bun.gc here instead, the holder
+      // timed out in CI and on a busy machine).
+      const created = Bun.spawnSync([process.execPath, join(import.meta.dir, "fixtures", "create-store.ts"), path], { stderr: "pipe" });
+      expect(created.stderr.toString()).toBe("");
+      expect(created.exitCode).toBe(0);
       const holder = Bun.spawn([process.execPath, join(import.meta.dir, "fixtures", "hold-exclusive-lock.ts"), path, "400"], { stdout: "pipe", stderr: "inherit" });
       const reader = holder.stdout.getReader();
       let seen = "";
