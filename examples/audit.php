@@ -18,16 +18,16 @@
 // NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
 // NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
 //
-// Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
-// the server's message is on stderr); 2 usage; 3 perhaps stored (entries without a
-// sleutel, no certain answer): do not send it again as it is; 75 gave up for now (no
-// answer, 5xx, 429): send the same batch again later. The secret comes from the environment
-// (getenv) and only goes into a request header (CURLOPT_HTTPHEADER), never onto a
-// command line.
+// Exit: 0 stored (or already stored); 1 refused (a 3xx, or a 4xx other than 408/429: fix
+// the batch or the URL; the server's message is on stderr); 2 usage; 3 perhaps stored
+// (entries without a sleutel, no certain answer): do not send it again as it is; 75 gave
+// up for now (no answer, 408, 429, 5xx, an answer that is not nachtwacht's): send the
+// same batch again later. The secret comes from the environment (getenv) and only goes
+// into a request header (CURLOPT_HTTPHEADER), never onto a command line.
 
 declare(strict_types=1);
 
-/** A final answer (4xx other than 408/429): sending the same batch again will not help. */
+/** A final answer (a 3xx, or a 4xx other than 408/429): sending the same batch again will not help. */
 final class NachtwachtRefused extends RuntimeException
 {
     public int $status;
@@ -62,6 +62,19 @@ function nachtwacht_retry_after_ms(?string $value): ?int
     return $at === false ? null : max(0, ($at - time()) * 1000);
 }
 
+/** A refusal that sending the same batch again will not change: a redirect, or a 4xx other than 408/429. */
+function nachtwacht_final(int $status): bool
+{
+    return $status >= 300 && $status < 500 && $status !== 408 && $status !== 429;
+}
+
+/** nachtwacht's answer (it has the receipts), or null. */
+function nachtwacht_answer_of(string $body): ?array
+{
+    $answer = json_decode($body, true);
+    return is_array($answer) && isset($answer['ontvangstbewijzen']) && is_array($answer['ontvangstbewijzen']) ? $answer : null;
+}
+
 function nachtwacht_error_of(string $body, int $status): string
 {
     $decoded = json_decode($body, true);
@@ -75,7 +88,8 @@ function nachtwacht_error_of(string $body, int $status): string
 /**
  * POSTs the entries as one batch and returns the answer as an array
  * (opgeslagen, alBekend, ontvangstbewijzen). Retries (the same bytes, so the same
- * sleutels) after a connection error, a timeout, 408, 429 and 5xx, waiting
+ * sleutels) after a connection error, a timeout, 408, 429, 5xx and an answer that is
+ * not nachtwacht's, waiting
  * 2^(attempt−1) × backoff_ms with jitter, or the server's Retry-After when longer; a
  * batch with an entry without a sleutel only when nothing was stored. Throws
  * NachtwachtRefused for a final answer, NachtwachtMaybeStored when a batch without
@@ -129,19 +143,25 @@ function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, 
         $curlErrno = curl_errno($ch);
         unset($ch); // frees the handle (curl_close() is a no-op since PHP 8 and deprecated in 8.5)
 
+        $nothingStored = false;
         if ($body === false || $status === 0) {
             $reason = "no answer: $curlError";
             // Not resolved or not connected: the request never left this machine.
             $nothingStored = in_array($curlErrno, [CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT], true);
+        } elseif (nachtwacht_final($status)) {
+            throw new NachtwachtRefused($status, nachtwacht_error_of((string) $body, $status));
         } elseif ($status >= 200 && $status < 300) {
-            return json_decode((string) $body, true, 512, JSON_THROW_ON_ERROR);
-        } elseif (in_array($status, [408, 429, 500, 502, 503, 504], true)) {
+            $answer = nachtwacht_answer_of((string) $body);
+            if ($answer !== null) {
+                return $answer;
+            }
+            // A 2xx from something in between (a login page): nothing certain was stored.
+            $reason = "HTTP $status, but not nachtwacht's answer: " . trim(substr((string) $body, 0, 300));
+        } else {
             $reason = "HTTP $status: " . nachtwacht_error_of((string) $body, $status);
             $retryAfter = nachtwacht_retry_after_ms($headers['retry-after'] ?? null);
             // nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
             $nothingStored = $status === 503 && ($headers['nachtwacht-opgeslagen'] ?? '') === 'nee';
-        } else {
-            throw new NachtwachtRefused($status, nachtwacht_error_of((string) $body, $status));
         }
 
         if (!$keyed && !$nothingStored) {
@@ -186,18 +206,34 @@ function nachtwacht_main(array $argv): int
         $say("cannot read the batch from $file");
         return 2;
     }
-    $setting = function (string $name, int $default): int {
+    if (strpbrk($secret, "\r\n") !== false) {
+        $say('APP_SECRET holds a line break');
+        return 2;
+    }
+    $settings = [];
+    foreach (['NACHTWACHT_MAX_ATTEMPTS' => 5, 'NACHTWACHT_BACKOFF_MS' => 500, 'NACHTWACHT_MAX_DELAY_MS' => 60000] as $name => $default) {
         $v = getenv($name);
-        return $v === false || $v === '' ? $default : (int) $v;
-    };
+        if ($v === false || $v === '') {
+            $settings[$name] = $default;
+        } elseif (preg_match('/^[0-9]{1,9}$/', $v) === 1) {
+            $settings[$name] = (int) $v;
+        } else {
+            $say("$name takes a whole number");
+            return 2;
+        }
+    }
+    if ($settings['NACHTWACHT_MAX_ATTEMPTS'] < 1) {
+        $say('NACHTWACHT_MAX_ATTEMPTS must be at least 1');
+        return 2;
+    }
     try {
         $answer = nachtwacht_send_audit(
             $baseUrl,
             $secret,
             $batch->entries,
-            $setting('NACHTWACHT_MAX_ATTEMPTS', 5),
-            $setting('NACHTWACHT_BACKOFF_MS', 500),
-            $setting('NACHTWACHT_MAX_DELAY_MS', 60000),
+            $settings['NACHTWACHT_MAX_ATTEMPTS'],
+            $settings['NACHTWACHT_BACKOFF_MS'],
+            $settings['NACHTWACHT_MAX_DELAY_MS'],
             $say
         );
     } catch (NachtwachtRefused $e) {

@@ -22,10 +22,11 @@ Environment: NACHTWACHT_URL and APP_SECRET (required); NACHTWACHT_MAX_ATTEMPTS (
 NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
 NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
 
-Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
-the server's message is on stderr); 2 usage; 3 perhaps stored (entries without a
-sleutel, no certain answer): do not send it again as it is; 75 gave up for now (no
-answer, 5xx, 429): send the same batch again later.
+Exit: 0 stored (or already stored); 1 refused (a 3xx, or a 4xx other than 408/429: fix
+the batch or the URL; the server's message is on stderr); 2 usage; 3 perhaps stored
+(entries without a sleutel, no certain answer): do not send it again as it is; 75 gave
+up for now (no answer, 408, 429, 5xx, an answer that is not nachtwacht's): send the same
+batch again later.
 
 The secret is read from the environment and only ever put in a request header: it is
 never on a command line.
@@ -35,6 +36,7 @@ import email.utils
 import json
 import os
 import random
+import re
 import socket
 import sys
 import time
@@ -42,13 +44,17 @@ import http.client
 import urllib.error
 import urllib.request
 
-RETRYABLE = {408, 429, 500, 502, 503, 504}
 # nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
 NOTHING_STORED = ("nachtwacht-opgeslagen", "nee")
 
 
+def _final(status):
+    """A refusal that sending the same batch again will not change: a redirect, or a 4xx other than 408/429."""
+    return 300 <= status < 500 and status not in (408, 429)
+
+
 class Refused(Exception):
-    """A final answer (4xx other than 408/429): sending the same batch again will not help."""
+    """A final answer (a 3xx, or a 4xx other than 408/429): sending the same batch again will not help."""
 
     def __init__(self, status, error):
         super().__init__(f"HTTP {status}: {error}")
@@ -86,6 +92,15 @@ def _retry_after_ms(value):
         return None
 
 
+def _answer_of(body):
+    """nachtwacht's answer (it has the receipts), or None."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) and isinstance(answer.get("ontvangstbewijzen"), list) else None
+
+
 def _error_of(body, status):
     try:
         error = json.loads(body).get("error")
@@ -100,8 +115,8 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
     """POSTs the entries as one batch; returns the answer {opgeslagen, alBekend, ontvangstbewijzen}.
 
     Retries (the same bytes, so the same sleutels) after a connection error, a timeout,
-    408, 429 and 5xx, waiting 2^(attempt-1) x backoff_ms with jitter, or the server's
-    Retry-After when longer; a batch with an entry without a sleutel only when nothing
+    408, 429, 5xx and an answer that is not nachtwacht's, waiting 2^(attempt-1) x
+    backoff_ms with jitter, or the server's Retry-After when longer; a batch with an entry without a sleutel only when nothing
     was stored. Raises Refused for a final answer, MaybeStored when a batch without
     sleutels may have been stored, GaveUp otherwise.
     """
@@ -115,15 +130,24 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
         request = urllib.request.Request(url, data=payload, headers=headers, method="POST")
         try:
             with _opener.open(request, timeout=timeout_s) as response:
-                return json.loads(response.read())
+                body = response.read()
+            answer = _answer_of(body)
+            if answer is not None:
+                return answer
+            # A 2xx from something in between (a login page): nothing certain was stored.
+            reason = f"HTTP {response.status}, but not nachtwacht's answer: {body[:300].decode('utf-8', 'replace').strip()}"
         except urllib.error.HTTPError as e:
-            body = e.read()
-            if e.code not in RETRYABLE:
+            try:
+                body = e.read()
+            except (OSError, http.client.HTTPException):
+                body = b""  # the answer broke off: its status still counts
+            if _final(e.code):
                 raise Refused(e.code, _error_of(body, e.code)) from None
             reason = f"HTTP {e.code}: {_error_of(body, e.code)}"
             retry_after = _retry_after_ms(e.headers.get("Retry-After"))
             nothing_stored = e.code == 503 and (e.headers.get(NOTHING_STORED[0]) or "").strip() == NOTHING_STORED[1]
-        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout, TimeoutError) as e:
+        except (OSError, http.client.HTTPException) as e:
+            # URLError, refused or dropped connections, timeouts, TLS errors, an answer that broke off
             reason = f"no answer: {getattr(e, 'reason', None) or e}"
             # The name did not resolve or the connection was refused: the request never left this machine.
             nothing_stored = any(isinstance(x, (ConnectionRefusedError, socket.gaierror)) for x in (e, getattr(e, "reason", None)))
@@ -153,6 +177,9 @@ def main(argv):
     if not base_url or not secret:
         say("NACHTWACHT_URL and APP_SECRET must be set (in the environment, never as arguments)")
         return 2
+    if "\r" in secret or "\n" in secret:
+        say("APP_SECRET holds a line break")
+        return 2
     if len(argv) > 2:
         say(f"usage: {me} [BATCH.json | -]")
         return 2
@@ -163,7 +190,14 @@ def main(argv):
             with open(argv[1], encoding="utf-8") as f:
                 batch = json.load(f)
         entries = batch["entries"]
-        options = {k: int(os.environ[v]) for k, v in (("max_attempts", "NACHTWACHT_MAX_ATTEMPTS"), ("backoff_ms", "NACHTWACHT_BACKOFF_MS"), ("max_delay_ms", "NACHTWACHT_MAX_DELAY_MS")) if v in os.environ}
+        options = {}
+        for key, name in (("max_attempts", "NACHTWACHT_MAX_ATTEMPTS"), ("backoff_ms", "NACHTWACHT_BACKOFF_MS"), ("max_delay_ms", "NACHTWACHT_MAX_DELAY_MS")):
+            if os.environ.get(name):
+                if not re.fullmatch(r"[0-9]{1,9}", os.environ[name]):
+                    raise ValueError(f"{name} takes a whole number")
+                options[key] = int(os.environ[name])
+        if options.get("max_attempts", 1) < 1:
+            raise ValueError("NACHTWACHT_MAX_ATTEMPTS must be at least 1")
     except (OSError, ValueError, KeyError, TypeError) as e:
         say(f"cannot read the batch or the settings: {e}")
         return 2

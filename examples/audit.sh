@@ -18,10 +18,11 @@
 # NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
 # NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
 #
-# Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch,
-# the server's {"error"} is on stderr); 2 usage or curl cannot run; 3 perhaps stored
-# (entries without a sleutel, no certain answer): do not send it again as it is; 75 gave
-# up for now (no answer, 5xx, 429): send the same file again later.
+# Exit: 0 stored (or already stored); 1 refused (a 3xx, or a 4xx other than 408/429: fix
+# the batch or the URL; the server's {"error"} is on stderr); 2 usage or curl cannot run;
+# 3 perhaps stored (entries without a sleutel, no certain answer): do not send it again as
+# it is; 75 gave up for now (no answer, 408, 429, 5xx, an answer that is not nachtwacht's):
+# send the same file again later.
 #
 # APP_SECRET never appears on a command line (`ps`, /proc/<pid>/cmdline): curl reads the
 # Authorization header from its stdin (`--header @-`), fed by a here-string. Do not
@@ -34,11 +35,20 @@ die() { echo "$me: $*" >&2; exit 2; }
 
 [[ -n ${NACHTWACHT_URL:-} ]] || die "NACHTWACHT_URL is not set (e.g. http://127.0.0.1:3000)"
 [[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"
+[[ $APP_SECRET != *[$'\r\n']* ]] || die "APP_SECRET holds a line break"
+[[ $NACHTWACHT_URL =~ ^https?:// ]] || die "NACHTWACHT_URL must start with http:// or https://"
 [[ $# -le 1 ]] || die "usage: $me [BATCH.json | -]"
-max_attempts=${NACHTWACHT_MAX_ATTEMPTS:-5}
-base_ms=${NACHTWACHT_BACKOFF_MS:-500}
-max_delay_ms=${NACHTWACHT_MAX_DELAY_MS:-60000}
-for n in "$max_attempts" "$base_ms" "$max_delay_ms"; do [[ $n =~ ^[0-9]+$ ]] || die "NACHTWACHT_MAX_ATTEMPTS, _BACKOFF_MS and _MAX_DELAY_MS take whole numbers"; done
+# setting VAR NAME DEFAULT: the environment's NAME (or DEFAULT) into VAR, as a decimal
+# whole number, also with a leading zero (bash would read 08 as a bad octal number).
+setting() {
+  local v=${!2:-$3}
+  [[ $v =~ ^[0-9]{1,9}$ ]] || die "$2 takes a whole number"
+  printf -v "$1" '%d' "$((10#$v))"
+}
+setting max_attempts NACHTWACHT_MAX_ATTEMPTS 5
+setting base_ms NACHTWACHT_BACKOFF_MS 500
+setting max_delay_ms NACHTWACHT_MAX_DELAY_MS 60000
+((max_attempts >= 1)) || die "NACHTWACHT_MAX_ATTEMPTS must be at least 1"
 command -v curl >/dev/null || die "curl is not installed"
 
 work=$(mktemp -d)
@@ -58,6 +68,14 @@ fi
 
 # A header of the last answer in curl's --dump-header file (a 100 Continue may come first).
 header() { awk -v name="$1" -F': *' '{ sub(/\r$/, "") } /^HTTP\// { v = "" } tolower($1) == name { v = $2 } END { print v }' "$work/headers"; }
+# Whether the answer is nachtwacht's (it has the receipts); without jq, whether it names them.
+answered() {
+  if command -v jq >/dev/null; then
+    jq -e '.ontvangstbewijzen | type == "array"' "$work/answer" >/dev/null 2>&1
+  else
+    grep -q '"ontvangstbewijzen":\[' "$work/answer"
+  fi
+}
 
 for ((attempt = 1; ; attempt++)); do
   rc=0
@@ -72,32 +90,38 @@ for ((attempt = 1; ; attempt++)); do
   nothing_stored=0
   if ((rc != 0)); then
     case $rc in
+      # curl could not start the request (bad option or URL, out of memory, the batch unreadable)
+      2 | 3 | 26 | 27) die "curl failed before sending (exit $rc)" ;;
       # could not resolve or connect: the request never left this machine
       5 | 6 | 7) reason="no answer (curl exit $rc)" nothing_stored=1 ;;
-      # could not send or receive; timeout; empty reply; TLS handshake
-      16 | 18 | 28 | 35 | 52 | 55 | 56 | 92) reason="no answer (curl exit $rc)" ;;
-      *) die "curl failed (exit $rc); not retried" ;;
+      # anything else (timeout, dropped connection, an answer curl could not read) may come after the batch was stored
+      *) reason="no answer (curl exit $rc)" ;;
     esac
   else
     case $status in
       2??)
-        cat "$work/answer"
-        echo
-        exit 0
+        # Only nachtwacht's answer counts: a 200 from something in between (a login page) stored nothing certain.
+        if answered; then
+          cat "$work/answer"
+          echo
+          exit 0
+        fi
+        reason="HTTP $status, but not nachtwacht's answer: $(head -c 300 "$work/answer")"
         ;;
-      408 | 429 | 500 | 502 | 503 | 504)
-        reason="HTTP $status $(head -c 300 "$work/answer")"
-        retry_after=$(header retry-after) # seconds only
-        [[ $retry_after =~ ^[0-9]+$ ]] || retry_after=""
-        # nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
-        if [[ $status == 503 && $(header nachtwacht-opgeslagen) == nee ]]; then nothing_stored=1; fi
-        ;;
-      *)
-        # Final: the batch itself is wrong (400, 409, 413, 422), the secret is (401, 403), or the server cannot do it at all.
+      408 | 429 | 5??) ;;
+      3?? | 4??)
+        # Final: the batch itself is wrong (400, 409, 413, 422), the secret is (401, 403), or the URL is (3xx, 404).
         echo "$me: refused, HTTP $status: $(cat "$work/answer")" >&2
         exit 1
         ;;
     esac
+    if [[ $status != 2?? ]]; then
+      reason="HTTP $status $(head -c 300 "$work/answer")"
+      retry_after=$(header retry-after) # seconds only
+      if [[ $retry_after =~ ^[0-9]{1,9}$ ]]; then retry_after=$((10#$retry_after)); else retry_after=""; fi
+      # nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
+      if [[ $status == 503 && $(header nachtwacht-opgeslagen) == nee ]]; then nothing_stored=1; fi
+    fi
   fi
 
   if ((!keyed && !nothing_stored)); then
@@ -108,7 +132,8 @@ for ((attempt = 1; ; attempt++)); do
     echo "$me: gave up after $attempt attempts: $reason; send the same batch again later" >&2
     exit 75
   fi
-  delay=$((base_ms << (attempt - 1)))
+  delay=$base_ms
+  for ((i = 1; i < attempt && delay < max_delay_ms; i++)); do delay=$((delay * 2)); done
   ((delay <= max_delay_ms)) || delay=$max_delay_ms
   delay=$((delay / 2 + RANDOM % (delay / 2 + 1)))
   if [[ -n $retry_after ]]; then

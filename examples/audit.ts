@@ -19,11 +19,12 @@
 // NACHTWACHT_BACKOFF_MS (500: the first wait, doubled each time, with jitter),
 // NACHTWACHT_MAX_DELAY_MS (60000: a Retry-After above it ends the retries).
 //
-// Exit: 0 stored (or already stored); 1 refused (4xx other than 408/429: fix the batch;
-// the server's message is on stderr); 2 usage; 3 perhaps stored (entries without a
-// sleutel, no certain answer): do not send it again as it is; 75 gave up for now (no
-// answer, 5xx, 429): send the same batch again later. The secret comes from the
-// environment and only goes into a request header, never onto a command line.
+// Exit: 0 stored (or already stored); 1 refused (a 3xx, or a 4xx other than 408/429: fix
+// the batch or the URL; the server's message is on stderr); 2 usage; 3 perhaps stored
+// (entries without a sleutel, no certain answer): do not send it again as it is; 75 gave
+// up for now (no answer, 408, 429, 5xx, an answer that is not nachtwacht's): send the
+// same batch again later. The secret comes from the environment and only goes into a
+// request header, never onto a command line.
 import { readFileSync } from "node:fs";
 
 export interface AuditEntry {
@@ -74,7 +75,8 @@ export interface SendOptions {
   log?: (message: string) => void;
 }
 
-const RETRYABLE = new Set([408, 429, 500, 502, 503, 504]);
+/** A refusal that sending the same batch again will not change: a redirect, or a 4xx other than 408/429. */
+const isFinal = (status: number) => status >= 300 && status < 500 && status !== 408 && status !== 429;
 /** nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not). */
 const NOTHING_STORED = ["nachtwacht-opgeslagen", "nee"] as const;
 
@@ -91,6 +93,16 @@ function retryAfterMs(value: string | null): number | null {
   return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
 }
 
+/** nachtwacht's answer (it has the receipts), or null. */
+function answerOf(text: string): AuditAnswer | null {
+  try {
+    const a = JSON.parse(text) as AuditAnswer | null;
+    return Array.isArray(a?.ontvangstbewijzen) ? a : null;
+  } catch {
+    return null;
+  }
+}
+
 function errorOf(text: string, status: number): string {
   try {
     const e = (JSON.parse(text) as { error?: unknown }).error;
@@ -103,7 +115,8 @@ function errorOf(text: string, status: number): string {
 
 /**
  * POSTs the entries as one batch and returns the answer. Retries (the same bytes, so
- * the same sleutels) after a connection error, a timeout, 408, 429 and 5xx, waiting
+ * the same sleutels) after a connection error, a timeout, 408, 429, 5xx and an answer
+ * that is not nachtwacht's, waiting
  * 2^(attempt−1) × backoffMs with jitter, or the server's Retry-After when longer; a batch
  * with an entry without a sleutel only when nothing was stored. Throws Refused for a
  * final answer, MaybeStored when a batch without sleutels may have been stored, GaveUp
@@ -130,11 +143,17 @@ export async function sendAudit(baseUrl: string, secret: string, entries: AuditE
         signal: AbortSignal.timeout(o.timeoutMs ?? 60_000),
       });
       const text = await res.text();
-      if (res.ok) return JSON.parse(text) as AuditAnswer;
-      if (!RETRYABLE.has(res.status)) throw new Refused(res.status, errorOf(text, res.status));
-      reason = `HTTP ${res.status}: ${errorOf(text, res.status)}`;
-      wait = retryAfterMs(res.headers.get("retry-after"));
-      nothingStored = res.status === 503 && res.headers.get(NOTHING_STORED[0])?.trim() === NOTHING_STORED[1];
+      if (isFinal(res.status)) throw new Refused(res.status, errorOf(text, res.status));
+      const answer = res.ok ? answerOf(text) : null;
+      if (answer !== null) return answer;
+      if (res.ok) {
+        // A 2xx from something in between (a login page): nothing certain was stored.
+        reason = `HTTP ${res.status}, but not nachtwacht's answer: ${text.trim().slice(0, 300)}`;
+      } else {
+        reason = `HTTP ${res.status}: ${errorOf(text, res.status)}`;
+        wait = retryAfterMs(res.headers.get("retry-after"));
+        nothingStored = res.status === 503 && res.headers.get(NOTHING_STORED[0])?.trim() === NOTHING_STORED[1];
+      }
     } catch (e) {
       if (e instanceof Refused) throw e;
       reason = `no answer: ${e instanceof Error ? e.message : String(e)}`;
@@ -166,12 +185,17 @@ async function main(args: string[]): Promise<number> {
   let options: SendOptions;
   const num = (name: string) => {
     const v = process.env[name];
-    if (v === undefined) return undefined;
-    if (!/^\d+$/.test(v)) throw new Error(`${name} takes a whole number`);
+    if (v === undefined || v === "") return undefined;
+    if (!/^\d{1,9}$/.test(v)) throw new Error(`${name} takes a whole number`);
     return Number(v);
   };
+  if (/[\r\n]/.test(secret)) {
+    say("APP_SECRET holds a line break");
+    return 2;
+  }
   try {
     options = { maxAttempts: num("NACHTWACHT_MAX_ATTEMPTS"), backoffMs: num("NACHTWACHT_BACKOFF_MS"), maxDelayMs: num("NACHTWACHT_MAX_DELAY_MS"), log: say };
+    if ((options.maxAttempts ?? 1) < 1) throw new Error("NACHTWACHT_MAX_ATTEMPTS must be at least 1");
     const text = args.length === 0 || args[0] === "-" ? readFileSync(0, "utf8") : readFileSync(args[0]!, "utf8");
     entries = (JSON.parse(text) as { entries: AuditEntry[] }).entries;
     if (!Array.isArray(entries)) throw new Error("no entries array");

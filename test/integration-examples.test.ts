@@ -4,8 +4,9 @@
 // stores nothing new, retries through a real flaky HTTP proxy store once, refusals are
 // final, and the chains they wrote verify. The secret is never on a command line:
 // checked statically in the sources and, while each example waits for an answer, in
-// /proc/*/cmdline of every process. The PHP example runs only where a `php` with the curl
-// extension is on PATH (CI has none); python3 likewise. On the PostgreSQL run
+// /proc/*/cmdline of every process. Each example needs its interpreter (python3, php with
+// the curl extension; .ci/run installs them): without it its tests fail, naming the
+// package. On the PostgreSQL run
 // (test/dialect.ts) the service gets DATABASE_URL, a fresh database of the run's cluster,
 // and the tests (and `nachtwacht export`) read that database instead of the service's file.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -175,15 +176,19 @@ function commandLines(): { pid: string; argv: string }[] {
   return out;
 }
 
-type Step = "busy" | "busy-long" | "busy-nothing-stored" | "lose" | "pass";
+type Step = "busy" | "busy-long" | "busy-nothing-stored" | "lose" | "odd-5xx" | "html-200" | "redirect" | "pass";
 
 /**
  * A real HTTP server between an example and the service. Per request, in order: `busy`
  * answers 503 with Retry-After: 0 without passing the request on, as a proxy does;
  * `busy-long` the same with Retry-After: 60; `busy-nothing-stored` 503 with Retry-After:
- * 0 and the header the service itself sends when it stored nothing; `lose` passes it on (the service stores it) and then answers 502, as a
- * proxy does that lost the answer; `pass` (and every request after the list) passes it
- * on. While it holds a request, it reads every process's command line.
+ * 0 and the header the service itself sends when it stored nothing; `lose` passes it on
+ * (the service stores it) and then answers 502, as a proxy does that lost the answer;
+ * `odd-5xx` the same with a CDN's 520; `html-200` passes it on and answers 200 with a
+ * page of its own (a login portal); `redirect` answers 302 without passing it on; `pass`
+ * (and every request after the list) passes it on. What the service answered to a
+ * request whose answer was replaced is in `lost`. While it holds a request, it reads
+ * every process's command line.
  */
 function flakyProxy(steps: Step[]) {
   const seen: { authorization: string | null; body: string }[] = [];
@@ -201,15 +206,17 @@ function flakyProxy(steps: Step[]) {
       if (step === "busy") return Response.json({ error: "bezet (proxy)" }, { status: 503, headers: { "retry-after": "0" } });
       if (step === "busy-long") return Response.json({ error: "bezet (proxy)" }, { status: 503, headers: { "retry-after": "60" } });
       if (step === "busy-nothing-stored") return Response.json({ error: "De database is bezet" }, { status: 503, headers: { "retry-after": "0", [NOTHING_STORED_HEADER]: NOTHING_STORED_VALUE } });
+      if (step === "redirect") return new Response("", { status: 302, headers: { location: "http://127.0.0.1:1/elders" } });
       const res = await fetch(svc.url + new URL(req.url).pathname, {
         method: req.method,
         headers: { authorization: req.headers.get("authorization") ?? "", "content-type": "application/json" },
         body,
       });
       const text = await res.text();
-      if (step === "lose") {
+      if (step === "lose" || step === "odd-5xx" || step === "html-200") {
         lost.push(text);
-        return new Response("<html>502 Bad Gateway</html>", { status: 502, headers: { "content-type": "text/html" } });
+        const [status, page] = step === "lose" ? [502, "502 Bad Gateway"] : step === "odd-5xx" ? [520, "520 Web server returned an unknown error"] : [200, "Inloggen bij het netwerk"];
+        return new Response(`<html>${page}</html>`, { status, headers: { "content-type": "text/html" } });
       }
       return new Response(text, { status: res.status, headers: { "content-type": res.headers.get("content-type") ?? "application/json" } });
     },
@@ -217,14 +224,17 @@ function flakyProxy(steps: Step[]) {
   return { url: `http://127.0.0.1:${server.port}`, seen, scans, lost, stop: () => server.stop(true) };
 }
 
-type RawStep = "drop" | "continue-then-503" | "pass";
+type RawStep = "drop" | "continue-then-503" | "cut-body" | "not-http" | "pass";
 
 /**
  * A TCP server speaking just enough HTTP/1.1, for what Bun.serve cannot do. Per request,
  * in order: `drop` passes it on to the service (which stores it) and closes the
  * connection without an answer; `continue-then-503` answers `100 Continue` carrying
  * `nachtwacht-opgeslagen: nee` and then a 503 without it (only the final answer's headers
- * count), not passing it on; `pass` (and every request after the list) passes it on.
+ * count), not passing it on; `cut-body` passes it on and answers a 502 whose body breaks
+ * off after 3 of its 100 bytes; `not-http` passes it on and answers with a line that is
+ * not HTTP; `pass` (and every request after the list) passes it on. What the service
+ * answered to a request whose answer was not passed back is in `stored`.
  */
 function rawProxy(steps: RawStep[]) {
   let requests = 0;
@@ -258,9 +268,11 @@ function rawProxy(steps: RawStep[]) {
         const authorization = /^authorization:\s*(.*)$/im.exec(head)?.[1] ?? "";
         const res = await fetch(svc.url + path, { method, headers: { authorization, "content-type": "application/json" }, body });
         const text = await res.text();
-        if (step === "drop") {
+        if (step === "drop" || step === "cut-body" || step === "not-http") {
           stored.push(text);
-          socket.end();
+          if (step === "cut-body") socket.end("HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain\r\ncontent-length: 100\r\n\r\nabc");
+          else if (step === "not-http") socket.end("HELLO\r\n\r\n");
+          else socket.end();
           return;
         }
         const bytes = Buffer.from(text, "utf8");
@@ -411,6 +423,93 @@ describe.each(EXAMPLES)("$file", (ex) => {
     }
   });
 
+  it("an answer it cannot trust is no success: a CDN's 520, a 200 that is not nachtwacht's, an answer that breaks off or is not HTTP; sent again when every entry has a sleutel (stored once), not when one has none (exit 3)", async () => {
+    const tenantId = await newTenant();
+    const batch = batchFor(tenantId, "-vreemd");
+    const proxy = flakyProxy(["odd-5xx", "html-200"]);
+    try {
+      const run = await runExample(ex, [batch.path], envFor(proxy.url));
+      expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: expect.stringContaining("HTTP 520") });
+      expect(run.stderr).toContain("not nachtwacht's answer");
+      expect(proxy.seen).toHaveLength(3);
+      const first = JSON.parse(proxy.lost[0]!) as AuditAnswer;
+      expect(first.opgeslagen).toBe(3);
+      expect(JSON.parse(run.stdout)).toEqual({ opgeslagen: 0, alBekend: 3, ontvangstbewijzen: first.ontvangstbewijzen });
+    } finally {
+      proxy.stop();
+    }
+    const raw = rawProxy(["cut-body", "not-http"]);
+    try {
+      const run = await runExample(ex, [batchFor(tenantId, "-afgebroken").path], envFor(raw.url));
+      expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: expect.stringContaining("attempt 2") });
+      expect(raw.requests()).toBe(3);
+      expect(JSON.parse(run.stdout).alBekend).toBe(3);
+    } finally {
+      raw.stop();
+    }
+    expect((await rowsOf(tenantId)).map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6]);
+
+    // Without sleutels each of them ends the run at once: perhaps stored, nothing printed, stored once.
+    const keyless = keylessBatchFor(tenantId);
+    let stored = 6;
+    for (const step of ["odd-5xx", "html-200"] as const) {
+      const p = flakyProxy([step]);
+      try {
+        const run = await runExample(ex, [keyless.path], envFor(p.url));
+        expect({ step, code: run.code, stdout: run.stdout }).toEqual({ step, code: 3, stdout: "" });
+        expect(run.stderr).toContain("perhaps stored");
+        expect(p.seen).toHaveLength(1);
+      } finally {
+        p.stop();
+      }
+      expect((await rowsOf(tenantId)).length).toBe((stored += 3));
+    }
+    for (const step of ["cut-body", "not-http"] as const) {
+      const r = rawProxy([step]);
+      try {
+        const run = await runExample(ex, [keyless.path], envFor(r.url));
+        expect({ step, code: run.code, stdout: run.stdout }).toEqual({ step, code: 3, stdout: "" });
+        expect(r.requests()).toBe(1);
+      } finally {
+        r.stop();
+      }
+      expect((await rowsOf(tenantId)).length).toBe((stored += 3));
+    }
+
+    // A name that does not resolve: nothing left the machine, so even this batch is tried again until given up.
+    const unresolved = await runExample(ex, [keyless.path], envFor("http://nachtwacht.invalid", { NACHTWACHT_MAX_ATTEMPTS: "2" }));
+    expect(unresolved.code).toBe(75);
+    expect(unresolved.stderr).toContain("attempt 1");
+    expect(unresolved.stderr).toContain("gave up after 2 attempts");
+  });
+
+  it("a redirect is final (exit 1, not followed); settings that are no whole number ≥ 1 are usage errors (exit 2, nothing sent); a leading zero is decimal", async () => {
+    const proxy = flakyProxy(["redirect"]);
+    try {
+      const tenantId = await newTenant();
+      const moved = await runExample(ex, [batchFor(tenantId, "-verhuisd").path], envFor(proxy.url));
+      expect(moved.code).toBe(1);
+      expect(moved.stderr).toContain("302");
+      expect(proxy.seen).toHaveLength(1);
+      for (const bad of [{ NACHTWACHT_MAX_ATTEMPTS: "0" }, { NACHTWACHT_BACKOFF_MS: "-1" }, { NACHTWACHT_MAX_DELAY_MS: "1e3" }]) {
+        const run = await runExample(ex, [batchFor(tenantId, "-verhuisd").path], envFor(proxy.url, bad));
+        expect({ bad, code: run.code }).toEqual({ bad, code: 2 });
+        expect(run.stderr).toContain(Object.keys(bad)[0]!);
+      }
+      expect(proxy.seen).toHaveLength(1);
+      const line = await runExample(ex, [batchFor(tenantId, "-verhuisd").path], { NACHTWACHT_URL: proxy.url, APP_SECRET: `${APP}\nX-Extra: 1` });
+      expect(line.code).toBe(2);
+      expect(line.stderr).toContain("line break");
+      expect(proxy.seen).toHaveLength(1);
+      // 08 and 09 are no octal numbers here: a wait of 8 ms, then stored.
+      const zero = await runExample(ex, [batchFor(tenantId, "-nul").path], envFor(proxy.url, { NACHTWACHT_BACKOFF_MS: "08", NACHTWACHT_MAX_ATTEMPTS: "09" }));
+      expect(zero.code).toBe(0);
+      expect(JSON.parse(zero.stdout).opgeslagen).toBe(3);
+    } finally {
+      proxy.stop();
+    }
+  });
+
   it("a refusal is final (exit 1, the server's message on stderr, one request); no answer gives up (75); a long Retry-After is honoured by stopping", async () => {
     const proxy = flakyProxy(["pass", "pass", "busy-long"]);
     try {
@@ -475,11 +574,15 @@ describe("the secret stays off command lines (static)", () => {
       .split("\n")
       .filter((l) => !comment.test(l));
 
-  test("audit.sh: $APP_SECRET is expanded in exactly one place, the here-string that is curl's stdin (--header @-)", () => {
+  test("audit.sh: $APP_SECRET goes to one command only, the here-string that is curl's stdin (--header @-); its other expansions are checks inside [[ ]]", () => {
     const lines = code("examples/audit.sh", /^\s*#/);
     const expansions = lines.filter((l) => /\$\{?APP_SECRET\b/.test(l));
-    // The emptiness check (${APP_SECRET:-} expands inside [[ ]], a shell keyword, no process) and the here-string.
-    expect(expansions.map((l) => l.trim())).toEqual(['[[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"', '"$url" <<<"Authorization: Bearer $APP_SECRET") || rc=$?']);
+    // The emptiness and line-break checks (inside [[ ]], a shell keyword, no process) and the here-string.
+    expect(expansions.map((l) => l.trim())).toEqual([
+      '[[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"',
+      `[[ $APP_SECRET != *[$'\\r\\n']* ]] || die "APP_SECRET holds a line break"`,
+      '"$url" <<<"Authorization: Bearer $APP_SECRET") || rc=$?',
+    ]);
     const script = lines.join("\n");
     expect(script).toContain("--header @-");
     // Nothing else could carry it: no header given as an argument, no redirects followed, no eval/export.
