@@ -491,7 +491,8 @@ describe.each(EXAMPLES)("$file", (ex) => {
       expect(moved.code).toBe(1);
       expect(moved.stderr).toContain("302");
       expect(proxy.seen).toHaveLength(1);
-      for (const bad of [{ NACHTWACHT_MAX_ATTEMPTS: "0" }, { NACHTWACHT_BACKOFF_MS: "-1" }, { NACHTWACHT_MAX_DELAY_MS: "1e3" }]) {
+      const bads: Record<string, string>[] = [{ NACHTWACHT_MAX_ATTEMPTS: "0" }, { NACHTWACHT_BACKOFF_MS: "-1" }, { NACHTWACHT_MAX_DELAY_MS: "1e3" }];
+      for (const bad of bads) {
         const run = await runExample(ex, [batchFor(tenantId, "-verhuisd").path], envFor(proxy.url, bad));
         expect({ bad, code: run.code }).toEqual({ bad, code: 2 });
         expect(run.stderr).toContain(Object.keys(bad)[0]!);
