@@ -79,8 +79,15 @@ export function startServer(config: Config, options: ServerOptions = {}) {
   const wired = wireDeps(config);
   wired.store.sqlite.run(`PRAGMA cache_size = -${SERVICE_CACHE_KIB}`);
   const checkpointer = startCheckpointer(wired.store.sqlite, wired.store.path);
-  // One tracker for the write API's routes and the retention jobs' batches (src/ingest/activity.ts).
-  return serveWith({ ...wired, checkpointNow: () => checkpointer.now(), writeApi: new WriteApiActivity() }, checkpointer, options);
+  return serveWith(serviceDeps(wired, checkpointer), checkpointer, options);
+}
+
+/**
+ * The deps the service runs with on SQLite: the checkpoint thread's trigger, and one
+ * tracker for the write API's routes and the retention jobs' batches (src/ingest/activity.ts).
+ */
+export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer, "now">): Deps<Store> {
+  return { ...wired, checkpointNow: () => checkpointer.now(), writeApi: new WriteApiActivity() };
 }
 
 /**

@@ -332,6 +332,62 @@ describe("audit-retentie", () => {
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
+  // The batches' length follows the clock: here one driven by the work done, so a chunk's
+  // duration follows its size as on a real machine (5 µs per entry deleted, as seen inside
+  // the batch, and 1 µs per entry for its COMMIT, which shows once the clock is read after it).
+  sqliteOnly("a batch's chunk aims at 30 ms (its COMMIT on top), and at 20 ms from the first batch after the application starts writing through the write API (its appends wait on the event loop for a whole batch)", async () => {
+    env = await makeEnv();
+    const s = env.store;
+    if (s.kind !== "sqlite") throw new Error("SQLite only");
+    const tenants = [await addTenant(env.db, "A"), await addTenant(env.db, "B"), await addTenant(env.db, "C")];
+    const old = Date.parse("2011-01-01T00:00:00Z");
+    const OLD = 20_000;
+    s.sqlite.transaction(() => {
+      for (const t of tenants) {
+        const inputs: ChainInput[] = [];
+        for (let i = 0; i < OLD; i++) inputs.push({ tenantId: t, actor: "anna@example.nl", action: "dossier.bekeken", subject: "dossier/1", details: "{}", createdAt: iso(old + i * 1000) });
+        inputs.push({ tenantId: t, actor: "anna@example.nl", action: "dossier.bekeken", subject: "dossier/1", details: "{}", createdAt: "2024-01-01T00:00:00.000Z" });
+        appendEntries(s.sqlite, inputs);
+      }
+    }).immediate();
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const count = s.sqlite.query("SELECT count(*) AS n FROM audit_entries");
+    const total = 3 * (OLD + 1);
+    let committed = 0;
+    const clock = () => {
+      const deleted = total - (count.get() as { n: number }).n;
+      if (!s.sqlite.inTransaction) committed = deleted;
+      return deleted * 0.005 + committed * 0.001;
+    };
+    /** Each batch's chunk: the lock time without the COMMIT. */
+    const batches: { chunkMs: number; writing: boolean }[] = [];
+    let writing = false;
+    const r = await runAuditRetentie(env.deps, NOW, {
+      clock,
+      pause: async () => {},
+      appWriting: () => writing,
+      onBatch: (b) => {
+        batches.push({ chunkMs: b.lockMs - b.commitMs, writing });
+        // The application's first call comes after the third batch.
+        if (batches.length === 3) writing = true;
+      },
+    });
+    expect(r.status).toBe(200);
+    expect(r.body.verwijderd).toBe(3 * OLD);
+    const before = batches.filter((b) => !b.writing);
+    const after = batches.filter((b) => b.writing);
+    expect(before).toHaveLength(3);
+    expect(after.length).toBeGreaterThan(5);
+    for (const b of before) expect(b.chunkMs).toBeLessThanOrEqual(30);
+    // The first batch after the switch too: its chunk was scaled down from the 30 ms one.
+    for (const b of after) expect(b.chunkMs).toBeLessThanOrEqual(20);
+    // Each target filled: all but the first and the last batch reach more than half of it.
+    for (const b of before.slice(1)) expect(b.chunkMs).toBeGreaterThan(15);
+    for (const b of after.slice(0, -1)) expect(b.chunkMs).toBeGreaterThan(10);
+    for (const t of tenants) expect(await seqs(env, t)).toEqual([OLD + 1]);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+  });
+
   test("however many batches, each tenant touched gets exactly one signed record, in the anchor file and in audit_anchor_log; verification after retention is 200", async () => {
     env = await makeEnv();
     const tenants = [await addTenant(env.db, "A"), await addTenant(env.db, "B"), await addTenant(env.db, "C")];

@@ -2,6 +2,10 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { runBeveiligingslogRetentie } from "../src/jobs/beveiligingslog-retentie.ts";
 import { WriteApiActivity, APP_WRITING_MS } from "../src/ingest/activity.ts";
 import { createApp } from "../src/app.ts";
+import { startCheckpointer } from "../src/checkpointer.ts";
+import type { Store } from "../src/db.ts";
+import type { Deps } from "../src/deps.ts";
+import { serviceDeps } from "../src/server.ts";
 import { call, NOW } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
 import { addLoginAttempt, addTenant, makeEnv, sqliteOnly, type Env } from "./dialect.ts";
@@ -135,7 +139,7 @@ describe("beveiligingslog-retentie", () => {
     expect(writeApi.recent()).toBe(false);
   });
 
-  test("a write-API call (past the gate) marks the application as writing; a refused token does not", async () => {
+  test("a write-API call (past the gate) marks the application as writing; a refused token, the cron secret on the write API (403) and a job call do not", async () => {
     env = await makeEnv({ APP_SECRET });
     let appNow = 1_000;
     const writeApi = new WriteApiActivity(() => appNow);
@@ -143,6 +147,8 @@ describe("beveiligingslog-retentie", () => {
     expect(writeApi.recent()).toBe(false);
     const body = JSON.stringify({ pogingen: [{ account: "a@example.nl", ip: "192.0.2.1", gelukt: false }] });
     expect((await call(app, "/api/inlogpogingen", { token: "wrong-" + "x".repeat(40), body })).status).toBe(401);
+    expect((await call(app, "/api/inlogpogingen", { body })).status).toBe(403); // the cron secret
+    expect((await call(app, "/api/cron/beveiligingslog-retentie")).status).toBe(200);
     expect(writeApi.recent()).toBe(false);
     expect((await call(app, "/api/inlogpogingen", { token: APP_SECRET, body })).status).toBe(200);
     expect(writeApi.recent()).toBe(true);
@@ -150,6 +156,34 @@ describe("beveiligingslog-retentie", () => {
     expect(writeApi.recent()).toBe(true);
     appNow += 1;
     expect(writeApi.recent()).toBe(false);
+  });
+
+  sqliteOnly("wired as the service wires it (serviceDeps, what startServer runs with): a write-API call shortens the job's next batches; without one they stay as they were", async () => {
+    env = await makeEnv({ APP_SECRET });
+    if (env.store.kind !== "sqlite") throw new Error("SQLite only");
+    const checkpointer = startCheckpointer(env.store.sqlite, env.store.path);
+    const deps = env.deps as Deps<Store>;
+    try {
+      const body = JSON.stringify({ pogingen: [{ account: "a@example.nl", ip: "192.0.2.1", gelukt: true }] });
+      const shape = (batches: { chunks: number; lockMs: number }[]) => ({ maxChunks: Math.max(...batches.map((b) => b.chunks)), maxLockMs: Math.max(...batches.map((b) => b.lockMs)) });
+
+      const writing = serviceDeps(deps, checkpointer);
+      expect((await call(createApp(writing), "/api/inlogpogingen", { token: APP_SECRET, body })).status).toBe(200);
+      let clock = await oldAttemptsAndWorkClock(env);
+      const short: { chunks: number; lockMs: number }[] = [];
+      expect((await runBeveiligingslogRetentie(writing, NOW, { clock, pause: async () => {}, onBatch: (b) => short.push(b) })).body.verwijderd).toBe(60_000);
+      expect(shape(short).maxChunks).toBeLessThanOrEqual(3);
+      expect(shape(short).maxLockMs).toBeLessThanOrEqual(30);
+
+      const quiet = serviceDeps(deps, checkpointer);
+      clock = await oldAttemptsAndWorkClock(env);
+      const usual: { chunks: number; lockMs: number }[] = [];
+      expect((await runBeveiligingslogRetentie(quiet, NOW, { clock, pause: async () => {}, onBatch: (b) => usual.push(b) })).body.verwijderd).toBe(60_000);
+      expect(shape(usual).maxChunks).toBeGreaterThan(3);
+      expect(shape(usual).maxLockMs).toBeGreaterThan(30);
+    } finally {
+      await checkpointer.stop();
+    }
   });
 
   test("the run is recorded in the job-run history", async () => {

@@ -36,6 +36,7 @@ import { appendRun, syncTail, throwIfProblem } from "./anchoring.ts";
 import { retryWhenBusy } from "../db.ts";
 import { onWorkers } from "../worker-pool.ts";
 import type { WorkerName } from "../workers.ts";
+import type { Deps } from "../deps.ts";
 import { databaseBehindFile } from "./verify-all.ts";
 import { entriesAfter, type EntryRow } from "./chain.ts";
 import { CompactRange } from "./merkle.ts";
@@ -64,6 +65,15 @@ export function gapAfter(lockMs: number): number {
     }
   }
   return interval + GAP_MARGIN_MS;
+}
+
+/**
+ * The options the retention jobs run with on the service's SQLite connection: a checkpoint
+ * by the WAL thread after each batch, and the shorter batches while the host application
+ * writes through the write API. What the caller gives (tests) comes first.
+ */
+export function jobRetentionOptions(deps: Pick<Deps, "checkpointNow" | "writeApi">, o: RetentionOptions): RetentionOptions {
+  return { ...o, afterCommit: o.afterCommit ?? deps.checkpointNow, appWriting: o.appWriting ?? (() => deps.writeApi?.recent() ?? false) };
 }
 
 export interface RetentionOptions {
@@ -215,7 +225,10 @@ async function inBatches(
   const unpinCache = given.cacheKib === undefined ? () => {} : pinCacheSize(sqlite, given.cacheKib);
   try {
     for (;;) {
-      pacing = pacingNow();
+      const next = pacingNow();
+      // The chunk sized for one target, scaled to the other's when the application starts or stops writing.
+      if (o.batchSize === undefined) rows = Math.max(next.min, Math.min(next.max, Math.round((rows * (next.targetMs / next.chunks)) / (pacing.targetMs / pacing.chunks))));
+      pacing = next;
       // The batch waits for another process's write lock without blocking the event loop.
       let lockMs = 0;
       const { n, chunks, done, bodyMs } = await retryWhenBusy(sqlite, () => {

@@ -4,7 +4,7 @@
 // deleteOldAuditEntries on SQLite, deleteOldAuditEntriesPg on PostgreSQL (the rules of
 // both in src/audit/retention.ts); this file turns either's result into the same answer.
 import { t, type Static } from "elysia";
-import { deleteOldAuditEntries, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
+import { deleteOldAuditEntries, jobRetentionOptions, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
 import { AnchorFileError } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
 import type { Deps } from "../deps.ts";
@@ -46,7 +46,7 @@ export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOption
     result =
       store.kind === "pg"
         ? await deleteOldAuditEntriesPg(store.sql, grens, now, { ...signing, url: store.url }, o)
-        : await deleteOldAuditEntries(store.sqlite, grens, now, { ...signing, dbPath: store.path }, { afterCommit: deps.checkpointNow, appWriting: () => deps.writeApi?.recent() ?? false, ...o });
+        : await deleteOldAuditEntries(store.sqlite, grens, now, { ...signing, dbPath: store.path }, jobRetentionOptions(deps, o));
   } catch (e) {
     if (!(e instanceof AnchorFileError)) throw e;
     // The anchor file does not match the database: nothing is deleted until it is explained.

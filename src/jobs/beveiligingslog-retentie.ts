@@ -2,7 +2,7 @@
 // BEVEILIGINGSLOG_RETENTIE_DAGEN in small write transactions, on SQLite
 // (src/audit/retention.ts) or PostgreSQL (src/pg/retention.ts); the boundary is one rule.
 import { t, type Static } from "elysia";
-import { deleteOldLoginAttempts, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
+import { deleteOldLoginAttempts, jobRetentionOptions, retentionBoundary, type RetentionOptions } from "../audit/retention.ts";
 import type { Deps } from "../deps.ts";
 import { deleteOldLoginAttemptsPg } from "../pg/retention.ts";
 import { defineJob, type JobResult } from "./job.ts";
@@ -23,7 +23,7 @@ export async function runBeveiligingslogRetentie(deps: Deps, now: Date, o: Reten
   const verwijderd =
     store.kind === "pg"
       ? await deleteOldLoginAttemptsPg(store.sql, grens, o)
-      : await deleteOldLoginAttempts(store.sqlite, grens, { afterCommit: deps.checkpointNow, appWriting: () => deps.writeApi?.recent() ?? false, ...o });
+      : await deleteOldLoginAttempts(store.sqlite, grens, jobRetentionOptions(deps, o));
   return { status: 200, body: { ok: true, verwijderd, retentieDagen, grens } };
 }
 
