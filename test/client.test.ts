@@ -316,6 +316,15 @@ describe("retries", () => {
     expect(retries.map((i) => i.status)).toEqual([null, null]);
   });
 
+  test("a name that does not resolve: nothing left the machine, so even login attempts (no keys) are tried again up to maxAttempts", async () => {
+    const retries: RetryInfo[] = [];
+    const c = client({ baseUrl: "http://nachtwacht.invalid", maxAttempts: 2, onRetry: (i) => retries.push(i) });
+    const e = await failure(c.recordLoginAttempts([{ account: "x", ip: "192.0.2.9", gelukt: false }]));
+    expect(e).toMatchObject({ status: null, attempts: 2, nothingStored: true });
+    expect(e.error).toContain("opgegeven na 2 pogingen");
+    expect(retries.map((i) => i.status)).toEqual([null]);
+  });
+
   test("a timeout counts as no answer: retried for an idempotent call", async () => {
     // A server that accepts the connection and never answers.
     const silent = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
