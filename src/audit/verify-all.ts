@@ -106,6 +106,11 @@ export async function verifyInstallationOf(src: InstallationSource, tenantIds: n
   // The anchor file is the authority: its rows in the database must equal its lines, and
   // each tenant's newest checkpoint in it is what the chain must still reach.
   const cmp = await src.compare();
+  // That pass leaves a short-lived object or two per line of the file (a line per tenant
+  // per audit-anker run); collected now, before the chains' worker threads start, not
+  // while they run: the peak RSS at L came down from 148–151 to 124–128 MB, and its
+  // growth from a fifth of the data from 18–24 to 5–12 MB (docs/performance.md, round 13).
+  Bun.gc(true);
   const targets = checkpoints ?? cmp.checkpoints;
   // A tenant the file has checkpoints for, or whose entries are there, is checked even
   // when its row is gone from the tenants table: deleting that row must not take its
