@@ -110,6 +110,8 @@ export async function verifyInstallationOf(src: InstallationSource, tenantIds: n
   // per audit-anker run); collected now, before the chains' worker threads start, not
   // while they run: the peak RSS at L came down from 148–151 to 124–128 MB, and its
   // growth from a fifth of the data from 18–24 to 5–12 MB (docs/performance.md, round 13).
+  // Synchronous: the event loop waits for it once per run (about 15–20 ms at L); the
+  // asynchronous Bun.gc(false) left the peak where it was (23.7 MB growth).
   Bun.gc(true);
   const targets = checkpoints ?? cmp.checkpoints;
   // A tenant the file has checkpoints for, or whose entries are there, is checked even
