@@ -22,7 +22,7 @@
 //   append holds its tenants' rows FOR KEY SHARE from its check that they exist until it
 //   commits (src/pg/ingest.ts). SQLite checks its keys without locks and keeps them.
 import { sql } from "drizzle-orm";
-import { bigint, boolean, customType, index, integer, pgTable, primaryKey, serial, text, uniqueIndex } from "drizzle-orm/pg-core";
+import { bigint, boolean, customType, index, integer, pgTable, primaryKey, serial, text, timestamp, uniqueIndex } from "drizzle-orm/pg-core";
 
 /** An ISO 8601 UTC time as text, compared byte by byte. */
 const time = customType<{ data: string; driverData: string }>({
@@ -214,3 +214,18 @@ export const jobLeases = pgTable("job_leases", {
   vernieuwd: time("vernieuwd").notNull(),
   verloopt: time("verloopt").notNull(),
 });
+
+// PostgreSQL only (no counterpart in db/schema.ts): a row per write transaction whose
+// outcome must be certain (src/pg/commit.ts). When the answer to its COMMIT is lost, the
+// server's word that the transaction id committed counts only if this row, written by
+// that transaction, is there too: after a crash recovery that lost the transaction, the
+// same id can be given to another that commits. A row older than ten minutes serves
+// nothing (a lookup lasts 5 s); each transaction deletes up to two of those.
+export const commitMarkers = pgTable(
+  "commit_markers",
+  {
+    token: text("token").primaryKey(),
+    at: timestamp("at", { withTimezone: true }).notNull().defaultNow(),
+  },
+  (t) => [index("commit_markers_at_idx").on(t.at)],
+);

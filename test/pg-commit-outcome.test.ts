@@ -8,6 +8,8 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
 import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../src/client.ts";
+import { beginCertain, commitStatus, type Xact } from "../src/pg/commit.ts";
+import { openPgStore } from "../src/pg/store.ts";
 import { call, makePgTestEnv, type PgTestEnv } from "./helpers.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 import { startCluster, useTestCluster, type TestCluster } from "./pg.ts";
@@ -130,6 +132,53 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
       expect(env!.alarms.raised.map((a) => a.type)).toEqual(["internal-error"]);
     } finally {
       await other.close();
+    }
+  });
+
+  test("a crash recovery that lost the transaction gives its id out again, to a transaction that commits: without the transaction's marker that 'committed' is not its own, and the answer is aborted (before: committed, a 200 for rows that are gone)", async () => {
+    // A server of its own whose WAL only a COMMIT flushes (no autovacuum, the WAL writer
+    // asleep for 10 s): a crash right after the transaction's writes loses them.
+    standby = await startCluster({ settings: { autovacuum: "off", wal_writer_delay: "10s", checkpoint_timeout: "1h" } });
+    const url = await standby.createDatabase();
+    await (await openPgStore(url)).close(); // migrated
+    const client = new SQL(url, { max: 1 });
+    const run = async () => ((await client`SELECT extract(epoch FROM pg_postmaster_start_time())::text AS s`) as { s: string }[])[0]!.s;
+    let asker: SQL | undefined;
+    try {
+      const startedAt = await run();
+      let xact: Xact | undefined;
+      // The transaction: its marker and a row written, then its server process killed before any COMMIT.
+      await client
+        .begin(async (tx) => {
+          xact = await beginCertain(tx);
+          await tx`INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES ('2026-11-24T12:00:00.000Z', 'a@example.nl', '192.0.2.1', false)`;
+          const pid = ((await tx`SELECT pg_backend_pid() AS pid`) as { pid: number }[])[0]!.pid;
+          process.kill(pid, "SIGKILL");
+          await tx`SELECT 1`; // the connection is gone
+        })
+        .catch(() => {});
+      expect(xact).toBeDefined();
+      // The server recovers from the crash without restarting (the same run, the same start time).
+      asker = new SQL(url, { max: 2 });
+      for (let tries = 0; ; tries++) {
+        try {
+          await asker`SELECT 1`;
+          break;
+        } catch (e) {
+          if (tries > 300) throw e;
+          await Bun.sleep(50); // polling a recovering server: a bound, not a synchronisation of the test's own work
+        }
+      }
+      expect(((await asker`SELECT extract(epoch FROM pg_postmaster_start_time())::text AS s`) as { s: string }[])[0]!.s).toBe(startedAt);
+      // Transactions after the recovery get its id again, and commit.
+      await asker.unsafe("DO $$ BEGIN FOR i IN 1..300 LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$");
+      expect(((await asker`SELECT pg_xact_status(${xact!.xid}::xid8) AS s`) as { s: string }[])[0]!.s).toBe("committed");
+      expect(((await asker`SELECT count(*)::int AS n FROM login_attempts`) as { n: number }[])[0]!.n).toBe(0);
+      // What the write API would be told: nothing stored (503), not a 200 for the lost row.
+      expect(await commitStatus(asker, xact!)).toBe("aborted");
+    } finally {
+      await client.close().catch(() => {});
+      await asker?.close();
     }
   });
 });

@@ -11,7 +11,11 @@
 // given the same id to a transaction of its own, and "committed" would then answer 200
 // for rows that are not there. So the server's start time is taken with the id and
 // asked with the status, and only an answer from the same server run counts (one that
-// restarted counts as another: unknown rather than a guess).
+// restarted counts as another: unknown rather than a guess). A crash recovery keeps the
+// start time, and when the crash took the transaction's unflushed WAL with it, the
+// recovered server gives its id out again. So each transaction also writes a row of its
+// own to commit_markers (a random token): "committed" counts only with that row there;
+// without it, the id committed for another transaction and this one is gone (aborted).
 import type { SQL } from "bun";
 import { drizzle } from "drizzle-orm/bun-sql";
 import * as schema from "../../db/schema-pg.ts";
@@ -22,10 +26,11 @@ import type { PgDb } from "./store.ts";
 const COMMIT_STATUS_WAIT_MS = 5_000;
 const COMMIT_STATUS_STEP_MS = 50;
 
-/** A transaction's id and the server run (SERVER_RUN) that gave it. */
-interface Xact {
+/** A transaction's id, the server run (SERVER_RUN) that gave it, and the token of its commit_markers row. */
+export interface Xact {
   xid: string;
   server: string;
+  token: string;
 }
 
 /**
@@ -46,6 +51,25 @@ export class CommitOutcomeUnknown extends Error {
   }
 }
 
+/**
+ * The first statement of a transaction whose outcome must be certain (parameter $1: a new
+ * token): its marker row, up to two markers past any use deleted (ones other
+ * transactions are deleting are skipped, so nobody waits), and its id and server run.
+ */
+const BEGIN_CERTAIN_SQL = `
+  WITH marker AS (INSERT INTO commit_markers (token) VALUES ($1)),
+  old AS (
+    DELETE FROM commit_markers WHERE token IN (
+      SELECT token FROM commit_markers WHERE at < now() - interval '10 minutes' ORDER BY at LIMIT 2 FOR UPDATE SKIP LOCKED))
+  SELECT pg_current_xact_id()::text AS xid, ${SERVER_RUN} AS server`;
+
+/** Starts a certain transaction in `tx` (certainTransaction does): its marker, id and server run. */
+export async function beginCertain(tx: SQL): Promise<Xact> {
+  const token = crypto.randomUUID();
+  const [r] = (await tx.unsafe(BEGIN_CERTAIN_SQL, [token])) as { xid: string; server: string }[];
+  return { ...r!, token };
+}
+
 /** The write API's advice with an unknown outcome (src/pg/ingest.ts). */
 export const WRITE_API_ADVICE =
   "Herhaal een batch waarin elke entry een sleutel heeft gerust; een batch zonder sleutels (inlogpogingen) kan bij herhalen dubbel worden opgeslagen.";
@@ -59,7 +83,7 @@ export async function certainTransaction<T>(sql: SQL, options: string, body: (tx
   let xact: Xact | null = null;
   let done: { result: T } | null = null;
   const inTransaction = async (tx: SQL) => {
-    xact = ((await tx.unsafe(`SELECT pg_current_xact_id()::text AS xid, ${SERVER_RUN} AS server`)) as Xact[])[0]!;
+    xact = await beginCertain(tx);
     done = { result: await body(tx) };
     return done.result;
   };
@@ -78,9 +102,14 @@ export async function certainTransaction<T>(sql: SQL, options: string, body: (tx
   }
 }
 
-/** pg_xact_status of the transaction once it is no longer in progress, asked of the server run that gave its id; null when that run does not answer within COMMIT_STATUS_WAIT_MS. */
-async function commitStatus(sql: SQL, xact: Xact): Promise<"committed" | "aborted" | null> {
+/**
+ * What became of the transaction, once no longer in progress, asked of the server run that
+ * gave its id: committed (its marker there too), aborted, or null when that run does not
+ * answer within COMMIT_STATUS_WAIT_MS.
+ */
+export async function commitStatus(sql: SQL, xact: Xact): Promise<"committed" | "aborted" | null> {
   const deadline = performance.now() + COMMIT_STATUS_WAIT_MS;
+  let unmarked = 0;
   for (;;) {
     // A new connection can hang until the pool's connection timeout: no longer than the deadline.
     const asked = (sql.unsafe(`SELECT pg_xact_status($1::xid8) AS status, ${SERVER_RUN} AS server`, [xact.xid]) as Promise<{ status: string | null; server: string }[]>).then(
@@ -89,8 +118,24 @@ async function commitStatus(sql: SQL, xact: Xact): Promise<"committed" | "aborte
       () => null, // not reachable (yet): asked again until the deadline
     );
     const status = await Promise.race([asked, Bun.sleep(Math.max(0, deadline - performance.now())).then(() => null)]);
+    if (status === "aborted") return status;
+    if (status === "committed") {
+      // Asked in a statement of its own, after the status: a snapshot taken in the same
+      // statement could still see the transaction as running.
+      const marked = await Promise.race([
+        (sql.unsafe(`SELECT EXISTS (SELECT 1 FROM commit_markers WHERE token = $1) AS marked, ${SERVER_RUN} AS server`, [xact.token]) as Promise<{ marked: boolean; server: string }[]>).then(
+          (r) => (r[0]?.server === xact.server ? r[0].marked : null),
+          () => null,
+        ),
+        Bun.sleep(Math.max(0, deadline - performance.now())).then(() => null),
+      ]);
+      if (marked === true) return "committed";
+      // Not (yet) visible: between marking a transaction committed and making it visible
+      // the server takes a moment; asked again, and three times without it means the id
+      // committed for another transaction.
+      if (marked === false && ++unmarked >= 3) return "aborted";
+    }
     // 'in progress': the server has not yet seen the COMMIT or the connection's end.
-    if (status === "committed" || status === "aborted") return status;
     if (performance.now() + COMMIT_STATUS_STEP_MS > deadline) return null;
     await Bun.sleep(COMMIT_STATUS_STEP_MS);
   }
