@@ -181,4 +181,20 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
       await asker?.close();
     }
   });
+
+  test("a certain transaction's first statement writes its marker and deletes the two oldest markers past ten minutes; newer ones stay; the lookup finds it committed", async () => {
+    const store = await openPgStore(await cluster.createDatabase());
+    try {
+      const { sql } = store;
+      await sql`INSERT INTO commit_markers (token, at) VALUES
+        ('oud-1', now() - interval '11 minutes'), ('oud-2', now() - interval '12 minutes'),
+        ('oud-3', now() - interval '13 minutes'), ('nieuw', now() - interval '9 minutes')`;
+      const xact = await sql.begin((tx) => beginCertain(tx));
+      const tokens = ((await sql`SELECT token FROM commit_markers ORDER BY token`) as { token: string }[]).map((r) => r.token);
+      expect(tokens).toEqual(["nieuw", "oud-1", xact.token].sort());
+      expect(await commitStatus(sql, xact)).toBe("committed");
+    } finally {
+      await store.close();
+    }
+  });
 });
