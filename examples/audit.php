@@ -210,6 +210,10 @@ function nachtwacht_main(array $argv): int
         $say('APP_SECRET holds a line break');
         return 2;
     }
+    if (preg_match('#^https?://#i', $baseUrl) !== 1) {
+        $say('NACHTWACHT_URL must start with http:// or https://');
+        return 2;
+    }
     $settings = [];
     foreach (['NACHTWACHT_MAX_ATTEMPTS' => 5, 'NACHTWACHT_BACKOFF_MS' => 500, 'NACHTWACHT_MAX_DELAY_MS' => 60000] as $name => $default) {
         $v = getenv($name);

@@ -180,6 +180,9 @@ def main(argv):
     if "\r" in secret or "\n" in secret:
         say("APP_SECRET holds a line break")
         return 2
+    if not re.match(r"https?://", base_url, re.IGNORECASE):
+        say("NACHTWACHT_URL must start with http:// or https://")
+        return 2
     if len(argv) > 2:
         say(f"usage: {me} [BATCH.json | -]")
         return 2

@@ -36,7 +36,7 @@ die() { echo "$me: $*" >&2; exit 2; }
 [[ -n ${NACHTWACHT_URL:-} ]] || die "NACHTWACHT_URL is not set (e.g. http://127.0.0.1:3000)"
 [[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"
 [[ $APP_SECRET != *[$'\r\n']* ]] || die "APP_SECRET holds a line break"
-[[ $NACHTWACHT_URL =~ ^https?:// ]] || die "NACHTWACHT_URL must start with http:// or https://"
+[[ ${NACHTWACHT_URL,,} =~ ^https?:// ]] || die "NACHTWACHT_URL must start with http:// or https://"
 [[ $# -le 1 ]] || die "usage: $me [BATCH.json | -]"
 # setting VAR NAME DEFAULT: the environment's NAME (or DEFAULT) into VAR, as a decimal
 # whole number, also with a leading zero (bash would read 08 as a bad octal number).
@@ -68,8 +68,10 @@ fi
 
 # A header of the last answer in curl's --dump-header file (a 100 Continue may come first).
 header() { awk -v name="$1" -F': *' '{ sub(/\r$/, "") } /^HTTP\// { v = "" } tolower($1) == name { v = $2 } END { print v }' "$work/headers"; }
-# Whether the answer is nachtwacht's (it has the receipts); without jq, whether it names them.
+# Whether the answer is nachtwacht's (it has the receipts); without jq, whether it names
+# them. Not empty: jq 1.6 says yes to no input at all.
 answered() {
+  [[ -s $work/answer ]] || return 1
   if command -v jq >/dev/null; then
     jq -e '.ontvangstbewijzen | type == "array"' "$work/answer" >/dev/null 2>&1
   else

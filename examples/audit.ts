@@ -52,7 +52,7 @@ export interface AuditAnswer {
   ontvangstbewijzen: Receipt[];
 }
 
-/** A final answer (4xx other than 408/429): sending the same batch again will not help. */
+/** A final answer (a 3xx, or a 4xx other than 408/429): sending the same batch again will not help. */
 export class Refused extends Error {
   readonly status: number;
   constructor(status: number, error: string) {
@@ -191,6 +191,10 @@ async function main(args: string[]): Promise<number> {
   };
   if (/[\r\n]/.test(secret)) {
     say("APP_SECRET holds a line break");
+    return 2;
+  }
+  if (!/^https?:\/\//i.test(baseUrl)) {
+    say("NACHTWACHT_URL must start with http:// or https://");
     return 2;
   }
   try {

@@ -176,7 +176,7 @@ function commandLines(): { pid: string; argv: string }[] {
   return out;
 }
 
-type Step = "busy" | "busy-long" | "busy-nothing-stored" | "lose" | "odd-5xx" | "html-200" | "redirect" | "pass";
+type Step = "busy" | "busy-long" | "busy-nothing-stored" | "lose" | "odd-5xx" | "html-200" | "empty-2xx" | "redirect" | "pass";
 
 /**
  * A real HTTP server between an example and the service. Per request, in order: `busy`
@@ -185,7 +185,8 @@ type Step = "busy" | "busy-long" | "busy-nothing-stored" | "lose" | "odd-5xx" | 
  * 0 and the header the service itself sends when it stored nothing; `lose` passes it on
  * (the service stores it) and then answers 502, as a proxy does that lost the answer;
  * `odd-5xx` the same with a CDN's 520; `html-200` passes it on and answers 200 with a
- * page of its own (a login portal); `redirect` answers 302 without passing it on; `pass`
+ * page of its own (a login portal); `empty-2xx` passes it on and answers 204 without a
+ * body; `redirect` answers 302 without passing it on; `pass`
  * (and every request after the list) passes it on. What the service answered to a
  * request whose answer was replaced is in `lost`. While it holds a request, it reads
  * every process's command line.
@@ -213,6 +214,10 @@ function flakyProxy(steps: Step[]) {
         body,
       });
       const text = await res.text();
+      if (step === "empty-2xx") {
+        lost.push(text);
+        return new Response(null, { status: 204 });
+      }
       if (step === "lose" || step === "odd-5xx" || step === "html-200") {
         lost.push(text);
         const [status, page] = step === "lose" ? [502, "502 Bad Gateway"] : step === "odd-5xx" ? [520, "520 Web server returned an unknown error"] : [200, "Inloggen bij het netwerk"];
@@ -423,15 +428,15 @@ describe.each(EXAMPLES)("$file", (ex) => {
     }
   });
 
-  it("an answer it cannot trust is no success: a CDN's 520, a 200 that is not nachtwacht's, an answer that breaks off or is not HTTP; sent again when every entry has a sleutel (stored once), not when one has none (exit 3)", async () => {
+  it("an answer it cannot trust is no success: a CDN's 520, a 200 that is not nachtwacht's, an empty 204, an answer that breaks off or is not HTTP; sent again when every entry has a sleutel (stored once), not when one has none (exit 3)", async () => {
     const tenantId = await newTenant();
     const batch = batchFor(tenantId, "-vreemd");
-    const proxy = flakyProxy(["odd-5xx", "html-200"]);
+    const proxy = flakyProxy(["odd-5xx", "html-200", "empty-2xx"]);
     try {
       const run = await runExample(ex, [batch.path], envFor(proxy.url));
       expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: expect.stringContaining("HTTP 520") });
       expect(run.stderr).toContain("not nachtwacht's answer");
-      expect(proxy.seen).toHaveLength(3);
+      expect(proxy.seen).toHaveLength(4);
       const first = JSON.parse(proxy.lost[0]!) as AuditAnswer;
       expect(first.opgeslagen).toBe(3);
       expect(JSON.parse(run.stdout)).toEqual({ opgeslagen: 0, alBekend: 3, ontvangstbewijzen: first.ontvangstbewijzen });
@@ -452,7 +457,7 @@ describe.each(EXAMPLES)("$file", (ex) => {
     // Without sleutels each of them ends the run at once: perhaps stored, nothing printed, stored once.
     const keyless = keylessBatchFor(tenantId);
     let stored = 6;
-    for (const step of ["odd-5xx", "html-200"] as const) {
+    for (const step of ["odd-5xx", "html-200", "empty-2xx"] as const) {
       const p = flakyProxy([step]);
       try {
         const run = await runExample(ex, [keyless.path], envFor(p.url));
@@ -501,6 +506,9 @@ describe.each(EXAMPLES)("$file", (ex) => {
       const line = await runExample(ex, [batchFor(tenantId, "-verhuisd").path], { NACHTWACHT_URL: proxy.url, APP_SECRET: `${APP}\nX-Extra: 1` });
       expect(line.code).toBe(2);
       expect(line.stderr).toContain("line break");
+      const noScheme = await runExample(ex, [keylessBatchFor(tenantId).path], envFor(proxy.url.replace("http://", "")));
+      expect(noScheme.code).toBe(2);
+      expect(noScheme.stderr).toContain("http://");
       expect(proxy.seen).toHaveLength(1);
       // 08 and 09 are no octal numbers here: a wait of 8 ms, then stored.
       const zero = await runExample(ex, [batchFor(tenantId, "-nul").path], envFor(proxy.url, { NACHTWACHT_BACKOFF_MS: "08", NACHTWACHT_MAX_ATTEMPTS: "09" }));
