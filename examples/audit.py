@@ -116,9 +116,10 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
 
     Retries (the same bytes, so the same sleutels) after a connection error, a timeout,
     408, 429, 5xx and an answer that is not nachtwacht's, waiting 2^(attempt-1) x
-    backoff_ms with jitter, or the server's Retry-After when longer; a batch with an entry without a sleutel only when nothing
-    was stored. Raises Refused for a final answer, MaybeStored when a batch without
-    sleutels may have been stored, GaveUp otherwise.
+    backoff_ms with jitter, or the server's Retry-After when longer; a batch with an
+    entry without a sleutel only when nothing was stored. Raises Refused for a final
+    answer, MaybeStored when a batch without sleutels may have been stored, GaveUp
+    otherwise.
     """
     keyed = all(isinstance(e, dict) and isinstance(e.get("sleutel"), str) for e in entries)
     payload = json.dumps({"entries": entries}).encode("utf-8")
