@@ -125,6 +125,8 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
       proxy!.up();
       const r = await pending;
       expect(r.status).toBe(500);
+      // It did ask the other server (and did not take its answer).
+      expect(proxy!.connectionsTo(standby.url)).toBeGreaterThan(0);
       expect(r.headers.get(NOTHING_STORED_HEADER)).toBeNull();
       expect(r.json.error).toStartWith("Onbekend of de schrijfactie is opgeslagen");
       expect(r.json.ids).toBeUndefined();

@@ -20,6 +20,8 @@ export interface PgProxy {
   up(): void;
   /** Later connections go to the server of `url` (its host and port). */
   retarget(url: string): void;
+  /** How many connections went to the server of `url`. */
+  connectionsTo(url: string): number;
   close(): Promise<void>;
 }
 
@@ -28,9 +30,12 @@ export async function startPgProxy(url: string): Promise<PgProxy> {
   let armed: { mode: CutMode; down: boolean; done: () => void } | null = null;
   let down = false;
   const sockets = new Set<Socket>();
+  const opened = new Map<string, number>();
+  const hostPort = (u: URL) => `${u.hostname}:${u.port}`;
   const server: Server = createServer((client) => {
     if (down) return void client.destroy();
     const upstream = connect(Number(target.port), target.hostname);
+    opened.set(hostPort(target), (opened.get(hostPort(target)) ?? 0) + 1);
     sockets.add(client).add(upstream);
     let cutOnAnswer: (() => void) | null = null;
     const cut = (thenDown: boolean) => {
@@ -78,6 +83,7 @@ export async function startPgProxy(url: string): Promise<PgProxy> {
     cutNextCommit: (mode, o = {}) => new Promise<void>((done) => (armed = { mode, down: o.down ?? false, done })),
     up: () => void (down = false),
     retarget: (to) => void (target = new URL(to)),
+    connectionsTo: (url) => opened.get(hostPort(new URL(url))) ?? 0,
     close: async () => {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
