@@ -106,10 +106,14 @@ describe("the host application writing while the jobs run", () => {
     });
     const svc = await service(db.env);
     // On PostgreSQL no lock_timeout: an append waits for the chain's lock as long as it takes.
-    const appenders = [1, 2, 3].map((t) => timedAppender({ path: db.env.DATABASE_PATH!, url: db.url }, t, 1500, `app${t}`));
+    // They go on until both jobs have answered, so they write all through both.
+    const stopFile = join(db.dir, "appenders-stop");
+    cleanups.push(async () => writeFileSync(stopFile, "")); // should the test fail before
+    const appenders = [1, 2, 3].map((t) => timedAppender({ path: db.env.DATABASE_PATH!, url: db.url }, t, 1500, `app${t}`, { stopFile }));
     // Every appender is writing before the jobs start; verification starts once retention runs.
     for (const t of [1, 2, 3]) await waitForRow(db.db, "SELECT 1 FROM audit_entries WHERE actor = ?", `app${t}`);
     const [retentie, verificatie] = await Promise.all([post(svc, "audit-retentie"), waitForRow(db.db, "SELECT 1 FROM job_runs WHERE job = 'audit-retentie'").then(() => post(svc, "audit-verificatie"))]);
+    writeFileSync(stopFile, "");
     expect(retentie.status).toBe(200);
     expect(((await retentie.json()) as { verwijderd: number }).verwijderd).toBe(4 * 6000);
     expect(verificatie.status).toBe(200);
@@ -130,17 +134,21 @@ describe("the host application writing while the jobs run", () => {
     for (const run of runs) for (const r of reports) expect(r.from < run.beeindigd && run.gestart < r.to).toBe(true);
     for (const r of reports) {
       expect(r.busy).toBe(0);
-      expect(r.appended).toBe(1500);
+      expect(r.appended).toBeGreaterThanOrEqual(1500);
       // Retention writes in small batches with pauses (on PostgreSQL without: its DELETEs
-      // lock only the rows they delete, docs/postgresql.md): an append never waits long.
-      expect(r.maxMs).toBeLessThan(1000);
+      // lock only the rows they delete, docs/postgresql.md): an append never comes near
+      // the 5 s busy timeout that would fail it. On SQLite a waiting append retries on the
+      // busy handler's schedule (…, 628, 728, 828, 928 ms in all); with three appenders,
+      // the service and the test on two shared cores CI saw up to 934 ms. How long writers
+      // wait at scale is the benchmark's figure (≤ 150 ms, docs/performance.md).
+      expect(r.maxMs).toBeLessThan(2500);
     }
     // Verified again after everything settled, and once more by the service itself.
     for (const c of await verifyAllOn(db.db, db.verify, db.env.AUDIT_ANKER_BESTAND!)) {
       expect(c.intact).toBe(true);
       expect(c.ankerSeq).toBe(6000);
       expect(c.retentieSeq).toBe(6000);
-      expect(c.aantalEntries).toBe(c.tenantId <= 3 ? 2000 : 500);
+      expect(c.aantalEntries).toBe(500 + (c.tenantId <= 3 ? reports[c.tenantId - 1]!.appended : 0));
     }
     const again = await post(svc, "audit-verificatie");
     expect(again.status).toBe(200);
