@@ -22,13 +22,13 @@ let env: PgTestEnv | undefined;
 let proxy: PgProxy | undefined;
 let direct: SQL | undefined;
 let dbUrl = "";
-let standby: TestCluster | undefined;
+let second: TestCluster | undefined;
 afterEach(async () => {
   await env?.cleanup();
   await direct?.close();
   await proxy?.close();
-  await standby?.stop();
-  env = proxy = direct = standby = undefined;
+  await second?.stop();
+  env = proxy = direct = second = undefined;
 });
 
 /** The service on a database reached through the proxy, tenant 1 created; `direct` bypasses the proxy. */
@@ -106,9 +106,9 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
     await proxiedEnv();
     // The other server: the service's database under the same name, and transaction ids
     // used and committed well past the one the service's transaction will get here.
-    standby = await startCluster();
+    second = await startCluster();
     const name = new URL(dbUrl).pathname.slice(1);
-    const other = new SQL(await standby.createDatabase(name), { max: 1 });
+    const other = new SQL(await second.createDatabase(name), { max: 1 });
     try {
       const next = Number(((await direct!`SELECT pg_current_xact_id()::text AS x`) as { x: string }[])[0]!.x) + 1;
       const at = Number(((await other`SELECT pg_current_xact_id()::text AS x`) as { x: string }[])[0]!.x);
@@ -121,12 +121,12 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
       const cut = proxy!.cutNextCommit("after", { down: true });
       const pending = send("/api/inlogpogingen", attempts(2));
       await cut;
-      proxy!.retarget(standby.url);
+      proxy!.retarget(second.url);
       proxy!.up();
       const r = await pending;
       expect(r.status).toBe(500);
       // It did ask the other server (and did not take its answer).
-      expect(proxy!.connectionsTo(standby.url)).toBeGreaterThan(0);
+      expect(proxy!.connectionsTo(second.url)).toBeGreaterThan(0);
       expect(r.headers.get(NOTHING_STORED_HEADER)).toBeNull();
       expect(r.json.error).toStartWith("Onbekend of de schrijfactie is opgeslagen");
       expect(r.json.ids).toBeUndefined();
@@ -140,8 +140,8 @@ describe("a connection cut at COMMIT (PostgreSQL)", () => {
   test("a crash recovery that lost the transaction gives its id out again, to a transaction that commits: without the transaction's marker that 'committed' is not its own, and the answer is aborted (before: committed, a 200 for rows that are gone)", async () => {
     // A server of its own whose WAL only a COMMIT flushes (no autovacuum, the WAL writer
     // asleep for 10 s): a crash right after the transaction's writes loses them.
-    standby = await startCluster({ settings: { autovacuum: "off", wal_writer_delay: "10s", checkpoint_timeout: "1h" } });
-    const url = await standby.createDatabase();
+    second = await startCluster({ settings: { autovacuum: "off", wal_writer_delay: "10s", checkpoint_timeout: "1h" } });
+    const url = await second.createDatabase();
     await (await openPgStore(url)).close(); // migrated
     const client = new SQL(url, { max: 1 });
     const run = async () => ((await client`SELECT extract(epoch FROM pg_postmaster_start_time())::text AS s`) as { s: string }[])[0]!.s;

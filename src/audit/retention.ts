@@ -166,13 +166,19 @@ export function pinCacheSize(sqlite: Database, kib: number): () => void {
 /** How many batches' COMMIT costs the estimate takes the largest of. */
 const COMMITS_REMEMBERED = 4;
 
+/** What one chunk of `p` aims at, ms. */
+const chunkTargetMs = (p: Pacing) => p.targetMs / p.chunks;
+
+/** `rows`, rounded and within the bounds of `p`. */
+const chunkWithin = (p: Pacing, rows: number) => Math.max(p.min, Math.min(p.max, Math.round(rows)));
+
 /**
  * The next chunk size: scaled towards its share of the target lock time (square root, so
  * one slow chunk on a busy machine does not halve the next), growing at most 1.5× a step.
  */
 export function nextChunkSize(size: number, chunkMs: number, p: Pacing): number {
-  const factor = Math.min(1.5, Math.sqrt(p.targetMs / p.chunks / Math.max(chunkMs, 0.1)));
-  return Math.max(p.min, Math.min(p.max, Math.round(size * factor)));
+  const factor = Math.min(1.5, Math.sqrt(chunkTargetMs(p) / Math.max(chunkMs, 0.1)));
+  return chunkWithin(p, size * factor);
 }
 
 /**
@@ -197,7 +203,7 @@ async function inBatches(
   // third of a batch at L). It swings from batch to batch (13–51 ms for similar batches
   // at L), so a batch plans with the largest of the last COMMITS_REMEMBERED; until one was
   // measured, a chunk's share of the target for the first chunk's rows.
-  let commitMsPerRow = pacing.targetMs / pacing.chunks / rows;
+  let commitMsPerRow = chunkTargetMs(pacing) / rows;
   const recentCommits: number[] = [];
   /** One batch: chunks until the next, with its share of the COMMIT, would end past the target. */
   const batch = sqlite.transaction(() => {
@@ -227,7 +233,7 @@ async function inBatches(
     for (;;) {
       const next = pacingNow();
       // The chunk sized for one target, scaled to the other's when the application starts or stops writing.
-      if (o.batchSize === undefined) rows = Math.max(next.min, Math.min(next.max, Math.round((rows * (next.targetMs / next.chunks)) / (pacing.targetMs / pacing.chunks))));
+      if (o.batchSize === undefined) rows = chunkWithin(next, (rows * chunkTargetMs(next)) / chunkTargetMs(pacing));
       pacing = next;
       // The batch waits for another process's write lock without blocking the event loop.
       let lockMs = 0;

@@ -111,24 +111,12 @@ export async function commitStatus(sql: SQL, xact: Xact): Promise<"committed" | 
   const deadline = performance.now() + COMMIT_STATUS_WAIT_MS;
   let unmarked = 0;
   for (;;) {
-    // A new connection can hang until the pool's connection timeout: no longer than the deadline.
-    const asked = (sql.unsafe(`SELECT pg_xact_status($1::xid8) AS status, ${SERVER_RUN} AS server`, [xact.xid]) as Promise<{ status: string | null; server: string }[]>).then(
-      // Another server's answer (a failover) says nothing of this transaction: asked again until the deadline.
-      (rows) => (rows[0]?.server === xact.server ? (rows[0]?.status ?? null) : null),
-      () => null, // not reachable (yet): asked again until the deadline
-    );
-    const status = await Promise.race([asked, Bun.sleep(Math.max(0, deadline - performance.now())).then(() => null)]);
+    const status = (await askSameRun<{ status: string | null }>(sql, "SELECT pg_xact_status($1::xid8) AS status", xact.xid, xact, deadline))?.status;
     if (status === "aborted") return status;
     if (status === "committed") {
       // Asked in a statement of its own, after the status: a snapshot taken in the same
       // statement could still see the transaction as running.
-      const marked = await Promise.race([
-        (sql.unsafe(`SELECT EXISTS (SELECT 1 FROM commit_markers WHERE token = $1) AS marked, ${SERVER_RUN} AS server`, [xact.token]) as Promise<{ marked: boolean; server: string }[]>).then(
-          (r) => (r[0]?.server === xact.server ? r[0].marked : null),
-          () => null,
-        ),
-        Bun.sleep(Math.max(0, deadline - performance.now())).then(() => null),
-      ]);
+      const marked = (await askSameRun<{ marked: boolean }>(sql, "SELECT EXISTS (SELECT 1 FROM commit_markers WHERE token = $1) AS marked", xact.token, xact, deadline))?.marked;
       if (marked === true) return "committed";
       // Not (yet) visible: between marking a transaction committed and making it visible
       // the server takes a moment; asked again, and three times without it means the id
@@ -139,6 +127,20 @@ export async function commitStatus(sql: SQL, xact: Xact): Promise<"committed" | 
     if (performance.now() + COMMIT_STATUS_STEP_MS > deadline) return null;
     await Bun.sleep(COMMIT_STATUS_STEP_MS);
   }
+}
+
+/**
+ * The row of `query` (one parameter, $1) as the server run that gave the transaction
+ * answers it; null when another run answers (a failover says nothing of this
+ * transaction), none can be reached (yet), or the deadline passes first.
+ */
+async function askSameRun<R>(sql: SQL, query: string, param: string, xact: Xact, deadline: number): Promise<R | null> {
+  // A new connection can hang until the pool's connection timeout: no longer than the deadline.
+  const asked = (sql.unsafe(`${query}, ${SERVER_RUN} AS server`, [param]) as Promise<(R & { server: string })[]>).then(
+    (rows) => (rows[0]?.server === xact.server ? rows[0] : null),
+    () => null,
+  );
+  return Promise.race([asked, Bun.sleep(Math.max(0, deadline - performance.now())).then(() => null)]);
 }
 
 /** certainTransaction with Drizzle over the transaction, for work written with its builder. */
