@@ -11,7 +11,7 @@ import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
 import { insertRowsPg } from "../src/pg/anchor-file.ts";
 import { deleteOldAuditEntriesPg } from "../src/pg/audit-retention.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
-import { call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, workDrivenClock } from "./helpers.ts";
 import { addTenant, makeEnv, sqliteOnly, type Env } from "./dialect.ts";
 
 // On the PostgreSQL run the first test may start the cluster (test/dialect.ts), on a shared host that takes seconds.
@@ -332,9 +332,7 @@ describe("audit-retentie", () => {
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
-  // The batches' length follows the clock: here one driven by the work done, so a chunk's
-  // duration follows its size as on a real machine (5 µs per entry deleted, as seen inside
-  // the batch, and 1 µs per entry for its COMMIT, which shows once the clock is read after it).
+  // The batches' length follows the clock: here one driven by the work done (workDrivenClock).
   sqliteOnly("a batch's chunk aims at 30 ms (its COMMIT on top), and at 20 ms from the first batch after the application starts writing through the write API (its appends wait on the event loop for a whole batch)", async () => {
     env = await makeEnv();
     const s = env.store;
@@ -352,13 +350,7 @@ describe("audit-retentie", () => {
     }).immediate();
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     const count = s.sqlite.query("SELECT count(*) AS n FROM audit_entries");
-    const total = 3 * (OLD + 1);
-    let committed = 0;
-    const clock = () => {
-      const deleted = total - (count.get() as { n: number }).n;
-      if (!s.sqlite.inTransaction) committed = deleted;
-      return deleted * 0.005 + committed * 0.001;
-    };
+    const clock = workDrivenClock(s.sqlite, () => 3 * (OLD + 1) - (count.get() as { n: number }).n);
     /** Each batch's chunk: the lock time without the COMMIT. */
     const batches: { chunkMs: number; writing: boolean }[] = [];
     let writing = false;

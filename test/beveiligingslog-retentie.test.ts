@@ -6,7 +6,7 @@ import { startCheckpointer } from "../src/checkpointer.ts";
 import type { Store } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import { serviceDeps } from "../src/server.ts";
-import { call, NOW } from "./helpers.ts";
+import { call, NOW, workDrivenClock } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
 import { addLoginAttempt, addTenant, makeEnv, sqliteOnly, type Env } from "./dialect.ts";
 
@@ -25,12 +25,7 @@ async function remaining(e: Env): Promise<string[]> {
   return (await e.db.all<{ tijdstip: string }>("SELECT tijdstip FROM login_attempts ORDER BY tijdstip")).map((r) => r.tijdstip);
 }
 
-/**
- * 60,000 login attempts older than grens (SQLite), and a clock driven by the work done,
- * so a chunk's duration follows its size as on a real machine: 5 µs per row deleted (as
- * seen inside the batch's transaction) and 1 µs per row for its COMMIT, which shows once
- * the clock is read after it.
- */
+/** 60,000 login attempts older than grens (SQLite), and a clock driven by deleting them (workDrivenClock). */
 async function oldAttemptsAndWorkClock(e: Env): Promise<() => number> {
   if (e.store.kind !== "sqlite") throw new Error("SQLite only");
   const { sqlite } = e.store;
@@ -40,12 +35,7 @@ async function oldAttemptsAndWorkClock(e: Env): Promise<() => number> {
     for (let i = 0; i < 60_000; i++) insert.run(iso(old + i));
   })();
   const count = sqlite.query("SELECT count(*) AS n FROM login_attempts WHERE tijdstip < ?");
-  let committed = 0;
-  return () => {
-    const deleted = 60_000 - (count.get(GRENS) as { n: number }).n;
-    if (!sqlite.inTransaction) committed = deleted;
-    return deleted * 0.005 + committed * 0.001;
-  };
+  return workDrivenClock(sqlite, () => 60_000 - (count.get(GRENS) as { n: number }).n);
 }
 
 describe("beveiligingslog-retentie", () => {
