@@ -67,8 +67,11 @@ if (process.argv.includes("--serve")) {
  */
 function commitProfile(): void {
   const dbPath = arg("db");
-  const variations: { name: string; pragmas: string[]; oneTenant?: boolean }[] = [
+  const variations: { name: string; pragmas: string[]; oneTenant?: boolean; perCommit?: number }[] = [
     { name: "service pragmas", pragmas: [] },
+    { name: "service pragmas, four batches per commit (group commit)", pragmas: [], perCommit: 4 },
+    { name: "as the service (its cache, checkpoints elsewhere)", pragmas: ["PRAGMA wal_autocheckpoint = 0", `PRAGMA cache_size = -${SERVICE_CACHE_KIB}`] },
+    { name: "as the service, four batches per commit", pragmas: ["PRAGMA wal_autocheckpoint = 0", `PRAGMA cache_size = -${SERVICE_CACHE_KIB}`], perCommit: 4 },
     { name: "wal_autocheckpoint = 0", pragmas: ["PRAGMA wal_autocheckpoint = 0"] },
     { name: "synchronous = OFF", pragmas: ["PRAGMA synchronous = OFF"] },
     { name: "wal_autocheckpoint = 0, cache 256 MB", pragmas: ["PRAGMA wal_autocheckpoint = 0", "PRAGMA cache_size = -262144"] },
@@ -85,6 +88,7 @@ function commitProfile(): void {
     let statementsMs = 0;
     let commitMs = 0;
     const t0 = performance.now();
+    const perCommit = v.perCommit ?? 1;
     for (let b = 0; b < 40; b++) {
       const inputs: ChainInput[] = Array.from({ length: 500 }, (_, i) => ({
         tenantId: v.oneTenant ? tenants[0]! : tenants[Math.floor(rand() * tenants.length)]!,
@@ -94,10 +98,11 @@ function commitProfile(): void {
         subject: `dossier/${b}/${i}`,
         details: canonicalJson({ ip: "10.0.0.1", veld: "status", oud: "open", nieuw: "gesloten" }),
       }));
-      begin.run();
+      if (b % perCommit === 0) begin.run();
       let t = performance.now();
       appendEntries(db, inputs);
       statementsMs += performance.now() - t;
+      if (b % perCommit !== perCommit - 1) continue;
       t = performance.now();
       commit.run();
       commitMs += performance.now() - t;
@@ -114,6 +119,7 @@ function commitProfile(): void {
         entriesPerSecond: Math.round(20_000 / seconds),
         statementsMsPerBatch: +(statementsMs / 40).toFixed(1),
         commitMsPerBatch: +(commitMs / 40).toFixed(1),
+        batchesPerCommit: perCommit,
         checkpointAfterMs: +checkpointAfterMs.toFixed(0),
       }),
     );
@@ -380,6 +386,12 @@ async function driveAll(): Promise<void> {
   log(`service up on ${url} (${tenants.length} tenants, ${entriesBefore} entries); SMTP sink ${sink.url}`);
 
   const appHeaders = { authorization: `Bearer ${APP_SECRET}`, "content-type": "application/json" };
+  /** The service's grouped writer so far (src/ingest/group-commit.ts), from /metrics. */
+  const sqliteGrouping = async () => {
+    const text = await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${APP_SECRET}` } })).text();
+    const counter = (name: string) => Number(new RegExp(`^nachtwacht_${name} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
+    return { groups: counter("ingest_sqlite_transactions_total"), calls: counter("ingest_sqlite_grouped_requests_total") };
+  };
   // Sleutels unique to this run, so a reused copy never sees one twice.
   const run = Date.now().toString(36);
   let serial = 0;
@@ -442,6 +454,7 @@ async function driveAll(): Promise<void> {
     }
     log(`throughput: ${CLIENTS} clients for ${seconds} s`);
     await mark("before-throughput");
+    const grouped0 = await sqliteGrouping();
     let nextBatch = 0;
     let stored = 0;
     let errors = 0;
@@ -475,9 +488,14 @@ async function driveAll(): Promise<void> {
     const tpSeconds = (performance.now() - tp0) / 1000;
     clearInterval(walWatch);
     const probe = await mark("throughput");
+    const grouped1 = await sqliteGrouping();
+    const requestsPerTransaction = +((grouped1.calls - grouped0.calls) / Math.max(1, grouped1.groups - grouped0.groups)).toFixed(2);
     const rate = stored / tpSeconds;
-    log(`throughput: ${stored} entries in ${tpSeconds.toFixed(2)} s = ${Math.round(rate)} entries/s (${errors} errors, ${nextBatch >= batches.length ? "ran out of batches" : "time up"}); WAL file at most ${Math.round(walMaxBytes / 1e6)} MB`);
-    return { batches, done, tpSeconds, stored, errors, latency, walMaxBytes, probe, rate };
+    log(
+      `throughput: ${stored} entries in ${tpSeconds.toFixed(2)} s = ${Math.round(rate)} entries/s (${errors} errors, ${nextBatch >= batches.length ? "ran out of batches" : "time up"}); ` +
+        `WAL file at most ${Math.round(walMaxBytes / 1e6)} MB; ${requestsPerTransaction} requests per transaction; event loop at most ${probe.maxMs} ms`,
+    );
+    return { batches, done, tpSeconds, stored, errors, latency, walMaxBytes, probe, rate, requestsPerTransaction };
   };
   const main = await throughputPhase(perBatch);
   const { batches, done, tpSeconds, stored, walMaxBytes } = main;
@@ -616,11 +634,11 @@ async function driveAll(): Promise<void> {
 
   // 1b. throughput again with entries from fewer tenants per batch (an application that
   //     batches per tenant); last, so the job windows above see the database as before
-  const concentrated: { tenantsPerBatch: number; entries: number; seconds: number; perSecond: number; errors: number; walMaxMb: number; requestLatency: Stats }[] = [];
+  const concentrated: { tenantsPerBatch: number; entries: number; seconds: number; perSecond: number; errors: number; walMaxMb: number; requestLatency: Stats; requestsPerTransaction: number; eventLoopMaxMs: number }[] = [];
   for (const n of arg("also-tenants-per-batch", "").split(",").filter(Boolean).map(Number)) {
     const p = await throughputPhase(n);
     p.batches.length = 0;
-    concentrated.push({ tenantsPerBatch: n, entries: p.stored, seconds: +p.tpSeconds.toFixed(2), perSecond: Math.round(p.rate), errors: p.errors, walMaxMb: Math.round(p.walMaxBytes / 1e6), requestLatency: stats(p.latency) });
+    concentrated.push({ tenantsPerBatch: n, entries: p.stored, seconds: +p.tpSeconds.toFixed(2), perSecond: Math.round(p.rate), errors: p.errors, walMaxMb: Math.round(p.walMaxBytes / 1e6), requestLatency: stats(p.latency), requestsPerTransaction: p.requestsPerTransaction, eventLoopMaxMs: p.probe.maxMs });
   }
 
   svc.kill("SIGTERM");
@@ -644,6 +662,7 @@ async function driveAll(): Promise<void> {
       errors: tpErrors,
       walMaxMb: Math.round(walMaxBytes / 1e6),
       requestLatency: stats(tpLatency),
+      requestsPerTransaction: main.requestsPerTransaction,
       probe: tpProbe,
       direct: { entries: directEntries, seconds: +directSeconds.toFixed(2), perSecond: Math.round(directRate) },
       storeAuditBatch: { entries: storeEntries, seconds: +storeSeconds.toFixed(2), perSecond: Math.round(storeRate) },

@@ -6,7 +6,8 @@ import { authGate } from "../src/http/auth.ts";
 import { GENESIS_HASH, linkEntries, rowHash, type EntryRow } from "../src/audit/chain.ts";
 import { JOB_NAMES, jobPath } from "../src/schedule.ts";
 import { call, NOW, SECRET } from "./helpers.ts";
-import { addTenant, makeEnv, type Env } from "./dialect.ts";
+import { newIngestCounters } from "../src/ingest/counters.ts";
+import { addTenant, DIALECT, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry, INGEST } from "./ingest-fixtures.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
@@ -167,6 +168,46 @@ describe("POST /api/audit", () => {
     expect(r.status).toBe(409);
     expect(await count("audit_entries")).toBe(1);
     expect(await count("audit_entries WHERE sleutel IS NOT NULL")).toBe(1);
+  });
+
+  test("batches sent at once are answered as one after the other would be; on SQLite in one transaction, each batch in its own savepoint", async () => {
+    const counters = newIngestCounters();
+    env = await makeEnv({ APP_SECRET }, { counters });
+    const a = await addTenant(env.db, "A");
+    const b = await addTenant(env.db, "B");
+    const batches = [
+      { entries: [entry(a, 0, { sleutel: "s1" }), entry(b, 0)] },
+      { entries: [entry(a, 0, { sleutel: "s1" })] }, // a retry of the first entry
+      { entries: [entry(a, 5, { sleutel: "s1" })] }, // other content under that sleutel
+      { entries: [entry(a, 1), entry(4242, 0)] }, // an unknown tenant
+      { entries: [entry(a, 2), entry(b, 2)] },
+    ];
+    const r = await Promise.all(batches.map((batch) => send("/api/audit", batch)));
+    const statuses = r.map((x) => x.status);
+    if (DIALECT === "sqlite") {
+      // In arrival order, in one COMMIT: the refused ones rolled back to their savepoints alone.
+      expect(statuses).toEqual([200, 200, 409, 422, 200]);
+      expect(counters.sqlite).toEqual({ groups: 1, calls: 5 });
+      expect(r[1]!.json.ontvangstbewijzen).toEqual([r[0]!.json.ontvangstbewijzen[0]]);
+      expect(r[4]!.json.ontvangstbewijzen.map((x: { seq: number }) => x.seq)).toEqual([2, 2]);
+    } else {
+      // Side by side, in whatever order the server took them: the first content under s1 stands.
+      expect([statuses.slice(0, 3).join(), statuses[3], statuses[4]]).toEqual([expect.stringMatching(/^(200,200,409|409,409,200)$/), 422, 200]);
+      expect(counters.sqlite).toEqual({ groups: 0, calls: 0 });
+    }
+    // Every receipt names a stored row with that hash, each stored once; the chains link.
+    const answered = r.filter((x) => x.status === 200).flatMap((x) => x.json.ontvangstbewijzen as { tenantId: number; seq: number; hash: string }[]);
+    const stored_ = [...(await stored(a)), ...(await stored(b))];
+    expect(stored_.length).toBe(r.reduce((n, x) => n + (x.json.opgeslagen ?? 0), 0));
+    for (const receipt of answered) expect(stored_.filter((e) => e.hash === receipt.hash).length).toBe(1);
+    for (const t of [a, b]) {
+      let prev = GENESIS_HASH;
+      for (const e of await stored(t)) {
+        expect(e.prev_hash).toBe(prev);
+        expect(rowHash(t, e)).toBe(e.hash);
+        prev = e.hash;
+      }
+    }
   });
 
   test("an unknown tenant is 422 naming the field and the id; nothing stored", async () => {

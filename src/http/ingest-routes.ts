@@ -1,8 +1,10 @@
 // The write API's routes: POST /api/audit, POST /api/inlogpogingen, PUT /api/tenants/{id}
 // and PUT /api/tenants/{id}/beheerders. The gate (src/http/auth.ts) lets only APP_SECRET
 // through, before any of the body is read; here the body is read with its cap and
-// schema, checked, and written in one transaction: on SQLite through writeTransaction
-// (src/db.ts), which never blocks the event loop, on PostgreSQL through src/pg/ingest.ts.
+// schema, checked, and written in one transaction: on SQLite through the grouped writer
+// (src/ingest/group-commit.ts: what arrives together shares one COMMIT, each call in its
+// own savepoint; waiting for the lock never blocks the event loop), on PostgreSQL
+// through src/pg/ingest.ts.
 // The work itself, and every rule of it, is in src/ingest/.
 import { ValidationError, type Elysia, type TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
@@ -19,7 +21,7 @@ import {
   TenantInput,
   TenantResult,
 } from "../ingest/tenants.ts";
-import { writeTransaction } from "../db.ts";
+import { groupedWriter } from "../ingest/group-commit.ts";
 import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../client.ts";
 import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttemptsPg } from "../pg/ingest.ts";
 import { Refusal } from "../ingest/refusal.ts";
@@ -117,6 +119,8 @@ function detail(e: Endpoint<TSchema>) {
 }
 
 export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps: Deps, counters: IngestCounters): void {
+  const { store } = deps;
+  const writer = store.kind === "sqlite" ? groupedWriter(store.sqlite, { stats: counters.sqlite }) : null;
   const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>) => Promise<Response>) => {
     const shown = e.path.replace(":id", "{id}");
     const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`);
@@ -155,8 +159,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body) => {
       const prepared = prepareAuditBatch(body, deps.clock());
-      const { store } = deps;
-      const result = store.kind === "pg" ? await storeAuditBatchPg(store, prepared) : await writeTransaction(store.sqlite, () => storeAuditBatch(store.sqlite, prepared));
+      const result = store.kind === "pg" ? await storeAuditBatchPg(store, prepared) : await writer!.write(prepared.length, () => storeAuditBatch(store.sqlite, prepared));
       counters.stored.audit += result.opgeslagen;
       counters.replayed += result.alBekend;
       return json(200, result);
@@ -177,8 +180,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body) => {
       const rows = prepareLoginAttempts(body, deps.clock());
-      const { store } = deps;
-      const result = store.kind === "pg" ? await storeLoginAttemptsPg(store, rows) : await writeTransaction(store.sqlite, () => storeLoginAttempts(store.sqlite, rows));
+      const result = store.kind === "pg" ? await storeLoginAttemptsPg(store, rows) : await writer!.write(rows.length, () => storeLoginAttempts(store.sqlite, rows));
       counters.stored.inlogpogingen += result.opgeslagen;
       return json(200, result);
     },
@@ -200,8 +202,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     async (body, params) => {
       const id = tenantIdOf(params.id!);
       const now = deps.clock();
-      const { store } = deps;
-      const result = store.kind === "pg" ? await putTenantPg(store, id, body, now) : await writeTransaction(store.sqlite, () => putTenant(store.db, id, body, now));
+      const result = store.kind === "pg" ? await putTenantPg(store, id, body, now) : await writer!.write(1, () => putTenant(store.db, id, body, now));
       return json(result.nieuw ? 201 : 200, result);
     },
   );
@@ -221,8 +222,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     },
     async (body, params) => {
       const id = tenantIdOf(params.id!);
-      const { store } = deps;
-      return json(200, store.kind === "pg" ? await putAdministratorsPg(store, id, body) : await writeTransaction(store.sqlite, () => putAdministrators(store.db, id, body)));
+      return json(200, store.kind === "pg" ? await putAdministratorsPg(store, id, body) : await writer!.write(body.beheerders.length, () => putAdministrators(store.db, id, body)));
     },
   );
 }

@@ -313,6 +313,13 @@ export function renderMetrics(m: MetricsSnapshot): string {
     "Write API requests refused since the process started, per HTTP status.",
     statuses.map((s): [Labels, number] => [{ status: s }, c.rejected[s] ?? 0]),
   );
+  out.family(
+    `${N}ingest_sqlite_transactions_total`,
+    "counter",
+    "Write transactions the write API committed on SQLite since the process started; requests that arrive together share one (on PostgreSQL: 0).",
+    [[{}, c.sqlite.groups]],
+  );
+  out.family(`${N}ingest_sqlite_grouped_requests_total`, "counter", "Write API requests those transactions held (on PostgreSQL: 0).", [[{}, c.sqlite.calls]]);
   return out.text();
 }
 

@@ -1,6 +1,7 @@
 // What the write API took in and refused since the process started: read by /metrics.
 // Counters, so they only grow; a restart starts them at zero (Prometheus's rate()
 // handles that).
+import type { GroupStats } from "./group-commit.ts";
 
 /** The write API's endpoints, as the counters name them. */
 export type IngestKind = "audit" | "inlogpogingen" | "tenants" | "beheerders";
@@ -14,6 +15,8 @@ export interface IngestCounters {
   replayed: number;
   /** Requests refused, by HTTP status ("400", "401", "403", "409", "413", "422", "503", …). */
   rejected: Record<string, number>;
+  /** On SQLite: the write transactions committed, and the requests they held (src/ingest/group-commit.ts). */
+  sqlite: GroupStats;
 }
 
 export function newIngestCounters(): IngestCounters {
@@ -22,6 +25,7 @@ export function newIngestCounters(): IngestCounters {
     stored: { audit: 0, inlogpogingen: 0 },
     replayed: 0,
     rejected: {},
+    sqlite: { groups: 0, calls: 0 },
   };
 }
 

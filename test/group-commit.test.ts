@@ -1,0 +1,111 @@
+// The grouped writer of the write API on SQLite (src/ingest/group-commit.ts), on a real
+// database file: calls of one turn share one transaction, each in its own savepoint; a
+// call that fails on its own fails alone; an error from SQLite fails the group; nothing
+// is answered before its COMMIT; a call that arrives while a group waits for another
+// connection's write lock is not lost.
+import { Database } from "bun:sqlite";
+import { afterEach, expect, test } from "bun:test";
+import { join } from "node:path";
+import { BUSY_TIMEOUT_MS } from "../src/db.ts";
+import { groupedWriter } from "../src/ingest/group-commit.ts";
+import { Refusal } from "../src/ingest/refusal.ts";
+import { tempDir } from "./helpers.ts";
+
+let cleanup = () => {};
+afterEach(() => cleanup());
+
+function open() {
+  const t = tempDir();
+  const path = join(t.dir, "groep.db");
+  const sqlite = new Database(path, { strict: true });
+  sqlite.run("PRAGMA journal_mode = WAL");
+  sqlite.run(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
+  sqlite.run("CREATE TABLE rij (naam TEXT NOT NULL)");
+  // Another connection, as another process would see the file.
+  const other = new Database(path, { strict: true });
+  cleanup = () => {
+    other.close();
+    sqlite.close();
+    t.cleanup();
+  };
+  const insert = (naam: string) => () => {
+    expect(sqlite.inTransaction).toBe(true);
+    sqlite.run("INSERT INTO rij (naam) VALUES (?)", [naam]);
+    return naam;
+  };
+  const seen = () => (other.query("SELECT naam FROM rij ORDER BY rowid").values() as [string][]).map(([n]) => n);
+  return { sqlite, other, insert, seen };
+}
+
+test("calls of one turn share one transaction, in order, and are answered after its COMMIT", async () => {
+  const { sqlite, insert, seen } = open();
+  const w = groupedWriter(sqlite);
+  // Each sees what the calls before it wrote, as with a transaction each.
+  const counted = () => (sqlite.query("SELECT count(*) AS n FROM rij").get() as { n: number }).n;
+  const calls = [w.write(1, insert("a")), w.write(1, counted), w.write(1, insert("b"))];
+  const answered: unknown[] = [];
+  for (const c of calls) void c.then((v) => answered.push(v));
+  expect(answered).toEqual([]);
+  expect(await Promise.all(calls)).toEqual(["a", 1, "b"]);
+  expect(w.stats).toEqual({ groups: 1, calls: 3 });
+  // Committed: another connection sees every row.
+  expect(seen()).toEqual(["a", "b"]);
+  expect(sqlite.inTransaction).toBe(false);
+});
+
+test("a call that throws (a Refusal or any error of its own) is rolled back to its savepoint; the others are stored", async () => {
+  const { sqlite, insert, seen } = open();
+  const w = groupedWriter(sqlite);
+  const refused = () => {
+    insert("weg")();
+    throw new Refusal(409, "Sleutel \"x\" is al gebruikt.");
+  };
+  const broken = () => {
+    insert("ook weg")();
+    throw new TypeError("kapot");
+  };
+  const results = await Promise.allSettled([w.write(1, insert("a")), w.write(1, refused), w.write(1, broken), w.write(1, insert("b"))]);
+  expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "rejected", "fulfilled"]);
+  expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(Refusal);
+  expect((results[2] as PromiseRejectedResult).reason).toBeInstanceOf(TypeError);
+  expect(w.stats).toEqual({ groups: 1, calls: 4 });
+  expect(seen()).toEqual(["a", "b"]);
+});
+
+test("an error from SQLite fails every call of the group and stores nothing of it; the next group is written", async () => {
+  const { sqlite, insert, seen } = open();
+  const w = groupedWriter(sqlite);
+  const sqliteError = () => sqlite.run("INSERT INTO bestaat_niet VALUES (1)");
+  const results = await Promise.allSettled([w.write(1, insert("a")), w.write(1, sqliteError), w.write(1, insert("b"))]);
+  expect(results.map((r) => r.status)).toEqual(["rejected", "rejected", "rejected"]);
+  for (const r of results) expect(String((r as PromiseRejectedResult).reason)).toContain("bestaat_niet");
+  expect(seen()).toEqual([]);
+  expect(sqlite.inTransaction).toBe(false);
+  expect(await w.write(1, insert("c"))).toBe("c");
+  expect(seen()).toEqual(["c"]);
+});
+
+test("a group holds at most maxRows rows (the event loop waits for one group at a time); a larger call goes alone", async () => {
+  const { sqlite, insert, seen } = open();
+  const w = groupedWriter(sqlite, { maxRows: 1000 });
+  await Promise.all([w.write(600, insert("a")), w.write(400, insert("b")), w.write(1, insert("c")), w.write(5000, insert("d"))]);
+  // [a, b] fill the first group, c and d do not fit one: three groups, in arrival order.
+  expect(w.stats).toEqual({ groups: 3, calls: 4 });
+  expect(seen()).toEqual(["a", "b", "c", "d"]);
+});
+
+test("while another connection holds the write lock the group waits without blocking; a call arriving meanwhile forms the next group", async () => {
+  const { sqlite, other, insert, seen } = open();
+  const w = groupedWriter(sqlite);
+  other.run("BEGIN IMMEDIATE");
+  let settled = false;
+  const a = w.write(1, insert("a")).finally(() => (settled = true));
+  // After the writer's turn: the group has tried BEGIN and waits (awaited back-off); this test goes on meanwhile.
+  await new Promise((r) => setImmediate(r));
+  expect(settled).toBe(false);
+  const b = w.write(1, insert("b"));
+  other.run("COMMIT");
+  expect(await Promise.all([a, b])).toEqual(["a", "b"]);
+  expect(w.stats).toEqual({ groups: 2, calls: 2 });
+  expect(seen()).toEqual(["a", "b"]);
+});
