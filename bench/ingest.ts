@@ -7,7 +7,9 @@
 //      floor), and by prepareAuditBatch + storeAuditBatch in writeTransaction (the
 //      API's work without HTTP, JSON and validation; information);
 //   2. single-entry appends on the idle service, sequential, interleaved with GET
-//      /health (the baseline);
+//      /health (the baseline); and at the end, single-entry appends from 32 concurrent
+//      clients for 5 s against the same from one client (what the grouped writer,
+//      src/ingest/group-commit.ts, makes of many small requests);
 //   3. appends while a job runs (audit-verificatie, weekrapport, audit-retentie,
 //      beveiligingslog-retentie, one at a time, each started over HTTP with
 //      CRON_SECRET): one single-entry append every 10 ms, open loop (sent on time
@@ -641,6 +643,36 @@ async function driveAll(): Promise<void> {
     concentrated.push({ tenantsPerBatch: n, entries: p.stored, seconds: +p.tpSeconds.toFixed(2), perSecond: Math.round(p.rate), errors: p.errors, walMaxMb: Math.round(p.walMaxBytes / 1e6), requestLatency: stats(p.latency), requestsPerTransaction: p.requestsPerTransaction, eventLoopMaxMs: p.probe.maxMs });
   }
 
+  // 1c. many small requests: SMALL_CLIENTS clients posting single-entry batches (an
+  //     application on several servers sending each entry as it happens), against the
+  //     same requests from one client, one at a time (no two ever share a transaction)
+  const SMALL_CLIENTS = 32;
+  const smallPhase = async (clients: number, label: string) => {
+    const latency: number[] = [];
+    let stored = 0;
+    let errors = 0;
+    const grouped0 = await sqliteGrouping();
+    const t0 = performance.now();
+    const stopAt = t0 + 5000;
+    await Promise.all(
+      Array.from({ length: clients }, async () => {
+        while (performance.now() < stopAt) {
+          const s = performance.now();
+          const status = await appendOne(`small-${label}`);
+          latency.push(performance.now() - s);
+          if (status === 200) stored++;
+          else errors++;
+        }
+      }),
+    );
+    const secs = (performance.now() - t0) / 1000;
+    const grouped1 = await sqliteGrouping();
+    const requestsPerTransaction = +((grouped1.calls - grouped0.calls) / Math.max(1, grouped1.groups - grouped0.groups)).toFixed(2);
+    log(`small requests, ${clients} client(s): ${stored} single-entry appends in ${secs.toFixed(2)} s = ${Math.round(stored / secs)}/s (${errors} errors); ${requestsPerTransaction} requests per transaction`);
+    return { clients, requests: stored, perSecond: Math.round(stored / secs), errors, latency: stats(latency), requestsPerTransaction };
+  };
+  const small = { one: await smallPhase(1, "one"), many: await smallPhase(SMALL_CLIENTS, "many") };
+
   svc.kill("SIGTERM");
   const exit = await svc.exited;
   await drained;
@@ -668,6 +700,7 @@ async function driveAll(): Promise<void> {
       storeAuditBatch: { entries: storeEntries, seconds: +storeSeconds.toFixed(2), perSecond: Math.round(storeRate) },
       concentrated,
     },
+    small,
     windows,
     smtpReceived: mail.received,
   });

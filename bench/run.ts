@@ -341,8 +341,11 @@ if (wants("ingest")) {
       requestLatency: Lat;
       direct: { entries: number; seconds: number; perSecond: number };
       storeAuditBatch: { entries: number; seconds: number; perSecond: number };
-      concentrated: { tenantsPerBatch: number; entries: number; seconds: number; perSecond: number; errors: number; requestLatency: Lat }[];
+      requestsPerTransaction: number;
+      probe: Probe;
+      concentrated: { tenantsPerBatch: number; entries: number; seconds: number; perSecond: number; errors: number; requestLatency: Lat; requestsPerTransaction: number; eventLoopMaxMs: number }[];
     };
+    small: Record<"one" | "many", { clients: number; requests: number; perSecond: number; errors: number; latency: Lat; requestsPerTransaction: number }>;
     windows: Win[];
     smtpReceived: number;
     peakRssMb: number;
@@ -358,15 +361,20 @@ if (wants("ingest")) {
     fig("ingest", "entries-per-second", t.perSecond, "entries/s", {
       target: { op: ">=", limit: 50_000, on: "value" },
       baseline: t.direct.perSecond,
-      note: `${t.clients} clients, ${t.batch}-entry batches over ${r.tenants} tenants, each entry with a sleutel: ${t.entries} in ${t.seconds} s, ${t.errors} errors, request p50 ${t.requestLatency.p50Ms} ms; baseline: appendEntries of the same entries in this process, 500-entry IMMEDIATE transactions, the service's page cache (${t.direct.entries} in ${t.direct.seconds} s)`,
+      note: `${t.clients} clients, ${t.batch}-entry batches over ${r.tenants} tenants, each entry with a sleutel: ${t.entries} in ${t.seconds} s, ${t.errors} errors, request p50 ${t.requestLatency.p50Ms} ms, ${t.requestsPerTransaction} requests per transaction, event loop at most ${t.probe.maxMs} ms; baseline: appendEntries of the same entries in this process, 500-entry IMMEDIATE transactions, the service's page cache (${t.direct.entries} in ${t.direct.seconds} s)`,
     });
     for (const c of t.concentrated) {
       fig("ingest", `entries-per-second-${c.tenantsPerBatch}-tenant${c.tenantsPerBatch === 1 ? "" : "s"}-per-batch`, c.perSecond, "entries/s", {
         target: { op: ">=", limit: 50_000, on: "value" },
         baseline: t.perSecond,
-        note: `the same, with each batch's entries from ${c.tenantsPerBatch} tenant(s): ${c.entries} in ${c.seconds} s, ${c.errors} errors, request p50 ${c.requestLatency.p50Ms} ms; measured after the job windows; baseline: the spread batches above`,
+        note: `the same, with each batch's entries from ${c.tenantsPerBatch} tenant(s): ${c.entries} in ${c.seconds} s, ${c.errors} errors, request p50 ${c.requestLatency.p50Ms} ms, ${c.requestsPerTransaction} requests per transaction, event loop at most ${c.eventLoopMaxMs} ms; measured after the job windows; baseline: the spread batches above`,
       });
     }
+    const { one, many } = r.small;
+    fig("ingest", "small-requests-per-second", many.perSecond, "requests/s", {
+      baseline: one.perSecond,
+      note: `information: ${many.clients} clients posting single-entry batches for 5 s: ${many.requests} stored, ${many.errors} errors, p50 ${many.latency.p50Ms} ms, p99 ${many.latency.p99Ms} ms, ${many.requestsPerTransaction} requests per transaction (src/ingest/group-commit.ts); baseline: the same from 1 client, one at a time (p50 ${one.latency.p50Ms} ms, ${one.requestsPerTransaction} per transaction)`,
+    });
     fig("ingest", "wal-max-during-throughput", t.walMaxMb, "MB", {
       note: "information: the WAL file's largest size, sampled every 100 ms while the clients wrote (the checkpoint thread rewinds it past 64 MB of frames)",
     });

@@ -1,8 +1,8 @@
 // The grouped writer of the write API on SQLite (src/ingest/group-commit.ts), on a real
 // database file: calls of one turn share one transaction, each in its own savepoint; a
 // call that fails on its own fails alone; an error from SQLite fails the group; nothing
-// is answered before its COMMIT; a call that arrives while a group waits for another
-// connection's write lock is not lost.
+// is answered before its COMMIT; a group takes what fits its time budget; a call that
+// arrives while a group waits for another connection's write lock is not lost.
 import { Database } from "bun:sqlite";
 import { afterEach, expect, test } from "bun:test";
 import { join } from "node:path";
@@ -37,9 +37,16 @@ function open() {
   return { sqlite, other, insert, seen };
 }
 
+/** A writer past its first call (which goes alone), whose groups cost nothing by its clock: every call of a turn fits its budget. */
+async function warm(sqlite: Database) {
+  const w = groupedWriter(sqlite, { clock: () => 0 });
+  expect(await w.write(1, () => "eerste")).toBe("eerste");
+  return w;
+}
+
 test("calls of one turn share one transaction, in order, and are answered after its COMMIT", async () => {
   const { sqlite, insert, seen } = open();
-  const w = groupedWriter(sqlite);
+  const w = await warm(sqlite);
   // Each sees what the calls before it wrote, as with a transaction each.
   const counted = () => (sqlite.query("SELECT count(*) AS n FROM rij").get() as { n: number }).n;
   const calls = [w.write(1, insert("a")), w.write(1, counted), w.write(1, insert("b"))];
@@ -47,7 +54,7 @@ test("calls of one turn share one transaction, in order, and are answered after 
   for (const c of calls) void c.then((v) => answered.push(v));
   expect(answered).toEqual([]);
   expect(await Promise.all(calls)).toEqual(["a", 1, "b"]);
-  expect(w.stats).toEqual({ groups: 1, calls: 3 });
+  expect(w.stats).toEqual({ groups: 2, calls: 4 });
   // Committed: another connection sees every row.
   expect(seen()).toEqual(["a", "b"]);
   expect(sqlite.inTransaction).toBe(false);
@@ -55,7 +62,7 @@ test("calls of one turn share one transaction, in order, and are answered after 
 
 test("a call that throws (a Refusal or any error of its own) is rolled back to its savepoint; the others are stored", async () => {
   const { sqlite, insert, seen } = open();
-  const w = groupedWriter(sqlite);
+  const w = await warm(sqlite);
   const refused = () => {
     insert("weg")();
     throw new Refusal(409, "Sleutel \"x\" is al gebruikt.");
@@ -68,30 +75,43 @@ test("a call that throws (a Refusal or any error of its own) is rolled back to i
   expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "rejected", "fulfilled"]);
   expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(Refusal);
   expect((results[2] as PromiseRejectedResult).reason).toBeInstanceOf(TypeError);
-  expect(w.stats).toEqual({ groups: 1, calls: 4 });
+  expect(w.stats).toEqual({ groups: 2, calls: 5 });
   expect(seen()).toEqual(["a", "b"]);
 });
 
 test("an error from SQLite fails every call of the group and stores nothing of it; the next group is written", async () => {
   const { sqlite, insert, seen } = open();
-  const w = groupedWriter(sqlite);
+  const w = await warm(sqlite);
   const sqliteError = () => sqlite.run("INSERT INTO bestaat_niet VALUES (1)");
   const results = await Promise.allSettled([w.write(1, insert("a")), w.write(1, sqliteError), w.write(1, insert("b"))]);
   expect(results.map((r) => r.status)).toEqual(["rejected", "rejected", "rejected"]);
   for (const r of results) expect(String((r as PromiseRejectedResult).reason)).toContain("bestaat_niet");
   expect(seen()).toEqual([]);
   expect(sqlite.inTransaction).toBe(false);
+  expect(w.stats).toEqual({ groups: 1, calls: 1 });
   expect(await w.write(1, insert("c"))).toBe("c");
   expect(seen()).toEqual(["c"]);
 });
 
-test("a group holds at most maxRows rows (the event loop waits for one group at a time); a larger call goes alone", async () => {
+test("a group takes what fits the time budget by the cost per row of recent groups; the first call goes alone, a dear one alone", async () => {
   const { sqlite, insert, seen } = open();
-  const w = groupedWriter(sqlite, { maxRows: 1000 });
-  await Promise.all([w.write(600, insert("a")), w.write(400, insert("b")), w.write(1, insert("c")), w.write(5000, insert("d"))]);
-  // [a, b] fill the first group, c and d do not fit one: three groups, in arrival order.
+  // A clock that only the work moves: each row "takes" `cost` ms.
+  let now = 0;
+  let cost = 1;
+  const rowsOf = (naam: string, rows: number) => () => {
+    now += rows * cost;
+    return insert(naam)();
+  };
+  const w = groupedWriter(sqlite, { budgetMs: 40, clock: () => now });
+  // Nothing measured yet: a group of one. Then 1 ms a row: 10 + 20 rows fit 40 ms, the next 20 do not.
+  await Promise.all([w.write(10, rowsOf("a", 10)), w.write(10, rowsOf("b", 10)), w.write(20, rowsOf("c", 20)), w.write(20, rowsOf("d", 20))]);
   expect(w.stats).toEqual({ groups: 3, calls: 4 });
-  expect(seen()).toEqual(["a", "b", "c", "d"]);
+  // Dearer rows (3 ms): two calls of 10 no longer fit together; a call beyond the budget still goes, alone.
+  cost = 3;
+  await w.write(10, rowsOf("e", 10));
+  await Promise.all([w.write(10, rowsOf("f", 10)), w.write(10, rowsOf("g", 10)), w.write(100, rowsOf("h", 100))]);
+  expect(w.stats).toEqual({ groups: 7, calls: 8 });
+  expect(seen()).toEqual(["a", "b", "c", "d", "e", "f", "g", "h"]);
 });
 
 test("while another connection holds the write lock the group waits without blocking; a call arriving meanwhile forms the next group", async () => {

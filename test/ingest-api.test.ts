@@ -170,7 +170,7 @@ describe("POST /api/audit", () => {
     expect(await count("audit_entries WHERE sleutel IS NOT NULL")).toBe(1);
   });
 
-  test("batches sent at once are answered as one after the other would be; on SQLite in one transaction, each batch in its own savepoint", async () => {
+  test("batches sent at once are answered as one after the other would be; on SQLite grouped into shared transactions, each batch in its own savepoint", async () => {
     const counters = newIngestCounters();
     env = await makeEnv({ APP_SECRET }, { counters });
     const a = await addTenant(env.db, "A");
@@ -187,7 +187,9 @@ describe("POST /api/audit", () => {
     if (DIALECT === "sqlite") {
       // In arrival order, in one COMMIT: the refused ones rolled back to their savepoints alone.
       expect(statuses).toEqual([200, 200, 409, 422, 200]);
-      expect(counters.sqlite).toEqual({ groups: 1, calls: 5 });
+      // Each turn of the event loop one transaction, of as many as fit its time budget: fewer than five.
+      expect(counters.sqlite.calls).toBe(5);
+      expect(counters.sqlite.groups).toBeLessThan(5);
       expect(r[1]!.json.ontvangstbewijzen).toEqual([r[0]!.json.ontvangstbewijzen[0]]);
       expect(r[4]!.json.ontvangstbewijzen.map((x: { seq: number }) => x.seq)).toEqual([2, 2]);
     } else {
