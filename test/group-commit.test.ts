@@ -1,13 +1,14 @@
 // The grouped writer of the write API on SQLite (src/ingest/group-commit.ts), on a real
 // database file: calls of one turn share one transaction, each in its own savepoint; a
 // call that fails on its own fails alone; an error from SQLite fails the group; nothing
-// is answered before its COMMIT; a group takes what fits its time budget; a call that
-// arrives while a group waits for another connection's write lock is not lost.
+// is answered before its COMMIT; a group takes what fits its time budget and row cap, and
+// a turn of the event loop what fits its own; a call waits for another connection's
+// write lock at most its own wait, and one arriving meanwhile is not lost.
 import { Database } from "bun:sqlite";
 import { afterEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import { BUSY_TIMEOUT_MS } from "../src/db.ts";
-import { groupedWriter } from "../src/ingest/group-commit.ts";
+import { GROUP_MAX_ROWS, groupedWriter } from "../src/ingest/group-commit.ts";
 import { Refusal } from "../src/ingest/refusal.ts";
 import { tempDir } from "./helpers.ts";
 
@@ -49,14 +50,12 @@ test("calls of one turn share one transaction, in order, and are answered after 
   const w = await warm(sqlite);
   // Each sees what the calls before it wrote, as with a transaction each.
   const counted = () => (sqlite.query("SELECT count(*) AS n FROM rij").get() as { n: number }).n;
-  const calls = [w.write(1, insert("a")), w.write(1, counted), w.write(1, insert("b"))];
-  const answered: unknown[] = [];
-  for (const c of calls) void c.then((v) => answered.push(v));
-  expect(answered).toEqual([]);
+  // What another connection sees at the moment each call is answered: the whole group, committed.
+  const atAnswer: string[][] = [];
+  const calls = [w.write(1, insert("a")), w.write(1, counted), w.write(1, insert("b"))].map((c) => c.then((v) => (atAnswer.push(seen()), v)));
   expect(await Promise.all(calls)).toEqual(["a", 1, "b"]);
+  expect(atAnswer).toEqual([["a", "b"], ["a", "b"], ["a", "b"]]);
   expect(w.stats).toEqual({ groups: 2, calls: 4 });
-  // Committed: another connection sees every row.
-  expect(seen()).toEqual(["a", "b"]);
   expect(sqlite.inTransaction).toBe(false);
 });
 
@@ -76,6 +75,16 @@ test("a call that throws (a Refusal or any error of its own) is rolled back to i
   expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(Refusal);
   expect((results[2] as PromiseRejectedResult).reason).toBeInstanceOf(TypeError);
   expect(w.stats).toEqual({ groups: 2, calls: 5 });
+  expect(seen()).toEqual(["a", "b"]);
+});
+
+test("a constraint violation fails only its call; the others of the group are stored", async () => {
+  const { sqlite, insert, seen } = open();
+  sqlite.run("CREATE UNIQUE INDEX rij_naam ON rij (naam)");
+  const w = await warm(sqlite);
+  const results = await Promise.allSettled([w.write(1, insert("a")), w.write(1, insert("a")), w.write(1, insert("b"))]);
+  expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+  expect(String((results[1] as PromiseRejectedResult).reason)).toContain("UNIQUE");
   expect(seen()).toEqual(["a", "b"]);
 });
 
@@ -112,6 +121,54 @@ test("a group takes what fits the time budget by the cost per row of recent grou
   await Promise.all([w.write(10, rowsOf("f", 10)), w.write(10, rowsOf("g", 10)), w.write(100, rowsOf("h", 100))]);
   expect(w.stats).toEqual({ groups: 7, calls: 8 });
   expect(seen()).toEqual(["a", "b", "c", "d", "e", "f", "g", "h"]);
+});
+
+test("a group holds at most GROUP_MAX_ROWS rows however cheap the estimate; after TURN_BUDGET_MS of groups the rest waits for the next turn", async () => {
+  const { sqlite, insert, seen } = open();
+  let now = 0;
+  const w = groupedWriter(sqlite, { clock: () => now });
+  await w.write(1, insert("eerste"));
+  // Free rows by the clock: only the cap splits 600 + 600 + 600.
+  await Promise.all([w.write(600, insert("a")), w.write(600, insert("b")), w.write(600, insert("c"))]);
+  expect(w.stats).toEqual({ groups: 4, calls: 4 });
+  // Each group of these "takes" 60 ms: two fill the turn's 100 ms, the third comes a turn later.
+  const slow = (naam: string) => () => ((now += 60), insert(naam)());
+  const calls = [w.write(GROUP_MAX_ROWS, slow("d")), w.write(GROUP_MAX_ROWS, slow("e")), w.write(GROUP_MAX_ROWS, slow("f"))];
+  // Queued right behind the writer's turn: it runs after that turn and before the next.
+  let groupsBetweenTurns = -1;
+  setImmediate(() => (groupsBetweenTurns = w.stats.groups));
+  await Promise.all(calls);
+  expect(groupsBetweenTurns).toBe(6);
+  expect(w.stats).toEqual({ groups: 7, calls: 7 });
+  expect(seen()).toEqual(["eerste", "a", "b", "c", "d", "e", "f"]);
+});
+
+test("each call waits for another connection's write lock at most the wait from its own arrival, not a wait per group before it", async () => {
+  const { sqlite, other, insert, seen } = open();
+  const w = groupedWriter(sqlite, { lockWaitMs: 400 });
+  other.run("BEGIN IMMEDIATE");
+  const start = performance.now();
+  // Three groups of one (nothing measured yet): before, each got a wait of its own, one after the other.
+  const settled = await Promise.all([w.write(1, insert("a")), w.write(1, insert("b")), w.write(1, insert("c"))].map((c) => c.then(() => null, (e) => ({ e, at: performance.now() - start }))));
+  other.run("ROLLBACK");
+  for (const r of settled) expect((r?.e as { code?: string }).code).toBe("SQLITE_BUSY");
+  // All three arrived together: the later ones give up with the first (their deadline has passed), not 400 ms after it.
+  expect(settled[2]!.at - settled[0]!.at).toBeLessThan(200);
+  expect(seen()).toEqual([]);
+  expect(await w.write(1, insert("d"))).toBe("d");
+});
+
+test("a group never begins inside a transaction already open on the connection: refused, nothing written", async () => {
+  const { sqlite, insert, seen } = open();
+  const w = groupedWriter(sqlite);
+  sqlite.run("BEGIN");
+  const r = await w.write(1, insert("a")).then(
+    () => "answered",
+    (e) => String(e),
+  );
+  sqlite.run("ROLLBACK");
+  expect(r).toContain("already open");
+  expect(seen()).toEqual([]);
 });
 
 test("while another connection holds the write lock the group waits without blocking; a call arriving meanwhile forms the next group", async () => {

@@ -1,30 +1,31 @@
-// The write API's writes on SQLite, one transaction per turn of the event loop: calls
-// are queued, and each turn takes what fits its time budget (GROUP_BUDGET_MS, by the cost
-// per row of recent groups) into one IMMEDIATE transaction, each call in its own
-// SAVEPOINT, made durable by one COMMIT. Between two groups, timers and other requests
-// get their turn: before, every request read in one turn wrote its transaction in that
-// same turn, back to back, and the event loop stood still for all of them (200–360 ms
-// under four clients' spread 500-entry batches at L, docs/performance.md round 14). Small
-// calls share the COMMIT's WAL write and fsync, and the pages they touch; a call that alone
-// exceeds the budget goes alone. A caller's answer comes only after its group's COMMIT:
-// nothing is acknowledged before it is durable, as with one transaction per call.
+// The write API's writes on SQLite, grouped: calls are queued, and after the turn of the
+// event loop that read them, the queue is written group after group, each group one
+// IMMEDIATE transaction made durable by one COMMIT, each call in it in its own SAVEPOINT.
+// A group takes the calls that fit GROUP_BUDGET_MS by the cost per row of recent groups,
+// so many small requests share a COMMIT's WAL write and fsync (32 clients sending single
+// entries: about three times as many a second as with a transaction each), while a
+// large batch goes alone, as before. After TURN_BUDGET_MS of groups the rest waits for
+// the next turn, so timers and other requests get theirs. A caller's answer comes only
+// after its group's COMMIT: nothing is acknowledged before it is durable.
 //
 // The calls run in the order they arrived, each seeing what the ones before it wrote,
 // exactly as if each had its own transaction: a retried batch behind its first attempt
 // gets that attempt's receipts, a sleutel reused with other content is refused (409).
-// A call that throws a Refusal or any error of its own (not SQLite's) is rolled back to
-// its savepoint (or, alone in its group, with the transaction), and only it fails; an error from SQLite itself (a full disk, an I/O
-// error) may have ended the transaction, so it fails the whole group, nothing of which
-// is then stored. Waiting for another process's write lock does not block the event
-// loop (writeTransaction, src/db.ts).
+// A call that throws a Refusal, any error of its own or a constraint violation is rolled
+// back to its savepoint (alone in its group: with the transaction), and only it fails;
+// any other error from SQLite (a full disk, an I/O error) may have ended the transaction,
+// so it fails the whole group, nothing of which is then stored. Waiting for another
+// process's write lock does not block the event loop (writeTransaction, src/db.ts), and
+// each call waits at most BUSY_TIMEOUT_MS from its arrival: the groups behind one that
+// waited get no new wait of their own.
 import { Database, SQLiteError } from "bun:sqlite";
-import { writeTransaction } from "../db.ts";
+import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
 
 /**
  * How long one group's transaction may take by the estimate, ms: it runs on the event
- * loop, so /health and every other request may wait that long behind it. Two spread
- * 500-entry batches at L in one group held it 170–200 ms (one alone 110), for at most a
- * fifth more throughput (docs/performance.md, round 14).
+ * loop, so /health and every other request wait behind it. Two spread 500-entry batches
+ * at L in one group held it 170–200 ms and wrote no faster than one transaction each
+ * (docs/performance.md, round 14).
  */
 export const GROUP_BUDGET_MS = 40;
 /**
@@ -32,11 +33,18 @@ export const GROUP_BUDGET_MS = 40;
  * rest of the service have a turn.
  */
 export const TURN_BUDGET_MS = 100;
+/**
+ * The most rows one group takes, whatever the estimate: refused or repeated batches cost
+ * little per row, and after a few of them the estimate would let thousands of fresh rows in.
+ */
+export const GROUP_MAX_ROWS = 1000;
 /** How many groups' cost per row the estimate takes the largest of. */
 const GROUPS_REMEMBERED = 8;
 
 interface Call {
   rows: number;
+  /** performance.now() past which it no longer waits for the write lock. */
+  deadline: number;
   work: () => unknown;
   resolve: (value: unknown) => void;
   reject: (error: unknown) => void;
@@ -59,8 +67,9 @@ export interface GroupedWriter {
 }
 
 /** A grouped writer on `sqlite` (see the top of this file), counting into `stats`; `clock` for the tests. */
-export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: GroupStats; clock?: () => number } = {}): GroupedWriter {
+export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: GroupStats; clock?: () => number; lockWaitMs?: number } = {}): GroupedWriter {
   const budgetMs = o.budgetMs ?? GROUP_BUDGET_MS;
+  const lockWaitMs = o.lockWaitMs ?? BUSY_TIMEOUT_MS;
   const stats = o.stats ?? { groups: 0, calls: 0 };
   const clock = o.clock ?? (() => performance.now());
   const queue: Call[] = [];
@@ -73,7 +82,7 @@ export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: 
     const group: Call[] = [queue.shift()!];
     const msPerRow = recent.length > 0 ? Math.max(...recent) : Infinity;
     let rows = group[0]!.rows;
-    while (queue.length > 0 && (rows + queue[0]!.rows) * msPerRow <= budgetMs) {
+    while (queue.length > 0 && rows + queue[0]!.rows <= GROUP_MAX_ROWS && (rows + queue[0]!.rows) * msPerRow <= budgetMs) {
       rows += queue[0]!.rows;
       group.push(queue.shift()!);
     }
@@ -85,6 +94,10 @@ export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: 
     let outcomes: ({ ok: true; value: unknown } | { ok: false; error: unknown })[] = [];
     let t0 = 0;
     try {
+      // Nothing may be open on this connection: BEGIN would become a savepoint of that
+      // transaction, and the answers would go out before anything is committed.
+      if (sqlite.inTransaction) throw new Error("group-commit: a transaction is already open on the service's connection; nothing of this group was written");
+      const deadline = Math.min(...group.map((c) => c.deadline));
       await writeTransaction(sqlite, () => {
         // Run again from the start when BEGIN found the lock taken (nothing was written).
         t0 = clock();
@@ -99,13 +112,14 @@ export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: 
             sqlite.run("RELEASE ingest_call");
             return { ok: true, value };
           } catch (error) {
-            if (error instanceof SQLiteError) throw error;
+            // SQLite's other errors may have ended the transaction (its savepoints with it).
+            if (error instanceof SQLiteError && !(error.code ?? "").startsWith("SQLITE_CONSTRAINT")) throw error;
             sqlite.run("ROLLBACK TO ingest_call");
             sqlite.run("RELEASE ingest_call");
             return { ok: false, error };
           }
         });
-      });
+      }, Math.max(0, deadline - performance.now()));
     } catch (error) {
       for (const call of group) call.reject(error);
       return;
@@ -140,7 +154,7 @@ export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: 
     stats,
     write<T>(rows: number, work: () => T): Promise<T> {
       return new Promise<T>((resolve, reject) => {
-        queue.push({ rows, work, resolve: resolve as (v: unknown) => void, reject });
+        queue.push({ rows, deadline: performance.now() + lockWaitMs, work, resolve: resolve as (v: unknown) => void, reject });
         if (flushing) return;
         flushing = true;
         // After this turn of the event loop: the other requests read in it join the group.
