@@ -319,7 +319,7 @@ export function renderMetrics(m: MetricsSnapshot): string {
     "Write transactions the write API committed on SQLite since the process started; requests that arrive together share one (on PostgreSQL: 0).",
     [[{}, c.sqlite.groups]],
   );
-  out.family(`${N}ingest_sqlite_grouped_requests_total`, "counter", "Write API requests those transactions held (on PostgreSQL: 0).", [[{}, c.sqlite.calls]]);
+  out.family(`${N}ingest_sqlite_grouped_requests_total`, "counter", "Write API requests those transactions stored (on PostgreSQL: 0).", [[{}, c.sqlite.calls]]);
   return out.text();
 }
 

@@ -15,7 +15,7 @@ export interface IngestCounters {
   replayed: number;
   /** Requests refused, by HTTP status ("400", "401", "403", "409", "413", "422", "503", …). */
   rejected: Record<string, number>;
-  /** On SQLite: the write transactions committed, and the requests they held (src/ingest/group-commit.ts). */
+  /** On SQLite: the write transactions committed, and the requests they stored (src/ingest/group-commit.ts). */
   sqlite: GroupStats;
 }
 

@@ -50,7 +50,7 @@ interface Call {
   reject: (error: unknown) => void;
 }
 
-/** What a writer committed so far: transactions, and the calls they held (/metrics). */
+/** What a writer committed so far: transactions, and the calls they stored (/metrics; a refused call counts in neither). */
 export interface GroupStats {
   groups: number;
   calls: number;
@@ -128,7 +128,7 @@ export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: 
     recent.push((clock() - t0) / Math.max(1, group.reduce((n, c) => n + c.rows, 0)));
     if (recent.length > GROUPS_REMEMBERED) recent.shift();
     stats.groups++;
-    stats.calls += group.length;
+    stats.calls += outcomes.filter((o) => o.ok).length;
     group.forEach((call, i) => {
       const o = outcomes[i]!;
       if (o.ok) call.resolve(o.value);
