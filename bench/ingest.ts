@@ -394,6 +394,14 @@ async function driveAll(): Promise<void> {
     const counter = (name: string) => Number(new RegExp(`^nachtwacht_${name} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
     return { groups: counter("ingest_sqlite_transactions_total"), calls: counter("ingest_sqlite_grouped_requests_total") };
   };
+  /** Requests per transaction from now until the returned function is called. */
+  const groupingFrom = async () => {
+    const before = await sqliteGrouping();
+    return async () => {
+      const after = await sqliteGrouping();
+      return +((after.calls - before.calls) / Math.max(1, after.groups - before.groups)).toFixed(2);
+    };
+  };
   // Sleutels unique to this run, so a reused copy never sees one twice.
   const run = Date.now().toString(36);
   let serial = 0;
@@ -456,7 +464,7 @@ async function driveAll(): Promise<void> {
     }
     log(`throughput: ${CLIENTS} clients for ${seconds} s`);
     await mark("before-throughput");
-    const grouped0 = await sqliteGrouping();
+    const grouping = await groupingFrom();
     let nextBatch = 0;
     let stored = 0;
     let errors = 0;
@@ -490,8 +498,7 @@ async function driveAll(): Promise<void> {
     const tpSeconds = (performance.now() - tp0) / 1000;
     clearInterval(walWatch);
     const probe = await mark("throughput");
-    const grouped1 = await sqliteGrouping();
-    const requestsPerTransaction = +((grouped1.calls - grouped0.calls) / Math.max(1, grouped1.groups - grouped0.groups)).toFixed(2);
+    const requestsPerTransaction = await grouping();
     const rate = stored / tpSeconds;
     log(
       `throughput: ${stored} entries in ${tpSeconds.toFixed(2)} s = ${Math.round(rate)} entries/s (${errors} errors, ${nextBatch >= batches.length ? "ran out of batches" : "time up"}); ` +
@@ -651,7 +658,7 @@ async function driveAll(): Promise<void> {
     const latency: number[] = [];
     let stored = 0;
     let errors = 0;
-    const grouped0 = await sqliteGrouping();
+    const grouping = await groupingFrom();
     const t0 = performance.now();
     const stopAt = t0 + 5000;
     await Promise.all(
@@ -666,8 +673,7 @@ async function driveAll(): Promise<void> {
       }),
     );
     const secs = (performance.now() - t0) / 1000;
-    const grouped1 = await sqliteGrouping();
-    const requestsPerTransaction = +((grouped1.calls - grouped0.calls) / Math.max(1, grouped1.groups - grouped0.groups)).toFixed(2);
+    const requestsPerTransaction = await grouping();
     log(`small requests, ${clients} client(s): ${stored} single-entry appends in ${secs.toFixed(2)} s = ${Math.round(stored / secs)}/s (${errors} errors); ${requestsPerTransaction} requests per transaction`);
     return { clients, requests: stored, perSecond: Math.round(stored / secs), errors, latency: stats(latency), requestsPerTransaction };
   };
