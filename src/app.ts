@@ -8,9 +8,9 @@ import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";
 import { HttpError, json, nothingStoredHeaders, unavailableCode, validationMessage } from "./http/errors.ts";
 import { errorText, mountJob } from "./http/job-route.ts";
-import { docs } from "./http/docs.ts";
+import { docs, DOCS_PATHS } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
-import { metricsRoute } from "./http/metrics.ts";
+import { METRICS_PATH, metricsRoute } from "./http/metrics.ts";
 import { Refusal } from "./ingest/refusal.ts";
 import { countRejected, newIngestCounters, type IngestCounters } from "./ingest/counters.ts";
 import { log } from "./logger.ts";
@@ -24,12 +24,21 @@ export interface AppOptions {
   counters?: IngestCounters;
 }
 
+const HEALTH_PATH = "/health";
+
 const HealthOk = t.Object({
   status: t.Literal("ok"),
   database: t.Literal("bereikbaar"),
   lopendeTaken: t.Array(t.String(), { description: "De taken die nu in dit proces lopen." }),
 });
 const HealthDown = t.Object({ status: t.Literal("fout"), database: t.Literal("onbereikbaar") });
+
+/**
+ * The paths anyone may call: health, the API documentation, and /metrics (which has a
+ * gate of its own: loopback, or METRICS_SECRET). Every other path needs a token
+ * (src/http/auth.ts), an unknown one included.
+ */
+export const OPEN_PATHS: ReadonlySet<string> = new Set([HEALTH_PATH, ...DOCS_PATHS, METRICS_PATH]);
 
 /** Largest request body the server reads at all; backup-status allows far less. */
 export const MAX_REQUEST_BODY = 1024 * 1024;
@@ -39,7 +48,7 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
   const counters = options.counters ?? newIngestCounters();
   const app = new Elysia({ serve: { maxRequestBodySize: MAX_REQUEST_BODY } })
     .onRequest(
-      authGate({ cron: deps.config.cronSecret, app: deps.config.appSecret }, (scope, status) => {
+      authGate({ cron: deps.config.cronSecret, app: deps.config.appSecret }, OPEN_PATHS, (scope, status) => {
         if (scope === "app") countRejected(counters, status);
       }),
     )
@@ -69,7 +78,7 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       return json(500, { error: "Interne fout; de fout is gemeld." });
     })
     .get(
-      "/health",
+      HEALTH_PATH,
       async () => {
         try {
           const { store } = deps;

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { t } from "elysia";
-import { bearerChecker, scopeOf } from "../src/http/auth.ts";
+import { bearerChecker, pathOf, scopeOf } from "../src/http/auth.ts";
+import { OPEN_PATHS } from "../src/app.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { call, SECRET } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
@@ -148,15 +149,25 @@ describe("bearerChecker and scopeOf", () => {
     expect(check(null)).toBe(false);
     expect(check(`Bearer ${SECRET.toUpperCase()}`)).toBe(false);
   });
-  test("protects everything under /api/: the jobs for the crontab, the rest for the application", () => {
-    expect(scopeOf("/api/cron/x")).toBe("cron");
-    expect(scopeOf("//API//cron")).toBe("cron");
-    expect(scopeOf("/api//CRON//dagrapport")).toBe("cron");
-    expect(scopeOf("/api/cronx")).toBe("app");
-    expect(scopeOf("/api/audit")).toBe("app");
-    expect(scopeOf("//api/tenants/1")).toBe("app");
-    expect(scopeOf("/api/")).toBe("app");
-    expect(scopeOf("/health")).toBe("open");
-    expect(scopeOf("/docs")).toBe("open");
+  test("protects every path but the open ones: the jobs for the crontab, the rest for the application", () => {
+    const scope = (p: string) => scopeOf(p, OPEN_PATHS);
+    expect(scope("/api/cron/x")).toBe("cron");
+    expect(scope("//API//cron")).toBe("cron");
+    expect(scope("/api//CRON//dagrapport")).toBe("cron");
+    expect(scope("/api/cronx")).toBe("app");
+    expect(scope("/api/audit")).toBe("app");
+    expect(scope("//api/tenants/1")).toBe("app");
+    expect(scope("/api/")).toBe("app");
+    for (const p of ["/health", "/docs", "/docs/", "/docs/json", "/docs/assets/swagger-ui.css", "/metrics", "//Health"]) expect({ p, s: scope(p) }).toEqual({ p, s: "open" });
+    // Nothing is open unless listed: an unknown path, a prefix or an extension of an open one.
+    for (const p of ["/", "/audit", "/healthz", "/health/x", "/docs/assets/other.js", "/docsx", "/metrics/x"]) expect({ p, s: scope(p) }).toEqual({ p, s: "app" });
+  });
+  test("pathOf reads the path Bun routes on, and nothing from a relative request.url", () => {
+    expect(pathOf("http://x/api/audit?a=b")).toBe("/api/audit");
+    expect(pathOf("http://[::1]:8080//api/cron/x")).toBe("//api/cron/x");
+    expect(pathOf("https://example.nl")).toBe("/");
+    // What Bun hands over when the Host header is missing or invalid.
+    expect(pathOf("/api/audit")).toBeNull();
+    expect(pathOf("api/audit")).toBeNull();
   });
 });

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Value } from "@sinclair/typebox/value";
 import fc from "fast-check";
 import { canonicalJson } from "../src/audit/chain.ts";
-import { MAX_REQUEST_BODY } from "../src/app.ts";
+import { MAX_REQUEST_BODY, OPEN_PATHS } from "../src/app.ts";
 import { ALL_JOBS } from "../src/jobs/index.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
 import { NOW, SECRET } from "./helpers.ts";
@@ -169,8 +169,10 @@ function normalized(path: string): string {
   return new URL("http://localhost" + path).pathname.replace(/\/{2,}/g, "/").toLowerCase();
 }
 
+/** Every path needs a token but the few open ones (health, docs, metrics), with or without a trailing slash. */
 function isProtected(path: string): boolean {
-  return normalized(path).startsWith("/api/");
+  const p = normalized(path);
+  return !OPEN_PATHS.has(p) && !OPEN_PATHS.has(p.replace(/(.)\/$/, "$1"));
 }
 
 /** The jobs' part of /api/, which the cron token opens; the rest of /api/ is the write API (APP_SECRET). */
@@ -443,6 +445,37 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
     expect(await counts(env)).toEqual(before);
   }, 30_000);
 
+  test("a request without a valid Host header is 400 on every path: Bun leaves its url relative, and no path read from it opens a route", async () => {
+    const before = await counts(env);
+    const audit = JSON.stringify({ entries: [{ tenantId: 1, actor: "mallory", action: "x", subject: "" }] });
+    const tenant = JSON.stringify({ naam: "aanvaller", actief: true });
+    const requests = (host: string | null) =>
+      [
+        ["POST", "/api/cron/weekrapport", ""],
+        ["POST", "/api/cron/backup-status", '{"gelukt":true}'],
+        ["POST", "/api/audit", audit],
+        ["PUT", "/api/tenants/777", tenant],
+        ["GET", "/health", ""],
+      ].map(([method, path, body]) =>
+        host === null
+          ? `${method} ${path} HTTP/1.0\r\nContent-Length: ${body!.length}\r\n\r\n${body}`
+          : `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: ${body!.length}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    // No token at all: before the gate read the path from request.url, these ran jobs and stored entries.
+    for (const host of [null, "", "x/", "a/b", "a?", "a#b", "a\\b", "a b", "@", "a@b", "x/health?"]) {
+      for (const req of requests(host)) {
+        const a = await raw(port, req);
+        expect({ host, req: req.split("\r\n")[0], status: a?.status }).toEqual({ host, req: req.split("\r\n")[0], status: 400 });
+        expect(JSON.parse(a!.body)).toEqual({ error: expect.stringContaining("Host") });
+      }
+    }
+    expect(await counts(env)).toEqual(before);
+    // A valid Host, without a token: the gate as always; with one: the route.
+    expect((await raw(port, `POST /api/cron/weekrapport HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Length: 0\r\n\r\n`))?.status).toBe(401);
+    expect((await raw(port, `GET /health HTTP/1.1\r\nHost: [::1]\r\n\r\n`))?.status).toBe(200);
+    expect((await raw(port, `GET /bestaat-niet HTTP/1.1\r\nHost: x\r\n\r\n`))?.status).toBe(401);
+  }, 30_000);
+
   test("a chunked body without content-length is cut at 64 KiB by backup-status (413), or refused unread with a wrong token (401)", async () => {
     const before = await counts(env);
     const chunks = ("100000\r\n" + "x".repeat(0x100000) + "\r\n").repeat(2) + "0\r\n\r\n";
@@ -484,7 +517,7 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
       ["request target without slash", `POST api/cron/weekrapport HTTP/1.1\r\nHost: x\r\n${A}Content-Length: 0\r\n\r\n`, [400]],
       ["binary garbage", "\u0000\u0001\u0002 hello\r\n\r\n", [400]],
       ["HTTP/0.9 request", "GET /\r\n\r\n", [400, 505]],
-      ["percent-encoded /api (no bypass of the gate)", "POST /%61pi/cron/weekrapport HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", [404]],
+      ["percent-encoded /api (no bypass of the gate: a path nobody listed as open needs a token)", "POST /%61pi/cron/weekrapport HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", [401]],
       ["absolute-form target without token", "POST http://evil/api/cron/weekrapport HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", [401]],
       ["dot segments without token", "POST /x/../api/cron/weekrapport HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", [401]],
     ];

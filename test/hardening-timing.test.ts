@@ -12,6 +12,7 @@
 import { describe, expect, test } from "bun:test";
 import { createHash, timingSafeEqual } from "node:crypto";
 import { authGate, bearerChecker } from "../src/http/auth.ts";
+import { OPEN_PATHS } from "../src/app.ts";
 
 const SECRET = "a1b2c3d4".repeat(8); // 64 characters, like `openssl rand -hex 32`
 const sha256 = (s: string) => createHash("sha256").update(s, "utf8").digest();
@@ -39,7 +40,7 @@ describe("the secret comparison", () => {
   });
 
   test("the gate with its default comparison: the secret passes however 'Bearer' is written, a near miss is 401", () => {
-    const gate = authGate({ cron: SECRET, app: null });
+    const gate = authGate({ cron: SECRET, app: null }, OPEN_PATHS);
     const req = (auth?: string) => new Request("http://x/api/cron/dagrapport", { method: "POST", headers: auth ? { authorization: auth } : {} });
     expect(gate({ request: req(`Bearer ${SECRET}`) })).toBeUndefined();
     expect(gate({ request: req(`bearer   ${SECRET}  `) })).toBeUndefined();

@@ -3,6 +3,7 @@
 // it verify after retention and anchoring.
 import { afterEach, describe, expect, test } from "bun:test";
 import { authGate } from "../src/http/auth.ts";
+import { OPEN_PATHS } from "../src/app.ts";
 import { GENESIS_HASH, linkEntries, rowHash, type EntryRow } from "../src/audit/chain.ts";
 import { JOB_NAMES, jobPath } from "../src/schedule.ts";
 import { call, NOW, SECRET } from "./helpers.ts";
@@ -60,7 +61,7 @@ describe("scope: each secret opens only its own endpoints", () => {
       expect((await call(env.app, jobPath(job), { token: WRONG })).status).toBe(401);
     }
     expect(await count("job_runs")).toBe(0);
-    const gate = authGate({ cron: SECRET, app: APP_SECRET });
+    const gate = authGate({ cron: SECRET, app: APP_SECRET }, OPEN_PATHS);
     const req = (path: string, token: string) => new Request(`http://x${path}`, { method: "POST", headers: { authorization: `Bearer ${token}` } });
     for (const job of JOB_NAMES) expect(gate({ request: req(jobPath(job), SECRET) })).toBeUndefined();
     for (const e of INGEST) expect(gate({ request: req(e.path, APP_SECRET) })).toBeUndefined();

@@ -36,13 +36,35 @@ export type Scope = "cron" | "app" | "open";
 
 /**
  * The scope of a path, however its slashes and letters are written: the jobs under
- * /api/cron/, the write API everywhere else under /api/, the rest (health, docs) open.
+ * /api/cron/ for the crontab; the paths in `open` (health, the API documentation,
+ * /metrics with a gate of its own) for anyone; everything else for the host
+ * application, so a path nobody listed is never open by mistake.
  */
-export function scopeOf(pathname: string): Scope {
+export function scopeOf(pathname: string, open: ReadonlySet<string>): Scope {
   const p = pathname.replace(/\/{2,}/g, "/").toLowerCase();
   if (p === "/api/cron" || p.startsWith("/api/cron/")) return "cron";
-  if (p.startsWith("/api/")) return "app";
-  return "open";
+  if (open.has(p) || (p.length > 1 && p.endsWith("/") && open.has(p.slice(0, -1)))) return "open";
+  return "app";
+}
+
+/**
+ * The path of a request as Bun routes it, without its query; null when request.url is
+ * not absolute. Bun routes on the request line's path, but builds request.url from the
+ * Host header, and leaves it relative ("/api/audit") when that header is missing or not
+ * a valid host ("x/", "a@b"): a path read from such a url by its "//" would be wrong.
+ */
+export function pathOf(url: string): string | null {
+  if (!url.startsWith("http://") && !url.startsWith("https://")) return null;
+  // A valid host holds no "/": the path starts at the first one after the scheme.
+  const start = url.indexOf("/", url.indexOf("://") + 3);
+  if (start < 0) return "/";
+  const end = url.indexOf("?", start);
+  return url.slice(start, end < 0 ? undefined : end);
+}
+
+/** RFC 9112: a request without a valid Host header is answered 400. */
+export function badHost(): Response {
+  return json(400, { error: "Ontbrekende of ongeldige Host-header." });
 }
 
 export function unauthorized(): Response {
@@ -65,13 +87,15 @@ export interface GateSecrets {
 }
 
 /**
- * The gate: every path under /api/ needs the Bearer token of its own scope. Both
+ * The gate: every path but the open ones needs the Bearer token of its own scope. Both
  * secrets are compared on every protected request (constant time each), so the answer
  * time does not tell which secret a token is near. A valid token of the other scope is
- * 403, anything else 401.
+ * 403, anything else 401; a request without a valid Host header 400, whatever its path.
  */
 export function authGate(
   secrets: GateSecrets,
+  /** The paths anyone may call (scopeOf). */
+  open: ReadonlySet<string>,
   /** Told of every refusal (for the write API's counters). */
   onRefused: (scope: "cron" | "app", status: 401 | 403) => void = () => {},
 ): (ctx: { request: Request }) => Response | undefined {
@@ -79,12 +103,9 @@ export function authGate(
   // Without APP_SECRET no token can match: a random secret stands in, so the work done is the same.
   const isApp = bearerChecker(secrets.app ?? crypto.randomUUID() + crypto.randomUUID());
   return ({ request }) => {
-    const url = request.url;
-    // pathname without allocating a URL for every request
-    const start = url.indexOf("/", url.indexOf("//") + 2);
-    const end = url.indexOf("?", start);
-    const pathname = start < 0 ? "/" : url.slice(start, end < 0 ? undefined : end);
-    const scope = scopeOf(pathname);
+    const pathname = pathOf(request.url);
+    if (pathname === null) return badHost();
+    const scope = scopeOf(pathname, open);
     if (scope === "open") return undefined;
     const authorization = request.headers.get("authorization");
     const cron = isCron(authorization);

@@ -13,6 +13,8 @@ export const DOCS_PATH = "/docs";
 export const SPEC_PATH = "/docs/json";
 const BUNDLE_URL = "/docs/assets/swagger-ui-bundle.js";
 const CSS_URL = "/docs/assets/swagger-ui.css";
+/** Every path the docs are served on: open to anyone (src/app.ts). */
+export const DOCS_PATHS = [DOCS_PATH, SPEC_PATH, BUNDLE_URL, CSS_URL];
 
 /**
  * Swagger UI shows, under every response, a ready-made curl command with the bearer
