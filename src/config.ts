@@ -93,6 +93,16 @@ function timeZone(env: Env, name: string, fallback: string): string {
 }
 
 /** The longest secret: the auth gate refuses longer Authorization headers without hashing them (src/http/auth.ts). */
+/**
+ * The values no output may carry: the three secrets, the anchor key and the passwords in
+ * SMTP_URL and DATABASE_URL. Alarms are scrubbed of them (src/alarms/sink.ts), and so is
+ * what a caller sends that is stored and shown again (a backup report's texts).
+ */
+export function secretValues(config: Pick<Config, "cronSecret" | "appSecret" | "metricsSecret" | "auditAnkerSleutel" | "smtpUrl" | "databaseUrl">): string[] {
+  const password = (url: string | null) => (url !== null && URL.canParse(url) ? decodeURIComponent(new URL(url).password) : "");
+  return [config.cronSecret, config.appSecret ?? "", config.metricsSecret ?? "", config.auditAnkerSleutel ?? "", password(config.smtpUrl), password(config.databaseUrl)].filter((s) => s.length > 0);
+}
+
 export const MAX_SECRET_LENGTH = 1024;
 
 /** A shared secret: unset is undefined; set, it is 32 to MAX_SECRET_LENGTH printable ASCII characters. */

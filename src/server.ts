@@ -5,7 +5,7 @@ import { mailAlarmChannel } from "./alarms/mail-channel.ts";
 import { createAlarmSink } from "./alarms/sink.ts";
 import { createApp, type AppOptions } from "./app.ts";
 import { auditKeys } from "./audit/keys.ts";
-import { redactedConfig, type Config } from "./config.ts";
+import { redactedConfig, secretValues, type Config } from "./config.ts";
 import { BUSY_TIMEOUT_MS, openStore, type Store } from "./db.ts";
 import type { AnyStore, Deps } from "./deps.ts";
 import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
@@ -39,8 +39,7 @@ export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = 
   const dataDir = dirname(resolve(config.databasePath));
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
   const clock = () => new Date();
-  // Values no alarm may carry: the secrets, the anchor key, the SMTP password.
-  const secrets = [config.cronSecret, config.appSecret ?? "", config.metricsSecret ?? "", config.auditAnkerSleutel ?? "", config.smtpUrl ? decodeURIComponent(new URL(config.smtpUrl).password) : ""];
+  const secrets = secretValues(config);
   // Serious alarms (broken chain, backup, database integrity) are also mailed to the
   // daily-report recipient when there is one.
   const channels = config.dagrapportEmail

@@ -66,6 +66,19 @@ describe("backup-status", () => {
     ]);
   });
 
+  test("a report that echoes a secret is stored without it: the daily report, its e-mail and backup-controle show the stored text", async () => {
+    env = await makeEnv();
+    const r = await call(env.app, PATH, {
+      body: JSON.stringify({ exitCode: 1, bestandsnaam: `backup-${SECRET}.gz`, foutmelding: `curl: (22) 401 with Authorization: Bearer ${SECRET} (x${SECRET}x)` }),
+    });
+    expect(r.json).toEqual({ ok: true, gelukt: false });
+    const [row] = await rows(env);
+    expect(row).toMatchObject({ bestandsnaam: "backup-[verwijderd].gz", foutmelding: "curl: (22) 401 with Authorization: Bearer [verwijderd] (x[verwijderd]x)" });
+    const controle = await call(env.app, "/api/cron/backup-controle");
+    expect(controle.text).toContain("[verwijderd]");
+    expect(controle.text).not.toContain(SECRET);
+  });
+
   test("a failure without foutmelding raises the alarm with a Dutch default message", async () => {
     env = await makeEnv();
     const r = await call(env.app, PATH, { body: '{"exitCode": -1, "foutmelding": ""}' });

@@ -124,6 +124,35 @@ describe("the job wrapper", () => {
     }
   }, 15_000);
 
+  test("over real HTTP, a job's body sent too slowly is still cut off by the idle timeout; the job does not run", async () => {
+    let runs = 0;
+    const job = defineJob({
+      name: "backup-status",
+      summary: "t",
+      description: "t",
+      input: { schema: t.Object({}, { additionalProperties: true }), maxBytes: 64 * 1024 },
+      run: async () => {
+        runs++;
+        return { status: 200, body: { ok: true } };
+      },
+    });
+    env = await makeEnv({}, { jobs: [job] });
+    const server = env.app.listen({ port: 0, hostname: "127.0.0.1", idleTimeout: 1 });
+    try {
+      const closed = Promise.withResolvers<void>();
+      const sock = await Bun.connect({ hostname: "127.0.0.1", port: server.server!.port!, socket: { data() {}, close: () => closed.resolve(), error: () => closed.resolve() } });
+      // The headers and 2 of the 100 bytes announced, then nothing: before the fix the
+      // route switched the timeout off first and the connection stayed open for good.
+      sock.write(`POST /api/cron/backup-status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${SECRET}\r\nContent-Length: 100\r\n\r\n{"`);
+      const cut = await Promise.race([closed.promise.then(() => true), Bun.sleep(12_000).then(() => false)]);
+      sock.end();
+      expect(cut).toBe(true);
+      expect(runs).toBe(0);
+    } finally {
+      await server.stop(true);
+    }
+  }, 20_000);
+
   test("a second call while the job still runs gets 409 {error} and does not run it", async () => {
     const g = gate();
     const started = gate();

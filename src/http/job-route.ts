@@ -435,14 +435,16 @@ export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: D
   app.post(
     jobPath(def.name),
     async ({ request, server }) => {
-      // The server's idle timeout (Elysia's default 30 s) would cut the connection of a job
+      // The body first, under the server's idle timeout: a client that sends it slowly is cut off.
+      const input = readInput ? await readInput(request) : undefined;
+      // Then the idle timeout (Elysia's default 30 s) would cut the connection of a job
       // that runs longer, and cron would see an empty reply while the job goes on. A job's
       // connection waits as long as the job runs: its maximum run time is watched by
       // taken-controle, and curl's --max-time in the crontab bounds the caller.
       server?.timeout(request, 0);
       // Only a job with a schedule has scheduled calls (and the documented 204).
       const scheduled = request.headers.get(SCHEDULED_HEADER) === "1" && scheduleOf(def.name).cron !== null;
-      return runJobRequest(deps, running, def, readInput ? await readInput(request) : undefined, scheduled);
+      return runJobRequest(deps, running, def, input, scheduled);
     },
     {
       // Elysia never reads the body: a job either has no input or its body is read by

@@ -78,13 +78,19 @@ export function storedMoment(tijdstip: string | undefined, now: Date, field: str
   if (tijdstip === undefined) return now.toISOString();
   // The schema's date-time check lets 2026-02-30 through, and Date would store 2026-03-02.
   const [, y, mo, d, h, mi, s] = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})/.exec(tijdstip)!.map(Number);
-  const day = new Date(Date.UTC(y!, mo! - 1, d!));
+  // setUTCFullYear, not Date.UTC: that reads the years 0000–0099 as 1900–1999.
+  const day = new Date(0);
+  day.setUTCFullYear(y!, mo! - 1, d!);
   if (day.getUTCMonth() !== mo! - 1 || day.getUTCDate() !== d! || h! > 23 || mi! > 59 || s! > 59) {
     throw new Refusal(400, `Veld ${field} is geen bestaand tijdstip.`);
   }
   const at = new Date(tijdstip);
   if (at.getTime() > now.getTime() + MAX_FUTURE_MS) throw new Refusal(400, `Veld ${field} ligt meer dan een minuut in de toekomst.`);
-  return at.toISOString();
+  const stored = at.toISOString();
+  // An offset can move 0000-01-01 into the year -1, stored as "-000001-…": not a moment
+  // the chain's format (or a text comparison of moments) takes.
+  if (!/^\d{4}-/.test(stored)) throw new Refusal(400, `Veld ${field} ligt vóór het jaar 0000 (in UTC).`);
+  return stored;
 }
 
 /**

@@ -7,6 +7,8 @@
 // long; a 400 would lose exactly the report that matters.
 import { t, type Static } from "elysia";
 import { backupStatuses } from "../../db/schema.ts";
+import { scrubSecrets } from "../alarms/sentry.ts";
+import { secretValues } from "../config.ts";
 import type { Deps } from "../deps.ts";
 import { recordBackupStatusPg } from "../pg/status.ts";
 import { defineJob, type JobResult } from "./job.ts";
@@ -39,22 +41,25 @@ export const BackupStatusBody = t.Object({
 export type BackupStatusBody = Static<typeof BackupStatusBody>;
 
 /**
- * A text of the report as stored: at most `max` characters, and a NUL character (a
- * backup tool's stderr may hold one; PostgreSQL's text cannot) replaced by U+FFFD, as
- * these fields are shortened rather than refused.
+ * A text of the report as stored: without the service's secrets (a backup tool's stderr
+ * may echo a connection string or an environment; the text goes on to the daily report,
+ * its e-mail and backup-controle's answers, which the crontab's wrapper logs), at most
+ * `max` characters, and a NUL character (PostgreSQL's text cannot hold one) replaced by
+ * U+FFFD, as these fields are shortened rather than refused.
  */
-function cut(s: string | null | undefined, max: number): string | null {
+function cut(s: string | null | undefined, max: number, secrets: readonly string[]): string | null {
   if (s === undefined || s === null) return null;
-  const clean = s.replaceAll("\u0000", "\uFFFD");
+  const clean = scrubSecrets(s, secrets).replaceAll("\u0000", "\uFFFD");
   return clean.length > max ? clean.slice(0, max - 1) + "…" : clean;
 }
 
 export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport): Promise<JobResult<BackupStatusBody>> {
+  const secrets = secretValues(deps.config);
   const report = {
     exitCode: input.exitCode,
-    bestandsnaam: cut(input.bestandsnaam, MAX_BESTANDSNAAM),
+    bestandsnaam: cut(input.bestandsnaam, MAX_BESTANDSNAAM, secrets),
     grootte: input.grootte ?? null,
-    foutmelding: cut(input.foutmelding, MAX_FOUTMELDING),
+    foutmelding: cut(input.foutmelding, MAX_FOUTMELDING, secrets),
   };
   const gelukt = report.exitCode === 0;
   const row = { ontvangen: now.toISOString(), ...report, gelukt, bron: "host-cron" };
