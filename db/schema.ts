@@ -181,6 +181,9 @@ export const jobRuns = sqliteTable(
     httpStatus: integer("http_status"),
     samenvatting: text("samenvatting"),
     fout: text("fout"),
+    // The run's start signed with the anchor key (src/job-seal.ts): only a sealed run
+    // counts as one, for a scheduled call's "already done" and for taken-controle.
+    zegel: text("zegel"),
   },
   (t) => [index("job_runs_job_gestart_idx").on(t.job, t.gestart)],
 );

@@ -9,6 +9,7 @@ import { migrate as drizzleMigrate } from "drizzle-orm/bun-sqlite/migrator";
 import type { AnySQLiteColumn } from "drizzle-orm/sqlite-core";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
 import * as schema from "../db/schema.ts";
+import { sealLegacyRuns, type RunSeal } from "./job-seal.ts";
 import { serviceMeta } from "../db/schema.ts";
 
 export type Db = BunSQLiteDatabase<typeof schema>;
@@ -112,7 +113,12 @@ export function installedAt(db: Db): Date | null {
   return row ? new Date(row.value) : null;
 }
 
-export function openStore(path: string, now: Date = new Date()): Store {
+/**
+ * Opens (creating and migrating) the database. `seal`: the service's run seal; when this
+ * open adds job_runs.zegel (the first start of the version that seals runs), the runs
+ * already recorded are sealed with it (sealLegacyRuns), so they count as the runs they are.
+ */
+export function openStore(path: string, now: Date = new Date(), seal?: RunSeal): Store {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
   // Before the first read: another connection closing (its checkpoint) or writing at
@@ -125,7 +131,10 @@ export function openStore(path: string, now: Date = new Date()): Store {
   if (tables.n === 0) sqlite.run("PRAGMA auto_vacuum = INCREMENTAL");
   applyPragmas(sqlite);
   const db = drizzle(sqlite, { schema });
+  // Raw SQL: SQLite's own table-valued pragma, before the migrations.
+  const sealedBefore = (sqlite.query("SELECT count(*) AS n FROM pragma_table_info('job_runs') WHERE name = 'zegel'").get() as { n: number }).n > 0;
   migrate(db);
+  if (seal && !sealedBefore) sealLegacyRuns(db, seal, now);
   // taken-controle does not call a job missed before its first expected time after
   // the service was installed: the first start on this database is that moment.
   db.insert(serviceMeta).values({ key: "geinstalleerd", value: now.toISOString() }).onConflictDoNothing().run();

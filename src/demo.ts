@@ -7,6 +7,7 @@ import { dirname } from "node:path";
 import { generateKeyPair, parseSignerKey } from "./audit/note.ts";
 import { parseConfig } from "./config.ts";
 import { openStore } from "./db.ts";
+import { runSealOf } from "./job-seal.ts";
 import { DEMO_DEFAULT, fillDemoData } from "./cli/demo-data.ts";
 import { startServer } from "./server.ts";
 
@@ -30,7 +31,7 @@ if (appGenerated) env.APP_SECRET = randomBytes(32).toString("hex");
 const config = parseConfig(env);
 
 if (!existsSync(config.databasePath)) {
-  const store = openStore(config.databasePath);
+  const store = openStore(config.databasePath, new Date(), runSealOf(config));
   fillDemoData(store.sqlite, DEMO_DEFAULT, new Date());
   store.close();
 }

@@ -29,6 +29,7 @@ import { jobLeases, jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
 import { startRun, withDeadline } from "./job-runs.ts";
+import type { RunSeal } from "./job-seal.ts";
 import { releaseLeasePg, renewLeasePg, startLeasedRunPg } from "./pg/job-lease.ts";
 import { log } from "./logger.ts";
 import { maxRuntimeMs, type JobName } from "./schedule.ts";
@@ -165,6 +166,8 @@ export function leaseValues(holder: LeaseHolder, runId: number, now: Date, ttlMs
  */
 export function startLeasedRun(
   store: AnyStore,
+  /** Seals the run's row; and only a sealed run counts as one that did `firedAt` (src/job-seal.ts). */
+  seal: RunSeal,
   job: JobName,
   holder: LeaseHolder,
   now: Date,
@@ -173,25 +176,22 @@ export function startLeasedRun(
   /** For a scheduled call: the scheduled time it is for (refused when a run did it already, DONE_OUTCOMES). */
   firedAt: Date | null = null,
 ): Promise<LeasedStart> {
-  if (store.kind === "pg") return startLeasedRunPg(store, job, holder, now, ttlMs, firedAt);
+  if (store.kind === "pg") return startLeasedRunPg(store, seal, job, holder, now, ttlMs, firedAt);
   const { db } = store;
   return writeTransaction(
     store.sqlite,
     (): LeasedStart => {
       if (firedAt !== null) {
-        const done = db
-          .select({ runId: jobRuns.id, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst })
-          .from(jobRuns)
-          .where(doneSince(jobRuns, job, firedAt))
-          .orderBy(jobRuns.gestart)
-          .limit(1)
-          .get();
+        const done = firstSealed(
+          db.select({ runId: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel }).from(jobRuns).where(doneSince(jobRuns, job, firedAt)).orderBy(jobRuns.gestart).all(),
+          seal,
+        );
         if (done) return { ok: false, gedaan: done };
       }
       const current = db.select().from(jobLeases).where(eq(jobLeases.job, job)).get() ?? null;
       const take = leaseTake(current, holder, now);
       if (!take.ok) return { ok: false, houder: take.houder };
-      const runId = startRun(db, job, now);
+      const runId = startRun(db, job, now, seal);
       const values = leaseValues(holder, runId, now, ttlMs);
       db.insert(jobLeases)
         .values({ job, ...values })
@@ -220,8 +220,18 @@ export interface RunColumns {
 export const leaseHeldBy = (t: LeaseColumns, job: JobName, holder: LeaseHolder, runId: number) =>
   and(eq(t.job, job), eq(t.pid, holder.pid), eq(t.instantie, holder.instantie), eq(t.runId, runId));
 
-/** A run of the job that did the scheduled time `firedAt`, for any store (DONE_OUTCOMES). */
+/** The rows that may be a run of the job that did the scheduled time `firedAt`, for any store (DONE_OUTCOMES); only a sealed one is (firstSealed). */
 export const doneSince = (t: RunColumns, job: JobName, firedAt: Date) => and(eq(t.job, job), gte(t.gestart, firedAt.toISOString()), inArray(t.uitkomst, [...DONE_OUTCOMES]));
+
+/**
+ * The first of doneSince's rows (by start) whose seal holds: a row a database writer made
+ * does not make a scheduled call skip its job. Reads them all: a few real ones per
+ * scheduled time, and any number of forged ones costs the forger, not the check.
+ */
+export function firstSealed(rows: readonly (DoneRun & { job: string; zegel: string | null })[], seal: RunSeal): DoneRun | null {
+  const r = rows.find((x) => seal.sealed(x));
+  return r ? { runId: r.runId, gestart: r.gestart, uitkomst: r.uitkomst } : null;
+}
 
 /** What a renewal writes: renewed now, valid until now + ttlMs. */
 export function renewValues(now: Date, ttlMs: number) {

@@ -11,6 +11,7 @@ import type { AnyStore } from "./deps.ts";
 import { finishRunPg } from "./pg/job-runs.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
+import { NEWEST_ROWS, newestSealed, type RunSeal } from "./job-seal.ts";
 
 export type JobRunRow = typeof jobRuns.$inferSelect;
 export type Outcome = JobRunRow["uitkomst"];
@@ -18,15 +19,16 @@ export type Outcome = JobRunRow["uitkomst"];
 /** The summary kept per run is bounded: the history must not grow with a report's size. */
 const MAX_SUMMARY = 4000;
 
-/** The row a run starts with, for any store: its start, and 'bezig' until its end is written. */
-export function runStartValues(job: JobName, now: Date) {
-  return { job, gestart: now.toISOString(), uitkomst: "bezig" as const };
+/** The row a run starts with, for any store: its start, sealed (src/job-seal.ts), and 'bezig' until its end is written. */
+export function runStartValues(job: JobName, now: Date, seal: RunSeal) {
+  const gestart = now.toISOString();
+  return { job, gestart, uitkomst: "bezig" as const, zegel: seal.seal({ job, gestart }) };
 }
 
-export function startRun(db: Db, job: JobName, now: Date): number {
+export function startRun(db: Db, job: JobName, now: Date, seal: RunSeal): number {
   const row = db
     .insert(jobRuns)
-    .values(runStartValues(job, now))
+    .values(runStartValues(job, now, seal))
     .returning({ id: jobRuns.id })
     .get();
   return row.id;
@@ -93,16 +95,10 @@ export function writeRunEnd(store: AnyStore, id: number, end: Date, r: RunEnd, d
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, id, end, r), deadlineMs);
 }
 
-export function lastRun(db: Db, job: string): JobRunRow | null {
-  return (
-    db
-      .select()
-      .from(jobRuns)
-      .where(eq(jobRuns.job, job))
-      .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-      .limit(1)
-      .get() ?? null
-  );
+/** The job's newest sealed run, by start then id, and how many rows without a valid seal are newer (newestSealed). */
+export function lastRun(db: Db, job: string, seal: RunSeal): { run: JobRunRow | null; vervalst: number } {
+  const rows = db.select().from(jobRuns).where(eq(jobRuns.job, job)).orderBy(desc(jobRuns.gestart), desc(jobRuns.id)).limit(NEWEST_ROWS).all();
+  return newestSealed(rows, seal);
 }
 
 /**

@@ -13,6 +13,7 @@ import { liveLeases, type JobLease } from "./job-lease.ts";
 import { lastRun, type JobRunRow, type Outcome } from "./job-runs.ts";
 import type { JobContext } from "./jobs/job.ts";
 import { SCHEDULE, type JobName } from "./schedule.ts";
+import { NEWEST_ROWS, type RunSeal } from "./job-seal.ts";
 
 /**
  * The last fire time at or before `at`. croner's previousRuns excludes a fire time
@@ -22,13 +23,14 @@ export function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
   return cron.previousRuns(1, new Date(at.getTime() + 1))[0] ?? null;
 }
 
-/** Whether a run of the job started at or after `since`; run for every scheduled job, so prepared once. */
+/** The first rows of the job that started at or after `since`, for whether one is a sealed run; run for every scheduled job, so prepared once. */
 const startedSinceStatement = preparedPerConnection((db) =>
   db
-    .select({ one: sql<number>`1` })
+    .select({ job: jobRuns.job, gestart: jobRuns.gestart, zegel: jobRuns.zegel })
     .from(jobRuns)
     .where(and(eq(jobRuns.job, sql.placeholder("job")), gte(jobRuns.gestart, sql.placeholder("since"))))
-    .limit(1)
+    .orderBy(jobRuns.gestart)
+    .limit(NEWEST_ROWS)
     .prepare(),
 );
 
@@ -81,8 +83,8 @@ export function startedSinceNewest(newestStart: string | null): (since: Date) =>
 }
 
 /** dueState on SQLite, for one job: the history read through an indexed lookup per fire time. */
-export function dueState(db: Db, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
-  return dueStateOf(cronExpression, now, graceMs, installed, (d) => startedSinceStatement(db).get({ job, since: d.toISOString() }) !== undefined);
+export function dueState(db: Db, seal: RunSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
+  return dueStateOf(cronExpression, now, graceMs, installed, (d) => startedSinceStatement(db).all({ job, since: d.toISOString() }).some((r) => seal.sealed(r)));
 }
 
 /** What taken-controle reports per scheduled job (docs/operations.md, "What taken-controle tells apart"). */
@@ -95,8 +97,10 @@ export interface JobStatus {
   /** null: not scheduled (backup-status); then `due` and `status` are null too. */
   cron: string | null;
   maxRuntimeMinutes: number;
-  /** The newest run (job_runs), with the end this process kept when its row could not be written yet; null when it never ran. */
+  /** The newest sealed run (job_runs), with the end this process kept when its row could not be written yet; null when it never ran. */
   run: { id: number; gestart: string; beeindigd: string | null; uitkomst: Outcome } | null;
+  /** Rows of the job newer than that run without a valid seal: written by someone without the anchor key (src/job-seal.ts). */
+  vervalst: number;
   /** Whether the newest run is alive, and what keeps it so: this process runs it, or another holds its lease. */
   levend: "dit-proces" | "ander-proces" | null;
   /** With `levend` `ander-proces`: that process's lease. */
@@ -114,8 +118,8 @@ export interface StatusReads {
   installed: Date | null;
   /** The live leases by job (liveLeases, liveLeasesPg). */
   leases: ReadonlyMap<string, JobLease>;
-  /** Per job of the schedule table its newest run (lastRun, lastRunPg); null or absent when it never ran. */
-  newestRuns: ReadonlyMap<JobName, NewestRun | null>;
+  /** Per job of the schedule table its newest sealed run (lastRun, lastRunPg; null when none) and how many newer rows have no valid seal (src/job-seal.ts). */
+  newestRuns: ReadonlyMap<JobName, { run: NewestRun | null; vervalst: number }>;
 }
 
 /**
@@ -139,7 +143,9 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
   const keptEnds = new Map(context.unrecorded.map((u) => [u.runId, u]));
   const runningHere = new Set<JobName>(context.running.map((r) => r.job));
   return SCHEDULE.map((entry): JobStatus => {
-    const row = reads.newestRuns.get(entry.job) ?? null;
+    const newest = reads.newestRuns.get(entry.job);
+    const row = newest?.run ?? null;
+    const vervalst = newest?.vervalst ?? 0;
     const kept = row ? keptEnds.get(row.id) : undefined;
     const run: JobStatus["run"] = row
       ? { id: row.id, gestart: row.gestart, beeindigd: kept ? kept.beeindigd : row.beeindigd, uitkomst: kept ? kept.uitkomst : row.uitkomst }
@@ -151,7 +157,7 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
     const alive = here || elsewhere;
     const levend = here ? ("dit-proces" as const) : elsewhere ? ("ander-proces" as const) : null;
     const houder = elsewhere ? lease! : null;
-    if (entry.cron === null) return { job: entry.job, cron: null, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, levend, houder, due: null, status: null };
+    if (entry.cron === null) return { job: entry.job, cron: null, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, vervalst, levend, houder, due: null, status: null };
 
     // The newest run has the newest start (lastRun orders by gestart): no further read.
     const due = dueStateOf(entry.cron, now, graceMs, installed, startedSinceNewest(row?.gestart ?? null));
@@ -170,7 +176,7 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
     else if (interrupted) status = "onderbroken";
     else if (!due.ranSinceExpected) status = "wacht";
     else status = "ok";
-    return { job: entry.job, cron: entry.cron, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, levend, houder, due, status };
+    return { job: entry.job, cron: entry.cron, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, vervalst, levend, houder, due, status };
   });
 }
 
@@ -179,12 +185,12 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
  * one read transaction: a lease another process takes between the reads would otherwise
  * leave its 'bezig' run without it, which reads as interrupted (as on PostgreSQL).
  */
-export function jobStatuses(db: Db, now: Date, graceMs: number, context: JobContext): JobStatus[] {
+export function jobStatuses(db: Db, seal: RunSeal, now: Date, graceMs: number, context: JobContext): JobStatus[] {
   const reads: StatusReads = db.transaction(
     (tx) => ({
       installed: installedAt(tx),
       leases: liveLeases(tx, now),
-      newestRuns: new Map(SCHEDULE.map(({ job }) => [job, lastRun(tx, job)])),
+      newestRuns: new Map(SCHEDULE.map(({ job }) => [job, lastRun(tx, job, seal)])),
     }),
     { behavior: "deferred" },
   );

@@ -10,6 +10,7 @@ import { BUSY_TIMEOUT_MS, openStore, type Store } from "./db.ts";
 import type { AnyStore, Deps } from "./deps.ts";
 import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 import { WriteApiActivity } from "./ingest/activity.ts";
+import { runSealOf } from "./job-seal.ts";
 import { markInstalledPg, openPgStore, type PgStore } from "./pg/store.ts";
 import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
@@ -35,7 +36,7 @@ export function closeDatabase(store: Store): void {
 }
 
 /** The service's dependencies on `store`: the SQLite file of DATABASE_PATH unless another is given (PostgreSQL, tests). */
-export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath) as S): Deps<S> {
+export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath, new Date(), runSealOf(config)) as S): Deps<S> {
   const dataDir = dirname(resolve(config.databasePath));
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
   const clock = () => new Date();
@@ -94,7 +95,7 @@ export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer,
  * together), its first start marked, no WAL checkpointer (PostgreSQL has its own).
  */
 export async function startPgServer(config: Config, url: string, options: ServerOptions = {}) {
-  const store = await openPgStore(url);
+  const store = await openPgStore(url, { seal: runSealOf(config) });
   await markInstalledPg(store, new Date());
   log("info", "database: PostgreSQL", { database: redactUrl(url) });
   return serveWith(wireDeps<PgStore>(config, store), null, options);

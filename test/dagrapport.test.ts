@@ -13,7 +13,7 @@ import type { AnyStore } from "../src/deps.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import { formatDuur, median, OPERATOR_RECORDS_SQL } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
-import { call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, zegel } from "./helpers.ts";
 import { addLoginAttempt, addTenant, appendInputs, makeEnv, type TestDb } from "./dialect.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
 
@@ -61,11 +61,12 @@ function addBackup(env: Env, b: { ontvangen: Date; exitCode: number; grootte?: n
 
 function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok") {
   return env.db.run(
-    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, 200)",
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, 200, ?)",
     job,
     gestart.toISOString(),
     new Date(gestart.getTime() + 1000).toISOString(),
     uitkomst,
+    zegel(job, gestart.toISOString()),
   );
 }
 
@@ -269,11 +270,12 @@ describe("dagrapport: further sections", () => {
     const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
     const run = (job: string, gestart: string, ms: number | null, uitkomst = "ok") =>
       env.db.run(
-        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, 200)",
+        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, 200, ?)",
         job,
         gestart,
         ms === null ? null : new Date(Date.parse(gestart) + ms).toISOString(),
         uitkomst,
+        zegel(job, gestart),
       );
     // audit-verificatie: twelve successful nights; the two oldest (very slow) fall outside the last ten.
     const nights = [600_000, 500_000, 12_000, 14_000, 13_000, 15_000, 11_000, 16_000, 13_500, 12_500, 14_500, 13_800];

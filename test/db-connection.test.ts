@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { openStore } from "../src/db.ts";
 import { lastRun, startRun } from "../src/job-runs.ts";
 import { reserveDelivery, weekRecipients } from "../src/reports/weekly.ts";
-import { NOW, tempDir } from "./helpers.ts";
+import { NOW, tempDir, TEST_SEAL } from "./helpers.ts";
 
 describe("store.db and store.sqlite are one connection", () => {
   test("Drizzle statements take part in a transaction opened on the raw connection", () => {
@@ -18,14 +18,14 @@ describe("store.db and store.sqlite are one connection", () => {
       const [admin] = weekRecipients(store.db, "2026-W30");
 
       store.sqlite.run("BEGIN IMMEDIATE");
-      startRun(store.db, "dagrapport", NOW);
+      startRun(store.db, "dagrapport", NOW, TEST_SEAL);
       reserveDelivery(store.db, admin!, "2026-W30");
       // Seen inside the transaction, not outside it.
-      expect(lastRun(store.db, "dagrapport")).toMatchObject({ uitkomst: "bezig" });
+      expect(lastRun(store.db, "dagrapport", TEST_SEAL).run).toMatchObject({ uitkomst: "bezig" });
       expect(other.query("SELECT count(*) AS n FROM job_runs").get()).toEqual({ n: 0 });
       store.sqlite.run("ROLLBACK");
 
-      expect(lastRun(store.db, "dagrapport")).toBeNull();
+      expect(lastRun(store.db, "dagrapport", TEST_SEAL).run).toBeNull();
       expect(weekRecipients(store.db, "2026-W30")).toEqual([{ ...admin!, alVerstuurd: false, onzeker: false }]);
     } finally {
       other.close();

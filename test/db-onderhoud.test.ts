@@ -10,7 +10,7 @@ import type { PruneOptions } from "../src/maintenance/pruning.ts";
 import { buildDailyReportPg } from "../src/pg/daily.ts";
 import { pruneOwnTablesPg } from "../src/pg/maintenance.ts";
 import { buildDailyReport } from "../src/reports/daily.ts";
-import { call, makeTestEnv, NOW, tempDir, type TestEnv } from "./helpers.ts";
+import { call, makeTestEnv, NOW, tempDir, zegel, type TestEnv } from "./helpers.ts";
 import { makeEnv, pgOnly, sqliteOnly, type Env, type TestDb } from "./dialect.ts";
 
 function addLoginAttempts(sqlite: Database, n: number) {
@@ -373,9 +373,10 @@ async function insertRows(db: TestDb, table: string, columns: readonly string[],
   }
 }
 
-const RUN_COLUMNS = ["job", "gestart", "beeindigd", "uitkomst", "http_status"] as const;
+const RUN_COLUMNS = ["job", "gestart", "beeindigd", "uitkomst", "http_status", "zegel"] as const;
+/** A run as the service records it: sealed (src/job-seal.ts). */
 function run(job: string, gestart: Date, uitkomst = "ok", ms: number | null = 1500): unknown[] {
-  return [job, gestart.toISOString(), ms === null ? null : new Date(gestart.getTime() + ms).toISOString(), uitkomst, 200];
+  return [job, gestart.toISOString(), ms === null ? null : new Date(gestart.getTime() + ms).toISOString(), uitkomst, 200, zegel(job, gestart.toISOString())];
 }
 
 const BACKUP_COLUMNS = ["ontvangen", "exit_code", "gelukt", "bestandsnaam", "grootte", "foutmelding", "bron"] as const;

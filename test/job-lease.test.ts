@@ -22,7 +22,7 @@ import { openStore } from "../src/db.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { liveLeasesPg } from "../src/pg/job-lease.ts";
 import { openPgStore } from "../src/pg/store.ts";
-import { call, NOW, SECRET, tempDir, TEST_SIGNING_KEY, until } from "./helpers.ts";
+import { TEST_SEAL, call, NOW, SECRET, tempDir, TEST_SIGNING_KEY, until } from "./helpers.ts";
 import { DIALECT, makeEnv, sqliteOnly, testCluster, testDb } from "./dialect.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { createApp } from "../src/app.ts";
@@ -581,16 +581,16 @@ describe("the lease functions on one database", () => {
       const store = env.store;
       const a = other();
       const mine = newLeaseHolder();
-      const first = await startLeasedRun(store, "weekrapport", a, NOW, 90_000);
+      const first = await startLeasedRun(store, TEST_SEAL, "weekrapport", a, NOW, 90_000);
       expect(first).toMatchObject({ ok: true, overgenomen: null });
-      const refused = await startLeasedRun(store, "weekrapport", mine, new Date(NOW.getTime() + 89_999), 90_000);
+      const refused = await startLeasedRun(store, TEST_SEAL, "weekrapport", mine, new Date(NOW.getTime() + 89_999), 90_000);
       expect(refused.ok).toBe(false);
       expect(!refused.ok && refused.houder).toMatchObject({ pid: a.pid, instantie: a.instantie, host: "elders.example" });
       // Nothing was written for the refused call.
       expect((await env.db.get<{ n: number }>("SELECT count(*) AS n FROM job_runs"))!.n).toBe(1);
 
       const later = new Date(NOW.getTime() + 90_000);
-      const taken = await startLeasedRun(store, "weekrapport", mine, later, 90_000);
+      const taken = await startLeasedRun(store, TEST_SEAL, "weekrapport", mine, later, 90_000);
       expect(taken.ok && taken.overgenomen).toMatchObject({ instantie: a.instantie, reden: "verlopen" });
       expect((await live(store, later)).get("weekrapport")).toMatchObject({ instantie: mine.instantie, runId: taken.ok ? taken.runId : -1 });
     } finally {
@@ -605,9 +605,9 @@ describe("the lease functions on one database", () => {
       const a = newLeaseHolder();
       const b = newLeaseHolder(); // same pid and host, another instance
       expect(b.pid).toBe(a.pid);
-      const r = await startLeasedRun(store, "audit-anker", a, NOW, 90_000);
+      const r = await startLeasedRun(store, TEST_SEAL, "audit-anker", a, NOW, 90_000);
       if (!r.ok) throw new Error("not taken");
-      expect((await startLeasedRun(store, "audit-anker", b, NOW, 90_000)).ok).toBe(false);
+      expect((await startLeasedRun(store, TEST_SEAL, "audit-anker", b, NOW, 90_000)).ok).toBe(false);
       expect(holderGone({ pid: a.pid, host: a.host, pidNs: a.pidNs })).toBe(false);
       expect(await renewLease(store, "audit-anker", b, r.runId, NOW, 90_000)).toBe(false);
       expect(await releaseLease(store, "audit-anker", b, r.runId)).toBe(false);
@@ -630,13 +630,13 @@ describe("the lease functions on one database", () => {
       const elsewhere = { ...other(), pid: deadPid };
       expect(holderGone(here)).toBe(true);
       expect(holderGone(elsewhere)).toBe(false);
-      expect((await startLeasedRun(store, "dagrapport", here, NOW, 90_000)).ok).toBe(true);
+      expect((await startLeasedRun(store, TEST_SEAL, "dagrapport", here, NOW, 90_000)).ok).toBe(true);
       expect((await live(store, NOW)).has("dagrapport")).toBe(false);
-      const taken = await startLeasedRun(store, "dagrapport", newLeaseHolder(), NOW, 90_000);
+      const taken = await startLeasedRun(store, TEST_SEAL, "dagrapport", newLeaseHolder(), NOW, 90_000);
       expect(taken.ok && taken.overgenomen).toMatchObject({ pid: deadPid, reden: "proces-weg" });
 
-      expect((await startLeasedRun(store, "weekrapport", elsewhere, NOW, 90_000)).ok).toBe(true);
-      expect((await startLeasedRun(store, "weekrapport", newLeaseHolder(), NOW, 90_000)).ok).toBe(false);
+      expect((await startLeasedRun(store, TEST_SEAL, "weekrapport", elsewhere, NOW, 90_000)).ok).toBe(true);
+      expect((await startLeasedRun(store, TEST_SEAL, "weekrapport", newLeaseHolder(), NOW, 90_000)).ok).toBe(false);
     } finally {
       await env.cleanup();
     }
@@ -651,7 +651,7 @@ describe("the lease functions on one database", () => {
       const h = newLeaseHolder();
       let now = NOW.getTime();
       const clock = () => new Date(now);
-      const r = await startLeasedRun(store, "taken-controle", h, clock(), 60);
+      const r = await startLeasedRun(store, TEST_SEAL, "taken-controle", h, clock(), 60);
       if (!r.ok) throw new Error("not taken");
       const verloopt = async () => (await env.db.get<{ verloopt: string }>("SELECT verloopt FROM job_leases WHERE job = 'taken-controle'"))!.verloopt;
       expect(await verloopt()).toBe(new Date(NOW.getTime() + 60).toISOString());
@@ -690,12 +690,12 @@ describe("the lease functions on one database", () => {
     try {
       const store = env.store;
       const h = newLeaseHolder();
-      const r = await startLeasedRun(store, "audit-anker", h, NOW, 60);
+      const r = await startLeasedRun(store, TEST_SEAL, "audit-anker", h, NOW, 60);
       if (!r.ok) throw new Error("not taken");
       lock = await holdWriteLock(env.config.databasePath);
 
       const busy = (p: Promise<unknown>) => p.then(() => "resolved", (e) => (e as { code?: string }).code);
-      expect(await busy(startLeasedRun(store, "dagrapport", h, NOW, 60, 20))).toStartWith("SQLITE_BUSY");
+      expect(await busy(startLeasedRun(store, TEST_SEAL, "dagrapport", h, NOW, 60, 20))).toStartWith("SQLITE_BUSY");
       expect(await busy(releaseLease(store, "audit-anker", h, r.runId, 20))).toStartWith("SQLITE_BUSY");
       // SQLite's own busy wait is back for everything else on the connection.
       expect(store.sqlite.query("PRAGMA busy_timeout").get()).toEqual({ timeout: 5000 });
@@ -731,12 +731,12 @@ describe("the lease functions on one database", () => {
     try {
       const store = env.store;
       const h = newLeaseHolder();
-      const r = await startLeasedRun(store, "weekrapport", h, NOW, 60);
+      const r = await startLeasedRun(store, TEST_SEAL, "weekrapport", h, NOW, 60);
       if (!r.ok) throw new Error("not taken");
       let now = NOW.getTime();
       const renewer = startRenewing(store, () => new Date(now), "weekrapport", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
       // Another process took the expired lease over.
-      const taken = await startLeasedRun(store, "weekrapport", other(), new Date(NOW.getTime() + 60), 90_000);
+      const taken = await startLeasedRun(store, TEST_SEAL, "weekrapport", other(), new Date(NOW.getTime() + 60), 90_000);
       expect(taken.ok).toBe(true);
       now += 1000;
       const holderOf = async () => (await env.db.get<{ instantie: string }>("SELECT instantie FROM job_leases WHERE job = 'weekrapport'"))!.instantie;

@@ -9,16 +9,16 @@ import { dagrapportJob } from "../src/jobs/dagrapport.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { takenControleJob } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE } from "../src/schedule.ts";
-import { call, NOW, SECRET } from "./helpers.ts";
+import { call, NOW, SECRET, TEST_SEAL, zegel } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
 import { holdRunEnd } from "./ingest-fixtures.ts";
 
 let env: Env;
 afterEach(() => env?.cleanup());
 
-/** The job's newest run: lastRun (src/job-runs.ts) on SQLite, the same columns and order by plain SQL on PostgreSQL (lastRunPg reads fewer). */
+/** The job's newest sealed run: lastRun (src/job-runs.ts) on SQLite; the newest row by plain SQL on PostgreSQL (lastRunPg reads fewer columns). */
 async function lastRun(e: Env, job: string): Promise<JobRunRow | null> {
-  if (e.store.kind === "sqlite") return lastRunOf(e.store.db, job);
+  if (e.store.kind === "sqlite") return lastRunOf(e.store.db, job, TEST_SEAL).run;
   return e.db.get<JobRunRow>(
     'SELECT id, job, gestart, beeindigd, uitkomst, http_status AS "httpStatus", samenvatting, fout FROM job_runs WHERE job = ? ORDER BY gestart DESC, id DESC LIMIT 1',
     job,
@@ -239,10 +239,11 @@ describe("the job wrapper: a completed job whose end cannot be recorded", () => 
       if (e.cron === null || e.job === "dagrapport") continue;
       const last = new Cron(e.cron, { timezone: "UTC" }).previousRuns(1, new Date(now.getTime() + 1))[0]!;
       await env.db.run(
-        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, 'ok', 200)",
+        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, 'ok', 200, ?)",
         e.job,
         new Date(last.getTime() + 1000).toISOString(),
         new Date(last.getTime() + 2000).toISOString(),
+        zegel(e.job, new Date(last.getTime() + 1000).toISOString()),
       );
     }
   }
@@ -480,7 +481,8 @@ describe("a scheduled call (X-Nachtwacht-Gepland: 1) runs once per scheduled tim
 
     env.setNow(new Date(NOW.getTime() + 30 * 60_000));
     // A run of another process that was killed: its row still says 'bezig', its lease is gone.
-    await env.db.run("INSERT INTO job_runs (job, gestart, uitkomst) VALUES ('beveiligingslog-analyse', ?, 'bezig')", new Date(NOW.getTime() + 30 * 60_000).toISOString());
+    const killed = new Date(NOW.getTime() + 30 * 60_000).toISOString();
+    await env.db.run("INSERT INTO job_runs (job, gestart, uitkomst, zegel) VALUES ('beveiligingslog-analyse', ?, 'bezig', ?)", killed, zegel("beveiligingslog-analyse", killed));
     expect((await call(env.app, "/api/cron/beveiligingslog-analyse", scheduled)).status).toBe(200);
   });
 });

@@ -12,7 +12,7 @@ import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { collectMetrics, isLoopback, METRICS_CONTENT_TYPE, metricsAccess, renderMetrics, type MetricsSnapshot } from "../src/http/metrics.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { call, NOW, SECRET } from "./helpers.ts";
+import { call, NOW, SECRET, zegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
@@ -63,12 +63,13 @@ async function scrape(e: Env, token: string | null = METRICS_SECRET) {
 
 async function insertRun(e: Env, job: string, gestart: string, beeindigd: string | null, uitkomst: string): Promise<number> {
   const row = await e.db.get<{ id: number }>(
-    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, ?) RETURNING id",
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
     job,
     gestart,
     beeindigd,
     uitkomst,
     beeindigd === null ? null : 200,
+    zegel(job, gestart),
   );
   return row!.id;
 }

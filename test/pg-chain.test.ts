@@ -24,6 +24,7 @@ import { prepareAuditBatch } from "../src/ingest/audit.ts";
 import { storeAuditBatchPg } from "../src/pg/ingest.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
+import { NOW, TEST_SEAL } from "./helpers.ts";
 
 setDefaultTimeout(120_000);
 
@@ -39,6 +40,29 @@ const shape = (name: string, columns: { name: string; notNull: boolean }[], inde
 const PG_ONLY = ["commit_markers"];
 
 describe("PostgreSQL schema", () => {
+  test("the migration that adds job_runs.zegel seals the runs started by then (as openStore on SQLite); a row dated later stays unsealed", async () => {
+    const url = await cluster.createDatabase();
+    try {
+      const old = await openPgStore(url);
+      await old.sql`ALTER TABLE job_runs DROP COLUMN zegel`;
+      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at = (SELECT max(created_at) FROM drizzle.__drizzle_migrations)`;
+      await old.sql`INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('weekrapport', '2026-07-20T06:00:01.000Z', '2026-07-20T06:00:09.000Z', 'ok', 200)`;
+      await old.sql`INSERT INTO job_runs (job, gestart, uitkomst) VALUES ('audit-verificatie', '9999-12-31T00:00:00.000Z', 'ok')`;
+      await old.close();
+      const store = await openPgStore(url, { seal: TEST_SEAL, now: NOW });
+      try {
+        const rows = await store.db.query.jobRuns.findMany({ orderBy: (t, { asc }) => [asc(t.id)] });
+        expect(rows.map((r) => [r.job, TEST_SEAL.sealed(r)])).toEqual([
+          ["weekrapport", true],
+          ["audit-verificatie", false],
+        ]);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await cluster.dropDatabase(new URL(url).pathname.slice(1));
+    }
+  });
   test("has the same tables, columns, nullability and index names as the SQLite schema", () => {
     const lite = Object.values(sqliteSchema)
       .filter((t) => is(t, SQLiteTableClass))
@@ -73,7 +97,7 @@ describe("PostgreSQL schema", () => {
       const sql = stores[0]!.sql;
       const rows = await sql`SELECT hash FROM drizzle.__drizzle_migrations`;
       expect(rows.length).toBe(embeddedPgMigrations.journal.entries.length);
-      expect(rows.length).toBe(5);
+      expect(rows.length).toBe(6);
       const [{ n }] = await sql`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`;
       expect(n).toBe(13 + PG_ONLY.length);
       const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;

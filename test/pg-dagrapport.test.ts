@@ -14,7 +14,7 @@ import { runDagrapport } from "../src/jobs/dagrapport.ts";
 import type { MailMessage } from "../src/mail/mailer.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import type { DailyReport } from "../src/reports/daily.ts";
-import { addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -73,8 +73,8 @@ function addBackup(env: TestEnv, b: { ontvangen: Date; exitCode: number; grootte
 
 function addRun(env: TestEnv, job: string, gestart: string, ms: number | null, uitkomst = "ok") {
   env.store.sqlite
-    .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, 200)")
-    .run(job, gestart, ms === null ? null : new Date(Date.parse(gestart) + ms).toISOString(), uitkomst);
+    .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, 200, ?)")
+    .run(job, gestart, ms === null ? null : new Date(Date.parse(gestart) + ms).toISOString(), uitkomst, zegel(job, gestart));
 }
 
 /**

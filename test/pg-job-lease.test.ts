@@ -17,7 +17,7 @@ import { LOCK_TIMEOUT_MS, openPgStore, type PgStore } from "../src/pg/store.ts";
 import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
 import { startPgProxy } from "./pg-proxy.ts";
-import { until } from "./helpers.ts";
+import { TEST_SEAL, until } from "./helpers.ts";
 import { driverError } from "../src/http/errors.ts";
 
 setDefaultTimeout(120_000);
@@ -55,12 +55,12 @@ describe("the lease functions on PostgreSQL", () => {
       const firedAt = at(-1000);
       const a = elsewhere();
       const cut = proxy.cutNextCommit("after");
-      const take = await startLeasedRunPg(viaProxy, "dagrapport", a, NOW, 90_000, firedAt);
+      const take = await startLeasedRunPg(viaProxy, TEST_SEAL, "dagrapport", a, NOW, 90_000, firedAt);
       await cut;
       expect(take).toMatchObject({ ok: true });
       if (!take.ok) return;
       expect(await runsOf(direct, "dagrapport")).toEqual([{ id: take.runId, uitkomst: "bezig", beeindigd: null }]);
-      const b = await startLeasedRunPg(direct, "dagrapport", elsewhere(), at(500), 90_000, firedAt);
+      const b = await startLeasedRunPg(direct, TEST_SEAL, "dagrapport", elsewhere(), at(500), 90_000, firedAt);
       expect(b).toMatchObject({ ok: false });
 
       // The run's end and the lease's release, their answers lost the same way: found stored, not reported failed.
@@ -86,7 +86,7 @@ describe("the lease functions on PostgreSQL", () => {
     }) as typeof process.stderr.write);
     try {
       const h = newLeaseHolder();
-      const r = await startLeasedRunPg(store, "audit-anker", h, NOW, 60);
+      const r = await startLeasedRunPg(store, TEST_SEAL, "audit-anker", h, NOW, 60);
       if (!r.ok) throw new Error("not taken");
       // Every renewal fails (a constraint the UPDATE breaks) while the clock is past the expiry.
       await store.sql`ALTER TABLE job_leases ADD CONSTRAINT nooit CHECK (verloopt < '2000') NOT VALID`;
@@ -107,7 +107,7 @@ describe("the lease functions on PostgreSQL", () => {
   test("a kept end is written by the next job call's one try without waiting (writeKeptEnds with 0), and forgotten", async () => {
     const store = await freshStore();
     const h = newLeaseHolder();
-    const r = await startLeasedRunPg(store, "dagrapport", h, NOW, 90_000);
+    const r = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", h, NOW, 90_000);
     if (!r.ok) throw new Error("not taken");
     const running = new RunningJobs();
     running.keepEnd({ job: "dagrapport", runId: r.runId, end: at(1000), result: { uitkomst: "ok", httpStatus: 200 } });
@@ -120,7 +120,7 @@ describe("the lease functions on PostgreSQL", () => {
   test("a release waits for the lease's row as long as its caller waits: a short wait gives up (55P03) and the lease stays; a longer one gets through once the row is free", async () => {
     const store = await freshStore();
     const h = newLeaseHolder();
-    const r = await startLeasedRunPg(store, "dagrapport", h, NOW, 90_000);
+    const r = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", h, NOW, 90_000);
     if (!r.ok) throw new Error("not taken");
     const other = await store.sql.reserve();
     await other`BEGIN`;
@@ -143,7 +143,7 @@ describe("the lease functions on PostgreSQL", () => {
   test("late writes never move things back: the first end written of a run stays (a second, given-up write arriving later is a no-op), and a renewal older than the last one leaves the expiry", async () => {
     const store = await freshStore();
     const h = newLeaseHolder();
-    const r = await startLeasedRunPg(store, "dagrapport", h, NOW, 90_000);
+    const r = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", h, NOW, 90_000);
     if (!r.ok) throw new Error("not taken");
     await finishRunPg(store, r.runId, at(1000), { uitkomst: "ok", httpStatus: 200, samenvatting: { volledig: true } });
     await finishRunPg(store, r.runId, at(2000), { uitkomst: "ok", httpStatus: 200, fout: "zonder samenvatting" });
@@ -158,21 +158,21 @@ describe("the lease functions on PostgreSQL", () => {
     const store = await freshStore();
     const firedAt = new Date(NOW.getTime() - 60_000);
     const a = newLeaseHolder();
-    const first = await startLeasedRunPg(store, "dagrapport", a, NOW, 90_000, firedAt);
+    const first = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", a, NOW, 90_000, firedAt);
     if (!first.ok) throw new Error("not taken");
     await finishRunPg(store, first.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
     await releaseLeasePg(store, "dagrapport", a, first.runId);
-    const done = await startLeasedRunPg(store, "dagrapport", elsewhere(), at(2000), 90_000, firedAt);
+    const done = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", elsewhere(), at(2000), 90_000, firedAt);
     expect(done).toEqual({ ok: false, gedaan: { runId: first.runId, gestart: NOW.toISOString(), uitkomst: "ok" } });
     expect((await runsOf(store, "dagrapport")).length).toBe(1);
     // Without firedAt (by hand) it runs; for a later scheduled time too.
-    const byHand = await startLeasedRunPg(store, "dagrapport", a, at(3000), 90_000);
+    const byHand = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", a, at(3000), 90_000);
     if (!byHand.ok) throw new Error("not taken by hand");
     await finishRunPg(store, byHand.runId, at(4000), { uitkomst: "fout", httpStatus: 500, fout: "x" });
     await releaseLeasePg(store, "dagrapport", a, byHand.runId);
     const later = at(2500);
     // Only a failed run started at or after `later`: the scheduled take goes ahead.
-    expect((await startLeasedRunPg(store, "dagrapport", a, at(5000), 90_000, later)).ok).toBe(true);
+    expect((await startLeasedRunPg(store, TEST_SEAL, "dagrapport", a, at(5000), 90_000, later)).ok).toBe(true);
   });
 
   test("taken with its run; a second holder is refused and writes nothing; renewal moves the expiry; only the holder of the run renews or releases; released, the next holder takes it", async () => {
@@ -180,12 +180,12 @@ describe("the lease functions on PostgreSQL", () => {
     const a = elsewhere();
     const b = newLeaseHolder();
 
-    const first = await startLeasedRunPg(store, "weekrapport", a, NOW, 90_000);
+    const first = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", a, NOW, 90_000);
     if (!first.ok) throw new Error("not taken");
     expect(first).toEqual({ ok: true, runId: first.runId, verloopt: at(90_000), overgenomen: null });
     expect(await runsOf(store, "weekrapport")).toEqual([{ id: first.runId, uitkomst: "bezig", beeindigd: null }]);
 
-    const refused = await startLeasedRunPg(store, "weekrapport", b, at(89_999), 90_000);
+    const refused = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", b, at(89_999), 90_000);
     expect(refused.ok).toBe(false);
     expect(!refused.ok && refused.houder).toEqual({
       job: "weekrapport",
@@ -216,7 +216,7 @@ describe("the lease functions on PostgreSQL", () => {
     // Renewed at +30 s, it holds until +120 s: past the first expiry b is still refused.
     expect(await renewLeasePg(store, "weekrapport", a, first.runId, at(30_000), 90_000)).toBe(true);
     expect((await leaseRows(store))[0]!.verloopt).toBe(at(120_000).toISOString());
-    const stillRefused = await startLeasedRunPg(store, "weekrapport", b, at(100_000), 90_000);
+    const stillRefused = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", b, at(100_000), 90_000);
     expect(!stillRefused.ok && stillRefused.houder).toMatchObject({ instantie: a.instantie, vernieuwd: at(30_000).toISOString(), verloopt: at(120_000).toISOString() });
     expect((await liveLeasesPg(store.db, at(119_999))).get("weekrapport")).toMatchObject({ instantie: a.instantie, runId: first.runId });
 
@@ -224,7 +224,7 @@ describe("the lease functions on PostgreSQL", () => {
     expect(await releaseLeasePg(store, "weekrapport", a, first.runId)).toBe(false);
     expect(await leaseRows(store)).toEqual([]);
 
-    const second = await startLeasedRunPg(store, "weekrapport", b, at(100_000), 90_000);
+    const second = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", b, at(100_000), 90_000);
     if (!second.ok) throw new Error("not taken after the release");
     expect(second.overgenomen).toBeNull();
     expect(second.runId).toBeGreaterThan(first.runId);
@@ -233,7 +233,7 @@ describe("the lease functions on PostgreSQL", () => {
     expect(await renewLeasePg(store, "weekrapport", a, first.runId, at(100_000), 90_000)).toBe(false);
 
     // A holder that takes the job again (its release failed) replaces its own lease; an older run's it cannot renew or release.
-    const again = await startLeasedRunPg(store, "weekrapport", b, at(110_000), 90_000);
+    const again = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", b, at(110_000), 90_000);
     if (!again.ok) throw new Error("its own lease refused");
     expect(again.overgenomen).toBeNull();
     expect(await renewLeasePg(store, "weekrapport", b, second.runId, at(120_000), 90_000)).toBe(false);
@@ -244,12 +244,12 @@ describe("the lease functions on PostgreSQL", () => {
   test("once its expiry has passed another holder takes it over ('verlopen'); the former holder's renewal then fails", async () => {
     const store = await freshStore();
     const a = elsewhere();
-    const first = await startLeasedRunPg(store, "audit-anker", a, NOW, 90_000);
+    const first = await startLeasedRunPg(store, TEST_SEAL, "audit-anker", a, NOW, 90_000);
     if (!first.ok) throw new Error("not taken");
-    expect((await startLeasedRunPg(store, "audit-anker", newLeaseHolder(), at(89_999), 90_000)).ok).toBe(false);
+    expect((await startLeasedRunPg(store, TEST_SEAL, "audit-anker", newLeaseHolder(), at(89_999), 90_000)).ok).toBe(false);
 
     const b = newLeaseHolder();
-    const taken = await startLeasedRunPg(store, "audit-anker", b, at(90_000), 90_000);
+    const taken = await startLeasedRunPg(store, TEST_SEAL, "audit-anker", b, at(90_000), 90_000);
     if (!taken.ok) throw new Error("expired lease not taken over");
     expect(taken.overgenomen).toEqual({
       job: "audit-anker",
@@ -276,17 +276,17 @@ describe("the lease functions on PostgreSQL", () => {
     const here = { pid: child.pid, instantie: randomUUID(), host: hostname(), pidNs: readlinkSync("/proc/self/ns/pid") };
     expect(holderGone(here)).toBe(true);
 
-    const left = await startLeasedRunPg(store, "dagrapport", here, NOW, 90_000);
+    const left = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", here, NOW, 90_000);
     if (!left.ok) throw new Error("not taken");
     expect(await leaseRows(store)).toEqual([{ job: "dagrapport", pid: child.pid, instantie: here.instantie, run_id: left.runId, verloopt: at(90_000).toISOString() }]);
-    const taken = await startLeasedRunPg(store, "dagrapport", newLeaseHolder(), at(1), 90_000);
+    const taken = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", newLeaseHolder(), at(1), 90_000);
     if (!taken.ok) throw new Error("the gone holder's lease was not taken over");
     expect(taken.overgenomen).toMatchObject({ pid: child.pid, instantie: here.instantie, runId: left.runId, verloopt: at(90_000).toISOString(), reden: "proces-weg" });
 
     const far = { ...here, instantie: randomUUID(), host: "elders.example" };
     expect(holderGone(far)).toBe(false);
-    expect((await startLeasedRunPg(store, "weekrapport", far, NOW, 90_000)).ok).toBe(true);
-    const refused = await startLeasedRunPg(store, "weekrapport", newLeaseHolder(), at(1), 90_000);
+    expect((await startLeasedRunPg(store, TEST_SEAL, "weekrapport", far, NOW, 90_000)).ok).toBe(true);
+    const refused = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", newLeaseHolder(), at(1), 90_000);
     expect(!refused.ok && refused.houder).toMatchObject({ pid: child.pid, host: "elders.example" });
   });
 
@@ -297,10 +297,10 @@ describe("the lease functions on PostgreSQL", () => {
     const gone = { pid: child.pid, instantie: randomUUID(), host: hostname(), pidNs: readlinkSync("/proc/self/ns/pid") };
     const live = elsewhere();
     const mine = newLeaseHolder();
-    expect((await startLeasedRunPg(store, "weekrapport", live, NOW, 90_000)).ok).toBe(true);
-    expect((await startLeasedRunPg(store, "dagrapport", gone, NOW, 90_000)).ok).toBe(true);
-    expect((await startLeasedRunPg(store, "audit-anker", elsewhere(), NOW, 10_000)).ok).toBe(true);
-    expect((await startLeasedRunPg(store, "backup-controle", mine, NOW, 90_000)).ok).toBe(true);
+    expect((await startLeasedRunPg(store, TEST_SEAL, "weekrapport", live, NOW, 90_000)).ok).toBe(true);
+    expect((await startLeasedRunPg(store, TEST_SEAL, "dagrapport", gone, NOW, 90_000)).ok).toBe(true);
+    expect((await startLeasedRunPg(store, TEST_SEAL, "audit-anker", elsewhere(), NOW, 10_000)).ok).toBe(true);
+    expect((await startLeasedRunPg(store, TEST_SEAL, "backup-controle", mine, NOW, 90_000)).ok).toBe(true);
     expect((await leaseRows(store)).length).toBe(4);
 
     const atTen = await liveLeasesPg(store.db, at(10_000));

@@ -17,7 +17,7 @@ import { finishRunPg } from "../src/pg/job-runs.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { jobStatuses } from "../src/schedule-due.ts";
 import { SCHEDULE } from "../src/schedule.ts";
-import { call, makePgTestEnv, makeTestEnv, NOW, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { TEST_SEAL, call, makePgTestEnv, makeTestEnv, NOW, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -92,6 +92,7 @@ async function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok", dur
     beeindigd: durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
     uitkomst,
     http_status: uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
+    zegel: zegel(job, gestart.toISOString()),
   });
   return Number(row.id);
 }
@@ -157,8 +158,8 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
     const { lite, pg, both } = await pair();
     for (const env of both) await mixedHistory(env);
     const grace = lite.config.takenMargeMinuten * MIN;
-    const onSqlite = jobStatuses(lite.store.db, NOW, grace, idle);
-    const onPg = await jobStatusesPg(pg.store.db, NOW, grace, idle);
+    const onSqlite = jobStatuses(lite.store.db, TEST_SEAL, NOW, grace, idle);
+    const onPg = await jobStatusesPg(pg.store.db, TEST_SEAL, NOW, grace, idle);
     expect(onPg).toEqual(onSqlite);
     const byJob = Object.fromEntries(onPg.map((s) => [s.job, s.status]));
     expect(byJob).toMatchObject({
@@ -180,8 +181,8 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
       running: [{ job: "beveiligingslog-retentie", runId: retentieId }],
       unrecorded: [{ job: "dagrapport", runId: dagId, beeindigd: "2026-07-22T06:00:09.000Z", uitkomst: "fout" }],
     };
-    const liveLite = jobStatuses(lite.store.db, NOW, grace, context);
-    const livePg = await jobStatusesPg(pg.store.db, NOW, grace, context);
+    const liveLite = jobStatuses(lite.store.db, TEST_SEAL, NOW, grace, context);
+    const livePg = await jobStatusesPg(pg.store.db, TEST_SEAL, NOW, grace, context);
     expect(livePg).toEqual(liveLite);
     expect(livePg.find((s) => s.job === "beveiligingslog-retentie")).toMatchObject({ status: "hangt", levend: "dit-proces" });
     expect(livePg.find((s) => s.job === "dagrapport")!.run).toMatchObject({ beeindigd: "2026-07-22T06:00:09.000Z", uitkomst: "fout" });
@@ -200,9 +201,9 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
         const [statuses, take] = await Promise.all([
           (async () => {
             for (let k = 0; k < jitter; k++) await pg.store.sql`SELECT 1`;
-            return jobStatusesPg(pg.store.db, now, 15 * MIN, idle);
+            return jobStatusesPg(pg.store.db, TEST_SEAL, now, 15 * MIN, idle);
           })(),
-          startLeasedRunPg(other, "beveiligingslog-analyse", holder, now, 90_000),
+          startLeasedRunPg(other, TEST_SEAL, "beveiligingslog-analyse", holder, now, 90_000),
         ]);
         expect(take.ok).toBe(true);
         const status = statuses.find((s) => s.job === "beveiligingslog-analyse")!.status ?? "geen";

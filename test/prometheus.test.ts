@@ -9,7 +9,7 @@ import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { call, NOW, tempDir } from "./helpers.ts";
+import { call, NOW, tempDir, zegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
@@ -74,7 +74,7 @@ describe("a real Prometheus server scraping the service", () => {
 
     // Seed: a failed dagrapport, one broken chain out of two, a recent good backup, write API traffic.
     const dagStart = at(6 * H);
-    await env.db.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('dagrapport', ?, ?, 'fout', 500)", dagStart, at(6 * H - 4000));
+    await env.db.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES ('dagrapport', ?, ?, 'fout', 500, ?)", dagStart, at(6 * H - 4000), zegel("dagrapport", dagStart));
     for (const [naam, intact] of [["A", true], ["B", false]] as const) {
       const id = await addTenant(env.db, naam);
       await env.db.run(

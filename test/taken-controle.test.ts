@@ -10,7 +10,7 @@ import { runTakenControle, takenControleJob, TakenControleBody } from "../src/jo
 import { jobStatusesPg } from "../src/pg/status.ts";
 import { jobStatuses, type JobStatus } from "../src/schedule-due.ts";
 import { SCHEDULE, type JobName } from "../src/schedule.ts";
-import { call, NOW } from "./helpers.ts";
+import { TEST_SEAL, call, NOW, zegel } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
 
 const MIN = 60_000;
@@ -20,12 +20,13 @@ const idle: JobContext = { running: [], unrecorded: [] };
 
 function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000) {
   return env.db.run(
-    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES (?, ?, ?, ?, ?)",
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, ?, ?)",
     job,
     gestart.toISOString(),
     durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
     uitkomst,
     uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
+    zegel(job, gestart.toISOString()),
   );
 }
 
@@ -82,7 +83,7 @@ async function readOnlyJobStatuses(env: Env, now: Date, graceMs: number, context
     store.sqlite.run("PRAGMA query_only = 1");
     try {
       expect(() => store.sqlite.run("DELETE FROM job_runs")).toThrow(/readonly/);
-      return jobStatuses(store.db, now, graceMs, context);
+      return jobStatuses(store.db, TEST_SEAL, now, graceMs, context);
     } finally {
       store.sqlite.run("PRAGMA query_only = 0");
     }
@@ -90,7 +91,7 @@ async function readOnlyJobStatuses(env: Env, now: Date, graceMs: number, context
   const sql = new SQL(store.url, { max: 2, connection: { default_transaction_read_only: "on" } });
   try {
     await expect(sql`DELETE FROM job_runs`).rejects.toThrow(/read-only/);
-    return await jobStatusesPg(drizzle({ client: sql, schema: pgSchema }), now, graceMs, context);
+    return await jobStatusesPg(drizzle({ client: sql, schema: pgSchema }), TEST_SEAL, now, graceMs, context);
   } finally {
     await sql.close();
   }

@@ -17,6 +17,7 @@ import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
 import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
+import { runSealOf } from "../job-seal.ts";
 import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
@@ -267,7 +268,7 @@ function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, start
     running,
     { what: "run", job, runId: null },
     { message: "could not record a job call refused on a busy database in job_runs", context: { job, gestart: started.toISOString() } },
-    (ms) => writeTransaction(sqlite, () => finishRun(db, startRun(db, job, started), refused, { uitkomst: "fout", httpStatus: 503, fout: message }), ms),
+    (ms) => writeTransaction(sqlite, () => finishRun(db, startRun(db, job, started, runSealOf(deps.config)), refused, { uitkomst: "fout", httpStatus: 503, fout: message }), ms),
   );
   return json(503, { error: message }, { "retry-after": "60" });
 }
@@ -316,7 +317,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     const timing = leaseTiming(def.name);
     let lease: LeasedStart;
     try {
-      lease = await startLeasedRun(deps.store, def.name, running.holder, started, timing.ttlMs, BUSY_TIMEOUT_MS, firedAt);
+      lease = await startLeasedRun(deps.store, runSealOf(deps.config), def.name, running.holder, started, timing.ttlMs, BUSY_TIMEOUT_MS, firedAt);
     } catch (e) {
       // Another database error (read-only, disk full) is onError's 503 with an alarm.
       // On SQLite the write lock is taken now and then by the host application or a

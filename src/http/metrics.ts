@@ -24,6 +24,7 @@ import type { PgStore } from "../pg/store.ts";
 import type { RunningJobs } from "../running-jobs.ts";
 import { jobStatuses, type JobStatus } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
+import { runSealOf, type RunSeal } from "../job-seal.ts";
 import { bearerChecker, unauthorized } from "./auth.ts";
 import { driverError, ErrorBody, json } from "./errors.ts";
 import { jobContext } from "./job-route.ts";
@@ -109,7 +110,8 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     const graceMs = deps.config.takenMargeMinuten * 60_000;
     const context = jobContext(running);
     const { store } = deps;
-    const reads = store.kind === "pg" ? await readDatabasePg(store, now, graceMs, context) : readDatabase(store, now, graceMs, context);
+    const seal = runSealOf(deps.config);
+    const reads = store.kind === "pg" ? await readDatabasePg(store, seal, now, graceMs, context) : readDatabase(store, seal, now, graceMs, context);
     database = databaseMetrics(reads, now, new Set(runningJobs), deps.config.backupMaxUren);
   } catch (e) {
     // A database error (busy, locked, unreadable, unreachable): a scrape every few seconds
@@ -137,18 +139,18 @@ interface DatabaseReads {
   backup: NewestBackup | null;
 }
 
-function readDatabase(store: Store, now: Date, graceMs: number, context: JobContext): DatabaseReads {
+function readDatabase(store: Store, seal: RunSeal, now: Date, graceMs: number, context: JobContext): DatabaseReads {
   const { db } = store;
   const s = auditVerificationState;
   const audit = db
     .select({ checked: count(), broken: sql<number>`coalesce(sum(${s.intact} = 0), 0)`, last: max(s.gecontroleerd) })
     .from(s)
     .get()!;
-  return { statuses: jobStatuses(db, now, graceMs, context), audit: { ...audit, broken: Number(audit.broken) }, backup: newestBackup(db) };
+  return { statuses: jobStatuses(db, seal, now, graceMs, context), audit: { ...audit, broken: Number(audit.broken) }, backup: newestBackup(db) };
 }
 
-async function readDatabasePg(store: PgStore, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
-  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, now, graceMs, context), auditSummaryPg(store.db), newestBackupPg(store.db)]);
+async function readDatabasePg(store: PgStore, seal: RunSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
+  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), auditSummaryPg(store.db), newestBackupPg(store.db)]);
   return { statuses, audit, backup };
 }
 

@@ -7,6 +7,7 @@
 import { t, type Static } from "elysia";
 import type { Deps } from "../deps.ts";
 import { jobStatusesPg } from "../pg/status.ts";
+import { runSealOf } from "../job-seal.ts";
 import { JOB_STATUSES, jobStatuses } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -54,12 +55,25 @@ export const TakenControleBody = t.Object({
   falend: t.Array(t.String(), { description: "Taken waarvan de laatste run mislukte (`faalt`) of onderbroken is (`onderbroken`)." }),
   onderbroken: t.Array(t.String(), { description: "Taken waarvan de laatste run nooit eindigde en door geen proces meer wordt uitgevoerd (`onderbroken`; ook in `falend`)." }),
   hangend: t.Array(t.String(), { description: "Taken waarvan een levende run langer loopt dan zijn maximale looptijd (`hangt`)." }),
+  vervalst: t.Array(t.String(), {
+    description:
+      "Taken met rijen in job_runs, nieuwer dan hun laatste echte run, zonder geldig zegel: niet door nachtwacht geschreven maar door iemand die de database kan wijzigen (alarm `db-integrity`). Zulke rijen tellen niet als run.",
+  }),
 });
 export type TakenControleBody = Static<typeof TakenControleBody>;
 
 /** The alarms of one check, one per kind of problem, in this order. */
 function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakRegel[]) {
-  const out: { type: "job-missed" | "job-interrupted" | "job-hung"; message: string; context: Record<string, unknown> }[] = [];
+  const out: { type: "job-missed" | "job-interrupted" | "job-hung" | "db-integrity"; message: string; context: Record<string, unknown> }[] = [];
+  if (body.vervalst.length) {
+    out.push({
+      type: "db-integrity",
+      message:
+        `job_runs bevat runs van ${body.vervalst.join(", ")} zonder geldig zegel: iemand die de database kan wijzigen heeft ze geschreven of veranderd, ` +
+        `niet nachtwacht. Ze tellen niet als run. Zoek uit wie schrijftoegang tot de database heeft, en controleer de audit-keten (audit-verificatie met de hand).`,
+      context: { vervalst: body.vervalst },
+    });
+  }
   const faalt = byStatus("faalt").map((r) => r.job);
   if (body.gemist.length || faalt.length) {
     const parts: string[] = [];
@@ -111,7 +125,8 @@ export async function runTakenControle(
   const margeMinuten = deps.config.takenMargeMinuten;
   const graceMs = margeMinuten * 60_000;
   const { store } = deps;
-  const statuses = store.kind === "pg" ? await jobStatusesPg(store.db, now, graceMs, context) : jobStatuses(store.db, now, graceMs, context);
+  const seal = runSealOf(deps.config);
+  const statuses = store.kind === "pg" ? await jobStatusesPg(store.db, seal, now, graceMs, context) : jobStatuses(store.db, seal, now, graceMs, context);
   const taken: TaakRegel[] = [];
   for (const s of statuses) {
     if (s.cron === null || s.status === null || s.due === null) continue;
@@ -134,8 +149,9 @@ export async function runTakenControle(
   const onderbroken = jobs("onderbroken");
   const hangend = jobs("hangt");
   const falend = taken.filter((r) => r.status === "faalt" || r.status === "onderbroken").map((r) => r.job);
-  const ok = gemist.length === 0 && falend.length === 0 && hangend.length === 0;
-  const body: TakenControleBody = { ok, margeMinuten, taken, gemist, falend, onderbroken, hangend };
+  const vervalst = statuses.filter((s) => s.vervalst > 0).map((s) => s.job);
+  const ok = gemist.length === 0 && falend.length === 0 && hangend.length === 0 && vervalst.length === 0;
+  const body: TakenControleBody = { ok, margeMinuten, taken, gemist, falend, onderbroken, hangend, vervalst };
   if (ok) return { status: 200, body };
   for (const alarm of alarmsFor(body, byStatus)) await deps.alarms.raise(alarm);
   return { status: 409, body };
@@ -154,10 +170,11 @@ export const takenControleJob = defineJob({
     "`gemist`: geen run gestart sinds een starttijdstip waarvan de marge verstreken is. `faalt`: de laatste run eindigde in een fout " +
     "(beide alarm `job-missed`). `wacht`: verwacht, nog binnen de marge. " +
     "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en per soort één alarm " +
-    "wanneer een taak gemist is, faalt, onderbroken is of hangt.",
+    "wanneer een taak gemist is, faalt, onderbroken is of hangt. Alleen runs met een geldig zegel (ondertekend met de ankersleutel) tellen; " +
+    "nieuwere rijen zonder geldig zegel staan in `vervalst` (409, alarm `db-integrity`).",
   run: (deps, now, _input, context) => runTakenControle(deps, now, context),
   responses: {
     200: { description: "Alle geplande taken liepen op tijd.", schema: TakenControleBody },
-    409: { description: "Een taak is gemist, faalt, is onderbroken of hangt; alarm verstuurd.", schema: TakenControleBody },
+    409: { description: "Een taak is gemist, faalt, is onderbroken of hangt, of job_runs bevat vervalste runs; alarm verstuurd.", schema: TakenControleBody },
   },
 });

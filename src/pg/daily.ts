@@ -21,6 +21,7 @@ import {
   databaseSection,
   loginWindow,
   MAX_GEBROKEN,
+  sealedReportRuns,
   USUAL_DURATION_RUNS,
   type AnchorRecords,
   type DailyInputs,
@@ -29,6 +30,7 @@ import {
   type ScheduledJobRuns,
   type VerificationCounts,
 } from "../reports/daily.ts";
+import { NEWEST_ROWS, runSealOf } from "../job-seal.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
 import { dueStatePg, installedAtPg, newestBackupPg } from "./status.ts";
@@ -97,28 +99,29 @@ export async function anchorRecordsPg(db: PgDb): Promise<AnchorRecords> {
   return { installatieCheckpoint: newest?.note ?? null, operatorRecords: records };
 }
 
-export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Config, "takenMargeMinuten">): Promise<ScheduledJobRuns[]> {
+export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): Promise<ScheduledJobRuns[]> {
   const installed = await installedAtPg(db);
   const margeMs = config.takenMargeMinuten * 60_000;
+  const seal = runSealOf(config);
   const at = now.toISOString();
   const out: ScheduledJobRuns[] = [];
   for (const entry of SCHEDULE) {
     if (entry.cron === null) continue;
     // The same rule as taken-controle (scheduledJobRuns on SQLite).
-    const due = await dueStatePg(db, entry.job, entry.cron, now, margeMs, installed);
-    const [lastRun] = await db
-      .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
+    const due = await dueStatePg(db, seal, entry.job, entry.cron, now, margeMs, installed);
+    const last = await db
+      .select({ job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
       .from(jobRuns)
       .where(and(eq(jobRuns.job, entry.job), lt(jobRuns.gestart, at)))
       .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-      .limit(1);
-    const okRuns = (await db
-      .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd })
+      .limit(NEWEST_ROWS);
+    const ok = await db
+      .select({ job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, zegel: jobRuns.zegel })
       .from(jobRuns)
       .where(and(eq(jobRuns.job, entry.job), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, at)))
       .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-      .limit(USUAL_DURATION_RUNS)) as ScheduledJobRuns["okRuns"];
-    out.push({ job: entry.job, cron: entry.cron, due, lastRun: lastRun ?? null, okRuns });
+      .limit(USUAL_DURATION_RUNS + NEWEST_ROWS);
+    out.push({ job: entry.job, cron: entry.cron, due, ...sealedReportRuns(seal, last, ok) });
   }
   return out;
 }

@@ -17,8 +17,9 @@
 //   for the row when they commit sees their result.
 import { eq, gt, sql } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
-import { doneSince, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
+import { doneSince, firstSealed, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import { runStartValues } from "../job-runs.ts";
+import type { RunSeal } from "../job-seal.ts";
 import type { JobName } from "../schedule.ts";
 import { certainDbTransaction } from "./commit.ts";
 import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
@@ -29,7 +30,7 @@ import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgD
  * provably gone (holderGone); a refused call writes nothing. A lease of this holder
  * itself is taken over, as on SQLite (startLeasedRun).
  */
-export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, firedAt: Date | null = null): Promise<LeasedStart> {
+export function startLeasedRunPg(store: PgStore, seal: RunSeal, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, firedAt: Date | null = null): Promise<LeasedStart> {
   // The reasoning below needs a fresh snapshot per statement, whatever the server's
   // default. A take whose COMMIT's answer is lost is looked up (certainDbTransaction): a
   // committed take not known as such would leave the scheduled run to nobody, the other
@@ -42,19 +43,21 @@ export function startLeasedRunPg(store: PgStore, job: JobName, holder: LeaseHold
       await tx.execute(sql`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_JOB_LEASE})`);
       if (firedAt !== null) {
         // Under the advisory lock: a run another instance started for this time is committed and seen.
-        const [done] = await tx
-          .select({ runId: jobRuns.id, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst })
-          .from(jobRuns)
-          .where(doneSince(jobRuns, job, firedAt))
-          .orderBy(jobRuns.gestart)
-          .limit(1);
+        const done = firstSealed(
+          await tx
+            .select({ runId: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
+            .from(jobRuns)
+            .where(doneSince(jobRuns, job, firedAt))
+            .orderBy(jobRuns.gestart),
+          seal,
+        );
         if (done) return { ok: false, gedaan: done };
       }
       const [row] = await tx.select().from(jobLeases).where(eq(jobLeases.job, job)).for("update");
       const current: JobLease | null = row ?? null;
       const take = leaseTake(current, holder, now);
       if (!take.ok) return { ok: false, houder: take.houder };
-      const [run] = await tx.insert(jobRuns).values(runStartValues(job, now)).returning({ id: jobRuns.id });
+      const [run] = await tx.insert(jobRuns).values(runStartValues(job, now, seal)).returning({ id: jobRuns.id });
       const values = leaseValues(holder, run!.id, now, ttlMs);
       await tx
         .insert(jobLeases)

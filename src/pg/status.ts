@@ -12,6 +12,7 @@ import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStat
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { liveLeasesPg } from "./job-lease.ts";
 import type { PgDb, PgDbTx } from "./store.ts";
+import { NEWEST_ROWS, newestSealed, type RunSeal } from "../job-seal.ts";
 
 /** The first start of the service on this database (installedAt on SQLite); null when the row is gone. */
 export async function installedAtPg(db: PgDb | PgDbTx): Promise<Date | null> {
@@ -19,21 +20,21 @@ export async function installedAtPg(db: PgDb | PgDbTx): Promise<Date | null> {
   return row ? new Date(row.value) : null;
 }
 
-/** The job's newest run, as lastRun reads it on SQLite: by start, then id. An index range on (job, gestart). */
-export async function lastRunPg(db: PgDb | PgDbTx, job: string): Promise<NewestRun | null> {
-  const [row] = await db
-    .select({ id: jobRuns.id, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
+/** The job's newest sealed run, as lastRun reads it on SQLite: by start, then id (an index range on (job, gestart)), and how many newer rows have no valid seal. */
+export async function lastRunPg(db: PgDb | PgDbTx, job: string, seal: RunSeal): Promise<{ run: NewestRun | null; vervalst: number }> {
+  const rows = await db
+    .select({ id: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
     .from(jobRuns)
     .where(eq(jobRuns.job, job))
     .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-    .limit(1);
-  return row ?? null;
+    .limit(NEWEST_ROWS);
+  return newestSealed(rows, seal);
 }
 
-/** dueState on PostgreSQL, for one job: the rule (dueStateOf) over the job's newest start. */
-export async function dueStatePg(db: PgDb, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): Promise<DueState> {
-  const newest = await lastRunPg(db, job);
-  return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(newest?.gestart ?? null));
+/** dueState on PostgreSQL, for one job: the rule (dueStateOf) over the job's newest sealed start. */
+export async function dueStatePg(db: PgDb, seal: RunSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): Promise<DueState> {
+  const newest = await lastRunPg(db, job, seal);
+  return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(newest.run?.gestart ?? null));
 }
 
 /**
@@ -41,14 +42,14 @@ export async function dueStatePg(db: PgDb, job: JobName, cronExpression: string,
  * job's newest run) and the same rule (statusesOf), on the transaction's one connection;
  * each lookup is an index range.
  */
-export async function jobStatusesPg(db: PgDb, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
+export async function jobStatusesPg(db: PgDb, seal: RunSeal, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
   // The leases and the runs in one snapshot: a lease taken between two reads (another
   // job starting, here or in another instance) would leave its 'bezig' run without the
   // lease, which reads as interrupted; one that ends between them, the other way round.
   return db.transaction(
     async (tx) => {
       const [installed, leases] = await Promise.all([installedAtPg(tx), liveLeasesPg(tx, now)]);
-      const runs = await Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(tx, job)] as const));
+      const runs = await Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(tx, job, seal)] as const));
       return statusesOf({ installed, leases, newestRuns: new Map(runs) }, now, graceMs, context);
     },
     { isolationLevel: "repeatable read", accessMode: "read only" },

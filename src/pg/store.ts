@@ -12,6 +12,7 @@ import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
 import * as schema from "../../db/schema-pg.ts";
 import { BUSY_TIMEOUT_MS, migrationsFolder } from "../db.ts";
 import { certainDbTransaction } from "./commit.ts";
+import { sealLegacyRunsPg, type RunSeal } from "../job-seal.ts";
 
 export type PgDb = BunSQLDatabase<typeof schema>;
 
@@ -71,10 +72,11 @@ export function withLockWait<T>(store: PgStore, lockWaitMs: number, work: (tx: P
   });
 }
 
-export async function openPgStore(url: string, o: { max?: number } = {}): Promise<PgStore> {
+/** `seal`: the service's run seal, for the runs recorded before runs were sealed (migratePg). */
+export async function openPgStore(url: string, o: { max?: number; seal?: RunSeal; now?: Date } = {}): Promise<PgStore> {
   const sql = new SQL(url, { max: o.max ?? 10, connection: { lock_timeout: String(LOCK_TIMEOUT_MS) } });
   try {
-    await migratePg(sql);
+    await migratePg(sql, o.seal, o.now);
   } catch (e) {
     await sql.close();
     throw e;
@@ -102,7 +104,7 @@ export async function markInstalledPg(store: PgStore, now: Date): Promise<void> 
  * moment: the first holds a session advisory lock while it migrates, the others wait
  * for it and then find nothing left to do.
  */
-export async function migratePg(sql: SQL): Promise<void> {
+export async function migratePg(sql: SQL, seal?: RunSeal, now: Date = new Date()): Promise<void> {
   const conn = await sql.reserve();
   try {
     // Waits as long as another instance migrates, and its DDL for whatever it has to (no lock timeout here).
@@ -110,7 +112,11 @@ export async function migratePg(sql: SQL): Promise<void> {
     await conn`SELECT pg_advisory_lock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
     const m = migrationsFolder(embeddedMigrations);
     try {
-      await drizzleMigrate(drizzle({ client: conn as unknown as SQL }), { migrationsFolder: m.folder });
+      const db = drizzle({ client: conn as unknown as SQL, schema });
+      // Whether this migration adds job_runs.zegel: then the runs already recorded are sealed (openStore on SQLite does the same).
+      const [{ n }] = (await conn`SELECT count(*)::int AS n FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'job_runs' AND column_name = 'zegel'`) as [{ n: number }];
+      await drizzleMigrate(db, { migrationsFolder: m.folder });
+      if (seal && n === 0) await sealLegacyRunsPg(db, seal, now);
     } finally {
       m.remove();
       await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;

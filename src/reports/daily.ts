@@ -18,6 +18,7 @@ import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
 import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import type { Outcome } from "../job-runs.ts";
+import { NEWEST_ROWS, newestSealed, runSealOf, type RunSeal, type RunStart } from "../job-seal.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { dueState, type DueState } from "../schedule-due.ts";
 import { DAY_MS } from "../time.ts";
@@ -332,31 +333,48 @@ export function anchorRecords(sqlite: Database): AnchorRecords {
   };
 }
 
-/** A job's last run started before `now`; run for every scheduled job, so prepared once. */
+/** A job's newest rows started before `now`, for its last sealed run; run for every scheduled job, so prepared once. */
 const lastRunBeforeStatement = preparedPerConnection((db) =>
   db
-    .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst })
+    .select({ job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
     .from(jobRuns)
     .where(and(eq(jobRuns.job, sql.placeholder("job")), lt(jobRuns.gestart, sql.placeholder("now"))))
     .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-    .limit(1)
+    .limit(NEWEST_ROWS)
     .prepare(),
 );
 
-/** A job's newest successful runs started before `now` (at most USUAL_DURATION_RUNS); prepared once. */
+/** A job's newest successful rows started before `now`, for its last USUAL_DURATION_RUNS sealed ones; prepared once. */
 const okRunsBeforeStatement = preparedPerConnection((db) =>
   db
-    .select({ gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd })
+    .select({ job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, zegel: jobRuns.zegel })
     .from(jobRuns)
     .where(and(eq(jobRuns.job, sql.placeholder("job")), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, sql.placeholder("now"))))
     .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-    .limit(USUAL_DURATION_RUNS)
+    .limit(USUAL_DURATION_RUNS + NEWEST_ROWS)
     .prepare(),
 );
 
-export function scheduledJobRuns(db: Db, now: Date, config: Pick<Config, "takenMargeMinuten">): ScheduledJobRuns[] {
+/** The runs the daily report shows of a job, from its newest rows (newest first): only sealed ones (src/job-seal.ts). */
+export function sealedReportRuns(
+  seal: RunSeal,
+  last: readonly (RunStart & { zegel: string | null; beeindigd: string | null; uitkomst: Outcome })[],
+  ok: readonly (RunStart & { zegel: string | null; beeindigd: string | null })[],
+): Pick<ScheduledJobRuns, "lastRun" | "okRuns"> {
+  const run = newestSealed(last, seal).run;
+  return {
+    lastRun: run ? { gestart: run.gestart, beeindigd: run.beeindigd, uitkomst: run.uitkomst } : null,
+    okRuns: ok
+      .filter((r) => seal.sealed(r))
+      .slice(0, USUAL_DURATION_RUNS)
+      .map((r) => ({ gestart: r.gestart, beeindigd: r.beeindigd! })),
+  };
+}
+
+export function scheduledJobRuns(db: Db, now: Date, config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): ScheduledJobRuns[] {
   const installed = installedAt(db);
   const margeMs = config.takenMargeMinuten * 60_000;
+  const seal = runSealOf(config);
   const lastRunBefore = lastRunBeforeStatement(db);
   const okRunsBefore = okRunsBeforeStatement(db);
   const out: ScheduledJobRuns[] = [];
@@ -364,10 +382,9 @@ export function scheduledJobRuns(db: Db, now: Date, config: Pick<Config, "takenM
     if (entry.cron === null) continue;
     // The same rule as taken-controle: overdue = no run started since the newest fire
     // time whose grace has run out (and that is not before the install time).
-    const due = dueState(db, entry.job, entry.cron, now, margeMs, installed);
-    const lastRun = lastRunBefore.get({ job: entry.job, now: now.toISOString() }) ?? null;
-    const okRuns = okRunsBefore.all({ job: entry.job, now: now.toISOString() }) as ScheduledJobRuns["okRuns"];
-    out.push({ job: entry.job, cron: entry.cron, due, lastRun, okRuns });
+    const due = dueState(db, seal, entry.job, entry.cron, now, margeMs, installed);
+    const at = { job: entry.job, now: now.toISOString() };
+    out.push({ job: entry.job, cron: entry.cron, due, ...sealedReportRuns(seal, lastRunBefore.all(at), okRunsBefore.all(at)) });
   }
   return out;
 }
