@@ -174,6 +174,8 @@ describe("accepting a deliberate restore", () => {
     expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 50, reden: "checkpoint-afwijkend" });
     const dry = await acceptRestore();
     expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 55: de database heeft bij seq 50 een andere keten dan ondertekend (checkpoint-afwijkend)`);
+    // The checkpoint at 40 (the copy's) still holds, the one at 45 not: what the operator accepts unproven.
+    expect(dry.out).toContain("entries 41 t/m 55 zijn tegen geen checkpoint van het ankerbestand te bewijzen en worden zo aanvaard");
     expect((await acceptRestore({ ja: true })).code).toBe(0);
     const after = await verify();
     expect(after.status).toBe(200);
@@ -216,6 +218,31 @@ describe("accepting a deliberate restore", () => {
     const v = await verify();
     expect(v.status).toBe(409);
     expect(tenantResult(v.json, a).fout).toMatchObject({ reden: "checkpoint-afwijkend" });
+  });
+
+  test("the same rewrite with the database's copy of the anchor file emptied and the newest entries cut (so it reads as a restore): still not accepted, by the file's checkpoints", async () => {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "Gemeente Delft");
+    await fill(a, 10, "eerst");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 10
+    await fill(a, 10, "dag0");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 20
+    let prev = (await env.db.get<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 2", a))!.hash;
+    for (const r of await env.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 3 ORDER BY seq", a)) {
+      const hash = entryHash({ tenantId: a, seq: r.seq, createdAt: r.created_at, actor: "mallory", action: r.action, subject: r.subject, details: r.details, prevHash: prev });
+      await env.db.run("UPDATE audit_entries SET actor = 'mallory', prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, a, r.seq);
+      prev = hash;
+    }
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq > 17", a);
+    // The rows that named the checkpoint at 10 as the database's own: gone (before the fix, accepted).
+    await env.db.run("DELETE FROM audit_anchor_log");
+    expect((await verify()).json.ankerbestand).toMatchObject({ reden: "database-teruggezet" });
+    const before = readFileSync(env.config.auditAnkerBestand, "utf8");
+    const r = await acceptRestore({ ja: true });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(`tenant ${a}: NIET te accepteren: checkpoint-afwijkend (de keten haalt geen enkel checkpoint van het ankerbestand waar ze lang genoeg voor is, ook dat bij seq 10 niet`);
+    expect(readFileSync(env.config.auditAnkerBestand, "utf8")).toBe(before);
+    expect((await verify()).status).toBe(409);
   });
 
   test("a restore exactly one run old, after audit-anker copied that run back (kop-ontbreekt for good): accepted too", async () => {

@@ -34,7 +34,7 @@ import { CompactRange } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openTreeHead, signAdoptionRecord, signRestoreRecord, type Keys, type RecordKind, type RestoreRecord, type TreeHead } from "./records.ts";
 import { CannotCheck } from "./offline.ts";
-import { chainStart, chainStartFromRecords, ChainWalk, type ChainStart } from "./verify.ts";
+import { chainStart, chainStartFromRecords, ChainWalk, rootsEqual, type ChainStart } from "./verify.ts";
 
 /** What the operator asked for cannot be done, and why (the command exits 1). */
 export class Refused extends Error {}
@@ -199,6 +199,8 @@ export interface RestoreLoss extends Omit<RestoreRecord, "tijdstip"> {
   /** How the chain misses the head: cut short, or (new entries under the lost numbers) another tree. */
   reden: "kop-ontbreekt" | "checkpoint-afwijkend";
   range: CompactRange;
+  /** The newest seq a head of the anchor file still proves (the chain's start when none): entries after it up to `naar` are accepted unproven. Not signed. */
+  bewezenTot: number;
 }
 
 export interface RestoreOutcome {
@@ -226,6 +228,12 @@ type FileRecords = {
    * crash-like tail). A chain that misses such a head was changed, not restored.
    */
   known: Map<number, HeadLine>;
+  /**
+   * Per tenant every head of the file in its current tree (after its newest adoption or
+   * restore acceptance), oldest first, whether or not the database has a row for it: the
+   * heads a restored chain must reach where it is long enough (tenantLoss).
+   */
+  fileHeads: Map<number, HeadLine[]>;
 };
 
 /**
@@ -235,7 +243,7 @@ type FileRecords = {
  * database knows them.
  */
 async function readAuthority(path: string, keys: Keys, positions: AsyncIterable<readonly number[]> | Iterable<readonly number[]>): Promise<FileRecords> {
-  const out: FileRecords = { missing: [], starts: new Map(), heads: new Map(), known: new Map() };
+  const out: FileRecords = { missing: [], starts: new Map(), heads: new Map(), known: new Map(), fileHeads: new Map() };
   /** Per tenant its last two heads the database has rows for (the newest run holds one head per tenant at most). */
   const rowHeads = new Map<number, HeadLine[]>();
   /** Where the last two installation lines (each ends a run) stand. */
@@ -275,7 +283,15 @@ async function readAuthority(path: string, keys: Keys, positions: AsyncIterable<
       }
       if (l.tenantId === null) continue;
       // An adoption or a restore acceptance starts another tree: the heads before it are not this chain's.
-      if (l.soort === "adoptie" || l.soort === "herstel") rowHeads.delete(l.tenantId);
+      if (l.soort === "adoptie" || l.soort === "herstel") {
+        rowHeads.delete(l.tenantId);
+        out.fileHeads.delete(l.tenantId);
+      }
+      if (l.soort === "checkpoint" || l.soort === "herstel") {
+        const list = out.fileHeads.get(l.tenantId) ?? [];
+        list.push({ soort: l.soort, note: l.note, positie: fl.positie });
+        out.fileHeads.set(l.tenantId, list);
+      }
       if (hasRow && (l.soort === "checkpoint" || l.soort === "herstel")) {
         rowHeads.set(l.tenantId, [...(rowHeads.get(l.tenantId) ?? []).slice(-1), { soort: l.soort, note: l.note, positie: fl.positie }]);
       }
@@ -325,7 +341,7 @@ export async function acceptRestoreOn(store: OperatorStore, path: string, keys: 
     const verliezen: RestoreLoss[] = [];
     const geweigerd: RestoreOutcome["geweigerd"] = [];
     for (const tenantId of tenants) {
-      const r = await tenantLoss(tx, tenantId, file.heads.get(tenantId)!, file.known.get(tenantId) ?? null, file.starts.get(tenantId) ?? [], keys);
+      const r = await tenantLoss(tx, tenantId, file.heads.get(tenantId)!, file.known.get(tenantId) ?? null, file.fileHeads.get(tenantId) ?? [], file.starts.get(tenantId) ?? [], keys);
       if (r === null) continue;
       if ("loss" in r) verliezen.push(r.loss);
       else geweigerd.push({ tenantId, ...r.refused });
@@ -355,6 +371,8 @@ async function tenantLoss(
   headLine: HeadLine,
   /** The newest head the database held itself (FileRecords.known): a restored chain still reaches it. */
   knownLine: HeadLine | null,
+  /** Every head of the file in the tenant's current tree (FileRecords.fileHeads). */
+  fileHeadLines: HeadLine[],
   starts: { note: string; grootte: number; positie: number }[],
   keys: Keys,
 ): Promise<{ loss: RestoreLoss } | { refused: { seq: number; reden: string } } | null> {
@@ -381,9 +399,20 @@ async function tenantLoss(
     if (!k.ok) return refused(0, `bestand-gewijzigd (${knownLine.soort}: ${k.error})`);
     known = k.head;
   }
+  // The database's own rows are the writer's to delete: the file's heads count too. A
+  // restored copy is an older state of the chain, so it reaches the file's heads up to
+  // where it was copied and misses the later ones; a chain rewritten from some entry on
+  // misses every head from there. So at least one head it is long enough for must hold.
+  const fileHeads: TreeHead[] = [];
+  for (const line of fileHeadLines) {
+    if (line.positie === headLine.positie) continue;
+    const o = openTreeHead(line.note, tenantId, keys.verifiers, line.soort);
+    if (!o.ok) return refused(0, `bestand-gewijzigd (${line.soort}: ${o.error})`);
+    if (o.head.basis === start.basis) fileHeads.push(o.head);
+  }
   // What the database holds instead must be sound in itself, from its start to its newest
-  // entry, and reach that older head: one walk for both.
-  const whole = new ChainWalk(tenantId, start, first, known, true);
+  // entry, and reach that older head: one walk for both, keeping the roots at the file's heads.
+  const whole = new ChainWalk(tenantId, start, first, known, true, null, new Set(fileHeads.map((x) => x.size)));
   await tx.entries(tenantId, 0, (r) => whole.push(r));
   const own = whole.result();
   if (!own.intact) {
@@ -391,7 +420,17 @@ async function tenantLoss(
     return refused(own.fout!.seq, `${own.fout!.reden}${why}`);
   }
   const tree = whole.tree();
-  return { loss: { tenantId, basis: head.basis, van: head.size, vanRoot: head.root, naar: tree.size, root: tree.range.root(), reden: f.reden, range: tree.range } };
+  const within = fileHeads.filter((x) => x.size <= tree.size);
+  const reached = within.filter((x) => rootsEqual(whole.rootAt(x.size)!, x.root));
+  if (within.length > 0 && reached.length === 0) {
+    const oldest = within.reduce((a, b) => (a.size <= b.size ? a : b));
+    return refused(
+      oldest.size,
+      `checkpoint-afwijkend (de keten haalt geen enkel checkpoint van het ankerbestand waar ze lang genoeg voor is, ook dat bij seq ${oldest.size} niet: dit is geen teruggezette database maar een gewijzigde keten)`,
+    );
+  }
+  const bewezenTot = reached.reduce((n, x) => Math.max(n, x.size), start.basis);
+  return { loss: { tenantId, basis: head.basis, van: head.size, vanRoot: head.root, naar: tree.size, root: tree.range.root(), reden: f.reden, range: tree.range, bewezenTot } };
 }
 
 // ---------------------------------------------------------------------------------

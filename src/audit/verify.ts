@@ -160,7 +160,7 @@ export function verifyTenantChain(sqlite: Database, tenantId: number, opts: Veri
   }
 }
 
-const rootsEqual = (a: Uint8Array, b: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
+export const rootsEqual = (a: Uint8Array, b: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
 
 function verifySnapshot(sqlite: Database, tenantId: number, opts: VerifyOptions): TenantChainResult {
   const first = sqlite.query("SELECT seq, id FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as {
@@ -205,6 +205,7 @@ export class ChainWalk {
   private prevHash: string | null;
   private fout: ChainBreak | undefined;
   private kept: KeptTree | null = null;
+  private readonly roots = new Map<number, ReturnType<CompactRange["root"]>>();
 
   constructor(
     private readonly tenantId: number,
@@ -216,6 +217,8 @@ export class ChainWalk {
     private readonly wholeTree = false,
     /** Keep the tree as it stands after this seq (at()): where audit-retentie's prefix ends. */
     private readonly keepAt: number | null = null,
+    /** Tree sizes whose root to keep as walked (rootAt()): the signed heads a restored chain must still reach. */
+    private readonly rootsAt: ReadonlySet<number> = new Set(),
   ) {
     this.range = start.range.clone();
     this.basis = start.basis ?? 0;
@@ -253,6 +256,7 @@ export class ChainWalk {
       // Entries past the checkpoint are new since audit-anker: nothing signed covers them yet.
       if (cp && this.basis + this.range.size === cp.size && !rootsEqual(this.range.root(), cp.root)) this.fout = { seq, entryId: id, reden: "checkpoint-afwijkend" };
       if (seq === this.keepAt) this.kept = { seq, hash, createdAt: r.created_at, range: this.range.clone() };
+      if (this.rootsAt.has(this.basis + this.range.size)) this.roots.set(this.basis + this.range.size, this.range.root());
     }
     this.prevSeq = seq;
     this.prevHash = hash;
@@ -270,6 +274,11 @@ export class ChainWalk {
   /** The tree after the entry `keepAt` (its seq, hash, created_at and compact range), once walked past it; null before. */
   at(): KeptTree | null {
     return this.kept;
+  }
+
+  /** The root at a size of `rootsAt`, as walked; undefined when the walk did not get there. */
+  rootAt(size: number): ReturnType<CompactRange["root"]> | undefined {
+    return this.roots.get(size);
   }
 
   result(): TenantChainResult {

@@ -197,7 +197,8 @@ async function runAcceptRestore(db: OperatorDatabase, anchorPath: string, keys: 
       l.naar < l.van
         ? `de ondertekende entries ${l.naar + 1} t/m ${l.van} zijn verloren`
         : `de database heeft bij seq ${l.van} een andere keten dan ondertekend (${l.reden})`;
-    out(`  tenant ${l.tenantId}: van seq ${l.van} terug naar ${l.naar}: ${verloren}; root bij ${l.naar}: ${b64(l.root)}`);
+    const onbewezen = l.bewezenTot < l.naar ? `; entries ${l.bewezenTot + 1} t/m ${l.naar} zijn tegen geen checkpoint van het ankerbestand te bewijzen en worden zo aanvaard — controleer ze` : "";
+    out(`  tenant ${l.tenantId}: van seq ${l.van} terug naar ${l.naar}: ${verloren}${onbewezen}; root bij ${l.naar}: ${b64(l.root)}`);
   }
   for (const g of r.geweigerd) out(`  tenant ${g.tenantId}: NIET te accepteren: ${g.reden} bij seq ${g.seq} — de keten klopt zelf niet`);
   if (r.verliezen.length === 0 && r.ontbrekend === 0) {
