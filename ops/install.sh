@@ -84,21 +84,31 @@ new_signing_key() {
 # anchors are retired, docs/audit-chain.md). Lines go through bash's printf builtin
 # only: the secrets never reach another process's argv.
 write_env() {
-  local src=$1 tmp line key val unquoted has_secret=0 has_app=0 has_key=0 changed=0
+  local src=$1 tmp line key val unquoted secret has_secret=0 has_app=0 has_key=0 changed=0
   tmp=$(mktemp "$ENV_DIR/.nachtwacht.env.XXXXXX") # mode 600
+  # A run that stops half-way leaves no copy of the secrets behind.
+  trap 'rm -f "$tmp"' EXIT
   while IFS= read -r line || [ -n "$line" ]; do
+    # Name and value without the blanks around them, as systemd and the service read
+    # them: "AUDIT_ANKER_SLEUTEL = PRIVATE+KEY+…" is that key, not another line.
     key="${line%%=*}"
+    key="${key#"${key%%[![:space:]]*}"}"
+    key="${key%"${key##*[![:space:]]}"}"
     val="${line#*=}"
+    val="${val#"${val%%[![:space:]]*}"}"
+    val="${val%"${val##*[![:space:]]}"}"
     if [ "$line" != "$key" ] && [ "$key" = CRON_SECRET ]; then
       has_secret=1
       if [ -z "${val//[[:space:]]/}" ] || [ "$ROTATE" = 1 ]; then
-        line="CRON_SECRET=$(new_secret)"
+        secret=$(new_secret) || exit 1
+        line="CRON_SECRET=$secret"
         changed=1
       fi
     elif [ "$line" != "$key" ] && [ "$key" = APP_SECRET ]; then
       has_app=1
       if [ -z "${val//[[:space:]]/}" ]; then
-        line="APP_SECRET=$(new_secret)"
+        secret=$(new_secret) || exit 1
+        line="APP_SECRET=$secret"
         say "APP_SECRET written to $ENV_FILE: give it to the application for the write API (docs/integration.md)"
       fi
     elif [ "$line" != "$key" ] && [ "$key" = AUDIT_ANKER_SLEUTEL ]; then
@@ -107,29 +117,34 @@ write_env() {
       unquoted="${val#[\"\']}"
       unquoted="${unquoted%[\"\']}"
       if [[ "$unquoted" != PRIVATE+KEY+* ]]; then
+        # A signing key in a form not read here is never replaced: losing it would retire every anchor.
+        [[ "$line" == *PRIVATE+KEY+* ]] && die "the AUDIT_ANKER_SLEUTEL line in $ENV_FILE holds a signing key in a form install.sh does not read; write it as AUDIT_ANKER_SLEUTEL=PRIVATE+KEY+… and run again (nothing was changed)"
         [ -n "${val//[[:space:]]/}" ] && say "AUDIT_ANKER_SLEUTEL was an HMAC key of an earlier version: replaced by a new Ed25519 signing key (the old anchors are retired)"
-        line=$(new_signing_key)
+        line=$(new_signing_key) || exit 1
         say "a new audit signing key was written to $ENV_FILE; its public key: ${line##*: }"
       fi
     fi
     printf '%s\n' "$line" >>"$tmp"
   done <"$src"
   if [ "$has_secret" = 0 ]; then
-    printf 'CRON_SECRET=%s\n' "$(new_secret)" >>"$tmp"
+    secret=$(new_secret) || exit 1
+    printf 'CRON_SECRET=%s\n' "$secret" >>"$tmp"
     changed=1
   fi
   if [ "$has_app" = 0 ]; then
-    printf 'APP_SECRET=%s\n' "$(new_secret)" >>"$tmp"
+    secret=$(new_secret) || exit 1
+    printf 'APP_SECRET=%s\n' "$secret" >>"$tmp"
     say "APP_SECRET written to $ENV_FILE: give it to the application for the write API (docs/integration.md)"
   fi
   if [ "$has_key" = 0 ]; then
-    line=$(new_signing_key)
+    line=$(new_signing_key) || exit 1
     printf '%s\n' "$line" >>"$tmp"
     say "a new audit signing key was written to $ENV_FILE; its public key: ${line##*: }"
   fi
   [ "$SYSTEM" = 1 ] && chown root:root "$tmp"
   chmod 600 "$tmp"
   mv -f "$tmp" "$ENV_FILE"
+  trap - EXIT
   if [ "$changed" = 1 ]; then say "CRON_SECRET written to $ENV_FILE (root, 600)"; else say "kept the CRON_SECRET in $ENV_FILE"; fi
 }
 

@@ -1,7 +1,7 @@
 // ops/install.sh staged into a temp dir (--root: no user, no systemd): the environment
 // file with a fresh secret, root-only, never overwritten; the files in their places.
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseConfig } from "../src/config.ts";
@@ -123,6 +123,43 @@ describe("ops/install.sh --root", () => {
     expect(r.code).toBe(0);
     expect(r.out).not.toContain("HMAC");
     expect(value("AUDIT_ANKER_SLEUTEL")).toBe(`"${key}"`);
+  });
+
+  test("a signing key and secrets written with blanks around '=' are kept: no key replaced, no second line, nothing rotated", async () => {
+    expect((await install(["--binary", fakeBinary])).code).toBe(0);
+    const [key, cron, app] = [value("AUDIT_ANKER_SLEUTEL")!, value("CRON_SECRET")!, value("APP_SECRET")!];
+    const spaced = `CRON_SECRET = ${cron}\nAPP_SECRET= ${app}\nAUDIT_ANKER_SLEUTEL= ${key}\n`;
+    writeFileSync(envPath(), spaced);
+    const r = await install(["--binary", fakeBinary]);
+    expect(r.code).toBe(0);
+    expect(r.out).not.toContain("HMAC");
+    expect(r.out).not.toContain("new audit signing key");
+    expect(envText()).toBe(spaced);
+  });
+
+  test("a signing key in a form install.sh does not read is never replaced: it refuses and changes nothing", async () => {
+    mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
+    const odd = `CRON_SECRET=${"cd".repeat(32)}\nAUDIT_ANKER_SLEUTEL=\"x PRIVATE+KEY+nachtwacht/a+12345678+abc\"\n`;
+    writeFileSync(envPath(), odd);
+    const r = await install(["--binary", fakeBinary]);
+    expect(r.code).not.toBe(0);
+    expect(r.out).toContain("holds a signing key in a form install.sh does not read");
+    expect(envText()).toBe(odd);
+    expect(readdirSync(join(stage, "etc/nachtwacht")).filter((f) => f.startsWith(".nachtwacht.env."))).toEqual([]);
+  });
+
+  test("with no source of random bytes at all it stops: no empty secret written, no copy of the file left", async () => {
+    const bin = join(dir, "bin");
+    mkdirSync(bin);
+    writeFileSync(join(bin, "openssl"), "#!/bin/sh\nexit 127\n", { mode: 0o755 });
+    writeFileSync(join(bin, "od"), "#!/bin/sh\nexit 1\n", { mode: 0o755 });
+    mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
+    writeFileSync(envPath(), `CRON_SECRET=${"cd".repeat(32)}\n`);
+    const r = await install(["--binary", fakeBinary], `${bin}:/usr/bin:/bin`);
+    expect(r.code).not.toBe(0);
+    expect(r.out).toContain("could not make a random secret");
+    expect(envText()).toBe(`CRON_SECRET=${"cd".repeat(32)}\n`);
+    expect(readdirSync(join(stage, "etc/nachtwacht")).filter((f) => f.startsWith(".nachtwacht.env."))).toEqual([]);
   });
 
   test("without a working openssl the secret comes from /dev/urandom", async () => {
