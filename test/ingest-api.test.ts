@@ -365,9 +365,18 @@ describe("POST /api/audit", () => {
     await appEnv({ AUDIT_RETENTIE_DAGEN: "30" });
     const a = await addTenant(env.db, "A");
     const b = await addTenant(env.db, "B");
-    // 60 entries a day apart, the oldest 30 past retention; B interleaved.
+    // 60 entries a day apart, B interleaved: the oldest 30 sent 30 days ago (within the
+    // retention period then), the others now; the first 30 are past retention now.
     const entries = Array.from({ length: 60 }, (_, i) => entry(i % 3 === 0 ? b : a, i, { tijdstip: new Date(NOW.getTime() - (60 - i) * DAY).toISOString(), sleutel: `s${i}` }));
-    expect((await send("/api/audit", { entries })).status).toBe(200);
+    env.setNow(new Date(NOW.getTime() - 30 * DAY));
+    expect((await send("/api/audit", { entries: entries.slice(0, 30) })).status).toBe(200);
+    env.setNow(NOW);
+    expect((await send("/api/audit", { entries: entries.slice(30) })).status).toBe(200);
+    // Now the first batch is past retention: sent again (a retry after a lost answer), it is
+    // refused rather than stored a second time once retention deleted it and its sleutels.
+    const late = await send("/api/audit", { entries: entries.slice(0, 30) });
+    expect(late.status).toBe(400);
+    expect(late.json.error).toContain("Veld entries[0].tijdstip ligt verder terug dan de bewaartermijn van 30 dagen");
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     const retentie = await call(env.app, "/api/cron/audit-retentie");
     expect(retentie.status).toBe(200);

@@ -158,7 +158,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       },
     },
     async (body) => {
-      const prepared = prepareAuditBatch(body, deps.clock());
+      const prepared = prepareAuditBatch(body, deps.clock(), deps.config.auditRetentieDagen);
       const result = store.kind === "pg" ? await storeAuditBatchPg(store, prepared) : await writer!.write(prepared.length, () => storeAuditBatch(store.sqlite, prepared));
       counters.stored.audit += result.opgeslagen;
       counters.replayed += result.alBekend;

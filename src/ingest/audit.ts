@@ -11,6 +11,7 @@ import { t, type Static } from "elysia";
 import { appendEntries, canonicalJson, sha256Hex, type AppendedEntry, type ChainInput } from "../audit/chain.ts";
 import { dateTime, integer, text } from "../jobs/schema.ts";
 import { Refusal } from "./refusal.ts";
+import { retentionBoundary } from "../time.ts";
 
 export const MAX_BATCH_ENTRIES = 1000;
 /** The request body's limit: 1 MiB. */
@@ -123,12 +124,20 @@ export type Prepared = ChainInput;
 
 /**
  * The checks that need no database, done before the transaction: when (≤ a minute
- * ahead), the details' depth and size, and the canonical forms. Refusal 400 names the
+ * ahead, and with `retentieDagen` not before the retention period), the details' depth
+ * and size, and the canonical forms. Refusal 400 names the
  * entry by index and field.
  */
-export function prepareAuditBatch(batch: AuditBatch, now: Date): Prepared[] {
+export function prepareAuditBatch(batch: AuditBatch, now: Date, retentieDagen?: number): Prepared[] {
+  const oldest = retentieDagen === undefined ? null : retentionBoundary(now, retentieDagen);
   return batch.entries.map((e, i) => {
     const createdAt = storedMoment(e.tijdstip, now, `entries[${i}].tijdstip`);
+    // Past the retention period, audit-retentie would delete it the next night, and with
+    // it its sleutel: a retry after that night would store it again, and the newest ids
+    // deleted would be given out again.
+    if (oldest !== null && createdAt < oldest) {
+      throw new Refusal(400, `Veld entries[${i}].tijdstip ligt verder terug dan de bewaartermijn van ${retentieDagen} dagen (AUDIT_RETENTIE_DAGEN): audit-retentie zou de entry meteen verwijderen.`);
+    }
     const details = e.details ?? {};
     const problem = detailsProblem(details);
     if (problem !== null) throw new Refusal(400, `Veld entries[${i}].details ${problem}.`);
