@@ -126,6 +126,16 @@ export function parseConfig(env: Env): Config {
     // Never echoed: it may carry a password.
     throw new ConfigError("DATABASE_URL", "must be a PostgreSQL URL (postgres://user@host:5432/database); unset it to serve from the SQLite file (DATABASE_PATH)");
   }
+  if (databaseUrl !== null) {
+    // The driver decodes them later, and a bad %-escape would stop the service with a stack trace.
+    const u = new URL(databaseUrl);
+    try {
+      decodeURIComponent(u.username);
+      decodeURIComponent(u.password);
+    } catch {
+      throw new ConfigError("DATABASE_URL", "has a user name or password with an invalid %-escape (write % itself as %25)");
+    }
+  }
   const appSecret = secret(env, "APP_SECRET") ?? null;
   const metricsSecret = secret(env, "METRICS_SECRET") ?? null;
   // One secret per scope: were two the same, a token for one scope would open the other.

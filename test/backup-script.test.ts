@@ -8,7 +8,7 @@
 import { Database } from "bun:sqlite";
 import { SQL } from "bun";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { libpqEnv } from "../src/pg/backup.ts";
@@ -180,6 +180,33 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     expect(Buffer.from(Bun.gunzipSync(readFileSync(join(dir, copied)))).toString("utf8")).toBe('{"tenantId":2,"seq":7}\n');
     expect((await newestStatus()).bestandsnaam).toBe(files.find((f) => BACKUP_NAME.test(f))!);
   }, 30_000);
+
+  test("an anchor file that is a symbolic link is not followed: 66 with the reason, and what it points at is not copied", async () => {
+    const secret = join(work, "alleen-root.txt");
+    writeFileSync(secret, "root:geheim\n", { mode: 0o600 });
+    const link = join(work, "ankers-link.jsonl");
+    symlinkSync(secret, link);
+    const dir = join(work, "symlink-backups");
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, NACHTWACHT_ANCHORS: link });
+    expect(r.code).toBe(66);
+    expect((await newestStatus()).foutmelding).toContain("geen gewoon bestand");
+    expect(readdirSync(dir).filter((f) => f.startsWith("audit-ankers-"))).toEqual([]);
+  });
+
+  test("whatever the caller's umask, everything the backup writes is readable by its owner only", async () => {
+    const dir = join(work, "umask-backups");
+    const where = url === null ? ["--db", dbPath] : ["--database-url", url];
+    const p = Bun.spawn(["sh", "-c", 'umask 022 && exec "$@"', "sh", bin, "backup", "--env", envFile, "--map", dir, "--geen-melding", ...where], {
+      env: { PATH: "/usr/bin:/bin" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+    expect({ code, out: out + err }).toMatchObject({ code: 0 });
+    const files = readdirSync(dir);
+    expect(files.length).toBeGreaterThan(0);
+    for (const f of files) expect({ f, mode: (statSync(join(dir, f)).mode & 0o777).toString(8) }).toEqual({ f, mode: "600" });
+  });
 
   test("a missing database is reported with a non-zero exit code and the reason, and the script fails", async () => {
     // PostgreSQL: a database of that name does not exist on the server.

@@ -29,6 +29,11 @@ describe("configuration", () => {
     expect(e.message).toContain("DATABASE_URL");
     expect(e.message).not.toContain("wachtwoord-123");
     expect(ok().databaseUrl).toBeNull();
+    // A bad %-escape in the password: refused here, not a stack trace from the driver at start.
+    const bad = failure({ ...REQUIRED, DATABASE_URL: "postgres://nw:geheim%zz@db.example/nachtwacht" });
+    expect(bad.message).toContain("invalid %-escape");
+    expect(bad.message).not.toContain("geheim");
+    expect(ok({ DATABASE_URL: "postgres://nw:geheim%25zz@db.example/nachtwacht" }).databaseUrl).toContain("%25");
   });
 
   test("defaults are as documented (README, Configuration)", () => {

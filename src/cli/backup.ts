@@ -15,7 +15,7 @@
 // 66 no database, 73 backup folder not usable, 74 any other I/O error, 75 backup made
 // but the report to backup-status failed.
 import { Database } from "bun:sqlite";
-import { createReadStream, createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, accessSync, constants } from "node:fs";
+import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, accessSync, constants } from "node:fs";
 import { basename, join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { parseArgs } from "node:util";
@@ -99,6 +99,9 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     readable = statSync(o.db).isFile();
   } catch {}
   if (!readable) fail(66, new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
+  // Run as root in a directory the service's user owns: a symlink planted there would
+  // have root copy whatever it points at into the backup.
+  if (lstatSync(o.db).isSymbolicLink()) fail(66, new Error(`database ${o.db} is een symbolische koppeling; die volgt backup niet`));
 
   prepareBackupDir(o.dir, steps);
 
@@ -163,6 +166,9 @@ export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; kee
   let anchorsCopied = false;
   if (existsSync(o.anchors)) {
     steps.step = `kopiëren van het ankerbestand ${o.anchors}`;
+    // As for the database: no symlink (or anything but a file) is followed.
+    const st = lstatSync(o.anchors);
+    if (!st.isFile()) steps.fail(66, new Error(`${o.anchors} is geen gewoon bestand (een symbolische koppeling?); die volgt backup niet`));
     const to = join(o.dir, `audit-ankers-${stamp}.jsonl.gz`);
     try {
       await gzipFile(o.anchors, `${to}.tmp`);
@@ -208,6 +214,16 @@ async function report(env: Record<string, string>, body: object): Promise<{ stat
 }
 
 export async function runBackup(argv: string[], processEnv: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
+  // Whatever the caller's umask: the copies and pg_dump's file are the whole database.
+  const before = process.umask(0o077);
+  try {
+    return await backupCommand(argv, processEnv, out, err);
+  } finally {
+    process.umask(before);
+  }
+}
+
+async function backupCommand(argv: string[], processEnv: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
   let values;
   try {
     ({ values } = parseArgs({
