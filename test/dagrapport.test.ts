@@ -230,6 +230,12 @@ describe("dagrapport: further sections", () => {
     });
     expect(smtp.received[0]!.text).toContain("Beta BV (#2)");
     expect(smtp.received[0]!.text).toContain("De auditketen van 1 tenant is gebroken (Beta BV).");
+
+    // A database writer marks Beta intact, dated ahead so that no later check would replace
+    // it: the report does not take it for a check; Beta counts as not checked.
+    await env.db.run("UPDATE audit_verification_state SET gecontroleerd = '2099-01-01T00:00:00.000Z', intact = ?, fout_seq = NULL, fout_reden = NULL WHERE tenant_id = ?", true, b);
+    const forged = await runDagrapport(env.deps, NOW);
+    expect(forged.body.verificatie).toMatchObject({ tijdstip: "23/07/2026 03:00", gecontroleerd: 1, nietGecontroleerd: 2, aantalGebroken: 0 });
   });
 
   test("each scheduled job's last run, and overdue once its fire time plus TAKEN_MARGE_MINUTEN passed without a run", async () => {

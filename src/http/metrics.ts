@@ -9,7 +9,7 @@
 // rule and grace, also reading the job leases; newestBackup and backupOverdue from
 // backup-controle), never copies of them.
 // docs/operations.md ("Metrics") lists every metric; ops/nachtwacht-alerts.yml alerts on them.
-import { count, max, sql } from "drizzle-orm";
+import { count, lte, max, sql } from "drizzle-orm";
 import { Elysia } from "elysia";
 import { auditVerificationState } from "../../db/schema.ts";
 import type { Store } from "../db.ts";
@@ -25,6 +25,7 @@ import type { RunningJobs } from "../running-jobs.ts";
 import { jobStatuses, type JobStatus } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { runSealOf, type RunSeal } from "../job-seal.ts";
+import { stateNotAfter } from "../reports/daily.ts";
 import { bearerChecker, unauthorized } from "./auth.ts";
 import { driverError, ErrorBody, json } from "./errors.ts";
 import { jobContext } from "./job-route.ts";
@@ -145,12 +146,13 @@ function readDatabase(store: Store, seal: RunSeal, now: Date, graceMs: number, c
   const audit = db
     .select({ checked: count(), broken: sql<number>`coalesce(sum(${s.intact} = 0), 0)`, last: max(s.gecontroleerd) })
     .from(s)
+    .where(lte(s.gecontroleerd, stateNotAfter(now)))
     .get()!;
   return { statuses: jobStatuses(db, seal, now, graceMs, context), audit: { ...audit, broken: Number(audit.broken) }, backup: newestBackup(db) };
 }
 
 async function readDatabasePg(store: PgStore, seal: RunSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
-  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), auditSummaryPg(store.db), newestBackupPg(store.db)]);
+  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), auditSummaryPg(store.db, now), newestBackupPg(store.db)]);
   return { statuses, audit, backup };
 }
 

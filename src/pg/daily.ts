@@ -13,7 +13,7 @@
 //   its databases and recycled at checkpoints: no part of it belongs to this one.
 //
 // As on SQLite the reads are separate statements, not one snapshot.
-import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, max, notExists, sql } from "drizzle-orm";
+import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, lte, max, notExists, sql } from "drizzle-orm";
 import { auditAnchorLog, auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema-pg.ts";
 import type { Config } from "../config.ts";
 import {
@@ -22,6 +22,7 @@ import {
   loginWindow,
   MAX_GEBROKEN,
   sealedReportRuns,
+  stateNotAfter,
   USUAL_DURATION_RUNS,
   type AnchorRecords,
   type DailyInputs,
@@ -57,24 +58,27 @@ export async function loginCountsPg(db: PgDb, now: Date): Promise<LoginCounts> {
   return { totaal: totals!.totaal, gelukt: totals!.gelukt, mislukteIps, topMislukteIps };
 }
 
-export async function verificationCountsPg(db: PgDb): Promise<VerificationCounts> {
+export async function verificationCountsPg(db: PgDb, now: Date): Promise<VerificationCounts> {
   const state = auditVerificationState;
+  // As on SQLite: a state dated later than stateNotAfter is no check.
+  const real = lte(state.gecontroleerd, stateNotAfter(now));
   const [s] = await db
     .select({
       laatste: max(state.gecontroleerd),
       gecontroleerd: count(),
       aantalGebroken: sql<number>`count(*) FILTER (WHERE NOT ${state.intact})`.mapWith(Number),
     })
-    .from(state);
+    .from(state)
+    .where(real);
   const [{ nietGecontroleerd }] = (await db
     .select({ nietGecontroleerd: count() })
     .from(tenants)
-    .where(notExists(db.select({ one: sql`1` }).from(state).where(eq(state.tenantId, tenants.id))))) as [{ nietGecontroleerd: number }];
+    .where(notExists(db.select({ one: sql`1` }).from(state).where(and(eq(state.tenantId, tenants.id), real))))) as [{ nietGecontroleerd: number }];
   const gebroken = await db
     .select({ tenantId: state.tenantId, tenant: tenants.naam, seq: state.foutSeq, reden: state.foutReden, gecontroleerd: state.gecontroleerd })
     .from(state)
     .innerJoin(tenants, eq(tenants.id, state.tenantId))
-    .where(eq(state.intact, false))
+    .where(and(eq(state.intact, false), real))
     .orderBy(state.tenantId)
     .limit(MAX_GEBROKEN);
   return { laatste: s!.laatste, gecontroleerd: s!.gecontroleerd, nietGecontroleerd, aantalGebroken: s!.aantalGebroken, gebroken };
@@ -135,7 +139,7 @@ export async function readDailyInputsPg(store: PgStore, config: Config, now: Dat
   const [backup, logins, verification, anchor, jobs, database] = await Promise.all([
     newestBackupPg(store.db),
     loginCountsPg(store.db, now),
-    verificationCountsPg(store.db),
+    verificationCountsPg(store.db, now),
     anchorRecordsPg(store.db),
     scheduledJobRunsPg(store.db, now, config),
     databaseSizePg(store),

@@ -3,7 +3,7 @@
 // feed live once, for both stores: statusesOf and dueStateOf (src/schedule-due.ts),
 // backupOverdue (src/jobs/backup-controle.ts), offenderRule
 // (src/jobs/beveiligingslog-analyse.ts). Only the reading differs from SQLite.
-import { count, desc, eq, max, sql } from "drizzle-orm";
+import { count, desc, eq, lte, max, sql } from "drizzle-orm";
 import { auditVerificationState, backupStatuses, jobRuns, loginAttempts, serviceMeta } from "../../db/schema-pg.ts";
 import type { NewestBackup } from "../jobs/backup-controle.ts";
 import { offenderRule } from "../jobs/beveiligingslog-analyse.ts";
@@ -13,6 +13,7 @@ import { SCHEDULE, type JobName } from "../schedule.ts";
 import { liveLeasesPg } from "./job-lease.ts";
 import type { PgDb, PgDbTx } from "./store.ts";
 import { NEWEST_ROWS, newestSealed, type RunSeal } from "../job-seal.ts";
+import { stateNotAfter } from "../reports/daily.ts";
 
 /** The first start of the service on this database (installedAt on SQLite); null when the row is gone. */
 export async function installedAtPg(db: PgDb | PgDbTx): Promise<Date | null> {
@@ -99,8 +100,11 @@ export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string,
 }
 
 /** /metrics' summary of audit_verification_state (one row per tenant): tenants checked, those not intact, the newest check. */
-export async function auditSummaryPg(db: PgDb): Promise<{ checked: number; broken: number; last: string | null }> {
+export async function auditSummaryPg(db: PgDb, now: Date): Promise<{ checked: number; broken: number; last: string | null }> {
   const s = auditVerificationState;
-  const [row] = await db.select({ checked: count(), broken: count(sql`CASE WHEN NOT ${s.intact} THEN 1 END`), last: max(s.gecontroleerd) }).from(s);
+  const [row] = await db
+    .select({ checked: count(), broken: count(sql`CASE WHEN NOT ${s.intact} THEN 1 END`), last: max(s.gecontroleerd) })
+    .from(s)
+    .where(lte(s.gecontroleerd, stateNotAfter(now)));
   return row!;
 }

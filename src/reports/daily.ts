@@ -7,7 +7,7 @@
 // the same data gives the same report and mail on both.
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
-import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, max, notExists, sql } from "drizzle-orm";
+import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, lte, max, notExists, sql } from "drizzle-orm";
 import { auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
 import { operatorRecords } from "../audit/anchor-check.ts";
@@ -295,8 +295,17 @@ export function loginCounts(db: Db, now: Date): LoginCounts {
   return { totaal: totals.totaal, gelukt: totals.gelukt, mislukteIps, topMislukteIps };
 }
 
-export function verificationCounts(db: Db): VerificationCounts {
+/**
+ * The latest moment a verification state may carry, read at `now`: a minute ahead (clocks
+ * of two instances differ a little, not more). A row dated later is no check but a
+ * database writer's, which audit-verificatie would never overwrite (the newest check
+ * stays): the reports and /metrics count its tenant as not checked instead of intact.
+ */
+export const stateNotAfter = (now: Date) => new Date(now.getTime() + 60_000).toISOString();
+
+export function verificationCounts(db: Db, now: Date): VerificationCounts {
   const state = auditVerificationState;
+  const real = lte(state.gecontroleerd, stateNotAfter(now));
   const s = db
     .select({
       laatste: max(state.gecontroleerd),
@@ -304,17 +313,18 @@ export function verificationCounts(db: Db): VerificationCounts {
       aantalGebroken: sql<number>`coalesce(sum(${state.intact} = 0), 0)`,
     })
     .from(state)
+    .where(real)
     .get()!;
   const { nietGecontroleerd } = db
     .select({ nietGecontroleerd: count() })
     .from(tenants)
-    .where(notExists(db.select({ one: sql`1` }).from(state).where(eq(state.tenantId, tenants.id))))
+    .where(notExists(db.select({ one: sql`1` }).from(state).where(and(eq(state.tenantId, tenants.id), real))))
     .get()!;
   const gebroken = db
     .select({ tenantId: state.tenantId, tenant: tenants.naam, seq: state.foutSeq, reden: state.foutReden, gecontroleerd: state.gecontroleerd })
     .from(state)
     .innerJoin(tenants, eq(tenants.id, state.tenantId))
-    .where(eq(state.intact, false))
+    .where(and(eq(state.intact, false), real))
     .orderBy(state.tenantId)
     .limit(MAX_GEBROKEN)
     .all();
@@ -409,7 +419,7 @@ export function readDailyInputs(store: Store, config: Config, now: Date): DailyI
   return {
     backup: newestBackup(store.db),
     logins: loginCounts(store.db, now),
-    verification: verificationCounts(store.db),
+    verification: verificationCounts(store.db, now),
     anchor: anchorRecords(store.sqlite),
     jobs: scheduledJobRuns(store.db, now, config),
     database: databaseSize(store),
