@@ -56,6 +56,26 @@ async function restored(runs = 2): Promise<{ a: number; b: number; copy: string 
   return { a, b, copy };
 }
 
+/**
+ * Tenant a with 20 entries, signed at 10 and 20; then, as a database writer, from seq 3 on
+ * another actor with every hash and link recomputed: only the checkpoints tell.
+ */
+async function rewrittenFrom3(): Promise<number> {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "Gemeente Delft");
+    await fill(a, 10, "eerst");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 10
+    await fill(a, 10, "dag0");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 20
+    let prev = (await env.db.get<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 2", a))!.hash;
+    for (const r of await env.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 3 ORDER BY seq", a)) {
+      const hash = entryHash({ tenantId: a, seq: r.seq, createdAt: r.created_at, actor: "mallory", action: r.action, subject: r.subject, details: r.details, prevHash: prev });
+      await env.db.run("UPDATE audit_entries SET actor = 'mallory', prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, a, r.seq);
+      prev = hash;
+    }
+    return a;
+}
+
 const verify = () => call(env.app, "/api/cron/audit-verificatie");
 const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: any) => r.tenantId === tenantId);
 
@@ -197,19 +217,7 @@ describe("accepting a deliberate restore", () => {
   });
 
   test("a chain rewritten in the database (no restore) is not accepted: it misses the checkpoint the database held itself before the newest run", async () => {
-    env = await makeEnv();
-    const a = await addTenant(env.db, "Gemeente Delft");
-    await fill(a, 10, "eerst");
-    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 10
-    await fill(a, 10, "dag0");
-    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 20
-    // From seq 3 on: another actor, every hash and link recomputed; only the checkpoints tell.
-    let prev = (await env.db.get<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 2", a))!.hash;
-    for (const r of await env.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 3 ORDER BY seq", a)) {
-      const hash = entryHash({ tenantId: a, seq: r.seq, createdAt: r.created_at, actor: "mallory", action: r.action, subject: r.subject, details: r.details, prevHash: prev });
-      await env.db.run("UPDATE audit_entries SET actor = 'mallory', prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, a, r.seq);
-      prev = hash;
-    }
+    const a = await rewrittenFrom3();
     const before = readFileSync(env.config.auditAnkerBestand, "utf8");
     const r = await acceptRestore({ ja: true });
     expect(r.code).toBe(1);
@@ -221,18 +229,7 @@ describe("accepting a deliberate restore", () => {
   });
 
   test("the same rewrite with the database's copy of the anchor file emptied and the newest entries cut (so it reads as a restore): still not accepted, by the file's checkpoints", async () => {
-    env = await makeEnv();
-    const a = await addTenant(env.db, "Gemeente Delft");
-    await fill(a, 10, "eerst");
-    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 10
-    await fill(a, 10, "dag0");
-    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 20
-    let prev = (await env.db.get<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 2", a))!.hash;
-    for (const r of await env.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 3 ORDER BY seq", a)) {
-      const hash = entryHash({ tenantId: a, seq: r.seq, createdAt: r.created_at, actor: "mallory", action: r.action, subject: r.subject, details: r.details, prevHash: prev });
-      await env.db.run("UPDATE audit_entries SET actor = 'mallory', prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, a, r.seq);
-      prev = hash;
-    }
+    const a = await rewrittenFrom3();
     await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq > 17", a);
     // The rows that named the checkpoint at 10 as the database's own: gone (before the fix, accepted).
     await env.db.run("DELETE FROM audit_anchor_log");
