@@ -122,6 +122,26 @@ describe("weekrapport: content", () => {
     expect(m.html).toContain("16/07/2026 14:00");
   });
 
+  test("thousands of distinct actions: the 24 most frequent one by one, the rest as one row; the total counts them all", async () => {
+    const { smtp, env } = await setup();
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    // 2,000 actions the application made up, once each; one action 50 times.
+    await appendInputs(env.store, [
+      ...Array.from({ length: 50 }, (_, i) => ({ tenantId: t, actor: "x", action: "dossier.bekeken", subject: `d${i}`, details: canonicalJson({}), createdAt: ago(DAY + i).toISOString() })),
+      ...Array.from({ length: 2000 }, (_, i) => ({ tenantId: t, actor: "x", action: `actie.${String(i).padStart(4, "0")}`, subject: "s", details: canonicalJson({}), createdAt: ago(DAY + 100 + i).toISOString() })),
+    ]);
+    const r = await runWeekrapport(env.deps, NOW);
+    expect(r.body).toMatchObject({ verstuurd: 1, fouten: 0 });
+    const m = smtp.received[0]!;
+    expect(m.text).toContain("Audit-gebeurtenissen: 2.050");
+    expect(m.text).toMatch(/dossier\.bekeken\s+50\s+2,4%/);
+    expect(m.text).toContain("actie.0022");
+    expect(m.text).not.toContain("actie.0023");
+    expect(m.text).toMatch(/\(1977 andere acties\)\s+1\.977\s+96%/);
+    expect(m.html.length).toBeLessThan(100_000);
+  });
+
   test("a broken chain is the headline, with the sequence number and the reason", async () => {
     const { smtp, env } = await setup();
     const t = await addTenant(env.db, "Alfa BV");
