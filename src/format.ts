@@ -76,3 +76,28 @@ export function aantal(n: number, enkelvoud: string, meervoud: string): string {
 export function getal(n: number): string {
   return n.toLocaleString("nl-NL");
 }
+
+/**
+ * Characters that change how the text around them is shown, or split a line: C0 and C1
+ * controls, bidi marks, embeddings, overrides and isolates, line and paragraph separators.
+ * Tenant names, actions and the like come from the application: a name with U+202E shows
+ * the rest of a subject line backwards ("gebroken" as "nekorbeg", or a fake "in orde").
+ */
+const LAYOUT_CHARACTERS = /[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+
+/** Text from the application for a line a person reads (a subject, a status line): without LAYOUT_CHARACTERS. */
+export function displayText(text: string): string {
+  return text.replace(LAYOUT_CHARACTERS, "");
+}
+
+/** What JSON.stringify leaves as they are of LAYOUT_CHARACTERS (it escapes C0 itself). */
+const JSON_UNESCAPED_LAYOUT = /[\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+
+/**
+ * JSON as one line that a terminal or a log viewer shows as it is: as JSON.stringify, with
+ * the C1 controls (U+009B is a one-character ESC [), bidi controls and line separators
+ * written as \uXXXX escapes too. The same value when parsed.
+ */
+export function jsonLine(value: unknown): string {
+  return JSON.stringify(value).replace(JSON_UNESCAPED_LAYOUT, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}

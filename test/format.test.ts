@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { formatDatum, formatSize, isoWeek } from "../src/format.ts";
+import { displayText, formatDatum, formatSize, isoWeek, jsonLine } from "../src/format.ts";
+import { alarmSubject } from "../src/alarms/mail-channel.ts";
 
 describe("formatSize (1024-based)", () => {
   test("bytes stay whole below 1024", () => {
@@ -61,3 +62,25 @@ describe("isoWeek (UTC)", () => {
     expect(isoWeek(new Date("2024-12-30T00:00:00Z"))).toBe("2025-W01");
   });
 });
+
+describe("text from the application in lines a person reads", () => {
+  // U+202E shows what follows backwards; U+009B is a one-character ESC [ for a terminal.
+  const name = "Oefening\u202e nekorbeg tein \u2066x\u2069\u009b2K\r\nBcc: a@b";
+  test("displayText drops what changes the layout of the line, and nothing else", () => {
+    expect(displayText(name)).toBe("Oefening nekorbeg tein x2KBcc: a@b");
+    expect(displayText("Gemeente ’s-Hertogenbosch — Zuid 😀")).toBe("Gemeente ’s-Hertogenbosch — Zuid 😀");
+  });
+  test("jsonLine escapes C1 controls, bidi controls and line separators too, and parses to the same value", () => {
+    const value = { actor: name, ok: "\u2028\u2029\u007f" };
+    const line = jsonLine(value);
+    expect(line).not.toMatch(/[\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029\r\n]/);
+    expect(line).toContain("\\u009b");
+    expect(JSON.parse(line)).toEqual(value);
+  });
+  test("an alarm's mail subject shows a tenant name without them", () => {
+    const subject = alarmSubject({ titel: "Auditketen gebroken", message: `Audit-hashketen verbroken bij 1 tenant(s): ${name}` } as Parameters<typeof alarmSubject>[0]);
+    expect(subject).not.toMatch(/[\u202e\u2066\u2069\u009b\r\n]/);
+    expect(subject).toStartWith("ALARM Auditketen gebroken: Audit-hashketen verbroken bij 1 tenant(s): Oefening");
+  });
+});
+

@@ -2,6 +2,8 @@
 // stderr (always), an error-tracking event (when SENTRY_DSN is set) and, for the
 // alarms that need a person, an e-mail to the daily-report recipient.
 
+import { jsonLine } from "../format.ts";
+
 export type AlarmType =
   | "audit-chain-broken"
   | "backup-failure"
@@ -29,7 +31,7 @@ export interface AlarmSink {
 /** Writes one JSON line per alarm; `write` defaults to stderr. */
 export function stderrAlarmLine(alarm: Alarm, now: Date, write: (line: string) => void = (l) => process.stderr.write(l)): void {
   write(
-    JSON.stringify({ time: now.toISOString(), level: "error", alarm: alarm.type, message: alarm.message, ...(alarm.context ? { context: alarm.context } : {}) }) +
+    jsonLine({ time: now.toISOString(), level: "error", alarm: alarm.type, message: alarm.message, ...(alarm.context ? { context: alarm.context } : {}) }) +
       "\n",
   );
 }

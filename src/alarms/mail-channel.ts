@@ -3,7 +3,7 @@
 // brute-force attempts and mail failures are in the daily report and the log; a
 // mail-failure alarm mailed through the failing mail server would go nowhere anyway).
 import { Alarm as AlarmTemplate, type AlarmProps } from "../../emails/Alarm.tsx";
-import { formatDatum } from "../format.ts";
+import { displayText, formatDatum } from "../format.ts";
 import { renderEmail } from "../mail/render.ts";
 import type { Mailer } from "../mail/mailer.ts";
 import type { Alarm, AlarmType } from "./alarm.ts";
@@ -98,7 +98,9 @@ export function alarmEmailProps(alarm: Alarm, now: Date, tijdzone: string): Alar
 }
 
 export function alarmSubject(p: AlarmProps): string {
-  const message = p.message.length > 120 ? p.message.slice(0, 119) + "…" : p.message;
+  // The message may hold tenant names: a subject line shows it without layout characters.
+  const shown = displayText(p.message);
+  const message = shown.length > 120 ? shown.slice(0, 119) + "…" : shown;
   return `ALARM ${p.titel}: ${message}`;
 }
 

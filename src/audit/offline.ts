@@ -5,6 +5,7 @@
 // src/cli/audit.ts gives them their command line.
 import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
+import { jsonLine } from "../format.ts";
 import { readLines } from "./anchor-file.ts";
 import { entriesAfter, entryHash, GENESIS_HASH, type ChainFields, type EntryRow } from "./chain.ts";
 import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex, verifyInclusion } from "./merkle.ts";
@@ -196,7 +197,8 @@ export async function exportBundleFrom(
     const index = proveSeq - basis - 1;
     header.bewijs = { seq: proveSeq, index, grootte: size - basis, hashes: inclusionProof(leaves, index).map((h) => Buffer.from(h).toString("base64")) };
   }
-  return [JSON.stringify(header), ...entries.map((e) => JSON.stringify(e))];
+  // jsonLine: the bundle goes to a terminal as often as to a file (export without --uit).
+  return [jsonLine(header), ...entries.map((e) => jsonLine(e))];
 }
 
 export interface BundleVerdict {

@@ -16,7 +16,7 @@ import { auditKeys } from "../audit/keys.ts";
 import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
-import { formatDag, formatDatum, formatSize, getal } from "../format.ts";
+import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import type { Outcome } from "../job-runs.ts";
 import { NEWEST_ROWS, newestSealed, runSealOf, type RunSeal, type RunStart } from "../job-seal.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
@@ -239,7 +239,7 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
     punten.push(["actie", `De laatste back-up is ${r.backupDetail.ouderdomUren} uur oud (${r.backup.datum}); de grens is ${r.backupDetail.maxUren} uur.`]);
   }
   if (r.verificatie.aantalGebroken > 0) {
-    const namen = r.verificatie.gebroken.slice(0, 3).map((g) => g.tenant).join(", ");
+    const namen = r.verificatie.gebroken.slice(0, 3).map((g) => displayText(g.tenant)).join(", ");
     punten.push([
       "actie",
       `${r.verificatie.aantalGebroken === 1 ? "De auditketen van 1 tenant is" : `De auditketens van ${getal(r.verificatie.aantalGebroken)} tenants zijn`} gebroken (${namen}${r.verificatie.aantalGebroken > 3 ? ", …" : ""}).`,

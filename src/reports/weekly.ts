@@ -19,7 +19,7 @@ import {
 } from "../../db/schema.ts";
 import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
 import { excluded, preparedPerConnection, type Db } from "../db.ts";
-import { formatDatum, getal } from "../format.ts";
+import { displayText, formatDatum, getal } from "../format.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export const WEEK_MS = 7 * 24 * 3600 * 1000;
@@ -403,5 +403,5 @@ export function weeklyReportProps(
 export function weeklySubject(p: WeeklyReportProps): string {
   const weekNr = Number(p.week.slice(p.week.indexOf("W") + 1));
   const staat = p.status.niveau === "ok" ? "alles in orde" : p.status.niveau === "actie" ? "actie nodig" : "aandacht nodig";
-  return `Weekrapport ${p.tenant}, week ${weekNr}: ${staat}`;
+  return `Weekrapport ${displayText(p.tenant)}, week ${weekNr}: ${staat}`;
 }
