@@ -463,6 +463,12 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     const bad = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "A", email: "geen-adres", actief: true }] }, { method: "PUT" });
     expect(bad.status).toBe(400);
     expect(bad.json.error).toContain("beheerders[0].email");
+    // One field, one address: a list or a group in it would reach other inboxes than the one listed.
+    for (const email of ["root,evil@x.nl", "Zuiderhaven-beheer:evil@x.nl;", '"a b"@x.nl', "a(b)@x.nl"]) {
+      const r = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "A", email, actief: true }] }, { method: "PUT" });
+      expect({ email, status: r.status }).toEqual({ email, status: 400 });
+      expect(r.json.error).toContain("beheerders[0].email");
+    }
     const unknown = await send("/api/tenants/4/beheerders", { beheerders: [] }, { method: "PUT" });
     expect(unknown.status).toBe(404);
     // Rows written directly that differ only in case: one is kept up to date, the other set inactive.
