@@ -3,6 +3,7 @@
 // prefix for audit-retentie (checkPrefixPg). Parsing COPY's rows and hashing them is
 // CPU-bound: several threads verify at once.
 // Built into the binary as another entry point (package.json "build").
+import { pgPool } from "./pg/store.ts";
 import { SQL } from "bun";
 import { parseVerifierKey, type Verifier } from "./audit/note.ts";
 import { verifyRangePg, type PgTenantTask } from "./pg/chain.ts";
@@ -17,7 +18,7 @@ let verifiers: Verifier[] = [];
 self.onmessage = async (e: MessageEvent<{ init: { url: string; verifierKeys: string[] } } | { task: PgTenantTask[] | PrefixTask }>) => {
   const msg = e.data;
   if ("init" in msg) {
-    sql = new SQL(msg.init.url, { max: 1 });
+    sql = pgPool(msg.init.url, 1);
     verifiers = msg.init.verifierKeys.map(parseVerifierKey);
     return;
   }

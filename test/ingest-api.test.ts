@@ -396,6 +396,27 @@ describe("POST /api/audit", () => {
   });
 });
 
+describe("someone who can change the database's schema", () => {
+  test("a trigger or rule that silently drops a row: the batch is a 500 with an alarm, nothing stored, no receipt for what is not there", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    expect((await send("/api/audit", { entries: [entry(a, 0)] })).status).toBe(200);
+    if (DIALECT === "sqlite") {
+      await env.db.run("CREATE TRIGGER weg BEFORE INSERT ON audit_entries WHEN NEW.actor = 'mallory@example.nl' BEGIN SELECT RAISE(IGNORE); END");
+    } else {
+      // (A rule DO INSTEAD NOTHING makes PostgreSQL refuse the INSERT … RETURNING outright; a trigger that returns NULL skips the row quietly.)
+      await env.db.run("CREATE FUNCTION weg() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.actor = 'mallory@example.nl' THEN RETURN NULL; END IF; RETURN NEW; END $$");
+      await env.db.run("CREATE TRIGGER weg BEFORE INSERT ON audit_entries FOR EACH ROW EXECUTE FUNCTION weg()");
+    }
+    const r = await send("/api/audit", { entries: [entry(a, 1), { ...entry(a, 2), actor: "mallory@example.nl" }] });
+    expect(r.status).toBe(500);
+    expect(r.json.ontvangstbewijzen).toBeUndefined();
+    expect(await count("audit_entries")).toBe(1);
+    const alarm = env.alarms.raised.find((x) => x.type === "internal-error");
+    expect(JSON.stringify(alarm?.context)).toContain("1 van 2 entries opgeslagen zoals berekend");
+  });
+});
+
 describe("POST /api/inlogpogingen", () => {
   test("stores a batch; an unknown tenant is 422 and an invalid field 400, storing nothing", async () => {
     await appEnv();

@@ -24,7 +24,8 @@ import { prepareAuditBatch } from "../src/ingest/audit.ts";
 import { storeAuditBatchPg } from "../src/pg/ingest.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
-import { NOW, TEST_SEAL } from "./helpers.ts";
+import { call, makePgTestEnv, NOW, TEST_SEAL } from "./helpers.ts";
+import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
 setDefaultTimeout(120_000);
 
@@ -40,6 +41,34 @@ const shape = (name: string, columns: { name: string; notNull: boolean }[], inde
 const PG_ONLY = ["commit_markers"];
 
 describe("PostgreSQL schema", () => {
+  test("nachtwacht's connections read its own schema only: a copy of audit_entries in a schema named after the role ($user, first in the default search_path) hides no change", async () => {
+    const env = await makePgTestEnv({ createDatabase: () => cluster.createDatabase() }, { APP_SECRET });
+    try {
+      const sql = env.store.sql;
+      await sql`INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (1, 'T', true, '2026-01-01T00:00:00.000Z')`;
+      const send = (from: number) => call(env.app, "/api/audit", { token: APP_SECRET, body: JSON.stringify({ entries: [0, 1, 2].map((i) => auditEntry(1, from + i)) }) });
+      expect((await send(0)).status).toBe(200);
+      expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+      // Another session (the default search_path): a copy where "$user" resolves, then the signed row changed.
+      const other = new SQL(env.url, { max: 1 });
+      try {
+        const [{ u }] = await other`SELECT current_user AS u`;
+        await other.unsafe(`CREATE SCHEMA "${u}"; CREATE TABLE "${u}".audit_entries (LIKE public.audit_entries INCLUDING ALL); INSERT INTO "${u}".audit_entries SELECT * FROM public.audit_entries`);
+        expect((await other`SELECT count(*)::int AS n FROM audit_entries`)[0].n).toBe(3); // the copy, for a default session
+        await other`UPDATE public.audit_entries SET actor = 'iemand-anders' WHERE tenant_id = 1 AND seq = 2`;
+      } finally {
+        await other.close();
+      }
+      expect((await send(3)).status).toBe(200);
+      expect((await sql`SELECT count(*)::int AS n FROM public.audit_entries`)[0].n).toBe(6); // appended to the real table
+      const v = await call(env.app, "/api/cron/audit-verificatie");
+      expect(v.status).toBe(409);
+      expect(v.json.resultaten[0].fout).toMatchObject({ seq: 2, reden: "hash-afwijkend" });
+    } finally {
+      await env.cleanup();
+    }
+  });
+
   test("the migration that adds job_runs.zegel seals the runs started by then (as openStore on SQLite); a row dated later stays unsealed", async () => {
     const url = await cluster.createDatabase();
     try {

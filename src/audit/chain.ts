@@ -175,8 +175,33 @@ export function appendEntries(sqlite: Database, inputs: readonly ChainInput[]): 
     (tenantId) => (head.get(tenantId) as ChainHead | null) ?? (anchor.get(tenantId) as ChainHead | null) ?? { seq: 0, hash: GENESIS_HASH },
     () => nextId++,
   );
-  for (const e of out) insert.run(e.tenantId, e.seq, e.id, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash, e.hash, e.key?.sleutel ?? null, e.key?.inhoud ?? null);
+  const stored: { id: number; hash: string }[] = [];
+  for (const e of out) {
+    const r = insert.run(e.tenantId, e.seq, e.id, e.createdAt, e.actor, e.action, e.subject, e.details, e.prevHash, e.hash, e.key?.sleutel ?? null, e.key?.inhoud ?? null);
+    // A row a trigger skipped (RAISE(IGNORE)) changes nothing: no receipt for it.
+    if (r.changes === 1) stored.push({ id: e.id, hash: e.hash });
+  }
+  requireStoredAsAppended(out, stored);
   return out;
+}
+
+/**
+ * Refuses (throws, so the transaction rolls back) unless every appended entry was stored
+ * as computed: its id with its hash. A trigger, rule or row security policy that someone
+ * who can change the database's schema put on audit_entries could skip or alter a row,
+ * and the caller would get a receipt for what is not there.
+ */
+export function requireStoredAsAppended(appended: readonly AppendedEntry[], stored: readonly { id: number; hash: string }[]): void {
+  const byId = new Map(stored.map((r) => [r.id, r.hash]));
+  const wrong = appended.filter((e) => byId.get(e.id) !== e.hash);
+  if (wrong.length > 0 || stored.length !== appended.length) {
+    const e = wrong[0];
+    throw new Error(
+      `audit_entries: ${appended.length - wrong.length} van ${appended.length} entries opgeslagen zoals berekend` +
+        (e ? ` (niet: tenant ${e.tenantId} seq ${e.seq})` : "") +
+        "; een trigger, regel of beleid in de database weigert of wijzigt ze. Niets van deze batch is opgeslagen.",
+    );
+  }
 }
 
 /** A chain's head: the seq and hash the next entry links to. */

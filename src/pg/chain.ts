@@ -4,7 +4,7 @@
 // verify.ts); only the reading and writing differ.
 import type { SQL } from "bun";
 import { onWorkers } from "../worker-pool.ts";
-import { GENESIS_HASH, linkEntries, ORPHAN_CHAINS_SQL, type AppendedEntry, type ChainHead, type ChainInput, type EntryRow } from "../audit/chain.ts";
+import { GENESIS_HASH, linkEntries, ORPHAN_CHAINS_SQL, requireStoredAsAppended, type AppendedEntry, type ChainHead, type ChainInput, type EntryRow } from "../audit/chain.ts";
 import { chainStartFromRecords, ChainWalk, START_KINDS, unstartedChain, type ChainStart, type CheckpointRef, type TenantChainResult, type VerifyOptions } from "../audit/verify.ts";
 
 /**
@@ -57,11 +57,13 @@ export async function appendEntriesPg(tx: SQL, inputs: readonly ChainInput[]): P
   // One statement of twelve arrays (unnest), not a VALUES list of twelve parameters per
   // row: PostgreSQL parses and plans it once, whatever the batch's size, and Bun binds
   // twelve values instead of thousands (bench/pg-ingest-profile.ts).
-  await tx`INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash, sleutel, inhoud)
+  const stored: { id: string; hash: string }[] = await tx`INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash, sleutel, inhoud)
     SELECT * FROM unnest(${out.map((e) => e.tenantId)}::int[], ${out.map((e) => e.seq)}::bigint[], ${out.map((e) => e.id)}::bigint[],
       ${out.map((e) => e.createdAt)}::text[], ${out.map((e) => e.actor)}::text[], ${out.map((e) => e.action)}::text[], ${out.map((e) => e.subject)}::text[],
       ${out.map((e) => e.details)}::text[], ${out.map((e) => e.prevHash)}::text[], ${out.map((e) => e.hash)}::text[],
-      ${out.map((e) => e.key?.sleutel ?? null)}::text[], ${out.map((e) => e.key?.inhoud ?? null)}::text[])`;
+      ${out.map((e) => e.key?.sleutel ?? null)}::text[], ${out.map((e) => e.key?.inhoud ?? null)}::text[])
+    RETURNING id, hash`;
+  requireStoredAsAppended(out, stored.map((r) => ({ id: Number(r.id), hash: r.hash })));
   return out;
 }
 

@@ -2,6 +2,7 @@
 // alone, as on SQLite (src/audit/offline.ts; the rules are there): the whole check of the
 // database against its anchor file (verifyInstallationOf), and one tenant's bundle
 // (exportBundleFrom). Read only: no migration runs, so a read-only role will do.
+import { pgPool } from "./store.ts";
 import { SQL } from "bun";
 import { compareRowsWithFile, type AnchorComparison, type AnchorRow } from "../audit/anchor-check.ts";
 import type { Verifier } from "../audit/note.ts";
@@ -31,7 +32,7 @@ export function compareWithFilePg(sql: SQL, anchorPath: string, verifiers: Verif
 }
 
 export async function verifyInstallationPg(url: string, anchorPath: string, verifiers: Verifier[], o: { workers: number; checkpoints?: Map<number, CheckpointRef>; tenantIds?: number[] }): Promise<InstallationVerdict> {
-  const sql = new SQL(url, { max: 3 });
+  const sql = pgPool(url, 3);
   try {
     const tenantIds = o.tenantIds ?? ((await sql`SELECT id FROM tenants ORDER BY id`) as { id: number }[]).map((t) => t.id);
     return await verifyInstallationOf(
@@ -57,7 +58,7 @@ export function verifyAgainstInstallationCheckpointPg(url: string, anchorPath: s
 /** One tenant's bundle for an auditor (`nachtwacht export --database-url`), its chain read in one snapshot. */
 export async function exportBundlePg(url: string, anchorPath: string, tenantId: number, verifiers: Verifier[], proveSeq?: number): Promise<string[]> {
   if (!Number.isSafeInteger(tenantId)) throw new Error(`tenant id ${tenantId} is not an integer`);
-  const sql = new SQL(url, { max: 1 });
+  const sql = pgPool(url, 1);
   try {
     return await exportBundleFrom(
       (size) =>

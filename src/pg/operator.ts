@@ -7,6 +7,7 @@
 // then the chains' locks of the tenants concerned (as the write API's appenders take
 // them), so neither the service's runs nor its appends interleave — what SQLite's write
 // lock does there.
+import { pgPool } from "./store.ts";
 import { SQL } from "bun";
 import { CannotCheck } from "../audit/offline.ts";
 import type { EntryHead, OperatorStore, OperatorTx } from "../audit/operator.ts";
@@ -18,7 +19,7 @@ import { redactUrl } from "./url.ts";
 
 /** The operator's connection to the service's PostgreSQL database (no migration runs: the service's schema must be there). */
 export async function openOperatorPg(url: string): Promise<SQL> {
-  const sql = new SQL(url, { max: 1 });
+  const sql = pgPool(url, 1);
   try {
     await sql`SELECT 1 FROM audit_anchor_log LIMIT 1`;
     return sql;

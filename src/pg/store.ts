@@ -54,6 +54,21 @@ export const LOCK_TENANT_IDS = 2;
  */
 export const LOCK_TIMEOUT_MS = BUSY_TIMEOUT_MS;
 
+/**
+ * The session every nachtwacht connection starts with (startup parameters, which a role's
+ * or database's settings do not override). `search_path` is nachtwacht's schema alone: by
+ * default it begins with "$user", so whoever could create a schema named after the role
+ * would have nachtwacht read and write a table of that name there instead (a copy that
+ * hides changes made to the real one). `lock_timeout`: no statement waits for someone
+ * else's lock longer than a request would (also a verification's or a command's reads).
+ */
+export const SESSION = { search_path: "public", lock_timeout: String(LOCK_TIMEOUT_MS) } as const;
+
+/** A connection pool of nachtwacht's to `url`, with its SESSION. */
+export function pgPool(url: string, max: number): SQL {
+  return new SQL(url, { max, connection: { ...SESSION } });
+}
+
 /** A transaction of `db` (Drizzle's) as passed to its callback. */
 export type PgDbTx = Parameters<Parameters<PgDb["transaction"]>[0]>[0];
 
@@ -74,7 +89,7 @@ export function withLockWait<T>(store: PgStore, lockWaitMs: number, work: (tx: P
 
 /** `seal`: the service's run seal, for the runs recorded before runs were sealed (migratePg). */
 export async function openPgStore(url: string, o: { max?: number; seal?: RunSeal; now?: Date } = {}): Promise<PgStore> {
-  const sql = new SQL(url, { max: o.max ?? 10, connection: { lock_timeout: String(LOCK_TIMEOUT_MS) } });
+  const sql = pgPool(url, o.max ?? 10);
   try {
     await migratePg(sql, o.seal, o.now);
   } catch (e) {
