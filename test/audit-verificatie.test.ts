@@ -65,6 +65,7 @@ describe("audit-verificatie", () => {
         { tenantId: empty, tenant: "Nieuw", intact: true, aantalEntries: 0 },
       ],
       ankerbestand: noFile(env),
+      schema: { intact: true, afwijkingen: [] },
       tijdstip: NOW.toISOString(),
     });
     expect(env.alarms.raised).toEqual([]);
@@ -76,11 +77,32 @@ describe("audit-verificatie", () => {
     ]);
   });
 
+  test("a trigger or view that nachtwacht did not make, in the database's schema: 409 with the alarm, though every chain is intact", async () => {
+    env = await makeEnv();
+    await chain(env, "Gemeente Delft", 3);
+    expect((await call(env.app, PATH)).status).toBe(200);
+    if (env.dialect === "sqlite") {
+      await env.db.run("CREATE TRIGGER stil AFTER INSERT ON audit_entries BEGIN UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = NEW.tenant_id AND seq = NEW.seq AND NEW.actor = 'mallory'; END");
+      await env.db.run("CREATE VIEW kopie AS SELECT * FROM audit_entries");
+    } else {
+      await env.db.run("CREATE FUNCTION stil() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$");
+      await env.db.run("CREATE TRIGGER stil AFTER INSERT ON audit_entries FOR EACH ROW EXECUTE FUNCTION stil()");
+      await env.db.run("CREATE VIEW kopie AS SELECT * FROM audit_entries");
+    }
+    const r = await call(env.app, PATH);
+    expect(r.status).toBe(409);
+    expect(r.json.aantalGebroken).toBe(0);
+    expect(r.json.schema).toEqual({ intact: false, afwijkingen: ["trigger stil op audit_entries", "view kopie"] });
+    const alarm = env.alarms.raised.at(-1)!;
+    expect(alarm.type).toBe("audit-chain-broken");
+    expect(alarm.message).toContain("Het schema van de database bevat wat nachtwacht niet aanmaakte (trigger stil op audit_entries; view kopie)");
+  });
+
   test("no tenants: 200 with nothing checked", async () => {
     env = await makeEnv();
     const r = await call(env.app, PATH);
     expect(r.status).toBe(200);
-    expect(r.json).toEqual({ gecontroleerd: 0, aantalGebroken: 0, resultaten: [], ankerbestand: noFile(env), tijdstip: NOW.toISOString() });
+    expect(r.json).toEqual({ gecontroleerd: 0, aantalGebroken: 0, resultaten: [], ankerbestand: noFile(env), schema: { intact: true, afwijkingen: [] }, tijdstip: NOW.toISOString() });
   });
 
   const tampers: [string, (e: Env, t: number, es: AppendedEntry[]) => Promise<void>, { seq: number; reden: string; entry?: number | null }][] = [
@@ -186,6 +208,7 @@ describe("audit-verificatie", () => {
       expect(alarm.context).toEqual({
         aantalGebroken: 1,
         ankerbestand: r.json.ankerbestand,
+        schema: { intact: true, afwijkingen: [] },
         gebroken: [{ tenantId, tenant: "Zorggroep Zwolle", fout: { seq: expected.seq, entryId, reden: expected.reden } }],
       });
       const state = await env.db.get("SELECT intact, fout_seq, fout_reden FROM audit_verification_state WHERE tenant_id = ?", tenantId);

@@ -126,6 +126,7 @@ describe("audit-anker and audit-verificatie on PostgreSQL", () => {
         { tenantId: leeg, tenant: "Nieuw", intact: true, aantalEntries: 0 },
       ],
       ankerbestand: { intact: true, bestand: "<bestand>", regels: 3, waarschuwingen: [] },
+      schema: { intact: true, afwijkingen: [] },
       tijdstip: NOW.toISOString(),
     });
     expect(verificatie.pg).toEqual(verificatie.lite);

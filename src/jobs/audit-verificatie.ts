@@ -3,6 +3,10 @@
 // (src/audit/verify-all.ts; src/pg/offline.ts on PostgreSQL), and keeps each tenant's
 // latest result for the reports. A broken chain or anchor file is 409 and one alarm per
 // run naming what is broken: verificationOutcome, the same rule on either store.
+import { getTableName, is } from "drizzle-orm";
+import { PgTable } from "drizzle-orm/pg-core";
+import * as pgSchema from "../../db/schema-pg.ts";
+import { schemaAnomaliesPg, schemaAnomaliesSqlite } from "../audit/schema-guard.ts";
 import { max, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { auditEntries, auditVerificationState, tenants } from "../../db/schema.ts";
@@ -71,14 +75,30 @@ export const AnkerbestandResultaat = t.Object(
 );
 export type AnkerbestandResultaat = Static<typeof AnkerbestandResultaat>;
 
+export const SchemaResultaat = t.Object(
+  {
+    intact: t.Boolean(),
+    afwijkingen: t.Array(t.String(), {
+      description: "Wat in het schema van de database zit dat nachtwacht niet aanmaakte: triggers, views, regels, rijbeveiliging, een tabel met dezelfde naam in een ander schema.",
+    }),
+  },
+  { description: "Het schema van de database: wie het kan wijzigen, kan iets tussen nachtwacht en zijn tabellen zetten (src/audit/schema-guard.ts)." },
+);
+
 export const VerificatieBody = t.Object({
   gecontroleerd: integer({ minimum: 0, description: "Aantal gecontroleerde tenants (alle tenants)." }),
   aantalGebroken: integer({ minimum: 0, description: "Aantal tenants met een verbroken keten." }),
   resultaten: t.Array(VerificatieResultaat),
   ankerbestand: AnkerbestandResultaat,
+  schema: SchemaResultaat,
   tijdstip: dateTime(),
 });
 export type VerificatieBody = Static<typeof VerificatieBody>;
+
+/** nachtwacht's tables on PostgreSQL, by name: a same-named one in another schema is reported. */
+const PG_TABLES = Object.values(pgSchema as Record<string, unknown>)
+  .filter((x): x is PgTable => is(x, PgTable))
+  .map((x) => getTableName(x));
 
 /** At most this many broken tenants are listed in the alarm's context. */
 const MAX_IN_ALARM = 50;
@@ -165,7 +185,14 @@ export interface VerificatieUitkomst {
   alarm: Alarm | null;
 }
 
-export function verificationOutcome(v: InstallationVerdict, tenantRows: readonly { id: number; naam: string }[], bestand: string, now: Date): VerificatieUitkomst {
+export function verificationOutcome(
+  v: InstallationVerdict,
+  tenantRows: readonly { id: number; naam: string }[],
+  bestand: string,
+  now: Date,
+  /** What the database's schema holds that nachtwacht did not make (src/audit/schema-guard.ts). */
+  afwijkingen: readonly string[] = [],
+): VerificatieUitkomst {
   const tijdstip = now.toISOString();
   const names = new Map(tenantRows.map((t) => [t.id, t.naam]));
   const resultaten: VerificatieResultaat[] = v.tenants.map((r) => ({ ...r, tenant: names.get(r.tenantId) ?? "(niet meer in de tabel tenants)" }));
@@ -192,13 +219,18 @@ export function verificationOutcome(v: InstallationVerdict, tenantRows: readonly
   };
 
   const gebroken = resultaten.filter((r) => !r.intact);
+  const schema = { intact: afwijkingen.length === 0, afwijkingen: [...afwijkingen] };
   let alarm: Alarm | null = null;
-  if (gebroken.length > 0 || probleem) {
+  if (gebroken.length > 0 || probleem || !schema.intact) {
     const namen = gebroken.slice(0, 10).map((r) => `${r.tenant} (${r.tenantId}): ${r.fout!.reden}`).join(", ");
     alarm = {
       type: "audit-chain-broken",
       message:
         (probleem ? `Ankerbestand: ${probleem.reden} — ${probleem.toelichting}. ` : "") +
+        (schema.intact
+          ? ""
+          : `Het schema van de database bevat wat nachtwacht niet aanmaakte (${afwijkingen.slice(0, 5).join("; ")}${afwijkingen.length > 5 ? "; …" : ""}): ` +
+            "iemand die het schema kan wijzigen, kan daarmee entries na het opslaan veranderen of nachtwacht iets anders laten lezen. ") +
         (gebroken.length > 0
           ? `Audit-hashketen verbroken bij ${gebroken.length} tenant(s): ${namen}` + (gebroken.length > 10 ? ` en ${gebroken.length - 10} andere` : "") + ". "
           : "") +
@@ -206,6 +238,7 @@ export function verificationOutcome(v: InstallationVerdict, tenantRows: readonly
       context: {
         aantalGebroken: gebroken.length,
         ankerbestand,
+        schema,
         gebroken: gebroken.slice(0, MAX_IN_ALARM).map((r) => ({ tenantId: r.tenantId, tenant: r.tenant, fout: r.fout })),
       },
     };
@@ -213,7 +246,7 @@ export function verificationOutcome(v: InstallationVerdict, tenantRows: readonly
   return {
     result: {
       status: alarm ? 409 : 200,
-      body: { gecontroleerd: resultaten.length, aantalGebroken: gebroken.length, resultaten, ankerbestand, tijdstip },
+      body: { gecontroleerd: resultaten.length, aantalGebroken: gebroken.length, resultaten, ankerbestand, schema, tijdstip },
     },
     state,
     alarm,
@@ -232,7 +265,8 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
       ? await verifyInstallationPg(store.url, bestand, keys.verifiers, { workers, tenantIds })
       : await verifyInstallation(store.sqlite, store.path, bestand, tenantIds, keys.verifiers, { workers });
 
-  const { result, state, alarm } = verificationOutcome(v, tenantRows, bestand, now);
+  const afwijkingen = store.kind === "pg" ? await schemaAnomaliesPg(store.sql, PG_TABLES) : schemaAnomaliesSqlite(store.sqlite);
+  const { result, state, alarm } = verificationOutcome(v, tenantRows, bestand, now, afwijkingen);
   if (store.kind === "pg") await saveVerificationStatePg(store.db, state);
   else saveState(store.db, state);
   if (alarm) await deps.alarms.raise(alarm);
@@ -247,7 +281,8 @@ export const auditVerificatieJob = defineJob({
     "tenant, in volgorde: elke hash wordt herberekend, elke prevHash moet gelijk zijn aan de hash ervoor, volgnummers zonder gat, " +
     "de oudste entry sluit aan op de genesiswaarde of op een ondertekend, gerechtvaardigd retentierecord, en de RFC 6962-root " +
     "over de entry-hashes is gelijk aan die van het nieuwste ondertekende checkpoint in het bestand, dat de keten nog haalt. " +
-    "409 met hetzelfde object en een alarm (`audit-chain-broken`) zodra één keten of het ankerbestand niet klopt. " +
+    "Daarnaast het schema van de database: triggers, views, regels of rijbeveiliging die nachtwacht niet aanmaakte (`schema`). " +
+    "409 met hetzelfde object en een alarm (`audit-chain-broken`) zodra één keten, het ankerbestand of het schema niet klopt. " +
     "Het resultaat per tenant wordt bewaard voor de rapporten.",
   run: (deps, now) => runAuditVerificatie(deps, now),
   responses: {
