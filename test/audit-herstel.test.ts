@@ -242,6 +242,24 @@ describe("accepting a deliberate restore", () => {
     expect((await verify()).status).toBe(409);
   });
 
+  test("after audit-retentie: a checkpoint at or below the retention point (its entries gone) is not asked of the restored chain; accepted", async () => {
+    env = await makeEnv({ AUDIT_RETENTIE_DAGEN: "10" });
+    const a = await addTenant(env.db, "Gemeente Delft");
+    await fill(a, 10, "oud"); // 30 days old: past retention
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 10
+    await fillChain(env.store, a, 10, { label: "recent", at: (i) => new Date(NOW.getTime() - DAY_MS + i * 1000) });
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 20
+    expect((await call(env.app, "/api/cron/audit-retentie")).json.verwijderd).toBe(10); // up to the checkpoint at 10
+    const copy = await copyDatabase(env, "oud.db");
+    await fillChain(env.store, a, 5, { label: "later", at: (i) => new Date(NOW.getTime() - 1000 + i) });
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200); // checkpoint at 25
+    await restoreCopy(env, copy);
+    const r = await acceptRestore({ ja: true });
+    expect({ code: r.code, out: r.out, err: r.err }).toMatchObject({ code: 0 });
+    expect(r.out).toContain(`tenant ${a}: van seq 25 terug naar 20: de ondertekende entries 21 t/m 25 zijn verloren`);
+    expect((await verify()).status).toBe(200);
+  });
+
   test("a restore exactly one run old, after audit-anker copied that run back (kop-ontbreekt for good): accepted too", async () => {
     const { a } = await restored(1);
     const anker = await call(env.app, "/api/cron/audit-anker");

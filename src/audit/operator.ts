@@ -199,7 +199,7 @@ export interface RestoreLoss extends Omit<RestoreRecord, "tijdstip"> {
   /** How the chain misses the head: cut short, or (new entries under the lost numbers) another tree. */
   reden: "kop-ontbreekt" | "checkpoint-afwijkend";
   range: CompactRange;
-  /** The newest seq a head of the anchor file still proves (the chain's start when none): entries after it up to `naar` are accepted unproven. Not signed. */
+  /** The newest seq a head of the anchor file still proves (else the chain's start: genesis or its signed retention record): entries after it up to `naar` are accepted unproven. Not signed. */
   bewezenTot: number;
 }
 
@@ -420,7 +420,10 @@ async function tenantLoss(
     return refused(own.fout!.seq, `${own.fout!.reden}${why}`);
   }
   const tree = whole.tree();
-  const within = fileHeads.filter((x) => x.size <= tree.size);
+  // Heads up to the chain's start (a retention point) cover entries no longer there: the
+  // signed record the chain starts from stands for those.
+  const startSize = start.basis + start.range.size;
+  const within = fileHeads.filter((x) => x.size > startSize && x.size <= tree.size);
   const reached = within.filter((x) => rootsEqual(whole.rootAt(x.size)!, x.root));
   if (within.length > 0 && reached.length === 0) {
     const oldest = within.reduce((a, b) => (a.size <= b.size ? a : b));
@@ -429,7 +432,7 @@ async function tenantLoss(
       `checkpoint-afwijkend (de keten haalt geen enkel checkpoint van het ankerbestand waar ze lang genoeg voor is, ook dat bij seq ${oldest.size} niet: dit is geen teruggezette database maar een gewijzigde keten)`,
     );
   }
-  const bewezenTot = reached.reduce((n, x) => Math.max(n, x.size), start.basis);
+  const bewezenTot = reached.reduce((n, x) => Math.max(n, x.size), startSize);
   return { loss: { tenantId, basis: head.basis, van: head.size, vanRoot: head.root, naar: tree.size, root: tree.range.root(), reden: f.reden, range: tree.range, bewezenTot } };
 }
 
