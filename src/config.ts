@@ -100,7 +100,7 @@ function timeZone(env: Env, name: string, fallback: string): string {
  */
 export function secretValues(config: Pick<Config, "cronSecret" | "appSecret" | "metricsSecret" | "auditAnkerSleutel" | "smtpUrl" | "databaseUrl">): string[] {
   const password = (url: string | null) => (url !== null && URL.canParse(url) ? decodeURIComponent(new URL(url).password) : "");
-  return [config.cronSecret, config.appSecret ?? "", config.metricsSecret ?? "", config.auditAnkerSleutel ?? "", password(config.smtpUrl), password(config.databaseUrl)].filter((s) => s.length > 0);
+  return [config.cronSecret, config.appSecret ?? "", config.metricsSecret ?? "", config.auditAnkerSleutel, password(config.smtpUrl), password(config.databaseUrl)].filter((s) => s.length > 0);
 }
 
 export const MAX_SECRET_LENGTH = 1024;
