@@ -152,6 +152,8 @@ export const backupStatuses = pgTable(
     grootte: int64("grootte"),
     foutmelding: text("foutmelding"),
     bron: text("bron").notNull(),
+    // The report as stored, signed with the anchor key (src/row-seal.ts): only a sealed report counts.
+    zegel: text("zegel"),
   },
   (t) => [index("backup_statuses_ontvangen_idx").on(t.ontvangen)],
 );
@@ -167,9 +169,11 @@ export const jobRuns = pgTable(
     httpStatus: integer("http_status"),
     samenvatting: text("samenvatting"),
     fout: text("fout"),
-    // The run's start signed with the anchor key (src/job-seal.ts): only a sealed run
+    // The run's start signed with the anchor key (src/row-seal.ts): only a sealed run
     // counts as one, for a scheduled call's "already done" and for taken-controle.
     zegel: text("zegel"),
+    // The run's end, with its start, signed when it ends: a run that ended counts only with it.
+    eindzegel: text("eindzegel"),
   },
   (t) => [index("job_runs_job_gestart_idx").on(t.job, t.gestart)],
 );

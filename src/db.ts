@@ -9,7 +9,7 @@ import { migrate as drizzleMigrate } from "drizzle-orm/bun-sqlite/migrator";
 import type { AnySQLiteColumn } from "drizzle-orm/sqlite-core";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
 import * as schema from "../db/schema.ts";
-import { sealLegacyRuns, type RunSeal } from "./job-seal.ts";
+import { SEAL_COLUMNS, sealLegacyRows, type RowSeal, type SealColumns } from "./row-seal.ts";
 import { serviceMeta } from "../db/schema.ts";
 
 export type Db = BunSQLiteDatabase<typeof schema>;
@@ -114,11 +114,12 @@ export function installedAt(db: Db): Date | null {
 }
 
 /**
- * Opens (creating and migrating) the database. `seal`: the service's run seal; when this
- * open adds job_runs.zegel (the first start of the version that seals runs), the runs
- * already recorded are sealed with it (sealLegacyRuns), so they count as the runs they are.
+ * Opens (creating and migrating) the database. `seal`: the service's row seal; when this
+ * open's migrations add a seal column (the first start of the version that seals those
+ * rows), the rows already recorded are sealed with it (sealLegacyRows), so they count as
+ * the runs and reports they are.
  */
-export function openStore(path: string, now: Date = new Date(), seal?: RunSeal): Store {
+export function openStore(path: string, now: Date = new Date(), seal?: RowSeal): Store {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
   // Before the first read: another connection closing (its checkpoint) or writing at
@@ -132,9 +133,10 @@ export function openStore(path: string, now: Date = new Date(), seal?: RunSeal):
   applyPragmas(sqlite);
   const db = drizzle(sqlite, { schema });
   // Raw SQL: SQLite's own table-valued pragma, before the migrations.
-  const sealedBefore = (sqlite.query("SELECT count(*) AS n FROM pragma_table_info('job_runs') WHERE name = 'zegel'").get() as { n: number }).n > 0;
+  const hasColumn = ([table, column]: readonly [string, string]) => sqlite.query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?").get(table, column) !== null;
+  const had: SealColumns = { runStarts: hasColumn(SEAL_COLUMNS.runStarts), runEnds: hasColumn(SEAL_COLUMNS.runEnds), backups: hasColumn(SEAL_COLUMNS.backups) };
   migrate(db);
-  if (seal && !sealedBefore) sealLegacyRuns(db, seal, now);
+  if (seal) sealLegacyRows(db, seal, now, had);
   // taken-controle does not call a job missed before its first expected time after
   // the service was installed: the first start on this database is that moment.
   db.insert(serviceMeta).values({ key: "geinstalleerd", value: now.toISOString() }).onConflictDoNothing().run();

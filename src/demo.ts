@@ -7,7 +7,7 @@ import { dirname } from "node:path";
 import { generateKeyPair, parseSignerKey } from "./audit/note.ts";
 import { parseConfig } from "./config.ts";
 import { openStore } from "./db.ts";
-import { runSealOf } from "./job-seal.ts";
+import { rowSealOf } from "./row-seal.ts";
 import { DEMO_DEFAULT, fillDemoData } from "./cli/demo-data.ts";
 import { startServer } from "./server.ts";
 
@@ -31,8 +31,8 @@ if (appGenerated) env.APP_SECRET = randomBytes(32).toString("hex");
 const config = parseConfig(env);
 
 if (!existsSync(config.databasePath)) {
-  const store = openStore(config.databasePath, new Date(), runSealOf(config));
-  fillDemoData(store.sqlite, DEMO_DEFAULT, new Date());
+  const store = openStore(config.databasePath, new Date(), rowSealOf(config));
+  fillDemoData(store.sqlite, DEMO_DEFAULT, new Date(), 42, rowSealOf(config));
   store.close();
 }
 

@@ -29,7 +29,7 @@ import { jobLeases, jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
 import { startRun, withDeadline } from "./job-runs.ts";
-import type { RunSeal } from "./job-seal.ts";
+import { sealedRunColumns, type RowSeal, type SealedRunRow } from "./row-seal.ts";
 import { releaseLeasePg, renewLeasePg, startLeasedRunPg } from "./pg/job-lease.ts";
 import { log } from "./logger.ts";
 import { maxRuntimeMs, type JobName } from "./schedule.ts";
@@ -166,8 +166,8 @@ export function leaseValues(holder: LeaseHolder, runId: number, now: Date, ttlMs
  */
 export function startLeasedRun(
   store: AnyStore,
-  /** Seals the run's row; and only a sealed run counts as one that did `firedAt` (src/job-seal.ts). */
-  seal: RunSeal,
+  /** Seals the run's row; and only a sealed run counts as one that did `firedAt` (src/row-seal.ts). */
+  seal: RowSeal,
   job: JobName,
   holder: LeaseHolder,
   now: Date,
@@ -183,7 +183,7 @@ export function startLeasedRun(
     (): LeasedStart => {
       if (firedAt !== null) {
         const done = firstSealed(
-          db.select({ runId: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel }).from(jobRuns).where(doneSince(jobRuns, job, firedAt)).orderBy(jobRuns.gestart).all(),
+          db.select({ runId: jobRuns.id, ...sealedRunColumns(jobRuns) }).from(jobRuns).where(doneSince(jobRuns, job, firedAt)).orderBy(jobRuns.gestart).all(),
           seal,
         );
         if (done) return { ok: false, gedaan: done };
@@ -228,7 +228,7 @@ export const doneSince = (t: RunColumns, job: JobName, firedAt: Date) => and(eq(
  * does not make a scheduled call skip its job. Reads them all: a few real ones per
  * scheduled time, and any number of forged ones costs the forger, not the check.
  */
-export function firstSealed(rows: readonly (DoneRun & { job: string; zegel: string | null })[], seal: RunSeal): DoneRun | null {
+export function firstSealed(rows: readonly (SealedRunRow & { runId: number })[], seal: RowSeal): DoneRun | null {
   const r = rows.find((x) => seal.sealed(x));
   return r ? { runId: r.runId, gestart: r.gestart, uitkomst: r.uitkomst } : null;
 }

@@ -11,7 +11,7 @@ import type { AnyStore } from "./deps.ts";
 import { finishRunPg } from "./pg/job-runs.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
-import { NEWEST_ROWS, newestSealed, type RunSeal } from "./job-seal.ts";
+import { NEWEST_ROWS, newestSealed, type RowSeal, type RunStart } from "./row-seal.ts";
 
 export type JobRunRow = typeof jobRuns.$inferSelect;
 export type Outcome = JobRunRow["uitkomst"];
@@ -19,13 +19,13 @@ export type Outcome = JobRunRow["uitkomst"];
 /** The summary kept per run is bounded: the history must not grow with a report's size. */
 const MAX_SUMMARY = 4000;
 
-/** The row a run starts with, for any store: its start, sealed (src/job-seal.ts), and 'bezig' until its end is written. */
-export function runStartValues(job: JobName, now: Date, seal: RunSeal) {
+/** The row a run starts with, for any store: its start, sealed (src/row-seal.ts), and 'bezig' until its end is written. */
+export function runStartValues(job: JobName, now: Date, seal: RowSeal) {
   const gestart = now.toISOString();
   return { job, gestart, uitkomst: "bezig" as const, zegel: seal.seal({ job, gestart }) };
 }
 
-export function startRun(db: Db, job: JobName, now: Date, seal: RunSeal): number {
+export function startRun(db: Db, job: JobName, now: Date, seal: RowSeal): number {
   const row = db
     .insert(jobRuns)
     .values(runStartValues(job, now, seal))
@@ -60,16 +60,23 @@ export class DeadlineError extends Error {
   override name = "DeadlineError";
 }
 
-/** The columns a run's end sets, for any store: the summary as JSON, bounded. */
-export function runEndValues(end: Date, r: RunEnd) {
+/** The columns a run's end sets, for any store: the summary as JSON, bounded, and the end's seal over them with the run's start (src/row-seal.ts). */
+export function runEndValues(seal: RowSeal, start: RunStart, end: Date, r: RunEnd) {
   let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
   if (summary !== null && summary.length > MAX_SUMMARY) summary = summary.slice(0, MAX_SUMMARY - 1) + "…";
-  return { beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout ?? null };
+  const values = { beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout ?? null };
+  return { ...values, eindzegel: seal.sealEnd({ ...start, ...values }) };
 }
 
-/** The end of a run, one UPDATE, synchronous: inside a transaction (writeTransaction) or through writeRunEnd. */
-export function finishRun(db: Db, id: number, end: Date, r: RunEnd): void {
-  db.update(jobRuns).set(runEndValues(end, r)).where(openRun(jobRuns, id)).run();
+/**
+ * The end of a run, synchronous: inside a transaction (writeTransaction) or through
+ * writeRunEnd. Its start (job, gestart) is read from its row, for the end's seal: a row
+ * whose start was changed has no valid start seal, so the end's seal does not make it count.
+ */
+export function finishRun(db: Db, seal: RowSeal, id: number, end: Date, r: RunEnd): void {
+  const start = db.select({ job: jobRuns.job, gestart: jobRuns.gestart }).from(jobRuns).where(openRun(jobRuns, id)).get();
+  if (!start) return;
+  db.update(jobRuns).set(runEndValues(seal, start, end, r)).where(openRun(jobRuns, id)).run();
 }
 
 /**
@@ -89,16 +96,16 @@ const ONE_TRY_MS = 1000;
  * run's row, should another session hold it (finishRunPg). Other database errors are
  * passed on.
  */
-export function writeRunEnd(store: AnyStore, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
+export function writeRunEnd(store: AnyStore, seal: RowSeal, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
   // 0 is one try without waiting for a lock (finishRunPg: 1 ms); the try itself still needs its round trips.
-  if (store.kind === "pg") return withDeadline(finishRunPg(store, id, end, r, deadlineMs), Math.max(deadlineMs, ONE_TRY_MS), "the end of a run");
-  return retryWhenBusy(store.sqlite, () => finishRun(store.db, id, end, r), deadlineMs);
+  if (store.kind === "pg") return withDeadline(finishRunPg(store, seal, id, end, r, deadlineMs), Math.max(deadlineMs, ONE_TRY_MS), "the end of a run");
+  return retryWhenBusy(store.sqlite, () => finishRun(store.db, seal, id, end, r), deadlineMs);
 }
 
 /** The job's newest sealed run, by start then id, and how many rows without a valid seal are newer (newestSealed). */
-export function lastRun(db: Db, job: string, seal: RunSeal): { run: JobRunRow | null; vervalst: number } {
+export function lastRun(db: Db, job: string, seal: RowSeal): { run: JobRunRow | null; vervalst: number } {
   const rows = db.select().from(jobRuns).where(eq(jobRuns.job, job)).orderBy(desc(jobRuns.gestart), desc(jobRuns.id)).limit(NEWEST_ROWS).all();
-  return newestSealed(rows, seal);
+  return newestSealed(rows, seal.sealed);
 }
 
 /**
@@ -108,12 +115,12 @@ export function lastRun(db: Db, job: string, seal: RunSeal): { run: JobRunRow | 
  * once without waiting (before an unrelated job, whose own lease waits for the lock
  * anyway). Never throws.
  */
-export async function writeKeptEnds(store: AnyStore, running: RunningJobs, deadlineMs: number): Promise<KeptEnd[]> {
+export async function writeKeptEnds(store: AnyStore, seal: RowSeal, running: RunningJobs, deadlineMs: number): Promise<KeptEnd[]> {
   const deadline = performance.now() + deadlineMs;
   const written: KeptEnd[] = [];
   for (const kept of running.keptEndsList()) {
     try {
-      await writeRunEnd(store, kept.runId, kept.end, kept.result, Math.max(0, deadline - performance.now()));
+      await writeRunEnd(store, seal, kept.runId, kept.end, kept.result, Math.max(0, deadline - performance.now()));
       running.forgetEnd(kept.runId);
       written.push(kept);
     } catch {

@@ -13,7 +13,7 @@ import { liveLeases, type JobLease } from "./job-lease.ts";
 import { lastRun, type JobRunRow, type Outcome } from "./job-runs.ts";
 import type { JobContext } from "./jobs/job.ts";
 import { SCHEDULE, type JobName } from "./schedule.ts";
-import { NEWEST_ROWS, type RunSeal } from "./job-seal.ts";
+import { NEWEST_ROWS, sealedRunColumns, type RowSeal } from "./row-seal.ts";
 
 /**
  * The last fire time at or before `at`. croner's previousRuns excludes a fire time
@@ -26,7 +26,7 @@ export function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
 /** The first rows of the job that started at or after `since`, for whether one is a sealed run; run for every scheduled job, so prepared once. */
 const startedSinceStatement = preparedPerConnection((db) =>
   db
-    .select({ job: jobRuns.job, gestart: jobRuns.gestart, zegel: jobRuns.zegel })
+    .select(sealedRunColumns(jobRuns))
     .from(jobRuns)
     .where(and(eq(jobRuns.job, sql.placeholder("job")), gte(jobRuns.gestart, sql.placeholder("since"))))
     .orderBy(jobRuns.gestart)
@@ -83,7 +83,7 @@ export function startedSinceNewest(newestStart: string | null): (since: Date) =>
 }
 
 /** dueState on SQLite, for one job: the history read through an indexed lookup per fire time. */
-export function dueState(db: Db, seal: RunSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
+export function dueState(db: Db, seal: RowSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
   return dueStateOf(cronExpression, now, graceMs, installed, (d) => startedSinceStatement(db).all({ job, since: d.toISOString() }).some((r) => seal.sealed(r)));
 }
 
@@ -99,7 +99,7 @@ export interface JobStatus {
   maxRuntimeMinutes: number;
   /** The newest sealed run (job_runs), with the end this process kept when its row could not be written yet; null when it never ran. */
   run: { id: number; gestart: string; beeindigd: string | null; uitkomst: Outcome } | null;
-  /** Rows of the job newer than that run without a valid seal: written by someone without the anchor key (src/job-seal.ts). */
+  /** Rows of the job newer than that run without a valid seal: written by someone without the anchor key (src/row-seal.ts). */
   vervalst: number;
   /** Whether the newest run is alive, and what keeps it so: this process runs it, or another holds its lease. */
   levend: "dit-proces" | "ander-proces" | null;
@@ -118,7 +118,7 @@ export interface StatusReads {
   installed: Date | null;
   /** The live leases by job (liveLeases, liveLeasesPg). */
   leases: ReadonlyMap<string, JobLease>;
-  /** Per job of the schedule table its newest sealed run (lastRun, lastRunPg; null when none) and how many newer rows have no valid seal (src/job-seal.ts). */
+  /** Per job of the schedule table its newest sealed run (lastRun, lastRunPg; null when none) and how many newer rows have no valid seal (src/row-seal.ts). */
   newestRuns: ReadonlyMap<JobName, { run: NewestRun | null; vervalst: number }>;
 }
 
@@ -185,7 +185,7 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
  * one read transaction: a lease another process takes between the reads would otherwise
  * leave its 'bezig' run without it, which reads as interrupted (as on PostgreSQL).
  */
-export function jobStatuses(db: Db, seal: RunSeal, now: Date, graceMs: number, context: JobContext): JobStatus[] {
+export function jobStatuses(db: Db, seal: RowSeal, now: Date, graceMs: number, context: JobContext): JobStatus[] {
   const reads: StatusReads = db.transaction(
     (tx) => ({
       installed: installedAt(tx),

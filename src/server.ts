@@ -10,7 +10,7 @@ import { BUSY_TIMEOUT_MS, openStore, type Store } from "./db.ts";
 import type { AnyStore, Deps } from "./deps.ts";
 import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 import { WriteApiActivity } from "./ingest/activity.ts";
-import { runSealOf } from "./job-seal.ts";
+import { rowSealOf } from "./row-seal.ts";
 import { markInstalledPg, openPgStore, type PgStore } from "./pg/store.ts";
 import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
@@ -36,7 +36,7 @@ export function closeDatabase(store: Store): void {
 }
 
 /** The service's dependencies on `store`: the SQLite file of DATABASE_PATH unless another is given (PostgreSQL, tests). */
-export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath, new Date(), runSealOf(config)) as S): Deps<S> {
+export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath, new Date(), rowSealOf(config)) as S): Deps<S> {
   const dataDir = dirname(resolve(config.databasePath));
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
   const clock = () => new Date();
@@ -95,7 +95,7 @@ export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer,
  * together), its first start marked, no WAL checkpointer (PostgreSQL has its own).
  */
 export async function startPgServer(config: Config, url: string, options: ServerOptions = {}) {
-  const store = await openPgStore(url, { seal: runSealOf(config) });
+  const store = await openPgStore(url, { seal: rowSealOf(config) });
   await markInstalledPg(store, new Date());
   log("info", "database: PostgreSQL", { database: redactUrl(url) });
   return serveWith(wireDeps<PgStore>(config, store), null, options);
@@ -144,7 +144,7 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
       const deadline = performance.now() + BUSY_TIMEOUT_MS;
       for (const { job, runId } of running.runs()) {
         try {
-          await writeRunEnd(deps.store, runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message }, Math.max(0, deadline - performance.now()));
+          await writeRunEnd(deps.store, rowSealOf(deps.config), runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message }, Math.max(0, deadline - performance.now()));
         } catch (e) {
           log("error", "could not record an interrupted run", { job, runId, error: e instanceof Error ? e.message : String(e) });
         }
@@ -160,7 +160,7 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
     if (given.length > 0) log("error", "writes of the job wrapper still waiting for the database write lock were given up at shutdown", { writes: given });
     // Ends of runs that could not be written when they finished (job-route.ts recordEnd,
     // writeEnd): one last try, or their rows would read as interrupted after the restart.
-    await writeKeptEnds(deps.store, running, Math.max(0, writesDeadline - performance.now()));
+    await writeKeptEnds(deps.store, rowSealOf(deps.config), running, Math.max(0, writesDeadline - performance.now()));
     const unwritten = running.keptEndsList();
     if (unwritten.length > 0) {
       log("error", "the end of a run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId, uitkomst: k.result.uitkomst, httpStatus: k.result.httpStatus })) });

@@ -95,7 +95,7 @@ describe("audit-verificatie", () => {
     expect(r.json.schema).toEqual({ intact: false, afwijkingen: ["trigger stil op audit_entries", "view kopie"] });
     const alarm = env.alarms.raised.at(-1)!;
     expect(alarm.type).toBe("audit-chain-broken");
-    expect(alarm.message).toContain("Het schema van de database bevat wat nachtwacht niet aanmaakte (trigger stil op audit_entries; view kopie)");
+    expect(alarm.message).toContain("Het schema van de database wijkt af van wat nachtwacht aanmaakte (trigger stil op audit_entries; view kopie)");
   });
 
   test("no tenants: 200 with nothing checked", async () => {

@@ -1,20 +1,32 @@
 import { describe, expect, test } from "bun:test";
 import { runBackupControle } from "../src/jobs/backup-controle.ts";
-import { call, NOW } from "./helpers.ts";
+import { backupZegel, call, NOW } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
 
 const HOUR = 3600_000;
 
+/** A report as backup-status stores it: sealed (src/row-seal.ts). */
 function addBackup(env: Env, hoursAgo: number, exitCode = 0, extra: { foutmelding?: string } = {}) {
-  return env.db.run(
-    `INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron)
-     VALUES (?, ?, ?, ?, ?, ?, 'host-cron')`,
-    new Date(NOW.getTime() - hoursAgo * HOUR).toISOString(),
+  const b = {
+    ontvangen: new Date(NOW.getTime() - hoursAgo * HOUR).toISOString(),
     exitCode,
-    exitCode === 0,
-    "db.tar.gz",
-    1234,
-    extra.foutmelding ?? "",
+    gelukt: exitCode === 0,
+    bestandsnaam: "db.tar.gz",
+    grootte: 1234,
+    foutmelding: extra.foutmelding ?? "",
+    bron: "host-cron",
+  };
+  return env.db.run(
+    `INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+    b.ontvangen,
+    b.exitCode,
+    b.gelukt,
+    b.bestandsnaam,
+    b.grootte,
+    b.foutmelding,
+    b.bron,
+    backupZegel(b),
   );
 }
 
@@ -24,7 +36,7 @@ describe("backup-controle", () => {
     try {
       const res = await call(env.app, "/api/cron/backup-controle");
       expect(res.status).toBe(409);
-      expect(res.json).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 26 });
+      expect(res.json).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 26, vervalst: 0 });
       expect(env.alarms.raised).toHaveLength(1);
       expect(env.alarms.raised[0]!.type).toBe("backup-missing");
       expect(env.alarms.raised[0]!.context?.reden).toBe("geen-backup");

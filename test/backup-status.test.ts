@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, test } from "bun:test";
-import { call, NOW, SECRET } from "./helpers.ts";
+import { backupZegel, call, NOW, SECRET } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
 
 const PATH = "/api/cron/backup-status";
@@ -31,6 +31,8 @@ describe("backup-status", () => {
         grootte: 183500800,
         foutmelding: "",
         bron: "host-cron",
+        // Sealed with the anchor key over the report as stored (src/row-seal.ts).
+        zegel: backupZegel({ ontvangen: NOW.toISOString(), exitCode: 0, gelukt: true, bestandsnaam: "nachtwacht-2026-07-23.db.gz", grootte: 183500800, foutmelding: "", bron: "host-cron" }),
       },
     ]);
     expect(env.alarms.raised).toEqual([]);

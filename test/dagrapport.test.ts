@@ -13,7 +13,7 @@ import type { AnyStore } from "../src/deps.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import { formatDuur, median, OPERATOR_RECORDS_SQL } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
-import { call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, zegel } from "./helpers.ts";
+import { call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, backupZegel, eindzegel, zegel } from "./helpers.ts";
 import { addLoginAttempt, addTenant, appendInputs, makeEnv, type TestDb } from "./dialect.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
 
@@ -47,26 +47,40 @@ async function setup(env: Record<string, string> = {}) {
 type Env = Awaited<ReturnType<typeof mailEnv>>;
 const DAY = 24 * 3600 * 1000;
 
+/** A report as backup-status stores it: sealed (src/row-seal.ts). */
 function addBackup(env: Env, b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }) {
+  const row = {
+    ontvangen: b.ontvangen.toISOString(),
+    exitCode: b.exitCode,
+    gelukt: b.exitCode === 0,
+    bestandsnaam: b.bestandsnaam ?? null,
+    grootte: b.grootte ?? null,
+    foutmelding: b.foutmelding ?? "",
+    bron: "host-cron",
+  };
   return env.db.run(
-    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, ?, ?, ?, 'host-cron')",
-    b.ontvangen.toISOString(),
-    b.exitCode,
-    b.exitCode === 0,
-    b.bestandsnaam ?? null,
-    b.grootte ?? null,
-    b.foutmelding ?? "",
+    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    row.ontvangen,
+    row.exitCode,
+    row.gelukt,
+    row.bestandsnaam,
+    row.grootte,
+    row.foutmelding,
+    row.bron,
+    backupZegel(row),
   );
 }
 
 function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok") {
+  const r = { job, gestart: gestart.toISOString(), beeindigd: new Date(gestart.getTime() + 1000).toISOString(), uitkomst, httpStatus: 200 };
   return env.db.run(
-    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, 200, ?)",
-    job,
-    gestart.toISOString(),
-    new Date(gestart.getTime() + 1000).toISOString(),
-    uitkomst,
-    zegel(job, gestart.toISOString()),
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, ?, 200, ?, ?)",
+    r.job,
+    r.gestart,
+    r.beeindigd,
+    r.uitkomst,
+    zegel(job, r.gestart),
+    eindzegel(r),
   );
 }
 
@@ -274,15 +288,18 @@ describe("dagrapport: further sections", () => {
 
   test("each job's last duration and its usual one: the median of its last 10 successful runs", async () => {
     const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
-    const run = (job: string, gestart: string, ms: number | null, uitkomst = "ok") =>
-      env.db.run(
-        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, 200, ?)",
+    const run = (job: string, gestart: string, ms: number | null, uitkomst = "ok") => {
+      const beeindigd = ms === null ? null : new Date(Date.parse(gestart) + ms).toISOString();
+      return env.db.run(
+        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, ?, 200, ?, ?)",
         job,
         gestart,
-        ms === null ? null : new Date(Date.parse(gestart) + ms).toISOString(),
+        beeindigd,
         uitkomst,
         zegel(job, gestart),
+        eindzegel({ job, gestart, beeindigd, uitkomst, httpStatus: 200 }),
       );
+    };
     // audit-verificatie: twelve successful nights; the two oldest (very slow) fall outside the last ten.
     const nights = [600_000, 500_000, 12_000, 14_000, 13_000, 15_000, 11_000, 16_000, 13_500, 12_500, 14_500, 13_800];
     for (const [i, ms] of nights.entries()) await run("audit-verificatie", new Date(Date.parse("2026-07-11T01:00:00.000Z") + i * 86_400_000).toISOString(), ms);

@@ -10,7 +10,7 @@ import type { PruneOptions } from "../src/maintenance/pruning.ts";
 import { buildDailyReportPg } from "../src/pg/daily.ts";
 import { pruneOwnTablesPg } from "../src/pg/maintenance.ts";
 import { buildDailyReport } from "../src/reports/daily.ts";
-import { call, makeTestEnv, NOW, tempDir, zegel, type TestEnv } from "./helpers.ts";
+import { call, makeTestEnv, NOW, tempDir, backupZegel, eindzegel, zegel, type TestEnv } from "./helpers.ts";
 import { makeEnv, pgOnly, sqliteOnly, type Env, type TestDb } from "./dialect.ts";
 
 function addLoginAttempts(sqlite: Database, n: number) {
@@ -373,15 +373,18 @@ async function insertRows(db: TestDb, table: string, columns: readonly string[],
   }
 }
 
-const RUN_COLUMNS = ["job", "gestart", "beeindigd", "uitkomst", "http_status", "zegel"] as const;
-/** A run as the service records it: sealed (src/job-seal.ts). */
+const RUN_COLUMNS = ["job", "gestart", "beeindigd", "uitkomst", "http_status", "zegel", "eindzegel"] as const;
+/** A run as the service records it: sealed (src/row-seal.ts). */
 function run(job: string, gestart: Date, uitkomst = "ok", ms: number | null = 1500): unknown[] {
-  return [job, gestart.toISOString(), ms === null ? null : new Date(gestart.getTime() + ms).toISOString(), uitkomst, 200, zegel(job, gestart.toISOString())];
+  const r = { job, gestart: gestart.toISOString(), beeindigd: ms === null ? null : new Date(gestart.getTime() + ms).toISOString(), uitkomst, httpStatus: 200 };
+  return [r.job, r.gestart, r.beeindigd, r.uitkomst, 200, zegel(job, r.gestart), eindzegel(r)];
 }
 
-const BACKUP_COLUMNS = ["ontvangen", "exit_code", "gelukt", "bestandsnaam", "grootte", "foutmelding", "bron"] as const;
+const BACKUP_COLUMNS = ["ontvangen", "exit_code", "gelukt", "bestandsnaam", "grootte", "foutmelding", "bron", "zegel"] as const;
+/** A report as backup-status stores it: sealed (src/row-seal.ts). */
 function backup(ontvangen: Date, exitCode = 0): unknown[] {
-  return [ontvangen.toISOString(), exitCode, exitCode === 0, "db.gz", 1024, null, "host-cron"];
+  const b = { ontvangen: ontvangen.toISOString(), exitCode, gelukt: exitCode === 0, bestandsnaam: "db.gz", grootte: 1024, foutmelding: null, bron: "host-cron" };
+  return [b.ontvangen, b.exitCode, b.gelukt, b.bestandsnaam, b.grootte, b.foutmelding, b.bron, backupZegel(b)];
 }
 
 /** A year and more of history: daily, weekly, yearly and quarter-hourly jobs, a run that died, a job no longer in the schedule. */

@@ -11,7 +11,7 @@ import { createApp, type AppOptions } from "../src/app.ts";
 import { parseConfig, type Config } from "../src/config.ts";
 import { openStore, type Store } from "../src/db.ts";
 import { auditKeys } from "../src/audit/keys.ts";
-import { runSeal } from "../src/job-seal.ts";
+import { rowSeal, type BackupColumns } from "../src/row-seal.ts";
 import type { AnyStore, Deps } from "../src/deps.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { markInstalledPg, openPgStore, type PgStore } from "../src/pg/store.ts";
@@ -21,10 +21,17 @@ export const SECRET = "test-secret-0123456789abcdef0123456789abcdef";
 export const TEST_SIGNING_KEY = "PRIVATE+KEY+nachtwacht.test/sleutel+04706f76+AfO1+waq/kEMf5iWcnHxmDmxSp7UaHorpI2ScjdvRrRr";
 export const TEST_VERIFIER_KEY = "nachtwacht.test/sleutel+04706f76+Aaz207b2QEx/XF+SdROXncBC9wVo9P46bYDZjcEehm4L";
 export const NOW = new Date("2026-07-23T12:00:00.000Z");
-/** The run seal of a service configured with TEST_SIGNING_KEY (src/job-seal.ts). */
-export const TEST_SEAL = runSeal(auditKeys({ auditAnkerSleutel: TEST_SIGNING_KEY, auditVertrouwdeSleutels: [] }));
+/** The run seal of a service configured with TEST_SIGNING_KEY (src/row-seal.ts). */
+export const TEST_SEAL = rowSeal(auditKeys({ auditAnkerSleutel: TEST_SIGNING_KEY, auditVertrouwdeSleutels: [] }));
 /** job_runs.zegel of a run of `job` started at `gestart`, as the service seals it: for history written by a test. */
 export const zegel = (job: string, gestart: string) => TEST_SEAL.seal({ job, gestart });
+/** job_runs.eindzegel of a run that ended as given, as the service seals it; null for one still 'bezig'. */
+export function eindzegel(r: { job: string; gestart: string; beeindigd: string | null; uitkomst: string; httpStatus?: number | null; samenvatting?: string | null; fout?: string | null }): string | null {
+  if (r.uitkomst === "bezig") return null;
+  return TEST_SEAL.sealEnd({ ...r, httpStatus: r.httpStatus ?? null, samenvatting: r.samenvatting ?? null, fout: r.fout ?? null });
+}
+/** backup_statuses.zegel of a report as stored, as backup-status seals it. */
+export const backupZegel = (r: BackupColumns) => TEST_SEAL.sealBackup(r);
 
 /** Polls `check` until it returns a value other than undefined/false; throws after `ms`. Never a fixed sleep as synchronisation. */
 export async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = 30_000): Promise<T> {

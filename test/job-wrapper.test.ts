@@ -9,7 +9,7 @@ import { dagrapportJob } from "../src/jobs/dagrapport.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { takenControleJob } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE } from "../src/schedule.ts";
-import { call, NOW, SECRET, TEST_SEAL, zegel } from "./helpers.ts";
+import { call, NOW, SECRET, TEST_SEAL, eindzegel, zegel } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
 import { holdRunEnd } from "./ingest-fixtures.ts";
 
@@ -238,12 +238,14 @@ describe("the job wrapper: a completed job whose end cannot be recorded", () => 
     for (const e of SCHEDULE) {
       if (e.cron === null || e.job === "dagrapport") continue;
       const last = new Cron(e.cron, { timezone: "UTC" }).previousRuns(1, new Date(now.getTime() + 1))[0]!;
+      const r = { job: e.job, gestart: new Date(last.getTime() + 1000).toISOString(), beeindigd: new Date(last.getTime() + 2000).toISOString(), uitkomst: "ok", httpStatus: 200 };
       await env.db.run(
-        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, 'ok', 200, ?)",
-        e.job,
-        new Date(last.getTime() + 1000).toISOString(),
-        new Date(last.getTime() + 2000).toISOString(),
-        zegel(e.job, new Date(last.getTime() + 1000).toISOString()),
+        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, 'ok', 200, ?, ?)",
+        r.job,
+        r.gestart,
+        r.beeindigd,
+        zegel(r.job, r.gestart),
+        eindzegel(r),
       );
     }
   }

@@ -12,7 +12,7 @@ import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { collectMetrics, isLoopback, METRICS_CONTENT_TYPE, metricsAccess, renderMetrics, type MetricsSnapshot } from "../src/http/metrics.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { call, NOW, SECRET, zegel } from "./helpers.ts";
+import { call, NOW, SECRET, backupZegel, eindzegel, zegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
@@ -63,23 +63,27 @@ async function scrape(e: Env, token: string | null = METRICS_SECRET) {
 
 async function insertRun(e: Env, job: string, gestart: string, beeindigd: string | null, uitkomst: string): Promise<number> {
   const row = await e.db.get<{ id: number }>(
-    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
     job,
     gestart,
     beeindigd,
     uitkomst,
     beeindigd === null ? null : 200,
     zegel(job, gestart),
+    eindzegel({ job, gestart, beeindigd, uitkomst, httpStatus: beeindigd === null ? null : 200 }),
   );
   return row!.id;
 }
 
+/** A report as backup-status stores it: sealed (src/row-seal.ts). */
 async function insertBackup(e: Env, ontvangen: string, exitCode: number) {
+  const b = { ontvangen, exitCode, gelukt: exitCode === 0, bestandsnaam: "b.db.gz", grootte: 10, foutmelding: null, bron: "host-cron" };
   await e.db.run(
-    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, 'b.db.gz', 10, NULL, 'host-cron')",
+    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, 'b.db.gz', 10, NULL, 'host-cron', ?)",
     ontvangen,
     exitCode,
-    exitCode === 0,
+    b.gelukt,
+    backupZegel(b),
   );
 }
 

@@ -69,21 +69,31 @@ describe("PostgreSQL schema", () => {
     }
   });
 
-  test("the migration that adds job_runs.zegel seals the runs started by then (as openStore on SQLite); a row dated later stays unsealed", async () => {
+  test("the migrations that add the seal columns seal the runs and reports of the past (as openStore on SQLite); a row dated later stays unsealed, an end only with its start", async () => {
     const url = await cluster.createDatabase();
     try {
       const old = await openPgStore(url);
+      // The database as the version before runs were sealed left it: its last two migrations undone.
       await old.sql`ALTER TABLE job_runs DROP COLUMN zegel`;
-      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at = (SELECT max(created_at) FROM drizzle.__drizzle_migrations)`;
+      await old.sql`ALTER TABLE job_runs DROP COLUMN eindzegel`;
+      await old.sql`ALTER TABLE backup_statuses DROP COLUMN zegel`;
+      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at IN (SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 2)`;
       await old.sql`INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('weekrapport', '2026-07-20T06:00:01.000Z', '2026-07-20T06:00:09.000Z', 'ok', 200)`;
       await old.sql`INSERT INTO job_runs (job, gestart, uitkomst) VALUES ('audit-verificatie', '9999-12-31T00:00:00.000Z', 'ok')`;
+      await old.sql`INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES ('2026-07-23T02:30:00.000Z', 0, true, 'a.gz', 183500800, NULL, 'host-cron')`;
+      await old.sql`INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES ('9999-01-01T00:00:00.000Z', 0, true, 'b.gz', 1, NULL, 'host-cron')`;
       await old.close();
       const store = await openPgStore(url, { seal: TEST_SEAL, now: NOW });
       try {
         const rows = await store.db.query.jobRuns.findMany({ orderBy: (t, { asc }) => [asc(t.id)] });
-        expect(rows.map((r) => [r.job, TEST_SEAL.sealed(r)])).toEqual([
-          ["weekrapport", true],
-          ["audit-verificatie", false],
+        expect(rows.map((r) => [r.job, TEST_SEAL.sealed(r), r.eindzegel !== null])).toEqual([
+          ["weekrapport", true, true],
+          ["audit-verificatie", false, false],
+        ]);
+        const backups = await store.db.query.backupStatuses.findMany({ orderBy: (t, { asc }) => [asc(t.id)] });
+        expect(backups.map((b) => [b.bestandsnaam, TEST_SEAL.backupSealed(b)])).toEqual([
+          ["a.gz", true],
+          ["b.gz", false],
         ]);
       } finally {
         await store.close();
@@ -126,7 +136,7 @@ describe("PostgreSQL schema", () => {
       const sql = stores[0]!.sql;
       const rows = await sql`SELECT hash FROM drizzle.__drizzle_migrations`;
       expect(rows.length).toBe(embeddedPgMigrations.journal.entries.length);
-      expect(rows.length).toBe(6);
+      expect(rows.length).toBe(7);
       const [{ n }] = await sql`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`;
       expect(n).toBe(13 + PG_ONLY.length);
       const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;

@@ -14,7 +14,7 @@ import { runDagrapport } from "../src/jobs/dagrapport.ts";
 import type { MailMessage } from "../src/mail/mailer.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import type { DailyReport } from "../src/reports/daily.ts";
-import { addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, backupZegel, eindzegel, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -65,16 +65,27 @@ async function copyToPg(from: TestEnv, to: PgTestEnv): Promise<void> {
   await to.store.sql`SELECT setval(pg_get_serial_sequence('job_runs', 'id'), (SELECT max(id) FROM job_runs)) WHERE EXISTS (SELECT 1 FROM job_runs)`;
 }
 
+/** A report as backup-status stores it: sealed (src/row-seal.ts). */
 function addBackup(env: TestEnv, b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }) {
+  const row = {
+    ontvangen: b.ontvangen.toISOString(),
+    exitCode: b.exitCode,
+    gelukt: b.exitCode === 0,
+    bestandsnaam: b.bestandsnaam ?? null,
+    grootte: b.grootte ?? null,
+    foutmelding: b.foutmelding ?? "",
+    bron: "host-cron",
+  };
   env.store.sqlite
-    .query("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, ?, ?, ?, 'host-cron')")
-    .run(b.ontvangen.toISOString(), b.exitCode, b.exitCode === 0 ? 1 : 0, b.bestandsnaam ?? null, b.grootte ?? null, b.foutmelding ?? "");
+    .query("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+    .run(row.ontvangen, row.exitCode, row.gelukt ? 1 : 0, row.bestandsnaam, row.grootte, row.foutmelding, row.bron, backupZegel(row));
 }
 
 function addRun(env: TestEnv, job: string, gestart: string, ms: number | null, uitkomst = "ok") {
+  const beeindigd = ms === null ? null : new Date(Date.parse(gestart) + ms).toISOString();
   env.store.sqlite
-    .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, 200, ?)")
-    .run(job, gestart, ms === null ? null : new Date(Date.parse(gestart) + ms).toISOString(), uitkomst, zegel(job, gestart));
+    .query("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, ?, 200, ?, ?)")
+    .run(job, gestart, beeindigd, uitkomst, zegel(job, gestart), eindzegel({ job, gestart, beeindigd, uitkomst, httpStatus: 200 }));
 }
 
 /**

@@ -65,7 +65,7 @@ describe("the lease functions on PostgreSQL", () => {
 
       // The run's end and the lease's release, their answers lost the same way: found stored, not reported failed.
       const ended = proxy.cutNextCommit("after");
-      await finishRunPg(viaProxy, take.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
+      await finishRunPg(viaProxy, TEST_SEAL, take.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
       await ended;
       expect(await runsOf(direct, "dagrapport")).toEqual([{ id: take.runId, uitkomst: "ok", beeindigd: at(1000).toISOString() }]);
       const released = proxy.cutNextCommit("after");
@@ -111,7 +111,7 @@ describe("the lease functions on PostgreSQL", () => {
     if (!r.ok) throw new Error("not taken");
     const running = new RunningJobs();
     running.keepEnd({ job: "dagrapport", runId: r.runId, end: at(1000), result: { uitkomst: "ok", httpStatus: 200 } });
-    const written = await writeKeptEnds(store, running, 0);
+    const written = await writeKeptEnds(store, TEST_SEAL, running, 0);
     expect(written.map((k) => k.runId)).toEqual([r.runId]);
     expect(running.keptEndsList()).toEqual([]);
     expect(await runsOf(store, "dagrapport")).toEqual([{ id: r.runId, uitkomst: "ok", beeindigd: at(1000).toISOString() }]);
@@ -145,8 +145,8 @@ describe("the lease functions on PostgreSQL", () => {
     const h = newLeaseHolder();
     const r = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", h, NOW, 90_000);
     if (!r.ok) throw new Error("not taken");
-    await finishRunPg(store, r.runId, at(1000), { uitkomst: "ok", httpStatus: 200, samenvatting: { volledig: true } });
-    await finishRunPg(store, r.runId, at(2000), { uitkomst: "ok", httpStatus: 200, fout: "zonder samenvatting" });
+    await finishRunPg(store, TEST_SEAL, r.runId, at(1000), { uitkomst: "ok", httpStatus: 200, samenvatting: { volledig: true } });
+    await finishRunPg(store, TEST_SEAL, r.runId, at(2000), { uitkomst: "ok", httpStatus: 200, fout: "zonder samenvatting" });
     const [run] = (await store.sql`SELECT beeindigd, samenvatting, fout FROM job_runs WHERE id = ${r.runId}`) as { beeindigd: string; samenvatting: string; fout: string | null }[];
     expect(run).toEqual({ beeindigd: at(1000).toISOString(), samenvatting: JSON.stringify({ volledig: true }), fout: null });
     expect(await renewLeasePg(store, "dagrapport", h, r.runId, at(60_000), 90_000)).toBe(true);
@@ -160,7 +160,7 @@ describe("the lease functions on PostgreSQL", () => {
     const a = newLeaseHolder();
     const first = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", a, NOW, 90_000, firedAt);
     if (!first.ok) throw new Error("not taken");
-    await finishRunPg(store, first.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
+    await finishRunPg(store, TEST_SEAL, first.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
     await releaseLeasePg(store, "dagrapport", a, first.runId);
     const done = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", elsewhere(), at(2000), 90_000, firedAt);
     expect(done).toEqual({ ok: false, gedaan: { runId: first.runId, gestart: NOW.toISOString(), uitkomst: "ok" } });
@@ -168,7 +168,7 @@ describe("the lease functions on PostgreSQL", () => {
     // Without firedAt (by hand) it runs; for a later scheduled time too.
     const byHand = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", a, at(3000), 90_000);
     if (!byHand.ok) throw new Error("not taken by hand");
-    await finishRunPg(store, byHand.runId, at(4000), { uitkomst: "fout", httpStatus: 500, fout: "x" });
+    await finishRunPg(store, TEST_SEAL, byHand.runId, at(4000), { uitkomst: "fout", httpStatus: 500, fout: "x" });
     await releaseLeasePg(store, "dagrapport", a, byHand.runId);
     const later = at(2500);
     // Only a failed run started at or after `later`: the scheduled take goes ahead.

@@ -17,7 +17,7 @@ import { finishRunPg } from "../src/pg/job-runs.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { jobStatuses } from "../src/schedule-due.ts";
 import { SCHEDULE } from "../src/schedule.ts";
-import { TEST_SEAL, call, makePgTestEnv, makeTestEnv, NOW, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { TEST_SEAL, call, makePgTestEnv, makeTestEnv, NOW, backupZegel, eindzegel, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -86,13 +86,21 @@ async function insert(env: Env, table: string, row: Record<string, Value>): Prom
 
 /** A job_runs row as the job wrapper leaves it; returns its id. */
 async function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000): Promise<number> {
-  const row = await insert(env, "job_runs", {
+  const r = {
     job,
     gestart: gestart.toISOString(),
     beeindigd: durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
     uitkomst,
-    http_status: uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
-    zegel: zegel(job, gestart.toISOString()),
+    httpStatus: uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
+  };
+  const row = await insert(env, "job_runs", {
+    job: r.job,
+    gestart: r.gestart,
+    beeindigd: r.beeindigd,
+    uitkomst: r.uitkomst,
+    http_status: r.httpStatus,
+    zegel: zegel(job, r.gestart),
+    eindzegel: eindzegel(r),
   });
   return Number(row.id);
 }
@@ -124,15 +132,18 @@ async function addLease(env: Env, job: string, runId: number, verloopt: Date, o:
   });
 }
 
+/** A report as backup-status stores it: sealed (src/row-seal.ts). */
 async function addBackup(env: Env, ontvangen: Date, exitCode = 0, foutmelding = "") {
+  const b = { ontvangen: ontvangen.toISOString(), exitCode, gelukt: exitCode === 0, bestandsnaam: "db.tar.gz", grootte: 1234, foutmelding, bron: "host-cron" };
   await insert(env, "backup_statuses", {
-    ontvangen: ontvangen.toISOString(),
-    exit_code: exitCode,
-    gelukt: exitCode === 0,
-    bestandsnaam: "db.tar.gz",
-    grootte: 1234,
-    foutmelding,
-    bron: "host-cron",
+    ontvangen: b.ontvangen,
+    exit_code: b.exitCode,
+    gelukt: b.gelukt,
+    bestandsnaam: b.bestandsnaam,
+    grootte: b.grootte,
+    foutmelding: b.foutmelding,
+    bron: b.bron,
+    zegel: backupZegel(b),
   });
 }
 
@@ -209,7 +220,7 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
         const status = statuses.find((s) => s.job === "beveiligingslog-analyse")!.status ?? "geen";
         seen[status] = (seen[status] ?? 0) + 1;
         if (take.ok) {
-          await finishRunPg(other, take.runId, new Date(), { uitkomst: "ok", httpStatus: 200 });
+          await finishRunPg(other, TEST_SEAL, take.runId, new Date(), { uitkomst: "ok", httpStatus: 200 });
           await releaseLeasePg(other, "beveiligingslog-analyse", holder, take.runId);
         }
       }
@@ -221,17 +232,17 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
     }
   });
 
-  test("newestBackupPg: the newest by arrival (then id), as newestBackup; null without any", async () => {
+  test("newestBackupPg: the newest sealed by arrival (then id), as newestBackup; none without any", async () => {
     const { lite, pg, both } = await pair();
-    expect(await newestBackupPg(pg.store.db)).toBeNull();
+    expect(await newestBackupPg(pg.store.db, TEST_SEAL)).toEqual({ backup: null, vervalst: 0 });
     for (const env of both) {
       await addBackup(env, ago(5 * H), 0);
       await addBackup(env, ago(2 * H), 3, "schijf vol");
       await addBackup(env, ago(3 * H), 0); // arrived later, received earlier: not the newest
     }
-    const newest = await newestBackupPg(pg.store.db);
-    expect(newest).toEqual(newestBackup(lite.store.db));
-    expect(newest).toEqual({
+    const newest = await newestBackupPg(pg.store.db, TEST_SEAL);
+    expect(newest).toEqual(newestBackup(lite.store.db, TEST_SEAL));
+    expect(newest.backup).toEqual({
       ontvangen: ago(2 * H).toISOString(),
       exitCode: 3,
       gelukt: false,
@@ -270,7 +281,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
       env.setNow(new Date(NOW.getTime() + 23 * H + MIN));
       out.push(answer(await call(env.app, "/api/cron/backup-status", report({ exitCode: 3, grootte: null, foutmelding: long }))));
       out.push(answer(await call(env.app, "/api/cron/backup-controle")));
-      const stored = env.store.kind === "pg" ? await newestBackupPg(env.store.db) : newestBackup(env.store.db);
+      const stored = (env.store.kind === "pg" ? await newestBackupPg(env.store.db, TEST_SEAL) : newestBackup(env.store.db, TEST_SEAL)).backup;
       return { out, stored };
     });
     expect(pg).toEqual(lite);
@@ -289,6 +300,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
       },
       leeftijdUren: 3,
       maxUren: 26,
+      vervalst: 0,
     });
     expect(pg.out[2]!.json).toMatchObject({ ok: false, reden: "te-oud", leeftijdUren: 26 });
     expect(pg.out[3]!.json).toEqual({ ok: true, gelukt: false });
@@ -305,7 +317,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
         body: JSON.stringify({ exitCode: 2, grootte: null, bestandsnaam: "a\u0000b.gz", foutmelding: "gzip: fout\u0000einde" }),
         headers: { "content-type": "application/json" },
       });
-      const stored = env.store.kind === "pg" ? await newestBackupPg(env.store.db) : newestBackup(env.store.db);
+      const stored = (env.store.kind === "pg" ? await newestBackupPg(env.store.db, TEST_SEAL) : newestBackup(env.store.db, TEST_SEAL)).backup;
       return { status: r.status, stored };
     });
     expect(pg).toEqual(lite);
@@ -329,7 +341,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
       [409, "te-oud"],
       [200, null],
     ]);
-    expect(pg[0]!.body).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 30 });
+    expect(pg[0]!.body).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 30, vervalst: 0 });
   });
 });
 

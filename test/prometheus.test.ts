@@ -9,7 +9,7 @@ import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { call, NOW, tempDir, zegel } from "./helpers.ts";
+import { call, NOW, tempDir, backupZegel, eindzegel, zegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
@@ -74,7 +74,13 @@ describe("a real Prometheus server scraping the service", () => {
 
     // Seed: a failed dagrapport, one broken chain out of two, a recent good backup, write API traffic.
     const dagStart = at(6 * H);
-    await env.db.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES ('dagrapport', ?, ?, 'fout', 500, ?)", dagStart, at(6 * H - 4000), zegel("dagrapport", dagStart));
+    await env.db.run(
+      "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES ('dagrapport', ?, ?, 'fout', 500, ?, ?)",
+      dagStart,
+      at(6 * H - 4000),
+      zegel("dagrapport", dagStart),
+      eindzegel({ job: "dagrapport", gestart: dagStart, beeindigd: at(6 * H - 4000), uitkomst: "fout", httpStatus: 500 }),
+    );
     for (const [naam, intact] of [["A", true], ["B", false]] as const) {
       const id = await addTenant(env.db, naam);
       await env.db.run(
@@ -84,10 +90,12 @@ describe("a real Prometheus server scraping the service", () => {
         intact,
       );
     }
+    const backup = { ontvangen: at(3 * H), exitCode: 0, gelukt: true, bestandsnaam: "b.db.gz", grootte: 10, foutmelding: null, bron: "host-cron" };
     await env.db.run(
-      "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, 0, ?, 'b.db.gz', 10, NULL, 'host-cron')",
-      at(3 * H),
+      "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, 0, ?, 'b.db.gz', 10, NULL, 'host-cron', ?)",
+      backup.ontvangen,
       true,
+      backupZegel(backup),
     );
     const audit = (token: string) => call(env.app, "/api/audit", { token, body: JSON.stringify({ entries: [auditEntry(1, 0), auditEntry(1, 1)] }) });
     expect((await audit(APP_SECRET)).status).toBe(200);

@@ -18,7 +18,7 @@ import type { JobDefinition } from "../src/jobs/job.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { SENDING } from "../src/reports/weekly.ts";
 import { SCHEDULE, type JobName } from "../src/schedule.ts";
-import { call, makeTestEnv, NOW, tempDir, zegel, type TestEnv } from "./helpers.ts";
+import { call, makeTestEnv, NOW, tempDir, eindzegel, zegel, type TestEnv } from "./helpers.ts";
 import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, pgOnly, sqliteOnly, type Env } from "./dialect.ts";
 
 const DAY = 24 * 3600_000;
@@ -244,7 +244,14 @@ describe("every job's real answers match the schemas it declares", () => {
   test("taken-controle 200 when every job ran, 409 with a missed job", async () => {
     const e = await env();
     const insert = (job: string, gestart: string, beeindigd: string) =>
-      e.db.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, 'ok', 200, ?)", job, gestart, beeindigd, zegel(job, gestart));
+      e.db.run(
+        "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, 'ok', 200, ?, ?)",
+        job,
+        gestart,
+        beeindigd,
+        zegel(job, gestart),
+        eindzegel({ job, gestart, beeindigd, uitkomst: "ok", httpStatus: 200 }),
+      );
     for (const s of SCHEDULE) {
       if (s.cron === null) continue;
       const last = new Cron(s.cron, { timezone: "UTC" }).previousRuns(1, new Date(NOW.getTime() + 1))[0]!;

@@ -10,7 +10,7 @@ import { runTakenControle, takenControleJob, TakenControleBody } from "../src/jo
 import { jobStatusesPg } from "../src/pg/status.ts";
 import { jobStatuses, type JobStatus } from "../src/schedule-due.ts";
 import { SCHEDULE, type JobName } from "../src/schedule.ts";
-import { TEST_SEAL, call, NOW, zegel } from "./helpers.ts";
+import { TEST_SEAL, call, NOW, eindzegel, zegel } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
 
 const MIN = 60_000;
@@ -19,14 +19,22 @@ const at = (iso: string) => new Date(iso);
 const idle: JobContext = { running: [], unrecorded: [] };
 
 function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000) {
-  return env.db.run(
-    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, ?, ?)",
+  const r = {
     job,
-    gestart.toISOString(),
-    durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
+    gestart: gestart.toISOString(),
+    beeindigd: durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
     uitkomst,
-    uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
-    zegel(job, gestart.toISOString()),
+    httpStatus: uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
+  };
+  return env.db.run(
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    r.job,
+    r.gestart,
+    r.beeindigd,
+    r.uitkomst,
+    r.httpStatus,
+    zegel(job, r.gestart),
+    eindzegel(r),
   );
 }
 

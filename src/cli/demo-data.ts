@@ -9,6 +9,7 @@ import type { Database } from "bun:sqlite";
 import { parseArgs } from "node:util";
 import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "../audit/chain.ts";
 import { openStore } from "../db.ts";
+import type { RowSeal } from "../row-seal.ts";
 
 export interface DemoSizes {
   tenants: number;
@@ -53,8 +54,12 @@ const ACTIONS = [
 ];
 const REASONS = ["wachtwoord-onjuist", "account-onbekend", "account-geblokkeerd", "2fa-onjuist"];
 
-// Raw SQL: a bulk loader of millions of rows; drizzle's prepared insert took 1.5-2x as long per row.
-export function fillDemoData(sqlite: Database, sizes: DemoSizes, now: Date, seed = 42): void {
+/**
+ * Raw SQL: a bulk loader of millions of rows; drizzle's prepared insert took 1.5-2x as
+ * long per row. `seal`: the service's row seal, for backup reports that count (the demo
+ * service); without it they are stored unsealed, as a database writer would store them.
+ */
+export function fillDemoData(sqlite: Database, sizes: DemoSizes, now: Date, seed = 42, seal: RowSeal | null = null): void {
   const rand = seededRandom(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
   const nowMs = now.getTime();
@@ -147,7 +152,7 @@ export function fillDemoData(sqlite: Database, sizes: DemoSizes, now: Date, seed
   // One backup a night at 02:30 UTC; one of them failed.
   if (sizes.backups > 0) {
     const ins = sqlite.prepare(
-      "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, ?, ?, ?, ?, 'host-cron')",
+      "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     );
     const today = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate(), 2, 30);
     const last = today <= nowMs ? today : today - DAY;
@@ -156,7 +161,16 @@ export function fillDemoData(sqlite: Database, sizes: DemoSizes, now: Date, seed
         const t = last - d * DAY;
         const failed = d === 7;
         const name = `nachtwacht-${iso(t).slice(0, 10)}.db.gz`;
-        ins.run(iso(t), failed ? 1 : 0, failed ? 0 : 1, name, failed ? null : 180_000_000 + Math.floor(rand() * 5_000_000), failed ? "gzip: No space left on device" : null);
+        const row = {
+          ontvangen: iso(t),
+          exitCode: failed ? 1 : 0,
+          gelukt: !failed,
+          bestandsnaam: name,
+          grootte: failed ? null : 180_000_000 + Math.floor(rand() * 5_000_000),
+          foutmelding: failed ? "gzip: No space left on device" : null,
+          bron: "host-cron",
+        };
+        ins.run(row.ontvangen, row.exitCode, row.gelukt ? 1 : 0, row.bestandsnaam, row.grootte, row.foutmelding, row.bron, seal?.sealBackup(row) ?? null);
       }
     }).immediate();
   }

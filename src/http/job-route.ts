@@ -17,7 +17,7 @@ import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
 import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
-import { runSealOf } from "../job-seal.ts";
+import { rowSealOf } from "../row-seal.ts";
 import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
@@ -113,7 +113,7 @@ async function writeEnd(
   const { job, runId, end, result } = kept;
   let busy = true;
   try {
-    await writeRunEnd(deps.store, runId, end, result);
+    await writeRunEnd(deps.store, rowSealOf(deps.config), runId, end, result);
     return null;
   } catch (e) {
     // Another process's write lock (SQLite), or on PostgreSQL no connection or no lock on
@@ -137,7 +137,7 @@ async function writeEnd(
     { what: "end", job, runId },
     { message: failure, context: { ...context, recorded: "kept in memory, written at the next job call" } },
     async (ms) => {
-      await writeRunEnd(deps.store, runId, end, result, ms);
+      await writeRunEnd(deps.store, rowSealOf(deps.config), runId, end, result, ms);
       running.forgetEnd(runId);
       log("info", "the end of a run was recorded once the database write lock was free", context);
     },
@@ -199,7 +199,7 @@ async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: 
   };
   let kept = false;
   try {
-    await writeRunEnd(deps.store, runId, end, minimal);
+    await writeRunEnd(deps.store, rowSealOf(deps.config), runId, end, minimal);
   } catch {
     running.keepEnd({ job, runId, end, result: minimal });
     kept = true;
@@ -268,7 +268,10 @@ function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, start
     running,
     { what: "run", job, runId: null },
     { message: "could not record a job call refused on a busy database in job_runs", context: { job, gestart: started.toISOString() } },
-    (ms) => writeTransaction(sqlite, () => finishRun(db, startRun(db, job, started, runSealOf(deps.config)), refused, { uitkomst: "fout", httpStatus: 503, fout: message }), ms),
+    (ms) => {
+      const seal = rowSealOf(deps.config);
+      return writeTransaction(sqlite, () => finishRun(db, seal, startRun(db, job, started, seal), refused, { uitkomst: "fout", httpStatus: 503, fout: message }), ms);
+    },
   );
   return json(503, { error: message }, { "retry-after": "60" });
 }
@@ -306,7 +309,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
   try {
     if (running.keptEndsList().length > 0) {
       // One try each, no waiting: this job's lease waits for the lock anyway.
-      for (const k of await writeKeptEnds(deps.store, running, 0)) {
+      for (const k of await writeKeptEnds(deps.store, rowSealOf(deps.config), running, 0)) {
         log("info", "the end of an earlier run was recorded late", { job: k.job, runId: k.runId, uitkomst: k.result.uitkomst });
       }
     }
@@ -317,7 +320,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     const timing = leaseTiming(def.name);
     let lease: LeasedStart;
     try {
-      lease = await startLeasedRun(deps.store, runSealOf(deps.config), def.name, running.holder, started, timing.ttlMs, BUSY_TIMEOUT_MS, firedAt);
+      lease = await startLeasedRun(deps.store, rowSealOf(deps.config), def.name, running.holder, started, timing.ttlMs, BUSY_TIMEOUT_MS, firedAt);
     } catch (e) {
       // Another database error (read-only, disk full) is onError's 503 with an alarm.
       // On SQLite the write lock is taken now and then by the host application or a

@@ -24,7 +24,7 @@ import type { PgStore } from "../pg/store.ts";
 import type { RunningJobs } from "../running-jobs.ts";
 import { jobStatuses, type JobStatus } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
-import { runSealOf, type RunSeal } from "../job-seal.ts";
+import { rowSealOf, type RowSeal } from "../row-seal.ts";
 import { stateNotAfter } from "../reports/daily.ts";
 import { bearerChecker, unauthorized } from "./auth.ts";
 import { driverError, ErrorBody, json } from "./errors.ts";
@@ -111,7 +111,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     const graceMs = deps.config.takenMargeMinuten * 60_000;
     const context = jobContext(running);
     const { store } = deps;
-    const seal = runSealOf(deps.config);
+    const seal = rowSealOf(deps.config);
     const reads = store.kind === "pg" ? await readDatabasePg(store, seal, now, graceMs, context) : readDatabase(store, seal, now, graceMs, context);
     database = databaseMetrics(reads, now, new Set(runningJobs), deps.config.backupMaxUren);
   } catch (e) {
@@ -140,7 +140,7 @@ interface DatabaseReads {
   backup: NewestBackup | null;
 }
 
-function readDatabase(store: Store, seal: RunSeal, now: Date, graceMs: number, context: JobContext): DatabaseReads {
+function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: number, context: JobContext): DatabaseReads {
   const { db } = store;
   const s = auditVerificationState;
   const audit = db
@@ -148,12 +148,12 @@ function readDatabase(store: Store, seal: RunSeal, now: Date, graceMs: number, c
     .from(s)
     .where(lte(s.gecontroleerd, stateNotAfter(now)))
     .get()!;
-  return { statuses: jobStatuses(db, seal, now, graceMs, context), audit: { ...audit, broken: Number(audit.broken) }, backup: newestBackup(db) };
+  return { statuses: jobStatuses(db, seal, now, graceMs, context), audit: { ...audit, broken: Number(audit.broken) }, backup: newestBackup(db, seal).backup };
 }
 
-async function readDatabasePg(store: PgStore, seal: RunSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
-  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), auditSummaryPg(store.db, now), newestBackupPg(store.db)]);
-  return { statuses, audit, backup };
+async function readDatabasePg(store: PgStore, seal: RowSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
+  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), auditSummaryPg(store.db, now), newestBackupPg(store.db, seal)]);
+  return { statuses, audit, backup: backup.backup };
 }
 
 /** The metrics of the reads, whichever store they came from. */

@@ -79,7 +79,9 @@ export const SchemaResultaat = t.Object(
   {
     intact: t.Boolean(),
     afwijkingen: t.Array(t.String(), {
-      description: "Wat in het schema van de database zit dat nachtwacht niet aanmaakte: triggers, views, regels, rijbeveiliging, een tabel met dezelfde naam in een ander schema.",
+      description:
+        "Wat in het schema van de database afwijkt van wat nachtwacht aanmaakte: triggers, views, regels, rijbeveiliging, een tabel met dezelfde naam in een ander schema, " +
+        "functies `nachtwacht_*`; op PostgreSQL ook een eigen trigger of functie van nachtwacht die gewijzigd, uitgeschakeld of verdwenen is.",
     }),
   },
   { description: "Het schema van de database: wie het kan wijzigen, kan iets tussen nachtwacht en zijn tabellen zetten (src/audit/schema-guard.ts)." },
@@ -229,7 +231,7 @@ export function verificationOutcome(
         (probleem ? `Ankerbestand: ${probleem.reden} — ${probleem.toelichting}. ` : "") +
         (schema.intact
           ? ""
-          : `Het schema van de database bevat wat nachtwacht niet aanmaakte (${afwijkingen.slice(0, 5).join("; ")}${afwijkingen.length > 5 ? "; …" : ""}): ` +
+          : `Het schema van de database wijkt af van wat nachtwacht aanmaakte (${afwijkingen.slice(0, 5).join("; ")}${afwijkingen.length > 5 ? "; …" : ""}): ` +
             "iemand die het schema kan wijzigen, kan daarmee entries na het opslaan veranderen of nachtwacht iets anders laten lezen. ") +
         (gebroken.length > 0
           ? `Audit-hashketen verbroken bij ${gebroken.length} tenant(s): ${namen}` + (gebroken.length > 10 ? ` en ${gebroken.length - 10} andere` : "") + ". "
@@ -281,7 +283,8 @@ export const auditVerificatieJob = defineJob({
     "tenant, in volgorde: elke hash wordt herberekend, elke prevHash moet gelijk zijn aan de hash ervoor, volgnummers zonder gat, " +
     "de oudste entry sluit aan op de genesiswaarde of op een ondertekend, gerechtvaardigd retentierecord, en de RFC 6962-root " +
     "over de entry-hashes is gelijk aan die van het nieuwste ondertekende checkpoint in het bestand, dat de keten nog haalt. " +
-    "Daarnaast het schema van de database: triggers, views, regels of rijbeveiliging die nachtwacht niet aanmaakte (`schema`). " +
+    "Daarnaast het schema van de database: triggers, views, regels, rijbeveiliging of functies die nachtwacht niet aanmaakte, en op PostgreSQL " +
+    "nachtwachts eigen triggers en functies zoals de migraties ze aanmaakten (`schema`). " +
     "409 met hetzelfde object en een alarm (`audit-chain-broken`) zodra één keten, het ankerbestand of het schema niet klopt. " +
     "Het resultaat per tenant wordt bewaard voor de rapporten.",
   run: (deps, now) => runAuditVerificatie(deps, now),

@@ -7,6 +7,7 @@ import { backupStatuses } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { newestBackupPg } from "../pg/status.ts";
+import { NEWEST_ROWS, newestSealedBackup, rowSealOf, sealedBackupColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
@@ -20,7 +21,7 @@ export const NewestBackup = t.Object(
     foutmelding: nullable(t.String()),
     bron: t.String(),
   },
-  { description: "De nieuwste status die backup-status ontving." },
+  { description: "De nieuwste status die backup-status ontving en verzegelde (ondertekend met de ankersleutel)." },
 );
 export type NewestBackup = Static<typeof NewestBackup>;
 
@@ -28,13 +29,18 @@ const state = {
   laatsteBackup: nullable(NewestBackup),
   leeftijdUren: nullable(t.Number(), { description: "Leeftijd van de nieuwste status in uren, één decimaal; null zonder status." }),
   maxUren: integer(),
+  vervalst: integer({
+    minimum: 0,
+    description:
+      "Rijen in backup_statuses, nieuwer dan `laatsteBackup`, zonder geldig zegel: niet door nachtwacht geschreven maar door iemand die de database kan wijzigen. Ze tellen niet; meer dan 0 is een afwijking (alarm `db-integrity`).",
+  }),
 };
 
-/** 200: the newest backup succeeded and is recent. */
-export const BackupControleOk = t.Object({ ok: t.Literal(true), ...state });
+/** 200: the newest sealed backup succeeded and is recent, and no newer row is unsealed. */
+export const BackupControleOk = t.Object({ ok: t.Literal(true), ...state, vervalst: t.Literal(0) });
 
-/** 409: none, the newest failed, or it is too old. */
-export const BackupControleAfwijking = t.Object({ ok: t.Literal(false), reden: enumOf(["geen-backup", "mislukt", "te-oud"]), ...state });
+/** 409: none, the newest failed, it is too old, or newer rows are forged ('vervalst' when that is all). */
+export const BackupControleAfwijking = t.Object({ ok: t.Literal(false), reden: enumOf(["geen-backup", "mislukt", "te-oud", "vervalst"]), ...state });
 
 export type BackupReden = Static<typeof BackupControleAfwijking>["reden"];
 export type BackupControleBody = Static<typeof BackupControleOk> | Static<typeof BackupControleAfwijking>;
@@ -48,23 +54,18 @@ export function backupOverdue(ageMs: number, maxUren: number): boolean {
   return ageMs >= maxUren * 3_600_000;
 }
 
-/** The newest status backup-status received, read here and by the daily report (newestBackupPg on PostgreSQL). */
-export function newestBackup(db: Db): NewestBackup | null {
+/** The newest sealed status backup-status received, read here, by the daily report and /metrics (newestBackupPg on PostgreSQL): by arrival, then id. */
+export function newestBackup(db: Db, seal: RowSeal): SealedBackup<NewestBackup> {
   const b = backupStatuses;
-  return (
-    db
-      .select({ ontvangen: b.ontvangen, exitCode: b.exitCode, gelukt: b.gelukt, bestandsnaam: b.bestandsnaam, grootte: b.grootte, foutmelding: b.foutmelding, bron: b.bron })
-      .from(b)
-      .orderBy(desc(b.ontvangen), desc(b.id))
-      .limit(1)
-      .get() ?? null
-  );
+  const rows = db.select(sealedBackupColumns(b)).from(b).orderBy(desc(b.ontvangen), desc(b.id)).limit(NEWEST_ROWS).all();
+  return newestSealedBackup(rows, seal);
 }
 
 export async function runBackupControle(deps: Deps, now: Date): Promise<JobResult<BackupControleBody>> {
   const maxUren = deps.config.backupMaxUren;
   const { store } = deps;
-  const laatsteBackup = store.kind === "pg" ? await newestBackupPg(store.db) : newestBackup(store.db);
+  const seal = rowSealOf(deps.config);
+  const { backup: laatsteBackup, vervalst } = store.kind === "pg" ? await newestBackupPg(store.db, seal) : newestBackup(store.db, seal);
   const ageMs = laatsteBackup ? now.getTime() - new Date(laatsteBackup.ontvangen).getTime() : null;
   const leeftijdUren = ageMs === null ? null : Math.round(ageMs / 360_000) / 10;
 
@@ -73,9 +74,20 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   else if (!laatsteBackup.gelukt) reden = "mislukt";
   else if (backupOverdue(ageMs!, maxUren)) reden = "te-oud";
 
-  if (!reden) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren } };
+  if (!reden && vervalst === 0) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren, vervalst: 0 } };
 
-  const body: BackupControleBody = { ok: false, reden, laatsteBackup, leeftijdUren, maxUren };
+  if (vervalst > 0) {
+    await deps.alarms.raise({
+      type: "db-integrity",
+      message:
+        `backup_statuses bevat ${vervalst} ${vervalst === 1 ? "melding" : "meldingen"} zonder geldig zegel, nieuwer dan de laatste echte: iemand die de database kan wijzigen heeft ze geschreven of veranderd, ` +
+        `niet nachtwacht. Ze tellen niet. Zoek uit wie schrijftoegang tot de database heeft, en controleer de backups op de host zelf.`,
+      context: { vervalst, ontvangen: laatsteBackup?.ontvangen ?? null },
+    });
+  }
+  if (!reden) return { status: 409, body: { ok: false, reden: "vervalst", laatsteBackup, leeftijdUren, maxUren, vervalst } };
+
+  const body: BackupControleBody = { ok: false, reden, laatsteBackup, leeftijdUren, maxUren, vervalst };
   const message =
     reden === "geen-backup"
       ? "Er is nog nooit een backup gemeld: controleer of de backup-taak op de host draait en backup-status aanroept."
@@ -102,11 +114,13 @@ export const backupControleJob = defineJob({
   name: "backup-controle",
   summary: "Controleert of de nieuwste backup geslaagd en recent is",
   description:
-    "200 wanneer de nieuwste BackupStatus geslaagd is en jonger dan BACKUP_MAX_UREN. Anders 409 met `reden` " +
-    "(`geen-backup`, `mislukt`, `te-oud`), de nieuwste status en haar leeftijd in uren, en een alarm (`type` = `backup-missing`).",
+    "200 wanneer de nieuwste verzegelde BackupStatus geslaagd is en jonger dan BACKUP_MAX_UREN. Anders 409 met `reden` " +
+    "(`geen-backup`, `mislukt`, `te-oud`), de nieuwste status en haar leeftijd in uren, en een alarm (`type` = `backup-missing`). " +
+    "Alleen meldingen met een geldig zegel (ondertekend met de ankersleutel bij ontvangst) tellen; nieuwere rijen zonder geldig zegel staan als aantal in `vervalst` " +
+    "(409, alarm `db-integrity`; `reden` `vervalst` wanneer de backup zelf in orde is).",
   run: (deps, now) => runBackupControle(deps, now),
   responses: {
     200: { description: "De nieuwste backup is geslaagd en recent.", schema: BackupControleOk },
-    409: { description: "Geen backup, de nieuwste is mislukt of te oud; alarm verstuurd.", schema: BackupControleAfwijking },
+    409: { description: "Geen backup, de nieuwste is mislukt of te oud, of er zijn vervalste meldingen; alarm verstuurd.", schema: BackupControleAfwijking },
   },
 });

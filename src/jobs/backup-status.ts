@@ -11,6 +11,7 @@ import { scrubSecrets } from "../alarms/sentry.ts";
 import { secretValues } from "../config.ts";
 import type { Deps } from "../deps.ts";
 import { recordBackupStatusPg } from "../pg/status.ts";
+import { rowSealOf } from "../row-seal.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable } from "./schema.ts";
 
@@ -62,7 +63,9 @@ export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport
     foutmelding: cut(input.foutmelding, MAX_FOUTMELDING, secrets),
   };
   const gelukt = report.exitCode === 0;
-  const row = { ontvangen: now.toISOString(), ...report, gelukt, bron: "host-cron" };
+  const received = { ontvangen: now.toISOString(), ...report, gelukt, bron: "host-cron" };
+  // Sealed as stored: only a sealed report counts for backup-controle (src/row-seal.ts).
+  const row = { ...received, zegel: rowSealOf(deps.config).sealBackup(received) };
   const { store } = deps;
   if (store.kind === "pg") await recordBackupStatusPg(store.db, row);
   else store.db.insert(backupStatuses).values(row).run();
@@ -84,7 +87,7 @@ export const backupStatusJob = defineJob<BackupReport>({
     "Aangeroepen door de backup-taak van de host na elke run. JSON-body, met of zonder JSON content-type, hoogstens 64 KiB (anders 413). " +
     "400 met de naam van het veld bij ongeldige JSON, een ontbrekende of niet-gehele `exitCode`, of een verkeerd type. " +
     "Optionele velden mogen ontbreken of null zijn; `bestandsnaam` wordt ingekort tot 1024 en `foutmelding` tot 8192 tekens. " +
-    "Opgeslagen met ontvangsttijd en bron `host-cron`. exitCode ≠ 0 geeft een alarm (`backup-failure`).",
+    "Opgeslagen met ontvangsttijd en bron `host-cron`, verzegeld met de ankersleutel. exitCode ≠ 0 geeft een alarm (`backup-failure`).",
   input: { schema: BackupReport, maxBytes: MAX_BODY_BYTES },
   run: (deps, now, input) => runBackupStatus(deps, now, input),
   responses: {

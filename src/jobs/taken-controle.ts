@@ -7,7 +7,7 @@
 import { t, type Static } from "elysia";
 import type { Deps } from "../deps.ts";
 import { jobStatusesPg } from "../pg/status.ts";
-import { runSealOf } from "../job-seal.ts";
+import { rowSealOf } from "../row-seal.ts";
 import { JOB_STATUSES, jobStatuses } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -125,7 +125,7 @@ export async function runTakenControle(
   const margeMinuten = deps.config.takenMargeMinuten;
   const graceMs = margeMinuten * 60_000;
   const { store } = deps;
-  const seal = runSealOf(deps.config);
+  const seal = rowSealOf(deps.config);
   const statuses = store.kind === "pg" ? await jobStatusesPg(store.db, seal, now, graceMs, context) : jobStatuses(store.db, seal, now, graceMs, context);
   const taken: TaakRegel[] = [];
   for (const s of statuses) {

@@ -31,7 +31,7 @@ import {
   type ScheduledJobRuns,
   type VerificationCounts,
 } from "../reports/daily.ts";
-import { NEWEST_ROWS, runSealOf } from "../job-seal.ts";
+import { NEWEST_ROWS, rowSealOf, sealedRunColumns } from "../row-seal.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
 import { dueStatePg, installedAtPg, newestBackupPg } from "./status.ts";
@@ -106,7 +106,7 @@ export async function anchorRecordsPg(db: PgDb): Promise<AnchorRecords> {
 export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): Promise<ScheduledJobRuns[]> {
   const installed = await installedAtPg(db);
   const margeMs = config.takenMargeMinuten * 60_000;
-  const seal = runSealOf(config);
+  const seal = rowSealOf(config);
   const at = now.toISOString();
   const out: ScheduledJobRuns[] = [];
   for (const entry of SCHEDULE) {
@@ -114,13 +114,13 @@ export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Confi
     // The same rule as taken-controle (scheduledJobRuns on SQLite).
     const due = await dueStatePg(db, seal, entry.job, entry.cron, now, margeMs, installed);
     const last = await db
-      .select({ job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
+      .select(sealedRunColumns(jobRuns))
       .from(jobRuns)
       .where(and(eq(jobRuns.job, entry.job), lt(jobRuns.gestart, at)))
       .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
       .limit(NEWEST_ROWS);
     const ok = await db
-      .select({ job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, zegel: jobRuns.zegel })
+      .select(sealedRunColumns(jobRuns))
       .from(jobRuns)
       .where(and(eq(jobRuns.job, entry.job), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, at)))
       .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
@@ -137,14 +137,14 @@ export async function databaseSizePg(store: PgStore): Promise<DailyReport["datab
 
 export async function readDailyInputsPg(store: PgStore, config: Config, now: Date): Promise<DailyInputs> {
   const [backup, logins, verification, anchor, jobs, database] = await Promise.all([
-    newestBackupPg(store.db),
+    newestBackupPg(store.db, rowSealOf(config)),
     loginCountsPg(store.db, now),
     verificationCountsPg(store.db, now),
     anchorRecordsPg(store.db),
     scheduledJobRunsPg(store.db, now, config),
     databaseSizePg(store),
   ]);
-  return { backup, logins, verification, anchor, jobs, database };
+  return { backup: backup.backup, logins, verification, anchor, jobs, database };
 }
 
 /** The whole daily report at `now` on PostgreSQL: buildDailyReport's counterpart. */

@@ -19,7 +19,7 @@ import { eq, gt, sql } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
 import { doneSince, firstSealed, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import { runStartValues } from "../job-runs.ts";
-import type { RunSeal } from "../job-seal.ts";
+import { sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import type { JobName } from "../schedule.ts";
 import { certainDbTransaction } from "./commit.ts";
 import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
@@ -30,7 +30,7 @@ import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgD
  * provably gone (holderGone); a refused call writes nothing. A lease of this holder
  * itself is taken over, as on SQLite (startLeasedRun).
  */
-export function startLeasedRunPg(store: PgStore, seal: RunSeal, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, firedAt: Date | null = null): Promise<LeasedStart> {
+export function startLeasedRunPg(store: PgStore, seal: RowSeal, job: JobName, holder: LeaseHolder, now: Date, ttlMs: number, firedAt: Date | null = null): Promise<LeasedStart> {
   // The reasoning below needs a fresh snapshot per statement, whatever the server's
   // default. A take whose COMMIT's answer is lost is looked up (certainDbTransaction): a
   // committed take not known as such would leave the scheduled run to nobody, the other
@@ -45,7 +45,7 @@ export function startLeasedRunPg(store: PgStore, seal: RunSeal, job: JobName, ho
         // Under the advisory lock: a run another instance started for this time is committed and seen.
         const done = firstSealed(
           await tx
-            .select({ runId: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
+            .select({ runId: jobRuns.id, ...sealedRunColumns(jobRuns) })
             .from(jobRuns)
             .where(doneSince(jobRuns, job, firedAt))
             .orderBy(jobRuns.gestart),

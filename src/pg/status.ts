@@ -12,7 +12,7 @@ import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStat
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { liveLeasesPg } from "./job-lease.ts";
 import type { PgDb, PgDbTx } from "./store.ts";
-import { NEWEST_ROWS, newestSealed, type RunSeal } from "../job-seal.ts";
+import { NEWEST_ROWS, newestSealed, newestSealedBackup, sealedBackupColumns, sealedRunColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
 import { stateNotAfter } from "../reports/daily.ts";
 
 /** The first start of the service on this database (installedAt on SQLite); null when the row is gone. */
@@ -22,18 +22,18 @@ export async function installedAtPg(db: PgDb | PgDbTx): Promise<Date | null> {
 }
 
 /** The job's newest sealed run, as lastRun reads it on SQLite: by start, then id (an index range on (job, gestart)), and how many newer rows have no valid seal. */
-export async function lastRunPg(db: PgDb | PgDbTx, job: string, seal: RunSeal): Promise<{ run: NewestRun | null; vervalst: number }> {
+export async function lastRunPg(db: PgDb | PgDbTx, job: string, seal: RowSeal): Promise<{ run: NewestRun | null; vervalst: number }> {
   const rows = await db
-    .select({ id: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
+    .select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) })
     .from(jobRuns)
     .where(eq(jobRuns.job, job))
     .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
     .limit(NEWEST_ROWS);
-  return newestSealed(rows, seal);
+  return newestSealed(rows, seal.sealed);
 }
 
 /** dueState on PostgreSQL, for one job: the rule (dueStateOf) over the job's newest sealed start. */
-export async function dueStatePg(db: PgDb, seal: RunSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): Promise<DueState> {
+export async function dueStatePg(db: PgDb, seal: RowSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): Promise<DueState> {
   const newest = await lastRunPg(db, job, seal);
   return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(newest.run?.gestart ?? null));
 }
@@ -43,7 +43,7 @@ export async function dueStatePg(db: PgDb, seal: RunSeal, job: JobName, cronExpr
  * job's newest run) and the same rule (statusesOf), on the transaction's one connection;
  * each lookup is an index range.
  */
-export async function jobStatusesPg(db: PgDb, seal: RunSeal, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
+export async function jobStatusesPg(db: PgDb, seal: RowSeal, now: Date, graceMs: number, context: JobContext): Promise<JobStatus[]> {
   // The leases and the runs in one snapshot: a lease taken between two reads (another
   // job starting, here or in another instance) would leave its 'bezig' run without the
   // lease, which reads as interrupted; one that ends between them, the other way round.
@@ -57,15 +57,11 @@ export async function jobStatusesPg(db: PgDb, seal: RunSeal, now: Date, graceMs:
   );
 }
 
-/** The newest status backup-status received (newestBackup on SQLite): by arrival, then id. */
-export async function newestBackupPg(db: PgDb): Promise<NewestBackup | null> {
+/** The newest sealed status backup-status received (newestBackup on SQLite): by arrival, then id. */
+export async function newestBackupPg(db: PgDb, seal: RowSeal): Promise<SealedBackup<NewestBackup>> {
   const b = backupStatuses;
-  const [row] = await db
-    .select({ ontvangen: b.ontvangen, exitCode: b.exitCode, gelukt: b.gelukt, bestandsnaam: b.bestandsnaam, grootte: b.grootte, foutmelding: b.foutmelding, bron: b.bron })
-    .from(b)
-    .orderBy(desc(b.ontvangen), desc(b.id))
-    .limit(1);
-  return row ?? null;
+  const rows = await db.select(sealedBackupColumns(b)).from(b).orderBy(desc(b.ontvangen), desc(b.id)).limit(NEWEST_ROWS);
+  return newestSealedBackup(rows, seal);
 }
 
 /** Stores a report of the host backup, as backup-status does on SQLite. */

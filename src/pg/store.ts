@@ -12,7 +12,7 @@ import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
 import * as schema from "../../db/schema-pg.ts";
 import { BUSY_TIMEOUT_MS, migrationsFolder } from "../db.ts";
 import { certainDbTransaction } from "./commit.ts";
-import { sealLegacyRunsPg, type RunSeal } from "../job-seal.ts";
+import { SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
 
 export type PgDb = BunSQLDatabase<typeof schema>;
 
@@ -88,7 +88,7 @@ export function withLockWait<T>(store: PgStore, lockWaitMs: number, work: (tx: P
 }
 
 /** `seal`: the service's run seal, for the runs recorded before runs were sealed (migratePg). */
-export async function openPgStore(url: string, o: { max?: number; seal?: RunSeal; now?: Date } = {}): Promise<PgStore> {
+export async function openPgStore(url: string, o: { max?: number; seal?: RowSeal; now?: Date } = {}): Promise<PgStore> {
   const sql = pgPool(url, o.max ?? 10);
   try {
     await migratePg(sql, o.seal, o.now);
@@ -119,7 +119,7 @@ export async function markInstalledPg(store: PgStore, now: Date): Promise<void> 
  * moment: the first holds a session advisory lock while it migrates, the others wait
  * for it and then find nothing left to do.
  */
-export async function migratePg(sql: SQL, seal?: RunSeal, now: Date = new Date()): Promise<void> {
+export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()): Promise<void> {
   const conn = await sql.reserve();
   try {
     // Waits as long as another instance migrates, and its DDL for whatever it has to (no lock timeout here).
@@ -128,10 +128,12 @@ export async function migratePg(sql: SQL, seal?: RunSeal, now: Date = new Date()
     const m = migrationsFolder(embeddedMigrations);
     try {
       const db = drizzle({ client: conn as unknown as SQL, schema });
-      // Whether this migration adds job_runs.zegel: then the runs already recorded are sealed (openStore on SQLite does the same).
-      const [{ n }] = (await conn`SELECT count(*)::int AS n FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'job_runs' AND column_name = 'zegel'`) as [{ n: number }];
+      // Which seal columns these migrations add: then the rows already recorded are sealed (openStore on SQLite does the same).
+      const hasColumn = async ([table, column]: readonly [string, string]) =>
+        ((await conn`SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ${table} AND column_name = ${column}`) as unknown[]).length > 0;
+      const had: SealColumns = { runStarts: await hasColumn(SEAL_COLUMNS.runStarts), runEnds: await hasColumn(SEAL_COLUMNS.runEnds), backups: await hasColumn(SEAL_COLUMNS.backups) };
       await drizzleMigrate(db, { migrationsFolder: m.folder });
-      if (seal && n === 0) await sealLegacyRunsPg(db, seal, now);
+      if (seal) await sealLegacyRowsPg(db, seal, now, had);
     } finally {
       m.remove();
       await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;

@@ -18,7 +18,7 @@ import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import type { Outcome } from "../job-runs.ts";
-import { NEWEST_ROWS, newestSealed, runSealOf, type RunSeal, type RunStart } from "../job-seal.ts";
+import { NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow } from "../row-seal.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { dueState, type DueState } from "../schedule-due.ts";
 import { DAY_MS } from "../time.ts";
@@ -346,7 +346,7 @@ export function anchorRecords(sqlite: Database): AnchorRecords {
 /** A job's newest rows started before `now`, for its last sealed run; run for every scheduled job, so prepared once. */
 const lastRunBeforeStatement = preparedPerConnection((db) =>
   db
-    .select({ job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
+    .select(sealedRunColumns(jobRuns))
     .from(jobRuns)
     .where(and(eq(jobRuns.job, sql.placeholder("job")), lt(jobRuns.gestart, sql.placeholder("now"))))
     .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
@@ -357,7 +357,7 @@ const lastRunBeforeStatement = preparedPerConnection((db) =>
 /** A job's newest successful rows started before `now`, for its last USUAL_DURATION_RUNS sealed ones; prepared once. */
 const okRunsBeforeStatement = preparedPerConnection((db) =>
   db
-    .select({ job: jobRuns.job, gestart: jobRuns.gestart, beeindigd: jobRuns.beeindigd, zegel: jobRuns.zegel })
+    .select(sealedRunColumns(jobRuns))
     .from(jobRuns)
     .where(and(eq(jobRuns.job, sql.placeholder("job")), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, sql.placeholder("now"))))
     .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
@@ -365,13 +365,13 @@ const okRunsBeforeStatement = preparedPerConnection((db) =>
     .prepare(),
 );
 
-/** The runs the daily report shows of a job, from its newest rows (newest first): only sealed ones (src/job-seal.ts). */
+/** The runs the daily report shows of a job, from its newest rows (newest first): only sealed ones (src/row-seal.ts). */
 export function sealedReportRuns(
-  seal: RunSeal,
-  last: readonly (RunStart & { zegel: string | null; beeindigd: string | null; uitkomst: Outcome })[],
-  ok: readonly (RunStart & { zegel: string | null; beeindigd: string | null })[],
+  seal: RowSeal,
+  last: readonly (SealedRunRow & { uitkomst: Outcome })[],
+  ok: readonly SealedRunRow[],
 ): Pick<ScheduledJobRuns, "lastRun" | "okRuns"> {
-  const run = newestSealed(last, seal).run;
+  const run = newestSealed(last, seal.sealed).run;
   return {
     lastRun: run ? { gestart: run.gestart, beeindigd: run.beeindigd, uitkomst: run.uitkomst } : null,
     okRuns: ok
@@ -384,7 +384,7 @@ export function sealedReportRuns(
 export function scheduledJobRuns(db: Db, now: Date, config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): ScheduledJobRuns[] {
   const installed = installedAt(db);
   const margeMs = config.takenMargeMinuten * 60_000;
-  const seal = runSealOf(config);
+  const seal = rowSealOf(config);
   const lastRunBefore = lastRunBeforeStatement(db);
   const okRunsBefore = okRunsBeforeStatement(db);
   const out: ScheduledJobRuns[] = [];
@@ -417,7 +417,7 @@ export function databaseSize(store: Store): DailyReport["database"] {
 
 export function readDailyInputs(store: Store, config: Config, now: Date): DailyInputs {
   return {
-    backup: newestBackup(store.db),
+    backup: newestBackup(store.db, rowSealOf(config)).backup,
     logins: loginCounts(store.db, now),
     verification: verificationCounts(store.db, now),
     anchor: anchorRecords(store.sqlite),

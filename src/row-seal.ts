@@ -1,0 +1,217 @@
+// Sealed rows: the job runs and the host backup's reports. A database writer can insert
+// or change any row (docs/audit-chain.md, threat model), and three of nachtwacht's checks
+// trust rows of their own tables:
+// - one job_runs row saying audit-verificatie ran "ok" at a time after tonight's schedule
+//   would make the crontab's call a 204 ("already done") and taken-controle report the
+//   job as fine, night after night, while the chain it no longer checks is rewritten;
+//   one failed run changed to "ok" would make taken-controle call a failing job fine;
+// - one backup_statuses row saying a backup succeeded just now would keep backup-controle
+//   quiet while the host's backups have stopped.
+// So each such row is signed with the anchor key (AUDIT_ANKER_SLEUTEL), which the writer
+// cannot read, and only a sealed row counts:
+// - a run's start (its job and `gestart`) when it starts (`zegel`), and its end (every
+//   column the end writes, with the start) when it ends (`eindzegel`): a run counts when
+//   its start is sealed and it is either still 'bezig' with no end, or its end is sealed
+//   (for a scheduled call's "already done", src/job-lease.ts; for a job's newest run as
+//   taken-controle, /metrics and the daily report judge it, src/schedule-due.ts);
+// - a backup report, all of its columns, when it is received (`zegel`): backup-controle
+//   and the daily report judge the newest sealed one.
+// Rows without a valid seal newer than the newest sealed one are counted and reported
+// (taken-controle and backup-controle: alarm `db-integrity`).
+//
+// A seal is the signature lines of a C2SP signed note (src/audit/note.ts) over a text
+// naming what it seals; it opens under any trusted key, so rows sealed before a key
+// change still count. What is left to the writer: deleting rows (a job then reads as
+// missed, a backup as missing or too old: loud), and putting back an older row as it was
+// (its own time then says how old it is).
+import { and, eq, isNotNull, isNull, lte, ne } from "drizzle-orm";
+import { backupStatuses, jobRuns } from "../db/schema.ts";
+import { backupStatuses as backupStatusesPg, jobRuns as jobRunsPg } from "../db/schema-pg.ts";
+import type { Config } from "./config.ts";
+import type { Db } from "./db.ts";
+import type { PgDb } from "./pg/store.ts";
+import { auditKeys } from "./audit/keys.ts";
+import { openNote, signNote } from "./audit/note.ts";
+import type { Keys } from "./audit/records.ts";
+
+/** A run's start as its seal signs it. */
+export interface RunStart {
+  job: string;
+  gestart: string;
+}
+
+/** A run's end as its end seal signs it (with its start): every column the end writes. */
+export interface RunEndColumns {
+  beeindigd: string | null;
+  uitkomst: string;
+  httpStatus: number | null;
+  samenvatting: string | null;
+  fout: string | null;
+}
+
+/** A job_runs row as the seal judges it. */
+export type SealedRunRow = RunStart & RunEndColumns & { zegel: string | null; eindzegel: string | null };
+
+/** A backup_statuses row as its seal signs it: every column but its id. */
+export interface BackupColumns {
+  ontvangen: string;
+  exitCode: number;
+  gelukt: boolean;
+  bestandsnaam: string | null;
+  grootte: number | null;
+  foutmelding: string | null;
+  bron: string;
+}
+
+export interface RowSeal {
+  /** The seal of a run's start: signature lines ("— <key name> <base64>\n"). */
+  seal(run: RunStart): string;
+  /** The seal of a run's end, over its start and every column its end writes. */
+  sealEnd(run: RunStart & RunEndColumns): string;
+  /** Whether a run counts: its start sealed, and either 'bezig' without an end or its end sealed. */
+  sealed(row: SealedRunRow): boolean;
+  /** Whether the row's start seal opens under a trusted key for exactly its job and start. */
+  startSealed(row: RunStart & { zegel: string | null }): boolean;
+  /** The seal of a backup report as stored. */
+  sealBackup(row: BackupColumns): string;
+  /** Whether the backup report's seal opens for exactly its columns. */
+  backupSealed(row: BackupColumns & { zegel: string | null }): boolean;
+}
+
+// The texts signed. JSON keeps any text of a report or summary on one line, unambiguous.
+const startText = (r: RunStart) => `nachtwacht job-run\n${r.job}\n${r.gestart}\n`;
+const endText = (r: RunStart & RunEndColumns) => `nachtwacht job-run-end\n${JSON.stringify([r.job, r.gestart, r.beeindigd, r.uitkomst, r.httpStatus, r.samenvatting, r.fout])}\n`;
+const backupText = (r: BackupColumns) =>
+  `nachtwacht backup-status\n${JSON.stringify([r.ontvangen, r.exitCode, r.gelukt, r.bestandsnaam, r.grootte, r.foutmelding, r.bron])}\n`;
+
+export function rowSeal(keys: Keys): RowSeal {
+  const sign = (text: string) => signNote(text, keys.signer).slice(text.length + 1);
+  const opens = (text: string, zegel: string | null) => zegel !== null && openNote(`${text}\n${zegel}`, keys.verifiers).ok;
+  const startSealed = (r: RunStart & { zegel: string | null }) => opens(startText(r), r.zegel);
+  return {
+    seal: (r) => sign(startText(r)),
+    sealEnd: (r) => sign(endText(r)),
+    startSealed,
+    sealed: (r) => startSealed(r) && (r.uitkomst === "bezig" ? r.beeindigd === null : opens(endText(r), r.eindzegel)),
+    sealBackup: (r) => sign(backupText(r)),
+    backupSealed: (r) => opens(backupText(r), r.zegel),
+  };
+}
+
+const perConfig = new WeakMap<object, RowSeal>();
+
+/** The service's seal, from its configuration's keys (parsed once per configuration). */
+export function rowSealOf(config: Pick<Config, "auditAnkerSleutel" | "auditVertrouwdeSleutels">): RowSeal {
+  let s = perConfig.get(config);
+  if (!s) perConfig.set(config, (s = rowSeal(auditKeys(config))));
+  return s;
+}
+
+const RUN_SEAL_COLUMNS = ["job", "gestart", "beeindigd", "uitkomst", "httpStatus", "samenvatting", "fout", "zegel", "eindzegel"] as const;
+const BACKUP_SEAL_COLUMNS = ["ontvangen", "exitCode", "gelukt", "bestandsnaam", "grootte", "foutmelding", "bron", "zegel"] as const;
+
+/** The job_runs columns a run's seal is judged by, of either dialect's table: select them to call `sealed`. */
+export function sealedRunColumns<T extends typeof jobRuns | typeof jobRunsPg>(t: T): Pick<T, (typeof RUN_SEAL_COLUMNS)[number]> {
+  return Object.fromEntries(RUN_SEAL_COLUMNS.map((k) => [k, t[k]])) as Pick<T, (typeof RUN_SEAL_COLUMNS)[number]>;
+}
+
+/** The backup_statuses columns a report's seal is judged by, of either dialect's table. */
+export function sealedBackupColumns<T extends typeof backupStatuses | typeof backupStatusesPg>(t: T): Pick<T, (typeof BACKUP_SEAL_COLUMNS)[number]> {
+  return Object.fromEntries(BACKUP_SEAL_COLUMNS.map((k) => [k, t[k]])) as Pick<T, (typeof BACKUP_SEAL_COLUMNS)[number]>;
+}
+
+/** How many of a job's (or the backup's) newest rows are read to find the newest sealed one. */
+export const NEWEST_ROWS = 20;
+
+/** The newest sealed row among the newest rows (newest first), and how many rows without a valid seal came before it. */
+export function newestSealed<R>(rows: readonly R[], isSealed: (row: R) => boolean): { run: R | null; vervalst: number } {
+  let vervalst = 0;
+  for (const r of rows) {
+    if (isSealed(r)) return { run: r, vervalst };
+    vervalst++;
+  }
+  return { run: null, vervalst };
+}
+
+/** The newest sealed backup report among the newest rows, without its seal, and how many newer rows have no valid seal. */
+export interface SealedBackup<B> {
+  backup: B | null;
+  vervalst: number;
+}
+
+/** Of the newest backup rows (newest first), the newest sealed one: the one rule for both stores (backup-controle, the daily report, /metrics). */
+export function newestSealedBackup<R extends BackupColumns & { zegel: string | null }>(rows: readonly R[], seal: RowSeal): SealedBackup<Omit<R, "zegel">> {
+  const { run, vervalst } = newestSealed(rows, seal.backupSealed);
+  if (!run) return { backup: null, vervalst };
+  const { zegel: _, ...backup } = run;
+  return { backup, vervalst };
+}
+
+/** Which of the sealed columns a database had before this start's migrations (sealedColumnsPresent). */
+export interface SealColumns {
+  /** job_runs.zegel */
+  runStarts: boolean;
+  /** job_runs.eindzegel */
+  runEnds: boolean;
+  /** backup_statuses.zegel */
+  backups: boolean;
+}
+
+/** The columns the seals live in, as (table, column), to be looked up before migrating. */
+export const SEAL_COLUMNS: Record<keyof SealColumns, readonly [string, string]> = {
+  runStarts: ["job_runs", "zegel"],
+  runEnds: ["job_runs", "eindzegel"],
+  backups: ["backup_statuses", "zegel"],
+};
+
+/**
+ * Seals the rows recorded before their kind was sealed, once: at the start whose
+ * migrations add the column (openStore, migratePg; `had` says which were there before).
+ * Only rows of the past (started, ended, received by `now`): a row dated later stays
+ * unsealed, so it never counts. An end is sealed only where its start's seal holds.
+ * Whatever a database writer had put in these tables by then is sealed with them: trust
+ * on first use, once.
+ */
+export function sealLegacyRows(db: Db, seal: RowSeal, now: Date, had: SealColumns): void {
+  if (had.runStarts && had.runEnds && had.backups) return;
+  const at = now.toISOString();
+  db.transaction((tx) => {
+    if (!had.runStarts) {
+      const rows = tx.select({ id: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart }).from(jobRuns).where(and(isNull(jobRuns.zegel), lte(jobRuns.gestart, at))).all();
+      for (const r of rows) tx.update(jobRuns).set({ zegel: seal.seal(r) }).where(eq(jobRuns.id, r.id)).run();
+    }
+    if (!had.runEnds) {
+      const rows = tx.select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) }).from(jobRuns).where(legacyEnd(jobRuns, at)).all();
+      for (const r of rows) if (seal.startSealed(r)) tx.update(jobRuns).set({ eindzegel: seal.sealEnd(r) }).where(eq(jobRuns.id, r.id)).run();
+    }
+    if (!had.backups) {
+      const rows = tx.select({ id: backupStatuses.id, ...sealedBackupColumns(backupStatuses) }).from(backupStatuses).where(and(isNull(backupStatuses.zegel), lte(backupStatuses.ontvangen, at))).all();
+      for (const r of rows) tx.update(backupStatuses).set({ zegel: seal.sealBackup(r) }).where(eq(backupStatuses.id, r.id)).run();
+    }
+  });
+}
+
+/** sealLegacyRows on PostgreSQL, inside the migrating session's hold of the migration lock. */
+export async function sealLegacyRowsPg(db: PgDb, seal: RowSeal, now: Date, had: SealColumns): Promise<void> {
+  if (had.runStarts && had.runEnds && had.backups) return;
+  const at = now.toISOString();
+  const runs = jobRunsPg;
+  const backups = backupStatusesPg;
+  await db.transaction(async (tx) => {
+    if (!had.runStarts) {
+      const rows = await tx.select({ id: runs.id, job: runs.job, gestart: runs.gestart }).from(runs).where(and(isNull(runs.zegel), lte(runs.gestart, at)));
+      for (const r of rows) await tx.update(runs).set({ zegel: seal.seal(r) }).where(eq(runs.id, r.id));
+    }
+    if (!had.runEnds) {
+      const rows = await tx.select({ id: runs.id, ...sealedRunColumns(runs) }).from(runs).where(legacyEnd(runs, at));
+      for (const r of rows) if (seal.startSealed(r)) await tx.update(runs).set({ eindzegel: seal.sealEnd(r) }).where(eq(runs.id, r.id));
+    }
+    if (!had.backups) {
+      const rows = await tx.select({ id: backups.id, ...sealedBackupColumns(backups) }).from(backups).where(and(isNull(backups.zegel), lte(backups.ontvangen, at)));
+      for (const r of rows) await tx.update(backups).set({ zegel: seal.sealBackup(r) }).where(eq(backups.id, r.id));
+    }
+  });
+}
+
+/** The ended runs without an end seal whose end is not later than `at`. */
+const legacyEnd = (t: typeof jobRuns | typeof jobRunsPg, at: string) => and(isNull(t.eindzegel), ne(t.uitkomst, "bezig"), isNotNull(t.beeindigd), lte(t.beeindigd, at));
