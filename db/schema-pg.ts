@@ -196,6 +196,8 @@ export const weeklyReportDeliveries = pgTable(
 export const serviceMeta = pgTable("service_meta", {
   key: text("key").primaryKey(),
   value: text("value").notNull(),
+  // 'geinstalleerd' signed with the anchor key (src/row-seal.ts): only a sealed install time counts.
+  zegel: text("zegel"),
 });
 
 export const auditVerificationState = pgTable("audit_verification_state", {
@@ -208,6 +210,8 @@ export const auditVerificationState = pgTable("audit_verification_state", {
   foutSeq: int64("fout_seq"),
   foutEntryId: int64("fout_entry_id"),
   foutReden: text("fout_reden"),
+  // The row signed with the anchor key when audit-verificatie writes it (src/row-seal.ts): only a sealed result counts.
+  zegel: text("zegel"),
 });
 
 export const jobLeases = pgTable("job_leases", {
@@ -220,6 +224,8 @@ export const jobLeases = pgTable("job_leases", {
   verkregen: time("verkregen").notNull(),
   vernieuwd: time("vernieuwd").notNull(),
   verloopt: time("verloopt").notNull(),
+  // The lease signed with the anchor key (src/row-seal.ts): an unsealed lease holds nothing.
+  zegel: text("zegel"),
 });
 
 // PostgreSQL only (no counterpart in db/schema.ts): a row per write transaction whose

@@ -213,6 +213,8 @@ export const weeklyReportDeliveries = sqliteTable(
 export const serviceMeta = sqliteTable("service_meta", {
   key: text("key").primaryKey(),
   value: text("value").notNull(),
+  // 'geinstalleerd' signed with the anchor key (src/row-seal.ts): only a sealed install time counts.
+  zegel: text("zegel"),
 });
 
 // The latest audit-verificatie result per tenant: weekrapport and dagrapport show it.
@@ -226,6 +228,8 @@ export const auditVerificationState = sqliteTable("audit_verification_state", {
   foutSeq: integer("fout_seq"),
   foutEntryId: integer("fout_entry_id"),
   foutReden: text("fout_reden"),
+  // The row signed with the anchor key when audit-verificatie writes it (src/row-seal.ts): only a sealed result counts.
+  zegel: text("zegel"),
 });
 
 // The "already running" guard across processes: one row per job while a run holds it
@@ -246,4 +250,6 @@ export const jobLeases = sqliteTable("job_leases", {
   verkregen: text("verkregen").notNull(),
   vernieuwd: text("vernieuwd").notNull(),
   verloopt: text("verloopt").notNull(),
+  // The lease signed with the anchor key (src/row-seal.ts): an unsealed lease holds nothing.
+  zegel: text("zegel"),
 });

@@ -9,7 +9,7 @@ import { migrate as drizzleMigrate } from "drizzle-orm/bun-sqlite/migrator";
 import type { AnySQLiteColumn } from "drizzle-orm/sqlite-core";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
 import * as schema from "../db/schema.ts";
-import { SEAL_COLUMNS, sealLegacyRows, type RowSeal, type SealColumns } from "./row-seal.ts";
+import { INSTALLED, markPastSealed, pastSealingAllowed, SEAL_COLUMNS, sealLegacyRows, type RowSeal, type SealColumns } from "./row-seal.ts";
 import { serviceMeta } from "../db/schema.ts";
 
 export type Db = BunSQLiteDatabase<typeof schema>;
@@ -104,22 +104,30 @@ export function migrate(db: Db): void {
   }
 }
 
-export function installedAt(db: Db): Date | null {
-  const row = db
-    .select({ value: serviceMeta.value })
-    .from(serviceMeta)
-    .where(eq(serviceMeta.key, "geinstalleerd"))
-    .get();
-  return row ? new Date(row.value) : null;
+/**
+ * The first start of the service on this database, as it sealed it (src/row-seal.ts);
+ * null when the row is gone or its seal does not hold: then no fire time is "before the
+ * install", and every missed one is called missed.
+ */
+export function installedAt(db: Db, seal: RowSeal): Date | null {
+  const row = db.select({ value: serviceMeta.value, zegel: serviceMeta.zegel }).from(serviceMeta).where(eq(serviceMeta.key, INSTALLED)).get();
+  return row && seal.installedSealed(row) ? new Date(row.value) : null;
 }
 
 /**
  * Opens (creating and migrating) the database. `seal`: the service's row seal; when this
  * open's migrations add a seal column (the first start of the version that seals those
  * rows), the rows already recorded are sealed with it (sealLegacyRows), so they count as
- * the runs and reports they are.
+ * the runs and reports they are; but never again once `pastMarker` exists
+ * (pastSealingAllowed).
  */
-export function openStore(path: string, now: Date = new Date(), seal?: RowSeal): Store {
+export function openStore(
+  path: string,
+  now: Date = new Date(),
+  seal?: RowSeal,
+  /** The service's pastSealedMarker: the rows of the past are sealed only while it does not exist. */
+  pastMarker?: string,
+): Store {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
   // Before the first read: another connection closing (its checkpoint) or writing at
@@ -134,12 +142,18 @@ export function openStore(path: string, now: Date = new Date(), seal?: RowSeal):
   const db = drizzle(sqlite, { schema });
   // Raw SQL: SQLite's own table-valued pragma, before the migrations.
   const hasColumn = ([table, column]: readonly [string, string]) => sqlite.query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?").get(table, column) !== null;
-  const had: SealColumns = { runStarts: hasColumn(SEAL_COLUMNS.runStarts), runEnds: hasColumn(SEAL_COLUMNS.runEnds), backups: hasColumn(SEAL_COLUMNS.backups) };
+  const had = {} as SealColumns;
+  for (const [kind, column] of Object.entries(SEAL_COLUMNS)) had[kind as keyof SealColumns] = hasColumn(column);
   migrate(db);
-  if (seal) sealLegacyRows(db, seal, now, had);
+  if (seal && pastSealingAllowed(pastMarker, had)) sealLegacyRows(db, seal, now, had);
+  if (seal) markPastSealed(pastMarker, now);
   // taken-controle does not call a job missed before its first expected time after
-  // the service was installed: the first start on this database is that moment.
-  db.insert(serviceMeta).values({ key: "geinstalleerd", value: now.toISOString() }).onConflictDoNothing().run();
+  // the service was installed: the service's first start on this database is that
+  // moment, sealed (a tool opening the file without the key marks nothing).
+  if (seal) {
+    const value = now.toISOString();
+    db.insert(serviceMeta).values({ key: INSTALLED, value, zegel: seal.sealInstalled(value) }).onConflictDoNothing().run();
+  }
   return {
     kind: "sqlite",
     db,

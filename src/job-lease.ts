@@ -99,7 +99,7 @@ export const isHolder = (lease: Pick<JobLease, "pid" | "instantie">, holder: Lea
 
 export type LeasedStart =
   /** The run's job_runs row was written and its lease taken, valid until `verloopt`; `overgenomen`: another holder's lease it replaced, and why. */
-  | { ok: true; runId: number; verloopt: Date; overgenomen: (JobLease & { reden: "verlopen" | "proces-weg" }) | null }
+  | { ok: true; runId: number; verloopt: Date; overgenomen: TakenOver | null }
   /** Another holder's lease is still valid: nothing was written. */
   | { ok: false; houder: JobLease; gedaan?: undefined }
   /** A scheduled call whose scheduled time a run already did (doneFor): nothing was written. */
@@ -127,20 +127,30 @@ export function doneMessage(job: JobName, firedAt: Date, done: DoneRun): string 
 }
 
 /**
- * The rule of taking a lease, for any store: refused while another holder's lease has
- * not expired at `now` and that holder is not provably gone (holderGone); else taken,
- * naming the other holder's lease it replaces and why.
+ * Another holder's lease a take replaced, and why: it expired, its holder is provably
+ * gone, or its seal does not hold (`vervalst`: a database writer wrote or changed it;
+ * src/row-seal.ts).
  */
-export function leaseTake(current: JobLease | null, holder: LeaseHolder, now: Date): { ok: false; houder: JobLease } | { ok: true; overgenomen: (JobLease & { reden: "verlopen" | "proces-weg" }) | null } {
-  if (current === null || isHolder(current, holder)) return { ok: true, overgenomen: null };
+export type TakenOver = JobLease & { reden: "verlopen" | "proces-weg" | "vervalst" };
+
+/**
+ * The rule of taking a lease, for any store: refused while another holder's sealed lease
+ * has not expired at `now` and that holder is not provably gone (holderGone); else taken,
+ * naming the lease it replaces and why. A lease whose seal does not hold holds nothing.
+ */
+export function leaseTake(current: JobLease | null, holder: LeaseHolder, now: Date, seal: RowSeal): { ok: false; houder: JobLease } | { ok: true; overgenomen: TakenOver | null } {
+  if (current === null) return { ok: true, overgenomen: null };
+  if (!seal.leaseSealed(current)) return { ok: true, overgenomen: { ...current, reden: "vervalst" } };
+  if (isHolder(current, holder)) return { ok: true, overgenomen: null };
   const expired = current.verloopt <= now.toISOString();
   if (!expired && !holderGone(current)) return { ok: false, houder: current };
   return { ok: true, overgenomen: { ...current, reden: expired ? "verlopen" : "proces-weg" } };
 }
 
-/** The lease row a take writes: this holder, its run, valid until now + ttlMs. */
-export function leaseValues(holder: LeaseHolder, runId: number, now: Date, ttlMs: number) {
+/** The lease row a take writes: this holder, its run, valid until now + ttlMs, sealed. */
+export function leaseValues(seal: RowSeal, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number) {
   const nowIso = now.toISOString();
+  const verloopt = new Date(now.getTime() + ttlMs).toISOString();
   return {
     pid: holder.pid,
     instantie: holder.instantie,
@@ -149,7 +159,8 @@ export function leaseValues(holder: LeaseHolder, runId: number, now: Date, ttlMs
     runId,
     verkregen: nowIso,
     vernieuwd: nowIso,
-    verloopt: new Date(now.getTime() + ttlMs).toISOString(),
+    verloopt,
+    zegel: seal.sealLease({ job, ...holder, runId, verloopt }),
   };
 }
 
@@ -189,10 +200,10 @@ export function startLeasedRun(
         if (done) return { ok: false, gedaan: done };
       }
       const current = db.select().from(jobLeases).where(eq(jobLeases.job, job)).get() ?? null;
-      const take = leaseTake(current, holder, now);
+      const take = leaseTake(current, holder, now, seal);
       if (!take.ok) return { ok: false, houder: take.houder };
       const runId = startRun(db, job, now, seal);
-      const values = leaseValues(holder, runId, now, ttlMs);
+      const values = leaseValues(seal, job, holder, runId, now, ttlMs);
       db.insert(jobLeases)
         .values({ job, ...values })
         .onConflictDoUpdate({ target: jobLeases.job, set: values })
@@ -233,18 +244,19 @@ export function firstSealed(rows: readonly (SealedRunRow & { runId: number })[],
   return r ? { runId: r.runId, gestart: r.gestart, uitkomst: r.uitkomst } : null;
 }
 
-/** What a renewal writes: renewed now, valid until now + ttlMs. */
-export function renewValues(now: Date, ttlMs: number) {
-  return { vernieuwd: now.toISOString(), verloopt: new Date(now.getTime() + ttlMs).toISOString() };
+/** What a renewal writes: renewed now, valid until now + ttlMs, sealed again. */
+export function renewValues(seal: RowSeal, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number) {
+  const verloopt = new Date(now.getTime() + ttlMs).toISOString();
+  return { vernieuwd: now.toISOString(), verloopt, zegel: seal.sealLease({ job, ...holder, runId, verloopt }) };
 }
 
 const heldBy = (job: JobName, holder: LeaseHolder, runId: number) => leaseHeldBy(jobLeases, job, holder, runId);
 
 /** One attempt at renewing, synchronous: run inside retryWhenBusy (renewLease, startRenewing). */
-function renewNow(db: Db, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): boolean {
+function renewNow(db: Db, seal: RowSeal, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): boolean {
   const rows = db
     .update(jobLeases)
-    .set(renewValues(now, ttlMs))
+    .set(renewValues(seal, job, holder, runId, now, ttlMs))
     .where(heldBy(job, holder, runId))
     .returning({ job: jobLeases.job })
     .all();
@@ -257,9 +269,9 @@ function renewNow(db: Db, job: JobName, holder: LeaseHolder, runId: number, now:
  * blocking the event loop (retryWhenBusy) for at most `deadlineMs`, then rejects with
  * SQLITE_BUSY.
  */
-export function renewLease(store: AnyStore, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
-  if (store.kind === "pg") return renewLeasePg(store, job, holder, runId, now, ttlMs);
-  return retryWhenBusy(store.sqlite, () => renewNow(store.db, job, holder, runId, now, ttlMs), deadlineMs);
+export function renewLease(store: AnyStore, seal: RowSeal, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number, deadlineMs = BUSY_TIMEOUT_MS): Promise<boolean> {
+  if (store.kind === "pg") return renewLeasePg(store, seal, job, holder, runId, now, ttlMs);
+  return retryWhenBusy(store.sqlite, () => renewNow(store.db, seal, job, holder, runId, now, ttlMs), deadlineMs);
 }
 
 /**
@@ -277,12 +289,12 @@ export function releaseLease(store: AnyStore, job: JobName, holder: LeaseHolder,
 }
 
 /**
- * The leases that have not expired at `now` and whose holder is not provably gone, by
- * job: whoever holds them is alive (or was, less than an expiry ago).
+ * The sealed leases that have not expired at `now` and whose holder is not provably
+ * gone, by job: whoever holds them is alive (or was, less than an expiry ago).
  */
-export function liveLeases(db: Db, now: Date): Map<string, JobLease> {
+export function liveLeases(db: Db, now: Date, seal: RowSeal): Map<string, JobLease> {
   const rows = db.select().from(jobLeases).where(gt(jobLeases.verloopt, now.toISOString())).all();
-  return new Map(rows.filter((r) => !holderGone(r)).map((r) => [r.job, r]));
+  return new Map(rows.filter((r) => seal.leaseSealed(r) && !holderGone(r)).map((r) => [r.job, r]));
 }
 
 /** The answer to a call refused because another process holds the job's lease. */
@@ -332,6 +344,8 @@ const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e)
  */
 export function startRenewing(
   store: AnyStore,
+  /** Seals each renewal (src/row-seal.ts). */
+  seal: RowSeal,
   clock: () => Date,
   job: JobName,
   holder: LeaseHolder,
@@ -366,9 +380,9 @@ export function startRenewing(
    */
   const attempt = async (now: Date): Promise<"stopped" | "renewed" | "lost"> => {
     const outcome = (renewed: boolean) => (renewed ? "renewed" : "lost");
-    if (store.kind === "sqlite") return retryWhenBusy(store.sqlite, () => (stopped ? "stopped" : outcome(renewNow(store.db, job, holder, runId, now, timing.ttlMs))), timing.renewMs);
+    if (store.kind === "sqlite") return retryWhenBusy(store.sqlite, () => (stopped ? "stopped" : outcome(renewNow(store.db, seal, job, holder, runId, now, timing.ttlMs))), timing.renewMs);
     if (stopped) return "stopped";
-    return outcome(await withDeadline(renewLeasePg(store, job, holder, runId, now, timing.ttlMs), timing.renewMs, "the renewal"));
+    return outcome(await withDeadline(renewLeasePg(store, seal, job, holder, runId, now, timing.ttlMs), timing.renewMs, "the renewal"));
   };
 
   const loop = async () => {

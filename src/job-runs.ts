@@ -60,23 +60,27 @@ export class DeadlineError extends Error {
   override name = "DeadlineError";
 }
 
-/** The columns a run's end sets, for any store: the summary as JSON, bounded, and the end's seal over them with the run's start (src/row-seal.ts). */
+/** A run whose end is written: its row, and its start as this process wrote it. */
+export interface RunRef extends RunStart {
+  runId: number;
+}
+
+/**
+ * The columns a run's end sets, for any store: the summary as JSON, bounded, and the
+ * end's seal over them with the run's start as this process wrote it (src/row-seal.ts),
+ * not as the row says: a start a database writer copied into the row does not get this
+ * end sealed with it.
+ */
 export function runEndValues(seal: RowSeal, start: RunStart, end: Date, r: RunEnd) {
   let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
   if (summary !== null && summary.length > MAX_SUMMARY) summary = summary.slice(0, MAX_SUMMARY - 1) + "…";
   const values = { beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout ?? null };
-  return { ...values, eindzegel: seal.sealEnd({ ...start, ...values }) };
+  return { ...values, eindzegel: seal.sealEnd({ job: start.job, gestart: start.gestart, ...values }) };
 }
 
-/**
- * The end of a run, synchronous: inside a transaction (writeTransaction) or through
- * writeRunEnd. Its start (job, gestart) is read from its row, for the end's seal: a row
- * whose start was changed has no valid start seal, so the end's seal does not make it count.
- */
-export function finishRun(db: Db, seal: RowSeal, id: number, end: Date, r: RunEnd): void {
-  const start = db.select({ job: jobRuns.job, gestart: jobRuns.gestart }).from(jobRuns).where(openRun(jobRuns, id)).get();
-  if (!start) return;
-  db.update(jobRuns).set(runEndValues(seal, start, end, r)).where(openRun(jobRuns, id)).run();
+/** The end of a run, one UPDATE, synchronous: inside a transaction (writeTransaction) or through writeRunEnd. */
+export function finishRun(db: Db, seal: RowSeal, run: RunRef, end: Date, r: RunEnd): void {
+  db.update(jobRuns).set(runEndValues(seal, run, end, r)).where(openRun(jobRuns, run.runId)).run();
 }
 
 /**
@@ -96,10 +100,10 @@ const ONE_TRY_MS = 1000;
  * run's row, should another session hold it (finishRunPg). Other database errors are
  * passed on.
  */
-export function writeRunEnd(store: AnyStore, seal: RowSeal, id: number, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
+export function writeRunEnd(store: AnyStore, seal: RowSeal, run: RunRef, end: Date, r: RunEnd, deadlineMs = BUSY_TIMEOUT_MS): Promise<void> {
   // 0 is one try without waiting for a lock (finishRunPg: 1 ms); the try itself still needs its round trips.
-  if (store.kind === "pg") return withDeadline(finishRunPg(store, seal, id, end, r, deadlineMs), Math.max(deadlineMs, ONE_TRY_MS), "the end of a run");
-  return retryWhenBusy(store.sqlite, () => finishRun(store.db, seal, id, end, r), deadlineMs);
+  if (store.kind === "pg") return withDeadline(finishRunPg(store, seal, run, end, r, deadlineMs), Math.max(deadlineMs, ONE_TRY_MS), "the end of a run");
+  return retryWhenBusy(store.sqlite, () => finishRun(store.db, seal, run, end, r), deadlineMs);
 }
 
 /** The job's newest sealed run, by start then id, and how many rows without a valid seal are newer (newestSealed). */
@@ -120,7 +124,7 @@ export async function writeKeptEnds(store: AnyStore, seal: RowSeal, running: Run
   const written: KeptEnd[] = [];
   for (const kept of running.keptEndsList()) {
     try {
-      await writeRunEnd(store, seal, kept.runId, kept.end, kept.result, Math.max(0, deadline - performance.now()));
+      await writeRunEnd(store, seal, kept, kept.end, kept.result, Math.max(0, deadline - performance.now()));
       running.forgetEnd(kept.runId);
       written.push(kept);
     } catch {

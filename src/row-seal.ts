@@ -15,7 +15,18 @@
 //   (for a scheduled call's "already done", src/job-lease.ts; for a job's newest run as
 //   taken-controle, /metrics and the daily report judge it, src/schedule-due.ts);
 // - a backup report, all of its columns, when it is received (`zegel`): backup-controle
-//   and the daily report judge the newest sealed one.
+//   and the daily report judge the newest sealed one;
+// - a job's lease (job_leases), each time it is taken or renewed: one forged lease of a
+//   "process on another host" valid for years would make every crontab call of
+//   audit-verificatie a 204 ("runs already elsewhere"); an unsealed lease holds nothing
+//   and is taken over (alarm `db-integrity`);
+// - the install time (service_meta 'geinstalleerd'), when it is first written: moved
+//   ahead it would make taken-controle expect no job yet, so a job that stopped running is
+//   never called missed; unsealed, no install time counts (every fire time is expected);
+// - each tenant's verification result (audit_verification_state), when audit-verificatie
+//   writes it: one changed to "intact" would make /metrics, the daily report and the
+//   weekly report to the tenant's administrators say the chain is fine; unsealed (or
+//   dated ahead), the tenant counts as not checked, and the next run overwrites it.
 // Rows without a valid seal newer than the newest sealed one are counted and reported
 // (taken-controle and backup-controle: alarm `db-integrity`).
 //
@@ -25,9 +36,17 @@
 // missed, a backup as missing or too old: loud), and putting back an older row as it was
 // (its own time then says how old it is).
 import { and, eq, isNotNull, isNull, lte, ne } from "drizzle-orm";
-import { backupStatuses, jobRuns } from "../db/schema.ts";
-import { backupStatuses as backupStatusesPg, jobRuns as jobRunsPg } from "../db/schema-pg.ts";
+import { auditVerificationState, backupStatuses, jobRuns, serviceMeta } from "../db/schema.ts";
+import {
+  auditVerificationState as auditVerificationStatePg,
+  backupStatuses as backupStatusesPg,
+  jobRuns as jobRunsPg,
+  serviceMeta as serviceMetaPg,
+} from "../db/schema-pg.ts";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import type { Config } from "./config.ts";
+import { log } from "./logger.ts";
 import type { Db } from "./db.ts";
 import type { PgDb } from "./pg/store.ts";
 import { auditKeys } from "./audit/keys.ts";
@@ -63,6 +82,28 @@ export interface BackupColumns {
   bron: string;
 }
 
+/** A job_leases row as its seal signs it: what decides whose it is and until when. */
+export interface LeaseColumns {
+  job: string;
+  pid: number;
+  instantie: string;
+  host: string;
+  pidNs: string | null;
+  runId: number;
+  verloopt: string;
+}
+
+/** An audit_verification_state row as its seal signs it: every column. */
+export interface VerificationColumns {
+  tenantId: number;
+  gecontroleerd: string;
+  intact: boolean;
+  aantalEntries: number;
+  foutSeq: number | null;
+  foutEntryId: number | null;
+  foutReden: string | null;
+}
+
 export interface RowSeal {
   /** The seal of a run's start: signature lines ("— <key name> <base64>\n"). */
   seal(run: RunStart): string;
@@ -76,6 +117,18 @@ export interface RowSeal {
   sealBackup(row: BackupColumns): string;
   /** Whether the backup report's seal opens for exactly its columns. */
   backupSealed(row: BackupColumns & { zegel: string | null }): boolean;
+  /** The seal of a lease as taken or renewed. */
+  sealLease(lease: LeaseColumns): string;
+  /** Whether the lease's seal opens for exactly its holder, run and expiry. */
+  leaseSealed(lease: LeaseColumns & { zegel: string | null }): boolean;
+  /** The seal of the install time (service_meta 'geinstalleerd'). */
+  sealInstalled(value: string): string;
+  /** Whether the install time's seal opens for exactly its value. */
+  installedSealed(row: { value: string; zegel: string | null }): boolean;
+  /** The seal of a tenant's verification result. */
+  sealVerification(row: VerificationColumns): string;
+  /** Whether the verification result's seal opens for exactly its columns. */
+  verificationSealed(row: VerificationColumns & { zegel: string | null }): boolean;
 }
 
 // The texts signed. JSON keeps any text of a report or summary on one line, unambiguous.
@@ -83,10 +136,29 @@ const startText = (r: RunStart) => `nachtwacht job-run\n${r.job}\n${r.gestart}\n
 const endText = (r: RunStart & RunEndColumns) => `nachtwacht job-run-end\n${JSON.stringify([r.job, r.gestart, r.beeindigd, r.uitkomst, r.httpStatus, r.samenvatting, r.fout])}\n`;
 const backupText = (r: BackupColumns) =>
   `nachtwacht backup-status\n${JSON.stringify([r.ontvangen, r.exitCode, r.gelukt, r.bestandsnaam, r.grootte, r.foutmelding, r.bron])}\n`;
+const leaseText = (l: LeaseColumns) => `nachtwacht job-lease\n${JSON.stringify([l.job, l.pid, l.instantie, l.host, l.pidNs, l.runId, l.verloopt])}\n`;
+const installedText = (value: string) => `nachtwacht geinstalleerd\n${JSON.stringify(value)}\n`;
+const verificationText = (r: VerificationColumns) =>
+  `nachtwacht audit-verificatie\n${JSON.stringify([r.tenantId, r.gecontroleerd, r.intact, r.aantalEntries, r.foutSeq, r.foutEntryId, r.foutReden])}\n`;
+
+/** How many notes that opened a seal rowSeal keeps in memory, at most: the reports and /metrics read the same rows again and again. */
+const OPENED_MAX = 100_000;
 
 export function rowSeal(keys: Keys): RowSeal {
   const sign = (text: string) => signNote(text, keys.signer).slice(text.length + 1);
-  const opens = (text: string, zegel: string | null) => zegel !== null && openNote(`${text}\n${zegel}`, keys.verifiers).ok;
+  // Notes that opened, so that a row read again costs a lookup, not a signature check
+  // (62 µs): /metrics reads every tenant's verification state on each scrape. Only a
+  // note that opened is kept; the same note always opens under the same keys.
+  const opened = new Set<string>();
+  const opens = (text: string, zegel: string | null) => {
+    if (zegel === null) return false;
+    const note = `${text}\n${zegel}`;
+    if (opened.has(note)) return true;
+    if (!openNote(note, keys.verifiers).ok) return false;
+    if (opened.size >= OPENED_MAX) opened.clear();
+    opened.add(note);
+    return true;
+  };
   const startSealed = (r: RunStart & { zegel: string | null }) => opens(startText(r), r.zegel);
   return {
     seal: (r) => sign(startText(r)),
@@ -95,6 +167,12 @@ export function rowSeal(keys: Keys): RowSeal {
     sealed: (r) => startSealed(r) && (r.uitkomst === "bezig" ? r.beeindigd === null : opens(endText(r), r.eindzegel)),
     sealBackup: (r) => sign(backupText(r)),
     backupSealed: (r) => opens(backupText(r), r.zegel),
+    sealLease: (l) => sign(leaseText(l)),
+    leaseSealed: (l) => opens(leaseText(l), l.zegel),
+    sealInstalled: (value) => sign(installedText(value)),
+    installedSealed: (r) => opens(installedText(r.value), r.zegel),
+    sealVerification: (r) => sign(verificationText(r)),
+    verificationSealed: (r) => opens(verificationText(r), r.zegel),
   };
 }
 
@@ -119,6 +197,21 @@ export function sealedRunColumns<T extends typeof jobRuns | typeof jobRunsPg>(t:
 export function sealedBackupColumns<T extends typeof backupStatuses | typeof backupStatusesPg>(t: T): Pick<T, (typeof BACKUP_SEAL_COLUMNS)[number]> {
   return Object.fromEntries(BACKUP_SEAL_COLUMNS.map((k) => [k, t[k]])) as Pick<T, (typeof BACKUP_SEAL_COLUMNS)[number]>;
 }
+
+/**
+ * The latest moment a verification state may carry, read at `now`: a minute ahead (clocks
+ * of two instances differ a little, not more). A row dated later is no check but a
+ * database writer's: audit-verificatie overwrites it, and until then it does not count.
+ */
+export const stateNotAfter = (now: Date) => new Date(now.getTime() + 60_000).toISOString();
+
+/** Whether a tenant's verification result counts at `now`, for the reports and /metrics: sealed, and not dated ahead. */
+export function countsAsVerification(row: VerificationColumns & { zegel: string | null }, seal: RowSeal, now: Date): boolean {
+  return row.gecontroleerd <= stateNotAfter(now) && seal.verificationSealed(row);
+}
+
+/** The service_meta key of the install time. */
+export const INSTALLED = "geinstalleerd";
 
 /** How many of a job's (or the backup's) newest rows are read to find the newest sealed one. */
 export const NEWEST_ROWS = 20;
@@ -155,6 +248,10 @@ export interface SealColumns {
   runEnds: boolean;
   /** backup_statuses.zegel */
   backups: boolean;
+  /** service_meta.zegel (the install time's) */
+  installed: boolean;
+  /** audit_verification_state.zegel */
+  verification: boolean;
 }
 
 /** The columns the seals live in, as (table, column), to be looked up before migrating. */
@@ -162,20 +259,69 @@ export const SEAL_COLUMNS: Record<keyof SealColumns, readonly [string, string]> 
   runStarts: ["job_runs", "zegel"],
   runEnds: ["job_runs", "eindzegel"],
   backups: ["backup_statuses", "zegel"],
+  installed: ["service_meta", "zegel"],
+  verification: ["audit_verification_state", "zegel"],
 };
+
+/**
+ * The file beside the anchor file that says this installation's rows of the past have
+ * been sealed (sealLegacyRows). It is in nachtwacht's state directory, out of a database
+ * writer's reach: once it exists, no start seals rows of the past again, so dropping a
+ * seal column and its migration record (the next start would add it again) gets a
+ * writer's rows sealed by nobody.
+ */
+export const pastSealedMarker = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "zegels-sinds");
+
+/**
+ * Whether this start may seal the rows of the past: only while `marker` does not exist
+ * (no marker given: always, for tools and tests). Seal columns added again after it was
+ * written are logged as an error; their rows stay unsealed, and are reported.
+ */
+export function pastSealingAllowed(marker: string | undefined, had: SealColumns): boolean {
+  if (marker === undefined || !existsSync(marker)) return true;
+  const added = (Object.keys(had) as (keyof SealColumns)[]).filter((k) => !had[k]);
+  if (added.length > 0) {
+    log("error", "seal columns were added again after this installation's rows were sealed: someone who can change the database's schema dropped them; the rows already recorded stay unsealed and are reported", {
+      columns: added.map((k) => SEAL_COLUMNS[k].join(".")),
+      marker,
+    });
+  }
+  return false;
+}
+
+/** Writes `marker` (once; owner-only) after the rows of the past were sealed, or found sealed. */
+export function markPastSealed(marker: string | undefined, now: Date): void {
+  if (marker === undefined || existsSync(marker)) return;
+  mkdirSync(dirname(marker), { recursive: true });
+  try {
+    writeFileSync(marker, `${now.toISOString()}\n`, { mode: 0o600, flag: "wx" });
+  } catch (e) {
+    if ((e as { code?: unknown }).code !== "EEXIST") throw e;
+  }
+}
 
 /**
  * Seals the rows recorded before their kind was sealed, once: at the start whose
  * migrations add the column (openStore, migratePg; `had` says which were there before).
- * Only rows of the past (started, ended, received by `now`): a row dated later stays
- * unsealed, so it never counts. An end is sealed only where its start's seal holds.
+ * Only rows of the past (started, ended, received, installed by `now`): a row dated
+ * later stays unsealed, so it never counts. An end is sealed only where its start's seal
+ * holds. Leases are not: one left from before lasts seconds, and is taken over.
  * Whatever a database writer had put in these tables by then is sealed with them: trust
  * on first use, once.
  */
 export function sealLegacyRows(db: Db, seal: RowSeal, now: Date, had: SealColumns): void {
-  if (had.runStarts && had.runEnds && had.backups) return;
+  if (Object.values(had).every(Boolean)) return;
   const at = now.toISOString();
   db.transaction((tx) => {
+    if (!had.verification) {
+      const s = auditVerificationState;
+      const rows = tx.select().from(s).where(lte(s.gecontroleerd, at)).all();
+      for (const r of rows) tx.update(s).set({ zegel: seal.sealVerification(r) }).where(eq(s.tenantId, r.tenantId)).run();
+    }
+    if (!had.installed) {
+      const row = tx.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, INSTALLED)).get();
+      if (row && row.value <= at) tx.update(serviceMeta).set({ zegel: seal.sealInstalled(row.value) }).where(eq(serviceMeta.key, INSTALLED)).run();
+    }
     if (!had.runStarts) {
       const rows = tx.select({ id: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart }).from(jobRuns).where(and(isNull(jobRuns.zegel), lte(jobRuns.gestart, at))).all();
       for (const r of rows) tx.update(jobRuns).set({ zegel: seal.seal(r) }).where(eq(jobRuns.id, r.id)).run();
@@ -193,11 +339,21 @@ export function sealLegacyRows(db: Db, seal: RowSeal, now: Date, had: SealColumn
 
 /** sealLegacyRows on PostgreSQL, inside the migrating session's hold of the migration lock. */
 export async function sealLegacyRowsPg(db: PgDb, seal: RowSeal, now: Date, had: SealColumns): Promise<void> {
-  if (had.runStarts && had.runEnds && had.backups) return;
+  if (Object.values(had).every(Boolean)) return;
   const at = now.toISOString();
   const runs = jobRunsPg;
   const backups = backupStatusesPg;
+  const meta = serviceMetaPg;
   await db.transaction(async (tx) => {
+    if (!had.verification) {
+      const s = auditVerificationStatePg;
+      const rows = await tx.select().from(s).where(lte(s.gecontroleerd, at));
+      for (const r of rows) await tx.update(s).set({ zegel: seal.sealVerification(r) }).where(eq(s.tenantId, r.tenantId));
+    }
+    if (!had.installed) {
+      const [row] = await tx.select({ value: meta.value }).from(meta).where(eq(meta.key, INSTALLED));
+      if (row && row.value <= at) await tx.update(meta).set({ zegel: seal.sealInstalled(row.value) }).where(eq(meta.key, INSTALLED));
+    }
     if (!had.runStarts) {
       const rows = await tx.select({ id: runs.id, job: runs.job, gestart: runs.gestart }).from(runs).where(and(isNull(runs.zegel), lte(runs.gestart, at)));
       for (const r of rows) await tx.update(runs).set({ zegel: seal.seal(r) }).where(eq(runs.id, r.id));

@@ -13,6 +13,8 @@ import type { JobName } from "./schedule.ts";
 export interface KeptEnd {
   job: JobName;
   runId: number;
+  /** The run's start as this process wrote it (the end is sealed over it). */
+  gestart: string;
   end: Date;
   result: RunEnd;
 }
@@ -39,7 +41,7 @@ export class JobInterrupted extends Error {
 /** Jobs running in this process; a second call of one of them is refused. */
 export class RunningJobs {
   private readonly running = new Set<JobName>();
-  private readonly runIds = new Map<JobName, number>();
+  private readonly runIds = new Map<JobName, { runId: number; gestart: string }>();
   private readonly idle: (() => void)[] = [];
   private readonly interrupters = new Set<(e: Error) => void>();
   private readonly keptEnds = new Map<number, KeptEnd>();
@@ -55,8 +57,8 @@ export class RunningJobs {
   }
 
   /** The job_runs row of a running job, so shutdown can close it when it must give up waiting. */
-  setRun(job: JobName, runId: number): void {
-    if (this.running.has(job)) this.runIds.set(job, runId);
+  setRun(job: JobName, runId: number, gestart: string): void {
+    if (this.running.has(job)) this.runIds.set(job, { runId, gestart });
   }
 
   finish(job: JobName): void {
@@ -91,8 +93,8 @@ export class RunningJobs {
   }
 
   /** Running jobs that have a job_runs row. */
-  runs(): { job: JobName; runId: number }[] {
-    return [...this.runIds].map(([job, runId]) => ({ job, runId }));
+  runs(): { job: JobName; runId: number; gestart: string }[] {
+    return [...this.runIds].map(([job, r]) => ({ job, ...r }));
   }
 
   names(): JobName[] {

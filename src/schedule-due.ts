@@ -188,8 +188,8 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
 export function jobStatuses(db: Db, seal: RowSeal, now: Date, graceMs: number, context: JobContext): JobStatus[] {
   const reads: StatusReads = db.transaction(
     (tx) => ({
-      installed: installedAt(tx),
-      leases: liveLeases(tx, now),
+      installed: installedAt(tx, seal),
+      leases: liveLeases(tx, now, seal),
       newestRuns: new Map(SCHEDULE.map(({ job }) => [job, lastRun(tx, job, seal)])),
     }),
     { behavior: "deferred" },

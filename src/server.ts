@@ -10,7 +10,7 @@ import { BUSY_TIMEOUT_MS, openStore, type Store } from "./db.ts";
 import type { AnyStore, Deps } from "./deps.ts";
 import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 import { WriteApiActivity } from "./ingest/activity.ts";
-import { rowSealOf } from "./row-seal.ts";
+import { pastSealedMarker, rowSealOf } from "./row-seal.ts";
 import { markInstalledPg, openPgStore, type PgStore } from "./pg/store.ts";
 import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
@@ -36,7 +36,7 @@ export function closeDatabase(store: Store): void {
 }
 
 /** The service's dependencies on `store`: the SQLite file of DATABASE_PATH unless another is given (PostgreSQL, tests). */
-export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath, new Date(), rowSealOf(config)) as S): Deps<S> {
+export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath, new Date(), rowSealOf(config), pastSealedMarker(config)) as S): Deps<S> {
   const dataDir = dirname(resolve(config.databasePath));
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
   const clock = () => new Date();
@@ -95,8 +95,8 @@ export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer,
  * together), its first start marked, no WAL checkpointer (PostgreSQL has its own).
  */
 export async function startPgServer(config: Config, url: string, options: ServerOptions = {}) {
-  const store = await openPgStore(url, { seal: rowSealOf(config) });
-  await markInstalledPg(store, new Date());
+  const store = await openPgStore(url, { seal: rowSealOf(config), pastMarker: pastSealedMarker(config) });
+  await markInstalledPg(store, rowSealOf(config), new Date());
   log("info", "database: PostgreSQL", { database: redactUrl(url) });
   return serveWith(wireDeps<PgStore>(config, store), null, options);
 }
@@ -142,9 +142,10 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
       // process's write lock, without blocking): recorded here the same way, waiting for
       // the lock for at most BUSY_TIMEOUT_MS in all.
       const deadline = performance.now() + BUSY_TIMEOUT_MS;
-      for (const { job, runId } of running.runs()) {
+      for (const run of running.runs()) {
+        const { job, runId } = run;
         try {
-          await writeRunEnd(deps.store, rowSealOf(deps.config), runId, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message }, Math.max(0, deadline - performance.now()));
+          await writeRunEnd(deps.store, rowSealOf(deps.config), run, deps.clock(), { uitkomst: "fout", httpStatus: 503, fout: message }, Math.max(0, deadline - performance.now()));
         } catch (e) {
           log("error", "could not record an interrupted run", { job, runId, error: e instanceof Error ? e.message : String(e) });
         }

@@ -5,7 +5,7 @@ import type { AnyStore } from "../src/deps.ts";
 import { runAuditAnker } from "../src/jobs/audit-anker.ts";
 import { runAuditVerificatie } from "../src/jobs/audit-verificatie.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
-import { call, NOW } from "./helpers.ts";
+import { call, NOW, stateZegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 
 let env: Env;
@@ -71,9 +71,9 @@ describe("audit-verificatie", () => {
     expect(env.alarms.raised).toEqual([]);
     const state = await env.db.all("SELECT * FROM audit_verification_state ORDER BY tenant_id");
     expect(state).toEqual([
-      { tenant_id: a.tenantId, gecontroleerd: NOW.toISOString(), intact: 1, aantal_entries: 5, fout_seq: null, fout_entry_id: null, fout_reden: null },
-      { tenant_id: b.tenantId, gecontroleerd: NOW.toISOString(), intact: 1, aantal_entries: 3, fout_seq: null, fout_entry_id: null, fout_reden: null },
-      { tenant_id: empty, gecontroleerd: NOW.toISOString(), intact: 1, aantal_entries: 0, fout_seq: null, fout_entry_id: null, fout_reden: null },
+      { tenant_id: a.tenantId, gecontroleerd: NOW.toISOString(), intact: 1, aantal_entries: 5, fout_seq: null, fout_entry_id: null, fout_reden: null, zegel: stateZegel({ tenantId: a.tenantId, gecontroleerd: NOW.toISOString(), intact: true, aantalEntries: 5 }) },
+      { tenant_id: b.tenantId, gecontroleerd: NOW.toISOString(), intact: 1, aantal_entries: 3, fout_seq: null, fout_entry_id: null, fout_reden: null, zegel: stateZegel({ tenantId: b.tenantId, gecontroleerd: NOW.toISOString(), intact: true, aantalEntries: 3 }) },
+      { tenant_id: empty, gecontroleerd: NOW.toISOString(), intact: 1, aantal_entries: 0, fout_seq: null, fout_entry_id: null, fout_reden: null, zegel: stateZegel({ tenantId: empty, gecontroleerd: NOW.toISOString(), intact: true, aantalEntries: 0 }) },
     ]);
   });
 

@@ -101,6 +101,8 @@ describe("backup-status", () => {
     ["exitCode as a string", '{"exitCode":"0"}', /exitCode moet een geheel getal/],
     ["exitCode a fraction", '{"exitCode":1.5}', /exitCode moet een geheel getal/],
     ["exitCode beyond safe integers", '{"exitCode":9007199254740993}', /exitCode moet een geheel getal/],
+    ["exitCode beyond a 32-bit integer (PostgreSQL's integer: a 500 before)", '{"exitCode":2147483648}', /exitCode/],
+    ["exitCode below a 32-bit integer", '{"exitCode":-2147483649}', /exitCode/],
     ["exitCode a boolean", '{"exitCode":false}', /exitCode moet een geheel getal/],
     ["grootte negative", '{"exitCode":0,"grootte":-1}', /grootte/],
     ["grootte a fraction", '{"exitCode":0,"grootte":1.5}', /grootte/],

@@ -13,7 +13,7 @@ import type { AnyStore } from "../src/deps.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import { formatDuur, median, OPERATOR_RECORDS_SQL } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
-import { call, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, backupZegel, eindzegel, zegel } from "./helpers.ts";
+import { stateZegel, call, NOW, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, backupZegel, eindzegel, zegel } from "./helpers.ts";
 import { addLoginAttempt, addTenant, appendInputs, makeEnv, type TestDb } from "./dialect.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
 
@@ -218,10 +218,17 @@ describe("dagrapport: further sections", () => {
     const a = await addTenant(env.db, "Alfa BV");
     const b = await addTenant(env.db, "Beta BV");
     await addTenant(env.db, "Nieuw BV");
-    const q = (...params: unknown[]) =>
+    const q = (tenantId: number, gecontroleerd: string, intact: boolean, aantalEntries: number, foutSeq: number | null, foutEntryId: number | null, foutReden: string | null) =>
       env.db.run(
-        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        ...params,
+        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        tenantId,
+        gecontroleerd,
+        intact,
+        aantalEntries,
+        foutSeq,
+        foutEntryId,
+        foutReden,
+        stateZegel({ tenantId, gecontroleerd, intact, aantalEntries, foutSeq, foutEntryId, foutReden }),
       );
     await q(a, "2026-07-23T01:00:03.000Z", true, 10, null, null, null);
     await q(b, "2026-07-23T01:00:04.000Z", false, 10, 7, 77, "volgnummer-gat");
@@ -335,7 +342,8 @@ describe("dagrapport: further sections", () => {
 
   test("a job is not overdue for fire times before the service was installed", async () => {
     const { env } = await setup();
-    await env.db.run("UPDATE service_meta SET value = ? WHERE key = 'geinstalleerd'", new Date(NOW.getTime() - 5 * 60_000).toISOString());
+    const installed = new Date(NOW.getTime() - 5 * 60_000).toISOString();
+    await env.db.run("UPDATE service_meta SET value = ?, zegel = ? WHERE key = 'geinstalleerd'", installed, TEST_SEAL.sealInstalled(installed));
     const r = await runDagrapport(env.deps, NOW);
     expect(r.body.taken.filter((t) => t.achterstallig)).toEqual([]);
   });
@@ -597,12 +605,15 @@ describe("dagrapport: installation checkpoint and verifier key", () => {
       "checkpoint-afwijkend", "retentie-ontbreekt", "retentie-ongeldig", "checkpoint-ontbreekt", "checkpoint-niet-in-bestand",
     ];
     for (const code of codes) {
+      const tenantId = await addTenant(env.db, `Tenant ${code}`);
+      const row = { tenantId, gecontroleerd: "2026-07-23T01:00:00.000Z", intact: false, aantalEntries: 10, foutSeq: 3, foutReden: code };
       await env.db.run(
-        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 10, 3, NULL, ?)",
-        await addTenant(env.db, `Tenant ${code}`),
-        "2026-07-23T01:00:00.000Z",
+        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, 10, 3, NULL, ?, ?)",
+        tenantId,
+        row.gecontroleerd,
         false,
         code,
+        stateZegel(row),
       );
     }
     const r = await runDagrapport(env.deps, NOW);

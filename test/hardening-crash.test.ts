@@ -28,7 +28,7 @@ import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { DIALECT, sqliteTestDb, testCluster, testDb, type TestDb } from "./dialect.ts";
 import { bulkChain, BUN, deletedEntriesOn, flakySmtp, prng, ROOT, startService, tempDir, verifyAllOn, type FlakySmtp, type ServiceProcess } from "./fixtures/hardening.ts";
-import { RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { RecordingAlarms, RecordingMailer, SECRET, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const SEED = Number(process.env.CRASH_SEED ?? 8);
 const rand = prng(SEED);
@@ -76,7 +76,7 @@ async function makeDatabase(): Promise<Installation> {
   // On PostgreSQL the same data is written to a SQLite file first and moved over with
   // migrate-to (which proves the copy row by row and every chain on PostgreSQL).
   const source = DIALECT === "pg" ? join(dir, "bron.db") : path;
-  const store = openStore(source, new Date(now - 730 * DAY));
+  const store = openStore(source, new Date(now - 730 * DAY), TEST_SEAL);
   const s = store.sqlite;
   for (let t = 1; t <= TENANTS; t++) {
     s.query("INSERT INTO tenants (id, naam, actief, aangemaakt) VALUES (?, ?, 1, ?)").run(t, `Tenant ${t}`, new Date(now - 4000 * DAY).toISOString());

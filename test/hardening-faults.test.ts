@@ -14,7 +14,7 @@ import { parseConfig } from "../src/config.ts";
 import { openStore } from "../src/db.ts";
 import type { Deps } from "../src/deps.ts";
 import { bulkChainOn, BUN, deletedEntries, deletedEntriesOn, fakeSentry, flakySmtp, verifyAll, verifyAllPg, type FakeSentry } from "./fixtures/hardening.ts";
-import { call, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SIGNING_KEY, tempDir, until } from "./helpers.ts";
+import { call, NOW, RecordingAlarms, RecordingMailer, SECRET, TEST_SEAL, TEST_SIGNING_KEY, tempDir, until } from "./helpers.ts";
 import { makeMailEnv } from "./smtp.ts";
 import { addAdmin, addTenant, DIALECT, makeEnv, sqliteOnly, testCluster, testDb, type Env, type TestDb } from "./dialect.ts";
 
@@ -394,7 +394,7 @@ async function fullSqlite(): Promise<FullDisk> {
   // (HARDENING_NO_MOUNT=1 takes the fallback on purpose.)
   const tmpfs = mountTmpfs(dir, "size=6m");
   const config = parseConfig({ CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: join(dir, "db", "n.db"), AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") });
-  const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * DAY));
+  const store = openStore(config.databasePath, new Date(NOW.getTime() - 365 * DAY), TEST_SEAL);
   cleanups.push(() => store.close());
   const alarms = new RecordingAlarms();
   const deps: Deps = { store, mailer: new RecordingMailer(), alarms, clock: () => NOW, config };

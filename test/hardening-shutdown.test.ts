@@ -12,7 +12,7 @@ import { markInstalledPg, openPgStore } from "../src/pg/store.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { SHUTDOWN_GRACE_MS } from "../src/server.ts";
 import { bulkChain, bulkChainPg, tempDir, verifyAll, verifyAllPg, ROOT, startService, waitForRow, waitForRun, type ServiceProcess } from "./fixtures/hardening.ts";
-import { call, SECRET, TEST_SIGNING_KEY, until } from "./helpers.ts";
+import { call, SECRET, TEST_SEAL, TEST_SIGNING_KEY, until } from "./helpers.ts";
 import { DIALECT, fileTestDb, makeEnv, onFile, testCluster, testDb, type TestDb } from "./dialect.ts";
 
 const DAY = 24 * 3600 * 1000;
@@ -50,7 +50,7 @@ async function installation(fill: (db: TestDb, chain: (tenantId: number, n: numb
   const path = join(dir, "data", "nachtwacht.db");
   const env = { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: path, AUDIT_ANKER_BESTAND: join(dir, "ankers.jsonl") };
   if (DIALECT === "sqlite") {
-    const store = openStore(path, installedAt);
+    const store = openStore(path, installedAt, TEST_SEAL);
     await fill(testDb(store), async (t, n, from, to) => bulkChain(store.sqlite, t, n, from, to));
     store.close();
     // Read-only, opened per question: the service owns the file.
@@ -68,7 +68,7 @@ async function installation(fill: (db: TestDb, chain: (tenantId: number, n: numb
   const url = await (await testCluster()).createDatabase();
   const store = await openPgStore(url, { max: 1 });
   cleanups.push(() => store.close());
-  await markInstalledPg(store, installedAt);
+  await markInstalledPg(store, TEST_SEAL, installedAt);
   const db = testDb(store);
   await fill(db, (t, n, from, to) => bulkChainPg(store, t, n, from, to));
   return {

@@ -11,7 +11,7 @@ import { createApp, type AppOptions } from "../src/app.ts";
 import { parseConfig, type Config } from "../src/config.ts";
 import { openStore, type Store } from "../src/db.ts";
 import { auditKeys } from "../src/audit/keys.ts";
-import { rowSeal, type BackupColumns } from "../src/row-seal.ts";
+import { rowSeal, rowSealOf, type BackupColumns } from "../src/row-seal.ts";
 import type { AnyStore, Deps } from "../src/deps.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { markInstalledPg, openPgStore, type PgStore } from "../src/pg/store.ts";
@@ -29,6 +29,10 @@ export const zegel = (job: string, gestart: string) => TEST_SEAL.seal({ job, ges
 export function eindzegel(r: { job: string; gestart: string; beeindigd: string | null; uitkomst: string; httpStatus?: number | null; samenvatting?: string | null; fout?: string | null }): string | null {
   if (r.uitkomst === "bezig") return null;
   return TEST_SEAL.sealEnd({ ...r, httpStatus: r.httpStatus ?? null, samenvatting: r.samenvatting ?? null, fout: r.fout ?? null });
+}
+/** audit_verification_state.zegel of a tenant's result, as audit-verificatie seals it. */
+export function stateZegel(r: { tenantId: number; gecontroleerd: string; intact: boolean; aantalEntries: number; foutSeq?: number | null; foutEntryId?: number | null; foutReden?: string | null }): string {
+  return TEST_SEAL.sealVerification({ ...r, foutSeq: r.foutSeq ?? null, foutEntryId: r.foutEntryId ?? null, foutReden: r.foutReden ?? null });
 }
 /** backup_statuses.zegel of a report as stored, as backup-status seals it. */
 export const backupZegel = (r: BackupColumns) => TEST_SEAL.sealBackup(r);
@@ -91,7 +95,7 @@ export interface TestEnv<M extends Mailer = RecordingMailer> {
 export function buildTestEnv<M extends Mailer>(env: Record<string, string>, options: AppOptions, makeMailer: (config: Config) => M): TestEnv<M> {
   const { dir, cleanup } = tempDir();
   const config = testConfig(dir, env);
-  const store = openStore(config.databasePath, INSTALLED);
+  const store = openStore(config.databasePath, INSTALLED, rowSealOf(config));
   return assemble(store, config, makeMailer(config), options, dir, async () => {
     store.close();
     cleanup();
@@ -144,7 +148,7 @@ export function restoreDatabase(env: TestEnv<any>, copy: string): void {
   env.store.close();
   for (const f of ["-wal", "-shm", ""]) rmSync(env.config.databasePath + f, { force: true });
   copyFileSync(copy, env.config.databasePath);
-  const fresh = openStore(env.config.databasePath);
+  const fresh = openStore(env.config.databasePath, new Date(), rowSealOf(env.config));
   (env.deps as { store: Store }).store = fresh;
   (env as { store: Store }).store = fresh;
 }
@@ -166,7 +170,7 @@ export async function makePgTestEnv(cluster: { createDatabase(): Promise<string>
   const config = testConfig(dir, env);
   const url = await cluster.createDatabase();
   const store = await openPgStore(url);
-  await markInstalledPg(store, INSTALLED);
+  await markInstalledPg(store, TEST_SEAL, INSTALLED);
   const assembled = assemble(store, config, new RecordingMailer(), options, dir, async () => {
     await store.close();
     cleanup();

@@ -297,8 +297,11 @@ describe("the lease across two real processes on one database", () => {
     expect(refused.json.error).toContain(`pid ${c.pid}`);
     expect(dagrapportOf((await post(b, "taken-controle")).json)).toMatchObject({ status: "loopt", levend: "ander-proces", houder: { pid: c.pid } });
 
-    // Its expiry passes without a renewal (written, instead of waiting the 90 seconds).
-    await db.run("UPDATE job_leases SET verloopt = ? WHERE job = 'dagrapport'", new Date(Date.now() - 1000).toISOString());
+    // Its expiry passes without a renewal (written, sealed as the holder would, instead of waiting the 90 seconds).
+    const [lease] = await db.all<{ pid: number; instantie: string; host: string; pid_ns: string | null; run_id: number }>("SELECT pid, instantie, host, pid_ns, run_id FROM job_leases WHERE job = 'dagrapport'");
+    const past = new Date(Date.now() - 1000).toISOString();
+    const resealed = TEST_SEAL.sealLease({ job: "dagrapport", pid: lease!.pid, instantie: lease!.instantie, host: lease!.host, pidNs: lease!.pid_ns, runId: lease!.run_id, verloopt: past });
+    await db.run("UPDATE job_leases SET verloopt = ?, zegel = ? WHERE job = 'dagrapport'", past, resealed);
     expect(dagrapportOf((await post(b, "taken-controle")).json)).toMatchObject({ status: "onderbroken" });
     const after = await post(b, "dagrapport");
     expect(after.status).toBe(200);
@@ -573,7 +576,7 @@ await startPgServer(config, config.databaseUrl!, { jobs: [...ALL_JOBS.filter((j)
 describe("the lease functions on one database", () => {
   const other = (): LeaseHolder => ({ ...newLeaseHolder(), host: "elders.example" });
   /** liveLeases on either store. */
-  const live = async (store: AnyStore, now: Date): Promise<Map<string, JobLease>> => (store.kind === "sqlite" ? liveLeases(store.db, now) : liveLeasesPg(store.db, now));
+  const live = async (store: AnyStore, now: Date): Promise<Map<string, JobLease>> => (store.kind === "sqlite" ? liveLeases(store.db, now, TEST_SEAL) : liveLeasesPg(store.db, now, TEST_SEAL));
 
   test("taken in one transaction with the run's row; refused while another holder's lease is valid, taken over once it expired", async () => {
     const env = await makeEnv();
@@ -609,10 +612,10 @@ describe("the lease functions on one database", () => {
       if (!r.ok) throw new Error("not taken");
       expect((await startLeasedRun(store, TEST_SEAL, "audit-anker", b, NOW, 90_000)).ok).toBe(false);
       expect(holderGone({ pid: a.pid, host: a.host, pidNs: a.pidNs })).toBe(false);
-      expect(await renewLease(store, "audit-anker", b, r.runId, NOW, 90_000)).toBe(false);
+      expect(await renewLease(store, TEST_SEAL, "audit-anker", b, r.runId, NOW, 90_000)).toBe(false);
       expect(await releaseLease(store, "audit-anker", b, r.runId)).toBe(false);
       expect(await releaseLease(store, "audit-anker", a, r.runId + 1)).toBe(false);
-      expect(await renewLease(store, "audit-anker", a, r.runId, new Date(NOW.getTime() + 30_000), 90_000)).toBe(true);
+      expect(await renewLease(store, TEST_SEAL, "audit-anker", a, r.runId, new Date(NOW.getTime() + 30_000), 90_000)).toBe(true);
       expect((await live(store, new Date(NOW.getTime() + 119_999))).has("audit-anker")).toBe(true);
       expect(await releaseLease(store, "audit-anker", a, r.runId)).toBe(true);
       expect((await live(store, NOW)).size).toBe(0);
@@ -658,7 +661,7 @@ describe("the lease functions on one database", () => {
       // On PostgreSQL a renewal gets renewMs to get through (startRenewing): 10 ms would
       // make a round trip on a loaded machine a failed renewal, and the lease lapsed.
       const renewMs = env.dialect === "sqlite" ? 10 : 500;
-      const renewer = startRenewing(store, clock, "taken-controle", h, r.runId, { renewMs, ttlMs: 60 }, r.verloopt);
+      const renewer = startRenewing(store, TEST_SEAL, clock, "taken-controle", h, r.runId, { renewMs, ttlMs: 60 }, r.verloopt);
       let state;
       try {
         now += 1000;
@@ -702,7 +705,7 @@ describe("the lease functions on one database", () => {
 
       // The renewer meets the lock; the clock passes the expiry (NOW + 60 ms) meanwhile.
       let now = NOW.getTime() + 1000;
-      const renewer = startRenewing(store, () => new Date(now), "audit-anker", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
+      const renewer = startRenewing(store, TEST_SEAL, () => new Date(now), "audit-anker", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
       const logged = (text: string) => lines.some((l) => l.includes(text));
       await until("the lapse to be logged", () => logged("a running job's lease expired"));
       // Logged while the lock is still held: nothing could renew it meanwhile.
@@ -734,7 +737,7 @@ describe("the lease functions on one database", () => {
       const r = await startLeasedRun(store, TEST_SEAL, "weekrapport", h, NOW, 60);
       if (!r.ok) throw new Error("not taken");
       let now = NOW.getTime();
-      const renewer = startRenewing(store, () => new Date(now), "weekrapport", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
+      const renewer = startRenewing(store, TEST_SEAL, () => new Date(now), "weekrapport", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
       // Another process took the expired lease over.
       const taken = await startLeasedRun(store, TEST_SEAL, "weekrapport", other(), new Date(NOW.getTime() + 60), 90_000);
       expect(taken.ok).toBe(true);

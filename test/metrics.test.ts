@@ -12,7 +12,7 @@ import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { collectMetrics, isLoopback, METRICS_CONTENT_TYPE, metricsAccess, renderMetrics, type MetricsSnapshot } from "../src/http/metrics.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { call, NOW, SECRET, backupZegel, eindzegel, zegel } from "./helpers.ts";
+import { stateZegel, call, NOW, SECRET, TEST_SEAL, backupZegel, eindzegel, zegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
@@ -89,12 +89,13 @@ async function insertBackup(e: Env, ontvangen: string, exitCode: number) {
 
 async function insertVerification(e: Env, tenantId: number, gecontroleerd: string, intact: boolean) {
   await e.db.run(
-    "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 5, ?, NULL, ?)",
+    "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, 5, ?, NULL, ?, ?)",
     tenantId,
     gecontroleerd,
     intact,
     intact ? null : 3,
     intact ? null : "hash-afwijkend",
+    stateZegel({ tenantId, gecontroleerd, intact, aantalEntries: 5, foutSeq: intact ? null : 3, foutReden: intact ? null : "hash-afwijkend" }),
   );
 }
 
@@ -104,7 +105,7 @@ const HERE = newLeaseHolder();
 /** A lease on `runId` as another live process on this host holds it (this test's own pid, another instance id), valid until `verloopt`. */
 async function insertLease(e: Env, job: string, runId: number, verloopt: Date) {
   await e.db.run(
-    "INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt) VALUES (?, ?, 'ander-proces-id', ?, ?, ?, ?, ?, ?)",
+    "INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt, zegel) VALUES (?, ?, 'ander-proces-id', ?, ?, ?, ?, ?, ?, ?)",
     job,
     process.pid,
     HERE.host,
@@ -113,6 +114,7 @@ async function insertLease(e: Env, job: string, runId: number, verloopt: Date) {
     at(H),
     at(0),
     verloopt.toISOString(),
+    TEST_SEAL.sealLease({ job, pid: process.pid, instantie: "ander-proces-id", host: HERE.host, pidNs: HERE.pidNs, runId, verloopt: verloopt.toISOString() }),
   );
 }
 
@@ -138,7 +140,7 @@ describe("the values", () => {
     const anker = await insertRun(env, "audit-anker", at(10 * 60_000), null, "bezig"); // still running, 10 min
     await insertRun(env, "audit-verificatie", at(35 * H), null, "bezig"); // yesterday 01:00, never ended
     running.tryStart("audit-anker");
-    running.setRun("audit-anker", anker);
+    running.setRun("audit-anker", anker, at(10 * 60_000));
 
     const r = await scrape(env);
     expect(r.status).toBe(200);
@@ -182,7 +184,7 @@ describe("the values", () => {
 
     // audit-verificatie's newest run started 35 h ago: overdue, unless this process still runs it (as taken-controle).
     running.tryStart("audit-verificatie");
-    running.setRun("audit-verificatie", 0);
+    running.setRun("audit-verificatie", 0, at(35 * H));
     const m2 = parse((await scrape(env)).text);
     expect(value(m2, "nachtwacht_job_overdue", { job: "audit-verificatie" })).toBe(0);
     expect(value(m2, "nachtwacht_job_running", { job: "audit-verificatie" })).toBe(1);
@@ -190,7 +192,7 @@ describe("the values", () => {
 
     // A completed run whose end could not be written yet counts as it ended, not as 'bezig'.
     running.finish("audit-anker");
-    running.keepEnd({ job: "audit-anker", runId: anker, end: new Date(NOW.getTime() - 60_000), result: { uitkomst: "ok", httpStatus: 200 } });
+    running.keepEnd({ job: "audit-anker", runId: anker, gestart: at(10 * 60_000), end: new Date(NOW.getTime() - 60_000), result: { uitkomst: "ok", httpStatus: 200 } });
     const m3 = parse((await scrape(env)).text);
     expect(value(m3, "nachtwacht_job_last_outcome", { job: "audit-anker", outcome: "ok" })).toBe(1);
     expect(value(m3, "nachtwacht_job_last_outcome", { job: "audit-anker", outcome: "bezig" })).toBe(0);
@@ -511,7 +513,7 @@ describe("access", () => {
 });
 
 describe("cost", () => {
-  test("a scrape is a handful of indexed lookups: no table scanned but the one-row-per-tenant verification state and the job leases (one row per job at most)", async () => {
+  test("a scrape is a handful of indexed lookups: no table scanned but the one-row-per-tenant ones (tenants, verification state: each result's seal is checked) and the job leases (one row per job at most)", async () => {
     env = await makeEnv({ METRICS_SECRET });
     const t = await addTenant(env.db, "A");
     await insertVerification(env, t, at(H), true);
@@ -546,7 +548,7 @@ describe("cost", () => {
         const plan = (query(`EXPLAIN QUERY PLAN ${q}`).all(...params) as { detail: string }[]).map((r) => r.detail);
         const scans = plan.filter((d) => /^SCAN /.test(d) && !/USING (COVERING )?INDEX/.test(d));
         // job_leases has the job as its primary key: one row per job at most, so scanning it is bounded.
-        expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => d.startsWith("SCAN audit_verification_state") || d.startsWith("SCAN job_leases")) });
+        expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => /^SCAN (audit_verification_state|tenants|job_leases)\b/.test(d)) });
         expect(plan.some((d) => d.includes("USE TEMP B-TREE"))).toBe(false);
       }
     } else {
@@ -584,7 +586,7 @@ describe("cost", () => {
         walk((plan as any[])[0].Plan);
         const scans = nodes.filter((n) => n["Node Type"] === "Seq Scan").map((n) => `SCAN ${n["Relation Name"]}`);
         // job_leases has the job as its primary key: one row per job at most, so scanning it is bounded.
-        expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => d === "SCAN audit_verification_state" || d === "SCAN job_leases") });
+        expect({ q, scans }).toEqual({ q, scans: scans.filter((d) => d === "SCAN audit_verification_state" || d === "SCAN tenants" || d === "SCAN job_leases") });
         // SQLite's indexes end in the rowid, so (ontvangen) also orders by id; PostgreSQL's do
         // not, and it sorts only the rows tied on the indexed column (Incremental Sort), never the table.
         expect({ q, sorts: nodes.filter((n) => n["Node Type"] === "Sort").length }).toEqual({ q, sorts: 0 });

@@ -11,7 +11,7 @@ import * as schema from "../db/schema.ts";
 import { applyPragmas, installedAt, openStore } from "../src/db.ts";
 import { GENESIS_HASH, linkEntries } from "../src/audit/chain.ts";
 import { prepareAuditBatch, storeAuditBatch } from "../src/ingest/audit.ts";
-import { tempDir } from "./helpers.ts";
+import { tempDir, TEST_SEAL } from "./helpers.ts";
 
 const folder = join(import.meta.dir, "..", "db", "migrations");
 
@@ -92,7 +92,11 @@ describe("migrations", () => {
     // audit entries are clustered by (tenant, seq)
     const ddl = store.sqlite.query("SELECT sql FROM sqlite_schema WHERE name = 'audit_entries'").get() as { sql: string };
     expect(ddl.sql).toContain("WITHOUT ROWID");
-    expect(installedAt(store.db)).toBeInstanceOf(Date);
+    // Marked only by the service (a store opened with its seal), sealed.
+    expect(installedAt(store.db, TEST_SEAL)).toBeNull();
+    const marked = openStore(":memory:", new Date("2026-01-01T00:00:00.000Z"), TEST_SEAL);
+    expect(installedAt(marked.db, TEST_SEAL)!.toISOString()).toBe("2026-01-01T00:00:00.000Z");
+    marked.close();
     store.close();
     cleanup();
   });
@@ -100,15 +104,15 @@ describe("migrations", () => {
   test("opening a migrated file again applies nothing twice and keeps the data and install time", () => {
     const { dir, cleanup } = tempDir();
     const path = join(dir, "again.db");
-    const first = openStore(path, new Date("2026-01-01T00:00:00.000Z"));
+    const first = openStore(path, new Date("2026-01-01T00:00:00.000Z"), TEST_SEAL);
     first.sqlite.query("INSERT INTO tenants (naam, actief, aangemaakt) VALUES ('A', 1, '2026-01-01T00:00:00.000Z')").run();
     first.close();
-    const second = openStore(path, new Date("2026-06-01T00:00:00.000Z"));
+    const second = openStore(path, new Date("2026-06-01T00:00:00.000Z"), TEST_SEAL);
     expect((second.sqlite.query("SELECT count(*) AS n FROM tenants").get() as { n: number }).n).toBe(1);
     expect((second.sqlite.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number }).n).toBe(
       embeddedMigrations.journal.entries.length,
     );
-    expect(installedAt(second.db)!.toISOString()).toBe("2026-01-01T00:00:00.000Z");
+    expect(installedAt(second.db, TEST_SEAL)!.toISOString()).toBe("2026-01-01T00:00:00.000Z");
     second.close();
     cleanup();
   });
@@ -137,7 +141,7 @@ describe("migrations", () => {
     expect(appliedRows(store.sqlite)).toEqual(rowsBefore);
     expect(schemaSql(store.sqlite)).toEqual(schemaBefore);
     expect((store.sqlite.query("SELECT count(*) AS n FROM tenants").get() as { n: number }).n).toBe(1);
-    expect(installedAt(store.db)!.toISOString()).toBe("2026-01-01T00:00:00.000Z");
+    expect((store.sqlite.query("SELECT value FROM service_meta WHERE key = 'geinstalleerd'").get() as { value: string }).value).toBe("2026-01-01T00:00:00.000Z");
     store.close();
     cleanup();
   });

@@ -2,6 +2,7 @@
 // mirrors SQLite's, its migrations are embedded and apply once however many instances
 // start together, and appenders in separate processes never fork a tenant's chain.
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { getTableConfig as sqliteTable, type SQLiteTable } from "drizzle-orm/sqlite-core";
 import { getTableConfig as pgTable, type PgTable } from "drizzle-orm/pg-core";
@@ -15,6 +16,8 @@ import * as pgSchema from "../db/schema-pg.ts";
 import { GENESIS_HASH, linkEntries } from "../src/audit/chain.ts";
 import { appendEntriesPg, copyRows, copyUnescape, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { openPgStore } from "../src/pg/store.ts";
+import { installedAtPg } from "../src/pg/status.ts";
+import { pastSealedMarker } from "../src/row-seal.ts";
 import { SQL } from "bun";
 import { drizzle } from "drizzle-orm/bun-sql";
 import { migrate as drizzleMigrate } from "drizzle-orm/bun-sql/migrator";
@@ -24,7 +27,7 @@ import { prepareAuditBatch } from "../src/ingest/audit.ts";
 import { storeAuditBatchPg } from "../src/pg/ingest.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
-import { call, makePgTestEnv, NOW, TEST_SEAL } from "./helpers.ts";
+import { call, makePgTestEnv, NOW, tempDir, TEST_SEAL } from "./helpers.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
 setDefaultTimeout(120_000);
@@ -69,15 +72,19 @@ describe("PostgreSQL schema", () => {
     }
   });
 
-  test("the migrations that add the seal columns seal the runs and reports of the past (as openStore on SQLite); a row dated later stays unsealed, an end only with its start", async () => {
+  test("the migrations that add the seal columns seal the runs, reports and install time of the past (as openStore on SQLite); a row dated later stays unsealed, an end only with its start", async () => {
     const url = await cluster.createDatabase();
     try {
       const old = await openPgStore(url);
-      // The database as the version before runs were sealed left it: its last two migrations undone.
+      // The database as the version before runs were sealed left it: its last three migrations undone.
       await old.sql`ALTER TABLE job_runs DROP COLUMN zegel`;
       await old.sql`ALTER TABLE job_runs DROP COLUMN eindzegel`;
       await old.sql`ALTER TABLE backup_statuses DROP COLUMN zegel`;
-      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at IN (SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 2)`;
+      await old.sql`ALTER TABLE job_leases DROP COLUMN zegel`;
+      await old.sql`ALTER TABLE service_meta DROP COLUMN zegel`;
+      await old.sql`ALTER TABLE audit_verification_state DROP COLUMN zegel`;
+      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at IN (SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 3)`;
+      await old.sql`INSERT INTO service_meta (key, value) VALUES ('geinstalleerd', '2026-07-22T12:00:00.000Z')`;
       await old.sql`INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('weekrapport', '2026-07-20T06:00:01.000Z', '2026-07-20T06:00:09.000Z', 'ok', 200)`;
       await old.sql`INSERT INTO job_runs (job, gestart, uitkomst) VALUES ('audit-verificatie', '9999-12-31T00:00:00.000Z', 'ok')`;
       await old.sql`INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES ('2026-07-23T02:30:00.000Z', 0, true, 'a.gz', 183500800, NULL, 'host-cron')`;
@@ -95,6 +102,7 @@ describe("PostgreSQL schema", () => {
           ["a.gz", true],
           ["b.gz", false],
         ]);
+        expect((await installedAtPg(store.db, TEST_SEAL))!.toISOString()).toBe("2026-07-22T12:00:00.000Z");
       } finally {
         await store.close();
       }
@@ -102,6 +110,33 @@ describe("PostgreSQL schema", () => {
       await cluster.dropDatabase(new URL(url).pathname.slice(1));
     }
   });
+  test("once the marker of sealed rows exists, seal columns dropped with their migration records and added again seal nothing (a forged good backup stays unsealed)", async () => {
+    const url = await cluster.createDatabase();
+    const { dir, cleanup } = tempDir();
+    try {
+      const marker = pastSealedMarker({ auditAnkerBestand: join(dir, "audit-ankers.jsonl") });
+      await (await openPgStore(url, { seal: TEST_SEAL, now: NOW, pastMarker: marker })).close();
+      expect(existsSync(marker)).toBe(true);
+      const old = await openPgStore(url);
+      await old.sql`INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES ('2026-07-23T11:00:00.000Z', 0, true, 'x.gz', 1, NULL, 'host-cron')`;
+      for (const c of ["job_leases", "service_meta", "audit_verification_state", "backup_statuses"]) await old.sql.unsafe(`ALTER TABLE ${c} DROP COLUMN zegel`);
+      await old.sql`ALTER TABLE job_runs DROP COLUMN eindzegel`;
+      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at IN (SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 2)`;
+      await old.close();
+      const store = await openPgStore(url, { seal: TEST_SEAL, now: NOW, pastMarker: marker });
+      try {
+        const [b] = await store.db.query.backupStatuses.findMany();
+        expect(b!.zegel).toBeNull();
+        expect(TEST_SEAL.backupSealed(b!)).toBe(false);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      cleanup();
+      await cluster.dropDatabase(new URL(url).pathname.slice(1));
+    }
+  });
+
   test("has the same tables, columns, nullability and index names as the SQLite schema", () => {
     const lite = Object.values(sqliteSchema)
       .filter((t) => is(t, SQLiteTableClass))
@@ -136,7 +171,7 @@ describe("PostgreSQL schema", () => {
       const sql = stores[0]!.sql;
       const rows = await sql`SELECT hash FROM drizzle.__drizzle_migrations`;
       expect(rows.length).toBe(embeddedPgMigrations.journal.entries.length);
-      expect(rows.length).toBe(7);
+      expect(rows.length).toBe(8);
       const [{ n }] = await sql`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`;
       expect(n).toBe(13 + PG_ONLY.length);
       const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;

@@ -14,7 +14,7 @@ import { runDagrapport } from "../src/jobs/dagrapport.ts";
 import type { MailMessage } from "../src/mail/mailer.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import type { DailyReport } from "../src/reports/daily.ts";
-import { addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, backupZegel, eindzegel, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { stateZegel, addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SEAL, TEST_SIGNING_KEY, backupZegel, eindzegel, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -60,7 +60,7 @@ async function copyToPg(from: TestEnv, to: PgTestEnv): Promise<void> {
     if (rows.length > 0) await to.store.db.insert(pgSchema[name] as typeof pgSchema.tenants).values(rows);
   }
   for (const row of from.store.db.select().from(sqliteSchema.serviceMeta).all()) {
-    await to.store.db.insert(pgSchema.serviceMeta).values(row).onConflictDoUpdate({ target: pgSchema.serviceMeta.key, set: { value: row.value } });
+    await to.store.db.insert(pgSchema.serviceMeta).values(row).onConflictDoUpdate({ target: pgSchema.serviceMeta.key, set: { value: row.value, zegel: row.zegel } });
   }
   await to.store.sql`SELECT setval(pg_get_serial_sequence('job_runs', 'id'), (SELECT max(id) FROM job_runs)) WHERE EXISTS (SELECT 1 FROM job_runs)`;
 }
@@ -112,9 +112,11 @@ async function livedInstallation(env: TestEnv): Promise<void> {
   const alfa = addTenant(env.store, "Alfa BV");
   const beta = addTenant(env.store, "Beta BV");
   addTenant(env.store, "Nieuw BV");
-  const q = s.query("INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, ?, ?, ?, ?)");
-  q.run(alfa, "2026-07-23T01:00:03.000Z", 1, 10, null, null, null);
-  q.run(beta, "2026-07-23T01:00:04.000Z", 0, 10, 7, 77, "volgnummer-gat");
+  const q = s.query("INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  const alfaState = { tenantId: alfa, gecontroleerd: "2026-07-23T01:00:03.000Z", intact: true, aantalEntries: 10 };
+  const betaState = { tenantId: beta, gecontroleerd: "2026-07-23T01:00:04.000Z", intact: false, aantalEntries: 10, foutSeq: 7, foutEntryId: 77, foutReden: "volgnummer-gat" };
+  q.run(alfa, alfaState.gecontroleerd, 1, 10, null, null, null, stateZegel(alfaState));
+  q.run(beta, betaState.gecontroleerd, 0, 10, 7, 77, "volgnummer-gat", stateZegel(betaState));
 
   // A chain of an earlier version that deleted 1–25 under an unsigned anchor, adopted by the operator.
   const oud = addTenant(env.store, "Oud BV");
@@ -235,7 +237,8 @@ describe("dagrapport on PostgreSQL: the same report as on SQLite", () => {
   test("installed five minutes ago: no job is overdue on either store", async () => {
     const sq = sqliteEnv();
     const pg = await pgEnv();
-    sq.store.sqlite.query("UPDATE service_meta SET value = ? WHERE key = 'geinstalleerd'").run(new Date(NOW.getTime() - 5 * 60_000).toISOString());
+    const installed = new Date(NOW.getTime() - 5 * 60_000).toISOString();
+    sq.store.sqlite.query("UPDATE service_meta SET value = ?, zegel = ? WHERE key = 'geinstalleerd'").run(installed, TEST_SEAL.sealInstalled(installed));
     const { pg: body } = await sameOnBoth(sq, pg);
     expect(body.taken.filter((t: { achterstallig: boolean }) => t.achterstallig)).toEqual([]);
   });

@@ -65,7 +65,7 @@ describe("the lease functions on PostgreSQL", () => {
 
       // The run's end and the lease's release, their answers lost the same way: found stored, not reported failed.
       const ended = proxy.cutNextCommit("after");
-      await finishRunPg(viaProxy, TEST_SEAL, take.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
+      await finishRunPg(viaProxy, TEST_SEAL, { runId: take.runId, job: "dagrapport", gestart: NOW.toISOString() }, at(1000), { uitkomst: "ok", httpStatus: 200 });
       await ended;
       expect(await runsOf(direct, "dagrapport")).toEqual([{ id: take.runId, uitkomst: "ok", beeindigd: at(1000).toISOString() }]);
       const released = proxy.cutNextCommit("after");
@@ -91,7 +91,7 @@ describe("the lease functions on PostgreSQL", () => {
       // Every renewal fails (a constraint the UPDATE breaks) while the clock is past the expiry.
       await store.sql`ALTER TABLE job_leases ADD CONSTRAINT nooit CHECK (verloopt < '2000') NOT VALID`;
       let now = NOW.getTime() + 1000;
-      const renewer = startRenewing(store, () => new Date(now), "audit-anker", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
+      const renewer = startRenewing(store, TEST_SEAL, () => new Date(now), "audit-anker", h, r.runId, { renewMs: 10, ttlMs: 60 }, r.verloopt);
       await until("the lapse to be logged", () => lines.some((l) => l.includes("a running job's lease expired without a renewal (the renewal failed")));
       await store.sql`ALTER TABLE job_leases DROP CONSTRAINT nooit`;
       const verloopt = async () => ((await store.sql`SELECT verloopt FROM job_leases WHERE job = 'audit-anker'`) as { verloopt: string }[])[0]!.verloopt;
@@ -110,7 +110,7 @@ describe("the lease functions on PostgreSQL", () => {
     const r = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", h, NOW, 90_000);
     if (!r.ok) throw new Error("not taken");
     const running = new RunningJobs();
-    running.keepEnd({ job: "dagrapport", runId: r.runId, end: at(1000), result: { uitkomst: "ok", httpStatus: 200 } });
+    running.keepEnd({ job: "dagrapport", runId: r.runId, gestart: NOW.toISOString(), end: at(1000), result: { uitkomst: "ok", httpStatus: 200 } });
     const written = await writeKeptEnds(store, TEST_SEAL, running, 0);
     expect(written.map((k) => k.runId)).toEqual([r.runId]);
     expect(running.keptEndsList()).toEqual([]);
@@ -145,12 +145,12 @@ describe("the lease functions on PostgreSQL", () => {
     const h = newLeaseHolder();
     const r = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", h, NOW, 90_000);
     if (!r.ok) throw new Error("not taken");
-    await finishRunPg(store, TEST_SEAL, r.runId, at(1000), { uitkomst: "ok", httpStatus: 200, samenvatting: { volledig: true } });
-    await finishRunPg(store, TEST_SEAL, r.runId, at(2000), { uitkomst: "ok", httpStatus: 200, fout: "zonder samenvatting" });
+    await finishRunPg(store, TEST_SEAL, { runId: r.runId, job: "dagrapport", gestart: NOW.toISOString() }, at(1000), { uitkomst: "ok", httpStatus: 200, samenvatting: { volledig: true } });
+    await finishRunPg(store, TEST_SEAL, { runId: r.runId, job: "dagrapport", gestart: NOW.toISOString() }, at(2000), { uitkomst: "ok", httpStatus: 200, fout: "zonder samenvatting" });
     const [run] = (await store.sql`SELECT beeindigd, samenvatting, fout FROM job_runs WHERE id = ${r.runId}`) as { beeindigd: string; samenvatting: string; fout: string | null }[];
     expect(run).toEqual({ beeindigd: at(1000).toISOString(), samenvatting: JSON.stringify({ volledig: true }), fout: null });
-    expect(await renewLeasePg(store, "dagrapport", h, r.runId, at(60_000), 90_000)).toBe(true);
-    expect(await renewLeasePg(store, "dagrapport", h, r.runId, at(30_000), 90_000)).toBe(true);
+    expect(await renewLeasePg(store, TEST_SEAL, "dagrapport", h, r.runId, at(60_000), 90_000)).toBe(true);
+    expect(await renewLeasePg(store, TEST_SEAL, "dagrapport", h, r.runId, at(30_000), 90_000)).toBe(true);
     expect((await leaseRows(store))[0]!.verloopt).toBe(at(150_000).toISOString());
   });
 
@@ -160,7 +160,7 @@ describe("the lease functions on PostgreSQL", () => {
     const a = newLeaseHolder();
     const first = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", a, NOW, 90_000, firedAt);
     if (!first.ok) throw new Error("not taken");
-    await finishRunPg(store, TEST_SEAL, first.runId, at(1000), { uitkomst: "ok", httpStatus: 200 });
+    await finishRunPg(store, TEST_SEAL, { runId: first.runId, job: "dagrapport", gestart: NOW.toISOString() }, at(1000), { uitkomst: "ok", httpStatus: 200 });
     await releaseLeasePg(store, "dagrapport", a, first.runId);
     const done = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", elsewhere(), at(2000), 90_000, firedAt);
     expect(done).toEqual({ ok: false, gedaan: { runId: first.runId, gestart: NOW.toISOString(), uitkomst: "ok" } });
@@ -168,7 +168,7 @@ describe("the lease functions on PostgreSQL", () => {
     // Without firedAt (by hand) it runs; for a later scheduled time too.
     const byHand = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", a, at(3000), 90_000);
     if (!byHand.ok) throw new Error("not taken by hand");
-    await finishRunPg(store, TEST_SEAL, byHand.runId, at(4000), { uitkomst: "fout", httpStatus: 500, fout: "x" });
+    await finishRunPg(store, TEST_SEAL, { runId: byHand.runId, job: "dagrapport", gestart: at(3000).toISOString() }, at(4000), { uitkomst: "fout", httpStatus: 500, fout: "x" });
     await releaseLeasePg(store, "dagrapport", a, byHand.runId);
     const later = at(2500);
     // Only a failed run started at or after `later`: the scheduled take goes ahead.
@@ -197,6 +197,7 @@ describe("the lease functions on PostgreSQL", () => {
       verkregen: NOW.toISOString(),
       vernieuwd: NOW.toISOString(),
       verloopt: at(90_000).toISOString(),
+      zegel: TEST_SEAL.sealLease({ job: "weekrapport", ...a, runId: first.runId, verloopt: at(90_000).toISOString() }),
     });
     // Nothing was written for the refused call: no run, the lease as it was.
     expect(await runsOf(store, "weekrapport")).toEqual([{ id: first.runId, uitkomst: "bezig", beeindigd: null }]);
@@ -205,20 +206,20 @@ describe("the lease functions on PostgreSQL", () => {
     // Another holder (even with the same pid: another instance in this process) neither renews nor releases it.
     const sibling = newLeaseHolder();
     expect(sibling.pid).toBe(b.pid);
-    expect(await renewLeasePg(store, "weekrapport", b, first.runId, at(30_000), 90_000)).toBe(false);
+    expect(await renewLeasePg(store, TEST_SEAL, "weekrapport", b, first.runId, at(30_000), 90_000)).toBe(false);
     expect(await releaseLeasePg(store, "weekrapport", b, first.runId)).toBe(false);
-    expect(await renewLeasePg(store, "weekrapport", { ...a, instantie: sibling.instantie }, first.runId, at(30_000), 90_000)).toBe(false);
+    expect(await renewLeasePg(store, TEST_SEAL, "weekrapport", { ...a, instantie: sibling.instantie }, first.runId, at(30_000), 90_000)).toBe(false);
     // The holder itself, naming another run, neither.
-    expect(await renewLeasePg(store, "weekrapport", a, first.runId + 1, at(30_000), 90_000)).toBe(false);
+    expect(await renewLeasePg(store, TEST_SEAL, "weekrapport", a, first.runId + 1, at(30_000), 90_000)).toBe(false);
     expect(await releaseLeasePg(store, "weekrapport", a, first.runId + 1)).toBe(false);
     expect((await leaseRows(store))[0]!.verloopt).toBe(at(90_000).toISOString());
 
     // Renewed at +30 s, it holds until +120 s: past the first expiry b is still refused.
-    expect(await renewLeasePg(store, "weekrapport", a, first.runId, at(30_000), 90_000)).toBe(true);
+    expect(await renewLeasePg(store, TEST_SEAL, "weekrapport", a, first.runId, at(30_000), 90_000)).toBe(true);
     expect((await leaseRows(store))[0]!.verloopt).toBe(at(120_000).toISOString());
     const stillRefused = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", b, at(100_000), 90_000);
     expect(!stillRefused.ok && stillRefused.houder).toMatchObject({ instantie: a.instantie, vernieuwd: at(30_000).toISOString(), verloopt: at(120_000).toISOString() });
-    expect((await liveLeasesPg(store.db, at(119_999))).get("weekrapport")).toMatchObject({ instantie: a.instantie, runId: first.runId });
+    expect((await liveLeasesPg(store.db, at(119_999), TEST_SEAL)).get("weekrapport")).toMatchObject({ instantie: a.instantie, runId: first.runId });
 
     expect(await releaseLeasePg(store, "weekrapport", a, first.runId)).toBe(true);
     expect(await releaseLeasePg(store, "weekrapport", a, first.runId)).toBe(false);
@@ -230,13 +231,13 @@ describe("the lease functions on PostgreSQL", () => {
     expect(second.runId).toBeGreaterThan(first.runId);
     expect((await runsOf(store, "weekrapport")).map((r) => r.id)).toEqual([first.runId, second.runId]);
     // The first holder's older run is not its lease any more.
-    expect(await renewLeasePg(store, "weekrapport", a, first.runId, at(100_000), 90_000)).toBe(false);
+    expect(await renewLeasePg(store, TEST_SEAL, "weekrapport", a, first.runId, at(100_000), 90_000)).toBe(false);
 
     // A holder that takes the job again (its release failed) replaces its own lease; an older run's it cannot renew or release.
     const again = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", b, at(110_000), 90_000);
     if (!again.ok) throw new Error("its own lease refused");
     expect(again.overgenomen).toBeNull();
-    expect(await renewLeasePg(store, "weekrapport", b, second.runId, at(120_000), 90_000)).toBe(false);
+    expect(await renewLeasePg(store, TEST_SEAL, "weekrapport", b, second.runId, at(120_000), 90_000)).toBe(false);
     expect(await releaseLeasePg(store, "weekrapport", b, second.runId)).toBe(false);
     expect(await releaseLeasePg(store, "weekrapport", b, again.runId)).toBe(true);
   });
@@ -261,11 +262,12 @@ describe("the lease functions on PostgreSQL", () => {
       verkregen: NOW.toISOString(),
       vernieuwd: NOW.toISOString(),
       verloopt: at(90_000).toISOString(),
+      zegel: TEST_SEAL.sealLease({ job: "audit-anker", ...a, runId: first.runId, verloopt: at(90_000).toISOString() }),
       reden: "verlopen",
     });
     expect(await leaseRows(store)).toEqual([{ job: "audit-anker", pid: b.pid, instantie: b.instantie, run_id: taken.runId, verloopt: at(180_000).toISOString() }]);
     expect((await runsOf(store, "audit-anker")).map((r) => r.id)).toEqual([first.runId, taken.runId]);
-    expect(await renewLeasePg(store, "audit-anker", a, first.runId, at(90_000), 90_000)).toBe(false);
+    expect(await renewLeasePg(store, TEST_SEAL, "audit-anker", a, first.runId, at(90_000), 90_000)).toBe(false);
     expect(await releaseLeasePg(store, "audit-anker", a, first.runId)).toBe(false);
   });
 
@@ -303,12 +305,12 @@ describe("the lease functions on PostgreSQL", () => {
     expect((await startLeasedRunPg(store, TEST_SEAL, "backup-controle", mine, NOW, 90_000)).ok).toBe(true);
     expect((await leaseRows(store)).length).toBe(4);
 
-    const atTen = await liveLeasesPg(store.db, at(10_000));
+    const atTen = await liveLeasesPg(store.db, at(10_000), TEST_SEAL);
     expect([...atTen.keys()].sort()).toEqual(["backup-controle", "weekrapport"]);
     expect(atTen.get("weekrapport")).toMatchObject({ pid: live.pid, instantie: live.instantie, host: "elders.example" });
     expect(atTen.get("backup-controle")).toMatchObject({ pid: process.pid, instantie: mine.instantie });
-    expect([...(await liveLeasesPg(store.db, at(9_999))).keys()].sort()).toEqual(["audit-anker", "backup-controle", "weekrapport"]);
-    expect((await liveLeasesPg(store.db, at(90_000))).size).toBe(0);
+    expect([...(await liveLeasesPg(store.db, at(9_999), TEST_SEAL)).keys()].sort()).toEqual(["audit-anker", "backup-controle", "weekrapport"]);
+    expect((await liveLeasesPg(store.db, at(90_000), TEST_SEAL)).size).toBe(0);
   });
 });
 

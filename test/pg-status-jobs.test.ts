@@ -17,7 +17,7 @@ import { finishRunPg } from "../src/pg/job-runs.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { jobStatuses } from "../src/schedule-due.ts";
 import { SCHEDULE } from "../src/schedule.ts";
-import { TEST_SEAL, call, makePgTestEnv, makeTestEnv, NOW, backupZegel, eindzegel, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { stateZegel, TEST_SEAL, call, makePgTestEnv, makeTestEnv, NOW, backupZegel, eindzegel, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -129,6 +129,7 @@ async function addLease(env: Env, job: string, runId: number, verloopt: Date, o:
     verkregen: "2026-07-23T00:00:00.000Z",
     vernieuwd: "2026-07-23T00:00:00.000Z",
     verloopt: verloopt.toISOString(),
+    zegel: TEST_SEAL.sealLease({ job, pid: process.pid, instantie: "ander-proces-id", host: o.host ?? HERE.host, pidNs: HERE.pidNs, runId, verloopt: verloopt.toISOString() }),
   });
 }
 
@@ -220,7 +221,7 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
         const status = statuses.find((s) => s.job === "beveiligingslog-analyse")!.status ?? "geen";
         seen[status] = (seen[status] ?? 0) + 1;
         if (take.ok) {
-          await finishRunPg(other, TEST_SEAL, take.runId, new Date(), { uitkomst: "ok", httpStatus: 200 });
+          await finishRunPg(other, TEST_SEAL, { runId: take.runId, job: "beveiligingslog-analyse", gestart: now.toISOString() }, new Date(), { uitkomst: "ok", httpStatus: 200 });
           await releaseLeasePg(other, "beveiligingslog-analyse", holder, take.runId);
         }
       }
@@ -423,7 +424,7 @@ describe("beveiligingslog-analyse on PostgreSQL", () => {
 });
 
 function setInstalled(env: Env, d: Date) {
-  return exec(env, "UPDATE service_meta SET value = ? WHERE key = 'geinstalleerd'", [d.toISOString()]);
+  return exec(env, "UPDATE service_meta SET value = ?, zegel = ? WHERE key = 'geinstalleerd'", [d.toISOString(), TEST_SEAL.sealInstalled(d.toISOString())]);
 }
 
 describe("taken-controle on PostgreSQL", () => {
@@ -482,13 +483,15 @@ describe("/metrics on PostgreSQL", () => {
         ["C", true],
       ] as const) {
         const tenant = await insert(env, "tenants", { naam, actief: true, aangemaakt: ago(100 * H).toISOString() });
+        const state = { tenantId: Number(tenant.id), gecontroleerd: ago((naam.charCodeAt(0) - 60) * H).toISOString(), intact, aantalEntries: 5, foutSeq: intact ? null : 3, foutReden: intact ? null : "hash-afwijkend" };
         await insert(env, "audit_verification_state", {
-          tenant_id: Number(tenant.id),
-          gecontroleerd: ago((naam.charCodeAt(0) - 60) * H).toISOString(),
+          tenant_id: state.tenantId,
+          gecontroleerd: state.gecontroleerd,
           intact,
           aantal_entries: 5,
-          fout_seq: intact ? null : 3,
-          fout_reden: intact ? null : "hash-afwijkend",
+          fout_seq: state.foutSeq,
+          fout_reden: state.foutReden,
+          zegel: stateZegel(state),
         });
       }
       const r = await call(env.app, "/metrics", { method: "GET", token: METRICS_SECRET });

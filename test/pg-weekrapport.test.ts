@@ -12,7 +12,7 @@ import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
 import { WEEK_MS, weeklyQueries, type WeeklyQueries } from "../src/reports/weekly.ts";
-import { addAdmin, addTenant, call, makePgTestEnv, makeTestEnv, NOW, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { stateZegel, addAdmin, addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SEAL, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 import { startPgProxy, type PgProxy } from "./pg-proxy.ts";
 
@@ -70,8 +70,8 @@ function sqliteSeed(env: TestEnv): Seed {
     },
     verified: async (tenantId, v) => {
       s.query(
-        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, ?, ?, ?, ?)",
-      ).run(tenantId, v.gecontroleerd, v.intact ? 1 : 0, v.aantalEntries, v.foutSeq ?? null, v.foutSeq ?? null, v.foutReden ?? null);
+        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+      ).run(tenantId, v.gecontroleerd, v.intact ? 1 : 0, v.aantalEntries, v.foutSeq ?? null, v.foutSeq ?? null, v.foutReden ?? null, stateZegel({ tenantId, ...v, foutEntryId: v.foutSeq }));
     },
     delivery: async (d) => {
       s.query("INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)").run(d.administratorId, d.tenantId, d.isoWeek, d.verstuurd);
@@ -104,8 +104,8 @@ function pgSeed(env: PgTestEnv): Seed {
     },
     verified: async (tenantId, v) => {
       await sql`
-        INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden)
-        VALUES (${tenantId}, ${v.gecontroleerd}, ${v.intact}, ${v.aantalEntries}, ${v.foutSeq ?? null}, ${v.foutSeq ?? null}, ${v.foutReden ?? null})`;
+        INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel)
+        VALUES (${tenantId}, ${v.gecontroleerd}, ${v.intact}, ${v.aantalEntries}, ${v.foutSeq ?? null}, ${v.foutSeq ?? null}, ${v.foutReden ?? null}, ${stateZegel({ tenantId, ...v, foutEntryId: v.foutSeq })})`;
     },
     delivery: async (d) => {
       await sql`INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (${d.administratorId}, ${d.tenantId}, ${d.isoWeek}, ${d.verstuurd})`;
@@ -373,7 +373,7 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
     const seed = pgSeed(pg);
     const t = await seed.tenant("Alfa BV");
     const a = { administratorId: await seed.admin(t, "anna@alfa.test"), tenantId: t };
-    const q = weeklyQueriesPg(pg.store);
+    const q = weeklyQueriesPg(pg.store, TEST_SEAL);
     let cut = false;
     void proxy!.cutNextCommit("after").then(() => (cut = true));
     expect(await q.reserveDelivery(a, "2026-W30")).toBe(true);
@@ -384,7 +384,7 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
   test("the bookkeeping's rules on both stores: a reservation never replaces a record, a release removes only a reservation, a record replaces only a reservation", async () => {
     const tables: Delivery[][][] = [[], []];
     for (const [i, side] of (await bothStores()).entries()) {
-      const q: WeeklyQueries = side.env.store.kind === "pg" ? weeklyQueriesPg(side.env.store) : weeklyQueries(side.env.store.db);
+      const q: WeeklyQueries = side.env.store.kind === "pg" ? weeklyQueriesPg(side.env.store, TEST_SEAL) : weeklyQueries(side.env.store.db, TEST_SEAL);
       const t = await side.seed.tenant("Alfa BV");
       const a = { administratorId: await side.seed.admin(t, "anna@alfa.test"), tenantId: t };
       const b = { administratorId: await side.seed.admin(t, "bert@alfa.test"), tenantId: t };

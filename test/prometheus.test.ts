@@ -9,7 +9,7 @@ import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { call, NOW, tempDir, backupZegel, eindzegel, zegel } from "./helpers.ts";
+import { stateZegel, call, NOW, tempDir, backupZegel, eindzegel, zegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
@@ -84,10 +84,11 @@ describe("a real Prometheus server scraping the service", () => {
     for (const [naam, intact] of [["A", true], ["B", false]] as const) {
       const id = await addTenant(env.db, naam);
       await env.db.run(
-        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 3, NULL, NULL, NULL)",
+        "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, 3, NULL, NULL, NULL, ?)",
         id,
         at(11 * H),
         intact,
+        stateZegel({ tenantId: id, gecontroleerd: at(11 * H), intact, aantalEntries: 3 }),
       );
     }
     const backup = { ontvangen: at(3 * H), exitCode: 0, gelukt: true, bestandsnaam: "b.db.gz", grootte: 10, foutmelding: null, bron: "host-cron" };

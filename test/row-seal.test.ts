@@ -4,9 +4,15 @@
 // call the backups fine. On both stores (NACHTWACHT_TEST_DB=pg).
 import { afterEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
+import { existsSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { openStore } from "../src/db.ts";
-import { rowSeal, sealLegacyRows, type BackupColumns } from "../src/row-seal.ts";
+import { installedAt, openStore } from "../src/db.ts";
+import { liveLeases, newLeaseHolder, startLeasedRun } from "../src/job-lease.ts";
+import { writeRunEnd } from "../src/job-runs.ts";
+import { verificationCountsPg } from "../src/pg/daily.ts";
+import { verificationCounts } from "../src/reports/daily.ts";
+import { weekStatsOf } from "../src/reports/weekly.ts";
+import { pastSealedMarker, rowSeal, sealLegacyRows, type BackupColumns } from "../src/row-seal.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { generateKeyPair } from "../src/audit/note.ts";
 import { backupZegel, call, eindzegel, NOW, tempDir, TEST_SEAL, zegel } from "./helpers.ts";
@@ -202,10 +208,14 @@ describe("sealed backup reports", () => {
   });
 });
 
-/** The database as an older version left it: its last `migrations` undone and these columns dropped. */
+/** The seal columns of the version after the one that sealed ends and backups (migration 0010: leases, install time, verification results). */
+const LATER_SEALS = ["job_leases DROP COLUMN zegel", "service_meta DROP COLUMN zegel", "audit_verification_state DROP COLUMN zegel"];
+
+/** The database as an older version left it: its last `migrations` undone and these columns dropped, installed at NOW − 1 day (unsealed). */
 function asOlderVersion(path: string, migrations: number, drop: readonly string[]): Database {
   openStore(path, NOW).close();
   const raw = new Database(path);
+  raw.run("INSERT INTO service_meta (key, value) VALUES ('geinstalleerd', '2026-07-22T12:00:00.000Z')");
   for (const c of drop) raw.run(`ALTER TABLE ${c}`);
   raw.run(`DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT ${migrations})`);
   return raw;
@@ -217,7 +227,7 @@ describe("the rows recorded before they were sealed", () => {
     const { dir, cleanup } = tempDir();
     try {
       const path = join(dir, "oud.db");
-      const raw = asOlderVersion(path, 2, ["job_runs DROP COLUMN zegel", "job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel"]);
+      const raw = asOlderVersion(path, 3, [...LATER_SEALS, "job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel", "job_runs DROP COLUMN zegel"]);
       raw.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('weekrapport', '2026-07-20T06:00:01.000Z', '2026-07-20T06:00:09.000Z', 'ok', 200)");
       raw.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('audit-verificatie', '9999-12-31T00:00:00.000Z', NULL, 'ok', 200)");
       raw.close();
@@ -232,7 +242,7 @@ describe("the rows recorded before they were sealed", () => {
       const planted = () => again.sqlite.query("SELECT zegel FROM job_runs WHERE job = 'dagrapport'").get() as { zegel: string | null };
       expect(planted().zegel).toBeNull();
       // What the first start would have done:
-      sealLegacyRows(again.db, TEST_SEAL, NOW, { runStarts: false, runEnds: true, backups: true });
+      sealLegacyRows(again.db, TEST_SEAL, NOW, { runStarts: false, runEnds: true, backups: true, installed: true, verification: true });
       expect(planted().zegel).not.toBeNull();
       again.close();
     } finally {
@@ -244,7 +254,7 @@ describe("the rows recorded before they were sealed", () => {
     const { dir, cleanup } = tempDir();
     try {
       const path = join(dir, "oud.db");
-      const raw = asOlderVersion(path, 1, ["job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel"]);
+      const raw = asOlderVersion(path, 2, [...LATER_SEALS, "job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel"]);
       const run = (job: string, gestart: string, beeindigd: string | null, uitkomst: string, seal: string | null) =>
         raw.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel) VALUES (?, ?, ?, ?, ?, ?)", [job, gestart, beeindigd, uitkomst, beeindigd ? 200 : null, seal]);
       run("weekrapport", "2026-07-20T06:00:01.000Z", "2026-07-20T06:00:09.000Z", "ok", zegel("weekrapport", "2026-07-20T06:00:01.000Z"));
@@ -270,4 +280,160 @@ describe("the rows recorded before they were sealed", () => {
       cleanup();
     }
   });
+
+  test("the start that adds the lease and install-time seals seals the install time recorded by then; a lease left from before holds nothing", () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const path = join(dir, "oud.db");
+      const raw = asOlderVersion(path, 1, LATER_SEALS);
+      raw.run("INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt) VALUES ('audit-verificatie', 1, 'x', 'elders', NULL, 1, ?, ?, '9999-01-01T00:00:00.000Z')", [NOW.toISOString(), NOW.toISOString()]);
+      raw.close();
+      const store = openStore(path, NOW, TEST_SEAL);
+      expect(installedAt(store.db, TEST_SEAL)!.toISOString()).toBe("2026-07-22T12:00:00.000Z");
+      expect(liveLeases(store.db, NOW, TEST_SEAL).size).toBe(0);
+      store.close();
+    } finally {
+      cleanup();
+    }
+  });
 });
+
+describe("sealed leases and install time", () => {
+  test("a forged lease of 'a process on another host' valid for years makes no crontab call of audit-verificatie a 204: the lease is taken over, the job runs, and the forgery is reported", async () => {
+    env = await makeEnv();
+    const t = await addTenant(env.db, "Gemeente Delft");
+    await fillChain(env.store, t, 5);
+    await env.db.run(
+      "INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt) VALUES ('audit-verificatie', 4242, 'x', 'andere-host', NULL, 0, ?, ?, '9999-12-31T00:00:00.000Z')",
+      NOW.toISOString(),
+      NOW.toISOString(),
+    );
+    env.setNow(at("2026-07-24T01:00:05.000Z"));
+    const v = await call(env.app, "/api/cron/audit-verificatie", scheduled);
+    expect(v.status).toBe(200);
+    const alarm = env.alarms.raised.find((a) => a.type === "db-integrity");
+    expect(alarm?.message).toContain("lease zonder geldig zegel");
+    expect(alarm?.context).toMatchObject({ job: "audit-verificatie", reden: "vervalst", host: "andere-host" });
+    // A real lease's seal copied onto a lease with a later expiry opens nothing either.
+    const real = TEST_SEAL.sealLease({ job: "audit-verificatie", pid: 4242, instantie: "x", host: "andere-host", pidNs: null, runId: 0, verloopt: "2026-07-24T01:01:35.000Z" });
+    await env.db.run(
+      "INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt, zegel) VALUES ('audit-verificatie', 4242, 'x', 'andere-host', NULL, 0, ?, ?, '9999-12-31T00:00:00.000Z', ?)",
+      NOW.toISOString(),
+      NOW.toISOString(),
+      real,
+    );
+    env.setNow(at("2026-07-25T01:00:05.000Z"));
+    expect((await call(env.app, "/api/cron/audit-verificatie", scheduled)).status).toBe(200);
+    // Sealed as written, it holds: a second call meanwhile is refused.
+    const sealed = { job: "audit-verificatie", pid: 4242, instantie: "y", host: "andere-host", pidNs: null, runId: 0, verloopt: "2026-07-25T01:05:00.000Z" };
+    await env.db.run(
+      "INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt, zegel) VALUES ('audit-verificatie', 4242, 'y', 'andere-host', NULL, 0, ?, ?, ?, ?) ON CONFLICT (job) DO NOTHING",
+      NOW.toISOString(),
+      NOW.toISOString(),
+      sealed.verloopt,
+      TEST_SEAL.sealLease(sealed),
+    );
+    env.setNow(at("2026-07-25T01:01:00.000Z"));
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(409);
+  });
+
+  test("an install time moved ahead (or unsealed) counts as none: taken-controle calls a job that stopped running missed", async () => {
+    env = await makeEnv();
+    await env.db.run("INSERT INTO service_meta (key, value) VALUES ('geinstalleerd', '2099-01-01T00:00:00.000Z') ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    env.setNow(at("2026-07-24T03:45:05.000Z"));
+    const c = await call(env.app, "/api/cron/taken-controle");
+    expect(c.status).toBe(409);
+    expect(c.json.gemist).toContain("audit-verificatie");
+    expect(env.alarms.raised.map((a) => a.type)).toContain("job-missed");
+  });
+
+  test("a run's end is sealed over the start this process wrote: a start another row's seal was copied into does not get the end sealed with it", async () => {
+    env = await makeEnv();
+    env.setNow(at("2026-07-24T01:00:05.000Z"));
+    // A real run with a 409 (no tenant has a chain: audit-anker … any job with an afwijking will do).
+    expect((await call(env.app, "/api/cron/backup-controle")).status).toBe(409);
+    const r1 = await env.db.get<{ job: string; gestart: string; zegel: string }>("SELECT job, gestart, zegel FROM job_runs WHERE job = 'backup-controle'");
+    // Another run, started; while it runs the writer copies R1's start (and seal) into its row.
+    const holder = newLeaseHolder();
+    const started = at("2026-07-24T01:15:00.000Z");
+    const lease = await startLeasedRun(env.store, TEST_SEAL, "dagrapport", holder, started, 90_000);
+    if (!lease.ok) throw new Error("not taken");
+    await env.db.run("UPDATE job_runs SET job = ?, gestart = ?, zegel = ? WHERE id = ?", r1!.job, r1!.gestart, r1!.zegel, lease.runId);
+    await writeRunEnd(env.store, TEST_SEAL, { runId: lease.runId, job: "dagrapport", gestart: started.toISOString() }, at("2026-07-24T01:15:01.000Z"), { uitkomst: "ok", httpStatus: 200 });
+    env.setNow(at("2026-07-24T01:45:05.000Z"));
+    const c = await call(env.app, "/api/cron/taken-controle");
+    const laatste = c.json.taken.find((r: { job: string }) => r.job === "backup-controle").laatsteRun;
+    expect(laatste).toMatchObject({ gestart: r1!.gestart, uitkomst: "afwijking" });
+    expect(c.json.vervalst).toContain("backup-controle");
+  });
+});
+
+describe("sealed verification results", () => {
+  const counts = (now: Date) => (env.store.kind === "pg" ? verificationCountsPg(env.store.db, now, TEST_SEAL) : Promise.resolve(verificationCounts(env.store.db, now, TEST_SEAL)));
+  const stateRow = async (t: number) =>
+    (await env.db.get<{ tenant_id: number; gecontroleerd: string; intact: number | boolean; aantal_entries: number; fout_seq: number | null; fout_entry_id: number | null; fout_reden: string | null; zegel: string | null }>(
+      "SELECT * FROM audit_verification_state WHERE tenant_id = ?",
+      t,
+    ))!;
+
+  test("a broken chain's result changed to intact counts as no check (daily report, /metrics, weekly report); one dated ahead too, and the next run overwrites it", async () => {
+    env = await makeEnv();
+    const t = await addTenant(env.db, "Gemeente Delft");
+    await fillChain(env.store, t, 10);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 4", t);
+    env.setNow(at("2026-07-24T01:00:05.000Z"));
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(409);
+    expect(await counts(at("2026-07-24T06:00:00.000Z"))).toMatchObject({ gecontroleerd: 1, aantalGebroken: 1 });
+
+    // The writer says the chain is fine.
+    await env.db.run("UPDATE audit_verification_state SET intact = ?, fout_seq = NULL, fout_entry_id = NULL, fout_reden = NULL WHERE tenant_id = ?", true, t);
+    expect(await counts(at("2026-07-24T06:00:00.000Z"))).toMatchObject({ gecontroleerd: 0, nietGecontroleerd: 1, aantalGebroken: 0 });
+    const r = await stateRow(t);
+    const row = { tenantId: t, gecontroleerd: r.gecontroleerd, intact: Boolean(r.intact), aantalEntries: r.aantal_entries, foutSeq: r.fout_seq, foutEntryId: r.fout_entry_id, foutReden: r.fout_reden, zegel: r.zegel };
+    expect(weekStatsOf(t, [], row, new Map(), TEST_SEAL, at("2026-07-24T06:00:00.000Z")).keten.staat).toBe("nooit");
+
+    // Dated ahead, so that no run would overwrite it: overwritten by the next run all the same.
+    await env.db.run("UPDATE audit_verification_state SET gecontroleerd = '9999-01-01T00:00:00.000Z' WHERE tenant_id = ?", t);
+    env.setNow(at("2026-07-25T01:00:05.000Z"));
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(409);
+    expect(await stateRow(t)).toMatchObject({ gecontroleerd: "2026-07-25T01:00:05.000Z", fout_seq: 4 });
+    expect(await counts(at("2026-07-25T06:00:00.000Z"))).toMatchObject({ gecontroleerd: 1, aantalGebroken: 1 });
+  });
+});
+
+describe("the rows of the past are sealed once per installation", () => {
+  test("a seal column dropped with its migration record after the marker was written is added again, but seals nothing: a forged good backup stays unsealed", () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const path = join(dir, "nachtwacht.db");
+      const marker = pastSealedMarker({ auditAnkerBestand: join(dir, "state", "audit-ankers.jsonl") });
+      openStore(path, NOW, TEST_SEAL, marker).close();
+      expect(existsSync(marker)).toBe(true);
+      expect(statSync(marker).mode & 0o777).toBe(0o600);
+      // The writer: a forged good backup, then the column and its migration record dropped, hoping the next start seals it.
+      const raw = new Database(path);
+      raw.run("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES ('2026-07-23T11:00:00.000Z', 0, 1, 'x.gz', 1, NULL, 'host-cron')");
+      for (const c of [...LATER_SEALS, "job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel"]) raw.run(`ALTER TABLE ${c}`);
+      raw.run("DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT 2)");
+      raw.close();
+      const store = openStore(path, NOW, TEST_SEAL, marker);
+      const b = store.sqlite.query("SELECT ontvangen, exit_code AS exitCode, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel FROM backup_statuses").get() as Omit<BackupColumns, "gelukt"> & { gelukt: number; zegel: string | null };
+      expect(b.zegel).toBeNull();
+      expect(TEST_SEAL.backupSealed({ ...b, gelukt: b.gelukt === 1 })).toBe(false);
+      store.close();
+      // Without the marker (an installation's first start of this version) the same is sealed: what the marker prevents.
+      rmSync(marker);
+      const raw2 = new Database(path);
+      for (const c of [...LATER_SEALS, "job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel"]) raw2.run(`ALTER TABLE ${c}`);
+      raw2.run("DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT 2)");
+      raw2.close();
+      const first = openStore(path, NOW, TEST_SEAL, marker);
+      expect((first.sqlite.query("SELECT zegel FROM backup_statuses").get() as { zegel: string | null }).zegel).not.toBeNull();
+      first.close();
+    } finally {
+      cleanup();
+    }
+  });
+});
+

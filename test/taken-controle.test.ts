@@ -64,7 +64,7 @@ const DEAD_PID = Bun.spawnSync(["true"]).pid;
  */
 function addLease(env: Env, job: string, runId: number, verloopt: Date, o: { pid?: number; host?: string } = {}) {
   return env.db.run(
-    "INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt) VALUES (?, ?, 'ander-proces-id', ?, ?, ?, ?, ?, ?)",
+    "INSERT INTO job_leases (job, pid, instantie, host, pid_ns, run_id, verkregen, vernieuwd, verloopt, zegel) VALUES (?, ?, 'ander-proces-id', ?, ?, ?, ?, ?, ?, ?)",
     job,
     o.pid ?? process.pid,
     o.host ?? HERE.host,
@@ -73,11 +73,12 @@ function addLease(env: Env, job: string, runId: number, verloopt: Date, o: { pid
     "2026-07-23T00:00:00.000Z",
     "2026-07-23T00:00:00.000Z",
     verloopt.toISOString(),
+    TEST_SEAL.sealLease({ job, pid: o.pid ?? process.pid, instantie: "ander-proces-id", host: o.host ?? HERE.host, pidNs: HERE.pidNs, runId, verloopt: verloopt.toISOString() }),
   );
 }
 
 async function setInstalled(env: Env, d: Date) {
-  await env.db.run("UPDATE service_meta SET value = ? WHERE key = 'geinstalleerd'", d.toISOString());
+  await env.db.run("UPDATE service_meta SET value = ?, zegel = ? WHERE key = 'geinstalleerd'", d.toISOString(), TEST_SEAL.sealInstalled(d.toISOString()));
 }
 
 /**

@@ -5,7 +5,7 @@ import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import { createMailer } from "../src/mail/transport.ts";
 import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
 import { WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
-import { call, NOW } from "./helpers.ts";
+import { stateZegel, call, NOW, TEST_SEAL } from "./helpers.ts";
 import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
 import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
 
@@ -89,7 +89,13 @@ describe("weekrapport: content", () => {
     await addLoginAttempt(s, { account: "bob", ip: "198.51.100.7", gelukt: false, tenantId: t, tijdstip: ago(3 * DAY) });
     await addLoginAttempt(s, { account: "bob", ip: "198.51.100.8", gelukt: false, tenantId: t, tijdstip: ago(8 * DAY) });
     await addLoginAttempt(s, { account: "eve", ip: "198.51.100.9", gelukt: false, tenantId: other, tijdstip: ago(DAY) });
-    await s.run("INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries) VALUES (?, ?, ?, 8)", t, "2026-07-23T01:00:05.000Z", true);
+    await s.run(
+      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, zegel) VALUES (?, ?, ?, 8, ?)",
+      t,
+      "2026-07-23T01:00:05.000Z",
+      true,
+      stateZegel({ tenantId: t, gecontroleerd: "2026-07-23T01:00:05.000Z", intact: true, aantalEntries: 8 }),
+    );
 
     const r = await runWeekrapport(env.deps, NOW);
     expect(r.body).toMatchObject({ verstuurd: 1, fouten: 0 });
@@ -147,10 +153,11 @@ describe("weekrapport: content", () => {
     const t = await addTenant(env.db, "Alfa BV");
     await addAdmin(env.db, t, "anna@alfa.test");
     await env.db.run(
-      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden) VALUES (?, ?, ?, 120, 57, 57, 'hash-afwijkend')",
+      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, 120, 57, 57, 'hash-afwijkend', ?)",
       t,
       "2026-07-23T01:00:00.000Z",
       false,
+      stateZegel({ tenantId: t, gecontroleerd: "2026-07-23T01:00:00.000Z", intact: false, aantalEntries: 120, foutSeq: 57, foutEntryId: 57, foutReden: "hash-afwijkend" }),
     );
     await runWeekrapport(env.deps, NOW);
     const m = smtp.received[0]!;
@@ -347,7 +354,7 @@ describe("weekLogins: every tenant's week in one pass", () => {
     const env = await makeEnv();
     toClean.push(() => env.cleanup());
     // The store's own queries, as weekrapport takes them (SQLite reads the week a day at a time).
-    const q = env.store.kind === "pg" ? weeklyQueriesPg(env.store) : weeklyQueries(env.store.db);
+    const q = env.store.kind === "pg" ? weeklyQueriesPg(env.store, TEST_SEAL) : weeklyQueries(env.store.db, TEST_SEAL);
     const a = await addTenant(env.db, "A");
     const b = await addTenant(env.db, "B");
     const c = await addTenant(env.db, "C");

@@ -15,7 +15,9 @@ import { runWeekrapport } from "../../src/jobs/weekrapport.ts";
 import { renderEmail } from "../../src/mail/render.ts";
 import { createMailer } from "../../src/mail/transport.ts";
 import { tenantWeekStats, WEEK_MS, weekLogins, weeklyReportProps } from "../../src/reports/weekly.ts";
-import { arg, benchDeps, NOW, peakRssMb, report } from "../lib.ts";
+import { arg, BENCH_SIGNING_KEY, benchDeps, NOW, peakRssMb, report } from "../lib.ts";
+import { auditKeys } from "../../src/audit/keys.ts";
+import { rowSeal } from "../../src/row-seal.ts";
 import { startSink } from "../sink-client.ts";
 
 const store = openStore(arg("db"), NOW);
@@ -41,7 +43,8 @@ const tenants = (sqlite.query("SELECT DISTINCT t.id, t.naam FROM tenants t JOIN 
 const van = new Date(NOW.getTime() - WEEK_MS);
 const s0 = performance.now();
 const logins = await weekLogins(store.db, van, NOW);
-const stats = tenants.map((t) => tenantWeekStats(store.db, t.id, van, NOW, logins));
+const seal = rowSeal(auditKeys({ auditAnkerSleutel: BENCH_SIGNING_KEY, auditVertrouwdeSleutels: [] }));
+const stats = tenants.map((t) => tenantWeekStats(store.db, seal, t.id, van, NOW, logins));
 const statsSeconds = (performance.now() - s0) / 1000;
 const sample = Math.min(100, tenants.length);
 const r0 = performance.now();

@@ -16,7 +16,7 @@ import { t, type Elysia, type TSchema } from "elysia";
 import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
-import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd } from "../job-runs.ts";
+import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd, type RunRef } from "../job-runs.ts";
 import { rowSealOf } from "../row-seal.ts";
 import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
@@ -113,7 +113,7 @@ async function writeEnd(
   const { job, runId, end, result } = kept;
   let busy = true;
   try {
-    await writeRunEnd(deps.store, rowSealOf(deps.config), runId, end, result);
+    await writeRunEnd(deps.store, rowSealOf(deps.config), kept, end, result);
     return null;
   } catch (e) {
     // Another process's write lock (SQLite), or on PostgreSQL no connection or no lock on
@@ -137,7 +137,7 @@ async function writeEnd(
     { what: "end", job, runId },
     { message: failure, context: { ...context, recorded: "kept in memory, written at the next job call" } },
     async (ms) => {
-      await writeRunEnd(deps.store, rowSealOf(deps.config), runId, end, result, ms);
+      await writeRunEnd(deps.store, rowSealOf(deps.config), kept, end, result, ms);
       running.forgetEnd(runId);
       log("info", "the end of a run was recorded once the database write lock was free", context);
     },
@@ -183,10 +183,11 @@ const END_NOT_RECORDED = "a completed job's end could not be recorded in job_run
  *     end; the row then reads as onderbroken, and the alarm raised here already said the
  *     job completed, with its status.
  */
-async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, end: Date, result: RunEnd): Promise<Later | null> {
+async function recordEnd(deps: Deps, running: RunningJobs, run: RunRef & { job: JobName }, end: Date, result: RunEnd): Promise<Later | null> {
+  const { job, runId } = run;
   let firstError: unknown;
   try {
-    return await writeEnd(deps, running, { job, runId, end, result }, END_NOT_RECORDED, (error) =>
+    return await writeEnd(deps, running, { ...run, end, result }, END_NOT_RECORDED, (error) =>
       alarmEndNotRecorded(deps, job, runId, result, error, "nog niet (in het geheugen bewaard)"),
     );
   } catch (e) {
@@ -199,9 +200,9 @@ async function recordEnd(deps: Deps, running: RunningJobs, job: JobName, runId: 
   };
   let kept = false;
   try {
-    await writeRunEnd(deps.store, rowSealOf(deps.config), runId, end, minimal);
+    await writeRunEnd(deps.store, rowSealOf(deps.config), run, end, minimal);
   } catch {
-    running.keepEnd({ job, runId, end, result: minimal });
+    running.keepEnd({ ...run, end, result: minimal });
     kept = true;
   }
   const error = errorText(firstError);
@@ -270,7 +271,8 @@ function refusedOnBusyLock(deps: Deps, running: RunningJobs, job: JobName, start
     { message: "could not record a job call refused on a busy database in job_runs", context: { job, gestart: started.toISOString() } },
     (ms) => {
       const seal = rowSealOf(deps.config);
-      return writeTransaction(sqlite, () => finishRun(db, seal, startRun(db, job, started, seal), refused, { uitkomst: "fout", httpStatus: 503, fout: message }), ms);
+      const run = (runId: number): RunRef => ({ runId, job, gestart: started.toISOString() });
+      return writeTransaction(sqlite, () => finishRun(db, seal, run(startRun(db, job, started, seal)), refused, { uitkomst: "fout", httpStatus: 503, fout: message }), ms);
     },
   );
   return json(503, { error: message }, { "retry-after": "60" });
@@ -334,19 +336,24 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     if (!lease.ok) return notRun(scheduled, lease.gedaan ? doneMessage(def.name, firedAt!, lease.gedaan) : heldElsewhereMessage(def.name, lease.houder));
     if (lease.overgenomen) {
       const o = lease.overgenomen;
-      log("warn", "took over the lease of another process: it expired (its holder died or hung) or its holder's pid is gone", {
-        job: def.name,
-        reden: o.reden,
-        pid: o.pid,
-        host: o.host,
-        runId: o.runId,
-        verkregen: o.verkregen,
-        verloopt: o.verloopt,
-      });
+      const context = { job: def.name, reden: o.reden, pid: o.pid, host: o.host, runId: o.runId, verkregen: o.verkregen, verloopt: o.verloopt };
+      if (o.reden === "vervalst") {
+        // A lease nachtwacht did not seal: written or changed by someone who can write the database (src/row-seal.ts).
+        log("error", "took over a job lease without a valid seal: someone who can write the database wrote or changed it", context);
+        await deps.alarms.raise({
+          type: "db-integrity",
+          message:
+            `job_leases bevatte voor ${def.name} een lease zonder geldig zegel (pid ${o.pid} op ${o.host}, geldig tot ${o.verloopt}): iemand die de database kan wijzigen heeft die geschreven of veranderd, ` +
+            `niet nachtwacht. Ze houdt niets tegen; de taak is uitgevoerd. Zoek uit wie schrijftoegang tot de database heeft, en controleer de audit-keten (audit-verificatie met de hand).`,
+          context,
+        });
+      } else log("warn", "took over the lease of another process: it expired (its holder died or hung) or its holder's pid is gone", context);
     }
     const runId = lease.runId;
-    running.setRun(def.name, runId);
-    const renewer = startRenewing(deps.store, deps.clock, def.name, running.holder, runId, timing, lease.verloopt);
+    // The run's start as written (runStartValues): its end is sealed over it.
+    const run = { job: def.name, runId, gestart: started.toISOString() };
+    running.setRun(def.name, runId, run.gestart);
+    const renewer = startRenewing(deps.store, rowSealOf(deps.config), deps.clock, def.name, running.holder, runId, timing, lease.verloopt);
     // An interrupted job is left running until the process exits: its lease stays until it expires.
     let keepLease = false;
     // The run's end when it is written after the answer (writeEnd); its lease waits for it.
@@ -361,7 +368,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
           // Shutdown stopped waiting: what the job committed stays, the rest is for a rerun.
           const failure = "could not record an interrupted run";
           try {
-            endLater = await writeEnd(deps, running, { job: def.name, runId, end: deps.clock(), result: { uitkomst: "fout", httpStatus: 503, fout: e.message } }, failure);
+            endLater = await writeEnd(deps, running, { ...run, end: deps.clock(), result: { uitkomst: "fout", httpStatus: 503, fout: e.message } }, failure);
           } catch (recordError) {
             log("error", failure, { job: def.name, runId, error: errorText(recordError) });
           }
@@ -371,14 +378,14 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
         try {
           // The status the caller gets from onError (src/app.ts), recorded as such.
           const end = { uitkomst: "fout" as const, httpStatus: unexpectedStatus(e), fout: errorText(e) };
-          endLater = await writeEnd(deps, running, { job: def.name, runId, end: deps.clock(), result: end }, failure);
+          endLater = await writeEnd(deps, running, { ...run, end: deps.clock(), result: end }, failure);
         } catch (recordError) {
           log("error", failure, { job: def.name, runId, error: errorText(recordError) });
         }
         throw e;
       }
       // Only the job's own outcome decides the response from here on (see recordEnd).
-      endLater = await recordEnd(deps, running, def.name, runId, deps.clock(), {
+      endLater = await recordEnd(deps, running, run, deps.clock(), {
         uitkomst: outcomeOf(result.status),
         httpStatus: result.status,
         samenvatting: result.body,

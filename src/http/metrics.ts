@@ -9,9 +9,7 @@
 // rule and grace, also reading the job leases; newestBackup and backupOverdue from
 // backup-controle), never copies of them.
 // docs/operations.md ("Metrics") lists every metric; ops/nachtwacht-alerts.yml alerts on them.
-import { count, lte, max, sql } from "drizzle-orm";
 import { Elysia } from "elysia";
-import { auditVerificationState } from "../../db/schema.ts";
 import type { Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import type { IngestCounters, IngestKind } from "../ingest/counters.ts";
@@ -19,13 +17,14 @@ import type { Outcome } from "../job-runs.ts";
 import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
 import type { JobContext } from "../jobs/job.ts";
 import { log } from "../logger.ts";
-import { auditSummaryPg, jobStatusesPg, newestBackupPg } from "../pg/status.ts";
+import { jobStatusesPg, newestBackupPg } from "../pg/status.ts";
+import { verificationCountsPg } from "../pg/daily.ts";
 import type { PgStore } from "../pg/store.ts";
 import type { RunningJobs } from "../running-jobs.ts";
 import { jobStatuses, type JobStatus } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { rowSealOf, type RowSeal } from "../row-seal.ts";
-import { stateNotAfter } from "../reports/daily.ts";
+import { verificationCounts, type VerificationCounts } from "../reports/daily.ts";
 import { bearerChecker, unauthorized } from "./auth.ts";
 import { driverError, ErrorBody, json } from "./errors.ts";
 import { jobContext } from "./job-route.ts";
@@ -142,18 +141,15 @@ interface DatabaseReads {
 
 function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: number, context: JobContext): DatabaseReads {
   const { db } = store;
-  const s = auditVerificationState;
-  const audit = db
-    .select({ checked: count(), broken: sql<number>`coalesce(sum(${s.intact} = 0), 0)`, last: max(s.gecontroleerd) })
-    .from(s)
-    .where(lte(s.gecontroleerd, stateNotAfter(now)))
-    .get()!;
-  return { statuses: jobStatuses(db, seal, now, graceMs, context), audit: { ...audit, broken: Number(audit.broken) }, backup: newestBackup(db, seal).backup };
+  return { statuses: jobStatuses(db, seal, now, graceMs, context), audit: auditSummary(verificationCounts(db, now, seal)), backup: newestBackup(db, seal).backup };
 }
 
+/** /metrics' view of the verification section (verificationSummary: only sealed results count). */
+const auditSummary = (v: VerificationCounts) => ({ checked: v.gecontroleerd, broken: v.aantalGebroken, last: v.laatste });
+
 async function readDatabasePg(store: PgStore, seal: RowSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
-  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), auditSummaryPg(store.db, now), newestBackupPg(store.db, seal)]);
-  return { statuses, audit, backup: backup.backup };
+  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), verificationCountsPg(store.db, now, seal), newestBackupPg(store.db, seal)]);
+  return { statuses, audit: auditSummary(audit), backup: backup.backup };
 }
 
 /** The metrics of the reads, whichever store they came from. */

@@ -22,6 +22,7 @@ import { verifyInstallationPg } from "../pg/offline.ts";
 import { maxAuditEntryIdPg, saveVerificationStatePg, tenantNamesPg } from "../pg/verification-state.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
+import { rowSealOf, stateNotAfter } from "../row-seal.ts";
 
 // Every reason code the verifier reports; the type assertions below make a new code
 // that is missing here a compile error.
@@ -148,6 +149,7 @@ const saveStateStatement = preparedPerConnection((db) => {
       foutSeq: sql.placeholder("foutSeq"),
       foutEntryId: sql.placeholder("foutEntryId"),
       foutReden: sql.placeholder("foutReden"),
+      zegel: sql.placeholder("zegel"),
     })
     .onConflictDoUpdate({
       target: s.tenantId,
@@ -159,20 +161,26 @@ const saveStateStatement = preparedPerConnection((db) => {
         foutSeq: excluded(s.foutSeq),
         foutEntryId: excluded(s.foutEntryId),
         foutReden: excluded(s.foutReden),
+        zegel: excluded(s.zegel),
       },
       // A run that started earlier and finished later (a lease taken over from a hung
-      // process) must not put back an older view: the newest check stays.
-      setWhere: sql`${excluded(s.gecontroleerd)} >= ${s.gecontroleerd}`,
+      // process) must not put back an older view: the newest check stays. A row dated
+      // after stateNotAfter is no check but a database writer's: it is overwritten.
+      setWhere: sql`${excluded(s.gecontroleerd)} >= ${s.gecontroleerd} OR ${s.gecontroleerd} > ${sql.placeholder("notAfter")}`,
     })
     .prepare();
 });
 
+/** A tenant's row as a run stores it: sealed with the anchor key (src/row-seal.ts). */
+export type SealedVerificationState = VerificationState & { zegel: string };
+
 /** The run's rows in one write transaction (saveVerificationStatePg on PostgreSQL). */
-function saveState(db: Db, rows: readonly VerificationState[]): void {
+function saveState(db: Db, rows: readonly SealedVerificationState[], writtenAt: Date): void {
   const save = saveStateStatement(db);
+  const notAfter = stateNotAfter(writtenAt);
   db.transaction(
     () => {
-      for (const r of rows) save.run(r);
+      for (const r of rows) save.run({ ...r, notAfter });
     },
     { behavior: "immediate" },
   );
@@ -269,8 +277,13 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
 
   const afwijkingen = store.kind === "pg" ? await schemaAnomaliesPg(store.sql, PG_TABLES) : schemaAnomaliesSqlite(store.sqlite);
   const { result, state, alarm } = verificationOutcome(v, tenantRows, bestand, now, afwijkingen);
-  if (store.kind === "pg") await saveVerificationStatePg(store.db, state);
-  else saveState(store.db, state);
+  const seal = rowSealOf(deps.config);
+  const sealed = state.map((r) => ({ ...r, zegel: seal.sealVerification(r) }));
+  // "Dated ahead" is judged at the time of writing, not of the run's start: a run that
+  // started earlier and ends later (a lease taken over from a hung process) keeps the newer check.
+  const writtenAt = deps.clock();
+  if (store.kind === "pg") await saveVerificationStatePg(store.db, sealed, writtenAt);
+  else saveState(store.db, sealed, writtenAt);
   if (alarm) await deps.alarms.raise(alarm);
   return result;
 }

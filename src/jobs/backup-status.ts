@@ -26,7 +26,8 @@ export const MAX_FOUTMELDING = 8192;
  */
 export const BackupReport = t.Object(
   {
-    exitCode: integer({ minimum: Number.MIN_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER, description: "0 = gelukt." }),
+    // A 32-bit integer, as both stores keep it (PostgreSQL's integer): a shell's $? is 0-255.
+    exitCode: integer({ minimum: -2147483648, maximum: 2147483647, description: "0 = gelukt." }),
     bestandsnaam: t.Optional(nullable(t.String(), { description: `Naam van het backupbestand; langer dan ${MAX_BESTANDSNAAM} tekens wordt ingekort.` })),
     grootte: t.Optional(nullable(integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }), { description: "Grootte in bytes." })),
     foutmelding: t.Optional(nullable(t.String(), { description: `Foutmelding (mag leeg zijn); langer dan ${MAX_FOUTMELDING} tekens wordt ingekort.` })),

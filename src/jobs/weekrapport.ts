@@ -22,6 +22,7 @@ import {
 } from "../reports/weekly.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, enumOf } from "./schema.ts";
+import { rowSealOf } from "../row-seal.ts";
 
 /** Messages in flight at once: about the pool's connections, so they stay busy. */
 export const IN_FLIGHT = 5;
@@ -51,7 +52,8 @@ function errorMessage(e: unknown): string {
 }
 
 export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<WeekrapportResult>> {
-  const q = deps.store.kind === "pg" ? weeklyQueriesPg(deps.store) : weeklyQueries(deps.store.db);
+  const seal = rowSealOf(deps.config);
+  const q = deps.store.kind === "pg" ? weeklyQueriesPg(deps.store, seal) : weeklyQueries(deps.store.db, seal);
   const week = isoWeek(now);
   const van = new Date(now.getTime() - WEEK_MS);
   const tijdzone = deps.config.rapportTijdzone;

@@ -13,17 +13,16 @@
 //   its databases and recycled at checkpoints: no part of it belongs to this one.
 //
 // As on SQLite the reads are separate statements, not one snapshot.
-import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, lte, max, notExists, sql } from "drizzle-orm";
+import { and, count, countDistinct, desc, eq, getTableColumns, gte, isNotNull, lt, sql } from "drizzle-orm";
 import { auditAnchorLog, auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema-pg.ts";
 import type { Config } from "../config.ts";
 import {
   dailyReport,
   databaseSection,
   loginWindow,
-  MAX_GEBROKEN,
   sealedReportRuns,
-  stateNotAfter,
   USUAL_DURATION_RUNS,
+  verificationSummary,
   type AnchorRecords,
   type DailyInputs,
   type DailyReport,
@@ -31,7 +30,7 @@ import {
   type ScheduledJobRuns,
   type VerificationCounts,
 } from "../reports/daily.ts";
-import { NEWEST_ROWS, rowSealOf, sealedRunColumns } from "../row-seal.ts";
+import { NEWEST_ROWS, rowSealOf, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
 import { dueStatePg, installedAtPg, newestBackupPg } from "./status.ts";
@@ -58,30 +57,17 @@ export async function loginCountsPg(db: PgDb, now: Date): Promise<LoginCounts> {
   return { totaal: totals!.totaal, gelukt: totals!.gelukt, mislukteIps, topMislukteIps };
 }
 
-export async function verificationCountsPg(db: PgDb, now: Date): Promise<VerificationCounts> {
+/** verificationCounts on PostgreSQL: the same reads, summed up by the same rule (verificationSummary). */
+export async function verificationCountsPg(db: PgDb, now: Date, seal: RowSeal): Promise<VerificationCounts> {
   const state = auditVerificationState;
-  // As on SQLite: a state dated later than stateNotAfter is no check.
-  const real = lte(state.gecontroleerd, stateNotAfter(now));
-  const [s] = await db
-    .select({
-      laatste: max(state.gecontroleerd),
-      gecontroleerd: count(),
-      aantalGebroken: sql<number>`count(*) FILTER (WHERE NOT ${state.intact})`.mapWith(Number),
-    })
-    .from(state)
-    .where(real);
-  const [{ nietGecontroleerd }] = (await db
-    .select({ nietGecontroleerd: count() })
-    .from(tenants)
-    .where(notExists(db.select({ one: sql`1` }).from(state).where(and(eq(state.tenantId, tenants.id), real))))) as [{ nietGecontroleerd: number }];
-  const gebroken = await db
-    .select({ tenantId: state.tenantId, tenant: tenants.naam, seq: state.foutSeq, reden: state.foutReden, gecontroleerd: state.gecontroleerd })
-    .from(state)
-    .innerJoin(tenants, eq(tenants.id, state.tenantId))
-    .where(and(eq(state.intact, false), real))
-    .orderBy(state.tenantId)
-    .limit(MAX_GEBROKEN);
-  return { laatste: s!.laatste, gecontroleerd: s!.gecontroleerd, nietGecontroleerd, aantalGebroken: s!.aantalGebroken, gebroken };
+  const [rows, counted] = await Promise.all([
+    db
+      .select({ ...getTableColumns(state), tenant: tenants.naam })
+      .from(state)
+      .innerJoin(tenants, eq(tenants.id, state.tenantId)),
+    db.select({ n: count() }).from(tenants),
+  ]);
+  return verificationSummary(rows, counted[0]!.n, seal, now);
 }
 
 /** The operator's records (OPERATOR_RECORDS_SQL on SQLite), through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
@@ -104,9 +90,9 @@ export async function anchorRecordsPg(db: PgDb): Promise<AnchorRecords> {
 }
 
 export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): Promise<ScheduledJobRuns[]> {
-  const installed = await installedAtPg(db);
-  const margeMs = config.takenMargeMinuten * 60_000;
   const seal = rowSealOf(config);
+  const installed = await installedAtPg(db, seal);
+  const margeMs = config.takenMargeMinuten * 60_000;
   const at = now.toISOString();
   const out: ScheduledJobRuns[] = [];
   for (const entry of SCHEDULE) {
@@ -139,7 +125,7 @@ export async function readDailyInputsPg(store: PgStore, config: Config, now: Dat
   const [backup, logins, verification, anchor, jobs, database] = await Promise.all([
     newestBackupPg(store.db, rowSealOf(config)),
     loginCountsPg(store.db, now),
-    verificationCountsPg(store.db, now),
+    verificationCountsPg(store.db, now, rowSealOf(config)),
     anchorRecordsPg(store.db),
     scheduledJobRunsPg(store.db, now, config),
     databaseSizePg(store),

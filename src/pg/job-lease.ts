@@ -55,10 +55,10 @@ export function startLeasedRunPg(store: PgStore, seal: RowSeal, job: JobName, ho
       }
       const [row] = await tx.select().from(jobLeases).where(eq(jobLeases.job, job)).for("update");
       const current: JobLease | null = row ?? null;
-      const take = leaseTake(current, holder, now);
+      const take = leaseTake(current, holder, now, seal);
       if (!take.ok) return { ok: false, houder: take.houder };
       const [run] = await tx.insert(jobRuns).values(runStartValues(job, now, seal)).returning({ id: jobRuns.id });
-      const values = leaseValues(holder, run!.id, now, ttlMs);
+      const values = leaseValues(seal, job, holder, run!.id, now, ttlMs);
       await tx
         .insert(jobLeases)
         .values({ job, ...values })
@@ -71,10 +71,10 @@ export function startLeasedRunPg(store: PgStore, seal: RowSeal, job: JobName, ho
 const heldBy = (job: JobName, holder: LeaseHolder, runId: number) => leaseHeldBy(jobLeases, job, holder, runId);
 
 /** Moves the expiry of this holder's lease of the run on; false when it is no longer this holder's (taken over after it expired). */
-export async function renewLeasePg(store: PgStore, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): Promise<boolean> {
+export async function renewLeasePg(store: PgStore, seal: RowSeal, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): Promise<boolean> {
   const rows = await store.db
     .update(jobLeases)
-    .set(forwardOnly(renewValues(now, ttlMs)))
+    .set(forwardOnly(renewValues(seal, job, holder, runId, now, ttlMs)))
     .where(heldBy(job, holder, runId))
     .returning({ job: jobLeases.job });
   return rows.length > 0;
@@ -83,10 +83,14 @@ export async function renewLeasePg(store: PgStore, job: JobName, holder: LeaseHo
 /**
  * A renewal's values that never move the lease back: a renewal given up on (its deadline,
  * startRenewing) may still arrive after a later one. ISO UTC text compares as time (the
- * columns are COLLATE "C").
+ * columns are COLLATE "C"). The seal goes with the expiry it signs.
  */
-function forwardOnly(v: { vernieuwd: string; verloopt: string }) {
-  return { vernieuwd: sql`GREATEST(${jobLeases.vernieuwd}, ${v.vernieuwd})`, verloopt: sql`GREATEST(${jobLeases.verloopt}, ${v.verloopt})` };
+function forwardOnly(v: { vernieuwd: string; verloopt: string; zegel: string }) {
+  return {
+    vernieuwd: sql`GREATEST(${jobLeases.vernieuwd}, ${v.vernieuwd})`,
+    verloopt: sql`GREATEST(${jobLeases.verloopt}, ${v.verloopt})`,
+    zegel: sql`CASE WHEN ${jobLeases.verloopt} > ${v.verloopt} THEN ${jobLeases.zegel} ELSE ${v.zegel} END`,
+  };
 }
 
 /**
@@ -99,10 +103,10 @@ export async function releaseLeasePg(store: PgStore, job: JobName, holder: Lease
 }
 
 /**
- * The leases that have not expired at `now` and whose holder is not provably gone, by
+ * The sealed leases that have not expired at `now` and whose holder is not provably gone, by
  * job: whoever holds them is alive (or was, less than an expiry ago).
  */
-export async function liveLeasesPg(db: PgDb | PgDbTx, now: Date): Promise<Map<string, JobLease>> {
+export async function liveLeasesPg(db: PgDb | PgDbTx, now: Date, seal: RowSeal): Promise<Map<string, JobLease>> {
   const rows = await db.select().from(jobLeases).where(gt(jobLeases.verloopt, now.toISOString()));
-  return new Map(rows.filter((r) => !holderGone(r)).map((r) => [r.job, r]));
+  return new Map(rows.filter((r) => seal.leaseSealed(r) && !holderGone(r)).map((r) => [r.job, r]));
 }

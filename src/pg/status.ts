@@ -3,8 +3,8 @@
 // feed live once, for both stores: statusesOf and dueStateOf (src/schedule-due.ts),
 // backupOverdue (src/jobs/backup-controle.ts), offenderRule
 // (src/jobs/beveiligingslog-analyse.ts). Only the reading differs from SQLite.
-import { count, desc, eq, lte, max, sql } from "drizzle-orm";
-import { auditVerificationState, backupStatuses, jobRuns, loginAttempts, serviceMeta } from "../../db/schema-pg.ts";
+import { count, desc, eq, sql } from "drizzle-orm";
+import { backupStatuses, jobRuns, loginAttempts, serviceMeta } from "../../db/schema-pg.ts";
 import type { NewestBackup } from "../jobs/backup-controle.ts";
 import { offenderRule } from "../jobs/beveiligingslog-analyse.ts";
 import type { JobContext } from "../jobs/job.ts";
@@ -12,13 +12,12 @@ import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStat
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { liveLeasesPg } from "./job-lease.ts";
 import type { PgDb, PgDbTx } from "./store.ts";
-import { NEWEST_ROWS, newestSealed, newestSealedBackup, sealedBackupColumns, sealedRunColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
-import { stateNotAfter } from "../reports/daily.ts";
+import { INSTALLED, NEWEST_ROWS, newestSealed, newestSealedBackup, sealedBackupColumns, sealedRunColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
 
-/** The first start of the service on this database (installedAt on SQLite); null when the row is gone. */
-export async function installedAtPg(db: PgDb | PgDbTx): Promise<Date | null> {
-  const [row] = await db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, "geinstalleerd"));
-  return row ? new Date(row.value) : null;
+/** The sealed first start of the service on this database (installedAt on SQLite); null when the row is gone or its seal does not hold. */
+export async function installedAtPg(db: PgDb | PgDbTx, seal: RowSeal): Promise<Date | null> {
+  const [row] = await db.select({ value: serviceMeta.value, zegel: serviceMeta.zegel }).from(serviceMeta).where(eq(serviceMeta.key, INSTALLED));
+  return row && seal.installedSealed(row) ? new Date(row.value) : null;
 }
 
 /** The job's newest sealed run, as lastRun reads it on SQLite: by start, then id (an index range on (job, gestart)), and how many newer rows have no valid seal. */
@@ -49,7 +48,7 @@ export async function jobStatusesPg(db: PgDb, seal: RowSeal, now: Date, graceMs:
   // lease, which reads as interrupted; one that ends between them, the other way round.
   return db.transaction(
     async (tx) => {
-      const [installed, leases] = await Promise.all([installedAtPg(tx), liveLeasesPg(tx, now)]);
+      const [installed, leases] = await Promise.all([installedAtPg(tx, seal), liveLeasesPg(tx, now, seal)]);
       const runs = await Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(tx, job, seal)] as const));
       return statusesOf({ installed, leases, newestRuns: new Map(runs) }, now, graceMs, context);
     },
@@ -95,12 +94,3 @@ export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string,
     .orderBy(desc(aantal), sql`${waarde} COLLATE "C"`);
 }
 
-/** /metrics' summary of audit_verification_state (one row per tenant): tenants checked, those not intact, the newest check. */
-export async function auditSummaryPg(db: PgDb, now: Date): Promise<{ checked: number; broken: number; last: string | null }> {
-  const s = auditVerificationState;
-  const [row] = await db
-    .select({ checked: count(), broken: count(sql`CASE WHEN NOT ${s.intact} THEN 1 END`), last: max(s.gecontroleerd) })
-    .from(s)
-    .where(lte(s.gecontroleerd, stateNotAfter(now)));
-  return row!;
-}

@@ -12,7 +12,7 @@ import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
 import * as schema from "../../db/schema-pg.ts";
 import { BUSY_TIMEOUT_MS, migrationsFolder } from "../db.ts";
 import { certainDbTransaction } from "./commit.ts";
-import { SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
+import { INSTALLED, markPastSealed, pastSealingAllowed, SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
 
 export type PgDb = BunSQLDatabase<typeof schema>;
 
@@ -88,10 +88,10 @@ export function withLockWait<T>(store: PgStore, lockWaitMs: number, work: (tx: P
 }
 
 /** `seal`: the service's run seal, for the runs recorded before runs were sealed (migratePg). */
-export async function openPgStore(url: string, o: { max?: number; seal?: RowSeal; now?: Date } = {}): Promise<PgStore> {
+export async function openPgStore(url: string, o: { max?: number; seal?: RowSeal; now?: Date; pastMarker?: string } = {}): Promise<PgStore> {
   const sql = pgPool(url, o.max ?? 10);
   try {
-    await migratePg(sql, o.seal, o.now);
+    await migratePg(sql, o.seal, o.now, o.pastMarker);
   } catch (e) {
     await sql.close();
     throw e;
@@ -106,12 +106,13 @@ export async function openPgStore(url: string, o: { max?: number; seal?: RowSeal
 }
 
 /**
- * Marks the first start of the service on this database (as openStore does on SQLite):
- * taken-controle does not call a job missed before its first expected time after that.
- * Not part of openPgStore: migrate-to opens an empty target, and copies this row.
+ * Marks the first start of the service on this database (as openStore does on SQLite),
+ * sealed: taken-controle does not call a job missed before its first expected time after
+ * that. Not part of openPgStore: migrate-to opens an empty target, and copies this row.
  */
-export async function markInstalledPg(store: PgStore, now: Date): Promise<void> {
-  await store.sql`INSERT INTO service_meta (key, value) VALUES ('geinstalleerd', ${now.toISOString()}) ON CONFLICT (key) DO NOTHING`;
+export async function markInstalledPg(store: PgStore, seal: RowSeal, now: Date): Promise<void> {
+  const value = now.toISOString();
+  await store.sql`INSERT INTO service_meta (key, value, zegel) VALUES (${INSTALLED}, ${value}, ${seal.sealInstalled(value)}) ON CONFLICT (key) DO NOTHING`;
 }
 
 /**
@@ -119,7 +120,7 @@ export async function markInstalledPg(store: PgStore, now: Date): Promise<void> 
  * moment: the first holds a session advisory lock while it migrates, the others wait
  * for it and then find nothing left to do.
  */
-export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()): Promise<void> {
+export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date(), pastMarker?: string): Promise<void> {
   const conn = await sql.reserve();
   try {
     // Waits as long as another instance migrates, and its DDL for whatever it has to (no lock timeout here).
@@ -131,9 +132,11 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
       // Which seal columns these migrations add: then the rows already recorded are sealed (openStore on SQLite does the same).
       const hasColumn = async ([table, column]: readonly [string, string]) =>
         ((await conn`SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ${table} AND column_name = ${column}`) as unknown[]).length > 0;
-      const had: SealColumns = { runStarts: await hasColumn(SEAL_COLUMNS.runStarts), runEnds: await hasColumn(SEAL_COLUMNS.runEnds), backups: await hasColumn(SEAL_COLUMNS.backups) };
+      const had = {} as SealColumns;
+      for (const [kind, column] of Object.entries(SEAL_COLUMNS)) had[kind as keyof SealColumns] = await hasColumn(column);
       await drizzleMigrate(db, { migrationsFolder: m.folder });
-      if (seal) await sealLegacyRowsPg(db, seal, now, had);
+      if (seal && pastSealingAllowed(pastMarker, had)) await sealLegacyRowsPg(db, seal, now, had);
+      if (seal) markPastSealed(pastMarker, now);
     } finally {
       m.remove();
       await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;

@@ -4,6 +4,7 @@
 // and each tenant's latest result, kept for the reports in the same rows as on SQLite.
 import { max, sql } from "drizzle-orm";
 import { auditEntries, auditVerificationState, tenants } from "../../db/schema-pg.ts";
+import { stateNotAfter } from "../row-seal.ts";
 import type { PgDb } from "./store.ts";
 
 /** Rows per INSERT: seven parameters each, far below PostgreSQL's 65535 per statement. */
@@ -21,7 +22,7 @@ export async function maxAuditEntryIdPg(db: PgDb): Promise<number> {
 }
 
 /** Keeps each tenant's latest result, all of the run's rows in one transaction (as SQLite's). */
-export async function saveVerificationStatePg(db: PgDb, rows: readonly (typeof auditVerificationState.$inferInsert)[]): Promise<void> {
+export async function saveVerificationStatePg(db: PgDb, rows: readonly (typeof auditVerificationState.$inferInsert)[], writtenAt: Date): Promise<void> {
   if (rows.length === 0) return;
   const s = auditVerificationState;
   await db.transaction(async (tx) => {
@@ -39,9 +40,10 @@ export async function saveVerificationStatePg(db: PgDb, rows: readonly (typeof a
             foutSeq: sql`excluded.fout_seq`,
             foutEntryId: sql`excluded.fout_entry_id`,
             foutReden: sql`excluded.fout_reden`,
+            zegel: sql`excluded.zegel`,
           },
-          // The newest check stays, as on SQLite (saveStateStatement in src/jobs/audit-verificatie.ts).
-          setWhere: sql`excluded.gecontroleerd >= ${s.gecontroleerd}`,
+          // The newest check stays, and a row dated ahead is overwritten, as on SQLite (saveStateStatement in src/jobs/audit-verificatie.ts).
+          setWhere: sql`excluded.gecontroleerd >= ${s.gecontroleerd} OR ${s.gecontroleerd} > ${stateNotAfter(writtenAt)}`,
         });
     }
   });

@@ -31,6 +31,7 @@ import {
 } from "../reports/weekly.ts";
 import type { PgDb, PgStore } from "./store.ts";
 import { certainDbTransaction } from "./commit.ts";
+import type { RowSeal } from "../row-seal.ts";
 
 type DeliveryKey = { administratorId: number; tenantId: number };
 
@@ -136,27 +137,21 @@ export function weekStatsQueriesPg(db: PgDb, tenantId: number, van: Date, tot: D
       .groupBy(auditEntries.action)
       .orderBy(desc(aantal), sql`${auditEntries.action} COLLATE "C"`),
     keten: db
-      .select({
-        gecontroleerd: auditVerificationState.gecontroleerd,
-        intact: auditVerificationState.intact,
-        aantalEntries: auditVerificationState.aantalEntries,
-        foutSeq: auditVerificationState.foutSeq,
-        foutReden: auditVerificationState.foutReden,
-      })
+      .select()
       .from(auditVerificationState)
       .where(eq(auditVerificationState.tenantId, tenantId)),
   };
 }
 
 /** One tenant's week; `logins` is weekLoginsPg of the same week (tenantWeekStats). */
-export async function tenantWeekStatsPg(db: PgDb, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): Promise<TenantWeekStats> {
+export async function tenantWeekStatsPg(db: PgDb, seal: RowSeal, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): Promise<TenantWeekStats> {
   const q = weekStatsQueriesPg(db, tenantId, van, tot);
   const [perActie, [keten]] = await Promise.all([q.auditPerActie, q.keten]);
-  return weekStatsOf(tenantId, perActie, keten, logins);
+  return weekStatsOf(tenantId, perActie, keten, logins, seal, tot);
 }
 
 /** weekrapport's queries on this store (WeeklyQueries; SQLite's are weeklyQueries). */
-export function weeklyQueriesPg(store: PgStore): WeeklyQueries {
+export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
   const { db } = store;
   return {
     pruneDeliveries: (oldestKept) => pruneDeliveriesPg(db, oldestKept),
@@ -167,6 +162,6 @@ export function weeklyQueriesPg(store: PgStore): WeeklyQueries {
     releaseDelivery: (r, isoWeek) => releaseDeliveryPg(db, r, isoWeek),
     recordDelivery: (r, isoWeek, now) => recordDeliveryPg(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLoginsPg(db, van, tot),
-    tenantWeekStats: (tenantId, van, tot, logins) => tenantWeekStatsPg(db, tenantId, van, tot, logins),
+    tenantWeekStats: (tenantId, van, tot, logins) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins),
   };
 }

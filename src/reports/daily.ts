@@ -7,7 +7,7 @@
 // the same data gives the same report and mail on both.
 import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
-import { and, count, countDistinct, desc, eq, gte, isNotNull, lt, lte, max, notExists, sql } from "drizzle-orm";
+import { and, count, countDistinct, desc, eq, getTableColumns, gte, isNotNull, lt, sql } from "drizzle-orm";
 import { auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
 import { operatorRecords } from "../audit/anchor-check.ts";
@@ -18,7 +18,7 @@ import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import type { Outcome } from "../job-runs.ts";
-import { NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow } from "../row-seal.ts";
+import { countsAsVerification, NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow, type VerificationColumns } from "../row-seal.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { dueState, type DueState } from "../schedule-due.ts";
 import { DAY_MS } from "../time.ts";
@@ -296,39 +296,37 @@ export function loginCounts(db: Db, now: Date): LoginCounts {
 }
 
 /**
- * The latest moment a verification state may carry, read at `now`: a minute ahead (clocks
- * of two instances differ a little, not more). A row dated later is no check but a
- * database writer's, which audit-verificatie would never overwrite (the newest check
- * stays): the reports and /metrics count its tenant as not checked instead of intact.
+ * The verification section from each tenant's result (with its tenant's name) and the
+ * number of tenants: the one rule for both stores and /metrics. A result counts only when
+ * countsAsVerification (sealed, not dated ahead); a tenant without one is not checked.
  */
-export const stateNotAfter = (now: Date) => new Date(now.getTime() + 60_000).toISOString();
+export function verificationSummary(
+  rows: readonly (VerificationColumns & { zegel: string | null; tenant: string })[],
+  tenantCount: number,
+  seal: RowSeal,
+  now: Date,
+): VerificationCounts {
+  const real = rows.filter((r) => countsAsVerification(r, seal, now)).sort((a, b) => a.tenantId - b.tenantId);
+  const broken = real.filter((r) => !r.intact);
+  return {
+    laatste: real.reduce<string | null>((m, r) => (m === null || r.gecontroleerd > m ? r.gecontroleerd : m), null),
+    gecontroleerd: real.length,
+    nietGecontroleerd: tenantCount - real.length,
+    aantalGebroken: broken.length,
+    gebroken: broken.slice(0, MAX_GEBROKEN).map((r) => ({ tenantId: r.tenantId, tenant: r.tenant, seq: r.foutSeq, reden: r.foutReden, gecontroleerd: r.gecontroleerd })),
+  };
+}
 
-export function verificationCounts(db: Db, now: Date): VerificationCounts {
+/** Every tenant's verification result with its name, and the number of tenants; summed up by verificationSummary (verificationCountsPg on PostgreSQL). */
+export function verificationCounts(db: Db, now: Date, seal: RowSeal): VerificationCounts {
   const state = auditVerificationState;
-  const real = lte(state.gecontroleerd, stateNotAfter(now));
-  const s = db
-    .select({
-      laatste: max(state.gecontroleerd),
-      gecontroleerd: count(),
-      aantalGebroken: sql<number>`coalesce(sum(${state.intact} = 0), 0)`,
-    })
-    .from(state)
-    .where(real)
-    .get()!;
-  const { nietGecontroleerd } = db
-    .select({ nietGecontroleerd: count() })
-    .from(tenants)
-    .where(notExists(db.select({ one: sql`1` }).from(state).where(and(eq(state.tenantId, tenants.id), real))))
-    .get()!;
-  const gebroken = db
-    .select({ tenantId: state.tenantId, tenant: tenants.naam, seq: state.foutSeq, reden: state.foutReden, gecontroleerd: state.gecontroleerd })
+  const rows = db
+    .select({ ...getTableColumns(state), tenant: tenants.naam })
     .from(state)
     .innerJoin(tenants, eq(tenants.id, state.tenantId))
-    .where(and(eq(state.intact, false), real))
-    .orderBy(state.tenantId)
-    .limit(MAX_GEBROKEN)
     .all();
-  return { laatste: s.laatste, gecontroleerd: s.gecontroleerd, nietGecontroleerd, aantalGebroken: s.aantalGebroken, gebroken };
+  const { n } = db.select({ n: count() }).from(tenants).get()!;
+  return verificationSummary(rows, n, seal, now);
 }
 
 /** The operator's records, through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
@@ -382,9 +380,9 @@ export function sealedReportRuns(
 }
 
 export function scheduledJobRuns(db: Db, now: Date, config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): ScheduledJobRuns[] {
-  const installed = installedAt(db);
-  const margeMs = config.takenMargeMinuten * 60_000;
   const seal = rowSealOf(config);
+  const installed = installedAt(db, seal);
+  const margeMs = config.takenMargeMinuten * 60_000;
   const lastRunBefore = lastRunBeforeStatement(db);
   const okRunsBefore = okRunsBeforeStatement(db);
   const out: ScheduledJobRuns[] = [];
@@ -419,7 +417,7 @@ export function readDailyInputs(store: Store, config: Config, now: Date): DailyI
   return {
     backup: newestBackup(store.db, rowSealOf(config)).backup,
     logins: loginCounts(store.db, now),
-    verification: verificationCounts(store.db, now),
+    verification: verificationCounts(store.db, now, rowSealOf(config)),
     anchor: anchorRecords(store.sqlite),
     jobs: scheduledJobRuns(store.db, now, config),
     database: databaseSize(store),

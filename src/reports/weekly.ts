@@ -20,6 +20,7 @@ import {
 import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
 import { excluded, preparedPerConnection, type Db } from "../db.ts";
 import { displayText, formatDatum, getal } from "../format.ts";
+import { countsAsVerification, type RowSeal, type VerificationColumns } from "../row-seal.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export const WEEK_MS = 7 * 24 * 3600 * 1000;
@@ -42,13 +43,7 @@ export const weekStatsStatements = preparedPerConnection((db) => {
       .orderBy(desc(auditAantal), auditEntries.action)
       .prepare(),
     keten: db
-      .select({
-        gecontroleerd: auditVerificationState.gecontroleerd,
-        intact: auditVerificationState.intact,
-        aantalEntries: auditVerificationState.aantalEntries,
-        foutSeq: auditVerificationState.foutSeq,
-        foutReden: auditVerificationState.foutReden,
-      })
+      .select()
       .from(auditVerificationState)
       .where(eq(auditVerificationState.tenantId, tenantId))
       .prepare(),
@@ -270,14 +265,8 @@ export async function weekLogins(db: Db, van: Date, tot: Date): Promise<Map<numb
 
 const NO_LOGINS: TenantWeekLogins = { totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] };
 
-/** A tenant's row of audit_verification_state, as either store reads it. */
-export interface VerificationRow {
-  gecontroleerd: string;
-  intact: boolean;
-  aantalEntries: number;
-  foutSeq: number | null;
-  foutReden: string | null;
-}
+/** A tenant's row of audit_verification_state, as either store reads it: with its seal. */
+export type VerificationRow = VerificationColumns & { zegel: string | null };
 
 /**
  * How many actions a weekly report lists one by one, most frequent first; the rest are
@@ -297,9 +286,13 @@ export function actionRows(perActie: readonly { actie: string; aantal: number }[
 export function weekStatsOf(
   tenantId: number,
   perActie: { actie: string; aantal: number }[],
-  keten: VerificationRow | undefined,
+  row: VerificationRow | undefined,
   logins: Map<number, TenantWeekLogins>,
+  seal: RowSeal,
+  now: Date,
 ): TenantWeekStats {
+  // A result that is not sealed (or dated ahead) is none: the chain reads as never checked, not as intact.
+  const keten = row && countsAsVerification(row, seal, now) ? row : undefined;
   return {
     audit: { totaal: perActie.reduce((s, r) => s + r.aantal, 0), perActie: actionRows(perActie) },
     inlog: logins.get(tenantId) ?? NO_LOGINS,
@@ -315,10 +308,10 @@ export function weekStatsOf(
 }
 
 /** One tenant's week; `logins` is weekLogins of the same week, computed once for every tenant. */
-export function tenantWeekStats(db: Db, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): TenantWeekStats {
+export function tenantWeekStats(db: Db, seal: RowSeal, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): TenantWeekStats {
   const statements = weekStatsStatements(db);
   const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
-  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins);
+  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins, seal, tot);
 }
 
 /**
@@ -336,7 +329,7 @@ export interface WeeklyQueries {
   tenantWeekStats(tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): Promise<TenantWeekStats>;
 }
 
-export function weeklyQueries(db: Db): WeeklyQueries {
+export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
   return {
     pruneDeliveries: async (oldestKept) => pruneDeliveries(db, oldestKept),
     weekRecipients: async (isoWeek) => weekRecipients(db, isoWeek),
@@ -344,7 +337,7 @@ export function weeklyQueries(db: Db): WeeklyQueries {
     releaseDelivery: async (r, isoWeek) => releaseDelivery(db, r, isoWeek),
     recordDelivery: async (r, isoWeek, now) => recordDelivery(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLogins(db, van, tot),
-    tenantWeekStats: async (tenantId, van, tot, logins) => tenantWeekStats(db, tenantId, van, tot, logins),
+    tenantWeekStats: async (tenantId, van, tot, logins) => tenantWeekStats(db, seal, tenantId, van, tot, logins),
   };
 }
 
