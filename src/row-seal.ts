@@ -145,18 +145,26 @@ const verificationText = (r: VerificationColumns) =>
 const OPENED_MAX = 100_000;
 
 export function rowSeal(keys: Keys): RowSeal {
-  const sign = (text: string) => signNote(text, keys.signer).slice(text.length + 1);
   // Notes that opened, so that a row read again costs a lookup, not a signature check
   // (62 µs): /metrics reads every tenant's verification state on each scrape. Only a
-  // note that opened is kept; the same note always opens under the same keys.
+  // note that opened is kept (the same note always opens under the same keys), and each
+  // note this process signs (it opens), so the rows a job just wrote cost nothing either.
   const opened = new Set<string>();
+  const remember = (note: string) => {
+    if (opened.size >= OPENED_MAX) opened.clear();
+    opened.add(note);
+  };
+  const sign = (text: string) => {
+    const note = signNote(text, keys.signer);
+    remember(note);
+    return note.slice(text.length + 1);
+  };
   const opens = (text: string, zegel: string | null) => {
     if (zegel === null) return false;
     const note = `${text}\n${zegel}`;
     if (opened.has(note)) return true;
     if (!openNote(note, keys.verifiers).ok) return false;
-    if (opened.size >= OPENED_MAX) opened.clear();
-    opened.add(note);
+    remember(note);
     return true;
   };
   const startSealed = (r: RunStart & { zegel: string | null }) => opens(startText(r), r.zegel);

@@ -10,7 +10,7 @@ import type { PruneOptions } from "../src/maintenance/pruning.ts";
 import { buildDailyReportPg } from "../src/pg/daily.ts";
 import { pruneOwnTablesPg } from "../src/pg/maintenance.ts";
 import { buildDailyReport } from "../src/reports/daily.ts";
-import { call, makeTestEnv, NOW, tempDir, backupZegel, eindzegel, zegel, type TestEnv } from "./helpers.ts";
+import { call, makeTestEnv, NOW, tempDir, TEST_SEAL, backupZegel, eindzegel, zegel, type TestEnv } from "./helpers.ts";
 import { makeEnv, pgOnly, sqliteOnly, type Env, type TestDb } from "./dialect.ts";
 
 function addLoginAttempts(sqlite: Database, n: number) {
@@ -361,7 +361,7 @@ const GRENS = new Date(NOW.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY).toISOString(
 
 /** pruneOwnTables on the installation's store (pruneOwnTablesPg on PostgreSQL: the same rule and result). */
 function prune(env: Env, now: Date, o: PruneOptions = {}) {
-  return env.store.kind === "pg" ? pruneOwnTablesPg(env.store, now, o) : pruneOwnTables(env.store, now, o);
+  return env.store.kind === "pg" ? pruneOwnTablesPg(env.store, TEST_SEAL, now, o) : pruneOwnTables(env.store, TEST_SEAL, now, o);
 }
 
 /** Multi-row INSERTs (200 rows each) with `?` placeholders: portable, and one round trip per 200 rows on PostgreSQL. */

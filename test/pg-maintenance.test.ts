@@ -12,7 +12,7 @@ import { pruneOwnTables } from "../src/jobs/db-onderhoud.ts";
 import { BACKUP_STATUSES_BEWAAR_DAGEN, JOB_RUNS_BEWAAR_DAGEN, KEEP_OK_RUNS, PRUNE_BATCH } from "../src/maintenance/pruning.ts";
 import { integrityCheckPg, maintainPg, OWN_TABLES, PgMaintenanceReport, pruneOwnTablesPg } from "../src/pg/maintenance.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
-import { makeTestEnv, NOW } from "./helpers.ts";
+import { backupZegel, eindzegel, makeTestEnv, NOW, TEST_SEAL, zegel } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -54,11 +54,14 @@ interface Run {
   gestart: string;
   beeindigd: string | null;
   uitkomst: "bezig" | "ok" | "afwijking" | "fout";
+  zegel?: string;
+  eindzegel?: string | null;
 }
 interface Backup {
   id: number;
   ontvangen: string;
   exitCode: number;
+  zegel?: string;
 }
 
 /**
@@ -85,6 +88,11 @@ function history(): { runs: Run[]; backups: Backup[] } {
   for (let k = 0; k < 14; k++) run("gelijktijdig", ago(150), "ok", k >= 12 ? null : 500);
   const backups: Backup[] = [];
   for (let d = 1; d <= 1200; d++) backups.push({ id: backups.length + 1, ontvangen: new Date(NOW.getTime() - d * DAY).toISOString(), exitCode: d % 9 === 0 ? 1 : 0 });
+  // Sealed as the service writes them (src/row-seal.ts): only sealed rows are kept.
+  for (const r of runs) Object.assign(r, { zegel: zegel(r.job, r.gestart), eindzegel: eindzegel({ ...r, httpStatus: 200 }) });
+  for (const b of backups) {
+    b.zegel = backupZegel({ ontvangen: b.ontvangen, exitCode: b.exitCode, gelukt: b.exitCode === 0, bestandsnaam: null, grootte: null, foutmelding: null, bron: "host-cron" });
+  }
   return { runs, backups };
 }
 
@@ -129,9 +137,9 @@ describe("pruneOwnTablesPg", () => {
       const expectedRuns = await expectedRunsPg(store);
 
       const sqliteBatches: [string, number][] = [];
-      const onSqlite = await pruneOwnTables(env.store, NOW, { onBatch: (t, n) => sqliteBatches.push([t, n]) });
+      const onSqlite = await pruneOwnTables(env.store, TEST_SEAL, NOW, { onBatch: (t, n) => sqliteBatches.push([t, n]) });
       const pgBatches: [string, number][] = [];
-      const onPg = await pruneOwnTablesPg(store, NOW, { onBatch: (t, n) => pgBatches.push([t, n]) });
+      const onPg = await pruneOwnTablesPg(store, TEST_SEAL, NOW, { onBatch: (t, n) => pgBatches.push([t, n]) });
 
       expect(onPg).toEqual(onSqlite);
       expect(onPg.jobRuns.grens).toBe(new Date(NOW.getTime() - JOB_RUNS_BEWAAR_DAGEN * DAY).toISOString());
@@ -152,20 +160,21 @@ describe("pruneOwnTablesPg", () => {
       }
 
       // Nothing more the second time.
-      const again = await pruneOwnTablesPg(store, NOW);
+      const again = await pruneOwnTablesPg(store, TEST_SEAL, NOW);
       expect([again.jobRuns.verwijderd, again.backupStatuses.verwijderd]).toEqual([0, 0]);
     } finally {
       await env.cleanup();
     }
   });
 
-  test("cases by hand: ties at one moment go by id, an 'ok' without an end is no successful run, the newest backup stays however old; one row per batch", async () => {
+  test("cases by hand: ties at one moment go by id, an 'ok' without an end is no successful run, the newest backup stays however old, rows without a valid seal keep nothing; one row per batch", async () => {
     const { store } = await freshStore();
     const old = new Date(NOW.getTime() - 200 * DAY).toISOString();
     const older = new Date(NOW.getTime() - 300 * DAY).toISOString();
     const recent = new Date(NOW.getTime() - 10 * DAY).toISOString();
     const end = (iso: string) => new Date(Date.parse(iso) + 1000).toISOString();
-    const runs: Run[] = [
+    const runs: Run[] = (
+      [
       // Job a: 13 successful runs at one old moment (ids 1–13) and then a failed one (14), all old.
       ...Array.from({ length: 13 }, (_, i): Run => ({ id: i + 1, job: "a", gestart: old, beeindigd: end(old), uitkomst: "ok" })),
       { id: 14, job: "a", gestart: old, beeindigd: end(old), uitkomst: "fout" },
@@ -175,25 +184,34 @@ describe("pruneOwnTablesPg", () => {
       { id: 17, job: "b", gestart: recent, beeindigd: end(recent), uitkomst: "afwijking" },
       // Job c: one old run, its newest.
       { id: 18, job: "c", gestart: older, beeindigd: end(older), uitkomst: "fout" },
-    ];
+      ] as Run[]
+    ).map((r) => ({ ...r, zegel: zegel(r.job, r.gestart), eindzegel: eindzegel({ ...r, httpStatus: null }) }));
+    // A database writer's rows, unsealed, newer than job a's real ones but past the period: they keep nothing, and go.
+    const forged = new Date(NOW.getTime() - 100 * DAY).toISOString();
+    for (let i = 0; i < 11; i++) runs.push({ id: 19 + i, job: "a", gestart: forged, beeindigd: end(forged), uitkomst: "ok" });
     await store.db.insert(pgSchema.jobRuns).values(runs);
+    const backup = (id: number, ontvangen: string, exitCode: number, sealed = true) => {
+      const b = { ontvangen, exitCode, gelukt: exitCode === 0, bestandsnaam: null, grootte: null, foutmelding: null, bron: "host-cron" };
+      return { id, ...b, zegel: sealed ? backupZegel(b) : null };
+    };
     await store.db.insert(pgSchema.backupStatuses).values([
-      { id: 1, ontvangen: older, exitCode: 0, gelukt: true, bron: "host-cron" },
-      { id: 2, ontvangen: old, exitCode: 0, gelukt: true, bron: "host-cron" },
-      { id: 3, ontvangen: old, exitCode: 65, gelukt: false, bron: "host-cron" }, // same moment, higher id: the newest
-      { id: 4, ontvangen: older, exitCode: 0, gelukt: true, bron: "host-cron" },
+      backup(1, older, 0),
+      backup(2, old, 0),
+      backup(3, old, 65), // same moment, higher id: the newest sealed
+      backup(4, older, 0),
+      backup(5, forged, 0, false), // newer, but unsealed: goes
     ]);
     const batches: [string, number][] = [];
-    const r = await pruneOwnTablesPg(store, NOW, { batch: 1, onBatch: (t, n) => batches.push([t, n]) });
+    const r = await pruneOwnTablesPg(store, TEST_SEAL, NOW, { batch: 1, onBatch: (t, n) => batches.push([t, n]) });
     // a: 14 (newest, highest id at the shared moment) and 4–13 (the ten newest successful); b: 17 only
     // (15 never ended, 16 died); c: 18.
     expect(await pgIds(store, "job_runs")).toEqual([4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17, 18]);
     expect(await pgIds(store, "backup_statuses")).toEqual([3]);
-    expect([r.jobRuns.verwijderd, r.backupStatuses.verwijderd]).toEqual([5, 3]);
+    expect([r.jobRuns.verwijderd, r.backupStatuses.verwijderd]).toEqual([16, 4]);
     const expected: [string, number][] = [
-      ...Array.from({ length: 5 }, (): [string, number] => ["job_runs", 1]),
+      ...Array.from({ length: 16 }, (): [string, number] => ["job_runs", 1]),
       ["job_runs", 0],
-      ...Array.from({ length: 3 }, (): [string, number] => ["backup_statuses", 1]),
+      ...Array.from({ length: 4 }, (): [string, number] => ["backup_statuses", 1]),
       ["backup_statuses", 0],
     ];
     expect(batches).toEqual(expected);
@@ -206,7 +224,7 @@ describe("pruneOwnTablesPg", () => {
     const expectedRuns = await expectedRunsPg(store);
     const other = await openPgStore(url);
     closers.push(() => other.close());
-    const [a, b] = await Promise.all([pruneOwnTablesPg(store, NOW, { batch: 50 }), pruneOwnTablesPg(other, NOW, { batch: 50 })]);
+    const [a, b] = await Promise.all([pruneOwnTablesPg(store, TEST_SEAL, NOW, { batch: 50 }), pruneOwnTablesPg(other, TEST_SEAL, NOW, { batch: 50 })]);
     expect(a.jobRuns.verwijderd + b.jobRuns.verwijderd).toBe(h.runs.length - expectedRuns.length);
     expect(await pgIds(store, "job_runs")).toEqual(expectedRuns);
     expect(a.backupStatuses.verwijderd + b.backupStatuses.verwijderd).toBe(h.backups.length - (await pgIds(store, "backup_statuses")).length);
@@ -225,7 +243,7 @@ describe("integrityCheckPg / maintainPg", () => {
 
     // The rest of the maintenance goes on without it.
     await fillPg(store, history());
-    const report = await maintainPg(store, NOW);
+    const report = await maintainPg(store, TEST_SEAL, NOW);
     expect(report.ok).toBe(true);
     expect(report.integriteit.status).toBe("overgeslagen");
     expect(report.opgeschoond!.jobRuns.verwijderd).toBeGreaterThan(0);
@@ -264,7 +282,7 @@ describe("integrityCheckPg / maintainPg", () => {
     const { store, url } = await freshStore();
     await fillPg(store, history());
     await superuser(url)`CREATE EXTENSION amcheck`;
-    const report = await maintainPg(store, NOW);
+    const report = await maintainPg(store, TEST_SEAL, NOW);
     expect(report.ok).toBe(true);
     expect(report.integriteit.status).toBe("ok");
     expect(report.opgeschoond!.jobRuns.verwijderd).toBeGreaterThan(3 * PRUNE_BATCH);
@@ -286,7 +304,7 @@ describe("integrityCheckPg / maintainPg", () => {
       CREATE INDEX job_runs_omgekeerd_idx ON job_runs (id nw_ops);
       CREATE OR REPLACE FUNCTION nw_cmp(int4, int4) RETURNS int4 IMMUTABLE LANGUAGE sql AS 'SELECT btint4cmp($2, $1)';`);
     const runsBefore = await pgIds(store, "job_runs");
-    const report = await maintainPg(store, NOW);
+    const report = await maintainPg(store, TEST_SEAL, NOW);
     if (report.integriteit.status !== "problemen") throw new Error(JSON.stringify(report.integriteit));
     expect(report.ok).toBe(false);
     expect(report.integriteit.meldingen).toHaveLength(1);
@@ -309,7 +327,7 @@ describe("integrityCheckPg / maintainPg", () => {
     expect(await analysed()).toEqual([]);
     expect(await store.sql`SELECT 1 FROM pg_stats WHERE tablename = 'job_runs'`).toHaveLength(0);
 
-    const report = await maintainPg(store, NOW);
+    const report = await maintainPg(store, TEST_SEAL, NOW);
     expect(report.geanalyseerd).toEqual(OWN_TABLES);
     expect(await analysed()).toEqual(OWN_TABLES.toSorted());
     // The planner's statistics themselves: a row per column of a table with rows.

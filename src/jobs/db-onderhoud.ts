@@ -32,12 +32,15 @@ import {
   BACKUP_STATUSES_BEWAAR_DAGEN,
   JOB_RUNS_BEWAAR_DAGEN,
   KEEP_OK_RUNS,
+  keptBackupOf,
+  keptRunsOf,
   opschoning,
   Opschoning,
   PRUNE_BATCH,
   pruneRule,
   type PruneOptions,
 } from "../maintenance/pruning.ts";
+import { rowSealOf, sealedBackupColumns, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import { maintainPg, PgMaintenanceReport } from "../pg/maintenance.ts";
 import type { PgStore } from "../pg/store.ts";
 import { redactUrl } from "../pg/url.ts";
@@ -205,31 +208,31 @@ async function deleteInBatches(
   }
 }
 
-/** The job_runs rows kept whatever their age: per job the newest run and the newest KEEP_OK_RUNS successful ones. */
-function keptJobRuns(db: Db): number[] {
+/** The job_runs rows kept whatever their age (keptRunsOf): per job the newest sealed run and the newest KEEP_OK_RUNS sealed successful ones. */
+async function keptJobRuns(db: Db, seal: RowSeal): Promise<number[]> {
   const keep: number[] = [];
   const jobs = db.selectDistinct({ job: jobRuns.job }).from(jobRuns).all();
   for (const { job } of jobs) {
-    // Each an index range on (job, gestart).
-    const newest = db.select({ id: jobRuns.id }).from(jobRuns).where(pruneRule.ofJob(jobRuns, job)).orderBy(...pruneRule.runsNewestFirst(jobRuns)).limit(1).get();
-    if (newest) keep.push(newest.id);
-    const ok = db
-      .select({ id: jobRuns.id })
-      .from(jobRuns)
-      .where(pruneRule.successful(jobRuns, job))
-      .orderBy(...pruneRule.runsNewestFirst(jobRuns))
-      .limit(KEEP_OK_RUNS)
-      .all();
-    for (const r of ok) keep.push(r.id);
+    // Each page an index range on (job, gestart).
+    const page = async (offset: number, limit: number) =>
+      db
+        .select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) })
+        .from(jobRuns)
+        .where(pruneRule.ofJob(jobRuns, job))
+        .orderBy(...pruneRule.runsNewestFirst(jobRuns))
+        .limit(limit)
+        .offset(offset)
+        .all();
+    keep.push(...(await keptRunsOf(page, seal)));
   }
   return keep;
 }
 
-export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = {}): Promise<Opschoning> {
+export async function pruneOwnTables(store: Store, seal: RowSeal, now: Date, o: PruneOptions = {}): Promise<Opschoning> {
   const batch = o.batch ?? PRUNE_BATCH;
   const { db, sqlite } = store;
   const grenzen = pruneRule.grenzen(now);
-  const keep = keptJobRuns(db);
+  const keep = await keptJobRuns(db, seal);
   const runs = await deleteInBatches(
     sqlite,
     (limit) =>
@@ -245,14 +248,24 @@ export async function pruneOwnTables(store: Store, now: Date, o: PruneOptions = 
     (n) => o.onBatch?.("job_runs", n),
   );
 
-  const newest = db.select({ id: backupStatuses.id }).from(backupStatuses).orderBy(...pruneRule.backupsNewestFirst(backupStatuses)).limit(1).get();
+  const newest = await keptBackupOf(
+    async (offset, limit) =>
+      db
+        .select({ id: backupStatuses.id, ...sealedBackupColumns(backupStatuses) })
+        .from(backupStatuses)
+        .orderBy(...pruneRule.backupsNewestFirst(backupStatuses))
+        .limit(limit)
+        .offset(offset)
+        .all(),
+    seal,
+  );
   const backups = await deleteInBatches(
     sqlite,
     (limit) =>
       db
         .select({ id: backupStatuses.id })
         .from(backupStatuses)
-        .where(pruneRule.prunableBackup(backupStatuses, grenzen.backupStatuses, newest?.id ?? null))
+        .where(pruneRule.prunableBackup(backupStatuses, grenzen.backupStatuses, newest))
         .orderBy(backupStatuses.ontvangen)
         .limit(limit)
         .all()
@@ -279,15 +292,16 @@ export function runDbOnderhoud(deps: Deps<PgStore>, now: Date): Promise<JobResul
 export function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<DbOnderhoudAntwoord>>;
 export async function runDbOnderhoud(deps: Deps, now: Date): Promise<JobResult<DbOnderhoudAntwoord>> {
   const { store } = deps;
-  if (store.kind === "sqlite") return maintainSqlite(store, deps.alarms, now);
-  const report = await maintainPg(store, now);
+  const seal = rowSealOf(deps.config);
+  if (store.kind === "sqlite") return maintainSqlite(store, seal, deps.alarms, now);
+  const report = await maintainPg(store, seal, now);
   if (report.integriteit.status !== "problemen") return { status: 200, body: report };
   // The URL without its password: the alarm goes out by mail and webhook.
   await raiseIntegrityAlarm(deps.alarms, report.integriteit.meldingen, redactUrl(store.url));
   return { status: 409, body: report };
 }
 
-async function maintainSqlite(store: Store, alarms: AlarmSink, now: Date): Promise<JobResult<DbOnderhoudBody>> {
+async function maintainSqlite(store: Store, seal: RowSeal, alarms: AlarmSink, now: Date): Promise<JobResult<DbOnderhoudBody>> {
   const { sqlite, path } = store;
   const grootteVoor = databaseBytes(path);
   const paginaGrootte = pragmaNumber(sqlite, "page_size");
@@ -318,7 +332,7 @@ async function maintainSqlite(store: Store, alarms: AlarmSink, now: Date): Promi
   }
 
   // The own history tables, before the vacuum so that the pages they free are given back too.
-  const opgeschoond = await pruneOwnTables(store, now);
+  const opgeschoond = await pruneOwnTables(store, seal, now);
 
   // Refreshes the planner's statistics where they are stale; bounded by SQLite itself.
   sqlite.run("PRAGMA optimize");

@@ -3,20 +3,23 @@
 // their age, and what the job reports. Here once, for the SQLite job
 // (src/jobs/db-onderhoud.ts) and the PostgreSQL work (src/pg/maintenance.ts); each
 // runs the queries its own way.
-import { and, desc, eq, isNotNull, lt, ne, notInArray, type Column } from "drizzle-orm";
+import { and, desc, eq, lt, ne, notInArray, type Column } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { dateTime, integer } from "../jobs/schema.ts";
+import type { BackupColumns, RowSeal, SealedRunRow } from "../row-seal.ts";
 import { DAY_MS } from "../time.ts";
 
 /**
  * job_runs older than this many days are pruned, except what the checks and reports read:
- * per job its newest run (taken-controle, the daily report, /metrics) and its newest
- * KEEP_OK_RUNS successful runs (the daily report's usual duration), however old.
+ * per job its newest sealed run (taken-controle, the daily report, /metrics) and its
+ * newest KEEP_OK_RUNS sealed successful runs (the daily report's usual duration), however
+ * old. Only sealed rows count (src/row-seal.ts): rows a database writer made, however
+ * new, make no real run go.
  */
 export const JOB_RUNS_BEWAAR_DAGEN = 90;
 /** Successful runs kept per job beyond the period: the daily report's median duration reads that many. */
 export const KEEP_OK_RUNS = 10;
-/** backup_statuses older than this many days are pruned; the newest is always kept (backup-controle, the daily report). */
+/** backup_statuses older than this many days are pruned; the newest sealed one is always kept (backup-controle, the daily report). */
 export const BACKUP_STATUSES_BEWAAR_DAGEN = 90;
 /** Rows per pruning transaction: each one is a short write, and writers get the lock in between. */
 export const PRUNE_BATCH = 500;
@@ -34,8 +37,8 @@ export const Opschoning = t.Object(
   },
   {
     description:
-      `Wat van de eigen geschiedenis is verwijderd: job_runs ouder dan ${JOB_RUNS_BEWAAR_DAGEN} dagen, behalve per taak de nieuwste run en de ` +
-      `${KEEP_OK_RUNS} nieuwste geslaagde; backup_statuses ouder dan ${BACKUP_STATUSES_BEWAAR_DAGEN} dagen, behalve de nieuwste. In korte transacties van ` +
+      `Wat van de eigen geschiedenis is verwijderd: job_runs ouder dan ${JOB_RUNS_BEWAAR_DAGEN} dagen, behalve per taak de nieuwste verzegelde run en de ` +
+      `${KEEP_OK_RUNS} nieuwste verzegelde geslaagde; backup_statuses ouder dan ${BACKUP_STATUSES_BEWAAR_DAGEN} dagen, behalve de nieuwste verzegelde. In korte transacties van ` +
       `hoogstens ${PRUNE_BATCH} rijen.`,
   },
 );
@@ -69,16 +72,56 @@ export const pruneRule = {
   /** A job's runs; newest first (runsNewestFirst), the first is kept whatever its age. */
   ofJob: (c: JobRunColumns, job: string) => eq(c.job, job),
   runsNewestFirst: (c: JobRunColumns) => [desc(c.gestart), desc(c.id)],
-  /** A job's successful runs (newest first, runsNewestFirst): the first KEEP_OK_RUNS are kept. */
-  successful: (c: JobRunColumns, job: string) => and(eq(c.job, job), eq(c.uitkomst, "ok"), isNotNull(c.beeindigd)),
   /** The job_runs rows to delete: older than grens and not kept. */
   prunableRun: (c: JobRunColumns, grens: string, keep: number[]) => and(lt(c.gestart, grens), keep.length > 0 ? notInArray(c.id, keep) : undefined),
-  /** backup_statuses newest first (backup-controle's newestBackup): the first is kept. */
+  /** backup_statuses newest first (backup-controle's newestBackup): the first sealed one is kept. */
   backupsNewestFirst: (c: BackupStatusColumns) => [desc(c.ontvangen), desc(c.id)],
-  /** The backup_statuses rows to delete: older than grens, except the newest. */
+  /** The backup_statuses rows to delete: older than grens, except the newest sealed one. */
   prunableBackup: (c: BackupStatusColumns, grens: string, newest: number | null) =>
     and(lt(c.ontvangen, grens), newest !== null ? ne(c.id, newest) : undefined),
 };
+
+/** Rows read at a time when looking for the rows kept. */
+const KEEP_PAGE = 50;
+
+/** A page of rows newest first (runsNewestFirst, backupsNewestFirst): `limit` rows from `offset`. */
+export type NewestFirstPage<R> = (offset: number, limit: number) => Promise<R[]>;
+
+/**
+ * The runs of one job kept whatever their age: its newest sealed run and its
+ * KEEP_OK_RUNS newest sealed successful ones, read a page at a time until found.
+ */
+export async function keptRunsOf(page: NewestFirstPage<SealedRunRow & { id: number }>, seal: RowSeal): Promise<number[]> {
+  const keep = new Set<number>();
+  let newest = false;
+  let ok = 0;
+  for (let offset = 0; ; offset += KEEP_PAGE) {
+    const rows = await page(offset, KEEP_PAGE);
+    for (const r of rows) {
+      if (!seal.sealed(r)) continue;
+      if (!newest) {
+        newest = true;
+        keep.add(r.id);
+      }
+      if (ok < KEEP_OK_RUNS && r.uitkomst === "ok" && r.beeindigd !== null) {
+        ok++;
+        keep.add(r.id);
+      }
+      if (ok >= KEEP_OK_RUNS) return [...keep];
+    }
+    if (rows.length < KEEP_PAGE) return [...keep];
+  }
+}
+
+/** The backup report kept whatever its age: the newest sealed one (null: none), read a page at a time until found. */
+export async function keptBackupOf(page: NewestFirstPage<BackupColumns & { id: number; zegel: string | null }>, seal: RowSeal): Promise<number | null> {
+  for (let offset = 0; ; offset += KEEP_PAGE) {
+    const rows = await page(offset, KEEP_PAGE);
+    const sealed = rows.find((r) => seal.backupSealed(r));
+    if (sealed) return sealed.id;
+    if (rows.length < KEEP_PAGE) return null;
+  }
+}
 
 /**
  * Prunes nachtwacht's own history tables (JOB_RUNS_BEWAAR_DAGEN, BACKUP_STATUSES_BEWAAR_DAGEN),

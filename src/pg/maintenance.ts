@@ -27,7 +27,8 @@ import { PgTable } from "drizzle-orm/pg-core";
 import { t, type Static } from "elysia";
 import * as schema from "../../db/schema-pg.ts";
 import { backupStatuses, jobRuns } from "../../db/schema-pg.ts";
-import { KEEP_OK_RUNS, opschoning, Opschoning, PRUNE_BATCH, pruneRule, type PruneOptions } from "../maintenance/pruning.ts";
+import { KEEP_OK_RUNS, keptBackupOf, keptRunsOf, opschoning, Opschoning, PRUNE_BATCH, pruneRule, type PruneOptions } from "../maintenance/pruning.ts";
+import { sealedBackupColumns, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import { integer, nullable } from "../jobs/schema.ts";
 import { log } from "../logger.ts";
 import type { PgDb, PgStore } from "./store.ts";
@@ -99,16 +100,21 @@ const OVERGESLAGEN = [
 /** A quoted SQL identifier. */
 const ident = (name: string) => `"${name.replace(/"/g, '""')}"`;
 
-/** The job_runs rows kept whatever their age (pruneRule): per job the newest run and the newest KEEP_OK_RUNS successful ones. */
-async function keptJobRunsPg(db: PgDb): Promise<number[]> {
+/** The job_runs rows kept whatever their age (keptRunsOf, as on SQLite): per job the newest sealed run and the newest KEEP_OK_RUNS sealed successful ones. */
+async function keptJobRunsPg(db: PgDb, seal: RowSeal): Promise<number[]> {
   const keep: number[] = [];
   const jobs = await db.selectDistinct({ job: jobRuns.job }).from(jobRuns);
   for (const { job } of jobs) {
-    // Each an index range on (job, gestart).
-    const newest = await db.select({ id: jobRuns.id }).from(jobRuns).where(pruneRule.ofJob(jobRuns, job)).orderBy(...pruneRule.runsNewestFirst(jobRuns)).limit(1);
-    for (const r of newest) keep.push(r.id);
-    const ok = await db.select({ id: jobRuns.id }).from(jobRuns).where(pruneRule.successful(jobRuns, job)).orderBy(...pruneRule.runsNewestFirst(jobRuns)).limit(KEEP_OK_RUNS);
-    for (const r of ok) keep.push(r.id);
+    // Each page an index range on (job, gestart).
+    const page = (offset: number, limit: number) =>
+      db
+        .select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) })
+        .from(jobRuns)
+        .where(pruneRule.ofJob(jobRuns, job))
+        .orderBy(...pruneRule.runsNewestFirst(jobRuns))
+        .limit(limit)
+        .offset(offset);
+    keep.push(...(await keptRunsOf(page, seal)));
   }
   return keep;
 }
@@ -142,18 +148,27 @@ async function deleteInBatchesPg(db: PgDb, table: typeof jobRuns | typeof backup
  * its newest run and its KEEP_OK_RUNS newest successful ones, backup_statuses older than
  * BACKUP_STATUSES_BEWAAR_DAGEN except the newest; the same rule (pruneRule) and result.
  */
-export async function pruneOwnTablesPg(store: PgStore, now: Date, o: PruneOptions = {}): Promise<Opschoning> {
+export async function pruneOwnTablesPg(store: PgStore, seal: RowSeal, now: Date, o: PruneOptions = {}): Promise<Opschoning> {
   const batch = o.batch ?? PRUNE_BATCH;
   const { db } = store;
   const grenzen = pruneRule.grenzen(now);
 
-  const keep = await keptJobRunsPg(db);
+  const keep = await keptJobRunsPg(db, seal);
   const runs = await deleteInBatchesPg(db, jobRuns, pruneRule.prunableRun(jobRuns, grenzen.jobRuns, keep), batch, (n) => o.onBatch?.("job_runs", n));
-  const [newest] = await db.select({ id: backupStatuses.id }).from(backupStatuses).orderBy(...pruneRule.backupsNewestFirst(backupStatuses)).limit(1);
+  const newest = await keptBackupOf(
+    (offset, limit) =>
+      db
+        .select({ id: backupStatuses.id, ...sealedBackupColumns(backupStatuses) })
+        .from(backupStatuses)
+        .orderBy(...pruneRule.backupsNewestFirst(backupStatuses))
+        .limit(limit)
+        .offset(offset),
+    seal,
+  );
   const backups = await deleteInBatchesPg(
     db,
     backupStatuses,
-    pruneRule.prunableBackup(backupStatuses, grenzen.backupStatuses, newest?.id ?? null),
+    pruneRule.prunableBackup(backupStatuses, grenzen.backupStatuses, newest),
     batch,
     (n) => o.onBatch?.("backup_statuses", n),
   );
@@ -238,7 +253,7 @@ async function tableSizes(sql: SQL): Promise<{ tabel: string; bytes: number }[]>
  * pruning of the own history tables, ANALYZE, and the sizes. As on SQLite, nothing is
  * deleted or written when the integrity check finds problems.
  */
-export async function maintainPg(store: PgStore, now: Date): Promise<PgMaintenanceReport> {
+export async function maintainPg(store: PgStore, seal: RowSeal, now: Date): Promise<PgMaintenanceReport> {
   const { sql } = store;
   const grootteVoor = await databaseSize(sql);
   const [{ autovacuum }] = (await sql`SELECT current_setting('autovacuum')::boolean AS autovacuum`) as [{ autovacuum: boolean }];
@@ -247,7 +262,7 @@ export async function maintainPg(store: PgStore, now: Date): Promise<PgMaintenan
   let opgeschoond: Opschoning | null = null;
   const geanalyseerd: string[] = [];
   if (ok) {
-    opgeschoond = await pruneOwnTablesPg(store, now);
+    opgeschoond = await pruneOwnTablesPg(store, seal, now);
     // One table per statement, each its own short transaction. ANALYZE reads a sample of
     // the rows under a SHARE UPDATE EXCLUSIVE lock: readers and writers go on.
     for (const tabel of OWN_TABLES) {
