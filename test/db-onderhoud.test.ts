@@ -329,7 +329,7 @@ describe("db-onderhoud: nachtwacht's own tables stay bounded", () => {
     const reports = async () => ({
       taken: (await runTakenControle(e.deps, NOW)).body,
       backup: (await runBackupControle(e.deps, NOW)).body,
-      dag: e.store.kind === "pg" ? await buildDailyReportPg(e.store, e.config, NOW) : buildDailyReport(e.store, e.config, NOW),
+      dag: e.store.kind === "pg" ? await buildDailyReportPg(e.store, e.config, NOW) : await buildDailyReport(e.store, e.config, NOW),
     });
     const before = await reports();
     e.alarms.raised.length = 0;

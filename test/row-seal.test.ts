@@ -369,7 +369,7 @@ describe("sealed leases and install time", () => {
 });
 
 describe("sealed verification results", () => {
-  const counts = (now: Date) => (env.store.kind === "pg" ? verificationCountsPg(env.store.db, now, TEST_SEAL) : Promise.resolve(verificationCounts(env.store.db, now, TEST_SEAL)));
+  const counts = (now: Date) => (env.store.kind === "pg" ? verificationCountsPg(env.store.db, now, TEST_SEAL) : verificationCounts(env.store.db, now, TEST_SEAL));
   const stateRow = async (t: number) =>
     (await env.db.get<{ tenant_id: number; gecontroleerd: string; intact: number | boolean; aantal_entries: number; fout_seq: number | null; fout_entry_id: number | null; fout_reden: string | null; zegel: string | null }>(
       "SELECT * FROM audit_verification_state WHERE tenant_id = ?",

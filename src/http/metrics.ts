@@ -111,7 +111,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     const context = jobContext(running);
     const { store } = deps;
     const seal = rowSealOf(deps.config);
-    const reads = store.kind === "pg" ? await readDatabasePg(store, seal, now, graceMs, context) : readDatabase(store, seal, now, graceMs, context);
+    const reads = store.kind === "pg" ? await readDatabasePg(store, seal, now, graceMs, context) : await readDatabase(store, seal, now, graceMs, context);
     database = databaseMetrics(reads, now, new Set(runningJobs), deps.config.backupMaxUren);
   } catch (e) {
     // A database error (busy, locked, unreadable, unreachable): a scrape every few seconds
@@ -139,9 +139,13 @@ interface DatabaseReads {
   backup: NewestBackup | null;
 }
 
-function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: number, context: JobContext): DatabaseReads {
+async function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
   const { db } = store;
-  return { statuses: jobStatuses(db, seal, now, graceMs, context), audit: auditSummary(verificationCounts(db, now, seal)), backup: newestBackup(db, seal).backup };
+  // The verification results are read first, then their seals checked a chunk at a time (verificationSummary).
+  const audit = verificationCounts(db, now, seal);
+  const statuses = jobStatuses(db, seal, now, graceMs, context);
+  const backup = newestBackup(db, seal).backup;
+  return { statuses, audit: auditSummary(await audit), backup };
 }
 
 /** /metrics' view of the verification section (verificationSummary: only sealed results count). */

@@ -22,7 +22,7 @@ import { verifyInstallationPg } from "../pg/offline.ts";
 import { maxAuditEntryIdPg, saveVerificationStatePg, tenantNamesPg } from "../pg/verification-state.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
-import { rowSealOf, stateNotAfter } from "../row-seal.ts";
+import { mapInTurns, rowSealOf, stateNotAfter } from "../row-seal.ts";
 
 // Every reason code the verifier reports; the type assertions below make a new code
 // that is missing here a compile error.
@@ -278,7 +278,7 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
   const afwijkingen = store.kind === "pg" ? await schemaAnomaliesPg(store.sql, PG_TABLES) : schemaAnomaliesSqlite(store.sqlite);
   const { result, state, alarm } = verificationOutcome(v, tenantRows, bestand, now, afwijkingen);
   const seal = rowSealOf(deps.config);
-  const sealed = state.map((r) => ({ ...r, zegel: seal.sealVerification(r) }));
+  const sealed = await mapInTurns(state, (r) => ({ ...r, zegel: seal.sealVerification(r) }));
   // "Dated ahead" is judged at the time of writing, not of the run's start: a run that
   // started earlier and ends later (a lease taken over from a hung process) keeps the newer check.
   const writtenAt = deps.clock();

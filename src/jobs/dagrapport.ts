@@ -147,7 +147,7 @@ export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeo
 
 export async function runDagrapport(deps: Deps, now: Date): Promise<JobResult<DagrapportResult>> {
   // Only the reads differ per store; the report made of them, and so the mail, is one.
-  const report = deps.store.kind === "pg" ? await buildDailyReportPg(deps.store, deps.config, now) : buildDailyReport(deps.store, deps.config, now);
+  const report = deps.store.kind === "pg" ? await buildDailyReportPg(deps.store, deps.config, now) : await buildDailyReport(deps.store, deps.config, now);
   const bezorging = deps.mailer.bezorging;
   const ontvanger = deps.config.dagrapportEmail;
   if (ontvanger === null) {
