@@ -95,6 +95,23 @@ export function migrationsFolder(embedded: EmbeddedMigrations): { folder: string
 }
 
 /** Applies the embedded SQLite migrations with drizzle's public migrator (__drizzle_migrations). */
+/**
+ * Why a SQLite file is not at this version's migrations (db/migrations), or null when it
+ * is: for the commands that must not migrate it themselves (migrate-to, db-convert). The
+ * service's own start migrates, and seals the rows of the past with the key
+ * (sealLegacyRows), which a command does not hold.
+ */
+export function schemaVersionProblem(sqlite: Database): string | null {
+  const hasTable = sqlite.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '__drizzle_migrations'").get() !== null;
+  const applied = hasTable ? (sqlite.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number }).n : 0;
+  const known = embeddedMigrations.journal.entries.length;
+  if (applied < known) {
+    return `de database is van een eerdere versie (${applied} van ${known} migraties toegepast): start de service eenmaal met deze versie, die haar bijwerkt, stop hem en probeer het opnieuw`;
+  }
+  if (applied > known) return `de database is van een nieuwere versie (${applied} migraties, deze versie kent er ${known}): gebruik die versie`;
+  return null;
+}
+
 export function migrate(db: Db): void {
   const m = migrationsFolder(embeddedMigrations);
   try {
@@ -145,15 +162,17 @@ export function openStore(
   const had = {} as SealColumns;
   for (const [kind, column] of Object.entries(SEAL_COLUMNS)) had[kind as keyof SealColumns] = hasColumn(column);
   migrate(db);
-  if (seal && pastSealingAllowed(pastMarker, had)) sealLegacyRows(db, seal, now, had);
-  if (seal) markPastSealed(pastMarker, now);
-  // taken-controle does not call a job missed before its first expected time after
-  // the service was installed: the service's first start on this database is that
-  // moment, sealed (a tool opening the file without the key marks nothing).
-  if (seal) {
+  if (seal && pastSealingAllowed(pastMarker, had)) {
+    sealLegacyRows(db, seal, now, had);
+    // taken-controle does not call a job missed before its first expected time after
+    // the service was installed: the service's first start on this database is that
+    // moment, sealed. Marked at that start only (a tool opening the file without the key
+    // marks nothing): once the marker exists, an install time a writer deleted stays
+    // gone (every fire time is then expected) instead of starting again at this start.
     const value = now.toISOString();
     db.insert(serviceMeta).values({ key: INSTALLED, value, zegel: seal.sealInstalled(value) }).onConflictDoNothing().run();
   }
+  if (seal) markPastSealed(pastMarker, now);
   return {
     kind: "sqlite",
     db,

@@ -101,3 +101,21 @@ const JSON_UNESCAPED_LAYOUT = /[\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2
 export function jsonLine(value: unknown): string {
   return JSON.stringify(value).replace(JSON_UNESCAPED_LAYOUT, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
+
+/** A lone surrogate (half of a character that takes two UTF-16 units), or NUL. */
+const NOT_STORABLE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]|\u0000/g;
+
+/**
+ * `s` as both stores keep it, exactly: a lone surrogate and NUL (which PostgreSQL's text
+ * cannot hold; SQLite would keep a lone surrogate as U+FFFD) replaced by U+FFFD, and when
+ * `max` is given cut to at most `max` UTF-16 units ending in "…", never inside a
+ * character. A row sealed over text that did not survive storage would read as forged.
+ */
+export function storableText(s: string, max = Infinity): string {
+  const clean = s.replace(NOT_STORABLE, "\uFFFD");
+  if (clean.length <= max) return clean;
+  let end = max - 1;
+  const last = clean.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return clean.slice(0, end) + "…";
+}

@@ -29,7 +29,7 @@ import { jobLeases, jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
 import { startRun, withDeadline } from "./job-runs.ts";
-import { sealedRunColumns, type RowSeal, type SealedRunRow } from "./row-seal.ts";
+import { NEWEST_ROWS, sealedRunColumns, type RowSeal, type SealedRunRow } from "./row-seal.ts";
 import { releaseLeasePg, renewLeasePg, startLeasedRunPg } from "./pg/job-lease.ts";
 import { log } from "./logger.ts";
 import { maxRuntimeMs, type JobName } from "./schedule.ts";
@@ -194,7 +194,7 @@ export function startLeasedRun(
     (): LeasedStart => {
       if (firedAt !== null) {
         const done = firstSealed(
-          db.select({ runId: jobRuns.id, ...sealedRunColumns(jobRuns) }).from(jobRuns).where(doneSince(jobRuns, job, firedAt)).orderBy(jobRuns.gestart).all(),
+          db.select({ runId: jobRuns.id, ...sealedRunColumns(jobRuns) }).from(jobRuns).where(doneSince(jobRuns, job, firedAt)).orderBy(jobRuns.gestart).limit(NEWEST_ROWS).all(),
           seal,
         );
         if (done) return { ok: false, gedaan: done };
@@ -236,8 +236,9 @@ export const doneSince = (t: RunColumns, job: JobName, firedAt: Date) => and(eq(
 
 /**
  * The first of doneSince's rows (by start) whose seal holds: a row a database writer made
- * does not make a scheduled call skip its job. Reads them all: a few real ones per
- * scheduled time, and any number of forged ones costs the forger, not the check.
+ * does not make a scheduled call skip its job. Of the first NEWEST_ROWS only (a few real
+ * ones per scheduled time; each forged one costs a signature check): should forged rows
+ * fill them, the job runs again, which is the side to err on.
  */
 export function firstSealed(rows: readonly (SealedRunRow & { runId: number })[], seal: RowSeal): DoneRun | null {
   const r = rows.find((x) => seal.sealed(x));

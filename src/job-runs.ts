@@ -12,6 +12,7 @@ import { finishRunPg } from "./pg/job-runs.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
 import { NEWEST_ROWS, newestSealed, type RowSeal, type RunStart } from "./row-seal.ts";
+import { storableText } from "./format.ts";
 
 export type JobRunRow = typeof jobRuns.$inferSelect;
 export type Outcome = JobRunRow["uitkomst"];
@@ -72,9 +73,9 @@ export interface RunRef extends RunStart {
  * end sealed with it.
  */
 export function runEndValues(seal: RowSeal, start: RunStart, end: Date, r: RunEnd) {
-  let summary = r.samenvatting === undefined ? null : JSON.stringify(r.samenvatting);
-  if (summary !== null && summary.length > MAX_SUMMARY) summary = summary.slice(0, MAX_SUMMARY - 1) + "…";
-  const values = { beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout ?? null };
+  // Bounded, and as the store keeps it (storableText): the end's seal is over these values.
+  const summary = r.samenvatting === undefined ? null : storableText(JSON.stringify(r.samenvatting), MAX_SUMMARY);
+  const values = { beeindigd: end.toISOString(), uitkomst: r.uitkomst, httpStatus: r.httpStatus, samenvatting: summary, fout: r.fout == null ? null : storableText(r.fout) };
   return { ...values, eindzegel: seal.sealEnd({ job: start.job, gestart: start.gestart, ...values }) };
 }
 

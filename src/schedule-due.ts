@@ -6,14 +6,12 @@
 // database says; jobStatuses gathers those reads on SQLite, jobStatusesPg
 // (src/pg/status.ts) the same ones on PostgreSQL.
 import { Cron } from "croner";
-import { and, eq, gte, sql } from "drizzle-orm";
-import { jobRuns } from "../db/schema.ts";
-import { installedAt, preparedPerConnection, type Db } from "./db.ts";
+import { installedAt, type Db } from "./db.ts";
 import { liveLeases, type JobLease } from "./job-lease.ts";
 import { lastRun, type JobRunRow, type Outcome } from "./job-runs.ts";
 import type { JobContext } from "./jobs/job.ts";
 import { SCHEDULE, type JobName } from "./schedule.ts";
-import { NEWEST_ROWS, sealedRunColumns, type RowSeal } from "./row-seal.ts";
+import type { RowSeal } from "./row-seal.ts";
 
 /**
  * The last fire time at or before `at`. croner's previousRuns excludes a fire time
@@ -22,17 +20,6 @@ import { NEWEST_ROWS, sealedRunColumns, type RowSeal } from "./row-seal.ts";
 export function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
   return cron.previousRuns(1, new Date(at.getTime() + 1))[0] ?? null;
 }
-
-/** The first rows of the job that started at or after `since`, for whether one is a sealed run; run for every scheduled job, so prepared once. */
-const startedSinceStatement = preparedPerConnection((db) =>
-  db
-    .select(sealedRunColumns(jobRuns))
-    .from(jobRuns)
-    .where(and(eq(jobRuns.job, sql.placeholder("job")), gte(jobRuns.gestart, sql.placeholder("since"))))
-    .orderBy(jobRuns.gestart)
-    .limit(NEWEST_ROWS)
-    .prepare(),
-);
 
 export interface DueState {
   /** The newest fire time at or before now. */
@@ -82,9 +69,9 @@ export function startedSinceNewest(newestStart: string | null): (since: Date) =>
   return (since) => newestStart !== null && newestStart >= since.toISOString();
 }
 
-/** dueState on SQLite, for one job: the history read through an indexed lookup per fire time. */
+/** dueState on SQLite, for one job: the rule (dueStateOf) over the job's newest sealed start, as on PostgreSQL (dueStatePg). */
 export function dueState(db: Db, seal: RowSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
-  return dueStateOf(cronExpression, now, graceMs, installed, (d) => startedSinceStatement(db).all({ job, since: d.toISOString() }).some((r) => seal.sealed(r)));
+  return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(lastRun(db, job, seal).run?.gestart ?? null));
 }
 
 /** What taken-controle reports per scheduled job (docs/operations.md, "What taken-controle tells apart"). */

@@ -11,7 +11,7 @@ import type { AnyStore, Deps } from "./deps.ts";
 import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 import { WriteApiActivity } from "./ingest/activity.ts";
 import { pastSealedMarker, rowSealOf } from "./row-seal.ts";
-import { markInstalledPg, openPgStore, type PgStore } from "./pg/store.ts";
+import { openPgStore, type PgStore } from "./pg/store.ts";
 import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
 import { log } from "./logger.ts";
@@ -96,7 +96,6 @@ export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer,
  */
 export async function startPgServer(config: Config, url: string, options: ServerOptions = {}) {
   const store = await openPgStore(url, { seal: rowSealOf(config), pastMarker: pastSealedMarker(config) });
-  await markInstalledPg(store, rowSealOf(config), new Date());
   log("info", "database: PostgreSQL", { database: redactUrl(url) });
   return serveWith(wireDeps<PgStore>(config, store), null, options);
 }

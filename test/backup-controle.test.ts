@@ -1,13 +1,13 @@
 import { describe, expect, test } from "bun:test";
 import { runBackupControle } from "../src/jobs/backup-controle.ts";
-import { backupZegel, call, NOW } from "./helpers.ts";
+import { call, insertBackupRow, NOW } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
 
 const HOUR = 3600_000;
 
 /** A report as backup-status stores it: sealed (src/row-seal.ts). */
 function addBackup(env: Env, hoursAgo: number, exitCode = 0, extra: { foutmelding?: string } = {}) {
-  const b = {
+  return insertBackupRow(env.db, {
     ontvangen: new Date(NOW.getTime() - hoursAgo * HOUR).toISOString(),
     exitCode,
     gelukt: exitCode === 0,
@@ -15,19 +15,7 @@ function addBackup(env: Env, hoursAgo: number, exitCode = 0, extra: { foutmeldin
     grootte: 1234,
     foutmelding: extra.foutmelding ?? "",
     bron: "host-cron",
-  };
-  return env.db.run(
-    `INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-    b.ontvangen,
-    b.exitCode,
-    b.gelukt,
-    b.bestandsnaam,
-    b.grootte,
-    b.foutmelding,
-    b.bron,
-    backupZegel(b),
-  );
+  });
 }
 
 describe("backup-controle", () => {

@@ -13,7 +13,7 @@ import type { AnyStore } from "../src/deps.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import { formatDuur, median, OPERATOR_RECORDS_SQL } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
-import { stateZegel, call, NOW, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, backupZegel, eindzegel, zegel } from "./helpers.ts";
+import { insertBackupRow, stateZegel, call, NOW, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, eindzegel, zegel } from "./helpers.ts";
 import { addLoginAttempt, addTenant, appendInputs, makeEnv, type TestDb } from "./dialect.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
 
@@ -49,7 +49,7 @@ const DAY = 24 * 3600 * 1000;
 
 /** A report as backup-status stores it: sealed (src/row-seal.ts). */
 function addBackup(env: Env, b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }) {
-  const row = {
+  return insertBackupRow(env.db, {
     ontvangen: b.ontvangen.toISOString(),
     exitCode: b.exitCode,
     gelukt: b.exitCode === 0,
@@ -57,18 +57,7 @@ function addBackup(env: Env, b: { ontvangen: Date; exitCode: number; grootte?: n
     grootte: b.grootte ?? null,
     foutmelding: b.foutmelding ?? "",
     bron: "host-cron",
-  };
-  return env.db.run(
-    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    row.ontvangen,
-    row.exitCode,
-    row.gelukt,
-    row.bestandsnaam,
-    row.grootte,
-    row.foutmelding,
-    row.bron,
-    backupZegel(row),
-  );
+  });
 }
 
 function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok") {

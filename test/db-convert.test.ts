@@ -51,3 +51,25 @@ test("warns and does nothing without --ja; converts with it; then has nothing to
   expect(again.out).toContain("niet nodig");
   expect((await run(["db-convert", "--db", join(d.dir, "geen.db"), "--ja"], {})).code).toBe(2);
 });
+
+test("a database of an earlier version is refused, not migrated: the service's start does that, and seals the rows of the past with the key this command does not hold", async () => {
+  const d = tempDir();
+  dirs.push(d);
+  const path = join(d.dir, "eerder.db");
+  openStore(path).close();
+  // One migration undone: as the version before left it.
+  const raw = new Database(path);
+  for (const c of ["job_leases", "service_meta", "audit_verification_state"]) raw.run(`ALTER TABLE ${c} DROP COLUMN zegel`);
+  raw.run("DELETE FROM __drizzle_migrations WHERE created_at = (SELECT max(created_at) FROM __drizzle_migrations)");
+  raw.close();
+  const r = await run(["db-convert", "--ja", "--db", path], {});
+  expect(r.code).toBe(2);
+  expect(r.out).toContain("de database is van een eerdere versie");
+  expect(r.out).toContain("niets omgezet");
+  const after = new Database(path, { readonly: true });
+  try {
+    expect(after.query("SELECT 1 FROM pragma_table_info('service_meta') WHERE name = 'zegel'").get()).toBeNull();
+  } finally {
+    after.close();
+  }
+});

@@ -68,7 +68,7 @@ async function installation(fill: (db: TestDb, chain: (tenantId: number, n: numb
   const url = await (await testCluster()).createDatabase();
   const store = await openPgStore(url, { max: 1 });
   cleanups.push(() => store.close());
-  await markInstalledPg(store, TEST_SEAL, installedAt);
+  await markInstalledPg(store.sql, TEST_SEAL, installedAt);
   const db = testDb(store);
   await fill(db, (t, n, from, to) => bulkChainPg(store, t, n, from, to));
   return {

@@ -36,6 +36,24 @@ export function stateZegel(r: { tenantId: number; gecontroleerd: string; intact:
 }
 /** backup_statuses.zegel of a report as stored, as backup-status seals it. */
 export const backupZegel = (r: BackupColumns) => TEST_SEAL.sealBackup(r);
+/**
+ * Stores a backup report in backup_statuses through `db.run` (either store), as
+ * backup-status does (sealed) unless `zegel` says otherwise (none, or a copied one: a
+ * database writer's row).
+ */
+export function insertBackupRow(db: { run(query: string, ...params: unknown[]): Promise<void> }, row: BackupColumns, zegel: string | null = backupZegel(row)): Promise<void> {
+  return db.run(
+    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    row.ontvangen,
+    row.exitCode,
+    row.gelukt,
+    row.bestandsnaam,
+    row.grootte,
+    row.foutmelding,
+    row.bron,
+    zegel,
+  );
+}
 
 /** Polls `check` until it returns a value other than undefined/false; throws after `ms`. Never a fixed sleep as synchronisation. */
 export async function until<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, ms = 30_000): Promise<T> {
@@ -170,7 +188,7 @@ export async function makePgTestEnv(cluster: { createDatabase(): Promise<string>
   const config = testConfig(dir, env);
   const url = await cluster.createDatabase();
   const store = await openPgStore(url);
-  await markInstalledPg(store, TEST_SEAL, INSTALLED);
+  await markInstalledPg(store.sql, TEST_SEAL, INSTALLED);
   const assembled = assemble(store, config, new RecordingMailer(), options, dir, async () => {
     await store.close();
     cleanup();

@@ -12,7 +12,7 @@ import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { collectMetrics, isLoopback, METRICS_CONTENT_TYPE, metricsAccess, renderMetrics, type MetricsSnapshot } from "../src/http/metrics.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
-import { stateZegel, call, NOW, SECRET, TEST_SEAL, backupZegel, eindzegel, zegel } from "./helpers.ts";
+import { insertBackupRow, stateZegel, call, NOW, SECRET, TEST_SEAL, eindzegel, zegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
 
@@ -77,14 +77,7 @@ async function insertRun(e: Env, job: string, gestart: string, beeindigd: string
 
 /** A report as backup-status stores it: sealed (src/row-seal.ts). */
 async function insertBackup(e: Env, ontvangen: string, exitCode: number) {
-  const b = { ontvangen, exitCode, gelukt: exitCode === 0, bestandsnaam: "b.db.gz", grootte: 10, foutmelding: null, bron: "host-cron" };
-  await e.db.run(
-    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, 'b.db.gz', 10, NULL, 'host-cron', ?)",
-    ontvangen,
-    exitCode,
-    b.gelukt,
-    backupZegel(b),
-  );
+  await insertBackupRow(e.db, { ontvangen, exitCode, gelukt: exitCode === 0, bestandsnaam: "b.db.gz", grootte: 10, foutmelding: null, bron: "host-cron" });
 }
 
 async function insertVerification(e: Env, tenantId: number, gecontroleerd: string, intact: boolean) {

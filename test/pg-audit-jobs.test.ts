@@ -15,7 +15,7 @@ import { verificationWorkers } from "../src/jobs/audit-verificatie.ts";
 import { dbOnderhoudJob, DbOnderhoudBody, runDbOnderhoud } from "../src/jobs/db-onderhoud.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { PgMaintenanceReport } from "../src/pg/maintenance.ts";
-import { call, DAY_MS, makePgTestEnv, makeTestEnv, NOW, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { call, DAY_MS, eindzegel, makePgTestEnv, makeTestEnv, NOW, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(60_000);
@@ -346,10 +346,16 @@ describe("db-onderhoud on PostgreSQL", () => {
     // An old run of a job with a newer one: pruned; the newest run of a job stays however old.
     const old = new Date(NOW.getTime() - 200 * DAY_MS).toISOString();
     const newer = new Date(NOW.getTime() - 100 * DAY_MS).toISOString();
-    await pg.store.db.insert(pgSchema.jobRuns).values([
-      { job: "dagrapport", gestart: old, beeindigd: old, uitkomst: "fout" },
-      { job: "dagrapport", gestart: newer, beeindigd: newer, uitkomst: "ok" },
-    ]);
+    // Sealed, as the job wrapper writes them (src/row-seal.ts): only sealed runs are kept for being newest.
+    const sealed = (gestart: string, uitkomst: "fout" | "ok") => ({
+      job: "dagrapport",
+      gestart,
+      beeindigd: gestart,
+      uitkomst,
+      zegel: zegel("dagrapport", gestart),
+      eindzegel: eindzegel({ job: "dagrapport", gestart, beeindigd: gestart, uitkomst }),
+    });
+    await pg.store.db.insert(pgSchema.jobRuns).values([sealed(old, "fout"), sealed(newer, "ok")]);
 
     const r = await call(pg.app, "/api/cron/db-onderhoud");
     expect(r.status, r.text).toBe(200);

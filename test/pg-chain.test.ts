@@ -128,6 +128,11 @@ describe("PostgreSQL schema", () => {
         const [b] = await store.db.query.backupStatuses.findMany();
         expect(b!.zegel).toBeNull();
         expect(TEST_SEAL.backupSealed(b!)).toBe(false);
+        // The install time, marked at the first start, was unsealed with its column; it is not marked again either.
+        expect(await installedAtPg(store.db, TEST_SEAL)).toBeNull();
+        await store.sql`DELETE FROM service_meta WHERE key = 'geinstalleerd'`;
+        await (await openPgStore(url, { seal: TEST_SEAL, now: new Date(NOW.getTime() + 86_400_000), pastMarker: marker })).close();
+        expect(await installedAtPg(store.db, TEST_SEAL)).toBeNull();
       } finally {
         await store.close();
       }

@@ -15,7 +15,7 @@ import { weekStatsOf } from "../src/reports/weekly.ts";
 import { pastSealedMarker, rowSeal, sealLegacyRows, type BackupColumns } from "../src/row-seal.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { generateKeyPair } from "../src/audit/note.ts";
-import { backupZegel, call, eindzegel, NOW, tempDir, TEST_SEAL, zegel } from "./helpers.ts";
+import { insertBackupRow, call, eindzegel, NOW, tempDir, TEST_SEAL, zegel } from "./helpers.ts";
 import { addTenant, fillChain, makeEnv, type Env } from "./dialect.ts";
 
 let env: Env;
@@ -148,18 +148,7 @@ describe("sealed job runs", () => {
 
 /** A backup report stored as a database writer would store it: `zegel` as given (none, or one copied). */
 async function plantBackup(b: Partial<BackupColumns> & { ontvangen: string }, zegel: string | null = null) {
-  const row: BackupColumns = { exitCode: 0, gelukt: true, bestandsnaam: "nachtwacht.db.gz", grootte: 183500800, foutmelding: "", bron: "host-cron", ...b };
-  await env.db.run(
-    "INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    row.ontvangen,
-    row.exitCode,
-    row.gelukt,
-    row.bestandsnaam,
-    row.grootte,
-    row.foutmelding,
-    row.bron,
-    zegel,
-  );
+  await insertBackupRow(env.db, { exitCode: 0, gelukt: true, bestandsnaam: "nachtwacht.db.gz", grootte: 183500800, foutmelding: "", bron: "host-cron", ...b }, zegel);
 }
 
 const report = (body: object) => ({ body: JSON.stringify(body), headers: { "content-type": "application/json" } });
@@ -403,6 +392,23 @@ describe("sealed verification results", () => {
 });
 
 describe("the rows of the past are sealed once per installation", () => {
+  test("the install time is marked at the installation's first start only: one a writer deleted stays gone (every fire time expected), not moved to the next start", () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const path = join(dir, "nachtwacht.db");
+      const marker = pastSealedMarker({ auditAnkerBestand: join(dir, "state", "audit-ankers.jsonl") });
+      const first = openStore(path, NOW, TEST_SEAL, marker);
+      expect(installedAt(first.db, TEST_SEAL)!.toISOString()).toBe(NOW.toISOString());
+      first.sqlite.run("DELETE FROM service_meta WHERE key = 'geinstalleerd'");
+      first.close();
+      const later = openStore(path, at("2026-08-01T00:00:00.000Z"), TEST_SEAL, marker);
+      expect(installedAt(later.db, TEST_SEAL)).toBeNull();
+      later.close();
+    } finally {
+      cleanup();
+    }
+  });
+
   test("a seal column dropped with its migration record after the marker was written is added again, but seals nothing: a forged good backup stays unsealed", () => {
     const { dir, cleanup } = tempDir();
     try {
@@ -434,6 +440,31 @@ describe("the rows of the past are sealed once per installation", () => {
     } finally {
       cleanup();
     }
+  });
+});
+
+describe("a sealed text is the text the store keeps", () => {
+  test("a run's summary cut inside a character, and a backup report with half a character, are sealed as stored: they count, on either store", async () => {
+    env = await makeEnv();
+    const holder = newLeaseHolder();
+    const started = at("2026-07-23T12:00:00.000Z");
+    const lease = await startLeasedRun(env.store, TEST_SEAL, "dagrapport", holder, started, 90_000);
+    if (!lease.ok) throw new Error("not taken");
+    // The summary's JSON is 4001 units with a character's first half at the cut (4000).
+    const summary = "x".repeat(3997) + "\u{1F3DB}";
+    await writeRunEnd(env.store, TEST_SEAL, { runId: lease.runId, job: "dagrapport", gestart: started.toISOString() }, at("2026-07-23T12:00:01.000Z"), { uitkomst: "ok", httpStatus: 200, samenvatting: summary, fout: "half \uD83D" });
+    const r = (await env.db.get<{ job: string; gestart: string; beeindigd: string; uitkomst: string; http_status: number; samenvatting: string; fout: string; zegel: string; eindzegel: string }>(
+      "SELECT * FROM job_runs WHERE id = ?",
+      lease.runId,
+    ))!;
+    expect(r.samenvatting.endsWith("x…")).toBe(true);
+    expect(r.fout).toBe("half \uFFFD");
+    expect(TEST_SEAL.sealed({ ...r, httpStatus: r.http_status })).toBe(true);
+
+    const report = { body: JSON.stringify({ exitCode: 2, foutmelding: "schijf \uD83D vol" }), headers: { "content-type": "application/json" } };
+    expect((await call(env.app, "/api/cron/backup-status", report)).status).toBe(200);
+    const c = await call(env.app, "/api/cron/backup-controle");
+    expect(c.json).toMatchObject({ reden: "mislukt", vervalst: 0, laatsteBackup: { foutmelding: "schijf \uFFFD vol" } });
   });
 });
 

@@ -22,7 +22,7 @@ import { verifyInstallationPg } from "../pg/offline.ts";
 import { maxAuditEntryIdPg, saveVerificationStatePg, tenantNamesPg } from "../pg/verification-state.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
-import { mapInTurns, rowSealOf, stateNotAfter } from "../row-seal.ts";
+import { mapInTurns, rowSealOf, stateNotAfter, type VerificationColumns } from "../row-seal.ts";
 
 // Every reason code the verifier reports; the type assertions below make a new code
 // that is missing here a compile error.
@@ -125,16 +125,8 @@ export async function verificationWorkers(store: AnyStore): Promise<number> {
   return workerCount(entries ?? 0);
 }
 
-/** A tenant's row of audit_verification_state, as a run writes it on either store. */
-export type VerificationState = {
-  tenantId: number;
-  gecontroleerd: string;
-  intact: boolean;
-  aantalEntries: number;
-  foutSeq: number | null;
-  foutEntryId: number | null;
-  foutReden: string | null;
-};
+/** A tenant's row of audit_verification_state, as a run writes it on either store (before its seal). */
+export type VerificationState = VerificationColumns;
 
 /** Keeps a tenant's latest result; run for every tenant, so prepared once per connection. */
 const saveStateStatement = preparedPerConnection((db) => {

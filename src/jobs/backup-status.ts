@@ -11,6 +11,7 @@ import { scrubSecrets } from "../alarms/sentry.ts";
 import { secretValues } from "../config.ts";
 import type { Deps } from "../deps.ts";
 import { recordBackupStatusPg } from "../pg/status.ts";
+import { storableText } from "../format.ts";
 import { rowSealOf } from "../row-seal.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable } from "./schema.ts";
@@ -46,13 +47,13 @@ export type BackupStatusBody = Static<typeof BackupStatusBody>;
  * A text of the report as stored: without the service's secrets (a backup tool's stderr
  * may echo a connection string or an environment; the text goes on to the daily report,
  * its e-mail and backup-controle's answers, which the crontab's wrapper logs), at most
- * `max` characters, and a NUL character (PostgreSQL's text cannot hold one) replaced by
- * U+FFFD, as these fields are shortened rather than refused.
+ * `max` characters, as the stores keep it (storableText: a NUL, which PostgreSQL's text
+ * cannot hold, or half a character becomes U+FFFD; the report's seal is over this), as
+ * these fields are shortened rather than refused.
  */
 function cut(s: string | null | undefined, max: number, secrets: readonly string[]): string | null {
   if (s === undefined || s === null) return null;
-  const clean = scrubSecrets(s, secrets).replaceAll("\u0000", "\uFFFD");
-  return clean.length > max ? clean.slice(0, max - 1) + "…" : clean;
+  return storableText(scrubSecrets(s, secrets), max);
 }
 
 export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport): Promise<JobResult<BackupStatusBody>> {

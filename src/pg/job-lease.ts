@@ -19,7 +19,7 @@ import { eq, gt, sql } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
 import { doneSince, firstSealed, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import { runStartValues } from "../job-runs.ts";
-import { sealedRunColumns, type RowSeal } from "../row-seal.ts";
+import { NEWEST_ROWS, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import type { JobName } from "../schedule.ts";
 import { certainDbTransaction } from "./commit.ts";
 import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
@@ -48,7 +48,8 @@ export function startLeasedRunPg(store: PgStore, seal: RowSeal, job: JobName, ho
             .select({ runId: jobRuns.id, ...sealedRunColumns(jobRuns) })
             .from(jobRuns)
             .where(doneSince(jobRuns, job, firedAt))
-            .orderBy(jobRuns.gestart),
+            .orderBy(jobRuns.gestart)
+            .limit(NEWEST_ROWS),
           seal,
         );
         if (done) return { ok: false, gedaan: done };

@@ -13,7 +13,7 @@ import { verifyDatabase } from "../audit/offline.ts";
 import { copyRows, copyUnescape, verifyTenantsPg } from "./chain.ts";
 import { openPgStore } from "./store.ts";
 import { redactUrl } from "./url.ts";
-import { embeddedMigrations } from "../../db/migrations.gen.ts";
+import { schemaVersionProblem } from "../db.ts";
 
 /**
  * The tables copied, parents before children (foreign keys). Not copied: job_leases
@@ -58,18 +58,6 @@ export function tableShape(table: PgTable): TableShape {
     key,
     sequences: c.columns.filter((k) => k.columnType === "PgSerial" || (k as { generatedIdentity?: unknown }).generatedIdentity !== undefined).map((k) => k.name),
   };
-}
-
-/** Why a SQLite file is not at this version's migrations (db/migrations), or null when it is. */
-export function schemaVersionProblem(source: Database): string | null {
-  const hasTable = source.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '__drizzle_migrations'").get() !== null;
-  const applied = hasTable ? (source.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number }).n : 0;
-  const known = embeddedMigrations.journal.entries.length;
-  if (applied < known) {
-    return `de database is van een eerdere versie (${applied} van ${known} migraties toegepast): start de service eenmaal met deze versie, die haar bijwerkt, stop hem en probeer het opnieuw; niets gekopieerd`;
-  }
-  if (applied > known) return `de database is van een nieuwere versie (${applied} migraties, deze versie kent er ${known}): gebruik die versie; niets gekopieerd`;
-  return null;
 }
 
 const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
@@ -197,7 +185,7 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
   const version = schemaVersionProblem(source);
   if (version !== null) {
     source.close();
-    return { uitkomst: "bron-niet-in-orde", toelichting: version };
+    return { uitkomst: "bron-niet-in-orde", toelichting: `${version}; niets gekopieerd` };
   }
   // One snapshot of the source from here (a read transaction, its snapshot taken at the
   // first read below), held through the copy and its proof: what is checked is what is

@@ -108,11 +108,12 @@ export async function openPgStore(url: string, o: { max?: number; seal?: RowSeal
 /**
  * Marks the first start of the service on this database (as openStore does on SQLite),
  * sealed: taken-controle does not call a job missed before its first expected time after
- * that. Not part of openPgStore: migrate-to opens an empty target, and copies this row.
+ * that. Done by migratePg at an instance's first start when given the seal (migrate-to
+ * opens its target without one, and copies this row).
  */
-export async function markInstalledPg(store: PgStore, seal: RowSeal, now: Date): Promise<void> {
+export async function markInstalledPg(sql: SQL, seal: RowSeal, now: Date): Promise<void> {
   const value = now.toISOString();
-  await store.sql`INSERT INTO service_meta (key, value, zegel) VALUES (${INSTALLED}, ${value}, ${seal.sealInstalled(value)}) ON CONFLICT (key) DO NOTHING`;
+  await sql`INSERT INTO service_meta (key, value, zegel) VALUES (${INSTALLED}, ${value}, ${seal.sealInstalled(value)}) ON CONFLICT (key) DO NOTHING`;
 }
 
 /**
@@ -135,7 +136,11 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
       const had = {} as SealColumns;
       for (const [kind, column] of Object.entries(SEAL_COLUMNS)) had[kind as keyof SealColumns] = await hasColumn(column);
       await drizzleMigrate(db, { migrationsFolder: m.folder });
-      if (seal && pastSealingAllowed(pastMarker, had)) await sealLegacyRowsPg(db, seal, now, had);
+      if (seal && pastSealingAllowed(pastMarker, had)) {
+        await sealLegacyRowsPg(db, seal, now, had);
+        // The install time, at this instance's first start only (as openStore on SQLite).
+        await markInstalledPg(conn as unknown as SQL, seal, now);
+      }
       if (seal) markPastSealed(pastMarker, now);
     } finally {
       m.remove();
