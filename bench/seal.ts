@@ -56,14 +56,14 @@ for (let round = 0; round < ROUNDS; round++) {
   const reader = rowSeal(keys);
   t = performance.now();
   let counted = 0;
-  for (const r of sealed) if (countsAsVerification(r, reader, NOW)) counted++;
+  for (const r of sealed) if (countsAsVerification(r, reader, NOW, null)) counted++;
   cold.push(performance.now() - t);
   t = performance.now();
-  for (const r of sealed) if (countsAsVerification(r, reader, NOW)) counted++;
+  for (const r of sealed) if (countsAsVerification(r, reader, NOW, null)) counted++;
   warm.push(performance.now() - t);
   // The process that signed them reads them (audit-verificatie's rows, then /metrics).
   t = performance.now();
-  for (const r of sealed) if (countsAsVerification(r, writer, NOW)) counted++;
+  for (const r of sealed) if (countsAsVerification(r, writer, NOW, null)) counted++;
   signedHere.push(performance.now() - t);
   if (counted !== 3 * TENANTS) throw new Error(`only ${counted} of ${3 * TENANTS} seals opened`);
 }
@@ -103,9 +103,9 @@ const chunked: number[] = [];
 const inOneGo: number[] = [];
 for (let round = 0; round < ROUNDS; round++) {
   const reader = rowSeal(keys);
-  chunked.push(await longestStall(() => verificationSummary(named, TENANTS, reader, NOW)));
+  chunked.push(await longestStall(() => verificationSummary(named, TENANTS, reader, NOW, null)));
   const other = rowSeal(keys);
-  inOneGo.push(await longestStall(async () => named.filter((r) => countsAsVerification(r, other, NOW))));
+  inOneGo.push(await longestStall(async () => named.filter((r) => countsAsVerification(r, other, NOW, null))));
 }
 console.log(
   JSON.stringify({

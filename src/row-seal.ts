@@ -215,9 +215,20 @@ export function sealedBackupColumns<T extends typeof backupStatuses | typeof bac
  */
 export const stateNotAfter = (now: Date) => new Date(now.getTime() + 60_000).toISOString();
 
-/** Whether a tenant's verification result counts at `now`, for the reports and /metrics: sealed, and not dated ahead. */
-export function countsAsVerification(row: VerificationColumns & { zegel: string | null }, seal: RowSeal, now: Date): boolean {
-  return row.gecontroleerd <= stateNotAfter(now) && seal.verificationSealed(row);
+/**
+ * Whether a tenant's verification result counts at `now`, for the reports and /metrics:
+ * sealed, not dated ahead, and not older than `since`, the start of the newest sealed
+ * audit-verificatie run that did its work (lastVerificationStart; each such run writes
+ * every tenant's result with its start): an older sealed result put back by a database
+ * writer would otherwise hide the broken chain the newest run found.
+ */
+export function countsAsVerification(row: VerificationColumns & { zegel: string | null }, seal: RowSeal, now: Date, since: string | null): boolean {
+  return row.gecontroleerd <= stateNotAfter(now) && (since === null || row.gecontroleerd >= since) && seal.verificationSealed(row);
+}
+
+/** Of audit-verificatie's newest rows (newest first), the start of the newest sealed run that did its work (ok or afwijking): `since` of countsAsVerification. */
+export function lastVerificationStart(rows: readonly SealedRunRow[], seal: RowSeal): string | null {
+  return rows.find((r) => (r.uitkomst === "ok" || r.uitkomst === "afwijking") && seal.sealed(r))?.gestart ?? null;
 }
 
 /** Rows sealed or checked between two turns of the event loop (mapInTurns): a few milliseconds' worth (bench/seal.ts). */

@@ -9,8 +9,8 @@ import { join } from "node:path";
 import { installedAt, openStore } from "../src/db.ts";
 import { liveLeases, newLeaseHolder, startLeasedRun } from "../src/job-lease.ts";
 import { writeRunEnd } from "../src/job-runs.ts";
-import { verificationCountsPg } from "../src/pg/daily.ts";
-import { verificationCounts } from "../src/reports/daily.ts";
+import { lastVerificationStartPg, scheduledJobRunsPg, verificationCountsPg } from "../src/pg/daily.ts";
+import { lastVerificationStartIn, scheduledJobRuns, verificationCounts } from "../src/reports/daily.ts";
 import { weekStatsOf } from "../src/reports/weekly.ts";
 import { pastSealedMarker, rowSeal, sealLegacyRows, type BackupColumns } from "../src/row-seal.ts";
 import { auditKeys } from "../src/audit/keys.ts";
@@ -365,6 +365,33 @@ describe("sealed verification results", () => {
       t,
     ))!;
 
+  test("an older sealed result put back over the newest run's (a replay) counts as no check: the reports do not call the broken chain intact", async () => {
+    env = await makeEnv();
+    const t = await addTenant(env.db, "Gemeente Delft");
+    await fillChain(env.store, t, 10);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    env.setNow(at("2026-07-24T01:00:05.000Z"));
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+    const intact = await stateRow(t);
+    await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 4", t);
+    env.setNow(at("2026-07-25T01:00:05.000Z"));
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(409);
+    // The writer puts last night's sealed "intact" back.
+    await env.db.run(
+      "UPDATE audit_verification_state SET gecontroleerd = ?, intact = ?, aantal_entries = ?, fout_seq = NULL, fout_entry_id = NULL, fout_reden = NULL, zegel = ? WHERE tenant_id = ?",
+      intact.gecontroleerd,
+      true,
+      intact.aantal_entries,
+      intact.zegel,
+      t,
+    );
+    expect(await counts(at("2026-07-25T06:00:00.000Z"))).toMatchObject({ gecontroleerd: 0, nietGecontroleerd: 1, aantalGebroken: 0 });
+    const since = env.store.kind === "pg" ? await lastVerificationStartPg(env.store.db, TEST_SEAL) : lastVerificationStartIn(env.store.db, TEST_SEAL);
+    expect(since).toBe("2026-07-25T01:00:05.000Z");
+    const row = { tenantId: t, gecontroleerd: intact.gecontroleerd, intact: true, aantalEntries: intact.aantal_entries, foutSeq: null, foutEntryId: null, foutReden: null, zegel: intact.zegel };
+    expect(weekStatsOf(t, [], row, new Map(), TEST_SEAL, at("2026-07-25T06:00:00.000Z"), since).keten.staat).toBe("nooit");
+  });
+
   test("a broken chain's result changed to intact counts as no check (daily report, /metrics, weekly report); one dated ahead too, and the next run overwrites it", async () => {
     env = await makeEnv();
     const t = await addTenant(env.db, "Gemeente Delft");
@@ -380,7 +407,7 @@ describe("sealed verification results", () => {
     expect(await counts(at("2026-07-24T06:00:00.000Z"))).toMatchObject({ gecontroleerd: 0, nietGecontroleerd: 1, aantalGebroken: 0 });
     const r = await stateRow(t);
     const row = { tenantId: t, gecontroleerd: r.gecontroleerd, intact: Boolean(r.intact), aantalEntries: r.aantal_entries, foutSeq: r.fout_seq, foutEntryId: r.fout_entry_id, foutReden: r.fout_reden, zegel: r.zegel };
-    expect(weekStatsOf(t, [], row, new Map(), TEST_SEAL, at("2026-07-24T06:00:00.000Z")).keten.staat).toBe("nooit");
+    expect(weekStatsOf(t, [], row, new Map(), TEST_SEAL, at("2026-07-24T06:00:00.000Z"), null).keten.staat).toBe("nooit");
 
     // Dated ahead, so that no run would overwrite it: overwritten by the next run all the same.
     await env.db.run("UPDATE audit_verification_state SET gecontroleerd = '9999-01-01T00:00:00.000Z' WHERE tenant_id = ?", t);
@@ -465,6 +492,41 @@ describe("a sealed text is the text the store keeps", () => {
     expect((await call(env.app, "/api/cron/backup-status", report)).status).toBe(200);
     const c = await call(env.app, "/api/cron/backup-controle");
     expect(c.json).toMatchObject({ reden: "mislukt", vervalst: 0, laatsteBackup: { foutmelding: "schijf \uFFFD vol" } });
+  });
+});
+
+/** A run as the job wrapper records it (sealed), or as a database writer would (`forged`: no seals). */
+async function addRun(job: string, gestart: string, forged = false) {
+  const r = { job, gestart, beeindigd: new Date(Date.parse(gestart) + 1000).toISOString(), uitkomst: "ok", httpStatus: 200 };
+  await env.db.run(
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, 'ok', 200, ?, ?)",
+    r.job,
+    r.gestart,
+    r.beeindigd,
+    forged ? null : zegel(job, gestart),
+    forged ? null : eindzegel(r),
+  );
+}
+
+describe("windows of rows read", () => {
+  test("twenty forged rows between a fire time and the real run do not make the daily report call the job overdue (its newest sealed start decides)", async () => {
+    env = await makeEnv();
+    const now = at("2026-07-24T06:00:00.000Z");
+    for (let i = 0; i < 25; i++) await addRun("audit-verificatie", new Date(Date.parse("2026-07-24T01:00:01.000Z") + i * 1000).toISOString(), true);
+    await addRun("audit-verificatie", "2026-07-24T01:05:00.000Z");
+    const jobs = env.store.kind === "pg" ? await scheduledJobRunsPg(env.store.db, now, env.config) : scheduledJobRuns(env.store.db, now, env.config);
+    expect(jobs.find((j) => j.job === "audit-verificatie")!.due.missed).toBe(false);
+  });
+
+  test("a scheduled call reads at most 20 rows for the run that did its time: with more forged ones first, it runs the job again rather than check them all", async () => {
+    env = await makeEnv();
+    for (let i = 0; i < 20; i++) await addRun("backup-controle", new Date(Date.parse("2026-07-24T02:00:01.000Z") + i * 1000).toISOString(), true);
+    await addRun("backup-controle", "2026-07-24T02:01:00.000Z");
+    env.setNow(at("2026-07-24T02:10:00.000Z"));
+    expect((await call(env.app, "/api/cron/backup-controle", scheduled)).status).toBe(409);
+    // With the real run among the first twenty, the call is skipped.
+    await env.db.run("DELETE FROM job_runs WHERE zegel IS NULL AND gestart > '2026-07-24T02:00:10.000Z'");
+    expect((await call(env.app, "/api/cron/backup-controle", scheduled)).status).toBe(204);
   });
 });
 

@@ -30,7 +30,7 @@ import {
   type ScheduledJobRuns,
   type VerificationCounts,
 } from "../reports/daily.ts";
-import { NEWEST_ROWS, rowSealOf, sealedRunColumns, type RowSeal } from "../row-seal.ts";
+import { lastVerificationStart, NEWEST_ROWS, rowSealOf, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
 import { dueStatePg, installedAtPg, newestBackupPg } from "./status.ts";
@@ -60,14 +60,26 @@ export async function loginCountsPg(db: PgDb, now: Date): Promise<LoginCounts> {
 /** verificationCounts on PostgreSQL: the same reads, summed up by the same rule (verificationSummary). */
 export async function verificationCountsPg(db: PgDb, now: Date, seal: RowSeal): Promise<VerificationCounts> {
   const state = auditVerificationState;
-  const [rows, counted] = await Promise.all([
+  const [rows, counted, since] = await Promise.all([
     db
       .select({ ...getTableColumns(state), tenant: tenants.naam })
       .from(state)
       .innerJoin(tenants, eq(tenants.id, state.tenantId)),
     db.select({ n: count() }).from(tenants),
+    lastVerificationStartPg(db, seal),
   ]);
-  return verificationSummary(rows, counted[0]!.n, seal, now);
+  return verificationSummary(rows, counted[0]!.n, seal, now, since);
+}
+
+/** lastVerificationStart on PostgreSQL (lastVerificationStartIn on SQLite): the statement of lastRunPg. */
+export async function lastVerificationStartPg(db: PgDb, seal: RowSeal): Promise<string | null> {
+  const rows = await db
+    .select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) })
+    .from(jobRuns)
+    .where(eq(jobRuns.job, "audit-verificatie"))
+    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
+    .limit(NEWEST_ROWS);
+  return lastVerificationStart(rows, seal);
 }
 
 /** The operator's records (OPERATOR_RECORDS_SQL on SQLite), through the partial index audit_anchor_log_operator_idx (a test checks the plan). */

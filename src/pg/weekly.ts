@@ -32,6 +32,7 @@ import {
 import type { PgDb, PgStore } from "./store.ts";
 import { certainDbTransaction } from "./commit.ts";
 import type { RowSeal } from "../row-seal.ts";
+import { lastVerificationStartPg } from "./daily.ts";
 
 type DeliveryKey = { administratorId: number; tenantId: number };
 
@@ -146,8 +147,8 @@ export function weekStatsQueriesPg(db: PgDb, tenantId: number, van: Date, tot: D
 /** One tenant's week; `logins` is weekLoginsPg of the same week (tenantWeekStats). */
 export async function tenantWeekStatsPg(db: PgDb, seal: RowSeal, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): Promise<TenantWeekStats> {
   const q = weekStatsQueriesPg(db, tenantId, van, tot);
-  const [perActie, [keten]] = await Promise.all([q.auditPerActie, q.keten]);
-  return weekStatsOf(tenantId, perActie, keten, logins, seal, tot);
+  const [perActie, [keten], since] = await Promise.all([q.auditPerActie, q.keten, lastVerificationStartPg(db, seal)]);
+  return weekStatsOf(tenantId, perActie, keten, logins, seal, tot, since);
 }
 
 /** weekrapport's queries on this store (WeeklyQueries; SQLite's are weeklyQueries). */

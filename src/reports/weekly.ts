@@ -21,6 +21,7 @@ import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
 import { excluded, preparedPerConnection, type Db } from "../db.ts";
 import { displayText, formatDatum, getal } from "../format.ts";
 import { countsAsVerification, type RowSeal, type VerificationColumns } from "../row-seal.ts";
+import { lastVerificationStartIn } from "./daily.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export const WEEK_MS = 7 * 24 * 3600 * 1000;
@@ -290,9 +291,11 @@ export function weekStatsOf(
   logins: Map<number, TenantWeekLogins>,
   seal: RowSeal,
   now: Date,
+  /** lastVerificationStart: a result older than the newest run's was put back. */
+  since: string | null,
 ): TenantWeekStats {
-  // A result that is not sealed (or dated ahead) is none: the chain reads as never checked, not as intact.
-  const keten = row && countsAsVerification(row, seal, now) ? row : undefined;
+  // A result that does not count (countsAsVerification: unsealed, dated ahead, or older than the newest run) is none: the chain reads as never checked, not as intact.
+  const keten = row && countsAsVerification(row, seal, now, since) ? row : undefined;
   return {
     audit: { totaal: perActie.reduce((s, r) => s + r.aantal, 0), perActie: actionRows(perActie) },
     inlog: logins.get(tenantId) ?? NO_LOGINS,
@@ -311,7 +314,7 @@ export function weekStatsOf(
 export function tenantWeekStats(db: Db, seal: RowSeal, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): TenantWeekStats {
   const statements = weekStatsStatements(db);
   const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
-  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins, seal, tot);
+  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins, seal, tot, lastVerificationStartIn(db, seal));
 }
 
 /**
