@@ -43,7 +43,7 @@ import {
   jobRuns as jobRunsPg,
   serviceMeta as serviceMetaPg,
 } from "../db/schema-pg.ts";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import type { Config } from "./config.ts";
 import { log } from "./logger.ts";
@@ -309,6 +309,34 @@ export const SEAL_COLUMNS: Record<keyof SealColumns, readonly [string, string]> 
  * writer's rows sealed by nobody.
  */
 export const pastSealedMarker = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "zegels-sinds");
+
+/**
+ * The file beside the anchor file that holds when the newest backup report this process
+ * stored was received (backup-status writes it, backup-controle reads it). A database
+ * writer can delete the newest report, a failed one, so that the one before reads as the
+ * newest; the file, out of their reach, says a newer one was there.
+ */
+export const backupWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "laatste-backupmelding");
+
+/** Records `ontvangen` as the newest report received (atomically, owner-only); never moves it back. */
+export function witnessBackup(path: string, ontvangen: string): void {
+  const known = witnessedBackup(path);
+  if (known !== null && known >= ontvangen) return;
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = `${path}.${process.pid}.tmp`;
+  writeFileSync(tmp, `${ontvangen}\n`, { mode: 0o600 });
+  renameSync(tmp, path);
+}
+
+/** When the newest report this process stored was received, or null (none yet, or the file is unreadable). */
+export function witnessedBackup(path: string): string | null {
+  try {
+    const v = readFileSync(path, "utf8").trim();
+    return /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(v) ? v : null;
+  } catch {
+    return null;
+  }
+}
 
 /**
  * Whether this start may seal the rows of the past: only while `marker` does not exist

@@ -301,6 +301,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
       },
       leeftijdUren: 3,
       maxUren: 26,
+      ontbreekt: null,
       vervalst: 0,
     });
     expect(pg.out[2]!.json).toMatchObject({ ok: false, reden: "te-oud", leeftijdUren: 26 });
@@ -342,7 +343,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
       [409, "te-oud"],
       [200, null],
     ]);
-    expect(pg[0]!.body).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 30, vervalst: 0 });
+    expect(pg[0]!.body).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 30, ontbreekt: null, vervalst: 0 });
   });
 });
 

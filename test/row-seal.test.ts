@@ -180,9 +180,27 @@ describe("sealed backup reports", () => {
     expect(r.json).toMatchObject({ reden: "mislukt", vervalst: 2, laatsteBackup: { ontvangen: NOW.toISOString(), exitCode: 2 } });
     // The real failed row changed to a success: its seal no longer holds, and the older good one is judged.
     await env.db.run("UPDATE backup_statuses SET exit_code = 0, gelukt = ? WHERE id = ?", true, failed!.id);
+    // (And the file beside the anchor file says the newest report the service stored is gone: `ontbreekt`.)
     const again = await call(env.app, "/api/cron/backup-controle");
-    expect(again.json).toMatchObject({ ok: false, reden: "vervalst", vervalst: 3, laatsteBackup: { bestandsnaam: "a.gz" } });
-    expect(env.alarms.raised.filter((a) => a.type === "db-integrity")).toHaveLength(2);
+    expect(again.json).toMatchObject({ ok: false, reden: "ontbreekt", ontbreekt: NOW.toISOString(), vervalst: 3, laatsteBackup: { bestandsnaam: "a.gz" } });
+    expect(env.alarms.raised.filter((a) => a.type === "db-integrity")).toHaveLength(3);
+  });
+
+  test("the newest report deleted (a failed one, so that the good one before reads as newest) is noticed: the file beside the anchor file says a newer one was received", async () => {
+    env = await makeEnv();
+    env.setNow(new Date(NOW.getTime() - 3_600_000));
+    expect((await call(env.app, "/api/cron/backup-status", report({ exitCode: 0, bestandsnaam: "a.gz", grootte: 1 }))).status).toBe(200);
+    env.setNow(NOW);
+    expect((await call(env.app, "/api/cron/backup-status", report({ exitCode: 2, foutmelding: "schijf vol" }))).status).toBe(200);
+    await env.db.run("DELETE FROM backup_statuses WHERE exit_code = 2");
+    const r = await call(env.app, "/api/cron/backup-controle");
+    expect(r.status).toBe(409);
+    expect(r.json).toMatchObject({ ok: false, reden: "ontbreekt", ontbreekt: NOW.toISOString(), laatsteBackup: { bestandsnaam: "a.gz" }, vervalst: 0 });
+    expect(env.alarms.raised.find((a) => a.type === "db-integrity")!.message).toContain("staat niet meer");
+    // The next report clears it.
+    env.setNow(new Date(NOW.getTime() + 60_000));
+    expect((await call(env.app, "/api/cron/backup-status", report({ exitCode: 0, bestandsnaam: "b.gz", grootte: 1 }))).status).toBe(200);
+    expect((await call(env.app, "/api/cron/backup-controle")).json).toMatchObject({ ok: true, ontbreekt: null });
   });
 
   test("a report received through backup-status is sealed and judged: 200 with vervalst 0", async () => {

@@ -7,7 +7,7 @@ import { backupStatuses } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { newestBackupPg } from "../pg/status.ts";
-import { NEWEST_ROWS, newestSealedBackup, rowSealOf, sealedBackupColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
+import { backupWitnessFile, NEWEST_ROWS, newestSealedBackup, rowSealOf, sealedBackupColumns, witnessedBackup, type RowSeal, type SealedBackup } from "../row-seal.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
@@ -29,6 +29,10 @@ const state = {
   laatsteBackup: nullable(NewestBackup),
   leeftijdUren: nullable(t.Number(), { description: "Leeftijd van de nieuwste status in uren, één decimaal; null zonder status." }),
   maxUren: integer(),
+  ontbreekt: nullable(dateTime(), {
+    description:
+      "Ontvangsttijd van een nieuwere melding die deze instantie opsloeg maar die niet (verzegeld) in de database staat: verwijderd of vervangen door iemand die de database kan wijzigen, of een oudere database teruggezet. Niet null is een afwijking (alarm `db-integrity`).",
+  }),
   vervalst: integer({
     minimum: 0,
     description:
@@ -37,10 +41,10 @@ const state = {
 };
 
 /** 200: the newest sealed backup succeeded and is recent, and no newer row is unsealed. */
-export const BackupControleOk = t.Object({ ok: t.Literal(true), ...state, vervalst: t.Literal(0) });
+export const BackupControleOk = t.Object({ ok: t.Literal(true), ...state, ontbreekt: t.Null(), vervalst: t.Literal(0) });
 
 /** 409: none, the newest failed, it is too old, or newer rows are forged ('vervalst' when that is all). */
-export const BackupControleAfwijking = t.Object({ ok: t.Literal(false), reden: enumOf(["geen-backup", "mislukt", "te-oud", "vervalst"]), ...state });
+export const BackupControleAfwijking = t.Object({ ok: t.Literal(false), reden: enumOf(["geen-backup", "mislukt", "te-oud", "vervalst", "ontbreekt"]), ...state });
 
 export type BackupReden = Static<typeof BackupControleAfwijking>["reden"];
 export type BackupControleBody = Static<typeof BackupControleOk> | Static<typeof BackupControleAfwijking>;
@@ -74,8 +78,21 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   else if (!laatsteBackup.gelukt) reden = "mislukt";
   else if (backupOverdue(ageMs!, maxUren)) reden = "te-oud";
 
-  if (!reden && vervalst === 0) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren, vervalst: 0 } };
+  // A newer report this process stored that the database no longer holds (sealed).
+  const witnessed = witnessedBackup(backupWitnessFile(deps.config));
+  const ontbreekt = witnessed !== null && (laatsteBackup === null || laatsteBackup.ontvangen < witnessed) ? witnessed : null;
 
+  if (!reden && vervalst === 0 && ontbreekt === null) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren, ontbreekt: null, vervalst: 0 } };
+
+  if (ontbreekt !== null) {
+    await deps.alarms.raise({
+      type: "db-integrity",
+      message:
+        `De backupmelding die om ${ontbreekt} binnenkwam staat niet meer (verzegeld) in backup_statuses: iemand die de database kan wijzigen heeft haar verwijderd of veranderd, ` +
+        `of er is een oudere database teruggezet. De nieuwste melding die er nog staat is van ${laatsteBackup?.ontvangen ?? "geen enkele"}. Controleer de backups op de host zelf.`,
+      context: { ontbreekt, ontvangen: laatsteBackup?.ontvangen ?? null },
+    });
+  }
   if (vervalst > 0) {
     await deps.alarms.raise({
       type: "db-integrity",
@@ -85,9 +102,9 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
       context: { vervalst, ontvangen: laatsteBackup?.ontvangen ?? null },
     });
   }
-  if (!reden) return { status: 409, body: { ok: false, reden: "vervalst", laatsteBackup, leeftijdUren, maxUren, vervalst } };
+  if (!reden) return { status: 409, body: { ok: false, reden: ontbreekt !== null ? "ontbreekt" : "vervalst", laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst } };
 
-  const body: BackupControleBody = { ok: false, reden, laatsteBackup, leeftijdUren, maxUren, vervalst };
+  const body: BackupControleBody = { ok: false, reden, laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst };
   const message =
     reden === "geen-backup"
       ? "Er is nog nooit een backup gemeld: controleer of de backup-taak op de host draait en backup-status aanroept."
@@ -117,7 +134,8 @@ export const backupControleJob = defineJob({
     "200 wanneer de nieuwste verzegelde BackupStatus geslaagd is en jonger dan BACKUP_MAX_UREN. Anders 409 met `reden` " +
     "(`geen-backup`, `mislukt`, `te-oud`), de nieuwste status en haar leeftijd in uren, en een alarm (`type` = `backup-missing`). " +
     "Alleen meldingen met een geldig zegel (ondertekend met de ankersleutel bij ontvangst) tellen; nieuwere rijen zonder geldig zegel staan als aantal in `vervalst` " +
-    "(409, alarm `db-integrity`; `reden` `vervalst` wanneer de backup zelf in orde is).",
+    "(409, alarm `db-integrity`; `reden` `vervalst` wanneer de backup zelf in orde is). Een nieuwere melding die deze instantie opsloeg en die niet meer in de database staat, " +
+    "staat in `ontbreekt` (409, alarm `db-integrity`; `reden` `ontbreekt` wanneer de backup verder in orde is).",
   run: (deps, now) => runBackupControle(deps, now),
   responses: {
     200: { description: "De nieuwste backup is geslaagd en recent.", schema: BackupControleOk },

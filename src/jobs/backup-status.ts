@@ -12,7 +12,8 @@ import { secretValues } from "../config.ts";
 import type { Deps } from "../deps.ts";
 import { recordBackupStatusPg } from "../pg/status.ts";
 import { storableText } from "../format.ts";
-import { rowSealOf } from "../row-seal.ts";
+import { log } from "../logger.ts";
+import { backupWitnessFile, rowSealOf, witnessBackup } from "../row-seal.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable } from "./schema.ts";
 
@@ -71,6 +72,14 @@ export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport
   const { store } = deps;
   if (store.kind === "pg") await recordBackupStatusPg(store.db, row);
   else store.db.insert(backupStatuses).values(row).run();
+  // Out of a database writer's reach: backup-controle notices when this report is gone.
+  // The report is stored either way; a file that cannot be written is logged, not a 500
+  // (which would make the backup script send the stored report again).
+  try {
+    witnessBackup(backupWitnessFile(deps.config), row.ontvangen);
+  } catch (e) {
+    log("error", "could not record the newest backup report beside the anchor file; backup-controle cannot notice it if it is deleted", { error: e instanceof Error ? e.message : String(e) });
+  }
   if (!gelukt) {
     const melding = report.foutmelding?.trim();
     await deps.alarms.raise({
