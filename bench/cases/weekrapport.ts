@@ -18,6 +18,7 @@ import { tenantWeekStats, WEEK_MS, weekLogins, weeklyReportProps } from "../../s
 import { arg, BENCH_SIGNING_KEY, benchDeps, NOW, peakRssMb, report } from "../lib.ts";
 import { auditKeys } from "../../src/audit/keys.ts";
 import { rowSeal } from "../../src/row-seal.ts";
+import { lastVerificationStartIn } from "../../src/reports/daily.ts";
 import { startSink } from "../sink-client.ts";
 
 const store = openStore(arg("db"), NOW);
@@ -44,7 +45,8 @@ const van = new Date(NOW.getTime() - WEEK_MS);
 const s0 = performance.now();
 const logins = await weekLogins(store.db, van, NOW);
 const seal = rowSeal(auditKeys({ auditAnkerSleutel: BENCH_SIGNING_KEY, auditVertrouwdeSleutels: [] }));
-const stats = tenants.map((t) => tenantWeekStats(store.db, seal, t.id, van, NOW, logins));
+const since = lastVerificationStartIn(store.db, seal);
+const stats = tenants.map((t) => tenantWeekStats(store.db, seal, t.id, van, NOW, logins, since));
 const statsSeconds = (performance.now() - s0) / 1000;
 const sample = Math.min(100, tenants.length);
 const r0 = performance.now();

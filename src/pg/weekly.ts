@@ -145,15 +145,26 @@ export function weekStatsQueriesPg(db: PgDb, tenantId: number, van: Date, tot: D
 }
 
 /** One tenant's week; `logins` is weekLoginsPg of the same week (tenantWeekStats). */
-export async function tenantWeekStatsPg(db: PgDb, seal: RowSeal, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): Promise<TenantWeekStats> {
+export async function tenantWeekStatsPg(
+  db: PgDb,
+  seal: RowSeal,
+  tenantId: number,
+  van: Date,
+  tot: Date,
+  logins: Map<number, TenantWeekLogins>,
+  /** lastVerificationStartPg, read once per run of the job (weeklyQueriesPg). */
+  since: string | null,
+): Promise<TenantWeekStats> {
   const q = weekStatsQueriesPg(db, tenantId, van, tot);
-  const [perActie, [keten], since] = await Promise.all([q.auditPerActie, q.keten, lastVerificationStartPg(db, seal)]);
+  const [perActie, [keten]] = await Promise.all([q.auditPerActie, q.keten]);
   return weekStatsOf(tenantId, perActie, keten, logins, seal, tot, since);
 }
 
 /** weekrapport's queries on this store (WeeklyQueries; SQLite's are weeklyQueries). */
 export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
   const { db } = store;
+  // The newest verification run's start, once for all tenants of this run of the job.
+  let since: Promise<string | null> | undefined;
   return {
     pruneDeliveries: (oldestKept) => pruneDeliveriesPg(db, oldestKept),
     weekRecipients: (isoWeek) => weekRecipientsPg(db, isoWeek),
@@ -163,6 +174,6 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
     releaseDelivery: (r, isoWeek) => releaseDeliveryPg(db, r, isoWeek),
     recordDelivery: (r, isoWeek, now) => recordDeliveryPg(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLoginsPg(db, van, tot),
-    tenantWeekStats: (tenantId, van, tot, logins) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins),
+    tenantWeekStats: async (tenantId, van, tot, logins) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins, await (since ??= lastVerificationStartPg(db, seal))),
   };
 }

@@ -311,10 +311,19 @@ export function weekStatsOf(
 }
 
 /** One tenant's week; `logins` is weekLogins of the same week, computed once for every tenant. */
-export function tenantWeekStats(db: Db, seal: RowSeal, tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): TenantWeekStats {
+export function tenantWeekStats(
+  db: Db,
+  seal: RowSeal,
+  tenantId: number,
+  van: Date,
+  tot: Date,
+  logins: Map<number, TenantWeekLogins>,
+  /** lastVerificationStartIn, read once per run of the job (weeklyQueries). */
+  since: string | null,
+): TenantWeekStats {
   const statements = weekStatsStatements(db);
   const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
-  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins, seal, tot, lastVerificationStartIn(db, seal));
+  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins, seal, tot, since);
 }
 
 /**
@@ -333,6 +342,8 @@ export interface WeeklyQueries {
 }
 
 export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
+  // The newest verification run's start, once for all tenants of this run of the job.
+  let since: string | null | undefined;
   return {
     pruneDeliveries: async (oldestKept) => pruneDeliveries(db, oldestKept),
     weekRecipients: async (isoWeek) => weekRecipients(db, isoWeek),
@@ -340,7 +351,10 @@ export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
     releaseDelivery: async (r, isoWeek) => releaseDelivery(db, r, isoWeek),
     recordDelivery: async (r, isoWeek, now) => recordDelivery(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLogins(db, van, tot),
-    tenantWeekStats: async (tenantId, van, tot, logins) => tenantWeekStats(db, seal, tenantId, van, tot, logins),
+    tenantWeekStats: async (tenantId, van, tot, logins) => {
+      if (since === undefined) since = lastVerificationStartIn(db, seal);
+      return tenantWeekStats(db, seal, tenantId, van, tot, logins, since);
+    },
   };
 }
 
