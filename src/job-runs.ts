@@ -107,10 +107,14 @@ export function writeRunEnd(store: AnyStore, seal: RowSeal, run: RunRef, end: Da
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, seal, run, end, r), deadlineMs);
 }
 
+/** A job's NEWEST_ROWS newest rows, by start then id: an index range on (job, gestart). */
+export function newestRunRows(db: Db, job: string): JobRunRow[] {
+  return db.select().from(jobRuns).where(eq(jobRuns.job, job)).orderBy(desc(jobRuns.gestart), desc(jobRuns.id)).limit(NEWEST_ROWS).all();
+}
+
 /** The job's newest sealed run, by start then id, and how many rows without a valid seal are newer (newestSealed). */
 export function lastRun(db: Db, job: string, seal: RowSeal): { run: JobRunRow | null; vervalst: number } {
-  const rows = db.select().from(jobRuns).where(eq(jobRuns.job, job)).orderBy(desc(jobRuns.gestart), desc(jobRuns.id)).limit(NEWEST_ROWS).all();
-  return newestSealed(rows, seal.sealed);
+  return newestSealed(newestRunRows(db, job), seal.sealed);
 }
 
 /**

@@ -13,7 +13,7 @@ import type { AnyStore } from "../src/deps.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import { formatDuur, median, OPERATOR_RECORDS_SQL } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
-import { insertBackupRow, stateZegel, call, NOW, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, eindzegel, zegel } from "./helpers.ts";
+import { backupReportRow, insertBackupRow, stateZegel, call, NOW, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, eindzegel, zegel } from "./helpers.ts";
 import { addLoginAttempt, addTenant, appendInputs, makeEnv, type TestDb } from "./dialect.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
 
@@ -49,15 +49,7 @@ const DAY = 24 * 3600 * 1000;
 
 /** A report as backup-status stores it: sealed (src/row-seal.ts). */
 function addBackup(env: Env, b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }) {
-  return insertBackupRow(env.db, {
-    ontvangen: b.ontvangen.toISOString(),
-    exitCode: b.exitCode,
-    gelukt: b.exitCode === 0,
-    bestandsnaam: b.bestandsnaam ?? null,
-    grootte: b.grootte ?? null,
-    foutmelding: b.foutmelding ?? "",
-    bron: "host-cron",
-  });
+  return insertBackupRow(env.db, backupReportRow(b));
 }
 
 function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok") {

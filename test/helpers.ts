@@ -36,6 +36,18 @@ export function stateZegel(r: { tenantId: number; gecontroleerd: string; intact:
 }
 /** backup_statuses.zegel of a report as stored, as backup-status seals it. */
 export const backupZegel = (r: BackupColumns) => TEST_SEAL.sealBackup(r);
+/** A host backup's report as backup-status stores it (without its seal); an absent foutmelding is "". */
+export function backupReportRow(b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }): BackupColumns {
+  return {
+    ontvangen: b.ontvangen.toISOString(),
+    exitCode: b.exitCode,
+    gelukt: b.exitCode === 0,
+    bestandsnaam: b.bestandsnaam ?? null,
+    grootte: b.grootte ?? null,
+    foutmelding: b.foutmelding ?? "",
+    bron: "host-cron",
+  };
+}
 /**
  * Stores a backup report in backup_statuses through `db.run` (either store), as
  * backup-status does (sealed) unless `zegel` says otherwise (none, or a copied one: a

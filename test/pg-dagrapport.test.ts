@@ -14,7 +14,7 @@ import { runDagrapport } from "../src/jobs/dagrapport.ts";
 import type { MailMessage } from "../src/mail/mailer.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
 import type { DailyReport } from "../src/reports/daily.ts";
-import { stateZegel, addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SEAL, TEST_SIGNING_KEY, backupZegel, eindzegel, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { backupReportRow, stateZegel, addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SEAL, TEST_SIGNING_KEY, backupZegel, eindzegel, zegel, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 
 setDefaultTimeout(120_000);
@@ -67,15 +67,7 @@ async function copyToPg(from: TestEnv, to: PgTestEnv): Promise<void> {
 
 /** A report as backup-status stores it: sealed (src/row-seal.ts). */
 function addBackup(env: TestEnv, b: { ontvangen: Date; exitCode: number; grootte?: number | null; bestandsnaam?: string; foutmelding?: string }) {
-  const row = {
-    ontvangen: b.ontvangen.toISOString(),
-    exitCode: b.exitCode,
-    gelukt: b.exitCode === 0,
-    bestandsnaam: b.bestandsnaam ?? null,
-    grootte: b.grootte ?? null,
-    foutmelding: b.foutmelding ?? "",
-    bron: "host-cron",
-  };
+  const row = backupReportRow(b);
   env.store.sqlite
     .query("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
     .run(row.ontvangen, row.exitCode, row.gelukt ? 1 : 0, row.bestandsnaam, row.grootte, row.foutmelding, row.bron, backupZegel(row));

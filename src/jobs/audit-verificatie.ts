@@ -3,11 +3,10 @@
 // (src/audit/verify-all.ts; src/pg/offline.ts on PostgreSQL), and keeps each tenant's
 // latest result for the reports. A broken chain or anchor file is 409 and one alarm per
 // run naming what is broken: verificationOutcome, the same rule on either store.
-import { getTableName, is } from "drizzle-orm";
+import { getTableName, is, max, sql } from "drizzle-orm";
 import { PgTable } from "drizzle-orm/pg-core";
 import * as pgSchema from "../../db/schema-pg.ts";
 import { schemaAnomaliesPg, schemaAnomaliesSqlite } from "../audit/schema-guard.ts";
-import { max, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { auditEntries, auditVerificationState, tenants } from "../../db/schema.ts";
 import type { Alarm } from "../alarms/alarm.ts";

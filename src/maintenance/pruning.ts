@@ -53,8 +53,6 @@ export interface JobRunColumns {
   id: Column;
   job: Column;
   gestart: Column;
-  beeindigd: Column;
-  uitkomst: Column;
 }
 export interface BackupStatusColumns {
   id: Column;

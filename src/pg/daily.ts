@@ -33,7 +33,7 @@ import {
 import { lastVerificationStart, NEWEST_ROWS, rowSealOf, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
-import { dueStatePg, installedAtPg, newestBackupPg } from "./status.ts";
+import { dueStatePg, installedAtPg, newestBackupPg, newestRunRowsPg } from "./status.ts";
 import type { PgDb, PgStore } from "./store.ts";
 
 export async function loginCountsPg(db: PgDb, now: Date): Promise<LoginCounts> {
@@ -71,15 +71,9 @@ export async function verificationCountsPg(db: PgDb, now: Date, seal: RowSeal): 
   return verificationSummary(rows, counted[0]!.n, seal, now, since);
 }
 
-/** lastVerificationStart on PostgreSQL (lastVerificationStartIn on SQLite): the statement of lastRunPg. */
+/** lastVerificationStart on PostgreSQL (lastVerificationStartIn on SQLite), over audit-verificatie's newest rows. */
 export async function lastVerificationStartPg(db: PgDb, seal: RowSeal): Promise<string | null> {
-  const rows = await db
-    .select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) })
-    .from(jobRuns)
-    .where(eq(jobRuns.job, "audit-verificatie"))
-    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-    .limit(NEWEST_ROWS);
-  return lastVerificationStart(rows, seal);
+  return lastVerificationStart(await newestRunRowsPg(db, "audit-verificatie"), seal);
 }
 
 /** The operator's records (OPERATOR_RECORDS_SQL on SQLite), through the partial index audit_anchor_log_operator_idx (a test checks the plan). */

@@ -145,8 +145,9 @@ async function deleteInBatchesPg(db: PgDb, table: typeof jobRuns | typeof backup
 
 /**
  * pruneOwnTables on PostgreSQL: job_runs older than JOB_RUNS_BEWAAR_DAGEN except per job
- * its newest run and its KEEP_OK_RUNS newest successful ones, backup_statuses older than
- * BACKUP_STATUSES_BEWAAR_DAGEN except the newest; the same rule (pruneRule) and result.
+ * its newest sealed run and its KEEP_OK_RUNS newest sealed successful ones, backup_statuses
+ * older than BACKUP_STATUSES_BEWAAR_DAGEN except the newest sealed one; the same rule
+ * (pruneRule, keptRunsOf, keptBackupOf) and result.
  */
 export async function pruneOwnTablesPg(store: PgStore, seal: RowSeal, now: Date, o: PruneOptions = {}): Promise<Opschoning> {
   const batch = o.batch ?? PRUNE_BATCH;

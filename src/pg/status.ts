@@ -20,15 +20,19 @@ export async function installedAtPg(db: PgDb | PgDbTx, seal: RowSeal): Promise<D
   return row && seal.installedSealed(row) ? new Date(row.value) : null;
 }
 
-/** The job's newest sealed run, as lastRun reads it on SQLite: by start, then id (an index range on (job, gestart)), and how many newer rows have no valid seal. */
-export async function lastRunPg(db: PgDb | PgDbTx, job: string, seal: RowSeal): Promise<{ run: NewestRun | null; vervalst: number }> {
-  const rows = await db
+/** A job's NEWEST_ROWS newest rows, by start then id (newestRunRows on SQLite): an index range on (job, gestart). */
+export function newestRunRowsPg(db: PgDb | PgDbTx, job: string) {
+  return db
     .select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) })
     .from(jobRuns)
     .where(eq(jobRuns.job, job))
     .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
     .limit(NEWEST_ROWS);
-  return newestSealed(rows, seal.sealed);
+}
+
+/** The job's newest sealed run, as lastRun reads it on SQLite, and how many newer rows have no valid seal. */
+export async function lastRunPg(db: PgDb | PgDbTx, job: string, seal: RowSeal): Promise<{ run: NewestRun | null; vervalst: number }> {
+  return newestSealed(await newestRunRowsPg(db, job), seal.sealed);
 }
 
 /** dueState on PostgreSQL, for one job: the rule (dueStateOf) over the job's newest sealed start. */

@@ -17,7 +17,7 @@ import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
-import type { Outcome } from "../job-runs.ts";
+import { newestRunRows, type Outcome } from "../job-runs.ts";
 import { countsAsVerification, lastVerificationStart, mapInTurns, NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow, type VerificationColumns } from "../row-seal.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { dueState, type DueState } from "../schedule-due.ts";
@@ -334,16 +334,9 @@ export function verificationCounts(db: Db, now: Date, seal: RowSeal): Promise<Ve
   return verificationSummary(rows, n, seal, now, lastVerificationStartIn(db, seal));
 }
 
-/** lastVerificationStart on SQLite: audit-verificatie's newest rows, an index range on (job, gestart) (the statement of lastRun). */
+/** lastVerificationStart on SQLite, over audit-verificatie's newest rows (newestRunRows). */
 export function lastVerificationStartIn(db: Db, seal: RowSeal): string | null {
-  const rows = db
-    .select()
-    .from(jobRuns)
-    .where(eq(jobRuns.job, "audit-verificatie"))
-    .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
-    .limit(NEWEST_ROWS)
-    .all();
-  return lastVerificationStart(rows, seal);
+  return lastVerificationStart(newestRunRows(db, "audit-verificatie"), seal);
 }
 
 /** The operator's records, through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
