@@ -97,7 +97,7 @@ describe("backup-status", () => {
     ["a number", "0", /JSON-object/],
     ["a string", '"ok"', /JSON-object/],
     ["a missing exitCode", '{"bestandsnaam":"x"}', /exitCode ontbreekt/],
-    ["exitCode null", '{"exitCode":null}', /exitCode ontbreekt/],
+    ["exitCode null", '{"exitCode":null}', /exitCode mag niet null zijn/],
     ["exitCode as a string", '{"exitCode":"0"}', /exitCode moet een geheel getal/],
     ["exitCode a fraction", '{"exitCode":1.5}', /exitCode moet een geheel getal/],
     ["exitCode beyond safe integers", '{"exitCode":9007199254740993}', /exitCode moet een geheel getal/],

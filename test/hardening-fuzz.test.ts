@@ -430,12 +430,12 @@ describe("hostile input over HTTP (Bun.serve of the app)", () => {
     expect(seen.has(500)).toBe(false);
   }, 60_000);
 
-  test("maxRequestBodySize (1 MiB) applies to the listening app: one byte over is 413 from Bun, nothing stored", async () => {
+  test("maxRequestBodySize (MAX_REQUEST_BODY, 2 MiB) applies to the listening app: one byte over is 413 from Bun, nothing stored", async () => {
     const before = await counts(env);
     const over = await raw(port, `POST /api/cron/backup-status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${SECRET}\r\nContent-Length: ${MAX_REQUEST_BODY + 1}\r\n\r\n` + "x".repeat(MAX_REQUEST_BODY + 1));
     expect(over?.status).toBe(413);
     expect(over?.body).toBe("");
-    // Exactly 1 MiB reaches the app, whose backup-status reads at most 64 KiB: 413 {error}.
+    // Exactly MAX_REQUEST_BODY reaches the app, whose backup-status reads at most 64 KiB: 413 {error}.
     const at = await raw(port, `POST /api/cron/backup-status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${SECRET}\r\nContent-Length: ${MAX_REQUEST_BODY}\r\n\r\n` + "x".repeat(MAX_REQUEST_BODY));
     expect(at?.status).toBe(413);
     expect(JSON.parse(at!.body).error).toContain("65536");

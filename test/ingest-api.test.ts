@@ -10,6 +10,7 @@ import { call, NOW, SECRET } from "./helpers.ts";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { addTenant, DIALECT, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry, INGEST } from "./ingest-fixtures.ts";
+import { MAX_BATCH_BYTES } from "../src/ingest/audit.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
 const DAY = 24 * 3600 * 1000;
@@ -344,6 +345,35 @@ describe("POST /api/audit", () => {
     expect(await count("audit_entries")).toBe(1000);
   });
 
+  test("over a socket, a body a little over 1 MiB meets the gate first (401, 403) and then the route's own 413 {error}, declared or chunked", async () => {
+    await appEnv();
+    const server = env.app.listen({ port: 0, hostname: "127.0.0.1" });
+    try {
+      const url = `http://127.0.0.1:${server.server!.port}/api/audit`;
+      const big = "x".repeat(MAX_BATCH_BYTES + 1);
+      const post = (token: string | null, body: BodyInit) => fetch(url, { method: "POST", headers: token ? { authorization: `Bearer ${token}` } : {}, body });
+      for (const [token, status] of [[null, 401], [WRONG, 401], [SECRET, 403], [APP_SECRET, 413]] as const) {
+        const r = await post(token, big);
+        expect({ token, status: r.status }).toEqual({ token, status });
+        expect(((await r.json()) as { error: string }).error).toBeString();
+      }
+      const declared = await post(APP_SECRET, big);
+      expect(((await declared.json()) as { error: string }).error).toBe("Body te groot: /api/audit accepteert hoogstens 1 MiB.");
+      const chunked = new ReadableStream({
+        start(c) {
+          for (let i = 0; i < 17; i++) c.enqueue(new TextEncoder().encode("x".repeat(64 * 1024)));
+          c.close();
+        },
+      });
+      const streamed = await post(APP_SECRET, chunked);
+      expect(streamed.status).toBe(413);
+      expect(((await streamed.json()) as { error: string }).error).toStartWith("Body te groot");
+      expect(await count("audit_entries")).toBe(0);
+    } finally {
+      await server.stop(true);
+    }
+  });
+
   test("a client that goes away in the middle of its body: 400, nothing stored, no alarm", async () => {
     await appEnv();
     const a = await addTenant(env.db);
@@ -449,6 +479,52 @@ describe("POST /api/inlogpogingen", () => {
       expect(r.json.error).toContain(field);
     }
     expect(await count("login_attempts")).toBe(2);
+  });
+});
+
+describe("text fields count characters, as the OpenAPI document does, and name what they expect", () => {
+  test("150 emoji fit a field of at most 200 characters (300 UTF-16 units); 201 characters do not", async () => {
+    await appEnv();
+    const ok = await send("/api/tenants/7", { naam: "😀".repeat(150), actief: true }, { method: "PUT" });
+    expect(ok.status).toBe(201);
+    expect((await env.db.get<{ naam: string }>("SELECT naam FROM tenants WHERE id = 7"))!.naam).toBe("😀".repeat(150));
+    const over = await send("/api/tenants/8", { naam: "😀".repeat(201), actief: true }, { method: "PUT" });
+    expect(over.status).toBe(400);
+    expect(over.json.error).toBe("Veld naam moet een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft) van 1 tot 200 tekens zijn.");
+    // the same rule in the document a client is built from: characters, in the pattern
+    const doc = (await call(env.app, "/docs/json", { method: "GET", token: null })).json;
+    const naam = doc.paths["/api/tenants/{id}"].put.requestBody.content["application/json"].schema.properties.naam;
+    expect(new RegExp(naam.pattern).test("😀".repeat(200))).toBe(true);
+    expect(new RegExp(naam.pattern, "u").test("😀".repeat(200))).toBe(true);
+    expect(new RegExp(naam.pattern).test("😀".repeat(201))).toBe(false);
+    expect(naam.maxLength).toBeUndefined();
+    expect(await count("tenants")).toBe(1);
+  });
+
+  test("an e-mail address with half a character is 400, not stored as another address (and added again on every PUT)", async () => {
+    await appEnv();
+    await send("/api/tenants/3", { naam: "Drie", actief: true }, { method: "PUT" });
+    const body = '{"beheerders":[{"naam":"Ans","email":"ans\\ud800@example.nl","actief":true}]}';
+    for (let i = 0; i < 2; i++) {
+      const r = await send("/api/tenants/3/beheerders", body, { method: "PUT" });
+      expect(r.status).toBe(400);
+      expect(r.json.error).toBe("Veld beheerders[0].email moet een e-mailadres (naam@domein) van 3 tot 320 tekens zijn.");
+    }
+    expect(await count("administrators")).toBe(0);
+    // a whole character outside the BMP is an address like any other
+    const whole = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans", email: "😀@example.nl", actief: true }] }, { method: "PUT" });
+    expect(whole.status).toBe(200);
+  });
+
+  test("the messages say what a field expects: an address, an IP address; null where a field may only be left out", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    const ip = await send("/api/inlogpogingen", { pogingen: [{ account: "ans", ip: "x", gelukt: false }] });
+    expect(ip.json.error).toBe("Veld pogingen[0].ip moet een IPv4- of IPv6-adres van 2 tot 45 tekens zijn.");
+    const sleutel = await send("/api/audit", { entries: [{ ...entry(a, 0), sleutel: null }] });
+    expect(sleutel.status).toBe(400);
+    expect(sleutel.json.error).toBe("Veld entries[0].sleutel mag niet null zijn (verwacht: een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft) van 1 tot 200 tekens).");
+    expect((await count("audit_entries")) + (await count("login_attempts"))).toBe(0);
   });
 });
 

@@ -2,7 +2,7 @@
 // with a Dutch message, and the 400 for a body that does not match its schema.
 import { ValueErrorType } from "@sinclair/typebox/errors";
 import { t, type ValidationError } from "elysia";
-import { NO_NUL } from "../jobs/schema.ts";
+import { lengths, PATTERN_MEANINGS } from "../jobs/schema.ts";
 import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../client.ts";
 
 /** The body of every answer that is not a job's own result. */
@@ -136,14 +136,6 @@ interface SchemaNode {
   maxItems?: number;
 }
 
-/** " van 1 tot 200 tekens", " van hoogstens 1000 elementen": a length rule, in Dutch. */
-function lengths(min: number | undefined, max: number | undefined, unit: string): string {
-  if (min !== undefined && min > 0 && max !== undefined) return ` van ${min} tot ${max} ${unit}`;
-  if (max !== undefined) return ` van hoogstens ${max} ${unit}`;
-  if (min !== undefined && min > 0) return ` van ten minste ${min} ${unit}`;
-  return "";
-}
-
 function bounds(s: SchemaNode): string {
   const parts: string[] = [];
   // The safe-integer bounds only say "a whole JSON number"; not worth a mention.
@@ -169,7 +161,7 @@ export function expectation(schema: unknown): string {
     case "string":
       if (s.format === "date-time") return "een tijdstip in ISO 8601 met tijdzone (bv. 2026-11-23T12:00:00Z)";
       if (s.format === "email") return "een e-mailadres";
-      if (s.pattern === NO_NUL) return `een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft)${lengths(s.minLength, s.maxLength, "tekens")}`;
+      if (s.pattern !== undefined && PATTERN_MEANINGS.has(s.pattern)) return PATTERN_MEANINGS.get(s.pattern)!;
       return `een tekst (string)${lengths(s.minLength, s.maxLength, "tekens")}`;
     case "boolean":
       return "true of false";
@@ -215,8 +207,8 @@ export function validationMessage(error: Pick<ValidationError, "valueError">): s
   // additionalProperties: false. A misspelt field would otherwise be dropped unseen.
   if (first.type === ValueErrorType.ObjectAdditionalProperties) return `Onbekend veld ${field}.`;
   if (field === "") return `Ongeldige body: verwacht ${expectation(schema)}.`;
-  if (first.value === undefined || (first.value === null && !acceptsNull(schema))) {
-    return `Veld ${field} ontbreekt (verplicht: ${expectation(schema)}).`;
-  }
+  if (first.value === undefined) return `Veld ${field} ontbreekt (verplicht: ${expectation(schema)}).`;
+  // Sent as null where null is not allowed (a required field, or an optional one that is left out instead).
+  if (first.value === null && !acceptsNull(schema)) return `Veld ${field} mag niet null zijn (verwacht: ${expectation(schema)}).`;
   return `Veld ${field} moet ${expectation(schema)} zijn.`;
 }

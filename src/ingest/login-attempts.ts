@@ -4,7 +4,7 @@
 // storeLoginAttemptsPg (src/pg/ingest.ts).
 import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
-import { integer, nullable, text } from "../jobs/schema.ts";
+import { integer, ipText, nullable, text } from "../jobs/schema.ts";
 import { MAX_BATCH_ENTRIES, Moment, refuseUnknownTenants, storedMoment, tenantExists, TenantId } from "./audit.ts";
 
 /** The request body's limit: 256 KiB (a thousand attempts fit in about 150 KiB). */
@@ -13,7 +13,7 @@ export const MAX_ATTEMPTS_BYTES = 256 * 1024;
 export const LoginAttemptInput = t.Object(
   {
     account: text({ minLength: 1, maxLength: 320, description: "Het account (gebruikersnaam of e-mailadres) waarmee werd ingelogd." }),
-    ip: t.String({ minLength: 2, maxLength: 45, pattern: "^[0-9A-Fa-f:.]+$", description: "IPv4- of IPv6-adres van de client." }),
+    ip: ipText({ minLength: 2, maxLength: 45, description: "IPv4- of IPv6-adres van de client." }),
     gelukt: t.Boolean(),
     reden: t.Optional(nullable(text({ maxLength: 200 }), { description: "Waarom het mislukte, bv. `wachtwoord`." })),
     tenantId: t.Optional(nullable(TenantId)),

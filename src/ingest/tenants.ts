@@ -7,8 +7,7 @@ import { eq } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { administrators, tenants } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
-import { integer, text } from "../jobs/schema.ts";
-import { EMAIL_PATTERN } from "../mail/address.ts";
+import { emailText, integer, text } from "../jobs/schema.ts";
 import { Refusal } from "./refusal.ts";
 
 export const MAX_ADMINISTRATORS = 1000;
@@ -36,7 +35,7 @@ export type TenantResult = Static<typeof TenantResult>;
 export const AdministratorInput = t.Object(
   {
     naam: text({ minLength: 1, maxLength: 200 }),
-    email: t.String({ minLength: 3, maxLength: 320, pattern: EMAIL_PATTERN.source, description: "Uniek binnen de lijst (hoofdletters tellen niet)." }),
+    email: emailText({ minLength: 3, maxLength: 320, description: "Uniek binnen de lijst (hoofdletters tellen niet)." }),
     actief: t.Boolean({ description: "false: krijgt geen weekrapport." }),
   },
   { additionalProperties: false },

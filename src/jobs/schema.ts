@@ -10,6 +10,7 @@
 //    default: enumOf() leaves it out.
 import { Type, type IntegerOptions, type SchemaOptions, type StringOptions, type TSchema } from "@sinclair/typebox";
 import { t } from "elysia";
+import { EMAIL_PATTERN } from "../mail/address.ts";
 
 export const integer = (options?: IntegerOptions) => Type.Integer(options);
 
@@ -19,17 +20,51 @@ export const enumOf = <const V extends readonly [string, ...string[]]>(values: V
   t.UnionEnum(values, { ...options, default: undefined });
 
 /**
- * The pattern of text as both stores keep it: well-formed Unicode without NUL (U+0000).
- * SQLite stores a NUL; PostgreSQL's text refuses it, so a batch holding one would be a
- * 500 there (and lost on every retry) while SQLite took it. A lone UTF-16 surrogate
- * (half of a character, "\ud800" in JSON) is hashed as JavaScript holds it, but both
- * stores keep U+FFFD instead: the entry would never verify again. Both refused, with a
- * 400 that says why. Matched per UTF-16 unit, so the same with or without the u flag.
+ * One character of text as both stores keep it: well-formed Unicode without NUL
+ * (U+0000). SQLite stores a NUL; PostgreSQL's text refuses it, so a batch holding one
+ * would be a 500 there (and lost on every retry) while SQLite took it. A lone UTF-16
+ * surrogate (half of a character, "\ud800" in JSON) is hashed as JavaScript holds it, but
+ * both stores keep U+FFFD instead: the entry would never verify again (and an e-mail
+ * address would be stored as another one). Both refused, with a 400 that says why.
+ * Matched per UTF-16 unit, a pair as one character, so the same with or without the u flag.
  */
-export const NO_NUL = "^(?:[^\\u0000\\ud800-\\udfff]|[\\ud800-\\udbff][\\udc00-\\udfff])*$";
+const CHARACTER = "(?:[^\\u0000\\ud800-\\udfff]|[\\ud800-\\udbff][\\udc00-\\udfff])";
 
-/** A text field of a write API body: t.String of well-formed Unicode without NUL characters (NO_NUL). */
-export const text = (options?: StringOptions) => t.String({ ...options, pattern: NO_NUL });
+/** What a string pattern of these schemas asks for, in Dutch, by pattern: the 400 message says it (src/http/errors.ts). */
+export const PATTERN_MEANINGS = new Map<string, string>();
+
+/** " van 1 tot 200 tekens", " van hoogstens 1000 elementen": a length rule, in Dutch. */
+export function lengths(min: number | undefined, max: number | undefined, unit: string): string {
+  if (min !== undefined && min > 0 && max !== undefined) return ` van ${min} tot ${max} ${unit}`;
+  if (max !== undefined) return ` van hoogstens ${max} ${unit}`;
+  if (min !== undefined && min > 0) return ` van ten minste ${min} ${unit}`;
+  return "";
+}
+
+const meaning = (pattern: string, dutch: string) => {
+  PATTERN_MEANINGS.set(pattern, dutch);
+  return pattern;
+};
+
+/**
+ * The pattern of `min` to `max` characters (CHARACTER). The length is in the pattern, not
+ * in minLength/maxLength: TypeBox counts those in UTF-16 units, where JSON Schema (the
+ * OpenAPI document, and a client built from it) counts characters, so 150 emoji would
+ * pass the document's maxLength 200 and be refused here.
+ */
+export function textPattern(min = 0, max?: number): string {
+  return meaning(`^${CHARACTER}{${min},${max ?? ""}}$`, `een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft)${lengths(min, max, "tekens")}`);
+}
+
+/** A text field of a write API body: t.String of `minLength` to `maxLength` characters (textPattern). */
+export const text = ({ minLength, maxLength, ...options }: StringOptions = {}) => t.String({ ...options, pattern: textPattern(minLength, maxLength) });
+
+/** An e-mail address field: EMAIL_PATTERN, of `minLength` to `maxLength` characters of text (textPattern). */
+export const emailText = ({ minLength, maxLength, ...options }: StringOptions = {}) =>
+  t.String({ ...options, pattern: meaning(`(?=${textPattern(minLength, maxLength)})${EMAIL_PATTERN.source}`, `een e-mailadres (naam@domein)${lengths(minLength, maxLength, "tekens")}`) });
+
+/** An IPv4 or IPv6 address as a client's text gives it: hexadecimal digits, colons and dots (ASCII, so the lengths count alike). */
+export const ipText = (options: StringOptions = {}) => t.String({ ...options, pattern: meaning("^[0-9A-Fa-f:.]+$", `een IPv4- of IPv6-adres${lengths(options.minLength, options.maxLength, "tekens")}`) });
 
 /** A moment as Date.toISOString() writes it (UTC). */
 export const dateTime = (options?: StringOptions) => t.String({ ...options, format: "date-time" });
