@@ -16,6 +16,7 @@ import { appendEntriesPg, copyRows, verifyTenantChainPg, verifyTenantsPg } from 
 import { verifyInstallationPg } from "../src/pg/offline.ts";
 import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
+import { runMigrateTo } from "../src/cli/migrate-to.ts";
 import { fillDemoData } from "../src/cli/demo-data.ts";
 import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
@@ -220,6 +221,54 @@ describe("migrate-to", () => {
     expect(unproved.uitkomst).toBe("doel-niet-leeg");
     if (unproved.uitkomst === "doel-niet-leeg") expect(unproved.toelichting).toContain("zonder bewezen kopie");
     if (unproved.uitkomst === "doel-niet-leeg") expect(unproved.toelichting).toContain("verwijder die database");
+  });
+
+  test("a write into the source during the copy: not done, not proved, and the operator told to stop the service and rerun into a new empty database (exit 1)", async () => {
+    const { a } = await livedInstallation();
+    const url = await cluster.createDatabase();
+    const before = count("audit_entries");
+    const out: string[] = [];
+    const err: string[] = [];
+    // The service still running: an entry committed to the SQLite file as the copy starts
+    // (after the snapshot's first read), on the line the command prints then.
+    const code = await runMigrateTo(
+      ["--database-url", url, "--db", env!.config.databasePath, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY],
+      {},
+      (line) => {
+        out.push(line);
+        if (line.startsWith("kopiëren naar")) appendAuditEntry(env!.store.sqlite, { tenantId: a, actor: "nog@alfa.nl", action: "tijdens", subject: "s", details: {}, createdAt: NOW });
+      },
+      (line) => err.push(line),
+    );
+    expect(count("audit_entries")).toBe(before + 1);
+    expect(code).toBe(1);
+    expect(out.join("\n")).not.toContain("KLAAR");
+    expect(err.join("\n")).toContain("bron-gewijzigd");
+    expect(err.join("\n")).toContain("stop de service");
+    expect(err.join("\n")).toContain("nieuwe, lege database");
+    // The copy is the snapshot's (the entry is not in it), and never marked proved.
+    const pg = client(url);
+    expect(Number((await pg`SELECT count(*) AS n FROM audit_entries`)[0].n)).toBe(before);
+    expect((await pg`SELECT key FROM service_meta WHERE key = ${PROVED_KEY}`).length).toBe(0);
+  });
+
+  test("refuses a target where another application keeps its tables, before migrating: nothing of nachtwacht's is created there (exit 2)", async () => {
+    await livedInstallation();
+    const url = await cluster.createDatabase();
+    const pg = client(url);
+    await pg`CREATE TABLE klanten (id integer PRIMARY KEY, naam text)`;
+    await pg`INSERT INTO klanten VALUES (1, 'Jansen'), (2, 'De Vries')`;
+    const r = await migrate(url);
+    expect(r.uitkomst).toBe("doel-heeft-andere-tabellen");
+    if (r.uitkomst === "doel-heeft-andere-tabellen") expect(r.toelichting).toContain("klanten");
+    const tables = (await pg`SELECT table_schema || '.' || table_name AS t FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1`).map((t: { t: string }) => t.t);
+    expect(tables).toEqual(["public.klanten"]);
+    expect(Number((await pg`SELECT count(*) AS n FROM klanten`)[0].n)).toBe(2);
+    // The command: exit 2, the table named.
+    const err: string[] = [];
+    const code = await runMigrateTo(["--database-url", url, "--db", env!.config.databasePath, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {}, () => {}, (s) => err.push(s));
+    expect(code).toBe(2);
+    expect(err.join("\n")).toContain("klanten");
   });
 
   test("refuses a source that does not verify, and copies nothing", async () => {

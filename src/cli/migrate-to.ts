@@ -4,8 +4,9 @@
 // (src/pg/migrate-to.ts). A URL with a password (in its user info or as `?password=`)
 // never goes on the command line (where ps and shell history show it): give `-` and the
 // URL on standard input, or set DATABASE_URL in the environment. Exit 0 done and
-// proved, 1 the source does not verify or the copy differs, 2 could not (usage, keys,
-// connection, a target that is not empty).
+// proved, 1 the source does not verify, the copy differs, or the source was written to
+// during the copy (the service still running), 2 could not (usage, keys, connection, a
+// target that is not empty or holds another application's tables).
 import { parseArgs } from "node:util";
 import { CannotCheck } from "../audit/offline.ts";
 import { migrateToPostgres } from "../pg/migrate-to.ts";
@@ -18,12 +19,15 @@ export const MIGRATE_TO_HELP =
   "  Kopieert de SQLite-database naar een lege PostgreSQL-database (15 of nieuwer) en bewijst de kopie voordat het klaar zegt:\n" +
   "  eerst moet de bron verifiëren (ketens tegen het ankerbestand), dan gaat alles in één transactie over (COPY), dan wordt\n" +
   "  elke tabel rij voor rij vergeleken en elke keten in PostgreSQL geverifieerd tegen de ondertekende checkpoints.\n" +
-  "  Stop de service eerst: wat daarna nog in het SQLite-bestand komt, gaat niet mee.\n" +
+  "  Stop de service eerst: wordt er tijdens het kopiëren in het SQLite-bestand geschreven, dan is de kopie niet bewezen\n" +
+  "  (exit 1, bron-gewijzigd): stop dan de service en draai het opnieuw in een nieuwe, lege database.\n" +
+  "  Alleen in een lege database: staan er tabellen van een andere toepassing in (schema public), dan wordt er niets aangemaakt.\n" +
   "  --database-url  postgres://gebruiker@host:poort/database; met een wachtwoord alleen via '-' (de URL op standaardinvoer)\n" +
   "                  of DATABASE_URL in de omgeving, nooit op de opdrachtregel\n" +
   "  Sleutels: --sleutel (herhaalbaar), anders AUDIT_VERTROUWDE_SLEUTELS en de publieke helft van AUDIT_ANKER_SLEUTEL.\n" +
   "  Standaard DATABASE_PATH en AUDIT_ANKER_BESTAND uit de omgeving.\n" +
-  "  exit 0: gekopieerd en bewezen; 1: bron verifieert niet of kopie wijkt af; 2: niet mogelijk (gebruik, verbinding, doel niet leeg).";
+  "  exit 0: gekopieerd en bewezen; 1: bron verifieert niet, kopie wijkt af of de bron veranderde tijdens het kopiëren;\n" +
+  "  2: niet mogelijk (gebruik, verbinding, doel niet leeg of met tabellen van een andere toepassing).";
 
 /**
  * Whether a URL carries a password: in its user info, or in a query parameter (Bun's
@@ -77,6 +81,7 @@ export async function runMigrateTo(args: string[], env: Record<string, string | 
         out(`KLAAR: ${result.tabellen.reduce((n, t) => n + t.rijen, 0)} rijen in ${result.tabellen.length} tabellen gekopieerd en gelijk bevonden; ${result.ketens} keten(s), ${result.entries} entries, geverifieerd in ${redactUrl(url)}.`);
         return 0;
       case "doel-niet-leeg":
+      case "doel-heeft-andere-tabellen":
         err(`nachtwacht migrate-to: ${result.toelichting}`);
         return 2;
       case "kopie-wijkt-af":

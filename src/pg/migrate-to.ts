@@ -5,13 +5,14 @@
 import { Database } from "bun:sqlite";
 import { orphanChains } from "../audit/chain.ts";
 import type { SQL } from "bun";
-import { getTableConfig, type PgTable } from "drizzle-orm/pg-core";
+import { is } from "drizzle-orm";
+import { getTableConfig, PgTable } from "drizzle-orm/pg-core";
 import * as pgSchema from "../../db/schema-pg.ts";
 import { compareWithFile } from "../audit/anchor-check.ts";
 import type { Verifier } from "../audit/note.ts";
 import { verifyDatabase } from "../audit/offline.ts";
 import { copyRows, copyUnescape, verifyTenantsPg } from "./chain.ts";
-import { openPgStore } from "./store.ts";
+import { openPgStore, pgPool } from "./store.ts";
 import { redactUrl } from "./url.ts";
 import { schemaVersionProblem } from "../db.ts";
 
@@ -161,7 +162,35 @@ export type MigrateResult =
   | { uitkomst: "klaar"; tabellen: { tabel: string; rijen: number }[]; ketens: number; entries: number }
   | { uitkomst: "bron-niet-in-orde"; toelichting: string }
   | { uitkomst: "doel-niet-leeg"; toelichting: string }
+  | { uitkomst: "doel-heeft-andere-tabellen"; toelichting: string }
+  | { uitkomst: "bron-gewijzigd"; toelichting: string }
   | { uitkomst: "kopie-wijkt-af"; toelichting: string };
+
+/**
+ * The tables nachtwacht keeps in PostgreSQL: every table of db/schema-pg.ts, and drizzle's
+ * migrations table (its own schema "drizzle" by default; named in case it is in public).
+ */
+export const OWN_TABLES: ReadonlySet<string> = new Set([
+  ...(Object.values(pgSchema) as unknown[])
+    .filter((v): v is PgTable => is(v, PgTable))
+    .map((t) => getTableConfig(t).name),
+  "__drizzle_migrations",
+]);
+
+/**
+ * The tables (and views) in schema public of `url` that are not nachtwacht's: another
+ * application's database. Read before anything is migrated there.
+ */
+export async function foreignTables(url: string): Promise<string[]> {
+  const sql = pgPool(url, 1);
+  try {
+    const rows = (await sql`SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname`) as { name: string }[];
+    return rows.map((r) => r.name).filter((n) => !OWN_TABLES.has(n));
+  } finally {
+    await sql.close();
+  }
+}
 
 /** Migration 0002's statement trigger that checks new audit rows' tenants. */
 const TENANT_CHECK = "audit_entries_have_tenant";
@@ -187,10 +216,15 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
     source.close();
     return { uitkomst: "bron-niet-in-orde", toelichting: `${version}; niets gekopieerd` };
   }
-  // One snapshot of the source from here (a read transaction, its snapshot taken at the
-  // first read below), held through the copy and its proof: what is checked is what is
-  // copied, and a writer still at work shows as a difference.
+  // One snapshot of the source from here (a read transaction, its snapshot taken at its
+  // first read: the data_version below), held through the copy and its proof: what is
+  // checked is what is copied. A writer still at work does NOT show as a difference (the
+  // proof compares the copy with this snapshot, not with the file as it is now): SQLite's
+  // data_version, read again after the snapshot ends, differs if another connection
+  // committed in between, and then the copy is not proved.
   source.run("BEGIN");
+  const dataVersion = () => (source.query("PRAGMA data_version").get() as { data_version: number }).data_version;
+  const versionAtSnapshot = dataVersion();
   // Audit entries of a tenant that is not there: SQLite checks its foreign keys only on
   // connections that ask for it, and PostgreSQL would refuse the rows mid-copy
   // (migration 0002). Named before anything is copied. The other tables' keys PostgreSQL
@@ -200,7 +234,25 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
     source.close();
     return { uitkomst: "bron-niet-in-orde", toelichting: `tenant ${orphan} heeft audit-entries maar staat niet in tenants; eerst uitzoeken, niets gekopieerd` };
   }
+  // Never into another application's database: checked before the migrations create
+  // anything there.
+  let foreign: string[];
+  try {
+    foreign = await foreignTables(o.url);
+  } catch (e) {
+    source.close();
+    throw e;
+  }
+  if (foreign.length > 0) {
+    source.close();
+    const named = foreign.slice(0, 5).join(", ") + (foreign.length > 5 ? ` en nog ${foreign.length - 5}` : "");
+    return {
+      uitkomst: "doel-heeft-andere-tabellen",
+      toelichting: `${redactUrl(o.url)} bevat tabellen die niet van nachtwacht zijn (${named}): migrate-to schrijft alleen in een lege database; maak er een nieuwe, lege voor aan. Er is niets aangemaakt of gekopieerd`,
+    };
+  }
   const target = await openPgStore(o.url, { max: Math.max(2, (o.parallel ?? 2) + 1) });
+  let snapshotOpen = true;
   try {
     const shapes = COPIED_TABLES.map(tableShape);
     // 2. Only into an empty database: never merge two installations' chains.
@@ -264,12 +316,26 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
       if (!r.intact) return { uitkomst: "kopie-wijkt-af", toelichting: `tenant ${tenantId}: keten in PostgreSQL ${r.fout?.reden} bij seq ${r.fout?.seq}` };
       entries += r.aantalEntries;
     }
+    // The snapshot ends; if another connection committed to the source since it began,
+    // the copy (proved equal to the snapshot) lacks that.
+    source.run("COMMIT");
+    snapshotOpen = false;
+    if (dataVersion() !== versionAtSnapshot) {
+      return {
+        uitkomst: "bron-gewijzigd",
+        toelichting:
+          `tijdens het kopiëren is in ${o.dbPath} geschreven (draait de service nog?); wat daarna kwam, staat niet in de kopie. ` +
+          `De kopie in ${redactUrl(o.url)} is niet bewezen en niet te gebruiken: stop de service (systemctl stop nachtwacht), ` +
+          "verwijder die database en draai migrate-to opnieuw in een nieuwe, lege database",
+      };
+    }
     // Only now is the copy proved; a copy without this row (a run that was stopped, or
-    // whose proof failed) is never mistaken for one, and a rerun says so.
+    // whose proof failed, or whose source changed meanwhile) is never mistaken for one,
+    // and a rerun says so.
     await target.sql`INSERT INTO service_meta (key, value) VALUES (${PROVED_KEY}, ${new Date().toISOString()})`;
     return { uitkomst: "klaar", tabellen, ketens: tasks.length, entries };
     } finally {
-      source.run("COMMIT");
+      if (snapshotOpen) source.run("COMMIT");
     }
   } finally {
     source.close();
