@@ -5,7 +5,7 @@
 // stores: on PostgreSQL the commands read the installation's database through
 // `--database-url` (src/pg/offline.ts) instead of `--db`.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { copyFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
@@ -40,8 +40,11 @@ async function signed(): Promise<{ a: number; b: number }> {
 }
 
 /** Runs a command with no secret in its environment: only PATH and HOME. */
-async function run(args: string[], o: { stdin?: string; exe?: string[] } = {}) {
-  const p = Bun.spawn([...(o.exe ?? [BUN, join(ROOT, "src/index.ts")]), ...args], {
+async function run(args: string[], o: { stdin?: string; exe?: string[]; umask?: number } = {}) {
+  const exe = o.exe ?? [BUN, join(ROOT, "src/index.ts")];
+  // With a umask of its own: through the shell, which sets it and then becomes the command.
+  const cmd = o.umask === undefined ? [...exe, ...args] : ["sh", "-c", `umask ${o.umask.toString(8)} && exec "$@"`, "sh", ...exe, ...args];
+  const p = Bun.spawn(cmd, {
     cwd: env.dir,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir },
     stdin: o.stdin === undefined ? "ignore" : new Blob([o.stdin]),
@@ -143,6 +146,38 @@ describe("nachtwacht export and verify --bundel", () => {
     const wrongProof = await run(["verify", "--bundel", file, "--sleutel", TEST_VERIFIER_KEY]);
     expect(wrongProof.code).toBe(1);
     expect(wrongProof.out).toContain("inclusiebewijs voor seq 24 klopt niet");
+  });
+});
+
+describe("nachtwacht export --uit", () => {
+  test("never over its own inputs: --uit naming the anchor file (also through a symbolic link) or the database (or its -wal) is refused, exit 2, nothing changed", async () => {
+    const { a } = await signed();
+    const anchors = readFileSync(env.config.auditAnkerBestand);
+    const link = join(env.dir, "link-naar-ankers.jsonl");
+    symlinkSync(env.config.auditAnkerBestand, link);
+    const inputs = [env.config.auditAnkerBestand, link, ...(env.dialect === "sqlite" ? [env.config.databasePath, `${env.config.databasePath}-wal`] : [])];
+    const db = env.dialect === "sqlite" ? readFileSync(env.config.databasePath) : null;
+    for (const uit of inputs) {
+      const r = await run(["export", ...base(), "--tenant", String(a), "--uit", uit]);
+      expect([uit, r.code]).toEqual([uit, 2]);
+      expect(r.err).toContain("--uit");
+      expect(r.err).toMatch(/is het ankerbestand|is de database|is het -wal-bestand van de database/);
+    }
+    expect(readFileSync(env.config.auditAnkerBestand)).toEqual(anchors);
+    if (db !== null) expect(readFileSync(env.config.databasePath)).toEqual(db);
+    expect((await run(["verify", ...base()])).code).toBe(0);
+  });
+
+  test("the bundle is written owner-only whatever the umask, with no temporary file left beside it", async () => {
+    const { a } = await signed();
+    const dir = join(env.dir, "uit");
+    mkdirSync(dir);
+    const file = join(dir, "bundel.jsonl");
+    const r = await run(["export", ...base(), "--tenant", String(a), "--uit", file], { umask: 0o022 });
+    expect(r.code).toBe(0);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect(readdirSync(dir)).toEqual(["bundel.jsonl"]);
+    expect(readFileSync(file, "utf8").trimEnd().split("\n")).toHaveLength(1 + 37);
   });
 });
 

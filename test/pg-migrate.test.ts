@@ -508,6 +508,12 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     expect(v.tenants.every((t) => t.intact)).toBe(true);
     expect(v.tenants.reduce((n, t) => n + t.aantalEntries, 0)).toBe(count("audit_entries"));
 
+    // The anchor file not where it was said to be, while the database has anchors: 66, named.
+    const absent = join(env!.dir, "elders.jsonl");
+    const noAnchors = await binary(["backup", "--database-url", "-", "--map", dir, "--ankers", absent, "--geen-melding"], url);
+    expect(noAnchors.code).toBe(66);
+    expect(noAnchors.err).toContain(`het ankerbestand ${absent} ontbreekt`);
+
     const missing = await backup(url.replace(/\/[^/]+$/, "/bestaat_niet"));
     expect(missing.code).toBe(66);
     expect(missing.err).toContain("pg_dump");

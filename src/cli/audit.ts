@@ -12,8 +12,9 @@
 // sign, so they need AUDIT_ANKER_SLEUTEL itself (src/audit/operator.ts; on PostgreSQL
 // src/pg/operator.ts): 0 done (or, without --ja, possible), 1 refused, 2 not possible.
 import { randomBytes } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, realpathSync } from "node:fs";
 import { hostname } from "node:os";
+import { basename, dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { generateKeyPair, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
 import { CannotCheck, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
@@ -24,6 +25,7 @@ import type { InstallationVerdict } from "../audit/verify-all.ts";
 import { redenUitleg } from "../reports/shared.ts";
 import { redactUrl } from "../pg/url.ts";
 import { databaseUrl } from "./database-url.ts";
+import { writeFileDurably } from "./durable-file.ts";
 
 /** Where adopt and accept-restore find the service's database. */
 const DATABASE_HELP =
@@ -50,6 +52,8 @@ const HELP: Record<string, string> = {
     "gebruik: nachtwacht export --tenant N [--bewijs SEQ] [--uit BESTAND] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND] [--sleutel …]\n" +
     "  Schrijft een bundel (JSON-regels: kop met checkpoint, retentierecord en publieke sleutels, dan de entries)\n" +
     "  die `nachtwacht verify --bundel` offline controleert. --bewijs voegt een RFC 6962-inclusiebewijs van één entry toe.\n" +
+    "  --uit schrijft de bundel in een bestand, alleen leesbaar voor de eigenaar (600), in zijn geheel of niet; niet over\n" +
+    "  de database (of haar -wal/-shm) of het ankerbestand zelf (geweigerd, exit 2).\n" +
     "  exit 0: geschreven; 2: niet mogelijk.",
   adopt:
     "gebruik: nachtwacht adopt --tenant N [--ja] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND]\n" +
@@ -226,6 +230,29 @@ function printVerdict(v: InstallationVerdict, out: (s: string) => void): boolean
   return !v.probleem && v.tenants.every((t) => t.intact);
 }
 
+/** A path as the file system resolves it (symbolic links followed); one that does not exist yet, through its folder. */
+function resolvedPath(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    try {
+      return join(realpathSync(dirname(resolve(path))), basename(path));
+    } catch {
+      return resolve(path);
+    }
+  }
+}
+
+/** export's --uit must not name one of its inputs: the anchor file, or the SQLite database or its -wal/-shm (null on PostgreSQL). */
+function refuseOwnInput(uit: string, anchorPath: string, dbPath: string | null): void {
+  const target = resolvedPath(uit);
+  const inputs: [string, string][] = [[resolvedPath(anchorPath), "het ankerbestand"]];
+  if (dbPath !== null) for (const suffix of ["", "-wal", "-shm"]) inputs.push([resolvedPath(dbPath + suffix), suffix === "" ? "de database" : `het ${suffix}-bestand van de database`]);
+  for (const [path, what] of inputs) {
+    if (path === target) throw new UsageError(`--uit ${uit} is ${what} (${path}): de bundel zou die overschrijven; kies een ander bestand`);
+  }
+}
+
 /** The PostgreSQL URL of verify, export, adopt or accept-restore: `--database-url`, or DATABASE_URL when no `--db` is given; null for SQLite. */
 async function postgresUrl(o: { "database-url"?: string; db?: string }, env: Record<string, string | undefined>): Promise<string | null> {
   if (o["database-url"] === undefined && (o.db !== undefined || env.DATABASE_URL === undefined)) return null;
@@ -323,12 +350,14 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       if (o.bewijs !== undefined && !/^[1-9][0-9]*$/.test(o.bewijs)) throw new UsageError("--bewijs SEQ moet een volgnummer zijn");
       const proveSeq = o.bewijs === undefined ? undefined : Number(o.bewijs);
       const pg = await postgresUrl(o, env);
+      if (o.uit) refuseOwnInput(o.uit, anchorPath, pg ? null : dbPath);
       const lines = pg
         ? await onPostgres(pg, () => import("../pg/offline.ts").then((m) => m.exportBundlePg(pg, anchorPath, Number(o.tenant), verifiers, proveSeq)))
         : await exportBundle(dbPath, anchorPath, Number(o.tenant), verifiers, proveSeq);
       const text = lines.join("\n") + "\n";
       if (o.uit) {
-        writeFileSync(o.uit, text);
+        // Owner-only (a tenant's whole audit trail), whole or not at all, on disk when reported.
+        writeFileDurably(o.uit, text, 0o600);
         err(`bundel geschreven: ${o.uit} (${lines.length - 1} entries)`);
       } else {
         out(text.trimEnd());

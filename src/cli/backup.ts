@@ -4,24 +4,29 @@
 //  1. an online, consistent copy with SQLite's VACUUM INTO: one read transaction, so the
 //     copy is a snapshot even while the service writes (a plain cp of a live WAL
 //     database can copy a torn state and misses what is still in the -wal file);
-//  2. an integrity check of the copy, gzip, and an atomic rename into the backup folder;
-//     the anchor file is copied beside it (gzip), old backups are pruned;
+//  2. an integrity check of the copy, gzip, fsync, and an atomic rename into the backup
+//     folder (the folder fsynced after: src/cli/durable-file.ts); the anchor file is
+//     copied beside it alike (a missing one is a failure once the database has anchors),
+//     old backups are pruned;
 //  3. its name and size reported to backup-status ({"exitCode":0,...}).
 // On any failure the step, its exit code and its error are reported instead
 // ({"exitCode":N,"foutmelding":...}) and the command exits with that code.
 //
 // The secret for the report is read from the environment file (--env), never from the
 // command line. Exit codes (sysexits): 0 ok, 64 usage, 65 the copy is not sound,
-// 66 no database, 73 backup folder not usable, 74 any other I/O error, 75 backup made
-// but the report to backup-status failed.
+// 66 no database, or no anchor file while the database has anchors (the database copy
+// is kept), 73 backup folder not usable, 74 any other I/O error, 75 backup made but the
+// report to backup-status failed, 78 (PostgreSQL) a DATABASE_URL parameter pg_dump
+// cannot be given.
 import { Database } from "bun:sqlite";
-import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, accessSync, constants } from "node:fs";
+import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, accessSync, constants } from "node:fs";
 import { basename, join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { parseArgs } from "node:util";
 import { createGzip } from "node:zlib";
 import { parseEnvFile } from "./config-check.ts";
 import { databaseUrl } from "./database-url.ts";
+import { renameDurably } from "./durable-file.ts";
 
 const USAGE =
   "gebruik: nachtwacht backup [--env BESTAND] [--db BESTAND | --database-url URL|-] [--map MAP] [--ankers BESTAND] [--bewaar-dagen N] [--geen-melding]\n" +
@@ -34,7 +39,9 @@ const USAGE =
   "  --ankers        standaard AUDIT_ANKER_BESTAND uit --env, anders /var/lib/nachtwacht/audit-ankers.jsonl\n" +
   "  --bewaar-dagen  oudere back-ups in --map worden na een geslaagde back-up verwijderd (standaard 30)\n" +
   "  --geen-melding  niets aan backup-status melden\n" +
-  "  Exitcode: 0 gelukt, 65 kopie niet in orde, 66 geen database, 73 map onbruikbaar, 74 andere I/O-fout, 75 melding mislukt.";
+  "  Exitcode: 0 gelukt, 64 gebruik, 65 kopie niet in orde, 66 geen database, of geen ankerbestand terwijl de database ankers heeft\n" +
+  "  (de kopie van de database blijft staan), 73 map onbruikbaar, 74 andere I/O-fout, 75 back-up gemaakt maar melding mislukt,\n" +
+  "  78 een parameter in DATABASE_URL die niet aan pg_dump door te geven is (PostgreSQL).";
 
 export interface BackupOptions {
   db: string;
@@ -128,11 +135,14 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
 
     steps.step = "integriteitscontrole van de kopie";
     let check: string;
+    let anchored: boolean;
     try {
       const copy = new Database(tmp, { readonly: true });
       try {
         // Raw SQL: a pragma.
         check = (copy.query("PRAGMA integrity_check").values() as [string][]).map(([v]) => v).join("; ");
+        // Whether this copy needs an anchor file beside it (copyAnchorsAndPrune).
+        anchored = copy.query("SELECT 1 FROM audit_anchor_log LIMIT 1").get() !== null;
       } finally {
         copy.close();
       }
@@ -145,13 +155,13 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     const path = join(o.dir, name);
     try {
       await gzipFile(tmp, `${tmp}.gz`);
-      renameSync(`${tmp}.gz`, path);
+      renameDurably(`${tmp}.gz`, path);
     } catch (e) {
       fail(74, e);
     }
     const size = statSync(path).size;
 
-    const { anchorsCopied, pruned } = await copyAnchorsAndPrune(o, stamp, steps);
+    const { anchorsCopied, pruned } = await copyAnchorsAndPrune(o, stamp, steps, anchored);
     return { name, path, size, anchorsCopied, pruned };
   } finally {
     clean();
@@ -160,10 +170,23 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
 
 /**
  * After a backup: the anchor file gzipped beside it (the two belong together: a restore
- * without it fails verification), then backups older than keepDays pruned.
+ * without it fails verification), then backups older than keepDays pruned. `anchored`:
+ * the backed-up database has rows in audit_anchor_log, so an absent anchor file is a
+ * failure (66; the database copy stays, nothing is pruned); without them (nothing
+ * anchored yet) the database alone is the backup.
  */
-export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; keepDays: number; now: Date }, stamp: string, steps: BackupSteps): Promise<{ anchorsCopied: boolean; pruned: string[] }> {
+export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; keepDays: number; now: Date }, stamp: string, steps: BackupSteps, anchored: boolean): Promise<{ anchorsCopied: boolean; pruned: string[] }> {
   let anchorsCopied = false;
+  if (!existsSync(o.anchors) && anchored) {
+    steps.step = `kopiëren van het ankerbestand ${o.anchors}`;
+    steps.fail(
+      66,
+      new Error(
+        `het ankerbestand ${o.anchors} ontbreekt, terwijl de database ankers heeft (audit_anchor_log): een terugzetting zonder kan niet verifiëren. ` +
+          "Geef het juiste pad (--ankers of AUDIT_ANKER_BESTAND in het omgevingsbestand); de kopie van de database staat er wel",
+      ),
+    );
+  }
   if (existsSync(o.anchors)) {
     steps.step = `kopiëren van het ankerbestand ${o.anchors}`;
     // As for the database: no symlink (or anything but a file) is followed.
@@ -172,7 +195,7 @@ export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; kee
     const to = join(o.dir, `audit-ankers-${stamp}.jsonl.gz`);
     try {
       await gzipFile(o.anchors, `${to}.tmp`);
-      renameSync(`${to}.tmp`, to);
+      renameDurably(`${to}.tmp`, to);
     } catch (e) {
       rmSync(`${to}.tmp`, { force: true });
       steps.fail(74, e);

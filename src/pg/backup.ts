@@ -4,9 +4,10 @@
 // beside it and pruning as for SQLite (src/cli/backup.ts). The connection goes to
 // pg_dump through its environment (PGHOST, PGPASSWORD …), never its command line, where
 // ps would show a password.
-import { existsSync, renameSync, rmSync, statSync } from "node:fs";
+import { existsSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { BackupError, BackupSteps, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
+import { renameDurably } from "../cli/durable-file.ts";
 import { COPIED_TABLES, tableShape } from "./migrate-to.ts";
 
 export interface PgBackupOptions {
@@ -104,14 +105,22 @@ export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
     const missing = COPIED_TABLES.map((t) => tableShape(t).name).filter((t) => !new RegExp(`TABLE DATA public ${t} `).test(list.out));
     if (missing.length > 0) fail(65, new Error(`de dump mist de gegevens van: ${missing.join(", ")}`));
 
+    // Whether the database has anchors, so the anchor file must go beside the dump
+    // (copyAnchorsAndPrune): asked over pg_dump's own connection settings, after the dump
+    // (the log only grows, so rows the dump has are there now too).
+    steps.step = "controle op ankers in de database (psql)";
+    const q = await run(["psql", "--no-psqlrc", "--quiet", "--tuples-only", "--no-align", "--set=ON_ERROR_STOP=1", "--command=SELECT EXISTS (SELECT 1 FROM public.audit_anchor_log)"], env);
+    if (q.code !== 0 || !["t", "f"].includes(q.out.trim())) fail(74, new Error((q.err.trim() || q.out.trim()).slice(0, 1000)));
+    const anchored = q.out.trim() === "t";
+
     steps.step = "verplaatsen in de back-upmap";
     const path = join(o.dir, name);
     try {
-      renameSync(tmp, path);
+      renameDurably(tmp, path);
     } catch (e) {
       fail(74, e);
     }
-    const rest = await copyAnchorsAndPrune(o, stamp, steps);
+    const rest = await copyAnchorsAndPrune(o, stamp, steps, anchored);
     return { name, path, size: statSync(path).size, ...rest };
   } finally {
     if (existsSync(tmp)) rmSync(tmp, { force: true });

@@ -1,0 +1,53 @@
+// The one rule by which the operator's commands put a file in place (`nachtwacht backup`'s
+// copies, `nachtwacht export --uit`): written in full under a temporary name in the same
+// folder, its data fsynced, renamed over the final name, and the folder fsynced, so that
+// after a crash or power loss the name holds either nothing or the whole file, never half
+// of it, and a file reported as written is on disk.
+import { randomBytes } from "node:crypto";
+import { closeSync, fchmodSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+
+/** fsync of a file or a folder by its path (a folder: its entries, e.g. a rename into it). */
+export function fsyncPath(path: string): void {
+  const fd = openSync(path, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Puts a finished temporary file in place: its data fsynced, renamed to `path` (same
+ * folder: atomic), then the folder fsynced so the new name survives a power loss.
+ */
+export function renameDurably(tmp: string, path: string): void {
+  fsyncPath(tmp);
+  renameSync(tmp, path);
+  fsyncPath(dirname(path));
+}
+
+/**
+ * Writes `data` to `path` by renameDurably: a new temporary file beside it (created
+ * exclusively, so nothing planted under its name is followed), with exactly `mode`
+ * whatever the umask. On failure the temporary file is removed and the error thrown;
+ * `path` is then as it was.
+ */
+export function writeFileDurably(path: string, data: string | Uint8Array, mode = 0o600): void {
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
+  const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+  try {
+    const fd = openSync(tmp, "wx", mode);
+    try {
+      fchmodSync(fd, mode);
+      let off = 0;
+      while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off);
+    } finally {
+      closeSync(fd);
+    }
+    renameDurably(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+}
