@@ -73,3 +73,28 @@ test("a database of an earlier version is refused, not migrated: the service's s
     after.close();
   }
 });
+
+test("a conversion that cannot run (another connection holds the write lock) is exit 2 with the reason, not 1 (damaged); the file is unchanged", async () => {
+  const d = tempDir();
+  dirs.push(d);
+  const path = join(d.dir, "bezet.db");
+  const old = new Database(path, { create: true });
+  old.run("CREATE TABLE ouder (x)");
+  old.close();
+  openStore(path).close();
+  // The service (or a backup, a shell) in the middle of a write: its lock outlasts db-convert's busy timeout.
+  const holder = new Database(path);
+  try {
+    holder.run("BEGIN IMMEDIATE");
+    const r = await run(["db-convert", "--ja", "--db", path], {});
+    expect(r.code).toBe(2);
+    expect(r.out).toContain("NIET omgezet");
+    expect(r.out).toContain("database is locked");
+    expect(r.out).toContain("stop eerst de service");
+    expect(r.out).not.toContain("beschadigd");
+  } finally {
+    holder.run("ROLLBACK");
+    holder.close();
+  }
+  expect(autoVacuum(path)).toBe(0);
+});

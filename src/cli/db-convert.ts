@@ -14,7 +14,9 @@ const HELP =
   "  Zet een database zonder incrementele auto-vacuum eenmalig om (volledige VACUUM). Dat herschrijft het hele\n" +
   "  bestand en houdt schrijvers minuten op bij een groot bestand: stop eerst de service (systemctl stop nachtwacht)\n" +
   "  en maak een back-up. Zonder --ja zegt het alleen wat het zou doen.\n" +
-  "  exit 0: omgezet (of niet nodig); 1: de database is beschadigd; 2: niet uitgevoerd.";
+  "  exit 0: omgezet (of niet nodig); 1: de database is beschadigd (quick_check, of SQLite meldt beschadiging);\n" +
+  "  2: niet uitgevoerd (gebruik, geen --ja, een andere versie, of het kon niet: een ander proces houdt de schrijfvergrendeling\n" +
+  "  vast (database is locked), schijf vol, geen schrijfrecht; de reden staat erbij, het bestand is niet omgezet).";
 
 export function runDbConvert(argv: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): number {
   let values;
@@ -51,8 +53,9 @@ export function runDbConvert(argv: string[], env: Record<string, string | undefi
     err(`${version}; niets omgezet`);
     return 2;
   }
-  const store = openStore(path);
+  let store: ReturnType<typeof openStore> | undefined;
   try {
+    store = openStore(path);
     const r = convertToIncrementalAutoVacuum(store, new Date());
     if (r.integriteit !== "ok") {
       out(`NIET omgezet: quick_check meldt ${JSON.stringify(r.integriteit)}; herstel eerst de database (docs/operations.md).`);
@@ -60,7 +63,19 @@ export function runDbConvert(argv: string[], env: Record<string, string | undefi
     }
     out(r.omgezet ? `omgezet: auto_vacuum is nu ${r.autoVacuum}; ${r.vrijgemaakt} bytes vrijgemaakt (${r.grootteVoor} → ${r.grootteNa}).` : `niet nodig: auto_vacuum is al ${r.autoVacuum}.`);
     return 0;
+  } catch (e) {
+    // Could not run (a lock held by another process, a full disk, no write permission):
+    // 2, with SQLite's reason. Only SQLite saying the file is damaged is 1.
+    const code = (e as { code?: unknown }).code;
+    const damaged = typeof code === "string" && (code.startsWith("SQLITE_CORRUPT") || code === "SQLITE_NOTADB");
+    const reason = e instanceof Error ? e.message : String(e);
+    if (damaged) {
+      err(`NIET omgezet: de database is beschadigd (${reason}); herstel eerst de database (docs/operations.md).`);
+      return 1;
+    }
+    err(`NIET omgezet: ${reason}${code === "SQLITE_BUSY" ? " (een ander proces schrijft: stop eerst de service, systemctl stop nachtwacht)" : ""}; het bestand is niet omgezet.`);
+    return 2;
   } finally {
-    store.close();
+    store?.close();
   }
 }
