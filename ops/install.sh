@@ -75,51 +75,81 @@ new_signing_key() {
   printf '%s' "$out"
 }
 
+# Name and value of an environment-file line, without the blanks around them, as systemd
+# and the service read them ("AUDIT_ANKER_SLEUTEL = PRIVATE+KEY+…" is that key, not
+# another line): sets the caller's `key` and `val`; `unquoted` is val without the
+# surrounding quotes systemd's EnvironmentFile takes off (KEY="value", KEY='value').
+split_env_line() {
+  key="${1%%=*}"
+  key="${key#"${key%%[![:space:]]*}"}"
+  key="${key%"${key##*[![:space:]]}"}"
+  val="${1#*=}"
+  val="${val#"${val%%[![:space:]]*}"}"
+  val="${val%"${val##*[![:space:]]}"}"
+  unquoted="${val#[\"\']}"
+  unquoted="${unquoted%[\"\']}"
+}
+
 # Writes the environment file from $1 (template or the current file) to a 600 temp file
 # and moves it into place. An empty CRON_SECRET= line is filled, a missing one appended,
 # a set one kept unless --rotate-secret. APP_SECRET (the host application's secret for
 # the write API): an empty or missing one gets a new secret of its own, a set one is
 # kept (empty the line to rotate it). AUDIT_ANKER_SLEUTEL: an empty or missing one
 # gets a new Ed25519 key (quoted or not, a set key is kept); an HMAC key of an earlier version is replaced by one (its
-# anchors are retired, docs/audit-chain.md). Lines go through bash's printf builtin
-# only: the secrets never reach another process's argv.
+# anchors are retired, docs/audit-chain.md). A name on several lines: systemd and the
+# service take the last, so an empty line of it next to one with a value would empty it
+# or, filled here, silently replace it (a new signing key, a new APP_SECRET the
+# application does not have): empty lines of a name that another line gives a value are
+# dropped, and one new value is made only when no line has one. Lines go through bash's
+# printf builtin only: the secrets never reach another process's argv.
 write_env() {
   local src=$1 tmp line key val unquoted secret has_secret=0 has_app=0 has_key=0 changed=0
+  local held_secret=0 held_app=0 held_key=0 given
+  # Which names a line already gives a value.
+  while IFS= read -r line || [ -n "$line" ]; do
+    split_env_line "$line"
+    [ "$line" != "$key" ] && [ -n "${unquoted//[[:space:]]/}" ] || continue
+    case "$key" in
+      CRON_SECRET) held_secret=1 ;;
+      APP_SECRET) held_app=1 ;;
+      AUDIT_ANKER_SLEUTEL) held_key=1 ;;
+    esac
+  done <"$src"
   tmp=$(mktemp "$ENV_DIR/.nachtwacht.env.XXXXXX") # mode 600
   # A run that stops half-way leaves no copy of the secrets behind.
   trap 'rm -f "$tmp"' EXIT
   while IFS= read -r line || [ -n "$line" ]; do
-    # Name and value without the blanks around them, as systemd and the service read
-    # them: "AUDIT_ANKER_SLEUTEL = PRIVATE+KEY+…" is that key, not another line.
-    key="${line%%=*}"
-    key="${key#"${key%%[![:space:]]*}"}"
-    key="${key%"${key##*[![:space:]]}"}"
-    val="${line#*=}"
-    val="${val#"${val%%[![:space:]]*}"}"
-    val="${val%"${val##*[![:space:]]}"}"
+    split_env_line "$line"
+    # An empty line of a name already given (above or below): dropped.
+    if [ "$line" != "$key" ] && [ -z "${unquoted//[[:space:]]/}" ]; then
+      case "$key" in
+        CRON_SECRET) given=$((held_secret + has_secret)) ;;
+        APP_SECRET) given=$((held_app + has_app)) ;;
+        AUDIT_ANKER_SLEUTEL) given=$((held_key + has_key)) ;;
+        *) given=0 ;;
+      esac
+      [ "$given" = 0 ] || continue
+    fi
     if [ "$line" != "$key" ] && [ "$key" = CRON_SECRET ]; then
       has_secret=1
-      if [ -z "${val//[[:space:]]/}" ] || [ "$ROTATE" = 1 ]; then
+      if [ -z "${unquoted//[[:space:]]/}" ] || [ "$ROTATE" = 1 ]; then
         secret=$(new_secret) || exit 1
         line="CRON_SECRET=$secret"
         changed=1
       fi
     elif [ "$line" != "$key" ] && [ "$key" = APP_SECRET ]; then
       has_app=1
-      if [ -z "${val//[[:space:]]/}" ]; then
+      if [ -z "${unquoted//[[:space:]]/}" ]; then
         secret=$(new_secret) || exit 1
         line="APP_SECRET=$secret"
         say "APP_SECRET written to $ENV_FILE: give it to the application for the write API (docs/integration.md)"
       fi
     elif [ "$line" != "$key" ] && [ "$key" = AUDIT_ANKER_SLEUTEL ]; then
       has_key=1
-      # systemd's EnvironmentFile takes KEY="value" and KEY='value' as the value inside.
-      unquoted="${val#[\"\']}"
-      unquoted="${unquoted%[\"\']}"
       if [[ "$unquoted" != PRIVATE+KEY+* ]]; then
         # A signing key in a form not read here is never replaced: losing it would retire every anchor.
         [[ "$line" == *PRIVATE+KEY+* ]] && die "the AUDIT_ANKER_SLEUTEL line in $ENV_FILE holds a signing key in a form install.sh does not read; write it as AUDIT_ANKER_SLEUTEL=PRIVATE+KEY+… and run again (nothing was changed)"
-        [ -n "${val//[[:space:]]/}" ] && say "AUDIT_ANKER_SLEUTEL was an HMAC key of an earlier version: replaced by a new Ed25519 signing key (the old anchors are retired)"
+        [ -n "${unquoted//[[:space:]]/}" ] && say "AUDIT_ANKER_SLEUTEL was an HMAC key of an earlier version: replaced by a new Ed25519 signing key (the old anchors are retired)"
         line=$(new_signing_key) || exit 1
         say "a new audit signing key was written to $ENV_FILE; its public key: ${line##*: }"
       fi
@@ -146,6 +176,51 @@ write_env() {
   mv -f "$tmp" "$ENV_FILE"
   trap - EXIT
   if [ "$changed" = 1 ]; then say "CRON_SECRET written to $ENV_FILE (root, 600)"; else say "kept the CRON_SECRET in $ENV_FILE"; fi
+}
+
+# The backup before an upgrade, by the installed (old) backup.sh and binary, of the
+# database the service uses as its environment file $1 names it: DATABASE_URL
+# (PostgreSQL; `nachtwacht backup` takes it from that file), else DATABASE_PATH (relative:
+# to the unit's WorkingDirectory $3), else $3/nachtwacht.db. Skipped, and said, when there
+# is nothing to back up: no environment file (a first install), no backup.sh yet, or no
+# SQLite file at that path. Exit 75 of backup.sh (the backup made, but not reported to
+# backup-status: the service is down) is a warning; any other failure stops the upgrade.
+pre_upgrade_backup() { # <env file> <backup.sh> <data dir>
+  local env_file=$1 script=$2 data_dir=$3 line key val unquoted url="" path="" rc=0
+  if [ ! -f "$env_file" ]; then
+    say "no $env_file: a first install, no backup before it"
+    return 0
+  fi
+  if [ ! -x "$script" ]; then
+    say "no $script: no backup before the upgrade (install the new version, then run backup.sh)"
+    return 0
+  fi
+  while IFS= read -r line || [ -n "$line" ]; do
+    split_env_line "$line"
+    [ "$line" != "$key" ] || continue
+    case "$key" in
+      DATABASE_URL) url=$unquoted ;;
+      DATABASE_PATH) path=$unquoted ;;
+    esac
+  done <"$env_file"
+  if [ -n "${url//[[:space:]]/}" ]; then
+    say "backing up the PostgreSQL database (DATABASE_URL in $env_file) before the upgrade"
+    NACHTWACHT_ENV="$env_file" NACHTWACHT_LOG=stdout "$script" || rc=$?
+  else
+    [ -n "$path" ] || path="$data_dir/nachtwacht.db"
+    [[ "$path" == /* ]] || path="$data_dir/$path"
+    if [ ! -e "$path" ]; then
+      say "no database at $path: nothing to back up before the upgrade"
+      return 0
+    fi
+    say "backing up $path before the upgrade"
+    NACHTWACHT_ENV="$env_file" NACHTWACHT_DB="$path" NACHTWACHT_LOG=stdout "$script" || rc=$?
+  fi
+  case "$rc" in
+    0) ;;
+    75) say "WARNING: the backup was made but could not be reported to backup-status (exit 75: is the service down?); continuing with the upgrade" ;;
+    *) die "the pre-upgrade backup failed (exit $rc, see above); fix it or rerun with --skip-backup" ;;
+  esac
 }
 
 restart_and_wait() {
@@ -201,10 +276,10 @@ install -d -m 700 "$ENV_DIR" "$BACKUP_DIR"
 install -d -m 750 "$DATA_DIR"
 [ "$SYSTEM" = 1 ] && chown nachtwacht:nachtwacht "$DATA_DIR"
 
-# Upgrade: a backup of the current database before the new binary migrates it.
-if [ "$SYSTEM" = 1 ] && [ "$SKIP_BACKUP" = 0 ] && [ -f "$DATA_DIR/nachtwacht.db" ] && [ -x "$LIB_DIR/backup.sh" ]; then
-  say "backing up the database before the upgrade"
-  NACHTWACHT_LOG=stdout "$LIB_DIR/backup.sh" || die "the pre-upgrade backup failed (see above); fix it or rerun with --skip-backup"
+# Upgrade: a backup of the current database (SQLite or PostgreSQL, as the environment
+# file says) before the new binary migrates it.
+if [ "$SYSTEM" = 1 ] && [ "$SKIP_BACKUP" = 0 ]; then
+  pre_upgrade_backup "$ENV_FILE" "$LIB_DIR/backup.sh" "$DATA_DIR"
 fi
 
 # Files are copied to a temp name and renamed: a running binary is never overwritten in place.

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { parseConfig } from "../src/config.ts";
 import { parseSignerKey } from "../src/audit/note.ts";
 import { BUN, ROOT } from "./binary.ts";
+import { TEST_SIGNING_KEY } from "./helpers.ts";
 
 const INSTALL = join(ROOT, "ops", "install.sh");
 
@@ -137,6 +138,33 @@ describe("ops/install.sh --root", () => {
     expect(envText()).toBe(spaced);
   });
 
+  test("an empty AUDIT_ANKER_SLEUTEL= or APP_SECRET= line beside one with a value is dropped: the key and the secret stay, no new one is made", async () => {
+    mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
+    const app = "ef".repeat(32);
+    // systemd and the service take the last assignment: the empty lines after the real ones
+    // must not become new values, nor stay and empty them.
+    writeFileSync(envPath(), `CRON_SECRET=${"cd".repeat(32)}\nAPP_SECRET=\nAUDIT_ANKER_SLEUTEL=${TEST_SIGNING_KEY}\nAPP_SECRET=${app}\nAUDIT_ANKER_SLEUTEL=\nPORT=4000\nAUDIT_ANKER_SLEUTEL= \n`);
+    const r = await install(["--binary", fakeBinary]);
+    expect(r.code).toBe(0);
+    expect(r.out).not.toContain("new audit signing key");
+    expect(r.out).not.toContain("APP_SECRET written");
+    expect(envText()).toBe(`CRON_SECRET=${"cd".repeat(32)}\nAUDIT_ANKER_SLEUTEL=${TEST_SIGNING_KEY}\nAPP_SECRET=${app}\nPORT=4000\n`);
+    const config = parseConfig({ ...parseEnvFile(envText()), DATABASE_PATH: join(dir, "x.db") });
+    expect(config.appSecret).toBe(app);
+  });
+
+  test("several empty AUDIT_ANKER_SLEUTEL= lines and none with a key: one new key, on the first of them", async () => {
+    mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
+    writeFileSync(envPath(), `CRON_SECRET=${"cd".repeat(32)}\nAUDIT_ANKER_SLEUTEL=\nPORT=4000\nAUDIT_ANKER_SLEUTEL=\n`);
+    const r = await install(["--binary", fakeBinary]);
+    expect(r.code).toBe(0);
+    expect(r.out.match(/new audit signing key/g)).toHaveLength(1);
+    const lines = envText().split("\n");
+    expect(lines.filter((l) => l.startsWith("AUDIT_ANKER_SLEUTEL="))).toHaveLength(1);
+    expect(lines[1]).toStartWith("AUDIT_ANKER_SLEUTEL=PRIVATE+KEY+");
+    expect(lines[3]).toBe("PORT=4000");
+  });
+
   test("a signing key in a form install.sh does not read is never replaced: it refuses and changes nothing", async () => {
     mkdirSync(join(stage, "etc/nachtwacht"), { recursive: true });
     const odd = `CRON_SECRET=${"cd".repeat(32)}\nAUDIT_ANKER_SLEUTEL=\"x PRIVATE+KEY+nachtwacht/a+12345678+abc\"\n`;
@@ -203,6 +231,79 @@ describe("ops/install.sh --root", () => {
     const r = await install(["--binary", join(dir, "absent")]);
     expect(r.code).not.toBe(0);
     expect(r.out).toContain("no binary");
+  });
+});
+
+describe("ops/install.sh: the backup before an upgrade", () => {
+  // The system install (root, systemd, /) cannot run here, so its step runs alone:
+  // pre_upgrade_backup with say, die and split_env_line, their text taken from install.sh
+  // itself, against a backup.sh stub that records how it was called and exits as told.
+  async function preUpgradeBackup(envFile: string, stubExit: number) {
+    const data = join(dir, "data");
+    mkdirSync(data, { recursive: true });
+    const calls = join(dir, "calls");
+    const stub = join(dir, "backup.sh");
+    writeFileSync(stub, `#!/bin/sh\necho "DB=\${NACHTWACHT_DB-unset} ENV=\${NACHTWACHT_ENV-unset}" >>${JSON.stringify(calls)}\nexit ${stubExit}\n`, { mode: 0o755 });
+    const script =
+      "set -euo pipefail\n" +
+      `eval "$(sed -n -e '/^say() /p' -e '/^die() /p' -e '/^split_env_line() {/,/^}/p' -e '/^pre_upgrade_backup() {/,/^}/p' ${JSON.stringify(INSTALL)})"\n` +
+      'pre_upgrade_backup "$1" "$2" "$3"\n';
+    const p = Bun.spawn(["bash", "-c", script, "bash", envFile, stub, data], { env: { PATH: "/usr/bin:/bin" }, stdout: "pipe", stderr: "pipe" });
+    const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+    let called: string[] = [];
+    try {
+      called = readFileSync(calls, "utf8").trimEnd().split("\n");
+    } catch {}
+    return { code, out: out + err, called, data };
+  }
+  const envFile = (text: string) => {
+    const f = join(dir, "nachtwacht.env");
+    writeFileSync(f, text, { mode: 0o600 });
+    return f;
+  };
+
+  test("PostgreSQL (DATABASE_URL in the env file): backed up although no SQLite file exists, by backup.sh with the env file", async () => {
+    const f = envFile(`CRON_SECRET=${"cd".repeat(32)}\nDATABASE_URL="postgres://nachtwacht@db.internal/nachtwacht"\n`);
+    const r = await preUpgradeBackup(f, 0);
+    expect(r.code).toBe(0);
+    expect(r.called).toEqual([`DB=unset ENV=${f}`]);
+  });
+
+  test("SQLite at a DATABASE_PATH of the operator's (absolute, or relative to the data folder): that file backed up", async () => {
+    const custom = join(dir, "elders.db");
+    writeFileSync(custom, "");
+    const r = await preUpgradeBackup(envFile(`DATABASE_PATH=${custom}\n`), 0);
+    expect([r.code, r.called]).toEqual([0, [`DB=${custom} ENV=${join(dir, "nachtwacht.env")}`]]);
+    writeFileSync(join(r.data, "ander.db"), "");
+    rmSync(join(dir, "calls"));
+    const rel = await preUpgradeBackup(envFile("DATABASE_PATH=ander.db\n"), 0);
+    expect(rel.called).toEqual([`DB=${join(rel.data, "ander.db")} ENV=${join(dir, "nachtwacht.env")}`]);
+  });
+
+  test("SQLite at the default path: backed up; no file there (nothing to back up): skipped, said, exit 0", async () => {
+    const none = await preUpgradeBackup(envFile("PORT=3000\n"), 0);
+    expect([none.code, none.called]).toEqual([0, []]);
+    expect(none.out).toContain("nothing to back up");
+    writeFileSync(join(none.data, "nachtwacht.db"), "");
+    const r = await preUpgradeBackup(envFile("PORT=3000\n"), 0);
+    expect([r.code, r.called]).toEqual([0, [`DB=${join(r.data, "nachtwacht.db")} ENV=${join(dir, "nachtwacht.env")}`]]);
+  });
+
+  test("exit 75 (backup made, not reported: the service is down) is a warning and the upgrade goes on; any other failure stops it", async () => {
+    const f = envFile("DATABASE_URL=postgres://nachtwacht@db.internal/nachtwacht\n");
+    const down = await preUpgradeBackup(f, 75);
+    expect(down.code).toBe(0);
+    expect(down.out).toContain("WARNING: the backup was made but could not be reported");
+    const failed = await preUpgradeBackup(f, 65);
+    expect(failed.code).not.toBe(0);
+    expect(failed.out).toContain("the pre-upgrade backup failed (exit 65");
+    const missing = await preUpgradeBackup(f, 66);
+    expect(missing.code).not.toBe(0);
+  });
+
+  test("no environment file (a first install): nothing backed up", async () => {
+    const r = await preUpgradeBackup(join(dir, "geen.env"), 0);
+    expect([r.code, r.called]).toEqual([0, []]);
   });
 });
 
