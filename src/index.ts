@@ -23,7 +23,7 @@ const USAGE = `gebruik: nachtwacht [opdracht] [--help]
   migrate-to            de SQLite-database naar een lege PostgreSQL-database kopiëren en de kopie bewijzen
   demo                  de service op een demodatabase in ./data
 Exitcodes: 0 gelukt, 1 gevonden wat niet klopt, 2 kon niet (gebruik, configuratie, bestand);
-backup gebruikt sysexits-codes (64–75, zie nachtwacht backup --help).`;
+backup gebruikt sysexits-codes (64–78, zie nachtwacht backup --help).`;
 
 const AUDIT_COMMANDS = new Set(["key", "verify", "export", "adopt", "accept-restore"]);
 const [command, ...rest] = Bun.argv.slice(2);
