@@ -97,4 +97,4 @@ test("a conversion that cannot run (another connection holds the write lock) is 
     holder.close();
   }
   expect(autoVacuum(path)).toBe(0);
-});
+}, 30_000);

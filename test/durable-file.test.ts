@@ -74,8 +74,6 @@ async function signedInstallation(): Promise<TestEnv> {
   return env;
 }
 
-const STRACE = Bun.which("strace");
-
 /** `nachtwacht <args>` from source under strace: its fsyncs and renames, in order. */
 async function traced(args: string[], cwd: string) {
   const log = join(scratch(), "strace.log");
@@ -105,7 +103,7 @@ function expectDurablyPlaced(calls: Awaited<ReturnType<typeof traced>>["calls"],
   expect([path, "folder fsynced after the rename", calls.slice(i + 1).some((c) => c.op === "fsync" && c.path === dirname(path))]).toEqual([path, "folder fsynced after the rename", true]);
 }
 
-describe.skipIf(STRACE === null)("on disk before reported (strace)", () => {
+describe("on disk before reported (strace; test/preflight.ts names it when missing)", () => {
   test("nachtwacht backup: the database copy and the anchor copy each fsynced, renamed, their folder fsynced", async () => {
     const e = await signedInstallation();
     const map = join(scratch(), "backups");

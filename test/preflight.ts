@@ -15,6 +15,8 @@ const needs: [boolean, string][] = [
   [has("prometheus") && has("promtool"), "prometheus"],
   [has("python3"), "python3"],
   [has("jq"), "jq"],
+  // test/durable-file.test.ts traces `nachtwacht backup` and `export`: fsync before rename.
+  [has("strace"), "strace"],
   [has("php") && ok(["php", "-r", 'exit(function_exists("curl_init") ? 0 : 1);']), "php-cli php-curl"],
   // The PostgreSQL tests start their own throw-away cluster (test/pg.ts); as root it runs as `postgres`.
   [postgresBinDir() !== null && (process.getuid?.() !== 0 || has("runuser")), "postgresql"],

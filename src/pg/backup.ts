@@ -76,6 +76,13 @@ const LIBPQ_ENV: Record<string, string> = {
   gssdelegation: "PGGSSDELEGATION",
 };
 
+/** Whether pg_restore's plain output holds a row in a COPY block (between `COPY … FROM stdin;` and `\.`). */
+export function hasCopyRows(plain: string): boolean {
+  const lines = plain.split("\n");
+  const start = lines.findIndex((l) => l.startsWith("COPY ") && l.endsWith(" FROM stdin;"));
+  return start >= 0 && start + 1 < lines.length && lines[start + 1] !== "\\.";
+}
+
 async function run(cmd: string[], env: Record<string, string>): Promise<{ code: number; out: string; err: string }> {
   const p = Bun.spawn(cmd, { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...env }, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
   const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
@@ -105,13 +112,12 @@ export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
     const missing = COPIED_TABLES.map((t) => tableShape(t).name).filter((t) => !new RegExp(`TABLE DATA public ${t} `).test(list.out));
     if (missing.length > 0) fail(65, new Error(`de dump mist de gegevens van: ${missing.join(", ")}`));
 
-    // Whether the database has anchors, so the anchor file must go beside the dump
-    // (copyAnchorsAndPrune): asked over pg_dump's own connection settings, after the dump
-    // (the log only grows, so rows the dump has are there now too).
-    steps.step = "controle op ankers in de database (psql)";
-    const q = await run(["psql", "--no-psqlrc", "--quiet", "--tuples-only", "--no-align", "--set=ON_ERROR_STOP=1", "--command=SELECT EXISTS (SELECT 1 FROM public.audit_anchor_log)"], env);
-    if (q.code !== 0 || !["t", "f"].includes(q.out.trim())) fail(74, new Error((q.err.trim() || q.out.trim()).slice(0, 1000)));
-    const anchored = q.out.trim() === "t";
+    // Whether the dump holds anchors, so the anchor file must go beside it
+    // (copyAnchorsAndPrune): read from the dump itself, as on SQLite from its copy.
+    steps.step = "controle op ankers in de dump (pg_restore)";
+    const anchors = await run(["pg_restore", "--data-only", "--table=audit_anchor_log", "--file=-", tmp], {});
+    if (anchors.code !== 0) fail(65, new Error(anchors.err.trim().slice(0, 1000)));
+    const anchored = hasCopyRows(anchors.out);
 
     steps.step = "verplaatsen in de back-upmap";
     const path = join(o.dir, name);
