@@ -10,7 +10,7 @@ import { installedAt, type Db } from "./db.ts";
 import { liveLeases, type JobLease } from "./job-lease.ts";
 import { lastRun, type JobRunRow, type Outcome } from "./job-runs.ts";
 import type { JobContext } from "./jobs/job.ts";
-import { SCHEDULE, type JobName } from "./schedule.ts";
+import { SCHEDULE, scheduleOf, type JobName } from "./schedule.ts";
 import type { RowSeal } from "./row-seal.ts";
 
 /**
@@ -19,6 +19,12 @@ import type { RowSeal } from "./row-seal.ts";
  */
 export function lastFireAtOrBefore(cron: Cron, at: Date): Date | null {
   return cron.previousRuns(1, new Date(at.getTime() + 1))[0] ?? null;
+}
+
+/** A job's newest scheduled fire time at or before `at` (its cron expression, UTC); null for a job without a schedule. */
+export function lastFireOf(job: JobName, at: Date): Date | null {
+  const cron = scheduleOf(job).cron;
+  return cron === null ? null : lastFireAtOrBefore(new Cron(cron, { timezone: "UTC" }), at);
 }
 
 export interface DueState {

@@ -91,7 +91,8 @@ describe("SMTP server going away in the middle of the weekly batch", () => {
     const { verstuurd, fouten } = during.json as { verstuurd: number; fouten: number };
     expect(verstuurd).toBe(6);
     expect(fouten).toBe(9);
-    expect(during.json).toMatchObject({ overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
+    // Called on Thursday 2026-07-23 (the test clock): the week up to the Sunday before.
+    expect(during.json).toMatchObject({ overgeslagen: 0, bezorging: "smtp", week: "2026-W29" });
     expect(env.alarms.raised.map((a) => a.type)).toEqual(["mail-failure"]);
     expect(env.alarms.raised[0]!.context).toMatchObject({ verstuurd: 6, fouten: 9 });
     expect(await count(env, "weekly_report_deliveries")).toBe(6);

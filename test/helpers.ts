@@ -86,10 +86,10 @@ export function tempDir(prefix = "nachtwacht-test-"): { dir: string; cleanup(): 
 export class RecordingMailer implements Mailer {
   readonly bezorging = "smtp" as const;
   readonly sent: MailMessage[] = [];
-  /** Recipients for which send() rejects, as a refusing server would. */
+  /** Recipients for which send() rejects, as a refusing server would: with its reply code (surelyNotDelivered). */
   readonly refuse = new Set<string>();
   async send(m: MailMessage) {
-    if (this.refuse.has(m.to)) throw new Error(`550 recipient refused: ${m.to}`);
+    if (this.refuse.has(m.to)) throw Object.assign(new Error(`550 recipient refused: ${m.to}`), { responseCode: 550 });
     this.sent.push(m);
     return { messageId: `<${this.sent.length}@test>` };
   }

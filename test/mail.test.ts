@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, test } from "bun:test";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { simpleParser } from "mailparser";
 import { mailAlarmChannel } from "../src/alarms/mail-channel.ts";
@@ -85,9 +85,10 @@ describe("outbox when no SMTP_URL is set", () => {
     addAdmin(env.store, t, "anna@alfa.test");
     addAdmin(env.store, t, "piet@alfa.test");
 
+    // Called on Thursday 2026-07-23 (NOW): the report of the week up to the Sunday before, 2026-W29.
     const res = await call(env.app, "/api/cron/weekrapport");
     expect(res.status).toBe(200);
-    expect(res.json).toEqual({ verstuurd: 2, fouten: 0, overgeslagen: 0, bezorging: "outbox", week: "2026-W30" });
+    expect(res.json).toEqual({ verstuurd: 2, fouten: 0, overgeslagen: 0, bezorging: "outbox", week: "2026-W29" });
 
     expect(env.outboxDir).toBe(join(env.dir, "data", "outbox"));
     const files = readdirSync(env.outboxDir).sort();
@@ -96,9 +97,25 @@ describe("outbox when no SMTP_URL is set", () => {
     const parsed = await Promise.all(files.map((f) => simpleParser(readFileSync(join(env.outboxDir, f)))));
     const to = parsed.map((p) => (Array.isArray(p.to) ? p.to[0] : p.to)?.text).sort();
     expect(to).toEqual(["anna@alfa.test", "piet@alfa.test"]);
-    expect(parsed[0]!.subject).toStartWith("Weekrapport Alfa BV, week 30");
+    expect(parsed[0]!.subject).toStartWith("Weekrapport Alfa BV, week 29");
     expect(parsed[0]!.text).toContain("Audit-gebeurtenissen: 0");
     expect(parsed[0]!.html).toContain("Alfa BV");
+  });
+
+  test("an outbox that cannot be written: the message is a fout (it is certainly not there), and the rerun writes it", async () => {
+    const env = await makeMailEnv({}, makeTestEnv);
+    toClean.push(() => env.cleanup());
+    addAdmin(env.store, addTenant(env.store, "Alfa BV"), "anna@alfa.test");
+    // A file where the folder should be: the message cannot be written.
+    writeFileSync(env.outboxDir, "geen map");
+    const during = await call(env.app, "/api/cron/weekrapport");
+    expect(during.json).toMatchObject({ verstuurd: 0, fouten: 1, overgeslagen: 0, bezorging: "outbox" });
+    expect(during.json.onzeker).toBeUndefined();
+    expect((env.alarms.raised[0]!.context as { mislukt: { fout: string }[] }).mislukt[0]!.fout).toStartWith("outbox: ");
+
+    rmSync(env.outboxDir);
+    expect((await call(env.app, "/api/cron/weekrapport")).json).toMatchObject({ verstuurd: 1, fouten: 0, overgeslagen: 0 });
+    expect(readdirSync(env.outboxDir).filter((f) => f.endsWith(".eml"))).toHaveLength(1);
   });
 
   test("the daily report goes to the outbox too", async () => {

@@ -18,9 +18,11 @@ import { startPgProxy, type PgProxy } from "./pg-proxy.ts";
 
 setDefaultTimeout(120_000);
 
-// NOW = Thursday 2026-07-23T12:00Z, ISO week 2026-W30; the report covers 16/07 12:00Z .. NOW.
+// RUN = Sunday 2026-07-26T18:00Z, weekrapport's fire time in ISO week 2026-W30; the report
+// covers 19/07 18:00Z .. RUN. The installations' clock (recorded deliveries) stays at NOW.
+const RUN = new Date("2026-07-26T18:00:00.000Z");
 const DAY = 24 * 3600 * 1000;
-const ago = (ms: number) => new Date(NOW.getTime() - ms);
+const ago = (ms: number) => new Date(RUN.getTime() - ms);
 const VAN = ago(WEEK_MS);
 
 const cluster = useTestCluster();
@@ -186,7 +188,7 @@ async function fillWeek(seed: Seed) {
   // Tied at two: bytes order them Dossier.export, dossier.archief, dossier_import, één.actie;
   // a linguistic collation puts dossier.archief first.
   for (const action of ["één.actie", "dossier_import", "dossier.archief", "Dossier.export"]) times(2, alfa, action, 4 * DAY);
-  audit.push({ tenantId: alfa, action: "dossier.verwijderd", at: NOW }); // the end is not in the week
+  audit.push({ tenantId: alfa, action: "dossier.verwijderd", at: RUN }); // the end is not in the week
   times(2, beta, "factuur.verstuurd", 2 * DAY);
   times(1, gamma, "dossier.bekeken", DAY);
   await seed.audit(audit);
@@ -200,7 +202,7 @@ async function fillWeek(seed: Seed) {
     attempts(n, alfa, ip, false, 3 * DAY);
   }
   logins.push({ tenantId: alfa, ip: "10.9.9.9", gelukt: false, at: ago(WEEK_MS + 1) });
-  logins.push({ tenantId: alfa, ip: "10.9.9.9", gelukt: false, at: NOW });
+  logins.push({ tenantId: alfa, ip: "10.9.9.9", gelukt: false, at: RUN });
   logins.push({ tenantId: alfa, ip: "10.0.0.1", gelukt: true, at: VAN });
   // Beta: 30 failures against 10 successes, worth a word in its report.
   attempts(10, beta, "10.1.0.1", true);
@@ -210,7 +212,7 @@ async function fillWeek(seed: Seed) {
   attempts(3, gamma, "10.2.0.1", false);
   await seed.logins(logins);
 
-  await seed.verified(alfa, { gecontroleerd: "2026-07-23T01:00:05.000Z", intact: true, aantalEntries: 15 });
+  await seed.verified(alfa, { gecontroleerd: "2026-07-26T01:00:05.000Z", intact: true, aantalEntries: 15 });
   await seed.verified(beta, { gecontroleerd: "2026-07-23T01:00:00.000Z", intact: false, aantalEntries: 120, foutSeq: 57, foutReden: "hash-afwijkend" });
   await seed.verified(delta, { gecontroleerd: "2026-07-19T01:00:00.000Z", intact: true, aantalEntries: 0 });
 
@@ -227,7 +229,7 @@ describe("weekrapport on PostgreSQL: the same reports as on SQLite", () => {
       for (const side of sides) {
         await fillWeek(side.seed);
         side.env.mailer.refuse.add("weg@alfa.test");
-        outcomes.push(await outcome(side, runWeekrapport(side.deps, NOW)));
+        outcomes.push(await outcome(side, runWeekrapport(side.deps, RUN)));
       }
       const [onSqlite, onPg] = outcomes;
       expect(onPg).toEqual(onSqlite!);
@@ -271,6 +273,7 @@ describe("weekrapport on PostgreSQL: the same reports as on SQLite", () => {
     const responses = [];
     for (const side of await bothStores()) {
       await fillWeek(side.seed);
+      side.env.setNow(RUN);
       const res = await call(side.env.app, "/api/cron/weekrapport");
       responses.push({ status: res.status, body: res.json, mails: side.env.mailer.sent.map((m) => m.to) });
     }
@@ -286,12 +289,12 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
     for (const [i, side] of sides.entries()) {
       await fillWeek(side.seed);
       side.env.mailer.refuse.add("weg@alfa.test");
-      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, NOW)));
+      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, RUN)));
       side.env.mailer.refuse.clear();
-      const saturday = new Date(NOW.getTime() + 2 * DAY); // still 2026-W30
-      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, saturday)));
-      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, saturday)));
-      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, new Date(NOW.getTime() + 7 * DAY))));
+      const tuesday = new Date(RUN.getTime() + 2 * DAY); // still the week of Sunday's fire time, 2026-W30
+      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, tuesday)));
+      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, tuesday)));
+      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, new Date(RUN.getTime() + 7 * DAY))));
     }
     const [onSqlite, onPg] = runs;
     expect(onPg).toEqual(onSqlite!);
@@ -312,7 +315,7 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
   test("two runs of the same week at once (a lease that lapsed, two instances) send each report once: a reservation is a claim, and the run that loses it skips that recipient", async () => {
     for (const side of await bothStores()) {
       await fillWeek(side.seed);
-      const [one, two] = await Promise.all([runWeekrapport(side.deps, NOW), runWeekrapport(side.deps, NOW)]);
+      const [one, two] = await Promise.all([runWeekrapport(side.deps, RUN), runWeekrapport(side.deps, RUN)]);
       const to = side.env.mailer.sent.map((m) => m.to).sort();
       expect(to).toEqual(["anna@alfa.test", "bert@beta.test", "dirk@delta.test", "gedeeld@example.test", "gedeeld@example.test", "weg@alfa.test"]);
       expect((one.body as { verstuurd: number }).verstuurd + (two.body as { verstuurd: number }).verstuurd).toBe(6);
@@ -324,24 +327,24 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
     for (const [i, side] of (await bothStores()).entries()) {
       const alfa = await side.seed.tenant("Alfa BV");
       await side.seed.admin(alfa, "anna@alfa.test");
-      // The clock is read only to record an accepted message: failing there is dying
-      // after the server's "250 OK" and before the record.
+      // The clock is read only to record an accepted message: failing there leaves the
+      // delivery as dying after the server's "250 OK" and before the record does. That run
+      // itself counts it as onzeker (the record failed), and so does every rerun.
       const dying: Deps = { ...side.deps, clock: () => { throw new Error("stroomuitval"); } };
-      // Settled before expect sees it: bun's expect(…).rejects on a pending promise idles for seconds.
-      const died = await runWeekrapport(dying, NOW).then(() => null, (e: unknown) => e);
-      expect(died).toBeInstanceOf(Error);
-      expect((died as Error).message).toBe("stroomuitval");
+      const died = await runWeekrapport(dying, RUN);
+      expect(died.body).toEqual({ verstuurd: 0, fouten: 0, overgeslagen: 0, onzeker: 1, bezorging: "smtp", week: "2026-W30" });
+      expect(side.env.alarms.raised.map((a) => a.context)).toMatchObject([{ onzeker: [{ adres: "anna@alfa.test", fout: expect.stringContaining("stroomuitval") }] }]);
       expect(side.env.mailer.sent.map((m) => m.to)).toEqual(["anna@alfa.test"]);
       runs[i]!.push(await side.seed.deliveries());
 
       await side.seed.admin(alfa, "piet@alfa.test");
-      const rerun = await outcome(side, runWeekrapport(side.deps, NOW));
-      runs[i]!.push(rerun, await outcome(side, runWeekrapport(side.deps, NOW)));
+      const rerun = await outcome(side, runWeekrapport(side.deps, RUN));
+      runs[i]!.push(rerun, await outcome(side, runWeekrapport(side.deps, RUN)));
 
       // What the alarm tells an operator to run, when the mail server's log shows the message never arrived.
       const advice = /DELETE FROM weekly_report_deliveries WHERE [^,]*'verzenden'/.exec(rerun.alarms[0]!.message)![0];
       await side.seed.exec(advice);
-      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, NOW)));
+      runs[i]!.push(await outcome(side, runWeekrapport(side.deps, RUN)));
     }
     const [onSqlite, onPg] = runs;
     expect(onPg).toEqual(onSqlite!);
@@ -437,7 +440,7 @@ describe("weekrapport on PostgreSQL: the statistics use indexes", () => {
     const env = await makePgTestEnv(cluster);
     toClean.push(() => env.cleanup());
     const { db } = env.store;
-    const statements = { ...weekStatsQueriesPg(db, 1, VAN, NOW), ...weekLoginQueriesPg(db, VAN, NOW) };
+    const statements = { ...weekStatsQueriesPg(db, 1, VAN, RUN), ...weekLoginQueriesPg(db, VAN, RUN) };
     const conn = await env.store.sql.reserve();
     try {
       // On empty tables a sequential scan is cheapest; discouraged, the planner shows which index it can use.

@@ -12,6 +12,7 @@ import { closeSync, copyFileSync, openSync, readFileSync, writeFileSync, writeSy
 import { join } from "node:path";
 import { canonicalJson, recordLoginAttempt, type ChainInput } from "../src/audit/chain.ts";
 import { isoWeek } from "../src/format.ts";
+import { reportEnd } from "../src/jobs/weekrapport.ts";
 import { routeResponses } from "../src/http/job-route.ts";
 import { ALL_JOBS } from "../src/jobs/index.ts";
 import type { JobDefinition } from "../src/jobs/job.ts";
@@ -215,7 +216,7 @@ describe("every job's real answers match the schemas it declares", () => {
   test("weekrapport 200, with a report whose earlier send never finished (onzeker)", async () => {
     const e = await installation();
     const { id: admin, tenant_id: tenant } = (await e.db.get<{ id: number; tenant_id: number }>("SELECT id, tenant_id FROM administrators ORDER BY id"))!;
-    await e.db.run("INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)", admin, tenant, isoWeek(NOW), SENDING);
+    await e.db.run("INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)", admin, tenant, isoWeek(reportEnd(NOW)), SENDING);
     const r = await post(e, "weekrapport");
     expectDeclared("weekrapport", 200, r);
     expect(r.json).toMatchObject({ verstuurd: 1, onzeker: 1 });

@@ -1,11 +1,16 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { fillPlaceholders } from "drizzle-orm";
+import { SMTPServer } from "smtp-server";
 import { canonicalJson } from "../src/audit/chain.ts";
+import type { Deps } from "../src/deps.ts";
+import { errorText } from "../src/http/job-route.ts";
 import { runWeekrapport } from "../src/jobs/weekrapport.ts";
+import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { createMailer } from "../src/mail/transport.ts";
 import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
 import { WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
-import { stateZegel, call, NOW, TEST_SEAL } from "./helpers.ts";
+import { RunningJobs } from "../src/running-jobs.ts";
+import { stateZegel, call, TEST_SEAL } from "./helpers.ts";
 import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
 import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
 
@@ -13,7 +18,9 @@ import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
 // the first test also starts the run's shared cluster, which takes seconds on a busy host.
 setDefaultTimeout(30_000);
 
-// NOW = Thursday 2026-07-23T12:00Z, ISO week 2026-W30; the report covers 16/07 12:00Z .. NOW.
+// NOW = Sunday 2026-07-26T18:00Z, weekrapport's fire time (0 18 * * 0) in ISO week 2026-W30;
+// the report covers 19/07 18:00Z .. NOW. The installations' clock is set to it (setup).
+const NOW = new Date("2026-07-26T18:00:00.000Z");
 const DAY = 24 * 3600 * 1000;
 const ago = (ms: number) => new Date(NOW.getTime() - ms);
 
@@ -26,6 +33,7 @@ async function setup(refuse: string[] = []) {
   const smtp = await startSmtp({ refuse });
   const env = await makeMailEnv({ SMTP_URL: smtp.url });
   toClean.push(() => smtp.stop(), () => env.cleanup());
+  env.setNow(NOW);
   return { smtp, env };
 }
 
@@ -92,9 +100,9 @@ describe("weekrapport: content", () => {
     await s.run(
       "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, zegel) VALUES (?, ?, ?, 8, ?)",
       t,
-      "2026-07-23T01:00:05.000Z",
+      "2026-07-26T01:00:05.000Z",
       true,
-      stateZegel({ tenantId: t, gecontroleerd: "2026-07-23T01:00:05.000Z", intact: true, aantalEntries: 8 }),
+      stateZegel({ tenantId: t, gecontroleerd: "2026-07-26T01:00:05.000Z", intact: true, aantalEntries: 8 }),
     );
 
     const r = await runWeekrapport(env.deps, NOW);
@@ -113,9 +121,9 @@ describe("weekrapport: content", () => {
     expect(m.text).toMatch(/IP-adressen met mislukte pogingen\s+2/);
     expect(m.text).toMatch(/203\.0\.113\.9\s+2/);
     expect(m.text).toMatch(/Uitkomst\s+Intact/);
-    expect(m.text).toMatch(/Laatst gecontroleerd\s+23\/07\/2026 03:00/);
+    expect(m.text).toMatch(/Laatst gecontroleerd\s+26\/07\/2026 03:00/);
     // The period in the report time zone (UTC+2 in July).
-    expect(m.text).toContain("van 16/07/2026 14:00 tot 23/07/2026 14:00");
+    expect(m.text).toContain("van 19/07/2026 20:00 tot 26/07/2026 20:00");
 
     // HTML part: the same numbers in their cells.
     expect(m.html).toContain("Alles in orde");
@@ -125,7 +133,7 @@ describe("weekrapport: content", () => {
     expect(m.html).toMatch(/>5<\/p>\s*<p[^>]*>geslaagde inlogpogingen</);
     expect(m.html).toMatch(/>3<\/p>\s*<p[^>]*>mislukte inlogpogingen</);
     expect(m.html).toContain("203.0.113.9");
-    expect(m.html).toContain("16/07/2026 14:00");
+    expect(m.html).toContain("19/07/2026 20:00");
   });
 
   test("thousands of distinct actions: the 24 most frequent one by one, the rest as one row; the total counts them all", async () => {
@@ -207,7 +215,7 @@ describe("weekrapport: failures and reruns", () => {
 
     smtp.refuse.clear();
     smtp.received.length = 0;
-    const later = new Date(NOW.getTime() + 2 * DAY); // Saturday, still 2026-W30
+    const later = new Date(NOW.getTime() + 2 * DAY); // Tuesday: still the week of Sunday's fire time, 2026-W30
     expect((await runWeekrapport(env.deps, later)).body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 2, bezorging: "smtp", week: "2026-W30" });
     expect(recipientsOf(smtp)).toEqual(["weg@alfa.test"]);
 
@@ -388,5 +396,213 @@ describe("weekLogins: every tenant's week in one pass", () => {
     expect(logins.get(b)).toEqual({ totaal: 1, gelukt: 0, mislukt: 1, mislukteIps: 1, topMislukteIps: [{ ip: "192.0.2.1", aantal: 1 }] });
     expect(logins.has(c)).toBe(false);
     expect((await q.tenantWeekStats(c, van, NOW, logins)).inlog).toEqual({ totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] });
+  });
+});
+
+/**
+ * An SMTP server that takes the whole message of the recipients in `holdFor` (it is
+ * delivered: counted in `received` when its data ends) but never answers the final ".",
+ * as a server does whose "250" is late or lost; the others it answers at once.
+ */
+async function slowAckSmtp(holdFor: ReadonlySet<string>) {
+  const received: string[] = [];
+  const server = new SMTPServer({
+    authOptional: true,
+    disableReverseLookup: true,
+    hideSTARTTLS: true,
+    closeTimeout: 200,
+    logger: false,
+    onData(stream, session, callback) {
+      stream.on("data", () => {});
+      stream.on("end", () => {
+        const to = session.envelope.rcptTo.map((r) => r.address);
+        received.push(...to);
+        if (!to.some((a) => holdFor.has(a))) callback();
+      });
+    },
+  });
+  // The client gives up on a held message and drops its connection: expected here.
+  server.on("error", () => {});
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  const port = (server.server.address() as { port: number }).port;
+  const stop = () => new Promise<void>((r) => server.close(() => r()));
+  toClean.push(stop);
+  return { url: `smtp://127.0.0.1:${port}`, received };
+}
+
+/** The real mailer on `url`, with the timeouts a test can wait for; closed after the test. */
+function mailerFor(env: Env & { outboxDir: string }, url: string, timeouts = { connection: 2000, greeting: 2000, socket: 500 }): Mailer {
+  const mailer = createMailer({ smtpUrl: url, from: env.config.mailFrom, outboxDir: env.outboxDir, timeouts });
+  toClean.push(() => mailer.close());
+  return mailer;
+}
+
+/** `mailer` with `before` run as each send starts (with its number, from 1). */
+function wrapped(mailer: Mailer, before: (n: number) => void | Promise<void>): Mailer & { started: number; settled: number } {
+  const w = {
+    bezorging: mailer.bezorging,
+    started: 0,
+    settled: 0,
+    close: () => mailer.close(),
+    async send(m: MailMessage) {
+      try {
+        await before(++w.started);
+        return await mailer.send(m);
+      } finally {
+        w.settled++;
+      }
+    },
+  };
+  return w;
+}
+
+describe("weekrapport: a send whose outcome is not known is not repeated", () => {
+  test("the server took the whole message but its answer to the final '.' never came (socket timeout): onzeker, not fout; the rerun does not send it again", async () => {
+    const { env } = await setup();
+    const smtp = await slowAckSmtp(new Set(["traag@alfa.test"]));
+    const mailer = mailerFor(env, smtp.url);
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "traag@alfa.test");
+    await addAdmin(env.db, t, "snel@alfa.test");
+    const deps: Deps = { ...env.deps, mailer };
+
+    const first = await runWeekrapport(deps, NOW);
+    expect(first).toEqual({ status: 200, body: { verstuurd: 1, fouten: 0, overgeslagen: 0, onzeker: 1, bezorging: "smtp", week: "2026-W30" } });
+    expect([...smtp.received].sort()).toEqual(["snel@alfa.test", "traag@alfa.test"]);
+    expect(env.alarms.raised).toHaveLength(1);
+    const alarm = env.alarms.raised[0]!;
+    expect(alarm).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", aantal: 1, onzeker: [{ adres: "traag@alfa.test", tenantId: t, week: "2026-W30" }] } });
+    expect((alarm.context as { onzeker: { fout: string }[] }).onzeker[0]!.fout).toContain("Timeout");
+    expect(alarm.message).toContain("DELETE FROM weekly_report_deliveries WHERE iso_week = '2026-W30' AND verstuurd = 'verzenden'");
+    expect(await env.db.all("SELECT verstuurd FROM weekly_report_deliveries WHERE administrator_id = (SELECT id FROM administrators WHERE email = ?)", "traag@alfa.test")).toEqual([
+      { verstuurd: "verzenden" },
+    ]);
+
+    // An hour later, the same week: nothing is sent again, the uncertain one is named again.
+    const rerun = await runWeekrapport(deps, new Date(NOW.getTime() + 3600_000));
+    expect(rerun.body).toEqual({ verstuurd: 0, fouten: 0, overgeslagen: 2, onzeker: 1, bezorging: "smtp", week: "2026-W30" });
+    expect([...smtp.received].sort()).toEqual(["snel@alfa.test", "traag@alfa.test"]);
+  });
+
+  test("a server that never sends its greeting: the message certainly did not leave, so it is a fout and the rerun sends it", async () => {
+    const { smtp, env } = await setup();
+    const silent = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+    toClean.push(async () => void silent.stop(true));
+    await addAdmin(env.db, await addTenant(env.db, "Alfa BV"), "anna@alfa.test");
+
+    const mute = mailerFor(env, `smtp://127.0.0.1:${silent.port}`, { connection: 2000, greeting: 300, socket: 500 });
+    const during = await runWeekrapport({ ...env.deps, mailer: mute }, NOW);
+    expect(during.body).toEqual({ verstuurd: 0, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
+    expect((env.alarms.raised[0]!.context as { mislukt: { fout: string }[] }).mislukt[0]!.fout).toContain("Greeting never received");
+
+    expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 1, fouten: 0, overgeslagen: 0 });
+    expect(recipientsOf(smtp)).toEqual(["anna@alfa.test"]);
+  });
+});
+
+describe("weekrapport: a database write failing in the middle of the run", () => {
+  test("the run ends only after its messages under way, none of them rejects unhandled, and the message sent but not recorded is onzeker, named in the alarm", async () => {
+    const { smtp, env } = await setup();
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    const piet = await addAdmin(env.db, t, "piet@alfa.test");
+    // The database refuses two writes ("disk full"): the reservation of piet's message, and
+    // recording any message as accepted. So anna's message is under way when the run fails.
+    if (env.dialect === "sqlite") {
+      await env.db.run(`CREATE TRIGGER vol_reserveren BEFORE INSERT ON weekly_report_deliveries WHEN NEW.administrator_id = ${piet} BEGIN SELECT RAISE(ABORT, 'schijf vol'); END`);
+      await env.db.run("CREATE TRIGGER vol_vastleggen BEFORE UPDATE ON weekly_report_deliveries BEGIN SELECT RAISE(ABORT, 'schijf vol'); END");
+    } else {
+      await env.db.run("CREATE FUNCTION schijf_vol() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'schijf vol'; END $$");
+      await env.db.run(`CREATE TRIGGER vol_reserveren BEFORE INSERT ON weekly_report_deliveries FOR EACH ROW WHEN (NEW.administrator_id = ${piet}) EXECUTE FUNCTION schijf_vol()`);
+      await env.db.run("CREATE TRIGGER vol_vastleggen BEFORE UPDATE ON weekly_report_deliveries FOR EACH ROW EXECUTE FUNCTION schijf_vol()");
+    }
+    const mailer = wrapped(env.deps.mailer, () => {});
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => void unhandled.push(e);
+    process.on("unhandledRejection", onUnhandled);
+    toClean.push(async () => void process.off("unhandledRejection", onUnhandled));
+
+    const outcome = await runWeekrapport({ ...env.deps, mailer }, NOW).then(
+      (r) => ({ r, e: null }),
+      (e: unknown) => ({ r: null, e }),
+    );
+    // The reservation of the second message failed: the run fails, but only once the first message is done.
+    expect(outcome.r).toBeNull();
+    expect(errorText(outcome.e)).toContain("schijf vol");
+    expect({ started: mailer.started, settled: mailer.settled }).toEqual({ started: 1, settled: 1 });
+    expect(recipientsOf(smtp)).toEqual(["anna@alfa.test"]);
+    expect(env.alarms.raised).toHaveLength(1);
+    expect(env.alarms.raised[0]).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", aantal: 1, onzeker: [{ adres: "anna@alfa.test", week: "2026-W30" }] } });
+    expect((env.alarms.raised[0]!.context as { onzeker: { fout: string }[] }).onzeker[0]!.fout).toContain("niet vastgelegd");
+    expect(unhandled).toEqual([]);
+  });
+});
+
+describe("weekrapport: the week is that of the scheduled time", () => {
+  test("a catch-up call on Monday for the missed Sunday sends that week's report; the next Sunday sends the next week's", async () => {
+    const { smtp, env } = await setup();
+    await addAdmin(env.db, await addTenant(env.db, "Alfa BV"), "anna@alfa.test");
+
+    const monday = await runWeekrapport(env.deps, new Date("2026-07-27T08:00:00.000Z"));
+    expect(monday.body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
+    // The seven days up to Sunday 18:00 UTC (20:00 in the report's time zone), not up to the call.
+    expect(smtp.received[0]!.text).toContain("van 19/07/2026 20:00 tot 26/07/2026 20:00");
+    expect(smtp.received[0]!.subject).toStartWith("Weekrapport Alfa BV, week 30");
+
+    const sunday = await runWeekrapport(env.deps, new Date("2026-08-02T18:00:00.000Z"));
+    expect(sunday.body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 0, bezorging: "smtp", week: "2026-W31" });
+    expect(smtp.received[1]!.text).toContain("van 26/07/2026 20:00 tot 02/08/2026 20:00");
+  });
+
+  test("sends left uncertain by a run of an earlier week are reported by later weeks' runs, until the alarm's advice resolves them", async () => {
+    const { env } = await setup();
+    const t = await addTenant(env.db, "Alfa BV");
+    const anna = await addAdmin(env.db, t, "anna@alfa.test");
+    // A run of week 29 killed after its reservation: nobody ran weekrapport again that week.
+    await env.db.run("INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, '2026-W29', 'verzenden')", anna, t);
+
+    const r = await runWeekrapport(env.deps, NOW);
+    expect(r.body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 0, onzeker: 1, bezorging: "smtp", week: "2026-W30" });
+    expect(env.alarms.raised).toHaveLength(1);
+    const alarm = env.alarms.raised[0]!;
+    expect(alarm.context).toMatchObject({ week: "2026-W30", aantal: 1, onzeker: [{ adres: "anna@alfa.test", tenantId: t, week: "2026-W29" }] });
+    const advice = /DELETE FROM weekly_report_deliveries WHERE iso_week IN \([^)]*\) AND verstuurd = 'verzenden'/.exec(alarm.message);
+    expect(advice?.[0]).toBe("DELETE FROM weekly_report_deliveries WHERE iso_week IN ('2026-W29') AND verstuurd = 'verzenden'");
+
+    await env.db.run(advice![0]);
+    expect((await runWeekrapport(env.deps, NOW)).body).toEqual({ verstuurd: 0, fouten: 0, overgeslagen: 1, bezorging: "smtp", week: "2026-W30" });
+    expect(env.alarms.raised).toHaveLength(1);
+  });
+});
+
+describe("weekrapport: shutdown", () => {
+  test("once shutdown began no new message starts; the one under way is finished and recorded, the call is answered 503, and the rerun sends the rest", async () => {
+    const smtp = await startSmtp();
+    const running = new RunningJobs();
+    const env = await makeMailEnv({ SMTP_URL: smtp.url }, (e) => makeEnv(e, { running }));
+    toClean.push(() => smtp.stop(), () => env.cleanup());
+    env.setNow(NOW);
+    const t = await addTenant(env.db, "Alfa BV");
+    for (const a of ["a@alfa.test", "b@alfa.test", "c@alfa.test"]) await addAdmin(env.db, t, a);
+    const real = env.deps.mailer;
+    // SIGTERM as the first message starts (src/server.ts shutdown: running.close()).
+    env.deps.mailer = wrapped(real, (n) => {
+      if (n === 1) running.close();
+    });
+
+    const res = await call(env.app, "/api/cron/weekrapport");
+    expect(res.status).toBe(503);
+    expect(res.json.error).toContain("weekrapport 2026-W30 begon geen nieuwe berichten meer");
+    expect(recipientsOf(smtp)).toEqual(["a@alfa.test"]);
+    const rows = await env.db.all<{ email: string; verstuurd: string }>(
+      "SELECT a.email, d.verstuurd FROM weekly_report_deliveries d JOIN administrators a ON a.id = d.administrator_id",
+    );
+    expect(rows).toEqual([{ email: "a@alfa.test", verstuurd: NOW.toISOString() }]);
+    expect(await env.db.all("SELECT uitkomst, http_status FROM job_runs WHERE job = 'weekrapport'")).toEqual([{ uitkomst: "fout", http_status: 503 }]);
+
+    // After the restart.
+    env.deps.mailer = real;
+    expect((await runWeekrapport(env.deps, NOW)).body).toEqual({ verstuurd: 2, fouten: 0, overgeslagen: 1, bezorging: "smtp", week: "2026-W30" });
+    expect(recipientsOf(smtp)).toEqual(["a@alfa.test", "b@alfa.test", "c@alfa.test"]);
   });
 });

@@ -10,7 +10,6 @@
 // writeRunEnd): while it is taken they wait with awaited pauses, at most BUSY_TIMEOUT_MS
 // before the answer, and what is still not written then goes on after the answer
 // (writeLater: one rule for a refused call's row, a run's end, a lease's release).
-import { Cron } from "croner";
 import { DrizzleQueryError } from "drizzle-orm/errors";
 import { t, type Elysia, type TSchema } from "elysia";
 import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
@@ -21,7 +20,7 @@ import { rowSealOf } from "../row-seal.ts";
 import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
-import { lastFireAtOrBefore } from "../schedule-due.ts";
+import { lastFireOf } from "../schedule-due.ts";
 import { log } from "../logger.ts";
 import { bodyReader } from "./body.ts";
 import { ErrorBody, json, lockWaitGivenUp, unexpectedStatus } from "./errors.ts";
@@ -48,6 +47,7 @@ export function jobContext(running: RunningJobs): JobContext {
   return {
     running: running.runs(),
     unrecorded: running.keptEndsList().map((k) => ({ job: k.job, runId: k.runId, beeindigd: k.end.toISOString(), uitkomst: k.result.uitkomst })),
+    stopping: () => running.isClosed,
   };
 }
 
@@ -316,8 +316,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       }
     }
     const started = deps.clock();
-    const cron = scheduleOf(def.name).cron;
-    const firedAt = scheduled && cron !== null ? lastFireAtOrBefore(new Cron(cron, { timezone: "UTC" }), started) : null;
+    const firedAt = scheduled ? lastFireOf(def.name, started) : null;
     // The guard across processes: the lease and the run's row in one IMMEDIATE transaction.
     const timing = leaseTiming(def.name);
     let lease: LeasedStart;

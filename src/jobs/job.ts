@@ -30,6 +30,12 @@ export interface JobContext {
    * still says 'bezig'): how they really ended. See recordEnd in src/http/job-route.ts.
    */
   unrecorded: readonly (RunningRun & { beeindigd: string; uitkomst: Exclude<Outcome, "bezig"> })[];
+  /**
+   * Whether this process has begun to shut down (RunningJobs.isClosed), asked while the
+   * job runs: a job of many separate steps (weekrapport's messages) starts no new one
+   * after that. Absent: never (a job called directly, as tests do).
+   */
+  stopping?: () => boolean;
 }
 
 /** One of a job's own answers: what it means, and the TypeBox schema of its body. */

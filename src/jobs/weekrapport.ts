@@ -1,13 +1,16 @@
 // weekrapport: one e-mail per active administrator of every active
-// tenant about that tenant's last seven days. Each tenant's figures are gathered and
+// tenant about that tenant's last seven days up to the job's scheduled time. Each tenant's figures are gathered and
 // rendered once, then addressed to each of its administrators. A message the
-// transport accepted is recorded per (administrator, tenant, ISO week), so a rerun in
+// transport accepted is recorded per (administrator, tenant, ISO week), so a rerun for
 // the same week sends only what is still owed. The same run on either store: only the
 // queries differ (weeklyQueries, weeklyQueriesPg).
 import { t, type Static } from "elysia";
 import { WeeklyReport } from "../../emails/WeeklyReport.tsx";
 import type { Deps } from "../deps.ts";
 import { isoWeek } from "../format.ts";
+import { errorText } from "../http/job-route.ts";
+import { log } from "../logger.ts";
+import { surelyNotDelivered, type MailMessage } from "../mail/mailer.ts";
 import { renderEmail } from "../mail/render.ts";
 import { weeklyQueriesPg } from "../pg/weekly.ts";
 import {
@@ -20,6 +23,8 @@ import {
   type TenantWeekLogins,
   type WeekRecipient,
 } from "../reports/weekly.ts";
+import { JobInterrupted } from "../running-jobs.ts";
+import { lastFireOf } from "../schedule-due.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, enumOf } from "./schema.ts";
 import { rowSealOf } from "../row-seal.ts";
@@ -31,18 +36,25 @@ const MAX_NAMED_FAILURES = 20;
 
 export const WeekrapportResult = t.Object({
   verstuurd: integer({ minimum: 0, description: "Berichten die de mailserver (of de outbox) aannam." }),
-  fouten: integer({ minimum: 0, description: "Berichten die mislukten; bij > 0 volgt een alarm (mail-failure)." }),
-  overgeslagen: integer({ minimum: 0, description: "Berichten die deze ISO-week al eerder verstuurd zijn." }),
+  fouten: integer({ minimum: 0, description: "Berichten die zeker niet aankwamen (de mailserver weigerde ze of was niet bereikbaar); bij > 0 volgt een alarm (mail-failure)." }),
+  overgeslagen: integer({ minimum: 0, description: "Berichten die voor deze ISO-week al eerder verstuurd zijn." }),
   onzeker: t.Optional(
     integer({
       minimum: 1,
       description:
-        "Alleen als > 0: berichten waarvan een eerdere run het versturen begon maar de uitkomst nooit vastlegde (de service stopte). " +
-        "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze. Deel van `overgeslagen`.",
+        "Alleen als > 0: berichten waarvan niet bekend is of ze aankwamen: het versturen begon maar de uitkomst is nooit vastgelegd " +
+        "(een eerdere run stopte, in welke bewaarde week ook; die van deze week tellen ook in `overgeslagen`), " +
+        "of in deze run: de verbinding viel weg of de mailserver antwoordde niet meer terwijl het bericht al onderweg was, " +
+        "of de uitkomst kon niet in de database worden vastgelegd. " +
+        "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze.",
     }),
   ),
   bezorging: enumOf(["smtp", "outbox"], { description: "outbox: SMTP_URL ontbreekt, berichten staan als .eml in de outbox-map." }),
-  week: t.String({ pattern: "^\\d{4}-W\\d{2}$", example: "2026-W30", description: "ISO-week (UTC) waarvoor verstuurd is." }),
+  week: t.String({
+    pattern: "^\\d{4}-W\\d{2}$",
+    example: "2026-W30",
+    description: "ISO-week (UTC) waarvoor verstuurd is: die van het laatste geplande tijdstip (zondag 18:00 UTC) op of voor de aanroep.",
+  }),
 });
 export type WeekrapportResult = Static<typeof WeekrapportResult>;
 
@@ -51,15 +63,41 @@ function errorMessage(e: unknown): string {
   return m.length > 300 ? m.slice(0, 299) + "…" : m;
 }
 
-export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<WeekrapportResult>> {
+/**
+ * The end of the week a run at `now` reports on: the schedule's newest fire time at or
+ * before `now` (Sunday 18:00 UTC). A catch-up call on Monday for a missed Sunday, or a
+ * rerun during the week, reports that same week; the report covers the seven days before it.
+ */
+export function reportEnd(now: Date): Date {
+  const fired = lastFireOf("weekrapport", now);
+  if (fired === null) throw new Error("weekrapport has no fire time at or before now in the schedule table");
+  return fired;
+}
+
+/** A message whose arrival is not known: left by an earlier run (`week` of any week kept), or from this run, with why. */
+interface Uncertain {
+  adres: string;
+  tenantId: number;
+  week: string;
+  fout?: string;
+}
+
+/**
+ * `stopping`: whether the service began to shut down (JobContext.stopping); no message
+ * starts after that, the ones under way are awaited, and the run ends as interrupted.
+ */
+export async function runWeekrapport(deps: Deps, now: Date, stopping: () => boolean = () => false): Promise<JobResult<WeekrapportResult>> {
   const seal = rowSealOf(deps.config);
   const q = deps.store.kind === "pg" ? weeklyQueriesPg(deps.store, seal) : weeklyQueries(deps.store.db, seal);
-  const week = isoWeek(now);
-  const van = new Date(now.getTime() - WEEK_MS);
+  const tot = reportEnd(now);
+  const week = isoWeek(tot);
+  const van = new Date(tot.getTime() - WEEK_MS);
   const tijdzone = deps.config.rapportTijdzone;
 
-  await q.pruneDeliveries(isoWeek(new Date(now.getTime() - (DELIVERY_WEEKS_KEPT - 1) * WEEK_MS)));
+  await q.pruneDeliveries(isoWeek(new Date(tot.getTime() - (DELIVERY_WEEKS_KEPT - 1) * WEEK_MS)));
   const recipients = await q.weekRecipients(week);
+  // Before this run reserves anything: what earlier runs left unresolved, in every week kept.
+  const onzeker: Uncertain[] = (await q.uncertainDeliveries()).map((d) => ({ adres: d.email, tenantId: d.tenantId, week: d.isoWeek }));
   const byTenant = new Map<number, WeekRecipient[]>();
   for (const r of recipients) {
     const list = byTenant.get(r.tenantId);
@@ -70,73 +108,124 @@ export async function runWeekrapport(deps: Deps, now: Date): Promise<JobResult<W
   let verstuurd = 0;
   let fouten = 0;
   let overgeslagen = 0;
+  let interrupted = false;
   const mislukt: { adres: string; tenantId: number; fout: string }[] = [];
-  const onzeker = recipients.filter((r) => r.onzeker).map((r) => ({ adres: r.email, tenantId: r.tenantId }));
   const inFlight = new Set<Promise<void>>();
   // Every tenant's login attempts in one pass, once some report is owed.
   let logins: Map<number, TenantWeekLogins> | undefined;
 
-  for (const [tenantId, admins] of byTenant) {
-    const owed = admins.filter((a) => !a.alVerstuurd);
-    overgeslagen += admins.length - owed.length;
-    if (owed.length === 0) continue;
-
-    logins ??= await q.weekLogins(van, now);
-    const stats = await q.tenantWeekStats(tenantId, van, now, logins);
-    const props = weeklyReportProps(owed[0]!.tenant, stats, { week, van, tot: now, tijdzone });
-    const { html, text } = await renderEmail(WeeklyReport, props);
-    const subject = weeklySubject(props);
-
-    for (const admin of owed) {
-      // Bounded concurrency: wait for a slot before starting the next message.
-      while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
-      // Marked before it leaves: should the service die before the outcome is
-      // recorded, the rerun reports it as uncertain rather than sending it twice.
-      // A claim: when another run (another instance whose lease lapsed) reserved it
-      // first, that run sends it; this one does not send it again, and counts it as
-      // skipped.
-      if (!(await q.reserveDelivery(admin, week))) {
-        overgeslagen++;
-        continue;
+  /**
+   * One reserved message to the transport and its outcome into the bookkeeping. Never
+   * rejects: a failure to record or release is logged and counted as onzeker (the
+   * reservation stays, so no run sends it again), and the alarm names it.
+   */
+  const sendOne = async (admin: WeekRecipient, message: MailMessage): Promise<void> => {
+    const uncertain = (fout: string) => onzeker.push({ adres: admin.email, tenantId: admin.tenantId, week, fout });
+    try {
+      await deps.mailer.send(message);
+    } catch (e) {
+      if (!surelyNotDelivered(e)) {
+        // The server may have the whole message and its "250" was late or lost: a resend could be a second copy.
+        uncertain(`mogelijk toch afgeleverd: ${errorMessage(e)}`);
+        return;
       }
-      const p: Promise<void> = deps.mailer
-        .send({ to: admin.email, subject, html, text })
-        .then(
-          async () => {
-            await q.recordDelivery(admin, week, deps.clock());
-            verstuurd++;
-          },
-          async (e) => {
-            await q.releaseDelivery(admin, week);
-            fouten++;
-            if (mislukt.length < MAX_NAMED_FAILURES) mislukt.push({ adres: admin.email, tenantId, fout: errorMessage(e) });
-          },
-        )
-        .finally(() => inFlight.delete(p));
-      inFlight.add(p);
+      try {
+        await q.releaseDelivery(admin, week);
+      } catch (releaseError) {
+        log("error", "weekrapport: could not release the reservation of a message that was not sent", { week, tenantId: admin.tenantId, administratorId: admin.administratorId, error: errorText(releaseError) });
+        uncertain(`niet verstuurd (${errorMessage(e)}), maar de reservering bleef staan: ${errorMessage(errorText(releaseError))}`);
+        return;
+      }
+      fouten++;
+      if (mislukt.length < MAX_NAMED_FAILURES) mislukt.push({ adres: admin.email, tenantId: admin.tenantId, fout: errorMessage(e) });
+      return;
+    }
+    try {
+      await q.recordDelivery(admin, week, deps.clock());
+      verstuurd++;
+    } catch (recordError) {
+      log("error", "weekrapport: could not record a message the transport accepted", { week, tenantId: admin.tenantId, administratorId: admin.administratorId, error: errorText(recordError) });
+      uncertain(`door de mailserver aangenomen, maar niet vastgelegd: ${errorMessage(errorText(recordError))}`);
+    }
+  };
+
+  try {
+    for (const [tenantId, admins] of byTenant) {
+      const owed = admins.filter((a) => !a.alVerstuurd);
+      overgeslagen += admins.length - owed.length;
+      if (owed.length === 0) continue;
+      if (stopping()) {
+        interrupted = true;
+        break;
+      }
+
+      logins ??= await q.weekLogins(van, tot);
+      const stats = await q.tenantWeekStats(tenantId, van, tot, logins);
+      const props = weeklyReportProps(owed[0]!.tenant, stats, { week, van, tot, tijdzone });
+      const { html, text } = await renderEmail(WeeklyReport, props);
+      const subject = weeklySubject(props);
+
+      for (const admin of owed) {
+        // Bounded concurrency: wait for a slot before starting the next message.
+        while (inFlight.size >= IN_FLIGHT) await Promise.race(inFlight);
+        // Shutdown began: no new message; the ones under way are awaited below.
+        if (stopping()) {
+          interrupted = true;
+          break;
+        }
+        // Marked before it leaves: should the service die before the outcome is
+        // recorded, the rerun reports it as uncertain rather than sending it twice.
+        // A claim: when another run (another instance whose lease lapsed) reserved it
+        // first, that run sends it; this one does not send it again, and counts it as
+        // skipped.
+        if (!(await q.reserveDelivery(admin, week))) {
+          overgeslagen++;
+          continue;
+        }
+        const p: Promise<void> = sendOne(admin, { to: admin.email, subject, html, text }).finally(() => inFlight.delete(p));
+        inFlight.add(p);
+      }
+      if (interrupted) break;
+    }
+  } finally {
+    // The run never ends while its messages are under way, also when a step above threw.
+    await Promise.allSettled(inFlight);
+    await raiseAlarms();
+  }
+
+  async function raiseAlarms(): Promise<void> {
+    if (fouten > 0) {
+      await deps.alarms.raise({
+        type: "mail-failure",
+        message: `Weekrapport ${week}: ${fouten} van ${fouten + verstuurd} berichten niet verstuurd; een nieuwe aanroep voor deze week verstuurt alleen die.`,
+        context: { week, verstuurd, fouten, overgeslagen, bezorging: deps.mailer.bezorging, mislukt },
+      });
+    }
+    if (onzeker.length > 0) {
+      const eerder = [...new Set(onzeker.map((o) => o.week).filter((w) => w !== week))].sort();
+      await deps.alarms.raise({
+        type: "mail-failure",
+        message:
+          `Weekrapport ${week}: bij ${onzeker.length} bericht(en) is niet bekend of ze aankwamen: het versturen begon, maar de uitkomst is niet vastgelegd ` +
+          `(de service stopte, de verbinding met de mailserver viel weg terwijl het bericht onderweg was, of de database faalde). ` +
+          `Ze worden niet opnieuw verstuurd (geen dubbele berichten). Controleer het log van de mailserver; om ze van week ${week} toch opnieuw te sturen: ` +
+          `DELETE FROM weekly_report_deliveries WHERE iso_week = '${week}' AND verstuurd = '${SENDING}', en roep weekrapport opnieuw aan.` +
+          (eerder.length > 0
+            ? ` Die van eerdere weken (${eerder.join(", ")}) kunnen niet meer verstuurd worden; na controle beëindigt ` +
+              `DELETE FROM weekly_report_deliveries WHERE iso_week IN (${eerder.map((w) => `'${w}'`).join(", ")}) AND verstuurd = '${SENDING}' deze melding.`
+            : ""),
+        context: { week, onzeker: onzeker.slice(0, MAX_NAMED_FAILURES), aantal: onzeker.length },
+      });
     }
   }
-  await Promise.all(inFlight);
 
-  const bezorging = deps.mailer.bezorging;
-  if (fouten > 0) {
-    await deps.alarms.raise({
-      type: "mail-failure",
-      message: `Weekrapport ${week}: ${fouten} van ${fouten + verstuurd} berichten niet verstuurd; een nieuwe aanroep deze week verstuurt alleen die.`,
-      context: { week, verstuurd, fouten, overgeslagen, bezorging, mislukt },
-    });
+  if (interrupted) {
+    throw new JobInterrupted(
+      `Onderbroken: de service wordt gestopt; weekrapport ${week} begon geen nieuwe berichten meer (${verstuurd} verstuurd, ${fouten} mislukt). ` +
+        `Een nieuwe aanroep verstuurt de rest van deze week.`,
+    );
   }
-  if (onzeker.length > 0) {
-    await deps.alarms.raise({
-      type: "mail-failure",
-      message:
-        `Weekrapport ${week}: bij ${onzeker.length} bericht(en) is niet bekend of ze aankwamen; de service stopte tijdens het versturen. ` +
-        `Ze worden niet opnieuw verstuurd (geen dubbele berichten). Controleer het log van de mailserver; om ze toch opnieuw te sturen: ` +
-        `DELETE FROM weekly_report_deliveries WHERE iso_week = '${week}' AND verstuurd = '${SENDING}', en roep weekrapport opnieuw aan.`,
-      context: { week, onzeker: onzeker.slice(0, MAX_NAMED_FAILURES), aantal: onzeker.length },
-    });
-  }
-  const body: WeekrapportResult = { verstuurd, fouten, overgeslagen, ...(onzeker.length > 0 ? { onzeker: onzeker.length } : {}), bezorging, week };
+  const body: WeekrapportResult = { verstuurd, fouten, overgeslagen, ...(onzeker.length > 0 ? { onzeker: onzeker.length } : {}), bezorging: deps.mailer.bezorging, week };
   return { status: 200, body };
 }
 
@@ -146,9 +235,10 @@ export const weekrapportJob = defineJob({
   description:
     "Stuurt elke actieve beheerder van elke actieve tenant het overzicht van de afgelopen zeven dagen van die tenant: " +
     "audit-activiteit per actie, inlogpogingen (geslaagd, mislukt, IP-adressen) en de staat van de auditketen. " +
-    "Veilig om opnieuw aan te roepen: in dezelfde ISO-week gaat alleen wat nog niet verstuurd is. " +
+    "Het rapport gaat over de zeven dagen tot het laatste geplande tijdstip (zondag 18:00 UTC) op of voor de aanroep, en heeft de ISO-week daarvan. " +
+    "Veilig om opnieuw aan te roepen: voor dezelfde week gaat alleen wat nog niet verstuurd is. " +
     "Antwoordt ook met 200 als er berichten mislukten (`fouten` > 0); dat meldt het alarm mail-failure.",
-  run: (deps, now) => runWeekrapport(deps, now),
+  run: (deps, now, _input, context) => runWeekrapport(deps, now, context.stopping),
   responses: {
     200: { description: "Verstuurd; `fouten` telt mislukte berichten.", schema: WeekrapportResult },
   },

@@ -4,7 +4,7 @@ import { mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import nodemailer from "nodemailer";
 import type SMTPPool from "nodemailer/lib/smtp-pool";
-import type { Mailer, MailMessage } from "./mailer.ts";
+import { MailNotSent, type Mailer, type MailMessage } from "./mailer.ts";
 import { parseSmtpUrl } from "./smtp-url.ts";
 
 export interface MailerOptions {
@@ -55,7 +55,7 @@ export function createMailer(opts: MailerOptions): Mailer {
         const info = await transport.sendMail({ from: opts.from, to: m.to, subject: m.subject, html: m.html, text: m.text });
         // A server may accept the message but refuse its only recipient.
         if (info.rejected.length > 0 && info.accepted.length === 0) {
-          throw new Error(`ontvanger geweigerd: ${info.rejected.join(", ")} (${info.response})`);
+          throw new MailNotSent(`ontvanger geweigerd: ${info.rejected.join(", ")} (${info.response})`);
         }
         return { messageId: info.messageId };
       },
@@ -69,15 +69,20 @@ export function createMailer(opts: MailerOptions): Mailer {
   return {
     bezorging: "outbox",
     async send(m: MailMessage) {
-      const info = await stream.sendMail({ from: opts.from, to: m.to, subject: m.subject, html: m.html, text: m.text });
-      mkdirSync(opts.outboxDir, { recursive: true });
-      const name = `${new Date().toISOString().replace(/[:.]/g, "-")}-${process.pid}-${++counter}.eml`;
-      // Written under a temporary name and renamed, so whoever reads the folder never
-      // sees half a message.
-      const tmp = join(opts.outboxDir, `.${name}.tmp`);
-      writeFileSync(tmp, info.message as Buffer);
-      renameSync(tmp, join(opts.outboxDir, name));
-      return { messageId: info.messageId };
+      try {
+        const info = await stream.sendMail({ from: opts.from, to: m.to, subject: m.subject, html: m.html, text: m.text });
+        mkdirSync(opts.outboxDir, { recursive: true });
+        const name = `${new Date().toISOString().replace(/[:.]/g, "-")}-${process.pid}-${++counter}.eml`;
+        // Written under a temporary name and renamed, so whoever reads the folder never
+        // sees half a message.
+        const tmp = join(opts.outboxDir, `.${name}.tmp`);
+        writeFileSync(tmp, info.message as Buffer);
+        renameSync(tmp, join(opts.outboxDir, name));
+        return { messageId: info.messageId };
+      } catch (e) {
+        // Not renamed into the folder: nobody will find it there.
+        throw new MailNotSent(`outbox: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+      }
     },
     async close() {},
   };

@@ -26,6 +26,7 @@ import {
   weekStatsOf,
   type TenantWeekLogins,
   type TenantWeekStats,
+  type UncertainDelivery,
   type WeeklyQueries,
   type WeekRecipient,
 } from "../reports/weekly.ts";
@@ -60,6 +61,16 @@ export async function weekRecipientsPg(db: PgDb, isoWeek: string): Promise<WeekR
     .where(eq(tenants.actief, true))
     .orderBy(tenants.id, administrators.id);
   return rows.map(recipientOf);
+}
+
+/** Every delivery still SENDING, of every week kept, oldest week first (uncertainDeliveries). */
+export async function uncertainDeliveriesPg(db: PgDb): Promise<UncertainDelivery[]> {
+  return db
+    .select({ tenantId: deliveries.tenantId, administratorId: deliveries.administratorId, email: administrators.email, isoWeek: deliveries.isoWeek })
+    .from(deliveries)
+    .innerJoin(administrators, eq(administrators.id, deliveries.administratorId))
+    .where(eq(deliveries.verstuurd, SENDING))
+    .orderBy(sql`${deliveries.isoWeek} COLLATE "C"`, deliveries.tenantId, deliveries.administratorId);
 }
 
 const deliveryOf = (r: DeliveryKey, isoWeek: string) =>
@@ -168,6 +179,7 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
   return {
     pruneDeliveries: (oldestKept) => pruneDeliveriesPg(db, oldestKept),
     weekRecipients: (isoWeek) => weekRecipientsPg(db, isoWeek),
+    uncertainDeliveries: () => uncertainDeliveriesPg(db),
     // Looked up when its COMMIT's answer is lost: a reservation stored but not known as such
     // would keep the message from ever being sent (every rerun calls it uncertain).
     reserveDelivery: (r, isoWeek) => certainDbTransaction(store.sql, "ISOLATION LEVEL READ COMMITTED", (tx) => reserveDeliveryPg(tx, r, isoWeek)),

@@ -61,7 +61,8 @@ export interface WeekRecipient {
   /**
    * A send of this report started but its outcome was never recorded (the process
    * died in between): it may or may not have arrived. Not sent again (alVerstuurd is
-   * true too), so nobody gets it twice; weekrapport reports it instead.
+   * true too), so nobody gets it twice; weekrapport reports it instead, with those of
+   * earlier weeks (uncertainDeliveries).
    */
   onzeker: boolean;
 }
@@ -147,6 +148,29 @@ export function weekRecipients(db: Db, isoWeek: string): WeekRecipient[] {
     .orderBy(tenants.id, administrators.id)
     .all()
     .map(recipientOf);
+}
+
+/** A delivery of any week kept still marked SENDING: its send began and its outcome was never recorded. */
+export interface UncertainDelivery {
+  tenantId: number;
+  administratorId: number;
+  email: string;
+  isoWeek: string;
+}
+
+/**
+ * Every delivery still SENDING, of every week kept (not only the week being sent): a run
+ * killed in the middle of one week's messages is reported by every later run until an
+ * operator resolves it or the week is pruned. Oldest week first, then by tenant and administrator.
+ */
+export function uncertainDeliveries(db: Db): UncertainDelivery[] {
+  return db
+    .select({ tenantId: deliveries.tenantId, administratorId: deliveries.administratorId, email: administrators.email, isoWeek: deliveries.isoWeek })
+    .from(deliveries)
+    .innerJoin(administrators, eq(administrators.id, deliveries.administratorId))
+    .where(eq(deliveries.verstuurd, SENDING))
+    .orderBy(deliveries.isoWeek, deliveries.tenantId, deliveries.administratorId)
+    .all();
 }
 
 /**
@@ -333,6 +357,7 @@ export function tenantWeekStats(
 export interface WeeklyQueries {
   pruneDeliveries(oldestKept: string): Promise<void>;
   weekRecipients(isoWeek: string): Promise<WeekRecipient[]>;
+  uncertainDeliveries(): Promise<UncertainDelivery[]>;
   /** Whether this call reserved it: false when a row was there already (another run's, or a record). */
   reserveDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<boolean>;
   releaseDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<void>;
@@ -347,6 +372,7 @@ export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
   return {
     pruneDeliveries: async (oldestKept) => pruneDeliveries(db, oldestKept),
     weekRecipients: async (isoWeek) => weekRecipients(db, isoWeek),
+    uncertainDeliveries: async () => uncertainDeliveries(db),
     reserveDelivery: async (r, isoWeek) => reserveDelivery(db, r, isoWeek),
     releaseDelivery: async (r, isoWeek) => releaseDelivery(db, r, isoWeek),
     recordDelivery: async (r, isoWeek, now) => recordDelivery(db, r, isoWeek, now),
