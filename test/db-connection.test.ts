@@ -26,7 +26,7 @@ describe("store.db and store.sqlite are one connection", () => {
       store.sqlite.run("ROLLBACK");
 
       expect(lastRun(store.db, "dagrapport", TEST_SEAL).run).toBeNull();
-      expect(weekRecipients(store.db, "2026-W30")).toEqual([{ ...admin!, alVerstuurd: false, onzeker: false }]);
+      expect(weekRecipients(store.db, "2026-W30")).toEqual([{ ...admin!, alVerstuurd: false }]);
     } finally {
       other.close();
       store.close();

@@ -56,15 +56,12 @@ export interface WeekRecipient {
   tenant: string;
   administratorId: number;
   email: string;
-  /** This administrator already received this tenant's report in this ISO week. */
-  alVerstuurd: boolean;
   /**
-   * A send of this report started but its outcome was never recorded (the process
-   * died in between): it may or may not have arrived. Not sent again (alVerstuurd is
-   * true too), so nobody gets it twice; weekrapport reports it instead, with those of
-   * earlier weeks (uncertainDeliveries).
+   * This administrator already received this tenant's report in this ISO week, or a send
+   * of it started and its outcome was never recorded (the process died in between): not
+   * sent again, so nobody gets it twice; weekrapport reports those (uncertainDeliveries).
    */
-  onzeker: boolean;
+  alVerstuurd: boolean;
 }
 
 /** Weeks of delivery records kept: the rerun guard needs only the current week; a quarter stays for reference. */
@@ -120,9 +117,9 @@ export interface RecipientRow {
   verstuurd: string | null;
 }
 
-/** The rerun guard: any delivery record of the week counts as sent; one still SENDING is uncertain too. */
+/** The rerun guard: any delivery record of the week counts as sent, one still SENDING too. */
 export function recipientOf({ verstuurd, ...r }: RecipientRow): WeekRecipient {
-  return { ...r, alVerstuurd: verstuurd !== null, onzeker: verstuurd === SENDING };
+  return { ...r, alVerstuurd: verstuurd !== null };
 }
 
 /**
