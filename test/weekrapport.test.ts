@@ -498,6 +498,37 @@ describe("weekrapport: a send whose outcome is not known is not repeated", () =>
     expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 1, fouten: 0, overgeslagen: 0 });
     expect(recipientsOf(smtp)).toEqual(["anna@alfa.test"]);
   });
+
+  for (const [stage, at] of [
+    ["RCPT TO", /^RCPT /i],
+    ["DATA (before its 354)", /^DATA/i],
+  ] as const) {
+    test(`a server that drops the connection at ${stage}: the message never left, so it is a fout and the rerun sends it`, async () => {
+      const { smtp, env } = await setup();
+      // Answers EHLO and MAIL FROM as a server does, then closes the connection at `stage`.
+      const dropping = Bun.listen({
+        hostname: "127.0.0.1",
+        port: 0,
+        socket: {
+          open: (c) => void c.write("220 test ESMTP\r\n"),
+          data(c, d) {
+            for (const line of d.toString().split("\r\n").filter(Boolean)) {
+              if (at.test(line)) return void c.end();
+              c.write(/^EHLO/i.test(line) ? "250-test\r\n250 8BITMIME\r\n" : "250 ok\r\n");
+            }
+          },
+        },
+      });
+      toClean.push(async () => void dropping.stop(true));
+      await addAdmin(env.db, await addTenant(env.db, "Alfa BV"), "anna@alfa.test");
+
+      const during = await runWeekrapport({ ...env.deps, mailer: mailerFor(env, `smtp://127.0.0.1:${dropping.port}`) }, NOW);
+      expect(during.body).toEqual({ verstuurd: 0, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
+      expect(await env.db.all("SELECT verstuurd FROM weekly_report_deliveries")).toEqual([]);
+      expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 1, fouten: 0, overgeslagen: 0 });
+      expect(recipientsOf(smtp)).toEqual(["anna@alfa.test"]);
+    });
+  }
 });
 
 describe("weekrapport: a database write failing in the middle of the run", () => {

@@ -2,7 +2,8 @@
 // no SMTP_URL is set (the start-up log and the job responses then say so).
 import { mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import nodemailer from "nodemailer";
+import { Transform } from "node:stream";
+import nodemailer, { type Mail } from "nodemailer";
 import type SMTPPool from "nodemailer/lib/smtp-pool";
 import { MailNotSent, type Mailer, type MailMessage } from "./mailer.ts";
 import { parseSmtpUrl } from "./smtp-url.ts";
@@ -46,13 +47,56 @@ export function smtpOptions(smtpUrl: string, o: Pick<MailerOptions, "maxConnecti
   };
 }
 
+/** The option of sendMail that carries a send's MessageOut (nodemailer copies every option of a message into mail.data). */
+const MESSAGE_OUT = "nachtwachtMessageOut";
+
+/** Whether the whole message went to the connection: only then can the server have it all, and deliver it. */
+interface MessageOut {
+  whole: boolean;
+}
+
+/**
+ * Tells, per send, whether the whole message left: the message's content passes through
+ * a stream of ours, which nodemailer reads only after the server took the envelope and
+ * answered DATA (354), and which ends only when the last byte went on to the connection
+ * (the final "." follows it). A send that fails before that certainly delivered nothing:
+ * MailNotSent, whatever the error (a connection dropped or timed out at EHLO, MAIL FROM,
+ * RCPT TO or DATA reads the same as one dropped after the final "." otherwise).
+ */
+function trackMessageOut(transport: Mail<SMTPPool.SentMessageInfo>): void {
+  transport.use("stream", (mail, done) => {
+    const out = (mail.data as Record<string, unknown>)[MESSAGE_OUT] as MessageOut | undefined;
+    if (out) {
+      mail.message.transform(
+        () =>
+          new Transform({
+            transform: (chunk, _encoding, next) => next(null, chunk),
+            flush: (next) => {
+              out.whole = true;
+              next();
+            },
+          }),
+      );
+    }
+    done();
+  });
+}
+
 export function createMailer(opts: MailerOptions): Mailer {
   if (opts.smtpUrl) {
     const transport = nodemailer.createTransport(smtpOptions(opts.smtpUrl, opts));
+    trackMessageOut(transport);
     return {
       bezorging: "smtp",
       async send(m: MailMessage) {
-        const info = await transport.sendMail({ from: opts.from, to: m.to, subject: m.subject, html: m.html, text: m.text });
+        const out: MessageOut = { whole: false };
+        let info: SMTPPool.SentMessageInfo;
+        try {
+          info = await transport.sendMail({ from: opts.from, to: m.to, subject: m.subject, html: m.html, text: m.text, [MESSAGE_OUT]: out } as Mail.Options);
+        } catch (e) {
+          if (out.whole) throw e;
+          throw new MailNotSent(e instanceof Error ? e.message : String(e), { cause: e });
+        }
         // A server may accept the message but refuse its only recipient.
         if (info.rejected.length > 0 && info.accepted.length === 0) {
           throw new MailNotSent(`ontvanger geweigerd: ${info.rejected.join(", ")} (${info.response})`);
