@@ -38,6 +38,17 @@ export class JobInterrupted extends Error {
   }
 }
 
+/**
+ * A job that ended early by itself because shutdown began (RunningJobs.isClosed): unlike
+ * one given up on, nothing of it runs on, so its lease goes as after any end.
+ */
+export class JobStoppedForShutdown extends JobInterrupted {
+  constructor(message: string) {
+    super(message);
+    this.name = "JobStoppedForShutdown";
+  }
+}
+
 /** Jobs running in this process; a second call of one of them is refused. */
 export class RunningJobs {
   private readonly running = new Set<JobName>();

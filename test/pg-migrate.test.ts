@@ -11,10 +11,10 @@ import { parseVerifierKey } from "../src/audit/note.ts";
 import { compareWithFile } from "../src/audit/anchor-check.ts";
 import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { verifyTenantChain } from "../src/audit/verify.ts";
-import { libpqEnv } from "../src/pg/backup.ts";
+import { dumpHasRows, libpqEnv } from "../src/pg/backup.ts";
 import { appendEntriesPg, copyRows, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
 import { verifyInstallationPg } from "../src/pg/offline.ts";
-import { compareTable, copyText, COPIED_TABLES, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
+import { compareTable, copyText, COPIED_TABLES, foreignTables, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { runMigrateTo } from "../src/cli/migrate-to.ts";
 import { fillDemoData } from "../src/cli/demo-data.ts";
@@ -271,6 +271,15 @@ describe("migrate-to", () => {
     expect(err.join("\n")).toContain("klanten");
   });
 
+  test("an extension's own relations in public (pg_stat_statements) are no other application's tables: the copy goes ahead", async () => {
+    await livedInstallation();
+    const url = await cluster.createDatabase();
+    const pg = client(url);
+    await pg`CREATE EXTENSION pg_stat_statements`;
+    expect(await foreignTables(url)).toEqual([]);
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+  });
+
   test("refuses a source that does not verify, and copies nothing", async () => {
     const { b } = await livedInstallation();
     env!.store.sqlite.query("UPDATE audit_entries SET action = 'vervalst' WHERE tenant_id = ? AND seq = 3").run(b);
@@ -518,6 +527,24 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     expect(missing.code).toBe(66);
     expect(missing.err).toContain("pg_dump");
     expect(readdirSync(dir).filter((f) => f.startsWith("."))).toEqual([]);
+  });
+
+  test("dumpHasRows reads a table's first row from a dump and stops there: rows, none, no such table, not a dump", async () => {
+    const url = await cluster.createDatabase();
+    const pg = client(url);
+    await pg`CREATE TABLE vol (x text)`;
+    await pg`INSERT INTO vol SELECT repeat('r', 500) || i FROM generate_series(1, 20000) AS i`;
+    await pg`CREATE TABLE leeg (x text)`;
+    env = makeTestEnv();
+    const file = join(env.dir, "d.pgdump");
+    const dump = Bun.spawnSync(["pg_dump", "--format=custom", `--file=${file}`], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...libpqEnv(url) }, stderr: "pipe" });
+    expect([dump.exitCode, dump.stderr.toString()]).toEqual([0, ""]);
+    expect(await dumpHasRows(file, "vol")).toBe(true);
+    expect(await dumpHasRows(file, "leeg")).toBe(false);
+    expect(await dumpHasRows(file, "bestaat_niet")).toBe(false);
+    const garbage = join(env.dir, "geen.pgdump");
+    writeFileSync(garbage, "geen dump");
+    await expect(dumpHasRows(garbage, "vol")).rejects.toThrow("pg_restore");
   });
 
   test("libpqEnv: the URL's parts go to pg_dump's environment, the password too, so nothing secret is on its command line", () => {

@@ -630,6 +630,8 @@ describe("weekrapport: shutdown", () => {
     );
     expect(rows).toEqual([{ email: "a@alfa.test", verstuurd: NOW.toISOString() }]);
     expect(await env.db.all("SELECT uitkomst, http_status FROM job_runs WHERE job = 'weekrapport'")).toEqual([{ uitkomst: "fout", http_status: 503 }]);
+    // It ended (nothing of it runs on): its lease is released, so the other instance may run it at once.
+    expect(await env.db.all("SELECT job FROM job_leases WHERE job = 'weekrapport'")).toEqual([]);
 
     // After the restart.
     env.deps.mailer = real;

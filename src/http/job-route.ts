@@ -17,7 +17,7 @@ import type { Deps } from "../deps.ts";
 import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
 import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd, type RunRef } from "../job-runs.ts";
 import { rowSealOf } from "../row-seal.ts";
-import { JobInterrupted, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
+import { JobInterrupted, JobStoppedForShutdown, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
 import { lastFireOf } from "../schedule-due.ts";
@@ -353,7 +353,8 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     const run = { job: def.name, runId, gestart: started.toISOString() };
     running.setRun(def.name, runId, run.gestart);
     const renewer = startRenewing(deps.store, rowSealOf(deps.config), deps.clock, def.name, running.holder, runId, timing, lease.verloopt);
-    // An interrupted job is left running until the process exits: its lease stays until it expires.
+    // An interrupted job is left running until the process exits: its lease stays until it
+    // expires. One that stopped itself for the shutdown (JobStoppedForShutdown) has ended.
     let keepLease = false;
     // The run's end when it is written after the answer (writeEnd); its lease waits for it.
     let endLater: Later | null = null;
@@ -363,7 +364,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
         result = await running.race(def.run(deps, started, input, jobContext(running)));
       } catch (e) {
         if (e instanceof JobInterrupted) {
-          keepLease = true;
+          keepLease = !(e instanceof JobStoppedForShutdown);
           // Shutdown stopped waiting: what the job committed stays, the rest is for a rerun.
           const failure = "could not record an interrupted run";
           try {

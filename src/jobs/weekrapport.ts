@@ -23,7 +23,7 @@ import {
   type TenantWeekLogins,
   type WeekRecipient,
 } from "../reports/weekly.ts";
-import { JobInterrupted } from "../running-jobs.ts";
+import { JobStoppedForShutdown } from "../running-jobs.ts";
 import { lastFireOf } from "../schedule-due.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, enumOf } from "./schema.ts";
@@ -220,7 +220,7 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
   }
 
   if (interrupted) {
-    throw new JobInterrupted(
+    throw new JobStoppedForShutdown(
       `Onderbroken: de service wordt gestopt; weekrapport ${week} begon geen nieuwe berichten meer (${verstuurd} verstuurd, ${fouten} mislukt). ` +
         `Een nieuwe aanroep verstuurt de rest van deze week.`,
     );

@@ -76,11 +76,42 @@ const LIBPQ_ENV: Record<string, string> = {
   gssdelegation: "PGGSSDELEGATION",
 };
 
-/** Whether pg_restore's plain output holds a row in a COPY block (between `COPY … FROM stdin;` and `\.`). */
-export function hasCopyRows(plain: string): boolean {
-  const lines = plain.split("\n");
-  const start = lines.findIndex((l) => l.startsWith("COPY ") && l.endsWith(" FROM stdin;"));
-  return start >= 0 && start + 1 < lines.length && lines[start + 1] !== "\\.";
+/**
+ * Whether the dump's data of `table` holds a row: pg_restore's plain output of that table
+ * read only up to the line after its `COPY … FROM stdin;` (a row, or `\.` for none), then
+ * pg_restore stopped. The anchor log grows by a line per tenant a night: the whole of it
+ * is never needed here. Throws with pg_restore's message when it fails before that line.
+ */
+export async function dumpHasRows(dumpPath: string, table: string): Promise<boolean> {
+  const p = Bun.spawn(["pg_restore", "--data-only", `--table=${table}`, "--file=-", dumpPath], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin" }, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  const decoder = new TextDecoder();
+  let buffered = "";
+  let answer: boolean | null = null;
+  const reader = p.stdout.getReader();
+  for (let r = await reader.read(); !r.done; r = await reader.read()) {
+    buffered += decoder.decode(r.value, { stream: true });
+    const header = buffered.search(/^COPY .* FROM stdin;\n/m);
+    if (header < 0) {
+      // Keep only the line not yet complete: it may be the COPY line.
+      buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
+      continue;
+    }
+    const first = buffered.indexOf("\n", header) + 1;
+    const end = buffered.indexOf("\n", first);
+    if (end < 0) continue;
+    answer = buffered.slice(first, end) !== "\\.";
+    break;
+  }
+  if (answer !== null) {
+    void reader.cancel().catch(() => {});
+    p.kill();
+    await p.exited;
+    return answer;
+  }
+  const [code, err] = await Promise.all([p.exited, new Response(p.stderr).text()]);
+  if (code !== 0) throw new Error(err.trim().slice(0, 1000) || `pg_restore exit ${code}`);
+  // No COPY block: the table holds no data in the dump.
+  return false;
 }
 
 async function run(cmd: string[], env: Record<string, string>): Promise<{ code: number; out: string; err: string }> {
@@ -115,9 +146,12 @@ export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
     // Whether the dump holds anchors, so the anchor file must go beside it
     // (copyAnchorsAndPrune): read from the dump itself, as on SQLite from its copy.
     steps.step = "controle op ankers in de dump (pg_restore)";
-    const anchors = await run(["pg_restore", "--data-only", "--table=audit_anchor_log", "--file=-", tmp], {});
-    if (anchors.code !== 0) fail(65, new Error(anchors.err.trim().slice(0, 1000)));
-    const anchored = hasCopyRows(anchors.out);
+    let anchored = false;
+    try {
+      anchored = await dumpHasRows(tmp, "audit_anchor_log");
+    } catch (e) {
+      fail(65, e);
+    }
 
     steps.step = "verplaatsen in de back-upmap";
     const path = join(o.dir, name);

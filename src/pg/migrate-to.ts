@@ -184,8 +184,13 @@ export const OWN_TABLES: ReadonlySet<string> = new Set([
 export async function foreignTables(url: string): Promise<string[]> {
   const sql = pgPool(url, 1);
   try {
+    // An extension's own relations (pg_stat_statements' views, PostGIS's spatial_ref_sys)
+    // are no application's data: an empty database of a cluster that installs them in
+    // every new database is still empty.
     const rows = (await sql`SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname`) as { name: string }[];
+      WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+      ORDER BY c.relname`) as { name: string }[];
     return rows.map((r) => r.name).filter((n) => !OWN_TABLES.has(n));
   } finally {
     await sql.close();
