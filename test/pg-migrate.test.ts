@@ -280,6 +280,18 @@ describe("migrate-to", () => {
     expect((await migrate(url)).uitkomst).toBe("klaar");
   });
 
+  test("another application's tables in a schema of its own count too, named with their schema", async () => {
+    await livedInstallation();
+    const url = await cluster.createDatabase();
+    const pg = client(url);
+    await pg`CREATE SCHEMA crm`;
+    await pg`CREATE TABLE crm.klanten (id integer PRIMARY KEY)`;
+    expect(await foreignTables(url)).toEqual(["crm.klanten"]);
+    const r = await migrate(url);
+    expect(r.uitkomst).toBe("doel-heeft-andere-tabellen");
+    expect((await pg`SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'`)[0].n).toBe(0);
+  });
+
   test("refuses a source that does not verify, and copies nothing", async () => {
     const { b } = await livedInstallation();
     env!.store.sqlite.query("UPDATE audit_entries SET action = 'vervalst' WHERE tenant_id = ? AND seq = 3").run(b);
@@ -542,6 +554,12 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     expect(await dumpHasRows(file, "vol")).toBe(true);
     expect(await dumpHasRows(file, "leeg")).toBe(false);
     expect(await dumpHasRows(file, "bestaat_niet")).toBe(false);
+    // A table of the same name in another schema, empty and sorted first, is not nachtwacht's.
+    await pg`CREATE SCHEMA archief`;
+    await pg`CREATE TABLE archief.vol (x text)`;
+    const again = Bun.spawnSync(["pg_dump", "--format=custom", `--file=${file}`], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...libpqEnv(url) }, stderr: "pipe" });
+    expect(again.exitCode).toBe(0);
+    expect(await dumpHasRows(file, "vol")).toBe(true);
     const garbage = join(env.dir, "geen.pgdump");
     writeFileSync(garbage, "geen dump");
     await expect(dumpHasRows(garbage, "vol")).rejects.toThrow("pg_restore");

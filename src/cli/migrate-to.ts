@@ -21,7 +21,7 @@ export const MIGRATE_TO_HELP =
   "  elke tabel rij voor rij vergeleken en elke keten in PostgreSQL geverifieerd tegen de ondertekende checkpoints.\n" +
   "  Stop de service eerst: wordt er tijdens het kopiëren in het SQLite-bestand geschreven, dan is de kopie niet bewezen\n" +
   "  (exit 1, bron-gewijzigd): stop dan de service en draai het opnieuw in een nieuwe, lege database.\n" +
-  "  Alleen in een lege database: staan er tabellen van een andere toepassing in (schema public), dan wordt er niets aangemaakt.\n" +
+  "  Alleen in een lege database: staan er tabellen van een andere toepassing in (in welk schema ook), dan wordt er niets aangemaakt.\n" +
   "  --database-url  postgres://gebruiker@host:poort/database; met een wachtwoord alleen via '-' (de URL op standaardinvoer)\n" +
   "                  of DATABASE_URL in de omgeving, nooit op de opdrachtregel\n" +
   "  Sleutels: --sleutel (herhaalbaar), anders AUDIT_VERTROUWDE_SLEUTELS en de publieke helft van AUDIT_ANKER_SLEUTEL.\n" +

@@ -2,7 +2,6 @@
 // no SMTP_URL is set (the start-up log and the job responses then say so).
 import { mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Transform } from "node:stream";
 import nodemailer, { type Mail } from "nodemailer";
 import type SMTPPool from "nodemailer/lib/smtp-pool";
 import { MailNotSent, type Mailer, type MailMessage } from "./mailer.ts";
@@ -56,27 +55,27 @@ interface MessageOut {
 }
 
 /**
- * Tells, per send, whether the whole message left: the message's content passes through
- * a stream of ours, which nodemailer reads only after the server took the envelope and
- * answered DATA (354), and which ends only when the last byte went on to the connection
- * (the final "." follows it). A send that fails before that certainly delivered nothing:
- * MailNotSent, whatever the error (a connection dropped or timed out at EHLO, MAIL FROM,
- * RCPT TO or DATA reads the same as one dropped after the final "." otherwise).
+ * Tells, per send, whether the whole message left: smtp-connection reads the message's
+ * stream only after the server took the envelope and answered DATA (354), and that stream
+ * ends only once it has read the last byte (the final "." follows it). So the flag is set
+ * on the stream smtp-connection itself reads, at its end: the stages inside the message
+ * (MimeNode's pipeline) read ahead into their buffers as soon as the stream exists, so a
+ * flag there would be set before MAIL FROM for a small message. A send that fails before
+ * the end certainly delivered nothing: MailNotSent, whatever the error (a connection
+ * dropped or timed out at EHLO, MAIL FROM, RCPT TO or DATA reads the same as one dropped
+ * after the final "." otherwise). A processFunc of DKIM signing, or nodemailer's
+ * `newline` option, would read ahead again: neither is used.
  */
 function trackMessageOut(transport: Mail<SMTPPool.SentMessageInfo>): void {
   transport.use("stream", (mail, done) => {
     const out = (mail.data as Record<string, unknown>)[MESSAGE_OUT] as MessageOut | undefined;
     if (out) {
-      mail.message.transform(
-        () =>
-          new Transform({
-            transform: (chunk, _encoding, next) => next(null, chunk),
-            flush: (next) => {
-              out.whole = true;
-              next();
-            },
-          }),
-      );
+      mail.message.processFunc((input) => {
+        input.once("end", () => {
+          out.whole = true;
+        });
+        return input;
+      });
     }
     done();
   });

@@ -77,18 +77,27 @@ const LIBPQ_ENV: Record<string, string> = {
 };
 
 /**
- * Whether the dump's data of `table` holds a row: pg_restore's plain output of that table
+ * Whether the dump's data of `public.table` (nachtwacht's schema; a table of the same name
+ * in another schema is not it) holds a row: pg_restore's plain output of that table
  * read only up to the line after its `COPY … FROM stdin;` (a row, or `\.` for none), then
  * pg_restore stopped. The anchor log grows by a line per tenant a night: the whole of it
  * is never needed here. Throws with pg_restore's message when it fails before that line.
  */
 export async function dumpHasRows(dumpPath: string, table: string): Promise<boolean> {
-  const p = Bun.spawn(["pg_restore", "--data-only", `--table=${table}`, "--file=-", dumpPath], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin" }, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  const p = Bun.spawn(["pg_restore", "--data-only", "--schema=public", `--table=${table}`, "--file=-", dumpPath], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin" }, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
   const decoder = new TextDecoder();
   let buffered = "";
   let answer: boolean | null = null;
   const reader = p.stdout.getReader();
-  for (let r = await reader.read(); !r.done; r = await reader.read()) {
+  const read = async () => {
+    try {
+      return await reader.read();
+    } catch (e) {
+      p.kill();
+      throw e;
+    }
+  };
+  for (let r = await read(); !r.done; r = await read()) {
     buffered += decoder.decode(r.value, { stream: true });
     const header = buffered.search(/^COPY .* FROM stdin;\n/m);
     if (header < 0) {

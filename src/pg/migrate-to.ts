@@ -178,8 +178,10 @@ export const OWN_TABLES: ReadonlySet<string> = new Set([
 ]);
 
 /**
- * The tables (and views) in schema public of `url` that are not nachtwacht's: another
- * application's database. Read before anything is migrated there.
+ * The tables (and views) of `url` that are not nachtwacht's: another application's
+ * database. Every schema counts but the system's and drizzle's own (its migrations
+ * table); outside `public` a table is named with its schema. Read before anything is
+ * migrated there.
  */
 export async function foreignTables(url: string): Promise<string[]> {
   const sql = pgPool(url, 1);
@@ -187,11 +189,12 @@ export async function foreignTables(url: string): Promise<string[]> {
     // An extension's own relations (pg_stat_statements' views, PostGIS's spatial_ref_sys)
     // are no application's data: an empty database of a cluster that installs them in
     // every new database is still empty.
-    const rows = (await sql`SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+    const rows = (await sql`SELECT n.nspname AS schema, c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'drizzle') AND n.nspname NOT LIKE 'pg\_%'
+        AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
         AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
-      ORDER BY c.relname`) as { name: string }[];
-    return rows.map((r) => r.name).filter((n) => !OWN_TABLES.has(n));
+      ORDER BY n.nspname, c.relname`) as { schema: string; name: string }[];
+    return rows.filter((r) => r.schema !== "public" || !OWN_TABLES.has(r.name)).map((r) => (r.schema === "public" ? r.name : `${r.schema}.${r.name}`));
   } finally {
     await sql.close();
   }
