@@ -395,7 +395,7 @@ describe("weekLogins: every tenant's week in one pass", () => {
     });
     expect(logins.get(b)).toEqual({ totaal: 1, gelukt: 0, mislukt: 1, mislukteIps: 1, topMislukteIps: [{ ip: "192.0.2.1", aantal: 1 }] });
     expect(logins.has(c)).toBe(false);
-    expect((await q.tenantWeekStats(c, van, NOW, logins)).inlog).toEqual({ totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] });
+    expect((await q.tenantWeekStats(c, van, NOW, logins, NOW)).inlog).toEqual({ totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] });
   });
 });
 
@@ -584,6 +584,25 @@ describe("weekrapport: the week is that of the scheduled time", () => {
     const sunday = await runWeekrapport(env.deps, new Date("2026-08-02T18:00:00.000Z"));
     expect(sunday.body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 0, bezorging: "smtp", week: "2026-W31" });
     expect(smtp.received[1]!.text).toContain("van 26/07/2026 20:00 tot 02/08/2026 20:00");
+  });
+
+  test("a catch-up call on Monday shows the chain as the night's audit-verificatie found it, after the Sunday the report ends on", async () => {
+    const { smtp, env } = await setup();
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    // Checked at Monday 01:00, after the report's Sunday 18:00 end, before the call.
+    const checked = "2026-07-27T01:00:05.000Z";
+    await env.db.run(
+      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, zegel) VALUES (?, ?, ?, 8, ?)",
+      t,
+      checked,
+      true,
+      stateZegel({ tenantId: t, gecontroleerd: checked, intact: true, aantalEntries: 8 }),
+    );
+    const monday = await runWeekrapport(env.deps, new Date("2026-07-27T08:00:00.000Z"));
+    expect(monday.body).toMatchObject({ verstuurd: 1, week: "2026-W30" });
+    expect(smtp.received[0]!.text).toMatch(/Uitkomst\s+Intact/);
+    expect(smtp.received[0]!.text).not.toContain("nog nooit gecontroleerd");
   });
 
   test("sends left uncertain by a run of an earlier week are reported by later weeks' runs, until the alarm's advice resolves them", async () => {

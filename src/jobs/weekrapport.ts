@@ -160,7 +160,7 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
       }
 
       logins ??= await q.weekLogins(van, tot);
-      const stats = await q.tenantWeekStats(tenantId, van, tot, logins);
+      const stats = await q.tenantWeekStats(tenantId, van, tot, logins, now);
       const props = weeklyReportProps(owed[0]!.tenant, stats, { week, van, tot, tijdzone });
       const { html, text } = await renderEmail(WeeklyReport, props);
       const subject = weeklySubject(props);

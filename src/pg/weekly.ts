@@ -163,12 +163,14 @@ export async function tenantWeekStatsPg(
   van: Date,
   tot: Date,
   logins: Map<number, TenantWeekLogins>,
+  /** When the report is made (weekStatsOf). */
+  now: Date,
   /** lastVerificationStartPg, read once per run of the job (weeklyQueriesPg). */
   since: string | null,
 ): Promise<TenantWeekStats> {
   const q = weekStatsQueriesPg(db, tenantId, van, tot);
   const [perActie, [keten]] = await Promise.all([q.auditPerActie, q.keten]);
-  return weekStatsOf(tenantId, perActie, keten, logins, seal, tot, since);
+  return weekStatsOf(tenantId, perActie, keten, logins, seal, now, since);
 }
 
 /** weekrapport's queries on this store (WeeklyQueries; SQLite's are weeklyQueries). */
@@ -186,6 +188,6 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
     releaseDelivery: (r, isoWeek) => releaseDeliveryPg(db, r, isoWeek),
     recordDelivery: (r, isoWeek, now) => recordDeliveryPg(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLoginsPg(db, van, tot),
-    tenantWeekStats: async (tenantId, van, tot, logins) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins, await (since ??= lastVerificationStartPg(db, seal))),
+    tenantWeekStats: async (tenantId, van, tot, logins, now) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins, now, await (since ??= lastVerificationStartPg(db, seal))),
   };
 }

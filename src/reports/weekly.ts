@@ -311,6 +311,7 @@ export function weekStatsOf(
   row: VerificationRow | undefined,
   logins: Map<number, TenantWeekLogins>,
   seal: RowSeal,
+  /** When the report is made (not the week's end: a catch-up call comes later, after the night's verification). */
   now: Date,
   /** lastVerificationStart: a result older than the newest run's was put back. */
   since: string | null,
@@ -339,12 +340,14 @@ export function tenantWeekStats(
   van: Date,
   tot: Date,
   logins: Map<number, TenantWeekLogins>,
+  /** When the report is made (weekStatsOf). */
+  now: Date,
   /** lastVerificationStartIn, read once per run of the job (weeklyQueries). */
   since: string | null,
 ): TenantWeekStats {
   const statements = weekStatsStatements(db);
   const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
-  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins, seal, tot, since);
+  return weekStatsOf(tenantId, statements.auditPerActie.all(params), statements.keten.get(params), logins, seal, now, since);
 }
 
 /**
@@ -360,7 +363,8 @@ export interface WeeklyQueries {
   releaseDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<void>;
   recordDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string, now: Date): Promise<void>;
   weekLogins(van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>>;
-  tenantWeekStats(tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>): Promise<TenantWeekStats>;
+  /** `now`: when the report is made (weekStatsOf). */
+  tenantWeekStats(tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>, now: Date): Promise<TenantWeekStats>;
 }
 
 export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
@@ -374,9 +378,9 @@ export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
     releaseDelivery: async (r, isoWeek) => releaseDelivery(db, r, isoWeek),
     recordDelivery: async (r, isoWeek, now) => recordDelivery(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLogins(db, van, tot),
-    tenantWeekStats: async (tenantId, van, tot, logins) => {
+    tenantWeekStats: async (tenantId, van, tot, logins, now) => {
       if (since === undefined) since = lastVerificationStartIn(db, seal);
-      return tenantWeekStats(db, seal, tenantId, van, tot, logins, since);
+      return tenantWeekStats(db, seal, tenantId, van, tot, logins, now, since);
     },
   };
 }
