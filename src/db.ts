@@ -94,7 +94,6 @@ export function migrationsFolder(embedded: EmbeddedMigrations): { folder: string
   return { folder, remove };
 }
 
-/** Applies the embedded SQLite migrations with drizzle's public migrator (__drizzle_migrations). */
 /**
  * Why a SQLite file is not at this version's migrations (db/migrations), or null when it
  * is: for the commands that must not migrate it themselves (migrate-to, db-convert). The
@@ -112,6 +111,7 @@ export function schemaVersionProblem(sqlite: Database): string | null {
   return null;
 }
 
+/** Applies the embedded SQLite migrations with drizzle's public migrator (__drizzle_migrations). */
 export function migrate(db: Db): void {
   const m = migrationsFolder(embeddedMigrations);
   try {

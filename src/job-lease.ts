@@ -149,18 +149,14 @@ export function leaseTake(current: JobLease | null, holder: LeaseHolder, now: Da
 
 /** The lease row a take writes: this holder, its run, valid until now + ttlMs, sealed. */
 export function leaseValues(seal: RowSeal, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number) {
-  const nowIso = now.toISOString();
-  const verloopt = new Date(now.getTime() + ttlMs).toISOString();
   return {
     pid: holder.pid,
     instantie: holder.instantie,
     host: holder.host,
     pidNs: holder.pidNs,
     runId,
-    verkregen: nowIso,
-    vernieuwd: nowIso,
-    verloopt,
-    zegel: seal.sealLease({ job, ...holder, runId, verloopt }),
+    verkregen: now.toISOString(),
+    ...renewValues(seal, job, holder, runId, now, ttlMs),
   };
 }
 

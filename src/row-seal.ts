@@ -43,7 +43,8 @@ import {
   jobRuns as jobRunsPg,
   serviceMeta as serviceMetaPg,
 } from "../db/schema-pg.ts";
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { writeFileDurably } from "./durable-file.ts";
 import { dirname, join, resolve } from "node:path";
 import type { Config } from "./config.ts";
 import { log } from "./logger.ts";
@@ -323,9 +324,7 @@ export function witnessBackup(path: string, ontvangen: string): void {
   const known = witnessedBackup(path);
   if (known !== null && known >= ontvangen) return;
   mkdirSync(dirname(path), { recursive: true });
-  const tmp = `${path}.${process.pid}.tmp`;
-  writeFileSync(tmp, `${ontvangen}\n`, { mode: 0o600 });
-  renameSync(tmp, path);
+  writeFileDurably(path, `${ontvangen}\n`, 0o600);
 }
 
 /** When the newest report this process stored was received, or null (none yet, or the file is unreadable). */

@@ -1,4 +1,4 @@
-// How the operator's commands put a file in place (src/cli/durable-file.ts): whole or
+// How the operator's commands put a file in place (src/durable-file.ts): whole or
 // not at all, owner-only, and on disk before they report it. The function itself; and,
 // traced with strace as real processes, `nachtwacht backup` and `nachtwacht export --uit`
 // using it: each file's data fsynced before its rename, its folder fsynced after. Also
@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync,
 import { dirname, join } from "node:path";
 import { appendAuditEntry } from "../src/audit/chain.ts";
 import { runBackup } from "../src/cli/backup.ts";
-import { writeFileDurably } from "../src/cli/durable-file.ts";
+import { writeFileDurably } from "../src/durable-file.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { addTenant, call, makeTestEnv, NOW, tempDir, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 

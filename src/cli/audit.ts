@@ -25,7 +25,7 @@ import type { InstallationVerdict } from "../audit/verify-all.ts";
 import { redenUitleg } from "../reports/shared.ts";
 import { redactUrl } from "../pg/url.ts";
 import { databaseUrl } from "./database-url.ts";
-import { writeFileDurably } from "./durable-file.ts";
+import { writeFileDurably } from "../durable-file.ts";
 
 /** Where adopt and accept-restore find the service's database. */
 const DATABASE_HELP =

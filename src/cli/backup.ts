@@ -5,7 +5,7 @@
 //     copy is a snapshot even while the service writes (a plain cp of a live WAL
 //     database can copy a torn state and misses what is still in the -wal file);
 //  2. an integrity check of the copy, gzip, fsync, and an atomic rename into the backup
-//     folder (the folder fsynced after: src/cli/durable-file.ts); the anchor file is
+//     folder (the folder fsynced after: src/durable-file.ts); the anchor file is
 //     copied beside it alike (a missing one is a failure once the database has anchors),
 //     old backups are pruned;
 //  3. its name and size reported to backup-status ({"exitCode":0,...}).
@@ -26,7 +26,7 @@ import { parseArgs } from "node:util";
 import { createGzip } from "node:zlib";
 import { parseEnvFile } from "./config-check.ts";
 import { databaseUrl } from "./database-url.ts";
-import { renameDurably } from "./durable-file.ts";
+import { renameDurably } from "../durable-file.ts";
 
 const USAGE =
   "gebruik: nachtwacht backup [--env BESTAND] [--db BESTAND | --database-url URL|-] [--map MAP] [--ankers BESTAND] [--bewaar-dagen N] [--geen-melding]\n" +

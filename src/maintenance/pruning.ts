@@ -67,7 +67,7 @@ export const pruneRule = {
       backupStatuses: new Date(now.getTime() - BACKUP_STATUSES_BEWAAR_DAGEN * DAY_MS).toISOString(),
     };
   },
-  /** A job's runs; newest first (runsNewestFirst), the first is kept whatever its age. */
+  /** A job's runs; newest first (runsNewestFirst), the first sealed one is kept whatever its age (keptRunsOf). */
   ofJob: (c: JobRunColumns, job: string) => eq(c.job, job),
   runsNewestFirst: (c: JobRunColumns) => [desc(c.gestart), desc(c.id)],
   /** The job_runs rows to delete: older than grens and not kept. */

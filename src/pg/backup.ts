@@ -7,7 +7,7 @@
 import { existsSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { BackupError, BackupSteps, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
-import { renameDurably } from "../cli/durable-file.ts";
+import { renameDurably } from "../durable-file.ts";
 import { COPIED_TABLES, tableShape } from "./migrate-to.ts";
 
 export interface PgBackupOptions {
