@@ -11,6 +11,7 @@ import { newIngestCounters } from "../src/ingest/counters.ts";
 import { addTenant, DIALECT, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry, INGEST } from "./ingest-fixtures.ts";
 import { MAX_BATCH_BYTES } from "../src/ingest/audit.ts";
+import { positiveIntegerPattern } from "../src/jobs/schema.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
 const DAY = 24 * 3600 * 1000;
@@ -540,6 +541,47 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     for (const id of ["0", "-1", "abc", "1.5", "99999999999"]) expect((await send(`/api/tenants/${id}`, { naam: "x", actief: true }, { method: "PUT" })).status).toBe(400);
     expect((await send("/api/tenants/8", { naam: "", actief: true }, { method: "PUT" })).json.error).toContain("naam");
     expect(await count("tenants")).toBe(1);
+  });
+
+  test("{id} is a tenant id in digits, 1 to 2147483647 as in a body, checked before the body is read and documented so", async () => {
+    await appEnv();
+    const message = "Ongeldig pad: {id} moet een tenant-id: een geheel getal van 1 tot 2147483647, in cijfers zijn.";
+    for (const id of ["0", "-1", "+5", "05", "1e3", "0x10", "%205", "5%20", "1.5", "2147483648", "9999999999", "99999999999"]) {
+      for (const path of [`/api/tenants/${id}`, `/api/tenants/${id}/beheerders`]) {
+        // not JSON at all: the path is refused before the body is read
+        const r = await send(path, "{niet json", { method: "PUT" });
+        expect({ path, status: r.status, error: r.json.error }).toEqual({ path, status: 400, error: message });
+      }
+    }
+    for (const id of [1, 9, 10, 999_999_999, 1_000_000_000, 2_000_000_000, 2_147_483_639, 2_147_483_647]) {
+      expect({ id, status: (await send(`/api/tenants/${id}`, { naam: `T${id}`, actief: true }, { method: "PUT" })).status }).toEqual({ id, status: 201 });
+    }
+    expect(await env.db.get("SELECT max(id) AS id FROM tenants")).toEqual({ id: 2_147_483_647 });
+    expect((await send("/api/tenants/2147483647/beheerders", { beheerders: [] }, { method: "PUT" })).status).toBe(200);
+    // the document a client is built from says the same, with the same pattern
+    const doc = (await call(env.app, "/docs/json", { method: "GET", token: null })).json;
+    for (const path of ["/api/tenants/{id}", "/api/tenants/{id}/beheerders"]) {
+      const [param] = doc.paths[path].put.parameters;
+      expect(param).toMatchObject({ name: "id", in: "path", required: true, schema: { type: "string" } });
+      const pattern = new RegExp(param.schema.pattern);
+      for (const id of ["1", "42", "2147483647"]) expect(pattern.test(id)).toBe(true);
+      for (const id of ["0", "01", "2147483648", "-1", "1e3"]) expect(pattern.test(id)).toBe(false);
+    }
+  });
+
+  test("the path pattern takes exactly the integers 1 … max, for every length and edge", () => {
+    for (const max of [1, 9, 10, 19, 20, 99, 100, 101, 909, 1000, 2_147_483_647]) {
+      const pattern = new RegExp(positiveIntegerPattern(max, "x"));
+      const edges = new Set<number>([0, 1, 2, max - 1, max, max + 1, max * 10, Math.floor(max / 10)]);
+      for (let p = 1; p <= max * 10; p *= 10) for (const d of [-1, 0, 1]) edges.add(p + d);
+      let seed = max;
+      for (let i = 0; i < 2000; i++) {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        edges.add(seed % (max * 10 + 2));
+      }
+      for (const n of edges) if (n >= 0) expect({ max, n, ok: pattern.test(String(n)) }).toEqual({ max, n, ok: n >= 1 && n <= max });
+      expect(pattern.test(`0${max}`)).toBe(false);
+    }
   });
 
   test("the administrator list is replaced by e-mail: updated, added, the missing set inactive; the weekly report uses it", async () => {

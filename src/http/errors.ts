@@ -199,11 +199,13 @@ function fieldName(path: string): string {
  * wrong, by name, and what it should be. Never the value itself (it may be anything,
  * a secret pasted in the wrong place included).
  */
-export function validationMessage(error: Pick<ValidationError, "valueError">): string {
+export function validationMessage(error: Pick<ValidationError, "valueError"> & { type?: string }): string {
   const first = error.valueError;
-  if (!first) return "Ongeldige body.";
+  if (!first) return error.type === "params" ? "Ongeldig pad." : "Ongeldige body.";
   const schema = first.schema as SchemaNode;
   const field = fieldName(first.path);
+  // A path parameter (PUT /api/tenants/{id}): Elysia checks it before the body is read.
+  if (error.type === "params") return `Ongeldig pad: {${field}} moet ${expectation(schema)} zijn.`;
   // additionalProperties: false. A misspelt field would otherwise be dropped unseen.
   if (first.type === ValueErrorType.ObjectAdditionalProperties) return `Onbekend veld ${field}.`;
   if (field === "") return `Ongeldige body: verwacht ${expectation(schema)}.`;

@@ -8,7 +8,7 @@
 // The work itself, and every rule of it, is in src/ingest/.
 import { ValidationError, type Elysia, type TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
-import { AuditBatch, AuditBatchResult, MAX_BATCH_BYTES, prepareAuditBatch, storeAuditBatch } from "../ingest/audit.ts";
+import { AuditBatch, AuditBatchResult, MAX_BATCH_BYTES, prepareAuditBatch, storeAuditBatch, TenantIdPath } from "../ingest/audit.ts";
 import { countRejected, type IngestCounters, type IngestKind } from "../ingest/counters.ts";
 import { LoginAttemptBatch, LoginAttemptResult, MAX_ATTEMPTS_BYTES, prepareLoginAttempts, storeLoginAttempts } from "../ingest/login-attempts.ts";
 import {
@@ -66,14 +66,6 @@ function storedNothing(e: unknown): boolean {
   return code !== "SQLITE_IOERR" && code !== "SQLITE_FULL";
 }
 
-/** A path parameter `{id}`: a tenant id, 1 … 2^31−1, written as digits only. */
-function tenantIdOf(raw: string): number {
-  if (!/^[1-9][0-9]{0,9}$/.test(raw) || Number(raw) > 2_147_483_647) {
-    throw new HttpError(400, "Ongeldig pad: {id} moet een tenant-id zijn (geheel getal ≥ 1).");
-  }
-  return Number(raw);
-}
-
 interface Endpoint<B extends TSchema> {
   kind: IngestKind;
   method: "post" | "put";
@@ -81,6 +73,8 @@ interface Endpoint<B extends TSchema> {
   summary: string;
   description: string;
   body: B;
+  /** The path's parameters: Elysia checks them (a 400 naming the parameter) before the body is read. */
+  params?: TSchema;
   maxBytes: number;
   result: TSchema;
   /** When the answer is 201 for a new resource: its description. */
@@ -138,7 +132,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       }
     };
     // Elysia never reads the body (parse: "none"): only the capped reader does, after the gate.
-    app[e.method](e.path, handler as any, { parse: "none", detail: detail(e) });
+    app[e.method](e.path, handler as any, { parse: "none", ...(e.params ? { params: e.params } : {}), detail: detail(e) });
   };
 
   route(
@@ -194,13 +188,14 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       summary: "Een tenant aanmaken of bijwerken",
       description: "Maakt de tenant met dit id aan (201) of werkt naam en actief bij (200).",
       body: TenantInput,
+      params: TenantIdPath,
       maxBytes: MAX_TENANT_BYTES,
       result: TenantResult,
       created: "Aangemaakt.",
       refusals: {},
     },
     async (body, params) => {
-      const id = tenantIdOf(params.id!);
+      const id = Number(params.id);
       const now = deps.clock();
       const result = store.kind === "pg" ? await putTenantPg(store, id, body, now) : await writer!.write(1, () => putTenant(store.db, id, body, now));
       return json(result.nieuw ? 201 : 200, result);
@@ -216,12 +211,13 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       description:
         "Maakt de beheerders van de tenant gelijk aan de lijst, op e-mailadres: bekende worden bijgewerkt, nieuwe toegevoegd, ontbrekende op niet-actief gezet. Actieve beheerders krijgen het weekrapport.",
       body: AdministratorList,
+      params: TenantIdPath,
       maxBytes: MAX_ADMINISTRATORS_BYTES,
       result: AdministratorsResult,
       refusals: { 404: "Onbekende tenant; maak hem eerst aan met PUT /api/tenants/{id}." },
     },
     async (body, params) => {
-      const id = tenantIdOf(params.id!);
+      const id = Number(params.id);
       return json(200, store.kind === "pg" ? await putAdministratorsPg(store, id, body) : await writer!.write(body.beheerders.length, () => putAdministrators(store.db, id, body)));
     },
   );

@@ -9,7 +9,7 @@
 import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
 import { appendEntries, canonicalJson, sha256Hex, type AppendedEntry, type ChainInput } from "../audit/chain.ts";
-import { dateTime, integer, text } from "../jobs/schema.ts";
+import { dateTime, integer, positiveIntegerPattern, text } from "../jobs/schema.ts";
 import { Refusal } from "./refusal.ts";
 import { retentionBoundary } from "../time.ts";
 
@@ -30,7 +30,19 @@ export const MAX_FUTURE_MS = 60_000;
 export const Moment = (description: string) =>
   dateTime({ pattern: "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d{1,9})?(Z|[+-]\\d{2}:\\d{2})$", description });
 
-export const TenantId = integer({ minimum: 1, maximum: 2_147_483_647, description: "De tenant (tenants.id)." });
+/** The largest tenant id: PostgreSQL's integer, which tenants.id is there. */
+export const MAX_TENANT_ID = 2_147_483_647;
+
+export const TenantId = integer({ minimum: 1, maximum: MAX_TENANT_ID, description: "De tenant (tenants.id)." });
+
+/** A path's `{id}`: the same tenant ids as TenantId, written as digits. */
+export const TenantIdPath = t.Object({
+  id: t.String({
+    pattern: positiveIntegerPattern(MAX_TENANT_ID, `een tenant-id: een geheel getal van 1 tot ${MAX_TENANT_ID}, in cijfers`),
+    description: `De tenant (tenants.id): een geheel getal van 1 tot ${MAX_TENANT_ID}, in cijfers.`,
+    example: "42",
+  }),
+});
 
 export const AuditEntryInput = t.Object(
   {

@@ -56,6 +56,24 @@ export function textPattern(min = 0, max?: number): string {
   return meaning(`^${CHARACTER}{${min},${max ?? ""}}$`, `een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft)${lengths(min, max, "tekens")}`);
 }
 
+/**
+ * The pattern of a whole number from 1 to `max` written in decimal digits, without a sign,
+ * spaces or leading zeros: for a path parameter, which is text. Exactly the numbers an
+ * integer({ minimum: 1, maximum: max }) takes, so the path and the body agree on an id.
+ */
+export function positiveIntegerPattern(max: number, dutch: string): string {
+  const digits = String(max);
+  const n = digits.length;
+  const options = n > 1 ? [n > 2 ? `[1-9][0-9]{0,${n - 2}}` : "[1-9]"] : [];
+  for (let i = 0; i < n; i++) {
+    const low = i === 0 ? 1 : 0;
+    const d = Number(digits[i]);
+    if (d - 1 >= low) options.push(`${digits.slice(0, i)}[${low}-${d - 1}]${n - i - 1 > 0 ? `[0-9]{${n - i - 1}}` : ""}`);
+  }
+  options.push(digits);
+  return meaning(`^(?:${options.join("|")})$`, dutch);
+}
+
 /** A text field of a write API body: t.String of `minLength` to `maxLength` characters (textPattern). */
 export const text = ({ minLength, maxLength, ...options }: StringOptions = {}) => t.String({ ...options, pattern: textPattern(minLength, maxLength) });
 
