@@ -7,13 +7,13 @@ import { ALL_JOBS } from "./jobs/index.ts";
 import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";
 import { HttpError, json, nothingStoredHeaders, unavailableCode, validationMessage } from "./http/errors.ts";
-import { errorText, mountJob } from "./http/job-route.ts";
+import { mountJob } from "./http/job-route.ts";
 import { docs, DOCS_PATHS } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
 import { METRICS_PATH, metricsRoute } from "./http/metrics.ts";
 import { Refusal } from "./ingest/refusal.ts";
 import { countRejected, newIngestCounters, type IngestCounters } from "./ingest/counters.ts";
-import { log } from "./logger.ts";
+import { errorText, log } from "./logger.ts";
 import { CommitOutcomeUnknown } from "./pg/commit.ts";
 
 export interface AppOptions {

@@ -1,5 +1,6 @@
 // Structured log lines on stdout (info) and stderr (warnings, errors). Callers pass
 // facts, never the secret: config is logged through redactedConfig().
+import { DrizzleQueryError } from "drizzle-orm/errors";
 import { jsonLine } from "./format.ts";
 
 type Level = "info" | "warn" | "error";
@@ -8,4 +9,15 @@ export function log(level: Level, message: string, fields: Record<string, unknow
   const line = jsonLine({ time: new Date().toISOString(), level, message, ...fields }) + "\n";
   if (level === "info") process.stdout.write(line);
   else process.stderr.write(line);
+}
+
+/**
+ * An error as logs, alarms and job_runs show it, bounded. Drizzle's query error spells
+ * out the statement's parameters (e-mail addresses, account names, audit details), which
+ * must not travel to the error tracker: it is shown as its cause and the statement only.
+ */
+export function errorText(e: unknown): string {
+  if (e instanceof DrizzleQueryError) return errorText(`${e.cause instanceof Error ? `${e.cause.name}: ${e.cause.message}` : "query failed"} (statement: ${e.query.slice(0, 300)})`);
+  const msg = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+  return msg.length > 2000 ? msg.slice(0, 1999) + "…" : msg;
 }

@@ -6,7 +6,7 @@ import { SQL } from "bun";
 import { drizzle } from "drizzle-orm/bun-sql";
 import { sql as raw } from "drizzle-orm";
 import { unavailableCode, unexpectedStatus } from "../src/http/errors.ts";
-import { errorText } from "../src/http/job-route.ts";
+import { errorText } from "../src/logger.ts";
 import { freePort } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
 

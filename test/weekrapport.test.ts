@@ -3,7 +3,7 @@ import { fillPlaceholders } from "drizzle-orm";
 import { SMTPServer } from "smtp-server";
 import { canonicalJson } from "../src/audit/chain.ts";
 import type { Deps } from "../src/deps.ts";
-import { errorText } from "../src/http/job-route.ts";
+import { errorText } from "../src/logger.ts";
 import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { createMailer } from "../src/mail/transport.ts";

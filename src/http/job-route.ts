@@ -10,7 +10,6 @@
 // writeRunEnd): while it is taken they wait with awaited pauses, at most BUSY_TIMEOUT_MS
 // before the answer, and what is still not written then goes on after the answer
 // (writeLater: one rule for a refused call's row, a run's end, a lease's release).
-import { DrizzleQueryError } from "drizzle-orm/errors";
 import { t, type Elysia, type TSchema } from "elysia";
 import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
@@ -21,7 +20,7 @@ import { JobInterrupted, JobStoppedForShutdown, type KeptEnd, type PendingWrite,
 import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
 import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
 import { lastFireOf } from "../schedule-due.ts";
-import { log } from "../logger.ts";
+import { errorText, log } from "../logger.ts";
 import { bodyReader } from "./body.ts";
 import { ErrorBody, json, lockWaitGivenUp, unexpectedStatus } from "./errors.ts";
 
@@ -29,17 +28,6 @@ function outcomeOf(status: number): "ok" | "afwijking" | "fout" {
   if (status >= 200 && status < 300) return "ok";
   if (status === 409) return "afwijking";
   return "fout";
-}
-
-/**
- * An error as logs, alarms and job_runs show it, bounded. Drizzle's query error spells
- * out the statement's parameters (e-mail addresses, account names, audit details), which
- * must not travel to the error tracker: it is shown as its cause and the statement only.
- */
-export function errorText(e: unknown): string {
-  if (e instanceof DrizzleQueryError) return errorText(`${e.cause instanceof Error ? `${e.cause.name}: ${e.cause.message}` : "query failed"} (statement: ${e.query.slice(0, 300)})`);
-  const msg = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-  return msg.length > 2000 ? msg.slice(0, 1999) + "…" : msg;
 }
 
 /** What a job learns about this process when it starts (src/jobs/job.ts JobContext); /metrics reads the same. */
