@@ -2,7 +2,7 @@
 // The attacks the checkpoints defend against are in audit-tamper.test.ts; the Go peer
 // that opens the notes in checkpoint-go.test.ts.
 import { afterEach, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { readFileSync, truncateSync } from "node:fs";
 import { TreeExtension } from "../src/audit/anchoring.ts";
 import { entriesAfter, entryHash, type EntryRow } from "../src/audit/chain.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
@@ -196,6 +196,29 @@ describe("audit-anker", () => {
     expect(r.json.aantal).toBe(0);
     expect((await logRows(env)).map((x) => x.note)).toEqual(anchorFileLines(env.config.auditAnkerBestand).map((l) => l.note));
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+  });
+
+  test("a run whose append was torn just before its last newline (its transaction rolled back): the next runs and audit-verificatie are 200, no restore alarm", async () => {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 4);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const rowsBefore = (await logRows(env)).length;
+    await fill(env, a, 2);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    // The fault: the run's lines reached the file but the last one's newline did not, the
+    // write failed and the transaction rolled back.
+    await env.db.run("DELETE FROM audit_anchor_log WHERE positie NOT IN (SELECT positie FROM audit_anchor_log ORDER BY positie LIMIT ?)", rowsBefore);
+    truncateSync(env.config.auditAnkerBestand, readFileSync(env.config.auditAnkerBestand).length - 1);
+
+    await fill(env, a, 1);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const v = await call(env.app, "/api/cron/audit-verificatie");
+    expect(v.status).toBe(200);
+    await fill(env, a, 1);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+    expect(env.alarms.raised.map((x) => x.type)).toEqual([]);
   });
 
   /** Anchors `runs` more runs after a copy of the database, then puts the copy back as a restore would. */

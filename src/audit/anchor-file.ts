@@ -10,7 +10,7 @@
 // copies into the database: syncTail). The reverse order could lose a record that the
 // database already relies on.
 import type { Database } from "bun:sqlite";
-import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { anchorLineText, parseAnchorLineText, type AnchorLine, type ParsedLine } from "./records.ts";
 
@@ -21,9 +21,20 @@ export interface StoredLine extends AnchorLine {
 }
 
 /**
+ * What closes a torn last line before the next append. A write torn just before its
+ * newline leaves a whole record without one: closed with only "\n" it would become a
+ * record that no row refers to, in the middle of the file, and every later check would
+ * call the database restored. A record line ends in "}", so the line cannot parse
+ * with this after it.
+ */
+export const TORN_LINE_END = " (afgebroken)\n";
+
+/**
  * Appends lines and forces them to disk; returns each line's byte offset. A file that
- * does not end in a newline (a write torn by a crash) is closed with one first, so the
- * torn line stays a line of its own that no row refers to.
+ * does not end in a newline (a write torn by a crash) is closed with TORN_LINE_END
+ * first, so the torn line stays an unreadable line of its own. A write or fsync that
+ * fails is cut back off the file (as far as the file system lets it), so the caller's
+ * rolled-back transaction leaves no line behind.
  */
 export function appendLines(path: string, lines: AnchorLine[]): number[] {
   const dir = dirname(path);
@@ -32,7 +43,8 @@ export function appendLines(path: string, lines: AnchorLine[]): number[] {
   const fd = openSync(path, "a", 0o640);
   const positions: number[] = [];
   try {
-    let pos = fstatSync(fd).size;
+    const start = fstatSync(fd).size;
+    let pos = start;
     let prefix = "";
     if (pos > 0) {
       const last = Buffer.alloc(1);
@@ -42,12 +54,10 @@ export function appendLines(path: string, lines: AnchorLine[]): number[] {
       } finally {
         closeSync(rfd);
       }
-      if (last[0] !== 0x0a) {
-        prefix = "\n";
-        pos += 1;
-      }
+      if (last[0] !== 0x0a) prefix = TORN_LINE_END;
     }
-    const parts: Buffer[] = [Buffer.from(prefix)];
+    const parts: Buffer[] = [Buffer.from(prefix, "utf8")];
+    pos += parts[0]!.length;
     for (const l of lines) {
       const b = Buffer.from(anchorLineText(l) + "\n", "utf8");
       positions.push(pos);
@@ -55,9 +65,19 @@ export function appendLines(path: string, lines: AnchorLine[]): number[] {
       parts.push(b);
     }
     const buf = Buffer.concat(parts);
-    let off = 0;
-    while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
-    fsyncSync(fd);
+    try {
+      let off = 0;
+      while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
+      fsyncSync(fd);
+    } catch (e) {
+      try {
+        ftruncateSync(fd, start);
+        fsyncSync(fd);
+      } catch {
+        // Left for the next append: TORN_LINE_END closes what stayed.
+      }
+      throw e;
+    }
   } finally {
     closeSync(fd);
   }
