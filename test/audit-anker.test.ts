@@ -3,7 +3,7 @@
 // that opens the notes in checkpoint-go.test.ts.
 import { afterEach, describe, expect, test } from "bun:test";
 import { readFileSync, truncateSync } from "node:fs";
-import { TreeExtension } from "../src/audit/anchoring.ts";
+import { LARGEST_INSTALLATION_SQL, TreeExtension } from "../src/audit/anchoring.ts";
 import { entriesAfter, entryHash, type EntryRow } from "../src/audit/chain.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
 import { openNote, parseVerifierKey } from "../src/audit/note.ts";
@@ -219,6 +219,27 @@ describe("audit-anker", () => {
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
     expect(env.alarms.raised.map((x) => x.type)).toEqual([]);
+  });
+
+  test("the largest installation checkpoint, read inside the write lock, is an index seek, not a walk of the whole log", async () => {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "A");
+    await fill(env, a, 3);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const { store } = env;
+    if (store.kind === "sqlite") {
+      const plan = store.sqlite.query(`EXPLAIN QUERY PLAN ${LARGEST_INSTALLATION_SQL}`).all() as { detail: string }[];
+      expect(plan.map((p) => p.detail)).toEqual(["SEARCH audit_anchor_log USING COVERING INDEX audit_anchor_log_tenant_idx (tenant_id=? AND soort=?)"]);
+    } else {
+      // The planner takes a sequential scan of a table this small whatever the indexes; without it, the seek's condition shows.
+      const plan = await store.sql.begin(async (tx) => {
+        await tx.unsafe("SET LOCAL enable_seqscan = off");
+        return ((await tx.unsafe(`EXPLAIN ${LARGEST_INSTALLATION_SQL}`)) as { "QUERY PLAN": string }[]).map((r) => r["QUERY PLAN"]).join("\n");
+      });
+      expect(plan).toMatch(/Index (Only )?Cond: \(\(tenant_id IS NULL\) AND \(soort = 'installatie'::text\)\)/);
+    }
+    const largest = await env.db.get<{ n: number | string }>(LARGEST_INSTALLATION_SQL);
+    expect(Number(largest!.n)).toBe((await logRows(env)).find((r) => r.soort === "installatie")!.grootte);
   });
 
   /** Anchors `runs` more runs after a copy of the database, then puts the copy back as a restore would. */

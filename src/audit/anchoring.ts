@@ -362,6 +362,14 @@ export function checkpointLine(keys: Keys, tenantId: number, range: CompactRange
 }
 
 /**
+ * The largest installation checkpoint's tree size, on both stores. `tenant_id IS NULL`
+ * (every installation row's) lets the index on (tenant_id, soort, grootte) seek to it:
+ * on soort alone the whole index was walked, inside the write lock, and the log grows by
+ * a line per tenant per night (154 ms at seven years of 1,000 tenants).
+ */
+export const LARGEST_INSTALLATION_SQL = "SELECT max(grootte) AS n FROM audit_anchor_log WHERE tenant_id IS NULL AND soort = 'installatie'";
+
+/**
  * Writes one run: `lines`, then an installation checkpoint over the whole file with
  * them, appended to the file (fsynced) and inserted as rows. Inside the caller's write
  * transaction (BEGIN IMMEDIATE), after the crash tail was copied in. Every run ends in
@@ -370,7 +378,7 @@ export function checkpointLine(keys: Keys, tenantId: number, range: CompactRange
  */
 export function writeRun(sqlite: Database, path: string, keys: Keys, lines: StoredLine[]): { installatie: string | null; herbouwd: boolean } {
   const inst = installationRange(sqlite, path, keys.verifiers);
-  const largest = (sqlite.query("SELECT max(grootte) AS n FROM audit_anchor_log WHERE soort = 'installatie'").get() as { n: number | null }).n ?? 0;
+  const largest = (sqlite.query(LARGEST_INSTALLATION_SQL).get() as { n: number | null }).n ?? 0;
   const run = runLines(inst, largest, keys, lines);
   if (run.all.length > 0) insertRows(sqlite, appendRun(path, run.all));
   return { installatie: run.installatie, herbouwd: run.herbouwd };
