@@ -118,7 +118,7 @@ describe("audit-retentie", () => {
     await add(env, t, "2024-01-01T00:00:00.000Z");
     const r = await call(env.app, "/api/cron/audit-retentie");
     expect(r.status).toBe(200);
-    expect(r.json).toEqual({ ok: true, verwijderd: 2, retentieDagen: 2555, grens: GRENS });
+    expect(r.json).toEqual({ ok: true, verwijderd: 2, retentieDagen: 2555, grens: GRENS, achtergehouden: 0, achtergehoudenBij: [] });
     expect(await seqs(env, t)).toEqual([3, 4]);
     // the retention anchor is the last deleted entry, written at the job's clock
     expect(await anchor(env, t)).toEqual({ seq: 2, hash: last.hash, bijgewerkt: NOW.toISOString() });
@@ -136,7 +136,7 @@ describe("audit-retentie", () => {
     await add(env, t, "2026-06-23T11:59:59.999Z");
     await add(env, t, "2026-06-23T12:00:00.000Z");
     const r = await call(env.app, "/api/cron/audit-retentie");
-    expect(r.json).toEqual({ ok: true, verwijderd: 1, retentieDagen: 30, grens: "2026-06-23T12:00:00.000Z" });
+    expect(r.json).toEqual({ ok: true, verwijderd: 1, retentieDagen: 30, grens: "2026-06-23T12:00:00.000Z", achtergehouden: 0, achtergehoudenBij: [] });
     expect(await seqs(env, t)).toEqual([2]);
     expect(retentionBoundary(NOW, 30)).toBe("2026-06-23T12:00:00.000Z");
   });
@@ -152,9 +152,38 @@ describe("audit-retentie", () => {
     const r = await call(env.app, "/api/cron/audit-retentie");
     expect(r.json.verwijderd).toBe(2);
     expect(await seqs(env, t)).toEqual([3, 4, 5]);
+    // the entry of 2016 stays past the retention period: said, and alarmed
+    expect(r.status).toBe(200);
+    expect([r.json.achtergehouden, r.json.achtergehoudenBij]).toEqual([1, [{ tenantId: t, aantal: 1, seq: 3, tijdstip: "2025-01-01T00:00:00.000Z" }]]);
+    expect(env.alarms.raised.map((a) => [a.type, a.context?.aantal])).toEqual([["audit-retention-held", 1]]);
     const v = await call(env.app, "/api/cron/audit-verificatie");
     expect(v.status).toBe(200);
     expect(v.json.resultaten[0]).toEqual({ tenantId: t, tenant: "Tenant", intact: true, aantalEntries: 3 });
+  });
+
+  test("an entry dated far ahead holds every older entry behind it, run after run: each run says how many and alarms; nothing held, nothing said", async () => {
+    env = await makeEnv();
+    const held = await addTenant(env.db, "Vooruit");
+    const fine = await addTenant(env.db, "Gewoon");
+    await add(env, held, "2014-01-01T00:00:00.000Z");
+    await add(env, held, "2099-01-01T00:00:00.000Z"); // a writer's clock 75 years ahead
+    for (let i = 0; i < 8; i++) await add(env, held, `2015-0${i + 1}-01T00:00:00.000Z`);
+    for (let i = 0; i < 3; i++) await add(env, fine, `2014-0${i + 1}-01T00:00:00.000Z`);
+    await add(env, fine, "2025-01-01T00:00:00.000Z");
+    for (let run = 0; run < 2; run++) {
+      const r = await call(env.app, "/api/cron/audit-retentie");
+      expect(r.status).toBe(200);
+      expect(r.json.verwijderd).toBe(run === 0 ? 4 : 0);
+      expect(r.json.achtergehouden).toBe(8);
+      expect(r.json.achtergehoudenBij).toEqual([{ tenantId: held, aantal: 8, seq: 2, tijdstip: "2099-01-01T00:00:00.000Z" }]);
+    }
+    expect(env.alarms.raised.map((a) => a.type)).toEqual(["audit-retention-held", "audit-retention-held"]);
+    expect(await seqs(env, fine)).toEqual([4]);
+    // the held entries gone (by whoever fixes the chain's dates), the answer says nothing more
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ?", held);
+    const clear = await call(env.app, "/api/cron/audit-retentie");
+    expect([clear.json.achtergehouden, clear.json.achtergehoudenBij]).toEqual([0, []]);
+    expect(env.alarms.raised).toHaveLength(2);
   });
 
   test("only the tenants with old entries are touched; after retention every chain verifies (200)", async () => {
@@ -712,7 +741,7 @@ describe("checkPrefix: what audit-retentie checks before it deletes, and against
     };
     const inThread = await outcome(0);
     const onWorkers = await outcome(2);
-    expect(inThread.r).toEqual({ verwijderd: 9, gestopt: [{ tenantId: 2, seq: 2, entryId: expect.any(Number), reden: "hash-afwijkend" }] });
+    expect(inThread.r).toEqual({ verwijderd: 9, gestopt: [{ tenantId: 2, seq: 2, entryId: expect.any(Number), reden: "hash-afwijkend" }], achtergehouden: [] });
     expect(inThread.left).toEqual([[6], [1, 2, 3, 4, 5, 6], [5]]);
     expect(onWorkers).toEqual(inThread);
   });

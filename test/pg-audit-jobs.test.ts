@@ -276,7 +276,7 @@ describe("audit-retentie on PostgreSQL", () => {
     const r = await runBoth(b, "audit-retentie");
     expect(r.pg).toEqual({
       status: 200,
-      json: { ok: true, verwijderd: 12, retentieDagen: 2555, grens: retentionBoundary(NOW, 2555) },
+      json: { ok: true, verwijderd: 12, retentieDagen: 2555, grens: retentionBoundary(NOW, 2555), achtergehouden: 0, achtergehoudenBij: [] },
     });
     expect(r.pg).toEqual(r.lite);
     expect(await pgSeqs(b.pg, alfa)).toEqual([13, 14, 15, 16, 17]);

@@ -6,6 +6,7 @@ import { jsonLine } from "../format.ts";
 
 export type AlarmType =
   | "audit-chain-broken"
+  | "audit-retention-held"
   | "backup-failure"
   | "mail-failure"
   | "backup-missing"

@@ -298,6 +298,59 @@ export interface AuditRetentionResult {
   verwijderd: number;
   /** Tenants whose deletion stopped at a broken link: the evidence is kept. */
   gestopt: RetentionStop[];
+  /** Tenants that keep entries older than grens behind a newer one (heldBack). */
+  achtergehouden: HeldBack[];
+}
+
+/**
+ * Entries older than grens that a chain still holds after the run: retention deletes a
+ * prefix, so an entry dated later than the ones after it (a writer's clock ahead, a
+ * created_at written by hand) keeps them all, run after run, past the retention period.
+ * Reported, with the entry that holds them: the chain's first kept one.
+ */
+export interface HeldBack {
+  tenantId: number;
+  aantal: number;
+  seq: number;
+  tijdstip: string;
+}
+
+export const HELD_BACK_COUNT_SQL = "SELECT count(*) AS n FROM audit_entries WHERE tenant_id = $1 AND created_at < $2";
+export const CHAIN_FIRST_SQL = "SELECT seq, created_at FROM audit_entries WHERE tenant_id = $1 ORDER BY seq LIMIT 1";
+
+/**
+ * heldBack after a run, for any store: of the candidates (tenants that had entries older
+ * than grens), those not stopped for a broken chain (already reported, their old part
+ * kept as evidence) that still have some. Index probes per candidate (tenant_id, created_at).
+ */
+export async function heldBack(
+  candidates: readonly number[],
+  gestopt: readonly RetentionStop[],
+  src: { count(tenantId: number): Promise<number> | number; first(tenantId: number): Promise<{ seq: number; createdAt: string }> | { seq: number; createdAt: string } },
+): Promise<HeldBack[]> {
+  const stopped = new Set(gestopt.map((g) => g.tenantId));
+  const out: HeldBack[] = [];
+  for (const tenantId of candidates) {
+    if (stopped.has(tenantId)) continue;
+    const aantal = await src.count(tenantId);
+    if (aantal === 0) continue;
+    const first = await src.first(tenantId);
+    out.push({ tenantId, aantal, seq: first.seq, tijdstip: first.createdAt });
+  }
+  return out;
+}
+
+/** heldBack on a SQLite connection. */
+function heldBackSqlite(sqlite: Database, candidates: readonly number[], gestopt: readonly RetentionStop[], grens: string): Promise<HeldBack[]> {
+  const count = sqlite.query(HELD_BACK_COUNT_SQL);
+  const first = sqlite.query(CHAIN_FIRST_SQL);
+  return heldBack(candidates, gestopt, {
+    count: (t) => (count.get(t, grens) as { n: number }).n,
+    first: (t) => {
+      const r = first.get(t) as { seq: number; created_at: string };
+      return { seq: r.seq, createdAt: r.created_at };
+    },
+  });
 }
 
 /** Tenants whose prefixes are deleted side by side (see deleteOldAuditEntries). */
@@ -346,7 +399,7 @@ export async function deleteOldAuditEntries(
       return m !== null && m < grens;
     });
   const gestopt: RetentionStop[] = [];
-  if (candidates.length === 0) return { verwijderd: 0, gestopt };
+  if (candidates.length === 0) return { verwijderd: 0, gestopt, achtergehouden: [] };
 
   const { verifiers } = signing.keys;
   const phases: RetentionPhases = { checkMs: 0, deleteMs: 0 };
@@ -376,7 +429,7 @@ export async function deleteOldAuditEntries(
   }
   phases.deleteMs = performance.now() - t0;
   o.onPhases?.(phases);
-  return { verwijderd, gestopt };
+  return { verwijderd, gestopt, achtergehouden: await heldBackSqlite(sqlite, candidates, gestopt, grens) };
 }
 
 /**

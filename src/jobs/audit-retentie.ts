@@ -18,11 +18,30 @@ const retentie = {
   grens: dateTime({ description: "now − retentieDagen × 24 h; entries van vóór dit moment zijn verwijderd." }),
 };
 
+/** How many tenants' held-back entries an answer and an alarm list; `achtergehouden` counts them all. */
+const MAX_LISTED = 50;
+
 /** 200: deleted (a chain that does not check out is left standing, with an alarm). */
 export const RetentieOk = t.Object({
   ok: t.Literal(true),
   verwijderd: integer({ minimum: 0, description: "Aantal verwijderde audit-entries." }),
   ...retentie,
+  achtergehouden: integer({
+    minimum: 0,
+    description:
+      "Entries ouder dan `grens` die blijven staan achter een nieuwere entry eerder in hun keten (alleen het begin van een keten wordt verwijderd): " +
+      "een entry met een tijdstip in de toekomst houdt ze elk jaar tegen, na de bewaartermijn. Meer dan 0: alarm `audit-retention-held`. " +
+      "Niet meegeteld: ketens die niet kloppen (die blijven als bewijs staan, met alarm `audit-chain-broken`).",
+  }),
+  achtergehoudenBij: t.Array(
+    t.Object({
+      tenantId: integer(),
+      aantal: integer({ minimum: 1, description: "Entries ouder dan `grens` die blijven staan." }),
+      seq: integer({ description: "De eerste entry van de keten, die ze tegenhoudt: niet ouder dan `grens`." }),
+      tijdstip: t.String({ description: "Haar created_at, zoals opgeslagen." }),
+    }),
+    { maxItems: MAX_LISTED, description: `Per tenant, hoogstens ${MAX_LISTED}, op tenant-id.` },
+  ),
 });
 
 /** 409: the anchor file does not match the database, nothing deleted. */
@@ -53,7 +72,7 @@ export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOption
     await deps.alarms.raise({ type: "audit-chain-broken", message: `audit-retentie heeft niets verwijderd: ${e.message}.`, context: { reden: e.reden, grens } });
     return { status: 409, body: { ok: false, verwijderd: 0, retentieDagen, grens, reden: e.reden, fout: e.message } };
   }
-  const { verwijderd, gestopt } = result;
+  const { verwijderd, gestopt, achtergehouden } = result;
   if (gestopt.length > 0) {
     // The old part of these chains does not check out: it stays as evidence, and the
     // next audit-verificatie reports it as well.
@@ -63,7 +82,16 @@ export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOption
       context: { gestopt: gestopt.slice(0, 50), aantal: gestopt.length, grens },
     });
   }
-  return { status: 200, body: { ok: true, verwijderd, retentieDagen, grens } };
+  const aantal = achtergehouden.reduce((n, h) => n + h.aantal, 0);
+  const achtergehoudenBij = achtergehouden.slice(0, MAX_LISTED);
+  if (aantal > 0) {
+    await deps.alarms.raise({
+      type: "audit-retention-held",
+      message: `audit-retentie liet bij ${achtergehouden.length} tenant(s) ${aantal} entries ouder dan de bewaartermijn staan: een nieuwere entry eerder in de keten houdt ze tegen.`,
+      context: { achtergehoudenBij, aantal, grens },
+    });
+  }
+  return { status: 200, body: { ok: true, verwijderd, retentieDagen, grens, achtergehouden: aantal, achtergehoudenBij } };
 }
 
 export const auditRetentieJob = defineJob({

@@ -12,11 +12,14 @@
 // ordered by a transaction advisory lock instead of SQLite's write lock.
 import type { SQL } from "bun";
 import {
+  CHAIN_FIRST_SQL,
   CHECKPOINTS_FROM_SQL,
   checkPrefix,
   checkPrefixes,
   checkPrefixesOnWorkers,
   FIRST_NOT_OLDER_SQL,
+  HELD_BACK_COUNT_SQL,
+  heldBack,
   retentionLines,
   TENANT_GROUP,
   type AuditRetentionResult,
@@ -49,7 +52,7 @@ export async function deleteOldAuditEntriesPg(sql: SQL, grens: string, now: Date
   const candidates = ((await sql`
     SELECT id FROM tenants t WHERE (SELECT min(created_at) FROM audit_entries WHERE tenant_id = t.id) < ${grens} ORDER BY id`) as { id: number }[]).map((r) => r.id);
   const gestopt: RetentionStop[] = [];
-  if (candidates.length === 0) return { verwijderd: 0, gestopt };
+  if (candidates.length === 0) return { verwijderd: 0, gestopt, achtergehouden: [] };
   const { verifiers } = signing.keys;
   const phases: RetentionPhases = { checkMs: 0, deleteMs: 0 };
   let t0 = performance.now();
@@ -66,7 +69,14 @@ export async function deleteOldAuditEntriesPg(sql: SQL, grens: string, now: Date
   }
   phases.deleteMs = performance.now() - t0;
   o.onPhases?.(phases);
-  return { verwijderd, gestopt };
+  const achtergehouden = await heldBack(candidates, gestopt, {
+    count: async (t) => Number(((await sql.unsafe(HELD_BACK_COUNT_SQL, [t, grens])) as { n: string }[])[0]!.n),
+    first: async (t) => {
+      const [r] = (await sql.unsafe(CHAIN_FIRST_SQL, [t])) as { seq: string; created_at: string }[];
+      return { seq: Number(r!.seq), createdAt: r!.created_at };
+    },
+  });
+  return { verwijderd, gestopt, achtergehouden };
 }
 
 /**
