@@ -199,3 +199,97 @@ describe("alarm sink", () => {
     expect(failure).toMatchObject({ level: "error", channel: "e-mail", alarm: "mail-failure", error: "Error: 550 mailbox unavailable" });
   });
 });
+
+/** The error-level log lines written while `f` runs (the logger writes them to stderr). */
+async function errorLines(f: () => Promise<void>): Promise<Record<string, unknown>[]> {
+  const originalWrite = process.stderr.write.bind(process.stderr);
+  const logged: string[] = [];
+  process.stderr.write = ((chunk: string) => {
+    logged.push(String(chunk));
+    return true;
+  }) as typeof process.stderr.write;
+  try {
+    await f();
+  } finally {
+    process.stderr.write = originalWrite;
+  }
+  return logged.map((l) => JSON.parse(l)).filter((l) => l.level === "error");
+}
+
+describe("an alarm the error tracker did not take is logged and counted", () => {
+  let server: ReturnType<typeof Bun.serve> | undefined;
+  afterEach(() => {
+    server?.stop(true);
+    server = undefined;
+  });
+
+  /** An endpoint answering every request with `status` (and `headers`); counts the requests. */
+  function answering(status: number, headers: Record<string, string> = {}) {
+    const seen = { hits: 0 };
+    server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => (seen.hits++, new Response("nee", { status, headers })) });
+    return { dsn: `http://public@127.0.0.1:${server.port}/1`, seen };
+  }
+
+  for (const [status, why] of [
+    [401, "a revoked DSN"],
+    [429, "the quota is used up"],
+    [500, "the endpoint fails"],
+  ] as const) {
+    test(`HTTP ${status} (${why}): "alarm channel failed" at error level, nachtwacht_alarms_undelivered_total{channel="sentry"} 1`, async () => {
+      const { dsn, seen } = answering(status);
+      const alarms = createAlarmSink({ sentryDsn: dsn, clock: () => NOW, sentryFlushTimeoutMs: 1500, writeLine: () => {} });
+      expect(alarms.undelivered).toEqual({ sentry: 0 });
+      const errors = await errorLines(() => alarms.raise({ type: "audit-chain-broken", message: "keten gebroken" }));
+      expect(seen.hits).toBe(1);
+      expect(errors).toEqual([
+        expect.objectContaining({ message: "alarm channel failed", channel: "sentry", alarm: "audit-chain-broken", error: `Error: the Sentry endpoint refused the event with HTTP ${status}` }),
+      ]);
+      expect(alarms.undelivered).toEqual({ sentry: 1 });
+    });
+  }
+
+  test("after a 429 with Retry-After the SDK drops the next event without sending it: that one is logged and counted too", async () => {
+    const { dsn, seen } = answering(429, { "retry-after": "60" });
+    const alarms = createAlarmSink({ sentryDsn: dsn, clock: () => NOW, sentryFlushTimeoutMs: 1500, writeLine: () => {} });
+    await errorLines(() => alarms.raise({ type: "backup-failure", message: "een" }));
+    const errors = await errorLines(() => alarms.raise({ type: "backup-failure", message: "twee" }));
+    expect(seen.hits).toBe(1);
+    expect(errors).toEqual([expect.objectContaining({ message: "alarm channel failed", channel: "sentry", error: expect.stringContaining("event not sent") })]);
+    expect(alarms.undelivered).toEqual({ sentry: 2 });
+  });
+
+  test("nothing listening on the endpoint's port (connection refused): logged and counted", async () => {
+    const { dsn } = answering(200);
+    server!.stop(true);
+    const alarms = createAlarmSink({ sentryDsn: dsn, clock: () => NOW, sentryFlushTimeoutMs: 1500, writeLine: () => {} });
+    const errors = await errorLines(() => alarms.raise({ type: "db-integrity", message: "schade" }));
+    expect(errors).toEqual([expect.objectContaining({ message: "alarm channel failed", channel: "sentry", alarm: "db-integrity", error: expect.stringContaining("event not sent") })]);
+    expect(alarms.undelivered).toEqual({ sentry: 1 });
+  });
+
+  test("no answer within the bound: logged and counted as well", async () => {
+    const hanging = startSink("never");
+    try {
+      const alarms = createAlarmSink({ sentryDsn: hanging.dsn, clock: () => NOW, sentryFlushTimeoutMs: 300, writeLine: () => {} });
+      const errors = await errorLines(() => alarms.raise({ type: "backup-failure", message: "x" }));
+      expect(errors).toEqual([expect.objectContaining({ message: "alarm channel failed", channel: "sentry", error: expect.stringContaining("within 300 ms") })]);
+      expect(alarms.undelivered).toEqual({ sentry: 1 });
+    } finally {
+      hanging.stop();
+    }
+  });
+
+  test("a 200 is delivered: nothing logged, nothing counted; a failing e-mail channel is counted under its own name", async () => {
+    const ok = startSink();
+    try {
+      const failing: AlarmChannel = { name: "e-mail", raise: async () => Promise.reject(new Error("550 mailbox unavailable")) };
+      const alarms = createAlarmSink({ sentryDsn: ok.dsn, clock: () => NOW, channels: [failing], writeLine: () => {} });
+      const errors = await errorLines(() => alarms.raise({ type: "backup-failure", message: "x" }));
+      expect(ok.events()).toHaveLength(1);
+      expect(errors.map((e) => e.channel)).toEqual(["e-mail"]);
+      expect(alarms.undelivered).toEqual({ sentry: 0, "e-mail": 1 });
+    } finally {
+      ok.stop();
+    }
+  });
+});

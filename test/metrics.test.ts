@@ -6,6 +6,7 @@
 // On both stores (test/dialect.ts); the cost test reads each store's own query plans.
 import { afterEach, describe, expect, test } from "bun:test";
 import { networkInterfaces } from "node:os";
+import { createAlarmSink, type AlarmChannel } from "../src/alarms/sink.ts";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { newLeaseHolder } from "../src/job-lease.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
@@ -348,12 +349,23 @@ describe("the format", () => {
     await insertBackup(env, at(H), 0);
     await insertRun(env, "dagrapport", at(H), at(H - 1), "ok");
     counters.rejected["401"] = 2;
+    // the real alarm sink, with a mail channel that fails once
+    const refused: AlarmChannel = { name: "e-mail", raise: () => Promise.reject(new Error("550 mailbox unavailable")) };
+    env.deps.alarms = createAlarmSink({ sentryDsn: null, clock: env.deps.clock, channels: [refused], writeLine: () => {} });
+    const originalWrite = process.stderr.write;
+    process.stderr.write = (() => true) as typeof process.stderr.write; // its "alarm channel failed" line
+    try {
+      await env.deps.alarms.raise({ type: "backup-failure", message: "x" });
+    } finally {
+      process.stderr.write = originalWrite;
+    }
     const server = env.app.listen({ port: 0, hostname: "127.0.0.1" });
     try {
       const r = await fetch(`http://127.0.0.1:${server.server!.port}/metrics`);
       expect(r.status).toBe(200);
       const text = await r.text();
       expect(text).toContain("# TYPE nachtwacht_ingest_requests_rejected_total counter");
+      expect(text).toContain('\nnachtwacht_alarms_undelivered_total{channel="e-mail"} 1\n');
       expect(text).toContain("# TYPE nachtwacht_job_overdue gauge");
       await checkWithPromtool(text);
       // and promtool does fail on a bad exposition, so the check above means something
@@ -373,6 +385,7 @@ describe("the format", () => {
       runningJobs: [],
       database: null,
       counters: newIngestCounters(),
+      alarmsUndelivered: {},
     };
     const text = renderMetrics(snapshot);
     expect(text.endsWith("\n")).toBe(true);

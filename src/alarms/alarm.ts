@@ -27,6 +27,12 @@ export interface Alarm {
 
 export interface AlarmSink {
   raise(alarm: Alarm): Promise<void>;
+  /**
+   * Alarms a channel did not deliver since the process started (it threw: refused,
+   * unreachable, no answer in time), per channel name; read by /metrics. Absent on
+   * sinks without channels of their own (tests).
+   */
+  readonly undelivered?: Readonly<Record<string, number>>;
 }
 
 /** Writes one JSON line per alarm; `write` defaults to stderr. */

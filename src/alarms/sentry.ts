@@ -1,8 +1,9 @@
 // The error-tracking channel: one Sentry event per alarm. Each sink gets its own
 // client and scope instead of the global `Sentry.init()`, so nothing leaks between
 // sinks (or tests) and no default integration patches console, fetch or process
-// handlers. Events go out through Bun's fetch; every raise waits for them at most
-// `flushTimeoutMs`, so a slow or dead endpoint never makes a job hang.
+// handlers. Events go out through Bun's fetch; every raise waits for its own event's
+// answer at most `flushTimeoutMs`, so a slow or dead endpoint never makes a job hang,
+// and rejects when the event was not taken (the sink logs and counts that).
 import * as Sentry from "@sentry/bun";
 import type { Alarm } from "./alarm.ts";
 
@@ -10,10 +11,8 @@ export interface SentryChannelOptions {
   dsn: string;
   /** Strings that must never leave the service (the CRON_SECRET); scrubbed from every event. */
   secrets?: string[];
-  /** Longest wait for the event to be delivered; default 2000 ms. */
+  /** Longest wait for the endpoint's answer to the event; default 2000 ms. */
   flushTimeoutMs?: number;
-  /** Told when an event could not be delivered in time. */
-  onUndelivered?: (alarm: Alarm) => void;
 }
 
 export interface SentryChannel {
@@ -58,6 +57,15 @@ export function createSentryChannel(o: SentryChannelOptions): SentryChannel {
   });
   client.init();
 
+  // The SDK tells the outcome of each event only here: the endpoint's answer, or `{}`
+  // when no answer came (network error, or dropped by the SDK itself: after a 429 it
+  // skips events until the quota's retry-after has passed, and when its queue is full).
+  // client.flush() says nothing of it: it is true once the queue is empty, sent or not.
+  const waiting = new Map<string, (statusCode: number | undefined) => void>();
+  client.on("afterSendEvent", (event, response) => {
+    if (event.event_id) waiting.get(event.event_id)?.(response?.statusCode);
+  });
+
   return {
     async raise(alarm) {
       const scope = new Sentry.Scope();
@@ -68,9 +76,19 @@ export function createSentryChannel(o: SentryChannelOptions): SentryChannel {
         scope.setContext("alarm", alarm.context);
         scope.setExtras(alarm.context);
       }
-      scope.captureMessage(alarm.message, "error");
-      const delivered = await client.flush(flushTimeoutMs);
-      if (!delivered) o.onUndelivered?.(alarm);
+      // The event is prepared and sent asynchronously: its waiter is in place before any answer.
+      const eventId = scope.captureMessage(alarm.message, "error");
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const statusCode = await new Promise<number | undefined | "timeout">((resolve) => {
+        waiting.set(eventId, resolve);
+        timer = setTimeout(() => resolve("timeout"), flushTimeoutMs);
+      }).finally(() => {
+        clearTimeout(timer);
+        waiting.delete(eventId);
+      });
+      if (statusCode === "timeout") throw new Error(`no answer from the Sentry endpoint within ${flushTimeoutMs} ms: delivery not confirmed`);
+      if (statusCode === undefined) throw new Error("event not sent: the Sentry endpoint is unreachable, or the SDK dropped it (rate limited after a 429, or its queue is full)");
+      if (statusCode < 200 || statusCode >= 300) throw new Error(`the Sentry endpoint refused the event with HTTP ${statusCode}`);
     },
   };
 }

@@ -1,7 +1,7 @@
 // The alarm sink the service runs with: always one JSON line on stderr, an
 // error-tracking event when SENTRY_DSN is set, and any further channels (the e-mail
 // channel joins from src/mail/). A channel that fails is logged and never stops the
-// others, nor the job that raised the alarm.
+// others, nor the job that raised the alarm; it is counted per channel for /metrics.
 import { log } from "../logger.ts";
 import { stderrAlarmLine, type Alarm, type AlarmSink } from "./alarm.ts";
 import { createSentryChannel, scrubSecrets } from "./sentry.ts";
@@ -19,7 +19,7 @@ export interface AlarmSinkOptions {
   channels?: AlarmChannel[];
   /** Values scrubbed from every alarm before any channel sees it (the CRON_SECRET). */
   secrets?: string[];
-  /** Longest wait for the error-tracking event; default 2000 ms. */
+  /** Longest wait for the error-tracking endpoint's answer; default 2000 ms. */
   sentryFlushTimeoutMs?: number;
   /** Where the JSON line goes; stderr by default. */
   writeLine?: (line: string) => void;
@@ -29,20 +29,15 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
   const secrets = o.secrets ?? [];
   const channels: AlarmChannel[] = [];
   if (o.sentryDsn) {
-    channels.push({
-      name: "sentry",
-      ...createSentryChannel({
-        dsn: o.sentryDsn,
-        secrets,
-        flushTimeoutMs: o.sentryFlushTimeoutMs,
-        onUndelivered: (alarm) =>
-          log("warn", "error-tracking event not delivered in time", { alarm: alarm.type, timeoutMs: o.sentryFlushTimeoutMs ?? 2000 }),
-      }),
-    });
+    channels.push({ name: "sentry", ...createSentryChannel({ dsn: o.sentryDsn, secrets, flushTimeoutMs: o.sentryFlushTimeoutMs }) });
   }
   channels.push(...(o.channels ?? []));
+  const nameOf = (i: number) => channels[i]!.name ?? `channel ${i}`;
+  // Every channel's series from the start (at 0), so that increase() sees its first failure.
+  const undelivered: Record<string, number> = Object.fromEntries(channels.map((_, i) => [nameOf(i), 0]));
 
   return {
+    undelivered,
     async raise(raw) {
       const alarm = scrubSecrets(raw, secrets);
       try {
@@ -54,8 +49,10 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
       results.forEach((r, i) => {
         if (r.status === "rejected") {
           const e = r.reason;
+          const channel = nameOf(i);
+          undelivered[channel] = (undelivered[channel] ?? 0) + 1;
           log("error", "alarm channel failed", {
-            channel: channels[i]!.name ?? `channel ${i}`,
+            channel,
             alarm: alarm.type,
             error: scrubSecrets(e instanceof Error ? `${e.name}: ${e.message}` : String(e), secrets),
           });

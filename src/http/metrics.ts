@@ -92,6 +92,8 @@ export interface MetricsSnapshot {
   runningJobs: readonly JobName[];
   database: DatabaseMetrics | null;
   counters: IngestCounters;
+  /** The alarm sink's undelivered alarms per channel (src/alarms/sink.ts); empty without channels. */
+  alarmsUndelivered: Readonly<Record<string, number>>;
 }
 
 /**
@@ -128,6 +130,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     runningJobs,
     database,
     counters,
+    alarmsUndelivered: { ...deps.alarms.undelivered },
   };
 }
 
@@ -293,6 +296,15 @@ export function renderMetrics(m: MetricsSnapshot): string {
     ]);
   }
   out.family(`${N}backup_max_age_seconds`, "gauge", "BACKUP_MAX_UREN in seconds.", [[{}, m.backupMaxAgeSeconds]]);
+
+  out.family(
+    `${N}alarms_undelivered_total`,
+    "counter",
+    "Alarms a channel (sentry, e-mail) did not deliver since the process started: refused, unreachable, or no answer in time. The alarm's line on stderr is always written.",
+    Object.keys(m.alarmsUndelivered)
+      .sort()
+      .map((channel): [Labels, number] => [{ channel }, m.alarmsUndelivered[channel]!]),
+  );
 
   const c = m.counters;
   out.family(
