@@ -7,7 +7,7 @@
 // (src/cli/crontab.ts) and `demo` (src/demo.ts). Each branch imports only what it needs:
 // a command starts without loading the server.
 
-export {};
+import { StdoutFailed, writeStdout } from "./cli/stdout.ts";
 
 const USAGE = `gebruik: nachtwacht [opdracht] [--help]
   serve                 de service starten (standaard), geconfigureerd door de omgeving
@@ -22,68 +22,77 @@ const USAGE = `gebruik: nachtwacht [opdracht] [--help]
   db-convert            eenmalige omzetting naar incrementele auto-vacuum
   migrate-to            de SQLite-database naar een lege PostgreSQL-database kopiëren en de kopie bewijzen
   demo                  de service op een demodatabase in ./data
-Exitcodes: 0 gelukt, 1 gevonden wat niet klopt, 2 kon niet (gebruik, configuratie, bestand);
+Exitcodes: 0 gelukt, 1 gevonden wat niet klopt, 2 kon niet (gebruik, configuratie, bestand, uitvoer);
 backup gebruikt sysexits-codes (64–78, zie nachtwacht backup --help).`;
 
 const AUDIT_COMMANDS = new Set(["key", "verify", "export", "adopt", "accept-restore"]);
 const [command, ...rest] = Bun.argv.slice(2);
-const out = (s: string) => console.log(s);
+// Standard output through write(2), which throws when it fails (src/cli/stdout.ts): a
+// command whose output did not get out never exits 0. One that escapes a command ends
+// the process below with exit 2; backup turns it into its own 74.
+const out = (s: string) => writeStdout(s + "\n");
 const err = (s: string) => console.error(s);
 const wantsHelp = rest.includes("--help") || rest.includes("-h");
 
-if (command === "help" || command === "--help" || command === "-h") {
-  out(USAGE);
-  process.exit(0);
-} else if (command !== undefined && AUDIT_COMMANDS.has(command)) {
-  const { runAuditCommand } = await import("./cli/audit.ts");
-  process.exit(await runAuditCommand([command, ...rest], process.env, out, err));
-} else if (command === "migrate-to") {
-  const { runMigrateTo } = await import("./cli/migrate-to.ts");
-  process.exit(await runMigrateTo(rest, process.env, out, err));
-} else if (command === "db-convert") {
-  const { runDbConvert } = await import("./cli/db-convert.ts");
-  process.exit(runDbConvert(rest, process.env, out, err));
-} else if (command === "config") {
-  const { runConfigCheck } = await import("./cli/config-check.ts");
-  if (rest[0] !== "check") {
-    err("gebruik: nachtwacht config check [--env BESTAND]");
-    process.exit(2);
-  }
-  process.exit(runConfigCheck(rest.slice(1), process.env, out, err));
-} else if (command === "backup") {
-  const { runBackup } = await import("./cli/backup.ts");
-  process.exit(await runBackup(rest, process.env, out, err));
-} else if (command === "crontab") {
-  if (wantsHelp) {
-    out("gebruik: nachtwacht crontab\n  Drukt /etc/cron.d/nachtwacht af, gegenereerd uit de planning (src/schedule.ts); gelijk aan ops/nachtwacht.cron, dat install.sh installeert.");
+try {
+  if (command === "help" || command === "--help" || command === "-h") {
+    out(USAGE);
     process.exit(0);
-  }
-  const { crontab } = await import("./cli/crontab.ts");
-  process.stdout.write(crontab());
-} else if (command === "demo") {
-  if (wantsHelp) {
-    out("gebruik: nachtwacht demo\n  Start de service op ./data/demo.db met demodata (eenmalig gevuld), mail als .eml in ./data/outbox.");
-    process.exit(0);
-  }
-  await import("./demo.ts");
-} else if (command !== undefined && command !== "serve") {
-  err(`nachtwacht: onbekende opdracht ${JSON.stringify(command)}\n${USAGE}`);
-  process.exit(2);
-} else if (wantsHelp) {
-  out("gebruik: nachtwacht [serve]\n  Start de service; alle instellingen komen uit de omgeving (docs/operations.md, ops/nachtwacht.env.example).\n  Controleer ze vooraf met: nachtwacht config check --env /etc/nachtwacht/nachtwacht.env");
-  process.exit(0);
-} else {
-  const { ConfigError, parseConfig } = await import("./config.ts");
-  const { startPgServer, startServer } = await import("./server.ts");
-  try {
-    const config = parseConfig(process.env);
-    if (config.databaseUrl !== null) await startPgServer(config, config.databaseUrl);
-    else startServer(config);
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`nachtwacht: configuration error: ${e.message}\n`);
+  } else if (command !== undefined && AUDIT_COMMANDS.has(command)) {
+    const { runAuditCommand } = await import("./cli/audit.ts");
+    process.exit(await runAuditCommand([command, ...rest], process.env, out, err));
+  } else if (command === "migrate-to") {
+    const { runMigrateTo } = await import("./cli/migrate-to.ts");
+    process.exit(await runMigrateTo(rest, process.env, out, err));
+  } else if (command === "db-convert") {
+    const { runDbConvert } = await import("./cli/db-convert.ts");
+    process.exit(runDbConvert(rest, process.env, out, err));
+  } else if (command === "config") {
+    const { runConfigCheck } = await import("./cli/config-check.ts");
+    if (rest[0] !== "check") {
+      err("gebruik: nachtwacht config check [--env BESTAND]");
       process.exit(2);
     }
-    throw e;
+    process.exit(runConfigCheck(rest.slice(1), process.env, out, err));
+  } else if (command === "backup") {
+    const { runBackup } = await import("./cli/backup.ts");
+    process.exit(await runBackup(rest, process.env, out, err));
+  } else if (command === "crontab") {
+    if (wantsHelp) {
+      out("gebruik: nachtwacht crontab\n  Drukt /etc/cron.d/nachtwacht af, gegenereerd uit de planning (src/schedule.ts); gelijk aan ops/nachtwacht.cron, dat install.sh installeert.");
+      process.exit(0);
+    }
+    const { crontab } = await import("./cli/crontab.ts");
+    writeStdout(crontab());
+  } else if (command === "demo") {
+    if (wantsHelp) {
+      out("gebruik: nachtwacht demo\n  Start de service op ./data/demo.db met demodata (eenmalig gevuld), mail als .eml in ./data/outbox.");
+      process.exit(0);
+    }
+    await import("./demo.ts");
+  } else if (command !== undefined && command !== "serve") {
+    err(`nachtwacht: onbekende opdracht ${JSON.stringify(command)}\n${USAGE}`);
+    process.exit(2);
+  } else if (wantsHelp) {
+    out("gebruik: nachtwacht [serve]\n  Start de service; alle instellingen komen uit de omgeving (docs/operations.md, ops/nachtwacht.env.example).\n  Controleer ze vooraf met: nachtwacht config check --env /etc/nachtwacht/nachtwacht.env");
+    process.exit(0);
+  } else {
+    const { ConfigError, parseConfig } = await import("./config.ts");
+    const { startPgServer, startServer } = await import("./server.ts");
+    try {
+      const config = parseConfig(process.env);
+      if (config.databaseUrl !== null) await startPgServer(config, config.databaseUrl);
+      else startServer(config);
+    } catch (e) {
+      if (e instanceof ConfigError) {
+        process.stderr.write(`nachtwacht: configuration error: ${e.message}\n`);
+        process.exit(2);
+      }
+      throw e;
+    }
   }
+} catch (e) {
+  if (!(e instanceof StdoutFailed)) throw e;
+  err(`nachtwacht: ${e.message}`);
+  process.exit(2);
 }

@@ -39,8 +39,8 @@ async function signed(): Promise<{ a: number; b: number }> {
   return { a, b };
 }
 
-/** Runs a command with no secret in its environment: only PATH and HOME. */
-async function run(args: string[], o: { stdin?: string; exe?: string[]; umask?: number } = {}) {
+/** Runs a command with no secret in its environment: only PATH and HOME. `stdoutTo`: a file its stdout is opened on instead of a pipe. */
+async function run(args: string[], o: { stdin?: string; exe?: string[]; umask?: number; stdoutTo?: string } = {}) {
   const exe = o.exe ?? [BUN, join(ROOT, "src/index.ts")];
   // With a umask of its own: through the shell, which sets it and then becomes the command.
   const cmd = o.umask === undefined ? [...exe, ...args] : ["sh", "-c", `umask ${o.umask.toString(8)} && exec "$@"`, "sh", ...exe, ...args];
@@ -48,10 +48,10 @@ async function run(args: string[], o: { stdin?: string; exe?: string[]; umask?: 
     cwd: env.dir,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: env.dir },
     stdin: o.stdin === undefined ? "ignore" : new Blob([o.stdin]),
-    stdout: "pipe",
+    stdout: o.stdoutTo === undefined ? "pipe" : Bun.file(o.stdoutTo),
     stderr: "pipe",
   });
-  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  const [code, out, err] = await Promise.all([p.exited, p.stdout instanceof ReadableStream ? new Response(p.stdout).text() : "", new Response(p.stderr).text()]);
   return { code, out, err };
 }
 
@@ -230,5 +230,23 @@ describe("nachtwacht key", () => {
     const other = await run(["key"]);
     expect(other.out).toMatch(/^AUDIT_ANKER_SLEUTEL=PRIVATE\+KEY\+nachtwacht\.[^/\s]+\/[0-9a-f]{8}\+/m);
     expect((await run(["key", "--naam", "met spatie"])).code).toBe(2);
+  });
+});
+
+describe("standard output that cannot be written (/dev/full: every write fails with ENOSPC)", () => {
+  test("key and export exit 2 naming it on stderr, never 0 with a missing or truncated output", async () => {
+    const { a } = await signed();
+    const key = await run(["key"], { stdoutTo: "/dev/full" });
+    expect(key).toEqual({ code: 2, out: "", err: "nachtwacht key: standaarduitvoer niet geschreven (ENOSPC): de uitvoer is onvolledig\n" });
+    const bundle = await run(["export", ...base(), "--tenant", String(a)], { stdoutTo: "/dev/full" });
+    expect(bundle).toEqual({ code: 2, out: "", err: "nachtwacht export: standaarduitvoer niet geschreven (ENOSPC): de uitvoer is onvolledig\n" });
+    // the same outside the audit commands: the entry point's own output
+    const help = await run(["--help"], { stdoutTo: "/dev/full" });
+    expect(help).toEqual({ code: 2, out: "", err: "nachtwacht: standaarduitvoer niet geschreven (ENOSPC): de uitvoer is onvolledig\n" });
+    expect((await run(["crontab"], { stdoutTo: "/dev/full" })).code).toBe(2);
+    // and to a file that takes it, all of it
+    const file = join(env.dir, "bundel-via-stdout.jsonl");
+    expect((await run(["export", ...base(), "--tenant", String(a)], { stdoutTo: file })).code).toBe(0);
+    expect(readFileSync(file, "utf8").trimEnd().split("\n")).toHaveLength(1 + 37);
   });
 });

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync,
 import { dirname, join } from "node:path";
 import { appendAuditEntry } from "../src/audit/chain.ts";
 import { runBackup } from "../src/cli/backup.ts";
+import { StdoutFailed } from "../src/cli/stdout.ts";
 import { writeFileDurably } from "../src/durable-file.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { addTenant, call, makeTestEnv, NOW, tempDir, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
@@ -154,6 +155,18 @@ describe("nachtwacht backup: the anchor file", () => {
     const map = join(scratch(), "backups");
     const r = await backup(["--db", env.config.databasePath, "--ankers", join(env.dir, "geen-ankers.jsonl"), "--map", map]);
     expect([r.code, r.err]).toEqual([0, ""]);
+    expect(readdirSync(map)).toEqual([expect.stringMatching(/^nachtwacht-\d{8}T\d{6}Z\.db\.gz$/)]);
+  });
+
+  test("standard output failing (a full disk, the logger gone): the backup is still made, the exit is 74 with the reason on stderr", async () => {
+    env = makeTestEnv();
+    const map = join(scratch(), "backups");
+    const err: string[] = [];
+    const full = () => {
+      throw new StdoutFailed("ENOSPC");
+    };
+    const code = await runBackup(["--geen-melding", "--db", env.config.databasePath, "--ankers", join(env.dir, "geen-ankers.jsonl"), "--map", map], {}, full, (s) => err.push(s));
+    expect([code, err]).toEqual([74, ["nachtwacht backup: standaarduitvoer niet geschreven (ENOSPC): de uitvoer is onvolledig"]]);
     expect(readdirSync(map)).toEqual([expect.stringMatching(/^nachtwacht-\d{8}T\d{6}Z\.db\.gz$/)]);
   });
 

@@ -25,6 +25,7 @@ import type { InstallationVerdict } from "../audit/verify-all.ts";
 import { redenUitleg } from "../reports/shared.ts";
 import { redactUrl } from "../pg/url.ts";
 import { databaseUrl } from "./database-url.ts";
+import { writeStdout } from "./stdout.ts";
 import { writeFileDurably } from "../durable-file.ts";
 
 /** Where adopt and accept-restore find the service's database. */
@@ -426,5 +427,5 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
 }
 
 if (import.meta.main) {
-  runAuditCommand(Bun.argv.slice(2), process.env, (s) => console.log(s), (s) => console.error(s)).then((code) => process.exit(code));
+  runAuditCommand(Bun.argv.slice(2), process.env, (s) => writeStdout(s + "\n"), (s) => console.error(s)).then((code) => process.exit(code));
 }

@@ -26,6 +26,7 @@ import { parseArgs } from "node:util";
 import { createGzip } from "node:zlib";
 import { parseEnvFile } from "./config-check.ts";
 import { databaseUrl } from "./database-url.ts";
+import { StdoutFailed } from "./stdout.ts";
 import { renameDurably } from "../durable-file.ts";
 
 const USAGE =
@@ -239,8 +240,24 @@ async function report(env: Record<string, string>, body: object): Promise<{ stat
 export async function runBackup(argv: string[], processEnv: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
   // Whatever the caller's umask: the copies and pg_dump's file are the whole database.
   const before = process.umask(0o077);
+  // Standard output that fails (a full disk, the logger of backup.sh gone) does not stop
+  // the backup or its report to backup-status: the rest of the output is skipped, and
+  // the exit is 74 (an I/O error) unless the backup itself failed.
+  let lost: StdoutFailed | null = null;
+  const say = (s: string) => {
+    if (lost !== null) return;
+    try {
+      out(s);
+    } catch (e) {
+      if (!(e instanceof StdoutFailed)) throw e;
+      lost = e;
+    }
+  };
   try {
-    return await backupCommand(argv, processEnv, out, err);
+    const code = await backupCommand(argv, processEnv, say, err);
+    if (lost === null) return code;
+    err(`nachtwacht backup: ${(lost as StdoutFailed).message}`);
+    return code || 74;
   } finally {
     process.umask(before);
   }

@@ -4,6 +4,7 @@
 // root-only environment file and hands it to curl on stdin: the secret is in neither
 // this file nor any process's command line.
 import { SCHEDULE, type JobName } from "../schedule.ts";
+import { writeStdout } from "./stdout.ts";
 
 export const LIB_DIR = "/usr/local/lib/nachtwacht";
 export const ENV_FILE = "/etc/nachtwacht/nachtwacht.env";
@@ -53,4 +54,4 @@ export function crontab(): string {
   return lines.join("\n") + "\n";
 }
 
-if (import.meta.main) process.stdout.write(crontab());
+if (import.meta.main) writeStdout(crontab());

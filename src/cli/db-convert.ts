@@ -54,15 +54,10 @@ export function runDbConvert(argv: string[], env: Record<string, string | undefi
     return 2;
   }
   let store: ReturnType<typeof openStore> | undefined;
+  let r: ReturnType<typeof convertToIncrementalAutoVacuum>;
   try {
     store = openStore(path);
-    const r = convertToIncrementalAutoVacuum(store, new Date());
-    if (r.integriteit !== "ok") {
-      out(`NIET omgezet: quick_check meldt ${JSON.stringify(r.integriteit)}; herstel eerst de database (docs/operations.md).`);
-      return 1;
-    }
-    out(r.omgezet ? `omgezet: auto_vacuum is nu ${r.autoVacuum}; ${r.vrijgemaakt} bytes vrijgemaakt (${r.grootteVoor} → ${r.grootteNa}).` : `niet nodig: auto_vacuum is al ${r.autoVacuum}.`);
-    return 0;
+    r = convertToIncrementalAutoVacuum(store, new Date());
   } catch (e) {
     // Could not run (a lock held by another process, a full disk, no write permission):
     // 2, with SQLite's reason. Only SQLite saying the file is damaged is 1.
@@ -78,4 +73,11 @@ export function runDbConvert(argv: string[], env: Record<string, string | undefi
   } finally {
     store?.close();
   }
+  // Reported after the conversion's own errors: output that cannot be written is not a failed conversion.
+  if (r.integriteit !== "ok") {
+    out(`NIET omgezet: quick_check meldt ${JSON.stringify(r.integriteit)}; herstel eerst de database (docs/operations.md).`);
+    return 1;
+  }
+  out(r.omgezet ? `omgezet: auto_vacuum is nu ${r.autoVacuum}; ${r.vrijgemaakt} bytes vrijgemaakt (${r.grootteVoor} → ${r.grootteNa}).` : `niet nodig: auto_vacuum is al ${r.autoVacuum}.`);
+  return 0;
 }

@@ -13,6 +13,7 @@ import { migrateToPostgres } from "../pg/migrate-to.ts";
 import { redactUrl } from "../pg/url.ts";
 import { trustedKeys } from "./audit.ts";
 import { databaseUrl } from "./database-url.ts";
+import { StdoutFailed } from "./stdout.ts";
 
 export const MIGRATE_TO_HELP =
   "gebruik: nachtwacht migrate-to --database-url URL|- [--db BESTAND] [--bestand ANKERBESTAND] [--sleutel PUBLIEKE-SLEUTEL ...] [--parallel N]\n" +
@@ -92,6 +93,7 @@ export async function runMigrateTo(args: string[], env: Record<string, string | 
         return 1;
     }
   } catch (e) {
+    if (e instanceof StdoutFailed) throw e; // not a failed copy: the entry point reports it
     // Never the URL as given: it may carry a password.
     const msg = (e instanceof Error ? e.message : String(e)).replaceAll(url, redactUrl(url));
     err(`nachtwacht migrate-to: ${e instanceof CannotCheck ? "" : "niet gelukt: "}${msg}`);
