@@ -1,5 +1,6 @@
 // The one rule by which nachtwacht puts a file in place (`nachtwacht backup`'s copies,
-// `nachtwacht export --uit`, the newest backup report's witness beside the anchor file): written in full under a temporary name in the same
+// `nachtwacht export --uit`, the newest backup report's witness beside the anchor file,
+// the mail outbox's .eml files): written in full under a temporary name in the same
 // folder, its data fsynced, renamed over the final name, and the folder fsynced, so that
 // after a crash or power loss the name holds either nothing or the whole file, never half
 // of it, and a file reported as written is on disk.

@@ -1,8 +1,9 @@
 // How the operator's commands put a file in place (src/durable-file.ts): whole or
 // not at all, owner-only, and on disk before they report it. The function itself; and,
 // traced with strace as real processes, `nachtwacht backup` and `nachtwacht export --uit`
-// using it: each file's data fsynced before its rename, its folder fsynced after. Also
-// `nachtwacht backup` when the anchor file the database's anchor log needs is missing.
+// using it, and the mail outbox: each file's data fsynced before its rename, its folder
+// fsynced after. Also `nachtwacht backup` when the anchor file the database's anchor log
+// needs is missing, or its standard output fails.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -75,10 +76,10 @@ async function signedInstallation(): Promise<TestEnv> {
   return env;
 }
 
-/** `nachtwacht <args>` from source under strace: its fsyncs and renames, in order. */
-async function traced(args: string[], cwd: string) {
+/** `nachtwacht <args>` from source (or `bun <bunArgs>`) under strace: its fsyncs and renames, in order. */
+async function traced(args: string[], cwd: string, bunArgs = [join(ROOT, "src/index.ts")]) {
   const log = join(scratch(), "strace.log");
-  const p = Bun.spawn(["strace", "-f", "-qq", "-y", "-o", log, "-e", "trace=fsync,fdatasync,rename,renameat,renameat2", BUN, join(ROOT, "src/index.ts"), ...args], {
+  const p = Bun.spawn(["strace", "-f", "-qq", "-y", "-o", log, "-e", "trace=fsync,fdatasync,rename,renameat,renameat2", BUN, ...bunArgs, ...args], {
     cwd,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: cwd },
     stdout: "pipe",
@@ -121,6 +122,34 @@ describe("on disk before reported (strace; test/preflight.ts names it when missi
     const r = await traced(["export", "--tenant", "1", "--db", e.config.databasePath, "--bestand", e.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY, "--uit", uit], e.dir);
     expect([r.code, r.out]).toEqual([0, expect.stringContaining("bundel geschreven")]);
     expectDurablyPlaced(r.calls, uit);
+  });
+});
+
+describe("the mail outbox (no SMTP_URL): each message an .eml file put in place by writeFileDurably", () => {
+  /** A script sending one message of about 40 KB to `outbox`; it prints "sent" or "failed <name> <code>". */
+  const sendOne = (outbox: string) => `const { createMailer } = await import(${JSON.stringify(join(ROOT, "src/mail/transport.ts"))});
+const mailer = createMailer({ smtpUrl: null, from: "nw@example.test", outboxDir: ${JSON.stringify(outbox)} });
+try {
+  await mailer.send({ to: "beheer@example.test", subject: "weekrapport", html: "<p>" + "x".repeat(20000) + "</p>", text: "x".repeat(20000) });
+  console.log("sent");
+} catch (e) { console.log("failed", e.name, e.cause?.code); }`;
+
+  test("on disk before the send counts as done: the message fsynced, renamed, its folder fsynced; owner-only", async () => {
+    const outbox = join(scratch(), "outbox");
+    const r = await traced([], scratch(), ["-e", sendOne(outbox)]);
+    expect([r.code, r.out.trim()]).toEqual([0, "sent"]);
+    const files = readdirSync(outbox);
+    expect(files).toEqual([expect.stringMatching(/^[^.].*\.eml$/)]);
+    expectDurablyPlaced(r.calls, join(outbox, files[0]!));
+    expect(statSync(join(outbox, files[0]!)).mode & 0o777).toBe(0o600);
+  });
+
+  test("a write that fails part way (the file size limit: EFBIG) is MailNotSent and leaves no temporary file", () => {
+    const outbox = join(scratch(), "outbox");
+    // A child under `ulimit -f` (8 KiB; SIGXFSZ ignored, so EFBIG), as on a disk that fills up during the write.
+    const r = Bun.spawnSync(["bash", "-c", `trap '' XFSZ; ulimit -f 8; exec "$0" -e "$1"`, BUN, sendOne(outbox)], { stdout: "pipe", stderr: "pipe" });
+    expect(r.stdout.toString().trim()).toBe("failed MailNotSent EFBIG");
+    expect(readdirSync(outbox)).toEqual([]);
   });
 });
 

@@ -1,9 +1,10 @@
 // The real mailer: nodemailer over SMTP_URL, or .eml files in an outbox folder when
 // no SMTP_URL is set (the start-up log and the job responses then say so).
-import { mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import nodemailer, { type Mail } from "nodemailer";
 import type SMTPPool from "nodemailer/lib/smtp-pool";
+import { writeFileDurably } from "../durable-file.ts";
 import { MailNotSent, type Mailer, type MailMessage } from "./mailer.ts";
 import { parseSmtpUrl } from "./smtp-url.ts";
 
@@ -116,11 +117,11 @@ export function createMailer(opts: MailerOptions): Mailer {
         const info = await stream.sendMail({ from: opts.from, to: m.to, subject: m.subject, html: m.html, text: m.text });
         mkdirSync(opts.outboxDir, { recursive: true });
         const name = `${new Date().toISOString().replace(/[:.]/g, "-")}-${process.pid}-${++counter}.eml`;
-        // Written under a temporary name and renamed, so whoever reads the folder never
-        // sees half a message.
-        const tmp = join(opts.outboxDir, `.${name}.tmp`);
-        writeFileSync(tmp, info.message as Buffer);
-        renameSync(tmp, join(opts.outboxDir, name));
+        // Whole or not at all, and on disk before the send counts as done (a weekly report
+        // is then recorded as sent): written under a hidden temporary name, fsynced, renamed,
+        // the folder fsynced; a failed write leaves no temporary file. Owner-only, as the
+        // unit's UMask=0077 makes every file of the service: only the service's user reads it.
+        writeFileDurably(join(opts.outboxDir, name), info.message as Buffer, 0o600);
         return { messageId: info.messageId };
       } catch (e) {
         // Not renamed into the folder: nobody will find it there.
