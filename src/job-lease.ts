@@ -28,7 +28,7 @@ import { and, eq, gt, gte, inArray, type AnyColumn } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
-import { startRun, withDeadline } from "./job-runs.ts";
+import { runsOfJob, startRun, withDeadline } from "./job-runs.ts";
 import { NEWEST_ROWS, sealedRunColumns, type RowSeal, type SealedRunRow } from "./row-seal.ts";
 import { releaseLeasePg, renewLeasePg, startLeasedRunPg } from "./pg/job-lease.ts";
 import { log } from "./logger.ts";
@@ -190,7 +190,7 @@ export function startLeasedRun(
     (): LeasedStart => {
       if (firedAt !== null) {
         const done = firstSealed(
-          db.select({ runId: jobRuns.id, ...sealedRunColumns(jobRuns) }).from(jobRuns).where(doneSince(jobRuns, job, firedAt)).orderBy(jobRuns.gestart).limit(NEWEST_ROWS).all(),
+          db.select({ runId: jobRuns.id, ...sealedRunColumns(jobRuns) }).from(jobRuns).where(doneSince(jobRuns, job, firedAt, now)).orderBy(jobRuns.gestart).limit(NEWEST_ROWS).all(),
           seal,
         );
         if (done) return { ok: false, gedaan: done };
@@ -227,8 +227,14 @@ export interface RunColumns {
 export const leaseHeldBy = (t: LeaseColumns, job: JobName, holder: LeaseHolder, runId: number) =>
   and(eq(t.job, job), eq(t.pid, holder.pid), eq(t.instantie, holder.instantie), eq(t.runId, runId));
 
-/** The rows that may be a run of the job that did the scheduled time `firedAt`, for any store (DONE_OUTCOMES); only a sealed one is (firstSealed). */
-export const doneSince = (t: RunColumns, job: JobName, firedAt: Date) => and(eq(t.job, job), gte(t.gestart, firedAt.toISOString()), inArray(t.uitkomst, [...DONE_OUTCOMES]));
+/**
+ * The rows that may be a run of the job that did the scheduled time `firedAt`, for any
+ * store (DONE_OUTCOMES); only a sealed one is (firstSealed). A run dated after `now`
+ * (beyond FUTURE_START_MARGIN_MS: recorded while the host clock ran ahead) did not: it
+ * would make every scheduled call a no-op until real time caught up with it.
+ */
+export const doneSince = (t: RunColumns, job: JobName, firedAt: Date, now: Date) =>
+  and(runsOfJob(t, job, now), gte(t.gestart, firedAt.toISOString()), inArray(t.uitkomst, [...DONE_OUTCOMES]));
 
 /**
  * The first of doneSince's rows (by start) whose seal holds: a row a database writer made

@@ -4,14 +4,14 @@
 // arithmetic src/schedule-due.ts. A run's end is written without a synchronous wait for
 // another process's write lock (writeRunEnd): bun:sqlite's busy wait would stall the
 // event loop, /health included.
-import { and, desc, eq, type AnyColumn } from "drizzle-orm";
+import { and, desc, eq, gt, lte, type AnyColumn } from "drizzle-orm";
 import { jobRuns } from "../db/schema.ts";
 import { BUSY_TIMEOUT_MS, retryWhenBusy, type Db } from "./db.ts";
 import type { AnyStore } from "./deps.ts";
 import { finishRunPg } from "./pg/job-runs.ts";
 import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
-import { NEWEST_ROWS, newestSealed, type RowSeal, type RunStart } from "./row-seal.ts";
+import { NEWEST_ROWS, newestSealed, type RowSeal, type RunStart, type SealedRunRow } from "./row-seal.ts";
 import { storableText } from "./format.ts";
 
 export type JobRunRow = typeof jobRuns.$inferSelect;
@@ -107,14 +107,49 @@ export function writeRunEnd(store: AnyStore, seal: RowSeal, run: RunRef, end: Da
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, seal, run, end, r), deadlineMs);
 }
 
-/** A job's NEWEST_ROWS newest rows, by start then id: an index range on (job, gestart). */
-export function newestRunRows(db: Db, job: string): JobRunRow[] {
-  return db.select().from(jobRuns).where(eq(jobRuns.job, job)).orderBy(desc(jobRuns.gestart), desc(jobRuns.id)).limit(NEWEST_ROWS).all();
+/**
+ * How far after `now` a run's start may lie and still count as a start: for "done since
+ * the scheduled time" (doneSince), a job's last run (lastRun, lastRunPg) and "started
+ * since" (dueStateOf), and the newest verification run (lastVerificationStart). Two
+ * instances' clocks differ by seconds, not more. A run dated later was recorded while the
+ * host clock ran ahead (an RTC wrong at boot, a VM restored with a skewed clock, a typo in
+ * `date -s`): after the clock is put right it would otherwise count as done until real
+ * time catches up with it, and the job would not run (answered 204) nor be missed. Such a
+ * run is reported instead (taken-controle: `gemist`, with `toekomstigeStart`).
+ */
+export const FUTURE_START_MARGIN_MS = 5 * 60_000;
+
+/** The latest `gestart` that counts as a start at `now` (FUTURE_START_MARGIN_MS), as ISO text, compared as the database compares it. */
+export const latestCountingStart = (now: Date): string => new Date(now.getTime() + FUTURE_START_MARGIN_MS).toISOString();
+
+/** The rows of the job whose start counts at `now` (latestCountingStart), of either dialect's job_runs; `future`: those dated later. */
+export const runsOfJob = (t: { job: AnyColumn; gestart: AnyColumn }, job: string, now: Date, future = false) =>
+  and(eq(t.job, job), future ? gt(t.gestart, latestCountingStart(now)) : lte(t.gestart, latestCountingStart(now)));
+
+/** A job's newest run as lastRun and lastRunPg give it: the newest sealed one that counts at `now`, with what is wrong beside it. */
+export interface LastRun<R> {
+  run: R | null;
+  /** Rows without a valid seal newer than `run` (dated in the future ones included): written by someone without the anchor key. */
+  vervalst: number;
+  /** The start of the newest sealed run dated after latestCountingStart(now): recorded while the host clock ran ahead; it does not count. */
+  futureStart: string | null;
 }
 
-/** The job's newest sealed run, by start then id, and how many rows without a valid seal are newer (newestSealed). */
-export function lastRun(db: Db, job: string, seal: RowSeal): { run: JobRunRow | null; vervalst: number } {
-  return newestSealed(newestRunRows(db, job), seal.sealed);
+/** The one rule of lastRun and lastRunPg, from the job's newest rows that count at `now` and its newest ones dated later (both newest first). */
+export function lastRunOf<R extends SealedRunRow>(counting: readonly R[], future: readonly R[], seal: RowSeal): LastRun<R> {
+  const { run, vervalst } = newestSealed(counting, seal.sealed);
+  const sealedFuture = future.filter((r) => seal.sealed(r));
+  return { run, vervalst: vervalst + future.length - sealedFuture.length, futureStart: sealedFuture[0]?.gestart ?? null };
+}
+
+/** A job's NEWEST_ROWS newest rows that count at `now` (or, `future`, dated later), by start then id: an index range on (job, gestart). */
+export function newestRunRows(db: Db, job: string, now: Date, future = false): JobRunRow[] {
+  return db.select().from(jobRuns).where(runsOfJob(jobRuns, job, now, future)).orderBy(desc(jobRuns.gestart), desc(jobRuns.id)).limit(NEWEST_ROWS).all();
+}
+
+/** The job's newest sealed run at `now`, by start then id (lastRunOf). */
+export function lastRun(db: Db, job: string, seal: RowSeal, now: Date): LastRun<JobRunRow> {
+  return lastRunOf(newestRunRows(db, job, now), newestRunRows(db, job, now, true), seal);
 }
 
 /**

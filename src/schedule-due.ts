@@ -8,7 +8,7 @@
 import { Cron } from "croner";
 import { installedAt, type Db } from "./db.ts";
 import { liveLeases, type JobLease } from "./job-lease.ts";
-import { lastRun, type JobRunRow, type Outcome } from "./job-runs.ts";
+import { lastRun, type JobRunRow, type LastRun, type Outcome } from "./job-runs.ts";
 import type { JobContext } from "./jobs/job.ts";
 import { SCHEDULE, scheduleOf, type JobName } from "./schedule.ts";
 import type { RowSeal } from "./row-seal.ts";
@@ -69,7 +69,8 @@ export function dueStateOf(cronExpression: string, now: Date, graceMs: number, i
 /**
  * startedSince from the job's newest start alone: a run started at or after `since`
  * exactly when the newest one did. Times are ISO 8601 UTC text, compared as the
- * database compares them (byte order).
+ * database compares them (byte order). The newest start is the newest that counts
+ * (lastRun, lastRunPg): not one dated in the future (FUTURE_START_MARGIN_MS).
  */
 export function startedSinceNewest(newestStart: string | null): (since: Date) => boolean {
   return (since) => newestStart !== null && newestStart >= since.toISOString();
@@ -77,7 +78,7 @@ export function startedSinceNewest(newestStart: string | null): (since: Date) =>
 
 /** dueState on SQLite, for one job: the rule (dueStateOf) over the job's newest sealed start, as on PostgreSQL (dueStatePg). */
 export function dueState(db: Db, seal: RowSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
-  return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(lastRun(db, job, seal).run?.gestart ?? null));
+  return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(lastRun(db, job, seal, now).run?.gestart ?? null));
 }
 
 /** What taken-controle reports per scheduled job (docs/operations.md, "What taken-controle tells apart"). */
@@ -94,6 +95,8 @@ export interface JobStatus {
   run: { id: number; gestart: string; beeindigd: string | null; uitkomst: Outcome } | null;
   /** Rows of the job newer than that run without a valid seal: written by someone without the anchor key (src/row-seal.ts). */
   vervalst: number;
+  /** The start of the newest sealed run dated in the future (LastRun): recorded while the host clock ran ahead; not `run`, and no start. */
+  futureStart: string | null;
   /** Whether the newest run is alive, and what keeps it so: this process runs it, or another holds its lease. */
   levend: "dit-proces" | "ander-proces" | null;
   /** With `levend` `ander-proces`: that process's lease. */
@@ -111,8 +114,8 @@ export interface StatusReads {
   installed: Date | null;
   /** The live leases by job (liveLeases, liveLeasesPg). */
   leases: ReadonlyMap<string, JobLease>;
-  /** Per job of the schedule table its newest sealed run (lastRun, lastRunPg; null when none) and how many newer rows have no valid seal (src/row-seal.ts). */
-  newestRuns: ReadonlyMap<JobName, { run: NewestRun | null; vervalst: number }>;
+  /** Per job of the schedule table its newest sealed run at now (lastRun, lastRunPg; null when none), how many newer rows have no valid seal (src/row-seal.ts) and a run dated in the future. */
+  newestRuns: ReadonlyMap<JobName, LastRun<NewestRun>>;
 }
 
 /**
@@ -139,6 +142,7 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
     const newest = reads.newestRuns.get(entry.job);
     const row = newest?.run ?? null;
     const vervalst = newest?.vervalst ?? 0;
+    const futureStart = newest?.futureStart ?? null;
     const kept = row ? keptEnds.get(row.id) : undefined;
     const run: JobStatus["run"] = row
       ? { id: row.id, gestart: row.gestart, beeindigd: kept ? kept.beeindigd : row.beeindigd, uitkomst: kept ? kept.uitkomst : row.uitkomst }
@@ -150,7 +154,7 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
     const alive = here || elsewhere;
     const levend = here ? ("dit-proces" as const) : elsewhere ? ("ander-proces" as const) : null;
     const houder = elsewhere ? lease! : null;
-    if (entry.cron === null) return { job: entry.job, cron: null, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, vervalst, levend, houder, due: null, status: null };
+    if (entry.cron === null) return { job: entry.job, cron: null, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, vervalst, futureStart, levend, houder, due: null, status: null };
 
     // The newest run has the newest start (lastRun orders by gestart): no further read.
     const due = dueStateOf(entry.cron, now, graceMs, installed, startedSinceNewest(row?.gestart ?? null));
@@ -169,7 +173,7 @@ export function statusesOf(reads: StatusReads, now: Date, graceMs: number, conte
     else if (interrupted) status = "onderbroken";
     else if (!due.ranSinceExpected) status = "wacht";
     else status = "ok";
-    return { job: entry.job, cron: entry.cron, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, vervalst, levend, houder, due, status };
+    return { job: entry.job, cron: entry.cron, maxRuntimeMinutes: entry.maxRuntimeMinutes, run, vervalst, futureStart, levend, houder, due, status };
   });
 }
 
@@ -183,7 +187,7 @@ export function jobStatuses(db: Db, seal: RowSeal, now: Date, graceMs: number, c
     (tx) => ({
       installed: installedAt(tx, seal),
       leases: liveLeases(tx, now, seal),
-      newestRuns: new Map(SCHEDULE.map(({ job }) => [job, lastRun(tx, job, seal)])),
+      newestRuns: new Map(SCHEDULE.map(({ job }) => [job, lastRun(tx, job, seal, now)])),
     }),
     { behavior: "deferred" },
   );

@@ -21,11 +21,11 @@ describe("store.db and store.sqlite are one connection", () => {
       startRun(store.db, "dagrapport", NOW, TEST_SEAL);
       reserveDelivery(store.db, admin!, "2026-W30");
       // Seen inside the transaction, not outside it.
-      expect(lastRun(store.db, "dagrapport", TEST_SEAL).run).toMatchObject({ uitkomst: "bezig" });
+      expect(lastRun(store.db, "dagrapport", TEST_SEAL, NOW).run).toMatchObject({ uitkomst: "bezig" });
       expect(other.query("SELECT count(*) AS n FROM job_runs").get()).toEqual({ n: 0 });
       store.sqlite.run("ROLLBACK");
 
-      expect(lastRun(store.db, "dagrapport", TEST_SEAL).run).toBeNull();
+      expect(lastRun(store.db, "dagrapport", TEST_SEAL, NOW).run).toBeNull();
       expect(weekRecipients(store.db, "2026-W30")).toEqual([{ ...admin!, alVerstuurd: false }]);
     } finally {
       other.close();

@@ -404,7 +404,7 @@ describe("sealed verification results", () => {
       t,
     );
     expect(await counts(at("2026-07-25T06:00:00.000Z"))).toMatchObject({ gecontroleerd: 0, nietGecontroleerd: 1, aantalGebroken: 0 });
-    const since = env.store.kind === "pg" ? await lastVerificationStartPg(env.store.db, TEST_SEAL) : lastVerificationStartIn(env.store.db, TEST_SEAL);
+    const since = env.store.kind === "pg" ? await lastVerificationStartPg(env.store.db, TEST_SEAL, at("2026-07-25T06:00:00.000Z")) : lastVerificationStartIn(env.store.db, TEST_SEAL, at("2026-07-25T06:00:00.000Z"));
     expect(since).toBe("2026-07-25T01:00:05.000Z");
     const row = { tenantId: t, gecontroleerd: intact.gecontroleerd, intact: true, aantalEntries: intact.aantal_entries, foutSeq: null, foutEntryId: null, foutReden: null, zegel: intact.zegel };
     expect(weekStatsOf(t, [], row, new Map(), TEST_SEAL, at("2026-07-25T06:00:00.000Z"), since).keten.staat).toBe("nooit");

@@ -468,6 +468,9 @@ describe("taken-controle: runs this process is running right now", () => {
     const env = await makeEnv({}, { jobs: [analyse.job, takenControleJob] });
     let running: ReturnType<typeof call> | undefined;
     try {
+      // The other jobs ran on time up to 11:05:01 and up to 12:00: a run dated after the
+      // clock (12:00's runs at 11:05) does not count (FUTURE_START_MARGIN_MS).
+      await healthyRuns(env, at("2026-07-23T11:05:01.000Z"), ["beveiligingslog-analyse", "taken-controle"]);
       await healthyRuns(env, NOW, ["beveiligingslog-analyse", "taken-controle"]);
       env.setNow(at("2026-07-23T11:00:01.000Z"));
       running = call(env.app, "/api/cron/beveiligingslog-analyse");
@@ -520,6 +523,8 @@ describe("taken-controle: runs this process is running right now", () => {
       // Within their maximum run time (at 03:30 for the retention run, 60 minutes) 'loopt';
       // both past it at 12:00, so they hang.
       const ids = await env.db.all<{ job: JobName; runId: number }>(`SELECT job, id AS "runId" FROM job_runs WHERE uitkomst = 'bezig' ORDER BY id`);
+      // The other jobs ran on time up to 03:30 as well: their runs up to 12:00 lie after it and do not count then.
+      await healthyRuns(env, at("2026-07-23T03:30:00.000Z"), ["beveiligingslog-analyse", "beveiligingslog-retentie"]);
       const early = await runTakenControle(env.deps, at("2026-07-23T03:30:00.000Z"), { running: ids, unrecorded: [] });
       expect(statusOf(early.body, "beveiligingslog-retentie")).toBe("loopt");
       const live = await runTakenControle(env.deps, NOW, { running: ids, unrecorded: [] });

@@ -45,7 +45,7 @@ const van = new Date(NOW.getTime() - WEEK_MS);
 const s0 = performance.now();
 const logins = await weekLogins(store.db, van, NOW);
 const seal = rowSeal(auditKeys({ auditAnkerSleutel: BENCH_SIGNING_KEY, auditVertrouwdeSleutels: [] }));
-const since = lastVerificationStartIn(store.db, seal);
+const since = lastVerificationStartIn(store.db, seal, NOW);
 const stats = tenants.map((t) => tenantWeekStats(store.db, seal, t.id, van, NOW, logins, NOW, since));
 const statsSeconds = (performance.now() - s0) / 1000;
 const sample = Math.min(100, tenants.length);

@@ -6,11 +6,15 @@
 // reads behind it are jobStatuses on SQLite and jobStatusesPg (src/pg/status.ts).
 import { t, type Static } from "elysia";
 import type { Deps } from "../deps.ts";
+import { FUTURE_START_MARGIN_MS } from "../job-runs.ts";
 import { jobStatusesPg } from "../pg/status.ts";
 import { rowSealOf } from "../row-seal.ts";
 import { JOB_STATUSES, jobStatuses } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
+
+/** FUTURE_START_MARGIN_MS in minutes, for the texts. */
+const MARGIN_MIN = FUTURE_START_MARGIN_MS / 60_000;
 
 export const TaakStatus = enumOf(JOB_STATUSES);
 export type TaakStatus = Static<typeof TaakStatus>;
@@ -29,7 +33,14 @@ export const TaakRegel = t.Object({
       beeindigd: nullable(dateTime()),
       uitkomst: enumOf(["bezig", "ok", "afwijking", "fout"]),
     }),
-    { description: "De nieuwste run; null als de taak nooit liep." },
+    { description: "De nieuwste run die telt; null als de taak nooit liep. Een run met een start in de toekomst telt niet (zie `toekomstigeStart`)." },
+  ),
+  toekomstigeStart: t.Optional(
+    dateTime({
+      description:
+        `Alleen als er een is: de start van de nieuwste run die meer dan ${MARGIN_MIN} minuten na nu geregistreerd staat. De klok van de server liep voor toen die run startte; ` +
+        "zo'n run telt niet als gedaan, dus een taak die sindsdien niet echt liep, is `gemist`.",
+    }),
   ),
   levend: t.Optional(
     enumOf(["dit-proces", "ander-proces"], {
@@ -79,9 +90,14 @@ function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakReg
     const parts: string[] = [];
     if (body.gemist.length) parts.push(`niet gestart: ${body.gemist.join(", ")}`);
     if (faalt.length) parts.push(`laatste run mislukt: ${faalt.join(", ")}`);
+    const future = byStatus("gemist").filter((r) => r.toekomstigeStart);
+    const clock = future.length
+      ? ` De laatste run van ${future.map((r) => `${r.job} (gestart ${r.toekomstigeStart})`).join(", ")} staat in de toekomst geregistreerd: ` +
+        `de klok van de server liep voor toen die run startte. Zo'n run telt niet als uitgevoerd. Controleer de tijdsynchronisatie (NTP) van de server.`
+      : "";
     out.push({
       type: "job-missed",
-      message: `Geplande taken lopen niet zoals verwacht (${parts.join("; ")}). Controleer de crontab en de service.`,
+      message: `Geplande taken lopen niet zoals verwacht (${parts.join("; ")}). Controleer de crontab en de service.${clock}`,
       context: { gemist: body.gemist, faalt, margeMinuten: body.margeMinuten, taken: [...byStatus("gemist"), ...byStatus("faalt")] },
     });
   }
@@ -137,6 +153,7 @@ export async function runTakenControle(
       laatsteVerwacht: s.due.expected ? s.due.expected.toISOString() : null,
       ...(s.status === "gemist" ? { gemistSinds: s.due.due!.toISOString() } : {}),
       laatsteRun: s.run ? { gestart: s.run.gestart, beeindigd: s.run.beeindigd, uitkomst: s.run.uitkomst } : null,
+      ...(s.futureStart ? { toekomstigeStart: s.futureStart } : {}),
       ...(s.levend ? { levend: s.levend } : {}),
       ...(s.houder ? { houder: { pid: s.houder.pid, verloopt: s.houder.verloopt } } : {}),
       status: s.status,
@@ -167,7 +184,8 @@ export const takenControleJob = defineJob({
     "zelf); geen alarm, ook niet als aanroepen in de tussentijd met 409 geweigerd zijn. " +
     "`hangt`: de run leeft, maar langer dan de maximale looptijd (alarm `job-hung`). " +
     "`onderbroken`: de laatste run is nooit beëindigd en geen proces voert hem nog uit: het proces stierf (alarm `job-interrupted`). " +
-    "`gemist`: geen run gestart sinds een starttijdstip waarvan de marge verstreken is. `faalt`: de laatste run eindigde in een fout " +
+    "`gemist`: geen run gestart sinds een starttijdstip waarvan de marge verstreken is; een run die meer dan " + MARGIN_MIN + " minuten na nu geregistreerd staat " +
+    "(de klok van de server liep voor) telt niet, en staat in `toekomstigeStart` en in het alarm. `faalt`: de laatste run eindigde in een fout " +
     "(beide alarm `job-missed`). `wacht`: verwacht, nog binnen de marge. " +
     "`nog-niet-verwacht`: het eerste verwachte tijdstip na installatie ligt nog in de toekomst. 409 met de lijst en per soort één alarm " +
     "wanneer een taak gemist is, faalt, onderbroken is of hangt. Alleen runs met een geldig zegel (ondertekend met de ankersleutel) tellen; " +

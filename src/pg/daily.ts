@@ -66,14 +66,14 @@ export async function verificationCountsPg(db: PgDb, now: Date, seal: RowSeal): 
       .from(state)
       .innerJoin(tenants, eq(tenants.id, state.tenantId)),
     db.select({ n: count() }).from(tenants),
-    lastVerificationStartPg(db, seal),
+    lastVerificationStartPg(db, seal, now),
   ]);
   return verificationSummary(rows, counted[0]!.n, seal, now, since);
 }
 
-/** lastVerificationStart on PostgreSQL (lastVerificationStartIn on SQLite), over audit-verificatie's newest rows. */
-export async function lastVerificationStartPg(db: PgDb, seal: RowSeal): Promise<string | null> {
-  return lastVerificationStart(await newestRunRowsPg(db, "audit-verificatie"), seal);
+/** lastVerificationStart on PostgreSQL (lastVerificationStartIn on SQLite), over audit-verificatie's newest rows that count at `now`. */
+export async function lastVerificationStartPg(db: PgDb, seal: RowSeal, now: Date): Promise<string | null> {
+  return lastVerificationStart(await newestRunRowsPg(db, "audit-verificatie", now), seal);
 }
 
 /** The operator's records (OPERATOR_RECORDS_SQL on SQLite), through the partial index audit_anchor_log_operator_idx (a test checks the plan). */

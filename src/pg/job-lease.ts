@@ -47,7 +47,7 @@ export function startLeasedRunPg(store: PgStore, seal: RowSeal, job: JobName, ho
           await tx
             .select({ runId: jobRuns.id, ...sealedRunColumns(jobRuns) })
             .from(jobRuns)
-            .where(doneSince(jobRuns, job, firedAt))
+            .where(doneSince(jobRuns, job, firedAt, now))
             .orderBy(jobRuns.gestart)
             .limit(NEWEST_ROWS),
           seal,

@@ -10,9 +10,10 @@ import { offenderRule } from "../jobs/beveiligingslog-analyse.ts";
 import type { JobContext } from "../jobs/job.ts";
 import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStatus, type NewestRun } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
+import { lastRunOf, runsOfJob, type LastRun } from "../job-runs.ts";
 import { liveLeasesPg } from "./job-lease.ts";
 import type { PgDb, PgDbTx } from "./store.ts";
-import { INSTALLED, NEWEST_ROWS, newestSealed, newestSealedBackup, sealedBackupColumns, sealedRunColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
+import { INSTALLED, NEWEST_ROWS, newestSealedBackup, sealedBackupColumns, sealedRunColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
 
 /** The sealed first start of the service on this database (installedAt on SQLite); null when the row is gone or its seal does not hold. */
 export async function installedAtPg(db: PgDb | PgDbTx, seal: RowSeal): Promise<Date | null> {
@@ -20,24 +21,25 @@ export async function installedAtPg(db: PgDb | PgDbTx, seal: RowSeal): Promise<D
   return row && seal.installedSealed(row) ? new Date(row.value) : null;
 }
 
-/** A job's NEWEST_ROWS newest rows, by start then id (newestRunRows on SQLite): an index range on (job, gestart). */
-export function newestRunRowsPg(db: PgDb | PgDbTx, job: string) {
+/** A job's NEWEST_ROWS newest rows that count at `now` (or, `future`, dated later), by start then id (newestRunRows on SQLite): an index range on (job, gestart). */
+export function newestRunRowsPg(db: PgDb | PgDbTx, job: string, now: Date, future = false) {
   return db
     .select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) })
     .from(jobRuns)
-    .where(eq(jobRuns.job, job))
+    .where(runsOfJob(jobRuns, job, now, future))
     .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
     .limit(NEWEST_ROWS);
 }
 
-/** The job's newest sealed run, as lastRun reads it on SQLite, and how many newer rows have no valid seal. */
-export async function lastRunPg(db: PgDb | PgDbTx, job: string, seal: RowSeal): Promise<{ run: NewestRun | null; vervalst: number }> {
-  return newestSealed(await newestRunRowsPg(db, job), seal.sealed);
+/** The job's newest sealed run at `now`, as lastRun reads it on SQLite (lastRunOf). */
+export async function lastRunPg(db: PgDb | PgDbTx, job: string, seal: RowSeal, now: Date): Promise<LastRun<NewestRun>> {
+  const [counting, future] = await Promise.all([newestRunRowsPg(db, job, now), newestRunRowsPg(db, job, now, true)]);
+  return lastRunOf(counting, future, seal);
 }
 
 /** dueState on PostgreSQL, for one job: the rule (dueStateOf) over the job's newest sealed start. */
 export async function dueStatePg(db: PgDb, seal: RowSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): Promise<DueState> {
-  const newest = await lastRunPg(db, job, seal);
+  const newest = await lastRunPg(db, job, seal, now);
   return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(newest.run?.gestart ?? null));
 }
 
@@ -53,7 +55,7 @@ export async function jobStatusesPg(db: PgDb, seal: RowSeal, now: Date, graceMs:
   return db.transaction(
     async (tx) => {
       const [installed, leases] = await Promise.all([installedAtPg(tx, seal), liveLeasesPg(tx, now, seal)]);
-      const runs = await Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(tx, job, seal)] as const));
+      const runs = await Promise.all(SCHEDULE.map(async ({ job }) => [job, await lastRunPg(tx, job, seal, now)] as const));
       return statusesOf({ installed, leases, newestRuns: new Map(runs) }, now, graceMs, context);
     },
     { isolationLevel: "repeatable read", accessMode: "read only" },

@@ -188,6 +188,6 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
     releaseDelivery: (r, isoWeek) => releaseDeliveryPg(db, r, isoWeek),
     recordDelivery: (r, isoWeek, now) => recordDeliveryPg(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLoginsPg(db, van, tot),
-    tenantWeekStats: async (tenantId, van, tot, logins, now) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins, now, await (since ??= lastVerificationStartPg(db, seal))),
+    tenantWeekStats: async (tenantId, van, tot, logins, now) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins, now, await (since ??= lastVerificationStartPg(db, seal, now))),
   };
 }

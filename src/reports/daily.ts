@@ -331,12 +331,12 @@ export function verificationCounts(db: Db, now: Date, seal: RowSeal): Promise<Ve
     .innerJoin(tenants, eq(tenants.id, state.tenantId))
     .all();
   const { n } = db.select({ n: count() }).from(tenants).get()!;
-  return verificationSummary(rows, n, seal, now, lastVerificationStartIn(db, seal));
+  return verificationSummary(rows, n, seal, now, lastVerificationStartIn(db, seal, now));
 }
 
-/** lastVerificationStart on SQLite, over audit-verificatie's newest rows (newestRunRows). */
-export function lastVerificationStartIn(db: Db, seal: RowSeal): string | null {
-  return lastVerificationStart(newestRunRows(db, "audit-verificatie"), seal);
+/** lastVerificationStart on SQLite, over audit-verificatie's newest rows that count at `now` (newestRunRows). */
+export function lastVerificationStartIn(db: Db, seal: RowSeal, now: Date): string | null {
+  return lastVerificationStart(newestRunRows(db, "audit-verificatie", now), seal);
 }
 
 /** The operator's records, through the partial index audit_anchor_log_operator_idx (a test checks the plan). */

@@ -379,7 +379,7 @@ export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
     recordDelivery: async (r, isoWeek, now) => recordDelivery(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLogins(db, van, tot),
     tenantWeekStats: async (tenantId, van, tot, logins, now) => {
-      if (since === undefined) since = lastVerificationStartIn(db, seal);
+      if (since === undefined) since = lastVerificationStartIn(db, seal, now);
       return tenantWeekStats(db, seal, tenantId, van, tot, logins, now, since);
     },
   };
