@@ -183,19 +183,9 @@ describe("alarm sink", () => {
       },
     };
     const alarms = createAlarmSink({ sentryDsn: null, clock: () => NOW, channels: [failing, recording], writeLine: () => {} });
-    const originalWrite = process.stderr.write.bind(process.stderr);
-    const logged: string[] = [];
-    process.stderr.write = ((chunk: string) => {
-      logged.push(String(chunk));
-      return true;
-    }) as typeof process.stderr.write;
-    try {
-      await alarms.raise({ type: "mail-failure", message: "m" });
-    } finally {
-      process.stderr.write = originalWrite;
-    }
+    const logged = await errorLines(() => alarms.raise({ type: "mail-failure", message: "m" }));
     expect(got).toEqual([{ type: "mail-failure", message: "m" }]);
-    const failure = logged.map((l) => JSON.parse(l)).find((l) => l.message === "alarm channel failed");
+    const failure = logged.find((l) => l.message === "alarm channel failed");
     expect(failure).toMatchObject({ level: "error", channel: "e-mail", alarm: "mail-failure", error: "Error: 550 mailbox unavailable" });
   });
 });
