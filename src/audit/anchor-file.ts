@@ -12,6 +12,7 @@
 import type { Database } from "bun:sqlite";
 import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
+import { fsyncPath } from "../durable-file.ts";
 import { anchorLineText, parseAnchorLineText, type AnchorLine, type ParsedLine } from "./records.ts";
 
 export interface StoredLine extends AnchorLine {
@@ -81,15 +82,8 @@ export function appendLines(path: string, lines: AnchorLine[]): number[] {
   } finally {
     closeSync(fd);
   }
-  if (isNew) {
-    // The directory entry too, so a new file survives a power loss.
-    const dfd = openSync(dir, "r");
-    try {
-      fsyncSync(dfd);
-    } finally {
-      closeSync(dfd);
-    }
-  }
+  // The directory entry too, so a new file survives a power loss.
+  if (isNew) fsyncPath(dir);
   return positions;
 }
 

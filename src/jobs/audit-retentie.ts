@@ -18,7 +18,7 @@ const retentie = {
   grens: dateTime({ description: "now − retentieDagen × 24 h; entries van vóór dit moment zijn verwijderd." }),
 };
 
-/** How many tenants' held-back entries an answer and an alarm list; `achtergehouden` counts them all. */
+/** How many tenants an answer or an alarm lists (held back, or stopped at a broken chain); the counts hold them all. */
 const MAX_LISTED = 50;
 
 /** 200: deleted (a chain that does not check out is left standing, with an alarm). */
@@ -79,7 +79,7 @@ export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOption
     await deps.alarms.raise({
       type: "audit-chain-broken",
       message: `audit-retentie heeft bij ${gestopt.length} tenant(s) oude entries laten staan omdat de hashketen daar niet klopt.`,
-      context: { gestopt: gestopt.slice(0, 50), aantal: gestopt.length, grens },
+      context: { gestopt: gestopt.slice(0, MAX_LISTED), aantal: gestopt.length, grens },
     });
   }
   const aantal = achtergehouden.reduce((n, h) => n + h.aantal, 0);
