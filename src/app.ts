@@ -6,7 +6,7 @@ import { RunningJobs } from "./running-jobs.ts";
 import { ALL_JOBS } from "./jobs/index.ts";
 import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";
-import { HttpError, json, nothingStoredHeaders, unavailableCode, validationMessage } from "./http/errors.ts";
+import { fileSystemUnavailableCode, HttpError, json, nothingStoredHeaders, unavailableCode, validationMessage } from "./http/errors.ts";
 import { mountJob } from "./http/job-route.ts";
 import { docs, DOCS_PATHS } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
@@ -66,12 +66,19 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       if (code === "VALIDATION") return json(400, { error: validationMessage(error) });
       const reason = unavailableCode(error);
       const unavailable = reason !== undefined;
+      const disk = fileSystemUnavailableCode(error);
       const unknownOutcome = error instanceof CommitOutcomeUnknown;
       // Unexpected: reported with its message, answered without a stack trace.
       void deps.alarms
         .raise({
           type: "internal-error",
-          message: unavailable ? `Database niet beschikbaar (${reason})` : unknownOutcome ? error.message : "Onverwachte fout in de service",
+          message: unavailable
+            ? `Database niet beschikbaar (${reason})`
+            : disk !== undefined
+              ? `Schijf vol of alleen-lezen (${disk})`
+              : unknownOutcome
+                ? error.message
+                : "Onverwachte fout in de service",
           context: { error: errorText(unknownOutcome ? error.commitError : error), code: String(code) },
         })
         .catch((e) => log("error", "alarm failed", { error: errorText(e) }));
@@ -79,6 +86,9 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       if (unknownOutcome) return json(500, { error: error.message });
       if (unavailable) {
         return json(503, { error: `De database is tijdelijk niet beschikbaar (${reason}); probeer het later opnieuw.` }, { "retry-after": "60", ...nothingStoredHeaders(error) });
+      }
+      if (disk !== undefined) {
+        return json(503, { error: `Er kon niet naar de schijf worden geschreven (${disk}: vol of alleen-lezen); maak ruimte en probeer het opnieuw.` }, { "retry-after": "60" });
       }
       return json(500, { error: "Interne fout; de fout is gemeld." });
     })

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, spyOn, test } from "bun:test";
+import { closeSync, openSync, writeSync } from "node:fs";
 import { Cron } from "croner";
 import { t } from "elysia";
 import type { AnyStore } from "../src/deps.ts";
@@ -98,6 +99,33 @@ describe("the job wrapper", () => {
     expect(await lastRun(env, "backup-controle")).toMatchObject({ uitkomst: "fout", httpStatus: 503 });
   });
 
+
+  test("a job failing on a full disk (a real ENOSPC: a write to /dev/full) is answered 503 naming it, recorded as 503, alarmed as such", async () => {
+    const job = defineJob({
+      name: "audit-anker",
+      summary: "t",
+      description: "t",
+      run: async () => {
+        const fd = openSync("/dev/full", "w");
+        try {
+          writeSync(fd, "anker\n");
+        } finally {
+          closeSync(fd);
+        }
+        throw new Error("the write to /dev/full went through");
+      },
+    });
+    env = await makeEnv({}, { jobs: [job] });
+    const r = await call(env.app, "/api/cron/audit-anker");
+    expect(r.status).toBe(503);
+    expect(r.headers.get("retry-after")).toBe("60");
+    expect(r.json).toEqual({ error: "Er kon niet naar de schijf worden geschreven (ENOSPC: vol of alleen-lezen); maak ruimte en probeer het opnieuw." });
+    const run = (await lastRun(env, "audit-anker"))!;
+    expect(run).toMatchObject({ uitkomst: "fout", httpStatus: 503 });
+    expect(run.fout).toContain("ENOSPC");
+    await Bun.sleep(0);
+    expect(env.alarms.raised.map((a) => [a.type, a.message])).toEqual([["internal-error", "Schijf vol of alleen-lezen (ENOSPC)"]]);
+  });
   test("over real HTTP, a job running past the server's idle timeout still gets its answer (the connection is not cut)", async () => {
     let started!: () => void;
     const running = new Promise<void>((r) => (started = r));

@@ -107,9 +107,24 @@ export function nothingStoredHeaders(e: unknown): Record<string, string> {
   return typeof e === "object" && e !== null && storedNothing.has(e) ? { [NOTHING_STORED_HEADER]: NOTHING_STORED_VALUE } : {};
 }
 
-/** The status onError answers an unexpected error with: 503 for an unavailable database, else 500. */
+/**
+ * File-system failures that mean "not now" rather than "broken": no space left (ENOSPC,
+ * EDQUOT: a quota; EFBIG: the file size limit) or a file system that went read-only
+ * (EROFS, as after an I/O error). The anchor file, the outbox and a backup write files
+ * of their own beside the database.
+ */
+const FS_UNAVAILABLE = new Set(["ENOSPC", "EDQUOT", "EFBIG", "EROFS"]);
+
+/** The errno code (ENOSPC, …) when `e` is such a file-system failure (Node's SystemError); else undefined. */
+export function fileSystemUnavailableCode(e: unknown): string | undefined {
+  if (typeof e !== "object" || e === null) return undefined;
+  const code = (e as { code?: unknown }).code;
+  return typeof code === "string" && FS_UNAVAILABLE.has(code) ? code : undefined;
+}
+
+/** The status onError answers an unexpected error with: 503 for an unavailable database or a full or read-only disk, else 500. */
 export function unexpectedStatus(e: unknown): 500 | 503 {
-  return unavailableCode(e) === undefined ? 500 : 503;
+  return unavailableCode(e) === undefined && fileSystemUnavailableCode(e) === undefined ? 500 : 503;
 }
 
 export function json(status: number, body: unknown, headers: Record<string, string> = {}): Response {
