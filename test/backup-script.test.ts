@@ -70,7 +70,7 @@ describe("ops/backup.sh → nachtwacht backup", () => {
    * installed layout has it in the env file, as the second test shows). A value of
    * undefined leaves that variable out.
    */
-  async function runBackup(env: Record<string, string | undefined>) {
+  async function runBackup(env: Record<string, string | undefined>, fileSizeLimitKb?: number) {
     const all: Record<string, string | undefined> = {
       PATH: "/usr/bin:/bin", // no sqlite3 needed: nothing but the binary (and on PostgreSQL pg_dump, from the client package)
       NACHTWACHT_BIN: bin,
@@ -80,7 +80,9 @@ describe("ops/backup.sh → nachtwacht backup", () => {
       NACHTWACHT_ANCHORS: join(work, "absent-ankers.jsonl"),
       ...env,
     };
-    const p = Bun.spawn(["bash", SCRIPT], {
+    // A file size limit stands in for a full disk: a write past it fails (EFBIG; SIGXFSZ ignored).
+    const cmd = fileSizeLimitKb === undefined ? ["bash", SCRIPT] : ["bash", "-c", `trap '' XFSZ; ulimit -f ${fileSizeLimitKb}; exec bash "$0"`, SCRIPT];
+    const p = Bun.spawn(cmd, {
       env: Object.fromEntries(Object.entries(all).filter((e): e is [string, string] => e[1] !== undefined)),
       stdout: "pipe",
       stderr: "pipe",
@@ -251,6 +253,26 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     expect(r.code).toBe(75);
     expect(r.out).toContain("backup-status niet bereikt");
     expect(readdirSync(dir).filter(isBackup)).toHaveLength(1);
+  });
+
+  test("a backup folder on a full disk (a tmpfs of 16 KiB) is an I/O error, 74, reported with the step; no partial file is left", async () => {
+    const dir = join(work, "vol");
+    mkdirSync(dir);
+    // A real full file system where we may mount one (root, as in CI). Else, on SQLite only,
+    // a file size limit: pg_dump dies of SIGXFSZ under one instead of saying it is out of space.
+    const mounted = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", "size=16k,mode=700", "tmpfs", dir], { stderr: "pipe" }).exitCode === 0;
+    if (!mounted && url !== null) throw new Error("this test needs root to mount a tmpfs (as .ci/run runs it)");
+    try {
+      const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir }, mounted ? undefined : 4);
+      expect(r.code).toBe(74);
+      expect(readdirSync(dir)).toEqual([]);
+      const row = await newestStatus();
+      expect(row).toMatchObject({ exit_code: 74, gelukt: 0 });
+      expect(row.foutmelding).toContain(url === null ? "online kopie (VACUUM INTO)" : "pg_dump");
+      if (mounted) expect(row.foutmelding).toMatch(url === null ? /full|SQLITE_FULL/i : /No space left on device/);
+    } finally {
+      if (mounted) Bun.spawnSync(["umount", "-l", dir]);
+    }
   });
 
   test("a corrupt database is not passed off as a backup", async () => {

@@ -28,6 +28,7 @@ import { parseEnvFile } from "./config-check.ts";
 import { databaseUrl } from "./database-url.ts";
 import { StdoutFailed } from "./stdout.ts";
 import { renameDurably } from "../durable-file.ts";
+import { driverError } from "../http/errors.ts";
 
 const USAGE =
   "gebruik: nachtwacht backup [--env BESTAND] [--db BESTAND | --database-url URL|-] [--map MAP] [--ankers BESTAND] [--bewaar-dagen N] [--geen-melding]\n" +
@@ -96,6 +97,9 @@ export function prepareBackupDir(dir: string, steps: BackupSteps): void {
   }
 }
 
+/** SQLite failures of VACUUM INTO that are the disk's, not the database's. */
+const DISK_CODES = /^SQLITE_(FULL|IOERR|CANTOPEN|READONLY)/;
+
 /** The backup itself: every step, or a BackupError naming the one that failed. */
 export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   const steps = new BackupSteps(`controleren van de database ${o.db}`);
@@ -131,7 +135,8 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
         src.close();
       }
     } catch (e) {
-      fail(65, e);
+      // The disk (full, an I/O error, the copy not creatable) is 74; what it read (a corrupt database) 65.
+      fail(DISK_CODES.test(String(driverError(e)?.code ?? "")) ? 74 : 65, e);
     }
 
     steps.step = "integriteitscontrole van de kopie";

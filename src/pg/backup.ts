@@ -143,7 +143,9 @@ export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
     // No database reached is 66, as a missing SQLite file: libpq 14+ says "connection to
     // server … failed" where older ones said "could not connect".
     const unreached = ["could not connect", "connection to server", "does not exist"].some((s) => dump.err.includes(s));
-    if (dump.code !== 0) fail(unreached ? 66 : 65, new Error(dump.err.trim().slice(0, 1000)));
+    // pg_dump could not write its file (a full disk): an I/O error, 74, as on SQLite.
+    const unwritten = ["could not write to output file", "could not close output file", "No space left on device"].some((s) => dump.err.includes(s));
+    if (dump.code !== 0) fail(unreached ? 66 : unwritten ? 74 : 65, new Error(dump.err.trim().slice(0, 1000)));
 
     steps.step = "controle van de dump (pg_restore --list)";
     const list = await run(["pg_restore", "--list", tmp], {});
