@@ -74,6 +74,20 @@ export interface DailyReportProps {
     achterstallig: boolean;
   }[];
   database: { bytes: number; grootte: string; walBytes: number };
+  /** Each file system nachtwacht writes to on this host, once, with what it keeps there (src/disk-space.ts). */
+  schijf: {
+    bestanden: ("database" | "ankerbestand" | "outbox")[];
+    map: string;
+    vrijBytes: number;
+    totaalBytes: number;
+    /** vrijBytes and totaalBytes as text (formatSize). */
+    vrij: string;
+    totaal: string;
+    /** The free share in percent, to one decimal. */
+    vrijProcent: number;
+    /** Against SCHIJF_MIN_VRIJ_PROCENT: let-op below it, actie below half of it. */
+    niveau: Niveau;
+  }[];
 }
 
 const UITKOMST: Record<Uitkomst, { tekst: string; niveau: Niveau | null }> = {
@@ -242,6 +256,17 @@ export function DailyReport(p: DailyReportProps) {
           ["Waarvan write-ahead log", `${getal(p.database.walBytes)} bytes`],
         ]}
       />
+
+      <Kop>Schijfruimte</Kop>
+      <Tabel
+        kolommen={[{ kop: "Schijf van" }, { kop: "Map" }, { kop: "Vrij", rechts: true }, { kop: "Totaal", rechts: true }]}
+        rijen={p.schijf.map((f) => [
+          f.bestanden.join(", "),
+          f.map,
+          f.niveau === "ok" ? `${f.vrij} (${f.vrijProcent} %)` : <Label niveau={f.niveau}>{`${f.vrij} (${f.vrijProcent} %)`}</Label>,
+          f.totaal,
+        ])}
+      />
       <Alinea gedempt>Gemaakt op {p.gemaakt}.</Alinea>
     </Layout>
   );
@@ -299,6 +324,7 @@ DailyReport.PreviewProps = {
     { job: "db-onderhoud", cron: "0 4 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 06:00", laatsteEinde: "19/07/2026 06:00", laatsteDuurMs: 3400, laatsteDuur: "3.4 s", gebruikelijkeDuurMs: 3100, gebruikelijkeDuur: "3.1 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 06:00", volgende: "26/07/2026 06:00", achterstallig: false },
   ],
   database: { bytes: 48_922_624, grootte: "46.7 MB", walBytes: 4_128_768 },
+  schijf: [{ bestanden: ["database", "ankerbestand"], map: "/var/lib/nachtwacht", vrijBytes: 41_875_931_136, totaalBytes: 105_089_261_568, vrij: "39.0 GB", totaal: "97.9 GB", vrijProcent: 39.8, niveau: "ok" }],
 } satisfies DailyReportProps;
 
 export default DailyReport;

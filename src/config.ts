@@ -37,6 +37,8 @@ export interface Config {
   takenMargeMinuten: number;
   inlogDrempelIp: number;
   inlogDrempelAccount: number;
+  /** SCHIJF_MIN_VRIJ_PROCENT: a file system nachtwacht writes to with less free is named in the daily report (let-op; actie below half); 0 never. */
+  schijfMinVrijProcent: number;
 }
 
 export class ConfigError extends Error {
@@ -70,6 +72,15 @@ function positiveInt(env: Env, name: string, fallback: number, max = 1_000_000):
   if (!/^[0-9]+$/.test(v)) throw new ConfigError(name, `must be a positive integer, got ${JSON.stringify(v)}`);
   const n = Number(v);
   if (n < 1 || n > max) throw new ConfigError(name, `must be between 1 and ${max}, got ${v}`);
+  return n;
+}
+
+function wholeNumber(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const v = read(env, name);
+  if (v === undefined) return fallback;
+  if (!/^[0-9]+$/.test(v)) throw new ConfigError(name, `must be a whole number, got ${JSON.stringify(v)}`);
+  const n = Number(v);
+  if (n < min || n > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${v}`);
   return n;
 }
 
@@ -228,6 +239,7 @@ export function parseConfig(env: Env): Config {
     takenMargeMinuten: positiveInt(env, "TAKEN_MARGE_MINUTEN", 30, 24 * 60),
     inlogDrempelIp: positiveInt(env, "INLOG_DREMPEL_IP", 20),
     inlogDrempelAccount: positiveInt(env, "INLOG_DREMPEL_ACCOUNT", 10),
+    schijfMinVrijProcent: wholeNumber(env, "SCHIJF_MIN_VRIJ_PROCENT", 10, 0, 50),
   };
 }
 

@@ -1,12 +1,12 @@
 // Wiring the real dependencies and starting the HTTP server; used by the entry point
 // and the demo. Nothing here is imported by the app or the jobs.
-import { dirname, join, resolve } from "node:path";
 import { mailAlarmChannel } from "./alarms/mail-channel.ts";
 import { createAlarmSink } from "./alarms/sink.ts";
 import { createApp, type AppOptions } from "./app.ts";
 import { auditKeys } from "./audit/keys.ts";
 import { redactedConfig, secretValues, type Config } from "./config.ts";
 import { BUSY_TIMEOUT_MS, openStore, type Store } from "./db.ts";
+import { outboxDirOf } from "./disk-space.ts";
 import type { AnyStore, Deps } from "./deps.ts";
 import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 import { WriteApiActivity } from "./ingest/activity.ts";
@@ -37,8 +37,7 @@ export function closeDatabase(store: Store): void {
 
 /** The service's dependencies on `store`: the SQLite file of DATABASE_PATH unless another is given (PostgreSQL, tests). */
 export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath, new Date(), rowSealOf(config), pastSealedMarker(config)) as S): Deps<S> {
-  const dataDir = dirname(resolve(config.databasePath));
-  const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: join(dataDir, "outbox") });
+  const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: outboxDirOf(config) });
   const clock = () => new Date();
   const secrets = secretValues(config);
   // Serious alarms (broken chain, backup, database integrity) are also mailed to the
@@ -110,7 +109,7 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
   log("info", "nachtwacht listening", { url, config: redactedConfig(config), verificatieSleutel: auditKeys(config).signer.verifierKey });
   if (deps.mailer.bezorging === "outbox") {
     log("warn", "SMTP_URL is not set: e-mail is NOT delivered, it is written as .eml files to the outbox folder", {
-      outbox: join(dirname(resolve(config.databasePath)), "outbox"),
+      outbox: outboxDirOf(config),
     });
   }
   if (!config.sentryDsn) log("warn", "SENTRY_DSN is not set: alarms go to the log on stderr only");

@@ -55,7 +55,10 @@ describe("configuration", () => {
       takenMargeMinuten: 30,
       inlogDrempelIp: 20,
       inlogDrempelAccount: 10,
+      schijfMinVrijProcent: 10,
     });
+    // 0 is allowed: never name a disk.
+    expect(ok({ SCHIJF_MIN_VRIJ_PROCENT: "0" }).schijfMinVrijProcent).toBe(0);
   });
 
   test("a missing CRON_SECRET stops the start and says how to make one", () => {
@@ -106,6 +109,9 @@ describe("configuration", () => {
     ["TAKEN_MARGE_MINUTEN", "-1"],
     ["INLOG_DREMPEL_IP", "twintig"],
     ["INLOG_DREMPEL_ACCOUNT", "0"],
+    ["SCHIJF_MIN_VRIJ_PROCENT", "51"],
+    ["SCHIJF_MIN_VRIJ_PROCENT", "-1"],
+    ["SCHIJF_MIN_VRIJ_PROCENT", "7.5"],
     ["PORT", "70000"],
     ["PORT", "http"],
     ["DAGRAPPORT_EMAIL", "beheer-at-example.nl"],

@@ -386,6 +386,8 @@ describe("the format", () => {
       database: null,
       counters: newIngestCounters(),
       alarmsUndelivered: {},
+      disks: [],
+      minFreeRatio: 0.1,
     };
     const text = renderMetrics(snapshot);
     expect(text.endsWith("\n")).toBe(true);

@@ -16,7 +16,8 @@ import type { IngestCounters, IngestKind } from "../ingest/counters.ts";
 import type { Outcome } from "../job-runs.ts";
 import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
 import type { JobContext } from "../jobs/job.ts";
-import { log } from "../logger.ts";
+import { errorText, log } from "../logger.ts";
+import { fileSystemSpace, watchedPaths, type WatchedFile } from "../disk-space.ts";
 import { jobStatusesPg, newestBackupPg } from "../pg/status.ts";
 import { verificationCountsPg } from "../pg/daily.ts";
 import type { PgStore } from "../pg/store.ts";
@@ -94,6 +95,10 @@ export interface MetricsSnapshot {
   counters: IngestCounters;
   /** The alarm sink's undelivered alarms per channel (src/alarms/sink.ts); empty without channels. */
   alarmsUndelivered: Readonly<Record<string, number>>;
+  /** Per file nachtwacht writes on this host, its file system's space (src/disk-space.ts); empty when it could not be read. */
+  disks: { bestand: WatchedFile; vrijBytes: number; totaalBytes: number }[];
+  /** SCHIJF_MIN_VRIJ_PROCENT as a fraction. */
+  minFreeRatio: number;
 }
 
 /**
@@ -122,6 +127,15 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     if (cause === undefined) throw e;
     log("warn", "/metrics could not read the database", { error: String(cause.message), code: cause.code });
   }
+  let disks: MetricsSnapshot["disks"] = [];
+  try {
+    const { store, config } = deps;
+    disks = fileSystemSpace(watchedPaths(config, store.kind === "sqlite" ? store.path : null)).flatMap((fs) =>
+      fs.bestanden.map((bestand) => ({ bestand, vrijBytes: fs.vrijBytes, totaalBytes: fs.totaalBytes })),
+    );
+  } catch (e) {
+    log("warn", "/metrics could not read the free space of the disks", { error: errorText(e) });
+  }
   return {
     now,
     version: packageJson.version,
@@ -131,6 +145,8 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     database,
     counters,
     alarmsUndelivered: { ...deps.alarms.undelivered },
+    disks,
+    minFreeRatio: deps.config.schijfMinVrijProcent / 100,
   };
 }
 
@@ -305,6 +321,15 @@ export function renderMetrics(m: MetricsSnapshot): string {
       .sort()
       .map((channel): [Labels, number] => [{ channel }, m.alarmsUndelivered[channel]!]),
   );
+
+  out.family(
+    `${N}filesystem_avail_bytes`,
+    "gauge",
+    "Free bytes for the service's user on the file system of each file nachtwacht writes on this host: database (SQLite), ankerbestand, outbox (without SMTP_URL).",
+    m.disks.map((d): [Labels, number] => [{ bestand: d.bestand }, d.vrijBytes]),
+  );
+  out.family(`${N}filesystem_size_bytes`, "gauge", "Size in bytes of that file system.", m.disks.map((d): [Labels, number] => [{ bestand: d.bestand }, d.totaalBytes]));
+  out.family(`${N}filesystem_min_free_ratio`, "gauge", "SCHIJF_MIN_VRIJ_PROCENT / 100: a file system with less free is named in the daily report.", [[{}, m.minFreeRatio]]);
 
   const c = m.counters;
   out.family(

@@ -6,6 +6,7 @@ import { DailyReport } from "../../emails/DailyReport.tsx";
 import type { Deps } from "../deps.ts";
 import { renderEmail } from "../mail/render.ts";
 import { buildDailyReportPg } from "../pg/daily.ts";
+import { WATCHED_FILES } from "../disk-space.ts";
 import { buildDailyReport, dailySubject, type DailyReport as DailyReportData } from "../reports/daily.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -115,6 +116,19 @@ export const DailyReportBody = t.Object({
     grootte: t.String({ example: "23.4 MB" }),
     walBytes: count("SQLite: de grootte van de -wal. PostgreSQL: 0 (de write-ahead log hoort bij de hele server, niet bij één database)."),
   }),
+  schijf: t.Array(
+    t.Object({
+      bestanden: t.Array(enumOf([...WATCHED_FILES]), { description: "Wat nachtwacht op dit bestandssysteem bewaart: database (alleen SQLite), ankerbestand, outbox (alleen zonder SMTP_URL)." }),
+      map: t.String({ example: "/var/lib/nachtwacht", description: "De map waar gemeten is: de dichtstbijzijnde bestaande map van het eerste bestand." }),
+      vrijBytes: count("Vrij voor de gebruiker van de service (statfs f_bavail)."),
+      totaalBytes: count(),
+      vrij: t.String({ example: "39.0 GB" }),
+      totaal: t.String({ example: "97.9 GB" }),
+      vrijProcent: t.Number({ minimum: 0, maximum: 100, description: "Het vrije deel in procenten, op één decimaal." }),
+      niveau: enumOf(["ok", "let-op", "actie"], { description: "let-op onder SCHIJF_MIN_VRIJ_PROCENT, actie onder de helft daarvan (ook een punt in `status`)." }),
+    }),
+    { description: "Elk bestandssysteem van deze host waarop nachtwacht schrijft, één keer." },
+  ),
 });
 
 // The wire body and the e-mail's props are one shape: a change to either that the other

@@ -33,6 +33,7 @@ import {
 import { lastVerificationStart, NEWEST_ROWS, rowSealOf, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
+import { fileSystemSpace, watchedPaths } from "../disk-space.ts";
 import { dueStatePg, installedAtPg, newestBackupPg, newestRunRowsPg } from "./status.ts";
 import type { PgDb, PgStore } from "./store.ts";
 
@@ -136,7 +137,7 @@ export async function readDailyInputsPg(store: PgStore, config: Config, now: Dat
     scheduledJobRunsPg(store.db, now, config),
     databaseSizePg(store),
   ]);
-  return { backup: backup.backup, logins, verification, anchor, jobs, database };
+  return { backup: backup.backup, logins, verification, anchor, jobs, database, schijf: fileSystemSpace(watchedPaths(config, null)) };
 }
 
 /** The whole daily report at `now` on PostgreSQL: buildDailyReport's counterpart. */

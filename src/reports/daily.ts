@@ -16,6 +16,7 @@ import { auditKeys } from "../audit/keys.ts";
 import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
+import { diskLevel, fileSystemSpace, freePercent, watchedPaths, type FileSystemSpace } from "../disk-space.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { newestRunRows, type Outcome } from "../job-runs.ts";
 import { countsAsVerification, lastVerificationStart, mapInTurns, NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow, type VerificationColumns } from "../row-seal.ts";
@@ -92,6 +93,8 @@ export interface DailyInputs {
   /** Every job of SCHEDULE with a cron expression, in SCHEDULE's order. */
   jobs: ScheduledJobRuns[];
   database: DailyReport["database"];
+  /** The file systems of this host nachtwacht writes to (src/disk-space.ts): the same read for both stores. */
+  schijf: FileSystemSpace[];
 }
 
 /** The login window: the 24 hours before `now`, as ISO bounds (from inclusive, to exclusive). */
@@ -229,8 +232,31 @@ export function databaseSection(bytes: number, walBytes: number): DailyReport["d
   return { bytes, grootte: formatSize(bytes), walBytes };
 }
 
+/** The disk section: each file system with its level against SCHIJF_MIN_VRIJ_PROCENT (diskLevel). */
+export function diskSection(spaces: FileSystemSpace[], minVrijProcent: number): DailyReport["schijf"] {
+  return spaces.map((fs) => ({
+    bestanden: fs.bestanden,
+    map: fs.map,
+    vrijBytes: fs.vrijBytes,
+    totaalBytes: fs.totaalBytes,
+    vrij: formatSize(fs.vrijBytes),
+    totaal: formatSize(fs.totaalBytes),
+    vrijProcent: Math.floor(freePercent(fs) * 10) / 10,
+    niveau: diskLevel(fs, minVrijProcent),
+  }));
+}
+
 export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzone">): DailyReport["status"] {
   const punten: StatusPunt[] = [];
+  for (const fs of r.schijf) {
+    if (fs.niveau === "ok") continue;
+    const wat = fs.bestanden.length === 1 ? `het ${fs.bestanden[0]}` : `${fs.bestanden.slice(0, -1).join(", ")} en ${fs.bestanden.at(-1)}`;
+    punten.push([
+      fs.niveau,
+      `${fs.niveau === "actie" ? "De schijf is bijna vol" : "De schijf raakt vol"}: nog ${fs.vrij} vrij (${fs.vrijProcent} %) op de schijf van ${wat} (${fs.map}). ` +
+        `Maak ruimte of vergroot de schijf voordat schrijven mislukt.`,
+    ]);
+  }
   if (r.backupDetail.ontvangen === null) {
     punten.push(["actie", "Er is nog nooit een back-up gemeld."]);
   } else if (!r.backup.gelukt) {
@@ -265,6 +291,7 @@ export function dailyReport(inputs: DailyInputs, config: Config, now: Date): Dai
     anker: anchorSection(inputs.anchor, config),
     taken: jobsSection(inputs.jobs, config),
     database: inputs.database,
+    schijf: diskSection(inputs.schijf, config.schijfMinVrijProcent),
   };
   return { gemaakt: formatDatum(now, tz), tijdzone: tz, status: dailyStatus(body), ...body };
 }
@@ -432,6 +459,7 @@ export async function readDailyInputs(store: Store, config: Config, now: Date): 
     anchor: anchorRecords(store.sqlite),
     jobs: scheduledJobRuns(store.db, now, config),
     database: databaseSize(store),
+    schijf: fileSystemSpace(watchedPaths(config, store.path)),
   };
 }
 
