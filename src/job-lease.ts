@@ -22,7 +22,7 @@
 // - On PostgreSQL the same functions go to src/pg/job-lease.ts: the same rules (leaseTake,
 //   leaseValues), with an advisory lock where SQLite has its write lock.
 import { randomUUID } from "node:crypto";
-import { readlinkSync } from "node:fs";
+import { readFileSync, readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 import { and, eq, gt, gte, inArray, type AnyColumn } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../db/schema.ts";
@@ -41,21 +41,30 @@ export interface LeaseHolder {
   pid: number;
   /** Random per instance (RunningJobs), never reused. */
   instantie: string;
-  /** Where `pid` means something: the hostname and the PID namespace (null where /proc does not say). */
+  /** Where `pid` means something: the hostname, and the PID namespace with the kernel's boot id (null where /proc does not say). */
   host: string;
   pidNs: string | null;
 }
 
-/** This process's PID namespace (`pid:[4026531836]`), so that a container on the same host is not taken for this one. */
+/**
+ * This process's PID namespace and the kernel's boot id (`pid:[4026531836]
+ * boot:<uuid>`): a container on the same host has another namespace. The root namespace
+ * has the same inode on every Linux host, so two hosts that share a hostname (cloned
+ * VMs, `localhost.localdomain`) would look like one machine without the boot id, which
+ * is random per host and per boot.
+ */
 function pidNamespace(): string | null {
   try {
-    return readlinkSync("/proc/self/ns/pid");
+    const boot = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    if (boot === "") return null;
+    return `${readlinkSync("/proc/self/ns/pid")} boot:${boot}`;
   } catch {
     return null;
   }
 }
 
-const HERE = { host: hostname(), pidNs: pidNamespace() };
+/** Where this process runs, as a lease names it. */
+export const HERE: Pick<LeaseHolder, "host" | "pidNs"> = { host: hostname(), pidNs: pidNamespace() };
 
 export function newLeaseHolder(): LeaseHolder {
   return { pid: process.pid, instantie: randomUUID(), ...HERE };
@@ -63,7 +72,7 @@ export function newLeaseHolder(): LeaseHolder {
 
 /**
  * Whether the holder of a lease is provably gone: it ran on this host, in this PID
- * namespace, and its pid no longer exists. Anything else (another host or container,
+ * namespace, since this boot, and its pid no longer exists. Anything else (another host or container,
  * a pid that exists — even if reused by an unrelated process, or not ours to signal)
  * counts as alive until the lease expires.
  */

@@ -520,7 +520,9 @@ await startPgServer(config, config.databaseUrl!, { jobs: [...ALL_JOBS.filter((j)
     expect(await runsOf(db, "dagrapport")).toEqual([{ id: 1, uitkomst: "ok", beeindigd: expect.any(String) }]);
     const row = (await db.all<{ http_status: number; samenvatting: string }>("SELECT http_status, samenvatting FROM job_runs WHERE id = 1"))[0]!;
     expect(row.http_status).toBe(200);
-    expect(JSON.parse(row.samenvatting)).toEqual(r.json);
+    // The answer as the run's summary, cut off at its bound (4,000 characters) when longer.
+    expect(row.samenvatting.length).toBeLessThanOrEqual(4000);
+    expect(JSON.stringify(r.json).startsWith(row.samenvatting.replace(/…$/, ""))).toBe(true);
     // The log line is written before the lease is released, but reaches us through a pipe: wait for it.
     await until("the late end's log line", () => s.output().includes("the end of a run was recorded once the database write lock was free"));
     expect(errorLines(s)).toEqual([]);

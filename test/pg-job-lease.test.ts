@@ -6,9 +6,7 @@
 // lease as fast as they can never hold it at the same time.
 import { afterEach, describe, expect, setDefaultTimeout, spyOn, test } from "bun:test";
 import { randomUUID } from "node:crypto";
-import { readlinkSync } from "node:fs";
-import { hostname } from "node:os";
-import { holderGone, newLeaseHolder, startRenewing, type LeaseHolder } from "../src/job-lease.ts";
+import { HERE, holderGone, newLeaseHolder, startRenewing, type LeaseHolder } from "../src/job-lease.ts";
 import { liveLeasesPg, releaseLeasePg, renewLeasePg, startLeasedRunPg } from "../src/pg/job-lease.ts";
 import { writeKeptEnds } from "../src/job-runs.ts";
 import { finishRunPg } from "../src/pg/job-runs.ts";
@@ -275,7 +273,7 @@ describe("the lease functions on PostgreSQL", () => {
     const store = await freshStore();
     const child = Bun.spawn(["true"]);
     await child.exited;
-    const here = { pid: child.pid, instantie: randomUUID(), host: hostname(), pidNs: readlinkSync("/proc/self/ns/pid") };
+    const here = { pid: child.pid, instantie: randomUUID(), ...HERE };
     expect(holderGone(here)).toBe(true);
 
     const left = await startLeasedRunPg(store, TEST_SEAL, "dagrapport", here, NOW, 90_000);
@@ -287,6 +285,14 @@ describe("the lease functions on PostgreSQL", () => {
 
     const far = { ...here, instantie: randomUUID(), host: "elders.example" };
     expect(holderGone(far)).toBe(false);
+    // Another host of the same name, in its root PID namespace (the same inode on every
+    // Linux host): only its boot id tells it apart. A pid that is not here says nothing.
+    expect(HERE.pidNs).toMatch(/^pid:\[\d+\] boot:[0-9a-f-]{36}$/);
+    const twin = { ...here, instantie: randomUUID(), pidNs: HERE.pidNs!.replace(/boot:.*/, `boot:${randomUUID()}`) };
+    expect(holderGone(twin)).toBe(false);
+    expect((await startLeasedRunPg(store, TEST_SEAL, "audit-anker", twin, NOW, 90_000)).ok).toBe(true);
+    const notTaken = await startLeasedRunPg(store, TEST_SEAL, "audit-anker", newLeaseHolder(), at(1), 90_000);
+    expect(!notTaken.ok && notTaken.houder).toMatchObject({ pid: child.pid, instantie: twin.instantie });
     expect((await startLeasedRunPg(store, TEST_SEAL, "weekrapport", far, NOW, 90_000)).ok).toBe(true);
     const refused = await startLeasedRunPg(store, TEST_SEAL, "weekrapport", newLeaseHolder(), at(1), 90_000);
     expect(!refused.ok && refused.houder).toMatchObject({ pid: child.pid, host: "elders.example" });
@@ -296,7 +302,7 @@ describe("the lease functions on PostgreSQL", () => {
     const store = await freshStore();
     const child = Bun.spawn(["true"]);
     await child.exited;
-    const gone = { pid: child.pid, instantie: randomUUID(), host: hostname(), pidNs: readlinkSync("/proc/self/ns/pid") };
+    const gone = { pid: child.pid, instantie: randomUUID(), ...HERE };
     const live = elsewhere();
     const mine = newLeaseHolder();
     expect((await startLeasedRunPg(store, TEST_SEAL, "weekrapport", live, NOW, 90_000)).ok).toBe(true);
