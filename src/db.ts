@@ -9,7 +9,7 @@ import { migrate as drizzleMigrate } from "drizzle-orm/bun-sqlite/migrator";
 import type { AnySQLiteColumn } from "drizzle-orm/sqlite-core";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
 import * as schema from "../db/schema.ts";
-import { INSTALLED, markPastSealed, pastSealingAllowed, SEAL_COLUMNS, sealLegacyRows, type RowSeal, type SealColumns } from "./row-seal.ts";
+import { INSTALLED, markPastSealed, pastRowsToSeal, SEAL_COLUMNS, sealLegacyRows, type RowSeal, type SealColumns } from "./row-seal.ts";
 import { serviceMeta } from "../db/schema.ts";
 
 export type Db = BunSQLiteDatabase<typeof schema>;
@@ -101,14 +101,37 @@ export function migrationsFolder(embedded: EmbeddedMigrations): { folder: string
  * (sealLegacyRows), which a command does not hold.
  */
 export function schemaVersionProblem(sqlite: Database): string | null {
-  const hasTable = sqlite.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '__drizzle_migrations'").get() !== null;
-  const applied = hasTable ? (sqlite.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number }).n : 0;
+  const applied = appliedMigrations(sqlite);
   const known = embeddedMigrations.journal.entries.length;
   if (applied < known) {
     return `de database is van een eerdere versie (${applied} van ${known} migraties toegepast): start de service eenmaal met deze versie, die haar bijwerkt, stop hem en probeer het opnieuw`;
   }
-  if (applied > known) return `de database is van een nieuwere versie (${applied} migraties, deze versie kent er ${known}): gebruik die versie`;
-  return null;
+  return newerSchemaProblem(applied, known);
+}
+
+/** How many migrations the SQLite file has applied (0 for a new file). */
+function appliedMigrations(sqlite: Database): number {
+  // Raw SQL: drizzle's own bookkeeping table, outside the schema.
+  const hasTable = sqlite.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = '__drizzle_migrations'").get() !== null;
+  return hasTable ? (sqlite.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number }).n : 0;
+}
+
+/**
+ * A database of a newer version than this one (more migrations applied than it knows),
+ * on either store: refused by the service's start and the commands, which would
+ * otherwise write rows that version's rules do not expect (an older binary put back
+ * after an upgrade). Drizzle's migrator only compares dates and would let it through.
+ */
+export function newerSchemaProblem(applied: number, known: number): string | null {
+  return applied > known ? `de database is van een nieuwere versie (${applied} migraties, deze versie kent er ${known}): gebruik die versie` : null;
+}
+
+/** Thrown when a database is of a newer version than this binary (newerSchemaProblem). */
+export class SchemaTooNew extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SchemaTooNew";
+  }
 }
 
 /** Applies the embedded SQLite migrations with drizzle's public migrator (__drizzle_migrations). */
@@ -136,7 +159,7 @@ export function installedAt(db: Db, seal: RowSeal): Date | null {
  * open's migrations add a seal column (the first start of the version that seals those
  * rows), the rows already recorded are sealed with it (sealLegacyRows), so they count as
  * the runs and reports they are; but never again once `pastMarker` exists
- * (pastSealingAllowed).
+ * (pastRowsToSeal).
  */
 export function openStore(
   path: string,
@@ -159,11 +182,17 @@ export function openStore(
   const db = drizzle(sqlite, { schema });
   // Raw SQL: SQLite's own table-valued pragma, before the migrations.
   const hasColumn = ([table, column]: readonly [string, string]) => sqlite.query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?").get(table, column) !== null;
+  const newer = newerSchemaProblem(appliedMigrations(sqlite), embeddedMigrations.journal.entries.length);
+  if (newer !== null) {
+    sqlite.close();
+    throw new SchemaTooNew(`${path}: ${newer}`);
+  }
   const had = {} as SealColumns;
   for (const [kind, column] of Object.entries(SEAL_COLUMNS)) had[kind as keyof SealColumns] = hasColumn(column);
   migrate(db);
-  if (seal && pastSealingAllowed(pastMarker, had)) {
-    sealLegacyRows(db, seal, now, had);
+  const toSeal = seal ? pastRowsToSeal(pastMarker, had) : null;
+  if (seal && toSeal) {
+    sealLegacyRows(db, seal, now, toSeal);
     // taken-controle does not call a job missed before its first expected time after
     // the service was installed: the service's first start on this database is that
     // moment, sealed. Marked at that start only (a tool opening the file without the key

@@ -337,21 +337,31 @@ export function witnessedBackup(path: string): string | null {
   }
 }
 
+/** Every kind of row as not sealed before: sealLegacyRows then seals each kind's unsealed rows of the past. */
+const NONE_SEALED: SealColumns = { runStarts: false, runEnds: false, backups: false, installed: false, verification: false };
+
 /**
- * Whether this start may seal the rows of the past: only while `marker` does not exist
- * (no marker given: always, for tools and tests). Seal columns added again after it was
- * written are logged as an error; their rows stay unsealed, and are reported.
+ * Which kinds of rows of the past this start seals (sealLegacyRows), or null for none.
+ * While the service's `marker` does not exist, every kind's unsealed rows: so a first
+ * start that died after its migrations committed and before it sealed (the columns were
+ * there at the next start) still seals them, as does the start after an operator removed
+ * the marker (docs/operations.md). Without a marker (tools and tests): the kinds whose
+ * column this start's migrations added. Once the marker exists, none: seal columns added
+ * again after it was written are logged as an error; their rows stay unsealed, and are
+ * reported.
  */
-export function pastSealingAllowed(marker: string | undefined, had: SealColumns): boolean {
-  if (marker === undefined || !existsSync(marker)) return true;
+export function pastRowsToSeal(marker: string | undefined, had: SealColumns): SealColumns | null {
+  if (marker === undefined) return had;
+  if (!existsSync(marker)) return NONE_SEALED;
   const added = (Object.keys(had) as (keyof SealColumns)[]).filter((k) => !had[k]);
   if (added.length > 0) {
-    log("error", "seal columns were added again after this installation's rows were sealed: someone who can change the database's schema dropped them; the rows already recorded stay unsealed and are reported", {
-      columns: added.map((k) => SEAL_COLUMNS[k].join(".")),
-      marker,
-    });
+    log(
+      "error",
+      "seal columns were added again after this installation's rows were sealed: someone who can change the database's schema dropped them, or an older database was restored without removing the marker (docs/operations.md, rolling back); the rows already recorded stay unsealed and are reported",
+      { columns: added.map((k) => SEAL_COLUMNS[k].join(".")), marker },
+    );
   }
-  return false;
+  return null;
 }
 
 /** Writes `marker` (once; owner-only) after the rows of the past were sealed, or found sealed. */
@@ -367,7 +377,8 @@ export function markPastSealed(marker: string | undefined, now: Date): void {
 
 /**
  * Seals the rows recorded before their kind was sealed, once: at the start whose
- * migrations add the column (openStore, migratePg; `had` says which were there before).
+ * migrations add the column (openStore, migratePg; `had` says which kinds to leave,
+ * pastRowsToSeal). Only rows without a seal.
  * Only rows of the past (started, ended, received, installed by `now`): a row dated
  * later stays unsealed, so it never counts. An end is sealed only where its start's seal
  * holds. Leases are not: one left from before lasts seconds, and is taken over.
@@ -380,12 +391,12 @@ export function sealLegacyRows(db: Db, seal: RowSeal, now: Date, had: SealColumn
   db.transaction((tx) => {
     if (!had.verification) {
       const s = auditVerificationState;
-      const rows = tx.select().from(s).where(lte(s.gecontroleerd, at)).all();
+      const rows = tx.select().from(s).where(and(isNull(s.zegel), lte(s.gecontroleerd, at))).all();
       for (const r of rows) tx.update(s).set({ zegel: seal.sealVerification(r) }).where(eq(s.tenantId, r.tenantId)).run();
     }
     if (!had.installed) {
-      const row = tx.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, INSTALLED)).get();
-      if (row && row.value <= at) tx.update(serviceMeta).set({ zegel: seal.sealInstalled(row.value) }).where(eq(serviceMeta.key, INSTALLED)).run();
+      const row = tx.select({ value: serviceMeta.value, zegel: serviceMeta.zegel }).from(serviceMeta).where(eq(serviceMeta.key, INSTALLED)).get();
+      if (row && row.zegel === null && row.value <= at) tx.update(serviceMeta).set({ zegel: seal.sealInstalled(row.value) }).where(eq(serviceMeta.key, INSTALLED)).run();
     }
     if (!had.runStarts) {
       const rows = tx.select({ id: jobRuns.id, job: jobRuns.job, gestart: jobRuns.gestart }).from(jobRuns).where(and(isNull(jobRuns.zegel), lte(jobRuns.gestart, at))).all();
@@ -412,12 +423,12 @@ export async function sealLegacyRowsPg(db: PgDb, seal: RowSeal, now: Date, had: 
   await db.transaction(async (tx) => {
     if (!had.verification) {
       const s = auditVerificationStatePg;
-      const rows = await tx.select().from(s).where(lte(s.gecontroleerd, at));
+      const rows = await tx.select().from(s).where(and(isNull(s.zegel), lte(s.gecontroleerd, at)));
       for (const r of rows) await tx.update(s).set({ zegel: seal.sealVerification(r) }).where(eq(s.tenantId, r.tenantId));
     }
     if (!had.installed) {
-      const [row] = await tx.select({ value: meta.value }).from(meta).where(eq(meta.key, INSTALLED));
-      if (row && row.value <= at) await tx.update(meta).set({ zegel: seal.sealInstalled(row.value) }).where(eq(meta.key, INSTALLED));
+      const [row] = await tx.select({ value: meta.value, zegel: meta.zegel }).from(meta).where(eq(meta.key, INSTALLED));
+      if (row && row.zegel === null && row.value <= at) await tx.update(meta).set({ zegel: seal.sealInstalled(row.value) }).where(eq(meta.key, INSTALLED));
     }
     if (!had.runStarts) {
       const rows = await tx.select({ id: runs.id, job: runs.job, gestart: runs.gestart }).from(runs).where(and(isNull(runs.zegel), lte(runs.gestart, at)));

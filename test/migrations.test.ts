@@ -7,6 +7,7 @@ import { drizzle } from "drizzle-orm/bun-sqlite";
 import { readMigrationFiles } from "drizzle-orm/migrator";
 import { renderMigrationsModule } from "../db/embed-migrations.ts";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
+import { embeddedMigrations as embeddedPgMigrations } from "../db/migrations-pg.gen.ts";
 import * as schema from "../db/schema.ts";
 import { applyPragmas, installedAt, openStore } from "../src/db.ts";
 import { GENESIS_HASH, linkEntries } from "../src/audit/chain.ts";
@@ -58,6 +59,14 @@ describe("migrations", () => {
     expect(embeddedMigrations.journal).toEqual(journal);
     for (const e of journal.entries) {
       expect(embeddedMigrations.sql[e.tag]).toBe(readFileSync(join(folder, `${e.tag}.sql`), "utf8"));
+    }
+  });
+
+  test("each store's migrations are dated in the order they are applied: drizzle skips one dated before the newest applied, on every existing installation", () => {
+    for (const set of [embeddedMigrations, embeddedPgMigrations]) {
+      const entries = set.journal.entries;
+      expect(entries.map((e) => e.idx)).toEqual(entries.map((_, i) => i));
+      for (let i = 1; i < entries.length; i++) expect(entries[i]!.when).toBeGreaterThan(entries[i - 1]!.when);
     }
   });
 

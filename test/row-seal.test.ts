@@ -6,7 +6,8 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { existsSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { installedAt, openStore } from "../src/db.ts";
+import { drizzle } from "drizzle-orm/bun-sqlite";
+import { installedAt, migrate, openStore } from "../src/db.ts";
 import { liveLeases, newLeaseHolder, startLeasedRun } from "../src/job-lease.ts";
 import { writeRunEnd } from "../src/job-runs.ts";
 import { lastVerificationStartPg, scheduledJobRunsPg, verificationCountsPg } from "../src/pg/daily.ts";
@@ -437,6 +438,39 @@ describe("sealed verification results", () => {
 });
 
 describe("the rows of the past are sealed once per installation", () => {
+  test("a first start that died after its migrations committed and before it sealed: the next start (no marker yet) seals the rows of the past, but never re-seals a sealed row a writer changed", () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const path = join(dir, "nachtwacht.db");
+      const marker = pastSealedMarker({ auditAnkerBestand: join(dir, "state", "audit-ankers.jsonl") });
+      const raw = asOlderVersion(path, 3, [...LATER_SEALS, "job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel", "job_runs DROP COLUMN zegel"]);
+      raw.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('weekrapport', '2026-07-20T06:00:01.000Z', '2026-07-20T06:00:09.000Z', 'ok', 200)");
+      raw.run("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES ('2026-07-23T02:30:00.000Z', 0, 1, 'a.gz', 1, NULL, 'host-cron')");
+      // The crash: this version's migrations applied and committed, the sealing never ran.
+      migrate(drizzle(raw));
+      raw.close();
+
+      const store = openStore(path, NOW, TEST_SEAL, marker);
+      const run = store.sqlite.query("SELECT job, gestart, beeindigd, uitkomst, http_status AS httpStatus, samenvatting, fout, zegel, eindzegel FROM job_runs").get() as Parameters<typeof TEST_SEAL.sealed>[0] & { eindzegel: string | null };
+      expect(TEST_SEAL.sealed(run)).toBe(true);
+      expect(run.eindzegel).not.toBeNull();
+      const b = store.sqlite.query("SELECT ontvangen, exit_code AS exitCode, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel FROM backup_statuses").get() as Omit<BackupColumns, "gelukt"> & { gelukt: number; zegel: string | null };
+      expect(TEST_SEAL.backupSealed({ ...b, gelukt: b.gelukt === 1 })).toBe(true);
+      expect(installedAt(store.db, TEST_SEAL)!.toISOString()).toBe("2026-07-22T12:00:00.000Z");
+      expect(existsSync(marker)).toBe(true);
+      // A writer then moves the sealed install time; with the marker removed (as after a
+      // restore), the next start seals only unsealed rows: the changed one stays invalid.
+      store.sqlite.run("UPDATE service_meta SET value = '2026-07-01T00:00:00.000Z' WHERE key = 'geinstalleerd'");
+      store.close();
+      rmSync(marker);
+      const again = openStore(path, NOW, TEST_SEAL, marker);
+      expect(installedAt(again.db, TEST_SEAL)).toBeNull();
+      again.close();
+    } finally {
+      cleanup();
+    }
+  });
+
   test("the install time is marked at the installation's first start only: one a writer deleted stays gone (every fire time expected), not moved to the next start", () => {
     const { dir, cleanup } = tempDir();
     try {

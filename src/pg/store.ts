@@ -10,9 +10,9 @@ import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import { migrate as drizzleMigrate } from "drizzle-orm/bun-sql/migrator";
 import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
 import * as schema from "../../db/schema-pg.ts";
-import { BUSY_TIMEOUT_MS, migrationsFolder } from "../db.ts";
+import { BUSY_TIMEOUT_MS, migrationsFolder, newerSchemaProblem, SchemaTooNew } from "../db.ts";
 import { certainDbTransaction } from "./commit.ts";
-import { INSTALLED, markPastSealed, pastSealingAllowed, SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
+import { INSTALLED, markPastSealed, pastRowsToSeal, SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
 
 export type PgDb = BunSQLDatabase<typeof schema>;
 
@@ -127,6 +127,15 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
     // Waits as long as another instance migrates, and its DDL for whatever it has to (no lock timeout here).
     await conn`SET lock_timeout = 0`;
     await conn`SELECT pg_advisory_lock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
+    // Nothing written into a database of a newer version (an older binary put back).
+    const [{ exists }] = await conn`SELECT to_regclass('drizzle.__drizzle_migrations') IS NOT NULL AS exists`;
+    const applied = exists ? Number((await conn`SELECT count(*) AS n FROM drizzle.__drizzle_migrations`)[0].n) : 0;
+    const newer = newerSchemaProblem(applied, embeddedMigrations.journal.entries.length);
+    if (newer !== null) {
+      await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
+      await conn`RESET lock_timeout`;
+      throw new SchemaTooNew(newer);
+    }
     const m = migrationsFolder(embeddedMigrations);
     try {
       const db = drizzle({ client: conn as unknown as SQL, schema });
@@ -136,8 +145,9 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
       const had = {} as SealColumns;
       for (const [kind, column] of Object.entries(SEAL_COLUMNS)) had[kind as keyof SealColumns] = await hasColumn(column);
       await drizzleMigrate(db, { migrationsFolder: m.folder });
-      if (seal && pastSealingAllowed(pastMarker, had)) {
-        await sealLegacyRowsPg(db, seal, now, had);
+      const toSeal = seal ? pastRowsToSeal(pastMarker, had) : null;
+      if (seal && toSeal) {
+        await sealLegacyRowsPg(db, seal, now, toSeal);
         // The install time, at this instance's first start only (as openStore on SQLite).
         await markInstalledPg(conn as unknown as SQL, seal, now);
       }
