@@ -11,6 +11,7 @@ import { mountJob } from "./http/job-route.ts";
 import { docs, DOCS_PATHS } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
 import { METRICS_PATH, metricsRoute } from "./http/metrics.ts";
+import { enumOf } from "./jobs/schema.ts";
 import { Refusal } from "./ingest/refusal.ts";
 import { countRejected, newIngestCounters, type IngestCounters } from "./ingest/counters.ts";
 import { errorText, log } from "./logger.ts";
@@ -31,7 +32,12 @@ const HealthOk = t.Object({
   database: t.Literal("bereikbaar"),
   lopendeTaken: t.Array(t.String(), { description: "De taken die nu in dit proces lopen." }),
 });
-const HealthDown = t.Object({ status: t.Literal("fout"), database: t.Literal("onbereikbaar") });
+const HealthDown = t.Object({
+  status: t.Literal("fout"),
+  database: enumOf(["onbereikbaar", "alleen-lezen"], {
+    description: "onbereikbaar: de query mislukte. alleen-lezen (PostgreSQL): de server neemt geen schrijfacties aan (een standby na een failover, default_transaction_read_only).",
+  }),
+});
 
 /**
  * The paths anyone may call: health, the API documentation, and /metrics (which has a
@@ -97,8 +103,11 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       async () => {
         try {
           const { store } = deps;
-          if (store.kind === "pg") await store.sql`SELECT 1`;
-          else store.sqlite.query("SELECT 1").get();
+          if (store.kind === "pg") {
+            // Reachable is not enough: a standby (after a failover) or a read-only database answers every read and refuses every write.
+            const [{ readOnly }] = await store.sql`SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' AS "readOnly"`;
+            if (readOnly) return json(503, { status: "fout", database: "alleen-lezen" });
+          } else store.sqlite.query("SELECT 1").get();
           return json(200, { status: "ok", database: "bereikbaar", lopendeTaken: running.names() });
         } catch {
           return json(503, { status: "fout", database: "onbereikbaar" });
@@ -109,7 +118,7 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
           summary: "Of de service en de database bereikbaar zijn (zonder token).",
           responses: {
             200: { description: "Service en database bereikbaar.", content: { "application/json": { schema: HealthOk } } },
-            503: { description: "De database is niet bereikbaar.", content: { "application/json": { schema: HealthDown } } },
+            503: { description: "De database is niet bereikbaar, of (PostgreSQL) neemt geen schrijfacties aan.", content: { "application/json": { schema: HealthDown } } },
           },
         } as any,
       },

@@ -1,10 +1,11 @@
 import { afterEach, describe, expect, test } from "bun:test";
+import { SQL } from "bun";
 import { t } from "elysia";
 import { bearerChecker, pathOf, scopeOf } from "../src/http/auth.ts";
 import { OPEN_PATHS } from "../src/app.ts";
 import { defineJob } from "../src/jobs/job.ts";
-import { call, SECRET } from "./helpers.ts";
-import { makeEnv, type Env } from "./dialect.ts";
+import { call, SECRET, until } from "./helpers.ts";
+import { makeEnv, pgOnly, type Env } from "./dialect.ts";
 
 // A job that takes a JSON body, to show the gate decides before any body is read.
 const echoJob = defineJob({
@@ -137,7 +138,33 @@ describe("the auth gate", () => {
     else await env.store.close();
     const r = await call(env.app, "/health", { method: "GET", token: null });
     expect(r.status).toBe(503);
+    expect(r.json).toEqual({ status: "fout", database: "onbereikbaar" });
     env.store.close = async () => {};
+  });
+
+  pgOnly("GET /health answers 503 alleen-lezen when PostgreSQL takes no writes (a standby after a failover answers reads alike)", async () => {
+    env = await makeEnv();
+    if (env.store.kind !== "pg") throw new Error("PostgreSQL only");
+    const name = new URL(env.store.url).pathname.slice(1);
+    // Another session drops every connection of the service's pool: the new ones get the setting.
+    const admin = new SQL(env.store.url, { max: 1 });
+    const reconnect = () => admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`;
+    try {
+      await admin.unsafe(`ALTER DATABASE "${name}" SET default_transaction_read_only = on`);
+      await reconnect();
+      const r = await until("the read-only answer", async () => {
+        const a = await call(env.app, "/health", { method: "GET", token: null }).catch(() => null);
+        return a !== null && a.status === 503 && a.json.database === "alleen-lezen" ? a : undefined;
+      });
+      expect(r.json).toEqual({ status: "fout", database: "alleen-lezen" });
+      // A write is refused meanwhile: what /health now says ahead of it.
+      expect((await call(env.app, "/api/cron/dagrapport")).status).toBe(503);
+      await admin.unsafe(`ALTER DATABASE "${name}" RESET default_transaction_read_only`);
+      await reconnect();
+    } finally {
+      await admin.close();
+    }
+    await until("ok again", async () => ((await call(env.app, "/health", { method: "GET", token: null }).catch(() => null))?.status === 200 ? true : undefined));
   });
 });
 

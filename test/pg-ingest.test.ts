@@ -9,6 +9,7 @@ import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { ORPHAN_CHAINS_SQL, rowHash, type EntryRow } from "../src/audit/chain.ts";
 import { driverError } from "../src/http/errors.ts";
 import { CHAIN_LOCK, verifyTenantChainPg } from "../src/pg/chain.ts";
+import { pgPool } from "../src/pg/store.ts";
 import { spawnFixture, type FixtureProcess } from "./binary.ts";
 import { call, makePgTestEnv, makeTestEnv, NOW, SECRET, until, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { APP_SECRET, auditEntry as entry, INGEST } from "./ingest-fixtures.ts";
@@ -372,6 +373,37 @@ describe("concurrent writers on PostgreSQL", () => {
       const rows = await stored(t);
       expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
       expect(await verified(t)).toEqual({ intact: true, aantalEntries: rows.length });
+    }
+  });
+
+  test("a writer frozen inside its transaction (an instance under SIGSTOP) holds a tenant's chain lock only until the server ends its idle session: every nachtwacht session starts with idle_in_transaction_session_timeout", async () => {
+    await pgEnv();
+    await tenant(1);
+    // The service's own sessions carry the limit (IDLE_IN_TRANSACTION_MS, 1 min).
+    expect((await env!.store.sql`SHOW idle_in_transaction_session_timeout`)[0].idle_in_transaction_session_timeout).toBe("1min");
+    // The frozen writer: a session of nachtwacht's pool that took tenant 1's chain lock and
+    // sends nothing more. The limit lowered for it alone, so the test need not wait a minute.
+    const frozen = pgPool(env!.url, 1);
+    try {
+      const holder = await frozen.reserve();
+      await holder`SET idle_in_transaction_session_timeout = '1s'`;
+      await holder`BEGIN`;
+      await holder`SELECT pg_advisory_xact_lock(${CHAIN_LOCK}, 1)`;
+      // Meanwhile: 503 "nothing stored" (the 5 s lock wait)…
+      const refused = await send("/api/audit", { entries: [{ ...entry(1, 0), sleutel: "na-bevriezing" }] });
+      // …or, should the server have ended the session within that wait already, stored.
+      expect([200, 503]).toContain(refused.status);
+      // The server ends the idle session and its lock goes: the same batch again is stored, once.
+      const stored1 = await until("the batch stored after the frozen session ended", async () => {
+        const r = await send("/api/audit", { entries: [{ ...entry(1, 0), sleutel: "na-bevriezing" }] });
+        return r.status === 200 ? r : undefined;
+      });
+      expect(stored1.json.ontvangstbewijzen).toHaveLength(1);
+      expect((await stored(1)).map((r) => r.seq)).toEqual([1]);
+      await expect(holder`SELECT 1`).rejects.toThrow();
+      holder.release();
+    } finally {
+      await frozen.close();
     }
   });
 

@@ -55,14 +55,30 @@ export const LOCK_TENANT_IDS = 2;
 export const LOCK_TIMEOUT_MS = BUSY_TIMEOUT_MS;
 
 /**
+ * How long a nachtwacht session may sit in an open transaction without a statement before
+ * the server ends it: an instance frozen mid-batch (SIGSTOP, a paused VM; its kernel
+ * still answers TCP, so no keepalive notices) otherwise held its tenants' chain locks, and
+ * every other instance's writes to them got 503, for as long as it stayed frozen. Far
+ * above any pause of nachtwacht's own inside a transaction (hashing a chunk, an fsync of
+ * the anchor file); the frozen batch is rolled back (its COMMIT's outcome is then looked
+ * up as aborted, src/pg/commit.ts).
+ */
+export const IDLE_IN_TRANSACTION_MS = 60_000;
+
+/**
  * The session every nachtwacht connection starts with (startup parameters, which a role's
  * or database's settings do not override). `search_path` is nachtwacht's schema alone: by
  * default it begins with "$user", so whoever could create a schema named after the role
  * would have nachtwacht read and write a table of that name there instead (a copy that
  * hides changes made to the real one). `lock_timeout`: no statement waits for someone
  * else's lock longer than a request would (also a verification's or a command's reads).
+ * `idle_in_transaction_session_timeout`: IDLE_IN_TRANSACTION_MS.
  */
-export const SESSION = { search_path: "public", lock_timeout: String(LOCK_TIMEOUT_MS) } as const;
+export const SESSION = {
+  search_path: "public",
+  lock_timeout: String(LOCK_TIMEOUT_MS),
+  idle_in_transaction_session_timeout: String(IDLE_IN_TRANSACTION_MS),
+} as const;
 
 /** A connection pool of nachtwacht's to `url`, with its SESSION. */
 export function pgPool(url: string, max: number): SQL {
