@@ -73,7 +73,8 @@ export interface DailyReportProps {
     volgende: string;
     achterstallig: boolean;
   }[];
-  database: { bytes: number; grootte: string; walBytes: number };
+  /** klokAfwijkingSeconden: PostgreSQL only, how far the server's clock is ahead of this host's; null on SQLite. Shown as a status point when over the limit. */
+  database: { bytes: number; grootte: string; walBytes: number; klokAfwijkingSeconden: number | null };
   /** Each file system nachtwacht writes to on this host, once, with what it keeps there (src/disk-space.ts). */
   schijf: {
     bestanden: ("database" | "ankerbestand" | "outbox")[];
@@ -323,7 +324,7 @@ DailyReport.PreviewProps = {
     { job: "beveiligingslog-analyse", cron: "*/15 * * * *", uitkomst: "afwijking", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatsteDuurMs: 2, laatsteDuur: "2 ms", gebruikelijkeDuurMs: 1, gebruikelijkeDuur: "1 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:15", achterstallig: false },
     { job: "db-onderhoud", cron: "0 4 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 06:00", laatsteEinde: "19/07/2026 06:00", laatsteDuurMs: 3400, laatsteDuur: "3.4 s", gebruikelijkeDuurMs: 3100, gebruikelijkeDuur: "3.1 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 06:00", volgende: "26/07/2026 06:00", achterstallig: false },
   ],
-  database: { bytes: 48_922_624, grootte: "46.7 MB", walBytes: 4_128_768 },
+  database: { bytes: 48_922_624, grootte: "46.7 MB", walBytes: 4_128_768, klokAfwijkingSeconden: null },
   schijf: [{ bestanden: ["database", "ankerbestand"], map: "/var/lib/nachtwacht", vrijBytes: 41_875_931_136, totaalBytes: 105_089_261_568, vrij: "39.0 GB", totaal: "97.9 GB", vrijProcent: 39.8, niveau: "ok" }],
 } satisfies DailyReportProps;
 

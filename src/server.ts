@@ -12,6 +12,7 @@ import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 import { WriteApiActivity } from "./ingest/activity.ts";
 import { pastSealedMarker, rowSealOf } from "./row-seal.ts";
 import { openPgStore, type PgStore } from "./pg/store.ts";
+import { CLOCK_SKEW_LIMIT_MS, databaseClockOffsetMs } from "./pg/clock.ts";
 import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
 import { log } from "./logger.ts";
@@ -95,7 +96,13 @@ export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer,
  */
 export async function startPgServer(config: Config, url: string, options: ServerOptions = {}) {
   const store = await openPgStore(url, { seal: rowSealOf(config), pastMarker: pastSealedMarker(config) });
-  log("info", "database: PostgreSQL", { database: redactUrl(url) });
+  const offsetMs = await databaseClockOffsetMs(store.sql);
+  log("info", "database: PostgreSQL", { database: redactUrl(url), klokAfwijkingSeconden: Math.round(offsetMs / 100) / 10 });
+  if (Math.abs(offsetMs) > CLOCK_SKEW_LIMIT_MS) {
+    log("error", "this host's clock differs from the database server's by more than 10 s: a second instance would take this one's job leases, or this one the other's (turn on NTP on every host)", {
+      klokAfwijkingSeconden: Math.round(offsetMs / 100) / 10,
+    });
+  }
   return serveWith(wireDeps<PgStore>(config, store), null, options);
 }
 

@@ -11,7 +11,7 @@ import { runAuditCommand } from "../src/cli/audit.ts";
 import { formatSize } from "../src/format.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { operatorRecordsPg } from "../src/pg/daily.ts";
-import { formatDuur, median, OPERATOR_RECORDS_SQL } from "../src/reports/daily.ts";
+import { dailyStatus, formatDuur, median, OPERATOR_RECORDS_SQL, type DailyReport } from "../src/reports/daily.ts";
 import { redenUitleg } from "../src/reports/shared.ts";
 import { backupReportRow, insertBackupRow, stateZegel, call, NOW, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, eindzegel, zegel } from "./helpers.ts";
 import { addLoginAttempt, addTenant, appendInputs, makeEnv, type TestDb } from "./dialect.ts";
@@ -327,6 +327,25 @@ describe("dagrapport: further sections", () => {
     await env.db.run("UPDATE service_meta SET value = ?, zegel = ? WHERE key = 'geinstalleerd'", installed, TEST_SEAL.sealInstalled(installed));
     const r = await runDagrapport(env.deps, NOW);
     expect(r.body.taken.filter((t) => t.achterstallig)).toEqual([]);
+  });
+
+  test("on PostgreSQL the server's clock against this host's (here one machine: well within a second, no point); more than 10 s either way is a point of the status", async () => {
+    const { env } = await setup();
+    const r = await runDagrapport(env.deps, NOW);
+    if (env.store.kind === "sqlite") expect(r.body.database.klokAfwijkingSeconden).toBeNull();
+    else expect(Math.abs(r.body.database.klokAfwijkingSeconden!)).toBeLessThan(1);
+    expect(r.body.status.punten.filter((p) => p.includes("klok"))).toEqual([]);
+    const { status, gemaakt, tijdzone, ...body } = r.body as DailyReport & { ok: unknown };
+    const withSkew = (s: number | null) => dailyStatus({ ...body, database: { ...body.database, klokAfwijkingSeconden: s } }).punten.filter((p) => p.includes("klok"));
+    expect(withSkew(null)).toEqual([]);
+    expect(withSkew(10)).toEqual([]);
+    expect(withSkew(-10)).toEqual([]);
+    expect(withSkew(45.2)).toEqual([
+      "De klok van deze host wijkt 45.2 s af van die van de databaseserver (die loopt voor). Twee instanties beslissen met hun eigen klok over de taken: zet NTP aan (timedatectl), op elke host.",
+    ]);
+    expect(withSkew(-10.1)).toEqual([
+      "De klok van deze host wijkt 10.1 s af van die van de databaseserver (die loopt achter). Twee instanties beslissen met hun eigen klok over de taken: zet NTP aan (timedatectl), op elke host.",
+    ]);
   });
 
   test("database size is page_count × page_size plus the write-ahead log (on PostgreSQL: pg_database_size, walBytes 0)", async () => {

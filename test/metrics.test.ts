@@ -319,12 +319,16 @@ describe("the values", () => {
     let m = parse((await scrape(env)).text);
     expect(value(m, "nachtwacht_build_info", { version: (await Bun.file(`${import.meta.dir}/../package.json`).json()).version })).toBe(1);
     expect(value(m, "nachtwacht_database_up")).toBe(1);
+    // PostgreSQL: its server's clock against this host's, measured at the scrape (one machine here: well within a second); SQLite has none.
+    if (env.store.kind === "pg") expect(Math.abs(value(m, "nachtwacht_database_clock_offset_seconds")!)).toBeLessThan(1);
+    else expect(value(m, "nachtwacht_database_clock_offset_seconds")).toBeUndefined();
     running.tryStart("dagrapport");
     await env.db.run("DROP TABLE job_runs");
     const r = await scrape(env);
     expect(r.status).toBe(200);
     m = parse(r.text);
     expect(value(m, "nachtwacht_database_up")).toBe(0);
+    expect(value(m, "nachtwacht_database_clock_offset_seconds")).toBeUndefined();
     expect(value(m, "nachtwacht_job_running", { job: "dagrapport" })).toBe(1);
     expect(value(m, "nachtwacht_job_overdue", { job: "dagrapport" })).toBeUndefined();
     expect(value(m, "nachtwacht_ingest_audit_entries_replayed_total")).toBe(0);
@@ -388,6 +392,7 @@ describe("the format", () => {
       alarmsUndelivered: {},
       disks: [],
       minFreeRatio: 0.1,
+      databaseClockOffsetSeconds: null,
     };
     const text = renderMetrics(snapshot);
     expect(text.endsWith("\n")).toBe(true);

@@ -18,6 +18,7 @@ import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-c
 import type { JobContext } from "../jobs/job.ts";
 import { errorText, log } from "../logger.ts";
 import { fileSystemSpace, watchedPaths, type WatchedFile } from "../disk-space.ts";
+import { databaseClockOffsetMs } from "../pg/clock.ts";
 import { jobStatusesPg, newestBackupPg } from "../pg/status.ts";
 import { verificationCountsPg } from "../pg/daily.ts";
 import type { PgStore } from "../pg/store.ts";
@@ -99,6 +100,8 @@ export interface MetricsSnapshot {
   disks: { bestand: WatchedFile; vrijBytes: number; totaalBytes: number }[];
   /** SCHIJF_MIN_VRIJ_PROCENT as a fraction. */
   minFreeRatio: number;
+  /** PostgreSQL: how far the server's clock is ahead of this host's (src/pg/clock.ts); null on SQLite or when it could not be read. */
+  databaseClockOffsetSeconds: number | null;
 }
 
 /**
@@ -110,6 +113,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
   const { deps, running, counters } = sources;
   const runningJobs = running.names();
   let database: DatabaseMetrics | null = null;
+  let databaseClockOffsetSeconds: number | null = null;
   try {
     // taken-controle's rule, grace and view of this process (jobStatuses): "overdue" here
     // is its `gemist`, so a job alive in this process or under another process's lease
@@ -119,6 +123,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     const { store } = deps;
     const seal = rowSealOf(deps.config);
     const reads = store.kind === "pg" ? await readDatabasePg(store, seal, now, graceMs, context) : await readDatabase(store, seal, now, graceMs, context);
+    if (store.kind === "pg") databaseClockOffsetSeconds = (await databaseClockOffsetMs(store.sql)) / 1000;
     database = databaseMetrics(reads, now, new Set(runningJobs), deps.config.backupMaxUren);
   } catch (e) {
     // A database error (busy, locked, unreadable, unreachable): a scrape every few seconds
@@ -147,6 +152,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     alarmsUndelivered: { ...deps.alarms.undelivered },
     disks,
     minFreeRatio: deps.config.schijfMinVrijProcent / 100,
+    databaseClockOffsetSeconds,
   };
 }
 
@@ -329,6 +335,14 @@ export function renderMetrics(m: MetricsSnapshot): string {
     m.disks.map((d): [Labels, number] => [{ bestand: d.bestand }, d.vrijBytes]),
   );
   out.family(`${N}filesystem_size_bytes`, "gauge", "Size in bytes of that file system.", m.disks.map((d): [Labels, number] => [{ bestand: d.bestand }, d.totaalBytes]));
+  if (m.databaseClockOffsetSeconds !== null) {
+    out.family(
+      `${N}database_clock_offset_seconds`,
+      "gauge",
+      "PostgreSQL: how far the database server's clock is ahead of this host's (negative: behind), measured at the scrape. Two instances decide job leases by their own clocks.",
+      [[{}, m.databaseClockOffsetSeconds]],
+    );
+  }
   out.family(`${N}filesystem_min_free_ratio`, "gauge", "SCHIJF_MIN_VRIJ_PROCENT / 100: a file system with less free is named in the daily report.", [[{}, m.minFreeRatio]]);
 
   const c = m.counters;

@@ -115,6 +115,11 @@ export const DailyReportBody = t.Object({
     bytes: count("SQLite: pagina's × paginagrootte plus de -wal. PostgreSQL: pg_database_size van de database."),
     grootte: t.String({ example: "23.4 MB" }),
     walBytes: count("SQLite: de grootte van de -wal. PostgreSQL: 0 (de write-ahead log hoort bij de hele server, niet bij één database)."),
+    klokAfwijkingSeconden: nullable(t.Number(), {
+      description:
+        "PostgreSQL: hoeveel seconden de klok van de databaseserver voorloopt op die van deze host (negatief: achterloopt), op één decimaal; " +
+        "meer dan 10 s is een punt in `status` (twee instanties beslissen over taken met hun eigen klok). SQLite: null.",
+    }),
   }),
   schijf: t.Array(
     t.Object({

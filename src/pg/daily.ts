@@ -33,6 +33,7 @@ import {
 import { lastVerificationStart, NEWEST_ROWS, rowSealOf, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
+import { databaseClockOffsetMs } from "./clock.ts";
 import { fileSystemSpace, watchedPaths } from "../disk-space.ts";
 import { dueStatePg, installedAtPg, newestBackupPg, newestRunRowsPg } from "./status.ts";
 import type { PgDb, PgStore } from "./store.ts";
@@ -123,9 +124,9 @@ export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Confi
   return out;
 }
 
-/** pg_database_size of this database; walBytes 0 (see the top of this file). */
+/** pg_database_size of this database; walBytes 0 (see the top of this file); the server's clock against this host's. */
 export async function databaseSizePg(store: PgStore): Promise<DailyReport["database"]> {
-  return databaseSection(await databaseSize(store.sql), 0);
+  return databaseSection(await databaseSize(store.sql), 0, await databaseClockOffsetMs(store.sql));
 }
 
 export async function readDailyInputsPg(store: PgStore, config: Config, now: Date): Promise<DailyInputs> {

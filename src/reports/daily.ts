@@ -16,6 +16,7 @@ import { auditKeys } from "../audit/keys.ts";
 import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
+import { CLOCK_SKEW_LIMIT_MS } from "../pg/clock.ts";
 import { diskLevel, fileSystemSpace, freePercent, watchedPaths, type FileSystemSpace } from "../disk-space.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { newestRunRows, type Outcome } from "../job-runs.ts";
@@ -228,8 +229,8 @@ export function jobsSection(jobs: readonly ScheduledJobRuns[], config: Pick<Conf
 }
 
 /** The database section from the store's byte counts, whatever the store counts. */
-export function databaseSection(bytes: number, walBytes: number): DailyReport["database"] {
-  return { bytes, grootte: formatSize(bytes), walBytes };
+export function databaseSection(bytes: number, walBytes: number, clockOffsetMs: number | null = null): DailyReport["database"] {
+  return { bytes, grootte: formatSize(bytes), walBytes, klokAfwijkingSeconden: clockOffsetMs === null ? null : Math.round(clockOffsetMs / 100) / 10 };
 }
 
 /** The disk section: each file system with its level against SCHIJF_MIN_VRIJ_PROCENT (diskLevel). */
@@ -248,6 +249,14 @@ export function diskSection(spaces: FileSystemSpace[], minVrijProcent: number): 
 
 export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzone">): DailyReport["status"] {
   const punten: StatusPunt[] = [];
+  const skew = r.database.klokAfwijkingSeconden;
+  if (skew !== null && Math.abs(skew) * 1000 > CLOCK_SKEW_LIMIT_MS) {
+    punten.push([
+      "let-op",
+      `De klok van deze host wijkt ${Math.abs(skew)} s af van die van de databaseserver (die loopt ${skew > 0 ? "voor" : "achter"}). ` +
+        `Twee instanties beslissen met hun eigen klok over de taken: zet NTP aan (timedatectl), op elke host.`,
+    ]);
+  }
   for (const fs of r.schijf) {
     if (fs.niveau === "ok") continue;
     const wat = fs.bestanden.length === 1 ? `het ${fs.bestanden[0]}` : `${fs.bestanden.slice(0, -1).join(", ")} en ${fs.bestanden.at(-1)}`;
