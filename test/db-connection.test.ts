@@ -15,7 +15,7 @@ describe("store.db and store.sqlite are one connection", () => {
     try {
       store.sqlite.run("INSERT INTO tenants (naam, actief, aangemaakt) VALUES ('A', 1, 'x')");
       store.sqlite.run("INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (1, 'B', 'b@example.nl', 1)");
-      const [admin] = weekRecipients(store.db, "2026-W30");
+      const [admin] = weekRecipients(store.db, "2026-W30", 10);
 
       store.sqlite.run("BEGIN IMMEDIATE");
       startRun(store.db, "dagrapport", NOW, TEST_SEAL);
@@ -26,7 +26,7 @@ describe("store.db and store.sqlite are one connection", () => {
       store.sqlite.run("ROLLBACK");
 
       expect(lastRun(store.db, "dagrapport", TEST_SEAL, NOW).run).toBeNull();
-      expect(weekRecipients(store.db, "2026-W30")).toEqual([{ ...admin!, alVerstuurd: false }]);
+      expect(weekRecipients(store.db, "2026-W30", 10)).toEqual([{ ...admin!, alVerstuurd: false }]);
     } finally {
       other.close();
       store.close();

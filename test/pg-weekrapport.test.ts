@@ -408,14 +408,14 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
       await step(() => q.reserveDelivery(b, "2026-W30"));
       await step(() => q.releaseDelivery(b, "2026-W30"));
       await step(() => q.pruneDeliveries("2026-W31"));
-      expect((await q.weekRecipients("2026-W30")).map((r) => [r.email, r.alVerstuurd])).toEqual([
+      expect((await q.weekRecipients("2026-W30", 10)).map((r) => [r.email, r.alVerstuurd])).toEqual([
         ["anna@alfa.test", false],
         ["bert@alfa.test", false],
       ]);
       expect(await q.uncertainDeliveries()).toEqual([]);
       await q.reserveDelivery(b, "2026-W30");
       await q.recordDelivery(a, "2026-W30", NOW);
-      expect((await q.weekRecipients("2026-W30")).map((r) => [r.email, r.alVerstuurd])).toEqual([
+      expect((await q.weekRecipients("2026-W30", 10)).map((r) => [r.email, r.alVerstuurd])).toEqual([
         ["anna@alfa.test", true],
         ["bert@alfa.test", true],
       ]);

@@ -69,6 +69,34 @@ describe("weekrapport: who receives it", () => {
     expect(env.alarms.raised).toEqual([]);
   });
 
+  test("at most WEEKRAPPORT_MAX_BERICHTEN messages a week: the first ones in tenant and administrator order, the same at a rerun; the rest counted in begrensd and alarmed", async () => {
+    const smtp = await startSmtp({});
+    const env = await makeMailEnv({ SMTP_URL: smtp.url, WEEKRAPPORT_MAX_BERICHTEN: "3" });
+    toClean.push(() => smtp.stop(), () => env.cleanup());
+    env.setNow(NOW);
+    const a = await addTenant(env.db, "Alfa BV");
+    const b = await addTenant(env.db, "Beta BV");
+    for (const who of ["a1", "a2"]) await addAdmin(env.db, a, `${who}@alfa.test`);
+    await addAdmin(env.db, a, "oud@alfa.test", false);
+    for (const who of ["b1", "b2", "b3"]) await addAdmin(env.db, b, `${who}@beta.test`);
+
+    const first = await call(env.app, "/api/cron/weekrapport");
+    expect(first.status).toBe(200);
+    expect(first.json).toEqual({ verstuurd: 3, fouten: 0, overgeslagen: 0, begrensd: 2, bezorging: "smtp", week: "2026-W30" });
+    expect(recipientsOf(smtp)).toEqual(["a1@alfa.test", "a2@alfa.test", "b1@beta.test"]);
+    expect(env.alarms.raised.map((x) => [x.type, x.message])).toEqual([
+      [
+        "mail-failure",
+        "Weekrapport 2026-W30: 2 van de 5 ontvangers krijgen het weekrapport niet: meer dan WEEKRAPPORT_MAX_BERICHTEN (3) berichten per week. " +
+          "Controleer de beheerders die de applicatie heeft opgegeven (PUT /api/tenants/{id}/beheerders); verhoog de grens alleen als zoveel ontvangers kloppen.",
+      ],
+    ]);
+    // A rerun in the week sends nothing more: the same three, already sent.
+    const again = await call(env.app, "/api/cron/weekrapport");
+    expect(again.json).toEqual({ verstuurd: 0, fouten: 0, overgeslagen: 3, begrensd: 2, bezorging: "smtp", week: "2026-W30" });
+    expect(smtp.received).toHaveLength(3);
+  });
+
   test("no active administrators: nothing sent, nothing failed", async () => {
     const { smtp, env } = await setup();
     await addTenant(env.db, "Leeg BV");

@@ -48,6 +48,13 @@ export const WeekrapportResult = t.Object({
         "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze.",
     }),
   ),
+  begrensd: t.Optional(
+    integer({
+      minimum: 1,
+      description:
+        "Alleen als > 0: zoveel ontvangers (actieve beheerders van actieve tenants, in volgorde van tenant en beheerder) vielen buiten WEEKRAPPORT_MAX_BERICHTEN en krijgen deze week niets; alarm mail-failure.",
+    }),
+  ),
   bezorging: enumOf(["smtp", "outbox"], { description: "outbox: SMTP_URL ontbreekt, berichten staan als .eml in de outbox-map." }),
   week: t.String({
     pattern: "^\\d{4}-W\\d{2}$",
@@ -94,7 +101,13 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
   const tijdzone = deps.config.rapportTijdzone;
 
   await q.pruneDeliveries(isoWeek(new Date(tot.getTime() - (DELIVERY_WEEKS_KEPT - 1) * WEEK_MS)));
-  const recipients = await q.weekRecipients(week);
+  // At most WEEKRAPPORT_MAX_BERICHTEN, the same ones at every run of the week: whoever can
+  // write tenants and administrators (APP_SECRET) must not make the service mail without
+  // end, nor read an unbounded list into memory. One more tells that there are more.
+  const limit = deps.config.weekrapportMaxBerichten;
+  const recipients = await q.weekRecipients(week, limit + 1);
+  const begrensd = recipients.length > limit ? (await q.recipientCount()) - limit : 0;
+  if (begrensd > 0) recipients.length = limit;
   // Before this run reserves anything: what earlier runs left unresolved, in every week kept.
   const onzeker: Uncertain[] = (await q.uncertainDeliveries()).map((d) => ({ adres: d.email, tenantId: d.tenantId, week: d.isoWeek }));
   const byTenant = new Map<number, WeekRecipient[]>();
@@ -193,6 +206,15 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
   }
 
   async function raiseAlarms(): Promise<void> {
+    if (begrensd > 0) {
+      await deps.alarms.raise({
+        type: "mail-failure",
+        message:
+          `Weekrapport ${week}: ${begrensd} van de ${limit + begrensd} ontvangers krijgen het weekrapport niet: meer dan WEEKRAPPORT_MAX_BERICHTEN (${limit}) berichten per week. ` +
+          `Controleer de beheerders die de applicatie heeft opgegeven (PUT /api/tenants/{id}/beheerders); verhoog de grens alleen als zoveel ontvangers kloppen.`,
+        context: { week, begrensd, grens: limit },
+      });
+    }
     if (fouten > 0) {
       await deps.alarms.raise({
         type: "mail-failure",
@@ -224,7 +246,15 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
         `Een nieuwe aanroep verstuurt de rest van deze week.`,
     );
   }
-  const body: WeekrapportResult = { verstuurd, fouten, overgeslagen, ...(onzeker.length > 0 ? { onzeker: onzeker.length } : {}), bezorging: deps.mailer.bezorging, week };
+  const body: WeekrapportResult = {
+    verstuurd,
+    fouten,
+    overgeslagen,
+    ...(onzeker.length > 0 ? { onzeker: onzeker.length } : {}),
+    ...(begrensd > 0 ? { begrensd } : {}),
+    bezorging: deps.mailer.bezorging,
+    week,
+  };
   return { status: 200, body };
 }
 

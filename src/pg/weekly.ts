@@ -43,7 +43,7 @@ export async function pruneDeliveriesPg(db: PgDb, oldestKept: string): Promise<v
 }
 
 /** Every active administrator of every active tenant, in tenant order, with the rerun guard of `isoWeek` (weekRecipients). */
-export async function weekRecipientsPg(db: PgDb, isoWeek: string): Promise<WeekRecipient[]> {
+export async function weekRecipientsPg(db: PgDb, isoWeek: string, limit: number): Promise<WeekRecipient[]> {
   const rows = await db
     .select({
       tenantId: tenants.id,
@@ -59,8 +59,19 @@ export async function weekRecipientsPg(db: PgDb, isoWeek: string): Promise<WeekR
       and(eq(deliveries.administratorId, administrators.id), eq(deliveries.tenantId, tenants.id), eq(deliveries.isoWeek, isoWeek)),
     )
     .where(eq(tenants.actief, true))
-    .orderBy(tenants.id, administrators.id);
+    .orderBy(tenants.id, administrators.id)
+    .limit(limit);
   return rows.map(recipientOf);
+}
+
+/** recipientCount on PostgreSQL. */
+export async function recipientCountPg(db: PgDb): Promise<number> {
+  const [row] = await db
+    .select({ n: count() })
+    .from(tenants)
+    .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
+    .where(eq(tenants.actief, true));
+  return Number(row!.n);
 }
 
 /** Every delivery still SENDING, of every week kept, oldest week first (uncertainDeliveries). */
@@ -180,7 +191,8 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
   let since: Promise<string | null> | undefined;
   return {
     pruneDeliveries: (oldestKept) => pruneDeliveriesPg(db, oldestKept),
-    weekRecipients: (isoWeek) => weekRecipientsPg(db, isoWeek),
+    weekRecipients: (isoWeek, limit) => weekRecipientsPg(db, isoWeek, limit),
+    recipientCount: () => recipientCountPg(db),
     uncertainDeliveries: () => uncertainDeliveriesPg(db),
     // Looked up when its COMMIT's answer is lost: a reservation stored but not known as such
     // would keep the message from ever being sent (every rerun calls it uncertain).

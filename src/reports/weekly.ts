@@ -126,7 +126,7 @@ export function recipientOf({ verstuurd, ...r }: RecipientRow): WeekRecipient {
  * Every active administrator of every active tenant, in tenant order, marked when the
  * report of `isoWeek` was already accepted for them (the rerun guard).
  */
-export function weekRecipients(db: Db, isoWeek: string): WeekRecipient[] {
+export function weekRecipients(db: Db, isoWeek: string, limit: number): WeekRecipient[] {
   return db
     .select({
       tenantId: tenants.id,
@@ -143,8 +143,19 @@ export function weekRecipients(db: Db, isoWeek: string): WeekRecipient[] {
     )
     .where(eq(tenants.actief, true))
     .orderBy(tenants.id, administrators.id)
+    .limit(limit)
     .all()
     .map(recipientOf);
+}
+
+/** How many recipients weekRecipients has without a limit: counted only when the limit was reached. */
+export function recipientCount(db: Db): number {
+  return db
+    .select({ n: count() })
+    .from(tenants)
+    .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
+    .where(eq(tenants.actief, true))
+    .get()!.n;
 }
 
 /** A delivery of any week kept still marked SENDING: its send began and its outcome was never recorded. */
@@ -356,7 +367,9 @@ export function tenantWeekStats(
  */
 export interface WeeklyQueries {
   pruneDeliveries(oldestKept: string): Promise<void>;
-  weekRecipients(isoWeek: string): Promise<WeekRecipient[]>;
+  /** The first `limit` (tenant, then administrator order): the same ones at every run of a week. */
+  weekRecipients(isoWeek: string, limit: number): Promise<WeekRecipient[]>;
+  recipientCount(): Promise<number>;
   uncertainDeliveries(): Promise<UncertainDelivery[]>;
   /** Whether this call reserved it: false when a row was there already (another run's, or a record). */
   reserveDelivery(r: { administratorId: number; tenantId: number }, isoWeek: string): Promise<boolean>;
@@ -372,7 +385,8 @@ export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
   let since: string | null | undefined;
   return {
     pruneDeliveries: async (oldestKept) => pruneDeliveries(db, oldestKept),
-    weekRecipients: async (isoWeek) => weekRecipients(db, isoWeek),
+    weekRecipients: async (isoWeek, limit) => weekRecipients(db, isoWeek, limit),
+    recipientCount: async () => recipientCount(db),
     uncertainDeliveries: async () => uncertainDeliveries(db),
     reserveDelivery: async (r, isoWeek) => reserveDelivery(db, r, isoWeek),
     releaseDelivery: async (r, isoWeek) => releaseDelivery(db, r, isoWeek),
