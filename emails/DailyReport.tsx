@@ -1,7 +1,7 @@
 // Dagrapport: the operator's morning overview. The props are exactly the report the
 // dagrapport job answers with (src/reports/daily.ts builds them).
 import type { ReactNode } from "react";
-import { getal } from "../src/format.ts";
+import { displayText, getal } from "../src/format.ts";
 import { Alinea, Code, Codeblok, Feiten, Kengetallen, Kop, Label, Layout, StatusBanner, Tabel, type Niveau } from "./layout.tsx";
 
 export type Uitkomst = "ok" | "afwijking" | "fout" | "bezig" | "nooit";
@@ -176,7 +176,7 @@ export function DailyReport(p: DailyReportProps) {
           <Alinea>Gebroken ketens: dit kan op manipulatie van het auditlog wijzen. Bewaar de database, het ankerbestand en de back-ups van vóór de fout.</Alinea>
           <Tabel
             kolommen={[{ kop: "Tenant" }, { kop: "Volgnr.", rechts: true }, { kop: "Reden" }]}
-            rijen={p.verificatie.gebroken.map((g) => [`${g.tenant} (#${g.tenantId})`, g.seq === null ? "–" : getal(g.seq), g.uitleg])}
+            rijen={p.verificatie.gebroken.map((g) => [`${displayText(g.tenant)} (#${g.tenantId})`, g.seq === null ? "–" : getal(g.seq), g.uitleg])}
           />
         </>
       ) : null}

@@ -204,6 +204,19 @@ describe("weekrapport: content", () => {
     expect(m.html).toContain("de hash klopt niet meer");
   });
 
+  test("a tenant name with layout characters (U+202E, a bell) is shown without them in the body as in the subject", async () => {
+    const { smtp, env } = await setup();
+    const t = await addTenant(env.db, "Alfa\u202E VB afla\u0007");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    expect((await call(env.app, "/api/cron/weekrapport")).status).toBe(200);
+    const [m] = smtp.received;
+    expect(m!.subject).toStartWith("Weekrapport Alfa VB afla, week 30");
+    for (const part of [m!.text, m!.html]) {
+      expect(part).toContain("Alfa VB afla");
+      expect(part).not.toMatch(/[\u202E\u0007]/);
+    }
+  });
+
   test("a chain never verified says so", async () => {
     const { smtp, env } = await setup();
     await addAdmin(env.db, await addTenant(env.db, "Alfa BV"), "anna@alfa.test");

@@ -4,7 +4,7 @@
 // `, ; : " ( ) [ ] \` ("root,evil@x.nl" went to evil@x.nl, past the check that a list
 // holds each address once). The SMTP server has the final word; this catches typos such
 // as a missing @ as well.
-export const EMAIL_PATTERN = /^[^\s@<>,;:"()[\]\\\u0000]+@[^\s@<>,;:"()[\]\\\u0000]+\.[^\s@<>,;:"()[\]\\\u0000]+$/;
+export const EMAIL_PATTERN = /^[^\s@<>,;:"()[\]\\\u0000-\u001f\u007f-\u009f]+@[^\s@<>,;:"()[\]\\\u0000-\u001f\u007f-\u009f]+\.[^\s@<>,;:"()[\]\\\u0000-\u001f\u007f-\u009f]+$/;
 
 export function isEmailAddress(value: string): boolean {
   return EMAIL_PATTERN.test(value);

@@ -434,7 +434,8 @@ export function weeklyReportProps(
   o: { week: string; van: Date; tot: Date; tijdzone: string },
 ): WeeklyReportProps {
   return {
-    tenant,
+    // Shown in the body's sentences as in the subject: without layout characters (a U+202E reversed the rest of a paragraph).
+    tenant: displayText(tenant),
     week: o.week,
     van: formatDatum(o.van, o.tijdzone),
     tot: formatDatum(o.tot, o.tijdzone),
