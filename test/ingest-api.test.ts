@@ -584,18 +584,19 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     }
   });
 
-  test("the administrator list is replaced by e-mail: updated, added, the missing set inactive; the weekly report uses it", async () => {
+  test("the administrator list is replaced by e-mail: updated, added, the missing removed (set inactive while a weekly report's delivery record names them); the weekly report uses it", async () => {
     await appEnv();
     await send("/api/tenants/3", { naam: "Drie", actief: true }, { method: "PUT" });
     const first = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }, { naam: "Bob", email: "bob@example.nl", actief: true }] }, { method: "PUT" });
     expect(first.status).toBe(200);
     const ids = Object.fromEntries(first.json.beheerders.map((b: { email: string; id: number }) => [b.email, b.id]));
     const second = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans de Vries", email: "ANS@example.nl", actief: true }, { naam: "Cees", email: "cees@example.nl", actief: true }] }, { method: "PUT" });
+    // Bob, never sent a report, is gone: no address is kept once the application dropped it.
     expect(second.json.beheerders).toEqual([
       { id: ids["ans@example.nl"], naam: "Ans de Vries", email: "ANS@example.nl", actief: true },
-      { id: ids["bob@example.nl"], naam: "Bob", email: "bob@example.nl", actief: false },
       { id: expect.any(Number), naam: "Cees", email: "cees@example.nl", actief: true },
     ]);
+    expect(await env.db.get("SELECT count(*) AS n FROM administrators WHERE email = 'bob@example.nl'")).toEqual({ n: 0 });
     const dup = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "A", email: "x@example.nl", actief: true }, { naam: "B", email: "X@example.nl", actief: true }] }, { method: "PUT" });
     expect(dup.status).toBe(400);
     expect(dup.json.error).toContain("beheerders[1].email");
@@ -614,12 +615,21 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     // Rows written directly that differ only in case: one is kept up to date, the other set inactive.
     await env.db.run("INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (3, 'Dubbel', 'ans@EXAMPLE.nl', ?)", true);
     const again = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans", email: "ans@example.nl", actief: true }] }, { method: "PUT" });
-    expect(again.json.beheerders.filter((b: { actief: boolean }) => b.actief).map((b: { id: number }) => b.id)).toEqual([ids["ans@example.nl"]]);
-    const empty = await send("/api/tenants/3/beheerders", { beheerders: [] }, { method: "PUT" });
-    expect(empty.json.beheerders.every((b: { actief: boolean }) => !b.actief)).toBe(true);
+    expect(again.json.beheerders).toEqual([{ id: ids["ans@example.nl"], naam: "Ans", email: "ans@example.nl", actief: true }]);
     await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Ans de Vries", email: "ANS@example.nl", actief: true }, { naam: "Cees", email: "cees@example.nl", actief: true }] }, { method: "PUT" });
     const week = await call(env.app, "/api/cron/weekrapport");
     expect(week.status).toBe(200);
     expect(env.mailer.sent.map((m) => m.to).sort()).toEqual(["ANS@example.nl", "cees@example.nl"]);
+    // Both now have this week's delivery record: an empty list sets them inactive (the records name them) …
+    const empty = await send("/api/tenants/3/beheerders", { beheerders: [] }, { method: "PUT" });
+    expect(empty.json.beheerders.map((b: { email: string; actief: boolean }) => [b.email, b.actief])).toEqual([
+      ["ANS@example.nl", false],
+      ["cees@example.nl", false],
+    ]);
+    // … and once the records are pruned (after 13 weeks), the next list removes them for good.
+    await env.db.run("DELETE FROM weekly_report_deliveries");
+    const later = await send("/api/tenants/3/beheerders", { beheerders: [{ naam: "Dirk", email: "dirk@example.nl", actief: true }] }, { method: "PUT" });
+    expect(later.json.beheerders.map((b: { email: string }) => b.email)).toEqual(["dirk@example.nl"]);
+    expect(await env.db.get("SELECT count(*) AS n FROM administrators WHERE tenant_id = 3")).toEqual({ n: 1 });
   });
 });

@@ -10,7 +10,8 @@ import { createMailer } from "../src/mail/transport.ts";
 import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
 import { WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
-import { stateZegel, call, TEST_SEAL } from "./helpers.ts";
+import { stateZegel, call, TEST_SEAL, until } from "./helpers.ts";
+import { APP_SECRET } from "./ingest-fixtures.ts";
 import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
 import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
 
@@ -31,7 +32,7 @@ afterEach(async () => {
 
 async function setup(refuse: string[] = []) {
   const smtp = await startSmtp({ refuse });
-  const env = await makeMailEnv({ SMTP_URL: smtp.url });
+  const env = await makeMailEnv({ SMTP_URL: smtp.url, APP_SECRET });
   toClean.push(() => smtp.stop(), () => env.cleanup());
   env.setNow(NOW);
   return { smtp, env };
@@ -338,6 +339,43 @@ describe("weekrapport: failures and reruns", () => {
     expect(smtp.received).toHaveLength(60);
     expect(maxInFlight).toBeGreaterThan(1);
     expect(maxInFlight).toBeLessThanOrEqual(5);
+  });
+});
+
+describe("weekrapport: an administrator removed while the run goes on", () => {
+  test("one the application removed (deleted: no delivery record named it) before its turn is skipped, not an error", async () => {
+    const { smtp, env } = await setup();
+    const t = await addTenant(env.db, "Alfa BV");
+    for (let a = 1; a <= 6; a++) await addAdmin(env.db, t, `admin${a}@alfa.test`);
+    // The first five sends wait at a gate: the run then waits for a slot before admin6's turn.
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    let arrived = 0;
+    const real = env.deps.mailer;
+    const gated = {
+      bezorging: real.bezorging,
+      close: () => real.close(),
+      async send(m: Parameters<typeof real.send>[0]) {
+        arrived++;
+        await gate;
+        return real.send(m);
+      },
+    };
+    const run = runWeekrapport({ ...env.deps, mailer: gated }, NOW);
+    await until("five sends under way", () => arrived === 5);
+    // Meanwhile the application's new list leaves admin6 out: deleted, as nothing refers to it yet.
+    const put = await call(env.app, `/api/tenants/${t}/beheerders`, {
+      method: "PUT",
+      token: APP_SECRET,
+      body: JSON.stringify({ beheerders: [1, 2, 3, 4, 5].map((a) => ({ naam: `A${a}`, email: `admin${a}@alfa.test`, actief: true })) }),
+    });
+    expect(put.status).toBe(200);
+    expect(await env.db.get("SELECT count(*) AS n FROM administrators WHERE email = 'admin6@alfa.test'")).toEqual({ n: 0 });
+    open();
+    const r = await run;
+    expect(r.body).toMatchObject({ verstuurd: 5, fouten: 0, overgeslagen: 1 });
+    expect(smtp.received.map((m) => m.to[0]).sort()).toEqual([1, 2, 3, 4, 5].map((a) => `admin${a}@alfa.test`));
+    expect(env.alarms.raised).toEqual([]);
   });
 });
 

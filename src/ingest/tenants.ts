@@ -3,9 +3,9 @@
 // current, without access to the database. Drizzle's builder: a few rows per call. What
 // a call changes is decided here for both stores (newTenant, administratorChanges); the
 // PostgreSQL reads and writes are in src/pg/ingest.ts.
-import { eq } from "drizzle-orm";
+import { and, eq, notInArray, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
-import { administrators, tenants } from "../../db/schema.ts";
+import { administrators, tenants, weeklyReportDeliveries } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
 import { emailText, integer, text } from "../jobs/schema.ts";
 import { Refusal } from "./refusal.ts";
@@ -45,7 +45,7 @@ export const AdministratorList = t.Object(
   {
     beheerders: t.Array(AdministratorInput, {
       maxItems: MAX_ADMINISTRATORS,
-      description: "De volledige lijst: wie er niet (meer) in staat, wordt op niet-actief gezet (niet verwijderd: de verzendadministratie van de weekrapporten verwijst ernaar).",
+      description: "De volledige lijst: wie er niet (meer) in staat, wordt verwijderd, of op niet-actief gezet zolang de verzendadministratie van de weekrapporten (13 weken) naar hem verwijst.",
     }),
   },
   { additionalProperties: false },
@@ -55,7 +55,7 @@ export type AdministratorList = Static<typeof AdministratorList>;
 export const Administrator = t.Object({ id: integer(), naam: t.String(), email: t.String(), actief: t.Boolean() });
 export const AdministratorsResult = t.Object({
   tenantId: integer(),
-  beheerders: t.Array(Administrator, { description: "Alle beheerders van de tenant na de wijziging, ook de niet-actieve." }),
+  beheerders: t.Array(Administrator, { description: "Alle beheerders van de tenant na de wijziging: de lijst, en wie nog niet-actief bewaard blijft voor de verzendadministratie." }),
 });
 export type AdministratorsResult = Static<typeof AdministratorsResult>;
 
@@ -82,17 +82,22 @@ export const unknownTenant = (tenantId: number) => new Refusal(404, `Onbekende t
 
 type AdministratorValues = Static<typeof AdministratorInput>;
 
-/** What a PUT of the list changes, in this order: each listed address updated or added, then rows set inactive. */
+/** What a PUT of the list changes: each listed address updated or added, and the rest removed. */
 export interface AdministratorChanges {
   /** Per listed address, in list order: the id of the row it updates, or null to add one. */
   steps: { update: number | null; values: AdministratorValues }[];
+  /** Rows not in the list: deleted, or set inactive while a weekly report's delivery record (of the 13 weeks kept) refers to them. */
   deactivate: number[];
 }
 
 /**
  * Makes the tenant's administrators (`rows`, by id) the given list, matched by e-mail
- * address (case-insensitive): known ones are updated, new ones added, the rest set
- * inactive (never deleted: the weekly report's deliveries refer to them). A duplicate
+ * address (case-insensitive): known ones are updated, new ones added, the rest removed:
+ * deleted, or set inactive while a delivery record of the weekly report refers to them
+ * (a later PUT deletes them once those are pruned). So a tenant never holds more than
+ * the list and the last weeks' recipients: no one's address is kept after the
+ * application dropped it, and a PUT's work and answer stay bounded (rows only set
+ * inactive piled up: 300,000 made an empty PUT hold the service for 7 s). A duplicate
  * address in the list is 400.
  */
 export function administratorChanges(rows: readonly { id: number; email: string }[], input: AdministratorList): AdministratorChanges {
@@ -120,10 +125,27 @@ export function putAdministrators(db: Db, tenantId: number, input: Administrator
   if (db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, tenantId)).get() === undefined) throw unknownTenant(tenantId);
   const ofTenant = () => db.select().from(administrators).where(eq(administrators.tenantId, tenantId)).orderBy(administrators.id).all();
   const changes = administratorChanges(ofTenant(), input);
+  removeAdministrators(db, tenantId, changes);
   for (const s of changes.steps) {
     if (s.update !== null) db.update(administrators).set(s.values).where(eq(administrators.id, s.update)).run();
     else db.insert(administrators).values({ tenantId, ...s.values }).run();
   }
-  for (const id of changes.deactivate) db.update(administrators).set({ actief: false }).where(eq(administrators.id, id)).run();
   return { tenantId, beheerders: ofTenant().map(({ id, naam, email, actief }) => ({ id, naam, email, actief })) };
+}
+
+/** The ids a PUT keeps: the rows it updated. Every other row of the tenant that existed before goes (AdministratorChanges.deactivate). */
+export const keptIds = (changes: AdministratorChanges) => changes.steps.flatMap((s) => (s.update === null ? [] : [s.update]));
+
+/**
+ * Deletes the tenant's rows that a PUT does not keep and no delivery record refers to, and
+ * sets the others inactive: two statements however many rows there are (bounded by the ids
+ * kept, at most 1,000). Runs before the list's new rows are added.
+ */
+function removeAdministrators(db: Db, tenantId: number, changes: AdministratorChanges): void {
+  if (changes.deactivate.length === 0) return;
+  const kept = keptIds(changes);
+  const notKept = and(eq(administrators.tenantId, tenantId), kept.length > 0 ? notInArray(administrators.id, kept) : undefined);
+  const delivered = sql`EXISTS (SELECT 1 FROM ${weeklyReportDeliveries} WHERE ${weeklyReportDeliveries.administratorId} = ${administrators.id})`;
+  db.delete(administrators).where(and(notKept, sql`NOT ${delivered}`)).run();
+  db.update(administrators).set({ actief: false }).where(and(notKept, eq(administrators.actief, true))).run();
 }

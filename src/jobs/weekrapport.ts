@@ -8,6 +8,7 @@ import { t, type Static } from "elysia";
 import { WeeklyReport } from "../../emails/WeeklyReport.tsx";
 import type { Deps } from "../deps.ts";
 import { isoWeek } from "../format.ts";
+import { driverError } from "../http/errors.ts";
 import { errorText, log } from "../logger.ts";
 import { surelyNotDelivered, type MailMessage } from "../mail/mailer.ts";
 import { renderEmail } from "../mail/render.ts";
@@ -161,6 +162,21 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
     }
   };
 
+  /**
+   * Whether this run reserved the message (reserveDelivery); false too when the
+   * administrator was removed meanwhile (PUT …/beheerders deletes one that no delivery
+   * record names, so the reservation's reference to it fails): not sent, skipped.
+   */
+  const reserved = async (admin: WeekRecipient): Promise<boolean> => {
+    try {
+      return await q.reserveDelivery(admin, week);
+    } catch (e) {
+      const err = driverError(e);
+      if (err?.code === "SQLITE_CONSTRAINT_FOREIGNKEY" || err?.errno === "23503") return false;
+      throw e;
+    }
+  };
+
   try {
     for (const [tenantId, admins] of byTenant) {
       const owed = admins.filter((a) => !a.alVerstuurd);
@@ -190,7 +206,7 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
         // A claim: when another run (another instance whose lease lapsed) reserved it
         // first, that run sends it; this one does not send it again, and counts it as
         // skipped.
-        if (!(await q.reserveDelivery(admin, week))) {
+        if (!(await reserved(admin))) {
           overgeslagen++;
           continue;
         }

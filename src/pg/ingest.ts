@@ -24,6 +24,7 @@ import {
 import { attemptTenants, refuseUnknownAttemptTenants, type AttemptRow, type LoginAttemptResult } from "../ingest/login-attempts.ts";
 import {
   administratorChanges,
+  keptIds,
   newTenant,
   tenantResult,
   unknownTenant,
@@ -177,11 +178,16 @@ export function putAdministratorsPg(store: PgStore, tenantId: number, input: Adm
         ({ id, naam, email, actief }) => ({ id, naam, email, actief }),
       );
     const changes = administratorChanges(await ofTenant(), input);
+    // As on SQLite (removeAdministrators): the rows not kept deleted, or set inactive while a delivery record refers to them.
+    if (changes.deactivate.length > 0) {
+      const kept = keptIds(changes);
+      await tx`DELETE FROM administrators a WHERE a.tenant_id = ${tenantId} AND a.id <> ALL(${kept}::int[]) AND NOT EXISTS (SELECT 1 FROM weekly_report_deliveries d WHERE d.administrator_id = a.id)`;
+      await tx`UPDATE administrators SET actief = false WHERE tenant_id = ${tenantId} AND actief AND id <> ALL(${kept}::int[])`;
+    }
     for (const { update, values: b } of changes.steps) {
       if (update !== null) await tx`UPDATE administrators SET naam = ${b.naam}, email = ${b.email}, actief = ${b.actief} WHERE id = ${update}`;
       else await tx`INSERT INTO administrators (tenant_id, naam, email, actief) VALUES (${tenantId}, ${b.naam}, ${b.email}, ${b.actief})`;
     }
-    if (changes.deactivate.length > 0) await tx`UPDATE administrators SET actief = false WHERE id = ANY(${changes.deactivate}::int[])`;
     return { tenantId, beheerders: await ofTenant() };
   });
 }
