@@ -116,6 +116,19 @@ describe("migrate-to", () => {
     expect(newTenant).toBe(4);
   });
 
+  test("ids SQLite gave out and then deleted (login attempts past retention) are not given out again on PostgreSQL: its sequences start after SQLite's AUTOINCREMENT counters", async () => {
+    await livedInstallation();
+    const used = (env!.store.sqlite.query("SELECT seq FROM sqlite_sequence WHERE name = 'login_attempts'").get() as { seq: number }).seq;
+    expect(used).toBe(2);
+    env!.store.sqlite.run("DELETE FROM login_attempts");
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    const [{ id }] = await client(url)`INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (${NOW.toISOString()}, 'z', '10.0.0.9', false) RETURNING id`;
+    // SQLite's own next id, not 1 again.
+    const onSqlite = env!.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (?, 'z', '10.0.0.9', 0) RETURNING id").get(NOW.toISOString()) as { id: number };
+    expect([Number(id), onSqlite.id]).toEqual([used + 1, used + 1]);
+  });
+
   test("a changed, deleted or swapped entry in the copy is found by the PostgreSQL verifier, with SQLite's reden", async () => {
     const { a } = await livedInstallation();
     const url = await cluster.createDatabase();

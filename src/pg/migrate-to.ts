@@ -79,6 +79,14 @@ export function copyText(v: unknown, boolean: boolean): string {
   return s.replace(TO_ESCAPE, (ch) => ESCAPED[ch]!);
 }
 
+/** SQLite's AUTOINCREMENT counters (sqlite_sequence): the highest id each such table ever gave out, by table; empty without any. */
+function autoincrementCounters(source: Database): Map<string, number> {
+  // Raw SQL: SQLite's own table.
+  if (source.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'sqlite_sequence'").get() === null) return new Map();
+  const rows = source.query("SELECT name, seq FROM sqlite_sequence").all() as { name: string; seq: number }[];
+  return new Map(rows.filter((r) => Number.isSafeInteger(r.seq) && r.seq > 0).map((r) => [r.name, r.seq]));
+}
+
 async function copyTable(tx: SQL, source: Database, shape: TableShape): Promise<number> {
   const cols = shape.columns.map(quote).join(", ");
   const writer = tx.unsafe(`COPY ${quote(shape.name)} (${cols}) FROM STDIN`).writable().getWriter();
@@ -280,6 +288,7 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
     o.log(`kopiëren naar ${redactUrl(o.url)}`);
     try {
       const tabellen: { tabel: string; rijen: number }[] = [];
+      const autoincrementFloor = autoincrementCounters(source);
       await target.sql.begin(async (tx) => {
         // The audit entries' statement trigger (migration 0002) would keep every copied
         // row in a transition table to look its tenant up: gigabytes of temporary files at
@@ -291,11 +300,12 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
           const rijen = await copyTable(tx, source, s);
           tabellen.push({ tabel: s.name, rijen });
           o.log(`  ${s.name}: ${rijen} rijen`);
-          // Ids handed out after the move continue after the copied ones.
+          // Ids handed out after the move continue after the copied ones, and after every
+          // id SQLite ever gave out (its AUTOINCREMENT counter): rows deleted since, such
+          // as login attempts past retention, keep their ids used, as on SQLite.
           for (const col of s.sequences) {
-            await tx.unsafe(
-              `SELECT setval(pg_get_serial_sequence('${s.name}', '${col}'), coalesce((SELECT max(${quote(col)}) FROM ${quote(s.name)}), 1), (SELECT max(${quote(col)}) FROM ${quote(s.name)}) IS NOT NULL)`,
-            );
+            const used = `greatest(coalesce((SELECT max(${quote(col)}) FROM ${quote(s.name)}), 0), ${autoincrementFloor.get(s.name) ?? 0})`;
+            await tx.unsafe(`SELECT setval(pg_get_serial_sequence('${s.name}', '${col}'), greatest(${used}, 1), ${used} > 0)`);
           }
         }
         await tx.unsafe(`ALTER TABLE audit_entries ENABLE TRIGGER ${TENANT_CHECK}`);
