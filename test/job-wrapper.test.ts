@@ -4,13 +4,14 @@ import { Cron } from "croner";
 import { t } from "elysia";
 import type { AnyStore } from "../src/deps.ts";
 import { lastRun as lastRunOf, type JobRunRow } from "../src/job-runs.ts";
+import { newLeaseHolder, startLeasedRun } from "../src/job-lease.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { backupControleJob } from "../src/jobs/backup-controle.ts";
 import { dagrapportJob } from "../src/jobs/dagrapport.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { takenControleJob } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE } from "../src/schedule.ts";
-import { call, NOW, SECRET, TEST_SEAL, eindzegel, zegel } from "./helpers.ts";
+import { call, NOW, SECRET, TEST_SEAL, eindzegel, until, zegel } from "./helpers.ts";
 import { makeEnv, type Env } from "./dialect.ts";
 import { holdRunEnd } from "./ingest-fixtures.ts";
 
@@ -181,6 +182,36 @@ describe("the job wrapper", () => {
       await server.stop(true);
     }
   }, 20_000);
+
+  test("a run whose lease another process took over meanwhile (it expired: this process stood still, or the clocks differ) raises job-overlap at its end; the other's lease is left alone", async () => {
+    const g = gate();
+    const started = gate();
+    const job = defineJob({
+      name: "audit-verificatie",
+      summary: "t",
+      description: "t",
+      run: async () => {
+        started.open();
+        await g.p;
+        return { status: 200, body: { ok: true } };
+      },
+    });
+    env = await makeEnv({}, { jobs: [job] });
+    const call1 = call(env.app, "/api/cron/audit-verificatie");
+    await started.p;
+    // Another instance, its clock past this lease's expiry, takes the lease over.
+    const other = newLeaseHolder();
+    const later = new Date(NOW.getTime() + 10 * 60_000);
+    const taken = await startLeasedRun(env.store, TEST_SEAL, "audit-verificatie", { ...other, host: "elders.example" }, later, 90_000);
+    expect(taken.ok && taken.overgenomen?.reden).toBe("verlopen");
+    g.open();
+    expect((await call1).status).toBe(200);
+    await until("the alarm", () => env.alarms.raised.some((a) => a.type === "job-overlap"));
+    const alarm = env.alarms.raised.find((a) => a.type === "job-overlap")!;
+    expect(alarm.message).toStartWith("De lease van audit-verificatie (run 1) was aan het eind van de run niet meer van deze run");
+    // The other instance's lease stays.
+    expect(await env.db.get<{ host: string }>("SELECT host FROM job_leases WHERE job = 'audit-verificatie'")).toEqual({ host: "elders.example" });
+  });
 
   test("a second call while the job still runs gets 409 {error} and does not run it", async () => {
     const g = gate();

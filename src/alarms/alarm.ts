@@ -13,6 +13,7 @@ export type AlarmType =
   | "job-missed"
   | "job-interrupted"
   | "job-hung"
+  | "job-overlap"
   | "db-integrity"
   | "login-bruteforce"
   | "internal-error";

@@ -210,6 +210,26 @@ async function recordEnd(deps: Deps, running: RunningJobs, run: RunRef & { job: 
 }
 
 /**
+ * The run's lease was not this run's any more when it ended (another process took it over
+ * after it expired without a renewal: this one hung or was frozen, or the hosts' clocks
+ * differ; or someone deleted it): the job may have run twice at once. Raised without
+ * waiting for the channels (the answer goes out meanwhile).
+ */
+function alarmOverlap(deps: Deps, job: JobName, runId: number, verloopt: Date): void {
+  log("error", "a run's lease was no longer its own when it ended: another process may have run the job at the same time", { job, runId, verloopt: verloopt.toISOString() });
+  void deps.alarms
+    .raise({
+      type: "job-overlap",
+      message:
+        `De lease van ${job} (run ${runId}) was aan het eind van de run niet meer van deze run: een ander proces heeft de taak overgenomen nadat ze verliep (${verloopt.toISOString()}), ` +
+        `dus ${job} kan twee keer tegelijk gelopen hebben. Oorzaak: dit proces stond stil (bevroren, overbelast) of de klokken van de hosts lopen uiteen (NTP). ` +
+        `Kijk of beide runs hun werk deden (job_runs) en draai ${job} zo nodig opnieuw.`,
+      context: { job, runId, verloopt: verloopt.toISOString() },
+    })
+    .catch((e) => log("error", "alarm failed", { error: errorText(e) }));
+}
+
+/**
  * Deletes the run's lease (this holder's, this run's) once its end is written: while the
  * end waits for the write lock after the answer (`endLater`), the lease waits with it,
  * so that another process's taken-controle sees the run alive instead of a 'bezig' row
@@ -217,7 +237,7 @@ async function recordEnd(deps: Deps, running: RunningJobs, run: RunRef & { job: 
  * the answer, then after it (writeLater). A failure is logged as an error; the lease
  * then expires by itself and until then another process's call of the job is refused.
  */
-async function releaseAfterEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, verloopt: Date, endLater: Later | null): Promise<void> {
+async function releaseAfterEnd(deps: Deps, running: RunningJobs, job: JobName, runId: number, verloopt: Date, endLater: Later | null, notOurs: () => void): Promise<void> {
   const release = (ms: number) => releaseLease(deps.store, job, running.holder, runId, ms);
   const failure = { message: "could not release a job's lease; it expires by itself", context: { job, runId, verloopt: verloopt.toISOString() } };
   const pending: PendingWrite = { what: "lease", job, runId };
@@ -230,7 +250,7 @@ async function releaseAfterEnd(deps: Deps, running: RunningJobs, job: JobName, r
     return;
   }
   try {
-    await release(BUSY_TIMEOUT_MS);
+    if (!(await release(BUSY_TIMEOUT_MS))) notOurs();
   } catch (e) {
     if (lockWaitGivenUp(e)) void writeLater(running, pending, failure, release);
     else log("error", failure.message, { ...failure.context, error: errorText(e) });
@@ -382,7 +402,9 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     } finally {
       // No renewal writes after this; a lease taken over meanwhile is not ours to release.
       const renewal = await renewer.stop();
-      if (!keepLease && !renewal.lost) await releaseAfterEnd(deps, running, def.name, runId, renewal.verloopt, endLater);
+      const overlap = () => alarmOverlap(deps, def.name, runId, renewal.verloopt);
+      if (renewal.lost) overlap();
+      else if (!keepLease) await releaseAfterEnd(deps, running, def.name, runId, renewal.verloopt, endLater, overlap);
     }
   } finally {
     running.finish(def.name);
