@@ -184,7 +184,7 @@ export class NachtwachtClient {
     return this.#call<TenantResult>("PUT", `/api/tenants/${tenantPath(id)}`, { naam: tenant.naam, actief: tenant.actief }, true);
   }
 
-  /** Makes the tenant's administrators exactly this list (by e-mail; the missing ones set inactive). 404 for an unknown tenant. */
+  /** Makes the tenant's administrators exactly this list (by e-mail; the missing ones removed, or kept inactive while a weekly report's delivery record names them). 404 for an unknown tenant. */
   putAdministrators(id: number, beheerders: readonly Administrator[]): Promise<AdministratorsResult> {
     return this.#call<AdministratorsResult>("PUT", `/api/tenants/${tenantPath(id)}/beheerders`, { beheerders }, true);
   }
