@@ -1,18 +1,20 @@
 import { afterEach, describe, expect, spyOn, test } from "bun:test";
 import { closeSync, openSync, writeSync } from "node:fs";
+import { SQL } from "bun";
 import { Cron } from "croner";
 import { t } from "elysia";
 import type { AnyStore } from "../src/deps.ts";
 import { lastRun as lastRunOf, type JobRunRow } from "../src/job-runs.ts";
 import { newLeaseHolder, startLeasedRun } from "../src/job-lease.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
+import { createApp } from "../src/app.ts";
 import { backupControleJob } from "../src/jobs/backup-controle.ts";
 import { dagrapportJob } from "../src/jobs/dagrapport.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { takenControleJob } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE } from "../src/schedule.ts";
 import { call, NOW, SECRET, TEST_SEAL, eindzegel, until, zegel } from "./helpers.ts";
-import { makeEnv, type Env } from "./dialect.ts";
+import { makeEnv, pgOnly, type Env } from "./dialect.ts";
 import { holdRunEnd } from "./ingest-fixtures.ts";
 
 let env: Env;
@@ -211,6 +213,38 @@ describe("the job wrapper", () => {
     expect(alarm.message).toStartWith("De lease van audit-verificatie (run 1) was aan het eind van de run niet meer van deze run");
     // The other instance's lease stays.
     expect(await env.db.get<{ host: string }>("SELECT host FROM job_leases WHERE job = 'audit-verificatie'")).toEqual({ host: "elders.example" });
+  });
+
+  pgOnly("PostgreSQL drops every connection as the job ends (a server restart): the run's end and the lease's release are written after the answer, not given up (the row stayed 'bezig', the lease blocked the job for 90 s)", async () => {
+    env = await makeEnv();
+    if (env.store.kind !== "pg") throw new Error("PostgreSQL only");
+    const admin = new SQL(env.store.url, { max: 1 });
+    try {
+      for (const fails of [false, true]) {
+        const job = defineJob({
+          name: fails ? "weekrapport" : "dagrapport",
+          summary: "t",
+          description: "t",
+          run: async () => {
+            // Every connection of the service's pool ends at once, as at a restart.
+            await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`;
+            if (fails) throw new Error("kapot");
+            return { status: 200, body: { ok: true } };
+          },
+        });
+        const app = createApp(env.deps, { jobs: [job] });
+        const r = await call(app, `/api/cron/${job.name}`);
+        expect(r.status).toBe(fails ? 500 : 200);
+        const row = await until("the end written", async () => {
+          const [x] = await admin`SELECT uitkomst, http_status FROM job_runs WHERE job = ${job.name} AND uitkomst <> 'bezig'`;
+          return x;
+        });
+        expect([row.uitkomst, Number(row.http_status)]).toEqual(fails ? ["fout", 500] : ["ok", 200]);
+        await until("the lease released", async () => ((await admin`SELECT 1 FROM job_leases WHERE job = ${job.name}`).length === 0 ? true : undefined));
+      }
+    } finally {
+      await admin.close();
+    }
   });
 
   test("a second call while the job still runs gets 409 {error} and does not run it", async () => {

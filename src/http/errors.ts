@@ -93,6 +93,16 @@ export function lockWaitGivenUp(e: unknown): { code: "SQLITE_BUSY" | "55P03"; wh
   return undefined;
 }
 
+/**
+ * PostgreSQL: the connection went (Bun's ERR_POSTGRES_CONNECTION_*, SQLSTATE class 08) or
+ * the server is shutting down or starting (57P01–57P03, a restart): the same write on a
+ * new connection moments later may well get through.
+ */
+export function connectionLost(e: unknown): boolean {
+  const code = unavailableCode(e);
+  return code !== undefined && /^(08|57P0[123]$|ERR_POSTGRES_CONNECTION)/.test(code);
+}
+
 /** Errors of the write API that stored nothing (its 503s), for onError's NOTHING_STORED_HEADER. */
 const storedNothing = new WeakSet<object>();
 

@@ -22,7 +22,7 @@ import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
 import { lastFireOf } from "../schedule-due.ts";
 import { errorText, log } from "../logger.ts";
 import { bodyReader } from "./body.ts";
-import { ErrorBody, json, lockWaitGivenUp, unexpectedStatus } from "./errors.ts";
+import { connectionLost, ErrorBody, json, lockWaitGivenUp, unexpectedStatus } from "./errors.ts";
 
 function outcomeOf(status: number): "ok" | "afwijking" | "fout" {
   if (status >= 200 && status < 300) return "ok";
@@ -60,7 +60,19 @@ function writeLater(
   write: (deadlineMs: number) => Promise<unknown>,
   onFailure?: (error: string) => Promise<void>,
 ): Promise<boolean> {
-  const done = write(RECORD_LATER_DEADLINE_MS).then(
+  // A lost connection (a server restart) is tried again on a new one, with growing pauses, within the deadline.
+  const deadline = performance.now() + RECORD_LATER_DEADLINE_MS;
+  const attempt = async (): Promise<unknown> => {
+    for (let pause = 50; ; pause = Math.min(pause * 2, 2000)) {
+      try {
+        return await write(Math.max(0, deadline - performance.now()));
+      } catch (e) {
+        if (!connectionLost(e) || performance.now() + pause >= deadline) throw e;
+        await Bun.sleep(pause);
+      }
+    }
+  };
+  const done = attempt().then(
     () => true,
     async (e) => {
       const error = errorText(e);
@@ -100,15 +112,17 @@ async function writeEnd(
 ): Promise<Later | null> {
   const { job, runId, end, result } = kept;
   let busy = true;
+  let lost = false;
   try {
     await writeRunEnd(deps.store, rowSealOf(deps.config), kept, end, result);
     return null;
   } catch (e) {
     // Another process's write lock (SQLite), or on PostgreSQL no connection or no lock on
-    // the run's row in time: not written yet, so kept and written later; any other
-    // error is a failure of the end.
+    // the run's row in time, or the connection lost (a server restart): not written yet,
+    // so kept and written later; any other error is a failure of the end.
     const wait = lockWaitGivenUp(e);
-    if (!wait && !(e instanceof DeadlineError)) throw e;
+    lost = connectionLost(e);
+    if (!wait && !lost && !(e instanceof DeadlineError)) throw e;
     busy = wait?.code === "SQLITE_BUSY";
   }
   running.keepEnd(kept);
@@ -117,7 +131,9 @@ async function writeEnd(
     "warn",
     busy
       ? "the database write lock stayed taken by another process; the run's end is recorded once it is free, after the answer"
-      : "the run's end did not get through to the database in time; it is recorded after the answer",
+      : lost
+        ? "the database connection was lost (a restart of the server?); the run's end is recorded after the answer"
+        : "the run's end did not get through to the database in time; it is recorded after the answer",
     context,
   );
   const written = writeLater(
@@ -252,7 +268,7 @@ async function releaseAfterEnd(deps: Deps, running: RunningJobs, job: JobName, r
   try {
     if (!(await release(BUSY_TIMEOUT_MS))) notOurs();
   } catch (e) {
-    if (lockWaitGivenUp(e)) void writeLater(running, pending, failure, release);
+    if (lockWaitGivenUp(e) || connectionLost(e)) void writeLater(running, pending, failure, release);
     else log("error", failure.message, { ...failure.context, error: errorText(e) });
   }
 }
