@@ -23,16 +23,22 @@ afterEach(async () => {
 /** A migration record of a version after this one: dated after every migration this binary has. */
 const LATER = Math.max(...embeddedMigrations.journal.entries.map((e) => e.when), ...embeddedPgMigrations.journal.entries.map((e) => e.when)) + 1000;
 
+/** A SQLite file of this version with one migration more recorded, as a newer version leaves it (its WAL checkpointed into the file). */
+function newerSqliteFile(): { dir: string; path: string } {
+  const { dir, cleanup } = tempDir();
+  cleanups.push(cleanup);
+  const path = join(dir, "nachtwacht.db");
+  openStore(path, NOW, TEST_SEAL).close();
+  const raw = new Database(path);
+  raw.run("INSERT INTO __drizzle_migrations (hash, created_at) VALUES ('van-een-nieuwere-versie', ?)", [LATER]);
+  raw.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  raw.close();
+  return { dir, path };
+}
+
 test("a newer database is refused with the versions named, and nothing is written into it", async () => {
   if (DIALECT === "sqlite") {
-    const { dir, cleanup } = tempDir();
-    cleanups.push(cleanup);
-    const path = join(dir, "nachtwacht.db");
-    openStore(path, NOW, TEST_SEAL).close();
-    const raw = new Database(path);
-    raw.run("INSERT INTO __drizzle_migrations (hash, created_at) VALUES ('van-een-nieuwere-versie', ?)", [LATER]);
-    raw.run("PRAGMA wal_checkpoint(TRUNCATE)");
-    raw.close();
+    const { path } = newerSqliteFile();
     const before = readFileSync(path);
     const known = embeddedMigrations.journal.entries.length;
     expect(() => openStore(path, NOW, TEST_SEAL)).toThrow(
@@ -68,13 +74,7 @@ test("a newer database is refused with the versions named, and nothing is writte
 // The binary's start on its default store; on PostgreSQL the refusal is the same migratePg as above.
 sqliteOnly("the binary refuses to start on a newer SQLite database: exit non-zero, the reason in its output", async () => {
   const { path: bin } = await buildBinary();
-  const { dir, cleanup } = tempDir();
-  cleanups.push(cleanup);
-  const path = join(dir, "nachtwacht.db");
-  openStore(path, NOW, TEST_SEAL).close();
-  const raw = new Database(path);
-  raw.run("INSERT INTO __drizzle_migrations (hash, created_at) VALUES ('van-een-nieuwere-versie', ?)", [LATER]);
-  raw.close();
+  const { dir, path } = newerSqliteFile();
   const p = Bun.spawn([bin], {
     cwd: dir,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", PORT: "0", CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, DATABASE_PATH: path, AUDIT_ANKER_BESTAND: join(dir, "a.jsonl") },
