@@ -37,6 +37,8 @@ export interface Config {
   takenMargeMinuten: number;
   inlogDrempelIp: number;
   inlogDrempelAccount: number;
+  /** TENANTS_MAX: the write API creates no tenant beyond this many (PUT /api/tenants/{id} answers 422). */
+  tenantsMax: number;
   /** WEEKRAPPORT_MAX_BERICHTEN: at most this many weekly-report messages per ISO week; more recipients are left out and alarmed. */
   weekrapportMaxBerichten: number;
   /** SCHIJF_MIN_VRIJ_PROCENT: a file system nachtwacht writes to with less free is named in the daily report (let-op; actie below half); 0 never. */
@@ -243,6 +245,7 @@ export function parseConfig(env: Env): Config {
     inlogDrempelAccount: positiveInt(env, "INLOG_DREMPEL_ACCOUNT", 10),
     schijfMinVrijProcent: wholeNumber(env, "SCHIJF_MIN_VRIJ_PROCENT", 10, 0, 50),
     weekrapportMaxBerichten: positiveInt(env, "WEEKRAPPORT_MAX_BERICHTEN", 10_000),
+    tenantsMax: positiveInt(env, "TENANTS_MAX", 100_000, 10_000_000),
   };
 }
 

@@ -57,6 +57,7 @@ describe("configuration", () => {
       inlogDrempelAccount: 10,
       schijfMinVrijProcent: 10,
       weekrapportMaxBerichten: 10_000,
+      tenantsMax: 100_000,
     });
     // 0 is allowed: never name a disk.
     expect(ok({ SCHIJF_MIN_VRIJ_PROCENT: "0" }).schijfMinVrijProcent).toBe(0);
@@ -112,6 +113,7 @@ describe("configuration", () => {
     ["INLOG_DREMPEL_ACCOUNT", "0"],
     ["SCHIJF_MIN_VRIJ_PROCENT", "51"],
     ["WEEKRAPPORT_MAX_BERICHTEN", "0"],
+    ["TENANTS_MAX", "10000001"],
     ["SCHIJF_MIN_VRIJ_PROCENT", "-1"],
     ["SCHIJF_MIN_VRIJ_PROCENT", "7.5"],
     ["PORT", "70000"],

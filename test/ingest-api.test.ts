@@ -584,6 +584,18 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     }
   });
 
+  test("no tenant is created past TENANTS_MAX: 422 naming it, nothing created; existing tenants are still updated", async () => {
+    await appEnv({ TENANTS_MAX: "2" });
+    for (const id of [1, 2]) expect((await send(`/api/tenants/${id}`, { naam: `T${id}`, actief: true }, { method: "PUT" })).status).toBe(201);
+    const refused = await send("/api/tenants/3", { naam: "T3", actief: true }, { method: "PUT" });
+    expect([refused.status, refused.json]).toEqual([422, { error: "Tenant 3 is niet aangemaakt: er zijn al 2 tenants, het maximum (TENANTS_MAX). Bestaande tenants bijwerken kan wel." }]);
+    expect((await send("/api/tenants/2", { naam: "T2 BV", actief: false }, { method: "PUT" })).status).toBe(200);
+    expect(await env.db.all("SELECT id, naam FROM tenants ORDER BY id")).toEqual([
+      { id: 1, naam: "T1" },
+      { id: 2, naam: "T2 BV" },
+    ]);
+  });
+
   test("the administrator list is replaced by e-mail: updated, added, the missing removed (set inactive while a weekly report's delivery record names them); the weekly report uses it", async () => {
     await appEnv();
     await send("/api/tenants/3", { naam: "Drie", actief: true }, { method: "PUT" });

@@ -192,12 +192,13 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       maxBytes: MAX_TENANT_BYTES,
       result: TenantResult,
       created: "Aangemaakt.",
-      refusals: {},
+      refusals: { 422: "Een nieuwe tenant terwijl er al TENANTS_MAX zijn; niets is aangemaakt (bestaande bijwerken kan wel)." },
     },
     async (body, params) => {
       const id = Number(params.id);
       const now = deps.clock();
-      const result = store.kind === "pg" ? await putTenantPg(store, id, body, now) : await writer!.write(1, () => putTenant(store.db, id, body, now));
+      const max = deps.config.tenantsMax;
+      const result = store.kind === "pg" ? await putTenantPg(store, id, body, now, max) : await writer!.write(1, () => putTenant(store.db, id, body, now, max));
       return json(result.nieuw ? 201 : 200, result);
     },
   );
@@ -209,7 +210,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       path: "/api/tenants/:id/beheerders",
       summary: "De beheerders van een tenant vervangen",
       description:
-        "Maakt de beheerders van de tenant gelijk aan de lijst, op e-mailadres: bekende worden bijgewerkt, nieuwe toegevoegd, ontbrekende op niet-actief gezet. Actieve beheerders krijgen het weekrapport.",
+        "Maakt de beheerders van de tenant gelijk aan de lijst, op e-mailadres: bekende worden bijgewerkt, nieuwe toegevoegd, ontbrekende verwijderd (of op niet-actief gezet zolang de verzendadministratie van de weekrapporten naar hen verwijst). Actieve beheerders krijgen het weekrapport.",
       body: AdministratorList,
       params: TenantIdPath,
       maxBytes: MAX_ADMINISTRATORS_BYTES,

@@ -3,7 +3,7 @@
 // current, without access to the database. Drizzle's builder: a few rows per call. What
 // a call changes is decided here for both stores (newTenant, administratorChanges); the
 // PostgreSQL reads and writes are in src/pg/ingest.ts.
-import { and, eq, notInArray, sql } from "drizzle-orm";
+import { and, count, eq, notInArray, sql } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { administrators, tenants, weeklyReportDeliveries } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
@@ -65,13 +65,22 @@ export const newTenant = (tenantId: number, input: TenantInput, now: Date) => ({
 /** The answer: naam and actief as given, aangemaakt as stored (an update keeps it). */
 export const tenantResult = (tenantId: number, input: TenantInput, aangemaakt: string, nieuw: boolean): TenantResult => ({ tenantId, ...input, aangemaakt, nieuw });
 
-/** Creates or updates a tenant on SQLite; runs inside the write transaction. */
-export function putTenant(db: Db, tenantId: number, input: TenantInput, now: Date): TenantResult {
+/**
+ * A new tenant past TENANTS_MAX (422): each tenant costs every night (a line in the
+ * anchor file, a result in audit-verificatie's answer) and every week (its reports), so
+ * whoever holds APP_SECRET must not be able to create them without end.
+ */
+export const tooManyTenants = (tenantId: number, max: number) =>
+  new Refusal(422, `Tenant ${tenantId} is niet aangemaakt: er zijn al ${max} tenants, het maximum (TENANTS_MAX). Bestaande tenants bijwerken kan wel.`);
+
+/** Creates or updates a tenant on SQLite; runs inside the write transaction. At most `max` tenants are created (tooManyTenants). */
+export function putTenant(db: Db, tenantId: number, input: TenantInput, now: Date, max: number): TenantResult {
   const existing = db.select({ aangemaakt: tenants.aangemaakt }).from(tenants).where(eq(tenants.id, tenantId)).get();
   if (existing) {
     db.update(tenants).set({ naam: input.naam, actief: input.actief }).where(eq(tenants.id, tenantId)).run();
     return tenantResult(tenantId, input, existing.aangemaakt, false);
   }
+  if (db.select({ n: count() }).from(tenants).get()!.n >= max) throw tooManyTenants(tenantId, max);
   const row = newTenant(tenantId, input, now);
   db.insert(tenants).values(row).run();
   return tenantResult(tenantId, input, row.aangemaakt, true);

@@ -26,6 +26,7 @@ import {
   administratorChanges,
   keptIds,
   newTenant,
+  tooManyTenants,
   tenantResult,
   unknownTenant,
   type AdministratorList,
@@ -141,7 +142,7 @@ export function storeLoginAttemptsPg(store: PgStore, attempts: readonly AttemptR
  * time: the second's insert waits for the first's and then does nothing, and it
  * updates the row instead of failing on the primary key.
  */
-export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput, now: Date): Promise<TenantResult> {
+export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput, now: Date, max: number): Promise<TenantResult> {
   return writeCall(store, async (tx) => {
     const row = newTenant(tenantId, input, now);
     const [created] = (await tx`INSERT INTO tenants ${tx(row)} ON CONFLICT (id) DO NOTHING RETURNING aangemaakt`) as { aangemaakt: string }[];
@@ -153,6 +154,9 @@ export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput
       // goes forward (another writer's nextval between the read and setval cannot be
       // shut out; that window is a statement long).
       await tx`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_TENANT_IDS})`;
+      // Under the same lock, so two instances' creations are counted one after the other (this one included).
+      const [counted] = (await tx`SELECT count(*)::int AS n FROM tenants`) as { n: number }[];
+      if (counted!.n > max) throw tooManyTenants(tenantId, max);
       await tx`SELECT setval(seq, ${tenantId}) FROM (SELECT pg_get_serial_sequence('tenants', 'id')::regclass AS seq) AS s
         WHERE coalesce(pg_sequence_last_value(seq), 0) < ${tenantId}`;
       return tenantResult(tenantId, input, created.aangemaakt, true);
