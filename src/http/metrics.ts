@@ -335,6 +335,7 @@ export function renderMetrics(m: MetricsSnapshot): string {
     m.disks.map((d): [Labels, number] => [{ bestand: d.bestand }, d.vrijBytes]),
   );
   out.family(`${N}filesystem_size_bytes`, "gauge", "Size in bytes of that file system.", m.disks.map((d): [Labels, number] => [{ bestand: d.bestand }, d.totaalBytes]));
+  out.family(`${N}filesystem_min_free_ratio`, "gauge", "SCHIJF_MIN_VRIJ_PROCENT / 100: a file system with less free is named in the daily report.", [[{}, m.minFreeRatio]]);
   if (m.databaseClockOffsetSeconds !== null) {
     out.family(
       `${N}database_clock_offset_seconds`,
@@ -343,7 +344,6 @@ export function renderMetrics(m: MetricsSnapshot): string {
       [[{}, m.databaseClockOffsetSeconds]],
     );
   }
-  out.family(`${N}filesystem_min_free_ratio`, "gauge", "SCHIJF_MIN_VRIJ_PROCENT / 100: a file system with less free is named in the daily report.", [[{}, m.minFreeRatio]]);
 
   const c = m.counters;
   out.family(

@@ -125,7 +125,7 @@ export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Confi
 }
 
 /** pg_database_size of this database; walBytes 0 (see the top of this file); the server's clock against this host's. */
-export async function databaseSizePg(store: PgStore): Promise<DailyReport["database"]> {
+export async function databaseSectionPg(store: PgStore): Promise<DailyReport["database"]> {
   return databaseSection(await databaseSize(store.sql), 0, await databaseClockOffsetMs(store.sql));
 }
 
@@ -136,7 +136,7 @@ export async function readDailyInputsPg(store: PgStore, config: Config, now: Dat
     verificationCountsPg(store.db, now, rowSealOf(config)),
     anchorRecordsPg(store.db),
     scheduledJobRunsPg(store.db, now, config),
-    databaseSizePg(store),
+    databaseSectionPg(store),
   ]);
   return { backup: backup.backup, logins, verification, anchor, jobs, database, schijf: fileSystemSpace(watchedPaths(config, null)) };
 }

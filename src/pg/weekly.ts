@@ -22,6 +22,7 @@ import {
 import {
   loginTally,
   recipientOf,
+  recipientRule,
   SENDING,
   weekStatsOf,
   type TenantWeekLogins,
@@ -53,12 +54,12 @@ export async function weekRecipientsPg(db: PgDb, isoWeek: string, limit: number)
       verstuurd: deliveries.verstuurd,
     })
     .from(tenants)
-    .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
+    .innerJoin(administrators, recipientRule.join(administrators, tenants))
     .leftJoin(
       deliveries,
       and(eq(deliveries.administratorId, administrators.id), eq(deliveries.tenantId, tenants.id), eq(deliveries.isoWeek, isoWeek)),
     )
-    .where(eq(tenants.actief, true))
+    .where(recipientRule.where(tenants))
     .orderBy(tenants.id, administrators.id)
     .limit(limit);
   return rows.map(recipientOf);
@@ -69,8 +70,8 @@ export async function recipientCountPg(db: PgDb): Promise<number> {
   const [row] = await db
     .select({ n: count() })
     .from(tenants)
-    .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
-    .where(eq(tenants.actief, true));
+    .innerJoin(administrators, recipientRule.join(administrators, tenants))
+    .where(recipientRule.where(tenants));
   return Number(row!.n);
 }
 

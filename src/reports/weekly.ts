@@ -8,7 +8,7 @@
 // The queries below are SQLite's; src/pg/weekly.ts has PostgreSQL's. Both feed the
 // rules here (recipientOf, loginTally, weekStatsOf, the status and the mail's props), so
 // the two stores send the same reports to the same people.
-import { and, count, desc, eq, gte, lt, sql } from "drizzle-orm";
+import { and, count, desc, eq, gte, lt, sql, type AnyColumn } from "drizzle-orm";
 import {
   administrators,
   auditEntries,
@@ -117,6 +117,15 @@ export interface RecipientRow {
   verstuurd: string | null;
 }
 
+/**
+ * Who gets the weekly report, for either dialect's tables: the active administrators
+ * (`join`) of the active tenants (`where`). weekRecipients and recipientCount, on both stores.
+ */
+export const recipientRule = {
+  join: (a: { tenantId: AnyColumn; actief: AnyColumn }, t: { id: AnyColumn }) => and(eq(a.tenantId, t.id), eq(a.actief, true)),
+  where: (t: { actief: AnyColumn }) => eq(t.actief, true),
+};
+
 /** The rerun guard: any delivery record of the week counts as sent, one still SENDING too. */
 export function recipientOf({ verstuurd, ...r }: RecipientRow): WeekRecipient {
   return { ...r, alVerstuurd: verstuurd !== null };
@@ -136,12 +145,12 @@ export function weekRecipients(db: Db, isoWeek: string, limit: number): WeekReci
       verstuurd: deliveries.verstuurd,
     })
     .from(tenants)
-    .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
+    .innerJoin(administrators, recipientRule.join(administrators, tenants))
     .leftJoin(
       deliveries,
       and(eq(deliveries.administratorId, administrators.id), eq(deliveries.tenantId, tenants.id), eq(deliveries.isoWeek, isoWeek)),
     )
-    .where(eq(tenants.actief, true))
+    .where(recipientRule.where(tenants))
     .orderBy(tenants.id, administrators.id)
     .limit(limit)
     .all()
@@ -153,8 +162,8 @@ export function recipientCount(db: Db): number {
   return db
     .select({ n: count() })
     .from(tenants)
-    .innerJoin(administrators, and(eq(administrators.tenantId, tenants.id), eq(administrators.actief, true)))
-    .where(eq(tenants.actief, true))
+    .innerJoin(administrators, recipientRule.join(administrators, tenants))
+    .where(recipientRule.where(tenants))
     .get()!.n;
 }
 
