@@ -20,7 +20,8 @@
 //   the lock the event loop keeps answering (/health included) and the lease operation
 //   waits with awaited pauses.
 // - On PostgreSQL the same functions go to src/pg/job-lease.ts: the same rules (leaseTake,
-//   leaseValues), with an advisory lock where SQLite has its write lock.
+//   leaseValues), with an advisory lock where SQLite has its write lock, and the lease's
+//   times on the database server's clock, which two instances share.
 import { randomUUID } from "node:crypto";
 import { readFileSync, readlinkSync } from "node:fs";
 import { hostname } from "node:os";

@@ -99,7 +99,7 @@ export async function startPgServer(config: Config, url: string, options: Server
   const offsetMs = await databaseClockOffsetMs(store.sql);
   log("info", "database: PostgreSQL", { database: redactUrl(url), klokAfwijkingSeconden: Math.round(offsetMs / 100) / 10 });
   if (Math.abs(offsetMs) > CLOCK_SKEW_LIMIT_MS) {
-    log("error", "this host's clock differs from the database server's by more than 10 s: a second instance would take this one's job leases, or this one the other's (turn on NTP on every host)", {
+    log("error", "this host's clock differs from the database server's by more than 10 s: the job leases follow the server's clock, but the times this instance records (job runs, audit entries) are off by as much, and taken-controle judges the other instance's runs by this clock (turn on NTP on every host)", {
       klokAfwijkingSeconden: Math.round(offsetMs / 100) / 10,
     });
   }

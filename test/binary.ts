@@ -113,8 +113,20 @@ export interface FixtureProcess {
   stderr(): string;
 }
 
-export function spawnFixture(name: string, env: Record<string, string>): FixtureProcess {
-  const proc = Bun.spawn([BUN, resolve(ROOT, "test", "fixtures", name)], { cwd: ROOT, env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" });
+export function spawnFixture(
+  name: string,
+  env: Record<string, string>,
+  /** `preload`: fixtures run before it (bun --preload); `stdin`: a pipe the test writes to or ends (proc.stdin). */
+  options: { preload?: string; stdin?: "pipe" } = {},
+): FixtureProcess {
+  const preload = options.preload ? ["--preload", resolve(ROOT, "test", "fixtures", options.preload)] : [];
+  const proc = Bun.spawn([BUN, ...preload, resolve(ROOT, "test", "fixtures", name)], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdin: options.stdin ?? "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   const collect = (stream: ReadableStream<Uint8Array>): (() => string) => {
     let text = "";
     const decoder = new TextDecoder();

@@ -341,10 +341,10 @@ describe("dagrapport: further sections", () => {
     expect(withSkew(10)).toEqual([]);
     expect(withSkew(-10)).toEqual([]);
     expect(withSkew(45.2)).toEqual([
-      "De klok van deze host wijkt 45.2 s af van die van de databaseserver (die loopt voor). Twee instanties beslissen met hun eigen klok over de taken: zet NTP aan (timedatectl), op elke host.",
+      "De klok van deze host wijkt 45.2 s af van die van de databaseserver (die loopt voor). De tijden die deze host vastlegt (runs, auditregels) wijken even veel af, en taken-controle beoordeelt er de runs van de andere instantie mee: zet NTP aan (timedatectl), op elke host.",
     ]);
     expect(withSkew(-10.1)).toEqual([
-      "De klok van deze host wijkt 10.1 s af van die van de databaseserver (die loopt achter). Twee instanties beslissen met hun eigen klok over de taken: zet NTP aan (timedatectl), op elke host.",
+      "De klok van deze host wijkt 10.1 s af van die van de databaseserver (die loopt achter). De tijden die deze host vastlegt (runs, auditregels) wijken even veel af, en taken-controle beoordeelt er de runs van de andere instantie mee: zet NTP aan (timedatectl), op elke host.",
     ]);
   });
 

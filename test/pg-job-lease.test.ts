@@ -320,6 +320,57 @@ describe("the lease functions on PostgreSQL", () => {
   });
 });
 
+// ---------------------------------------------------------------- hosts whose clocks disagree
+
+/** A real process on a "host" whose wall clock runs `skewMs` from this one's (test/fixtures/skewed-clock.ts), taking `job`'s lease. */
+async function skewedTaker(url: string, job: string, skewMs: number) {
+  const p = spawnFixture("pg-lease-skewed.ts", { LEASE_PG_URL: url, LEASE_JOB: job, NACHTWACHT_TEST_CLOCK_SKEW_MS: String(skewMs) }, { preload: "skewed-clock.ts", stdin: "pipe" });
+  await until("the skewed process to report", () => {
+    if (p.proc.exitCode !== null) throw new Error(`it exited early (${p.proc.exitCode}): ${p.stderr()}`);
+    return p.stdout().includes("\n");
+  });
+  const told = JSON.parse(p.stdout()) as { klok: string; genomen: boolean; overgenomen?: string | null; houderPid?: number; vernieuwd: boolean | null; levend: { pid: number } | null };
+  const end = async () => {
+    (p.proc.stdin as import("bun").FileSink).end();
+    expect({ code: await p.proc.exited, stderr: p.stderr() }).toEqual({ code: 0, stderr: "" });
+  };
+  return { told, pid: p.proc.pid, end };
+}
+
+describe("hosts whose clocks disagree, on one PostgreSQL server", () => {
+  test("leases run on the server's clock: a process 2 min ahead finds another's live lease live and is refused; one 2 min behind writes (and renews) an expiry a full term ahead on the server's clock, so a correct host is refused a minute later", async () => {
+    const url = await cluster.createDatabase();
+    const store = await freshStore();
+    const serverMs = async () => Number(((await store.sql`SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`) as { ms: number }[])[0]!.ms);
+
+    // Ahead: the lease this process took a moment ago has 90 s left, not -30.
+    const other = await openPgStore(url);
+    stores.push(other);
+    const a = elsewhere();
+    expect((await startLeasedRunPg(other, TEST_SEAL, "dagrapport", a, new Date(), 90_000)).ok).toBe(true);
+    const ahead = await skewedTaker(url, "dagrapport", 120_000);
+    expect(Date.parse(ahead.told.klok) - Date.now()).toBeGreaterThan(100_000);
+    expect(ahead.told).toMatchObject({ genomen: false, houderPid: a.pid, vernieuwd: null, levend: { pid: a.pid } });
+    await ahead.end();
+    expect((await leaseRows(other)).map((r) => [r.job, r.instantie])).toEqual([["dagrapport", a.instantie]]);
+
+    // Behind: its lease (taken and renewed) lasts 90 s from the server's now, not from its own.
+    const before = await serverMs();
+    const behind = await skewedTaker(url, "audit-anker", -120_000);
+    const after = await serverMs();
+    expect(behind.told).toMatchObject({ genomen: true, overgenomen: null, vernieuwd: true, levend: { pid: behind.pid } });
+    const [row] = (await leaseRows(other)).filter((r) => r.job === "audit-anker");
+    const expiry = Date.parse(row!.verloopt as string);
+    expect(expiry).toBeGreaterThanOrEqual(before + 90_000 - 1_000);
+    expect(expiry).toBeLessThanOrEqual(after + 90_000 + 1_000);
+    // A host with the right clock, a minute on: still the skewed process's (alive, on this host).
+    const refused = await startLeasedRunPg(other, TEST_SEAL, "audit-anker", newLeaseHolder(), new Date(Date.now() + 60_000), 90_000);
+    expect(!refused.ok && refused.houder?.pid).toBe(behind.pid);
+    await behind.end();
+    expect((await leaseRows(other)).map((r) => r.job)).toEqual(["dagrapport"]);
+  });
+});
+
 // ---------------------------------------------------------------- two real processes
 
 function startContender(url: string, label: string, wins: number, barrier: number): FixtureProcess {

@@ -340,7 +340,7 @@ export function renderMetrics(m: MetricsSnapshot): string {
     out.family(
       `${N}database_clock_offset_seconds`,
       "gauge",
-      "PostgreSQL: how far the database server's clock is ahead of this host's (negative: behind), measured at the scrape. Two instances decide job leases by their own clocks.",
+      "PostgreSQL: how far the database server's clock is ahead of this host's (negative: behind), measured at the scrape. Job leases follow the server's clock; the times this host records are off by this much.",
       [[{}, m.databaseClockOffsetSeconds]],
     );
   }

@@ -118,7 +118,7 @@ export const DailyReportBody = t.Object({
     klokAfwijkingSeconden: nullable(t.Number(), {
       description:
         "PostgreSQL: hoeveel seconden de klok van de databaseserver voorloopt op die van deze host (negatief: achterloopt), op één decimaal; " +
-        "meer dan 10 s is een punt in `status` (twee instanties beslissen over taken met hun eigen klok). SQLite: null.",
+        "meer dan 10 s is een punt in `status` (de tijden die deze host vastlegt wijken even veel af; de leases van de taken volgen de klok van de databaseserver). SQLite: null.",
     }),
   }),
   schijf: t.Array(

@@ -15,12 +15,19 @@
 // - Renewal and release are single statements whose WHERE names the holder and its
 //   run. A take-over, once committed, leaves them nothing to match; one still waiting
 //   for the row when they commit sees their result.
+// - A lease's times are the database server's (onServerClock), not the host's: two
+//   instances write and read each other's expiries, and hosts' clocks may disagree. With
+//   each host's own, an instance whose clock ran a renewal (30 s) ahead took the other's
+//   live lease and ran the job a second time. The run's own times (job_runs) stay the
+//   host's, as its crontab fires by it. What this module returns is on the host's clock
+//   again (LeasedStart's `verloopt`), for the renewer, which counts on that clock.
 import { eq, gt, sql } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
 import { doneSince, firstSealed, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import { runStartValues } from "../job-runs.ts";
 import { NEWEST_ROWS, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import type { JobName } from "../schedule.ts";
+import { onServerClock } from "./clock.ts";
 import { certainDbTransaction } from "./commit.ts";
 import { LOCK_JOB_LEASE, LOCK_NAMESPACE, LOCK_TIMEOUT_MS, withLockWait, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
 
@@ -56,15 +63,16 @@ export function startLeasedRunPg(store: PgStore, seal: RowSeal, job: JobName, ho
       }
       const [row] = await tx.select().from(jobLeases).where(eq(jobLeases.job, job)).for("update");
       const current: JobLease | null = row ?? null;
-      const take = leaseTake(current, holder, now, seal);
+      const serverNow = await onServerClock(tx, now);
+      const take = leaseTake(current, holder, serverNow, seal);
       if (!take.ok) return { ok: false, houder: take.houder };
       const [run] = await tx.insert(jobRuns).values(runStartValues(job, now, seal)).returning({ id: jobRuns.id });
-      const values = leaseValues(seal, job, holder, run!.id, now, ttlMs);
+      const values = leaseValues(seal, job, holder, run!.id, serverNow, ttlMs);
       await tx
         .insert(jobLeases)
         .values({ job, ...values })
         .onConflictDoUpdate({ target: jobLeases.job, set: values });
-      return { ok: true, runId: run!.id, verloopt: new Date(values.verloopt), overgenomen: take.overgenomen };
+      return { ok: true, runId: run!.id, verloopt: new Date(now.getTime() + ttlMs), overgenomen: take.overgenomen };
     },
   );
 }
@@ -73,9 +81,10 @@ const heldBy = (job: JobName, holder: LeaseHolder, runId: number) => leaseHeldBy
 
 /** Moves the expiry of this holder's lease of the run on; false when it is no longer this holder's (taken over after it expired). */
 export async function renewLeasePg(store: PgStore, seal: RowSeal, job: JobName, holder: LeaseHolder, runId: number, now: Date, ttlMs: number): Promise<boolean> {
+  const serverNow = await onServerClock(store.db, now);
   const rows = await store.db
     .update(jobLeases)
-    .set(forwardOnly(renewValues(seal, job, holder, runId, now, ttlMs)))
+    .set(forwardOnly(renewValues(seal, job, holder, runId, serverNow, ttlMs)))
     .where(heldBy(job, holder, runId))
     .returning({ job: jobLeases.job });
   return rows.length > 0;
@@ -104,10 +113,12 @@ export async function releaseLeasePg(store: PgStore, job: JobName, holder: Lease
 }
 
 /**
- * The sealed leases that have not expired at `now` and whose holder is not provably gone, by
- * job: whoever holds them is alive (or was, less than an expiry ago).
+ * The sealed leases that have not expired at `now` (on the server's clock, as they were
+ * written) and whose holder is not provably gone, by job: whoever holds them is alive (or
+ * was, less than an expiry ago).
  */
 export async function liveLeasesPg(db: PgDb | PgDbTx, now: Date, seal: RowSeal): Promise<Map<string, JobLease>> {
-  const rows = await db.select().from(jobLeases).where(gt(jobLeases.verloopt, now.toISOString()));
+  const serverNow = await onServerClock(db, now);
+  const rows = await db.select().from(jobLeases).where(gt(jobLeases.verloopt, serverNow.toISOString()));
   return new Map(rows.filter((r) => seal.leaseSealed(r) && !holderGone(r)).map((r) => [r.job, r]));
 }

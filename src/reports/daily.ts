@@ -254,7 +254,7 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
     punten.push([
       "let-op",
       `De klok van deze host wijkt ${Math.abs(skew)} s af van die van de databaseserver (die loopt ${skew > 0 ? "voor" : "achter"}). ` +
-        `Twee instanties beslissen met hun eigen klok over de taken: zet NTP aan (timedatectl), op elke host.`,
+        `De tijden die deze host vastlegt (runs, auditregels) wijken even veel af, en taken-controle beoordeelt er de runs van de andere instantie mee: zet NTP aan (timedatectl), op elke host.`,
     ]);
   }
   for (const fs of r.schijf) {
