@@ -527,6 +527,40 @@ describe("concurrent writers on PostgreSQL", () => {
     expect(await count("administrators")).toBe(3);
   });
 
+  test("a list that drops an administrator while weekrapport reserves a message to them (the reservation's insert not yet committed): the PUT waits for it and sets them inactive, never a 500", async () => {
+    await pgEnv();
+    await tenant(60);
+    const both = { beheerders: ["ans", "bob"].map((n) => ({ naam: n, email: `${n}@example.nl`, actief: true })) };
+    const first = await send("/api/tenants/60/beheerders", both, { method: "PUT" });
+    const bob = (first.json.beheerders as { id: number; email: string }[]).find((b) => b.email === "bob@example.nl")!.id;
+    // weekrapport's reservation (reserveDeliveryPg), held open between its INSERT and its COMMIT.
+    const reservation = await env!.store.sql.reserve();
+    try {
+      await reservation`BEGIN`;
+      await reservation`INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (${bob}, 60, '2026-W30', 'verzenden')`;
+      const put = send("/api/tenants/60/beheerders", { beheerders: both.beheerders.slice(0, 1) }, { method: "PUT" });
+      await until("the PUT to wait for the reservation", async () => {
+        const [w] = (await env!.store.sql`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%administrators%'`) as { n: number }[];
+        return w!.n > 0;
+      });
+      await reservation`COMMIT`;
+      const answer = await put;
+      expect({ status: answer.status, body: answer.json }).toEqual({
+        status: 200,
+        body: {
+          tenantId: 60,
+          beheerders: [
+            { id: expect.any(Number), naam: "ans", email: "ans@example.nl", actief: true },
+            { id: bob, naam: "bob", email: "bob@example.nl", actief: false },
+          ],
+        },
+      });
+    } finally {
+      reservation.release();
+    }
+    expect(env!.alarms.raised).toEqual([]);
+  });
+
   test("two processes appending batches with the same sleutels to two tenants: each entry once, both got the same receipts, the chains verify", async () => {
     await pgEnv();
     for (const t of [1, 2]) await tenant(t);

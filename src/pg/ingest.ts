@@ -185,6 +185,11 @@ export function putAdministratorsPg(store: PgStore, tenantId: number, input: Adm
     // As on SQLite (removeAdministrators): the rows not kept deleted, or set inactive while a delivery record refers to them.
     if (changes.deactivate.length > 0) {
       const kept = keptIds(changes);
+      // Locked first: a weekly report's reservation whose insert has not committed yet
+      // holds them KEY SHARE, so this waits for it, and the DELETE's snapshot, taken after,
+      // sees its record (the DELETE alone saw no record, waited, and failed on the key:
+      // a 500). A reservation after this lock waits for the commit and finds them gone.
+      await tx`SELECT id FROM administrators WHERE tenant_id = ${tenantId} AND id <> ALL(${kept}::int[]) ORDER BY id FOR UPDATE`;
       await tx`DELETE FROM administrators a WHERE a.tenant_id = ${tenantId} AND a.id <> ALL(${kept}::int[]) AND NOT EXISTS (SELECT 1 FROM weekly_report_deliveries d WHERE d.administrator_id = a.id)`;
       await tx`UPDATE administrators SET actief = false WHERE tenant_id = ${tenantId} AND actief AND id <> ALL(${kept}::int[])`;
     }
