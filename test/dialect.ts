@@ -12,15 +12,18 @@
 // - addTenant / addAdmin / fillChain / chainRoot / anchorRowCount from here.
 // Also here: a service process's database read beside it (serviceReader, openServiceDb,
 // fileTestDb), and a copy of the database put back as a restore does (copyDatabase,
-// restoreCopy).
+// restoreCopy), or a backup file as docs/operations.md restores it (restoreBackup).
 import { Database } from "bun:sqlite";
 import { test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { appendEntries, canonicalJson, type ChainInput, type NewLoginAttempt } from "../src/audit/chain.ts";
-import type { AppOptions } from "../src/app.ts";
-import type { AnyStore } from "../src/deps.ts";
+import { createApp, type AppOptions } from "../src/app.ts";
+import type { AnyStore, Deps } from "../src/deps.ts";
 import { BUSY_TIMEOUT_MS } from "../src/db.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
+import { libpqEnv } from "../src/pg/backup.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { DAY_MS, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
@@ -384,4 +387,37 @@ export async function restoreCopy(e: Env, copy: string, o: { inPlace?: boolean }
     beforeCleanup(e, () => c.dropDatabase(databaseName(url)));
   }
   useStore(e, await openPgStore(url));
+}
+
+/**
+ * Restores a backup file of `nachtwacht backup` the way docs/operations.md says, and
+ * starts the app again on it (a new createApp: the write API's writer belongs to the
+ * store it was made with). SQLite: the .db.gz unpacked (gunzip checks its checksum) over
+ * the installation's file, its -wal and -shm gone. PostgreSQL: pg_restore --no-owner
+ * --exit-on-error into a new, empty database, which the app (and env.url) then names.
+ */
+export async function restoreBackup(e: Env, file: string): Promise<void> {
+  if (e.store.kind === "sqlite") {
+    const dir = mkdtempSync(join(tmpdir(), "nachtwacht-restore-"));
+    try {
+      const unpacked = join(dir, "nachtwacht.db");
+      writeFileSync(unpacked, Bun.gunzipSync(await Bun.file(file).bytes()));
+      restoreDatabase(e as TestEnv, unpacked);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    e.db = testDb(e.store);
+    const store = e.store;
+    beforeCleanup(e, () => store.close());
+    (e as { app: unknown }).app = createApp(e.deps as Deps);
+    return;
+  }
+  const c = await testCluster();
+  await e.store.close();
+  const url = await c.createDatabase();
+  beforeCleanup(e, () => c.dropDatabase(databaseName(url)));
+  const r = Bun.spawnSync(["pg_restore", "--no-owner", "--exit-on-error", `--dbname=${libpqEnv(url).PGDATABASE}`, file], { env: { PATH: "/usr/bin:/bin", ...libpqEnv(url) }, stdout: "pipe", stderr: "pipe" });
+  if (r.exitCode !== 0) throw new Error(`pg_restore exit ${r.exitCode}: ${r.stderr.toString()}`);
+  useStore(e, await openPgStore(url));
+  (e as { app: unknown }).app = createApp(e.deps as Deps);
 }

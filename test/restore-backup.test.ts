@@ -1,0 +1,98 @@
+// The restore of docs/operations.md, from a real backup file: `nachtwacht backup`'s copy
+// (makeBackup: a gzipped SQLite copy; makeBackupPg: pg_dump's archive) put back the way
+// the docs say (gunzip over the database file; pg_restore --no-owner --exit-on-error into
+// a new, empty database: test/dialect.ts restoreBackup), with the anchor file kept as it
+// is. On both stores. What must hold afterwards: every chain verifies against the anchor
+// file, the service writes on where the backup left off (seq, ids, new tenants: the
+// sequences came back too), audit-anker signs on, and the offline verifier agrees. A
+// restore older than what was anchored since is named for what it lost.
+import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { makeBackup } from "../src/cli/backup.ts";
+import { makeBackupPg } from "../src/pg/backup.ts";
+import { BUN, ROOT } from "./binary.ts";
+import { call, DAY_MS, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
+import { addTenant, fillChain, makeEnv, restoreBackup, type Env } from "./dialect.ts";
+
+setDefaultTimeout(60_000);
+
+let env: Env;
+let dir: string;
+afterEach(async () => {
+  await env?.cleanup();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const fill = (tenantId: number, n: number, label: string) => fillChain(env.store, tenantId, n, { label, at: (i) => new Date(NOW.getTime() - 30 * DAY_MS + i * 1000) });
+const job = (name: string) => call(env.app, `/api/cron/${name}`);
+const app = (path: string, body: unknown, method = "POST") => call(env.app, path, { token: APP_SECRET, method, body: JSON.stringify(body) });
+const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: any) => r.tenantId === tenantId);
+
+/** Three tenants with signed chains, and a backup of that state: the file's path. */
+async function backedUp(): Promise<{ tenants: number[]; file: string }> {
+  env = await makeEnv({ APP_SECRET });
+  dir = mkdtempSync(join(tmpdir(), "nachtwacht-backups-"));
+  const tenants = [await addTenant(env.db, "Gemeente Delft"), await addTenant(env.db, "Stichting Leiden"), await addTenant(env.db, "Zorg Noord")];
+  for (const t of tenants) await fill(t, 40, "eerst");
+  expect((await job("audit-anker")).status).toBe(200);
+  const o = { dir, anchors: env.config.auditAnkerBestand, keepDays: 30, now: NOW };
+  const done = env.store.kind === "sqlite" ? await makeBackup({ ...o, db: env.config.databasePath }) : await makeBackupPg({ ...o, url: env.store.url });
+  expect(done.anchorsCopied).toBe(true);
+  return { tenants, file: done.path };
+}
+
+/** `nachtwacht verify` as a process, with the public key only. */
+async function offlineVerify() {
+  const where = env.store.kind === "sqlite" ? { args: ["--db", env.config.databasePath], env: {} } : { args: [], env: { DATABASE_URL: env.store.url } };
+  const p = Bun.spawn([BUN, join(ROOT, "src/index.ts"), "verify", ...where.args, "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {
+    env: { PATH: Bun.env.PATH ?? "/usr/bin:/bin", HOME: dir, ...where.env },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code, out, err };
+}
+
+test("the newest backup restored as the docs say: every chain verifies (200), the application writes on where it left off, audit-anker signs on, and verify offline agrees", async () => {
+  const { tenants, file } = await backedUp();
+  await restoreBackup(env, file);
+
+  const after = await job("audit-verificatie");
+  expect({ status: after.status, ankerbestand: after.json.ankerbestand }).toMatchObject({ status: 200, ankerbestand: { intact: true } });
+  for (const t of tenants) expect(tenantResult(after.json, t)).toMatchObject({ intact: true, aantalEntries: 40 });
+
+  // Writing on: the chain's next seq, fresh ids, and a new tenant after the restored ones.
+  const appended = await app("/api/audit", { entries: [auditEntry(tenants[0]!, 1), auditEntry(tenants[0]!, 2)] });
+  expect({ status: appended.status, body: appended.json, alarms: env.alarms.raised }).toMatchObject({ status: 200 });
+  expect(appended.json.ontvangstbewijzen.map((r: { seq: number }) => r.seq)).toEqual([41, 42]);
+  const maxId = (await env.db.get<{ n: number }>("SELECT max(id) AS n FROM audit_entries"))!.n;
+  expect(appended.json.ontvangstbewijzen.map((r: { id: number }) => r.id)).toEqual([maxId - 1, maxId]);
+  const newTenant = tenants.at(-1)! + 1;
+  expect((await app(`/api/tenants/${newTenant}`, { naam: "Nieuw", actief: true }, "PUT")).status).toBe(201);
+  expect(await addTenant(env.db, "Door de applicatie")).toBe(newTenant + 1);
+
+  expect((await job("audit-anker")).status).toBe(200);
+  const again = await job("audit-verificatie");
+  expect(again.status).toBe(200);
+  expect(tenantResult(again.json, tenants[0]!)).toMatchObject({ intact: true, aantalEntries: 42 });
+  const offline = await offlineVerify();
+  expect({ code: offline.code, err: offline.err }).toEqual({ code: 0, err: "" });
+});
+
+test("a backup older than what audit-anker signed since: 409 database-teruggezet, naming the tenant and the seq its signed entries end at; the others verify", async () => {
+  const { tenants, file } = await backedUp();
+  await fill(tenants[1]!, 5, "later");
+  expect((await job("audit-anker")).status).toBe(200);
+  await restoreBackup(env, file);
+
+  const r = await job("audit-verificatie");
+  expect(r.status).toBe(409);
+  expect(r.json.ankerbestand).toMatchObject({ intact: false, reden: "database-teruggezet" });
+  expect(tenantResult(r.json, tenants[1]!).fout).toMatchObject({ seq: 45, reden: "kop-ontbreekt" });
+  for (const t of [tenants[0]!, tenants[2]!]) expect(tenantResult(r.json, t)).toMatchObject({ intact: true, aantalEntries: 40 });
+  const offline = await offlineVerify();
+  expect(offline.code).toBe(1);
+});
