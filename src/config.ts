@@ -2,6 +2,7 @@
 // parsed once at start. A missing secret, or any value that is set but invalid, stops
 // the start with a message naming the variable; no value silently falls back to its
 // default.
+import { isIP } from "node:net";
 import { isPostgresUrl, redactUrl } from "./pg/url.ts";
 import { keyList } from "./audit/keys.ts";
 import { NoteKeyError, parseSignerKey, parseVerifierKey } from "./audit/note.ts";
@@ -131,6 +132,19 @@ function secret(env: Env, name: string): string | undefined {
   return v;
 }
 
+/**
+ * HOST: an IP address (IPv4 dotted, IPv6 without brackets) or a host name (letters,
+ * digits, hyphens, dots). Anything else would pass here and fail only at the listen.
+ */
+function listenHost(env: Env): string {
+  const host = read(env, "HOST");
+  if (host === undefined) return "127.0.0.1";
+  const name = /^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+  // A name of digits and dots only would be read as an IPv4 address (256.1.1.1).
+  if (isIP(host) !== 0 || (name.test(host) && !/^[0-9.]+$/.test(host))) return host;
+  throw new ConfigError("HOST", `must be an IP address (127.0.0.1, 0.0.0.0, ::1, ::) or a host name, got ${JSON.stringify(host.slice(0, 100))}`);
+}
+
 export function parseConfig(env: Env): Config {
   const cronSecret = secret(env, "CRON_SECRET");
   if (cronSecret === undefined) throw new ConfigError("CRON_SECRET", `is required; ${SECRET_HINT}`);
@@ -231,7 +245,7 @@ export function parseConfig(env: Env): Config {
     databasePath: read(env, "DATABASE_PATH") ?? "./data/nachtwacht.db",
     databaseUrl,
     port: portNumber,
-    host: read(env, "HOST") ?? "127.0.0.1",
+    host: listenHost(env),
     smtpUrl: smtpUrl ?? null,
     mailFrom: mailFrom ?? "nachtwacht <nachtwacht@localhost.localdomain>",
     sentryDsn: sentryDsn ?? null,

@@ -79,16 +79,23 @@ try {
   } else {
     const { ConfigError, parseConfig } = await import("./config.ts");
     const { startPgServer, startServer } = await import("./server.ts");
+    const { startFailureMessage } = await import("./start-failure.ts");
+    let config: import("./config.ts").Config;
     try {
-      const config = parseConfig(process.env);
+      config = parseConfig(process.env);
+    } catch (e) {
+      if (!(e instanceof ConfigError)) throw e;
+      process.stderr.write(`nachtwacht: configuration error: ${e.message}\n`);
+      process.exit(2);
+    }
+    try {
       if (config.databaseUrl !== null) await startPgServer(config, config.databaseUrl);
       else startServer(config);
     } catch (e) {
-      if (e instanceof ConfigError) {
-        process.stderr.write(`nachtwacht: configuration error: ${e.message}\n`);
-        process.exit(2);
-      }
-      throw e;
+      const message = startFailureMessage(e, config);
+      if (message === null) throw e;
+      process.stderr.write(`nachtwacht: cannot start: ${message}\n`);
+      process.exit(2);
     }
   }
 } catch (e) {

@@ -18,6 +18,7 @@ import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
 import { log } from "./logger.ts";
 import { createMailer } from "./mail/transport.ts";
 import { RunningJobs } from "./running-jobs.ts";
+import { listenFailure } from "./start-failure.ts";
 
 /**
  * Folds the WAL back into the database file and closes it. The host application may
@@ -110,7 +111,14 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
   const { config } = deps;
   const running = new RunningJobs();
   const graceMs = options.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
-  const app = createApp(deps, { running, jobs: options.jobs }).listen({ port: config.port, hostname: config.host });
+  // Not Elysia's default reusePort: a second process on the same HOST:PORT (one started by
+  // hand beside the unit) would take a share of the calls and writes without a word.
+  let app: ReturnType<typeof createApp>;
+  try {
+    app = createApp(deps, { running, jobs: options.jobs }).listen({ port: config.port, hostname: config.host, reusePort: false });
+  } catch (e) {
+    throw listenFailure(e, config.host, config.port);
+  }
   const url = `http://${config.host}:${app.server?.port}`;
   // The public verifier key, for auditors and `nachtwacht verify` (the signing key stays redacted).
   log("info", "nachtwacht listening", { url, config: redactedConfig(config), verificatieSleutel: auditKeys(config).signer.verifierKey });

@@ -118,6 +118,10 @@ describe("configuration", () => {
     ["SCHIJF_MIN_VRIJ_PROCENT", "7.5"],
     ["PORT", "70000"],
     ["PORT", "http"],
+    ["HOST", "not an addr"],
+    ["HOST", "256.1.1.1"],
+    ["HOST", "http://127.0.0.1"],
+    ["HOST", "[::1]"],
     ["DAGRAPPORT_EMAIL", "beheer-at-example.nl"],
     ["SUPPORT_EMAIL", "support@"],
     ["MAIL_FROM", "nachtwacht"],
@@ -134,6 +138,11 @@ describe("configuration", () => {
       expect(e.message.startsWith(`${name}:`)).toBe(true);
     });
   }
+
+  test("HOST: an IP address or a host name", () => {
+    for (const host of ["127.0.0.1", "0.0.0.0", "::", "::1", "fe80::1", "localhost", "nachtwacht.example.nl"]) expect(ok({ HOST: host }).host).toBe(host);
+    expect(ok({}).host).toBe("127.0.0.1");
+  });
 
   test("a missing AUDIT_ANKER_SLEUTEL stops the start and says how to make one", () => {
     const e = failure({ CRON_SECRET: SECRET });

@@ -2,9 +2,13 @@
 // verifier key that auditors need, never the signing key (started from source as a
 // real process, as systemd would run it). On both stores: on PostgreSQL the process
 // serves a fresh database of the run's cluster (DATABASE_URL), which it migrates at start.
+// And a start that cannot succeed: one line naming the setting and what to do, exit 2.
 import { afterEach, describe, expect, test } from "bun:test";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { BUN, freePort, ROOT } from "./binary.ts";
 import { startService, testDatabase } from "./fixtures/hardening.ts";
-import { DIALECT, testCluster } from "./dialect.ts";
+import { DIALECT, sqliteOnly, testCluster } from "./dialect.ts";
 import { NOW, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const DB_PASSWORD = "db-wachtwoord-7c41e0";
@@ -40,5 +44,70 @@ describe("start output", () => {
     expect(out).not.toContain("PRIVATE+KEY");
     expect(out).not.toContain(SECRET);
     expect(out).not.toContain(DB_PASSWORD);
+  });
+});
+
+/** The service started as a process that is expected to stop at once: its exit code and output. */
+async function failedStart(env: Record<string, string>) {
+  const p = Bun.spawn([BUN, join(ROOT, "src/index.ts")], { cwd: ROOT, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: ROOT, ...env }, stdout: "pipe", stderr: "pipe" });
+  const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code, out, err };
+}
+
+/** Its database setting on the run's store. */
+async function database(env: Record<string, string>): Promise<Record<string, string>> {
+  return DIALECT === "pg" ? { ...env, DATABASE_URL: await (await testCluster()).createDatabase() } : env;
+}
+
+/** A folder of its own that no one may write (a read-only tmpfs: root ignores file modes). */
+function readOnlyFolder(dir: string): string {
+  const ro = join(dir, "alleen-lezen");
+  mkdirSync(ro);
+  const r = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", ro], { stderr: "pipe" });
+  if (r.exitCode !== 0) throw new Error(`this test needs root to mount a tmpfs (as .ci/run runs it): ${r.stderr.toString().trim()}`);
+  cleanups.push(() => Bun.spawnSync(["umount", "-l", ro]));
+  return ro;
+}
+
+describe("a start that cannot succeed: exit 2 and one line that says why, no stack trace", () => {
+  test("a second service on the HOST and PORT of a running one does not start beside it (it would take a share of the calls and writes): EADDRINUSE; the first serves on", async () => {
+    const db = testDatabase(cleanups, NOW, () => {});
+    const first = await startService(await database(db.env));
+    cleanups.push(() => (first.proc.exitCode === null ? first.proc.kill("SIGKILL") : undefined));
+    const port = new URL(first.url).port;
+    const other = testDatabase(cleanups, NOW, () => {});
+    const second = await failedStart({ ...(await database(other.env)), HOST: "127.0.0.1", PORT: port });
+    expect({ code: second.code, err: second.err }).toEqual({
+      code: 2,
+      err: `nachtwacht: cannot start: cannot listen on HOST 127.0.0.1, PORT ${port} (EADDRINUSE): another process listens there already (a second nachtwacht?); stop it or choose another PORT\n`,
+    });
+    for (let i = 0; i < 5; i++) expect((await fetch(`${first.url}/health`)).status).toBe(200);
+  });
+
+  test("a HOST that is no address of this host: EADDRNOTAVAIL, naming HOST", async () => {
+    const db = testDatabase(cleanups, NOW, () => {});
+    const r = await failedStart({ ...(await database(db.env)), HOST: "192.0.2.55", PORT: String(freePort()) });
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(/^nachtwacht: cannot start: cannot listen on HOST 192\.0\.2\.55, PORT \d+ \(EADDRNOTAVAIL\): that address is not one of this host's \(HOST\)\n$/);
+  });
+
+  test("an anchor file in a folder the service may not write (as under the unit's ProtectSystem): the setting, the path, and ReadWritePaths", async () => {
+    const db = testDatabase(cleanups, NOW, () => {});
+    const ro = readOnlyFolder(db.dir);
+    const r = await failedStart({ ...(await database(db.env)), AUDIT_ANKER_BESTAND: join(ro, "audit-ankers.jsonl"), PORT: String(freePort()) });
+    expect(r.code).toBe(2);
+    expect(r.err).toStartWith(`nachtwacht: cannot start: AUDIT_ANKER_BESTAND: cannot write ${join(ro, "zegels-sinds")} (EROFS). `);
+    expect(r.err).toContain(`ReadWritePaths=${ro}`);
+    expect(r.err.trim().split("\n")).toHaveLength(1);
+  });
+
+  sqliteOnly("a database in a folder the service may not write: DATABASE_PATH, and ReadWritePaths", async () => {
+    const db = testDatabase(cleanups, NOW, () => {});
+    const ro = readOnlyFolder(db.dir);
+    const r = await failedStart({ ...db.env, DATABASE_PATH: join(ro, "nachtwacht.db"), PORT: String(freePort()) });
+    expect(r.code).toBe(2);
+    expect(r.err).toStartWith(`nachtwacht: cannot start: DATABASE_PATH: cannot open or write ${join(ro, "nachtwacht.db")} (SQLITE_CANTOPEN`);
+    expect(r.err).toContain(`ReadWritePaths=${ro}`);
+    expect(r.err.trim().split("\n")).toHaveLength(1);
   });
 });

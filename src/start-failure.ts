@@ -1,0 +1,59 @@
+// Why the service could not start, in one line for the operator (the entry point prints
+// it and exits 2): the address it cannot listen on, a path it may not write, a database
+// of a newer version. Without this such a start ended in a stack trace (and, under
+// systemd, in a restart every 2 s with nothing but that trace in the journal).
+import { dirname, resolve, sep } from "node:path";
+import type { Config } from "./config.ts";
+import { SchemaTooNew } from "./db.ts";
+
+/** A start that failed for a reason the operator can mend; the message says which. */
+export class StartError extends Error {}
+
+/** What a failed listen on HOST:PORT means, by the system's error code. */
+const LISTEN_HINTS: Record<string, string> = {
+  EADDRINUSE: "another process listens there already (a second nachtwacht?); stop it or choose another PORT",
+  EADDRNOTAVAIL: "that address is not one of this host's (HOST)",
+  ENOTFOUND: "HOST is not a name this host can resolve",
+  EAI_AGAIN: "HOST could not be resolved (DNS)",
+  EINVAL: "HOST is not a valid address",
+  EACCES: "a port below 1024 needs privileges the service should not have; choose PORT 1024 or higher",
+};
+
+/** The listen's failure as a StartError naming HOST and PORT, or the error itself when it is not one. */
+export function listenFailure(e: unknown, host: string, port: number): unknown {
+  const code = (e as { code?: unknown })?.code;
+  if (typeof code !== "string" || !(code in LISTEN_HINTS)) return e;
+  return new StartError(`cannot listen on HOST ${host}, PORT ${port} (${code}): ${LISTEN_HINTS[code]}`);
+}
+
+/** File-system errors that a start meets where it may not write, or where nothing is. */
+const FS_CODES = new Set(["EACCES", "EPERM", "EROFS", "ENOENT", "ENOTDIR", "EISDIR", "ENOSPC", "EDQUOT"]);
+
+const within = (path: string, dir: string) => resolve(path) === resolve(dir) || resolve(path).startsWith(resolve(dir) + sep);
+
+/**
+ * The message for an error the start threw, or null when it is none the operator can
+ * mend from here (then it is thrown on, with its stack).
+ */
+export function startFailureMessage(e: unknown, config: Config): string | null {
+  if (e instanceof StartError || e instanceof SchemaTooNew) return e.message;
+  const err = e as { code?: unknown; path?: unknown; message?: unknown };
+  const message = typeof err?.message === "string" ? err.message : String(e);
+  const code = typeof err?.code === "string" ? err.code : "";
+  // SQLite says no path: it is the database's folder or file.
+  if (/^SQLITE_(CANTOPEN|READONLY|PERM|FULL)/.test(code)) {
+    return `DATABASE_PATH: cannot open or write ${config.databasePath} (${code}: ${message}). ${writableHint(dirname(config.databasePath))}`;
+  }
+  if (!FS_CODES.has(code) || typeof err.path !== "string") return null;
+  const setting = config.databaseUrl === null && within(err.path, dirname(config.databasePath)) ? "DATABASE_PATH" : within(err.path, dirname(config.auditAnkerBestand)) ? "AUDIT_ANKER_BESTAND" : null;
+  const what = `cannot write ${err.path} (${code})`;
+  return `${setting ? `${setting}: ` : ""}${what}. ${writableHint(dirname(err.path))}`;
+}
+
+/** Where the service may write under the shipped unit, and how to add a folder. */
+function writableHint(dir: string): string {
+  return (
+    `The folder must exist and be writable by the service's user; under ops/nachtwacht.service it may write only /var/lib/nachtwacht: ` +
+    `keep the file there, or add its folder with \`systemctl edit nachtwacht\` ([Service] ReadWritePaths=${dir}).`
+  );
+}
