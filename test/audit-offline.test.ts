@@ -209,6 +209,36 @@ describe("nachtwacht verify --checkpoint (the off-machine witness)", () => {
     expect(witness.out).toContain("RESULTAAT: database en ankerbestand bevatten de toestand van het checkpoint NIET.");
   });
 
+  test("an older e-mail's checkpoint does not vouch for what was signed after it: entries signed since and deleted, or the database put back a run under the current file, exit 1 with the reason; the state before passes", async () => {
+    const { a } = await signed();
+    const older = join(env.dir, "ouder.txt");
+    writeFileSync(older, (await mailedCheckpoint())!);
+    if (env.store.kind === "sqlite") env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    const oldDb = await copyDatabase(env);
+    // The next night signs four more entries of tenant a.
+    await fillChain(env.store, a, 4, { from: 37, at });
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const sound = await run(["verify", ...base(), "--checkpoint", older]);
+    expect(sound.code).toBe(0);
+    expect(sound.out).toContain(`  tenant ${a}: in orde (41 entries)`);
+
+    // A database writer deletes the entries signed since the older checkpoint.
+    await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq > 37", a);
+    const deleted = await run(["verify", ...base(), "--checkpoint", older]);
+    expect(deleted.code).toBe(1);
+    expect(deleted.out).toContain("tegen het installatie-checkpoint:");
+    expect(deleted.out).toContain(`  tenant ${a}: GEBROKEN bij seq 41: kop-ontbreekt`);
+    expect(deleted.out).toContain("  FOUT: de database klopt niet met wat na het checkpoint is ondertekend (zie hierboven)");
+    expect(deleted.out).toContain("RESULTAAT: database en ankerbestand bevatten de toestand van het checkpoint NIET.");
+
+    // Root puts the database back a run and leaves the file.
+    await restoreCopy(env, oldDb, { inPlace: true });
+    const rolledBack = await run(["verify", ...base(), "--checkpoint", older]);
+    expect(rolledBack.code).toBe(1);
+    expect(rolledBack.out).toContain("ANKERBESTAND: database-teruggezet");
+    expect(rolledBack.out).toContain("RESULTAAT: database en ankerbestand bevatten de toestand van het checkpoint NIET.");
+  });
+
   test("an installation checkpoint that is not validly signed cannot be checked (exit 2)", async () => {
     await signed();
     const mailed = (await mailedCheckpoint())!;

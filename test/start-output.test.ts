@@ -5,6 +5,7 @@
 // And a start that cannot succeed: one line naming the setting and what to do, exit 2.
 import { afterEach, describe, expect, test } from "bun:test";
 import { mkdirSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BUN, freePort, ROOT } from "./binary.ts";
 import { startService, testDatabase } from "./fixtures/hardening.ts";
@@ -49,7 +50,7 @@ describe("start output", () => {
 
 /** The service started as a process that is expected to stop at once: its exit code and output. */
 async function failedStart(env: Record<string, string>) {
-  const p = Bun.spawn([BUN, join(ROOT, "src/index.ts")], { cwd: ROOT, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: ROOT, ...env }, stdout: "pipe", stderr: "pipe" });
+  const p = Bun.spawn([BUN, join(ROOT, "src/index.ts")], { cwd: ROOT, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: tmpdir(), ...env }, stdout: "pipe", stderr: "pipe" });
   const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
   return { code, out, err };
 }

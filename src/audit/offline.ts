@@ -41,25 +41,32 @@ export async function verifyDatabase(dbPath: string, anchorPath: string, verifie
 }
 
 export interface WitnessVerdict {
+  /** The file holds the checkpoint's records, the chains reach them, and the whole check passes (`volledig`). */
   ok: boolean;
   /** Why the anchor file does not hold the checkpoint's state; absent when it does. */
   fout?: string;
   grootte: number;
+  /** The chains against each tenant's newest checkpoint among the checkpoint's records; absent when the file does not hold them. */
   verdict?: InstallationVerdict;
+  /** The whole check, as `verify` without --checkpoint: the database against the file as it is now. */
+  volledig: InstallationVerdict;
 }
 
 /**
  * Does the database and its anchor file still hold the state an installation checkpoint
  * (kept off the machine) signed? The checkpoint's tree is over the file's checkpoint and
  * retention lines in order: the root over the first `size` of them must equal it, and
- * the chains must still reach each tenant's newest checkpoint among those lines.
+ * the chains must still reach each tenant's newest checkpoint among those lines. And the
+ * whole check must pass as well: an older checkpoint says nothing of what was signed
+ * after it, and entries signed since then and deleted (or a database put back a run)
+ * still reach the older checkpoint's sizes.
  */
 export async function verifyAgainstInstallationCheckpoint(dbPath: string, anchorPath: string, note: string, verifiers: Verifier[]): Promise<WitnessVerdict> {
   return verifyAgainstInstallationCheckpointWith(anchorPath, note, verifiers, async (targets) => {
     const db = openReadOnly(dbPath);
     try {
       const tenants = (db.query("SELECT id FROM tenants ORDER BY id").values() as [number][]).map(([id]) => id);
-      return await verifyInstallation(db, dbPath, anchorPath, tenants, verifiers, { workers: 0, checkpoints: targets });
+      return await verifyInstallation(db, dbPath, anchorPath, tenants, verifiers, { workers: 0, ...(targets ? { checkpoints: targets } : {}) });
     } finally {
       db.close();
     }
@@ -68,18 +75,33 @@ export async function verifyAgainstInstallationCheckpoint(dbPath: string, anchor
 
 /**
  * The witness check for any store: `verifyAt` checks the database's chains against the
- * given checkpoints (the newest of each tenant among the file's first `size` records).
+ * given checkpoints (the newest of each tenant among the file's first `size` records),
+ * or, given none, makes the whole check (the file's newest checkpoints, and the database
+ * not behind the file).
  */
 export async function verifyAgainstInstallationCheckpointWith(
   anchorPath: string,
   note: string,
   verifiers: Verifier[],
-  verifyAt: (targets: Map<number, CheckpointRef>) => Promise<InstallationVerdict>,
+  verifyAt: (targets?: Map<number, CheckpointRef>) => Promise<InstallationVerdict>,
 ): Promise<WitnessVerdict> {
   const o = openInstallationCheckpoint(note, verifiers);
   if (!o.ok) throw new CannotCheck(`het installatie-checkpoint is niet geldig ondertekend door een vertrouwde sleutel (${o.error})`);
-  const size = o.checkpoint.size;
-  if (!existsSync(anchorPath)) return { ok: false, grootte: size, fout: `ankerbestand ontbreekt: ${anchorPath}` };
+  const witness = await witnessCheck(anchorPath, o.checkpoint, verifiers, verifyAt);
+  const volledig = await verifyAt();
+  const holds = (v: InstallationVerdict) => !v.probleem && v.tenants.every((t) => t.intact);
+  return { ...witness, ok: witness.fout === undefined && holds(witness.verdict!) && holds(volledig), volledig };
+}
+
+/** The checkpoint's own part: the file's first `size` records under its root, and the chains reaching their newest checkpoints. */
+async function witnessCheck(
+  anchorPath: string,
+  checkpoint: { size: number; root: Uint8Array },
+  verifiers: Verifier[],
+  verifyAt: (targets: Map<number, CheckpointRef>) => Promise<InstallationVerdict>,
+): Promise<{ grootte: number; fout: string } | { grootte: number; fout?: undefined; verdict: InstallationVerdict }> {
+  const size = checkpoint.size;
+  if (!existsSync(anchorPath)) return { grootte: size, fout: `ankerbestand ontbreekt: ${anchorPath}` };
   const range = new CompactRange();
   const newest = new Map<number, { soort: "checkpoint" | "herstel"; note: string }>();
   for (const fl of readLines(anchorPath)) {
@@ -90,20 +112,18 @@ export async function verifyAgainstInstallationCheckpointWith(
     if ((l.soort === "checkpoint" || l.soort === "herstel") && l.tenantId !== null) newest.set(l.tenantId, { soort: l.soort, note: l.note });
   }
   if (range.size < size) {
-    return { ok: false, grootte: size, fout: `het ankerbestand bevat ${range.size} records, het checkpoint telt er ${size}: het bestand is ingekort of teruggezet` };
+    return { grootte: size, fout: `het ankerbestand bevat ${range.size} records, het checkpoint telt er ${size}: het bestand is ingekort of teruggezet` };
   }
-  if (!Buffer.from(range.root()).equals(o.checkpoint.root)) {
-    return { ok: false, grootte: size, fout: "de eerste records van het ankerbestand geven een andere root dan het checkpoint: het bestand is herschreven" };
+  if (!Buffer.from(range.root()).equals(Buffer.from(checkpoint.root))) {
+    return { grootte: size, fout: "de eerste records van het ankerbestand geven een andere root dan het checkpoint: het bestand is herschreven" };
   }
   const targets = new Map<number, CheckpointRef>();
   for (const [tenantId, n] of newest) {
     const c = openTreeHead(n.note, tenantId, verifiers, n.soort);
-    if (!c.ok) return { ok: false, grootte: size, fout: `${n.soort} van tenant ${tenantId} in het bestand is niet geldig ondertekend` };
+    if (!c.ok) return { grootte: size, fout: `${n.soort} van tenant ${tenantId} in het bestand is niet geldig ondertekend` };
     targets.set(tenantId, c.head);
   }
-  const verdict = await verifyAt(targets);
-  const ok = !verdict.probleem && verdict.tenants.every((t) => t.intact);
-  return { ok, grootte: size, verdict };
+  return { grootte: size, verdict: await verifyAt(targets) };
 }
 
 /** The first line of a bundle. */

@@ -52,7 +52,7 @@ export async function verifyInstallationPg(url: string, anchorPath: string, veri
 
 /** `verify --checkpoint` on PostgreSQL: the database and anchor file against an installation checkpoint kept off the machine. */
 export function verifyAgainstInstallationCheckpointPg(url: string, anchorPath: string, note: string, verifiers: Verifier[]): Promise<WitnessVerdict> {
-  return verifyAgainstInstallationCheckpointWith(anchorPath, note, verifiers, (checkpoints) => verifyInstallationPg(url, anchorPath, verifiers, { workers: 0, checkpoints }));
+  return verifyAgainstInstallationCheckpointWith(anchorPath, note, verifiers, (checkpoints) => verifyInstallationPg(url, anchorPath, verifiers, { workers: 0, ...(checkpoints ? { checkpoints } : {}) }));
 }
 
 /** One tenant's bundle for an auditor (`nachtwacht export --database-url`), its chain read in one snapshot. */
