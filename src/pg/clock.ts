@@ -27,7 +27,7 @@ async function offsetMs(readServerMs: () => Promise<unknown>): Promise<number> {
   return ms - (t0 + t1) / 2;
 }
 
-/** databaseClockOffset on a connection of its own (the daily report, /metrics, the start). */
+/** offsetMs on a connection of its own (the daily report, /metrics, the start). */
 export function databaseClockOffsetMs(sql: SQL): Promise<number> {
   return offsetMs(async () => ((await sql.unsafe(SERVER_MS)) as { ms: number }[])[0]!.ms);
 }
