@@ -7,6 +7,9 @@
 #
 # Settings (environment, defaults for the installed layout):
 #   NACHTWACHT_BIN              /usr/local/bin/nachtwacht
+#   NACHTWACHT_STATE_DIR        /var/lib/nachtwacht  the service's working directory (the unit's
+#                               WorkingDirectory): the backup runs in it, so a relative
+#                               DATABASE_PATH or AUDIT_ANKER_BESTAND means the same file as to the service
 #   NACHTWACHT_DB               DATABASE_PATH from NACHTWACHT_ENV, else /var/lib/nachtwacht/nachtwacht.db
 #   NACHTWACHT_BACKUP_DIR       /var/backups/nachtwacht
 #   NACHTWACHT_BACKUP_KEEP_DAYS 30      older backups in BACKUP_DIR are deleted after a success
@@ -25,6 +28,15 @@ args=(backup
 [ -n "${NACHTWACHT_DB:-}" ] && args+=(--db "$NACHTWACHT_DB")
 [ -n "${NACHTWACHT_ANCHORS:-}" ] && args+=(--ankers "$NACHTWACHT_ANCHORS")
 bin="${NACHTWACHT_BIN:-/usr/local/bin/nachtwacht}"
+state="${NACHTWACHT_STATE_DIR:-/var/lib/nachtwacht}"
+
+# Relative paths (the env file's, and NACHTWACHT_DB/NACHTWACHT_ANCHORS) are the
+# service's: taken from its working directory, as the unit runs it, not cron's.
+if ! cd "$state" 2>/dev/null; then
+  msg="nachtwacht-backup: cannot enter $state, the service's working directory (NACHTWACHT_STATE_DIR): no backup"
+  if [ "${NACHTWACHT_LOG:-syslog}" = stdout ]; then echo "$msg" >&2; else echo "$msg" | logger -t nachtwacht-backup; fi
+  exit 66
+fi
 
 if [ "${NACHTWACHT_LOG:-syslog}" = stdout ]; then
   exec "$bin" "${args[@]}" 2>&1

@@ -5,7 +5,7 @@
 #   ops/install.sh --rotate-secret [--root DIR] [--no-system]
 #
 #   /usr/local/bin/nachtwacht                the binary (npm run build → dist/nachtwacht)
-#   /usr/local/lib/nachtwacht/               nachtwacht-call.sh, backup.sh
+#   /usr/local/lib/nachtwacht/               nachtwacht-call.sh, backup.sh, env-file.sh
 #   /etc/nachtwacht/nachtwacht.env           root:root 600, CRON_SECRET, APP_SECRET and the audit signing key made here once
 #   /etc/systemd/system/nachtwacht.service   runs the binary as the user nachtwacht
 #   /etc/cron.d/nachtwacht                   the schedule (generated from src/schedule.ts)
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --no-system) SYSTEM=0; shift ;;
     --rotate-secret) ROTATE=1; shift ;;
     --skip-backup) SKIP_BACKUP=1; shift ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
   esac
 done
@@ -181,7 +181,9 @@ write_env() {
 # The backup before an upgrade, by the installed (old) backup.sh and binary, of the
 # database the service uses as its environment file $1 names it: DATABASE_URL
 # (PostgreSQL; `nachtwacht backup` takes it from that file), else DATABASE_PATH (relative:
-# to the unit's WorkingDirectory $3), else $3/nachtwacht.db. Skipped, and said, when there
+# to the unit's WorkingDirectory $3), else $3/nachtwacht.db. backup.sh runs in $3, as the
+# service and the nightly backup do, so a relative AUDIT_ANKER_BESTAND is the service's too
+# (an older installed backup.sh does not change directory itself). Skipped, and said, when there
 # is nothing to back up: no environment file (a first install), no backup.sh yet, or no
 # SQLite file at that path. Exit 75 of backup.sh (the backup made, but not reported to
 # backup-status: the service is down) is a warning; any other failure stops the upgrade.
@@ -205,7 +207,7 @@ pre_upgrade_backup() { # <env file> <backup.sh> <data dir>
   done <"$env_file"
   if [ -n "${url//[[:space:]]/}" ]; then
     say "backing up the PostgreSQL database (DATABASE_URL in $env_file) before the upgrade"
-    NACHTWACHT_ENV="$env_file" NACHTWACHT_LOG=stdout "$script" || rc=$?
+    (cd "$data_dir" && NACHTWACHT_STATE_DIR="$data_dir" NACHTWACHT_ENV="$env_file" NACHTWACHT_LOG=stdout "$script") || rc=$?
   else
     [ -n "$path" ] || path="$data_dir/nachtwacht.db"
     [[ "$path" == /* ]] || path="$data_dir/$path"
@@ -214,7 +216,7 @@ pre_upgrade_backup() { # <env file> <backup.sh> <data dir>
       return 0
     fi
     say "backing up $path before the upgrade"
-    NACHTWACHT_ENV="$env_file" NACHTWACHT_DB="$path" NACHTWACHT_LOG=stdout "$script" || rc=$?
+    (cd "$data_dir" && NACHTWACHT_STATE_DIR="$data_dir" NACHTWACHT_ENV="$env_file" NACHTWACHT_DB="$path" NACHTWACHT_LOG=stdout "$script") || rc=$?
   fi
   case "$rc" in
     0) ;;
@@ -223,21 +225,28 @@ pre_upgrade_backup() { # <env file> <backup.sh> <data dir>
   esac
 }
 
+# read_env and service_origin: the environment file and the service's address, read as
+# nachtwacht-call.sh and the crontab read them.
+. "$here/env-file.sh"
+
+# Waits for /health where the crontab reaches the service: HOST and PORT (quoted or not)
+# from the environment file, a wildcard HOST on loopback.
 restart_and_wait() {
   systemctl daemon-reload
   systemctl enable nachtwacht.service >/dev/null
   systemctl restart nachtwacht.service
-  local port
-  port=$(sed -n 's/^PORT=\([0-9]*\).*/\1/p' "$ENV_FILE" | tail -n1)
+  local PORT="" HOST="" origin
+  read_env "$ENV_FILE" PORT HOST
+  origin=$(service_origin "$HOST" "$PORT")
   for _ in $(seq 1 50); do
-    if curl -fsS --max-time 2 "http://127.0.0.1:${port:-3000}/health" >/dev/null 2>&1; then
-      say "nachtwacht is running on 127.0.0.1:${port:-3000} (journalctl -u nachtwacht)"
+    if curl -fsS --max-time 2 "$origin/health" >/dev/null 2>&1; then
+      say "nachtwacht is running on ${origin#http://} (journalctl -u nachtwacht)"
       return 0
     fi
     sleep 0.2
   done
   systemctl --no-pager status nachtwacht.service || true
-  die "the service did not answer /health; see journalctl -u nachtwacht"
+  die "the service did not answer $origin/health; see journalctl -u nachtwacht"
 }
 
 if [ "$ROTATE" = 1 ]; then
@@ -290,6 +299,7 @@ put() { # <mode> <source> <target>
 put 755 "$BINARY" "$ROOT/usr/local/bin/nachtwacht"
 put 755 "$here/nachtwacht-call.sh" "$LIB_DIR/nachtwacht-call.sh"
 put 755 "$here/backup.sh" "$LIB_DIR/backup.sh"
+put 644 "$here/env-file.sh" "$LIB_DIR/env-file.sh"
 put 644 "$here/nachtwacht.service" "$ROOT/etc/systemd/system/nachtwacht.service"
 # cron ignores files in cron.d that are group- or world-writable or not owned by root.
 put 644 "$here/nachtwacht.cron" "$ROOT/etc/cron.d/nachtwacht"

@@ -43,41 +43,20 @@ else
 fi
 
 CRON_SECRET="" PORT="" HOST=""
-# systemd EnvironmentFile lines: KEY=VALUE, optionally quoted; # and ; start comments.
-read_env() {
-  local line key val
-  while IFS= read -r line || [ -n "$line" ]; do
-    line="${line#"${line%%[![:space:]]*}"}"
-    case "$line" in '' | '#'* | ';'*) continue ;; esac
-    key="${line%%=*}"
-    val="${line#*=}"
-    key="${key%"${key##*[![:space:]]}"}"
-    case "$val" in
-      \"*\") val="${val:1:${#val}-2}" ;;
-      \'*\') val="${val:1:${#val}-2}" ;;
-    esac
-    case "$key" in CRON_SECRET | PORT | HOST) printf -v "$key" '%s' "$val" ;; esac
-  done <"$1"
-}
+# read_env and service_origin: the environment file and the address, as install.sh reads them.
+. "$(dirname "$(readlink -f "$0")")/env-file.sh"
 if [ ! -r "$env_file" ]; then
   echo "nachtwacht-call: cannot read $env_file (run as root)" | sink
   exit 78
 fi
-read_env "$env_file"
+read_env "$env_file" CRON_SECRET PORT HOST
 if [ -z "$CRON_SECRET" ]; then
   echo "nachtwacht-call: CRON_SECRET is not set in $env_file" | sink
   exit 78
 fi
 
 # The service listens on HOST (default loopback); a wildcard address is reached on loopback.
-host="${HOST:-127.0.0.1}"
-case "$host" in
-  0.0.0.0) host=127.0.0.1 ;;
-  :: | '[::]') host='[::1]' ;;
-  \[*) ;;
-  *:*) host="[$host]" ;;
-esac
-url="http://$host:${PORT:-3000}/api/cron/$job"
+url="$(service_origin "$HOST" "$PORT")/api/cron/$job"
 
 args=(--fail-with-body --silent --show-error --max-time "$max_time" --request POST
   --write-out '\n(HTTP %{http_code}, %{time_total} s) %header{x-nachtwacht-overgeslagen}\n' --header @-)

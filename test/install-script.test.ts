@@ -216,6 +216,7 @@ describe("ops/install.sh --root", () => {
       ["usr/local/bin/nachtwacht", 0o755, fakeBinary],
       ["usr/local/lib/nachtwacht/nachtwacht-call.sh", 0o755, join(ROOT, "ops/nachtwacht-call.sh")],
       ["usr/local/lib/nachtwacht/backup.sh", 0o755, join(ROOT, "ops/backup.sh")],
+      ["usr/local/lib/nachtwacht/env-file.sh", 0o644, join(ROOT, "ops/env-file.sh")],
       ["etc/systemd/system/nachtwacht.service", 0o644, join(ROOT, "ops/nachtwacht.service")],
       ["etc/cron.d/nachtwacht", 0o644, join(ROOT, "ops/nachtwacht.cron")],
     ];
@@ -225,6 +226,15 @@ describe("ops/install.sh --root", () => {
     }
     expect(mode(join(stage, "var/lib/nachtwacht"))).toBe(0o750);
     expect(mode(join(stage, "var/backups/nachtwacht"))).toBe(0o700);
+  });
+
+  test("--help prints the header comment and none of the script", async () => {
+    const p = Bun.spawn(["bash", INSTALL, "--help"], { stdout: "pipe", stderr: "pipe" });
+    const [code, out] = await Promise.all([p.exited, new Response(p.stdout).text()]);
+    expect(code).toBe(0);
+    expect(out).toStartWith("# Installs or upgrades nachtwacht");
+    expect(out.trimEnd().split("\n").every((l) => l.startsWith("#"))).toBe(true);
+    expect(out).not.toContain("set -euo pipefail");
   });
 
   test("refuses to run without a binary", async () => {
@@ -243,12 +253,12 @@ describe("ops/install.sh: the backup before an upgrade", () => {
     mkdirSync(data, { recursive: true });
     const calls = join(dir, "calls");
     const stub = join(dir, "backup.sh");
-    writeFileSync(stub, `#!/bin/sh\necho "DB=\${NACHTWACHT_DB-unset} ENV=\${NACHTWACHT_ENV-unset}" >>${JSON.stringify(calls)}\nexit ${stubExit}\n`, { mode: 0o755 });
+    writeFileSync(stub, `#!/bin/sh\necho "DB=\${NACHTWACHT_DB-unset} ENV=\${NACHTWACHT_ENV-unset}" >>${JSON.stringify(calls)}\necho "$(pwd) \${NACHTWACHT_STATE_DIR-unset}" >${JSON.stringify(join(dir, "cwd"))}\nexit ${stubExit}\n`, { mode: 0o755 });
     const script =
       "set -euo pipefail\n" +
       `eval "$(sed -n -e '/^say() /p' -e '/^die() /p' -e '/^split_env_line() {/,/^}/p' -e '/^pre_upgrade_backup() {/,/^}/p' ${JSON.stringify(INSTALL)})"\n` +
       'pre_upgrade_backup "$1" "$2" "$3"\n';
-    const p = Bun.spawn(["bash", "-c", script, "bash", envFile, stub, data], { env: { PATH: "/usr/bin:/bin" }, stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawn(["bash", "-c", script, "bash", envFile, stub, data], { env: { PATH: "/usr/bin:/bin" }, cwd: dir, stdout: "pipe", stderr: "pipe" });
     const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
     let called: string[] = [];
     try {
@@ -280,6 +290,17 @@ describe("ops/install.sh: the backup before an upgrade", () => {
     expect(rel.called).toEqual([`DB=${join(rel.data, "ander.db")} ENV=${join(dir, "nachtwacht.env")}`]);
   });
 
+  test("backup.sh runs in the data folder (the unit's WorkingDirectory), so a relative AUDIT_ANKER_BESTAND is the service's file", async () => {
+    const pg = await preUpgradeBackup(envFile("DATABASE_URL=postgres://nachtwacht@db.internal/nachtwacht\nAUDIT_ANKER_BESTAND=ankers.jsonl\n"), 0);
+    expect(pg.code).toBe(0);
+    expect(readFileSync(join(dir, "cwd"), "utf8").trim()).toBe(`${pg.data} ${pg.data}`);
+    writeFileSync(join(pg.data, "ander.db"), "");
+    rmSync(join(dir, "cwd"));
+    const sqlite = await preUpgradeBackup(envFile("DATABASE_PATH=ander.db\nAUDIT_ANKER_BESTAND=ankers.jsonl\n"), 0);
+    expect(sqlite.code).toBe(0);
+    expect(readFileSync(join(dir, "cwd"), "utf8").trim()).toBe(`${sqlite.data} ${sqlite.data}`);
+  });
+
   test("SQLite at the default path: backed up; no file there (nothing to back up): skipped, said, exit 0", async () => {
     const none = await preUpgradeBackup(envFile("PORT=3000\n"), 0);
     expect([none.code, none.called]).toEqual([0, []]);
@@ -304,6 +325,48 @@ describe("ops/install.sh: the backup before an upgrade", () => {
   test("no environment file (a first install): nothing backed up", async () => {
     const r = await preUpgradeBackup(join(dir, "geen.env"), 0);
     expect([r.code, r.called]).toEqual([0, []]);
+  });
+});
+
+describe("ops/install.sh: waiting for /health after the restart", () => {
+  // restart_and_wait with say and die, their text taken from install.sh itself (and its
+  // line that sources ops/env-file.sh), against systemctl and curl stubs: curl records
+  // the address it was given and answers.
+  async function probe(envText: string) {
+    const bin = join(dir, "bin");
+    mkdirSync(bin, { recursive: true });
+    writeFileSync(join(bin, "systemctl"), "#!/bin/sh\nexit 0\n", { mode: 0o755 });
+    const urls = join(dir, "urls");
+    writeFileSync(join(bin, "curl"), `#!/bin/sh\nfor a; do last=$a; done\necho "$last" >>${JSON.stringify(urls)}\nexit 0\n`, { mode: 0o755 });
+    const env = join(dir, "nachtwacht.env");
+    writeFileSync(env, envText, { mode: 0o600 });
+    const script =
+      "set -euo pipefail\n" +
+      `here=${JSON.stringify(join(ROOT, "ops"))}\nENV_FILE="$1"\n` +
+      `eval "$(sed -n -e '/^say() /p' -e '/^die() /p' -e '/^\\. "\\$here\\/env-file.sh"$/p' -e '/^restart_and_wait() {/,/^}/p' ${JSON.stringify(INSTALL)})"\n` +
+      "restart_and_wait\n";
+    const p = Bun.spawn(["bash", "-c", script, "bash", env], { env: { PATH: `${bin}:/usr/bin:/bin` }, stdout: "pipe", stderr: "pipe" });
+    const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+    let called: string[] = [];
+    try {
+      called = readFileSync(urls, "utf8").trimEnd().split("\n");
+    } catch {}
+    return { code, out: out + err, called };
+  }
+
+  test("probes HOST and PORT as nachtwacht-call.sh reaches them: quoted values, another loopback address, wildcards on loopback", async () => {
+    for (const [text, url] of [
+      ['HOST=127.0.0.2\nPORT="18936"\n', "http://127.0.0.2:18936/health"],
+      ["PORT='4001'\nHOST=0.0.0.0\n", "http://127.0.0.1:4001/health"],
+      ["HOST=::\n", "http://[::1]:3000/health"],
+      ["HOST=::1\nPORT=4002\n", "http://[::1]:4002/health"],
+      ["CRON_SECRET=x\n", "http://127.0.0.1:3000/health"],
+    ] as const) {
+      rmSync(join(dir, "urls"), { force: true });
+      const r = await probe(text);
+      expect({ text, code: r.code, called: r.called }).toEqual({ text, code: 0, called: [url] });
+      expect(r.out).toContain(`nachtwacht is running on ${url.slice("http://".length, -"/health".length)}`);
+    }
   });
 });
 
