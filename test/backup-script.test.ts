@@ -70,12 +70,13 @@ describe("ops/backup.sh → nachtwacht backup", () => {
    * installed layout has it in the env file, as the second test shows). A value of
    * undefined leaves that variable out.
    */
-  async function runBackup(env: Record<string, string | undefined>, fileSizeLimitKb?: number) {
+  async function runBackup(env: Record<string, string | undefined>, fileSizeLimitKb?: number, cwd?: string) {
     const all: Record<string, string | undefined> = {
       PATH: "/usr/bin:/bin", // no sqlite3 needed: nothing but the binary (and on PostgreSQL pg_dump, from the client package)
       NACHTWACHT_BIN: bin,
       NACHTWACHT_ENV: envFile,
       NACHTWACHT_LOG: "stdout",
+      NACHTWACHT_STATE_DIR: work, // the service's working directory (/var/lib/nachtwacht on a host)
       ...(url === null ? { NACHTWACHT_DB: dbPath } : { DATABASE_URL: url }),
       NACHTWACHT_ANCHORS: join(work, "absent-ankers.jsonl"),
       ...env,
@@ -83,6 +84,7 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     // A file size limit stands in for a full disk: a write past it fails (EFBIG; SIGXFSZ ignored).
     const cmd = fileSizeLimitKb === undefined ? ["bash", SCRIPT] : ["bash", "-c", `trap '' XFSZ; ulimit -f ${fileSizeLimitKb}; exec bash "$0"`, SCRIPT];
     const p = Bun.spawn(cmd, {
+      cwd,
       env: Object.fromEntries(Object.entries(all).filter((e): e is [string, string] => e[1] !== undefined)),
       stdout: "pipe",
       stderr: "pipe",
@@ -182,6 +184,34 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     expect(Buffer.from(Bun.gunzipSync(readFileSync(join(dir, copied)))).toString("utf8")).toBe('{"tenantId":2,"seq":7}\n');
     expect((await newestStatus()).bestandsnaam).toBe(files.find((f) => BACKUP_NAME.test(f))!);
   }, 30_000);
+
+  test("relative DATABASE_PATH and AUDIT_ANKER_BESTAND in the env file are the service's files (its working directory, NACHTWACHT_STATE_DIR), wherever cron runs it", async () => {
+    const dir = join(work, "relatief");
+    const state = join(app.dir, "data"); // the service's data folder, as /var/lib/nachtwacht under the unit
+    writeFileSync(join(state, "rel-ankers.jsonl"), '{"tenantId":3,"seq":9}\n');
+    const elsewhere = join(work, "elders");
+    mkdirSync(elsewhere);
+    const relEnv = join(work, "relatief.env");
+    const database = url === null ? "DATABASE_PATH=nachtwacht.db" : `DATABASE_URL=${url}`;
+    writeFileSync(relEnv, `${readFileSync(envFile, "utf8")}${database}\nAUDIT_ANKER_BESTAND=rel-ankers.jsonl\n`, { mode: 0o600 });
+    const r = await runBackup(
+      { NACHTWACHT_BACKUP_DIR: dir, NACHTWACHT_ENV: relEnv, NACHTWACHT_STATE_DIR: state, NACHTWACHT_DB: "", NACHTWACHT_ANCHORS: "", DATABASE_URL: undefined },
+      undefined,
+      elsewhere,
+    );
+    expect({ code: r.code, out: r.out }).toMatchObject({ code: 0 });
+    const files = readdirSync(dir);
+    const copied = files.find((f) => /^audit-ankers-.*\.jsonl\.gz$/.test(f))!;
+    expect(Buffer.from(Bun.gunzipSync(readFileSync(join(dir, copied)))).toString("utf8")).toBe('{"tenantId":3,"seq":9}\n');
+    expect(await restoredTenants(join(dir, files.find((f) => BACKUP_NAME.test(f))!))).toBeGreaterThanOrEqual(500);
+    expect(readdirSync(elsewhere)).toEqual([]);
+  }, 30_000);
+
+  test("a NACHTWACHT_STATE_DIR that cannot be entered: no backup, exit 66 with the reason", async () => {
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: join(work, "geen-staat"), NACHTWACHT_STATE_DIR: join(work, "bestaat-niet") });
+    expect(r.code).toBe(66);
+    expect(r.out).toContain("cannot enter");
+  });
 
   test("an anchor file that is a symbolic link is not followed: 66 with the reason, and what it points at is not copied", async () => {
     const secret = join(work, "alleen-root.txt");

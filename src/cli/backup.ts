@@ -39,6 +39,8 @@ const USAGE =
   "  --db            standaard DATABASE_PATH uit --env, anders /var/lib/nachtwacht/nachtwacht.db\n" +
   "  --map           standaard /var/backups/nachtwacht\n" +
   "  --ankers        standaard AUDIT_ANKER_BESTAND uit --env, anders /var/lib/nachtwacht/audit-ankers.jsonl\n" +
+  "  Relatieve paden gelden vanaf de map waarin de opdracht start; backup.sh start hem in /var/lib/nachtwacht,\n" +
+  "  de werkmap van de dienst, zodat een relatief DATABASE_PATH of AUDIT_ANKER_BESTAND hetzelfde bestand is.\n" +
   "  --bewaar-dagen  oudere back-ups in --map worden na een geslaagde back-up verwijderd (standaard 30)\n" +
   "  --geen-melding  niets aan backup-status melden\n" +
   "  Exitcode: 0 gelukt, 64 gebruik, 65 kopie niet in orde, 66 geen database, of geen ankerbestand terwijl de database ankers heeft\n" +
