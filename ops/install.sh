@@ -303,7 +303,11 @@ put 644 "$here/env-file.sh" "$LIB_DIR/env-file.sh"
 put 644 "$here/nachtwacht.service" "$ROOT/etc/systemd/system/nachtwacht.service"
 # cron ignores files in cron.d that are group- or world-writable or not owned by root.
 put 644 "$here/nachtwacht.cron" "$ROOT/etc/cron.d/nachtwacht"
-[ -f "$here/../docs/operations.md" ] && put 644 "$here/../docs/operations.md" "$ROOT/usr/local/share/doc/nachtwacht/operations.md"
+if [ -f "$here/../docs/operations.md" ]; then
+  put 644 "$here/../docs/operations.md" "$ROOT/usr/local/share/doc/nachtwacht/operations.md"
+else
+  say "WARNING: no docs/operations.md beside ops/ ($here/../docs): /usr/local/share/doc/nachtwacht/operations.md (the unit's Documentation=) not installed; copy docs/ to the host with ops/ and run again"
+fi
 
 if [ -f "$ENV_FILE" ]; then
   write_env "$ENV_FILE"

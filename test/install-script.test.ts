@@ -228,6 +228,30 @@ describe("ops/install.sh --root", () => {
     expect(mode(join(stage, "var/backups/nachtwacht"))).toBe(0o700);
   });
 
+  test("installs docs/operations.md (the unit's Documentation=) from the documented copy, and says so when docs/ was not copied", async () => {
+    // The documented copy to the host: the binary, ops/ and docs/ side by side.
+    const host = join(dir, "host");
+    mkdirSync(join(host, "docs"), { recursive: true });
+    Bun.spawnSync(["cp", "-r", join(ROOT, "ops"), host]);
+    Bun.spawnSync(["cp", join(ROOT, "docs/operations.md"), join(host, "docs")]);
+    const run = async () => {
+      const p = Bun.spawn(["bash", join(host, "ops/install.sh"), "--root", stage, "--binary", fakeBinary], { env: { PATH: "/usr/local/bin:/usr/bin:/bin" }, stdout: "pipe", stderr: "pipe" });
+      const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+      return { code, out: out + err };
+    };
+    const doc = join(stage, "usr/local/share/doc/nachtwacht/operations.md");
+    const r = await run();
+    expect(r.code).toBe(0);
+    expect(r.out).not.toContain("operations.md");
+    expect(readFileSync(doc, "utf8")).toBe(readFileSync(join(ROOT, "docs/operations.md"), "utf8"));
+    expect(mode(doc)).toBe(0o644);
+    expect(readFileSync(join(ROOT, "docs/operations.md"), "utf8")).toContain("scp -r dist/nachtwacht ops docs");
+    rmSync(join(host, "docs"), { recursive: true });
+    const without = await run();
+    expect(without.code).toBe(0);
+    expect(without.out).toContain("WARNING: no docs/operations.md beside ops/");
+  });
+
   test("--help prints the header comment and none of the script", async () => {
     const p = Bun.spawn(["bash", INSTALL, "--help"], { stdout: "pipe", stderr: "pipe" });
     const [code, out] = await Promise.all([p.exited, new Response(p.stdout).text()]);
