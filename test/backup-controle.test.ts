@@ -50,6 +50,18 @@ describe("backup-controle", () => {
     }
   });
 
+  test("an empty foutmelding is shown as null (no message), as the daily report's backupDetail shows it", async () => {
+    const env = await makeEnv();
+    try {
+      await addBackup(env, 1, 0, { foutmelding: "" });
+      const res = await call(env.app, "/api/cron/backup-controle");
+      expect(res.status).toBe(200);
+      expect(res.json.laatsteBackup.foutmelding).toBeNull();
+    } finally {
+      await env.cleanup();
+    }
+  });
+
   test("newest successful backup older than BACKUP_MAX_UREN → 409 te-oud with its age in hours", async () => {
     const env = await makeEnv();
     try {

@@ -296,7 +296,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
         gelukt: true,
         bestandsnaam: "nachtwacht-2026-07-23.db.gz",
         grootte: 183500800,
-        foutmelding: "",
+        foutmelding: null,
         bron: "host-cron",
       },
       leeftijdUren: 3,

@@ -69,7 +69,9 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   const maxUren = deps.config.backupMaxUren;
   const { store } = deps;
   const seal = rowSealOf(deps.config);
-  const { backup: laatsteBackup, vervalst } = store.kind === "pg" ? await newestBackupPg(store.db, seal) : newestBackup(store.db, seal);
+  const { backup: newest, vervalst } = store.kind === "pg" ? await newestBackupPg(store.db, seal) : newestBackup(store.db, seal);
+  // No message is null, an empty one included: as the daily report's backupDetail shows it.
+  const laatsteBackup = newest && { ...newest, foutmelding: newest.foutmelding || null };
   const ageMs = laatsteBackup ? now.getTime() - new Date(laatsteBackup.ontvangen).getTime() : null;
   const leeftijdUren = ageMs === null ? null : Math.round(ageMs / 360_000) / 10;
 
