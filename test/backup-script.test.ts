@@ -213,6 +213,41 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     expect(r.out).toContain("cannot enter");
   });
 
+  test("a second backup into the same folder while one runs is refused at once: 69, nothing written or reported", async () => {
+    const dir = join(work, "bezet");
+    mkdirSync(dir);
+    // Another backup holds the folder's lock: flock(1) on the folder, as nachtwacht backup takes it.
+    // The holder is bash itself (read is a builtin), so killing it releases the lock.
+    const holder = Bun.spawn(["bash", "-c", 'exec 9<"$1" && flock --exclusive 9 && echo held && read -r _', "bash", dir], { stdin: "pipe", stdout: "pipe", stderr: "ignore" });
+    try {
+      const reader = holder.stdout.getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toBe("held\n");
+      const before = await newestStatus();
+      const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir });
+      expect(r.code).toBe(69);
+      expect(r.out).toContain(`er loopt al een back-up in ${dir}`);
+      expect(readdirSync(dir)).toEqual([]);
+      expect(await newestStatus()).toEqual(before);
+    } finally {
+      holder.kill();
+      await holder.exited;
+    }
+    // Released (the holder gone): the next one runs.
+    expect((await runBackup({ NACHTWACHT_BACKUP_DIR: dir })).code).toBe(0);
+  }, 30_000);
+
+  test("two backups started together into one folder: one makes a sound backup, the other is refused (69) or runs after it; never a false 65 or 74", async () => {
+    const dir = join(work, "samen");
+    for (let round = 0; round < 3; round++) {
+      const codes = (await Promise.all([runBackup({ NACHTWACHT_BACKUP_DIR: dir }), runBackup({ NACHTWACHT_BACKUP_DIR: dir })])).map((r) => r.code).sort();
+      expect(codes[0]).toBe(0);
+      expect([0, 69]).toContain(codes[1]!);
+    }
+    const files = readdirSync(dir);
+    expect(files.filter((f) => f.startsWith("."))).toEqual([]);
+    for (const f of files.filter((f) => BACKUP_NAME.test(f))) expect(await restoredTenants(join(dir, f))).toBeGreaterThanOrEqual(500);
+  }, 60_000);
+
   test("an anchor file that is a symbolic link is not followed: 66 with the reason, and what it points at is not copied", async () => {
     const secret = join(work, "alleen-root.txt");
     writeFileSync(secret, "root:geheim\n", { mode: 0o600 });

@@ -15,11 +15,13 @@
 // The secret for the report is read from the environment file (--env), never from the
 // command line. Exit codes (sysexits): 0 ok, 64 usage, 65 the copy is not sound,
 // 66 no database, or no anchor file while the database has anchors (the database copy
-// is kept), 73 backup folder not usable, 74 any other I/O error, 75 backup made but the
-// report to backup-status failed, 78 (PostgreSQL) a DATABASE_URL parameter pg_dump
-// cannot be given.
+// is kept), 69 another backup into the same folder is running (refused at once, nothing
+// written or reported), 73 backup folder not usable, 74 any other I/O error, 75 backup
+// made but the report to backup-status failed, 78 (PostgreSQL) a DATABASE_URL parameter
+// pg_dump cannot be given.
+import { dlopen, FFIType } from "bun:ffi";
 import { Database } from "bun:sqlite";
-import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, accessSync, constants } from "node:fs";
+import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, accessSync, closeSync, openSync, constants } from "node:fs";
 import { basename, join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { parseArgs } from "node:util";
@@ -44,7 +46,7 @@ const USAGE =
   "  --bewaar-dagen  oudere back-ups in --map worden na een geslaagde back-up verwijderd (standaard 30)\n" +
   "  --geen-melding  niets aan backup-status melden\n" +
   "  Exitcode: 0 gelukt, 64 gebruik, 65 kopie niet in orde, 66 geen database, of geen ankerbestand terwijl de database ankers heeft\n" +
-  "  (de kopie van de database blijft staan), 73 map onbruikbaar, 74 andere I/O-fout, 75 back-up gemaakt maar melding mislukt,\n" +
+  "  (de kopie van de database blijft staan), 69 er loopt al een back-up in --map (niets gedaan, niets gemeld), 73 map onbruikbaar, 74 andere I/O-fout, 75 back-up gemaakt maar melding mislukt,\n" +
   "  78 een parameter in DATABASE_URL die niet aan pg_dump door te geven is (PostgreSQL).";
 
 export interface BackupOptions {
@@ -74,6 +76,37 @@ export class BackupError extends Error {
 }
 
 export const stampOf = (d: Date) => d.toISOString().replace(/[-:]/g, "").replace(/\.\d{3}Z$/, "Z");
+/**
+ * One backup at a time per folder: an exclusive flock(2) on the backup folder itself
+ * (nothing is left in it), taken without waiting. The kernel releases it when the process
+ * ends, however it ends. Returns a release function, "busy" when another process holds
+ * it, or null when no lock could be taken (the folder cannot be opened: the backup then
+ * fails on it with 73; or no flock in this C library): the backup runs without one.
+ */
+export function lockBackupDir(dir: string): (() => void) | "busy" | null {
+  let flock: ((fd: number, op: number) => number) | null = null;
+  try {
+    const libc = dlopen("libc.so.6", { flock: { args: [FFIType.i32, FFIType.i32], returns: FFIType.i32 } });
+    flock = (fd, op) => libc.symbols.flock(fd, op) as number;
+  } catch {
+    return null;
+  }
+  let fd: number;
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    fd = openSync(dir, "r");
+  } catch {
+    return null;
+  }
+  const LOCK_EX = 2;
+  const LOCK_NB = 4;
+  if (flock(fd, LOCK_EX | LOCK_NB) !== 0) {
+    closeSync(fd);
+    return "busy";
+  }
+  return () => closeSync(fd);
+}
+
 const why = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
 async function gzipFile(from: string, to: string): Promise<void> {
@@ -331,6 +364,21 @@ async function backupCommand(argv: string[], processEnv: Record<string, string |
     url = given.url;
   }
 
+  // A second backup into the same folder (cron's and one by hand or install.sh's) is
+  // refused before it writes anything: the two would share file names to the second.
+  const unlock = lockBackupDir(options.dir);
+  if (unlock === "busy") {
+    err(`nachtwacht backup: er loopt al een back-up in ${options.dir}; deze is niet gestart (niets gemeld aan backup-status). Wacht tot die klaar is en probeer het dan opnieuw.`);
+    return 69;
+  }
+  try {
+    return await backupAndReport(options, url, env, reporting, out, err);
+  } finally {
+    unlock?.();
+  }
+}
+
+async function backupAndReport(options: BackupOptions, url: string | null, env: Record<string, string>, reporting: boolean, out: (s: string) => void, err: (s: string) => void): Promise<number> {
   let code = 0;
   let body: object;
   try {
