@@ -266,7 +266,8 @@ export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; kee
 async function report(env: Record<string, string>, body: object): Promise<{ status: number; text: string }> {
   const secret = env.CRON_SECRET;
   if (!secret) throw new Error("CRON_SECRET staat niet in het omgevingsbestand");
-  const host = env.HOST && env.HOST !== "0.0.0.0" ? env.HOST : "127.0.0.1";
+  // As ops/env-file.sh maps it for the call script: a wildcard is called on loopback.
+  const host = !env.HOST || env.HOST === "0.0.0.0" ? "127.0.0.1" : env.HOST === "::" ? "::1" : env.HOST;
   const url = `http://${host.includes(":") ? `[${host}]` : host}:${env.PORT || "3000"}/api/cron/backup-status`;
   const r = await fetch(url, {
     method: "POST",
