@@ -34,6 +34,18 @@ const out = (s: string) => writeStdout(s + "\n");
 const err = (s: string) => console.error(s);
 const wantsHelp = rest.includes("--help") || rest.includes("-h");
 
+/** A command that takes no options but --help: anything else exits 2 naming it; true for --help. */
+async function noOptions(name: string): Promise<boolean> {
+  const { OptionError, parseOptions } = await import("./cli/options.ts");
+  try {
+    return parseOptions(`nachtwacht ${name}`, rest, { help: { type: "boolean", short: "h" } }).help === true;
+  } catch (e) {
+    if (!(e instanceof OptionError)) throw e;
+    err(`${e.message}\ngebruik: nachtwacht ${name} [--help]`);
+    process.exit(2);
+  }
+}
+
 try {
   if (command === "help" || command === "--help" || command === "-h") {
     out(USAGE);
@@ -58,14 +70,14 @@ try {
     const { runBackup } = await import("./cli/backup.ts");
     process.exit(await runBackup(rest, process.env, out, err));
   } else if (command === "crontab") {
-    if (wantsHelp) {
+    if (await noOptions("crontab")) {
       out("gebruik: nachtwacht crontab\n  Drukt /etc/cron.d/nachtwacht af, gegenereerd uit de planning (src/schedule.ts); gelijk aan ops/nachtwacht.cron, dat install.sh installeert.");
       process.exit(0);
     }
     const { crontab } = await import("./cli/crontab.ts");
     writeStdout(crontab());
   } else if (command === "demo") {
-    if (wantsHelp) {
+    if (await noOptions("demo")) {
       out("gebruik: nachtwacht demo\n  Start de service op ./data/demo.db met demodata (eenmalig gevuld), mail als .eml in ./data/outbox.");
       process.exit(0);
     }

@@ -97,7 +97,7 @@ describe("nachtwacht verify (public key only)", () => {
     expect((await run(["verify", ...dbArgs(), "--sleutel", "geen-sleutel"])).code).toBe(2);
     expect((await run(["verify", "--onbekend"])).code).toBe(2);
     // --db and --database-url together: refused, whichever store the run is on.
-    const both = await run(["verify", ...base(), "--db", env.config.databasePath, "--database-url", "postgres://nw@127.0.0.1:1/geen"]);
+    const both = await run(["verify", "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY, "--db", env.config.databasePath, "--database-url", "postgres://nw@127.0.0.1:1/geen"]);
     expect(both.code).toBe(2);
     expect(both.err).toContain("--db en --database-url noemen elk een database");
     rmSync(env.config.auditAnkerBestand);

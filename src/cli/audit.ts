@@ -15,7 +15,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync, realpathSync } from "node:fs";
 import { hostname } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
-import { parseArgs } from "node:util";
+import type { ParseArgsOptionsConfig } from "node:util";
 import { generateKeyPair, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
 import { CannotCheck, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
 import { auditKeys, keyList } from "../audit/keys.ts";
@@ -27,12 +27,14 @@ import { redactUrl } from "../pg/url.ts";
 import { databaseUrl } from "./database-url.ts";
 import { writeStdout } from "./stdout.ts";
 import { writeFileDurably } from "../durable-file.ts";
+import { OptionError, parseOptions } from "./options.ts";
 
 /** Where adopt and accept-restore find the service's database. */
 const DATABASE_HELP =
   "  Database: DATABASE_URL uit de omgeving (PostgreSQL) of --database-url URL|- (een URL met wachtwoord alleen via '-'\n" +
   "  of DATABASE_URL), anders --db of DATABASE_PATH (SQLite). --db samen met DATABASE_URL of --database-url wordt\n" +
-  "  geweigerd: welke database bedoeld is, moet vaststaan. Draai het met de omgeving van de service (docs/operations.md).\n";
+  "  geweigerd: welke database bedoeld is, moet vaststaan. Draai het met de omgeving van de service (docs/operations.md).\n" +
+  "  Geen --sleutel: het ondertekent met AUDIT_ANKER_SLEUTEL en vertrouwt AUDIT_VERTROUWDE_SLEUTELS, zoals de service.\n";
 
 const HELP: Record<string, string> = {
   key:
@@ -80,6 +82,33 @@ const HELP: Record<string, string> = {
     DATABASE_HELP +
     "  exit 0: geaccepteerd of niets te doen (zonder --ja: alles te accepteren); 1: (deels) geweigerd; 2: niet mogelijk.",
 };
+
+/** Each command's own options (src/cli/options.ts): one that belongs to another command is refused, not ignored. */
+const HELP_OPTION = { help: { type: "boolean", short: "h" } } as const;
+const DATABASE_OPTIONS = { db: { type: "string" }, "database-url": { type: "string" }, bestand: { type: "string" } } as const;
+const OPTIONS = {
+  key: { ...HELP_OPTION, naam: { type: "string" } },
+  verify: { ...HELP_OPTION, ...DATABASE_OPTIONS, sleutel: { type: "string", multiple: true }, checkpoint: { type: "string" }, bundel: { type: "string" } },
+  export: { ...HELP_OPTION, ...DATABASE_OPTIONS, sleutel: { type: "string", multiple: true }, tenant: { type: "string" }, bewijs: { type: "string" }, uit: { type: "string" } },
+  adopt: { ...HELP_OPTION, ...DATABASE_OPTIONS, tenant: { type: "string" }, ja: { type: "boolean" } },
+  "accept-restore": { ...HELP_OPTION, ...DATABASE_OPTIONS, ja: { type: "boolean" } },
+} as const satisfies Record<keyof typeof HELP, ParseArgsOptionsConfig>;
+
+/** The values of any command's options; those it does not take are always undefined. */
+interface AuditOptions {
+  help?: boolean;
+  naam?: string;
+  db?: string;
+  "database-url"?: string;
+  bestand?: string;
+  sleutel?: string[];
+  checkpoint?: string;
+  bundel?: string;
+  tenant?: string;
+  bewijs?: string;
+  uit?: string;
+  ja?: boolean;
+}
 
 /** The commands that sign: they need the signing key itself, never only public keys. */
 const SIGNING = new Set(["adopt", "accept-restore"]);
@@ -279,30 +308,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
     return 2;
   }
   try {
-    let parsed;
-    try {
-      parsed = parseArgs({
-        args,
-        options: {
-          help: { type: "boolean", short: "h" },
-          naam: { type: "string" },
-          db: { type: "string" },
-          bestand: { type: "string" },
-          sleutel: { type: "string", multiple: true },
-          checkpoint: { type: "string" },
-          "database-url": { type: "string" },
-          bundel: { type: "string" },
-          tenant: { type: "string" },
-          bewijs: { type: "string" },
-          uit: { type: "string" },
-          ja: { type: "boolean" },
-        },
-        strict: true,
-      });
-    } catch (e) {
-      throw new UsageError(e instanceof Error ? e.message : String(e));
-    }
-    const o = parsed.values;
+    const o = parseOptions(`nachtwacht ${sub}`, args, OPTIONS[sub as keyof typeof OPTIONS]) as AuditOptions;
     if (o.help) {
       out(HELP[sub]!);
       return 0;
@@ -322,7 +328,6 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
     if (o.db !== undefined && o["database-url"] !== undefined) throw new UsageError("--db en --database-url noemen elk een database: geef er één");
 
     if (SIGNING.has(sub)) {
-      if (o.sleutel !== undefined) throw new UsageError("--sleutel hoort niet bij dit commando: het ondertekent met AUDIT_ANKER_SLEUTEL en vertrouwt AUDIT_VERTROUWDE_SLEUTELS, zoals de service");
       if (sub === "adopt" && (o.tenant === undefined || !/^[1-9][0-9]*$/.test(o.tenant))) throw new UsageError("--tenant N is verplicht (een tenant-id)");
       // After a move to PostgreSQL the old SQLite file stays (docs/postgresql.md): signing into
       // the one the operator did not mean would record a loss that never happened.
@@ -420,7 +425,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
     out(ok ? "RESULTAAT: de database klopt met het ankerbestand." : "RESULTAAT: de database klopt NIET met het ankerbestand.");
     return ok ? 0 : 1;
   } catch (e) {
-    if (e instanceof UsageError) {
+    if (e instanceof UsageError || e instanceof OptionError) {
       err(`${e.message}\n${HELP[sub]}`);
       return 2;
     }

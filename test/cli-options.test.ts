@@ -1,0 +1,135 @@
+// Each operator command takes its own options only (src/cli/options.ts): one that belongs
+// to another command, a single-valued one given twice, a missing value, a stray argument
+// are a usage error naming the option, exit 2, nothing done. Found by a review:
+// `accept-restore --tenant 2 --ja` signed for every tenant; `export --tenant 1 --tenant 2`
+// exported tenant 2.
+import { afterEach, describe, expect, test } from "bun:test";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { runAuditCommand } from "../src/cli/audit.ts";
+import { BUN, ROOT } from "./binary.ts";
+import { addTenant, call, fillChain, makeTestEnv, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, tempDir, type TestEnv } from "./helpers.ts";
+
+let env: TestEnv | undefined;
+afterEach(async () => {
+  await env?.cleanup();
+  env = undefined;
+});
+
+async function audit(args: string[], extra: Record<string, string> = {}) {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await runAuditCommand(args, { AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, ...extra }, (s) => out.push(s), (s) => err.push(s));
+  return { code, out: out.join("\n"), err: err.join("\n") };
+}
+
+/** An installation with two signed tenants, on a file the commands can name. */
+async function installation() {
+  env = makeTestEnv();
+  const a = addTenant(env.store, "Alfa");
+  const b = addTenant(env.store, "Beta");
+  fillChain(env.store, a, 5);
+  fillChain(env.store, b, 5);
+  expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+  env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  return { db: env.config.databasePath, anker: env.config.auditAnkerBestand };
+}
+
+describe("an option of another command is refused, naming it", () => {
+  test("accept-restore --tenant 2 --ja: exit 2, nothing signed", async () => {
+    const { db, anker } = await installation();
+    const before = readFileSync(anker, "utf8");
+    const r = await audit(["accept-restore", "--tenant", "2", "--ja", "--db", db, "--bestand", anker]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--tenant is geen optie van nachtwacht accept-restore");
+    expect(r.err).toContain("gebruik: nachtwacht accept-restore");
+    expect(r.out).toBe("");
+    expect(readFileSync(anker, "utf8")).toBe(before);
+  });
+
+  for (const [args, named] of [
+    [["verify", "--uit", "x"], "--uit"],
+    [["verify", "--ja"], "--ja"],
+    [["verify", "--bewijs", "3"], "--bewijs"],
+    [["verify", "--tenant", "2"], "--tenant"],
+    [["export", "--tenant", "1", "--ja"], "--ja"],
+    [["export", "--tenant", "1", "--checkpoint", "x"], "--checkpoint"],
+    [["key", "--db", "x"], "--db"],
+    [["adopt", "--tenant", "1", "--sleutel", TEST_VERIFIER_KEY], "--sleutel"],
+    [["adopt", "--tenant", "1", "--uit", "x"], "--uit"],
+    [["verify", "--foo"], "--foo"],
+    [["verify", "-x"], "-x"],
+  ] as [string[], string][]) {
+    test(`${args.join(" ")}: exit 2 naming ${named}`, async () => {
+      const r = await audit(args, { DATABASE_PATH: "/nonexistent/db", AUDIT_ANKER_BESTAND: "/nonexistent/anker" });
+      expect(r.code).toBe(2);
+      expect(r.err).toContain(`${named} is geen optie van nachtwacht ${args[0]}`);
+      expect(r.out).toBe("");
+    });
+  }
+});
+
+describe("a single-valued option given twice is refused, naming it", () => {
+  test("export --tenant 1 --tenant 2: exit 2, nothing exported", async () => {
+    const { db, anker } = await installation();
+    const r = await audit(["export", "--tenant", "1", "--tenant", "2", "--db", db, "--bestand", anker, "--sleutel", TEST_VERIFIER_KEY]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--tenant is meer dan eens gegeven");
+    expect(r.out).toBe("");
+  });
+
+  for (const args of [
+    ["key", "--naam", "a", "--naam", "b"],
+    ["adopt", "--tenant", "1", "--tenant=2"],
+    ["adopt", "--tenant", "1", "--db", "x", "--db", "y"],
+    ["verify", "--bestand", "x", "--bestand", "y"],
+    ["accept-restore", "--ja", "--ja"],
+  ]) {
+    const named = args.slice(1).find((a, i, all) => all.slice(0, i).some((b) => b.split("=")[0] === a.split("=")[0]) && a.startsWith("--"))!.split("=")[0];
+    test(`${args.join(" ")}: exit 2 naming ${named}`, async () => {
+      const r = await audit(args);
+      expect(r.code).toBe(2);
+      expect(r.err).toContain(`${named} is meer dan eens gegeven`);
+      expect(r.out).toBe("");
+    });
+  }
+
+  test("--sleutel stays repeatable for verify and export", async () => {
+    const { db, anker } = await installation();
+    const r = await audit(["verify", "--db", db, "--bestand", anker, "--sleutel", TEST_VERIFIER_KEY, "--sleutel", TEST_VERIFIER_KEY]);
+    expect(r.err).toBe("");
+    expect(r.code).toBe(0);
+  });
+});
+
+describe("values and arguments", () => {
+  for (const [args, message] of [
+    [["export", "--tenant"], "--tenant heeft een waarde nodig"],
+    [["export", "--tenant", "--uit", "x"], "--tenant heeft een waarde nodig"],
+    [["adopt", "--tenant", "1", "--ja=nee"], "--ja neemt geen waarde"],
+    [["verify", "extra"], 'nachtwacht verify neemt geen argument "extra"'],
+  ] as [string[], string][]) {
+    test(`${args.join(" ")}: exit 2, ${message}`, async () => {
+      const r = await audit(args);
+      expect(r.code).toBe(2);
+      expect(r.err).toContain(message);
+    });
+  }
+});
+
+describe("crontab and demo take no options", () => {
+  for (const command of ["crontab", "demo"]) {
+    test(`${command} --foo: exit 2 naming it, nothing started`, () => {
+      const t = tempDir("nachtwacht-opt-");
+      try {
+        const p = Bun.spawnSync([BUN, join(ROOT, "src", "index.ts"), command, "--foo"], { cwd: t.dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: t.dir }, stdout: "pipe", stderr: "pipe", timeout: 20_000 });
+        expect(p.exitCode).toBe(2);
+        expect(p.stderr.toString()).toContain(`--foo is geen optie van nachtwacht ${command}`);
+        expect(p.stdout.toString()).toBe("");
+        expect(existsSync(join(t.dir, "data"))).toBe(false);
+      } finally {
+        t.cleanup();
+      }
+    });
+  }
+});
