@@ -109,6 +109,11 @@ export function schemaVersionProblem(sqlite: Database): string | null {
   return newerSchemaProblem(applied, known);
 }
 
+/** newerSchemaProblem of a SQLite file: for whatever opens one (openStore, the operator's commands). */
+export function newerSqliteSchemaProblem(sqlite: Database): string | null {
+  return newerSchemaProblem(appliedMigrations(sqlite), embeddedMigrations.journal.entries.length);
+}
+
 /** How many migrations the SQLite file has applied (0 for a new file). */
 function appliedMigrations(sqlite: Database): number {
   // Raw SQL: drizzle's own bookkeeping table, outside the schema.
@@ -182,7 +187,7 @@ export function openStore(
   const db = drizzle(sqlite, { schema });
   // Raw SQL: SQLite's own table-valued pragma, before the migrations.
   const hasColumn = ([table, column]: readonly [string, string]) => sqlite.query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?").get(table, column) !== null;
-  const newer = newerSchemaProblem(appliedMigrations(sqlite), embeddedMigrations.journal.entries.length);
+  const newer = newerSqliteSchemaProblem(sqlite);
   if (newer !== null) {
     sqlite.close();
     throw new SchemaTooNew(`${path}: ${newer}`);

@@ -67,11 +67,11 @@ const migrate = (url: string) =>
   migrateToPostgres({ dbPath: env!.config.databasePath, anchorPath: env!.config.auditAnkerBestand, url, verifiers: VERIFIERS, log: () => {} });
 
 /** migrate-to refuses the source (bron-niet-in-orde, saying `why`) and creates nothing in a fresh target. */
-async function expectSourceRefused(why: string): Promise<void> {
+async function expectSourceRefused(why: string, uitkomst: "bron-niet-in-orde" | "bron-andere-versie" = "bron-niet-in-orde"): Promise<void> {
   const url = await cluster.createDatabase();
   const r = await migrate(url);
-  expect(r.uitkomst).toBe("bron-niet-in-orde");
-  if (r.uitkomst === "bron-niet-in-orde") expect(r.toelichting).toContain(why);
+  expect(r.uitkomst).toBe(uitkomst);
+  if (r.uitkomst === uitkomst) expect(r.toelichting).toContain(why);
   const [{ exists }] = await client(url)`SELECT EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'tenants') AS exists`;
   expect(exists).toBe(false);
 }
@@ -331,11 +331,16 @@ describe("migrate-to", () => {
     const n = rows.length;
     // As an earlier version left it: its last migration not yet applied.
     w.run("DELETE FROM __drizzle_migrations WHERE rowid = (SELECT max(rowid) FROM __drizzle_migrations)");
-    await expectSourceRefused(`de database is van een eerdere versie (${n - 1} van ${n} migraties toegepast): start de service eenmaal met deze versie`);
+    await expectSourceRefused(`de database is van een eerdere versie (${n - 1} van ${n} migraties toegepast): start de service eenmaal met deze versie`, "bron-andere-versie");
     // As a later version left it: one more than this version knows.
     const last = rows.at(-1)!;
     w.query("INSERT INTO __drizzle_migrations (hash, created_at) VALUES (?, ?), ('later', 9999999999999)").run(last.hash as string, last.created_at as number);
-    await expectSourceRefused(`de database is van een nieuwere versie (${n + 1} migraties, deze versie kent er ${n})`);
+    await expectSourceRefused(`de database is van een nieuwere versie (${n + 1} migraties, deze versie kent er ${n})`, "bron-andere-versie");
+    // Not damage (exit 1, as bron-niet-in-orde reads) but a version to use: exit 2, the version named.
+    const err: string[] = [];
+    const code = await runMigrateTo(["--database-url", await cluster.createDatabase(), "--db", env!.config.databasePath, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {}, () => {}, (s) => err.push(s));
+    expect(code).toBe(2);
+    expect(err.join("\n")).toContain(`de database is van een nieuwere versie (${n + 1} migraties`);
   });
 
   test("a chain adopted from the earlier version (its start an adoption record, not genesis) moves and verifies on PostgreSQL as on SQLite", async () => {

@@ -12,8 +12,9 @@ import { embeddedMigrations as embeddedPgMigrations } from "../db/migrations-pg.
 import { openStore, SchemaTooNew } from "../src/db.ts";
 import { LOCK_MIGRATE, LOCK_NAMESPACE, openPgStore } from "../src/pg/store.ts";
 import { buildBinary } from "./binary.ts";
-import { NOW, SECRET, tempDir, TEST_SEAL, TEST_SIGNING_KEY } from "./helpers.ts";
-import { DIALECT, sqliteOnly, testCluster } from "./dialect.ts";
+import { call, NOW, SECRET, tempDir, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { addTenant, anchorRowCount, DIALECT, fillChain, makeEnv, sqliteOnly, testCluster } from "./dialect.ts";
+import { runAuditCommand } from "../src/cli/audit.ts";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -84,4 +85,42 @@ sqliteOnly("the binary refuses to start on a newer SQLite database: exit non-zer
   const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
   expect(code).not.toBe(0);
   expect(out + err).toContain("de database is van een nieuwere versie");
+});
+
+// The operator's commands on a newer database (found by a review: adopt and accept-restore
+// signed into one and wrote their rows): exit 2 naming the versions, before anything is
+// written; verify and export, which read this version's tables, refuse it the same way.
+test("adopt, accept-restore, verify and export refuse a newer database (exit 2, the versions named), writing nothing", async () => {
+  const env = await makeEnv();
+  cleanups.push(() => env.cleanup());
+  // A chain an earlier version shortened (entries 1–5 gone, unsigned): adopt --ja would sign and write it.
+  const a = await addTenant(env.db, "Gemeente Delft");
+  const b = await addTenant(env.db, "Stichting Leiden");
+  await fillChain(env.store, a, 20);
+  await fillChain(env.store, b, 10);
+  await env.db.run("DELETE FROM audit_entries WHERE tenant_id = ? AND seq <= 5", a);
+  expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(409); // b signed, a refused
+  const where = env.dialect === "sqlite" ? { args: ["--db", env.config.databasePath], env: {} } : { args: [], env: { DATABASE_URL: (env.store as { url: string }).url } };
+  const run = async (args: string[]) => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runAuditCommand([...args, ...where.args, "--bestand", env.config.auditAnkerBestand], { AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, ...where.env }, (s) => out.push(s), (s) => err.push(s));
+    return { code, out: out.join("\n"), err: err.join("\n") };
+  };
+  // This version may: adopt without --ja says it would.
+  expect((await run(["adopt", "--tenant", String(a)])).code).toBe(0);
+
+  await env.db.run(`INSERT INTO ${env.dialect === "sqlite" ? "" : "drizzle."}__drizzle_migrations (hash, created_at) VALUES ('van-een-nieuwere-versie', ?)`, LATER);
+  const known = (env.dialect === "sqlite" ? embeddedMigrations : embeddedPgMigrations).journal.entries.length;
+  const named = `de database is van een nieuwere versie (${known + 1} migraties, deze versie kent er ${known}): gebruik die versie`;
+  const anchorFile = readFileSync(env.config.auditAnkerBestand, "utf8");
+  const rows = await anchorRowCount(env.db);
+  for (const args of [["adopt", "--tenant", String(a), "--ja"], ["accept-restore", "--ja"], ["verify", "--sleutel", TEST_VERIFIER_KEY], ["export", "--tenant", String(b), "--sleutel", TEST_VERIFIER_KEY]]) {
+    const r = await run(args);
+    expect({ args, code: r.code }).toEqual({ args, code: 2 });
+    expect(r.err).toContain(named);
+    expect(r.out).not.toContain("RESULTAAT");
+  }
+  expect(readFileSync(env.config.auditAnkerBestand, "utf8")).toBe(anchorFile);
+  expect(await anchorRowCount(env.db)).toBe(rows);
 });

@@ -25,7 +25,7 @@
 // interleave; without --ja in one read snapshot.
 import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
-import { applyPragmas } from "../db.ts";
+import { applyPragmas, newerSqliteSchemaProblem } from "../db.ts";
 import { insertRows, readLines, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type AnchorComparison } from "./anchor-check.ts";
 import { checkpointLine, syncTail, writeRun } from "./anchoring.ts";
@@ -494,9 +494,15 @@ export function openOperatorDatabase(dbPath: string): Database {
     db = new Database(dbPath, { readwrite: true, create: false, strict: true });
     applyPragmas(db);
     db.query("SELECT 1 FROM audit_anchor_log LIMIT 1").get();
-    return db;
   } catch (e) {
     db?.close();
     throw new CannotCheck(`database niet te openen: ${dbPath}: ${e instanceof Error ? e.message : String(e)}`);
   }
+  // Nothing signed into a database of a newer version: its rules for these rows are not this version's.
+  const newer = newerSqliteSchemaProblem(db);
+  if (newer !== null) {
+    db.close();
+    throw new CannotCheck(`${dbPath}: ${newer}; niets geschreven`);
+  }
+  return db;
 }

@@ -12,7 +12,8 @@
 // sign, so they need AUDIT_ANKER_SLEUTEL itself (src/audit/operator.ts; on PostgreSQL
 // src/pg/operator.ts): 0 done (or, without --ja, possible), 1 refused, 2 not possible.
 import { randomBytes } from "node:crypto";
-import { readFileSync, realpathSync } from "node:fs";
+import { Database } from "bun:sqlite";
+import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { hostname } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import type { ParseArgsOptionsConfig } from "node:util";
@@ -22,6 +23,7 @@ import { auditKeys, keyList } from "../audit/keys.ts";
 import { acceptRestoreOn, adoptChainOn, openOperatorDatabase, Refused, sqliteOperatorStore, type OperatorStore } from "../audit/operator.ts";
 import type { Keys } from "../audit/records.ts";
 import type { InstallationVerdict } from "../audit/verify-all.ts";
+import { newerSqliteSchemaProblem } from "../db.ts";
 import { redenUitleg } from "../reports/shared.ts";
 import { redactUrl } from "../pg/url.ts";
 import { databaseUrl } from "./database-url.ts";
@@ -301,6 +303,39 @@ async function onPostgres<T>(url: string, work: () => Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * verify and export read the tables as this version has them: a database of a newer
+ * version (more migrations than this one knows) is refused, "could not check", never
+ * read as if it were this version's. A missing or unreadable SQLite file is left to the
+ * command, which names it.
+ */
+async function refuseNewerDatabase(pg: string | null, dbPath: string): Promise<void> {
+  let newer: string | null = null;
+  if (pg === null) {
+    if (!existsSync(dbPath)) return;
+    let db: Database | undefined;
+    try {
+      db = new Database(dbPath, { readonly: true, strict: true });
+      newer = newerSqliteSchemaProblem(db);
+    } catch {
+      return;
+    } finally {
+      db?.close();
+    }
+  } else {
+    const { newerPgSchemaProblem, pgPool } = await import("../pg/store.ts");
+    newer = await onPostgres(pg, async () => {
+      const sql = pgPool(pg, 1);
+      try {
+        return await newerPgSchemaProblem(sql);
+      } finally {
+        await sql.close();
+      }
+    });
+  }
+  if (newer !== null) throw new CannotCheck(`${pg ? redactUrl(pg) : dbPath}: ${newer}`);
+}
+
 export async function runAuditCommand(argv: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
   const [sub, ...args] = argv;
   if (sub === undefined || !(sub in HELP)) {
@@ -357,6 +392,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       const proveSeq = o.bewijs === undefined ? undefined : Number(o.bewijs);
       const pg = await postgresUrl(o, env);
       if (o.uit) refuseOwnInput(o.uit, anchorPath, pg ? null : dbPath);
+      await refuseNewerDatabase(pg, dbPath);
       const lines = pg
         ? await onPostgres(pg, () => import("../pg/offline.ts").then((m) => m.exportBundlePg(pg, anchorPath, Number(o.tenant), verifiers, proveSeq)))
         : await exportBundle(dbPath, anchorPath, Number(o.tenant), verifiers, proveSeq);
@@ -391,6 +427,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
     if (o.checkpoint === "-" && o["database-url"] === "-") throw new UsageError("--checkpoint - en --database-url - kunnen niet allebei standaardinvoer lezen");
     // PostgreSQL: the same checks, read through COPY (src/pg/offline.ts).
     const pg = await postgresUrl(o, env);
+    await refuseNewerDatabase(pg, dbPath);
     const pgOffline = pg ? await import("../pg/offline.ts") : null;
     out(`database:     ${pg ? redactUrl(pg) : dbPath}`);
     out(`ankerbestand: ${anchorPath}`);

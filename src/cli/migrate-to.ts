@@ -83,6 +83,7 @@ export async function runMigrateTo(args: string[], env: Record<string, string | 
         return 0;
       case "doel-niet-leeg":
       case "doel-heeft-andere-tabellen":
+      case "bron-andere-versie":
         err(`nachtwacht migrate-to: ${result.toelichting}`);
         return 2;
       case "kopie-wijkt-af":

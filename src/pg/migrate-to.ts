@@ -169,6 +169,8 @@ export interface MigrateOptions {
 export type MigrateResult =
   | { uitkomst: "klaar"; tabellen: { tabel: string; rijen: number }[]; ketens: number; entries: number }
   | { uitkomst: "bron-niet-in-orde"; toelichting: string }
+  /** The source is of another version than this binary: not damage, a version to use (exit 2). */
+  | { uitkomst: "bron-andere-versie"; toelichting: string }
   | { uitkomst: "doel-niet-leeg"; toelichting: string }
   | { uitkomst: "doel-heeft-andere-tabellen"; toelichting: string }
   | { uitkomst: "bron-gewijzigd"; toelichting: string }
@@ -211,10 +213,28 @@ export async function foreignTables(url: string): Promise<string[]> {
 /** Migration 0002's statement trigger that checks new audit rows' tenants. */
 const TENANT_CHECK = "audit_entries_have_tenant";
 
+/** schemaVersionProblem of the source file; null when it cannot be opened (the check after names that). */
+function sourceVersionProblem(dbPath: string): string | null {
+  let db: Database | undefined;
+  try {
+    db = new Database(dbPath, { readonly: true, strict: true });
+    db.run("PRAGMA busy_timeout = 5000");
+    return schemaVersionProblem(db);
+  } catch {
+    return null;
+  } finally {
+    db?.close();
+  }
+}
+
 export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResult> {
   // 1. The source must verify: a copy of a log that does not would carry the break over
   //    and lose the evidence of where it happened.
   o.log(`bron controleren: ${o.dbPath} met ${o.anchorPath}`);
+  // First the version: the copy and the check read this version's columns, and a file
+  // another version left is neither damaged nor tampered with (named, before it is read).
+  const version = sourceVersionProblem(o.dbPath);
+  if (version !== null) return { uitkomst: "bron-andere-versie", toelichting: `${o.dbPath}: ${version}; niets gekopieerd` };
   const verdict = await verifyDatabase(o.dbPath, o.anchorPath, o.verifiers);
   const broken = verdict.tenants.filter((t) => !t.intact);
   if (verdict.probleem || broken.length > 0) {
@@ -225,13 +245,6 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
 
   const source = new Database(o.dbPath, { readonly: true, strict: true });
   source.run("PRAGMA busy_timeout = 5000");
-  // The copy reads this version's columns: a file another version left is refused here,
-  // by name, instead of failing mid-copy on a column it does not have.
-  const version = schemaVersionProblem(source);
-  if (version !== null) {
-    source.close();
-    return { uitkomst: "bron-niet-in-orde", toelichting: `${version}; niets gekopieerd` };
-  }
   // One snapshot of the source from here (a read transaction, its snapshot taken at its
   // first read: the data_version below), held through the copy and its proof: what is
   // checked is what is copied. A writer still at work does NOT show as a difference (the

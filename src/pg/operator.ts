@@ -7,7 +7,7 @@
 // then the chains' locks of the tenants concerned (as the write API's appenders take
 // them), so neither the service's runs nor its appends interleave — what SQLite's write
 // lock does there.
-import { pgPool } from "./store.ts";
+import { newerPgSchemaProblem, pgPool } from "./store.ts";
 import { SQL } from "bun";
 import { CannotCheck } from "../audit/offline.ts";
 import type { EntryHead, OperatorStore, OperatorTx } from "../audit/operator.ts";
@@ -20,13 +20,20 @@ import { redactUrl } from "./url.ts";
 /** The operator's connection to the service's PostgreSQL database (no migration runs: the service's schema must be there). */
 export async function openOperatorPg(url: string): Promise<SQL> {
   const sql = pgPool(url, 1);
+  let newer: string | null;
   try {
     await sql`SELECT 1 FROM audit_anchor_log LIMIT 1`;
-    return sql;
+    newer = await newerPgSchemaProblem(sql);
   } catch (e) {
     await sql.close().catch(() => {});
     throw new CannotCheck(`database niet te openen: ${redactUrl(url)}: ${(e instanceof Error ? e.message : String(e)).replaceAll(url, redactUrl(url))}`);
   }
+  // Nothing signed into a database of a newer version (src/audit/operator.ts openOperatorDatabase, the same on SQLite).
+  if (newer !== null) {
+    await sql.close();
+    throw new CannotCheck(`${redactUrl(url)}: ${newer}; niets geschreven`);
+  }
+  return sql;
 }
 
 export function pgOperatorStore(sql: SQL): OperatorStore {

@@ -132,6 +132,13 @@ export async function markInstalledPg(sql: SQL, seal: RowSeal, now: Date): Promi
   await sql`INSERT INTO service_meta (key, value, zegel) VALUES (${INSTALLED}, ${value}, ${seal.sealInstalled(value)}) ON CONFLICT (key) DO NOTHING`;
 }
 
+/** newerSchemaProblem of a PostgreSQL database (drizzle.__drizzle_migrations): for migratePg and the operator's commands. */
+export async function newerPgSchemaProblem(sql: SQL): Promise<string | null> {
+  const [{ exists }] = await sql`SELECT to_regclass('drizzle.__drizzle_migrations') IS NOT NULL AS exists`;
+  const applied = exists ? Number((await sql`SELECT count(*) AS n FROM drizzle.__drizzle_migrations`)[0].n) : 0;
+  return newerSchemaProblem(applied, embeddedMigrations.journal.entries.length);
+}
+
 /**
  * Applies the embedded migrations once, however many instances start at the same
  * moment: the first holds a session advisory lock while it migrates, the others wait
@@ -144,9 +151,7 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
     await conn`SET lock_timeout = 0`;
     await conn`SELECT pg_advisory_lock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
     // Nothing written into a database of a newer version (an older binary put back).
-    const [{ exists }] = await conn`SELECT to_regclass('drizzle.__drizzle_migrations') IS NOT NULL AS exists`;
-    const applied = exists ? Number((await conn`SELECT count(*) AS n FROM drizzle.__drizzle_migrations`)[0].n) : 0;
-    const newer = newerSchemaProblem(applied, embeddedMigrations.journal.entries.length);
+    const newer = await newerPgSchemaProblem(conn as unknown as SQL);
     if (newer !== null) {
       await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
       await conn`RESET lock_timeout`;
