@@ -5,7 +5,7 @@
 // after a crash or power loss the name holds either nothing or the whole file, never half
 // of it, and a file reported as written is on disk.
 import { randomBytes } from "node:crypto";
-import { closeSync, fchmodSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, fchmodSync, fsyncSync, linkSync, openSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 
 /** fsync of a file or a folder by its path (a folder: its entries, e.g. a rename into it). */
@@ -32,9 +32,11 @@ export function renameDurably(tmp: string, path: string): void {
  * Writes `data` to `path` by renameDurably: a new temporary file beside it (created
  * exclusively, so nothing planted under its name is followed), with exactly `mode`
  * whatever the umask. On failure the temporary file is removed and the error thrown;
- * `path` is then as it was.
+ * `path` is then as it was. `o.exclusive`: never over an existing `path` — the finished
+ * file is linked to the name (which fails with EEXIST when it exists, also when another
+ * writer got there first) instead of renamed over it.
  */
-export function writeFileDurably(path: string, data: string | Uint8Array, mode = 0o600): void {
+export function writeFileDurably(path: string, data: string | Uint8Array, mode = 0o600, o: { exclusive?: boolean } = {}): void {
   const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
   const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : data;
   try {
@@ -46,7 +48,14 @@ export function writeFileDurably(path: string, data: string | Uint8Array, mode =
     } finally {
       closeSync(fd);
     }
-    renameDurably(tmp, path);
+    if (o.exclusive) {
+      fsyncPath(tmp);
+      linkSync(tmp, path);
+      unlinkSync(tmp);
+      fsyncPath(dirname(path));
+    } else {
+      renameDurably(tmp, path);
+    }
   } catch (e) {
     rmSync(tmp, { force: true });
     throw e;

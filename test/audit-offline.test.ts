@@ -168,6 +168,16 @@ describe("nachtwacht export --uit", () => {
     expect((await run(["verify", ...base()])).code).toBe(0);
   });
 
+  test("never over an existing file (a checkpoint kept there): refused naming it, exit 2, the file unchanged", async () => {
+    const { a } = await signed();
+    const kept = join(env.dir, "checkpoint.txt");
+    writeFileSync(kept, "het checkpoint uit de e-mail van maandag\n");
+    const r = await run(["export", ...base(), "--tenant", String(a), "--uit", kept]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(`--uit ${kept} bestaat al`);
+    expect(readFileSync(kept, "utf8")).toBe("het checkpoint uit de e-mail van maandag\n");
+  });
+
   test("the bundle is written owner-only whatever the umask, with no temporary file left beside it", async () => {
     const { a } = await signed();
     const dir = join(env.dir, "uit");

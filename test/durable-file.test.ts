@@ -64,6 +64,23 @@ describe("writeFileDurably", () => {
     expect(readdirSync(join(dir, "map"))).toEqual([]);
     expect(() => writeFileDurably(join(dir, "bestaat-niet", "f"), "x")).toThrow();
   });
+
+  test("exclusive: never over an existing name (a file, a symbolic link, one that appears meanwhile): EEXIST, it unchanged, no temporary file left", () => {
+    const dir = scratch();
+    writeFileSync(join(dir, "checkpoint.txt"), "bewaard");
+    symlinkSync(join(dir, "checkpoint.txt"), join(dir, "link"));
+    for (const name of ["checkpoint.txt", "link"]) {
+      expect(() => writeFileDurably(join(dir, name), "nieuw", 0o600, { exclusive: true })).toThrow(expect.objectContaining({ code: "EEXIST" }));
+    }
+    expect(readFileSync(join(dir, "checkpoint.txt"), "utf8")).toBe("bewaard");
+    expect(readdirSync(dir).sort()).toEqual(["checkpoint.txt", "link"]);
+    // Two writers of the same new name: the first wins, the second gets EEXIST.
+    writeFileDurably(join(dir, "bundel"), "eerste", 0o600, { exclusive: true });
+    expect(() => writeFileDurably(join(dir, "bundel"), "tweede", 0o600, { exclusive: true })).toThrow(expect.objectContaining({ code: "EEXIST" }));
+    expect(readFileSync(join(dir, "bundel"), "utf8")).toBe("eerste");
+    expect(statSync(join(dir, "bundel")).mode & 0o777).toBe(0o600);
+    expect(readdirSync(dir).sort()).toEqual(["bundel", "checkpoint.txt", "link"]);
+  });
 });
 
 /** A database with a signed chain, its anchor file beside it (the service's audit-anker). */
@@ -79,26 +96,29 @@ async function signedInstallation(): Promise<TestEnv> {
 /** `nachtwacht <args>` from source (or `bun <bunArgs>`) under strace: its fsyncs and renames, in order. */
 async function traced(args: string[], cwd: string, bunArgs = [join(ROOT, "src/index.ts")]) {
   const log = join(scratch(), "strace.log");
-  const p = Bun.spawn(["strace", "-f", "-qq", "-y", "-o", log, "-e", "trace=fsync,fdatasync,rename,renameat,renameat2", BUN, ...bunArgs, ...args], {
+  const p = Bun.spawn(["strace", "-f", "-qq", "-y", "-o", log, "-e", "trace=fsync,fdatasync,rename,renameat,renameat2,link,linkat", BUN, ...bunArgs, ...args], {
     cwd,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: cwd },
     stdout: "pipe",
     stderr: "pipe",
   });
   const [code, out, err] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
-  const calls: ({ op: "fsync"; path: string } | { op: "rename"; from: string; to: string })[] = [];
+  // A file put in place by rename, or (export --uit, never over an existing file) by link.
+  const calls: ({ op: "fsync"; path: string } | { op: "rename" | "link"; from: string; to: string })[] = [];
   for (const line of readFileSync(log, "utf8").split("\n")) {
     const f = /\b(?:fsync|fdatasync)\(\d+<([^>]+)>/.exec(line);
     if (f) calls.push({ op: "fsync", path: f[1]! });
     const r = /\brename(?:at2?)?\((?:[A-Z_]+|\d+<[^>]*>), "([^"]+)", (?:[A-Z_]+|\d+<[^>]*>), "([^"]+)"|\brename\("([^"]+)", "([^"]+)"/.exec(line);
     if (r) calls.push({ op: "rename", from: r[1] ?? r[3]!, to: r[2] ?? r[4]! });
+    const l = /\blinkat\((?:[A-Z_]+(?:<[^>]*>)?|\d+<[^>]*>), "([^"]+)", (?:[A-Z_]+(?:<[^>]*>)?|\d+<[^>]*>), "([^"]+)"|\blink\("([^"]+)", "([^"]+)"/.exec(line);
+    if (l && / = 0$/.test(line)) calls.push({ op: "link", from: l[1] ?? l[3]!, to: l[2] ?? l[4]! });
   }
   return { code, out: out + err, calls };
 }
 
-/** `path` was put in place durably: renamed from a file fsynced before, its folder fsynced after. */
-function expectDurablyPlaced(calls: Awaited<ReturnType<typeof traced>>["calls"], path: string): void {
-  const i = calls.findIndex((c) => c.op === "rename" && c.to === path);
+/** `path` was put in place durably: renamed (or, `op` "link", linked) from a file fsynced before, its folder fsynced after. */
+function expectDurablyPlaced(calls: Awaited<ReturnType<typeof traced>>["calls"], path: string, op: "rename" | "link" = "rename"): void {
+  const i = calls.findIndex((c) => c.op === op && c.to === path);
   expect([path, i >= 0]).toEqual([path, true]);
   const from = (calls[i] as { from: string }).from;
   expect([path, "data fsynced before the rename", calls.slice(0, i).some((c) => c.op === "fsync" && c.path === from)]).toEqual([path, "data fsynced before the rename", true]);
@@ -116,12 +136,12 @@ describe("on disk before reported (strace; test/preflight.ts names it when missi
     for (const f of files) expectDurablyPlaced(r.calls, join(realpathSync(map), f));
   });
 
-  test("nachtwacht export --uit: the bundle fsynced, renamed, its folder fsynced", async () => {
+  test("nachtwacht export --uit: the bundle fsynced, linked to its name (never over an existing file), its folder fsynced", async () => {
     const e = await signedInstallation();
     const uit = join(scratch(), "bundel.jsonl");
     const r = await traced(["export", "--tenant", "1", "--db", e.config.databasePath, "--bestand", e.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY, "--uit", uit], e.dir);
     expect([r.code, r.out]).toEqual([0, expect.stringContaining("bundel geschreven")]);
-    expectDurablyPlaced(r.calls, uit);
+    expectDurablyPlaced(r.calls, uit, "link");
   });
 });
 

@@ -57,8 +57,8 @@ const HELP: Record<string, string> = {
     "gebruik: nachtwacht export --tenant N [--bewijs SEQ] [--uit BESTAND] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND] [--sleutel …]\n" +
     "  Schrijft een bundel (JSON-regels: kop met checkpoint, retentierecord en publieke sleutels, dan de entries)\n" +
     "  die `nachtwacht verify --bundel` offline controleert. --bewijs voegt een RFC 6962-inclusiebewijs van één entry toe.\n" +
-    "  --uit schrijft de bundel in een bestand, alleen leesbaar voor de eigenaar (600), in zijn geheel of niet; niet over\n" +
-    "  de database (of haar -wal/-shm) of het ankerbestand zelf (geweigerd, exit 2).\n" +
+    "  --uit schrijft de bundel in een nieuw bestand, alleen leesbaar voor de eigenaar (600), in zijn geheel of niet; nooit\n" +
+    "  over een bestaand bestand (een bewaard checkpoint, de database, het ankerbestand: geweigerd, exit 2).\n" +
     "  exit 0: geschreven; 2: niet mogelijk.",
   adopt:
     "gebruik: nachtwacht adopt --tenant N [--ja] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND]\n" +
@@ -285,6 +285,9 @@ function refuseOwnInput(uit: string, anchorPath: string, dbPath: string | null):
   }
 }
 
+/** export never replaces a file: a bundle or checkpoint kept there would be lost. */
+const existingTarget = (uit: string) => `--uit ${uit} bestaat al: export overschrijft geen bestand; kies een nieuwe naam of verwijder het eerst`;
+
 /** The PostgreSQL URL of verify, export, adopt or accept-restore: `--database-url`, or DATABASE_URL when no `--db` is given; null for SQLite. */
 async function postgresUrl(o: { "database-url"?: string; db?: string }, env: Record<string, string | undefined>): Promise<string | null> {
   if (o["database-url"] === undefined && (o.db !== undefined || env.DATABASE_URL === undefined)) return null;
@@ -392,6 +395,8 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       const proveSeq = o.bewijs === undefined ? undefined : Number(o.bewijs);
       const pg = await postgresUrl(o, env);
       if (o.uit) refuseOwnInput(o.uit, anchorPath, pg ? null : dbPath);
+      // Checked again as it is written (writeFileDurably's exclusive link): another export may get there first.
+      if (o.uit && existsSync(o.uit)) throw new UsageError(existingTarget(o.uit));
       await refuseNewerDatabase(pg, dbPath);
       const lines = pg
         ? await onPostgres(pg, () => import("../pg/offline.ts").then((m) => m.exportBundlePg(pg, anchorPath, Number(o.tenant), verifiers, proveSeq)))
@@ -399,7 +404,12 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       const text = lines.join("\n") + "\n";
       if (o.uit) {
         // Owner-only (a tenant's whole audit trail), whole or not at all, on disk when reported.
-        writeFileDurably(o.uit, text, 0o600);
+        try {
+          writeFileDurably(o.uit, text, 0o600, { exclusive: true });
+        } catch (e) {
+          if ((e as { code?: unknown }).code === "EEXIST") throw new UsageError(existingTarget(o.uit));
+          throw e;
+        }
         err(`bundel geschreven: ${o.uit} (${lines.length - 1} entries)`);
       } else {
         out(text.trimEnd());
