@@ -2,6 +2,7 @@
 // command that says what it will do and acts only with --ja.
 import { Database } from "bun:sqlite";
 import { afterEach, expect, test } from "bun:test";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { openStore } from "../src/db.ts";
 import { BUN, ROOT } from "./binary.ts";
@@ -98,3 +99,28 @@ test("a conversion that cannot run (another connection holds the write lock) is 
   }
   expect(autoVacuum(path)).toBe(0);
 }, 30_000);
+
+// Found by a review: a directory or a text file given as --db ended in a stack trace and
+// exit 1 ("damage found"), and a 0-byte file was called a database of an earlier version.
+test("not a database is exit 2 in one line, not exit 1 (damage): a folder, a text file, an empty file", async () => {
+  const d = tempDir();
+  dirs.push(d);
+  const map = join(d.dir, "map");
+  mkdirSync(map);
+  const tekst = join(d.dir, "notities.txt");
+  writeFileSync(tekst, "dit is geen database, maar wel een tekst van meer dan honderd bytes lang: ".repeat(3));
+  const leeg = join(d.dir, "leeg.db");
+  writeFileSync(leeg, "");
+  for (const [path, says] of [
+    [map, "is geen bestand maar een map"],
+    [tekst, "is geen SQLite-database"],
+    [leeg, "is leeg (0 bytes)"],
+  ]) {
+    const r = await run(["db-convert", "--db", path!, "--ja"], {});
+    expect([path, r.code]).toEqual([path, 2]);
+    expect(r.out).toContain(`${path} ${says}`);
+    expect(r.out.trim().split("\n")).toHaveLength(1);
+    expect(r.out).not.toContain("eerdere versie");
+  }
+  expect(readFileSync(leeg, "utf8")).toBe("");
+});

@@ -3,7 +3,7 @@
 // db-onderhoud only reports. It rewrites the whole file with a full VACUUM: writers
 // wait for minutes on a large file, so it is an explicit operator command, run with
 // the service stopped, and it asks for --ja first.
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Database } from "bun:sqlite";
 import { openStore, schemaVersionProblem } from "../db.ts";
@@ -35,20 +35,35 @@ export function runDbConvert(argv: string[], env: Record<string, string | undefi
     err(`database niet gevonden: ${path}`);
     return 2;
   }
+  // Not a database at all is not a damaged one (exit 1): named, exit 2.
+  const stat = statSync(path);
+  if (!stat.isFile()) {
+    err(`${path} is geen bestand${stat.isDirectory() ? " maar een map" : ""}: geef met --db het databasebestand`);
+    return 2;
+  }
+  if (stat.size === 0) {
+    err(`${path} is leeg (0 bytes): geen nachtwacht-database; geef met --db het databasebestand`);
+    return 2;
+  }
   if (!values.ja) {
     out(`LET OP: dit herschrijft ${path} volledig (VACUUM); schrijvers wachten zolang het duurt.`);
     out("Stop eerst de service en maak een back-up; voer het dan uit met --ja.");
     return 2;
   }
   // Not migrated here: the service's start does that, and seals the rows of the past with the key this command does not hold.
-  const check = new Database(path, { readonly: true, strict: true });
-  const version = (() => {
+  let version: string | null;
+  try {
+    const check = new Database(path, { readonly: true, strict: true });
     try {
-      return schemaVersionProblem(check);
+      version = schemaVersionProblem(check);
     } finally {
       check.close();
     }
-  })();
+  } catch (e) {
+    const code = (e as { code?: unknown }).code;
+    err(code === "SQLITE_NOTADB" ? `${path} is geen SQLite-database; niets omgezet` : `${path} niet te lezen: ${e instanceof Error ? e.message : String(e)}; niets omgezet`);
+    return 2;
+  }
   if (version !== null) {
     err(`${version}; niets omgezet`);
     return 2;
