@@ -5,7 +5,7 @@
 // stores: on PostgreSQL the commands read the installation's database through
 // `--database-url` (src/pg/offline.ts) instead of `--db`.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
@@ -104,6 +104,19 @@ describe("nachtwacht verify (public key only)", () => {
     const gone = await run(["verify", ...base()]);
     expect(gone.code).toBe(1);
     expect(gone.out).toContain("bestand-ontbreekt");
+  });
+
+  test("no anchor file (and no anchor rows): exit 1 naming it, since nothing was checked against a signature", async () => {
+    await fresh();
+    const a = await addTenant(env.db, "Gemeente Delft");
+    await fillChain(env.store, a, 5, { at });
+    expect(existsSync(env.config.auditAnkerBestand)).toBe(false);
+    const r = await run(["verify", ...base()]);
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(`ankerbestand ontbreekt: ${env.config.auditAnkerBestand}; niets kon tegen een handtekening worden gecontroleerd`);
+    expect(r.out).toContain("RESULTAAT: de database klopt NIET met het ankerbestand.");
+    // The service's own check is unchanged: a new installation before its first audit-anker run is in order.
+    expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
   });
 
   test("the compiled binary carries the command", async () => {

@@ -468,7 +468,14 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       return w.ok ? 0 : 1;
     }
     const v = pg && pgOffline ? await onPostgres(pg, () => pgOffline.verifyInstallationPg(pg, anchorPath, verifiers, { workers: 2 })) : await verifyDatabase(dbPath, anchorPath, verifiers);
-    const ok = printVerdict(v, out);
+    let ok = printVerdict(v, out);
+    // Without the file nothing was checked against a signature: never "klopt". (The
+    // service's audit-verificatie calls it bestand-ontbreekt only once the database
+    // refers to it: a new installation has no file before its first audit-anker run.)
+    if (!v.probleem && !existsSync(anchorPath)) {
+      out(`  ANKERBESTAND: ankerbestand ontbreekt: ${anchorPath}; niets kon tegen een handtekening worden gecontroleerd`);
+      ok = false;
+    }
     out(ok ? "RESULTAAT: de database klopt met het ankerbestand." : "RESULTAAT: de database klopt NIET met het ankerbestand.");
     return ok ? 0 : 1;
   } catch (e) {
