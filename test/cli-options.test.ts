@@ -117,6 +117,25 @@ describe("values and arguments", () => {
   }
 });
 
+describe("key --naam", () => {
+  for (const naam of ["a b", "a+b", "", "tab\there"]) {
+    test(`${JSON.stringify(naam)}: a Dutch usage error naming what a key name may not hold, exit 2, no key printed`, async () => {
+      const r = await audit(["key", "--naam", naam]);
+      expect(r.code).toBe(2);
+      expect(r.err).toContain(`--naam ${JSON.stringify(naam)} is geen geldige sleutelnaam: niet leeg, zonder spaties of andere witruimte, '+' of stuurtekens`);
+      expect(r.err).toContain("gebruik: nachtwacht key");
+      expect(r.err).not.toContain("invalid");
+      expect(r.out).toBe("");
+    });
+  }
+
+  test("a valid name: the key pair printed under it", async () => {
+    const r = await audit(["key", "--naam", "nachtwacht.example/2026"]);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("AUDIT_ANKER_SLEUTEL=PRIVATE+KEY+nachtwacht.example/2026+");
+  });
+});
+
 describe("crontab and demo take no options", () => {
   for (const command of ["crontab", "demo"]) {
     test(`${command} --foo: exit 2 naming it, nothing started`, () => {

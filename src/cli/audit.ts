@@ -17,7 +17,7 @@ import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { hostname } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import type { ParseArgsOptionsConfig } from "node:util";
-import { generateKeyPair, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
+import { generateKeyPair, isValidKeyName, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
 import { CannotCheck, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
 import { auditKeys, keyList } from "../audit/keys.ts";
 import { acceptRestoreOn, adoptChainOn, openOperatorDatabase, Refused, sqliteOperatorStore, type OperatorStore } from "../audit/operator.ts";
@@ -355,6 +355,9 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
     const anchorPath = o.bestand ?? env.AUDIT_ANKER_BESTAND ?? "./data/audit-ankers.jsonl";
 
     if (sub === "key") {
+      if (o.naam !== undefined && !isValidKeyName(o.naam)) {
+        throw new UsageError(`--naam ${JSON.stringify(o.naam)} is geen geldige sleutelnaam: niet leeg, zonder spaties of andere witruimte, '+' of stuurtekens`);
+      }
       const naam = o.naam ?? `nachtwacht.${hostname().replace(/[^A-Za-z0-9.-]/g, "-") || "host"}/${randomBytes(4).toString("hex")}`;
       const { signerKey, verifierKey } = generateKeyPair(naam);
       out(`AUDIT_ANKER_SLEUTEL=${signerKey}`);
