@@ -152,3 +152,51 @@ describe("crontab and demo take no options", () => {
     });
   }
 });
+
+// bun run demo-data: an unknown option ended in a stack trace, and it filled whatever
+// DATABASE_PATH named, a real installation included.
+describe("demo-data", () => {
+  const demoData = (args: string[], extra: Record<string, string> = {}) => {
+    const p = Bun.spawnSync([BUN, join(ROOT, "src", "cli", "demo-data.ts"), ...args], { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...extra }, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+    return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
+  };
+  const small = ["--tenants", "2", "--admins", "2", "--audit", "20", "--logins", "5", "--backups", "2"];
+
+  test("an unknown option (--tenant) or a bad number: a usage error naming it, exit 2, no stack trace", () => {
+    const t = tempDir("nachtwacht-demo-");
+    try {
+      const r = demoData(["--db", join(t.dir, "d.db"), "--tenant", "2"]);
+      expect(r.code).toBe(2);
+      expect(r.err).toContain("--tenant is geen optie van demo-data");
+      expect(r.err).toContain("gebruik: bun run demo-data");
+      expect(r.err).not.toContain(" at ");
+      const n = demoData(["--db", join(t.dir, "d.db"), "--audit", "veel"]);
+      expect(n.code).toBe(2);
+      expect(n.err).toContain('--audit moet een geheel getal van 0 of meer zijn, niet "veel"');
+      expect(existsSync(join(t.dir, "d.db"))).toBe(false);
+    } finally {
+      t.cleanup();
+    }
+  });
+
+  test("refuses a database that holds tenants or audit entries (DATABASE_PATH of a real installation), writing nothing; fills a new one", async () => {
+    env = makeTestEnv();
+    const a = addTenant(env.store, "Echte klant");
+    fillChain(env.store, a, 3);
+    env.store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    const path = env.config.databasePath;
+    const count = () => (env!.store.sqlite.query("SELECT (SELECT count(*) FROM tenants) + (SELECT count(*) FROM audit_entries) AS n").get() as { n: number }).n;
+    const before = count();
+    const r = demoData(small, { DATABASE_PATH: path });
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(`demo-data: ${path} is niet leeg (het heeft al tenants en audit-entries)`);
+    expect(count()).toBe(before);
+    // A new file, as the README's command and the benchmarks use it: filled.
+    const fresh = join(env.dir, "demo.db");
+    const ok = demoData(["--db", fresh, ...small]);
+    expect([ok.code, ok.err]).toEqual([0, ""]);
+    expect(JSON.parse(ok.out)).toMatchObject({ db: fresh, tenants: 2, audit: 20 });
+    // Filled once: a second run on it is refused too.
+    expect(demoData(["--db", fresh, ...small]).code).toBe(2);
+  });
+});

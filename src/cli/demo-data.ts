@@ -5,11 +5,12 @@
 //
 //   bun run demo-data -- --db ./data/demo.db --tenants 1000 --admins 10000 \
 //       --audit 5000000 --logins 5000000
-import type { Database } from "bun:sqlite";
-import { parseArgs } from "node:util";
+import { Database } from "bun:sqlite";
+import { existsSync } from "node:fs";
 import { CHAIN_VERSION, GENESIS_HASH, sha256Hex } from "../audit/chain.ts";
 import { openStore } from "../db.ts";
 import type { RowSeal } from "../row-seal.ts";
+import { OptionError, parseOptions } from "./options.ts";
 
 export interface DemoSizes {
   tenants: number;
@@ -178,14 +179,35 @@ export function fillDemoData(sqlite: Database, sizes: DemoSizes, now: Date, seed
 
 function parsePositive(name: string, v: string | undefined, fallback: number): number {
   if (v === undefined) return fallback;
-  if (!/^\d+$/.test(v)) throw new Error(`--${name} must be a non-negative integer, got ${v}`);
+  if (!/^\d+$/.test(v)) throw new OptionError(`--${name} moet een geheel getal van 0 of meer zijn, niet ${JSON.stringify(v)}`);
   return Number(v);
 }
 
+const USAGE = "gebruik: bun run demo-data -- [--db BESTAND] [--tenants N] [--admins N] [--audit N] [--logins N] [--backups N] [--seed N]\n" +
+  "  Vult een lege of nieuwe database met demodata (standaard DATABASE_PATH, anders ./data/nachtwacht.db); een database\n" +
+  "  met tenants of audit-entries wordt geweigerd (exit 2): demodata hoort nooit in een echte installatie.";
+
+/** Why `path` may not take demo data (it holds tenants or audit entries), or null: missing, new or empty. */
+export function notEmptyReason(path: string): string | null {
+  if (!existsSync(path)) return null;
+  const db = new Database(path, { readonly: true });
+  try {
+    const reasons: string[] = [];
+    for (const [table, what] of [["tenants", "tenants"], ["audit_entries", "audit-entries"]] as const) {
+      // Raw SQL: whether the table exists at all (a new file has none), then whether it has a row.
+      const exists = db.query("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?").get(table) !== null;
+      if (exists && db.query(`SELECT 1 FROM ${table} LIMIT 1`).get() !== null) reasons.push(what);
+    }
+    return reasons.length > 0 ? `het heeft al ${reasons.join(" en ")}` : null;
+  } finally {
+    db.close();
+  }
+}
+
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Bun.argv.slice(2),
-    options: {
+  try {
+    const values = parseOptions("demo-data", Bun.argv.slice(2), {
+      help: { type: "boolean", short: "h" },
       db: { type: "string" },
       tenants: { type: "string" },
       admins: { type: "string" },
@@ -193,19 +215,33 @@ if (import.meta.main) {
       logins: { type: "string" },
       backups: { type: "string" },
       seed: { type: "string" },
-    },
-  });
-  const path = values.db ?? process.env.DATABASE_PATH ?? "./data/nachtwacht.db";
-  const sizes: DemoSizes = {
-    tenants: parsePositive("tenants", values.tenants, DEMO_DEFAULT.tenants),
-    admins: parsePositive("admins", values.admins, DEMO_DEFAULT.admins),
-    audit: parsePositive("audit", values.audit, DEMO_DEFAULT.audit),
-    logins: parsePositive("logins", values.logins, DEMO_DEFAULT.logins),
-    backups: parsePositive("backups", values.backups, DEMO_DEFAULT.backups),
-  };
-  const store = openStore(path);
-  const t0 = performance.now();
-  fillDemoData(store.sqlite, sizes, new Date(), parsePositive("seed", values.seed, 42));
-  store.close();
-  console.log(JSON.stringify({ db: path, ...sizes, seconds: +((performance.now() - t0) / 1000).toFixed(2) }));
+    });
+    if (values.help) {
+      console.log(USAGE);
+      process.exit(0);
+    }
+    const path = values.db ?? process.env.DATABASE_PATH ?? "./data/nachtwacht.db";
+    const sizes: DemoSizes = {
+      tenants: parsePositive("tenants", values.tenants, DEMO_DEFAULT.tenants),
+      admins: parsePositive("admins", values.admins, DEMO_DEFAULT.admins),
+      audit: parsePositive("audit", values.audit, DEMO_DEFAULT.audit),
+      logins: parsePositive("logins", values.logins, DEMO_DEFAULT.logins),
+      backups: parsePositive("backups", values.backups, DEMO_DEFAULT.backups),
+    };
+    const seed = parsePositive("seed", values.seed, 42);
+    const full = notEmptyReason(path);
+    if (full !== null) {
+      console.error(`demo-data: ${path} is niet leeg (${full}): demodata alleen in een nieuwe of lege database; geef met --db een nieuw bestand`);
+      process.exit(2);
+    }
+    const store = openStore(path);
+    const t0 = performance.now();
+    fillDemoData(store.sqlite, sizes, new Date(), seed);
+    store.close();
+    console.log(JSON.stringify({ db: path, ...sizes, seconds: +((performance.now() - t0) / 1000).toFixed(2) }));
+  } catch (e) {
+    if (!(e instanceof OptionError)) throw e;
+    console.error(`demo-data: ${e.message}\n${USAGE}`);
+    process.exit(2);
+  }
 }
