@@ -72,7 +72,7 @@ async function chainsOf(env: Env): Promise<{ tenantId: number; intact: boolean; 
 }
 
 describe("SMTP server going away in the middle of the weekly batch", () => {
-  test("200 with the failures counted, mail-failure alarm; after the server is back the rerun sends exactly the rest, nobody gets two", async () => {
+  test("502 with the failures counted (the run a fout), mail-failure alarm; after the server is back the rerun sends exactly the rest, nobody gets two", async () => {
     const log: string[] = [];
     const first = await flakySmtp({ dieAfter: 6, log });
     // The real mailer (nodemailer pool), short timeouts so the test never waits 15 s.
@@ -87,7 +87,7 @@ describe("SMTP server going away in the middle of the weekly batch", () => {
     }
 
     const during = await call(env.app, "/api/cron/weekrapport");
-    expect(during.status).toBe(200);
+    expect(during.status).toBe(502);
     const { verstuurd, fouten } = during.json as { verstuurd: number; fouten: number };
     expect(verstuurd).toBe(6);
     expect(fouten).toBe(9);

@@ -235,7 +235,7 @@ describe("weekrapport on PostgreSQL: the same reports as on SQLite", () => {
       expect(onPg).toEqual(onSqlite!);
 
       // And what they agree on is the report: not two stores wrong the same way.
-      expect(onPg!.result).toEqual({ status: 200, body: { verstuurd: 5, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
+      expect(onPg!.result).toEqual({ status: 502, body: { verstuurd: 5, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
       expect(onPg!.mails.map((m) => `${m.to} ${m.subject}`)).toEqual([
         "anna@alfa.test Weekrapport Alfa BV, week 30: alles in orde",
         "gedeeld@example.test Weekrapport Alfa BV, week 30: alles in orde",
@@ -350,7 +350,7 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
     expect(onPg).toEqual(onSqlite!);
     const [crashed, rerun, again, released] = onPg as [Delivery[], ...Awaited<ReturnType<typeof outcome>>[]];
     expect(crashed).toEqual([{ administratorId: 1, tenantId: 1, isoWeek: "2026-W30", verstuurd: "verzenden" }]);
-    expect(rerun!.result).toEqual({ status: 200, body: { verstuurd: 1, fouten: 0, overgeslagen: 1, onzeker: 1, bezorging: "smtp", week: "2026-W30" } });
+    expect(rerun!.result).toEqual({ status: 409, body: { verstuurd: 1, fouten: 0, overgeslagen: 1, onzeker: 1, bezorging: "smtp", week: "2026-W30" } });
     expect(rerun!.mails.map((m) => m.to)).toEqual(["piet@alfa.test"]);
     expect(rerun!.alarms).toHaveLength(1);
     expect(rerun!.alarms[0]).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", onzeker: [{ adres: "anna@alfa.test", tenantId: 1 }], aantal: 1 } });

@@ -213,14 +213,21 @@ describe("every job's real answers match the schemas it declares", () => {
     expect(retentie.json.verwijderd).toBeGreaterThan(0);
   });
 
-  test("weekrapport 200, with a report whose earlier send never finished (onzeker)", async () => {
+  test("weekrapport 200 when everything went out, 502 with a refused message, 409 with a report whose earlier send never finished (onzeker)", async () => {
+    const clean = await installation();
+    expectDeclared("weekrapport", 200, await post(clean, "weekrapport"));
+    const refused = await installation();
+    refused.mailer.refuse.add("beheer@beta.test");
+    const failed = await post(refused, "weekrapport");
+    expectDeclared("weekrapport", 502, failed);
+    expect(failed.json).toMatchObject({ verstuurd: 1, fouten: 1 });
     const e = await installation();
     const { id: admin, tenant_id: tenant } = (await e.db.get<{ id: number; tenant_id: number }>("SELECT id, tenant_id FROM administrators ORDER BY id"))!;
     await e.db.run("INSERT INTO weekly_report_deliveries (administrator_id, tenant_id, iso_week, verstuurd) VALUES (?, ?, ?, ?)", admin, tenant, isoWeek(reportEnd(NOW)), SENDING);
     const r = await post(e, "weekrapport");
-    expectDeclared("weekrapport", 200, r);
+    expectDeclared("weekrapport", 409, r);
     expect(r.json).toMatchObject({ verstuurd: 1, onzeker: 1 });
-    expectDeclared("weekrapport", 200, await post(e, "weekrapport"));
+    expectDeclared("weekrapport", 409, await post(e, "weekrapport"));
   });
 
   test("dagrapport 200 without a recipient, 200 sent, and 502 when the send fails", async () => {

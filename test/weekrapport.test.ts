@@ -82,7 +82,8 @@ describe("weekrapport: who receives it", () => {
     for (const who of ["b1", "b2", "b3"]) await addAdmin(env.db, b, `${who}@beta.test`);
 
     const first = await call(env.app, "/api/cron/weekrapport");
-    expect(first.status).toBe(200);
+    // Nothing a rerun could mend, but not in order: afwijking.
+    expect(first.status).toBe(409);
     expect(first.json).toEqual({ verstuurd: 3, fouten: 0, overgeslagen: 0, begrensd: 2, bezorging: "smtp", week: "2026-W30" });
     expect(recipientsOf(smtp)).toEqual(["a1@alfa.test", "a2@alfa.test", "b1@beta.test"]);
     expect(env.alarms.raised.map((x) => [x.type, x.message])).toEqual([
@@ -94,6 +95,7 @@ describe("weekrapport: who receives it", () => {
     ]);
     // A rerun in the week sends nothing more: the same three, already sent.
     const again = await call(env.app, "/api/cron/weekrapport");
+    expect(again.status).toBe(409);
     expect(again.json).toEqual({ verstuurd: 0, fouten: 0, overgeslagen: 3, begrensd: 2, bezorging: "smtp", week: "2026-W30" });
     expect(smtp.received).toHaveLength(3);
   });
@@ -236,7 +238,7 @@ describe("weekrapport: failures and reruns", () => {
     await addAdmin(env.db, t, "piet@alfa.test");
 
     const r = await runWeekrapport(env.deps, NOW);
-    expect(r).toEqual({ status: 200, body: { verstuurd: 2, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
+    expect(r).toEqual({ status: 502, body: { verstuurd: 2, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
     expect(recipientsOf(smtp)).toEqual(["anna@alfa.test", "piet@alfa.test"]);
     expect(env.alarms.raised).toHaveLength(1);
     const alarm = env.alarms.raised[0]!;
@@ -245,6 +247,40 @@ describe("weekrapport: failures and reruns", () => {
     const mislukt = (alarm.context as { mislukt: { adres: string; fout: string }[] }).mislukt;
     expect(mislukt.map((f) => f.adres)).toEqual(["weg@alfa.test"]);
     expect(mislukt[0]!.fout).toContain("550");
+  });
+
+  test("a run with fouten is a fout (502), so the scheduled call for the same fire time runs again and sends only those; then that time is done", async () => {
+    const { smtp, env } = await setup(["weg@alfa.test"]);
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    await addAdmin(env.db, t, "weg@alfa.test");
+    const scheduled = { headers: { "x-nachtwacht-gepland": "1" } };
+
+    const first = await call(env.app, "/api/cron/weekrapport", scheduled);
+    expect(first.status).toBe(502);
+    expect(first.json).toEqual({ verstuurd: 1, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
+    expect(recipientsOf(smtp)).toEqual(["anna@alfa.test"]);
+    // The daily report (no recipient configured here: only its answer) shows the failed run, in its table and as a point.
+    env.setNow(new Date(NOW.getTime() + 60_000)); // a minute later: still the fire time of Sunday 18:00
+    const daily = await call(env.app, "/api/cron/dagrapport");
+    expect(daily.json.taken.find((j: { job: string }) => j.job === "weekrapport")).toMatchObject({ uitkomst: "fout" });
+    expect(daily.json.status.punten).toContainEqual(expect.stringMatching(/^De laatste run van weekrapport \(.*\) is mislukt\.$/));
+
+    // The crontab's next call for the same Sunday 18:00 (a second instance, a retry): not refused as done.
+    smtp.refuse.clear();
+    const second = await call(env.app, "/api/cron/weekrapport", scheduled);
+    expect(second.status).toBe(200);
+    expect(second.json).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 1, bezorging: "smtp", week: "2026-W30" });
+    expect(recipientsOf(smtp)).toEqual(["anna@alfa.test", "weg@alfa.test"]);
+
+    const third = await call(env.app, "/api/cron/weekrapport", scheduled);
+    expect(third.status).toBe(204);
+    expect(third.headers.get("x-nachtwacht-overgeslagen")).toBeTruthy();
+    expect(recipientsOf(smtp)).toEqual(["anna@alfa.test", "weg@alfa.test"]);
+    expect(await env.db.all("SELECT uitkomst, http_status FROM job_runs WHERE job = 'weekrapport' ORDER BY id")).toEqual([
+      { uitkomst: "fout", http_status: 502 },
+      { uitkomst: "ok", http_status: 200 },
+    ]);
   });
 
   test("a rerun in the same ISO week sends only the failed ones; a new week sends all again", async () => {
@@ -301,7 +337,7 @@ describe("weekrapport: failures and reruns", () => {
     const down = createMailer({ smtpUrl: smtp.url, from: env.config.mailFrom, outboxDir: env.outboxDir, timeouts: { connection: 2000 } });
     const during = await runWeekrapport({ ...env.deps, mailer: down }, NOW);
     await down.close();
-    expect(during).toEqual({ status: 200, body: { verstuurd: 0, fouten: 2, overgeslagen: 3, bezorging: "smtp", week: "2026-W30" } });
+    expect(during).toEqual({ status: 502, body: { verstuurd: 0, fouten: 2, overgeslagen: 3, bezorging: "smtp", week: "2026-W30" } });
     expect(env.alarms.raised.map((a) => a.type)).toEqual(["mail-failure"]);
 
     const back = await startSmtp();
@@ -546,7 +582,7 @@ describe("weekrapport: a send whose outcome is not known is not repeated", () =>
     const deps: Deps = { ...env.deps, mailer };
 
     const first = await runWeekrapport(deps, NOW);
-    expect(first).toEqual({ status: 200, body: { verstuurd: 1, fouten: 0, overgeslagen: 0, onzeker: 1, bezorging: "smtp", week: "2026-W30" } });
+    expect(first).toEqual({ status: 409, body: { verstuurd: 1, fouten: 0, overgeslagen: 0, onzeker: 1, bezorging: "smtp", week: "2026-W30" } });
     expect([...smtp.received].sort()).toEqual(["snel@alfa.test", "traag@alfa.test"]);
     expect(env.alarms.raised).toHaveLength(1);
     const alarm = env.alarms.raised[0]!;
@@ -559,7 +595,7 @@ describe("weekrapport: a send whose outcome is not known is not repeated", () =>
 
     // An hour later, the same week: nothing is sent again, the uncertain one is named again.
     const rerun = await runWeekrapport(deps, new Date(NOW.getTime() + 3600_000));
-    expect(rerun.body).toEqual({ verstuurd: 0, fouten: 0, overgeslagen: 2, onzeker: 1, bezorging: "smtp", week: "2026-W30" });
+    expect(rerun).toEqual({ status: 409, body: { verstuurd: 0, fouten: 0, overgeslagen: 2, onzeker: 1, bezorging: "smtp", week: "2026-W30" } });
     expect([...smtp.received].sort()).toEqual(["snel@alfa.test", "traag@alfa.test"]);
   });
 

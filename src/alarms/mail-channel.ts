@@ -1,6 +1,8 @@
 // The e-mail channel of the alarm sink: mails the daily-report recipient for the
 // alarms a person must act on today, and stays quiet for the rest (missed jobs,
-// brute-force attempts and mail failures are in the daily report and the log; a
+// brute-force attempts and mail failures are in the daily report and the log: a
+// weekrapport or dagrapport run with mail failures ends as fout or afwijking, which the
+// next daily report shows in its job table and as a point of its status; a
 // mail-failure alarm mailed through the failing mail server would go nowhere anyway).
 import { Alarm as AlarmTemplate, type AlarmProps } from "../../emails/Alarm.tsx";
 import { displayText, formatDatum } from "../format.ts";

@@ -34,36 +34,59 @@ export const IN_FLIGHT = 5;
 /** Failing addresses named in the alarm; the counts are always complete. */
 const MAX_NAMED_FAILURES = 20;
 
-export const WeekrapportResult = t.Object({
-  verstuurd: integer({ minimum: 0, description: "Berichten die de mailserver (of de outbox) aannam." }),
-  fouten: integer({ minimum: 0, description: "Berichten die zeker niet aankwamen (de mailserver weigerde ze of was niet bereikbaar); bij > 0 volgt een alarm (mail-failure)." }),
-  overgeslagen: integer({ minimum: 0, description: "Berichten die voor deze ISO-week al eerder verstuurd zijn." }),
-  onzeker: t.Optional(
-    integer({
-      minimum: 1,
-      description:
-        "Alleen als > 0: berichten waarvan niet bekend is of ze aankwamen: het versturen begon maar de uitkomst is nooit vastgelegd " +
-        "(een eerdere run stopte, in welke bewaarde week ook; die van deze week tellen ook in `overgeslagen`), " +
-        "of in deze run: de verbinding viel weg of de mailserver antwoordde niet meer terwijl het bericht al onderweg was, " +
-        "of de uitkomst kon niet in de database worden vastgelegd. " +
-        "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze.",
-    }),
-  ),
-  begrensd: t.Optional(
-    integer({
-      minimum: 1,
-      description:
-        "Alleen als > 0: zoveel ontvangers (actieve beheerders van actieve tenants, in volgorde van tenant en beheerder) vielen buiten WEEKRAPPORT_MAX_BERICHTEN en krijgen deze week niets; alarm mail-failure.",
-    }),
-  ),
-  bezorging: enumOf(["smtp", "outbox"], { description: "outbox: SMTP_URL ontbreekt, berichten staan als .eml in de outbox-map." }),
-  week: t.String({
-    pattern: "^\\d{4}-W\\d{2}$",
-    example: "2026-W30",
-    description: "ISO-week (UTC) waarvoor verstuurd is: die van het laatste geplande tijdstip (zondag 18:00 UTC) op of voor de aanroep.",
-  }),
+const verstuurdField = integer({ minimum: 0, description: "Berichten die de mailserver (of de outbox) aannam." });
+const overgeslagenField = integer({ minimum: 0, description: "Berichten die voor deze ISO-week al eerder verstuurd zijn." });
+const onzekerField = integer({
+  minimum: 1,
+  description:
+    "Alleen als > 0: berichten waarvan niet bekend is of ze aankwamen: het versturen begon maar de uitkomst is nooit vastgelegd " +
+    "(een eerdere run stopte, in welke bewaarde week ook; die van deze week tellen ook in `overgeslagen`), " +
+    "of in deze run: de verbinding viel weg of de mailserver antwoordde niet meer terwijl het bericht al onderweg was, " +
+    "of de uitkomst kon niet in de database worden vastgelegd. " +
+    "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze.",
 });
-export type WeekrapportResult = Static<typeof WeekrapportResult>;
+const begrensdField = integer({
+  minimum: 1,
+  description:
+    "Alleen als > 0: zoveel ontvangers (actieve beheerders van actieve tenants, in volgorde van tenant en beheerder) vielen buiten WEEKRAPPORT_MAX_BERICHTEN en krijgen deze week niets; alarm mail-failure.",
+});
+const bezorgingField = enumOf(["smtp", "outbox"], { description: "outbox: SMTP_URL ontbreekt, berichten staan als .eml in de outbox-map." });
+const weekField = t.String({
+  pattern: "^\\d{4}-W\\d{2}$",
+  example: "2026-W30",
+  description: "ISO-week (UTC) waarvoor verstuurd is: die van het laatste geplande tijdstip (zondag 18:00 UTC) op of voor de aanroep.",
+});
+const geenFoutenField = integer({ minimum: 0, maximum: 0, description: "Berichten die zeker niet aankwamen: hier 0." });
+
+/** 200: every message owed went out (or had gone out before); nothing failed, nothing uncertain, nobody left out. */
+export const WeekrapportVerstuurd = t.Object({ verstuurd: verstuurdField, fouten: geenFoutenField, overgeslagen: overgeslagenField, bezorging: bezorgingField, week: weekField });
+
+/** 409 (afwijking): nothing surely failed, but some messages' arrival is unknown or recipients were left out; a rerun cannot mend that. */
+export const WeekrapportAfwijking = t.Object({
+  verstuurd: verstuurdField,
+  fouten: geenFoutenField,
+  overgeslagen: overgeslagenField,
+  onzeker: t.Optional(onzekerField),
+  begrensd: t.Optional(begrensdField),
+  bezorging: bezorgingField,
+  week: weekField,
+});
+
+/** 502 (fout): messages surely not sent; their reservations are released, so a rerun for this week sends exactly those. */
+export const WeekrapportNietVerstuurd = t.Object({
+  verstuurd: verstuurdField,
+  fouten: integer({
+    minimum: 1,
+    description: "Berichten die zeker niet aankwamen (de mailserver weigerde ze of was niet bereikbaar); alarm mail-failure. Een nieuwe aanroep voor deze week verstuurt precies die.",
+  }),
+  overgeslagen: overgeslagenField,
+  onzeker: t.Optional(onzekerField),
+  begrensd: t.Optional(begrensdField),
+  bezorging: bezorgingField,
+  week: weekField,
+});
+
+export type WeekrapportResult = Static<typeof WeekrapportVerstuurd> | Static<typeof WeekrapportAfwijking> | Static<typeof WeekrapportNietVerstuurd>;
 
 function errorMessage(e: unknown): string {
   const m = e instanceof Error ? e.message : String(e);
@@ -271,7 +294,11 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
     bezorging: deps.mailer.bezorging,
     week,
   };
-  return { status: 200, body };
+  // The outcome the job-run history records (src/http/job-route.ts outcomeOf): fout (502)
+  // when messages surely were not sent, so that a scheduled call for the same time runs
+  // again and sends exactly those; afwijking (409, done: not run again) when nothing can
+  // be retried safely but the operator must see it; ok (200) only when all went out.
+  return { status: fouten > 0 ? 502 : onzeker.length > 0 || begrensd > 0 ? 409 : 200, body };
 }
 
 export const weekrapportJob = defineJob({
@@ -282,9 +309,23 @@ export const weekrapportJob = defineJob({
     "audit-activiteit per actie, inlogpogingen (geslaagd, mislukt, IP-adressen) en de staat van de auditketen. " +
     "Het rapport gaat over de zeven dagen tot het laatste geplande tijdstip (zondag 18:00 UTC) op of voor de aanroep, en heeft de ISO-week daarvan. " +
     "Veilig om opnieuw aan te roepen: voor dezelfde week gaat alleen wat nog niet verstuurd is. " +
-    "Antwoordt ook met 200 als er berichten mislukten (`fouten` > 0); dat meldt het alarm mail-failure.",
+    "Mislukte berichten (`fouten` > 0) geven 502, zodat een geplande aanroep voor hetzelfde tijdstip ze opnieuw verstuurt; " +
+    "berichten waarvan niet bekend is of ze aankwamen (`onzeker`) of ontvangers boven de grens (`begrensd`) geven 409. " +
+    "Beide melden het alarm mail-failure.",
   run: (deps, now, _input, context) => runWeekrapport(deps, now, context.stopping),
   responses: {
-    200: { description: "Verstuurd; `fouten` telt mislukte berichten.", schema: WeekrapportResult },
+    200: { description: "Verstuurd: alles wat voor deze week nog verstuurd moest worden, is aangenomen.", schema: WeekrapportVerstuurd },
+    409: {
+      description:
+        "Afwijking: niets is zeker mislukt, maar van `onzeker` berichten is niet bekend of ze aankwamen, of `begrensd` ontvangers vielen buiten WEEKRAPPORT_MAX_BERICHTEN. " +
+        "Niet opnieuw te versturen zonder kans op dubbele berichten; de run telt als gedaan. Alarm mail-failure.",
+      schema: WeekrapportAfwijking,
+    },
+    502: {
+      description:
+        "`fouten` berichten zijn zeker niet verstuurd (alarm mail-failure); hun reservering is vrijgegeven, dus een nieuwe aanroep (ook een geplande voor hetzelfde tijdstip) verstuurt precies die. " +
+        "Het hele resultaat staat in het antwoord.",
+      schema: WeekrapportNietVerstuurd,
+    },
   },
 });
