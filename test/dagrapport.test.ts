@@ -16,6 +16,7 @@ import { redenUitleg } from "../src/reports/shared.ts";
 import { backupReportRow, insertBackupRow, stateZegel, call, NOW, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, eindzegel, zegel } from "./helpers.ts";
 import { addLoginAttempt, addTenant, appendInputs, makeEnv, type TestDb } from "./dialect.ts";
 import { closedPort, makeMailEnv, startSmtp } from "./smtp.ts";
+import { ctlSmtp } from "./smtp-ctl.ts";
 
 // bunfig.toml's 30 s is not applied by this Bun (its default is 5 s): on the PostgreSQL run
 // the first test also starts the run's shared cluster, which takes seconds on a busy host.
@@ -408,6 +409,55 @@ describe("dagrapport: a failed send", () => {
     // The job-run history records the failed send.
     const run = await env.db.all('SELECT uitkomst, http_status AS "httpStatus" FROM job_runs WHERE job = \'dagrapport\'');
     expect(run).toEqual([{ uitkomst: "fout", httpStatus: 502 }]);
+  });
+
+  const scheduled = { headers: { "x-nachtwacht-gepland": "1" } };
+  /** An installation mailing the daily report through test/smtp-ctl.ts, its clock at 06:00 UTC, the report's fire time. */
+  async function ctlSetup(mode: "drop" | "refuse") {
+    const smtp = await ctlSmtp(mode);
+    toClean.push(() => smtp.stop());
+    const env = await mailEnv({ SMTP_URL: smtp.url, DAGRAPPORT_EMAIL: "ops@example.test" });
+    env.setNow(new Date("2026-07-23T06:00:00.000Z"));
+    return { smtp, env };
+  }
+
+  test("the server received the whole message, then the connection dropped without an answer: 409 (perhaps delivered), and the next scheduled call for that time does not send it again", async () => {
+    const { smtp, env } = await ctlSetup("drop");
+    const res = await call(env.app, "/api/cron/dagrapport", scheduled);
+    expect(res.status).toBe(409);
+    expect(res.json).toMatchObject({ ok: false, verzonden: false, mogelijkAfgeleverd: true, ontvanger: "ops@example.test", bezorging: "smtp" });
+    expect(res.json.error).toStartWith("Het dagrapport aan ops@example.test is mogelijk wel afgeleverd");
+    expect(res.json.taken).toHaveLength(10);
+    expect(env.alarms.raised.map((a) => [a.type, a.message.split(":")[0]])).toEqual([
+      ["mail-failure", "Het dagrapport aan ops@example.test is mogelijk wel afgeleverd; niet opnieuw verstuurd"],
+    ]);
+    expect(env.alarms.raised[0]!.message).not.toContain("kon niet worden verstuurd");
+
+    smtp.mode = "accept";
+    const again = await call(env.app, "/api/cron/dagrapport", scheduled);
+    expect(again.status).toBe(204);
+    expect(smtp.full.map((m) => [m.to, m.answer])).toEqual([["ops@example.test", "drop"]]);
+    const runs = await env.db.all('SELECT uitkomst, http_status AS "httpStatus" FROM job_runs WHERE job = \'dagrapport\'');
+    expect(runs).toEqual([{ uitkomst: "afwijking", httpStatus: 409 }]);
+  });
+
+  test("the server refused the whole message (451): 502, not sent, and the next scheduled call for that time sends it", async () => {
+    const { smtp, env } = await ctlSetup("refuse");
+    const res = await call(env.app, "/api/cron/dagrapport", scheduled);
+    expect(res.status).toBe(502);
+    expect(res.json).toMatchObject({ ok: false, verzonden: false, ontvanger: "ops@example.test" });
+    expect(res.json.mogelijkAfgeleverd).toBeUndefined();
+    expect(res.json.error).toContain("451");
+    expect(env.alarms.raised.map((a) => a.message)).toEqual(["Het dagrapport kon niet worden verstuurd naar ops@example.test."]);
+
+    smtp.mode = "accept";
+    const again = await call(env.app, "/api/cron/dagrapport", scheduled);
+    expect(again.status).toBe(200);
+    expect(again.json).toMatchObject({ ok: true, verzonden: true });
+    expect(smtp.full.map((m) => [m.to, m.answer])).toEqual([
+      ["ops@example.test", "refuse"],
+      ["ops@example.test", "accept"],
+    ]);
   });
 
   test("SMTP_URL pointing at a closed port: 502", async () => {

@@ -21,6 +21,8 @@ import { SENDING } from "../src/reports/weekly.ts";
 import { SCHEDULE, type JobName } from "../src/schedule.ts";
 import { call, makeTestEnv, NOW, tempDir, eindzegel, zegel, type TestEnv } from "./helpers.ts";
 import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, pgOnly, sqliteOnly, type Env } from "./dialect.ts";
+import { makeMailEnv } from "./smtp.ts";
+import { ctlSmtp } from "./smtp-ctl.ts";
 
 const DAY = 24 * 3600_000;
 const jobs = new Map<string, JobDefinition<any>>(ALL_JOBS.map((j) => [j.name, j]));
@@ -230,7 +232,7 @@ describe("every job's real answers match the schemas it declares", () => {
     expectDeclared("weekrapport", 409, await post(e, "weekrapport"));
   });
 
-  test("dagrapport 200 without a recipient, 200 sent, and 502 when the send fails", async () => {
+  test("dagrapport 200 without a recipient, 200 sent, 502 when the send fails, 409 when it perhaps arrived", async () => {
     const quiet = await installation();
     expectDeclared("dagrapport", 200, await post(quiet, "dagrapport")); // the report before anything ran
     const e = await installation({ DAGRAPPORT_EMAIL: "ops@example.test" });
@@ -247,6 +249,14 @@ describe("every job's real answers match the schemas it declares", () => {
     const failed = await post(e, "dagrapport");
     expectDeclared("dagrapport", 502, failed);
     expect(failed.json).toMatchObject({ ok: false, verzonden: false, error: expect.stringContaining("550") });
+    // A real SMTP server that takes the whole message, then drops the connection without an answer.
+    const smtp = await ctlSmtp("drop");
+    cleanups.push(() => smtp.stop());
+    const dropping = await makeMailEnv({ SMTP_URL: smtp.url, DAGRAPPORT_EMAIL: "ops@example.test" });
+    cleanups.push(() => dropping.cleanup());
+    const perhaps = await post(dropping, "dagrapport");
+    expectDeclared("dagrapport", 409, perhaps);
+    expect(perhaps.json).toMatchObject({ ok: false, verzonden: false, mogelijkAfgeleverd: true });
   });
 
   test("taken-controle 200 when every job ran, 409 with a missed job", async () => {

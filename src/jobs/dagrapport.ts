@@ -1,9 +1,14 @@
 // dagrapport: the daily operational report, mailed to DAGRAPPORT_EMAIL
 // (else SUPPORT_EMAIL) and always returned whole in the response. No recipient: not
-// sent, `verzonden` false. A failed send: 502 with the report and a mail-failure alarm.
+// sent, `verzonden` false. A send that certainly failed (surelyNotDelivered): 502 with
+// the report and a mail-failure alarm; the run is a fout, so the next scheduled call for
+// the same time sends it. A send whose outcome is unknown (the whole message went out,
+// then the connection dropped or the answer never came): 409, an afwijking, done for that
+// time, so the report is not sent a second time; the alarm says it may have arrived.
 import { t, type Static } from "elysia";
 import { DailyReport } from "../../emails/DailyReport.tsx";
 import type { Deps } from "../deps.ts";
+import { surelyNotDelivered } from "../mail/mailer.ts";
 import { renderEmail } from "../mail/render.ts";
 import { buildDailyReportPg } from "../pg/daily.ts";
 import { WATCHED_FILES } from "../disk-space.ts";
@@ -162,7 +167,22 @@ export const DagrapportNietVerstuurd = t.Object({
   ...DailyReportBody.properties,
 });
 
-export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeof DagrapportNietVerstuurd>;
+/** 409: the whole message went out, but whether the server took it is unknown; not sent again. */
+export const DagrapportMogelijkAfgeleverd = t.Object({
+  ok: t.Literal(false),
+  verzonden: t.Literal(false, { description: "Niet bevestigd door de mailserver; het rapport is mogelijk wel afgeleverd." }),
+  mogelijkAfgeleverd: t.Literal(true, {
+    description:
+      "Het hele bericht ging naar de mailserver, daarna viel de verbinding weg of kwam er geen antwoord meer: mogelijk wel afgeleverd. " +
+      "Niet opnieuw verstuurd (ook niet door een geplande aanroep voor hetzelfde tijdstip), om geen tweede exemplaar te sturen.",
+  }),
+  ontvanger: t.String(),
+  bezorging,
+  error: t.String({ description: "Wat er gebeurde, met de fout van de verbinding." }),
+  ...DailyReportBody.properties,
+});
+
+export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeof DagrapportNietVerstuurd> | Static<typeof DagrapportMogelijkAfgeleverd>;
 
 export async function runDagrapport(deps: Deps, now: Date): Promise<JobResult<DagrapportResult>> {
   // Only the reads differ per store; the report made of them, and so the mail, is one.
@@ -177,6 +197,28 @@ export async function runDagrapport(deps: Deps, now: Date): Promise<JobResult<Da
     await deps.mailer.send({ to: ontvanger, subject: dailySubject(report, now), html, text });
   } catch (e) {
     const reason = e instanceof Error ? e.message : String(e);
+    if (!surelyNotDelivered(e)) {
+      // The server may have the whole report and its "250" was late or lost: a resend could be a second copy.
+      await deps.alarms.raise({
+        type: "mail-failure",
+        message:
+          `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd; niet opnieuw verstuurd: het hele bericht ging naar de mailserver (of de outbox), ` +
+          `maar de bevestiging ontbrak. Controleer het log van de mailserver; roep dagrapport met de hand aan als het niet aankwam.`,
+        context: { ontvanger, bezorging, fout: reason },
+      });
+      return {
+        status: 409,
+        body: {
+          ok: false,
+          verzonden: false,
+          mogelijkAfgeleverd: true,
+          ontvanger,
+          bezorging,
+          ...report,
+          error: `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd (niet bevestigd; niet opnieuw verstuurd): ${reason}`,
+        },
+      };
+    }
     await deps.alarms.raise({
       type: "mail-failure",
       message: `Het dagrapport kon niet worden verstuurd naar ${ontvanger}.`,
@@ -204,10 +246,21 @@ export const dagrapportJob = defineJob({
     "Maakt het dagelijkse rapport (back-up, inlogpogingen van de laatste 24 uur, laatste verificatie van de auditketens, " +
     "het nieuwste installatie-checkpoint met de openbare verificatiesleutel, geplande taken, databasegrootte) en mailt het " +
     "naar DAGRAPPORT_EMAIL, anders SUPPORT_EMAIL. Zonder ontvanger wordt " +
-    "niets verstuurd (`verzonden: false`); het antwoord bevat altijd het hele rapport.",
+    "niets verstuurd (`verzonden: false`); het antwoord bevat altijd het hele rapport. " +
+    "Zeker niet verstuurd: 502 (een geplande aanroep voor hetzelfde tijdstip verstuurt het opnieuw). " +
+    "Mogelijk wel afgeleverd (het hele bericht ging weg, de bevestiging ontbrak): 409, niet opnieuw verstuurd.",
   run: (deps, now) => runDagrapport(deps, now),
   responses: {
     200: { description: "Rapport gemaakt (en verstuurd als er een ontvanger is).", schema: DagrapportVerstuurd },
-    502: { description: "Versturen mislukt: `ok` en `verzonden` false, het rapport en `error`; alarm verstuurd.", schema: DagrapportNietVerstuurd },
+    409: {
+      description:
+        "Mogelijk wel afgeleverd: het hele bericht ging naar de mailserver (of de outbox), maar de bevestiging ontbrak. `ok` en `verzonden` false, `mogelijkAfgeleverd` true, het rapport en `error`; alarm mail-failure. " +
+        "Telt als gedaan voor dit tijdstip: niet opnieuw verstuurd.",
+      schema: DagrapportMogelijkAfgeleverd,
+    },
+    502: {
+      description: "Zeker niet verstuurd: `ok` en `verzonden` false, het rapport en `error`; alarm mail-failure. Een nieuwe (ook geplande) aanroep verstuurt het opnieuw.",
+      schema: DagrapportNietVerstuurd,
+    },
   },
 });

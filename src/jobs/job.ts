@@ -6,7 +6,7 @@ import type { Outcome } from "../job-runs.ts";
 import type { JobName } from "../schedule.ts";
 
 export interface JobResult<B extends object = object> {
-  /** 200, 409 for a check that found something not in order, 502 for a failed send. */
+  /** 200, 409 for a check that found something not in order (or a send that perhaps arrived), 502 for a send that surely failed. */
   status: 200 | 409 | 502;
   body: B;
 }
@@ -66,7 +66,8 @@ export interface JobDefinition<I = undefined> {
   run(deps: Deps, now: Date, input: I, context: JobContext): Promise<JobResult<object>>;
   /**
    * The job's own answers, shown in the OpenAPI document: 200, 409 for a check that
-   * found something not in order, 502 for a failed send. The job wrapper documents its
+   * found something not in order (or a send that perhaps arrived), 502 for a send that
+   * surely failed. The job wrapper documents its
    * own answers beside them (src/http/job-route.ts).
    */
   responses?: { 200: JobResponse; 409?: JobResponse; 502?: JobResponse };
