@@ -19,22 +19,53 @@ export function fsyncPath(path: string): void {
 }
 
 /**
+ * The rename succeeded, so the whole file is in place under its name, but the fsync of
+ * its folder failed: the name may not survive a power loss. Not "not written": a reader
+ * (the outbox's mail client, an operator) can already find the file. The original
+ * error is the cause; its code, errno and syscall are kept.
+ */
+export class FolderNotSynced extends Error {
+  readonly code?: string;
+  readonly errno?: number;
+  readonly syscall?: string;
+  constructor(
+    readonly path: string,
+    cause: unknown,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.name = "FolderNotSynced";
+    const c = cause as { code?: string; errno?: number; syscall?: string } | null;
+    if (c && typeof c === "object") {
+      this.code = c.code;
+      this.errno = c.errno;
+      this.syscall = c.syscall;
+    }
+  }
+}
+
+/**
  * Puts a finished temporary file in place: its data fsynced, renamed to `path` (same
- * folder: atomic), then the folder fsynced so the new name survives a power loss.
+ * folder: atomic), then the folder fsynced so the new name survives a power loss. A
+ * failure of that last fsync throws FolderNotSynced: the file is in place by then.
  */
 export function renameDurably(tmp: string, path: string): void {
   fsyncPath(tmp);
   renameSync(tmp, path);
-  fsyncPath(dirname(path));
+  try {
+    fsyncPath(dirname(path));
+  } catch (e) {
+    throw new FolderNotSynced(path, e);
+  }
 }
 
 /**
  * Writes `data` to `path` by renameDurably: a new temporary file beside it (created
  * exclusively, so nothing planted under its name is followed), with exactly `mode`
  * whatever the umask. On failure the temporary file is removed and the error thrown;
- * `path` is then as it was. `o.exclusive`: never over an existing `path` — the finished
- * file is linked to the name (which fails with EEXIST when it exists, also when another
- * writer got there first) instead of renamed over it.
+ * `path` is then as it was, except after FolderNotSynced: the file is at `path`.
+ * `o.exclusive`: never over an existing `path` — the finished file is linked to the name
+ * (which fails with EEXIST when it exists, also when another writer got there first)
+ * instead of renamed over it.
  */
 export function writeFileDurably(path: string, data: string | Uint8Array, mode = 0o600, o: { exclusive?: boolean } = {}): void {
   const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);

@@ -164,6 +164,22 @@ try {
     expect(statSync(join(outbox, files[0]!)).mode & 0o777).toBe(0o600);
   });
 
+  test("the folder's fsync failing after the rename (strace injects EIO into fsync of the outbox folder only) is not MailNotSent: the file is in place, the error says so", async () => {
+    const outbox = join(scratch(), "outbox");
+    mkdirSync(outbox);
+    const script = sendOne(outbox).replace('console.log("failed", e.name, e.cause?.code);', 'console.log("failed", e.name, e.cause?.code, e.message);');
+    const p = Bun.spawn(["strace", "-f", "-qq", "-o", "/dev/null", "-P", outbox, "-e", "trace=fsync", "-e", "inject=fsync:error=EIO", BUN, "-e", script], {
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: scratch() },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const [code, out] = await Promise.all([p.exited, new Response(p.stdout).text()]);
+    const files = readdirSync(outbox);
+    expect(files).toEqual([expect.stringMatching(/^[^.].*\.eml$/)]);
+    // Not MailNotSent (surelyNotDelivered false): weekrapport counts it onzeker and dagrapport answers 409, neither writes it again.
+    expect([code, out.trim()]).toEqual([0, `failed Error EIO outbox: ${files[0]} staat in de outbox, maar de map kon niet worden gesynchroniseerd (fsync): EIO: i/o error, fsync`]);
+  });
+
   test("a write that fails part way (the file size limit: EFBIG) is MailNotSent and leaves no temporary file", () => {
     const outbox = join(scratch(), "outbox");
     // A child under `ulimit -f` (8 KiB; SIGXFSZ ignored, so EFBIG), as on a disk that fills up during the write.

@@ -42,6 +42,7 @@ const onzekerField = integer({
     "Alleen als > 0: berichten waarvan niet bekend is of ze aankwamen: het versturen begon maar de uitkomst is nooit vastgelegd " +
     "(een eerdere run stopte, in welke bewaarde week ook; die van deze week tellen ook in `overgeslagen`), " +
     "of in deze run: de verbinding viel weg of de mailserver antwoordde niet meer terwijl het bericht al onderweg was, " +
+    "het .eml-bestand staat in de outbox maar de map kon niet worden gesynchroniseerd (fsync), " +
     "of de uitkomst kon niet in de database worden vastgelegd. " +
     "Ze worden niet opnieuw verstuurd; het alarm mail-failure noemt ze.",
 });

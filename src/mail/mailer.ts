@@ -36,7 +36,8 @@ export class MailNotSent extends Error {
  * the final ".", a refusal of the message). Anything else — the connection dropped or
  * timed out after the whole message went out, while waiting for the server's "250" — may
  * have delivered it: a server that has the whole message delivers it even when its reply
- * is lost.
+ * is lost. So may an .eml file the outbox renamed into its folder when only the folder's
+ * fsync failed afterwards: it is in the outbox.
  */
 export function surelyNotDelivered(e: unknown): boolean {
   if (e instanceof MailNotSent) return true;

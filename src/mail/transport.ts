@@ -1,10 +1,10 @@
 // The real mailer: nodemailer over SMTP_URL, or .eml files in an outbox folder when
 // no SMTP_URL is set (the start-up log and the job responses then say so).
 import { mkdirSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import nodemailer, { type Mail } from "nodemailer";
 import type SMTPPool from "nodemailer/lib/smtp-pool";
-import { writeFileDurably } from "../durable-file.ts";
+import { FolderNotSynced, writeFileDurably } from "../durable-file.ts";
 import { MailNotSent, type Mailer, type MailMessage } from "./mailer.ts";
 import { parseSmtpUrl } from "./smtp-url.ts";
 
@@ -124,8 +124,12 @@ export function createMailer(opts: MailerOptions): Mailer {
         writeFileDurably(join(opts.outboxDir, name), info.message as Buffer, 0o600);
         return { messageId: info.messageId };
       } catch (e) {
+        const reason = e instanceof Error ? e.message : String(e);
+        // Renamed into the folder, only the folder's fsync failed: the message is in the
+        // outbox (perhaps delivered, surelyNotDelivered false), so it must not be written again.
+        if (e instanceof FolderNotSynced) throw new Error(`outbox: ${basename(e.path)} staat in de outbox, maar de map kon niet worden gesynchroniseerd (fsync): ${reason}`, { cause: e });
         // Not renamed into the folder: nobody will find it there.
-        throw new MailNotSent(`outbox: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+        throw new MailNotSent(`outbox: ${reason}`, { cause: e });
       }
     },
     async close() {},
