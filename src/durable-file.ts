@@ -47,10 +47,15 @@ export class FolderNotSynced extends Error {
  * Puts a finished temporary file in place: its data fsynced, renamed to `path` (same
  * folder: atomic), then the folder fsynced so the new name survives a power loss. A
  * failure of that last fsync throws FolderNotSynced: the file is in place by then.
+ * `exclusive`: never over an existing `path`: linked to the name (EEXIST when it exists,
+ * also when another writer got there first), then the temporary name removed.
  */
-export function renameDurably(tmp: string, path: string): void {
+export function renameDurably(tmp: string, path: string, exclusive = false): void {
   fsyncPath(tmp);
-  renameSync(tmp, path);
+  if (exclusive) {
+    linkSync(tmp, path);
+    unlinkSync(tmp);
+  } else renameSync(tmp, path);
   try {
     fsyncPath(dirname(path));
   } catch (e) {
@@ -63,9 +68,7 @@ export function renameDurably(tmp: string, path: string): void {
  * exclusively, so nothing planted under its name is followed), with exactly `mode`
  * whatever the umask. On failure the temporary file is removed and the error thrown;
  * `path` is then as it was, except after FolderNotSynced: the file is at `path`.
- * `o.exclusive`: never over an existing `path` — the finished file is linked to the name
- * (which fails with EEXIST when it exists, also when another writer got there first)
- * instead of renamed over it.
+ * `o.exclusive`: never over an existing `path` (renameDurably's `exclusive`).
  */
 export function writeFileDurably(path: string, data: string | Uint8Array, mode = 0o600, o: { exclusive?: boolean } = {}): void {
   const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
@@ -79,14 +82,7 @@ export function writeFileDurably(path: string, data: string | Uint8Array, mode =
     } finally {
       closeSync(fd);
     }
-    if (o.exclusive) {
-      fsyncPath(tmp);
-      linkSync(tmp, path);
-      unlinkSync(tmp);
-      fsyncPath(dirname(path));
-    } else {
-      renameDurably(tmp, path);
-    }
+    renameDurably(tmp, path, o.exclusive);
   } catch (e) {
     rmSync(tmp, { force: true });
     throw e;

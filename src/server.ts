@@ -12,7 +12,7 @@ import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 import { WriteApiActivity } from "./ingest/activity.ts";
 import { pastSealedMarker, rowSealOf } from "./row-seal.ts";
 import { openPgStore, type PgStore } from "./pg/store.ts";
-import { CLOCK_SKEW_LIMIT_MS, databaseClockOffsetMs } from "./pg/clock.ts";
+import { CLOCK_SKEW_LIMIT_MS, databaseClockOffsetMs, offsetSeconds } from "./pg/clock.ts";
 import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
 import { log } from "./logger.ts";
@@ -98,10 +98,11 @@ export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer,
 export async function startPgServer(config: Config, url: string, options: ServerOptions = {}) {
   const store = await openPgStore(url, { seal: rowSealOf(config), pastMarker: pastSealedMarker(config) });
   const offsetMs = await databaseClockOffsetMs(store.sql);
-  log("info", "database: PostgreSQL", { database: redactUrl(url), klokAfwijkingSeconden: Math.round(offsetMs / 100) / 10 });
+  const klokAfwijkingSeconden = offsetSeconds(offsetMs);
+  log("info", "database: PostgreSQL", { database: redactUrl(url), klokAfwijkingSeconden });
   if (Math.abs(offsetMs) > CLOCK_SKEW_LIMIT_MS) {
     log("error", "this host's clock differs from the database server's by more than 10 s: the job leases follow the server's clock, but the times this instance records (job runs, audit entries) are off by as much, and taken-controle judges the other instance's runs by this clock (turn on NTP on every host)", {
-      klokAfwijkingSeconden: Math.round(offsetMs / 100) / 10,
+      klokAfwijkingSeconden,
     });
   }
   return serveWith(wireDeps<PgStore>(config, store), null, options);

@@ -227,8 +227,8 @@ async function recordEnd(deps: Deps, running: RunningJobs, run: RunRef & { job: 
 
 /**
  * The run's lease was not this run's any more when it ended (another process took it over
- * after it expired without a renewal: this one hung or was frozen, or the hosts' clocks
- * differ; or someone deleted it): the job may have run twice at once. Raised without
+ * after it expired without a renewal: this one hung or was frozen; or someone deleted
+ * it): the job may have run twice at once. Raised without
  * waiting for the channels (the answer goes out meanwhile).
  */
 function alarmOverlap(deps: Deps, job: JobName, runId: number, verloopt: Date): void {
@@ -238,7 +238,7 @@ function alarmOverlap(deps: Deps, job: JobName, runId: number, verloopt: Date): 
       type: "job-overlap",
       message:
         `De lease van ${job} (run ${runId}) was aan het eind van de run niet meer van deze run: een ander proces heeft de taak overgenomen nadat ze verliep (${verloopt.toISOString()}), ` +
-        `dus ${job} kan twee keer tegelijk gelopen hebben. Oorzaak: dit proces stond stil (bevroren, overbelast) of de klokken van de hosts lopen uiteen (NTP). ` +
+        `dus ${job} kan twee keer tegelijk gelopen hebben. Oorzaak: dit proces stond stil (bevroren, overbelast) langer dan de lease, of iemand heeft de lease verwijderd. ` +
         `Kijk of beide runs hun werk deden (job_runs) en draai ${job} zo nodig opnieuw.`,
       context: { job, runId, verloopt: verloopt.toISOString() },
     })

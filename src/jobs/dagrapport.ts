@@ -169,17 +169,14 @@ export const DagrapportNietVerstuurd = t.Object({
 
 /** 409: the whole message went out, but whether the server took it is unknown; not sent again. */
 export const DagrapportMogelijkAfgeleverd = t.Object({
-  ok: t.Literal(false),
+  ...DagrapportNietVerstuurd.properties,
   verzonden: t.Literal(false, { description: "Niet bevestigd door de mailserver; het rapport is mogelijk wel afgeleverd." }),
   mogelijkAfgeleverd: t.Literal(true, {
     description:
       "Het hele bericht ging naar de mailserver, daarna viel de verbinding weg of kwam er geen antwoord meer: mogelijk wel afgeleverd. " +
       "Niet opnieuw verstuurd (ook niet door een geplande aanroep voor hetzelfde tijdstip), om geen tweede exemplaar te sturen.",
   }),
-  ontvanger: t.String(),
-  bezorging,
   error: t.String({ description: "Wat er gebeurde, met de fout van de verbinding." }),
-  ...DailyReportBody.properties,
 });
 
 export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeof DagrapportNietVerstuurd> | Static<typeof DagrapportMogelijkAfgeleverd>;
@@ -197,44 +194,20 @@ export async function runDagrapport(deps: Deps, now: Date): Promise<JobResult<Da
     await deps.mailer.send({ to: ontvanger, subject: dailySubject(report, now), html, text });
   } catch (e) {
     const reason = e instanceof Error ? e.message : String(e);
-    if (!surelyNotDelivered(e)) {
-      // The server may have the whole report and its "250" was late or lost: a resend could be a second copy.
-      await deps.alarms.raise({
-        type: "mail-failure",
-        message:
-          `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd; niet opnieuw verstuurd: het hele bericht ging naar de mailserver (of de outbox), ` +
-          `maar de bevestiging ontbrak. Controleer het log van de mailserver; roep dagrapport met de hand aan als het niet aankwam.`,
-        context: { ontvanger, bezorging, fout: reason },
-      });
-      return {
-        status: 409,
-        body: {
-          ok: false,
-          verzonden: false,
-          mogelijkAfgeleverd: true,
-          ontvanger,
-          bezorging,
-          ...report,
-          error: `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd (niet bevestigd; niet opnieuw verstuurd): ${reason}`,
-        },
-      };
-    }
+    // Not surely undelivered: the server may have the whole report and its "250" was late or lost, so a resend could be a second copy.
+    const perhaps = !surelyNotDelivered(e);
     await deps.alarms.raise({
       type: "mail-failure",
-      message: `Het dagrapport kon niet worden verstuurd naar ${ontvanger}.`,
+      message: perhaps
+        ? `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd; niet opnieuw verstuurd: het hele bericht ging naar de mailserver (of de outbox), ` +
+          `maar de bevestiging ontbrak. Controleer het log van de mailserver; roep dagrapport met de hand aan als het niet aankwam.`
+        : `Het dagrapport kon niet worden verstuurd naar ${ontvanger}.`,
       context: { ontvanger, bezorging, fout: reason },
     });
-    return {
-      status: 502,
-      body: {
-        ok: false,
-        verzonden: false,
-        ontvanger,
-        bezorging,
-        ...report,
-        error: `Het dagrapport kon niet worden verstuurd naar ${ontvanger}: ${reason}`,
-      },
-    };
+    const failed = { ok: false, verzonden: false, ontvanger, bezorging, ...report } as const;
+    return perhaps
+      ? { status: 409, body: { ...failed, mogelijkAfgeleverd: true, error: `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd (niet bevestigd; niet opnieuw verstuurd): ${reason}` } }
+      : { status: 502, body: { ...failed, error: `Het dagrapport kon niet worden verstuurd naar ${ontvanger}: ${reason}` } };
   }
   return { status: 200, body: { ok: true, verzonden: true, ontvanger, bezorging, ...report } };
 }

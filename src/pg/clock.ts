@@ -27,6 +27,9 @@ async function offsetMs(readServerMs: () => Promise<unknown>): Promise<number> {
   return ms - (t0 + t1) / 2;
 }
 
+/** An offset in milliseconds as the operator is shown it: seconds to one decimal. */
+export const offsetSeconds = (ms: number) => Math.round(ms / 100) / 10;
+
 /** offsetMs on a connection of its own (the daily report, /metrics, the start). */
 export function databaseClockOffsetMs(sql: SQL): Promise<number> {
   return offsetMs(async () => ((await sql.unsafe(SERVER_MS)) as { ms: number }[])[0]!.ms);

@@ -16,7 +16,7 @@ import { auditKeys } from "../audit/keys.ts";
 import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
 import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
-import { CLOCK_SKEW_LIMIT_MS } from "../pg/clock.ts";
+import { CLOCK_SKEW_LIMIT_MS, offsetSeconds } from "../pg/clock.ts";
 import { diskLevel, fileSystemSpace, freePercent, watchedPaths, type FileSystemSpace } from "../disk-space.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { newestRunRows, type Outcome } from "../job-runs.ts";
@@ -230,7 +230,7 @@ export function jobsSection(jobs: readonly ScheduledJobRuns[], config: Pick<Conf
 
 /** The database section from the store's byte counts, whatever the store counts. */
 export function databaseSection(bytes: number, walBytes: number, clockOffsetMs: number | null = null): DailyReport["database"] {
-  return { bytes, grootte: formatSize(bytes), walBytes, klokAfwijkingSeconden: clockOffsetMs === null ? null : Math.round(clockOffsetMs / 100) / 10 };
+  return { bytes, grootte: formatSize(bytes), walBytes, klokAfwijkingSeconden: clockOffsetMs === null ? null : offsetSeconds(clockOffsetMs) };
 }
 
 /** The disk section: each file system with its level against SCHIJF_MIN_VRIJ_PROCENT (diskLevel). */
