@@ -200,3 +200,50 @@ describe("demo-data", () => {
     expect(demoData(["--db", fresh, ...small]).code).toBe(2);
   });
 });
+
+// backup, config check, db-convert and migrate-to parsed their options with node's own
+// parseArgs: a single-valued option given twice silently took the last one
+// (`backup --map /a --map /b` wrote to /b). They now share parseOptions.
+describe("backup, config check, db-convert and migrate-to share the rule", () => {
+  const collect = async (run: (out: (s: string) => void, err: (s: string) => void) => number | Promise<number>) => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await run((s) => out.push(s), (s) => err.push(s));
+    return { code, out: out.join("\n"), err: err.join("\n") };
+  };
+
+  test("an option given twice: a usage error naming it, nothing done", async () => {
+    const t = tempDir("nachtwacht-opt-");
+    try {
+      const a = join(t.dir, "a");
+      const b = join(t.dir, "b");
+      const db = join(t.dir, "geen.db");
+      const { runBackup } = await import("../src/cli/backup.ts");
+      const { runConfigCheck } = await import("../src/cli/config-check.ts");
+      const { runDbConvert } = await import("../src/cli/db-convert.ts");
+      const { runMigrateTo } = await import("../src/cli/migrate-to.ts");
+      const cases: [string, number, (out: (s: string) => void, err: (s: string) => void) => number | Promise<number>][] = [
+        ["--map", 64, (o, e) => runBackup(["--geen-melding", "--db", db, "--map", a, "--map", b], {}, o, e)],
+        ["--env", 2, (o, e) => runConfigCheck(["--env", a, "--env", b], {}, o, e)],
+        ["--db", 2, (o, e) => runDbConvert(["--db", a, "--db", b, "--ja"], {}, o, e)],
+        ["--parallel", 2, (o, e) => runMigrateTo(["--database-url", "postgres://x@127.0.0.1:1/x", "--db", db, "--parallel", "1", "--parallel", "2"], {}, o, e, async () => "")],
+      ];
+      for (const [named, exit, run] of cases) {
+        const r = await collect(run);
+        expect([named, r.code]).toEqual([named, exit]);
+        expect(r.err).toContain(`${named} is meer dan eens gegeven`);
+        expect(r.out).toBe("");
+      }
+      expect([existsSync(a), existsSync(b), existsSync(db)]).toEqual([false, false, false]);
+    } finally {
+      t.cleanup();
+    }
+  });
+
+  test("a value that is the next option: a Dutch usage error naming it (was node's English text)", async () => {
+    const { runDbConvert } = await import("../src/cli/db-convert.ts");
+    const r = await collect((o, e) => runDbConvert(["--db", "--ja"], {}, o, e));
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--db heeft een waarde nodig");
+  });
+});

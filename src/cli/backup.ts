@@ -24,10 +24,10 @@ import { Database } from "bun:sqlite";
 import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, accessSync, closeSync, openSync, constants } from "node:fs";
 import { basename, join } from "node:path";
 import { pipeline } from "node:stream/promises";
-import { parseArgs } from "node:util";
 import { createGzip } from "node:zlib";
 import { parseEnvFile } from "./config-check.ts";
 import { databaseUrl } from "./database-url.ts";
+import { parseOptions } from "./options.ts";
 import { StdoutFailed } from "./stdout.ts";
 import { renameDurably } from "../durable-file.ts";
 import { driverError } from "../http/errors.ts";
@@ -307,20 +307,16 @@ export async function runBackup(argv: string[], processEnv: Record<string, strin
 async function backupCommand(argv: string[], processEnv: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: {
-        env: { type: "string" },
-        db: { type: "string" },
-        "database-url": { type: "string" },
-        map: { type: "string" },
-        ankers: { type: "string" },
-        "bewaar-dagen": { type: "string" },
-        "geen-melding": { type: "boolean" },
-        help: { type: "boolean", short: "h" },
-      },
-      strict: true,
-    }));
+    values = parseOptions("nachtwacht backup", argv, {
+      env: { type: "string" },
+      db: { type: "string" },
+      "database-url": { type: "string" },
+      map: { type: "string" },
+      ankers: { type: "string" },
+      "bewaar-dagen": { type: "string" },
+      "geen-melding": { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    });
   } catch (e) {
     err(`nachtwacht backup: ${why(e)}\n${USAGE}`);
     return 64;

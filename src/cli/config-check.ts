@@ -6,9 +6,9 @@
 // Exit codes: 0 in order, 1 one or more variables wrong, 2 the check could not run
 // (unreadable file, a line that is no KEY=VALUE, unknown option).
 import { readFileSync } from "node:fs";
-import { parseArgs } from "node:util";
 import { generateKeyPair } from "../audit/note.ts";
 import { ConfigError, parseConfig } from "../config.ts";
+import { parseOptions } from "./options.ts";
 
 const USAGE =
   "gebruik: nachtwacht config check [--env BESTAND]\n" +
@@ -69,7 +69,7 @@ export function allConfigErrors(env: Record<string, string | undefined>): Config
 export function runConfigCheck(argv: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): number {
   let values;
   try {
-    ({ values } = parseArgs({ args: argv, options: { env: { type: "string" }, help: { type: "boolean", short: "h" } }, strict: true, allowPositionals: false }));
+    values = parseOptions("nachtwacht config check", argv, { env: { type: "string" }, help: { type: "boolean", short: "h" } });
   } catch (e) {
     err(`nachtwacht config check: ${(e as Error).message}\n${USAGE}`);
     return 2;

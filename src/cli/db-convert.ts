@@ -4,10 +4,10 @@
 // wait for minutes on a large file, so it is an explicit operator command, run with
 // the service stopped, and it asks for --ja first.
 import { existsSync, statSync } from "node:fs";
-import { parseArgs } from "node:util";
 import { Database } from "bun:sqlite";
 import { openStore, schemaVersionProblem } from "../db.ts";
 import { convertToIncrementalAutoVacuum } from "../jobs/db-onderhoud.ts";
+import { parseOptions } from "./options.ts";
 
 const HELP =
   "gebruik: nachtwacht db-convert [--db BESTAND] [--ja]\n" +
@@ -21,7 +21,7 @@ const HELP =
 export function runDbConvert(argv: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): number {
   let values;
   try {
-    ({ values } = parseArgs({ args: argv, options: { db: { type: "string" }, ja: { type: "boolean" }, help: { type: "boolean", short: "h" } }, strict: true }));
+    values = parseOptions("nachtwacht db-convert", argv, { db: { type: "string" }, ja: { type: "boolean" }, help: { type: "boolean", short: "h" } });
   } catch (e) {
     err(`${e instanceof Error ? e.message : String(e)}\n${HELP}`);
     return 2;

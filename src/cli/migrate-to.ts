@@ -7,12 +7,12 @@
 // proved, 1 the source does not verify, the copy differs, or the source was written to
 // during the copy (the service still running), 2 could not (usage, keys, connection, a
 // target that is not empty or holds another application's tables).
-import { parseArgs } from "node:util";
 import { CannotCheck } from "../audit/offline.ts";
 import { migrateToPostgres } from "../pg/migrate-to.ts";
 import { redactUrl } from "../pg/url.ts";
 import { trustedKeys } from "./audit.ts";
 import { databaseUrl } from "./database-url.ts";
+import { parseOptions } from "./options.ts";
 import { StdoutFailed } from "./stdout.ts";
 
 export const MIGRATE_TO_HELP =
@@ -37,18 +37,14 @@ export const MIGRATE_TO_HELP =
 export async function runMigrateTo(args: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void, stdin: () => Promise<string> = () => Bun.stdin.text()): Promise<number> {
   let o;
   try {
-    o = parseArgs({
-      args,
-      options: {
-        help: { type: "boolean", short: "h" },
-        "database-url": { type: "string" },
-        db: { type: "string" },
-        bestand: { type: "string" },
-        sleutel: { type: "string", multiple: true },
-        parallel: { type: "string" },
-      },
-      strict: true,
-    }).values;
+    o = parseOptions("nachtwacht migrate-to", args, {
+      help: { type: "boolean", short: "h" },
+      "database-url": { type: "string" },
+      db: { type: "string" },
+      bestand: { type: "string" },
+      sleutel: { type: "string", multiple: true },
+      parallel: { type: "string" },
+    });
   } catch (e) {
     err(`nachtwacht migrate-to: ${e instanceof Error ? e.message : String(e)}\n${MIGRATE_TO_HELP}`);
     return 2;

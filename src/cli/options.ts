@@ -1,4 +1,5 @@
-// The one rule for an operator command's options: each command parses its own table,
+// The one rule for every operator command's options (the binary's commands, backup, config check,
+// db-convert, migrate-to, demo-data): each command parses its own table,
 // and what it does not take is refused, never ignored. An option of another command
 // (`accept-restore --tenant 2` would otherwise act on every tenant), a single-valued
 // option given twice (which one is meant is not for the command to guess), a value
