@@ -186,7 +186,8 @@ write_env() {
 # (an older installed backup.sh does not change directory itself). Skipped, and said, when there
 # is nothing to back up: no environment file (a first install), no backup.sh yet, or no
 # SQLite file at that path. Exit 75 of backup.sh (the backup made, but not reported to
-# backup-status: the service is down) is a warning; any other failure stops the upgrade.
+# backup-status: the service is down) is a warning; 69 (another backup is running) and any
+# other failure stop the upgrade.
 pre_upgrade_backup() { # <env file> <backup.sh> <data dir>
   local env_file=$1 script=$2 data_dir=$3 line key val unquoted url="" path="" rc=0
   if [ ! -f "$env_file" ]; then
@@ -221,6 +222,7 @@ pre_upgrade_backup() { # <env file> <backup.sh> <data dir>
   case "$rc" in
     0) ;;
     75) say "WARNING: the backup was made but could not be reported to backup-status (exit 75: is the service down?); continuing with the upgrade" ;;
+    69) die "another backup into the same folder is running right now (the nightly one from cron?), so none was made before the upgrade (exit 69); rerun this install when it is done" ;;
     *) die "the pre-upgrade backup failed (exit $rc, see above); fix it or rerun with --skip-backup" ;;
   esac
 }

@@ -334,7 +334,7 @@ describe("ops/install.sh: the backup before an upgrade", () => {
     expect([r.code, r.called]).toEqual([0, [`DB=${join(r.data, "nachtwacht.db")} ENV=${join(dir, "nachtwacht.env")}`]]);
   });
 
-  test("exit 75 (backup made, not reported: the service is down) is a warning and the upgrade goes on; any other failure stops it", async () => {
+  test("exit 75 (backup made, not reported: the service is down) is a warning and the upgrade goes on; any other failure stops it, 69 (a backup running) named as such", async () => {
     const f = envFile("DATABASE_URL=postgres://nachtwacht@db.internal/nachtwacht\n");
     const down = await preUpgradeBackup(f, 75);
     expect(down.code).toBe(0);
@@ -344,6 +344,11 @@ describe("ops/install.sh: the backup before an upgrade", () => {
     expect(failed.out).toContain("the pre-upgrade backup failed (exit 65");
     const missing = await preUpgradeBackup(f, 66);
     expect(missing.code).not.toBe(0);
+    // 69: the nightly backup holds the folder's lock; said as that, with what to do.
+    const busy = await preUpgradeBackup(f, 69);
+    expect(busy.code).not.toBe(0);
+    expect(busy.out).toContain("another backup into the same folder is running right now");
+    expect(busy.out).toContain("rerun this install when it is done");
   });
 
   test("no environment file (a first install): nothing backed up", async () => {
