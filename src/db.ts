@@ -139,6 +139,14 @@ export class SchemaTooNew extends Error {
   }
 }
 
+/** A PostgreSQL database holding a move's copy that was never proved (moveState, src/pg/store.ts): neither the service nor an operator's command uses it. */
+export class UnprovedCopy extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UnprovedCopy";
+  }
+}
+
 /** Applies the embedded SQLite migrations with drizzle's public migrator (__drizzle_migrations). */
 export function migrate(db: Db): void {
   const m = migrationsFolder(embeddedMigrations);

@@ -4,7 +4,7 @@
 // done, and refuses a source that does not verify or a target that is not empty.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { appendAuditEntry, canonicalJson, type EntryRow } from "../src/audit/chain.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
@@ -14,11 +14,16 @@ import { verifyTenantChain } from "../src/audit/verify.ts";
 import { dumpHasRows, libpqEnv } from "../src/pg/backup.ts";
 import { appendEntriesPg, copyRows, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
 import { verifyInstallationPg } from "../src/pg/offline.ts";
-import { compareTable, copyText, COPIED_TABLES, foreignTables, migrateToPostgres, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
+import { compareTable, copyText, COPIED_TABLES, foreignTables, migrateToPostgres, MOVE_BEGUN_KEY, PROVED_KEY, tableShape } from "../src/pg/migrate-to.ts";
+import { openPgStore } from "../src/pg/store.ts";
+import { UnprovedCopy } from "../src/db.ts";
+import { pastSealedMarker, rowSealOf } from "../src/row-seal.ts";
+import { startPgServer } from "../src/server.ts";
+import { startFailureMessage } from "../src/start-failure.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { runMigrateTo } from "../src/cli/migrate-to.ts";
 import { fillDemoData } from "../src/cli/demo-data.ts";
-import { addAdmin, addTenant, call, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
+import { addAdmin, addTenant, call, makePgTestEnv, makeTestEnv, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, type TestEnv } from "./helpers.ts";
 import { useTestCluster } from "./pg.ts";
 import { buildBinary } from "./binary.ts";
 
@@ -263,6 +268,76 @@ describe("migrate-to", () => {
     const pg = client(url);
     expect(Number((await pg`SELECT count(*) AS n FROM audit_entries`)[0].n)).toBe(before);
     expect((await pg`SELECT key FROM service_meta WHERE key = ${PROVED_KEY}`).length).toBe(0);
+
+    // Nothing uses it: the service started on it anyway (DATABASE_URL set regardless of the
+    // exit) gave the entry's seq out again with another hash and called the chain intact.
+    // It now stops at its start with the line the entry point prints (exit 2), before it
+    // writes anything; verify and adopt refuse it too (exit 2).
+    const meta = async () => ((await pg`SELECT key FROM service_meta ORDER BY key`) as { key: string }[]).map((r) => r.key);
+    const metaBefore = await meta();
+    expect(metaBefore).toContain(MOVE_BEGUN_KEY);
+    let failure: unknown;
+    try {
+      const server = await startPgServer({ ...env!.config, port: 0 }, url);
+      server.app.server?.stop(true);
+      await server.deps.store.close();
+    } catch (e) {
+      failure = e;
+    }
+    expect(failure).toBeInstanceOf(UnprovedCopy);
+    expect(startFailureMessage(failure, env!.config)).toContain("DATABASE_URL holds a copy made by nachtwacht migrate-to that was never proved");
+    expect(await meta()).toEqual(metaBefore);
+    expect(Number((await pg`SELECT count(*) AS n FROM audit_entries`)[0].n)).toBe(before);
+    for (const args of [
+      ["verify", "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY],
+      ["adopt", "--tenant", String(a), "--bestand", env!.config.auditAnkerBestand, "--ja"],
+    ]) {
+      const lines: string[] = [];
+      const code = await runAuditCommand(args, { DATABASE_URL: url, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY }, (l) => lines.push(l), (l) => lines.push(l));
+      expect([args[0], code]).toEqual([args[0], 2]);
+      expect(lines.join("\n")).toContain("kopie van nachtwacht migrate-to die nooit is bewezen");
+    }
+    expect(await meta()).toEqual(metaBefore);
+  });
+
+  test("a proved copy's first start beside an anchor file without zegels-sinds seals nothing it copied: a row a database writer forged on SQLite stays forged on PostgreSQL", async () => {
+    await livedInstallation();
+    // The writer's backup report, unsealed and newer than the sealed one: backup-controle
+    // on SQLite counts it as forged.
+    const later = new Date(NOW.getTime() + 3600_000);
+    env!.setNow(later);
+    env!.store.sqlite
+      .query("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES (?, 0, 1, 'vals.gz', 999, NULL, 'backup.sh')")
+      .run(new Date(later.getTime() - 60_000).toISOString());
+    const onSqlite = await call(env!.app, "/api/cron/backup-controle");
+    expect(onSqlite.json.vervalst).toBe(1);
+    const url = await cluster.createDatabase();
+    expect((await migrate(url)).uitkomst).toBe("klaar");
+    // The service on the new host: the anchor file carried over, zegels-sinds not.
+    const moved = makeTestEnv();
+    try {
+      writeFileSync(moved.config.auditAnkerBestand, readFileSync(env!.config.auditAnkerBestand));
+      expect(existsSync(pastSealedMarker(moved.config))).toBe(false);
+      const store = await openPgStore(url, { seal: rowSealOf(moved.config), pastMarker: pastSealedMarker(moved.config), now: later });
+      await store.close();
+      const pg = client(url);
+      expect(await pg`SELECT bestandsnaam, zegel IS NOT NULL AS sealed FROM backup_statuses WHERE bestandsnaam = 'vals.gz'`).toEqual([{ bestandsnaam: "vals.gz", sealed: false }]);
+      // The rows sealed on SQLite still count; the marker is written for the next start.
+      expect((await pg`SELECT count(*) AS n FROM backup_statuses WHERE zegel IS NOT NULL`)[0].n).toBe("1");
+      expect(existsSync(pastSealedMarker(moved.config))).toBe(true);
+      // And backup-controle there says so, as it did on SQLite.
+      const onPg = await makePgTestEnv({ createDatabase: async () => url });
+      try {
+        onPg.setNow(later);
+        const r = await call(onPg.app, "/api/cron/backup-controle");
+        expect(r.json.vervalst).toBe(1);
+        expect(r.status).not.toBe(200);
+      } finally {
+        await onPg.cleanup();
+      }
+    } finally {
+      moved.cleanup();
+    }
   });
 
   test("refuses a target where another application keeps its tables, before migrating: nothing of nachtwacht's is created there (exit 2)", async () => {

@@ -11,7 +11,7 @@ const files = readdirSync(dir)
   .sort()
   .map((f) => `./test/${f}`);
 console.error(`npm test: ${files.length} test files again on PostgreSQL: ${files.map((f) => f.slice(7, -8)).join(", ")}`);
-const p = Bun.spawnSync([process.execPath, "test", ...files, ...process.argv.slice(2)], {
+const p = Bun.spawnSync([process.execPath, "test", "--timeout", "30000", ...files, ...process.argv.slice(2)], {
   env: { ...process.env, NACHTWACHT_TEST_DB: "pg" },
   stdio: ["inherit", "inherit", "inherit"],
 });

@@ -309,8 +309,8 @@ async function onPostgres<T>(url: string, work: () => Promise<T>): Promise<T> {
 /**
  * verify and export read the tables as this version has them: a database of a newer
  * version (more migrations than this one knows) is refused, "could not check", never
- * read as if it were this version's. A missing or unreadable SQLite file is left to the
- * command, which names it.
+ * read as if it were this version's; so is a move's copy on PostgreSQL that was never
+ * proved. A missing or unreadable SQLite file is left to the command, which names it.
  */
 async function refuseNewerDatabase(pg: string | null, dbPath: string): Promise<void> {
   let newer: string | null = null;
@@ -326,10 +326,12 @@ async function refuseNewerDatabase(pg: string | null, dbPath: string): Promise<v
       db?.close();
     }
   } else {
-    const { newerPgSchemaProblem, pgPool } = await import("../pg/store.ts");
+    const { moveState, newerPgSchemaProblem, pgPool, unprovedCopyMelding } = await import("../pg/store.ts");
     newer = await onPostgres(pg, async () => {
       const sql = pgPool(pg, 1);
       try {
+        // A move's copy that was never proved is not checked as if it were the installation.
+        if ((await moveState(sql)) === "onbewezen") return unprovedCopyMelding("de database");
         return await newerPgSchemaProblem(sql);
       } finally {
         await sql.close();

@@ -12,7 +12,7 @@ import { compareWithFile } from "../audit/anchor-check.ts";
 import type { Verifier } from "../audit/note.ts";
 import { verifyDatabase } from "../audit/offline.ts";
 import { copyRows, copyUnescape, verifyTenantsPg } from "./chain.ts";
-import { openPgStore, pgPool } from "./store.ts";
+import { MOVE_BEGUN_KEY, openPgStore, pgPool, PROVED_KEY } from "./store.ts";
 import { redactUrl } from "./url.ts";
 import { schemaVersionProblem } from "../db.ts";
 
@@ -130,7 +130,9 @@ export async function compareTable(source: Database, target: SQL, shape: TableSh
   const query = `SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${shape.key.map(quote).join(", ")}`;
   // SQLite orders text bytewise; PostgreSQL by the database's collation unless told
   // otherwise ("C": by bytes, as SQLite), and a linguistic one sorts "B" after "ab".
-  const pgQuery = `SELECT ${cols} FROM ${quote(shape.name)} ORDER BY ${shape.key.map((k) => (shape.integers[shape.columns.indexOf(k)] ? quote(k) : `${quote(k)} COLLATE "C"`)).join(", ")}`;
+  // The move's own rows (MOVE_BEGUN_KEY, written with the copy) are no rows of the source.
+  const moveRows = shape.name === "service_meta" ? ` WHERE "key" NOT IN ('${MOVE_BEGUN_KEY}', '${PROVED_KEY}')` : "";
+  const pgQuery = `SELECT ${cols} FROM ${quote(shape.name)}${moveRows} ORDER BY ${shape.key.map((k) => (shape.integers[shape.columns.indexOf(k)] ? quote(k) : `${quote(k)} COLLATE "C"`)).join(", ")}`;
   const keyAt = shape.key.map((k) => shape.columns.indexOf(k));
   const left = (source.query(query).iterate() as IterableIterator<Record<string, unknown>>)[Symbol.iterator]();
   const keyOfSource = (row: Record<string, unknown>) => keyAt.map((i) => row[shape.columns[i]!]);
@@ -153,8 +155,7 @@ export async function compareTable(source: Database, target: SQL, shape: TableSh
   return { rows, verschil: null };
 }
 
-/** service_meta's row that says the copy was proved, and when (written last). */
-export const PROVED_KEY = "migrate-to-bewezen";
+export { MOVE_BEGUN_KEY, PROVED_KEY } from "./store.ts";
 
 export interface MigrateOptions {
   dbPath: string;
@@ -322,6 +323,9 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
           }
         }
         await tx.unsafe(`ALTER TABLE audit_entries ENABLE TRIGGER ${TENANT_CHECK}`);
+        // With the rows: from here the database is a move's copy, and until PROVED_KEY an
+        // unproved one, which the service and the operator's commands refuse (moveState).
+        await tx`INSERT INTO service_meta (key, value) VALUES (${MOVE_BEGUN_KEY}, ${new Date().toISOString()})`;
       });
 
     // Statistics for the planner now: after a bulk COPY PostgreSQL has none until

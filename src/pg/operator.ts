@@ -7,7 +7,7 @@
 // then the chains' locks of the tenants concerned (as the write API's appenders take
 // them), so neither the service's runs nor its appends interleave — what SQLite's write
 // lock does there.
-import { newerPgSchemaProblem, pgPool } from "./store.ts";
+import { moveState, newerPgSchemaProblem, pgPool, unprovedCopyMelding } from "./store.ts";
 import { SQL } from "bun";
 import { CannotCheck } from "../audit/offline.ts";
 import type { EntryHead, OperatorStore, OperatorTx } from "../audit/operator.ts";
@@ -32,6 +32,11 @@ export async function openOperatorPg(url: string): Promise<SQL> {
   if (newer !== null) {
     await sql.close();
     throw new CannotCheck(`${redactUrl(url)}: ${newer}; niets geschreven`);
+  }
+  // Nor into a move's copy that was never proved (the service does not start on it either).
+  if ((await moveState(sql)) === "onbewezen") {
+    await sql.close();
+    throw new CannotCheck(`${unprovedCopyMelding(redactUrl(url))}; niets geschreven`);
   }
   return sql;
 }

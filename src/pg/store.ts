@@ -5,12 +5,13 @@
 // carries (no package, nothing to bundle), it pools connections, and it speaks COPY
 // FROM STDIN / TO STDOUT as streams, which `migrate-to` and the verification floor use.
 import { SQL } from "bun";
+import { existsSync } from "node:fs";
 import { sql as sqlText } from "drizzle-orm";
 import { drizzle, type BunSQLDatabase } from "drizzle-orm/bun-sql";
 import { migrate as drizzleMigrate } from "drizzle-orm/bun-sql/migrator";
 import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
 import * as schema from "../../db/schema-pg.ts";
-import { BUSY_TIMEOUT_MS, migrationsFolder, newerSchemaProblem, SchemaTooNew } from "../db.ts";
+import { BUSY_TIMEOUT_MS, migrationsFolder, newerSchemaProblem, SchemaTooNew, UnprovedCopy } from "../db.ts";
 import { certainDbTransaction } from "./commit.ts";
 import { INSTALLED, markPastSealed, pastRowsToSeal, SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
 
@@ -140,9 +141,42 @@ export async function newerPgSchemaProblem(sql: SQL): Promise<string | null> {
 }
 
 /**
+ * service_meta's rows of a move from SQLite (`nachtwacht migrate-to`, src/pg/migrate-to.ts):
+ * MOVE_BEGUN_KEY is written in the copy's own transaction, PROVED_KEY only once the copy
+ * is proved equal to the source and the source unchanged meanwhile.
+ */
+export const MOVE_BEGUN_KEY = "migrate-to-begonnen";
+export const PROVED_KEY = "migrate-to-bewezen";
+
+/**
+ * Where a database stands as a move's copy: "geen" (not a copy: a fresh installation, or
+ * one from before MOVE_BEGUN_KEY), "bewezen", or "onbewezen" — the copy committed but its
+ * proof failed (`kopie-wijkt-af`), found the source written to meanwhile (`bron-gewijzigd`:
+ * entries received after the snapshot are missing, and the service would give their seqs
+ * out again with other hashes), or never ran (the command was stopped).
+ */
+export async function moveState(sql: SQL): Promise<"geen" | "bewezen" | "onbewezen"> {
+  const [{ exists }] = await sql`SELECT to_regclass('service_meta') IS NOT NULL AS exists`;
+  if (!exists) return "geen";
+  const keys = new Set(((await sql`SELECT key FROM service_meta WHERE key IN (${MOVE_BEGUN_KEY}, ${PROVED_KEY})`) as { key: string }[]).map((r) => r.key));
+  return keys.has(PROVED_KEY) ? "bewezen" : keys.has(MOVE_BEGUN_KEY) ? "onbewezen" : "geen";
+}
+
+/** What an unproved copy is and what to do with it: for the service's start (its log is English) and the operator's commands (Dutch). */
+export const unprovedCopyMessage = (where: string) =>
+  `${where} holds a copy made by nachtwacht migrate-to that was never proved (the command was stopped, its proof failed, or the SQLite file was written to during the copy): ` +
+  "entries received after the copy may be missing from it. Do not use it: drop that database, create it empty and run migrate-to again with the service stopped";
+export const unprovedCopyMelding = (where: string) =>
+  `${where} bevat een kopie van nachtwacht migrate-to die nooit is bewezen (het commando werd gestopt, het bewijs mislukte, of in het SQLite-bestand werd tijdens het kopiëren geschreven): ` +
+  "entries van na de kopie kunnen ontbreken. Niet gebruiken: verwijder die database, maak haar leeg opnieuw aan en draai migrate-to opnieuw terwijl de service stilstaat";
+
+/**
  * Applies the embedded migrations once, however many instances start at the same
  * moment: the first holds a session advisory lock while it migrates, the others wait
- * for it and then find nothing left to do.
+ * for it and then find nothing left to do. With `seal` (the service's start), a move's
+ * unproved copy is refused (UnprovedCopy) before anything is written, and a proved one's
+ * rows are not sealed as if this were their first start (their seals came along from the
+ * SQLite installation; sealing the unsealed ones would seal what a database writer forged).
  */
 export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date(), pastMarker?: string): Promise<void> {
   const conn = await sql.reserve();
@@ -157,6 +191,12 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
       await conn`RESET lock_timeout`;
       throw new SchemaTooNew(newer);
     }
+    const move = seal ? await moveState(conn as unknown as SQL) : "geen";
+    if (move === "onbewezen") {
+      await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
+      await conn`RESET lock_timeout`;
+      throw new UnprovedCopy(unprovedCopyMessage("DATABASE_URL"));
+    }
     const m = migrationsFolder(embeddedMigrations);
     try {
       const db = drizzle({ client: conn as unknown as SQL, schema });
@@ -166,7 +206,10 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
       const had = {} as SealColumns;
       for (const [kind, column] of Object.entries(SEAL_COLUMNS)) had[kind as keyof SealColumns] = await hasColumn(column);
       await drizzleMigrate(db, { migrationsFolder: m.folder });
-      const toSeal = seal ? pastRowsToSeal(pastMarker, had) : null;
+      // A proved copy at its first start here (no marker beside this anchor file): only
+      // the kinds of rows these migrations seal anew, as without a marker.
+      const firstStartOfCopy = move === "bewezen" && pastMarker !== undefined && !existsSync(pastMarker);
+      const toSeal = seal ? pastRowsToSeal(firstStartOfCopy ? undefined : pastMarker, had) : null;
       if (seal && toSeal) {
         await sealLegacyRowsPg(db, seal, now, toSeal);
         // The install time, at this instance's first start only (as openStore on SQLite).
