@@ -2,6 +2,7 @@
 // dagrapport job answers with (src/reports/daily.ts builds them).
 import type { ReactNode } from "react";
 import { displayText, getal } from "../src/format.ts";
+import type { JobStatusName } from "../src/schedule-due.ts";
 import { Alinea, Code, Codeblok, Feiten, Kengetallen, Kop, Label, Layout, StatusBanner, Tabel, type Niveau } from "./layout.tsx";
 
 export type Uitkomst = "ok" | "afwijking" | "fout" | "bezig" | "nooit";
@@ -72,6 +73,8 @@ export interface DailyReportProps {
     laatstVerwacht: string;
     volgende: string;
     achterstallig: boolean;
+    /** The job's status by taken-controle's rule (statusesOf): `onderbroken` and `hangt` are labelled in the table and are status points. */
+    status: JobStatusName;
   }[];
   /** klokAfwijkingSeconden: PostgreSQL only, how far the server's clock is ahead of this host's; null on SQLite. Shown as a status point when over the limit. */
   database: { bytes: number; grootte: string; walBytes: number; klokAfwijkingSeconden: number | null };
@@ -239,6 +242,10 @@ export function DailyReport(p: DailyReportProps) {
             kort(t.laatsteStart, jaar),
             t.achterstallig ? (
               <Label niveau="let-op">{`Te laat, verwacht ${kort(t.laatstVerwacht, jaar)}`}</Label>
+            ) : t.status === "onderbroken" ? (
+              <Label niveau="let-op">Onderbroken</Label>
+            ) : t.status === "hangt" ? (
+              <Label niveau="actie">Hangt</Label>
             ) : u.niveau ? (
               <Label niveau={u.niveau}>{u.tekst}</Label>
             ) : (
@@ -313,16 +320,16 @@ DailyReport.PreviewProps = {
     waarschuwingen: [],
   },
   taken: [
-    { job: "weekrapport", cron: "0 18 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 20:00", laatsteEinde: "19/07/2026 20:01", laatsteDuurMs: 61200, laatsteDuur: "1 min 01 s", gebruikelijkeDuurMs: 58900, gebruikelijkeDuur: "58.9 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 20:00", volgende: "26/07/2026 20:00", achterstallig: false },
-    { job: "audit-retentie", cron: "0 2 1 1 *", uitkomst: "ok", laatsteStart: "01/01/2026 03:00", laatsteEinde: "01/01/2026 03:02", laatsteDuurMs: 124000, laatsteDuur: "2 min 04 s", gebruikelijkeDuurMs: 118000, gebruikelijkeDuur: "1 min 58 s", gebruikelijkOver: 2, laatstVerwacht: "01/01/2026 03:00", volgende: "01/01/2027 03:00", achterstallig: false },
-    { job: "beveiligingslog-retentie", cron: "0 3 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 05:00", laatsteEinde: "23/07/2026 05:00", laatsteDuurMs: 1900, laatsteDuur: "1.9 s", gebruikelijkeDuurMs: 2100, gebruikelijkeDuur: "2.1 s", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 05:00", volgende: "24/07/2026 05:00", achterstallig: false },
-    { job: "audit-verificatie", cron: "0 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:00", laatsteEinde: "23/07/2026 03:00", laatsteDuurMs: 14300, laatsteDuur: "14.3 s", gebruikelijkeDuurMs: 13800, gebruikelijkeDuur: "13.8 s", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 03:00", volgende: "24/07/2026 03:00", achterstallig: false },
-    { job: "dagrapport", cron: "0 6 * * *", uitkomst: "ok", laatsteStart: "22/07/2026 08:00", laatsteEinde: "22/07/2026 08:00", laatsteDuurMs: 190, laatsteDuur: "190 ms", gebruikelijkeDuurMs: 180, gebruikelijkeDuur: "180 ms", gebruikelijkOver: 10, laatstVerwacht: "22/07/2026 08:00", volgende: "24/07/2026 08:00", achterstallig: false },
-    { job: "audit-anker", cron: "30 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:30", laatsteEinde: "23/07/2026 03:30", laatsteDuurMs: 720, laatsteDuur: "720 ms", gebruikelijkeDuurMs: 450, gebruikelijkeDuur: "450 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 03:30", volgende: "24/07/2026 03:30", achterstallig: false },
-    { job: "backup-controle", cron: "15 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:15", laatsteEinde: "23/07/2026 07:15", laatsteDuurMs: 4, laatsteDuur: "4 ms", gebruikelijkeDuurMs: 4, gebruikelijkeDuur: "4 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:15", volgende: "23/07/2026 08:15", achterstallig: false },
-    { job: "taken-controle", cron: "45 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatsteDuurMs: 31, laatsteDuur: "31 ms", gebruikelijkeDuurMs: 28, gebruikelijkeDuur: "28 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:45", achterstallig: false },
-    { job: "beveiligingslog-analyse", cron: "*/15 * * * *", uitkomst: "afwijking", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatsteDuurMs: 2, laatsteDuur: "2 ms", gebruikelijkeDuurMs: 1, gebruikelijkeDuur: "1 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:15", achterstallig: false },
-    { job: "db-onderhoud", cron: "0 4 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 06:00", laatsteEinde: "19/07/2026 06:00", laatsteDuurMs: 3400, laatsteDuur: "3.4 s", gebruikelijkeDuurMs: 3100, gebruikelijkeDuur: "3.1 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 06:00", volgende: "26/07/2026 06:00", achterstallig: false },
+    { job: "weekrapport", cron: "0 18 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 20:00", laatsteEinde: "19/07/2026 20:01", laatsteDuurMs: 61200, laatsteDuur: "1 min 01 s", gebruikelijkeDuurMs: 58900, gebruikelijkeDuur: "58.9 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 20:00", volgende: "26/07/2026 20:00", achterstallig: false, status: "ok" },
+    { job: "audit-retentie", cron: "0 2 1 1 *", uitkomst: "ok", laatsteStart: "01/01/2026 03:00", laatsteEinde: "01/01/2026 03:02", laatsteDuurMs: 124000, laatsteDuur: "2 min 04 s", gebruikelijkeDuurMs: 118000, gebruikelijkeDuur: "1 min 58 s", gebruikelijkOver: 2, laatstVerwacht: "01/01/2026 03:00", volgende: "01/01/2027 03:00", achterstallig: false, status: "ok" },
+    { job: "beveiligingslog-retentie", cron: "0 3 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 05:00", laatsteEinde: "23/07/2026 05:00", laatsteDuurMs: 1900, laatsteDuur: "1.9 s", gebruikelijkeDuurMs: 2100, gebruikelijkeDuur: "2.1 s", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 05:00", volgende: "24/07/2026 05:00", achterstallig: false, status: "ok" },
+    { job: "audit-verificatie", cron: "0 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:00", laatsteEinde: "23/07/2026 03:00", laatsteDuurMs: 14300, laatsteDuur: "14.3 s", gebruikelijkeDuurMs: 13800, gebruikelijkeDuur: "13.8 s", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 03:00", volgende: "24/07/2026 03:00", achterstallig: false, status: "ok" },
+    { job: "dagrapport", cron: "0 6 * * *", uitkomst: "ok", laatsteStart: "22/07/2026 08:00", laatsteEinde: "22/07/2026 08:00", laatsteDuurMs: 190, laatsteDuur: "190 ms", gebruikelijkeDuurMs: 180, gebruikelijkeDuur: "180 ms", gebruikelijkOver: 10, laatstVerwacht: "22/07/2026 08:00", volgende: "24/07/2026 08:00", achterstallig: false, status: "ok" },
+    { job: "audit-anker", cron: "30 1 * * *", uitkomst: "ok", laatsteStart: "23/07/2026 03:30", laatsteEinde: "23/07/2026 03:30", laatsteDuurMs: 720, laatsteDuur: "720 ms", gebruikelijkeDuurMs: 450, gebruikelijkeDuur: "450 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 03:30", volgende: "24/07/2026 03:30", achterstallig: false, status: "ok" },
+    { job: "backup-controle", cron: "15 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:15", laatsteEinde: "23/07/2026 07:15", laatsteDuurMs: 4, laatsteDuur: "4 ms", gebruikelijkeDuurMs: 4, gebruikelijkeDuur: "4 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:15", volgende: "23/07/2026 08:15", achterstallig: false, status: "ok" },
+    { job: "taken-controle", cron: "45 * * * *", uitkomst: "ok", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatsteDuurMs: 31, laatsteDuur: "31 ms", gebruikelijkeDuurMs: 28, gebruikelijkeDuur: "28 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:45", achterstallig: false, status: "ok" },
+    { job: "beveiligingslog-analyse", cron: "*/15 * * * *", uitkomst: "afwijking", laatsteStart: "23/07/2026 07:45", laatsteEinde: "23/07/2026 07:45", laatsteDuurMs: 2, laatsteDuur: "2 ms", gebruikelijkeDuurMs: 1, gebruikelijkeDuur: "1 ms", gebruikelijkOver: 10, laatstVerwacht: "23/07/2026 07:45", volgende: "23/07/2026 08:15", achterstallig: false, status: "ok" },
+    { job: "db-onderhoud", cron: "0 4 * * 0", uitkomst: "ok", laatsteStart: "19/07/2026 06:00", laatsteEinde: "19/07/2026 06:00", laatsteDuurMs: 3400, laatsteDuur: "3.4 s", gebruikelijkeDuurMs: 3100, gebruikelijkeDuur: "3.1 s", gebruikelijkOver: 10, laatstVerwacht: "19/07/2026 06:00", volgende: "26/07/2026 06:00", achterstallig: false, status: "ok" },
   ],
   database: { bytes: 48_922_624, grootte: "46.7 MB", walBytes: 4_128_768, klokAfwijkingSeconden: null },
   schijf: [{ bestanden: ["database", "ankerbestand"], map: "/var/lib/nachtwacht", vrijBytes: 41_875_931_136, totaalBytes: 105_089_261_568, vrij: "39.0 GB", totaal: "97.9 GB", vrijProcent: 39.8, niveau: "ok" }],

@@ -61,7 +61,7 @@ const dagFout: DailyReportProps = {
     ],
   },
   taken: DailyReport.PreviewProps.taken.map((t) =>
-    t.job === "backup-controle" ? { ...t, achterstallig: true, laatstVerwacht: "23/07/2026 07:15", laatsteStart: "22/07/2026 23:15" } : t,
+    t.job === "backup-controle" ? { ...t, achterstallig: true, status: "gemist" as const, laatstVerwacht: "23/07/2026 07:15", laatsteStart: "22/07/2026 23:15" } : t,
   ),
 };
 

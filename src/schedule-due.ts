@@ -1,8 +1,8 @@
 // Cron arithmetic beside the schedule table (src/schedule.ts, which stays a plain
 // table for the crontab generator): where a scheduled job stands against its cron
-// expression (UTC) and the job-run history (dueState), and the one rule that turns that,
+// expression (UTC) and the job-run history (dueStateOf), and the one rule that turns that,
 // the newest run and whether a process keeps it alive into a job's status (statusesOf),
-// for taken-controle and /metrics alike. The rules are pure functions of what the
+// for taken-controle, the daily report and /metrics alike. The rules are pure functions of what the
 // database says; jobStatuses gathers those reads on SQLite, jobStatusesPg
 // (src/pg/status.ts) the same ones on PostgreSQL.
 import { Cron } from "croner";
@@ -74,11 +74,6 @@ export function dueStateOf(cronExpression: string, now: Date, graceMs: number, i
  */
 export function startedSinceNewest(newestStart: string | null): (since: Date) => boolean {
   return (since) => newestStart !== null && newestStart >= since.toISOString();
-}
-
-/** dueState on SQLite, for one job: the rule (dueStateOf) over the job's newest sealed start, as on PostgreSQL (dueStatePg). */
-export function dueState(db: Db, seal: RowSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): DueState {
-  return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(lastRun(db, job, seal, now).run?.gestart ?? null));
 }
 
 /** What taken-controle reports per scheduled job (docs/operations.md, "What taken-controle tells apart"). */

@@ -266,6 +266,7 @@ describe("dagrapport: further sections", () => {
       laatstVerwacht: "23/07/2026 03:00",
       volgende: "24/07/2026 03:00",
       achterstallig: false,
+      status: "ok",
     });
     expect(byJob["backup-controle"]).toMatchObject({ laatstVerwacht: "23/07/2026 13:15", achterstallig: true });
     expect(byJob["beveiligingslog-analyse"]).toMatchObject({ uitkomst: "fout", achterstallig: false });

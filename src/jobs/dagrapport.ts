@@ -13,7 +13,8 @@ import { renderEmail } from "../mail/render.ts";
 import { buildDailyReportPg } from "../pg/daily.ts";
 import { WATCHED_FILES } from "../disk-space.ts";
 import { buildDailyReport, dailySubject, type DailyReport as DailyReportData } from "../reports/daily.ts";
-import { defineJob, type JobResult } from "./job.ts";
+import { JOB_STATUSES } from "../schedule-due.ts";
+import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
 const datum = (description: string, example = "23/07/2026 14:00") =>
@@ -113,7 +114,12 @@ export const DailyReportBody = t.Object({
       gebruikelijkOver: count("Over hoeveel geslaagde runs (0–10) die mediaan gaat."),
       laatstVerwacht: t.String({ description: "Het laatste starttijdstip waarvan de marge verstreken is, dd/mm/yyyy hh:mm; '-' als er nog geen was." }),
       volgende: t.String({ description: "Het volgende starttijdstip, dd/mm/yyyy hh:mm; '-' als er geen is." }),
-      achterstallig: t.Boolean({ description: "Niet gestart sinds `laatstVerwacht`." }),
+      achterstallig: t.Boolean({ description: "Niet gestart sinds `laatstVerwacht` (`status` is `gemist`)." }),
+      status: enumOf(JOB_STATUSES, {
+        description:
+          "De status zoals taken-controle hem bepaalt (zie daar): ook `onderbroken` (de laatste run eindigde nooit en geen proces voert hem nog uit) " +
+          "en `hangt` (een levende run, langer dan de maximale looptijd); beide zijn een punt van `status`.",
+      }),
     }),
   ),
   database: t.Object({
@@ -181,9 +187,10 @@ export const DagrapportMogelijkAfgeleverd = t.Object({
 
 export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeof DagrapportNietVerstuurd> | Static<typeof DagrapportMogelijkAfgeleverd>;
 
-export async function runDagrapport(deps: Deps, now: Date): Promise<JobResult<DagrapportResult>> {
+/** `context`: what the job wrapper knows of this process (its own run is alive); called directly, nothing of this process runs. */
+export async function runDagrapport(deps: Deps, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<JobResult<DagrapportResult>> {
   // Only the reads differ per store; the report made of them, and so the mail, is one.
-  const report = deps.store.kind === "pg" ? await buildDailyReportPg(deps.store, deps.config, now) : await buildDailyReport(deps.store, deps.config, now);
+  const report = deps.store.kind === "pg" ? await buildDailyReportPg(deps.store, deps.config, now, context) : await buildDailyReport(deps.store, deps.config, now, context);
   const bezorging = deps.mailer.bezorging;
   const ontvanger = deps.config.dagrapportEmail;
   if (ontvanger === null) {
@@ -222,7 +229,7 @@ export const dagrapportJob = defineJob({
     "niets verstuurd (`verzonden: false`); het antwoord bevat altijd het hele rapport. " +
     "Zeker niet verstuurd: 502 (een geplande aanroep voor hetzelfde tijdstip verstuurt het opnieuw). " +
     "Mogelijk wel afgeleverd (het hele bericht ging weg, de bevestiging ontbrak): 409, niet opnieuw verstuurd.",
-  run: (deps, now) => runDagrapport(deps, now),
+  run: (deps, now, _input, context) => runDagrapport(deps, now, context),
   responses: {
     200: { description: "Rapport gemaakt (en verstuurd als er een ontvanger is).", schema: DagrapportVerstuurd },
     409: {

@@ -27,15 +27,16 @@ import {
   type DailyInputs,
   type DailyReport,
   type LoginCounts,
+  scheduledStatuses,
   type ScheduledJobRuns,
   type VerificationCounts,
 } from "../reports/daily.ts";
 import { lastVerificationStart, NEWEST_ROWS, rowSealOf, sealedRunColumns, type RowSeal } from "../row-seal.ts";
-import { SCHEDULE } from "../schedule.ts";
 import { databaseSize } from "./maintenance.ts";
 import { databaseClockOffsetMs } from "./clock.ts";
 import { fileSystemSpace, watchedPaths } from "../disk-space.ts";
-import { dueStatePg, installedAtPg, newestBackupPg, newestRunRowsPg } from "./status.ts";
+import type { JobContext } from "../jobs/job.ts";
+import { jobStatusesPg, newestBackupPg, newestRunRowsPg } from "./status.ts";
 import type { PgDb, PgStore } from "./store.ts";
 
 export async function loginCountsPg(db: PgDb, now: Date): Promise<LoginCounts> {
@@ -97,16 +98,17 @@ export async function anchorRecordsPg(db: PgDb): Promise<AnchorRecords> {
   return { installatieCheckpoint: newest?.note ?? null, operatorRecords: records };
 }
 
-export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): Promise<ScheduledJobRuns[]> {
+export async function scheduledJobRunsPg(
+  db: PgDb,
+  now: Date,
+  config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">,
+  context: JobContext = { running: [], unrecorded: [] },
+): Promise<ScheduledJobRuns[]> {
   const seal = rowSealOf(config);
-  const installed = await installedAtPg(db, seal);
-  const margeMs = config.takenMargeMinuten * 60_000;
   const at = now.toISOString();
   const out: ScheduledJobRuns[] = [];
-  for (const entry of SCHEDULE) {
-    if (entry.cron === null) continue;
-    // The same rule as taken-controle (scheduledJobRuns on SQLite).
-    const due = await dueStatePg(db, seal, entry.job, entry.cron, now, margeMs, installed);
+  // The status by taken-controle's rule (scheduledJobRuns on SQLite).
+  for (const entry of scheduledStatuses(await jobStatusesPg(db, seal, now, config.takenMargeMinuten * 60_000, context))) {
     const last = await db
       .select(sealedRunColumns(jobRuns))
       .from(jobRuns)
@@ -119,7 +121,7 @@ export async function scheduledJobRunsPg(db: PgDb, now: Date, config: Pick<Confi
       .where(and(eq(jobRuns.job, entry.job), eq(jobRuns.uitkomst, "ok"), isNotNull(jobRuns.beeindigd), lt(jobRuns.gestart, at)))
       .orderBy(desc(jobRuns.gestart), desc(jobRuns.id))
       .limit(USUAL_DURATION_RUNS + NEWEST_ROWS);
-    out.push({ job: entry.job, cron: entry.cron, due, ...sealedReportRuns(seal, last, ok) });
+    out.push({ ...entry, ...sealedReportRuns(seal, last, ok) });
   }
   return out;
 }
@@ -129,19 +131,19 @@ export async function databaseSectionPg(store: PgStore): Promise<DailyReport["da
   return databaseSection(await databaseSize(store.sql), 0, await databaseClockOffsetMs(store.sql));
 }
 
-export async function readDailyInputsPg(store: PgStore, config: Config, now: Date): Promise<DailyInputs> {
+export async function readDailyInputsPg(store: PgStore, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyInputs> {
   const [backup, logins, verification, anchor, jobs, database] = await Promise.all([
     newestBackupPg(store.db, rowSealOf(config)),
     loginCountsPg(store.db, now),
     verificationCountsPg(store.db, now, rowSealOf(config)),
     anchorRecordsPg(store.db),
-    scheduledJobRunsPg(store.db, now, config),
+    scheduledJobRunsPg(store.db, now, config, context),
     databaseSectionPg(store),
   ]);
   return { backup: backup.backup, logins, verification, anchor, jobs, database, schijf: fileSystemSpace(watchedPaths(config, null)) };
 }
 
 /** The whole daily report at `now` on PostgreSQL: buildDailyReport's counterpart. */
-export async function buildDailyReportPg(store: PgStore, config: Config, now: Date): Promise<DailyReport> {
-  return dailyReport(await readDailyInputsPg(store, config, now), config, now);
+export async function buildDailyReportPg(store: PgStore, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyReport> {
+  return dailyReport(await readDailyInputsPg(store, config, now, context), config, now);
 }

@@ -1,6 +1,6 @@
 // The reads (and the one write) behind backup-status, backup-controle,
 // beveiligingslog-analyse, taken-controle and /metrics on PostgreSQL. The rules they
-// feed live once, for both stores: statusesOf and dueStateOf (src/schedule-due.ts),
+// feed live once, for both stores: statusesOf (src/schedule-due.ts),
 // backupOverdue (src/jobs/backup-controle.ts), offenderRule
 // (src/jobs/beveiligingslog-analyse.ts). Only the reading differs from SQLite.
 import { count, desc, eq, sql } from "drizzle-orm";
@@ -8,8 +8,8 @@ import { backupStatuses, jobRuns, loginAttempts, serviceMeta } from "../../db/sc
 import type { NewestBackup } from "../jobs/backup-controle.ts";
 import { offenderRule } from "../jobs/beveiligingslog-analyse.ts";
 import type { JobContext } from "../jobs/job.ts";
-import { dueStateOf, startedSinceNewest, statusesOf, type DueState, type JobStatus, type NewestRun } from "../schedule-due.ts";
-import { SCHEDULE, type JobName } from "../schedule.ts";
+import { statusesOf, type JobStatus, type NewestRun } from "../schedule-due.ts";
+import { SCHEDULE } from "../schedule.ts";
 import { lastRunOf, runsOfJob, type LastRun } from "../job-runs.ts";
 import { liveLeasesPg } from "./job-lease.ts";
 import type { PgDb, PgDbTx } from "./store.ts";
@@ -35,12 +35,6 @@ export function newestRunRowsPg(db: PgDb | PgDbTx, job: string, now: Date, futur
 export async function lastRunPg(db: PgDb | PgDbTx, job: string, seal: RowSeal, now: Date): Promise<LastRun<NewestRun>> {
   const [counting, future] = await Promise.all([newestRunRowsPg(db, job, now), newestRunRowsPg(db, job, now, true)]);
   return lastRunOf(counting, future, seal);
-}
-
-/** dueState on PostgreSQL, for one job: the rule (dueStateOf) over the job's newest sealed start. */
-export async function dueStatePg(db: PgDb, seal: RowSeal, job: JobName, cronExpression: string, now: Date, graceMs: number, installed: Date | null): Promise<DueState> {
-  const newest = await lastRunPg(db, job, seal, now);
-  return dueStateOf(cronExpression, now, graceMs, installed, startedSinceNewest(newest.run?.gestart ?? null));
 }
 
 /**

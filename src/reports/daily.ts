@@ -15,14 +15,15 @@ import { latestInstallationCheckpoint } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
 import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
-import { installedAt, preparedPerConnection, type Db, type Store } from "../db.ts";
+import { preparedPerConnection, type Db, type Store } from "../db.ts";
 import { CLOCK_SKEW_LIMIT_MS, offsetSeconds } from "../pg/clock.ts";
 import { diskLevel, fileSystemSpace, freePercent, watchedPaths, type FileSystemSpace } from "../disk-space.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { newestRunRows, type Outcome } from "../job-runs.ts";
 import { countsAsVerification, lastVerificationStart, mapInTurns, NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow, type VerificationColumns } from "../row-seal.ts";
-import { SCHEDULE, type JobName } from "../schedule.ts";
-import { dueState, type DueState } from "../schedule-due.ts";
+import { SCHEDULE, scheduleOf, type JobName } from "../schedule.ts";
+import { jobStatuses, type DueState, type JobStatus, type JobStatusName } from "../schedule-due.ts";
+import type { JobContext } from "../jobs/job.ts";
 import { DAY_MS } from "../time.ts";
 import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
@@ -79,8 +80,10 @@ export interface AnchorRecords {
 export interface ScheduledJobRuns {
   job: JobName;
   cron: string;
-  /** From dueState, the rule taken-controle applies too. */
-  due: Pick<DueState, "due" | "missed" | "next">;
+  /** From statusesOf, the rule taken-controle and /metrics apply too. */
+  due: Pick<DueState, "due" | "next">;
+  /** Its status by that rule (lease-aware: a run alive in another instance is `loopt`, one nothing keeps alive `onderbroken`). */
+  status: JobStatusName;
   lastRun: { gestart: string; beeindigd: string | null; uitkomst: Outcome } | null;
   /** Its newest successful, finished runs: at most USUAL_DURATION_RUNS. */
   okRuns: { gestart: string; beeindigd: string }[];
@@ -206,7 +209,7 @@ export function formatDuur(ms: number | null): string {
  */
 export function jobsSection(jobs: readonly ScheduledJobRuns[], config: Pick<Config, "rapportTijdzone">): DailyReport["taken"] {
   const tz = config.rapportTijdzone;
-  return jobs.map(({ job, cron, due, lastRun: run, okRuns }) => {
+  return jobs.map(({ job, cron, due, status, lastRun: run, okRuns }) => {
     const laatsteDuurMs = run ? durationMs(run) : null;
     const usual = okRuns.map((r) => durationMs(r)!);
     const gebruikelijkeDuurMs = median(usual);
@@ -223,7 +226,8 @@ export function jobsSection(jobs: readonly ScheduledJobRuns[], config: Pick<Conf
       gebruikelijkOver: usual.length,
       laatstVerwacht: due.due ? formatDatum(due.due, tz) : "-",
       volgende: due.next ? formatDatum(due.next, tz) : "-",
-      achterstallig: due.missed,
+      achterstallig: status === "gemist",
+      status,
     };
   });
 }
@@ -280,9 +284,24 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
       `${r.verificatie.aantalGebroken === 1 ? "De auditketen van 1 tenant is" : `De auditketens van ${getal(r.verificatie.aantalGebroken)} tenants zijn`} gebroken (${namen}${r.verificatie.aantalGebroken > 3 ? ", …" : ""}).`,
     ]);
   }
+  // By the job's status (statusesOf, as taken-controle raises its alarms): job-interrupted
+  // and job-hung are not mailed (src/alarms/mail-channel.ts), so this is where an
+  // operator without Sentry or Prometheus learns of them.
   for (const t of r.taken) {
-    if (t.achterstallig) {
+    if (t.status === "gemist") {
       punten.push(["let-op", `${t.job} is niet gestart sinds ${t.laatstVerwacht}.`]);
+    } else if (t.status === "onderbroken") {
+      punten.push([
+        "let-op",
+        `De laatste run van ${t.job} (${t.laatsteStart}) is nooit beëindigd en geen proces voert hem nog uit: de service is tijdens de run gestopt of gecrasht, ` +
+          `of kon het einde niet vastleggen, en het werk is niet af. Zoek in het log van de service waarom, en roep de taak opnieuw aan.`,
+      ]);
+    } else if (t.status === "hangt") {
+      punten.push([
+        "actie",
+        `De run van ${t.job} die ${t.laatsteStart} startte, loopt langer dan de maximale looptijd van ${scheduleOf(t.job as JobName).maxRuntimeMinutes} minuten en hangt waarschijnlijk; ` +
+          `zolang hij loopt, worden nieuwe aanroepen van de taak geweigerd. Kijk in het log wat de taak doet (database vergrendeld, mailserver die niet antwoordt) en herstart de service als hij niet verder komt.`,
+      ]);
     } else if (t.uitkomst === "fout" || t.uitkomst === "afwijking") {
       punten.push(["let-op", `De laatste run van ${t.job} (${t.laatsteStart}) ${t.uitkomst === "fout" ? "is mislukt" : "vond een afwijking"}.`]);
     }
@@ -425,22 +444,29 @@ export function sealedReportRuns(
   };
 }
 
-export function scheduledJobRuns(db: Db, now: Date, config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): ScheduledJobRuns[] {
+/** Every scheduled job's status (jobStatuses, jobStatusesPg) in the shape the report reads it. */
+export function scheduledStatuses(statuses: readonly JobStatus[]): { job: JobName; cron: string; due: DueState; status: JobStatusName }[] {
+  return statuses.flatMap((s) => (s.cron === null || s.due === null || s.status === null ? [] : [{ job: s.job, cron: s.cron, due: s.due, status: s.status }]));
+}
+
+/**
+ * Per scheduled job its status by taken-controle's rule (jobStatuses) and the runs the
+ * report shows. `context`: what the job wrapper knows of this process (dagrapport's own
+ * run is alive); called directly, nothing of this process runs.
+ */
+export function scheduledJobRuns(
+  db: Db,
+  now: Date,
+  config: Pick<Config, "takenMargeMinuten" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">,
+  context: JobContext = { running: [], unrecorded: [] },
+): ScheduledJobRuns[] {
   const seal = rowSealOf(config);
-  const installed = installedAt(db, seal);
-  const margeMs = config.takenMargeMinuten * 60_000;
   const lastRunBefore = lastRunBeforeStatement(db);
   const okRunsBefore = okRunsBeforeStatement(db);
-  const out: ScheduledJobRuns[] = [];
-  for (const entry of SCHEDULE) {
-    if (entry.cron === null) continue;
-    // The same rule as taken-controle: overdue = no run started since the newest fire
-    // time whose grace has run out (and that is not before the install time).
-    const due = dueState(db, seal, entry.job, entry.cron, now, margeMs, installed);
-    const at = { job: entry.job, now: now.toISOString() };
-    out.push({ job: entry.job, cron: entry.cron, due, ...sealedReportRuns(seal, lastRunBefore.all(at), okRunsBefore.all(at)) });
-  }
-  return out;
+  return scheduledStatuses(jobStatuses(db, seal, now, config.takenMargeMinuten * 60_000, context)).map(({ job, cron, due, status }) => {
+    const at = { job, now: now.toISOString() };
+    return { job, cron, due, status, ...sealedReportRuns(seal, lastRunBefore.all(at), okRunsBefore.all(at)) };
+  });
 }
 
 /** Pages × page size plus the -wal file: what the database takes on disk. */
@@ -459,22 +485,22 @@ export function databaseSize(store: Store): DailyReport["database"] {
   return databaseSection(page_count * page_size + walBytes, walBytes);
 }
 
-export async function readDailyInputs(store: Store, config: Config, now: Date): Promise<DailyInputs> {
+export async function readDailyInputs(store: Store, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyInputs> {
   const verification = verificationCounts(store.db, now, rowSealOf(config));
   return {
     backup: newestBackup(store.db, rowSealOf(config)).backup,
     logins: loginCounts(store.db, now),
     verification: await verification,
     anchor: anchorRecords(store.sqlite),
-    jobs: scheduledJobRuns(store.db, now, config),
+    jobs: scheduledJobRuns(store.db, now, config, context),
     database: databaseSize(store),
     schijf: fileSystemSpace(watchedPaths(config, store.path)),
   };
 }
 
 /** The whole daily report at `now` on SQLite (on PostgreSQL: buildDailyReportPg in src/pg/daily.ts). */
-export async function buildDailyReport(store: Store, config: Config, now: Date): Promise<DailyReport> {
-  return dailyReport(await readDailyInputs(store, config, now), config, now);
+export async function buildDailyReport(store: Store, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyReport> {
+  return dailyReport(await readDailyInputs(store, config, now, context), config, now);
 }
 
 export function dailySubject(r: DailyReport, now: Date): string {
