@@ -13,6 +13,7 @@ import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { collectMetrics, isLoopback, METRICS_CONTENT_TYPE, metricsAccess, renderMetrics, type MetricsSnapshot } from "../src/http/metrics.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { JOB_NAMES } from "../src/schedule.ts";
+import { JOB_STATUSES } from "../src/schedule-due.ts";
 import { insertBackupRow, stateZegel, call, NOW, SECRET, TEST_SEAL, eindzegel, zegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
@@ -173,8 +174,14 @@ describe("the values", () => {
     const overdue = () => JOB_NAMES.filter((j) => job("overdue", j) === 1);
     // Never ran since installed a year ago: overdue. Ran since their last due time: not.
     expect(overdue()).toEqual(["weekrapport", "audit-retentie", "beveiligingslog-retentie", "audit-verificatie", "taken-controle"]);
-    const gemist = (await runTakenControle(env.deps, NOW, { running: running.runs(), unrecorded: [] })).body.gemist;
-    expect(overdue()).toEqual(gemist as typeof JOB_NAMES[number][]);
+    const controle = (await runTakenControle(env.deps, NOW, { running: running.runs(), unrecorded: [] })).body;
+    expect(overdue()).toEqual(controle.gemist as typeof JOB_NAMES[number][]);
+    // nachtwacht_job_status: one series per status, 1 for taken-controle's; none for backup-status (no schedule).
+    const statusOf = (j: string) => m.filter((s) => s.name === "nachtwacht_job_status" && s.labels.job === j && s.value === 1).map((s) => s.labels.status);
+    expect(m.filter((s) => s.name === "nachtwacht_job_status")).toHaveLength(JOB_NAMES.length * JOB_STATUSES.length);
+    for (const t of controle.taken) expect(statusOf(t.job)).toEqual([t.status]);
+    expect(statusOf("backup-status")).toEqual([]);
+    expect(statusOf("audit-anker")).toEqual(["loopt"]);
 
     // audit-verificatie's newest run started 35 h ago: overdue, unless this process still runs it (as taken-controle).
     running.tryStart("audit-verificatie");
@@ -204,16 +211,37 @@ describe("the values", () => {
     const overdue = async () => value(parse((await scrape(env!)).text), "nachtwacht_job_overdue", { job: "audit-verificatie" });
     const controle = async () => (await runTakenControle(env!.deps, now, { running: [], unrecorded: [] })).body;
 
+    // nachtwacht_job_status of the job: the one series at 1.
+    const status = async () =>
+      parse((await scrape(env!)).text)
+        .filter((s) => s.name === "nachtwacht_job_status" && s.labels.job === "audit-verificatie" && s.value === 1)
+        .map((s) => s.labels.status);
+
     // Nothing keeps the run alive: its process died, and no run started since 01:00.
     expect(await overdue()).toBe(1);
     expect((await controle()).gemist).toContain("audit-verificatie");
+    expect(await status()).toEqual(["gemist"]);
 
     // Another process on this host holds its lease (alive: this test's pid, another instance).
+    // This instance does not run it (job_running 0), yet the status is loopt: not interrupted.
     await insertLease(env, "audit-verificatie", runId, new Date(now.getTime() + 60_000));
     expect(await overdue()).toBe(0);
     const body = await controle();
     expect(body.gemist).not.toContain("audit-verificatie");
     expect(body.taken.find((t) => t.job === "audit-verificatie")).toMatchObject({ status: "loopt", levend: "ander-proces", houder: { pid: process.pid } });
+    expect(await status()).toEqual(["loopt"]);
+    expect(value(parse((await scrape(env)).text), "nachtwacht_job_running", { job: "audit-verificatie" })).toBe(0);
+
+    // Still under that lease past its maximum run time (60 minutes from 00:59): hangt.
+    const hung = new Date("2026-07-23T02:00:00.000Z");
+    env.setNow(hung);
+    await env.db.run("DELETE FROM job_leases WHERE job = 'audit-verificatie'");
+    await insertLease(env, "audit-verificatie", runId, new Date("2026-07-23T02:01:00.000Z"));
+    expect(await status()).toEqual(["hangt"]);
+    expect((await runTakenControle(env.deps, hung, { running: [], unrecorded: [] })).body.hangend).toEqual(["audit-verificatie"]);
+    env.setNow(now);
+    await env.db.run("DELETE FROM job_leases WHERE job = 'audit-verificatie'");
+    await insertLease(env, "audit-verificatie", runId, new Date(now.getTime() + 60_000));
 
     // Once the lease has expired the run is dead again: overdue, and gemist in taken-controle.
     const later = new Date(now.getTime() + 60_000);

@@ -23,7 +23,7 @@ import { jobStatusesPg, newestBackupPg } from "../pg/status.ts";
 import { verificationCountsPg } from "../pg/daily.ts";
 import type { PgStore } from "../pg/store.ts";
 import type { RunningJobs } from "../running-jobs.ts";
-import { jobStatuses, type JobStatus } from "../schedule-due.ts";
+import { JOB_STATUSES, jobStatuses, type JobStatus, type JobStatusName } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { rowSealOf, type RowSeal } from "../row-seal.ts";
 import { verificationCounts, type VerificationCounts } from "../reports/daily.ts";
@@ -64,6 +64,8 @@ export interface JobMetrics {
   scheduled: boolean;
   /** taken-controle's `gemist` (jobStatuses): no run started since a fire time whose grace has passed, and none alive here or in another process. */
   overdue: boolean;
+  /** taken-controle's status (jobStatuses, lease-aware: alive here or in another instance); null for a job without a schedule. */
+  status: JobStatusName | null;
 }
 
 /** What the database says; null when it could not be read (then only the in-process part is shown). */
@@ -191,6 +193,7 @@ function databaseMetrics(reads: DatabaseReads, now: Date, runningHere: Set<JobNa
     running: runningHere.has(job),
     scheduled: cron !== null,
     overdue: status === "gemist",
+    status,
   }));
   const { audit } = reads;
   const b = reads.backup;
@@ -279,7 +282,15 @@ export function renderMetrics(m: MetricsSnapshot): string {
       "1 for the outcome of the newest run of the job (ok, afwijking = a check answered 409, fout, bezig = no end recorded), 0 for the others; all 0 when it never ran.",
       jobs.flatMap((j) => OUTCOMES.map((o): [Labels, number] => [{ job: j.job, outcome: o }, bool(j.outcome === o)])),
     );
-    out.family(`${N}job_running`, "gauge", "1 while this process runs the job.", per((j) => bool(j.running)));
+    out.family(`${N}job_running`, "gauge", "1 while this process runs the job (another instance may run it under its lease: see nachtwacht_job_status).", per((j) => bool(j.running)));
+    out.family(
+      `${N}job_status`,
+      "gauge",
+      "1 for the job's status as taken-controle decides it, 0 for the others; all 0 for a job without a schedule. It reads the job leases, so it is the same on every instance: " +
+        "loopt = alive (in this process or under another's lease), hangt = alive past its maximum run time, onderbroken = unfinished and nothing keeps it alive, " +
+        "gemist = not started since a scheduled time plus grace, faalt = the newest run failed, wacht = within grace, nog-niet-verwacht = not yet due since installation.",
+      jobs.flatMap((j) => JOB_STATUSES.map((s): [Labels, number] => [{ job: j.job, status: s }, bool(j.status === s)])),
+    );
     out.family(`${N}job_scheduled`, "gauge", "1 when the job has a line in the crontab (backup-status is called by the host backup instead).", per((j) => bool(j.scheduled)));
     out.family(
       `${N}job_overdue`,
@@ -457,7 +468,7 @@ export function metricsRoute(sources: MetricsSources) {
         // Loopback needs no token (the empty requirement); from elsewhere METRICS_SECRET.
         security: [{}, { metricsAuth: [] }],
         description:
-          "Per taak de laatste start, het einde, de duur en de uitkomst, of hij nu loopt en of hij achterstallig is; de audit-ketens " +
+          "Per taak de laatste start, het einde, de duur en de uitkomst, of hij nu loopt, of hij achterstallig is en zijn status zoals taken-controle die bepaalt (ook `onderbroken` en `hangt`); de audit-ketens " +
           "(gecontroleerd, gebroken, laatste verificatie); de nieuwste back-up (leeftijd, gelukt); de tellers van de schrijf-API. " +
           "Zonder token leesbaar vanaf deze machine (loopback, zonder proxy-headers); van elders alleen met `Authorization: Bearer <METRICS_SECRET>`. " +
           "CRON_SECRET en APP_SECRET openen /metrics niet. docs/operations.md (Metrics) beschrijft elke metric.",
