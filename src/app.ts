@@ -57,7 +57,12 @@ export const MAX_REQUEST_BODY = 2 * 1024 * 1024;
 export function createApp(deps: Deps, options: AppOptions = {}) {
   const running = options.running ?? new RunningJobs();
   const counters = options.counters ?? newIngestCounters();
-  const app = new Elysia({ serve: { maxRequestBodySize: MAX_REQUEST_BODY } })
+  // `standardHostname: false`: Elysia's router then reads the path from the first "/"
+  // after "http://", as the gate does (pathOf). Its default reads from index 11 on, taking
+  // every host to be at least 4 characters: with `Host: x`, `/ab/api/cron/backup-status`
+  // was the write API's to the gate and backup-status to the router (test/auth.test.ts).
+  // The service speaks plain HTTP (TLS ends at a proxy in front), so the url is http://.
+  const app = new Elysia({ serve: { maxRequestBodySize: MAX_REQUEST_BODY }, handler: { standardHostname: false } })
     .onRequest(
       authGate({ cron: deps.config.cronSecret, app: deps.config.appSecret }, OPEN_PATHS, (scope, status) => {
         if (scope === "app") countRejected(counters, status);

@@ -198,3 +198,58 @@ describe("bearerChecker and scopeOf", () => {
     expect(pathOf("api/audit")).toBeNull();
   });
 });
+
+// A review found that APP_SECRET ran any job when the Host header had 1–3 characters:
+// the gate read the path after the host in request.url, Elysia's router from the first
+// "/" at index 11 or later (its `standardHostname`, which takes a host of at least 4),
+// so `POST /ab/api/cron/backup-status` with `Host: x` was "app" to the gate and
+// backup-status to the router: a forged, sealed "backup OK". The router now reads where
+// the gate does (src/app.ts), whatever the host's length.
+describe("the gate and the router read the same path, whatever the Host header's length", () => {
+  const APP = "app-secret-0123456789abcdef0123456789abcdef";
+  /** One request over a real socket, `Connection: close`: its status line once the server closed. */
+  async function statusOf(port: number, request: string): Promise<string> {
+    let out = "";
+    const closed = Promise.withResolvers<void>();
+    const socket = await Bun.connect({
+      hostname: "127.0.0.1",
+      port,
+      socket: {
+        data: (_s, d) => void (out += d.toString()),
+        close: () => closed.resolve(),
+        error: () => closed.resolve(),
+      },
+    });
+    socket.write(request);
+    await closed.promise;
+    return out.split("\r\n")[0]!;
+  }
+
+  test("APP_SECRET runs no job and CRON_SECRET writes nothing through any prefix of the path, with hosts of 1 to 5 characters", async () => {
+    env = await makeEnv({ APP_SECRET: APP });
+    const served = env.app.listen({ port: 0, hostname: "127.0.0.1" });
+    try {
+      const port = served.server!.port!;
+      const backup = JSON.stringify({ exitCode: 0, bestandsnaam: "vals.db.gz", grootte: 1, foutmelding: "" });
+      const audit = JSON.stringify({ entries: [{ tenantId: 1, actor: "a", action: "b", subject: "" }] });
+      const request = (host: string, path: string, token: string, body: string) =>
+        `POST ${path} HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`;
+      const answers: string[] = [];
+      for (const host of ["x", "xy", "xyz", "wxyz", "vwxyz"]) {
+        for (const prefix of ["", "/a", "/ab", "/abc", "/a/b", "//"]) {
+          answers.push(`${host} ${prefix} cron: ${await statusOf(port, request(host, `${prefix}/api/cron/backup-status`, APP, backup))}`);
+          answers.push(`${host} ${prefix} app: ${await statusOf(port, request(host, `${prefix}/api/audit`, SECRET, audit))}`);
+        }
+      }
+      // Refused (403: the other side's token) or not found; never a route run.
+      for (const a of answers) expect(a).toMatch(/: HTTP\/1\.1 (403|404) /);
+      expect(answers.filter((a) => a.endsWith("403 Forbidden")).length).toBeGreaterThan(0);
+      expect(await env.db.get<{ n: number }>("SELECT count(*) AS n FROM backup_statuses")).toEqual({ n: 0 });
+      expect(await env.db.get<{ n: number }>("SELECT count(*) AS n FROM audit_entries")).toEqual({ n: 0 });
+      // The right token through the same short hosts: the route runs.
+      expect(await statusOf(port, request("x", "/api/cron/backup-status", SECRET, backup))).toBe("HTTP/1.1 200 OK");
+    } finally {
+      served.stop(true);
+    }
+  });
+});
