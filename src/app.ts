@@ -1,5 +1,6 @@
 // createApp(deps): the HTTP face of the service. The gate, the job wrapper and the
 // error mapping live here once; the jobs themselves are plain functions in src/jobs/.
+import { accessSync, constants } from "node:fs";
 import { Elysia, t } from "elysia";
 import type { Deps } from "./deps.ts";
 import { RunningJobs } from "./running-jobs.ts";
@@ -32,10 +33,22 @@ const HealthOk = t.Object({
   database: t.Literal("bereikbaar"),
   lopendeTaken: t.Array(t.String(), { description: "De taken die nu in dit proces lopen." }),
 });
+/** Whether this process may write the SQLite file (access(2): EROFS on a read-only file system, EACCES by its mode). */
+function mayWrite(path: string): boolean {
+  if (path === ":memory:") return true;
+  try {
+    accessSync(path, constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const HealthDown = t.Object({
   status: t.Literal("fout"),
   database: enumOf(["onbereikbaar", "alleen-lezen"], {
-    description: "onbereikbaar: de query mislukte. alleen-lezen (PostgreSQL): de server neemt geen schrijfacties aan (een standby na een failover, default_transaction_read_only).",
+    description:
+      "onbereikbaar: de query mislukte. alleen-lezen: de database neemt geen schrijfacties aan (PostgreSQL: een standby na een failover, default_transaction_read_only; SQLite: het bestand is niet schrijfbaar, bv. het bestandssysteem alleen-lezen opnieuw aangekoppeld na schijffouten).",
   }),
 });
 
@@ -112,7 +125,13 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
             // Reachable is not enough: a standby (after a failover) or a read-only database answers every read and refuses every write.
             const [{ readOnly }] = await store.sql`SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' AS "readOnly"`;
             if (readOnly) return json(503, { status: "fout", database: "alleen-lezen" });
-          } else store.sqlite.query("SELECT 1").get();
+          } else {
+            store.sqlite.query("SELECT 1").get();
+            // Reachable is not enough here either: a file system remounted read-only (after
+            // disk errors, `errors=remount-ro`) or a file whose mode was changed answers every
+            // read and refuses every write.
+            if (!mayWrite(store.path)) return json(503, { status: "fout", database: "alleen-lezen" });
+          }
           return json(200, { status: "ok", database: "bereikbaar", lopendeTaken: running.names() });
         } catch {
           return json(503, { status: "fout", database: "onbereikbaar" });

@@ -5,7 +5,8 @@ import { bearerChecker, pathOf, scopeOf } from "../src/http/auth.ts";
 import { OPEN_PATHS } from "../src/app.ts";
 import { defineJob } from "../src/jobs/job.ts";
 import { call, SECRET, until } from "./helpers.ts";
-import { makeEnv, pgOnly, type Env } from "./dialect.ts";
+import { makeEnv, pgOnly, sqliteOnly, type Env } from "./dialect.ts";
+import { chmodSync } from "node:fs";
 
 // A job that takes a JSON body, to show the gate decides before any body is read.
 const echoJob = defineJob({
@@ -140,6 +141,28 @@ describe("the auth gate", () => {
     expect(r.status).toBe(503);
     expect(r.json).toEqual({ status: "fout", database: "onbereikbaar" });
     env.store.close = async () => {};
+  });
+
+  sqliteOnly("GET /health answers 503 alleen-lezen when the SQLite file may not be written (it answered 200 while every write failed)", async () => {
+    env = await makeEnv();
+    if (env.store.kind !== "sqlite") throw new Error("SQLite only");
+    const path = env.store.path;
+    // Root writes whatever the mode says: an immutable file (ext4's chattr +i) is one root
+    // may not write either, as a file system remounted read-only; anyone else: its mode.
+    const root = process.getuid?.() === 0;
+    const lock = (on: boolean) => {
+      if (!root) return chmodSync(path, on ? 0o444 : 0o644);
+      const p = Bun.spawnSync(["chattr", on ? "+i" : "-i", path], { stderr: "pipe" });
+      if (p.exitCode !== 0) throw new Error(`chattr ${on ? "+i" : "-i"} ${path}: ${p.stderr.toString()}`);
+    };
+    lock(true);
+    try {
+      const r = await call(env.app, "/health", { method: "GET", token: null });
+      expect([r.status, r.json]).toEqual([503, { status: "fout", database: "alleen-lezen" }]);
+    } finally {
+      lock(false);
+    }
+    expect((await call(env.app, "/health", { method: "GET", token: null })).status).toBe(200);
   });
 
   pgOnly("GET /health answers 503 alleen-lezen when PostgreSQL takes no writes (a standby after a failover answers reads alike)", async () => {
