@@ -13,6 +13,7 @@ import type { RunningJobs, KeptEnd } from "./running-jobs.ts";
 import type { JobName } from "./schedule.ts";
 import { NEWEST_ROWS, newestSealed, type RowSeal, type RunStart, type SealedRunRow } from "./row-seal.ts";
 import { storableText } from "./format.ts";
+import { latestCountingStart } from "./time.ts";
 
 export type JobRunRow = typeof jobRuns.$inferSelect;
 export type Outcome = JobRunRow["uitkomst"];
@@ -107,20 +108,8 @@ export function writeRunEnd(store: AnyStore, seal: RowSeal, run: RunRef, end: Da
   return retryWhenBusy(store.sqlite, () => finishRun(store.db, seal, run, end, r), deadlineMs);
 }
 
-/**
- * How far after `now` a run's start may lie and still count as a start: for "done since
- * the scheduled time" (doneSince), a job's last run (lastRun, lastRunPg) and "started
- * since" (dueStateOf), and the newest verification run (lastVerificationStart). Two
- * instances' clocks differ by seconds, not more. A run dated later was recorded while the
- * host clock ran ahead (an RTC wrong at boot, a VM restored with a skewed clock, a typo in
- * `date -s`): after the clock is put right it would otherwise count as done until real
- * time catches up with it, and the job would not run (answered 204) nor be missed. Such a
- * run is reported instead (taken-controle: `gemist`, with `toekomstigeStart`).
- */
-export const FUTURE_START_MARGIN_MS = 5 * 60_000;
-
-/** The latest `gestart` that counts as a start at `now` (FUTURE_START_MARGIN_MS), as ISO text, compared as the database compares it. */
-export const latestCountingStart = (now: Date): string => new Date(now.getTime() + FUTURE_START_MARGIN_MS).toISOString();
+// The margin for a start dated ahead lives in src/time.ts: backup reports share it.
+export { FUTURE_START_MARGIN_MS, latestCountingStart } from "./time.ts";
 
 /** The rows of the job whose start counts at `now` (latestCountingStart), of either dialect's job_runs; `future`: those dated later. */
 export const runsOfJob = (t: { job: AnyColumn; gestart: AnyColumn }, job: string, now: Date, future = false) =>

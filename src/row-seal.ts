@@ -45,6 +45,7 @@ import {
 } from "../db/schema-pg.ts";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { writeFileDurably } from "./durable-file.ts";
+import { latestCountingStart } from "./time.ts";
 import { dirname, join, resolve } from "node:path";
 import type { Config } from "./config.ts";
 import { log } from "./logger.ts";
@@ -265,18 +266,36 @@ export function newestSealed<R>(rows: readonly R[], isSealed: (row: R) => boolea
   return { run: null, vervalst };
 }
 
-/** The newest sealed backup report among the newest rows, without its seal, and how many newer rows have no valid seal. */
+/** The newest sealed backup report that counts at `now`, without its seal, with what is wrong beside it. */
 export interface SealedBackup<B> {
   backup: B | null;
+  /** Rows without a valid seal newer than `backup` (dated in the future ones included). */
   vervalst: number;
+  /**
+   * When the newest sealed report dated after latestCountingStart(now) was received: stored
+   * while the host clock ran ahead (src/job-runs.ts, FUTURE_START_MARGIN_MS); it does not
+   * count, or it would hide every later report until real time catches up with it.
+   */
+  futureReceived: string | null;
 }
 
-/** Of the newest backup rows (newest first), the newest sealed one: the one rule for both stores (backup-controle, the daily report, /metrics). */
-export function newestSealedBackup<R extends BackupColumns & { zegel: string | null }>(rows: readonly R[], seal: RowSeal): SealedBackup<Omit<R, "zegel">> {
-  const { run, vervalst } = newestSealed(rows, seal.backupSealed);
-  if (!run) return { backup: null, vervalst };
+/**
+ * Of the newest backup rows received by latestCountingStart(now) and of those dated later
+ * (both newest first), the newest sealed one that counts: the one rule for both stores
+ * (backup-controle, the daily report, /metrics), as lastRunOf is for job runs.
+ */
+export function newestSealedBackup<R extends BackupColumns & { zegel: string | null }>(
+  counting: readonly R[],
+  future: readonly R[],
+  seal: RowSeal,
+): SealedBackup<Omit<R, "zegel">> {
+  const { run, vervalst: unsealed } = newestSealed(counting, seal.backupSealed);
+  const sealedFuture = future.filter((r) => seal.backupSealed(r));
+  const vervalst = unsealed + future.length - sealedFuture.length;
+  const futureReceived = sealedFuture[0]?.ontvangen ?? null;
+  if (!run) return { backup: null, vervalst, futureReceived };
   const { zegel: _, ...backup } = run;
-  return { backup, vervalst };
+  return { backup, vervalst, futureReceived };
 }
 
 /** Which of the seal columns a database had before this start's migrations (SEAL_COLUMNS, looked up by openStore and migratePg). */
@@ -319,10 +338,15 @@ export const pastSealedMarker = (config: Pick<Config, "auditAnkerBestand">) => j
  */
 export const backupWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "laatste-backupmelding");
 
-/** Records `ontvangen` as the newest report received (atomically, owner-only); never moves it back. */
+/**
+ * Records `ontvangen` as the newest report received (atomically, owner-only); never moves
+ * it back, except from a time beyond latestCountingStart(ontvangen): written while the
+ * host clock ran ahead, it would otherwise stay "newest" until real time caught up, and
+ * a later report deleted meanwhile would go unnoticed.
+ */
 export function witnessBackup(path: string, ontvangen: string): void {
   const known = witnessedBackup(path);
-  if (known !== null && known >= ontvangen) return;
+  if (known !== null && known >= ontvangen && known <= latestCountingStart(new Date(ontvangen))) return;
   mkdirSync(dirname(path), { recursive: true });
   writeFileDurably(path, `${ontvangen}\n`, 0o600);
 }

@@ -11,3 +11,22 @@ export const DAY_MS = 24 * 3600 * 1000;
 export function retentionBoundary(now: Date, days: number): string {
   return new Date(now.getTime() - days * DAY_MS).toISOString();
 }
+
+/**
+ * How far after `now` a run's start may lie and still count as a start: for "done since
+ * the scheduled time" (doneSince), a job's last run (lastRun, lastRunPg) and "started
+ * since" (dueStateOf), and the newest verification run (lastVerificationStart); and a
+ * backup report's arrival (receivedBy, src/jobs/backup-controle.ts: one report dated a
+ * year ahead would otherwise stay the newest, hiding every later one, failed or missing,
+ * from backup-controle, /metrics and the daily report). Two instances' clocks differ by
+ * seconds, not more. A run dated later was recorded while the
+ * host clock ran ahead (an RTC wrong at boot, a VM restored with a skewed clock, a typo in
+ * `date -s`): after the clock is put right it would otherwise count as done until real
+ * time catches up with it, and the job would not run (answered 204) nor be missed. Such a
+ * run is reported instead (taken-controle: `gemist`, with `toekomstigeStart`), as is such
+ * a report (backup-controle: `toekomst`).
+ */
+export const FUTURE_START_MARGIN_MS = 5 * 60_000;
+
+/** The latest `gestart` that counts as a start at `now` (FUTURE_START_MARGIN_MS), as ISO text, compared as the database compares it. */
+export const latestCountingStart = (now: Date): string => new Date(now.getTime() + FUTURE_START_MARGIN_MS).toISOString();

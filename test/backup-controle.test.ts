@@ -24,7 +24,7 @@ describe("backup-controle", () => {
     try {
       const res = await call(env.app, "/api/cron/backup-controle");
       expect(res.status).toBe(409);
-      expect(res.json).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 26, ontbreekt: null, vervalst: 0 });
+      expect(res.json).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 26, ontbreekt: null, vervalst: 0, toekomst: null });
       expect(env.alarms.raised).toHaveLength(1);
       expect(env.alarms.raised[0]!.type).toBe("backup-missing");
       expect(env.alarms.raised[0]!.context?.reden).toBe("geen-backup");

@@ -235,14 +235,14 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
 
   test("newestBackupPg: the newest sealed by arrival (then id), as newestBackup; none without any", async () => {
     const { lite, pg, both } = await pair();
-    expect(await newestBackupPg(pg.store.db, TEST_SEAL)).toEqual({ backup: null, vervalst: 0 });
+    expect(await newestBackupPg(pg.store.db, TEST_SEAL, NOW)).toEqual({ backup: null, vervalst: 0, futureReceived: null });
     for (const env of both) {
       await addBackup(env, ago(5 * H), 0);
       await addBackup(env, ago(2 * H), 3, "schijf vol");
       await addBackup(env, ago(3 * H), 0); // arrived later, received earlier: not the newest
     }
-    const newest = await newestBackupPg(pg.store.db, TEST_SEAL);
-    expect(newest).toEqual(newestBackup(lite.store.db, TEST_SEAL));
+    const newest = await newestBackupPg(pg.store.db, TEST_SEAL, NOW);
+    expect(newest).toEqual(newestBackup(lite.store.db, TEST_SEAL, NOW));
     expect(newest.backup).toEqual({
       ontvangen: ago(2 * H).toISOString(),
       exitCode: 3,
@@ -282,7 +282,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
       env.setNow(new Date(NOW.getTime() + 23 * H + MIN));
       out.push(answer(await call(env.app, "/api/cron/backup-status", report({ exitCode: 3, grootte: null, foutmelding: long }))));
       out.push(answer(await call(env.app, "/api/cron/backup-controle")));
-      const stored = (env.store.kind === "pg" ? await newestBackupPg(env.store.db, TEST_SEAL) : newestBackup(env.store.db, TEST_SEAL)).backup;
+      const stored = (env.store.kind === "pg" ? await newestBackupPg(env.store.db, TEST_SEAL, env.deps.clock()) : newestBackup(env.store.db, TEST_SEAL, env.deps.clock())).backup;
       return { out, stored };
     });
     expect(pg).toEqual(lite);
@@ -303,6 +303,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
       maxUren: 26,
       ontbreekt: null,
       vervalst: 0,
+      toekomst: null,
     });
     expect(pg.out[2]!.json).toMatchObject({ ok: false, reden: "te-oud", leeftijdUren: 26 });
     expect(pg.out[3]!.json).toEqual({ ok: true, gelukt: false });
@@ -319,7 +320,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
         body: JSON.stringify({ exitCode: 2, grootte: null, bestandsnaam: "a\u0000b.gz", foutmelding: "gzip: fout\u0000einde" }),
         headers: { "content-type": "application/json" },
       });
-      const stored = (env.store.kind === "pg" ? await newestBackupPg(env.store.db, TEST_SEAL) : newestBackup(env.store.db, TEST_SEAL)).backup;
+      const stored = (env.store.kind === "pg" ? await newestBackupPg(env.store.db, TEST_SEAL, env.deps.clock()) : newestBackup(env.store.db, TEST_SEAL, env.deps.clock())).backup;
       return { status: r.status, stored };
     });
     expect(pg).toEqual(lite);
@@ -343,7 +344,7 @@ describe("backup-status and backup-controle on PostgreSQL", () => {
       [409, "te-oud"],
       [200, null],
     ]);
-    expect(pg[0]!.body).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 30, ontbreekt: null, vervalst: 0 });
+    expect(pg[0]!.body).toEqual({ ok: false, reden: "geen-backup", laatsteBackup: null, leeftijdUren: null, maxUren: 30, ontbreekt: null, vervalst: 0, toekomst: null });
   });
 });
 

@@ -171,7 +171,7 @@ async function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: num
   // The verification results are read first, then their seals checked a chunk at a time (verificationSummary).
   const audit = verificationCounts(db, now, seal);
   const statuses = jobStatuses(db, seal, now, graceMs, context);
-  const backup = newestBackup(db, seal).backup;
+  const backup = newestBackup(db, seal, now).backup;
   return { statuses, audit: auditSummary(await audit), backup };
 }
 
@@ -179,7 +179,7 @@ async function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: num
 const auditSummary = (v: VerificationCounts) => ({ checked: v.gecontroleerd, broken: v.aantalGebroken, last: v.laatste });
 
 async function readDatabasePg(store: PgStore, seal: RowSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
-  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), verificationCountsPg(store.db, now, seal), newestBackupPg(store.db, seal)]);
+  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), verificationCountsPg(store.db, now, seal), newestBackupPg(store.db, seal, now)]);
   return { statuses, audit: auditSummary(audit), backup: backup.backup };
 }
 

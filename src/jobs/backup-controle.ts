@@ -1,11 +1,12 @@
 // backup-controle: the watchdog of the host backup. backup-status only
 // hears from a backup job that still runs; one that silently stopped calling is the
 // failure nobody sees, so this job checks the newest status on its own schedule.
-import { desc } from "drizzle-orm";
+import { desc, gt, lte, type AnyColumn } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { backupStatuses } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
 import type { Deps } from "../deps.ts";
+import { latestCountingStart } from "../time.ts";
 import { newestBackupPg } from "../pg/status.ts";
 import { backupWitnessFile, NEWEST_ROWS, newestSealedBackup, rowSealOf, sealedBackupColumns, witnessedBackup, type RowSeal, type SealedBackup } from "../row-seal.ts";
 import { defineJob, type JobResult } from "./job.ts";
@@ -38,13 +39,17 @@ const state = {
     description:
       "Rijen in backup_statuses, nieuwer dan `laatsteBackup`, zonder geldig zegel: niet door nachtwacht geschreven maar door iemand die de database kan wijzigen. Ze tellen niet; meer dan 0 is een afwijking (alarm `db-integrity`).",
   }),
+  toekomst: nullable(dateTime(), {
+    description:
+      "Ontvangsttijd van de nieuwste verzegelde melding die meer dan 5 minuten na nu geregistreerd staat: opgeslagen terwijl de klok van de server voorliep. Ze telt niet (anders zou ze elke latere melding verbergen tot de echte tijd haar inhaalt). Niet null is een afwijking (alarm `backup-missing`).",
+  }),
 };
 
 /** 200: the newest sealed backup succeeded and is recent, and no newer row is unsealed. */
-export const BackupControleOk = t.Object({ ok: t.Literal(true), ...state, ontbreekt: t.Null(), vervalst: t.Literal(0) });
+export const BackupControleOk = t.Object({ ok: t.Literal(true), ...state, ontbreekt: t.Null(), vervalst: t.Literal(0), toekomst: t.Null() });
 
-/** 409: none, the newest failed, it is too old, or newer rows are forged ('vervalst' when that is all). */
-export const BackupControleAfwijking = t.Object({ ok: t.Literal(false), reden: enumOf(["geen-backup", "mislukt", "te-oud", "vervalst", "ontbreekt"]), ...state });
+/** 409: none, the newest failed, it is too old, a newer one is dated in the future ('toekomst'), or newer rows are forged ('vervalst' when that is all). */
+export const BackupControleAfwijking = t.Object({ ok: t.Literal(false), reden: enumOf(["geen-backup", "mislukt", "te-oud", "toekomst", "vervalst", "ontbreekt"]), ...state });
 
 export type BackupReden = Static<typeof BackupControleAfwijking>["reden"];
 export type BackupControleBody = Static<typeof BackupControleOk> | Static<typeof BackupControleAfwijking>;
@@ -58,33 +63,45 @@ export function backupOverdue(ageMs: number, maxUren: number): boolean {
   return ageMs >= maxUren * 3_600_000;
 }
 
-/** The newest sealed status backup-status received, read here, by the daily report and /metrics (newestBackupPg on PostgreSQL): by arrival, then id. */
-export function newestBackup(db: Db, seal: RowSeal): SealedBackup<NewestBackup> {
+/**
+ * The reports whose arrival counts at `now`, of either dialect's backup_statuses: received
+ * by latestCountingStart(now), the margin job runs have (FUTURE_START_MARGIN_MS); `future`:
+ * those dated later, stored while the host clock ran ahead.
+ */
+export const receivedBy = (t: { ontvangen: AnyColumn }, now: Date, future = false) =>
+  future ? gt(t.ontvangen, latestCountingStart(now)) : lte(t.ontvangen, latestCountingStart(now));
+
+/** The newest sealed status backup-status received that counts at `now`, read here, by the daily report and /metrics (newestBackupPg on PostgreSQL): by arrival, then id. */
+export function newestBackup(db: Db, seal: RowSeal, now: Date): SealedBackup<NewestBackup> {
   const b = backupStatuses;
-  const rows = db.select(sealedBackupColumns(b)).from(b).orderBy(desc(b.ontvangen), desc(b.id)).limit(NEWEST_ROWS).all();
-  return newestSealedBackup(rows, seal);
+  const rows = (future: boolean) => db.select(sealedBackupColumns(b)).from(b).where(receivedBy(b, now, future)).orderBy(desc(b.ontvangen), desc(b.id)).limit(NEWEST_ROWS).all();
+  return newestSealedBackup(rows(false), rows(true), seal);
 }
 
 export async function runBackupControle(deps: Deps, now: Date): Promise<JobResult<BackupControleBody>> {
   const maxUren = deps.config.backupMaxUren;
   const { store } = deps;
   const seal = rowSealOf(deps.config);
-  const { backup: newest, vervalst } = store.kind === "pg" ? await newestBackupPg(store.db, seal) : newestBackup(store.db, seal);
+  const { backup: newest, vervalst, futureReceived: toekomst } = store.kind === "pg" ? await newestBackupPg(store.db, seal, now) : newestBackup(store.db, seal, now);
   // No message is null, an empty one included: as the daily report's backupDetail shows it.
   const laatsteBackup = newest && { ...newest, foutmelding: newest.foutmelding || null };
   const ageMs = laatsteBackup ? now.getTime() - new Date(laatsteBackup.ontvangen).getTime() : null;
   const leeftijdUren = ageMs === null ? null : Math.round(ageMs / 360_000) / 10;
 
   let reden: BackupReden | undefined;
-  if (!laatsteBackup) reden = "geen-backup";
+  if (!laatsteBackup) reden = toekomst ? "toekomst" : "geen-backup";
   else if (!laatsteBackup.gelukt) reden = "mislukt";
   else if (backupOverdue(ageMs!, maxUren)) reden = "te-oud";
+  else if (toekomst) reden = "toekomst";
 
-  // A newer report this process stored that the database no longer holds (sealed).
+  // A newer report this process stored that the database no longer holds (sealed). One
+  // witnessed beyond latestCountingStart(now) was stored with the clock ahead: it does not
+  // count, as its row does not (and backup-status writes the next report's over it).
   const witnessed = witnessedBackup(backupWitnessFile(deps.config));
-  const ontbreekt = witnessed !== null && (laatsteBackup === null || laatsteBackup.ontvangen < witnessed) ? witnessed : null;
+  const ontbreekt =
+    witnessed !== null && witnessed <= latestCountingStart(now) && (laatsteBackup === null || laatsteBackup.ontvangen < witnessed) ? witnessed : null;
 
-  if (!reden && vervalst === 0 && ontbreekt === null) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren, ontbreekt: null, vervalst: 0 } };
+  if (!reden && vervalst === 0 && ontbreekt === null) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren, ontbreekt: null, vervalst: 0, toekomst: null } };
 
   if (ontbreekt !== null) {
     await deps.alarms.raise({
@@ -104,20 +121,29 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
       context: { vervalst, ontvangen: laatsteBackup?.ontvangen ?? null },
     });
   }
-  if (!reden) return { status: 409, body: { ok: false, reden: ontbreekt !== null ? "ontbreekt" : "vervalst", laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst } };
+  if (!reden) return { status: 409, body: { ok: false, reden: ontbreekt !== null ? "ontbreekt" : "vervalst", laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst, toekomst } };
 
-  const body: BackupControleBody = { ok: false, reden, laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst };
+  const body: BackupControleBody = { ok: false, reden, laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst, toekomst };
+  const clock = toekomst
+    ? ` Een nieuwere melding (ontvangen ${toekomst}) staat in de toekomst geregistreerd: de klok van de server liep voor toen ze binnenkwam. ` +
+      `Zo'n melding telt niet. Controleer de tijdsynchronisatie (NTP) van de server; docs/operations.md zegt hoe de melding weg kan.`
+    : "";
   const message =
-    reden === "geen-backup"
+    (reden === "geen-backup"
       ? "Er is nog nooit een backup gemeld: controleer of de backup-taak op de host draait en backup-status aanroept."
       : reden === "mislukt"
         ? `De laatste backup (${laatsteBackup!.ontvangen}) is mislukt met exitcode ${laatsteBackup!.exitCode}.`
-        : `De laatste geslaagde backup is ${leeftijdUren} uur oud (maximaal ${maxUren} uur): de backup-taak meldt zich niet meer.`;
+        : reden === "te-oud"
+          ? `De laatste geslaagde backup is ${leeftijdUren} uur oud (maximaal ${maxUren} uur): de backup-taak meldt zich niet meer.`
+          : laatsteBackup
+            ? `De laatste backupmelding die telt (${laatsteBackup.ontvangen}) is geslaagd en recent.`
+            : "Er is geen backupmelding die telt.") + clock;
   await deps.alarms.raise({
     type: "backup-missing",
     message,
     context: {
       reden,
+      toekomst,
       leeftijdUren,
       maxUren,
       ontvangen: laatsteBackup?.ontvangen ?? null,
@@ -135,12 +161,14 @@ export const backupControleJob = defineJob({
   description:
     "200 wanneer de nieuwste verzegelde BackupStatus geslaagd is en jonger dan BACKUP_MAX_UREN. Anders 409 met `reden` " +
     "(`geen-backup`, `mislukt`, `te-oud`), de nieuwste status en haar leeftijd in uren, en een alarm (`type` = `backup-missing`). " +
+    "Een melding die meer dan 5 minuten na nu geregistreerd staat (de klok van de server liep voor) telt niet; ze staat in `toekomst` " +
+    "(409, alarm `backup-missing`; `reden` `toekomst` wanneer de backup die wel telt in orde is, of er geen andere is). " +
     "Alleen meldingen met een geldig zegel (ondertekend met de ankersleutel bij ontvangst) tellen; nieuwere rijen zonder geldig zegel staan als aantal in `vervalst` " +
     "(409, alarm `db-integrity`; `reden` `vervalst` wanneer de backup zelf in orde is). Een nieuwere melding die deze instantie opsloeg en die niet meer in de database staat, " +
     "staat in `ontbreekt` (409, alarm `db-integrity`; `reden` `ontbreekt` wanneer de backup verder in orde is).",
   run: (deps, now) => runBackupControle(deps, now),
   responses: {
     200: { description: "De nieuwste backup is geslaagd en recent.", schema: BackupControleOk },
-    409: { description: "Geen backup, de nieuwste is mislukt of te oud, of er zijn vervalste meldingen; alarm verstuurd.", schema: BackupControleAfwijking },
+    409: { description: "Geen backup, de nieuwste is mislukt of te oud, een nieuwere staat in de toekomst, of er zijn vervalste meldingen; alarm verstuurd.", schema: BackupControleAfwijking },
   },
 });

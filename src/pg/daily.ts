@@ -133,7 +133,7 @@ export async function databaseSectionPg(store: PgStore): Promise<DailyReport["da
 
 export async function readDailyInputsPg(store: PgStore, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyInputs> {
   const [backup, logins, verification, anchor, jobs, database] = await Promise.all([
-    newestBackupPg(store.db, rowSealOf(config)),
+    newestBackupPg(store.db, rowSealOf(config), now),
     loginCountsPg(store.db, now),
     verificationCountsPg(store.db, now, rowSealOf(config)),
     anchorRecordsPg(store.db),

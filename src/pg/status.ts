@@ -5,7 +5,7 @@
 // (src/jobs/beveiligingslog-analyse.ts). Only the reading differs from SQLite.
 import { count, desc, eq, sql } from "drizzle-orm";
 import { backupStatuses, jobRuns, loginAttempts, serviceMeta } from "../../db/schema-pg.ts";
-import type { NewestBackup } from "../jobs/backup-controle.ts";
+import { receivedBy, type NewestBackup } from "../jobs/backup-controle.ts";
 import { offenderRule } from "../jobs/beveiligingslog-analyse.ts";
 import type { JobContext } from "../jobs/job.ts";
 import { statusesOf, type JobStatus, type NewestRun } from "../schedule-due.ts";
@@ -56,11 +56,12 @@ export async function jobStatusesPg(db: PgDb, seal: RowSeal, now: Date, graceMs:
   );
 }
 
-/** The newest sealed status backup-status received (newestBackup on SQLite): by arrival, then id. */
-export async function newestBackupPg(db: PgDb, seal: RowSeal): Promise<SealedBackup<NewestBackup>> {
+/** The newest sealed status backup-status received that counts at `now` (newestBackup on SQLite): by arrival, then id. */
+export async function newestBackupPg(db: PgDb, seal: RowSeal, now: Date): Promise<SealedBackup<NewestBackup>> {
   const b = backupStatuses;
-  const rows = await db.select(sealedBackupColumns(b)).from(b).orderBy(desc(b.ontvangen), desc(b.id)).limit(NEWEST_ROWS);
-  return newestSealedBackup(rows, seal);
+  const rows = (future: boolean) => db.select(sealedBackupColumns(b)).from(b).where(receivedBy(b, now, future)).orderBy(desc(b.ontvangen), desc(b.id)).limit(NEWEST_ROWS);
+  const [counting, future] = await Promise.all([rows(false), rows(true)]);
+  return newestSealedBackup(counting, future, seal);
 }
 
 /** Stores a report of the host backup, as backup-status does on SQLite. */

@@ -488,7 +488,7 @@ export function databaseSize(store: Store): DailyReport["database"] {
 export async function readDailyInputs(store: Store, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyInputs> {
   const verification = verificationCounts(store.db, now, rowSealOf(config));
   return {
-    backup: newestBackup(store.db, rowSealOf(config)).backup,
+    backup: newestBackup(store.db, rowSealOf(config), now).backup,
     logins: loginCounts(store.db, now),
     verification: await verification,
     anchor: anchorRecords(store.sqlite),
