@@ -24,7 +24,35 @@ export interface Alarm {
   message: string;
   /** Facts for the event; never a secret. */
   context?: Record<string, unknown>;
+  /**
+   * The condition this alarm reports, for the e-mail channel's memory
+   * (src/alarms/mail-channel.ts): a check that runs hourly raises it every run while the
+   * condition lasts, and the operator is to get one mail when it starts, a reminder a day,
+   * and one when it changes. `about` names the condition; `state` what it is now (the
+   * newest backup and its reden, the rows counted): a new state is mailed at once. Two
+   * alarm types may report one condition (ALARM_CONDITIONS.backup). Absent: every raise is
+   * mailed. The stderr line and the error-tracking event are per raise either way.
+   */
+  condition?: AlarmCondition;
 }
+
+export interface AlarmCondition {
+  about: string;
+  state: string;
+}
+
+/** The conditions several raisers share, so that they name them alike. */
+export const ALARM_CONDITIONS = {
+  /**
+   * The host backup's state as backup-controle finds it: `reden` and the newest report
+   * that counts (and one dated ahead). backup-status's backup-failure is the same
+   * condition as backup-controle's "mislukt" about the same report: mailed once.
+   */
+  backup: (reden: string, ontvangen: string | null, toekomst: string | null = null): AlarmCondition => ({
+    about: "backup",
+    state: [reden, ontvangen ?? "-", ...(toekomst ? [toekomst] : [])].join(" "),
+  }),
+};
 
 export interface AlarmSink {
   raise(alarm: Alarm): Promise<void>;

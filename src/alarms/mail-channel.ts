@@ -4,11 +4,14 @@
 // weekrapport or dagrapport run with mail failures ends as fout or afwijking, which the
 // next daily report shows in its job table and as a point of its status; a
 // mail-failure alarm mailed through the failing mail server would go nowhere anyway).
+// A condition an hourly check keeps finding is mailed when it starts or changes and then
+// once a day (mailAlarmChannel), not every hour.
 import { Alarm as AlarmTemplate, type AlarmProps } from "../../emails/Alarm.tsx";
 import { displayText, formatDatum } from "../format.ts";
 import { renderEmail } from "../mail/render.ts";
-import type { Mailer } from "../mail/mailer.ts";
-import type { Alarm, AlarmType } from "./alarm.ts";
+import { surelyNotDelivered, type Mailer } from "../mail/mailer.ts";
+import { DAY_MS } from "../time.ts";
+import type { Alarm, AlarmCondition, AlarmType } from "./alarm.ts";
 
 interface Guidance {
   titel: string;
@@ -106,18 +109,49 @@ export function alarmSubject(p: AlarmProps): string {
   return `ALARM ${p.titel}: ${message}`;
 }
 
+/** How long a condition in the same state goes unmailed after its mail: a reminder a day. */
+export const REMINDER_MS = DAY_MS;
+
 /**
  * An alarm channel (src/alarms/sink.ts) that mails `recipient` for the serious alarm
  * types only. A failed send rejects; the sink logs it and the other channels go on.
+ *
+ * An alarm with a `condition` (src/alarms/alarm.ts) is mailed when its condition is new
+ * or its state changed, and again REMINDER_MS after its last mail while it stays the
+ * same, by the alarm's time (`clock`): backup-controle and taken-controle raise it every
+ * hour. The memory is this process's: a restart forgets it, so the first raise after one
+ * is mailed (a reminder early at most). A send that surely failed (surelyNotDelivered)
+ * is forgotten, so the next raise tries again; one that perhaps arrived is not sent again
+ * before its reminder.
  */
 export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzone: string; clock: () => Date }) {
+  const mailed = new Map<string, { state: string; at: number }>();
+  const due = (c: AlarmCondition, at: number) => {
+    const last = mailed.get(c.about);
+    return !last || last.state !== c.state || at - last.at >= REMINDER_MS;
+  };
   return {
     name: "e-mail",
     async raise(alarm: Alarm): Promise<void> {
-      const props = alarmEmailProps(alarm, o.clock(), o.tijdzone);
+      const now = o.clock();
+      const props = alarmEmailProps(alarm, now, o.tijdzone);
       if (!props) return;
+      const c = alarm.condition;
+      if (c && !due(c, now.getTime())) return;
       const { html, text } = await renderEmail(AlarmTemplate, props);
-      await o.mailer.send({ to: o.recipient, subject: alarmSubject(props), html, text });
+      // Marked before the send: a raise of the same condition meanwhile (another job) does not mail it twice.
+      const before = c && mailed.get(c.about);
+      const mark = c && { state: c.state, at: now.getTime() };
+      if (c && mark) mailed.set(c.about, mark);
+      try {
+        await o.mailer.send({ to: o.recipient, subject: alarmSubject(props), html, text });
+      } catch (e) {
+        if (c && surelyNotDelivered(e) && mailed.get(c.about) === mark) {
+          if (before) mailed.set(c.about, before);
+          else mailed.delete(c.about);
+        }
+        throw e;
+      }
     },
   };
 }

@@ -5,6 +5,7 @@ import { desc, gt, lte, type AnyColumn } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { backupStatuses } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
+import { ALARM_CONDITIONS } from "../alarms/alarm.ts";
 import type { Deps } from "../deps.ts";
 import { latestCountingStart } from "../time.ts";
 import { newestBackupPg } from "../pg/status.ts";
@@ -110,6 +111,7 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
         `De backupmelding die om ${ontbreekt} binnenkwam staat niet meer (verzegeld) in backup_statuses: iemand die de database kan wijzigen heeft haar verwijderd of veranderd, ` +
         `of er is een oudere database teruggezet. De nieuwste melding die er nog staat is van ${laatsteBackup?.ontvangen ?? "geen enkele"}. Controleer de backups op de host zelf.`,
       context: { ontbreekt, ontvangen: laatsteBackup?.ontvangen ?? null },
+      condition: { about: "backup-controle:ontbreekt", state: `${ontbreekt} ${laatsteBackup?.ontvangen ?? "-"}` },
     });
   }
   if (vervalst > 0) {
@@ -119,6 +121,7 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
         `backup_statuses bevat ${vervalst} ${vervalst === 1 ? "melding" : "meldingen"} zonder geldig zegel, nieuwer dan de laatste echte: iemand die de database kan wijzigen heeft ze geschreven of veranderd, ` +
         `niet nachtwacht. Ze tellen niet. Zoek uit wie schrijftoegang tot de database heeft, en controleer de backups op de host zelf.`,
       context: { vervalst, ontvangen: laatsteBackup?.ontvangen ?? null },
+      condition: { about: "backup-controle:vervalst", state: `${vervalst} ${laatsteBackup?.ontvangen ?? "-"}` },
     });
   }
   if (!reden) return { status: 409, body: { ok: false, reden: ontbreekt !== null ? "ontbreekt" : "vervalst", laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst, toekomst } };
@@ -151,6 +154,8 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
       bestandsnaam: laatsteBackup?.bestandsnaam ?? null,
       foutmelding: laatsteBackup?.foutmelding ?? null,
     },
+    // Raised every hour while it lasts; mailed when it starts or changes, then once a day.
+    condition: ALARM_CONDITIONS.backup(reden, laatsteBackup?.ontvangen ?? null, toekomst),
   });
   return { status: 409, body };
 }

@@ -7,6 +7,7 @@
 // long; a 400 would lose exactly the report that matters.
 import { t, type Static } from "elysia";
 import { backupStatuses } from "../../db/schema.ts";
+import { ALARM_CONDITIONS } from "../alarms/alarm.ts";
 import { scrubSecrets } from "../alarms/sentry.ts";
 import { secretValues } from "../config.ts";
 import type { Deps } from "../deps.ts";
@@ -86,6 +87,8 @@ export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport
       type: "backup-failure",
       message: melding ? melding : `De backup is mislukt (exitcode ${report.exitCode}) zonder foutmelding.`,
       context: { exitCode: report.exitCode, bestandsnaam: report.bestandsnaam, grootte: report.grootte, foutmelding: report.foutmelding },
+      // backup-controle's "mislukt" about this report is the same condition: mailed once.
+      condition: ALARM_CONDITIONS.backup("mislukt", row.ontvangen),
     });
   }
   return { status: 200, body: { ok: true, gelukt } };

@@ -5,6 +5,7 @@
 // The rule itself is statusesOf (src/schedule-due.ts), which /metrics applies too; the
 // reads behind it are jobStatuses on SQLite and jobStatusesPg (src/pg/status.ts).
 import { t, type Static } from "elysia";
+import type { AlarmCondition } from "../alarms/alarm.ts";
 import type { Deps } from "../deps.ts";
 import { FUTURE_START_MARGIN_MS } from "../job-runs.ts";
 import { jobStatusesPg } from "../pg/status.ts";
@@ -75,7 +76,7 @@ export type TakenControleBody = Static<typeof TakenControleBody>;
 
 /** The alarms of one check, one per kind of problem, in this order. */
 function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakRegel[]) {
-  const out: { type: "job-missed" | "job-interrupted" | "job-hung" | "db-integrity"; message: string; context: Record<string, unknown> }[] = [];
+  const out: { type: "job-missed" | "job-interrupted" | "job-hung" | "db-integrity"; message: string; context: Record<string, unknown>; condition?: AlarmCondition }[] = [];
   if (body.vervalst.length) {
     out.push({
       type: "db-integrity",
@@ -83,6 +84,8 @@ function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakReg
         `job_runs bevat runs van ${body.vervalst.join(", ")} zonder geldig zegel: iemand die de database kan wijzigen heeft ze geschreven of veranderd, ` +
         `niet nachtwacht. Ze tellen niet als run. Zoek uit wie schrijftoegang tot de database heeft, en controleer de audit-keten (audit-verificatie met de hand).`,
       context: { vervalst: body.vervalst },
+      // Raised every hour while the rows are there; mailed when the list changes, then once a day.
+      condition: { about: "taken-controle:vervalst", state: body.vervalst.join(" ") },
     });
   }
   const faalt = byStatus("faalt").map((r) => r.job);
