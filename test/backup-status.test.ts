@@ -64,6 +64,8 @@ describe("backup-status", () => {
         type: "backup-failure",
         message: "gzip: No space left on device",
         context: { exitCode: 2, bestandsnaam: "nachtwacht.db.gz", grootte: 0, foutmelding: "gzip: No space left on device" },
+        // backup-controle's "mislukt" about this report is the same condition: mailed once.
+        condition: { about: "backup", state: `mislukt ${NOW.toISOString()}` },
       },
     ]);
   });
