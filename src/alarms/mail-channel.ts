@@ -138,15 +138,19 @@ export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzon
       if (!props) return;
       const c = alarm.condition;
       if (c && !due(c, now.getTime())) return;
-      const { html, text } = await renderEmail(AlarmTemplate, props);
-      // Marked before the send: a raise of the same condition meanwhile (another job) does not mail it twice.
+      // Marked before anything is awaited: a raise of the same condition meanwhile (another
+      // job) does not mail it twice.
       const before = c && mailed.get(c.about);
       const mark = c && { state: c.state, at: now.getTime() };
       if (c && mark) mailed.set(c.about, mark);
+      let sending = false;
       try {
+        const { html, text } = await renderEmail(AlarmTemplate, props);
+        sending = true;
         await o.mailer.send({ to: o.recipient, subject: alarmSubject(props), html, text });
       } catch (e) {
-        if (c && surelyNotDelivered(e) && mailed.get(c.about) === mark) {
+        // Not rendered, or surely not delivered: forgotten, so the next raise tries again.
+        if (c && (!sending || surelyNotDelivered(e)) && mailed.get(c.about) === mark) {
           if (before) mailed.set(c.about, before);
           else mailed.delete(c.about);
         }
