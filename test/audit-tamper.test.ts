@@ -189,6 +189,22 @@ describe("tamper evidence: the nightly check, over HTTP, against a database writ
     expect(tenantResult(r.json, b).fout).toMatchObject({ reden: "checkpoint-niet-in-bestand" });
   });
 
+  test("a row of a kind nachtwacht never writes → checkpoint-niet-in-bestand of its tenant, not a file problem; audit-anker refuses only that tenant", async () => {
+    const { a, b } = await anchored();
+    await env.db.run("INSERT INTO audit_anchor_log (positie, soort, tenant_id, grootte, note, bereik) VALUES (999999999, 'onzin', ?, 0, 'niet ondertekend', NULL)", b);
+    const r = await verify();
+    expect(r.status).toBe(409);
+    expect(r.json.ankerbestand).toMatchObject({ intact: true });
+    expect(tenantResult(r.json, b).fout).toMatchObject({ reden: "checkpoint-niet-in-bestand" });
+    expect(tenantResult(r.json, a)).toMatchObject({ intact: true });
+    await fillChain(env.store, a, 2, { from: 40 });
+    await fillChain(env.store, b, 2, { from: 25 });
+    const anker = await call(env.app, "/api/cron/audit-anker");
+    expect(anker.status).toBe(409);
+    expect(anker.json.geweigerd).toEqual([expect.objectContaining({ tenantId: b, reden: "checkpoint-niet-in-bestand" })]);
+    expect(anker.json.checkpoints).toEqual([expect.objectContaining({ tenantId: a, grootte: 42 })]);
+  });
+
   sqliteOnly("a row with a text seq (SQLite checks no column type; text sorts after every number) → volgnummer-gat; nothing is appended after it or signed", async () => {
     const { a } = await anchored();
     await env.db.run(

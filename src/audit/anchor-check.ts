@@ -115,6 +115,10 @@ export function recordSize(l: AnchorLine, verifiers: Verifier[]): number | null 
       const o = openAdoptionRecord(l.note, l.tenantId, verifiers);
       return o.ok ? o.record.seq : null;
     }
+    // A row's soort is not checked by the database: a kind nachtwacht never writes
+    // opens as nothing (undefined here counted as signed, as `!== null`).
+    default:
+      return null;
   }
 }
 
