@@ -45,11 +45,14 @@ export interface DailyReportProps {
   /** What the operator keeps off the machine, and the key an auditor checks it with. */
   anker: {
     /**
-     * The newest installation checkpoint that audit-anker signed, verbatim: a signed
-     * note (origin, tree size, root, a blank line, the signature line), ending in "\n".
-     * null before audit-anker first signed one.
+     * The anchor file's newest installation checkpoint, verbatim: a signed note (origin,
+     * tree size, root, a blank line, the signature line), ending in "\n", that opened
+     * under a trusted key. null before audit-anker first signed one, or when it does not
+     * open (checkpointProbleem).
      */
     installatieCheckpoint: string | null;
+    /** Dutch: the file's newest installation line does not open, or the database's copy differs from it; null when all agrees. Also a status point. */
+    checkpointProbleem: string | null;
     /** The public verifier key (<naam>+<id>+<sleutel>); never the signing key. */
     verificatieSleutel: string;
     /** What the operator signed by hand (adoptions, accepted restores), one sentence each; named every day. */
@@ -185,11 +188,18 @@ export function DailyReport(p: DailyReportProps) {
       ) : null}
 
       <Kop>Installatie-checkpoint</Kop>
-      {p.anker.installatieCheckpoint === null ? (
+      {p.anker.checkpointProbleem !== null ? (
         <Alinea>
-          Er is nog geen installatie-checkpoint: audit-anker heeft nog niets ondertekend. Na de eerstvolgende run van audit-anker
-          staat het hier.
+          <Label niveau="actie">Afwijking</Label> {p.anker.checkpointProbleem}
         </Alinea>
+      ) : null}
+      {p.anker.installatieCheckpoint === null ? (
+        p.anker.checkpointProbleem !== null ? null : (
+          <Alinea>
+            Er is nog geen installatie-checkpoint: audit-anker heeft nog niets ondertekend. Na de eerstvolgende run van audit-anker
+            staat het hier.
+          </Alinea>
+        )
       ) : (
         <>
           <Alinea>
@@ -313,6 +323,7 @@ DailyReport.PreviewProps = {
   },
   verificatie: { tijdstip: "23/07/2026 03:00", gecontroleerd: 42, nietGecontroleerd: 0, aantalGebroken: 0, gebroken: [] },
   anker: {
+    checkpointProbleem: null,
     installatieCheckpoint:
       "nachtwacht.zuiderhaven.nl/audit/installatie\n1873\nDuL77MTej25munc5vNg7hiNzed0ORLwlOAxlf0NsOOs=\n\n" +
       "\u2014 nachtwacht.zuiderhaven.nl/audit hOAEN0JqlqjgBqHBYakQZE/iT5U6OPhvfoIXO0kTScPFh/FR2afkjF1QAjvN5oZpO334lWo8owF1wQEUpzMW99VmCwY=\n",

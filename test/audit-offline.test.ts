@@ -7,9 +7,9 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { anchorRecordsPg } from "../src/pg/daily.ts";
+import { anchorRecords } from "../src/reports/daily.ts";
 import { BUN, buildBinary, ROOT } from "./binary.ts";
 import { addTenant, copyDatabase, fillChain, makeEnv, restoreCopy, type Env } from "./dialect.ts";
 import { call, DAY_MS, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
@@ -61,7 +61,7 @@ const base = () => [...dbArgs(), "--bestand", env.config.auditAnkerBestand, "--s
 
 /** The newest installation checkpoint, as the daily e-mail carries it (src/reports/daily.ts, src/pg/daily.ts). */
 async function mailedCheckpoint(): Promise<string | null> {
-  return env.store.kind === "sqlite" ? latestInstallationCheckpoint(env.store.sqlite) : (await anchorRecordsPg(env.store.db)).installatieCheckpoint;
+  return (env.store.kind === "sqlite" ? anchorRecords(env.store.sqlite, env.config) : await anchorRecordsPg(env.store.db, env.config)).installatie.checkpoint;
 }
 
 /** A database that does not exist: a file path on SQLite, a database name on the cluster on PostgreSQL. */

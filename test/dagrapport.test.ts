@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { simpleParser } from "mailparser";
 import { canonicalJson } from "../src/audit/chain.ts";
@@ -589,7 +589,7 @@ describe("dagrapport: installation checkpoint and verifier key", () => {
   test("before audit-anker signed anything: a clear line instead of a block, and the public key", async () => {
     const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
     const r = await runDagrapport(env.deps, NOW);
-    expect(r.body.anker).toEqual({ installatieCheckpoint: null, verificatieSleutel: TEST_VERIFIER_KEY, waarschuwingen: [] });
+    expect(r.body.anker).toEqual({ installatieCheckpoint: null, checkpointProbleem: null, verificatieSleutel: TEST_VERIFIER_KEY, waarschuwingen: [] });
     const m = smtp.received[0]!;
     expect(m.text).toContain("Er is nog geen installatie-checkpoint: audit-anker heeft nog niets ondertekend.");
     expect(m.text).not.toContain("nachtwacht verify --checkpoint");
@@ -613,7 +613,7 @@ describe("dagrapport: installation checkpoint and verifier key", () => {
 
     const res = await call(env.app, "/api/cron/dagrapport");
     expect(res.status).toBe(200);
-    expect(res.json.anker).toEqual({ installatieCheckpoint: newest, verificatieSleutel: TEST_VERIFIER_KEY, waarschuwingen: [] });
+    expect(res.json.anker).toEqual({ installatieCheckpoint: newest, checkpointProbleem: null, verificatieSleutel: TEST_VERIFIER_KEY, waarschuwingen: [] });
 
     // smtp.received is the message as mailparser read it off the wire.
     const m = smtp.received[0]!;
@@ -631,6 +631,70 @@ describe("dagrapport: installation checkpoint and verifier key", () => {
     expect(preBlocks(m.html)).toEqual([newest, TEST_VERIFIER_KEY]);
     expect(m.html).toContain("nachtwacht verify --checkpoint &lt;bestand&gt;");
     for (const part of [m.text, m.html, res.text]) expect(part).not.toContain(privateSeed);
+  });
+
+  test("a database writer cannot choose the mailed checkpoint: the anchor file's newest installation line is mailed, a row that differs from it is an actie point", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const t = await addTenant(env.db, "Gemeente Delft");
+    await addEntries(env, t, 5);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    await addEntries(env, t, 5);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const [n1, newest] = fileInstallationNotes(env) as [string, string];
+    const last = (await env.db.get<{ positie: number }>("SELECT positie FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1"))!;
+
+    // The newest row swapped for an older genuine note (a stale witness), then for garbage.
+    for (const [i, forged] of [n1, "rommel"].entries()) {
+      await env.db.run("UPDATE audit_anchor_log SET note = ? WHERE positie = ?", forged, last.positie);
+      const r = await call(env.app, "/api/cron/dagrapport");
+      expect(r.status).toBe(200);
+      expect(r.json.anker.installatieCheckpoint).toBe(newest);
+      expect(r.json.anker.checkpointProbleem).toBe(
+        `Het nieuwste installatie-checkpoint in de database (audit_anchor_log, positie ${last.positie}) staat niet zo in het ankerbestand: de kopie in de database is gewijzigd of vervalst. ` +
+          "Het installatie-checkpoint in deze e-mail komt uit het ankerbestand. Zoek de oorzaak met nachtwacht verify (docs/operations.md).",
+      );
+      expect(r.json.status.niveau).toBe("actie");
+      expect(r.json.status.punten).toContain(r.json.anker.checkpointProbleem);
+      const m = smtp.received[i]!;
+      expect(noteFromText(m.text)).toBe(newest);
+      expect(m.text.replace(/\s+/g, " ")).toContain("staat niet zo in het ankerbestand");
+      expect(preBlocks(m.html)).toEqual([newest, TEST_VERIFIER_KEY]);
+    }
+
+    // The newest row deleted: the one before it is in the file, the file's newest is still mailed.
+    await env.db.run("DELETE FROM audit_anchor_log WHERE positie = ?", last.positie);
+    const r = await call(env.app, "/api/cron/dagrapport");
+    expect(r.json.anker).toMatchObject({ installatieCheckpoint: newest, checkpointProbleem: null });
+  });
+
+  test("the anchor file's newest installation line does not open under a trusted key: no checkpoint mailed, an actie point says why", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    await addEntries(env, await addTenant(env.db, "Gemeente Delft"), 3);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    // Root rewrites the last line and its row alike: one character of the root changed, same length.
+    const path = env.config.auditAnkerBestand;
+    const lines = readFileSync(path, "utf8").split("\n");
+    const line = JSON.parse(lines.at(-2)!) as { soort: string; note: string };
+    expect(line.soort).toBe("installatie");
+    const [origin, size, root, ...rest] = line.note.split("\n");
+    const forged = [origin, size, (root![0] === "A" ? "B" : "A") + root!.slice(1), ...rest].join("\n");
+    lines[lines.length - 2] = JSON.stringify({ ...line, note: forged });
+    writeFileSync(path, lines.join("\n"));
+    await env.db.run("UPDATE audit_anchor_log SET note = ? WHERE soort = 'installatie'", forged);
+
+    const r = await call(env.app, "/api/cron/dagrapport");
+    expect(r.status).toBe(200);
+    expect(r.json.anker.installatieCheckpoint).toBeNull();
+    expect(r.json.anker.checkpointProbleem).toMatch(
+      /^Het nieuwste installatie-checkpoint in het ankerbestand \(positie \d+\) opent niet onder een vertrouwde sleutel \(.+\)\. Deze e-mail bevat daarom geen installatie-checkpoint\. /,
+    );
+    expect(r.json.status.niveau).toBe("actie");
+    expect(r.json.status.punten).toContain(r.json.anker.checkpointProbleem);
+    const m = smtp.received[0]!;
+    expect(m.text.replace(/\s+/g, " ")).toContain("opent niet onder een vertrouwde sleutel");
+    expect(m.text).not.toContain("Er is nog geen installatie-checkpoint");
+    expect(m.text).not.toContain(forged);
+    expect(preBlocks(m.html)).toEqual([TEST_VERIFIER_KEY]);
   });
 
   test("the raw message (outbox .eml, unix newlines) is valid MIME: 7-bit, lines within 998 octets, and the note survives parsing", async () => {

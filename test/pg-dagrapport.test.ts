@@ -5,6 +5,7 @@
 // pg_database_size and walBytes 0 (the server's WAL belongs to no single database); it
 // is tested on its own here.
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { copyFileSync, existsSync } from "node:fs";
 import * as sqliteSchema from "../db/schema.ts";
 import * as pgSchema from "../db/schema-pg.ts";
 import { appendAuditEntry, recordLoginAttempt } from "../src/audit/chain.ts";
@@ -63,6 +64,8 @@ async function copyToPg(from: TestEnv, to: PgTestEnv): Promise<void> {
     await to.store.db.insert(pgSchema.serviceMeta).values(row).onConflictDoUpdate({ target: pgSchema.serviceMeta.key, set: { value: row.value, zegel: row.zegel } });
   }
   await to.store.sql`SELECT setval(pg_get_serial_sequence('job_runs', 'id'), (SELECT max(id) FROM job_runs)) WHERE EXISTS (SELECT 1 FROM job_runs)`;
+  // The anchor file with its copy: the mailed checkpoint is read from the file (installationWitness).
+  if (existsSync(from.config.auditAnkerBestand)) copyFileSync(from.config.auditAnkerBestand, to.config.auditAnkerBestand);
 }
 
 /** A report as backup-status stores it: sealed (src/row-seal.ts). */
@@ -219,6 +222,7 @@ describe("dagrapport on PostgreSQL: the same report as on SQLite", () => {
     expect(body.verificatie).toMatchObject({ gecontroleerd: 2, nietGecontroleerd: 2, aantalGebroken: 1, tijdstip: "23/07/2026 03:00" });
     expect(body.verificatie.gebroken.map((g: { tenant: string }) => g.tenant)).toEqual(["Beta BV"]);
     expect(body.anker.installatieCheckpoint).toStartWith("nachtwacht.test/sleutel/installatie\n");
+    expect(body.anker.checkpointProbleem).toBeNull();
     expect(body.anker.waarschuwingen).toHaveLength(1);
     expect(body.anker.waarschuwingen[0]).toContain("geadopteerd vanaf seq 26");
     const byJob = Object.fromEntries(body.taken.map((t: { job: string }) => [t.job, t]));

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { appendAuditEntry, canonicalJson, type EntryRow } from "../src/audit/chain.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
 import { compareWithFile } from "../src/audit/anchor-check.ts";
-import { latestInstallationCheckpoint } from "../src/audit/anchoring.ts";
+import { anchorRecords } from "../src/reports/daily.ts";
 import { verifyTenantChain } from "../src/audit/verify.ts";
 import { dumpHasRows, libpqEnv } from "../src/pg/backup.ts";
 import { appendEntriesPg, copyRows, verifyTenantChainPg, verifyTenantsPg } from "../src/pg/chain.ts";
@@ -582,7 +582,7 @@ describe("nachtwacht migrate-to (the compiled binary)", () => {
     await livedInstallation();
     const url = await cluster.createDatabase();
     expect((await migrate(url)).uitkomst).toBe("klaar");
-    const note = latestInstallationCheckpoint(env!.store.sqlite)!;
+    const note = anchorRecords(env!.store.sqlite, env!.config).installatie.checkpoint!;
     const cpFile = join(env!.dir, "checkpoint.txt");
     writeFileSync(cpFile, `\n  ${note}\n`); // as pasted from an e-mail
     const witness = () => binary(["verify", "--database-url", "-", "--checkpoint", cpFile, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], url);

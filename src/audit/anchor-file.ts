@@ -127,6 +127,17 @@ export function* readLines(path: string, from = 0): Generator<FileLine> {
   }
 }
 
+/**
+ * The text of the file's line that starts at byte `positie` (where a row says its line
+ * stands), or null when there is none: a positie past the end, or not a byte offset.
+ * A positie inside a line gives that line's rest, which matches no row's line.
+ */
+export function lineAt(path: string, positie: number): string | null {
+  if (!Number.isSafeInteger(positie) || positie < 0) return null;
+  for (const fl of readLines(path, positie)) return fl.text;
+  return null;
+}
+
 export function fileSize(path: string): number | null {
   return existsSync(path) ? Bun.file(path).size : null;
 }

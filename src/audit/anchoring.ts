@@ -7,7 +7,7 @@
 // to the signed root of that checkpoint; otherwise the tree is rebuilt from the chain's
 // start (genesis, the signed retention record or the signed adoption).
 import type { Database } from "bun:sqlite";
-import { appendLines, databaseEnd, insertRows, readLines, type StoredLine } from "./anchor-file.ts";
+import { appendLines, databaseEnd, insertRows, lineAt, readLines, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type AnchorComparison, type RowReason } from "./anchor-check.ts";
 import { entriesAfter, orphanChains, rowHash, type EntryRow } from "./chain.ts";
 import { CompactRange, leafHashOfBytes } from "./merkle.ts";
@@ -254,11 +254,7 @@ export function installationRangeFrom(last: InstallationRow | null, path: string
     } catch {}
     // The row's line must still stand in the file where the row says.
     const line = anchorLineText({ soort: "installatie", tenantId: null, note: last.note });
-    let inFile = false;
-    for (const fl of readLines(path, last.positie)) {
-      inFile = fl.text === line;
-      break;
-    }
+    const inFile = lineAt(path, last.positie) === line;
     if (o.ok && candidate && inFile && o.checkpoint.size === candidate.size && Buffer.from(candidate.root()).equals(o.checkpoint.root)) {
       range = candidate;
       from = last.positie + Buffer.byteLength(line) + 1;
@@ -271,10 +267,11 @@ export function installationRangeFrom(last: InstallationRow | null, path: string
   return { range, rebuilt };
 }
 
+/** The database's newest installation row (InstallationRow), on both stores. */
+export const NEWEST_INSTALLATION_SQL = "SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1";
+
 function installationRange(sqlite: Database, path: string, verifiers: Verifier[]): { range: CompactRange; rebuilt: boolean } {
-  const last = sqlite
-    .query("SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1")
-    .get() as InstallationRow | null;
+  const last = sqlite.query(NEWEST_INSTALLATION_SQL).get() as InstallationRow | null;
   return installationRangeFrom(last, path, verifiers);
 }
 
@@ -404,8 +401,44 @@ export function appendRun(path: string, all: StoredLine[]): StoredLine[] {
   return all;
 }
 
-/** The newest installation checkpoint in the database, for the daily report. */
-export function latestInstallationCheckpoint(sqlite: Database): string | null {
-  const row = sqlite.query("SELECT note FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1").get() as { note: string } | null;
-  return row?.note ?? null;
+/** The installation checkpoint the daily e-mail carries, and why it cannot be trusted as is. */
+export interface InstallationWitness {
+  /** The anchor file's newest installation line, verbatim, when it opens under a trusted key; else null. */
+  checkpoint: string | null;
+  /** Dutch: the file's newest installation line does not open, or the database's newest installation row is not in the file; null when neither. */
+  probleem: string | null;
+}
+
+/**
+ * What the daily e-mail carries as the witness, for any store: the anchor file's newest
+ * installation line, opened under the trusted keys, never the database's row. The row
+ * (`row`, the database's newest installation row) is where the search starts: it is
+ * normally the file's last line, so only that line is read. A database writer can change
+ * the row, not the file: a row that is not the file's line at its positie is reported,
+ * and the file is then read from its start. A row behind the file's newest line (a crash
+ * tail, or a run appending right now) is not: the file's line is what is mailed.
+ */
+export function installationWitness(row: { positie: number; note: string } | null, path: string, verifiers: Verifier[]): InstallationWitness {
+  const rowInFile = row !== null && lineAt(path, row.positie) === anchorLineText({ soort: "installatie", tenantId: null, note: row.note });
+  let newest: { positie: number; note: string } | null = null;
+  for (const fl of readLines(path, rowInFile ? row.positie : 0)) {
+    if (fl.parsed.kind === "record" && fl.parsed.line.soort === "installatie") newest = { positie: fl.positie, note: fl.parsed.line.note };
+  }
+  const opened = newest && openInstallationCheckpoint(newest.note, verifiers);
+  const checkpoint = opened?.ok ? newest!.note : null;
+  const problems: string[] = [];
+  if (row !== null && !rowInFile) {
+    problems.push(`Het nieuwste installatie-checkpoint in de database (audit_anchor_log, positie ${row.positie}) staat niet zo in het ankerbestand: de kopie in de database is gewijzigd of vervalst.`);
+  }
+  if (row === null && newest !== null) {
+    problems.push("De database heeft geen installatie-checkpoint, het ankerbestand wel: de kopie in de database is verwijderd, of audit-anker brak af vóór zijn eerste COMMIT.");
+  }
+  if (row !== null && newest === null) problems.push(`Het ankerbestand (${path}) bevat geen installatie-checkpoint.`);
+  if (opened && !opened.ok) {
+    problems.push(`Het nieuwste installatie-checkpoint in het ankerbestand (positie ${newest!.positie}) opent niet onder een vertrouwde sleutel (${opened.error}).`);
+  }
+  if (problems.length === 0) return { checkpoint, probleem: null };
+  problems.push(checkpoint === null ? "Deze e-mail bevat daarom geen installatie-checkpoint." : "Het installatie-checkpoint in deze e-mail komt uit het ankerbestand.");
+  problems.push("Zoek de oorzaak met nachtwacht verify (docs/operations.md).");
+  return { checkpoint, probleem: problems.join(" ") };
 }

@@ -79,10 +79,17 @@ export const DailyReportBody = t.Object({
     {
       installatieCheckpoint: nullable(t.String(), {
         description:
-          "Het ondertekende installatie-checkpoint van audit-anker, letterlijk (signed note, eindigt op een regeleinde); null zolang audit-anker er geen heeft ondertekend.",
+          "Het nieuwste installatie-checkpoint uit het ankerbestand zelf (niet uit de kopie in de database), letterlijk (signed note, eindigt op een regeleinde) en " +
+          "gecontroleerd met de vertrouwde sleutels; null zolang audit-anker er geen heeft ondertekend, of als het niet opent (zie `checkpointProbleem`).",
         example:
           "nachtwacht.zuiderhaven.nl/audit/installatie\n1873\nDuL77MTej25munc5vNg7hiNzed0ORLwlOAxlf0NsOOs=\n\n" +
           "\u2014 nachtwacht.zuiderhaven.nl/audit hOAEN0JqlqjgBqHBYakQZE/iT5U6OPhvfoIXO0kTScPFh/FR2afkjF1QAjvN5oZpO334lWo8owF1wQEUpzMW99VmCwY=\n",
+      }),
+      checkpointProbleem: nullable(t.String(), {
+        description:
+          "Waarom het installatie-checkpoint niet zonder meer klopt: de nieuwste installatieregel van het ankerbestand opent niet onder een vertrouwde sleutel " +
+          "(dan is `installatieCheckpoint` null), of de kopie in de database (audit_anchor_log) wijkt ervan af; ook een punt (actie) in `status`. null als alles klopt.",
+        example: null,
       }),
       verificatieSleutel: t.String({
         description: "De openbare verificatiesleutel (<naam>+<id>+<sleutel>), nooit de ondertekeningssleutel.",

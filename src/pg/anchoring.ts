@@ -6,7 +6,7 @@
 // (fsynced) and copied into audit_anchor_log. The anchor file's appenders are ordered by
 // the advisory lock audit-retentie takes too (src/pg/anchor-file.ts).
 import type { SQL } from "bun";
-import { anchorTenants, appendRun, installationRangeFrom, LARGEST_INSTALLATION_SQL, runLines, settledByHead, throwIfProblem, TreeExtension, type AnchoringResult, type InstallationRow, type Refusal } from "../audit/anchoring.ts";
+import { anchorTenants, appendRun, installationRangeFrom, LARGEST_INSTALLATION_SQL, NEWEST_INSTALLATION_SQL, runLines, settledByHead, throwIfProblem, TreeExtension, type AnchoringResult, type InstallationRow, type Refusal } from "../audit/anchoring.ts";
 import type { CompactRange } from "../audit/merkle.ts";
 import type { Verifier } from "../audit/note.ts";
 import type { Keys } from "../audit/records.ts";
@@ -40,7 +40,7 @@ export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<A
  * (src/pg/operator.ts).
  */
 export async function writeRunPg(tx: SQL, path: string, keys: Keys, lines: StoredLine[]): Promise<{ installatie: string | null; herbouwd: boolean }> {
-  const [inst] = (await tx`SELECT positie, note, grootte, bereik FROM audit_anchor_log WHERE soort = 'installatie' ORDER BY positie DESC LIMIT 1`) as { positie: string; note: string; grootte: string; bereik: string | null }[];
+  const [inst] = (await tx.unsafe(NEWEST_INSTALLATION_SQL)) as { positie: string; note: string; grootte: string; bereik: string | null }[];
   const installRow: InstallationRow | null = inst ? { positie: Number(inst.positie), note: inst.note, grootte: Number(inst.grootte), bereik: inst.bereik } : null;
   const [largestRow] = (await tx.unsafe(LARGEST_INSTALLATION_SQL)) as { n: string | null }[];
   const largest = largestRow?.n ?? 0;

@@ -15,6 +15,8 @@
 // As on SQLite the reads are separate statements, not one snapshot.
 import { and, count, countDistinct, desc, eq, getTableColumns, gte, isNotNull, lt, sql } from "drizzle-orm";
 import { auditAnchorLog, auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema-pg.ts";
+import { installationWitness } from "../audit/anchoring.ts";
+import { auditKeys } from "../audit/keys.ts";
 import type { Config } from "../config.ts";
 import {
   dailyReport,
@@ -90,12 +92,13 @@ export function operatorRecordsPg(db: PgDb) {
     .$dynamic();
 }
 
-export async function anchorRecordsPg(db: PgDb): Promise<AnchorRecords> {
+/** anchorRecords on PostgreSQL: the installation checkpoint from the anchor file (installationWitness), the operator's records from the rows. */
+export async function anchorRecordsPg(db: PgDb, config: Pick<Config, "auditAnkerBestand" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): Promise<AnchorRecords> {
   const log = auditAnchorLog;
-  const [newest] = await db.select({ note: log.note }).from(log).where(eq(log.soort, "installatie")).orderBy(desc(log.positie)).limit(1);
+  const [newest] = await db.select({ positie: log.positie, note: log.note }).from(log).where(eq(log.soort, "installatie")).orderBy(desc(log.positie)).limit(1);
   // tenant_id IS NOT NULL is in the query: the column's type cannot say so.
   const records = (await operatorRecordsPg(db)) as AnchorRecords["operatorRecords"];
-  return { installatieCheckpoint: newest?.note ?? null, operatorRecords: records };
+  return { installatie: installationWitness(newest ?? null, config.auditAnkerBestand, auditKeys(config).verifiers), operatorRecords: records };
 }
 
 export async function scheduledJobRunsPg(
@@ -136,7 +139,7 @@ export async function readDailyInputsPg(store: PgStore, config: Config, now: Dat
     newestBackupPg(store.db, rowSealOf(config), now),
     loginCountsPg(store.db, now),
     verificationCountsPg(store.db, now, rowSealOf(config)),
-    anchorRecordsPg(store.db),
+    anchorRecordsPg(store.db, config),
     scheduledJobRunsPg(store.db, now, config, context),
     databaseSectionPg(store),
   ]);

@@ -11,7 +11,7 @@ import { and, count, countDistinct, desc, eq, getTableColumns, gte, isNotNull, l
 import { auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
 import type { DailyReportProps } from "../../emails/DailyReport.tsx";
 import { operatorRecords } from "../audit/anchor-check.ts";
-import { latestInstallationCheckpoint } from "../audit/anchoring.ts";
+import { installationWitness, NEWEST_INSTALLATION_SQL, type InstallationRow, type InstallationWitness } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
 import { operatorWarnings } from "../audit/verify-all.ts";
 import type { Config } from "../config.ts";
@@ -70,8 +70,8 @@ export interface OperatorRecordRow {
 }
 
 export interface AnchorRecords {
-  /** The newest installation checkpoint, verbatim; null before audit-anker signed one. */
-  installatieCheckpoint: string | null;
+  /** The anchor file's newest installation checkpoint, checked against the database's row (installationWitness). */
+  installatie: InstallationWitness;
   /** Adoptions and accepted restores, in positie order. */
   operatorRecords: OperatorRecordRow[];
 }
@@ -163,13 +163,16 @@ export function verificationSection(v: VerificationCounts, tijdzone: string): Da
  * The newest installation checkpoint, verbatim, and the public verifier key: mailed
  * every day, so the operator holds a signed state off the machine that
  * `nachtwacht verify --checkpoint` later checks the database and anchor file against.
+ * The checkpoint is the anchor file's, opened under the trusted keys (installationWitness):
+ * a database writer cannot choose which one is mailed; what disagrees is `checkpointProbleem`.
  * Beside them what the operator signed by hand (adoptions, accepted restores), from the
  * database's copy of the anchor file: named every day, never silently part of the chain.
  */
 export function anchorSection(a: AnchorRecords, config: Pick<Config, "auditAnkerSleutel" | "auditVertrouwdeSleutels">): DailyReport["anker"] {
   const keys = auditKeys(config);
   return {
-    installatieCheckpoint: a.installatieCheckpoint,
+    installatieCheckpoint: a.installatie.checkpoint,
+    checkpointProbleem: a.installatie.probleem,
     verificatieSleutel: keys.signer.verifierKey,
     waarschuwingen: operatorWarnings(operatorRecords(a.operatorRecords, keys.verifiers)),
   };
@@ -277,6 +280,7 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
   } else if (r.backupDetail.teOud) {
     punten.push(["actie", `De laatste back-up is ${r.backupDetail.ouderdomUren} uur oud (${r.backup.datum}); de grens is ${r.backupDetail.maxUren} uur.`]);
   }
+  if (r.anker.checkpointProbleem !== null) punten.push(["actie", r.anker.checkpointProbleem]);
   if (r.verificatie.aantalGebroken > 0) {
     const namen = r.verificatie.gebroken.slice(0, 3).map((g) => displayText(g.tenant)).join(", ");
     punten.push([
@@ -398,9 +402,11 @@ export function lastVerificationStartIn(db: Db, seal: RowSeal, now: Date): strin
 export const OPERATOR_RECORDS_SQL =
   "SELECT soort, tenant_id AS tenantId, note, positie FROM audit_anchor_log WHERE soort IN ('adoptie', 'herstel') AND tenant_id IS NOT NULL ORDER BY positie";
 
-export function anchorRecords(sqlite: Database): AnchorRecords {
+/** The anchor records on SQLite: the installation checkpoint from the anchor file (installationWitness), the operator's records from the rows. */
+export function anchorRecords(sqlite: Database, config: Pick<Config, "auditAnkerBestand" | "auditAnkerSleutel" | "auditVertrouwdeSleutels">): AnchorRecords {
+  const row = sqlite.query(NEWEST_INSTALLATION_SQL).get() as InstallationRow | null;
   return {
-    installatieCheckpoint: latestInstallationCheckpoint(sqlite),
+    installatie: installationWitness(row, config.auditAnkerBestand, auditKeys(config).verifiers),
     // Raw SQL: a handful of rows, read as the anchor file's lines are.
     operatorRecords: sqlite.query(OPERATOR_RECORDS_SQL).all() as OperatorRecordRow[],
   };
@@ -491,7 +497,7 @@ export async function readDailyInputs(store: Store, config: Config, now: Date, c
     backup: newestBackup(store.db, rowSealOf(config), now).backup,
     logins: loginCounts(store.db, now),
     verification: await verification,
-    anchor: anchorRecords(store.sqlite),
+    anchor: anchorRecords(store.sqlite, config),
     jobs: scheduledJobRuns(store.db, now, config, context),
     database: databaseSize(store),
     schijf: fileSystemSpace(watchedPaths(config, store.path)),
