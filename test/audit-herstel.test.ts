@@ -80,11 +80,11 @@ const verify = () => call(env.app, "/api/cron/audit-verificatie");
 const tenantResult = (body: any, tenantId: number) => body.resultaten.find((r: any) => r.tenantId === tenantId);
 
 /** `nachtwacht accept-restore` through its function, with the signing key and the database in the environment as the service has them. */
-async function acceptRestore(o: { ja?: boolean; key?: string | null } = {}) {
+async function acceptRestore(o: { ja?: boolean; vervang?: boolean; key?: string | null } = {}) {
   const lines: string[] = [];
   const errs: string[] = [];
   const where = databaseOf();
-  const args = ["accept-restore", ...where.args, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : [])];
+  const args = ["accept-restore", ...where.args, "--bestand", env.config.auditAnkerBestand, ...(o.ja ? ["--ja"] : []), ...(o.vervang ? ["--vervang-keten"] : [])];
   const cliEnv: Record<string, string> = { ...where.env, ...(o.key === null ? {} : { AUDIT_ANKER_SLEUTEL: o.key ?? TEST_SIGNING_KEY }) };
   const code = await runAuditCommand(args, cliEnv, (s) => lines.push(s), (s) => errs.push(s));
   return { code, out: lines.join("\n"), err: errs.join("\n") };
@@ -186,17 +186,24 @@ describe("accepting a deliberate restore", () => {
     expect((await verify()).status).toBe(409);
   });
 
-  test("the application wrote more entries to the restored copy than were lost (another chain under the signed numbers): checkpoint-afwijkend, accepted from 50 to 55", async () => {
+  test("the application wrote more entries to the restored copy than were lost (another chain under the signed numbers): checkpoint-afwijkend, not with --ja alone, accepted from 50 to 55 with --vervang-keten", async () => {
     const { a } = await restored(2);
     await fill(a, 15, "na-terugzetten");
     const before = await verify();
     expect(before.status).toBe(409);
     expect(tenantResult(before.json, a).fout).toMatchObject({ seq: 50, reden: "checkpoint-afwijkend" });
     const dry = await acceptRestore();
-    expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 55: de database heeft bij seq 50 een andere keten dan ondertekend (checkpoint-afwijkend)`);
+    expect(dry.code).toBe(1);
+    expect(dry.out).toContain(`tenant ${a}: van seq 50 terug naar 55: de database heeft onder de ondertekende seqs 41 t/m 50 een andere keten dan ondertekend (checkpoint-afwijkend); die worden vervangen`);
     // The checkpoint at 40 (the copy's) still holds, the one at 45 not: what the operator accepts unproven.
     expect(dry.out).toContain("entries 41 t/m 55 zijn tegen geen checkpoint van het ankerbestand te bewijzen en worden zo aanvaard");
-    expect((await acceptRestore({ ja: true })).code).toBe(0);
+    const size = fileText().length;
+    const rows = await rowCount();
+    const jaAlone = await acceptRestore({ ja: true });
+    expect(jaAlone.code).toBe(1);
+    expect(jaAlone.out).toContain(`tenant ${a}: NIET geaccepteerd zonder --vervang-keten`);
+    expect([fileText().length, await rowCount()]).toEqual([size, rows]);
+    expect((await acceptRestore({ ja: true, vervang: true })).code).toBe(0);
     const after = await verify();
     expect(after.status).toBe(200);
     expect(after.json.ankerbestand.waarschuwingen.join(" ")).toContain("de ondertekende keten tot seq 50 is vervangen door die uit de database");
@@ -240,6 +247,40 @@ describe("accepting a deliberate restore", () => {
     expect(r.out).toContain(`tenant ${a}: NIET te accepteren: checkpoint-afwijkend (de keten haalt geen enkel checkpoint van het ankerbestand waar ze lang genoeg voor is, ook dat bij seq 10 niet`);
     expect(readFileSync(env.config.auditAnkerBestand, "utf8")).toBe(before);
     expect((await verify()).status).toBe(409);
+  });
+
+  test("a rewrite of what the last three runs signed, their rows deleted from audit_anchor_log: --ja alone signs nothing (exit 1, the tenant and --vervang-keten named); --ja --vervang-keten signs it", async () => {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "Gemeente Delft");
+    await fill(a, 10, "eerst");
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const keep = (await env.db.get<{ m: number }>("SELECT max(positie) AS m FROM audit_anchor_log"))!.m;
+    for (const d of ["d1", "d2", "d3"]) {
+      await fill(a, 5, d);
+      expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    }
+    let prev = (await env.db.get<{ hash: string }>("SELECT hash FROM audit_entries WHERE tenant_id = ? AND seq = 10", a))!.hash;
+    for (const r of await env.db.all<Record<string, any>>("SELECT * FROM audit_entries WHERE tenant_id = ? AND seq >= 11 ORDER BY seq", a)) {
+      const hash = entryHash({ tenantId: a, seq: r.seq, createdAt: r.created_at, actor: "mallory", action: r.action, subject: r.subject, details: r.details, prevHash: prev });
+      await env.db.run("UPDATE audit_entries SET actor = 'mallory', prev_hash = ?, hash = ? WHERE tenant_id = ? AND seq = ?", prev, hash, a, r.seq);
+      prev = hash;
+    }
+    await env.db.run("DELETE FROM audit_anchor_log WHERE positie > ?", keep);
+    expect((await verify()).status).toBe(409);
+    const size = fileText().length;
+    const rows = await rowCount();
+    const r = await acceptRestore({ ja: true });
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(`tenant ${a}: van seq 25 terug naar 25: de database heeft onder de ondertekende seqs 11 t/m 25 een andere keten dan ondertekend`);
+    expect(r.out).toContain(`tenant ${a}: NIET geaccepteerd zonder --vervang-keten`);
+    expect(r.out).toContain(`RESULTAAT: er is niets geschreven: tenant(s) ${a} vervangen ondertekende entries`);
+    expect([fileText().length, await rowCount()]).toEqual([size, rows]);
+    expect((await verify()).status).toBe(409);
+    // The operator, having compared with a backup, decides explicitly.
+    const replaced = await acceptRestore({ ja: true, vervang: true });
+    expect(replaced.code).toBe(0);
+    expect(replaced.out).toContain("1 herstelrecord(s) ondertekend");
+    expect((await verify()).status).toBe(200);
   });
 
   test("after audit-retentie: a checkpoint at or below the retention point (its entries gone) is not asked of the restored chain; accepted", async () => {

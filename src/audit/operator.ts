@@ -201,6 +201,14 @@ export interface RestoreLoss extends Omit<RestoreRecord, "tijdstip"> {
   range: CompactRange;
   /** The newest seq a head of the anchor file still proves (else the chain's start: genesis or its signed retention record): entries after it up to `naar` are accepted unproven. Not signed. */
   bewezenTot: number;
+  /**
+   * The signed seqs under which the database holds other entries (`bewezenTot` + 1 up to
+   * `naar` or `van`, whichever is lower): a head of the file the chain is long enough
+   * for does not hold. null for a pure loss (the chain only shorter than the file's
+   * heads). A database writer can make this state at will, so it is accepted only with
+   * `vervangKeten` (acceptRestoreOn).
+   */
+  vervangen: { van: number; tot: number } | null;
 }
 
 export interface RestoreOutcome {
@@ -209,6 +217,8 @@ export interface RestoreOutcome {
   verliezen: RestoreLoss[];
   /** Tenants whose chains do not check out in themselves: never accepted. */
   geweigerd: { tenantId: number; seq: number; reden: string }[];
+  /** Losses that replace signed entries (RestoreLoss.vervangen) while `vervangKeten` was not given: not accepted, and with --ja nothing is written at all. */
+  teVervangen: RestoreLoss[];
   /** With --ja: the restore acceptances signed, and the run's installation checkpoint. */
   herstel?: string[];
   installatie?: string | null;
@@ -325,8 +335,16 @@ async function readAuthority(path: string, keys: Keys, positions: AsyncIterable<
  * are copied back first. Refused when the anchor file has any problem other than the
  * rollback itself, or when rows of the database copy do not match the file; a tenant
  * whose chain is broken in itself is listed in `geweigerd` and not accepted.
+ *
+ * A chain holding other entries under signed numbers (RestoreLoss.vervangen) is to the
+ * chain a restore followed by new entries as much as a rewrite by a database writer,
+ * who can also delete the rows of the runs that signed them: only the operator, having
+ * compared with a backup, can tell. So it is accepted only with `vervangKeten`; without
+ * it such a tenant is listed in `teVervangen` and --ja writes nothing at all (copying the
+ * file's lines back alone would give the database rows of the heads the chain misses,
+ * and the explicit acceptance would then be refused as a rewrite).
  */
-export async function acceptRestoreOn(store: OperatorStore, path: string, keys: Keys, o: { ja: boolean; now: Date }): Promise<RestoreOutcome> {
+export async function acceptRestoreOn(store: OperatorStore, path: string, keys: Keys, o: { ja: boolean; vervangKeten: boolean; now: Date }): Promise<RestoreOutcome> {
   const cmp = await store.compare(path, keys.verifiers);
   requireSoundFile(cmp, true);
   if (cmp.perTenant.size > 0) {
@@ -339,15 +357,17 @@ export async function acceptRestoreOn(store: OperatorStore, path: string, keys: 
     const tenants = [...file.heads.keys()].sort((a, b) => a - b);
     if (o.ja) await tx.lockChains(tenants);
     const verliezen: RestoreLoss[] = [];
+    const teVervangen: RestoreLoss[] = [];
     const geweigerd: RestoreOutcome["geweigerd"] = [];
     for (const tenantId of tenants) {
       const r = await tenantLoss(tx, tenantId, file.heads.get(tenantId)!, file.known.get(tenantId) ?? null, file.fileHeads.get(tenantId) ?? [], file.starts.get(tenantId) ?? [], keys);
       if (r === null) continue;
-      if ("loss" in r) verliezen.push(r.loss);
-      else geweigerd.push({ tenantId, ...r.refused });
+      if ("refused" in r) geweigerd.push({ tenantId, ...r.refused });
+      else if (r.loss.vervangen !== null && !o.vervangKeten) teVervangen.push(r.loss);
+      else verliezen.push(r.loss);
     }
-    const out: RestoreOutcome = { ontbrekend: file.missing.length, verliezen, geweigerd };
-    if (!o.ja || (file.missing.length === 0 && verliezen.length === 0)) return out;
+    const out: RestoreOutcome = { ontbrekend: file.missing.length, verliezen, geweigerd, teVervangen };
+    if (!o.ja || teVervangen.length > 0 || (file.missing.length === 0 && verliezen.length === 0)) return out;
     await tx.insertRows(file.missing);
     const tijdstip = o.now.toISOString();
     const lines: StoredLine[] = verliezen.map((l) => ({
@@ -433,7 +453,14 @@ async function tenantLoss(
     );
   }
   const bewezenTot = reached.reduce((n, x) => Math.max(n, x.size), startSize);
-  return { loss: { tenantId, basis: head.basis, van: head.size, vanRoot: head.root, naar: tree.size, root: tree.range.root(), reden: f.reden, range: tree.range, bewezenTot } };
+  // Only a chain shorter than the newest head that reaches every head within its length
+  // is a pure loss; a head it is long enough for and misses means other entries under
+  // numbers already signed.
+  const replaces = f.reden === "checkpoint-afwijkend" || reached.length < within.length;
+  const vervangen = replaces ? { van: bewezenTot + 1, tot: Math.min(tree.size, head.size) } : null;
+  return {
+    loss: { tenantId, basis: head.basis, van: head.size, vanRoot: head.root, naar: tree.size, root: tree.range.root(), reden: f.reden, range: tree.range, bewezenTot, vervangen },
+  };
 }
 
 // ---------------------------------------------------------------------------------

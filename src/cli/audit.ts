@@ -4,7 +4,7 @@
 //   nachtwacht verify [--db FILE] [--bestand FILE] [--sleutel VKEY ...] [--checkpoint FILE|-] [--bundel FILE]
 //   nachtwacht export --tenant N [--bewijs SEQ] [--uit FILE] [--db FILE] [--bestand FILE] [--sleutel VKEY ...]
 //   nachtwacht adopt --tenant N [--ja] [--db FILE | --database-url URL|-] [--bestand FILE]
-//   nachtwacht accept-restore [--ja] [--db FILE | --database-url URL|-] [--bestand FILE]
+//   nachtwacht accept-restore [--ja] [--vervang-keten] [--db FILE | --database-url URL|-] [--bestand FILE]
 //
 // verify needs public keys only: --sleutel, else AUDIT_VERTROUWDE_SLEUTELS plus the
 // public half of AUDIT_ANKER_SLEUTEL when those are in the environment. Exit codes:
@@ -72,7 +72,7 @@ const HELP: Record<string, string> = {
     DATABASE_HELP +
     "  exit 0: geadopteerd (zonder --ja: mogelijk); 1: geweigerd; 2: niet mogelijk (geen sleutel, geen database, gebruik).",
   "accept-restore":
-    "gebruik: nachtwacht accept-restore [--ja] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND]\n" +
+    "gebruik: nachtwacht accept-restore [--ja] [--vervang-keten] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND]\n" +
     "  Accepteert een bewust teruggezette (oudere) database: meldt per tenant wat de database mist tegenover het\n" +
     "  ankerbestand (de seq van het ondertekende checkpoint tegen de nieuwste entry in de database). Met --ja zet het de\n" +
     "  regels van het ankerbestand die de database mist terug in audit_anchor_log en ondertekent het met\n" +
@@ -80,6 +80,11 @@ const HELP: Record<string, string> = {
     "  zoals de database die geeft). Daarna controleert de verificatie die tenants tegen het herstelrecord en noemt\n" +
     "  het verlies voorgoed als waarschuwing. Een keten die zelf niet klopt, rijen die niet met het ankerbestand\n" +
     "  kloppen of een ander probleem met het ankerbestand worden niet geaccepteerd.\n" +
+    "  --vervang-keten  ook accepteren dat de database onder ondertekende seqs andere entries heeft (een checkpoint\n" +
+    "  waar de keten lang genoeg voor is, klopt niet): per tenant staat welke ondertekende seqs worden vervangen. Een\n" +
+    "  databaseschrijver kan precies dit maken; geef het alleen na vergelijking met een back-up. Zonder deze optie\n" +
+    "  accepteert --ja alleen puur verlies (de keten korter dan ondertekend, elk checkpoint binnen haar lengte gehaald)\n" +
+    "  en schrijft het niets zolang een tenant haar nodig heeft.\n" +
     "  Zonder --ja zegt het alleen wat het zou doen en schrijft het niets.\n" +
     DATABASE_HELP +
     "  exit 0: geaccepteerd of niets te doen (zonder --ja: alles te accepteren); 1: (deels) geweigerd; 2: niet mogelijk.",
@@ -93,7 +98,7 @@ const OPTIONS = {
   verify: { ...HELP_OPTION, ...DATABASE_OPTIONS, sleutel: { type: "string", multiple: true }, checkpoint: { type: "string" }, bundel: { type: "string" } },
   export: { ...HELP_OPTION, ...DATABASE_OPTIONS, sleutel: { type: "string", multiple: true }, tenant: { type: "string" }, bewijs: { type: "string" }, uit: { type: "string" } },
   adopt: { ...HELP_OPTION, ...DATABASE_OPTIONS, tenant: { type: "string" }, ja: { type: "boolean" } },
-  "accept-restore": { ...HELP_OPTION, ...DATABASE_OPTIONS, ja: { type: "boolean" } },
+  "accept-restore": { ...HELP_OPTION, ...DATABASE_OPTIONS, ja: { type: "boolean" }, "vervang-keten": { type: "boolean" } },
 } as const satisfies Record<keyof typeof HELP, ParseArgsOptionsConfig>;
 
 /** The values of any command's options; those it does not take are always undefined. */
@@ -110,6 +115,7 @@ interface AuditOptions {
   bewijs?: string;
   uit?: string;
   ja?: boolean;
+  "vervang-keten"?: boolean;
 }
 
 /** The commands that sign: they need the signing key itself, never only public keys. */
@@ -216,27 +222,39 @@ async function runAdopt(db: OperatorDatabase, anchorPath: string, keys: Keys, te
   return 0;
 }
 
-async function runAcceptRestore(db: OperatorDatabase, anchorPath: string, keys: Keys, ja: boolean, out: (s: string) => void): Promise<number> {
+async function runAcceptRestore(db: OperatorDatabase, anchorPath: string, keys: Keys, o: { ja: boolean; vervangKeten: boolean }, out: (s: string) => void): Promise<number> {
   out(`database:     ${db.naam}`);
   out(`ankerbestand: ${anchorPath}`);
+  const ja = o.ja;
   let r;
   try {
-    r = await db.run((store) => acceptRestoreOn(store, anchorPath, keys, { ja, now: new Date() }));
+    r = await db.run((store) => acceptRestoreOn(store, anchorPath, keys, { ...o, now: new Date() }));
   } catch (e) {
     if (!(e instanceof Refused)) throw e;
     out(`RESULTAAT: GEWEIGERD: ${e.message}`);
     return 1;
   }
   out(`${r.ontbrekend} regel(s) van het ankerbestand ontbreken in de database${r.ontbrekend > 0 ? (ja ? "; teruggezet" : "; worden teruggezet") : ""}`);
-  for (const l of r.verliezen) {
-    const verloren =
-      l.naar < l.van
-        ? `de ondertekende entries ${l.naar + 1} t/m ${l.van} zijn verloren`
-        : `de database heeft bij seq ${l.van} een andere keten dan ondertekend (${l.reden})`;
+  for (const l of [...r.verliezen, ...r.teVervangen].sort((a, b) => a.tenantId - b.tenantId)) {
+    const wat = [
+      ...(l.vervangen ? [`de database heeft onder de ondertekende seqs ${l.vervangen.van} t/m ${l.vervangen.tot} een andere keten dan ondertekend (${l.reden}); die worden vervangen`] : []),
+      ...(l.naar < l.van ? [`de ondertekende entries ${l.naar + 1} t/m ${l.van} zijn verloren`] : []),
+    ].join("; ");
     const onbewezen = l.bewezenTot < l.naar ? `; entries ${l.bewezenTot + 1} t/m ${l.naar} zijn tegen geen checkpoint van het ankerbestand te bewijzen en worden zo aanvaard — controleer ze` : "";
-    out(`  tenant ${l.tenantId}: van seq ${l.van} terug naar ${l.naar}: ${verloren}${onbewezen}; root bij ${l.naar}: ${b64(l.root)}`);
+    out(`  tenant ${l.tenantId}: van seq ${l.van} terug naar ${l.naar}: ${wat}${onbewezen}; root bij ${l.naar}: ${b64(l.root)}`);
+  }
+  for (const l of r.teVervangen) {
+    out(
+      `  tenant ${l.tenantId}: NIET geaccepteerd zonder --vervang-keten: een databaseschrijver kan een keten zo herschrijven; ` +
+        `vergelijk de entries ${l.vervangen!.van} t/m ${l.vervangen!.tot} met een back-up en accepteer alleen dan met --ja --vervang-keten`,
+    );
   }
   for (const g of r.geweigerd) out(`  tenant ${g.tenantId}: NIET te accepteren: ${g.reden} bij seq ${g.seq} — de keten klopt zelf niet`);
+  if (r.teVervangen.length > 0) {
+    const tenants = r.teVervangen.map((l) => l.tenantId).join(", ");
+    out(`RESULTAAT: er is niets geschreven: tenant(s) ${tenants} vervangen ondertekende entries, wat alleen met --vervang-keten wordt geaccepteerd.`);
+    return 1;
+  }
   if (r.verliezen.length === 0 && r.ontbrekend === 0) {
     out(r.geweigerd.length > 0 ? "RESULTAAT: niets te accepteren; de genoemde ketens kloppen niet." : "RESULTAAT: niets te accepteren: de database mist niets van het ankerbestand.");
     return r.geweigerd.length > 0 ? 1 : 0;
@@ -386,7 +404,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       const db = await openOperatorStore(pg, dbPath);
       try {
         if (sub === "adopt") return await runAdopt(db, anchorPath, keys, Number(o.tenant), o.ja === true, out);
-        return await runAcceptRestore(db, anchorPath, keys, o.ja === true, out);
+        return await runAcceptRestore(db, anchorPath, keys, { ja: o.ja === true, vervangKeten: o["vervang-keten"] === true }, out);
       } finally {
         await db.close();
       }
