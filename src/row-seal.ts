@@ -26,7 +26,9 @@
 // - each tenant's verification result (audit_verification_state), when audit-verificatie
 //   writes it: one changed to "intact" would make /metrics, the daily report and the
 //   weekly report to the tenant's administrators say the chain is fine; unsealed (or
-//   dated ahead), the tenant counts as not checked, and the next run overwrites it.
+//   dated ahead), the tenant counts as not checked, and the next run overwrites it. An
+//   older sealed result put back counts neither: the newest run's start, from its sealed
+//   row and from a file beside the anchor file (verificationSince), is the bound.
 // Rows without a valid seal newer than the newest sealed one are counted and reported
 // (taken-controle and backup-controle: alarm `db-integrity`).
 //
@@ -218,19 +220,39 @@ export function sealedBackupColumns<T extends typeof backupStatuses | typeof bac
 export const stateNotAfter = (now: Date) => new Date(now.getTime() + 60_000).toISOString();
 
 /**
- * Whether a tenant's verification result counts at `now`, for the reports and /metrics:
- * sealed, not dated ahead, and not older than `since`, the start of the newest sealed
- * audit-verificatie run that did its work (lastVerificationStart; each such run writes
- * every tenant's result with its start): an older sealed result put back by a database
- * writer would otherwise hide the broken chain the newest run found.
+ * From when a verification result counts (verificationSince): a start, results older than
+ * it having been put back; null, no bound (audit-verificatie never ran); false, none counts.
  */
-export function countsAsVerification(row: VerificationColumns & { zegel: string | null }, seal: RowSeal, now: Date, since: string | null): boolean {
-  return row.gecontroleerd <= stateNotAfter(now) && (since === null || row.gecontroleerd >= since) && seal.verificationSealed(row);
+export type VerificationSince = string | null | false;
+
+/**
+ * Whether a tenant's verification result counts at `now`, for the reports and /metrics:
+ * sealed, not dated ahead, and not older than `since`, the start of the newest
+ * audit-verificatie run that did its work (verificationSince; each such run writes every
+ * tenant's result with its start): an older sealed result put back by a database writer
+ * would otherwise hide the broken chain the newest run found.
+ */
+export function countsAsVerification(row: VerificationColumns & { zegel: string | null }, seal: RowSeal, now: Date, since: VerificationSince): boolean {
+  return since !== false && row.gecontroleerd <= stateNotAfter(now) && (since === null || row.gecontroleerd >= since) && seal.verificationSealed(row);
 }
 
-/** Of audit-verificatie's newest rows (newest first), the start of the newest sealed run that did its work (ok or afwijking): `since` of countsAsVerification. */
-export function lastVerificationStart(rows: readonly SealedRunRow[], seal: RowSeal): string | null {
-  return rows.find((r) => (r.uitkomst === "ok" || r.uitkomst === "afwijking") && seal.sealed(r))?.gestart ?? null;
+/**
+ * `since` of countsAsVerification, from audit-verificatie's newest rows (newest first) and
+ * the start its witness file holds (verificationWitnessFile, null without one; not one
+ * beyond latestCountingStart(now)): the later
+ * of that and the start of the newest sealed run among the rows that did its work (ok or
+ * afwijking). The rows are the writer's: tonight's deleted, last night's run reads as the
+ * newest; the file says otherwise. When neither names a run but the job has rows (every
+ * newest one unsealed, or none that did its work), no result counts: a writer who floods
+ * the newest rows hides every sealed run, and results of a run that cannot be named cannot
+ * be told from ones put back.
+ */
+export function verificationSince(rows: readonly SealedRunRow[], seal: RowSeal, witnessed: string | null, now: Date): VerificationSince {
+  // A start witnessed beyond latestCountingStart(now) was written with the clock ahead: it does not count, as its row does not.
+  const witnessedStart = witnessed !== null && witnessed <= latestCountingStart(now) ? witnessed : null;
+  const last = rows.find((r) => (r.uitkomst === "ok" || r.uitkomst === "afwijking") && seal.sealed(r))?.gestart ?? null;
+  if (last === null && witnessedStart === null) return rows.length > 0 ? false : null;
+  return last !== null && (witnessedStart === null || last > witnessedStart) ? last : witnessedStart;
 }
 
 /** Rows sealed or checked between two turns of the event loop (mapInTurns): a few milliseconds' worth (bench/seal.ts). */
@@ -339,20 +361,30 @@ export const pastSealedMarker = (config: Pick<Config, "auditAnkerBestand">) => j
 export const backupWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "laatste-backupmelding");
 
 /**
- * Records `ontvangen` as the newest report received (atomically, owner-only); never moves
- * it back, except from a time beyond latestCountingStart(ontvangen): written while the
- * host clock ran ahead, it would otherwise stay "newest" until real time caught up, and
- * a later report deleted meanwhile would go unnoticed.
+ * The file beside the anchor file that holds the start of the newest audit-verificatie
+ * run that stored its results (the job writes it after them; the reports and /metrics
+ * read it, verificationSince). A database writer can put last night's sealed "intact"
+ * results back and delete tonight's run's row; the file, out of their reach, says a newer
+ * check was made.
  */
-export function witnessBackup(path: string, ontvangen: string): void {
-  const known = witnessedBackup(path);
-  if (known !== null && known >= ontvangen && known <= latestCountingStart(new Date(ontvangen))) return;
+export const verificationWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "laatste-verificatie");
+
+/**
+ * Records `at` in a witness file (backupWitnessFile, verificationWitnessFile) as the
+ * newest moment (atomically, owner-only); never moves it back, except from a time beyond
+ * latestCountingStart(at): written while the host clock ran ahead, it would otherwise
+ * stay "newest" until real time caught up, and a later row deleted meanwhile would go
+ * unnoticed.
+ */
+export function witnessMoment(path: string, at: string): void {
+  const known = witnessedMoment(path);
+  if (known !== null && known >= at && known <= latestCountingStart(new Date(at))) return;
   mkdirSync(dirname(path), { recursive: true });
-  writeFileDurably(path, `${ontvangen}\n`, 0o600);
+  writeFileDurably(path, `${at}\n`, 0o600);
 }
 
-/** When the newest report this process stored was received, or null (none yet, or the file is unreadable). */
-export function witnessedBackup(path: string): string | null {
+/** The moment a witness file holds, or null (none yet, or the file is unreadable). */
+export function witnessedMoment(path: string): string | null {
   try {
     const v = readFileSync(path, "utf8").trim();
     return /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(v) ? v : null;

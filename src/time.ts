@@ -15,7 +15,7 @@ export function retentionBoundary(now: Date, days: number): string {
 /**
  * How far after `now` a run's start may lie and still count as a start: for "done since
  * the scheduled time" (doneSince), a job's last run (lastRun, lastRunPg) and "started
- * since" (dueStateOf), and the newest verification run (lastVerificationStart); and a
+ * since" (dueStateOf), and the newest verification run (verificationSince); and a
  * backup report's arrival (receivedBy, src/jobs/backup-controle.ts: one report dated a
  * year ahead would otherwise stay the newest, hiding every later one, failed or missing,
  * from backup-controle, /metrics and the daily report). Two instances' clocks differ by

@@ -376,7 +376,7 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
     const seed = pgSeed(pg);
     const t = await seed.tenant("Alfa BV");
     const a = { administratorId: await seed.admin(t, "anna@alfa.test"), tenantId: t };
-    const q = weeklyQueriesPg(pg.store, TEST_SEAL);
+    const q = weeklyQueriesPg(pg.store, TEST_SEAL, pg.config);
     let cut = false;
     void proxy!.cutNextCommit("after").then(() => (cut = true));
     expect(await q.reserveDelivery(a, "2026-W30")).toBe(true);
@@ -387,7 +387,7 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
   test("the bookkeeping's rules on both stores: a reservation never replaces a record, a release removes only a reservation, a record replaces only a reservation", async () => {
     const tables: Delivery[][][] = [[], []];
     for (const [i, side] of (await bothStores()).entries()) {
-      const q: WeeklyQueries = side.env.store.kind === "pg" ? weeklyQueriesPg(side.env.store, TEST_SEAL) : weeklyQueries(side.env.store.db, TEST_SEAL);
+      const q: WeeklyQueries = side.env.store.kind === "pg" ? weeklyQueriesPg(side.env.store, TEST_SEAL, side.env.config) : weeklyQueries(side.env.store.db, TEST_SEAL, side.env.config);
       const t = await side.seed.tenant("Alfa BV");
       const a = { administratorId: await side.seed.admin(t, "anna@alfa.test"), tenantId: t };
       const b = { administratorId: await side.seed.admin(t, "bert@alfa.test"), tenantId: t };

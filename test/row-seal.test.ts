@@ -4,16 +4,16 @@
 // call the backups fine. On both stores (NACHTWACHT_TEST_DB=pg).
 import { afterEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { existsSync, rmSync, statSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { drizzle } from "drizzle-orm/bun-sqlite";
 import { installedAt, migrate, openStore } from "../src/db.ts";
 import { liveLeases, newLeaseHolder, startLeasedRun } from "../src/job-lease.ts";
 import { writeRunEnd } from "../src/job-runs.ts";
-import { lastVerificationStartPg, scheduledJobRunsPg, verificationCountsPg } from "../src/pg/daily.ts";
-import { lastVerificationStartIn, scheduledJobRuns, verificationCounts } from "../src/reports/daily.ts";
+import { scheduledJobRunsPg, verificationCountsPg, verificationSincePg } from "../src/pg/daily.ts";
+import { scheduledJobRuns, verificationCounts, verificationSinceIn } from "../src/reports/daily.ts";
 import { weekStatsOf } from "../src/reports/weekly.ts";
-import { pastSealedMarker, rowSeal, sealLegacyRows, type BackupColumns } from "../src/row-seal.ts";
+import { pastSealedMarker, rowSeal, sealLegacyRows, verificationWitnessFile, type BackupColumns } from "../src/row-seal.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { generateKeyPair } from "../src/audit/note.ts";
 import { insertBackupRow, call, eindzegel, NOW, tempDir, TEST_SEAL, zegel } from "./helpers.ts";
@@ -377,7 +377,8 @@ describe("sealed leases and install time", () => {
 });
 
 describe("sealed verification results", () => {
-  const counts = (now: Date) => (env.store.kind === "pg" ? verificationCountsPg(env.store.db, now, TEST_SEAL) : verificationCounts(env.store.db, now, TEST_SEAL));
+  const METRICS_SECRET = "metrics-secret-0123456789abcdef0123456789abcdef";
+  const counts = (now: Date) => (env.store.kind === "pg" ? verificationCountsPg(env.store.db, now, TEST_SEAL, env.config) : verificationCounts(env.store.db, now, TEST_SEAL, env.config));
   const stateRow = async (t: number) =>
     (await env.db.get<{ tenant_id: number; gecontroleerd: string; intact: number | boolean; aantal_entries: number; fout_seq: number | null; fout_entry_id: number | null; fout_reden: string | null; zegel: string | null }>(
       "SELECT * FROM audit_verification_state WHERE tenant_id = ?",
@@ -405,11 +406,56 @@ describe("sealed verification results", () => {
       t,
     );
     expect(await counts(at("2026-07-25T06:00:00.000Z"))).toMatchObject({ gecontroleerd: 0, nietGecontroleerd: 1, aantalGebroken: 0 });
-    const since = env.store.kind === "pg" ? await lastVerificationStartPg(env.store.db, TEST_SEAL, at("2026-07-25T06:00:00.000Z")) : lastVerificationStartIn(env.store.db, TEST_SEAL, at("2026-07-25T06:00:00.000Z"));
+    const since = env.store.kind === "pg" ? await verificationSincePg(env.store.db, TEST_SEAL, at("2026-07-25T06:00:00.000Z"), env.config) : verificationSinceIn(env.store.db, TEST_SEAL, at("2026-07-25T06:00:00.000Z"), env.config);
     expect(since).toBe("2026-07-25T01:00:05.000Z");
     const row = { tenantId: t, gecontroleerd: intact.gecontroleerd, intact: true, aantalEntries: intact.aantal_entries, foutSeq: null, foutEntryId: null, foutReden: null, zegel: intact.zegel };
     expect(weekStatsOf(t, [], row, new Map(), TEST_SEAL, at("2026-07-25T06:00:00.000Z"), since).keten.staat).toBe("nooit");
   });
+
+  for (const how of ["deletes tonight's run", "floods 20 unsealed rows"] as const) {
+    test(`a replayed sealed "intact" result counts as no check when the writer also ${how}: the run's start is witnessed beside the anchor file`, async () => {
+      env = await makeEnv({ METRICS_SECRET });
+      const t = await addTenant(env.db, "Gemeente Delft");
+      await fillChain(env.store, t, 10);
+      expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+      env.setNow(at("2026-07-24T01:00:05.000Z"));
+      expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
+      const intact = await stateRow(t);
+      await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 4", t);
+      env.setNow(at("2026-07-25T01:00:05.000Z"));
+      expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(409);
+      expect(readFileSync(verificationWitnessFile(env.config), "utf8")).toBe("2026-07-25T01:00:05.000Z\n");
+      await env.db.run(
+        "UPDATE audit_verification_state SET gecontroleerd = ?, intact = ?, aantal_entries = ?, fout_seq = NULL, fout_entry_id = NULL, fout_reden = NULL, zegel = ? WHERE tenant_id = ?",
+        intact.gecontroleerd,
+        true,
+        intact.aantal_entries,
+        intact.zegel,
+        t,
+      );
+      if (how === "deletes tonight's run") await env.db.run("DELETE FROM job_runs WHERE job = 'audit-verificatie' AND gestart = '2026-07-25T01:00:05.000Z'");
+      else {
+        for (let i = 0; i < 20; i++) {
+          await env.db.run(
+            "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('audit-verificatie', ?, ?, 'ok', 200)",
+            `2026-07-25T01:3${i % 10}:0${Math.floor(i / 10)}.000Z`,
+            "2026-07-25T01:40:00.000Z",
+          );
+        }
+      }
+      const notChecked = { gecontroleerd: 0, nietGecontroleerd: 1, aantalGebroken: 0 };
+      expect(await counts(at("2026-07-25T06:00:00.000Z"))).toMatchObject(notChecked);
+      // /metrics, through the same rule.
+      const m = await call(env.app, "/metrics", { method: "GET", token: METRICS_SECRET });
+      expect(m.text).toMatch(/^nachtwacht_audit_tenants_checked 0$/m);
+      expect(m.text).toMatch(/^nachtwacht_audit_tenants_broken 0$/m);
+      // Without the witness file (an installation before it, or the file lost) the rows alone decide: the flood still leaves no run to count from.
+      rmSync(verificationWitnessFile(env.config));
+      const since = env.store.kind === "pg" ? await verificationSincePg(env.store.db, TEST_SEAL, at("2026-07-25T06:00:00.000Z"), env.config) : verificationSinceIn(env.store.db, TEST_SEAL, at("2026-07-25T06:00:00.000Z"), env.config);
+      expect(since).toBe(how === "deletes tonight's run" ? "2026-07-24T01:00:05.000Z" : false);
+      if (how === "floods 20 unsealed rows") expect(await counts(at("2026-07-25T06:00:00.000Z"))).toMatchObject(notChecked);
+    });
+  }
 
   test("a broken chain's result changed to intact counts as no check (daily report, /metrics, weekly report); one dated ahead too, and the next run overwrites it", async () => {
     env = await makeEnv();

@@ -477,7 +477,7 @@ describe("weekLogins: every tenant's week in one pass", () => {
     const env = await makeEnv();
     toClean.push(() => env.cleanup());
     // The store's own queries, as weekrapport takes them (SQLite reads the week a day at a time).
-    const q = env.store.kind === "pg" ? weeklyQueriesPg(env.store, TEST_SEAL) : weeklyQueries(env.store.db, TEST_SEAL);
+    const q = env.store.kind === "pg" ? weeklyQueriesPg(env.store, TEST_SEAL, env.config) : weeklyQueries(env.store.db, TEST_SEAL, env.config);
     const a = await addTenant(env.db, "A");
     const b = await addTenant(env.db, "B");
     const c = await addTenant(env.db, "C");

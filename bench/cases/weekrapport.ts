@@ -18,7 +18,7 @@ import { tenantWeekStats, WEEK_MS, weekLogins, weeklyReportProps } from "../../s
 import { arg, BENCH_SIGNING_KEY, benchDeps, NOW, peakRssMb, report } from "../lib.ts";
 import { auditKeys } from "../../src/audit/keys.ts";
 import { rowSeal } from "../../src/row-seal.ts";
-import { lastVerificationStartIn } from "../../src/reports/daily.ts";
+import { verificationSinceIn } from "../../src/reports/daily.ts";
 import { startSink } from "../sink-client.ts";
 
 const store = openStore(arg("db"), NOW);
@@ -45,7 +45,7 @@ const van = new Date(NOW.getTime() - WEEK_MS);
 const s0 = performance.now();
 const logins = await weekLogins(store.db, van, NOW);
 const seal = rowSeal(auditKeys({ auditAnkerSleutel: BENCH_SIGNING_KEY, auditVertrouwdeSleutels: [] }));
-const since = lastVerificationStartIn(store.db, seal, NOW);
+const since = verificationSinceIn(store.db, seal, NOW, deps.config);
 const stats = tenants.map((t) => tenantWeekStats(store.db, seal, t.id, van, NOW, logins, NOW, since));
 const statsSeconds = (performance.now() - s0) / 1000;
 const sample = Math.min(100, tenants.length);

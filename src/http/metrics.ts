@@ -9,6 +9,7 @@
 // rule and grace, also reading the job leases; newestBackup and backupOverdue from
 // backup-controle), never copies of them.
 // docs/operations.md ("Metrics") lists every metric; ops/nachtwacht-alerts.yml alerts on them.
+import type { Config } from "../config.ts";
 import { Elysia } from "elysia";
 import type { Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
@@ -124,7 +125,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     const context = jobContext(running);
     const { store } = deps;
     const seal = rowSealOf(deps.config);
-    const reads = store.kind === "pg" ? await readDatabasePg(store, seal, now, graceMs, context) : await readDatabase(store, seal, now, graceMs, context);
+    const reads = store.kind === "pg" ? await readDatabasePg(store, seal, now, graceMs, context, deps.config) : await readDatabase(store, seal, now, graceMs, context, deps.config);
     if (store.kind === "pg") databaseClockOffsetSeconds = (await databaseClockOffsetMs(store.sql)) / 1000;
     database = databaseMetrics(reads, now, new Set(runningJobs), deps.config.backupMaxUren);
   } catch (e) {
@@ -166,10 +167,11 @@ interface DatabaseReads {
   backup: NewestBackup | null;
 }
 
-async function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
+/** `witness`: where the verification witness file is (verificationCounts). */
+async function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: number, context: JobContext, witness: Pick<Config, "auditAnkerBestand">): Promise<DatabaseReads> {
   const { db } = store;
   // The verification results are read first, then their seals checked a chunk at a time (verificationSummary).
-  const audit = verificationCounts(db, now, seal);
+  const audit = verificationCounts(db, now, seal, witness);
   const statuses = jobStatuses(db, seal, now, graceMs, context);
   const backup = newestBackup(db, seal, now).backup;
   return { statuses, audit: auditSummary(await audit), backup };
@@ -178,8 +180,8 @@ async function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: num
 /** /metrics' view of the verification section (verificationSummary: only sealed results count). */
 const auditSummary = (v: VerificationCounts) => ({ checked: v.gecontroleerd, broken: v.aantalGebroken, last: v.laatste });
 
-async function readDatabasePg(store: PgStore, seal: RowSeal, now: Date, graceMs: number, context: JobContext): Promise<DatabaseReads> {
-  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), verificationCountsPg(store.db, now, seal), newestBackupPg(store.db, seal, now)]);
+async function readDatabasePg(store: PgStore, seal: RowSeal, now: Date, graceMs: number, context: JobContext, witness: Pick<Config, "auditAnkerBestand">): Promise<DatabaseReads> {
+  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), verificationCountsPg(store.db, now, seal, witness), newestBackupPg(store.db, seal, now)]);
   return { statuses, audit: auditSummary(audit), backup: backup.backup };
 }
 

@@ -21,7 +21,8 @@ import { verifyInstallationPg } from "../pg/offline.ts";
 import { maxAuditEntryIdPg, saveVerificationStatePg, tenantNamesPg } from "../pg/verification-state.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
-import { mapInTurns, rowSealOf, stateNotAfter, type VerificationColumns } from "../row-seal.ts";
+import { mapInTurns, rowSealOf, stateNotAfter, verificationWitnessFile, witnessMoment, type VerificationColumns } from "../row-seal.ts";
+import { log } from "../logger.ts";
 
 // Every reason code the verifier reports; the type assertions below make a new code
 // that is missing here a compile error.
@@ -275,6 +276,15 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
   const writtenAt = deps.clock();
   if (store.kind === "pg") await saveVerificationStatePg(store.db, sealed, writtenAt);
   else saveState(store.db, sealed, writtenAt);
+  // Out of a database writer's reach: this run's start, its results' `gecontroleerd`, so
+  // that the reports count no older result put back (verificationSince). The results are
+  // stored either way; a file that cannot be written is logged, and the reports then go
+  // by the sealed job_runs rows alone.
+  try {
+    witnessMoment(verificationWitnessFile(deps.config), now.toISOString());
+  } catch (e) {
+    log("error", "could not record the verification run beside the anchor file; the reports cannot notice its results replaced by older ones", { error: e instanceof Error ? e.message : String(e) });
+  }
   if (alarm) await deps.alarms.raise(alarm);
   return result;
 }

@@ -9,7 +9,7 @@ import { ALARM_CONDITIONS } from "../alarms/alarm.ts";
 import type { Deps } from "../deps.ts";
 import { latestCountingStart } from "../time.ts";
 import { newestBackupPg } from "../pg/status.ts";
-import { backupWitnessFile, NEWEST_ROWS, newestSealedBackup, rowSealOf, sealedBackupColumns, witnessedBackup, type RowSeal, type SealedBackup } from "../row-seal.ts";
+import { backupWitnessFile, NEWEST_ROWS, newestSealedBackup, rowSealOf, sealedBackupColumns, witnessedMoment, type RowSeal, type SealedBackup } from "../row-seal.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
@@ -98,7 +98,7 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   // A newer report this process stored that the database no longer holds (sealed). One
   // witnessed beyond latestCountingStart(now) was stored with the clock ahead: it does not
   // count, as its row does not (and backup-status writes the next report's over it).
-  const witnessed = witnessedBackup(backupWitnessFile(deps.config));
+  const witnessed = witnessedMoment(backupWitnessFile(deps.config));
   const ontbreekt =
     witnessed !== null && witnessed <= latestCountingStart(now) && (laatsteBackup === null || laatsteBackup.ontvangen < witnessed) ? witnessed : null;
 

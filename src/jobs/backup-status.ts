@@ -14,7 +14,7 @@ import type { Deps } from "../deps.ts";
 import { recordBackupStatusPg } from "../pg/status.ts";
 import { storableText } from "../format.ts";
 import { log } from "../logger.ts";
-import { backupWitnessFile, rowSealOf, witnessBackup } from "../row-seal.ts";
+import { backupWitnessFile, rowSealOf, witnessMoment } from "../row-seal.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable } from "./schema.ts";
 
@@ -77,7 +77,7 @@ export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport
   // The report is stored either way; a file that cannot be written is logged, not a 500
   // (which would make the backup script send the stored report again).
   try {
-    witnessBackup(backupWitnessFile(deps.config), row.ontvangen);
+    witnessMoment(backupWitnessFile(deps.config), row.ontvangen);
   } catch (e) {
     log("error", "could not record the newest backup report beside the anchor file; backup-controle cannot notice it if it is deleted", { error: e instanceof Error ? e.message : String(e) });
   }

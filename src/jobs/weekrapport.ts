@@ -119,7 +119,7 @@ interface Uncertain {
  */
 export async function runWeekrapport(deps: Deps, now: Date, stopping: () => boolean = () => false): Promise<JobResult<WeekrapportResult>> {
   const seal = rowSealOf(deps.config);
-  const q = deps.store.kind === "pg" ? weeklyQueriesPg(deps.store, seal) : weeklyQueries(deps.store.db, seal);
+  const q = deps.store.kind === "pg" ? weeklyQueriesPg(deps.store, seal, deps.config) : weeklyQueries(deps.store.db, seal, deps.config);
   const tot = reportEnd(now);
   const week = isoWeek(tot);
   const van = new Date(tot.getTime() - WEEK_MS);

@@ -33,7 +33,7 @@ import {
   type ScheduledJobRuns,
   type VerificationCounts,
 } from "../reports/daily.ts";
-import { lastVerificationStart, NEWEST_ROWS, rowSealOf, sealedRunColumns, type RowSeal } from "../row-seal.ts";
+import { NEWEST_ROWS, rowSealOf, sealedRunColumns, verificationSince, verificationWitnessFile, witnessedMoment, type RowSeal, type VerificationSince } from "../row-seal.ts";
 import { databaseSize } from "./maintenance.ts";
 import { databaseClockOffsetMs } from "./clock.ts";
 import { fileSystemSpace, watchedPaths } from "../disk-space.ts";
@@ -63,7 +63,7 @@ export async function loginCountsPg(db: PgDb, now: Date): Promise<LoginCounts> {
 }
 
 /** verificationCounts on PostgreSQL: the same reads, summed up by the same rule (verificationSummary). */
-export async function verificationCountsPg(db: PgDb, now: Date, seal: RowSeal): Promise<VerificationCounts> {
+export async function verificationCountsPg(db: PgDb, now: Date, seal: RowSeal, config: Pick<Config, "auditAnkerBestand">): Promise<VerificationCounts> {
   const state = auditVerificationState;
   const [rows, counted, since] = await Promise.all([
     db
@@ -71,14 +71,14 @@ export async function verificationCountsPg(db: PgDb, now: Date, seal: RowSeal): 
       .from(state)
       .innerJoin(tenants, eq(tenants.id, state.tenantId)),
     db.select({ n: count() }).from(tenants),
-    lastVerificationStartPg(db, seal, now),
+    verificationSincePg(db, seal, now, config),
   ]);
   return verificationSummary(rows, counted[0]!.n, seal, now, since);
 }
 
-/** lastVerificationStart on PostgreSQL (lastVerificationStartIn on SQLite), over audit-verificatie's newest rows that count at `now`. */
-export async function lastVerificationStartPg(db: PgDb, seal: RowSeal, now: Date): Promise<string | null> {
-  return lastVerificationStart(await newestRunRowsPg(db, "audit-verificatie", now), seal);
+/** verificationSince on PostgreSQL (verificationSinceIn on SQLite), over audit-verificatie's newest rows that count at `now` and its witness file. */
+export async function verificationSincePg(db: PgDb, seal: RowSeal, now: Date, config: Pick<Config, "auditAnkerBestand">): Promise<VerificationSince> {
+  return verificationSince(await newestRunRowsPg(db, "audit-verificatie", now), seal, witnessedMoment(verificationWitnessFile(config)), now);
 }
 
 /** The operator's records (OPERATOR_RECORDS_SQL on SQLite), through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
@@ -138,7 +138,7 @@ export async function readDailyInputsPg(store: PgStore, config: Config, now: Dat
   const [backup, logins, verification, anchor, jobs, database] = await Promise.all([
     newestBackupPg(store.db, rowSealOf(config), now),
     loginCountsPg(store.db, now),
-    verificationCountsPg(store.db, now, rowSealOf(config)),
+    verificationCountsPg(store.db, now, rowSealOf(config), config),
     anchorRecordsPg(store.db, config),
     scheduledJobRunsPg(store.db, now, config, context),
     databaseSectionPg(store),

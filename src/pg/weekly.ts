@@ -10,6 +10,7 @@
 //   otherwise than SQLite's byte order (and the mail would list ties differently).
 // - Each bookkeeping statement is its own transaction (autocommit): a reservation is
 //   committed before the message goes to the transport, as on SQLite.
+import type { Config } from "../config.ts";
 import { and, count, desc, eq, gte, lt, sql } from "drizzle-orm";
 import {
   administrators,
@@ -33,8 +34,8 @@ import {
 } from "../reports/weekly.ts";
 import type { PgDb, PgStore } from "./store.ts";
 import { certainDbTransaction } from "./commit.ts";
-import type { RowSeal } from "../row-seal.ts";
-import { lastVerificationStartPg } from "./daily.ts";
+import type { RowSeal, VerificationSince } from "../row-seal.ts";
+import { verificationSincePg } from "./daily.ts";
 
 type DeliveryKey = { administratorId: number; tenantId: number };
 
@@ -177,8 +178,8 @@ export async function tenantWeekStatsPg(
   logins: Map<number, TenantWeekLogins>,
   /** When the report is made (weekStatsOf). */
   now: Date,
-  /** lastVerificationStartPg, read once per run of the job (weeklyQueriesPg). */
-  since: string | null,
+  /** verificationSincePg, read once per run of the job (weeklyQueriesPg). */
+  since: VerificationSince,
 ): Promise<TenantWeekStats> {
   const q = weekStatsQueriesPg(db, tenantId, van, tot);
   const [perActie, [keten]] = await Promise.all([q.auditPerActie, q.keten]);
@@ -186,10 +187,10 @@ export async function tenantWeekStatsPg(
 }
 
 /** weekrapport's queries on this store (WeeklyQueries; SQLite's are weeklyQueries). */
-export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
+export function weeklyQueriesPg(store: PgStore, seal: RowSeal, config: Pick<Config, "auditAnkerBestand">): WeeklyQueries {
   const { db } = store;
   // The newest verification run's start, once for all tenants of this run of the job.
-  let since: Promise<string | null> | undefined;
+  let since: Promise<VerificationSince> | undefined;
   return {
     pruneDeliveries: (oldestKept) => pruneDeliveriesPg(db, oldestKept),
     weekRecipients: (isoWeek, limit) => weekRecipientsPg(db, isoWeek, limit),
@@ -201,6 +202,6 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal): WeeklyQueries {
     releaseDelivery: (r, isoWeek) => releaseDeliveryPg(db, r, isoWeek),
     recordDelivery: (r, isoWeek, now) => recordDeliveryPg(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLoginsPg(db, van, tot),
-    tenantWeekStats: async (tenantId, van, tot, logins, now) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins, now, await (since ??= lastVerificationStartPg(db, seal, now))),
+    tenantWeekStats: async (tenantId, van, tot, logins, now) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins, now, await (since ??= verificationSincePg(db, seal, now, config))),
   };
 }

@@ -20,7 +20,7 @@ import { CLOCK_SKEW_LIMIT_MS, offsetSeconds } from "../pg/clock.ts";
 import { diskLevel, fileSystemSpace, freePercent, watchedPaths, type FileSystemSpace } from "../disk-space.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { newestRunRows, type Outcome } from "../job-runs.ts";
-import { countsAsVerification, lastVerificationStart, mapInTurns, NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow, type VerificationColumns } from "../row-seal.ts";
+import { countsAsVerification, verificationSince, verificationWitnessFile, witnessedMoment, mapInTurns, NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow, type VerificationColumns, type VerificationSince } from "../row-seal.ts";
 import { SCHEDULE, scheduleOf, type JobName } from "../schedule.ts";
 import { jobStatuses, type DueState, type JobStatus, type JobStatusName } from "../schedule-due.ts";
 import type { JobContext } from "../jobs/job.ts";
@@ -364,8 +364,8 @@ export async function verificationSummary(
   tenantCount: number,
   seal: RowSeal,
   now: Date,
-  /** lastVerificationStart: results older than the newest run's are put back, not its. */
-  since: string | null,
+  /** verificationSince: results older than the newest run's are put back, not its. */
+  since: VerificationSince,
 ): Promise<VerificationCounts> {
   // A seal not seen before costs 70-80 µs (bench/seal.ts): after a restart, or the other
   // instance's night, a thousand tenants are 80 ms, checked a chunk at a time (mapInTurns).
@@ -381,8 +381,8 @@ export async function verificationSummary(
   };
 }
 
-/** Every tenant's verification result with its name, and the number of tenants; summed up by verificationSummary (verificationCountsPg on PostgreSQL). */
-export function verificationCounts(db: Db, now: Date, seal: RowSeal): Promise<VerificationCounts> {
+/** Every tenant's verification result with its name, and the number of tenants; summed up by verificationSummary (verificationCountsPg on PostgreSQL). `config` names the witness file (verificationWitnessFile). */
+export function verificationCounts(db: Db, now: Date, seal: RowSeal, config: Pick<Config, "auditAnkerBestand">): Promise<VerificationCounts> {
   const state = auditVerificationState;
   const rows = db
     .select({ ...getTableColumns(state), tenant: tenants.naam })
@@ -390,12 +390,12 @@ export function verificationCounts(db: Db, now: Date, seal: RowSeal): Promise<Ve
     .innerJoin(tenants, eq(tenants.id, state.tenantId))
     .all();
   const { n } = db.select({ n: count() }).from(tenants).get()!;
-  return verificationSummary(rows, n, seal, now, lastVerificationStartIn(db, seal, now));
+  return verificationSummary(rows, n, seal, now, verificationSinceIn(db, seal, now, config));
 }
 
-/** lastVerificationStart on SQLite, over audit-verificatie's newest rows that count at `now` (newestRunRows). */
-export function lastVerificationStartIn(db: Db, seal: RowSeal, now: Date): string | null {
-  return lastVerificationStart(newestRunRows(db, "audit-verificatie", now), seal);
+/** verificationSince on SQLite, over audit-verificatie's newest rows that count at `now` (newestRunRows) and its witness file. */
+export function verificationSinceIn(db: Db, seal: RowSeal, now: Date, config: Pick<Config, "auditAnkerBestand">): VerificationSince {
+  return verificationSince(newestRunRows(db, "audit-verificatie", now), seal, witnessedMoment(verificationWitnessFile(config)), now);
 }
 
 /** The operator's records, through the partial index audit_anchor_log_operator_idx (a test checks the plan). */
@@ -492,7 +492,7 @@ export function databaseSize(store: Store): DailyReport["database"] {
 }
 
 export async function readDailyInputs(store: Store, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyInputs> {
-  const verification = verificationCounts(store.db, now, rowSealOf(config));
+  const verification = verificationCounts(store.db, now, rowSealOf(config), config);
   return {
     backup: newestBackup(store.db, rowSealOf(config), now).backup,
     logins: loginCounts(store.db, now),

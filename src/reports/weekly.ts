@@ -8,6 +8,7 @@
 // The queries below are SQLite's; src/pg/weekly.ts has PostgreSQL's. Both feed the
 // rules here (recipientOf, loginTally, weekStatsOf, the status and the mail's props), so
 // the two stores send the same reports to the same people.
+import type { Config } from "../config.ts";
 import { and, count, desc, eq, gte, lt, sql, type AnyColumn } from "drizzle-orm";
 import {
   administrators,
@@ -20,8 +21,8 @@ import {
 import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
 import { excluded, preparedPerConnection, type Db } from "../db.ts";
 import { displayText, formatDatum, getal } from "../format.ts";
-import { countsAsVerification, type RowSeal, type VerificationColumns } from "../row-seal.ts";
-import { lastVerificationStartIn } from "./daily.ts";
+import { countsAsVerification, type RowSeal, type VerificationColumns, type VerificationSince } from "../row-seal.ts";
+import { verificationSinceIn } from "./daily.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export const WEEK_MS = 7 * 24 * 3600 * 1000;
@@ -333,8 +334,8 @@ export function weekStatsOf(
   seal: RowSeal,
   /** When the report is made (not the week's end: a catch-up call comes later, after the night's verification). */
   now: Date,
-  /** lastVerificationStart: a result older than the newest run's was put back. */
-  since: string | null,
+  /** verificationSince: a result older than the newest run's was put back. */
+  since: VerificationSince,
 ): TenantWeekStats {
   // A result that does not count (countsAsVerification: unsealed, dated ahead, or older than the newest run) is none: the chain reads as never checked, not as intact.
   const keten = row && countsAsVerification(row, seal, now, since) ? row : undefined;
@@ -362,8 +363,8 @@ export function tenantWeekStats(
   logins: Map<number, TenantWeekLogins>,
   /** When the report is made (weekStatsOf). */
   now: Date,
-  /** lastVerificationStartIn, read once per run of the job (weeklyQueries). */
-  since: string | null,
+  /** verificationSinceIn, read once per run of the job (weeklyQueries). */
+  since: VerificationSince,
 ): TenantWeekStats {
   const statements = weekStatsStatements(db);
   const params = { tenantId, van: van.toISOString(), tot: tot.toISOString() };
@@ -389,9 +390,9 @@ export interface WeeklyQueries {
   tenantWeekStats(tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>, now: Date): Promise<TenantWeekStats>;
 }
 
-export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
+export function weeklyQueries(db: Db, seal: RowSeal, config: Pick<Config, "auditAnkerBestand">): WeeklyQueries {
   // The newest verification run's start, once for all tenants of this run of the job.
-  let since: string | null | undefined;
+  let since: VerificationSince | undefined;
   return {
     pruneDeliveries: async (oldestKept) => pruneDeliveries(db, oldestKept),
     weekRecipients: async (isoWeek, limit) => weekRecipients(db, isoWeek, limit),
@@ -402,7 +403,7 @@ export function weeklyQueries(db: Db, seal: RowSeal): WeeklyQueries {
     recordDelivery: async (r, isoWeek, now) => recordDelivery(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLogins(db, van, tot),
     tenantWeekStats: async (tenantId, van, tot, logins, now) => {
-      if (since === undefined) since = lastVerificationStartIn(db, seal, now);
+      if (since === undefined) since = verificationSinceIn(db, seal, now, config);
       return tenantWeekStats(db, seal, tenantId, van, tot, logins, now, since);
     },
   };
