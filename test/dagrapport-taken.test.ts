@@ -9,31 +9,13 @@ import type { JobContext } from "../src/jobs/job.ts";
 import { runDagrapport } from "../src/jobs/dagrapport.ts";
 import { runTakenControle } from "../src/jobs/taken-controle.ts";
 import { SCHEDULE } from "../src/schedule.ts";
-import { insertBackupRow, backupReportRow, eindzegel, zegel, TEST_SEAL } from "./helpers.ts";
-import { makeEnv, type Env } from "./dialect.ts";
+import { insertBackupRow, backupReportRow, TEST_SEAL } from "./helpers.ts";
+import { addSealedRun, makeEnv, type Env } from "./dialect.ts";
 
 const NOW = new Date("2026-07-23T06:00:01Z");
 const idle: JobContext = { running: [], unrecorded: [] };
 
-function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000) {
-  const r = {
-    job,
-    gestart: gestart.toISOString(),
-    beeindigd: durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
-    uitkomst,
-    httpStatus: uitkomst === "bezig" ? null : 200,
-  };
-  return env.db.run(
-    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    r.job,
-    r.gestart,
-    r.beeindigd,
-    r.uitkomst,
-    r.httpStatus,
-    zegel(job, r.gestart),
-    eindzegel(r),
-  );
-}
+const addRun = addSealedRun;
 
 const HERE = newLeaseHolder();
 

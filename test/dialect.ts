@@ -25,7 +25,7 @@ import { BUSY_TIMEOUT_MS } from "../src/db.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { libpqEnv } from "../src/pg/backup.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
-import { DAY_MS, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv } from "./helpers.ts";
+import { DAY_MS, eindzegel, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv, zegel } from "./helpers.ts";
 import { startCluster, type TestCluster } from "./pg.ts";
 
 export type Dialect = "sqlite" | "pg";
@@ -420,4 +420,28 @@ export async function restoreBackup(e: Env, file: string): Promise<void> {
   if (r.exitCode !== 0) throw new Error(`pg_restore exit ${r.exitCode}: ${r.stderr.toString()}`);
   useStore(e, await openPgStore(url));
   (e as { app: unknown }).app = createApp(e.deps as Deps);
+}
+
+/**
+ * A job run as the job wrapper records it, sealed with the test key (start and end): `durationMs`
+ * null leaves it unfinished. Its HTTP status follows the outcome.
+ */
+export function addSealedRun(env: Env, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000) {
+  const r = {
+    job,
+    gestart: gestart.toISOString(),
+    beeindigd: durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
+    uitkomst,
+    httpStatus: uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
+  };
+  return env.db.run(
+    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    r.job,
+    r.gestart,
+    r.beeindigd,
+    r.uitkomst,
+    r.httpStatus,
+    zegel(job, r.gestart),
+    eindzegel(r),
+  );
 }

@@ -10,33 +10,15 @@ import { runTakenControle, takenControleJob, TakenControleBody } from "../src/jo
 import { jobStatusesPg } from "../src/pg/status.ts";
 import { jobStatuses, type JobStatus } from "../src/schedule-due.ts";
 import { SCHEDULE, type JobName } from "../src/schedule.ts";
-import { TEST_SEAL, call, NOW, eindzegel, zegel } from "./helpers.ts";
-import { makeEnv, type Env } from "./dialect.ts";
+import { TEST_SEAL, call, NOW } from "./helpers.ts";
+import { addSealedRun, makeEnv, type Env } from "./dialect.ts";
 
 const MIN = 60_000;
 const at = (iso: string) => new Date(iso);
 /** Called directly: no run of this process is going on. */
 const idle: JobContext = { running: [], unrecorded: [] };
 
-function addRun(env: Env, job: string, gestart: Date, uitkomst = "ok", durationMs: number | null = 1000) {
-  const r = {
-    job,
-    gestart: gestart.toISOString(),
-    beeindigd: durationMs === null ? null : new Date(gestart.getTime() + durationMs).toISOString(),
-    uitkomst,
-    httpStatus: uitkomst === "bezig" ? null : uitkomst === "fout" ? 500 : uitkomst === "afwijking" ? 409 : 200,
-  };
-  return env.db.run(
-    "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    r.job,
-    r.gestart,
-    r.beeindigd,
-    r.uitkomst,
-    r.httpStatus,
-    zegel(job, r.gestart),
-    eindzegel(r),
-  );
-}
+const addRun = addSealedRun;
 
 /** Every scheduled job ran at its last fire time at or before `now`, except `skip`. */
 async function healthyRuns(env: Env, now: Date, skip: string[] = []) {
