@@ -392,6 +392,29 @@ describe("POST /api/audit", () => {
     expect(env.alarms.raised).toEqual([]);
   });
 
+  test("a keyed entry just inside the retention period, sent again after it passed the limit, gets its receipt while it is still stored", async () => {
+    await appEnv({ AUDIT_RETENTIE_DAGEN: "30" });
+    const a = await addTenant(env.db, "Eén");
+    const tijdstip = new Date(NOW.getTime() - 30 * DAY + 60_000).toISOString();
+    const body = { entries: [entry(a, 0, { tijdstip, sleutel: "evt-1" })] };
+    const first = await send("/api/audit", body);
+    expect(first.status).toBe(200);
+    env.setNow(new Date(NOW.getTime() + 120_000));
+    const retry = await send("/api/audit", body);
+    expect({ status: retry.status, body: retry.json, stored: await count("audit_entries WHERE sleutel = 'evt-1'") }).toEqual({
+      status: 200,
+      body: { opgeslagen: 0, alBekend: 1, ontvangstbewijzen: first.json.ontvangstbewijzen },
+      stored: 1,
+    });
+    // Not stored yet, the same age is refused: in batch order, nothing of the batch stored.
+    const other = await send("/api/audit", { entries: [entry(a, 1, { sleutel: "evt-2" }), entry(a, 2, { tijdstip, sleutel: "evt-3" }), ...body.entries] });
+    expect([other.status, other.json.error]).toEqual([
+      400,
+      "Veld entries[1].tijdstip ligt verder terug dan de bewaartermijn van 30 dagen (AUDIT_RETENTIE_DAGEN): audit-retentie zou de entry meteen verwijderen.",
+    ]);
+    expect(await count("audit_entries")).toBe(1);
+  });
+
   test("chains written through the API verify after audit-retentie and audit-anker", async () => {
     await appEnv({ AUDIT_RETENTIE_DAGEN: "30" });
     const a = await addTenant(env.db, "A");
@@ -403,15 +426,18 @@ describe("POST /api/audit", () => {
     expect((await send("/api/audit", { entries: entries.slice(0, 30) })).status).toBe(200);
     env.setNow(NOW);
     expect((await send("/api/audit", { entries: entries.slice(30) })).status).toBe(200);
-    // Now the first batch is past retention: sent again (a retry after a lost answer), it is
-    // refused rather than stored a second time once retention deleted it and its sleutels.
-    const late = await send("/api/audit", { entries: entries.slice(0, 30) });
-    expect(late.status).toBe(400);
-    expect(late.json.error).toContain("Veld entries[0].tijdstip ligt verder terug dan de bewaartermijn van 30 dagen");
+    // Now the first batch is past retention. Sent again (a retry after a lost answer)
+    // while its entries are still stored, it gets their receipts; once retention deleted
+    // them and their sleutels, it is refused rather than stored a second time.
+    const early = await send("/api/audit", { entries: entries.slice(0, 30) });
+    expect([early.status, early.json.opgeslagen, early.json.alBekend]).toEqual([200, 0, 30]);
     expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
     const retentie = await call(env.app, "/api/cron/audit-retentie");
     expect(retentie.status).toBe(200);
     expect(retentie.json.verwijderd).toBeGreaterThan(25);
+    const late = await send("/api/audit", { entries: entries.slice(0, 30) });
+    expect(late.status).toBe(400);
+    expect(late.json.error).toContain("Veld entries[0].tijdstip ligt verder terug dan de bewaartermijn van 30 dagen");
     // The keys went with their entries, the others stayed; new ones append after the retention point.
     expect(await count("audit_entries WHERE sleutel IS NOT NULL")).toBe(60 - retentie.json.verwijderd);
     expect((await send("/api/audit", { entries: [entry(a, 100, { sleutel: "na" })] })).status).toBe(200);

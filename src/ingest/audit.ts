@@ -132,24 +132,25 @@ function detailsProblem(value: unknown): string | null {
  * An entry as it will be chained; with a sleutel, its `key` holds that sleutel and the
  * SHA-256 of the entry as sent (`inhoud`), stored in the entry's row.
  */
-export type Prepared = ChainInput;
+export interface Prepared extends ChainInput {
+  /**
+   * Set when its tijdstip lies before the retention period (AUDIT_RETENTIE_DAGEN, this
+   * many days): refused if the batch would append it (planAuditBatch), answered with its
+   * receipt if its sleutel is stored with the same content.
+   */
+  pastRetention?: number;
+}
 
 /**
  * The checks that need no database, done before the transaction: when (≤ a minute
- * ahead, and with `retentieDagen` not before the retention period), the details' depth
- * and size, and the canonical forms. Refusal 400 names the
- * entry by index and field.
+ * ahead; with `retentieDagen`, entries before the retention period are marked), the
+ * details' depth and size, and the canonical forms. Refusal 400 names the entry by index
+ * and field.
  */
 export function prepareAuditBatch(batch: AuditBatch, now: Date, retentieDagen?: number): Prepared[] {
   const oldest = retentieDagen === undefined ? null : retentionBoundary(now, retentieDagen);
   return batch.entries.map((e, i) => {
     const createdAt = storedMoment(e.tijdstip, now, `entries[${i}].tijdstip`);
-    // Past the retention period, audit-retentie would delete it the next night, and with
-    // it its sleutel: a retry after that night would store it again, and the newest ids
-    // deleted would be given out again.
-    if (oldest !== null && createdAt < oldest) {
-      throw new Refusal(400, `Veld entries[${i}].tijdstip ligt verder terug dan de bewaartermijn van ${retentieDagen} dagen (AUDIT_RETENTIE_DAGEN): audit-retentie zou de entry meteen verwijderen.`);
-    }
     const details = e.details ?? {};
     const problem = detailsProblem(details);
     if (problem !== null) throw new Refusal(400, `Veld entries[${i}].details ${problem}.`);
@@ -158,6 +159,7 @@ export function prepareAuditBatch(batch: AuditBatch, now: Date, retentieDagen?: 
       throw new Refusal(400, `Veld entries[${i}].details is groter dan ${MAX_DETAILS_BYTES / 1024} KiB.`);
     }
     const entry: Prepared = { tenantId: e.tenantId, createdAt, actor: e.actor, action: e.action, subject: e.subject, details: text };
+    if (oldest !== null && createdAt < oldest) entry.pastRetention = retentieDagen;
     if (e.sleutel === undefined) return entry;
     // The content as sent: a retry without tijdstip is the same content, stored at its first time.
     const inhoud = sha256Hex(JSON.stringify([e.actor, e.action, e.subject, text, e.tijdstip === undefined ? null : createdAt]));
@@ -214,7 +216,7 @@ export interface AuditPlan {
  * refusing the insert, and the call done again: storeAuditBatchPg).
  * Entries whose sleutel is stored with the same content are answered from that row; with
  * other content the batch is refused (409). The same sleutel twice in one batch counts as
- * a retry of the first.
+ * a retry of the first. An entry to append that lies before the retention period is 400.
  */
 export function planAuditBatch(prepared: readonly Prepared[], storedKey: (tenantId: number, sleutel: string) => StoredKey | undefined): AuditPlan {
   const receipts: (Receipt | undefined)[] = new Array(prepared.length);
@@ -222,9 +224,21 @@ export function planAuditBatch(prepared: readonly Prepared[], storedKey: (tenant
   const firstInBatch = new Map<string, number>();
   const fresh: number[] = [];
   const repeats: [index: number, first: number][] = [];
+  // Only what is appended is refused for its age: an entry past the retention period
+  // that is already stored (its answer lost, the batch sent again before audit-retentie
+  // ran) gets its receipt, not a 400 saying nothing was stored.
+  const append = (i: number, p: Prepared) => {
+    if (p.pastRetention !== undefined) {
+      // Appended, audit-retentie would delete it the next night, and with it its sleutel:
+      // a retry after that night would store it again, and the newest ids deleted would
+      // be given out again.
+      throw new Refusal(400, `Veld entries[${i}].tijdstip ligt verder terug dan de bewaartermijn van ${p.pastRetention} dagen (AUDIT_RETENTIE_DAGEN): audit-retentie zou de entry meteen verwijderen.`);
+    }
+    fresh.push(i);
+  };
   for (const [i, p] of prepared.entries()) {
     if (p.key === undefined) {
-      fresh.push(i);
+      append(i, p);
       continue;
     }
     const { sleutel, inhoud } = p.key;
@@ -238,7 +252,7 @@ export function planAuditBatch(prepared: readonly Prepared[], storedKey: (tenant
     else if (first !== undefined) repeats.push([i, first]);
     else {
       firstInBatch.set(`${p.tenantId}\u0000${sleutel}`, i);
-      fresh.push(i);
+      append(i, p);
     }
   }
   return { fresh, receipts, repeats };
