@@ -277,6 +277,31 @@ describe("POST /api/audit", () => {
     expect(await count("audit_entries")).toBe(0);
   });
 
+  test("details: a number a double cannot keep as sent is 400 naming it, also under a used sleutel; numbers kept exactly pass in any notation", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    const body = (details: string, sleutel = "k") => `{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"","details":${details},"sleutel":"${sleutel}"}]}`;
+    const kept = await send("/api/audit", body('{"a":[1.0,1e2,-0,0.10,0.30000000000000004,5e-324,123.456e-5,1E+2,100e-2,-2.5e-3,1.5e-300],"b":{"c":0.1}}'));
+    expect(kept.status).toBe(200);
+    expect((await stored(a))[0]!.details).toBe('{"a":[1,100,0,0.1,0.30000000000000004,5e-324,0.00123456,100,1,-0.0025,1.5e-300],"b":{"c":0.1}}');
+    for (const [details, source] of [
+      ['{"a":1e-400}', "1e-400"],
+      ['{"a":-2e-324}', "-2e-324"],
+      ['{"x":[1,{"y":[0.1000000000000000000001]}]}', "0.1000000000000000000001"],
+      ['{"a":1.00000000000000000001}', "1.00000000000000000001"],
+      // the same sleutel with other digits than the stored 0.1: not the same content
+      ['{"a":[1.0,1e2,-0,0.10,0.30000000000000004,5e-324,123.456e-5,1E+2,100e-2,-2.5e-3,1.5e-300],"b":{"c":0.10000000000000000001}}', "0.10000000000000000001"],
+    ] as const) {
+      const r = await send("/api/audit", body(details));
+      expect({ details, status: r.status, error: r.json.error }).toEqual({
+        details,
+        status: 400,
+        error: `Veld entries[0].details bevat het getal ${source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324); stuur het als tekst.`,
+      });
+    }
+    expect(await count("audit_entries")).toBe(1);
+  });
+
   test("text with whole characters beyond the BMP passes and verifies; a lone surrogate is refused by the library too", async () => {
     await appEnv();
     const a = await addTenant(env.db);

@@ -106,23 +106,66 @@ export function storedMoment(tijdstip: string | undefined, now: Date, field: str
   return stored;
 }
 
+/** A JSON number's decimal value as text, sign, digits and exponent normalised: `1.0`, `1e0` and `1` give the same. */
+function decimalValue(source: string): string {
+  const [, sign, int, frac = "", exp = "0"] = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(source)!;
+  let digits = (int! + frac).replace(/^0+/, "");
+  if (digits === "") return "0"; // -0 and 0.00 are zero, as the double is
+  const trailing = digits.length - digits.replace(/0+$/, "").length;
+  digits = digits.slice(0, digits.length - trailing);
+  // BigInt: an exponent of any length is still compared exactly.
+  return `${sign}${digits}e${BigInt(exp) - BigInt(frac.length) + BigInt(trailing)}`;
+}
+
+/**
+ * The JSON numbers of a parsed body that JSON.parse could not keep as sent, by the
+ * object or array holding them (exactNumbers); detailsProblem refuses them in details.
+ */
+const inexact = new WeakMap<object, string>();
+
+/**
+ * The reviver of POST /api/audit's body: remembers a number whose double is another
+ * decimal value than its source text (`1e-400` became 0, `0.1000000000000000000001`
+ * 0.1), where String(value) and the source differ in value, not only in form (`1.0`,
+ * `1e2`, `-0`, `0.10` are kept exactly). Stored silently changed, a retry with other
+ * digits under the same sleutel would count as the same content.
+ */
+export function exactNumbers(this: object, _key: string, value: unknown, context?: { source?: string }): unknown {
+  const source = context?.source;
+  if (typeof value === "number" && source !== undefined && String(value) !== source && !inexact.has(this) && (!Number.isFinite(value) || decimalValue(source) !== decimalValue(String(value)))) {
+    inexact.set(this, source);
+  }
+  return value;
+}
+
+/** What is wrong with a number of details, if anything; `source` as sent when JSON.parse changed it (exactNumbers). */
+function numberProblem(v: number, source?: string): string | null {
+  if (!Number.isFinite(v)) return "bevat een getal buiten het bereik van JSON-getallen (±1,8e308)";
+  if (Number.isInteger(v) && !Number.isSafeInteger(v)) return "bevat een geheel getal buiten ±2^53 (9007199254740991) dat niet exact kan worden bewaard; stuur het als tekst";
+  if (source !== undefined) return `bevat het getal ${source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324); stuur het als tekst`;
+  return null;
+}
+
 /**
  * What is wrong with an entry's details, if anything: nested deeper than
  * MAX_DETAILS_DEPTH, or a number that JSON.parse could not keep as sent (beyond ±1.8e308
- * it became Infinity, stored as null; an integer beyond ±2^53 lost digits) — stored
- * silently changed, and a retry with other digits would count as the same content.
+ * it became Infinity, stored as null; an integer beyond ±2^53 lost digits; more digits
+ * than a double keeps, or too small for one: exactNumbers) — stored silently changed,
+ * and a retry with other digits would count as the same content.
  */
 function detailsProblem(value: unknown): string | null {
   const stack: [unknown, number][] = [[value, 1]];
   while (stack.length > 0) {
     const [v, d] = stack.pop()!;
     if (typeof v === "number") {
-      if (!Number.isFinite(v)) return "bevat een getal buiten het bereik van JSON-getallen (±1,8e308)";
-      if (Number.isInteger(v) && !Number.isSafeInteger(v)) return "bevat een geheel getal buiten ±2^53 (9007199254740991) dat niet exact kan worden bewaard; stuur het als tekst";
+      const problem = numberProblem(v);
+      if (problem !== null) return problem;
       continue;
     }
     if (v === null || typeof v !== "object") continue;
     if (d > MAX_DETAILS_DEPTH) return `is dieper genest dan ${MAX_DETAILS_DEPTH} niveaus`;
+    const lost = inexact.get(v);
+    if (lost !== undefined) return numberProblem(Number(lost), lost);
     for (const child of Object.values(v as object)) stack.push([child, d + 1]);
   }
   return null;
