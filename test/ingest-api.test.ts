@@ -10,7 +10,7 @@ import { call, NOW, SECRET } from "./helpers.ts";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { addTenant, DIALECT, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry, INGEST } from "./ingest-fixtures.ts";
-import { MAX_BATCH_BYTES } from "../src/ingest/audit.ts";
+import { detailsProblem, MAX_BATCH_BYTES, MAX_DETAILS_BYTES } from "../src/ingest/audit.ts";
 import { positiveIntegerPattern } from "../src/jobs/schema.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
@@ -299,6 +299,29 @@ describe("POST /api/audit", () => {
         error: `Veld entries[0].details bevat het getal ${source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324); stuur het als tekst.`,
       });
     }
+    expect(await count("audit_entries")).toBe(1);
+  });
+
+  test("details with more values than 64 KiB holds are refused by count, before they are copied, with the size refusal; the count refuses nothing that fits", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    const limit = MAX_DETAILS_BYTES / 2;
+    // 340,000 empty objects, a body under 1 MiB: refused by the count (without it they were
+    // all walked, and copied by canonicalJson, before the size check refused them)
+    const many = { a: Array.from({ length: 340_000 }, () => ({})) };
+    expect(detailsProblem(many)).toBe("is groter dan 64 KiB");
+    const r = await send("/api/audit", `{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"","details":${JSON.stringify(many)}}]}`);
+    expect([r.status, r.json.error]).toEqual([400, "Veld entries[0].details is groter dan 64 KiB."]);
+    // The count refuses nothing that fits: `limit` − 2 values ({"a":[0,…]}, 65,535 bytes)
+    // are stored; `limit` values (65,539 bytes) pass the count and are refused by size;
+    // one value more is refused by the count.
+    const fits = { a: Array.from({ length: limit - 4 }, () => 0) };
+    expect((await send("/api/audit", { entries: [{ ...entry(a, 0), details: fits }] })).status).toBe(200);
+    const edge = { a: Array.from({ length: limit - 2 }, () => 0) };
+    expect(detailsProblem(edge)).toBeNull();
+    const sized = await send("/api/audit", { entries: [{ ...entry(a, 1), details: edge }] });
+    expect([sized.status, sized.json.error]).toEqual([400, "Veld entries[0].details is groter dan 64 KiB."]);
+    expect(detailsProblem({ a: [...edge.a, 0] })).toBe("is groter dan 64 KiB");
     expect(await count("audit_entries")).toBe(1);
   });
 

@@ -106,6 +106,9 @@ export function storedMoment(tijdstip: string | undefined, now: Date, field: str
   return stored;
 }
 
+/** Why details larger than MAX_DETAILS_BYTES are refused, whichever check finds it (detailsProblem, prepareAuditBatch). */
+const DETAILS_TOO_LARGE = `is groter dan ${MAX_DETAILS_BYTES / 1024} KiB`;
+
 /** A JSON number's decimal value as text, sign, digits and exponent normalised: `1.0`, `1e0` and `1` give the same. */
 function decimalValue(source: string): string {
   const [, sign, int, frac = "", exp = "0"] = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(source)!;
@@ -148,13 +151,20 @@ function numberProblem(v: number, source?: string): string | null {
 
 /**
  * What is wrong with an entry's details, if anything: nested deeper than
- * MAX_DETAILS_DEPTH, or a number that JSON.parse could not keep as sent (beyond ±1.8e308
- * it became Infinity, stored as null; an integer beyond ±2^53 lost digits; more digits
- * than a double keeps, or too small for one: exactNumbers) — stored silently changed,
- * and a retry with other digits would count as the same content.
+ * MAX_DETAILS_DEPTH, more values than fit in MAX_DETAILS_BYTES, or a number that
+ * JSON.parse could not keep as sent (beyond ±1.8e308 it became Infinity, stored as null;
+ * an integer beyond ±2^53 lost digits; more digits than a double keeps, or too small for
+ * one: exactNumbers) — stored silently changed, and a retry with other digits would
+ * count as the same content.
  */
-function detailsProblem(value: unknown): string | null {
+export function detailsProblem(value: unknown): string | null {
   const stack: [unknown, number][] = [[value, 1]];
+  // Every value costs at least 2 bytes of canonical JSON but one (itself and a comma or
+  // bracket; by induction n values take ≥ 2n − 1), so more than MAX_DETAILS_BYTES / 2
+  // of them cannot fit: refused by count before walking or copying them all (350,000
+  // empty objects in a 1 MiB body held the event loop for 235 ms before canonicalJson's
+  // size check refused them).
+  let values = 1;
   while (stack.length > 0) {
     const [v, d] = stack.pop()!;
     if (typeof v === "number") {
@@ -166,7 +176,11 @@ function detailsProblem(value: unknown): string | null {
     if (d > MAX_DETAILS_DEPTH) return `is dieper genest dan ${MAX_DETAILS_DEPTH} niveaus`;
     const lost = inexact.get(v);
     if (lost !== undefined) return numberProblem(Number(lost), lost);
-    for (const child of Object.values(v as object)) stack.push([child, d + 1]);
+    // An array as it is: Object.values copied one of 340,000 in ~200 ms (Bun 1.4.5).
+    const children: readonly unknown[] = Array.isArray(v) ? v : Object.values(v);
+    values += children.length;
+    if (values > MAX_DETAILS_BYTES / 2) return DETAILS_TOO_LARGE;
+    for (const child of children) stack.push([child, d + 1]);
   }
   return null;
 }
@@ -198,9 +212,7 @@ export function prepareAuditBatch(batch: AuditBatch, now: Date, retentieDagen?: 
     const problem = detailsProblem(details);
     if (problem !== null) throw new Refusal(400, `Veld entries[${i}].details ${problem}.`);
     const text = canonicalJson(details);
-    if (Buffer.byteLength(text, "utf8") > MAX_DETAILS_BYTES) {
-      throw new Refusal(400, `Veld entries[${i}].details is groter dan ${MAX_DETAILS_BYTES / 1024} KiB.`);
-    }
+    if (Buffer.byteLength(text, "utf8") > MAX_DETAILS_BYTES) throw new Refusal(400, `Veld entries[${i}].details ${DETAILS_TOO_LARGE}.`);
     const entry: Prepared = { tenantId: e.tenantId, createdAt, actor: e.actor, action: e.action, subject: e.subject, details: text };
     if (oldest !== null && createdAt < oldest) entry.pastRetention = retentieDagen;
     if (e.sleutel === undefined) return entry;
