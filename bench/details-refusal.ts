@@ -5,17 +5,19 @@
 // reviewer). In-process: the route's body reader (JSON.parse with exactNumbers, the
 // schema check) and prepareAuditBatch, without HTTP.
 //
-//   bun bench/details-refusal.ts [--rounds 15]
+//   bun bench/details-refusal.ts [--rounds 15] [--number]
 //
 // One JSON line per figure: {"bench":"details-refusal","metric","value","unit","note"}; medians.
 import { jsonBodyReader } from "../src/http/body.ts";
-import { AuditBatch, exactNumbers, MAX_BATCH_BYTES, prepareAuditBatch } from "../src/ingest/audit.ts";
+import { AuditBatch, MAX_BATCH_BYTES, parseAuditBody, prepareAuditBatch } from "../src/ingest/audit.ts";
 import { Refusal } from "../src/ingest/refusal.ts";
 
 const i = process.argv.indexOf("--rounds");
 const ROUNDS = i >= 0 ? Number(process.argv[i + 1]) : 15;
-const read = jsonBodyReader(AuditBatch, MAX_BATCH_BYTES, "te groot", exactNumbers);
-const body = `{"entries":[{"tenantId":1,"actor":"x","action":"a","subject":"","details":{"a":[${Array(340_000).fill("{}").join(",")}]}}]}`;
+const read = jsonBodyReader(AuditBatch, MAX_BATCH_BYTES, "te groot", parseAuditBody);
+// --number: with one number that makes parseAuditBody use its reviver (exactNumbers).
+const number = process.argv.includes("--number") ? '"n":1e2,' : "";
+const body = `{"entries":[{"tenantId":1,"actor":"x","action":"a","subject":"","details":{${number}"a":[${Array(340_000).fill("{}").join(",")}]}}]}`;
 const request = () => new Request("http://localhost/api/audit", { method: "POST", body });
 
 const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -35,5 +37,5 @@ for (let r = 0; r < ROUNDS; r++) {
   prepareMs.push(performance.now() - t1);
 }
 const line = (metric: string, value: number, note: string) => console.log(JSON.stringify({ bench: "details-refusal", metric, value: +value.toFixed(1), unit: "ms", note }));
-line("read-body", median(readMs), `${body.length} bytes: read, JSON.parse with exactNumbers, schema check`);
+line("read-body", median(readMs), `${body.length} bytes: read, parseAuditBody${number ? " (with its reviver)" : ""}, schema check`);
 line("prepare-refusal", median(prepareMs), "prepareAuditBatch until the 64 KiB refusal");

@@ -47,14 +47,12 @@ export async function readCappedBody(request: Request, max: number, tooLarge: st
   return out;
 }
 
-/** JSON.parse's reviver with the source text of a primitive (Bun, as in the TC39 proposal): exactNumbers. */
-export type JsonReviver = (this: any, key: string, value: unknown, context?: { source?: string }) => unknown;
-
 /**
  * A reader of JSON bodies of one schema, compiled once: at most `maxBytes` (413 with
- * `tooLarge` above), UTF-8, JSON, then the schema; a mismatch is a 400 naming the field.
+ * `tooLarge` above), UTF-8, JSON (`parse`: POST /api/audit's keeps numbers' source
+ * text, parseAuditBody), then the schema; a mismatch is a 400 naming the field.
  */
-export function jsonBodyReader<T extends TSchema>(schema: T, maxBytes: number, tooLarge: string, reviver?: JsonReviver): (request: Request) => Promise<Static<T>> {
+export function jsonBodyReader<T extends TSchema>(schema: T, maxBytes: number, tooLarge: string, parse: (text: string) => unknown = JSON.parse): (request: Request) => Promise<Static<T>> {
   const check = TypeCompiler.Compile(schema);
   const expected = expectation(schema);
   return async (request) => {
@@ -68,7 +66,7 @@ export function jsonBodyReader<T extends TSchema>(schema: T, maxBytes: number, t
     if (text.trim() === "") throw new HttpError(400, `Ongeldige body: leeg; verwacht ${expected}.`);
     let value: unknown;
     try {
-      value = JSON.parse(text, reviver);
+      value = parse(text);
     } catch {
       throw new HttpError(400, "Ongeldige body: geen geldige JSON.");
     }

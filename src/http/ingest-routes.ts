@@ -8,7 +8,7 @@
 // The work itself, and every rule of it, is in src/ingest/.
 import { ValidationError, type Elysia, type TSchema } from "elysia";
 import type { Deps } from "../deps.ts";
-import { AuditBatch, AuditBatchResult, exactNumbers, MAX_BATCH_BYTES, prepareAuditBatch, storeAuditBatch, TenantIdPath } from "../ingest/audit.ts";
+import { AuditBatch, AuditBatchResult, MAX_BATCH_BYTES, parseAuditBody, prepareAuditBatch, storeAuditBatch, TenantIdPath } from "../ingest/audit.ts";
 import { countRejected, type IngestCounters, type IngestKind } from "../ingest/counters.ts";
 import { LoginAttemptBatch, LoginAttemptResult, MAX_ATTEMPTS_BYTES, prepareLoginAttempts, storeLoginAttempts } from "../ingest/login-attempts.ts";
 import {
@@ -25,7 +25,7 @@ import { groupedWriter } from "../ingest/group-commit.ts";
 import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../client.ts";
 import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttemptsPg } from "../pg/ingest.ts";
 import { Refusal } from "../ingest/refusal.ts";
-import { jsonBodyReader, type JsonReviver } from "./body.ts";
+import { jsonBodyReader } from "./body.ts";
 import { log } from "../logger.ts";
 import { ErrorBody, HttpError, json, lockWaitGivenUp, markNothingStored, unavailableCode, unexpectedStatus } from "./errors.ts";
 
@@ -76,8 +76,8 @@ interface Endpoint<B extends TSchema> {
   /** The path's parameters: Elysia checks them (a 400 naming the parameter) before the body is read. */
   params?: TSchema;
   maxBytes: number;
-  /** JSON.parse's reviver for this body (the audit entries' details: exactNumbers). */
-  reviver?: JsonReviver;
+  /** The body's JSON.parse, when not the plain one (the audit entries' details: parseAuditBody). */
+  parse?: (text: string) => unknown;
   result: TSchema;
   /** When the answer is 201 for a new resource: its description. */
   created?: string;
@@ -119,7 +119,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
   const writer = store.kind === "sqlite" ? groupedWriter(store.sqlite, { stats: counters.sqlite }) : null;
   const route = <B extends TSchema>(e: Endpoint<B>, handle: (body: any, params: Record<string, string>) => Promise<Response>) => {
     const shown = e.path.replace(":id", "{id}");
-    const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`, e.reviver);
+    const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`, e.parse);
     const handler = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
       deps.writeApi?.seen();
       try {
@@ -147,7 +147,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
         "Voegt 1 tot 1000 entries toe aan de hash-ketens van hun tenants, in één transactie. nachtwacht berekent seq en hash; het antwoord geeft per entry een ontvangstbewijs. Een entry met `sleutel` wordt per tenant één keer opgeslagen: een herhaalde batch (na een time-out) krijgt dezelfde ontvangstbewijzen.",
       body: AuditBatch,
       maxBytes: MAX_BATCH_BYTES,
-      reviver: exactNumbers,
+      parse: parseAuditBody,
       result: AuditBatchResult,
       refusals: {
         409: "Een sleutel is al gebruikt voor een andere entry van die tenant; de melding noemt hem. Niets is opgeslagen.",
