@@ -185,6 +185,49 @@ describe("the job wrapper", () => {
     }
   }, 20_000);
 
+  test("over real HTTP, a job's keep-alive connection is closed by the server with its answer, an error's too (it had no idle timeout left)", async () => {
+    const job = defineJob({ name: "backup-status", summary: "t", description: "t", run: async () => ({ status: 200, body: { ok: true } }) });
+    // A job that fails unexpectedly: its 500 comes from the app's error handler.
+    const failing = defineJob({
+      name: "dagrapport",
+      summary: "t",
+      description: "t",
+      run: async () => {
+        throw new Error("kapot");
+      },
+    });
+    env = await makeEnv({}, { jobs: [job, failing] });
+    const server = env.app.listen({ port: 0, hostname: "127.0.0.1" });
+    try {
+      for (const [path, status, body] of [
+        ["/api/cron/backup-status", "HTTP/1.1 200 OK", '{"ok":true}'],
+        ["/api/cron/dagrapport", "HTTP/1.1 500 Internal Server Error", '{"error":"Interne fout; de fout is gemeld."}'],
+      ] as const) {
+        let answer = "";
+        const closed = Promise.withResolvers<boolean>();
+        const sock = await Bun.connect({
+          hostname: "127.0.0.1",
+          port: server.server!.port!,
+          socket: { data: (_s, d) => void (answer += d.toString()), close: () => closed.resolve(true), error: () => closed.resolve(true) },
+        });
+        // HTTP/1.1 without `Connection: close`: keep-alive, as a client with a connection pool sends it.
+        sock.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${SECRET}\r\nContent-Length: 0\r\n\r\n`);
+        // The deadline only bounds a failing run: before the fix the connection stayed open for good.
+        const cut = await Promise.race([closed.promise, Bun.sleep(8_000).then(() => false)]);
+        sock.end();
+        expect({ path, cut, status: answer.split("\r\n")[0], connection: /\r\nconnection: close\r\n/i.test(answer), body: answer.endsWith(body) }).toEqual({
+          path,
+          cut: true,
+          status,
+          connection: true,
+          body: true,
+        });
+      }
+    } finally {
+      await server.stop(true);
+    }
+  }, 30_000);
+
   test("a run whose lease another process took over meanwhile (it expired: this process stood still, or the clocks differ) raises job-overlap at its end; the other's lease is left alone", async () => {
     const g = gate();
     const started = gate();

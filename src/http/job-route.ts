@@ -471,7 +471,7 @@ export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: D
   const readInput = def.input ? bodyReader(def.name, def.input) : undefined;
   app.post(
     jobPath(def.name),
-    async ({ request, server }) => {
+    async ({ request, server, set }) => {
       // The body first, under the server's idle timeout: a client that sends it slowly is cut off.
       const input = readInput ? await readInput(request) : undefined;
       // Then the idle timeout (Elysia's default 30 s) would cut the connection of a job
@@ -479,6 +479,11 @@ export function mountJob(app: Elysia<any, any, any, any, any, any, any>, deps: D
       // connection waits as long as the job runs: its maximum run time is watched by
       // taken-controle, and curl's --max-time in the crontab bounds the caller.
       server?.timeout(request, 0);
+      // The timeout stays off on the socket after the answer: a keep-alive connection
+      // would stay open, idle, for good. Closed with the answer instead, also an error's
+      // (Elysia adds `set.headers` to the error handler's answer too); cron's curl makes
+      // one call per connection anyway.
+      set.headers.connection = "close";
       // Only a job with a schedule has scheduled calls (and the documented 204).
       const scheduled = request.headers.get(SCHEDULED_HEADER) === "1" && scheduleOf(def.name).cron !== null;
       return runJobRequest(deps, running, def, input, scheduled);
