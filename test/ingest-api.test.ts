@@ -10,7 +10,7 @@ import { call, NOW, SECRET } from "./helpers.ts";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { addTenant, DIALECT, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry, INGEST } from "./ingest-fixtures.ts";
-import { detailsProblem, MAX_BATCH_BYTES, MAX_DETAILS_BYTES } from "../src/ingest/audit.ts";
+import { detailsProblem, MAX_BATCH_BYTES, MAX_DETAILS_BYTES, MAX_NUMBER_SHOWN } from "../src/ingest/audit.ts";
 import { positiveIntegerPattern } from "../src/jobs/schema.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
@@ -281,11 +281,14 @@ describe("POST /api/audit", () => {
     await appEnv();
     const a = await addTenant(env.db);
     const body = (details: string, sleutel = "k") => `{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"","details":${details},"sleutel":"${sleutel}"}]}`;
-    const kept = await send("/api/audit", body('{"a":[1.0,1e2,-0,0.10,0.30000000000000004,5e-324,123.456e-5,1E+2,100e-2,-2.5e-3,1.5e-300],"b":{"c":0.1}}'));
+    const kept = await send("/api/audit", body(`{"a":[1.0,1e2,-0,0.10,0.30000000000000004,5e-324,123.456e-5,1E+2,100e-2,-2.5e-3,1.5e-300],"b":{"c":0.1},"z":0e-${"9".repeat(20)}}`));
     expect(kept.status).toBe(200);
-    expect((await stored(a))[0]!.details).toBe('{"a":[1,100,0,0.1,0.30000000000000004,5e-324,0.00123456,100,1,-0.0025,1.5e-300],"b":{"c":0.1}}');
+    expect((await stored(a))[0]!.details).toBe('{"a":[1,100,0,0.1,0.30000000000000004,5e-324,0.00123456,100,1,-0.0025,1.5e-300],"b":{"c":0.1},"z":0}');
     const tiny = `0.${"0".repeat(399)}1`;
+    // An exponent of 100,000 digits: refused as inexact without being parsed as a number.
+    const vast = `1e-${"9".repeat(100_000)}`;
     for (const [details, source] of [
+      [`{"a":${vast}}`, vast],
       ['{"a":1e-400}', "1e-400"],
       ['{"a":-2e-324}', "-2e-324"],
       ['{"x":[1,{"y":[0.1000000000000000000001]}]}', "0.1000000000000000000001"],
@@ -301,7 +304,7 @@ describe("POST /api/audit", () => {
       expect({ details, status: r.status, error: r.json.error }).toEqual({
         details,
         status: 400,
-        error: `Veld entries[0].details bevat het getal ${source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324); stuur het als tekst.`,
+        error: `Veld entries[0].details bevat het getal ${source.length > MAX_NUMBER_SHOWN ? `${source.slice(0, MAX_NUMBER_SHOWN)}…` : source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324); stuur het als tekst.`,
       });
     }
     expect(await count("audit_entries")).toBe(1);

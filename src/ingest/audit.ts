@@ -116,7 +116,10 @@ function decimalValue(source: string): string {
   if (digits === "") return "0"; // -0 and 0.00 are zero, as the double is
   const trailing = digits.length - digits.replace(/0+$/, "").length;
   digits = digits.slice(0, digits.length - trailing);
-  // BigInt: an exponent of any length is still compared exactly.
+  // An exponent of 16 digits or more puts a non-zero number (of at most 1 MiB of digits)
+  // beyond any double (0 or Infinity): never the value of String(value). Not parsed: BigInt
+  // of a 1 MiB exponent would hold the event loop for a third of a second.
+  if (exp.replace(/^[+-]?0*/, "").length > 15) return `${sign}${digits}e${exp}`;
   return `${sign}${digits}e${BigInt(exp) - BigInt(frac.length) + BigInt(trailing)}`;
 }
 
@@ -158,11 +161,15 @@ export function parseAuditBody(text: string): unknown {
   return MAYBE_INEXACT.test(text) ? JSON.parse(text, exactNumbers) : JSON.parse(text);
 }
 
+/** How much of a refused number the refusal shows. */
+export const MAX_NUMBER_SHOWN = 40;
+
 /** What is wrong with a number of details, if anything; `source` as sent when JSON.parse changed it (exactNumbers). */
 function numberProblem(v: number, source?: string): string | null {
   if (!Number.isFinite(v)) return "bevat een getal buiten het bereik van JSON-getallen (±1,8e308)";
   if (Number.isInteger(v) && !Number.isSafeInteger(v)) return "bevat een geheel getal buiten ±2^53 (9007199254740991) dat niet exact kan worden bewaard; stuur het als tekst";
-  if (source !== undefined) return `bevat het getal ${source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324); stuur het als tekst`;
+  // The number as sent, cut short: it may be most of a 1 MiB body.
+  if (source !== undefined) return `bevat het getal ${source.length > MAX_NUMBER_SHOWN ? `${source.slice(0, MAX_NUMBER_SHOWN)}…` : source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324); stuur het als tekst`;
   return null;
 }
 
