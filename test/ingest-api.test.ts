@@ -281,14 +281,16 @@ describe("POST /api/audit", () => {
     await appEnv();
     const a = await addTenant(env.db);
     const body = (details: string, sleutel = "k") => `{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"","details":${details},"sleutel":"${sleutel}"}]}`;
-    const kept = await send("/api/audit", body(`{"a":[1.0,1e2,-0,0.10,0.30000000000000004,5e-324,123.456e-5,1E+2,100e-2,-2.5e-3,1.5e-300],"b":{"c":0.1},"z":0e-${"9".repeat(20)}}`));
+    const kept = await send("/api/audit", body(`{"a":[1.0,1e2,-0,0.10,0.30000000000000004,5e-324,123.456e-5,1E+2,100e-2,-2.5e-3,1.5e-300],"b":{"c":0.1},"z":0e-${"9".repeat(20)},"n":[1e1,1.5e-7,2.2250738585072014e-308,123456789012345e-20]}`));
     expect(kept.status).toBe(200);
-    expect((await stored(a))[0]!.details).toBe('{"a":[1,100,0,0.1,0.30000000000000004,5e-324,0.00123456,100,1,-0.0025,1.5e-300],"b":{"c":0.1},"z":0}');
+    expect((await stored(a))[0]!.details).toBe('{"a":[1,100,0,0.1,0.30000000000000004,5e-324,0.00123456,100,1,-0.0025,1.5e-300],"b":{"c":0.1},"n":[10,1.5e-7,2.2250738585072014e-308,0.00000123456789012345],"z":0}');
     const tiny = `0.${"0".repeat(399)}1`;
     // An exponent of 100,000 digits: refused as inexact without being parsed as a number.
     const vast = `1e-${"9".repeat(100_000)}`;
     for (const [details, source] of [
       [`{"a":${vast}}`, vast],
+      // a subnormal: fewer digits than sent survive (5e-324 is the double)
+      ['{"a":4.9e-324}', "4.9e-324"],
       ['{"a":1e-400}', "1e-400"],
       ['{"a":-2e-324}', "-2e-324"],
       ['{"x":[1,{"y":[0.1000000000000000000001]}]}', "0.1000000000000000000001"],
