@@ -48,7 +48,7 @@ const HealthDown = t.Object({
   status: t.Literal("fout"),
   database: enumOf(["onbereikbaar", "alleen-lezen"], {
     description:
-      "onbereikbaar: de query mislukte. alleen-lezen: de database neemt geen schrijfacties aan (PostgreSQL: een standby na een failover, default_transaction_read_only; SQLite: het bestand is niet schrijfbaar, bv. het bestandssysteem alleen-lezen opnieuw aangekoppeld na schijffouten).",
+      "onbereikbaar: de query mislukte. alleen-lezen: de database neemt geen schrijfacties aan (PostgreSQL: een standby na een failover, default_transaction_read_only; SQLite: het bestand is niet schrijfbaar voor de service: het bestandssysteem alleen-lezen opnieuw aangekoppeld na schijffouten, of rechten die de volgende start het openen beletten).",
   }),
 });
 
@@ -128,8 +128,9 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
           } else {
             store.sqlite.query("SELECT 1").get();
             // Reachable is not enough here either: a file system remounted read-only (after
-            // disk errors, `errors=remount-ro`) or a file whose mode was changed answers every
-            // read and refuses every write.
+            // disk errors, `errors=remount-ro`) answers every read and refuses every write. A
+            // file whose mode no longer lets the service write is reported too: the open
+            // connection still writes, but the next start cannot open it.
             if (!mayWrite(store.path)) return json(503, { status: "fout", database: "alleen-lezen" });
           }
           return json(200, { status: "ok", database: "bereikbaar", lopendeTaken: running.names() });
