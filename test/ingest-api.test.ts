@@ -372,6 +372,11 @@ describe("POST /api/audit", () => {
     const r = await send("/api/audit", deep);
     expect(r.status).toBe(400);
     expect(r.json.error).toStartWith("Veld entries[0].actor ontbreekt");
+    // As deep, valid otherwise, with a number that takes the parse with the exact-number
+    // reviver (whose recursion runs out of stack first): the depth is named, not "no JSON".
+    const deeper = `{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"s","details":{"a":${"[".repeat(20_000)}1e1${"]".repeat(20_000)}}}]}`;
+    const d = await send("/api/audit", deeper);
+    expect([d.status, d.json.error]).toEqual([400, "Veld entries[0].details is dieper genest dan 32 niveaus."]);
     // the name of an unknown field is repeated only in part
     const long = "v".repeat(500_000);
     const u = await send("/api/audit", `{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"s","${long}":1}]}`);

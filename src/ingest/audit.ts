@@ -188,7 +188,16 @@ const MAYBE_INEXACT = /[:,[]\s*-?\d(?:[\d.]{15}|[\d.]*[eE])/;
  * from 20 to 90–130 ms (bench/details-refusal.ts); most bodies hold no such number.
  */
 export function parseAuditBody(text: string): unknown {
-  return MAYBE_INEXACT.test(text) ? JSON.parse(text, exactNumbers) : JSON.parse(text);
+  if (!MAYBE_INEXACT.test(text)) return JSON.parse(text);
+  try {
+    return JSON.parse(text, exactNumbers);
+  } catch (e) {
+    // The reviver's recursion ran out of stack (some thousands of levels; the plain parse
+    // takes hundreds of thousands): nested far deeper than MAX_DETAILS_DEPTH, which is
+    // refused naming that, not as "no valid JSON".
+    if (e instanceof RangeError) return JSON.parse(text);
+    throw e;
+  }
 }
 
 /** How much of a refused number the refusal shows. */
