@@ -122,13 +122,16 @@ export const REMINDER_MS = DAY_MS;
  * hour. The memory is this process's: a restart forgets it, so the first raise after one
  * is mailed (a reminder early at most). A send that surely failed (surelyNotDelivered)
  * is forgotten, so the next raise tries again; one that perhaps arrived is not sent again
- * before its reminder.
+ * before its reminder. A raise at a time before the last mail (the clock was ahead then and
+ * is put right) is due: the memory is only trusted forwards.
  */
 export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzone: string; clock: () => Date }) {
   const mailed = new Map<string, { state: string; at: number }>();
   const due = (c: AlarmCondition, at: number) => {
     const last = mailed.get(c.about);
-    return !last || last.state !== c.state || at - last.at >= REMINDER_MS;
+    // A mail from a clock that has since been put back (at < last.at) would otherwise keep
+    // the condition quiet until real time caught up with it, a year for a clock a year ahead.
+    return !last || last.state !== c.state || at < last.at || at - last.at >= REMINDER_MS;
   };
   return {
     name: "e-mail",
