@@ -45,3 +45,37 @@ test("clock ahead for a moment: a later real 'te-oud' about the same backup is m
   // te-oud from the 23rd 03:15 on: mailed then and reminded on the 24th, 25th and 26th.
   expect(a.sent.length).toBe(5);
 });
+
+test("taken-controle: a second forgery of the same job, after the first cleared, is mailed", async () => {
+  env = await makeEnv();
+  const a = realAlarms(env);
+  await forge(env, "dagrapport", utc(23, 5));
+  expect((await runTakenControle(a.deps, a.at(utc(23, 5, 45)))).body.vervalst).toEqual(["dagrapport"]);
+  await addSealedRun(env, "dagrapport", utc(23, 6));
+  expect((await runTakenControle(a.deps, a.at(utc(23, 6, 45)))).body.vervalst).toEqual([]);
+  await forge(env, "dagrapport", utc(23, 8));
+  expect((await runTakenControle(a.deps, a.at(utc(23, 8, 45)))).body.vervalst).toEqual(["dagrapport"]);
+  // The same forgery still there an hour later: no second mail for it.
+  expect((await runTakenControle(a.deps, a.at(utc(23, 9, 45)))).body.vervalst).toEqual(["dagrapport"]);
+  expect(a.lines.filter((l) => JSON.parse(l).alarm === "db-integrity")).toHaveLength(3);
+  expect(a.sent.filter(integrity)).toHaveLength(2);
+});
+
+test("backup-controle: a forged report deleted and forged again is mailed", async () => {
+  env = await makeEnv();
+  const a = realAlarms(env);
+  await runBackupStatus(a.deps, a.at(utc(23, 3)), { exitCode: 0, bestandsnaam: "a.gz", grootte: 1, foutmelding: "" });
+  const f = () =>
+    env!.db.run(
+      "INSERT INTO backup_statuses (ontvangen, gelukt, exit_code, bestandsnaam, grootte, foutmelding, bron) VALUES (?, ?, 0, 'x.gz', 1, '', 'x')",
+      utc(23, 4).toISOString(),
+      env!.dialect === "pg" ? true : 1,
+    );
+  await f();
+  expect((await runBackupControle(a.deps, a.at(utc(23, 4, 15)))).body.vervalst).toBe(1);
+  await env.db.run("DELETE FROM backup_statuses WHERE zegel IS NULL");
+  expect((await runBackupControle(a.deps, a.at(utc(23, 5, 15)))).status).toBe(200);
+  await f();
+  expect((await runBackupControle(a.deps, a.at(utc(23, 9, 15)))).body.vervalst).toBe(1);
+  expect(a.sent.filter(integrity)).toHaveLength(2);
+});

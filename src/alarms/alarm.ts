@@ -31,7 +31,9 @@ export interface Alarm {
    * and one when it changes. `about` names the condition; `state` what it is now (the
    * newest backup and its reden, the rows counted): a new state is mailed at once. Two
    * alarm types may report one condition (ALARM_CONDITIONS.backup). Absent: every raise is
-   * mailed. The stderr line and the error-tracking event are per raise either way.
+   * mailed. The stderr line and the error-tracking event are per raise either way. A check
+   * that finds the condition gone calls AlarmSink.settled(about), so that its return, in
+   * the same state too, is mailed again.
    */
   condition?: AlarmCondition;
 }
@@ -42,20 +44,31 @@ export interface AlarmCondition {
 }
 
 /** The conditions several raisers share, so that they name them alike. */
+const BACKUP_ABOUT = "backup";
+
 export const ALARM_CONDITIONS = {
+  /** ALARM_CONDITIONS.backup's `about`, for settled(). */
+  backupAbout: BACKUP_ABOUT,
   /**
    * The host backup's state as backup-controle finds it: `reden` and the newest report
    * that counts (and one dated ahead). backup-status's backup-failure is the same
    * condition as backup-controle's "mislukt" about the same report: mailed once.
    */
   backup: (reden: string, ontvangen: string | null, toekomst: string | null = null): AlarmCondition => ({
-    about: "backup",
+    about: BACKUP_ABOUT,
     state: [reden, ontvangen ?? "-", ...(toekomst ? [toekomst] : [])].join(" "),
   }),
 };
 
 export interface AlarmSink {
   raise(alarm: Alarm): Promise<void>;
+  /**
+   * The check that raises the condition `about` (Alarm.condition) found it gone: the
+   * channels forget it, so that it is mailed when it comes back, in the same state too
+   * (a forged row deleted and forged again). Optional: sinks without memory (tests) need
+   * none.
+   */
+  settled?(about: string): void;
   /**
    * Alarms a channel did not deliver since the process started (it threw: refused,
    * unreachable, no answer in time), per channel name; read by /metrics. Absent on

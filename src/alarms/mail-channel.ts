@@ -122,7 +122,8 @@ export const REMINDER_MS = DAY_MS;
  * hour. The memory is this process's: a restart forgets it, so the first raise after one
  * is mailed (a reminder early at most). A send that surely failed (surelyNotDelivered)
  * is forgotten, so the next raise tries again; one that perhaps arrived is not sent again
- * before its reminder. A raise at a time before the last mail (the clock was ahead then and
+ * before its reminder. A condition its check found gone (settled) is forgotten: when it
+ * comes back, in the same state too, it is mailed at once. A raise at a time before the last mail (the clock was ahead then and
  * is put right) is due: the memory is only trusted forwards.
  */
 export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzone: string; clock: () => Date }) {
@@ -135,6 +136,10 @@ export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzon
   };
   return {
     name: "e-mail",
+    /** The check found the condition gone: its next raise is a new condition, mailed at once. */
+    settled(about: string): void {
+      mailed.delete(about);
+    },
     async raise(alarm: Alarm): Promise<void> {
       const now = o.clock();
       const props = alarmEmailProps(alarm, now, o.tijdzone);

@@ -11,6 +11,8 @@ export interface AlarmChannel {
   /** For the log line when the channel fails, e.g. "e-mail". */
   name?: string;
   raise(alarm: Alarm): Promise<void>;
+  /** The condition `about` is gone (AlarmSink.settled); for a channel that remembers conditions. */
+  settled?(about: string): void;
 }
 
 export interface AlarmSinkOptions {
@@ -38,6 +40,9 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
 
   return {
     undelivered,
+    settled(about) {
+      for (const c of channels) c.settled?.(about);
+    },
     async raise(raw) {
       const alarm = scrubSecrets(raw, secrets);
       try {

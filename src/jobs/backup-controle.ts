@@ -79,6 +79,10 @@ export function newestBackup(db: Db, seal: RowSeal, now: Date): SealedBackup<New
   return newestSealedBackup(rows(false), rows(true), seal);
 }
 
+/** The conditions (Alarm.condition) of backup-controle's db-integrity alarms. */
+const ONTBREEKT = "backup-controle:ontbreekt";
+const VERVALST = "backup-controle:vervalst";
+
 export async function runBackupControle(deps: Deps, now: Date): Promise<JobResult<BackupControleBody>> {
   const maxUren = deps.config.backupMaxUren;
   const { store } = deps;
@@ -102,6 +106,11 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   const ontbreekt =
     witnessed !== null && witnessed <= latestCountingStart(now) && (laatsteBackup === null || laatsteBackup.ontvangen < witnessed) ? witnessed : null;
 
+  // What this run finds gone is settled, so that the mail channel mails its return at once.
+  if (ontbreekt === null) deps.alarms.settled?.(ONTBREEKT);
+  if (vervalst === 0) deps.alarms.settled?.(VERVALST);
+  if (!reden) deps.alarms.settled?.(ALARM_CONDITIONS.backupAbout);
+
   if (!reden && vervalst === 0 && ontbreekt === null) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren, ontbreekt: null, vervalst: 0, toekomst: null } };
 
   if (ontbreekt !== null) {
@@ -111,7 +120,7 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
         `De backupmelding die om ${ontbreekt} binnenkwam staat niet meer (verzegeld) in backup_statuses: iemand die de database kan wijzigen heeft haar verwijderd of veranderd, ` +
         `of er is een oudere database teruggezet. De nieuwste melding die er nog staat is van ${laatsteBackup?.ontvangen ?? "geen enkele"}. Controleer de backups op de host zelf.`,
       context: { ontbreekt, ontvangen: laatsteBackup?.ontvangen ?? null },
-      condition: { about: "backup-controle:ontbreekt", state: `${ontbreekt} ${laatsteBackup?.ontvangen ?? "-"}` },
+      condition: { about: ONTBREEKT, state: `${ontbreekt} ${laatsteBackup?.ontvangen ?? "-"}` },
     });
   }
   if (vervalst > 0) {
@@ -121,7 +130,7 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
         `backup_statuses bevat ${vervalst} ${vervalst === 1 ? "melding" : "meldingen"} zonder geldig zegel, nieuwer dan de laatste echte: iemand die de database kan wijzigen heeft ze geschreven of veranderd, ` +
         `niet nachtwacht. Ze tellen niet. Zoek uit wie schrijftoegang tot de database heeft, en controleer de backups op de host zelf.`,
       context: { vervalst, ontvangen: laatsteBackup?.ontvangen ?? null },
-      condition: { about: "backup-controle:vervalst", state: `${vervalst} ${laatsteBackup?.ontvangen ?? "-"}` },
+      condition: { about: VERVALST, state: `${vervalst} ${laatsteBackup?.ontvangen ?? "-"}` },
     });
   }
   if (!reden) return { status: 409, body: { ok: false, reden: ontbreekt !== null ? "ontbreekt" : "vervalst", laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst, toekomst } };

@@ -74,6 +74,9 @@ export const TakenControleBody = t.Object({
 });
 export type TakenControleBody = Static<typeof TakenControleBody>;
 
+/** The condition (Alarm.condition) of taken-controle's db-integrity alarm. */
+const VERVALST = "taken-controle:vervalst";
+
 /** The alarms of one check, one per kind of problem, in this order. */
 function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakRegel[]) {
   const out: { type: "job-missed" | "job-interrupted" | "job-hung" | "db-integrity"; message: string; context: Record<string, unknown>; condition?: AlarmCondition }[] = [];
@@ -85,7 +88,7 @@ function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakReg
         `niet nachtwacht. Ze tellen niet als run. Zoek uit wie schrijftoegang tot de database heeft, en controleer de audit-keten (audit-verificatie met de hand).`,
       context: { vervalst: body.vervalst },
       // Raised every hour while the rows are there; mailed when the list changes, then once a day.
-      condition: { about: "taken-controle:vervalst", state: body.vervalst.join(" ") },
+      condition: { about: VERVALST, state: body.vervalst.join(" ") },
     });
   }
   const faalt = byStatus("faalt").map((r) => r.job);
@@ -172,6 +175,8 @@ export async function runTakenControle(
   const vervalst = statuses.filter((s) => s.vervalst > 0).map((s) => s.job);
   const ok = gemist.length === 0 && falend.length === 0 && hangend.length === 0 && vervalst.length === 0;
   const body: TakenControleBody = { ok, margeMinuten, taken, gemist, falend, onderbroken, hangend, vervalst };
+  // No forged rows left: settled, so that the mail channel mails new ones at once, of the same jobs too.
+  if (vervalst.length === 0) deps.alarms.settled?.(VERVALST);
   if (ok) return { status: 200, body };
   for (const alarm of alarmsFor(body, byStatus)) await deps.alarms.raise(alarm);
   return { status: 409, body };
