@@ -1,7 +1,7 @@
 // Dagrapport: the operator's morning overview. The props are exactly the report the
 // dagrapport job answers with (src/reports/daily.ts builds them).
 import type { ReactNode } from "react";
-import { displayText, getal } from "../src/format.ts";
+import { backupUitkomst, displayText, getal } from "../src/format.ts";
 import type { JobStatusName } from "../src/schedule-due.ts";
 import { Alinea, Code, Codeblok, Feiten, Kengetallen, Kop, Label, Layout, StatusBanner, Tabel, type Niveau } from "./layout.tsx";
 
@@ -24,6 +24,8 @@ export interface DailyReportProps {
     maxUren: number;
     /** Older than BACKUP_MAX_UREN. */
     teOud: boolean;
+    /** The newest report dated ahead (received while the host clock ran ahead; it does not count), null when none. */
+    toekomst: { ontvangen: string; datum: string; gelukt: boolean; exitCode: number; foutmelding: string | null } | null;
   };
   inlogpogingen: {
     van: string;
@@ -117,6 +119,11 @@ function duur(t: DailyReportProps["taken"][number]): string {
   return `${t.laatsteDuur} (${t.gebruikelijkeDuur})`;
 }
 
+/** A report dated ahead in one line, for the report's point and this table: when, and how it ended. */
+export function toekomstTekst(t: NonNullable<DailyReportProps["backupDetail"]["toekomst"]>): string {
+  return `ontvangen ${t.datum}, ${backupUitkomst(t)}${!t.gelukt && t.foutmelding ? `: ${t.foutmelding}` : ""}`;
+}
+
 function Backup({ p }: { p: DailyReportProps }) {
   const b = p.backup;
   const d = p.backupDetail;
@@ -139,6 +146,7 @@ function Backup({ p }: { p: DailyReportProps }) {
     rijen.push(["Exitcode", String(d.exitCode)]);
     rijen.push(["Foutmelding", d.foutmelding ?? "(geen)"]);
   }
+  if (d.toekomst) rijen.push(["In de toekomst", <Label niveau="actie">{displayText(toekomstTekst(d.toekomst))}</Label>]);
   return <Feiten rijen={rijen} />;
 }
 
@@ -307,6 +315,7 @@ DailyReport.PreviewProps = {
     ouderdomUren: 4,
     maxUren: 26,
     teOud: false,
+    toekomst: null,
   },
   inlogpogingen: {
     van: "22/07/2026 08:00",

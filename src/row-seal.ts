@@ -294,11 +294,12 @@ export interface SealedBackup<B> {
   /** Rows without a valid seal newer than `backup` (dated in the future ones included). */
   vervalst: number;
   /**
-   * When the newest sealed report dated after latestCountingStart(now) was received: stored
-   * while the host clock ran ahead (src/job-runs.ts, FUTURE_START_MARGIN_MS); it does not
-   * count, or it would hide every later report until real time catches up with it.
+   * The newest sealed report dated after latestCountingStart(now): stored while the host
+   * clock ran ahead (src/job-runs.ts, FUTURE_START_MARGIN_MS); it does not count, or it
+   * would hide every later report until real time catches up with it. Shown beside
+   * `backup` (backup-controle, the daily report, /metrics), its outcome too.
    */
-  futureReceived: string | null;
+  future: B | null;
 }
 
 /**
@@ -314,10 +315,8 @@ export function newestSealedBackup<R extends BackupColumns & { zegel: string | n
   const { run, vervalst: unsealed } = newestSealed(counting, seal.backupSealed);
   const sealedFuture = future.filter((r) => seal.backupSealed(r));
   const vervalst = unsealed + future.length - sealedFuture.length;
-  const futureReceived = sealedFuture[0]?.ontvangen ?? null;
-  if (!run) return { backup: null, vervalst, futureReceived };
-  const { zegel: _, ...backup } = run;
-  return { backup, vervalst, futureReceived };
+  const withoutSeal = ({ zegel: _, ...row }: R): Omit<R, "zegel"> => row;
+  return { backup: run && withoutSeal(run), vervalst, future: sealedFuture[0] ? withoutSeal(sealedFuture[0]) : null };
 }
 
 /** Which of the seal columns a database had before this start's migrations (SEAL_COLUMNS, looked up by openStore and migratePg). */

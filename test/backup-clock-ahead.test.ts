@@ -39,7 +39,7 @@ test("a report received with the clock a year ahead does not hide a later failur
   expect(bc.status).toBe(409);
   expect(bc.body).toMatchObject({ ok: false, reden: "mislukt", toekomst: ahead.toISOString(), laatsteBackup: { exitCode: 74, ontvangen: at(DAY).toISOString() } });
   expect(env.alarms.raised.map((a) => a.type)).toEqual(["backup-missing"]);
-  expect(env.alarms.raised[0]!.message).toContain(`(ontvangen ${ahead.toISOString()}) staat in de toekomst geregistreerd`);
+  expect(env.alarms.raised[0]!.message).toContain(`(ontvangen ${ahead.toISOString()}, geslaagd) staat in de toekomst geregistreerd`);
   expect(env.alarms.raised[0]!.context).toMatchObject({ reden: "mislukt", toekomst: ahead.toISOString() });
 
   const text = await metricsAt(env, later);
@@ -85,4 +85,32 @@ test("the witness of a report received ahead is moved back by the next report: a
   await runBackupStatus(env.deps, at(-DAY / 24), failed);
   await env.db.run("DELETE FROM backup_statuses WHERE exit_code <> 0");
   expect((await runBackupControle(env.deps, NOW)).body).toMatchObject({ ok: false, ontbreekt: at(-DAY / 24).toISOString() });
+});
+
+test("a failed backup received while the clock ran 3 h ahead, beside a good one 20 h ago: the alarm, the daily report and /metrics say it failed", async () => {
+  env = await makeEnv();
+  const H = 3600_000;
+  await runBackupStatus(env.deps, at(-20 * H), good);
+  await runBackupStatus(env.deps, at(3 * H), failed);
+  env.alarms.raised.length = 0;
+
+  const bc = await runBackupControle(env.deps, NOW);
+  expect(bc.body).toMatchObject({ ok: false, reden: "toekomst", toekomst: at(3 * H).toISOString() });
+  expect(env.alarms.raised[0]!.message).toContain(`(ontvangen ${at(3 * H).toISOString()}, mislukt met exitcode 74) staat in de toekomst geregistreerd`);
+  expect(env.alarms.raised[0]!.context).toMatchObject({ toekomstGelukt: false, toekomstExitCode: 74, toekomstFoutmelding: "No space left on device" });
+
+  const d = (await runDagrapport(env.deps, NOW)).body as any;
+  expect(d.backup.resultaat).toBe("OK");
+  expect(d.backupDetail.toekomst).toMatchObject({ ontvangen: at(3 * H).toISOString(), gelukt: false, exitCode: 74, foutmelding: "No space left on device" });
+  expect(d.status.niveau).toBe("actie");
+  expect(d.status.punten.some((p: string) => /toekomst geregistreerd \(ontvangen .*mislukt met exitcode 74: No space left on device\).*NTP/.test(p))).toBe(true);
+
+  const text = await metricsAt(env, NOW);
+  expect(text).toMatch(/^nachtwacht_backup_reports_ahead 1$/m);
+  expect(text).toMatch(/^nachtwacht_backup_last_success 1$/m);
+
+  // Once real time passes it, it counts: no longer ahead.
+  const later = at(3 * H + FUTURE_START_MARGIN_MS + 1);
+  expect(await metricsAt(env, later)).toMatch(/^nachtwacht_backup_reports_ahead 0$/m);
+  expect(((await runDagrapport(env.deps, later)).body as any).backupDetail.toekomst).toBeNull();
 });

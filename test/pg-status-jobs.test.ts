@@ -235,7 +235,7 @@ describe("the reads of src/pg/status.ts give what SQLite's give", () => {
 
   test("newestBackupPg: the newest sealed by arrival (then id), as newestBackup; none without any", async () => {
     const { lite, pg, both } = await pair();
-    expect(await newestBackupPg(pg.store.db, TEST_SEAL, NOW)).toEqual({ backup: null, vervalst: 0, futureReceived: null });
+    expect(await newestBackupPg(pg.store.db, TEST_SEAL, NOW)).toEqual({ backup: null, vervalst: 0, future: null });
     for (const env of both) {
       await addBackup(env, ago(5 * H), 0);
       await addBackup(env, ago(2 * H), 3, "schijf vol");

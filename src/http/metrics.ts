@@ -26,7 +26,7 @@ import type { PgStore } from "../pg/store.ts";
 import type { RunningJobs } from "../running-jobs.ts";
 import { JOB_STATUSES, jobStatuses, type JobStatus, type JobStatusName } from "../schedule-due.ts";
 import { SCHEDULE, type JobName } from "../schedule.ts";
-import { rowSealOf, type RowSeal } from "../row-seal.ts";
+import { rowSealOf, type RowSeal, type SealedBackup } from "../row-seal.ts";
 import { verificationCounts, type VerificationCounts } from "../reports/daily.ts";
 import { bearerChecker, unauthorized } from "./auth.ts";
 import { driverError, ErrorBody, json } from "./errors.ts";
@@ -86,6 +86,8 @@ export interface DatabaseMetrics {
     succeeded: boolean;
     /** backup-controle's rule: none at all, or the newest is BACKUP_MAX_UREN or older. */
     overdue: boolean;
+    /** A sealed report is dated ahead (SealedBackup.future: backup-controle's `toekomst`); it does not count. */
+    ahead: boolean;
   };
 }
 
@@ -164,7 +166,7 @@ interface DatabaseReads {
   statuses: JobStatus[];
   /** audit_verification_state: one row per tenant, never audit_entries. */
   audit: { checked: number; broken: number; last: string | null };
-  backup: NewestBackup | null;
+  backup: SealedBackup<NewestBackup>;
 }
 
 /** `witness`: where the verification witness file is (verificationCounts). */
@@ -173,7 +175,7 @@ async function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: num
   // The verification results are read first, then their seals checked a chunk at a time (verificationSummary).
   const audit = verificationCounts(db, now, seal, witness);
   const statuses = jobStatuses(db, seal, now, graceMs, context);
-  const backup = newestBackup(db, seal, now).backup;
+  const backup = newestBackup(db, seal, now);
   return { statuses, audit: auditSummary(await audit), backup };
 }
 
@@ -182,7 +184,7 @@ const auditSummary = (v: VerificationCounts) => ({ checked: v.gecontroleerd, bro
 
 async function readDatabasePg(store: PgStore, seal: RowSeal, now: Date, graceMs: number, context: JobContext, witness: Pick<Config, "auditAnkerBestand">): Promise<DatabaseReads> {
   const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), verificationCountsPg(store.db, now, seal, witness), newestBackupPg(store.db, seal, now)]);
-  return { statuses, audit: auditSummary(audit), backup: backup.backup };
+  return { statuses, audit: auditSummary(audit), backup };
 }
 
 /** The metrics of the reads, whichever store they came from. */
@@ -198,7 +200,7 @@ function databaseMetrics(reads: DatabaseReads, now: Date, runningHere: Set<JobNa
     status,
   }));
   const { audit } = reads;
-  const b = reads.backup;
+  const b = reads.backup.backup;
   const received = b ? new Date(b.ontvangen) : null;
   return {
     jobs,
@@ -207,6 +209,7 @@ function databaseMetrics(reads: DatabaseReads, now: Date, runningHere: Set<JobNa
       received,
       succeeded: b?.gelukt ?? false,
       overdue: received === null || backupOverdue(now.getTime() - received.getTime(), backupMaxUren),
+      ahead: reads.backup.future !== null,
     },
   };
 }
@@ -329,6 +332,12 @@ export function renderMetrics(m: MetricsSnapshot): string {
     out.family(`${N}backup_overdue`, "gauge", "1 when no backup was ever reported or the newest is BACKUP_MAX_UREN or older (backup-controle's rule).", [
       [{}, bool(db.backup.overdue)],
     ]);
+    out.family(
+      `${N}backup_reports_ahead`,
+      "gauge",
+      "1 when a backup status is dated more than 5 minutes ahead (received while the host clock ran ahead; it does not count, backup-controle's toekomst).",
+      [[{}, bool(db.backup.ahead)]],
+    );
   }
   out.family(`${N}backup_max_age_seconds`, "gauge", "BACKUP_MAX_UREN in seconds.", [[{}, m.backupMaxAgeSeconds]]);
 

@@ -7,6 +7,7 @@ import { backupStatuses } from "../../db/schema.ts";
 import type { Db } from "../db.ts";
 import { ALARM_CONDITIONS } from "../alarms/alarm.ts";
 import type { Deps } from "../deps.ts";
+import { backupUitkomst } from "../format.ts";
 import { latestCountingStart } from "../time.ts";
 import { newestBackupPg } from "../pg/status.ts";
 import { backupWitnessFile, NEWEST_ROWS, newestSealedBackup, rowSealOf, sealedBackupColumns, witnessedMoment, type RowSeal, type SealedBackup } from "../row-seal.ts";
@@ -87,9 +88,10 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   const maxUren = deps.config.backupMaxUren;
   const { store } = deps;
   const seal = rowSealOf(deps.config);
-  const { backup: newest, vervalst, futureReceived: toekomst } = store.kind === "pg" ? await newestBackupPg(store.db, seal, now) : newestBackup(store.db, seal, now);
+  const { backup: newest, vervalst, future } = store.kind === "pg" ? await newestBackupPg(store.db, seal, now) : newestBackup(store.db, seal, now);
   // No message is null, an empty one included: as the daily report's backupDetail shows it.
   const laatsteBackup = newest && { ...newest, foutmelding: newest.foutmelding || null };
+  const toekomst = future?.ontvangen ?? null;
   const ageMs = laatsteBackup ? now.getTime() - new Date(laatsteBackup.ontvangen).getTime() : null;
   const leeftijdUren = ageMs === null ? null : Math.round(ageMs / 360_000) / 10;
 
@@ -136,8 +138,8 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
   if (!reden) return { status: 409, body: { ok: false, reden: ontbreekt !== null ? "ontbreekt" : "vervalst", laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst, toekomst } };
 
   const body: BackupControleBody = { ok: false, reden, laatsteBackup, leeftijdUren, maxUren, ontbreekt, vervalst, toekomst };
-  const clock = toekomst
-    ? ` Een nieuwere melding (ontvangen ${toekomst}) staat in de toekomst geregistreerd: de klok van de server liep voor toen ze binnenkwam. ` +
+  const clock = future
+    ? ` Een nieuwere melding (ontvangen ${future.ontvangen}, ${backupUitkomst(future)}) staat in de toekomst geregistreerd: de klok van de server liep voor toen ze binnenkwam. ` +
       `Zo'n melding telt niet. Controleer de tijdsynchronisatie (NTP) van de server; docs/operations.md zegt hoe de melding weg kan.`
     : "";
   const message =
@@ -156,6 +158,7 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
     context: {
       reden,
       toekomst,
+      ...(future ? { toekomstGelukt: future.gelukt, toekomstExitCode: future.exitCode, toekomstFoutmelding: future.foutmelding || null } : {}),
       leeftijdUren,
       maxUren,
       ontvangen: laatsteBackup?.ontvangen ?? null,

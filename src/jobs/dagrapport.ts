@@ -45,6 +45,19 @@ export const DailyReportBody = t.Object({
     ouderdomUren: nullable(count("Hele uren sinds de nieuwste back-upstatus.")),
     maxUren: integer({ description: "BACKUP_MAX_UREN." }),
     teOud: t.Boolean({ description: "Ouder dan BACKUP_MAX_UREN." }),
+    toekomst: nullable(
+      t.Object({
+        ontvangen: dateTime(),
+        datum: datum("Ontvangsttijd,"),
+        gelukt: t.Boolean(),
+        exitCode: integer(),
+        foutmelding: nullable(t.String()),
+      }),
+      {
+        description:
+          "De nieuwste verzegelde back-upstatus die meer dan 5 minuten na nu geregistreerd staat: ontvangen terwijl de klok van de server voorliep. Ze telt niet (zie backup-controle `toekomst`); niet null is een actiepunt in `status`. Null als er geen is.",
+      },
+    ),
   }),
   inlogpogingen: t.Object(
     {

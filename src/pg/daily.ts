@@ -26,6 +26,7 @@ import {
   USUAL_DURATION_RUNS,
   verificationSummary,
   type AnchorRecords,
+  backupInputs,
   type DailyInputs,
   type DailyReport,
   type LoginCounts,
@@ -143,7 +144,7 @@ export async function readDailyInputsPg(store: PgStore, config: Config, now: Dat
     scheduledJobRunsPg(store.db, now, config, context),
     databaseSectionPg(store),
   ]);
-  return { backup: backup.backup, logins, verification, anchor, jobs, database, schijf: fileSystemSpace(watchedPaths(config, null)) };
+  return { ...backupInputs(backup), logins, verification, anchor, jobs, database, schijf: fileSystemSpace(watchedPaths(config, null)) };
 }
 
 /** The whole daily report at `now` on PostgreSQL: buildDailyReport's counterpart. */

@@ -9,7 +9,7 @@ import type { Database } from "bun:sqlite";
 import { statSync } from "node:fs";
 import { and, count, countDistinct, desc, eq, getTableColumns, gte, isNotNull, lt, sql } from "drizzle-orm";
 import { auditVerificationState, jobRuns, loginAttempts, tenants } from "../../db/schema.ts";
-import type { DailyReportProps } from "../../emails/DailyReport.tsx";
+import { toekomstTekst, type DailyReportProps } from "../../emails/DailyReport.tsx";
 import { operatorRecords } from "../audit/anchor-check.ts";
 import { installationWitness, NEWEST_INSTALLATION_SQL, type InstallationRow, type InstallationWitness } from "../audit/anchoring.ts";
 import { auditKeys } from "../audit/keys.ts";
@@ -20,7 +20,7 @@ import { CLOCK_SKEW_LIMIT_MS, offsetSeconds } from "../pg/clock.ts";
 import { diskLevel, fileSystemSpace, freePercent, watchedPaths, type FileSystemSpace } from "../disk-space.ts";
 import { displayText, formatDag, formatDatum, formatSize, getal } from "../format.ts";
 import { newestRunRows, type Outcome } from "../job-runs.ts";
-import { countsAsVerification, verificationSince, verificationWitnessFile, witnessedMoment, mapInTurns, NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedRunRow, type VerificationColumns, type VerificationSince } from "../row-seal.ts";
+import { countsAsVerification, verificationSince, verificationWitnessFile, witnessedMoment, mapInTurns, NEWEST_ROWS, newestSealed, rowSealOf, sealedRunColumns, type RowSeal, type SealedBackup, type SealedRunRow, type VerificationColumns, type VerificationSince } from "../row-seal.ts";
 import { SCHEDULE, scheduleOf, type JobName } from "../schedule.ts";
 import { jobStatuses, type DueState, type JobStatus, type JobStatusName } from "../schedule-due.ts";
 import type { JobContext } from "../jobs/job.ts";
@@ -91,6 +91,8 @@ export interface ScheduledJobRuns {
 
 export interface DailyInputs {
   backup: NewestBackup | null;
+  /** The newest sealed report dated ahead (SealedBackup.future): it does not count, and the report says so. */
+  backupAhead: NewestBackup | null;
   logins: LoginCounts;
   verification: VerificationCounts;
   anchor: AnchorRecords;
@@ -106,12 +108,19 @@ export function loginWindow(now: Date): { van: string; tot: string } {
   return { van: new Date(now.getTime() - DAY_MS).toISOString(), tot: now.toISOString() };
 }
 
-export function backupSection(row: NewestBackup | null, now: Date, config: Pick<Config, "rapportTijdzone" | "backupMaxUren">) {
+export function backupSection(row: NewestBackup | null, now: Date, config: Pick<Config, "rapportTijdzone" | "backupMaxUren">, ahead: NewestBackup | null = null) {
+  const toekomst = ahead && {
+    ontvangen: ahead.ontvangen,
+    datum: formatDatum(ahead.ontvangen, config.rapportTijdzone),
+    gelukt: ahead.gelukt,
+    exitCode: ahead.exitCode,
+    foutmelding: ahead.foutmelding || null,
+  };
   if (!row) {
     // Never reported: FOUT, and '-' for every fact, `bron` included (there is no origin).
     return {
       backup: { resultaat: "FOUT", gelukt: false, datum: "-", grootte: "-", bron: "-" },
-      backupDetail: { ontvangen: null, exitCode: null, bestandsnaam: null, foutmelding: null, ouderdomUren: null, maxUren: config.backupMaxUren, teOud: false },
+      backupDetail: { ontvangen: null, exitCode: null, bestandsnaam: null, foutmelding: null, ouderdomUren: null, maxUren: config.backupMaxUren, teOud: false, toekomst },
     } satisfies Pick<DailyReport, "backup" | "backupDetail">;
   }
   const gelukt = row.gelukt;
@@ -132,6 +141,7 @@ export function backupSection(row: NewestBackup | null, now: Date, config: Pick<
       ouderdomUren,
       maxUren: config.backupMaxUren,
       teOud: backupOverdue(now.getTime() - Date.parse(row.ontvangen), config.backupMaxUren),
+      toekomst,
     },
   } satisfies Pick<DailyReport, "backup" | "backupDetail">;
 }
@@ -280,6 +290,14 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
   } else if (r.backupDetail.teOud) {
     punten.push(["actie", `De laatste back-up is ${r.backupDetail.ouderdomUren} uur oud (${r.backup.datum}); de grens is ${r.backupDetail.maxUren} uur.`]);
   }
+  // Beside the one that counts, whatever it says: a report dated ahead may be a newer failure.
+  if (r.backupDetail.toekomst) {
+    punten.push([
+      "actie",
+      `Een back-upmelding staat in de toekomst geregistreerd (${toekomstTekst(r.backupDetail.toekomst)}): de klok van de server liep voor toen ze binnenkwam, en ze telt niet. ` +
+        `Controleer de tijdsynchronisatie (NTP) van de server; docs/operations.md zegt hoe de melding weg kan.`,
+    ]);
+  }
   if (r.anker.checkpointProbleem !== null) punten.push(["actie", r.anker.checkpointProbleem]);
   if (r.verificatie.aantalGebroken > 0) {
     const namen = r.verificatie.gebroken.slice(0, 3).map((g) => displayText(g.tenant)).join(", ");
@@ -317,7 +335,7 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
 export function dailyReport(inputs: DailyInputs, config: Config, now: Date): DailyReport {
   const tz = config.rapportTijdzone;
   const body = {
-    ...backupSection(inputs.backup, now, config),
+    ...backupSection(inputs.backup, now, config, inputs.backupAhead),
     inlogpogingen: loginSection(inputs.logins, now, tz),
     verificatie: verificationSection(inputs.verification, tz),
     anker: anchorSection(inputs.anchor, config),
@@ -491,10 +509,13 @@ export function databaseSize(store: Store): DailyReport["database"] {
   return databaseSection(page_count * page_size + walBytes, walBytes);
 }
 
+/** The daily report's part of a SealedBackup, for either store. */
+export const backupInputs = (b: SealedBackup<NewestBackup>): Pick<DailyInputs, "backup" | "backupAhead"> => ({ backup: b.backup, backupAhead: b.future });
+
 export async function readDailyInputs(store: Store, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyInputs> {
   const verification = verificationCounts(store.db, now, rowSealOf(config), config);
   return {
-    backup: newestBackup(store.db, rowSealOf(config), now).backup,
+    ...backupInputs(newestBackup(store.db, rowSealOf(config), now)),
     logins: loginCounts(store.db, now),
     verification: await verification,
     anchor: anchorRecords(store.sqlite, config),
