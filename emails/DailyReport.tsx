@@ -151,7 +151,11 @@ function Backup({ p }: { p: DailyReportProps }) {
 }
 
 export function DailyReport(p: DailyReportProps) {
+  // The tile counts what the banner's points count: late, and also hung or interrupted
+  // (hangt is an actie point), so that it never says "Op tijd" beside one.
   const achterstallig = p.taken.filter((t) => t.achterstallig).length;
+  const vast = p.taken.filter((t) => !t.achterstallig && (t.status === "hangt" || t.status === "onderbroken")).length;
+  const takenNiveau: Niveau = p.taken.some((t) => t.status === "hangt") ? "actie" : "let-op";
   const jaar = p.gemaakt.slice(6, 10);
   return (
     <Layout preview={`${p.status.kop}${p.status.punten.length ? ` · ${p.status.punten[0]}` : ""}`} soort="Dagrapport" titel={`Dagrapport van ${p.gemaakt.slice(0, 10)}`} tijdzone={p.tijdzone}>
@@ -166,9 +170,9 @@ export function DailyReport(p: DailyReportProps) {
           },
           { waarde: getal(p.inlogpogingen.mislukt), label: "mislukte logins (24 uur)" },
           {
-            waarde: achterstallig === 0 ? "Op tijd" : getal(achterstallig),
-            label: achterstallig === 0 ? "geplande taken" : "taken te laat",
-            niveau: achterstallig === 0 ? "ok" : "let-op",
+            waarde: achterstallig + vast === 0 ? "Op tijd" : getal(achterstallig + vast),
+            label: achterstallig + vast === 0 ? "geplande taken" : vast === 0 ? "taken te laat" : achterstallig === 0 ? "taken vastgelopen" : "taken te laat of vastgelopen",
+            niveau: achterstallig + vast === 0 ? "ok" : takenNiveau,
           },
         ]}
       />
