@@ -34,6 +34,7 @@ import { NEWEST_ROWS, sealedRunColumns, type RowSeal, type SealedRunRow } from "
 import { releaseLeasePg, renewLeasePg, startLeasedRunPg } from "./pg/job-lease.ts";
 import { log } from "./logger.ts";
 import { maxRuntimeMs, type JobName } from "./schedule.ts";
+import { latestCountingStart } from "./time.ts";
 
 export type JobLease = typeof jobLeases.$inferSelect;
 
@@ -141,20 +142,46 @@ export function doneMessage(job: JobName, firedAt: Date, done: DoneRun): string 
  * gone, or its seal does not hold (`vervalst`: a database writer wrote or changed it;
  * src/row-seal.ts).
  */
-export type TakenOver = JobLease & { reden: "verlopen" | "proces-weg" | "vervalst" };
+export type TakenOver = JobLease & { reden: "verlopen" | "proces-weg" | "vervalst" | "toekomst" };
+
+/**
+ * Whether a lease was last renewed ahead of `now` by more than FUTURE_START_MARGIN_MS
+ * (latestCountingStart), while its holder is not provably alive here: written while the
+ * host clock ran ahead. Its expiry says nothing then: kept, it would block the job until
+ * the wrong date came (a year, for a clock a year ahead), as a run dated ahead is not
+ * counted either. A holder that is alive renews it within MAX_RENEW_MS by the corrected
+ * clock; one in another PID namespace cannot be seen and may lose it in that window (it
+ * then says so at its end: job-overlap).
+ */
+export function leaseAhead(lease: Pick<JobLease, "vernieuwd" | "pid" | "host" | "pidNs">, now: Date): boolean {
+  return lease.vernieuwd > latestCountingStart(now) && !holderAliveHere(lease);
+}
+
+/** Whether the holder of a lease provably runs: on this host, in this PID namespace, since this boot, its pid there. */
+function holderAliveHere(lease: Pick<JobLease, "pid" | "host" | "pidNs">): boolean {
+  if (lease.host !== HERE.host || lease.pidNs === null || lease.pidNs !== HERE.pidNs) return false;
+  try {
+    process.kill(lease.pid, 0);
+    return true;
+  } catch (e) {
+    return (e as { code?: unknown }).code === "EPERM";
+  }
+}
 
 /**
  * The rule of taking a lease, for any store: refused while another holder's sealed lease
- * has not expired at `now` and that holder is not provably gone (holderGone); else taken,
- * naming the lease it replaces and why. A lease whose seal does not hold holds nothing.
+ * has not expired at `now`, was not renewed ahead of it (leaseAhead) and that holder is
+ * not provably gone (holderGone); else taken, naming the lease it replaces and why. A
+ * lease whose seal does not hold holds nothing.
  */
 export function leaseTake(current: JobLease | null, holder: LeaseHolder, now: Date, seal: RowSeal): { ok: false; houder: JobLease } | { ok: true; overgenomen: TakenOver | null } {
   if (current === null) return { ok: true, overgenomen: null };
   if (!seal.leaseSealed(current)) return { ok: true, overgenomen: { ...current, reden: "vervalst" } };
   if (isHolder(current, holder)) return { ok: true, overgenomen: null };
   const expired = current.verloopt <= now.toISOString();
-  if (!expired && !holderGone(current)) return { ok: false, houder: current };
-  return { ok: true, overgenomen: { ...current, reden: expired ? "verlopen" : "proces-weg" } };
+  const ahead = !expired && leaseAhead(current, now);
+  if (!expired && !ahead && !holderGone(current)) return { ok: false, houder: current };
+  return { ok: true, overgenomen: { ...current, reden: expired ? "verlopen" : ahead ? "toekomst" : "proces-weg" } };
 }
 
 /** The lease row a take writes: this holder, its run, valid until now + ttlMs, sealed. */
@@ -307,7 +334,7 @@ export function releaseLease(store: AnyStore, job: JobName, holder: LeaseHolder,
  */
 export function liveLeases(db: Db, now: Date, seal: RowSeal): Map<string, JobLease> {
   const rows = db.select().from(jobLeases).where(gt(jobLeases.verloopt, now.toISOString())).all();
-  return new Map(rows.filter((r) => seal.leaseSealed(r) && !holderGone(r)).map((r) => [r.job, r]));
+  return new Map(rows.filter((r) => seal.leaseSealed(r) && !holderGone(r) && !leaseAhead(r, now)).map((r) => [r.job, r]));
 }
 
 /** The answer to a call refused because another process holds the job's lease. */

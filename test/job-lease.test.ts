@@ -647,6 +647,42 @@ describe("the lease functions on one database", () => {
     }
   });
 
+  // A review found a lease written while the clock ran a year ahead (its process gone with
+  // an earlier boot, so not provably gone) blocked its job for that year once the clock was
+  // put right: 204 to the crontab, 409 by hand. SQLite: the lease's times are the host's
+  // (on PostgreSQL the server's, test/pg-lease-skewed.ts).
+  sqliteOnly("a lease renewed with the clock ahead is taken over once the clock is right, unless its holder provably runs here; /metrics and taken-controle no longer count it live", async () => {
+    const env = await makeEnv();
+    try {
+      const store = env.store;
+      const ahead = new Date(NOW.getTime() + 365 * 24 * 3600_000);
+      const earlierBoot: LeaseHolder = { ...newLeaseHolder(), pid: 999_999, instantie: "earlier-boot", pidNs: "pid:[4026531836] boot:00000000-0000-0000-0000-000000000000" };
+      expect((await startLeasedRun(store, TEST_SEAL, "audit-verificatie", earlierBoot, ahead, 90_000)).ok).toBe(true);
+      // Clock right again: the lease is not live, and the job is taken, naming why.
+      if (store.kind !== "sqlite") throw new Error("SQLite only");
+      expect(liveLeases(store.db, NOW, TEST_SEAL).has("audit-verificatie")).toBe(false);
+      const taken = await startLeasedRun(store, TEST_SEAL, "audit-verificatie", newLeaseHolder(), NOW, 90_000);
+      expect(taken.ok && taken.overgenomen).toMatchObject({ instantie: "earlier-boot", reden: "toekomst" });
+      // A holder that provably runs here (this process) keeps a lease renewed ahead: it
+      // renews it by the corrected clock within 30 s.
+      const here = newLeaseHolder();
+      expect((await startLeasedRun(store, TEST_SEAL, "weekrapport", here, ahead, 90_000)).ok).toBe(true);
+      expect(liveLeases(store.db, NOW, TEST_SEAL).has("weekrapport")).toBe(true);
+      expect((await startLeasedRun(store, TEST_SEAL, "weekrapport", newLeaseHolder(), NOW, 90_000)).ok).toBe(false);
+      // Within the margin (5 minutes ahead) a lease holds as before.
+      const nearly = new Date(NOW.getTime() + 4 * 60_000);
+      expect((await startLeasedRun(store, TEST_SEAL, "dagrapport", earlierBoot, nearly, 90_000)).ok).toBe(true);
+      expect((await startLeasedRun(store, TEST_SEAL, "dagrapport", newLeaseHolder(), NOW, 90_000)).ok).toBe(false);
+      // Over HTTP, by hand: the job runs (it answered 409 until the wrong date).
+      const again = new Date(NOW.getTime() + 10 * 60_000);
+      expect((await startLeasedRun(store, TEST_SEAL, "audit-anker", earlierBoot, ahead, 90_000)).ok).toBe(true);
+      env.setNow(again);
+      expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    } finally {
+      await env.cleanup();
+    }
+  });
+
   test("renewal every min(maxRuntime / 4, 30 s), expiry three renewals ahead; the renewer moves the expiry on until stopped", async () => {
     expect(leaseTiming("dagrapport")).toEqual({ renewMs: 30_000, ttlMs: 90_000 });
     expect(leaseTiming("backup-status")).toEqual({ renewMs: 30_000, ttlMs: 90_000 });

@@ -370,7 +370,9 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
             `niet nachtwacht. Ze houdt niets tegen; de taak is uitgevoerd. Zoek uit wie schrijftoegang tot de database heeft, en controleer de audit-keten (audit-verificatie met de hand).`,
           context,
         });
-      } else log("warn", "took over the lease of another process: it expired (its holder died or hung) or its holder's pid is gone", context);
+      } else {
+        log("warn", "took over the lease of another process: it expired (its holder died or hung), its holder's pid is gone, or it was renewed with the clock ahead (reden toekomst)", context);
+      }
     }
     const runId = lease.runId;
     // The run's start as written (runStartValues): its end is sealed over it.

@@ -23,7 +23,7 @@
 //   again (LeasedStart's `verloopt`), for the renewer, which counts on that clock.
 import { eq, gt, sql } from "drizzle-orm";
 import { jobLeases, jobRuns } from "../../db/schema-pg.ts";
-import { doneSince, firstSealed, holderGone, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
+import { doneSince, firstSealed, holderGone, leaseAhead, leaseHeldBy, leaseTake, leaseValues, renewValues, type JobLease, type LeasedStart, type LeaseHolder } from "../job-lease.ts";
 import { runStartValues } from "../job-runs.ts";
 import { NEWEST_ROWS, sealedRunColumns, type RowSeal } from "../row-seal.ts";
 import type { JobName } from "../schedule.ts";
@@ -120,5 +120,5 @@ export async function releaseLeasePg(store: PgStore, job: JobName, holder: Lease
 export async function liveLeasesPg(db: PgDb | PgDbTx, now: Date, seal: RowSeal): Promise<Map<string, JobLease>> {
   const serverNow = await onServerClock(db, now);
   const rows = await db.select().from(jobLeases).where(gt(jobLeases.verloopt, serverNow.toISOString()));
-  return new Map(rows.filter((r) => seal.leaseSealed(r) && !holderGone(r)).map((r) => [r.job, r]));
+  return new Map(rows.filter((r) => seal.leaseSealed(r) && !holderGone(r) && !leaseAhead(r, serverNow)).map((r) => [r.job, r]));
 }
