@@ -213,6 +213,24 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     expect(r.out).toContain("cannot enter");
   });
 
+  // A backup killed between its copy and the rename left `.nachtwacht-<stamp>.db.tmp` (the
+  // whole database, uncompressed) for good: no later backup removed it. Now the next one
+  // does, under the folder's lock; backups and other files stay.
+  test("what a killed backup left half-made is removed by the next backup; the backups and other files stay", async () => {
+    const dir = join(work, "restanten");
+    mkdirSync(dir);
+    const leftovers = [".nachtwacht-20260101T010203Z.db.tmp", ".nachtwacht-20260101T010203Z.db.tmp.gz", ".nachtwacht-20260101T010203Z.pgdump.tmp", "audit-ankers-20260101T010203Z.jsonl.gz.tmp"];
+    const kept = ["nachtwacht-20260101T010203Z.db.gz", "audit-ankers-20260101T010203Z.jsonl.gz", ".nachtwacht-notities", "eigen.tmp"];
+    for (const f of [...leftovers, ...kept]) writeFileSync(join(dir, f), "x".repeat(100));
+    const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir });
+    expect(r.code).toBe(0);
+    for (const f of leftovers) expect(r.out).toContain(`overblijfsel van een afgebroken back-up verwijderd: ${f}`);
+    const files = readdirSync(dir);
+    for (const f of leftovers) expect(files).not.toContain(f);
+    for (const f of kept) expect(files).toContain(f);
+    expect(files.filter((f) => BACKUP_NAME.test(f)).length).toBeGreaterThanOrEqual(1);
+  }, 30_000);
+
   test("a second backup into the same folder while one runs is refused at once: 69, nothing written or reported", async () => {
     const dir = join(work, "bezet");
     mkdirSync(dir);

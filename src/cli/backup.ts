@@ -369,9 +369,34 @@ async function backupCommand(argv: string[], processEnv: Record<string, string |
     return 69;
   }
   try {
+    // Under the lock no other backup writes here: what an earlier one that was killed left
+    // half-made goes now (each is a whole copy of the database, uncompressed: it would fill
+    // the disk and keep audit data past every retention, never pruned).
+    if (unlock !== null) removeLeftovers(options.dir, out, err);
     return await backupAndReport(options, url, env, reporting, out, err);
   } finally {
     unlock?.();
+  }
+}
+
+/** The files a backup writes before it renames them into place (makeBackup, makeBackupPg, copyAnchorsAndPrune). */
+const LEFTOVER = /^\.nachtwacht-\d{8}T\d{6}Z\.(db\.tmp(\.gz)?|pgdump\.tmp)$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz\.tmp$/;
+
+/** Removes what a killed backup left in `dir` (only while holding its lock); a file it cannot remove is said, not fatal. */
+export function removeLeftovers(dir: string, out: (s: string) => void, err: (s: string) => void): void {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return; // no folder yet: makeBackup creates it, or says why it cannot
+  }
+  for (const f of names.filter((n) => LEFTOVER.test(n))) {
+    try {
+      rmSync(join(dir, f));
+      out(`overblijfsel van een afgebroken back-up verwijderd: ${f}`);
+    } catch (e) {
+      err(`nachtwacht backup: overblijfsel ${join(dir, f)} niet te verwijderen (${why(e)})`);
+    }
   }
 }
 
