@@ -77,7 +77,7 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
   // The service speaks plain HTTP (TLS ends at a proxy in front), so the url is http://.
   const app = new Elysia({ serve: { maxRequestBodySize: MAX_REQUEST_BODY }, handler: { standardHostname: false } })
     .onRequest(
-      authGate({ cron: deps.config.cronSecret, app: deps.config.appSecret }, OPEN_PATHS, (scope, status) => {
+      authGate({ cron: deps.config.cronSecret, app: deps.config.appSecret, appVorig: deps.config.appSecretVorig }, OPEN_PATHS, (scope, status) => {
         if (scope === "app") countRejected(counters, status);
       }),
     )

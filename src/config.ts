@@ -14,8 +14,12 @@ export interface Config {
   cronSecret: string;
   /** APP_SECRET: opens the write API (/api/audit, /api/inlogpogingen, /api/tenants/…) and nothing else; unset, that API is closed. */
   appSecret: string | null;
+  /** APP_SECRET_VORIG: the previous APP_SECRET during a rotation; opens exactly what APP_SECRET opens, so writes made while instances and the application switch are not refused. */
+  appSecretVorig: string | null;
   /** METRICS_SECRET: opens /metrics from other hosts than loopback; unset, /metrics answers loopback only. */
   metricsSecret: string | null;
+  /** METRICS_SECRET_VORIG: the previous METRICS_SECRET during a rotation; opens /metrics as METRICS_SECRET does. */
+  metricsSecretVorig: string | null;
   auditRetentieDagen: number;
   beveiligingslogRetentieDagen: number;
   /** DAGRAPPORT_EMAIL, else SUPPORT_EMAIL, else null: daily report and alarm mails. */
@@ -110,13 +114,24 @@ function timeZone(env: Env, name: string, fallback: string): string {
 
 /** The longest secret: the auth gate refuses longer Authorization headers without hashing them (src/http/auth.ts). */
 /**
- * The values no output may carry: the three secrets, the anchor key and the passwords in
+ * The values no output may carry: the bearer secrets (the previous ones of a rotation too), the anchor key and the passwords in
  * SMTP_URL and DATABASE_URL. Alarms are scrubbed of them (src/alarms/sink.ts), and so is
  * what a caller sends that is stored and shown again (a backup report's texts).
  */
-export function secretValues(config: Pick<Config, "cronSecret" | "appSecret" | "metricsSecret" | "auditAnkerSleutel" | "smtpUrl" | "databaseUrl">): string[] {
+export function secretValues(
+  config: Pick<Config, "cronSecret" | "appSecret" | "appSecretVorig" | "metricsSecret" | "metricsSecretVorig" | "auditAnkerSleutel" | "smtpUrl" | "databaseUrl">,
+): string[] {
   const password = (url: string | null) => (url !== null && URL.canParse(url) ? decodeURIComponent(new URL(url).password) : "");
-  return [config.cronSecret, config.appSecret ?? "", config.metricsSecret ?? "", config.auditAnkerSleutel, password(config.smtpUrl), password(config.databaseUrl)].filter((s) => s.length > 0);
+  return [
+    config.cronSecret,
+    config.appSecret ?? "",
+    config.appSecretVorig ?? "",
+    config.metricsSecret ?? "",
+    config.metricsSecretVorig ?? "",
+    config.auditAnkerSleutel,
+    password(config.smtpUrl),
+    password(config.databaseUrl),
+  ].filter((s) => s.length > 0);
 }
 
 export const MAX_SECRET_LENGTH = 1024;
@@ -130,6 +145,31 @@ function secret(env: Env, name: string): string | undefined {
   if (v.length > MAX_SECRET_LENGTH) throw new ConfigError(name, `is longer than ${MAX_SECRET_LENGTH} characters; ${SECRET_HINT}`);
   if (!/^[\x21-\x7e]+$/.test(v)) throw new ConfigError(name, `may contain only printable ASCII without spaces; ${SECRET_HINT}`);
   return v;
+}
+
+/**
+ * The previous value of a secret during a rotation (APP_SECRET_VORIG, METRICS_SECRET_VORIG):
+ * the same rules as the secret itself, and only beside it: alone it would keep open, under
+ * a name that says "old", what the operator believes closed.
+ */
+function previousSecret(env: Env, name: string, primaryName: string, primary: string | null): string | null {
+  const v = secret(env, name) ?? null;
+  if (v === null) return null;
+  if (primary === null) throw new ConfigError(name, `is set without ${primaryName}: it is the previous value during a rotation, beside the new one in ${primaryName}; set ${primaryName} or remove ${name}`);
+  if (v === primary) throw new ConfigError(name, `is the same as ${primaryName}: during a rotation ${primaryName} holds the new value and ${name} the old one; after the rotation remove ${name}`);
+  return v;
+}
+
+/**
+ * One secret per scope: were two the same, a token for one scope would open the other.
+ * Each set secret must differ from every one before it; the later one is named.
+ */
+function distinctSecrets(secrets: [name: string, value: string | null][]): void {
+  secrets.forEach(([name, value], i) => {
+    if (value === null) return;
+    const same = secrets.slice(0, i).filter(([, v]) => v === value).map(([n]) => n);
+    if (same.length > 0) throw new ConfigError(name, `must differ from ${same.join(" and ")}: each secret opens only its own endpoints`);
+  });
 }
 
 /**
@@ -166,12 +206,16 @@ export function parseConfig(env: Env): Config {
     }
   }
   const appSecret = secret(env, "APP_SECRET") ?? null;
+  const appSecretVorig = previousSecret(env, "APP_SECRET_VORIG", "APP_SECRET", appSecret);
   const metricsSecret = secret(env, "METRICS_SECRET") ?? null;
-  // One secret per scope: were two the same, a token for one scope would open the other.
-  if (appSecret !== null && appSecret === cronSecret) throw new ConfigError("APP_SECRET", "must differ from CRON_SECRET: each secret opens only its own endpoints");
-  if (metricsSecret !== null && (metricsSecret === cronSecret || metricsSecret === appSecret)) {
-    throw new ConfigError("METRICS_SECRET", "must differ from CRON_SECRET and APP_SECRET: each secret opens only its own endpoints");
-  }
+  const metricsSecretVorig = previousSecret(env, "METRICS_SECRET_VORIG", "METRICS_SECRET", metricsSecret);
+  distinctSecrets([
+    ["CRON_SECRET", cronSecret],
+    ["APP_SECRET", appSecret],
+    ["APP_SECRET_VORIG", appSecretVorig],
+    ["METRICS_SECRET", metricsSecret],
+    ["METRICS_SECRET_VORIG", metricsSecretVorig],
+  ]);
 
   const smtpUrl = read(env, "SMTP_URL");
   if (smtpUrl !== undefined) {
@@ -238,7 +282,9 @@ export function parseConfig(env: Env): Config {
   return {
     cronSecret,
     appSecret,
+    appSecretVorig,
     metricsSecret,
+    metricsSecretVorig,
     auditRetentieDagen: positiveInt(env, "AUDIT_RETENTIE_DAGEN", 2555, 100_000),
     beveiligingslogRetentieDagen: positiveInt(env, "BEVEILIGINGSLOG_RETENTIE_DAGEN", 90, 100_000),
     dagrapportEmail: dagrapportEmail ?? supportEmail ?? null,
@@ -275,7 +321,9 @@ export function redactedConfig(c: Config): Record<string, unknown> {
     ...c,
     cronSecret: "***",
     appSecret: c.appSecret ? "***" : null,
+    appSecretVorig: c.appSecretVorig ? "***" : null,
     metricsSecret: c.metricsSecret ? "***" : null,
+    metricsSecretVorig: c.metricsSecretVorig ? "***" : null,
     auditAnkerSleutel: "***",
     smtpUrl: smtp,
     databaseUrl: c.databaseUrl ? redactUrl(c.databaseUrl) : null,

@@ -1,7 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import fc from "fast-check";
-import { ConfigError, parseConfig, redactedConfig } from "../src/config.ts";
+import { ConfigError, parseConfig, redactedConfig, secretValues } from "../src/config.ts";
+import { runConfigCheck } from "../src/cli/config-check.ts";
 import { smtpOptions } from "../src/mail/transport.ts";
 import { TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
@@ -209,9 +210,68 @@ describe("configuration", () => {
     expect(failure({ ...REQUIRED, APP_SECRET: app, METRICS_SECRET: app }).variable).toBe("METRICS_SECRET");
   });
 
+  test("APP_SECRET_VORIG and METRICS_SECRET_VORIG: the previous value during a rotation, with the rules of their primary, only beside it, and different from every secret", () => {
+    const app = "a".repeat(40);
+    const appOld = "o".repeat(40);
+    const metrics = "m".repeat(40);
+    const metricsOld = "p".repeat(40);
+    expect(ok()).toMatchObject({ appSecretVorig: null, metricsSecretVorig: null });
+    expect(ok({ APP_SECRET: app, APP_SECRET_VORIG: appOld, METRICS_SECRET: metrics, METRICS_SECRET_VORIG: metricsOld })).toMatchObject({
+      appSecret: app,
+      appSecretVorig: appOld,
+      metricsSecret: metrics,
+      metricsSecretVorig: metricsOld,
+    });
+    for (const [name, primary] of [["APP_SECRET_VORIG", { APP_SECRET: app }], ["METRICS_SECRET_VORIG", { METRICS_SECRET: metrics }]] as const) {
+      const short = failure({ ...REQUIRED, ...primary, [name]: "kort-geheim-1234" });
+      expect(short.variable).toBe(name);
+      expect(short.message).not.toContain("kort-geheim-1234");
+      const primaryName = name.replace("_VORIG", "");
+      const same = failure({ ...REQUIRED, ...primary, [name]: primary[primaryName as keyof typeof primary] });
+      expect(same.variable).toBe(name);
+      expect(same.message).toContain(`same as ${primaryName}`);
+      expect(same.message).not.toContain(app);
+      expect(same.message).not.toContain(metrics);
+      const cron = failure({ ...REQUIRED, ...primary, [name]: SECRET });
+      expect(cron.variable).toBe(name);
+      expect(cron.message).toContain("CRON_SECRET");
+      expect(cron.message).not.toContain(SECRET);
+      const alone = failure({ ...REQUIRED, [name]: appOld });
+      expect(alone.variable).toBe(name);
+      expect(alone.message).toContain(`without ${primaryName}`);
+    }
+    // Across scopes too: an old app secret must not open /metrics, nor an old metrics secret the write API.
+    expect(failure({ ...REQUIRED, APP_SECRET: app, APP_SECRET_VORIG: appOld, METRICS_SECRET: appOld }).variable).toBe("METRICS_SECRET");
+    expect(failure({ ...REQUIRED, APP_SECRET: app, METRICS_SECRET: metrics, METRICS_SECRET_VORIG: app }).variable).toBe("METRICS_SECRET_VORIG");
+  });
+
+  test("config check names the _VORIG errors and never prints a secret's value", () => {
+    const app = "a".repeat(40);
+    const lines: string[] = [];
+    const env = { ...REQUIRED, APP_SECRET: app, APP_SECRET_VORIG: app, METRICS_SECRET_VORIG: "m".repeat(40) };
+    expect(runConfigCheck([], env, (s) => lines.push(s), (s) => lines.push(s))).toBe(1);
+    const out = lines.join("\n");
+    expect(out).toContain("APP_SECRET_VORIG: is the same as APP_SECRET");
+    expect(out).toContain("METRICS_SECRET_VORIG: is set without METRICS_SECRET");
+    for (const v of [app, "m".repeat(40), SECRET]) expect(out).not.toContain(v);
+    lines.length = 0;
+    expect(runConfigCheck([], { ...REQUIRED, APP_SECRET: app, APP_SECRET_VORIG: "o".repeat(40) }, (s) => lines.push(s), (s) => lines.push(s))).toBe(0);
+    expect(lines.join("\n")).not.toContain("o".repeat(40));
+  });
+
   test("the redacted config hides the secrets, the anchor key and the SMTP password", () => {
-    const c = ok({ SMTP_URL: "smtp://user:hunter2hunter2@mail.example.nl:587", APP_SECRET: "a".repeat(40), METRICS_SECRET: "m".repeat(40) });
+    const c = ok({
+      SMTP_URL: "smtp://user:hunter2hunter2@mail.example.nl:587",
+      APP_SECRET: "a".repeat(40),
+      APP_SECRET_VORIG: "o".repeat(40),
+      METRICS_SECRET: "m".repeat(40),
+      METRICS_SECRET_VORIG: "p".repeat(40),
+    });
     const text = JSON.stringify(redactedConfig(c));
+    expect(text).not.toContain("o".repeat(40));
+    expect(text).not.toContain("p".repeat(40));
+    expect(redactedConfig(c)).toMatchObject({ appSecretVorig: "***", metricsSecretVorig: "***" });
+    expect(secretValues(c)).toEqual(expect.arrayContaining(["o".repeat(40), "p".repeat(40)]));
     expect(text).not.toContain(SECRET);
     expect(text).not.toContain("a".repeat(40));
     expect(text).not.toContain("m".repeat(40));

@@ -11,7 +11,7 @@
 // measured in bench/auth-timing.ts, not here: timings belong in benchmarks.
 import { describe, expect, test } from "bun:test";
 import { createHash, timingSafeEqual } from "node:crypto";
-import { authGate, bearerChecker } from "../src/http/auth.ts";
+import { anySecretChecker, authGate, bearerChecker } from "../src/http/auth.ts";
 import { OPEN_PATHS } from "../src/app.ts";
 
 const SECRET = "a1b2c3d4".repeat(8); // 64 characters, like `openssl rand -hex 32`
@@ -37,6 +37,31 @@ describe("the secret comparison", () => {
     compared.length = 0;
     for (const h of [null, "", "Basic abc", "Bearer", `Bearer ${"a".repeat(5000)}`]) expect(check(h)).toBe(false);
     expect(compared).toHaveLength(0);
+  });
+
+  // With APP_SECRET_VORIG beside APP_SECRET (a rotation) the write API has two secrets:
+  // were the second compared only when the first missed, the time would tell which matched.
+  test("a scope's secrets, current and previous, are each compared on every call, whichever matches; an unset one stands in", () => {
+    const OLD = "e5f6a7b8".repeat(8);
+    let compared: Buffer[] = [];
+    const counting = (a: Buffer, b: Buffer) => {
+      compared.push(Buffer.from(b));
+      return timingSafeEqual(a, b);
+    };
+    const check = anySecretChecker([SECRET, OLD], counting);
+    for (const [t, ok] of [[SECRET, true], [OLD, true], ["z".repeat(64), false]] as const) {
+      compared = [];
+      expect(check(`Bearer ${t}`)).toBe(ok);
+      expect(compared.map((b) => b.toString("hex"))).toEqual([sha256(SECRET).toString("hex"), sha256(OLD).toString("hex")]);
+    }
+    const single = anySecretChecker([SECRET, null], counting);
+    compared = [];
+    expect(single(`Bearer ${SECRET}`)).toBe(true);
+    expect(compared).toHaveLength(2);
+    const closed = anySecretChecker([null, null], counting);
+    compared = [];
+    expect(closed(`Bearer ${SECRET}`)).toBe(false);
+    expect(compared).toHaveLength(2);
   });
 
   test("the gate with its default comparison: the secret passes however 'Bearer' is written, a near miss is 401", () => {

@@ -71,6 +71,37 @@ describe("scope: each secret opens only its own endpoints", () => {
     expect((await call(env.app, jobPath("backup-controle"))).status).not.toBe(403);
   });
 
+  // A rotation without overlap refused every write made between the restart of nachtwacht
+  // and the application's switch (a 401 the client does not resend): APP_SECRET_VORIG keeps
+  // the old value open, for exactly what APP_SECRET opens, until the operator removes it.
+  test("rotation: APP_SECRET_VORIG writes (200) beside the new APP_SECRET, is 403 on every job and runs none; once removed, the old value is 401", async () => {
+    const NEW = "app-secret-nieuw-0123456789abcdef0123456789abcdef";
+    await appEnv({ APP_SECRET: NEW, APP_SECRET_VORIG: APP_SECRET });
+    await addTenant(env.db, "Eén");
+    for (const e of INGEST) {
+      expect({ path: e.path, status: (await send(e.path, e.body, { token: APP_SECRET, method: e.method })).status }).toEqual({ path: e.path, status: 200 });
+      expect({ path: e.path, status: (await send(e.path, e.body, { token: NEW, method: e.method })).status }).toEqual({ path: e.path, status: 200 });
+      expect((await send(e.path, e.body, { token: SECRET, method: e.method })).status).toBe(403);
+      expect((await send(e.path, e.body, { token: WRONG, method: e.method })).status).toBe(401);
+    }
+    expect(await count("audit_entries")).toBe(2);
+    for (const job of JOB_NAMES) {
+      const r = await call(env.app, jobPath(job), { token: APP_SECRET });
+      expect({ job, status: r.status }).toEqual({ job, status: 403 });
+      expect(r.json.error).toContain("CRON_SECRET");
+    }
+    expect(await count("job_runs")).toBe(0);
+    await env.cleanup();
+
+    await appEnv({ APP_SECRET: NEW });
+    await addTenant(env.db, "Eén");
+    for (const e of INGEST) {
+      const r = await send(e.path, e.body, { token: APP_SECRET, method: e.method });
+      expect({ path: e.path, status: r.status }).toEqual({ path: e.path, status: 401 });
+      expect((await send(e.path, e.body, { token: NEW, method: e.method })).status).toBe(200);
+    }
+  });
+
   test("without APP_SECRET the write API is closed: every token refused, nothing stored", async () => {
     env = await makeEnv();
     await addTenant(env.db);

@@ -488,6 +488,20 @@ describe("access", () => {
     expect((await call(env.app, `/metrics?access_token=${METRICS_SECRET}`, { method: "GET", token: null })).status).toBe(401);
   });
 
+  test("rotation: METRICS_SECRET_VORIG opens /metrics from elsewhere beside the new METRICS_SECRET; APP_SECRET_VORIG is 403 there; once removed, the old value is 401", async () => {
+    const NEW = "metrics-secret-nieuw-0123456789abcdef0123456789abcdef";
+    const APP_OLD = "app-secret-oud-0123456789abcdef0123456789abcdef";
+    env = await makeEnv({ METRICS_SECRET: NEW, METRICS_SECRET_VORIG: METRICS_SECRET, APP_SECRET, APP_SECRET_VORIG: APP_OLD });
+    expect((await scrape(env, METRICS_SECRET)).status).toBe(200);
+    expect((await scrape(env, NEW)).status).toBe(200);
+    expect((await scrape(env, APP_OLD)).status).toBe(403);
+    expect((await scrape(env, WRONG)).status).toBe(401);
+    await env.cleanup();
+    env = await makeEnv({ METRICS_SECRET: NEW });
+    expect((await scrape(env, METRICS_SECRET)).status).toBe(401);
+    expect((await scrape(env, NEW)).status).toBe(200);
+  });
+
   test("without METRICS_SECRET only loopback reads it: every token 403 from elsewhere", async () => {
     env = await makeEnv({ APP_SECRET });
     for (const token of [null, WRONG, SECRET, APP_SECRET]) {

@@ -24,7 +24,9 @@ describe("start output", () => {
     // On PostgreSQL the URL carries a password (the test cluster trusts loopback and does
     // not ask for it): a secret of the environment too, printed only redacted.
     const url = DIALECT === "pg" ? Object.assign(new URL(await (await testCluster()).createDatabase()), { password: DB_PASSWORD }).href : null;
-    const env: Record<string, string> = url === null ? db.env : { ...db.env, DATABASE_URL: url };
+    // A rotation's previous secrets beside the current ones: none of the four is printed.
+    const bearer = { APP_SECRET: "app-secret-nieuw-4f0c1d2e3b4a59687766554433221100", APP_SECRET_VORIG: "app-secret-oud-9e8d7c6b5a4938271605f4e3d2c1b0a9", METRICS_SECRET: "metrics-secret-nieuw-1a2b3c4d5e6f708192a3b4c5d6e7f8", METRICS_SECRET_VORIG: "metrics-secret-oud-f1e2d3c4b5a6978877665544332211" };
+    const env: Record<string, string> = { ...(url === null ? db.env : { ...db.env, DATABASE_URL: url }), ...bearer };
     const svc = await startService(env);
     cleanups.push(() => (svc.proc.exitCode === null ? svc.proc.kill("SIGKILL") : undefined));
     // Stop it and wait for the exit: then every line it wrote has been read.
@@ -37,6 +39,7 @@ describe("start output", () => {
     expect(listening).toBeDefined();
     expect(listening!.verificatieSleutel).toBe(TEST_VERIFIER_KEY);
     expect(listening!.config.auditAnkerSleutel).toBe("***");
+    expect(listening!.config).toMatchObject({ appSecret: "***", appSecretVorig: "***", metricsSecret: "***", metricsSecretVorig: "***" });
     expect(listening!.config.databaseUrl).toBe(url === null ? null : Object.assign(new URL(url), { password: "***" }).href);
 
     const seed = TEST_SIGNING_KEY.split("+").slice(4).join("+");
@@ -45,6 +48,7 @@ describe("start output", () => {
     expect(out).not.toContain("PRIVATE+KEY");
     expect(out).not.toContain(SECRET);
     expect(out).not.toContain(DB_PASSWORD);
+    for (const v of Object.values(bearer)) expect(out).not.toContain(v);
   });
 });
 

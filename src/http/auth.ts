@@ -31,6 +31,21 @@ export function bearerChecker(
   };
 }
 
+/**
+ * Returns a checker for the secrets of one scope (the current one and, during a rotation,
+ * the previous): true when the token is any of them. Every secret is compared on every
+ * call, never short-circuited, and an unset one (null) stands in as a random secret no
+ * token matches: the work, so the time, is the same whichever matched and however many
+ * are set.
+ */
+export function anySecretChecker(
+  secrets: readonly (string | null)[],
+  compare: (a: Buffer, b: Buffer) => boolean = timingSafeEqual,
+): (authorization: string | null) => boolean {
+  const checks = secrets.map((s) => bearerChecker(s ?? crypto.randomUUID() + crypto.randomUUID(), compare));
+  return (authorization) => checks.map((check) => check(authorization)).includes(true);
+}
+
 /** Who may call a path: the crontab (CRON_SECRET), the host application (APP_SECRET), or anyone. */
 export type Scope = "cron" | "app" | "open";
 
@@ -84,12 +99,14 @@ export interface GateSecrets {
   cron: string;
   /** Unset: the write API is closed (every token 401, CRON_SECRET 403). */
   app: string | null;
+  /** APP_SECRET_VORIG: the previous app secret during a rotation; opens what `app` opens. */
+  appVorig?: string | null;
 }
 
 /**
- * The gate: every path but the open ones needs the Bearer token of its own scope. Both
- * secrets are compared on every protected request (constant time each), so the answer
- * time does not tell which secret a token is near. A valid token of the other scope is
+ * The gate: every path but the open ones needs the Bearer token of its own scope. All
+ * secrets (CRON_SECRET, APP_SECRET, APP_SECRET_VORIG) are compared on every protected
+ * request (constant time each), so the answer time does not tell which secret a token is near. A valid token of the other scope is
  * 403, anything else 401; a request without a valid Host header 400, whatever its path.
  */
 export function authGate(
@@ -100,8 +117,8 @@ export function authGate(
   onRefused: (scope: "cron" | "app", status: 401 | 403) => void = () => {},
 ): (ctx: { request: Request }) => Response | undefined {
   const isCron = bearerChecker(secrets.cron);
-  // Without APP_SECRET no token can match: a random secret stands in, so the work done is the same.
-  const isApp = bearerChecker(secrets.app ?? crypto.randomUUID() + crypto.randomUUID());
+  // Without APP_SECRET (or APP_SECRET_VORIG) a random secret stands in: the work done is the same.
+  const isApp = anySecretChecker([secrets.app, secrets.appVorig ?? null]);
   return ({ request }) => {
     const pathname = pathOf(request.url);
     if (pathname === null) return badHost();

@@ -28,7 +28,7 @@ import { JOB_STATUSES, jobStatuses, type JobStatus, type JobStatusName } from ".
 import { SCHEDULE, type JobName } from "../schedule.ts";
 import { rowSealOf, type RowSeal, type SealedBackup } from "../row-seal.ts";
 import { verificationCounts, type VerificationCounts } from "../reports/daily.ts";
-import { bearerChecker, unauthorized } from "./auth.ts";
+import { anySecretChecker, bearerChecker, unauthorized } from "./auth.ts";
 import { driverError, ErrorBody, json } from "./errors.ts";
 import { jobContext } from "./job-route.ts";
 import packageJson from "../../package.json" with { type: "json" };
@@ -420,8 +420,11 @@ const PROXY_HEADERS = ["forwarded", "x-forwarded-for", "x-real-ip"];
 
 export interface MetricsSecrets {
   metrics: string | null;
+  /** METRICS_SECRET_VORIG: the previous metrics secret during a rotation; opens what `metrics` opens. */
+  metricsVorig?: string | null;
   cron: string;
   app: string | null;
+  appVorig?: string | null;
 }
 
 export type MetricsAccess = { allowed: true } | { allowed: false; status: 401 } | { allowed: false; status: 403; error: string };
@@ -432,20 +435,20 @@ const FORBIDDEN_NO_SECRET = "Verboden: /metrics is alleen vanaf deze machine (lo
 /**
  * The access rule as a function of the peer address and the request headers. Loopback
  * (127.0.0.1, ::1, ::ffff:127.0.0.1) needs nothing, unless a proxy header is present;
- * an unknown peer counts as remote. From elsewhere only `Bearer <METRICS_SECRET>`
- * opens it; CRON_SECRET and APP_SECRET are 403, anything else 401. All three secrets
- * are compared on every remote request (constant time each, as the gate does).
+ * an unknown peer counts as remote. From elsewhere only `Bearer <METRICS_SECRET>` (or,
+ * during a rotation, METRICS_SECRET_VORIG) opens it; CRON_SECRET and APP_SECRET (and its
+ * _VORIG) are 403, anything else 401. Every secret is compared on every remote request
+ * (constant time each, as the gate does).
  */
 export function metricsAccess(secrets: MetricsSecrets): (peer: string | null | undefined, headers: Headers) => MetricsAccess {
-  // An unset secret stands in as a random one: no token matches it, the work is the same.
-  const standIn = () => crypto.randomUUID() + crypto.randomUUID();
-  const isMetrics = bearerChecker(secrets.metrics ?? standIn());
+  // An unset secret stands in as a random one (anySecretChecker): no token matches it, the work is the same.
+  const isMetrics = anySecretChecker([secrets.metrics, secrets.metricsVorig ?? null]);
   const isCron = bearerChecker(secrets.cron);
-  const isApp = bearerChecker(secrets.app ?? standIn());
+  const isApp = anySecretChecker([secrets.app, secrets.appVorig ?? null]);
   return (peer, headers) => {
     if (isLoopback(peer) && !PROXY_HEADERS.some((h) => headers.has(h))) return { allowed: true };
     const authorization = headers.get("authorization");
-    // all three, never short-circuited: the time does not tell which secret a token is near
+    // every one, never short-circuited: the time does not tell which secret a token is near
     const metrics = isMetrics(authorization);
     const cron = isCron(authorization);
     const app = isApp(authorization);
@@ -461,7 +464,8 @@ const error = (description: string) => ({ description, content: { "application/j
 
 export function metricsRoute(sources: MetricsSources) {
   const { deps } = sources;
-  const access = metricsAccess({ metrics: deps.config.metricsSecret, cron: deps.config.cronSecret, app: deps.config.appSecret });
+  const { metricsSecret, metricsSecretVorig, cronSecret, appSecret, appSecretVorig } = deps.config;
+  const access = metricsAccess({ metrics: metricsSecret, metricsVorig: metricsSecretVorig, cron: cronSecret, app: appSecret, appVorig: appSecretVorig });
   return new Elysia({ name: "nachtwacht-metrics" }).get(
     METRICS_PATH,
     async ({ request, server }) => {
