@@ -61,8 +61,8 @@ export function docs() {
           components: {
             securitySchemes: {
               bearerAuth: { type: "http", scheme: "bearer", description: "CRON_SECRET: opent alleen de taken." },
-              appAuth: { type: "http", scheme: "bearer", description: "APP_SECRET: opent alleen de schrijf-API." },
-              metricsAuth: { type: "http", scheme: "bearer", description: "METRICS_SECRET: opent alleen /metrics (van buiten loopback)." },
+              appAuth: { type: "http", scheme: "bearer", description: "APP_SECRET (tijdens een wissel ook het vorige, APP_SECRET_VORIG): opent alleen de schrijf-API." },
+              metricsAuth: { type: "http", scheme: "bearer", description: "METRICS_SECRET (tijdens een wissel ook METRICS_SECRET_VORIG): opent alleen /metrics (van buiten loopback)." },
             },
           },
         },

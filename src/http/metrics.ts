@@ -485,7 +485,7 @@ export function metricsRoute(sources: MetricsSources) {
         description:
           "Per taak de laatste start, het einde, de duur en de uitkomst, of hij nu loopt, of hij achterstallig is en zijn status zoals taken-controle die bepaalt (ook `onderbroken` en `hangt`); de audit-ketens " +
           "(gecontroleerd, gebroken, laatste verificatie); de nieuwste back-up (leeftijd, gelukt); de tellers van de schrijf-API. " +
-          "Zonder token leesbaar vanaf deze machine (loopback, zonder proxy-headers); van elders alleen met `Authorization: Bearer <METRICS_SECRET>`. " +
+          "Zonder token leesbaar vanaf deze machine (loopback, zonder proxy-headers); van elders alleen met `Authorization: Bearer <METRICS_SECRET>` (tijdens een wissel ook METRICS_SECRET_VORIG). " +
           "CRON_SECRET en APP_SECRET openen /metrics niet. docs/operations.md (Metrics) beschrijft elke metric.",
         responses: {
           200: TEXT,
