@@ -13,7 +13,7 @@
 //
 //   bun bench/cases/anker.ts --db <file> --mode full
 import { appendAuditEntry } from "../../src/audit/chain.ts";
-import type { StoredLine } from "../../src/audit/anchor-file.ts";
+import { appendingTransaction, type StoredLine } from "../../src/audit/anchor-file.ts";
 import { checkpointLine, writeRun } from "../../src/audit/anchoring.ts";
 import { auditKeys } from "../../src/audit/keys.ts";
 import { CompactRange } from "../../src/audit/merkle.ts";
@@ -55,7 +55,7 @@ if (mode === "incremental") {
       for (const { hash } of hashes.iterate(t, tree.size, size) as IterableIterator<{ hash: string }>) tree.pushEntryHash(hash);
       run.push({ ...checkpointLine(keys, t, tree, 0), bereik: null });
     }
-    store.sqlite.transaction(() => writeRun(store.sqlite, path, keys, run)).immediate();
+    appendingTransaction(store.sqlite, (appended) => writeRun(store.sqlite, path, keys, run, appended));
     runs++;
     lines += run.length;
   }

@@ -8,11 +8,14 @@
 // crash between the fsync and the COMMIT leaves lines in the file that the database
 // lacks (the "tail", which verification accepts for at most one run and the next run
 // copies into the database: syncTail). The reverse order could lose a record that the
-// database already relies on.
+// database already relies on. A transaction that fails after its append without a crash
+// (a COMMIT on a full disk, a dropped connection) takes its lines back (undoFailedAppend),
+// so that two failing runs in a row do not leave two runs' tail: only a kill leaves one.
 import type { Database } from "bun:sqlite";
 import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { fsyncPath } from "../durable-file.ts";
+import { errorText, log } from "../logger.ts";
 import { anchorLineText, parseAnchorLineText, type AnchorLine, type ParsedLine } from "./records.ts";
 
 export interface StoredLine extends AnchorLine {
@@ -31,13 +34,23 @@ export interface StoredLine extends AnchorLine {
 export const TORN_LINE_END = " (afgebroken)\n";
 
 /**
+ * What one write transaction appended to the anchor file (appendLines records it), so
+ * that the transaction's failure can take it back (undoFailedAppend).
+ */
+export class RunAppend {
+  /** The file, its size before the transaction's first append and after its last; null while it appended nothing. */
+  appended: { path: string; before: number; after: number } | null = null;
+}
+
+/**
  * Appends lines and forces them to disk; returns each line's byte offset. A file that
  * does not end in a newline (a write torn by a crash) is closed with TORN_LINE_END
  * first, so the torn line stays an unreadable line of its own. A write or fsync that
  * fails is cut back off the file (as far as the file system lets it), so the caller's
- * rolled-back transaction leaves no line behind.
+ * rolled-back transaction leaves no line behind. `run` learns what was appended (a
+ * transaction's, appendingTransaction).
  */
-export function appendLines(path: string, lines: AnchorLine[]): number[] {
+export function appendLines(path: string, lines: AnchorLine[], run: RunAppend = new RunAppend()): number[] {
   const dir = dirname(path);
   mkdirSync(dir, { recursive: true });
   const isNew = !existsSync(path);
@@ -72,19 +85,90 @@ export function appendLines(path: string, lines: AnchorLine[]): number[] {
       fsyncSync(fd);
     } catch (e) {
       try {
-        ftruncateSync(fd, start);
-        fsyncSync(fd);
+        cutBack(fd, start);
       } catch {
         // Left for the next append: TORN_LINE_END closes what stayed.
       }
       throw e;
     }
+    run.appended = { path, before: run.appended?.before ?? start, after: start + buf.length };
   } finally {
     closeSync(fd);
   }
   // The directory entry too, so a new file survives a power loss.
   if (isNew) fsyncPath(dir);
   return positions;
+}
+
+/** Cuts the file back to `size` bytes and forces that to disk. */
+function cutBack(fd: number, size: number): void {
+  ftruncateSync(fd, size);
+  fsyncSync(fd);
+}
+
+/**
+ * After the transaction that appended `run` failed and rolled back (under the same
+ * exclusion as the appenders again, in a new transaction): takes the run's lines back
+ * off the file when the database knows nothing past where they start (`databaseEnd`)
+ * and the file is still exactly as the run left it. Otherwise (the run's rows did
+ * commit, or someone appended since) the lines stay: a tail the next run copies in.
+ * Whether it cut.
+ */
+export function takeBack(run: RunAppend, databaseEnd: number): boolean {
+  const a = run.appended;
+  if (a === null || databaseEnd > a.before || fileSize(a.path) !== a.after) return false;
+  const fd = openSync(a.path, "r+");
+  try {
+    cutBack(fd, a.before);
+  } finally {
+    closeSync(fd);
+  }
+  return true;
+}
+
+/**
+ * takeBack for a failed transaction on SQLite, under the write lock (BEGIN IMMEDIATE)
+ * on the caller's connection, outside any transaction. It never throws: the failure
+ * it follows is what the caller reports; its own is logged (a kill leaves such a tail
+ * too, and the next run copies it in).
+ */
+export function undoFailedAppend(sqlite: Database, run: RunAppend): void {
+  if (run.appended === null) return;
+  try {
+    sqlite.run("BEGIN IMMEDIATE");
+    try {
+      takeBack(run, databaseEnd(sqlite));
+    } finally {
+      sqlite.run("ROLLBACK");
+    }
+  } catch (e) {
+    logUndoFailed(run, e);
+  }
+}
+
+export function logUndoFailed(run: RunAppend, e: unknown): void {
+  log("error", "anchor file: the lines of a failed run could not be taken back; the next run copies them in as its tail", { path: run.appended?.path, error: errorText(e) });
+}
+
+/**
+ * The write transaction of a run that appends to the anchor file, on SQLite: BEGIN
+ * IMMEDIATE, `work`, COMMIT; on a failure (also at COMMIT) rolled back when SQLite did
+ * not already (on SQLITE_FULL it did: a second ROLLBACK would throw and hide the cause),
+ * the run's lines taken back (undoFailedAppend) and the failure thrown. Synchronous: the
+ * connection may be shared with the rest of the process.
+ */
+export function appendingTransaction<T>(sqlite: Database, work: (run: RunAppend) => T): T {
+  const run = new RunAppend();
+  sqlite.run("BEGIN IMMEDIATE");
+  try {
+    const r = work(run);
+    sqlite.run("COMMIT");
+    return r;
+  } catch (e) {
+    if (sqlite.inTransaction) sqlite.run("ROLLBACK");
+    undoFailedAppend(sqlite, run);
+    throw e;
+  }
 }
 
 export interface FileLine {

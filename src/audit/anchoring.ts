@@ -7,7 +7,7 @@
 // to the signed root of that checkpoint; otherwise the tree is rebuilt from the chain's
 // start (genesis, the signed retention record or the signed adoption).
 import type { Database } from "bun:sqlite";
-import { appendLines, databaseEnd, insertRows, lineAt, readLines, type StoredLine } from "./anchor-file.ts";
+import { appendingTransaction, appendLines, databaseEnd, insertRows, lineAt, readLines, type RunAppend, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type AnchorComparison, type RowReason } from "./anchor-check.ts";
 import { entriesAfter, orphanChains, rowHash, type EntryRow } from "./chain.ts";
 import { CompactRange, leafHashOfBytes } from "./merkle.ts";
@@ -341,16 +341,12 @@ export async function anchorAll(sqlite: Database, dbPath: string, path: string, 
 
   // One write transaction, synchronous throughout (the connection is shared with the
   // rest of the process): the tail check, the installation tree, the append, the copy.
-  sqlite.run("BEGIN IMMEDIATE");
-  try {
+  // A failure takes the appended lines back (appendingTransaction).
+  return appendingTransaction(sqlite, (run) => {
     const hersteld = syncTail(sqlite, path, keys.verifiers);
-    const { installatie, herbouwd } = writeRun(sqlite, path, keys, lines);
-    sqlite.run("COMMIT");
+    const { installatie, herbouwd } = writeRun(sqlite, path, keys, lines, run);
     return { checkpoints, unchanged, refused, installatie, hersteld, herbouwd };
-  } catch (e) {
-    sqlite.run("ROLLBACK");
-    throw e;
-  }
+  });
 }
 
 /** A signed checkpoint of a tenant's tree as a line to write (its row keeps the compact range). */
@@ -369,15 +365,16 @@ export const LARGEST_INSTALLATION_SQL = "SELECT max(grootte) AS n FROM audit_anc
 /**
  * Writes one run: `lines`, then an installation checkpoint over the whole file with
  * them, appended to the file (fsynced) and inserted as rows. Inside the caller's write
- * transaction (BEGIN IMMEDIATE), after the crash tail was copied in. Every run ends in
- * its installation line, which is how verification tells one run from several. With no
+ * transaction (BEGIN IMMEDIATE), after the crash tail was copied in; `appended` learns
+ * what it appended (appendingTransaction). Every run ends in its
+ * installation line, which is how verification tells one run from several. With no
  * lines and a file that did not grow since the last installation checkpoint, nothing.
  */
-export function writeRun(sqlite: Database, path: string, keys: Keys, lines: StoredLine[]): { installatie: string | null; herbouwd: boolean } {
+export function writeRun(sqlite: Database, path: string, keys: Keys, lines: StoredLine[], appended: RunAppend): { installatie: string | null; herbouwd: boolean } {
   const inst = installationRange(sqlite, path, keys.verifiers);
   const largest = (sqlite.query(LARGEST_INSTALLATION_SQL).get() as { n: number | null }).n ?? 0;
   const run = runLines(inst, largest, keys, lines);
-  if (run.all.length > 0) insertRows(sqlite, appendRun(path, run.all));
+  if (run.all.length > 0) insertRows(sqlite, appendRun(path, run.all, appended));
   return { installatie: run.installatie, herbouwd: run.herbouwd };
 }
 
@@ -394,9 +391,9 @@ export function runLines(inst: { range: CompactRange; rebuilt: boolean }, larges
   return { all, installatie, herbouwd: inst.rebuilt };
 }
 
-/** Appends a run's lines to the file (fsynced) and sets their positions; the rows to insert. */
-export function appendRun(path: string, all: StoredLine[]): StoredLine[] {
-  const positions = appendLines(path, all);
+/** Appends a run's lines to the file (fsynced; `appended` learns what) and sets their positions; the rows to insert. */
+export function appendRun(path: string, all: StoredLine[], appended?: RunAppend): StoredLine[] {
+  const positions = appendLines(path, all, appended);
   all.forEach((l, i) => (l.positie = positions[i]!));
   return all;
 }

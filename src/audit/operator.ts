@@ -26,7 +26,7 @@
 import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { applyPragmas, newerSqliteSchemaProblem } from "../db.ts";
-import { insertRows, readLines, type StoredLine } from "./anchor-file.ts";
+import { insertRows, readLines, RunAppend, undoFailedAppend, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type AnchorComparison } from "./anchor-check.ts";
 import { checkpointLine, syncTail, writeRun } from "./anchoring.ts";
 import { entriesAfter, type EntryRow } from "./chain.ts";
@@ -468,6 +468,8 @@ async function tenantLoss(
 
 /** The SQLite store of the operator's commands: `sqlite` read-write (openOperatorDatabase); the comparison on its own connection to `dbPath`. */
 export function sqliteOperatorStore(sqlite: Database, dbPath: string): OperatorStore {
+  /** What the running transaction appended to the anchor file, taken back when it fails. */
+  let appended = new RunAppend();
   const tx: OperatorTx = {
     oldestEntry: async (tenantId) =>
       sqlite.query("SELECT seq, id, prev_hash, created_at FROM audit_entries WHERE tenant_id = ? ORDER BY seq LIMIT 1").get(tenantId) as EntryHead | null,
@@ -481,19 +483,24 @@ export function sqliteOperatorStore(sqlite: Database, dbPath: string): OperatorS
     lockChains: async () => {},
     syncTail: async (path, verifiers) => syncTail(sqlite, path, verifiers),
     insertRows: async (rows) => insertRows(sqlite, rows),
-    writeRun: async (path, keys, lines) => writeRun(sqlite, path, keys, lines),
+    writeRun: async (path, keys, lines) => writeRun(sqlite, path, keys, lines, appended),
   };
   return {
     compare: (path, verifiers) => compareWithFile(dbPath, path, verifiers),
     // IMMEDIATE (the write lock first) when it writes, else a read snapshot. The connection is the command's own.
+    // A failure (also at COMMIT) takes back what the transaction appended, as appendingTransaction
+    // (src/audit/anchor-file.ts) does; that one is synchronous, this one awaits the command's work.
     async transaction(writes, work) {
+      appended = new RunAppend();
       sqlite.run(writes ? "BEGIN IMMEDIATE" : "BEGIN");
       try {
         const r = await work(tx);
         sqlite.run("COMMIT");
         return r;
       } catch (e) {
-        sqlite.run("ROLLBACK");
+        // SQLite already rolled back after SQLITE_FULL: a second ROLLBACK would throw and hide the cause.
+        if (sqlite.inTransaction) sqlite.run("ROLLBACK");
+        undoFailedAppend(sqlite, appended);
         throw e;
       }
     },

@@ -30,7 +30,7 @@
 //   target (Pacing.whileAppWrites): such a write waits on the event loop for the whole
 //   batch, not for the lock at the gap.
 import type { Database } from "bun:sqlite";
-import { insertRows, type StoredLine } from "./anchor-file.ts";
+import { appendingTransaction, insertRows, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, type AnchorComparison, type RowReason } from "./anchor-check.ts";
 import { appendRun, syncTail, throwIfProblem } from "./anchoring.ts";
 import { retryWhenBusy } from "../db.ts";
@@ -655,13 +655,14 @@ function recordPlans(sqlite: Database, plans: DeletionPlan[], signing: Retention
     `INSERT INTO audit_retention_anchors (tenant_id, seq, hash, bijgewerkt) VALUES (?, ?, ?, ?)
      ON CONFLICT (tenant_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, bijgewerkt = excluded.bijgewerkt`,
   );
-  sqlite.transaction(() => {
+  // A failure (also at COMMIT) takes the appended records back (appendingTransaction).
+  appendingTransaction(sqlite, (run) => {
     // Records a crash left in the file after its fsync but before its COMMIT.
     syncTail(sqlite, signing.path, signing.keys.verifiers);
-    if (lines.length > 0) insertRows(sqlite, appendRun(signing.path, lines));
+    if (lines.length > 0) insertRows(sqlite, appendRun(signing.path, lines, run));
     // Where an append starts once a whole chain is gone (src/audit/chain.ts).
     for (const p of plans) upsertAnchor.run(p.tenantId, p.seq, p.hash, tijdstip);
-  }).immediate();
+  });
 }
 
 /** The signed retention records of the plans that need one, as anchor-file lines (positions set on append). */

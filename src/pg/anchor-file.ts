@@ -2,7 +2,7 @@
 // and syncTail (src/audit/anchoring.ts) keep it on SQLite: the file is the authority,
 // appended to (fsynced) inside the transaction that inserts its rows.
 import type { SQL } from "bun";
-import { endOf, type StoredLine } from "../audit/anchor-file.ts";
+import { endOf, logUndoFailed, RunAppend, takeBack, type StoredLine } from "../audit/anchor-file.ts";
 import { tailRows } from "../audit/anchoring.ts";
 import type { Verifier } from "../audit/note.ts";
 import type { AnchorLine } from "../audit/records.ts";
@@ -20,11 +20,57 @@ export const ANCHOR_FILE_LOCK = 0x6e7702;
  * audit_anchor_log. How many rows it copied.
  */
 export async function lockAndSyncTailPg(tx: SQL, path: string, verifiers: Verifier[]): Promise<number> {
-  await tx`SELECT pg_advisory_xact_lock(${ANCHOR_FILE_LOCK}, 0)`;
-  const [last] = (await tx`SELECT positie, soort, tenant_id, note FROM audit_anchor_log ORDER BY positie DESC LIMIT 1`) as { positie: string; soort: AnchorLine["soort"]; tenant_id: number | null; note: string }[];
-  const tail = tailRows(path, endOf(last ? { positie: Number(last.positie), soort: last.soort, tenantId: last.tenant_id, note: last.note } : null), verifiers);
+  await lockAnchorFilePg(tx);
+  const tail = tailRows(path, await databaseEndPg(tx), verifiers);
   await insertRowsPg(tx, tail);
   return tail.length;
+}
+
+/** The anchor file's lock, until the transaction ends. */
+async function lockAnchorFilePg(tx: SQL): Promise<void> {
+  await tx`SELECT pg_advisory_xact_lock(${ANCHOR_FILE_LOCK}, 0)`;
+}
+
+/** databaseEnd (src/audit/anchor-file.ts) on PostgreSQL: where the file's tail starts. */
+async function databaseEndPg(tx: SQL): Promise<number> {
+  const [last] = (await tx`SELECT positie, soort, tenant_id, note FROM audit_anchor_log ORDER BY positie DESC LIMIT 1`) as { positie: string; soort: AnchorLine["soort"]; tenant_id: number | null; note: string }[];
+  return endOf(last ? { positie: Number(last.positie), soort: last.soort, tenantId: last.tenant_id, note: last.note } : null);
+}
+
+/**
+ * The transaction of a run that appends to the anchor file, on PostgreSQL (appendingTransaction
+ * of src/audit/anchor-file.ts): `work` with the anchor file's lock taken; on a failure (also at
+ * COMMIT, or a dropped connection) the run's lines taken back (undoFailedAppendPg) and the
+ * failure thrown.
+ */
+export async function appendingTransactionPg<T>(sql: SQL, work: (tx: SQL, run: RunAppend) => Promise<T>): Promise<T> {
+  const run = new RunAppend();
+  try {
+    return await sql.begin(async (tx) => {
+      await lockAnchorFilePg(tx);
+      return work(tx, run);
+    });
+  } catch (e) {
+    await undoFailedAppendPg(sql, run);
+    throw e;
+  }
+}
+
+/**
+ * takeBack (src/audit/anchor-file.ts) after a failed transaction, in a new one (a new
+ * connection when the old one dropped) holding the anchor file's lock. Never throws: its
+ * own failure is logged, the caller reports the one it follows.
+ */
+export async function undoFailedAppendPg(sql: SQL, run: RunAppend): Promise<void> {
+  if (run.appended === null) return;
+  try {
+    await sql.begin(async (tx) => {
+      await lockAnchorFilePg(tx);
+      takeBack(run, await databaseEndPg(tx));
+    });
+  } catch (e) {
+    logUndoFailed(run, e);
+  }
 }
 
 /** Anchor-file lines into audit_anchor_log (inside the caller's transaction). */

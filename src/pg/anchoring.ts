@@ -11,8 +11,8 @@ import type { CompactRange } from "../audit/merkle.ts";
 import type { Verifier } from "../audit/note.ts";
 import type { Keys } from "../audit/records.ts";
 import type { CheckpointRef } from "../audit/verify.ts";
-import type { StoredLine } from "../audit/anchor-file.ts";
-import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
+import type { RunAppend, StoredLine } from "../audit/anchor-file.ts";
+import { appendingTransactionPg, insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { chainStartPg, orphanChainsPg, readEntriesPg } from "./chain.ts";
 import { compareWithFilePg } from "./offline.ts";
 
@@ -26,26 +26,27 @@ export async function anchorAllPg(sql: SQL, path: string, keys: Keys): Promise<A
   ].sort((a, b) => a - b);
   const { lines, refused, checkpoints, unchanged } = await anchorTenants(tenants, cmp, keys, (tenantId, prev) => extendTenantPg(sql, tenantId, prev, keys.verifiers));
 
-  return sql.begin(async (tx) => {
+  // A failure (also at COMMIT) takes the appended lines back (appendingTransactionPg).
+  return appendingTransactionPg(sql, async (tx, appended) => {
     const hersteld = await lockAndSyncTailPg(tx, path, keys.verifiers);
-    const run = await writeRunPg(tx, path, keys, lines);
+    const run = await writeRunPg(tx, path, keys, lines, appended);
     return { checkpoints, unchanged, refused, installatie: run.installatie, hersteld, herbouwd: run.herbouwd };
   });
 }
 
 /**
  * writeRun (src/audit/anchoring.ts) on PostgreSQL, inside the caller's transaction that
- * holds the anchor file's lock: `lines` and an installation checkpoint over the whole
- * file, appended (fsynced) and inserted. audit-anker's run, and the operator's
- * (src/pg/operator.ts).
+ * holds the anchor file's lock (appendingTransactionPg, whose `appended` it takes):
+ * `lines` and an installation checkpoint over the whole file, appended (fsynced) and
+ * inserted. audit-anker's run, and the operator's (src/pg/operator.ts).
  */
-export async function writeRunPg(tx: SQL, path: string, keys: Keys, lines: StoredLine[]): Promise<{ installatie: string | null; herbouwd: boolean }> {
+export async function writeRunPg(tx: SQL, path: string, keys: Keys, lines: StoredLine[], appended: RunAppend): Promise<{ installatie: string | null; herbouwd: boolean }> {
   const [inst] = (await tx.unsafe(NEWEST_INSTALLATION_SQL)) as { positie: string; note: string; grootte: string; bereik: string | null }[];
   const installRow: InstallationRow | null = inst ? { positie: Number(inst.positie), note: inst.note, grootte: Number(inst.grootte), bereik: inst.bereik } : null;
   const [largestRow] = (await tx.unsafe(LARGEST_INSTALLATION_SQL)) as { n: string | null }[];
   const largest = largestRow?.n ?? 0;
   const run = runLines(installationRangeFrom(installRow, path, keys.verifiers), Number(largest), keys, lines);
-  if (run.all.length > 0) await insertRowsPg(tx, appendRun(path, run.all));
+  if (run.all.length > 0) await insertRowsPg(tx, appendRun(path, run.all, appended));
   return { installatie: run.installatie, herbouwd: run.herbouwd };
 }
 

@@ -34,7 +34,7 @@ import {
 } from "../audit/retention.ts";
 import type { Verifier } from "../audit/note.ts";
 import { appendRun } from "../audit/anchoring.ts";
-import { insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
+import { appendingTransactionPg, insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { chainStartPg, readEntriesPg } from "./chain.ts";
 import { compareWithFilePg } from "./offline.ts";
 
@@ -129,9 +129,10 @@ export function checkPrefixPg(sql: SQL, task: PrefixTask, verifiers: Verifier[])
  */
 async function recordPlansPg(sql: SQL, plans: DeletionPlan[], signing: PgRetentionSigning, grens: string, tijdstip: string): Promise<void> {
   const lines = retentionLines(plans, signing, grens, tijdstip);
-  await sql.begin(async (tx) => {
+  // A failure (also at COMMIT) takes the appended records back (appendingTransactionPg).
+  await appendingTransactionPg(sql, async (tx, run) => {
     await lockAndSyncTailPg(tx, signing.path, signing.keys.verifiers);
-    if (lines.length > 0) await insertRowsPg(tx, appendRun(signing.path, lines));
+    if (lines.length > 0) await insertRowsPg(tx, appendRun(signing.path, lines, run));
     // Where an append starts once a whole chain is gone (src/pg/chain.ts appendEntriesPg).
     for (let i = 0; i < plans.length; i += 1000) {
       const anchors = plans.slice(i, i + 1000).map((p) => ({ tenant_id: p.tenantId, seq: p.seq, hash: p.hash, bijgewerkt: tijdstip }));

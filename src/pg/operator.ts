@@ -11,7 +11,8 @@ import { moveState, newerPgSchemaProblem, pgPool, unprovedCopyMelding } from "./
 import { SQL } from "bun";
 import { CannotCheck } from "../audit/offline.ts";
 import type { EntryHead, OperatorStore, OperatorTx } from "../audit/operator.ts";
-import { ANCHOR_FILE_LOCK, insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
+import { RunAppend } from "../audit/anchor-file.ts";
+import { appendingTransactionPg, insertRowsPg, lockAndSyncTailPg } from "./anchor-file.ts";
 import { writeRunPg } from "./anchoring.ts";
 import { chainStartPg, copyRows, lockChainsPg, readEntriesPg } from "./chain.ts";
 import { compareWithFilePg } from "./offline.ts";
@@ -47,15 +48,13 @@ export function pgOperatorStore(sql: SQL): OperatorStore {
     transaction: (writes, work) =>
       writes
         ? // READ COMMITTED: each statement after the lock sees what the lock's previous holder committed.
-          sql.begin(async (tx) => {
-            await tx`SELECT pg_advisory_xact_lock(${ANCHOR_FILE_LOCK}, 0)`;
-            return work(operatorTx(tx));
-          })
-        : sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => work(operatorTx(tx))),
+          // A failure (also at COMMIT) takes back what it appended (appendingTransactionPg).
+          appendingTransactionPg(sql, (tx, run) => work(operatorTx(tx, run)))
+        : sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", (tx) => work(operatorTx(tx, new RunAppend()))),
   };
 }
 
-function operatorTx(tx: SQL): OperatorTx {
+function operatorTx(tx: SQL, appended: RunAppend): OperatorTx {
   return {
     async oldestEntry(tenantId) {
       const [r] = (await tx`SELECT seq, id, prev_hash, created_at FROM audit_entries WHERE tenant_id = ${tenantId} ORDER BY seq LIMIT 1`) as { seq: string; id: string; prev_hash: string; created_at: string }[];
@@ -74,6 +73,6 @@ function operatorTx(tx: SQL): OperatorTx {
     // The anchor file's lock is held already (transaction); taking it again is a no-op.
     syncTail: (path, verifiers) => lockAndSyncTailPg(tx, path, verifiers),
     insertRows: (rows) => insertRowsPg(tx, rows),
-    writeRun: (path, keys, lines) => writeRunPg(tx, path, keys, lines),
+    writeRun: (path, keys, lines) => writeRunPg(tx, path, keys, lines, appended),
   };
 }
