@@ -3,19 +3,15 @@
 // sent, `verzonden` false. A send that certainly failed (surelyNotDelivered): 502 with
 // the report and a mail-failure alarm; the run is a fout, so the next scheduled call for
 // the same time sends it. A send whose outcome is unknown (the whole message went out,
-// then the connection dropped or the answer never came), or a send an earlier run began
-// and never finished (the process died: src/reports/daily-sending.ts): 409, an afwijking,
-// and no call for that fire time sends it again, by hand neither; the alarm says it may
-// have arrived, and how to send it anyway once the operator has seen it did not.
+// then the connection dropped or the answer never came): 409, an afwijking, done for that
+// time, so the report is not sent a second time; the alarm says it may have arrived.
 import { t, type Static } from "elysia";
 import { DailyReport } from "../../emails/DailyReport.tsx";
 import type { Deps } from "../deps.ts";
-import { errorText, log } from "../logger.ts";
 import { surelyNotDelivered } from "../mail/mailer.ts";
 import { renderEmail } from "../mail/render.ts";
 import { buildDailyReportPg } from "../pg/daily.ts";
 import { WATCHED_FILES } from "../disk-space.ts";
-import { claimSending, dailyFireTime, releaseSending, sendingKey, sendingMarkDelete } from "../reports/daily-sending.ts";
 import { buildDailyReport, dailySubject, type DailyReport as DailyReportData } from "../reports/daily.ts";
 import { JOB_STATUSES } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
@@ -203,11 +199,10 @@ export const DagrapportMogelijkAfgeleverd = t.Object({
   verzonden: t.Literal(false, { description: "Niet bevestigd door de mailserver; het rapport is mogelijk wel afgeleverd." }),
   mogelijkAfgeleverd: t.Literal(true, {
     description:
-      "Het hele bericht ging naar de mailserver (of de outbox), daarna viel de verbinding weg of kwam er geen antwoord meer; of een eerdere run voor hetzelfde tijdstip " +
-      "begon het te versturen en eindigde nooit (de service stopte): mogelijk wel afgeleverd. Niet opnieuw verstuurd: elke aanroep voor hetzelfde tijdstip " +
-      "(gepland of met de hand) antwoordt 409, om geen tweede exemplaar te sturen, tot de beheerder de markering verwijdert (`error` en het alarm geven de DELETE).",
+      "Het hele bericht ging naar de mailserver, daarna viel de verbinding weg of kwam er geen antwoord meer: mogelijk wel afgeleverd. " +
+      "Niet opnieuw verstuurd (ook niet door een geplande aanroep voor hetzelfde tijdstip), om geen tweede exemplaar te sturen.",
   }),
-  error: t.String({ description: "Wat er gebeurde (de fout van de verbinding, of de start van de eerdere run), en hoe het toch te versturen als het niet aankwam." }),
+  error: t.String({ description: "Wat er gebeurde, met de fout van de verbinding." }),
 });
 
 export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeof DagrapportNietVerstuurd> | Static<typeof DagrapportMogelijkAfgeleverd>;
@@ -222,61 +217,26 @@ export async function runDagrapport(deps: Deps, now: Date, context: JobContext =
     return { status: 200, body: { ok: true, verzonden: false, bezorging, ...report } };
   }
   const { html, text } = await renderEmail(DailyReport, report);
-  const failed = { ok: false, verzonden: false, ontvanger, bezorging, ...report } as const;
-  // Marked before it leaves (src/reports/daily-sending.ts): should the service die before
-  // the outcome is known, a later call for this fire time, the rerun the job-interrupted
-  // alarm asks for included, answers "perhaps delivered" rather than sending a second copy.
-  const firedAt = dailyFireTime(now);
-  const earlier = await claimSending(deps.store, firedAt, now);
-  if (earlier !== null) {
-    const { alarm, error } = perhapsDeliveredTexts(ontvanger, firedAt, earlier.key, `een eerdere run (gestart ${earlier.gestart}) begon het te versturen en de uitkomst is nooit vastgelegd: de service stopte terwijl het bericht onderweg was, of de mailserver bevestigde het niet`);
-    await deps.alarms.raise({ type: "mail-failure", message: alarm, context: { ontvanger, bezorging, tijdstip: earlier.tijdstip, eerdereRun: earlier.gestart, markering: earlier.key } });
-    return { status: 409, body: { ...failed, mogelijkAfgeleverd: true, error } };
-  }
   try {
     await deps.mailer.send({ to: ontvanger, subject: dailySubject(report, now), html, text });
   } catch (e) {
     const reason = e instanceof Error ? e.message : String(e);
     // Not surely undelivered: the server may have the whole report and its "250" was late or lost, so a resend could be a second copy.
-    if (!surelyNotDelivered(e)) {
-      // The mark stays: no later call for this fire time sends it again.
-      const { alarm, error } = perhapsDeliveredTexts(ontvanger, firedAt, sendingKey(firedAt), `het hele bericht ging naar de mailserver (of de outbox), maar de bevestiging ontbrak: ${reason}`);
-      await deps.alarms.raise({ type: "mail-failure", message: alarm, context: { ontvanger, bezorging, fout: reason } });
-      return { status: 409, body: { ...failed, mogelijkAfgeleverd: true, error } };
-    }
-    await release(deps, firedAt);
-    await deps.alarms.raise({ type: "mail-failure", message: `Het dagrapport kon niet worden verstuurd naar ${ontvanger}.`, context: { ontvanger, bezorging, fout: reason } });
-    return { status: 502, body: { ...failed, error: `Het dagrapport kon niet worden verstuurd naar ${ontvanger}: ${reason}` } };
-  }
-  await release(deps, firedAt);
-  return { status: 200, body: { ok: true, verzonden: true, ontvanger, bezorging, ...report } };
-}
-
-/**
- * The outcome is known: the mark goes. When that write fails the mark stays, and a later
- * call for this fire time says "perhaps delivered" rather than sending: logged, the
- * answer stays this run's.
- */
-async function release(deps: Deps, firedAt: Date): Promise<void> {
-  try {
-    await releaseSending(deps.store, firedAt);
-  } catch (e) {
-    log("error", "dagrapport: could not remove the mark of a send whose outcome is known; a later call for this fire time will not send the report", {
-      markering: sendingKey(firedAt),
-      error: errorText(e),
+    const perhaps = !surelyNotDelivered(e);
+    await deps.alarms.raise({
+      type: "mail-failure",
+      message: perhaps
+        ? `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd; niet opnieuw verstuurd: het hele bericht ging naar de mailserver (of de outbox), ` +
+          `maar de bevestiging ontbrak. Controleer het log van de mailserver; roep dagrapport met de hand aan als het niet aankwam.`
+        : `Het dagrapport kon niet worden verstuurd naar ${ontvanger}.`,
+      context: { ontvanger, bezorging, fout: reason },
     });
+    const failed = { ok: false, verzonden: false, ontvanger, bezorging, ...report } as const;
+    return perhaps
+      ? { status: 409, body: { ...failed, mogelijkAfgeleverd: true, error: `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd (niet bevestigd; niet opnieuw verstuurd): ${reason}` } }
+      : { status: 502, body: { ...failed, error: `Het dagrapport kon niet worden verstuurd naar ${ontvanger}: ${reason}` } };
   }
-}
-
-/** The alarm and the answer's error when the report of `firedAt` may have arrived (`why`); the mark `key` keeps it from going again. */
-function perhapsDeliveredTexts(ontvanger: string, firedAt: Date, key: string, why: string): { alarm: string; error: string } {
-  const resend = `Aanroepen voor het tijdstip ${firedAt.toISOString()} versturen het niet nog eens; als het niet aankwam: ${sendingMarkDelete(key)}, en roep dagrapport opnieuw aan.`;
-  return {
-    alarm:
-      `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd; niet opnieuw verstuurd: ${why}. ` +
-      `Controleer de mailserver (het log) of de outbox. ${resend} Het rapport van het volgende tijdstip gaat gewoon.`,
-    error: `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd (niet bevestigd; niet opnieuw verstuurd): ${why}. Controleer de mailserver of de outbox. ${resend}`,
-  };
+  return { status: 200, body: { ok: true, verzonden: true, ontvanger, bezorging, ...report } };
 }
 
 export const dagrapportJob = defineJob({
@@ -288,16 +248,14 @@ export const dagrapportJob = defineJob({
     "naar DAGRAPPORT_EMAIL, anders SUPPORT_EMAIL. Zonder ontvanger wordt " +
     "niets verstuurd (`verzonden: false`); het antwoord bevat altijd het hele rapport. " +
     "Zeker niet verstuurd: 502 (een geplande aanroep voor hetzelfde tijdstip verstuurt het opnieuw). " +
-    "Mogelijk wel afgeleverd (het hele bericht ging weg, de bevestiging ontbrak, of een eerdere run begon het te versturen en eindigde nooit): 409, " +
-    "niet opnieuw verstuurd voor dat tijdstip (het laatste geplande, 06:00 UTC, op of voor de aanroep).",
+    "Mogelijk wel afgeleverd (het hele bericht ging weg, de bevestiging ontbrak): 409, niet opnieuw verstuurd.",
   run: (deps, now, _input, context) => runDagrapport(deps, now, context),
   responses: {
     200: { description: "Rapport gemaakt (en verstuurd als er een ontvanger is).", schema: DagrapportVerstuurd },
     409: {
       description:
-        "Mogelijk wel afgeleverd: het hele bericht ging naar de mailserver (of de outbox), maar de bevestiging ontbrak, of een eerdere run voor dit tijdstip begon het te versturen en eindigde nooit. " +
-        "`ok` en `verzonden` false, `mogelijkAfgeleverd` true, het rapport en `error`; alarm mail-failure. " +
-        "Telt als gedaan voor dit tijdstip: niet opnieuw verstuurd, ook niet met de hand, tot de beheerder de markering verwijdert die `error` noemt.",
+        "Mogelijk wel afgeleverd: het hele bericht ging naar de mailserver (of de outbox), maar de bevestiging ontbrak. `ok` en `verzonden` false, `mogelijkAfgeleverd` true, het rapport en `error`; alarm mail-failure. " +
+        "Telt als gedaan voor dit tijdstip: niet opnieuw verstuurd.",
       schema: DagrapportMogelijkAfgeleverd,
     },
     502: {

@@ -9,7 +9,6 @@ import type { AlarmCondition } from "../alarms/alarm.ts";
 import type { Deps } from "../deps.ts";
 import { FUTURE_START_MARGIN_MS } from "../job-runs.ts";
 import { jobStatusesPg } from "../pg/status.ts";
-import { sendingMarkDelete, sendingMarkOfRun, type SendingMark } from "../reports/daily-sending.ts";
 import { rowSealOf } from "../row-seal.ts";
 import { JOB_STATUSES, jobStatuses } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
@@ -79,7 +78,7 @@ export type TakenControleBody = Static<typeof TakenControleBody>;
 const VERVALST = "taken-controle:vervalst";
 
 /** The alarms of one check, one per kind of problem, in this order. */
-function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakRegel[], dailyMark: SendingMark | null) {
+function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakRegel[]) {
   const out: { type: "job-missed" | "job-interrupted" | "job-hung" | "db-integrity"; message: string; context: Record<string, unknown>; condition?: AlarmCondition }[] = [];
   if (body.vervalst.length) {
     out.push({
@@ -109,28 +108,12 @@ function alarmsFor(body: TakenControleBody, byStatus: (s: TaakStatus) => TaakReg
     });
   }
   if (body.onderbroken.length) {
-    // A dagrapport run that began sending is not "not done": its report may have gone out,
-    // and a rerun for the same time does not send it again (src/reports/daily-sending.ts).
-    const rerun = body.onderbroken.filter((job) => !(job === "dagrapport" && dailyMark));
-    const parts: string[] = [];
-    if (rerun.length) {
-      parts.push(
-        `De laatste run van ${rerun.join(", ")} is nooit beëindigd en geen proces voert hem nog uit: het proces is gestopt of gecrasht ` +
-          `terwijl de taak liep, en het werk is niet af. Zoek in het log van de service waarom het stopte en roep de taak opnieuw aan.`,
-      );
-    }
-    if (dailyMark && body.onderbroken.includes("dagrapport")) {
-      parts.push(
-        `De laatste run van dagrapport (gestart ${dailyMark.gestart}) is nooit beëindigd en geen proces voert hem nog uit: het proces stopte terwijl het ` +
-          `dagrapport van ${dailyMark.tijdstip} werd verstuurd. Het is mogelijk verstuurd: controleer de mailserver (het log) of de outbox. ` +
-          `Een nieuwe aanroep voor dat tijdstip verstuurt het niet nog eens (409); als het niet aankwam: ${sendingMarkDelete(dailyMark.key)}, en roep dagrapport opnieuw aan. ` +
-          `Zoek in het log van de service waarom het stopte.`,
-      );
-    }
     out.push({
       type: "job-interrupted",
-      message: parts.join(" "),
-      context: { onderbroken: body.onderbroken, taken: byStatus("onderbroken"), ...(dailyMark ? { dagrapportMogelijkVerstuurd: dailyMark } : {}) },
+      message:
+        `De laatste run van ${body.onderbroken.join(", ")} is nooit beëindigd en geen proces voert hem nog uit: het proces is gestopt of gecrasht ` +
+        `terwijl de taak liep, en het werk is niet af. Zoek in het log van de service waarom het stopte en roep de taak opnieuw aan.`,
+      context: { onderbroken: body.onderbroken, taken: byStatus("onderbroken") },
     });
   }
   if (body.hangend.length) {
@@ -195,9 +178,7 @@ export async function runTakenControle(
   // No forged rows left: settled, so that the mail channel mails new ones at once, of the same jobs too.
   if (vervalst.length === 0) deps.alarms.settled?.(VERVALST);
   if (ok) return { status: 200, body };
-  const dailyRun = onderbroken.includes("dagrapport") ? taken.find((r) => r.job === "dagrapport")?.laatsteRun : undefined;
-  const dailyMark = dailyRun ? await sendingMarkOfRun(store, dailyRun.gestart) : null;
-  for (const alarm of alarmsFor(body, byStatus, dailyMark)) await deps.alarms.raise(alarm);
+  for (const alarm of alarmsFor(body, byStatus)) await deps.alarms.raise(alarm);
   return { status: 409, body };
 }
 
@@ -210,8 +191,7 @@ export const takenControleJob = defineJob({
     "`loopt`: de run leeft, want deze service voert hem uit of een ander proces houdt zijn lease geldig (ook een lange run, ook taken-controle " +
     "zelf); geen alarm, ook niet als aanroepen in de tussentijd met 409 geweigerd zijn. " +
     "`hangt`: de run leeft, maar langer dan de maximale looptijd (alarm `job-hung`). " +
-    "`onderbroken`: de laatste run is nooit beëindigd en geen proces voert hem nog uit: het proces stierf (alarm `job-interrupted`; " +
-    "bij een run van dagrapport die het rapport al begon te versturen zegt het alarm dat het mogelijk verstuurd is, want een nieuwe aanroep verstuurt het niet nog eens). " +
+    "`onderbroken`: de laatste run is nooit beëindigd en geen proces voert hem nog uit: het proces stierf (alarm `job-interrupted`). " +
     "`gemist`: geen run gestart sinds een starttijdstip waarvan de marge verstreken is; een run die meer dan " + MARGIN_MIN + " minuten na nu geregistreerd staat " +
     "(de klok van de server liep voor) telt niet, en staat in `toekomstigeStart` en in het alarm. `faalt`: de laatste run eindigde in een fout " +
     "(beide alarm `job-missed`). `wacht`: verwacht, nog binnen de marge. " +
