@@ -79,12 +79,21 @@ export function newLeaseHolder(): LeaseHolder {
  * counts as alive until the lease expires.
  */
 export function holderGone(lease: Pick<JobLease, "pid" | "host" | "pidNs">): boolean {
-  if (lease.host !== HERE.host || lease.pidNs === null || lease.pidNs !== HERE.pidNs) return false;
+  return holderHere(lease) === "weg";
+}
+
+/**
+ * A lease holder's process as this host can tell: "weg" (it ran here, in this PID
+ * namespace, since this boot, and its pid no longer exists), "leeft" (its pid exists
+ * there, or is not ours to signal), or null (another host, container or boot).
+ */
+function holderHere(lease: Pick<JobLease, "pid" | "host" | "pidNs">): "weg" | "leeft" | null {
+  if (lease.host !== HERE.host || lease.pidNs === null || lease.pidNs !== HERE.pidNs) return null;
   try {
     process.kill(lease.pid, 0);
-    return false;
+    return "leeft";
   } catch (e) {
-    return (e as { code?: unknown }).code === "ESRCH";
+    return (e as { code?: unknown }).code === "ESRCH" ? "weg" : "leeft";
   }
 }
 
@@ -154,18 +163,7 @@ export type TakenOver = JobLease & { reden: "verlopen" | "proces-weg" | "vervals
  * then says so at its end: job-overlap).
  */
 export function leaseAhead(lease: Pick<JobLease, "vernieuwd" | "pid" | "host" | "pidNs">, now: Date): boolean {
-  return lease.vernieuwd > latestCountingStart(now) && !holderAliveHere(lease);
-}
-
-/** Whether the holder of a lease provably runs: on this host, in this PID namespace, since this boot, its pid there. */
-function holderAliveHere(lease: Pick<JobLease, "pid" | "host" | "pidNs">): boolean {
-  if (lease.host !== HERE.host || lease.pidNs === null || lease.pidNs !== HERE.pidNs) return false;
-  try {
-    process.kill(lease.pid, 0);
-    return true;
-  } catch (e) {
-    return (e as { code?: unknown }).code === "EPERM";
-  }
+  return lease.vernieuwd > latestCountingStart(now) && holderHere(lease) !== "leeft";
 }
 
 /**

@@ -342,6 +342,9 @@ export const SEAL_COLUMNS: Record<keyof SealColumns, readonly [string, string]> 
   verification: ["audit_verification_state", "zegel"],
 };
 
+/** A file of nachtwacht's in the anchor file's folder: out of a database writer's reach, and moved with the anchor file. */
+const besideAnchorFile = (config: Pick<Config, "auditAnkerBestand">, name: string) => join(dirname(resolve(config.auditAnkerBestand)), name);
+
 /**
  * The file beside the anchor file that says this installation's rows of the past have
  * been sealed (sealLegacyRows). It is in nachtwacht's state directory, out of a database
@@ -349,7 +352,7 @@ export const SEAL_COLUMNS: Record<keyof SealColumns, readonly [string, string]> 
  * seal column and its migration record (the next start would add it again) gets a
  * writer's rows sealed by nobody.
  */
-export const pastSealedMarker = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "zegels-sinds");
+export const pastSealedMarker = (config: Pick<Config, "auditAnkerBestand">) => besideAnchorFile(config, "zegels-sinds");
 
 /**
  * The file beside the anchor file that holds when the newest backup report this process
@@ -357,7 +360,7 @@ export const pastSealedMarker = (config: Pick<Config, "auditAnkerBestand">) => j
  * writer can delete the newest report, a failed one, so that the one before reads as the
  * newest; the file, out of their reach, says a newer one was there.
  */
-export const backupWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "laatste-backupmelding");
+export const backupWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => besideAnchorFile(config, "laatste-backupmelding");
 
 /**
  * The file beside the anchor file that holds the start of the newest audit-verificatie
@@ -366,7 +369,7 @@ export const backupWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => 
  * results back and delete tonight's run's row; the file, out of their reach, says a newer
  * check was made.
  */
-export const verificationWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => join(dirname(resolve(config.auditAnkerBestand)), "laatste-verificatie");
+export const verificationWitnessFile = (config: Pick<Config, "auditAnkerBestand">) => besideAnchorFile(config, "laatste-verificatie");
 
 /**
  * Records `at` in a witness file (backupWitnessFile, verificationWitnessFile) as the
