@@ -470,6 +470,64 @@ describe("dagrapport: a failed send", () => {
   });
 });
 
+describe("dagrapport: a run that stopped while its report went out", () => {
+  // What a run killed mid-send leaves (test/job-lease.test.ts kills a real process there):
+  // its job_runs row 'bezig' with a sealed start, and the send mark naming it.
+  async function killedMidSend(env: Env, gestart: Date): Promise<number> {
+    const at = gestart.toISOString();
+    await env.db.run("INSERT INTO job_runs (job, gestart, uitkomst, zegel) VALUES ('dagrapport', ?, 'bezig', ?)", at, zegel("dagrapport", at));
+    const [{ id }] = await env.db.all<{ id: number }>("SELECT id FROM job_runs WHERE job = 'dagrapport' AND gestart = ?", at);
+    await env.db.run("INSERT INTO service_meta (key, value) VALUES ('dagrapport-verzenden', ?)", String(id));
+    return id;
+  }
+  const markOf = async (env: Env) => (await env.db.all<{ value: string }>("SELECT value FROM service_meta WHERE key = 'dagrapport-verzenden'"))[0]?.value ?? null;
+  const FIRED = new Date("2026-07-23T06:00:00.000Z");
+
+  test("the rerun for the same scheduled time does not send a second copy: 409 perhaps delivered with an alarm; the call after it sends", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    const killed = await killedMidSend(env, new Date(FIRED.getTime() + 20_000));
+    env.setNow(new Date(FIRED.getTime() + 30 * 60_000));
+
+    const rerun = await call(env.app, "/api/cron/dagrapport");
+    expect(rerun.status).toBe(409);
+    expect(rerun.json).toMatchObject({ ok: false, verzonden: false, mogelijkAfgeleverd: true, ontvanger: "ops@example.test" });
+    expect(rerun.json.error).toContain(`run ${killed}, gestart 2026-07-23T06:00:20.000Z`);
+    expect(rerun.json.taken).toHaveLength(10);
+    expect(smtp.received).toEqual([]);
+    expect(env.alarms.raised.map((a) => a.type)).toEqual(["mail-failure"]);
+    expect(env.alarms.raised[0]!.message).toContain("mogelijk afgeleverd");
+    expect(await markOf(env)).toBeNull();
+
+    // The operator checked the mail server's log and calls it again: now it goes.
+    const again = await call(env.app, "/api/cron/dagrapport");
+    expect(again.status).toBe(200);
+    expect(smtp.received.map((m) => m.to)).toEqual([["ops@example.test"]]);
+    const runs = await env.db.all<{ id: number; uitkomst: string }>("SELECT id, uitkomst FROM job_runs WHERE job = 'dagrapport' ORDER BY id");
+    expect(runs.map((r) => r.uitkomst)).toEqual(["bezig", "afwijking", "ok"]);
+    expect(await markOf(env)).toBe(String(runs[2]!.id));
+  });
+
+  test("a run of an earlier scheduled time that stopped mid-send does not hold back this one's report", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    await killedMidSend(env, new Date(FIRED.getTime() - DAY + 20_000));
+    env.setNow(new Date(FIRED.getTime() + 60_000));
+    const res = await call(env.app, "/api/cron/dagrapport", { headers: { "x-nachtwacht-gepland": "1" } });
+    expect(res.status).toBe(200);
+    expect(res.json).toMatchObject({ ok: true, verzonden: true });
+    expect(smtp.received).toHaveLength(1);
+    expect(env.alarms.raised.filter((a) => a.type === "mail-failure")).toEqual([]);
+  });
+
+  test("a mark whose run ended is no reason to hold back: every call by hand sends, and the mark names the newest run", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    env.setNow(new Date(FIRED.getTime() + 60_000));
+    for (let i = 0; i < 2; i++) expect((await call(env.app, "/api/cron/dagrapport")).status).toBe(200);
+    expect(smtp.received).toHaveLength(2);
+    const [newest] = await env.db.all<{ id: number }>("SELECT max(id) AS id FROM job_runs WHERE job = 'dagrapport'");
+    expect(await markOf(env)).toBe(String(newest!.id));
+  });
+});
+
 describe("dagrapport: the e-mail", () => {
   test("HTML and text show the same facts as the JSON", async () => {
     const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });

@@ -258,7 +258,7 @@ describe("the lease across two real processes on one database", () => {
     }
   }, 60_000);
 
-  test("a SIGKILLed holder: its run is onderbroken and its lease is taken over at once (its pid is gone); a holder that stopped renewing (SIGSTOP) keeps the job until its lease expires", async () => {
+  test("a SIGKILLed holder: its run is onderbroken and its lease is taken over at once (its pid is gone); a holder that stopped renewing (SIGSTOP) keeps the job until its lease expires; neither's report is sent twice", async () => {
     const db = await sharedDatabase();
     const a = await startInstance(db.env);
     const b = await startInstance(db.env);
@@ -271,7 +271,10 @@ describe("the lease across two real processes on one database", () => {
     expect(await killedAnswer).toBe("killed");
     expect(await leaseOf(db, "dagrapport")).toEqual(left);
     expect(left.verloopt > new Date().toISOString()).toBe(true);
+    // The server has A's whole report and takes it once its reply is released: it arrives.
+    const acceptedBefore = smtp.accepted;
     smtp.release();
+    await until("A's report to be accepted", () => smtp.accepted === acceptedBefore + 1);
 
     const tc = await post(b, "taken-controle");
     expect(tc.status).toBe(409);
@@ -279,10 +282,15 @@ describe("the lease across two real processes on one database", () => {
     expect(tc.json.onderbroken).toEqual(["dagrapport"]);
     expect(b.output()).toContain('"alarm":"job-interrupted"');
 
+    // B takes the job over; A stopped while its report went out (its send mark), so B does
+    // not send a second copy: 409, perhaps delivered.
     const taken = await post(b, "dagrapport");
-    expect(taken.status).toBe(200);
+    expect(taken.status).toBe(409);
+    expect(taken.json).toMatchObject({ verzonden: false, mogelijkAfgeleverd: true });
+    expect(taken.json.error).toContain(`run ${left.run_id}`);
+    expect(smtp.accepted).toBe(acceptedBefore + 1);
     expect(b.output()).toContain('"reden":"proces-weg"');
-    expect((await runsOf(db, "dagrapport")).map((r) => r.uitkomst)).toEqual(["bezig", "ok"]);
+    expect((await runsOf(db, "dagrapport")).map((r) => r.uitkomst)).toEqual(["bezig", "afwijking"]);
     expect(await leaseOf(db, "dagrapport")).toBeUndefined();
 
     // C holds the job and is stopped: alive, but no longer renewing.
@@ -291,7 +299,9 @@ describe("the lease across two real processes on one database", () => {
     const held = (await leaseOf(db, "dagrapport"))!;
     expect(held.pid).toBe(c.pid);
     c.proc.kill("SIGSTOP");
+    const acceptedBeforeC = smtp.accepted;
     smtp.release();
+    await until("C's report to be accepted", () => smtp.accepted === acceptedBeforeC + 1);
     const refused = await post(b, "dagrapport");
     expect(refused.status).toBe(409);
     expect(refused.json.error).toContain(`pid ${c.pid}`);
@@ -303,10 +313,13 @@ describe("the lease across two real processes on one database", () => {
     const resealed = TEST_SEAL.sealLease({ job: "dagrapport", pid: lease!.pid, instantie: lease!.instantie, host: lease!.host, pidNs: lease!.pid_ns, runId: lease!.run_id, verloopt: past });
     await db.run("UPDATE job_leases SET verloopt = ?, zegel = ? WHERE job = 'dagrapport'", past, resealed);
     expect(dagrapportOf((await post(b, "taken-controle")).json)).toMatchObject({ status: "onderbroken" });
+    // C's report went out while C was frozen: B's takeover does not send it again either.
     const after = await post(b, "dagrapport");
-    expect(after.status).toBe(200);
+    expect(after.status).toBe(409);
+    expect(after.json).toMatchObject({ mogelijkAfgeleverd: true });
+    expect(smtp.accepted).toBe(acceptedBeforeC + 1);
     expect(b.output()).toContain('"reden":"verlopen"');
-    expect((await runsOf(db, "dagrapport")).map((r) => r.uitkomst)).toEqual(["bezig", "ok", "bezig", "ok"]);
+    expect((await runsOf(db, "dagrapport")).map((r) => r.uitkomst)).toEqual(["bezig", "afwijking", "bezig", "afwijking"]);
     expect(await leaseOf(db, "dagrapport")).toBeUndefined();
 
     c.proc.kill("SIGKILL");

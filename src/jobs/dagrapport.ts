@@ -4,7 +4,9 @@
 // the report and a mail-failure alarm; the run is a fout, so the next scheduled call for
 // the same time sends it. A send whose outcome is unknown (the whole message went out,
 // then the connection dropped or the answer never came): 409, an afwijking, done for that
-// time, so the report is not sent a second time; the alarm says it may have arrived.
+// time, so the report is not sent a second time; the alarm says it may have arrived. A run
+// killed while its report went out left a send mark (src/reports/daily-send-mark.ts): the
+// next run for the same scheduled time answers that 409 instead of sending a second copy.
 import { t, type Static } from "elysia";
 import { DailyReport } from "../../emails/DailyReport.tsx";
 import type { Deps } from "../deps.ts";
@@ -13,7 +15,8 @@ import { renderEmail } from "../mail/render.ts";
 import { buildDailyReportPg } from "../pg/daily.ts";
 import { WATCHED_FILES } from "../disk-space.ts";
 import { buildDailyReport, dailySubject, type DailyReport as DailyReportData } from "../reports/daily.ts";
-import { JOB_STATUSES } from "../schedule-due.ts";
+import { takeSendMark, type MarkedRun } from "../reports/daily-send-mark.ts";
+import { JOB_STATUSES, lastFireOf } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 
@@ -200,12 +203,31 @@ export const DagrapportMogelijkAfgeleverd = t.Object({
   mogelijkAfgeleverd: t.Literal(true, {
     description:
       "Het hele bericht ging naar de mailserver, daarna viel de verbinding weg of kwam er geen antwoord meer: mogelijk wel afgeleverd. " +
+      "Of een eerdere run voor hetzelfde geplande tijdstip was het rapport aan het versturen toen het proces stopte (nooit beëindigd): dan verstuurt deze run het niet; de aanroep daarna wel. " +
       "Niet opnieuw verstuurd (ook niet door een geplande aanroep voor hetzelfde tijdstip), om geen tweede exemplaar te sturen.",
   }),
   error: t.String({ description: "Wat er gebeurde, met de fout van de verbinding." }),
 });
 
 export type DagrapportResult = Static<typeof DagrapportVerstuurd> | Static<typeof DagrapportNietVerstuurd> | Static<typeof DagrapportMogelijkAfgeleverd>;
+
+/**
+ * Marks this run as sending (src/reports/daily-send-mark.ts), unless an earlier run for
+ * the same scheduled time (lastFireOf) began to send and never ended: then that run is
+ * returned and nothing is marked. A run has ended when job_runs has its end, or when this
+ * process keeps its end because writing it failed (JobContext.unrecorded): either way its
+ * send finished and its outcome was told (a 409 of its own when it may have arrived).
+ * Called directly (no run of the wrapper), nothing is marked.
+ */
+async function markSend(deps: Deps, now: Date, context: JobContext): Promise<MarkedRun | null> {
+  const own = context.running.find((r) => r.job === "dagrapport")?.runId;
+  if (own === undefined) return null;
+  const fired = lastFireOf("dagrapport", now)?.toISOString() ?? "";
+  const cutShort = (earlier: MarkedRun | null): earlier is MarkedRun =>
+    earlier !== null && earlier.runId !== own && earlier.uitkomst === "bezig" && earlier.gestart >= fired && !context.unrecorded.some((u) => u.runId === earlier.runId);
+  const earlier = await takeSendMark(deps.store, own, (e) => ({ send: !cutShort(e) }));
+  return cutShort(earlier) ? earlier : null;
+}
 
 /** `context`: what the job wrapper knows of this process (its own run is alive); called directly, nothing of this process runs. */
 export async function runDagrapport(deps: Deps, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<JobResult<DagrapportResult>> {
@@ -217,6 +239,18 @@ export async function runDagrapport(deps: Deps, now: Date, context: JobContext =
     return { status: 200, body: { ok: true, verzonden: false, bezorging, ...report } };
   }
   const { html, text } = await renderEmail(DailyReport, report);
+  const failed = { ok: false, verzonden: false, ontvanger, bezorging, ...report } as const;
+  const left = await markSend(deps, now, context);
+  if (left !== null) {
+    // An earlier run for this same scheduled time was handing its report over when it
+    // stopped (killed, or frozen past its lease): it may have arrived, so this run does not
+    // send a second copy. The mark is gone now: the next call sends.
+    const why =
+      `een eerdere run voor dit tijdstip (run ${left.runId}, gestart ${left.gestart}) was het aan het versturen en eindigde nooit (het proces stopte of bevroor); het is mogelijk afgeleverd. ` +
+      `Niet opnieuw verstuurd. Controleer het log van de mailserver; roep dagrapport nog eens aan als het niet aankwam.`;
+    await deps.alarms.raise({ type: "mail-failure", message: `Het dagrapport aan ${ontvanger}: ${why}`, context: { ontvanger, bezorging, runId: left.runId, gestart: left.gestart } });
+    return { status: 409, body: { ...failed, mogelijkAfgeleverd: true, error: `Het dagrapport aan ${ontvanger} is mogelijk al afgeleverd: ${why}` } };
+  }
   try {
     await deps.mailer.send({ to: ontvanger, subject: dailySubject(report, now), html, text });
   } catch (e) {
@@ -231,7 +265,6 @@ export async function runDagrapport(deps: Deps, now: Date, context: JobContext =
         : `Het dagrapport kon niet worden verstuurd naar ${ontvanger}.`,
       context: { ontvanger, bezorging, fout: reason },
     });
-    const failed = { ok: false, verzonden: false, ontvanger, bezorging, ...report } as const;
     return perhaps
       ? { status: 409, body: { ...failed, mogelijkAfgeleverd: true, error: `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd (niet bevestigd; niet opnieuw verstuurd): ${reason}` } }
       : { status: 502, body: { ...failed, error: `Het dagrapport kon niet worden verstuurd naar ${ontvanger}: ${reason}` } };
@@ -248,13 +281,15 @@ export const dagrapportJob = defineJob({
     "naar DAGRAPPORT_EMAIL, anders SUPPORT_EMAIL. Zonder ontvanger wordt " +
     "niets verstuurd (`verzonden: false`); het antwoord bevat altijd het hele rapport. " +
     "Zeker niet verstuurd: 502 (een geplande aanroep voor hetzelfde tijdstip verstuurt het opnieuw). " +
-    "Mogelijk wel afgeleverd (het hele bericht ging weg, de bevestiging ontbrak): 409, niet opnieuw verstuurd.",
+    "Mogelijk wel afgeleverd (het hele bericht ging weg, de bevestiging ontbrak): 409, niet opnieuw verstuurd. " +
+    "Stopte een eerdere run voor hetzelfde geplande tijdstip tijdens het versturen (het proces gedood), dan is ook dat 409 zonder te versturen; de volgende aanroep verstuurt het.",
   run: (deps, now, _input, context) => runDagrapport(deps, now, context),
   responses: {
     200: { description: "Rapport gemaakt (en verstuurd als er een ontvanger is).", schema: DagrapportVerstuurd },
     409: {
       description:
-        "Mogelijk wel afgeleverd: het hele bericht ging naar de mailserver (of de outbox), maar de bevestiging ontbrak. `ok` en `verzonden` false, `mogelijkAfgeleverd` true, het rapport en `error`; alarm mail-failure. " +
+        "Mogelijk wel afgeleverd: het hele bericht ging naar de mailserver (of de outbox), maar de bevestiging ontbrak; of een eerdere run voor hetzelfde geplande tijdstip stopte tijdens het versturen, zonder einde (dan niet verstuurd; de volgende aanroep verstuurt het). " +
+        "`ok` en `verzonden` false, `mogelijkAfgeleverd` true, het rapport en `error`; alarm mail-failure. " +
         "Telt als gedaan voor dit tijdstip: niet opnieuw verstuurd.",
       schema: DagrapportMogelijkAfgeleverd,
     },
