@@ -259,6 +259,27 @@ describe("configuration", () => {
     expect(lines.join("\n")).not.toContain("o".repeat(40));
   });
 
+  test("config check: an invalid APP_SECRET or METRICS_SECRET is the only error named, not also its _VORIG as 'set without' it", () => {
+    const lines: string[] = [];
+    const env = {
+      ...REQUIRED,
+      APP_SECRET: "kort-app-geheim",
+      APP_SECRET_VORIG: "o".repeat(40),
+      METRICS_SECRET: "kort-metrics-geheim",
+      METRICS_SECRET_VORIG: "p".repeat(40),
+    };
+    expect(runConfigCheck([], env, (s) => lines.push(s), (s) => lines.push(s))).toBe(1);
+    const out = lines.join("\n");
+    expect(out).toContain("APP_SECRET: is shorter than 32 characters");
+    expect(out).toContain("METRICS_SECRET: is shorter than 32 characters");
+    expect(out).not.toContain("_VORIG");
+    expect(out).toContain("2 fouten in de omgeving");
+    // A _VORIG with its own fault is still named beside its invalid primary.
+    lines.length = 0;
+    expect(runConfigCheck([], { ...env, APP_SECRET_VORIG: "kort-oud-geheim" }, (s) => lines.push(s), (s) => lines.push(s))).toBe(1);
+    expect(lines.join("\n")).toContain("APP_SECRET_VORIG: is shorter than 32 characters");
+  });
+
   test("the redacted config hides the secrets, the anchor key and the SMTP password", () => {
     const c = ok({
       SMTP_URL: "smtp://user:hunter2hunter2@mail.example.nl:587",

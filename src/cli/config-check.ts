@@ -5,6 +5,7 @@
 //
 // Exit codes: 0 in order, 1 one or more variables wrong, 2 the check could not run
 // (unreadable file, a line that is no KEY=VALUE, unknown option).
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { generateKeyPair } from "../audit/note.ts";
 import { ConfigError, parseConfig } from "../config.ts";
@@ -41,8 +42,8 @@ export function parseEnvFile(text: string): Record<string, string> {
 
 /**
  * Every configuration error, not only the first: after each error the variable gets a
- * stand-in (a valid placeholder for the two required ones, its default for the rest)
- * and parsing goes on.
+ * stand-in (a valid placeholder for the two required ones and for a secret whose _VORIG
+ * is checked against it, its default for the rest) and parsing goes on.
  */
 export function allConfigErrors(env: Record<string, string | undefined>): ConfigError[] {
   const trial: Record<string, string | undefined> = { ...env };
@@ -50,6 +51,10 @@ export function allConfigErrors(env: Record<string, string | undefined>): Config
   const standIn: Record<string, () => string> = {
     CRON_SECRET: () => "0".repeat(64),
     AUDIT_ANKER_SLEUTEL: () => generateKeyPair("config.check/plaatsvervanger").signerKey,
+    // Set but invalid is not unset: removed, its _VORIG would be reported as "set without"
+    // it, which is false. Random, so the stand-in equals no secret the file holds.
+    APP_SECRET: () => randomBytes(32).toString("hex"),
+    METRICS_SECRET: () => randomBytes(32).toString("hex"),
   };
   for (;;) {
     try {
