@@ -1,6 +1,6 @@
 // The one rule by which nachtwacht puts a file in place (`nachtwacht backup`'s copies,
-// `nachtwacht export --uit`, the newest backup report's witness beside the anchor file,
-// the mail outbox's .eml files): written in full under a temporary name in the same
+// `nachtwacht export --uit`, the witness files and the marker zegels-sinds beside the
+// anchor file, the mail outbox's .eml files): written in full under a temporary name in the same
 // folder, its data fsynced, renamed over the final name, and the folder fsynced, so that
 // after a crash or power loss the name holds either nothing or the whole file, never half
 // of it, and a file reported as written is on disk.
@@ -66,8 +66,9 @@ export function renameDurably(tmp: string, path: string, exclusive = false): voi
 /**
  * Writes `data` to `path` by renameDurably: a new temporary file beside it (created
  * exclusively, so nothing planted under its name is followed), with exactly `mode`
- * whatever the umask. On failure the temporary file is removed and the error thrown;
- * `path` is then as it was, except after FolderNotSynced: the file is at `path`.
+ * whatever the umask. On failure the temporary file is removed and the error thrown (its
+ * `path` the file's, not the temporary one's); `path` is then as it was, except after
+ * FolderNotSynced: the file is at `path`.
  * `o.exclusive`: never over an existing `path` (renameDurably's `exclusive`).
  */
 export function writeFileDurably(path: string, data: string | Uint8Array, mode = 0o600, o: { exclusive?: boolean } = {}): void {
@@ -84,7 +85,15 @@ export function writeFileDurably(path: string, data: string | Uint8Array, mode =
     }
     renameDurably(tmp, path, o.exclusive);
   } catch (e) {
-    rmSync(tmp, { force: true });
+    // Never instead of the error itself: on a read-only file system removing even a name
+    // that is not there fails (EROFS).
+    try {
+      rmSync(tmp, { force: true });
+    } catch {}
+    // The caller asked for `path`, and the operator knows that name (a start's failure
+    // names the error's path, src/start-failure.ts): not the temporary one, now removed.
+    const err = e as { path?: unknown };
+    if (err && typeof err === "object" && err.path === tmp) err.path = path;
     throw e;
   }
 }

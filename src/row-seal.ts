@@ -45,7 +45,7 @@ import {
   jobRuns as jobRunsPg,
   serviceMeta as serviceMetaPg,
 } from "../db/schema-pg.ts";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { writeFileDurably } from "./durable-file.ts";
 import { latestCountingStart } from "./time.ts";
 import { dirname, join, resolve } from "node:path";
@@ -422,12 +422,17 @@ export function pastRowsToSeal(marker: string | undefined, had: SealColumns): Se
   return null;
 }
 
-/** Writes `marker` (once; owner-only) after the rows of the past were sealed, or found sealed. */
+/**
+ * Writes `marker` (once, never over an existing one; owner-only) after the rows of the
+ * past were sealed, or found sealed. Durably, as the witness files: lost to a power cut,
+ * the next start would seal the rows of the past again, a database writer's among them.
+ * Any failure but EEXIST (another start wrote it first) fails the start.
+ */
 export function markPastSealed(marker: string | undefined, now: Date): void {
   if (marker === undefined || existsSync(marker)) return;
   mkdirSync(dirname(marker), { recursive: true });
   try {
-    writeFileSync(marker, `${now.toISOString()}\n`, { mode: 0o600, flag: "wx" });
+    writeFileDurably(marker, `${now.toISOString()}\n`, 0o600, { exclusive: true });
   } catch (e) {
     if ((e as { code?: unknown }).code !== "EEXIST") throw e;
   }

@@ -145,6 +145,37 @@ describe("on disk before reported (strace; test/preflight.ts names it when missi
   });
 });
 
+describe("zegels-sinds, the marker that the rows of the past were sealed: put in place by writeFileDurably", () => {
+  /** A script opening a new database with its marker in `state` (as the service's start does); it prints "open" or "failed <name> <code>". */
+  const openOnce = (db: string, state: string) => `const { openStore } = await import(${JSON.stringify(join(ROOT, "src/db.ts"))});
+const { TEST_SEAL } = await import(${JSON.stringify(join(ROOT, "test/helpers.ts"))});
+try {
+  openStore(${JSON.stringify(db)}, new Date(), TEST_SEAL, ${JSON.stringify(join(state, "zegels-sinds"))}).close();
+  console.log("open");
+} catch (e) { console.log("failed", e.name, e.code); }`;
+
+  test("on disk before the start goes on: fsynced, linked to its name (never over an existing marker), its folder fsynced", async () => {
+    const dir = scratch();
+    const state = join(dir, "state");
+    const r = await traced([], dir, ["-e", openOnce(join(dir, "nachtwacht.db"), state)]);
+    expect([r.code, r.out.trim()]).toEqual([0, "open"]);
+    expectDurablyPlaced(r.calls, join(state, "zegels-sinds"), "link");
+  });
+
+  test("its folder's fsync failing (strace injects EIO into fsync of the state folder only): the start fails, it does not go on", async () => {
+    const dir = scratch();
+    const state = join(dir, "state");
+    mkdirSync(state);
+    const p = Bun.spawn(["strace", "-f", "-qq", "-o", "/dev/null", "-P", state, "-e", "trace=fsync", "-e", "inject=fsync:error=EIO", BUN, "-e", openOnce(join(dir, "nachtwacht.db"), state)], {
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const [code, out] = await Promise.all([p.exited, new Response(p.stdout).text()]);
+    expect([code, out.trim()]).toEqual([0, "failed FolderNotSynced EIO"]);
+  });
+});
+
 describe("the mail outbox (no SMTP_URL): each message an .eml file put in place by writeFileDurably", () => {
   /** A script sending one message of about 40 KB to `outbox`; it prints "sent" or "failed <name> <code>". */
   const sendOne = (outbox: string) => `const { createMailer } = await import(${JSON.stringify(join(ROOT, "src/mail/transport.ts"))});

@@ -4,8 +4,8 @@
 // call the backups fine. On both stores (NACHTWACHT_TEST_DB=pg).
 import { afterEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { drizzle } from "drizzle-orm/bun-sqlite";
 import { installedAt, migrate, openStore } from "../src/db.ts";
 import { liveLeases, newLeaseHolder, startLeasedRun } from "../src/job-lease.ts";
@@ -512,6 +512,29 @@ describe("the rows of the past are sealed once per installation", () => {
       const again = openStore(path, NOW, TEST_SEAL, marker);
       expect(installedAt(again.db, TEST_SEAL)).toBeNull();
       again.close();
+    } finally {
+      cleanup();
+    }
+  });
+
+  test("zegels-sinds: written at the first start with its moment, owner-only whatever the umask, no temporary file left; an existing marker is never overwritten", () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const path = join(dir, "nachtwacht.db");
+      const marker = pastSealedMarker({ auditAnkerBestand: join(dir, "state", "audit-ankers.jsonl") });
+      const before = process.umask(0);
+      try {
+        openStore(path, NOW, TEST_SEAL, marker).close();
+      } finally {
+        process.umask(before);
+      }
+      expect(readFileSync(marker, "utf8")).toBe(`${NOW.toISOString()}\n`);
+      expect(statSync(marker).mode & 0o777).toBe(0o600);
+      expect(readdirSync(dirname(marker))).toEqual(["zegels-sinds"]);
+      // A later start (the marker there) leaves it as it is, as does one that finds one written by hand.
+      openStore(path, at("2026-08-01T00:00:00.000Z"), TEST_SEAL, marker).close();
+      expect(readFileSync(marker, "utf8")).toBe(`${NOW.toISOString()}\n`);
+      expect(readdirSync(dirname(marker))).toEqual(["zegels-sinds"]);
     } finally {
       cleanup();
     }
