@@ -343,6 +343,29 @@ describe("POST /api/audit", () => {
     expect(await count("audit_entries")).toBe(1);
   });
 
+  test("a tenantId a double cannot keep as sent (1.00000000000000000001 would be tenant 1) is 400 naming the field, as in details; in any exact notation it passes", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    expect(a).toBe(1);
+    const one = (tenantId: string, details = "{}") => `{"tenantId":${tenantId},"actor":"x","action":"a","subject":"","details":${details}}`;
+    const body = (...entries: string[]) => `{"entries":[${entries.join(",")}]}`;
+    const because = "dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324).";
+    for (const source of ["1.00000000000000000001", "0.99999999999999999999", "1.0000000000000000000000000000000000000000001", "1e0000000000000000000000"]) {
+      const r = await send("/api/audit", body(one(`${a}`), one(source)));
+      const shown = source.length > MAX_NUMBER_SHOWN ? `${source.slice(0, MAX_NUMBER_SHOWN)}…` : source;
+      expect({ source, status: r.status, error: r.json.error }).toEqual(
+        source.startsWith("1e")
+          ? { source, status: 200, error: undefined } // 1e0…0 is exactly 1: only the notation differs
+          : { source, status: 400, error: `Veld entries[1].tenantId is het getal ${shown}, ${because}` },
+      );
+    }
+    // Beside an inexact number in details, each names its own field: the entry's first.
+    const both = await send("/api/audit", body(one("1.00000000000000000001", '{"a":1e-400}')));
+    expect([both.status, both.json.error]).toEqual([400, `Veld entries[0].tenantId is het getal 1.00000000000000000001, ${because}`]);
+    for (const exact of ["1.0", "1e0", "10e-1", "0.1e1"]) expect((await send("/api/audit", body(one(exact)))).status).toBe(200);
+    expect(await count("audit_entries")).toBe(6);
+  });
+
   test("details with more values than 64 KiB holds are refused by count, before they are copied, with the size refusal; the count refuses nothing that fits", async () => {
     await appEnv();
     const a = await addTenant(env.db);
@@ -569,6 +592,20 @@ describe("someone who can change the database's schema", () => {
 });
 
 describe("POST /api/inlogpogingen", () => {
+  test("a tenantId a double cannot keep as sent is 400 naming the field, storing nothing; in any exact notation it passes", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    const body = (tenantId: string) => `{"pogingen":[{"account":"a","ip":"192.0.2.1","gelukt":false},{"account":"b","ip":"192.0.2.2","gelukt":false,"tenantId":${tenantId}}]}`;
+    const r = await send("/api/inlogpogingen", body(`${a}.00000000000000000001`));
+    expect([r.status, r.json.error]).toEqual([
+      400,
+      `Veld pogingen[1].tenantId is het getal ${a}.00000000000000000001, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324).`,
+    ]);
+    expect(await count("login_attempts")).toBe(0);
+    expect((await send("/api/inlogpogingen", body(`${a}.0e0`))).status).toBe(200);
+    expect(await count("login_attempts")).toBe(2);
+  });
+
   test("stores a batch; an unknown tenant is 422 and an invalid field 400, storing nothing", async () => {
     await appEnv();
     const a = await addTenant(env.db);

@@ -76,7 +76,7 @@ interface Endpoint<B extends TSchema> {
   /** The path's parameters: Elysia checks them (a 400 naming the parameter) before the body is read. */
   params?: TSchema;
   maxBytes: number;
-  /** The body's JSON.parse, when not the plain one (the audit entries' details: parseAuditBody). */
+  /** The body's JSON.parse, when not the plain one (numbers a double may not keep as sent: parseAuditBody). */
   parse?: (text: string) => unknown;
   result: TSchema;
   /** When the answer is 201 for a new resource: its description. */
@@ -172,6 +172,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       description: "Slaat 1 tot 1000 inlogpogingen op (de BeveiligingsLog) in één transactie.",
       body: LoginAttemptBatch,
       maxBytes: MAX_ATTEMPTS_BYTES,
+      parse: parseAuditBody,
       result: LoginAttemptResult,
       refusals: { 422: "Een onbekende tenant; de melding noemt het veld en het id. Niets is opgeslagen." },
     },

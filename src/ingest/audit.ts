@@ -125,9 +125,10 @@ function decimalValue(source: string): string {
 
 /**
  * The JSON numbers of a parsed body that JSON.parse could not keep as sent, by the
- * object or array holding them (exactNumbers); detailsProblem refuses them in details.
+ * object or array holding them, with their key there (exactNumbers); detailsProblem
+ * refuses them in details, inexactField in an entry's own fields (its tenantId).
  */
-const inexact = new WeakMap<object, string>();
+const inexact = new WeakMap<object, { key: string; source: string }>();
 
 /**
  * The reviver of POST /api/audit's body: remembers a number whose double is another
@@ -136,11 +137,11 @@ const inexact = new WeakMap<object, string>();
  * `1e2`, `-0`, `0.10` are kept exactly). Stored silently changed, a retry with other
  * digits under the same sleutel would count as the same content.
  */
-export function exactNumbers(this: object, _key: string, value: unknown, context?: { source?: string }): unknown {
+export function exactNumbers(this: object, key: string, value: unknown, context?: { source?: string }): unknown {
   const source = context?.source;
   if (typeof value !== "number" || source === undefined || surelyExact(value, source)) return value;
   if (String(value) !== source && !inexact.has(this) && (!Number.isFinite(value) || decimalValue(source) !== decimalValue(String(value)))) {
-    inexact.set(this, source);
+    inexact.set(this, { key, source });
   }
   return value;
 }
@@ -183,8 +184,8 @@ function surelyExact(value: number, source: string): boolean {
 const MAYBE_INEXACT = /[:,[]\s*-?\d(?:[\d.]{15}|[\d.]*[eE])/;
 
 /**
- * POST /api/audit's JSON.parse: with exactNumbers only when a number in the text may
- * need it. The reviver is a call per value: on 1 MiB of empty objects it took the parse
+ * The write API's JSON.parse (POST /api/audit, POST /api/inlogpogingen): with
+ * exactNumbers only when a number in the text may need it. The reviver is a call per value: on 1 MiB of empty objects it took the parse
  * from 20 to 90–130 ms (bench/details-refusal.ts); most bodies hold no such number.
  */
 export function parseAuditBody(text: string): unknown {
@@ -203,13 +204,28 @@ export function parseAuditBody(text: string): unknown {
 /** How much of a refused number the refusal shows. */
 export const MAX_NUMBER_SHOWN = 40;
 
+/** A number JSON.parse changed, as sent but cut short (it may be most of a 1 MiB body), and why it is refused. */
+const notKept = (source: string) =>
+  `het getal ${source.length > MAX_NUMBER_SHOWN ? `${source.slice(0, MAX_NUMBER_SHOWN)}…` : source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324)`;
+
 /** What is wrong with a number of details, if anything; `source` as sent when JSON.parse changed it (exactNumbers). */
 function numberProblem(v: number, source?: string): string | null {
   if (!Number.isFinite(v)) return "bevat een getal buiten het bereik van JSON-getallen (±1,8e308)";
   if (Number.isInteger(v) && !Number.isSafeInteger(v)) return "bevat een geheel getal buiten ±2^53 (9007199254740991) dat niet exact kan worden bewaard; stuur het als tekst";
-  // The number as sent, cut short: it may be most of a 1 MiB body.
-  if (source !== undefined) return `bevat het getal ${source.length > MAX_NUMBER_SHOWN ? `${source.slice(0, MAX_NUMBER_SHOWN)}…` : source}, dat niet exact kan worden bewaard (een JSON-getal wordt een double: ongeveer 17 cijfers, niet kleiner dan 5e-324); stuur het als tekst`;
+  if (source !== undefined) return `bevat ${notKept(source)}; stuur het als tekst`;
   return null;
+}
+
+/**
+ * What is wrong with a number among an object's own fields (not those of objects within
+ * it), if anything: `tenantId 1.00000000000000000001` passes the schema as tenant 1, and
+ * would be stored under it. Its field name and why, for a refusal that names the object.
+ * Any number of the body the schema let through is in a details object or an entry's
+ * (a login attempt's) own field: this and detailsProblem together see them all.
+ */
+export function inexactField(holder: object): string | null {
+  const lost = inexact.get(holder);
+  return lost === undefined ? null : `${lost.key} is ${notKept(lost.source)}`;
 }
 
 /**
@@ -238,7 +254,7 @@ export function detailsProblem(value: unknown): string | null {
     if (v === null || typeof v !== "object") continue;
     if (d > MAX_DETAILS_DEPTH) return `is dieper genest dan ${MAX_DETAILS_DEPTH} niveaus`;
     const lost = inexact.get(v);
-    if (lost !== undefined) return numberProblem(Number(lost), lost);
+    if (lost !== undefined) return numberProblem(Number(lost.source), lost.source);
     // An array as it is: Object.values copied one of 340,000 in ~200 ms (Bun 1.4.5).
     const children: readonly unknown[] = Array.isArray(v) ? v : Object.values(v);
     values += children.length;
@@ -270,6 +286,8 @@ export interface Prepared extends ChainInput {
 export function prepareAuditBatch(batch: AuditBatch, now: Date, retentieDagen?: number): Prepared[] {
   const oldest = retentieDagen === undefined ? null : retentionBoundary(now, retentieDagen);
   return batch.entries.map((e, i) => {
+    const field = inexactField(e);
+    if (field !== null) throw new Refusal(400, `Veld entries[${i}].${field}.`);
     const createdAt = storedMoment(e.tijdstip, now, `entries[${i}].tijdstip`);
     const details = e.details ?? {};
     const problem = detailsProblem(details);

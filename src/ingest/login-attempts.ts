@@ -5,7 +5,8 @@
 import type { Database } from "bun:sqlite";
 import { t, type Static } from "elysia";
 import { integer, ipText, nullable, text } from "../jobs/schema.ts";
-import { MAX_BATCH_ENTRIES, Moment, refuseUnknownTenants, storedMoment, tenantExists, TenantId } from "./audit.ts";
+import { Refusal } from "./refusal.ts";
+import { inexactField, MAX_BATCH_ENTRIES, Moment, refuseUnknownTenants, storedMoment, tenantExists, TenantId } from "./audit.ts";
 
 /** The request body's limit: 256 KiB (a thousand attempts fit in about 150 KiB). */
 export const MAX_ATTEMPTS_BYTES = 256 * 1024;
@@ -47,6 +48,8 @@ export interface AttemptRow {
 /** The rows as stored; checks that need no database (Refusal 400 naming the field). */
 export function prepareLoginAttempts(batch: LoginAttemptBatch, now: Date): AttemptRow[] {
   return batch.pogingen.map((p, i) => {
+    const field = inexactField(p);
+    if (field !== null) throw new Refusal(400, `Veld pogingen[${i}].${field}.`);
     const tijdstip = storedMoment(p.tijdstip, now, `pogingen[${i}].tijdstip`);
     return { tijdstip, account: p.account, ip: p.ip, gelukt: p.gelukt, reden: p.reden ?? null, tenantId: p.tenantId ?? null };
   });
