@@ -12,7 +12,7 @@ import { runAuditRetentie } from "../src/jobs/audit-retentie.ts";
 import { appendEntries, canonicalJson, type AppendedEntry, type ChainInput } from "../src/audit/chain.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex } from "../src/audit/merkle.ts";
-import { openNote, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import { generateKeyPair, openNote, parseSignerKey, parseVerifierKey, signNote, verifierKeyString } from "../src/audit/note.ts";
 import { signCheckpoint, signInstallationCheckpoint, signRetentionRecord, parseAnchorLineText } from "../src/audit/records.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { anchorAllPg } from "../src/pg/anchoring.ts";
@@ -44,6 +44,7 @@ const GOPATH = "/usr/share/gocode";
 const b64 = (b: Uint8Array) => Buffer.from(b).toString("base64");
 
 interface GoAnswer {
+  keys: string[] | null;
   notes: { ok: boolean; error?: string; text?: string; origin?: string; size?: number; root?: string }[] | null;
   trees: { root: string; proofs: Record<string, string[]>; checks: string[] | null }[] | null;
   sign?: { skey: string; vkey: string; note: string };
@@ -131,6 +132,111 @@ describe("what nachtwacht signs, checked by Go's note and tlog", () => {
     expect(parseSignerKey(s.skey).verifierKey).toBe(s.vkey);
     // A signature by a key we do not trust is not accepted.
     expect(openNote(s.note, [parseVerifierKey(TEST_VERIFIER_KEY)])).toEqual({ ok: false, reason: "onbekende-sleutel" });
+  });
+});
+
+describe("reading notes and keys as Go's note.Open and note.NewVerifier do", () => {
+  // A note cosigned by a third party (a C2SP witness adds its own signature lines) must
+  // open here exactly when it opens in Go: same answer, same reason, case by case.
+  const signer = parseSignerKey(generateKeyPair("nachtwacht.test/verschil").signerKey);
+  const text = "nachtwacht.test/verschil/tenant/1\n3\nq6ysVYr5XqVS+qO5PClRz3TRAn5sv5pAkiwJqPfuhpM=\n";
+  const valid = signNote(text, signer).slice(text.length + 1);
+  /** The trusted key's signature line with one signature byte changed. */
+  const broken = (() => {
+    const raw = Buffer.from(valid.slice(valid.lastIndexOf(" ") + 1, -1), "base64");
+    raw[10]! ^= 1;
+    return `\u2014 ${signer.name} ${raw.toString("base64")}\n`;
+  })();
+  /** A signature line by a key nobody here trusts, under `name`, with `b64` as written. */
+  const witnessRaw = Buffer.concat([Buffer.from([0xde, 0xad, 0xbe, 0xef]), Buffer.alloc(64, 7)]);
+  const witness = (name: string, b64 = witnessRaw.toString("base64")) => `\u2014 ${name} ${b64}\n`;
+  /** Base64 of 68 bytes ends in one "=" after a digit with 2 unused bits: set one. */
+  const loosePadding = (b64: string) => {
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const i = b64.indexOf("=") - 1;
+    return b64.slice(0, i) + alphabet[alphabet.indexOf(b64[i]!) + 1] + b64.slice(i + 1);
+  };
+  const cases: Record<string, string> = {
+    "plain note": text + "\n" + valid,
+    "invalid trusted signature before the valid one": text + "\n" + broken + valid,
+    "witness name with U+0085": text + "\n" + valid + witness("getuige\u0085x"),
+    "witness name with +": text + "\n" + valid + witness("getuige+x"),
+    "witness name with U+FEFF": text + "\n" + valid + witness("getuige\ufeffx"),
+    "witness name with U+3000": text + "\n" + valid + witness("getuige\u3000x"),
+    "witness signature with non-zero padding bits": text + "\n" + valid + witness("getuige", loosePadding(witnessRaw.toString("base64"))),
+    "witness signature without padding": text + "\n" + valid + witness("getuige", witnessRaw.toString("base64").replace(/=+$/, "")),
+    "witness signature of 4 bytes": text + "\n" + valid + witness("getuige", "3q2+7w=="),
+    "witness line without a space": text + "\n" + valid + "\u2014 getuige\n",
+    "witness line with two spaces": text + "\n" + valid + witness("getuige ", witnessRaw.toString("base64")),
+    "witness line with an empty name": text + "\n" + valid + witness(""),
+    "second, invalid copy of the trusted signature": text + "\n" + valid + broken,
+    "second, identical copy of the trusted signature": text + "\n" + valid + valid,
+    "the trusted name with another key ID": text + "\n" + valid + witness(signer.name),
+    "only a witness signature": text + "\n" + witness("getuige"),
+    "100 signature lines": text + "\n" + valid + witness("getuige").repeat(99),
+    "101 signature lines": text + "\n" + valid + witness("getuige").repeat(100),
+    "101 lines, the first an invalid trusted signature": text + "\n" + broken + witness("getuige").repeat(100),
+    "DEL in the text": "a\x7fb\n\n" + signNote("a\x7fb\n", signer).slice(5),
+    "no signature lines": text + "\n",
+    "a line before the blank one is the text": text + "\n" + valid.slice(0, -1) + "x\n\n" + valid,
+  };
+  // Verifier keys Go's NewVerifier accepts or refuses; all for the same public key (33
+  // bytes: base64 without padding, so no padding bits to set).
+  const canonical = signer.verifierKey;
+  const [vName, vId] = canonical.split("+") as [string, string];
+  const vKey = canonical.slice(vName.length + 1 + vId.length + 1); // base64 may hold "+" itself
+  const pub = new Uint8Array(Buffer.from(vKey, "base64").subarray(1));
+  const keys: Record<string, string> = {
+    canonical,
+    "key ID in upper case": `${vName}+${vId.toUpperCase()}+${vKey}`,
+    "name with U+FEFF": verifierKeyString("verschil\ufeffx", pub),
+    "name with U+0085": verifierKeyString("verschil\u0085x", pub),
+    "key ID with a sign": `${vName}+-${vId.slice(1)}+${vKey}`,
+  };
+
+  test("every case answers as Go does: accepted, or refused for the same reason", async () => {
+    const go = await goPeer({ vkeys: [canonical], keys: Object.values(keys), notes: Object.values(cases), trees: [] });
+    const goReason = (n: { ok: boolean; error?: string }) =>
+      n.ok ? "ok"
+      : n.error === "malformed note" ? "misvormd"
+      : n.error!.startsWith("invalid signature for key ") ? "handtekening-ongeldig"
+      : n.error === "note has no verifiable signatures" ? "onbekende-sleutel"
+      : n.error!;
+    const verifiers = [parseVerifierKey(canonical)];
+    const ours = (note: string) => {
+      const r = openNote(note, verifiers);
+      return r.ok ? "ok" : r.reason;
+    };
+    const parses = (k: string) => {
+      try {
+        parseVerifierKey(k);
+        return "ok";
+      } catch {
+        return "geweigerd";
+      }
+    };
+    const names = Object.keys(cases);
+    const keyNames = Object.keys(keys);
+    expect({
+      notes: Object.fromEntries(names.map((n) => [n, ours(cases[n]!)])),
+      keys: Object.fromEntries(keyNames.map((n) => [n, parses(keys[n]!)])),
+    }).toEqual({
+      notes: Object.fromEntries(names.map((n, i) => [n, goReason(go.notes![i]!)])),
+      keys: Object.fromEntries(keyNames.map((n, i) => [n, go.keys![i] === "" ? "ok" : "geweigerd"])),
+    });
+    // The five the reviewer found, and the two that always agreed, as Go answers them.
+    expect(names.slice(0, 5).map((n, i) => goReason(go.notes![i]!))).toEqual(["ok", "handtekening-ongeldig", "misvormd", "misvormd", "ok"]);
+    expect(goReason(go.notes![names.indexOf("witness signature with non-zero padding bits")]!)).toBe("ok");
+    expect(goReason(go.notes![names.indexOf("second, invalid copy of the trusted signature")]!)).toBe("ok");
+  });
+});
+
+describe("what Go cannot be asked: a note that is not well-formed text", () => {
+  test("a lone surrogate in the text is misvormd, even with a signature over the U+FFFD it would encode to", () => {
+    const signer = parseSignerKey(generateKeyPair("nachtwacht.test/surrogaat").signerKey);
+    const sig = signNote("a\ufffdb\n", signer).slice("a\ufffdb\n".length);
+    expect(openNote("a\ufffdb\n" + sig, [parseVerifierKey(signer.verifierKey)]).ok).toBe(true);
+    expect(openNote("a\ud800b\n" + sig, [parseVerifierKey(signer.verifierKey)])).toEqual({ ok: false, reason: "misvormd" });
   });
 });
 

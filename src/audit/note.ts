@@ -8,6 +8,11 @@
 //
 // A verifier trusts only the verifier keys it is given: signatures from unknown keys
 // are ignored, a known key's signature that fails rejects the note (as Go's note.Open).
+// test/checkpoint-go.test.ts holds Go to this, case by case. Two places where Go has no
+// counterpart to mirror, both refusing only what Go could never have written: a key name
+// with a control character (no note holding it opens), and a string that is not
+// well-formed UTF-16 (Go reads bytes and refuses invalid UTF-8; here the note arrives
+// decoded, and a lone surrogate would be verified as the U+FFFD it encodes to).
 import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
 
 const ALG_ED25519 = 0x01;
@@ -31,9 +36,13 @@ export interface Verifier {
 
 export class NoteKeyError extends Error {}
 
-/** Key names: non-empty, no Unicode spaces, no "+". */
+/**
+ * Key names, in keys and in signature lines: Go's isValidName (non-empty, valid UTF-8,
+ * no unicode.IsSpace rune, which is exactly Unicode's White_Space, no "+"; JavaScript's
+ * \s differs: it has U+FEFF and lacks U+0085), and no control character.
+ */
 export function isValidKeyName(name: string): boolean {
-  return name !== "" && !/[\s+\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/u.test(name) && !/[\x00-\x1f]/.test(name);
+  return name !== "" && name.isWellFormed() && !/[\p{White_Space}+\x00-\x1f]/u.test(name);
 }
 
 export function keyId(name: string, publicKey: Uint8Array): number {
@@ -47,9 +56,20 @@ function rawPublicKey(pub: KeyObject): Uint8Array {
   return new Uint8Array(Buffer.from(pub.export({ format: "jwk" }).x!, "base64url"));
 }
 
-function strictBase64(s: string): Buffer | null {
-  const b = Buffer.from(s, "base64");
-  return b.toString("base64") === s ? b : null;
+/**
+ * Base64 as Go's base64.StdEncoding.DecodeString reads it: padded to a multiple of 4,
+ * and (not being Strict) ignoring the unused bits before the padding, so a signature
+ * another implementation wrote with them set still decodes. Go skips "\r" and "\n"
+ * inside; in a note none reach here (lines are split at "\n", "\r" is refused before),
+ * in a key they are refused.
+ */
+function decodeBase64(s: string): Buffer | null {
+  return /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(s) ? Buffer.from(s, "base64") : null;
+}
+
+/** A key ID as Go's strconv.ParseUint(s, 16, 32) of 8 characters reads it: either case. */
+function parseKeyId(s: string): number | null {
+  return /^[0-9a-fA-F]{8}$/.test(s) ? parseInt(s, 16) : null;
 }
 
 export function verifierKeyString(name: string, publicKey: Uint8Array): string {
@@ -78,14 +98,15 @@ export function parseSignerKey(skey: string): Signer {
   }
   const [, , name, idHex, b64] = parts as [string, string, string, string, string];
   if (!isValidKeyName(name)) throw new NoteKeyError("has an invalid key name");
-  const raw = strictBase64(b64);
-  if (!/^[0-9a-f]{8}$/.test(idHex) || !raw || raw.length !== 33 || raw[0] !== ALG_ED25519) {
+  const raw = decodeBase64(b64);
+  const givenId = parseKeyId(idHex);
+  if (givenId === null || !raw || raw.length !== 33 || raw[0] !== ALG_ED25519) {
     throw new NoteKeyError("is not a valid Ed25519 signing key");
   }
   const priv = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519, raw.subarray(1)]), format: "der", type: "pkcs8" });
   const pub = rawPublicKey(createPublicKey(priv));
   const id = keyId(name, pub);
-  if (hex8(id) !== idHex) throw new NoteKeyError("has a key ID that does not match its key");
+  if (id !== givenId) throw new NoteKeyError("has a key ID that does not match its key");
   return { name, keyId: id, verifierKey: verifierKeyString(name, pub), sign: (text) => new Uint8Array(sign(null, Buffer.from(text, "utf8"), priv)) };
 }
 
@@ -95,13 +116,14 @@ export function parseVerifierKey(vkey: string): Verifier {
   if (parts.length !== 3) throw new NoteKeyError("is not a verifier key of the form <naam>+<id>+<sleutel>");
   const [name, idHex, b64] = parts as [string, string, string];
   if (!isValidKeyName(name)) throw new NoteKeyError("has an invalid key name");
-  const raw = strictBase64(b64);
-  if (!/^[0-9a-f]{8}$/.test(idHex) || !raw || raw.length !== 33 || raw[0] !== ALG_ED25519) {
+  const raw = decodeBase64(b64);
+  const givenId = parseKeyId(idHex);
+  if (givenId === null || !raw || raw.length !== 33 || raw[0] !== ALG_ED25519) {
     throw new NoteKeyError("is not a valid Ed25519 verifier key");
   }
   const pubBytes = new Uint8Array(raw.subarray(1));
   const id = keyId(name, pubBytes);
-  if (hex8(id) !== idHex) throw new NoteKeyError("has a key ID that does not match its key");
+  if (id !== givenId) throw new NoteKeyError("has a key ID that does not match its key");
   const pub = createPublicKey({ key: Buffer.concat([SPKI_ED25519, pubBytes]), format: "der", type: "spki" });
   return { name, keyId: id, verifierKey: vkey, verify: (text, sig) => sig.length === 64 && verify(null, Buffer.from(text, "utf8"), pub, sig) };
 }
@@ -141,26 +163,40 @@ export type OpenResult =
   | { ok: true; text: string; verifiedBy: string[] }
   | { ok: false; reason: "misvormd" | "onbekende-sleutel" | "handtekening-ongeldig" };
 
+const SIG_PREFIX = "\u2014 ";
+const MAX_SIGNATURES = 100;
+const MALFORMED = { ok: false, reason: "misvormd" } as const;
+
 /**
  * Opens a signed note: its text when at least one signature from a trusted key
- * verifies and none from a trusted key fails.
+ * verifies and none from a trusted key fails. Go's note.Open step by step, in its order
+ * (so the reason is its error's): each line split at its first space after "— " into a
+ * name and base64; a line that does not parse, an invalid name or more than 100 lines
+ * make the note malformed, even in a signature nobody here trusts; a trusted key's
+ * second signature is skipped unverified, as Go does (its first one decided).
  */
 export function openNote(note: string, verifiers: Verifier[]): OpenResult {
-  if (!note.endsWith("\n") || /[\x00-\x09\x0b-\x1f]/.test(note)) return { ok: false, reason: "misvormd" };
+  if (!note.isWellFormed() || /[\x00-\x09\x0b-\x1f]/.test(note)) return MALFORMED;
   const split = note.lastIndexOf("\n\n");
-  if (split < 0) return { ok: false, reason: "misvormd" };
+  if (split < 0) return MALFORMED;
   const text = note.slice(0, split + 1);
-  const sigLines = note.slice(split + 2, -1).split("\n");
-  if (text === "" || sigLines.length === 0 || sigLines.length > 100) return { ok: false, reason: "misvormd" };
+  const sigs = note.slice(split + 2);
+  if (sigs === "" || !sigs.endsWith("\n")) return MALFORMED;
   const verifiedBy: string[] = [];
-  for (const line of sigLines) {
-    const m = /^\u2014 (\S+) (\S+)$/u.exec(line);
-    if (!m) return { ok: false, reason: "misvormd" };
-    const raw = strictBase64(m[2]!);
-    if (!raw || raw.length < 5) return { ok: false, reason: "misvormd" };
+  const seen = new Set<Verifier>();
+  let count = 0;
+  for (const line of sigs.slice(0, -1).split("\n")) {
+    if (!line.startsWith(SIG_PREFIX)) return MALFORMED;
+    const rest = line.slice(SIG_PREFIX.length);
+    const space = rest.indexOf(" ");
+    const name = space < 0 ? rest : rest.slice(0, space);
+    const raw = decodeBase64(space < 0 ? "" : rest.slice(space + 1));
+    if (!raw || !isValidKeyName(name) || raw.length < 5) return MALFORMED;
+    if (++count > MAX_SIGNATURES) return MALFORMED;
     const id = raw.readUInt32BE(0);
-    const v = verifiers.find((x) => x.name === m[1] && x.keyId === id);
-    if (!v) continue;
+    const v = verifiers.find((x) => x.name === name && x.keyId === id);
+    if (!v || seen.has(v)) continue;
+    seen.add(v);
     if (!v.verify(text, new Uint8Array(raw.subarray(4)))) return { ok: false, reason: "handtekening-ongeldig" };
     verifiedBy.push(v.verifierKey);
   }

@@ -20,6 +20,7 @@ import (
 
 type request struct {
 	VKeys []string `json:"vkeys"`
+	Keys  []string `json:"keys"` // verifier keys only parsed: note.NewVerifier's answer
 	Notes []string `json:"notes"`
 	Trees []struct {
 		Leaves []string `json:"leaves"` // base64 leaf data
@@ -51,8 +52,9 @@ type treeAnswer struct {
 }
 
 type answer struct {
-	Notes []openedNote   `json:"notes"`
-	Trees []treeAnswer   `json:"trees"`
+	Keys  []string          `json:"keys"` // "" when note.NewVerifier accepted the key, else the error
+	Notes []openedNote      `json:"notes"`
+	Trees []treeAnswer      `json:"trees"`
 	Sign  map[string]string `json:"sign,omitempty"`
 }
 
@@ -77,6 +79,13 @@ func main() {
 		verifiers = append(verifiers, v)
 	}
 	var ans answer
+	for _, k := range req.Keys {
+		if _, err := note.NewVerifier(k); err != nil {
+			ans.Keys = append(ans.Keys, err.Error())
+		} else {
+			ans.Keys = append(ans.Keys, "")
+		}
+	}
 	for _, msg := range req.Notes {
 		n, err := note.Open([]byte(msg), note.VerifierList(verifiers...))
 		if err != nil {
