@@ -9,7 +9,8 @@ import { migrate as drizzleMigrate } from "drizzle-orm/bun-sqlite/migrator";
 import type { AnySQLiteColumn } from "drizzle-orm/sqlite-core";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
 import * as schema from "../db/schema.ts";
-import { INSTALLED, markPastSealed, pastRowsToSeal, SEAL_COLUMNS, sealLegacyRows, type RowSeal, type SealColumns } from "./row-seal.ts";
+import { INSTALLED, keyChange, markPastSealed, markSealKey, pastRowsToSeal, resealRows, SEAL_COLUMNS, sealLegacyRows, type RowSeal, type SealColumns } from "./row-seal.ts";
+import { log } from "./logger.ts";
 import { serviceMeta } from "../db/schema.ts";
 
 export type Db = BunSQLiteDatabase<typeof schema>;
@@ -172,7 +173,8 @@ export function installedAt(db: Db, seal: RowSeal): Date | null {
  * open's migrations add a seal column (the first start of the version that seals those
  * rows), the rows already recorded are sealed with it (sealLegacyRows), so they count as
  * the runs and reports they are; but never again once `pastMarker` exists
- * (pastRowsToSeal).
+ * (pastRowsToSeal). When `keyMarker` (sealKeyMarker) names another key than `seal`'s, the
+ * rows sealed with that key are re-sealed with this one, once (keyChange).
  */
 export function openStore(
   path: string,
@@ -180,6 +182,8 @@ export function openStore(
   seal?: RowSeal,
   /** The service's pastSealedMarker: the rows of the past are sealed only while it does not exist. */
   pastMarker?: string,
+  /** The service's sealKeyMarker: the key its rows are sealed with. */
+  keyMarker?: string,
 ): Store {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
@@ -215,6 +219,11 @@ export function openStore(
     db.insert(serviceMeta).values({ key: INSTALLED, value, zegel: seal.sealInstalled(value) }).onConflictDoNothing().run();
   }
   if (seal) markPastSealed(pastMarker, now);
+  const change = seal ? keyChange(keyMarker, seal) : null;
+  if (seal && change) {
+    if (change.former) log("info", "rows sealed with the previous key re-sealed with AUDIT_ANKER_SLEUTEL", { ...resealRows(db, seal, change.former), marker: keyMarker });
+    markSealKey(keyMarker!, seal);
+  }
   return {
     kind: "sqlite",
     db,

@@ -33,15 +33,22 @@
 // (taken-controle and backup-controle: alarm `db-integrity`).
 //
 // A seal is the signature lines of a C2SP signed note (src/audit/note.ts) over a text
-// naming what it seals; it opens under any trusted key, so rows sealed before a key
-// change still count. What is left to the writer: deleting rows (a job then reads as
+// naming what it seals; it opens under the current key (AUDIT_ANKER_SLEUTEL's) only. Not
+// under the others AUDIT_VERTROUWDE_SLEUTELS keeps after a key change: that key may have
+// been rotated out because it leaked, and a row lives in the database alone (an anchor
+// file record must also be in the root-owned file, so those do open under every trusted
+// key). The rows sealed before a key change are re-sealed with the new key once, at the
+// first start with it (sealKeyMarker, resealUpdates); a row sealed with the old key after
+// that start counts for nothing.
+// What is left to the writer: deleting rows (a job then reads as
 // missed, a backup as missing or too old: loud), and putting back an older row as it was
 // (its own time then says how old it is).
-import { and, eq, isNotNull, isNull, lte, ne } from "drizzle-orm";
-import { auditVerificationState, backupStatuses, jobRuns, serviceMeta } from "../db/schema.ts";
+import { and, eq, isNotNull, isNull, lte, ne, or, type Column } from "drizzle-orm";
+import { auditVerificationState, backupStatuses, jobLeases, jobRuns, serviceMeta } from "../db/schema.ts";
 import {
   auditVerificationState as auditVerificationStatePg,
   backupStatuses as backupStatusesPg,
+  jobLeases as jobLeasesPg,
   jobRuns as jobRunsPg,
   serviceMeta as serviceMetaPg,
 } from "../db/schema-pg.ts";
@@ -54,7 +61,7 @@ import { log } from "./logger.ts";
 import type { Db } from "./db.ts";
 import type { PgDb } from "./pg/store.ts";
 import { auditKeys } from "./audit/keys.ts";
-import { openNote, signNote } from "./audit/note.ts";
+import { openNote, parseVerifierKey, signNote, type Verifier } from "./audit/note.ts";
 import type { Keys } from "./audit/records.ts";
 
 /** A run's start as its seal signs it. */
@@ -115,8 +122,10 @@ export interface RowSeal {
   sealEnd(run: RunStart & RunEndColumns): string;
   /** Whether a run counts: its start sealed, and either 'bezig' without an end or its end sealed. */
   sealed(row: SealedRunRow): boolean;
-  /** Whether the row's start seal opens under a trusted key for exactly its job and start. */
+  /** Whether the row's start seal opens under the key for exactly its job and start. */
   startSealed(row: RunStart & { zegel: string | null }): boolean;
+  /** Whether the row's end seal opens under the key for exactly its start and end (whatever its start seal). */
+  endSealed(row: RunStart & RunEndColumns & { eindzegel: string | null }): boolean;
   /** The seal of a backup report as stored. */
   sealBackup(row: BackupColumns): string;
   /** Whether the backup report's seal opens for exactly its columns. */
@@ -133,6 +142,8 @@ export interface RowSeal {
   sealVerification(row: VerificationColumns): string;
   /** Whether the verification result's seal opens for exactly its columns. */
   verificationSealed(row: VerificationColumns & { zegel: string | null }): boolean;
+  /** The keys it was made from: it signs with `keys.signer`, and opens under that key only (or under rowSeal's `opensUnder`). */
+  readonly keys: Keys;
 }
 
 // The texts signed. JSON keeps any text of a report or summary on one line, unambiguous.
@@ -148,7 +159,13 @@ const verificationText = (r: VerificationColumns) =>
 /** How many notes that opened a seal rowSeal keeps in memory, at most: the reports and /metrics read the same rows again and again. */
 const OPENED_MAX = 100_000;
 
-export function rowSeal(keys: Keys): RowSeal {
+/**
+ * The row seal of `keys`: signs with keys.signer, and opens under its key only, not
+ * under keys.verifiers' others (a rotated-out key may have leaked; the header above).
+ * `opensUnder`: other keys to open under instead, for finding the rows sealed before a
+ * key change (keyChange), never for judging a row.
+ */
+export function rowSeal(keys: Keys, opensUnder: Verifier[] = [parseVerifierKey(keys.signer.verifierKey)]): RowSeal {
   // Notes that opened, so that a row read again costs a lookup, not a signature check
   // (~70 µs, bench/seal.ts): /metrics reads every tenant's verification result on each scrape. Only a
   // note that opened is kept (the same note always opens under the same keys), and each
@@ -168,17 +185,20 @@ export function rowSeal(keys: Keys): RowSeal {
     const note = `${text}\n${zegel}`;
     if (opened.has(note)) return true;
     // The text that opened must be the seal's own (a note's text could hold a blank line).
-    const o = openNote(note, keys.verifiers);
+    const o = openNote(note, opensUnder);
     if (!o.ok || o.text !== text) return false;
     remember(note);
     return true;
   };
   const startSealed = (r: RunStart & { zegel: string | null }) => opens(startText(r), r.zegel);
+  const endSealed = (r: RunStart & RunEndColumns & { eindzegel: string | null }) => opens(endText(r), r.eindzegel);
   return {
+    keys,
     seal: (r) => sign(startText(r)),
     sealEnd: (r) => sign(endText(r)),
     startSealed,
-    sealed: (r) => startSealed(r) && (r.uitkomst === "bezig" ? r.beeindigd === null : opens(endText(r), r.eindzegel)),
+    endSealed,
+    sealed: (r) => startSealed(r) && (r.uitkomst === "bezig" ? r.beeindigd === null : endSealed(r)),
     sealBackup: (r) => sign(backupText(r)),
     backupSealed: (r) => opens(backupText(r), r.zegel),
     sealLease: (l) => sign(leaseText(l)),
@@ -355,6 +375,15 @@ const besideAnchorFile = (config: Pick<Config, "auditAnkerBestand">, name: strin
 export const pastSealedMarker = (config: Pick<Config, "auditAnkerBestand">) => besideAnchorFile(config, "zegels-sinds");
 
 /**
+ * The file beside the anchor file that names the key this installation's rows are sealed
+ * with (its verifier key: name, key ID, public key). A start whose AUDIT_ANKER_SLEUTEL is
+ * another key re-seals the rows sealed with the key it names (keyChange, resealUpdates)
+ * and then names its own: once per key change, so a row sealed with the old key after
+ * that start is never re-sealed, by that start or a later one.
+ */
+export const sealKeyMarker = (config: Pick<Config, "auditAnkerBestand">) => besideAnchorFile(config, "zegelsleutel");
+
+/**
  * The file beside the anchor file that holds when the newest backup report this process
  * stored was received (backup-status writes it, backup-controle reads it). A database
  * writer can delete the newest report, a failed one, so that the one before reads as the
@@ -381,8 +410,18 @@ export const verificationWitnessFile = (config: Pick<Config, "auditAnkerBestand"
 export function witnessMoment(path: string, at: string): void {
   const known = witnessedMoment(path);
   if (known !== null && known >= at && known <= latestCountingStart(new Date(at))) return;
+  writeBesideAnchorFile(path, `${at}\n`);
+}
+
+/**
+ * The one rule by which the files beside the anchor file (besideAnchorFile) are written:
+ * their folder made, owner-only, durably (writeFileDurably: lost to a power cut, a marker
+ * would make the next start seal rows again, a witness would forget what it saw).
+ * `exclusive`: never over an existing file (EEXIST).
+ */
+function writeBesideAnchorFile(path: string, text: string, o: { exclusive?: boolean } = {}): void {
   mkdirSync(dirname(path), { recursive: true });
-  writeFileDurably(path, `${at}\n`, 0o600);
+  writeFileDurably(path, text, 0o600, o);
 }
 
 /** The moment a witness file holds, or null (none yet, or the file is unreadable). */
@@ -430,13 +469,97 @@ export function pastRowsToSeal(marker: string | undefined, had: SealColumns): Se
  */
 export function markPastSealed(marker: string | undefined, now: Date): void {
   if (marker === undefined || existsSync(marker)) return;
-  mkdirSync(dirname(marker), { recursive: true });
   try {
-    writeFileDurably(marker, `${now.toISOString()}\n`, 0o600, { exclusive: true });
+    writeBesideAnchorFile(marker, `${now.toISOString()}\n`, { exclusive: true });
   } catch (e) {
     if ((e as { code?: unknown }).code !== "EEXIST") throw e;
   }
 }
+
+/**
+ * What this start does about the key the rows were sealed with (sealKeyMarker `marker`):
+ * null, nothing (the marker names this seal's key, or there is no marker: tools and
+ * tests); otherwise re-seal the rows whose seals open under `former` (resealUpdates; null:
+ * there is no key to look for), then markSealKey. `former` opens under the key the marker
+ * names, when AUDIT_VERTROUWDE_SLEUTELS still trusts it; without a marker (the first start
+ * of this version, or of an installation) under every other trusted key. Only the key the
+ * marker names: rows sealed with a key rotated out before it (one that may have leaked)
+ * after that rotation's start stay as they are, not counting.
+ */
+export function keyChange(marker: string | undefined, seal: RowSeal): { former: RowSeal | null } | null {
+  if (marker === undefined) return null;
+  let named: string | null = null;
+  try {
+    named = readFileSync(marker, "utf8").trim();
+  } catch (e) {
+    if ((e as { code?: unknown }).code !== "ENOENT") throw e;
+  }
+  const current = seal.keys.signer.verifierKey;
+  if (named === current) return null;
+  const others = seal.keys.verifiers.filter((v) => v.verifierKey !== current);
+  const former = named === null ? others : others.filter((v) => v.verifierKey === named);
+  if (named !== null && former.length === 0) {
+    log("error", "the key this installation's rows were sealed with is not among AUDIT_VERTROUWDE_SLEUTELS: its rows are not re-sealed with AUDIT_ANKER_SLEUTEL and count as forged (docs/operations.md, rotating the key)", {
+      marker,
+      sleutel: named,
+    });
+  }
+  return { former: former.length > 0 ? rowSeal(seal.keys, former) : null };
+}
+
+/** Names `seal`'s key in `marker` (sealKeyMarker), after the rows sealed with the one before were re-sealed (keyChange). */
+export function markSealKey(marker: string, seal: RowSeal): void {
+  writeBesideAnchorFile(marker, `${seal.keys.signer.verifierKey}\n`);
+}
+
+/** The sealed rows of every kind, as a store reads them for re-sealing after a key change (resealUpdates). */
+export interface SealedRows<Id> {
+  runs: readonly (SealedRunRow & { id: Id })[];
+  backups: readonly (BackupColumns & { id: Id; zegel: string | null })[];
+  verification: readonly (VerificationColumns & { zegel: string | null })[];
+  /** The install time's row (service_meta INSTALLED), or null. */
+  installed: { value: string; zegel: string | null } | null;
+  leases: readonly (LeaseColumns & { zegel: string | null })[];
+}
+
+/** A row's new seals, and the seals it had: a store writes the new ones only where the old ones are still there. */
+export interface Reseal<R, S> {
+  row: R;
+  set: S;
+}
+
+/**
+ * Of `rows`, the seals that open under `former` (keyChange), made again with `seal`: a
+ * run's start and end each on its own (an end a writer changed stays unsealed). Rows
+ * without a seal, or with one that opens under no former key, are left as they are.
+ * Idempotent: a row re-sealed opens under `seal`'s key, not under `former`.
+ */
+export function resealUpdates<Id>(rows: SealedRows<Id>, seal: RowSeal, former: RowSeal) {
+  const runs: Reseal<SealedRunRow & { id: Id }, { zegel?: string; eindzegel?: string }>[] = [];
+  for (const r of rows.runs) {
+    const set: { zegel?: string; eindzegel?: string } = {};
+    if (former.startSealed(r)) set.zegel = seal.seal(r);
+    if (r.eindzegel !== null && former.endSealed(r)) set.eindzegel = seal.sealEnd(r);
+    if (set.zegel !== undefined || set.eindzegel !== undefined) runs.push({ row: r, set });
+  }
+  const installed = rows.installed && former.installedSealed(rows.installed) ? { row: rows.installed, set: { zegel: seal.sealInstalled(rows.installed.value) } } : null;
+  return {
+    runs,
+    backups: rows.backups.filter((r) => former.backupSealed(r)).map((row) => ({ row, set: { zegel: seal.sealBackup(row) } })),
+    verification: rows.verification.filter((r) => former.verificationSealed(r)).map((row) => ({ row, set: { zegel: seal.sealVerification(row) } })),
+    installed,
+    leases: rows.leases.filter((r) => former.leaseSealed(r)).map((row) => ({ row, set: { zegel: seal.sealLease(row) } })),
+  };
+}
+
+/** How many rows of each kind resealUpdates re-seals: for the start's log. */
+export const resealCounts = (u: ReturnType<typeof resealUpdates>) => ({
+  jobRuns: u.runs.length,
+  backupStatuses: u.backups.length,
+  verificatie: u.verification.length,
+  geinstalleerd: u.installed ? 1 : 0,
+  leases: u.leases.length,
+});
 
 /**
  * Seals the rows recorded before their kind was sealed, once: at the start whose
@@ -510,3 +633,64 @@ export async function sealLegacyRowsPg(db: PgDb, seal: RowSeal, now: Date, had: 
 
 /** The ended runs without an end seal whose end is not later than `at`. */
 const legacyEnd = (t: typeof jobRuns | typeof jobRunsPg, at: string) => and(isNull(t.eindzegel), ne(t.uitkomst, "bezig"), isNotNull(t.beeindigd), lte(t.beeindigd, at));
+
+/** A column still holding `v` (null: still none): a re-seal writes only over the seal it read, not over one written meanwhile. */
+const still = (c: Column, v: string | null) => (v === null ? isNull(c) : eq(c, v));
+
+/**
+ * After a key change (keyChange): re-seals with `seal` the rows whose seals open under
+ * `former` (resealUpdates), in one transaction; each only where its seals are still the
+ * ones read. Returns how many of each kind.
+ */
+export function resealRows(db: Db, seal: RowSeal, former: RowSeal): ReturnType<typeof resealCounts> {
+  const leaseColumns = { job: jobLeases.job, pid: jobLeases.pid, instantie: jobLeases.instantie, host: jobLeases.host, pidNs: jobLeases.pidNs, runId: jobLeases.runId, verloopt: jobLeases.verloopt, zegel: jobLeases.zegel };
+  const u = resealUpdates(
+    {
+      runs: db.select({ id: jobRuns.id, ...sealedRunColumns(jobRuns) }).from(jobRuns).where(or(isNotNull(jobRuns.zegel), isNotNull(jobRuns.eindzegel))).all(),
+      backups: db.select({ id: backupStatuses.id, ...sealedBackupColumns(backupStatuses) }).from(backupStatuses).where(isNotNull(backupStatuses.zegel)).all(),
+      verification: db.select().from(auditVerificationState).where(isNotNull(auditVerificationState.zegel)).all(),
+      installed: db.select({ value: serviceMeta.value, zegel: serviceMeta.zegel }).from(serviceMeta).where(eq(serviceMeta.key, INSTALLED)).get() ?? null,
+      leases: db.select(leaseColumns).from(jobLeases).where(isNotNull(jobLeases.zegel)).all(),
+    },
+    seal,
+    former,
+  );
+  db.transaction((tx) => {
+    for (const { row, set } of u.runs) tx.update(jobRuns).set(set).where(and(eq(jobRuns.id, row.id), still(jobRuns.zegel, row.zegel), still(jobRuns.eindzegel, row.eindzegel))).run();
+    for (const { row, set } of u.backups) tx.update(backupStatuses).set(set).where(and(eq(backupStatuses.id, row.id), still(backupStatuses.zegel, row.zegel))).run();
+    const s = auditVerificationState;
+    for (const { row, set } of u.verification) tx.update(s).set(set).where(and(eq(s.tenantId, row.tenantId), still(s.zegel, row.zegel))).run();
+    if (u.installed) tx.update(serviceMeta).set(u.installed.set).where(and(eq(serviceMeta.key, INSTALLED), still(serviceMeta.zegel, u.installed.row.zegel))).run();
+    for (const { row, set } of u.leases) tx.update(jobLeases).set(set).where(and(eq(jobLeases.job, row.job), still(jobLeases.zegel, row.zegel))).run();
+  });
+  return resealCounts(u);
+}
+
+/** resealRows on PostgreSQL, inside the migrating session's hold of the migration lock. */
+export async function resealRowsPg(db: PgDb, seal: RowSeal, former: RowSeal): Promise<ReturnType<typeof resealCounts>> {
+  const runs = jobRunsPg;
+  const backups = backupStatusesPg;
+  const meta = serviceMetaPg;
+  const leases = jobLeasesPg;
+  const s = auditVerificationStatePg;
+  const leaseColumns = { job: leases.job, pid: leases.pid, instantie: leases.instantie, host: leases.host, pidNs: leases.pidNs, runId: leases.runId, verloopt: leases.verloopt, zegel: leases.zegel };
+  const u = resealUpdates(
+    {
+      runs: await db.select({ id: runs.id, ...sealedRunColumns(runs) }).from(runs).where(or(isNotNull(runs.zegel), isNotNull(runs.eindzegel))),
+      backups: await db.select({ id: backups.id, ...sealedBackupColumns(backups) }).from(backups).where(isNotNull(backups.zegel)),
+      verification: await db.select().from(s).where(isNotNull(s.zegel)),
+      installed: (await db.select({ value: meta.value, zegel: meta.zegel }).from(meta).where(eq(meta.key, INSTALLED)))[0] ?? null,
+      leases: await db.select(leaseColumns).from(leases).where(isNotNull(leases.zegel)),
+    },
+    seal,
+    former,
+  );
+  await db.transaction(async (tx) => {
+    for (const { row, set } of u.runs) await tx.update(runs).set(set).where(and(eq(runs.id, row.id), still(runs.zegel, row.zegel), still(runs.eindzegel, row.eindzegel)));
+    for (const { row, set } of u.backups) await tx.update(backups).set(set).where(and(eq(backups.id, row.id), still(backups.zegel, row.zegel)));
+    for (const { row, set } of u.verification) await tx.update(s).set(set).where(and(eq(s.tenantId, row.tenantId), still(s.zegel, row.zegel)));
+    if (u.installed) await tx.update(meta).set(u.installed.set).where(and(eq(meta.key, INSTALLED), still(meta.zegel, u.installed.row.zegel)));
+    for (const { row, set } of u.leases) await tx.update(leases).set(set).where(and(eq(leases.job, row.job), still(leases.zegel, row.zegel)));
+  });
+  return resealCounts(u);
+}

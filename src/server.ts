@@ -10,7 +10,7 @@ import { outboxDirOf } from "./disk-space.ts";
 import type { AnyStore, Deps } from "./deps.ts";
 import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 import { WriteApiActivity } from "./ingest/activity.ts";
-import { pastSealedMarker, rowSealOf } from "./row-seal.ts";
+import { pastSealedMarker, rowSealOf, sealKeyMarker } from "./row-seal.ts";
 import { openPgStore, type PgStore } from "./pg/store.ts";
 import { CLOCK_SKEW_LIMIT_MS, databaseClockOffsetMs, offsetSeconds } from "./pg/clock.ts";
 import { redactUrl } from "./pg/url.ts";
@@ -38,7 +38,7 @@ export function closeDatabase(store: Store): void {
 }
 
 /** The service's dependencies on `store`: the SQLite file of DATABASE_PATH unless another is given (PostgreSQL, tests). */
-export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath, new Date(), rowSealOf(config), pastSealedMarker(config)) as S): Deps<S> {
+export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = openStore(config.databasePath, new Date(), rowSealOf(config), pastSealedMarker(config), sealKeyMarker(config)) as S): Deps<S> {
   const mailer = createMailer({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: outboxDirOf(config) });
   const clock = () => new Date();
   const secrets = secretValues(config);
@@ -96,7 +96,7 @@ export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer,
  * together), its first start marked, no WAL checkpointer (PostgreSQL has its own).
  */
 export async function startPgServer(config: Config, url: string, options: ServerOptions = {}) {
-  const store = await openPgStore(url, { seal: rowSealOf(config), pastMarker: pastSealedMarker(config) });
+  const store = await openPgStore(url, { seal: rowSealOf(config), pastMarker: pastSealedMarker(config), keyMarker: sealKeyMarker(config) });
   const offsetMs = await databaseClockOffsetMs(store.sql);
   const klokAfwijkingSeconden = offsetSeconds(offsetMs);
   log("info", "database: PostgreSQL", { database: redactUrl(url), klokAfwijkingSeconden });

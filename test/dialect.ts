@@ -21,7 +21,9 @@ import { join } from "node:path";
 import { appendEntries, canonicalJson, type ChainInput, type NewLoginAttempt } from "../src/audit/chain.ts";
 import { createApp, type AppOptions } from "../src/app.ts";
 import type { AnyStore, Deps } from "../src/deps.ts";
-import { BUSY_TIMEOUT_MS } from "../src/db.ts";
+import type { Config } from "../src/config.ts";
+import { BUSY_TIMEOUT_MS, openStore } from "../src/db.ts";
+import { pastSealedMarker, rowSealOf, sealKeyMarker } from "../src/row-seal.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { libpqEnv } from "../src/pg/backup.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
@@ -419,6 +421,20 @@ export async function restoreBackup(e: Env, file: string): Promise<void> {
   const r = Bun.spawnSync(["pg_restore", "--no-owner", "--exit-on-error", `--dbname=${libpqEnv(url).PGDATABASE}`, file], { env: { PATH: "/usr/bin:/bin", ...libpqEnv(url) }, stdout: "pipe", stderr: "pipe" });
   if (r.exitCode !== 0) throw new Error(`pg_restore exit ${r.exitCode}: ${r.stderr.toString()}`);
   useStore(e, await openPgStore(url));
+  (e as { app: unknown }).app = createApp(e.deps as Deps);
+}
+
+/**
+ * Stops the service and starts it again with `config` (a key change: another
+ * AUDIT_ANKER_SLEUTEL), on the same database and anchor folder, as its start opens the
+ * store (src/server.ts): the seal of `config`, the markers beside its anchor file, `now`.
+ */
+export async function restartService(e: Env, config: Config, now: Date): Promise<void> {
+  await e.store.close();
+  const o = { seal: rowSealOf(config), now, pastMarker: pastSealedMarker(config), keyMarker: sealKeyMarker(config) };
+  useStore(e, e.store.kind === "sqlite" ? openStore(e.store.path, now, o.seal, o.pastMarker, o.keyMarker) : await openPgStore(e.store.url, o));
+  (e.deps as { config: Config }).config = config;
+  (e as { config: Config }).config = config;
   (e as { app: unknown }).app = createApp(e.deps as Deps);
 }
 

@@ -13,11 +13,12 @@ import { writeRunEnd } from "../src/job-runs.ts";
 import { scheduledJobRunsPg, verificationCountsPg, verificationSincePg } from "../src/pg/daily.ts";
 import { scheduledJobRuns, verificationCounts, verificationSinceIn } from "../src/reports/daily.ts";
 import { weekStatsOf } from "../src/reports/weekly.ts";
-import { pastSealedMarker, rowSeal, sealLegacyRows, verificationWitnessFile, type BackupColumns } from "../src/row-seal.ts";
+import { pastSealedMarker, rowSeal, rowSealOf, sealKeyMarker, sealLegacyRows, verificationWitnessFile, type BackupColumns } from "../src/row-seal.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { generateKeyPair } from "../src/audit/note.ts";
-import { insertBackupRow, call, eindzegel, NOW, tempDir, TEST_SEAL, zegel } from "./helpers.ts";
-import { addTenant, fillChain, makeEnv, type Env } from "./dialect.ts";
+import { insertBackupRow, call, eindzegel, NOW, tempDir, TEST_SEAL, TEST_VERIFIER_KEY, zegel } from "./helpers.ts";
+import { addTenant, fillChain, makeEnv, restartService, type Env } from "./dialect.ts";
+import type { Config } from "../src/config.ts";
 
 let env: Env;
 afterEach(() => env?.cleanup());
@@ -115,7 +116,7 @@ describe("sealed job runs", () => {
     expect(TEST_SEAL.sealed({ ...r, uitkomst: "bezig" })).toBe(false);
   });
 
-  test("the seal opens for exactly its job and start, under any trusted key; a key no longer trusted seals nothing", () => {
+  test("the seal opens for exactly its job and start, under the current key only: not under a rotated-out one still trusted for the anchor file", () => {
     const s = TEST_SEAL.seal({ job: "weekrapport", gestart: NOW.toISOString() });
     expect(TEST_SEAL.startSealed({ job: "weekrapport", gestart: NOW.toISOString(), zegel: s })).toBe(true);
     expect(TEST_SEAL.startSealed({ job: "dagrapport", gestart: NOW.toISOString(), zegel: s })).toBe(false);
@@ -127,12 +128,14 @@ describe("sealed job runs", () => {
     expect(TEST_SEAL.sealed({ ...end, zegel: s, eindzegel: s })).toBe(false);
     expect(TEST_SEAL.sealed({ ...end, zegel: TEST_SEAL.sealEnd(end), eindzegel: TEST_SEAL.sealEnd(end) })).toBe(false);
     expect(TEST_SEAL.sealed({ ...end, zegel: s, eindzegel: TEST_SEAL.sealEnd(end) })).toBe(true);
-    // After a key change: the old key among the trusted ones still opens the old runs.
+    // After a key change the old key, still trusted (for the anchor file's records), opens no row: it may have leaked.
+    // The rows it sealed before the change are re-sealed at the first start with the new key ("a key change" below).
     const old = generateKeyPair("nachtwacht.test/oud");
     const oldSeal = rowSeal(auditKeys({ auditAnkerSleutel: old.signerKey, auditVertrouwdeSleutels: [] }));
     const row = { ...end, zegel: oldSeal.seal(end), eindzegel: oldSeal.sealEnd(end) };
+    expect(oldSeal.sealed(row)).toBe(true);
     const next = generateKeyPair("nachtwacht.test/nieuw");
-    expect(rowSeal(auditKeys({ auditAnkerSleutel: next.signerKey, auditVertrouwdeSleutels: [old.verifierKey] })).sealed(row)).toBe(true);
+    expect(rowSeal(auditKeys({ auditAnkerSleutel: next.signerKey, auditVertrouwdeSleutels: [old.verifierKey] })).sealed(row)).toBe(false);
     expect(rowSeal(auditKeys({ auditAnkerSleutel: next.signerKey, auditVertrouwdeSleutels: [] })).sealed(row)).toBe(false);
   });
 
@@ -588,6 +591,103 @@ describe("the rows of the past are sealed once per installation", () => {
     } finally {
       cleanup();
     }
+  });
+});
+
+describe("a key change (AUDIT_ANKER_SLEUTEL rotated, the old key kept in AUDIT_VERTROUWDE_SLEUTELS)", () => {
+  const counts = (now: Date) => {
+    const seal = rowSealOf(env.config);
+    return env.store.kind === "pg" ? verificationCountsPg(env.store.db, now, seal, env.config) : verificationCounts(env.store.db, now, seal, env.config);
+  };
+  /** env's configuration with `signerKey` as the anchor key and `trusted` as the other trusted keys. */
+  const rotated = (signerKey: string, trusted: string[]): Config => ({ ...env.config, auditAnkerSleutel: signerKey, auditVertrouwdeSleutels: trusted });
+  /** A finished 'ok' run of audit-verificatie that started at `gestart`, sealed with the old (test) key, as the writer who holds it forges one. */
+  const forgeRun = (gestart: string) => {
+    const run = { job: "audit-verificatie", gestart, beeindigd: new Date(new Date(gestart).getTime() + 1000).toISOString(), uitkomst: "ok", httpStatus: 200 };
+    return env.db.run(
+      "INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, 'ok', 200, ?, ?)",
+      run.job,
+      run.gestart,
+      run.beeindigd,
+      zegel(run.job, gestart),
+      eindzegel(run),
+    );
+  };
+
+  test("a run sealed with the rotated-out (leaked) key skips nothing: tonight's audit-verificatie runs and finds the broken chain", async () => {
+    const nieuw = generateKeyPair("nachtwacht.test/nieuw");
+    env = await makeEnv({ AUDIT_ANKER_SLEUTEL: nieuw.signerKey, AUDIT_VERTROUWDE_SLEUTELS: TEST_VERIFIER_KEY });
+    const t = await addTenant(env.db, "Gemeente Delft");
+    await fillChain(env.store, t, 20);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 12", t);
+    await forgeRun("2026-07-24T01:00:01.000Z");
+    env.setNow(at("2026-07-24T01:00:05.000Z"));
+    const v = await call(env.app, "/api/cron/audit-verificatie", scheduled);
+    expect(v.status).toBe(409);
+    expect(v.json.resultaten.find((r: { tenantId: number }) => r.tenantId === t).fout.seq).toBe(12);
+    expect(env.alarms.raised.map((a) => a.type)).toContain("audit-chain-broken");
+  });
+
+  test("the first start with the new key re-seals the history sealed with the old one: nothing reads as forged, a job done before the rotation stays done", async () => {
+    env = await makeEnv();
+    await restartService(env, env.config, NOW);
+    expect(readFileSync(sealKeyMarker(env.config), "utf8")).toBe(`${TEST_VERIFIER_KEY}\n`);
+    const t = await addTenant(env.db, "Gemeente Delft");
+    await fillChain(env.store, t, 20);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    expect((await call(env.app, "/api/cron/backup-status", report({ exitCode: 0, bestandsnaam: "a.gz", grootte: 10 }))).status).toBe(200);
+    env.setNow(at("2026-07-24T01:00:05.000Z"));
+    expect((await call(env.app, "/api/cron/audit-verificatie", scheduled)).status).toBe(200);
+
+    const nieuw = generateKeyPair("nachtwacht.test/nieuw");
+    await restartService(env, rotated(nieuw.signerKey, [TEST_VERIFIER_KEY]), at("2026-07-24T01:10:00.000Z"));
+    expect(readFileSync(sealKeyMarker(env.config), "utf8")).toBe(`${nieuw.verifierKey}\n`);
+    env.setNow(at("2026-07-24T01:10:00.000Z"));
+    // The run before the rotation still did tonight's audit-verificatie.
+    expect((await call(env.app, "/api/cron/audit-verificatie", scheduled)).status).toBe(204);
+    expect(await counts(at("2026-07-24T06:00:00.000Z"))).toMatchObject({ gecontroleerd: 1, aantalGebroken: 0 });
+    expect((await call(env.app, "/api/cron/backup-controle")).json).toMatchObject({ ok: true, vervalst: 0, laatsteBackup: { bestandsnaam: "a.gz" } });
+    env.setNow(at("2026-07-24T01:45:05.000Z"));
+    const c = await call(env.app, "/api/cron/taken-controle", scheduled);
+    expect(c.json.vervalst).toEqual([]);
+    expect(c.json.taken.find((r: { job: string }) => r.job === "audit-verificatie").laatsteRun.gestart).toBe("2026-07-24T01:00:05.000Z");
+    expect(env.alarms.raised.filter((a) => a.type === "db-integrity")).toEqual([]);
+    // Every row now carries the new key's seal, not the old one's.
+    const rows = await env.db.all<{ zegel: string }>("SELECT zegel FROM job_runs UNION ALL SELECT eindzegel FROM job_runs UNION ALL SELECT zegel FROM backup_statuses UNION ALL SELECT zegel FROM audit_verification_state UNION ALL SELECT zegel FROM service_meta WHERE key = 'geinstalleerd'");
+    expect(rows.length).toBeGreaterThan(4);
+    for (const r of rows) expect(r.zegel).toStartWith("\u2014 nachtwacht.test/nieuw ");
+  });
+
+  test("a run forged with the old key after the rotation's start is never re-sealed: not by a later restart, nor by the next key change", async () => {
+    env = await makeEnv();
+    await restartService(env, env.config, NOW);
+    const t = await addTenant(env.db, "Gemeente Delft");
+    await fillChain(env.store, t, 20);
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const nieuw = generateKeyPair("nachtwacht.test/nieuw");
+    await restartService(env, rotated(nieuw.signerKey, [TEST_VERIFIER_KEY]), NOW);
+
+    // The writer holding the old key forges tonight's run, and the service restarts (an update, a reboot).
+    await env.db.run("UPDATE audit_entries SET actor = 'iemand-anders' WHERE tenant_id = ? AND seq = 12", t);
+    await forgeRun("2026-07-24T01:00:01.000Z");
+    await restartService(env, env.config, at("2026-07-24T01:00:02.000Z"));
+    env.setNow(at("2026-07-24T01:00:05.000Z"));
+    const v = await call(env.app, "/api/cron/audit-verificatie", scheduled);
+    expect(v.status).toBe(409);
+    expect(v.json.resultaten.find((r: { tenantId: number }) => r.tenantId === t).fout.seq).toBe(12);
+
+    // The next key change re-seals the rows of the key before it (nieuw's), not the first key's forgery.
+    await forgeRun("2026-07-25T01:00:01.000Z");
+    const derde = generateKeyPair("nachtwacht.test/derde");
+    await restartService(env, rotated(derde.signerKey, [TEST_VERIFIER_KEY, nieuw.verifierKey]), at("2026-07-25T01:00:02.000Z"));
+    env.setNow(at("2026-07-25T01:00:05.000Z"));
+    expect((await call(env.app, "/api/cron/audit-verificatie", scheduled)).status).toBe(409);
+    // Last night's real run (sealed with nieuw) was re-sealed: it counts as the one before tonight's.
+    const forged = await env.db.all<{ gestart: string; zegel: string }>("SELECT gestart, zegel FROM job_runs WHERE job = 'audit-verificatie' AND gestart LIKE '%:01.000Z' ORDER BY gestart");
+    expect(forged.map((r) => r.zegel.split(" ")[1])).toEqual(["nachtwacht.test/sleutel", "nachtwacht.test/sleutel"]);
+    const real = await env.db.get<{ zegel: string }>("SELECT zegel FROM job_runs WHERE job = 'audit-verificatie' AND gestart = '2026-07-24T01:00:05.000Z'");
+    expect(real!.zegel).toStartWith("\u2014 nachtwacht.test/derde ");
   });
 });
 

@@ -13,7 +13,8 @@ import { embeddedMigrations } from "../../db/migrations-pg.gen.ts";
 import * as schema from "../../db/schema-pg.ts";
 import { BUSY_TIMEOUT_MS, migrationsFolder, newerSchemaProblem, SchemaTooNew, UnprovedCopy } from "../db.ts";
 import { certainDbTransaction } from "./commit.ts";
-import { INSTALLED, markPastSealed, pastRowsToSeal, SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
+import { INSTALLED, keyChange, markPastSealed, markSealKey, pastRowsToSeal, resealRowsPg, SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
+import { log } from "../logger.ts";
 
 export type PgDb = BunSQLDatabase<typeof schema>;
 
@@ -105,10 +106,10 @@ export function withLockWait<T>(store: PgStore, lockWaitMs: number, work: (tx: P
 }
 
 /** `seal`: the service's run seal, for the runs recorded before runs were sealed (migratePg). */
-export async function openPgStore(url: string, o: { max?: number; seal?: RowSeal; now?: Date; pastMarker?: string } = {}): Promise<PgStore> {
+export async function openPgStore(url: string, o: { max?: number; seal?: RowSeal; now?: Date; pastMarker?: string; keyMarker?: string } = {}): Promise<PgStore> {
   const sql = pgPool(url, o.max ?? 10);
   try {
-    await migratePg(sql, o.seal, o.now, o.pastMarker);
+    await migratePg(sql, o.seal, o.now, o.pastMarker, o.keyMarker);
   } catch (e) {
     await sql.close();
     throw e;
@@ -178,7 +179,7 @@ export const unprovedCopyMelding = (where: string) =>
  * rows are not sealed as if this were their first start (their seals came along from the
  * SQLite installation; sealing the unsealed ones would seal what a database writer forged).
  */
-export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date(), pastMarker?: string): Promise<void> {
+export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date(), pastMarker?: string, keyMarker?: string): Promise<void> {
   const conn = await sql.reserve();
   try {
     // Waits as long as another instance migrates, and its DDL for whatever it has to (no lock timeout here).
@@ -216,6 +217,12 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
         await markInstalledPg(conn as unknown as SQL, seal, now);
       }
       if (seal) markPastSealed(pastMarker, now);
+      // After a key change, the rows sealed with the key before, once (openStore on SQLite does the same).
+      const change = seal ? keyChange(keyMarker, seal) : null;
+      if (seal && change) {
+        if (change.former) log("info", "rows sealed with the previous key re-sealed with AUDIT_ANKER_SLEUTEL", { ...(await resealRowsPg(db, seal, change.former)), marker: keyMarker });
+        markSealKey(keyMarker!, seal);
+      }
     } finally {
       m.remove();
       await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
