@@ -1,5 +1,5 @@
 // The one rule by which nachtwacht puts a file in place (`nachtwacht backup`'s copies,
-// `nachtwacht export --uit`, the witness files and the marker zegels-sinds beside the
+// `nachtwacht export --uit`, the witness files and the markers zegels-sinds and zegelsleutel beside the
 // anchor file, the mail outbox's .eml files): written in full under a temporary name in the same
 // folder, its data fsynced, renamed over the final name, and the folder fsynced, so that
 // after a crash or power loss the name holds either nothing or the whole file, never half

@@ -145,21 +145,22 @@ describe("on disk before reported (strace; test/preflight.ts names it when missi
   });
 });
 
-describe("zegels-sinds, the marker that the rows of the past were sealed: put in place by writeFileDurably", () => {
-  /** A script opening a new database with its marker in `state` (as the service's start does); it prints "open" or "failed <name> <code>". */
+describe("zegels-sinds and zegelsleutel, the markers that the rows of the past were sealed and with which key: put in place by writeFileDurably", () => {
+  /** A script opening a new database with its markers in `state` (as the service's start does); it prints "open" or "failed <name> <code>". */
   const openOnce = (db: string, state: string) => `const { openStore } = await import(${JSON.stringify(join(ROOT, "src/db.ts"))});
 const { TEST_SEAL } = await import(${JSON.stringify(join(ROOT, "test/helpers.ts"))});
 try {
-  openStore(${JSON.stringify(db)}, new Date(), TEST_SEAL, ${JSON.stringify(join(state, "zegels-sinds"))}).close();
+  openStore(${JSON.stringify(db)}, new Date(), TEST_SEAL, ${JSON.stringify(join(state, "zegels-sinds"))}, ${JSON.stringify(join(state, "zegelsleutel"))}).close();
   console.log("open");
 } catch (e) { console.log("failed", e.name, e.code); }`;
 
-  test("on disk before the start goes on: fsynced, linked to its name (never over an existing marker), its folder fsynced", async () => {
+  test("on disk before the start goes on: fsynced, linked to its name (never over an existing marker; zegelsleutel renamed over the one before), its folder fsynced", async () => {
     const dir = scratch();
     const state = join(dir, "state");
     const r = await traced([], dir, ["-e", openOnce(join(dir, "nachtwacht.db"), state)]);
     expect([r.code, r.out.trim()]).toEqual([0, "open"]);
     expectDurablyPlaced(r.calls, join(state, "zegels-sinds"), "link");
+    expectDurablyPlaced(r.calls, join(state, "zegelsleutel"), "rename");
   });
 
   test("its folder's fsync failing (strace injects EIO into fsync of the state folder only): the start fails, it does not go on", async () => {
