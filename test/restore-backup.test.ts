@@ -7,10 +7,10 @@
 // sequences came back too), audit-anker signs on, and the offline verifier agrees. A
 // restore older than what was anchored since is named for what it lost.
 import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { makeBackup } from "../src/cli/backup.ts";
+import { makeBackup, stampOf, type BackupDone } from "../src/cli/backup.ts";
 import { makeBackupPg } from "../src/pg/backup.ts";
 import { BUN, ROOT } from "./binary.ts";
 import { call, DAY_MS, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
@@ -95,4 +95,45 @@ test("a backup older than what audit-anker signed since: 409 database-teruggezet
   for (const t of [tenants[0]!, tenants[2]!]) expect(tenantResult(r.json, t)).toMatchObject({ intact: true, aantalEntries: 40 });
   const offline = await offlineVerify();
   expect(offline.code).toBe(1);
+});
+
+/**
+ * A backup folder with `days` earlier backups of each kind (database copy, anchor file),
+ * one a day, the newest a day and a half before `real`; then a backup made at `now`.
+ */
+async function backupWithHistory(days: number, real: number, now: Date): Promise<{ done: BackupDone; left: string[] }> {
+  env = await makeEnv({ APP_SECRET });
+  dir = mkdtempSync(join(tmpdir(), "nachtwacht-backups-"));
+  fill(await addTenant(env.db, "Gemeente Delft"), 3, "eerst");
+  expect((await job("audit-anker")).status).toBe(200);
+  const ext = env.store.kind === "sqlite" ? "db.gz" : "pgdump";
+  for (let i = 1; i <= days; i++) {
+    const at = new Date(real - i * DAY_MS - DAY_MS / 2);
+    for (const f of [`nachtwacht-${stampOf(at)}.${ext}`, `audit-ankers-${stampOf(at)}.jsonl.gz`]) {
+      writeFileSync(join(dir, f), "x");
+      utimesSync(join(dir, f), at, at);
+    }
+  }
+  const o = { dir, anchors: env.config.auditAnkerBestand, keepDays: 30, now };
+  const done = env.store.kind === "sqlite" ? await makeBackup({ ...o, db: env.config.databasePath }) : await makeBackupPg({ ...o, url: env.store.url });
+  expect(done.anchorsCopied).toBe(true);
+  return { done, left: readdirSync(dir) };
+}
+
+test("a backup with the host clock a year ahead prunes nothing: the newest 30 of each kind are kept whatever their age (found by a review: all 30 days were deleted)", async () => {
+  const real = Date.now();
+  const { done, left } = await backupWithHistory(30, real, new Date(real + 365 * DAY_MS));
+  expect(done.pruned).toEqual([]);
+  expect(left.length).toBe(62);
+  expect(left).toContain(done.name);
+});
+
+test("with the clock right, backups older than 30 days are pruned as before", async () => {
+  const real = Date.now();
+  const { done, left } = await backupWithHistory(40, real, new Date(real));
+  // Kept per kind: the new one and the 30 newest earlier ones (1.5 to 30.5 days old); 31.5 to 40.5 days old go.
+  expect(done.pruned.length).toBe(20);
+  expect(done.pruned).toContain(`audit-ankers-${stampOf(new Date(real - 31 * DAY_MS - DAY_MS / 2))}.jsonl.gz`);
+  expect(left.length).toBe(62);
+  expect(left).toContain(done.name);
 });

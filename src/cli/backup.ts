@@ -31,6 +31,7 @@ import { parseOptions } from "./options.ts";
 import { StdoutFailed } from "./stdout.ts";
 import { renameDurably } from "../durable-file.ts";
 import { driverError } from "../http/errors.ts";
+import { DAY_MS } from "../time.ts";
 
 const USAGE =
   "gebruik: nachtwacht backup [--env BESTAND] [--db BESTAND | --database-url URL|-] [--map MAP] [--ankers BESTAND] [--bewaar-dagen N] [--geen-melding]\n" +
@@ -43,7 +44,8 @@ const USAGE =
   "  --ankers        standaard AUDIT_ANKER_BESTAND uit --env, anders /var/lib/nachtwacht/audit-ankers.jsonl\n" +
   "  Relatieve paden gelden vanaf de map waarin de opdracht start; backup.sh start hem in /var/lib/nachtwacht,\n" +
   "  de werkmap van de dienst, zodat een relatief DATABASE_PATH of AUDIT_ANKER_BESTAND hetzelfde bestand is.\n" +
-  "  --bewaar-dagen  oudere back-ups in --map worden na een geslaagde back-up verwijderd (standaard 30)\n" +
+  "  --bewaar-dagen  oudere back-ups in --map worden na een geslaagde back-up verwijderd (standaard 30);\n" +
+  "                 de N nieuwste eerdere van elke soort blijven altijd staan, hoe oud ook (een klok die voorloopt)\n" +
   "  --geen-melding  niets aan backup-status melden\n" +
   "  Exitcode: 0 gelukt, 64 gebruik, 65 kopie niet in orde, 66 geen database, of geen ankerbestand terwijl de database ankers heeft\n" +
   "  (de kopie van de database blijft staan), 69 er loopt al een back-up in --map (niets gedaan, niets gemeld), 73 map onbruikbaar, 74 andere I/O-fout, 75 back-up gemaakt maar melding mislukt,\n" +
@@ -211,7 +213,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
 
 /**
  * After a backup: the anchor file gzipped beside it (the two belong together: a restore
- * without it fails verification), then backups older than keepDays pruned. `anchored`:
+ * without it fails verification), then old backups pruned (toPrune). `anchored`:
  * the backed-up database has rows in audit_anchor_log, so an absent anchor file is a
  * failure (66; the database copy stays, nothing is pruned); without them (nothing
  * anchored yet) the database alone is the backup.
@@ -245,21 +247,40 @@ export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; kee
   }
 
   steps.step = `opruimen van back-ups ouder dan ${o.keepDays} dagen`;
-  const pruned: string[] = [];
-  const cutoff = o.now.getTime() - o.keepDays * 86_400_000;
+  let pruned: string[] = [];
   try {
-    for (const f of readdirSync(o.dir)) {
-      if (!/^nachtwacht-\d{8}T\d{6}Z\.(db\.gz|pgdump)$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz$/.test(f)) continue;
-      const p = join(o.dir, f);
-      if (statSync(p).mtimeMs < cutoff) {
-        rmSync(p);
-        pruned.push(f);
-      }
-    }
+    const files = readdirSync(o.dir)
+      // This backup's own files are never pruned, nor counted among the ones kept.
+      .filter((f) => BACKUP_FILE.test(f) && !f.includes(`-${stamp}.`))
+      .map((f) => ({ f, mtimeMs: statSync(join(o.dir, f)).mtimeMs }));
+    pruned = toPrune(files, o.keepDays, o.now);
+    for (const f of pruned) rmSync(join(o.dir, f));
   } catch (e) {
     steps.fail(74, e);
   }
   return { anchorsCopied, pruned };
+}
+
+/** The files a backup leaves in its folder: database copies (SQLite's or pg_dump's) and anchor files. */
+const BACKUP_FILE = /^nachtwacht-\d{8}T\d{6}Z\.(db\.gz|pgdump)$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz$/;
+
+/**
+ * Which earlier backups to prune (the one just made is not among `files`): of each kind
+ * (database copies, anchor files) the newest `keepDays` by modification time are kept
+ * whatever their age, and of the older ones those older than `keepDays` days go. With a
+ * backup a day that is what the age alone keeps. Age is measured by the host clock:
+ * with it a year ahead (an RTC wrong at boot, a VM restored with a skewed clock, a typo in
+ * `date -s`) every earlier backup looks old, and the history needed to restore to a
+ * point before a tampering would be deleted, leaving only the copy just made.
+ */
+export function toPrune(files: { f: string; mtimeMs: number }[], keepDays: number, now: Date): string[] {
+  const cutoff = now.getTime() - keepDays * DAY_MS;
+  const pruned: string[] = [];
+  for (const anchors of [false, true]) {
+    const kind = files.filter((x) => x.f.startsWith("audit-ankers-") === anchors).sort((a, b) => b.mtimeMs - a.mtimeMs);
+    for (const x of kind.slice(keepDays)) if (x.mtimeMs < cutoff) pruned.push(x.f);
+  }
+  return pruned;
 }
 
 /** POSTs a result to backup-status on the local service; returns its answer. */
