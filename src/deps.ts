@@ -31,5 +31,17 @@ export interface Deps<S extends AnyStore = AnyStore> {
    * then keep their usual batches).
    */
   writeApi?: WriteApiActivity;
+  /**
+   * How far this host's wall clock was stepped forward since the process started, in
+   * milliseconds (src/time.ts wallClockStepMs, used when absent); the retention jobs
+   * delete nothing after a large step (src/jobs/retention-clock.ts). Tests set their own.
+   */
+  clockStep?: () => number;
+  /**
+   * PostgreSQL: how far the database server's clock is ahead of this host's, in
+   * milliseconds (src/pg/clock.ts databaseClockOffsetMs on the store, used when absent).
+   * Tests set their own.
+   */
+  databaseClockOffset?: () => Promise<number>;
 }
 

@@ -30,3 +30,21 @@ export const FUTURE_START_MARGIN_MS = 5 * 60_000;
 
 /** The latest `gestart` that counts as a start at `now` (FUTURE_START_MARGIN_MS), as ISO text, compared as the database compares it. */
 export const latestCountingStart = (now: Date): string => new Date(now.getTime() + FUTURE_START_MARGIN_MS).toISOString();
+
+// This process's start on both clocks: the wall clock (which NTP, `date -s` or a
+// hypervisor may step) and the monotonic one (which never steps). Taken when this module
+// is first loaded, at the process's start.
+const wallAtStart = Date.now();
+const monoAtStart = performance.now();
+
+/**
+ * How far this host's wall clock has been stepped since the process started, in
+ * milliseconds: positive forward. The wall clock's advance minus the monotonic clock's.
+ * NTP slews small drift (well under a second a day); a step of minutes is a clock put
+ * wrong (a typo in `date -s`), or one put right that was wrong when the process started,
+ * or time the monotonic clock did not count (a suspend, a paused VM).
+ */
+export const wallClockStepMs = (): number => Date.now() - wallAtStart - (performance.now() - monoAtStart);
+
+/** A forward step of the wall clock (wallClockStepMs) above which the retention jobs delete nothing (src/jobs/retention-clock.ts). */
+export const CLOCK_STEP_LIMIT_MS = 10 * 60_000;

@@ -10,6 +10,7 @@ export type AlarmType =
   | "backup-failure"
   | "mail-failure"
   | "backup-missing"
+  | "clock-ahead"
   | "job-missed"
   | "job-interrupted"
   | "job-hung"

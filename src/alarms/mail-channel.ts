@@ -45,6 +45,14 @@ export const MAILED_ALARMS: Partial<Record<AlarmType, Guidance>> = {
       "Start een back-up met de hand en kijk of die binnen BACKUP_MAX_UREN als geslaagd wordt gemeld.",
     ],
   },
+  "clock-ahead": {
+    titel: "Klok van de host loopt voor: retentie gestopt",
+    watTeDoen: [
+      "Controleer de tijd op de host (timedatectl) en, bij PostgreSQL, op de databaseserver; zet NTP aan en de klok zo nodig goed.",
+      "Herstart daarna de dienst (systemctl restart nachtwacht): die neemt de klok bij zijn start als uitgangspunt.",
+      "Roep de genoemde retentietaak opnieuw aan en controleer dat die 200 antwoordt.",
+    ],
+  },
   "db-integrity": {
     titel: "Database-integriteit aangetast",
     watTeDoen: [

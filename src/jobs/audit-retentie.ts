@@ -11,7 +11,8 @@ import type { Deps } from "../deps.ts";
 import { deleteOldAuditEntriesPg } from "../pg/audit-retention.ts";
 import { verificationWorkers } from "./audit-verificatie.ts";
 import { defineJob, type JobResult } from "./job.ts";
-import { dateTime, integer, enumOf } from "./schema.ts";
+import { clockReasonSchema, retentionClockRefusal } from "./retention-clock.ts";
+import { dateTime, integer } from "./schema.ts";
 
 const retentie = {
   retentieDagen: integer({ description: "Toegepaste bewaartermijn in dagen (AUDIT_RETENTIE_DAGEN)." }),
@@ -44,12 +45,12 @@ export const RetentieOk = t.Object({
   ),
 });
 
-/** 409: the anchor file does not match the database, nothing deleted. */
+/** 409: the anchor file does not match the database, or the host clock looks ahead (retentionClockRefusal); nothing deleted. */
 export const RetentieAfwijking = t.Object({
   ok: t.Literal(false),
   verwijderd: t.Literal(0),
   ...retentie,
-  reden: enumOf(["database-teruggezet", "bestand-gewijzigd"], { description: "Waarom niets is verwijderd." }),
+  reden: clockReasonSchema(["database-teruggezet", "bestand-gewijzigd"] as const),
   fout: t.String({ description: "De toelichting bij `reden`." }),
 });
 
@@ -58,6 +59,9 @@ export type RetentieBody = Static<typeof RetentieOk> | Static<typeof RetentieAfw
 export async function runAuditRetentie(deps: Deps, now: Date, o: RetentionOptions = {}): Promise<JobResult<RetentieBody>> {
   const retentieDagen = deps.config.auditRetentieDagen;
   const grens = retentionBoundary(now, retentieDagen);
+  // Deleting by a clock that runs ahead would delete entries inside the legal retention period.
+  const refusal = await retentionClockRefusal(deps, "audit-retentie", grens);
+  if (refusal !== null) return { status: 409, body: { ok: false, verwijderd: 0, retentieDagen, grens, ...refusal } };
   const { store } = deps;
   const signing = { path: deps.config.auditAnkerBestand, keys: auditKeys(deps.config), retentieDagen, workers: await verificationWorkers(store) };
   let result;
@@ -102,10 +106,12 @@ export const auditRetentieJob = defineJob({
     "eerste entry die niet ouder is dan `grens` (nooit een gat), in kleine schrijftransacties, met per batch en tenant een " +
     "ondertekend retentierecord (volgnummer, hash en tijdstip van de laatst verwijderde entry, grens, bewaartermijn, de compacte " +
     "boom op dat punt) in AUDIT_ANKER_BESTAND en de database. Een keten die niet klopt, blijft staan als bewijs (200 met alarm " +
-    "`audit-chain-broken`); een ankerbestand dat niet met de database klopt: 409, niets verwijderd, alarm.",
+    "`audit-chain-broken`); een ankerbestand dat niet met de database klopt: 409, niets verwijderd, alarm. Loopt de klok van de host " +
+    "zichtbaar voor (sinds de start van de dienst meer dan 10 minuten vooruitgezet, of bij PostgreSQL meer dan 10 s voor op de databaseserver): " +
+    "409, niets verwijderd, alarm `clock-ahead`.",
   run: (deps, now) => runAuditRetentie(deps, now),
   responses: {
     200: { description: "Verwijderd.", schema: RetentieOk },
-    409: { description: "Het ankerbestand klopt niet met de database: niets verwijderd.", schema: RetentieAfwijking },
+    409: { description: "Het ankerbestand klopt niet met de database, of de klok van de host loopt voor: niets verwijderd.", schema: RetentieAfwijking },
   },
 });
