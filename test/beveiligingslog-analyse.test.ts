@@ -1,8 +1,10 @@
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
-import { offenderQuery, runBeveiligingslogAnalyse } from "../src/jobs/beveiligingslog-analyse.ts";
-import { offenderQueryPg } from "../src/pg/status.ts";
+import { lateWindows, MAX_LATE_WINDOWS, offenderQuery, runBeveiligingslogAnalyse, SEEN_KEY } from "../src/jobs/beveiligingslog-analyse.ts";
+import { offenderQueryPg, storedLoginIdsPg } from "../src/pg/status.ts";
+import { LOCK_LOGIN_IDS, LOCK_NAMESPACE } from "../src/pg/store.ts";
 import { call, NOW } from "./helpers.ts";
-import { addLoginAttempt, makeEnv, type Env } from "./dialect.ts";
+import { addLoginAttempt, addTenant, makeEnv, type Env } from "./dialect.ts";
+import { APP_SECRET } from "./ingest-fixtures.ts";
 
 // bunfig.toml's 30 s is not applied by this Bun (its default is 5 s): on the PostgreSQL run
 // the first test also starts the run's shared cluster, which takes seconds on a busy host.
@@ -26,11 +28,15 @@ describe("beveiligingslog-analyse", () => {
   test("19 failures from one IP (threshold 20) and 9 on one account (threshold 10) → 200, nothing suspicious", async () => {
     const env = await makeEnv();
     try {
+      // Failures older than an hour that an earlier run saw do not count again (stored
+      // after the last run, they would be late deliveries: see the tests below).
+      await failures(env, 30, { ip: "203.0.113.7", account: () => "anna@x.nl", startMinAgo: 61 });
+      await runBeveiligingslogAnalyse(env.deps, new Date(NOW.getTime() - 61 * MIN));
+      const alarmsBefore = env.alarms.raised.length;
       await failures(env, 19, { ip: "203.0.113.7", account: (i) => `user${i}@x.nl` });
       await failures(env, 9, { ip: "198.51.100.1", account: () => "anna@x.nl", startMinAgo: 20 });
-      // Successful attempts and failures older than an hour do not count.
+      // Successful attempts do not count.
       await failures(env, 30, { ip: "203.0.113.7", account: () => "anna@x.nl", gelukt: true });
-      await failures(env, 30, { ip: "203.0.113.7", account: () => "anna@x.nl", startMinAgo: 61 });
       const res = await call(env.app, "/api/cron/beveiligingslog-analyse");
       expect(res.status).toBe(200);
       expect(res.json).toEqual({
@@ -39,8 +45,9 @@ describe("beveiligingslog-analyse", () => {
         drempels: { ip: 20, account: 10 },
         verdacht: [],
         aantalVerdacht: { ip: 0, account: 0 },
+        laat: { pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: false },
       });
-      expect(env.alarms.raised).toHaveLength(0);
+      expect(env.alarms.raised).toHaveLength(alarmsBefore);
     } finally {
       await env.cleanup();
     }
@@ -123,6 +130,148 @@ describe("beveiligingslog-analyse", () => {
             conn.release();
           }
         }
+      }
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("a burst delivered 80 minutes late (the outbox after an outage) → one 409 saying how late, then quiet", async () => {
+    const env = await makeEnv({ APP_SECRET });
+    try {
+      await addTenant(env.db);
+      // 100 failures in 100 seconds from one address on five accounts, sent 80 minutes later.
+      const burst = Array.from({ length: 100 }, (_, i) => ({
+        account: `u${i % 5}@example.nl`,
+        ip: "203.0.113.66",
+        gelukt: false,
+        tijdstip: new Date(NOW.getTime() + i * 1000).toISOString(),
+      }));
+      env.setNow(new Date(NOW.getTime() + 80 * MIN));
+      expect((await call(env.app, "/api/inlogpogingen", { token: APP_SECRET, method: "POST", body: JSON.stringify({ pogingen: burst }) })).status).toBe(200);
+      const runs: { status: number; json: any }[] = [];
+      for (let m = 90; m <= 240; m += 15) {
+        env.setNow(new Date(NOW.getTime() + m * MIN));
+        runs.push(await call(env.app, "/api/cron/beveiligingslog-analyse"));
+      }
+      // Judged once, by the first run after the delivery; the runs after it have seen it.
+      expect(runs.map((r) => r.status)).toEqual([409, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200]);
+      const first = runs[0]!.json;
+      expect(first.verdacht).toEqual([]);
+      expect(first.laat.pogingen).toBe(100);
+      expect(first.laat.meer).toBe(false);
+      expect(first.laat.aantalVerdacht).toEqual({ ip: 1, account: 5 });
+      // The hour of the run that should have seen them (12:15), and how late they came: 88 minutes after the last.
+      expect(first.laat.verdacht[0]).toEqual({
+        soort: "ip",
+        waarde: "203.0.113.66",
+        aantal: 100,
+        eerste: "2026-07-23T12:00:00.000Z",
+        laatste: "2026-07-23T12:01:39.000Z",
+        venster: { van: "2026-07-23T11:15:00.000Z", tot: "2026-07-23T12:15:00.000Z" },
+        teLaat: 88,
+      });
+      expect(first.laat.verdacht.slice(1).map((v: { soort: string; aantal: number }) => [v.soort, v.aantal])).toEqual(Array(5).fill(["account", 20]));
+      expect(runs[1]!.json.laat).toEqual({ pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: false });
+      expect(env.alarms.raised).toHaveLength(1);
+      expect(env.alarms.raised[0]!.type).toBe("login-bruteforce");
+      expect(env.alarms.raised[0]!.message).toContain("te laat binnenkwamen (vanaf 2026-07-23T12:00:00.000Z, tot 88 minuten na de poging; de aanval was toen, niet nu");
+      expect(env.alarms.raised[0]!.message).toContain("ip 203.0.113.66 (100×)");
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("late attempts below the threshold in every hour of theirs → 200; they are not counted with the last hour's", async () => {
+    const env = await makeEnv({ INLOG_DREMPEL_IP: "5" });
+    try {
+      await runBeveiligingslogAnalyse(env.deps, NOW);
+      // At 12:15: 4 late failures at 9:45 and 4 at 11:05 (no hour of a run holds both), and
+      // 4 in the last hour at 11:15: the run of 12:00 would have held 8, but the last
+      // hour's are this window's, not the late attempts'.
+      for (const minAgo of [150, 149, 148, 147, 70, 69, 68, 67, 60, 59, 58, 57]) {
+        await addLoginAttempt(env.db, { ip: "10.0.0.9", account: `a${minAgo}`, gelukt: false, tijdstip: new Date(NOW.getTime() + 15 * MIN - minAgo * MIN) });
+      }
+      const r = await runBeveiligingslogAnalyse(env.deps, new Date(NOW.getTime() + 15 * MIN));
+      expect(r.status).toBe(200);
+      expect(r.body.laat.pogingen).toBe(8);
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("a late backlog spread over more hours than a run judges is carried to the next runs", async () => {
+    const env = await makeEnv({ INLOG_DREMPEL_IP: "1" });
+    try {
+      await runBeveiligingslogAnalyse(env.deps, new Date(NOW.getTime() - 200 * 60 * MIN));
+      // 60 late failures two hours apart: 4 windows each, 24 attempts fill a run's 96.
+      for (let i = 0; i < 60; i++) {
+        await addLoginAttempt(env.db, { ip: `10.0.1.${i}`, account: "a", gelukt: false, tijdstip: new Date(NOW.getTime() - (2 + 2 * i) * 60 * MIN - 7 * MIN) });
+      }
+      const seen = [];
+      for (let k = 0; k < 4; k++) {
+        const r = await runBeveiligingslogAnalyse(env.deps, new Date(NOW.getTime() + k * 15 * MIN));
+        seen.push([r.body.laat.pogingen, r.body.laat.aantalVerdacht.ip, r.body.laat.meer]);
+      }
+      expect(MAX_LATE_WINDOWS).toBe(96);
+      expect(seen).toEqual([
+        [24, 24, true],
+        [24, 24, true],
+        [12, 12, false],
+        [0, 0, false],
+      ]);
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("lateWindows: the windows of the quarter-hourly runs holding each attempt; a full read carries on after its last row", () => {
+    const at = (iso: string, id: number) => ({ id, tijdstip: iso });
+    // 12:00 exactly: the runs of 12:00 to 13:00 (both ends inclusive); 12:07: 12:15 to 13:00.
+    expect(lateWindows([at("2026-07-23T12:00:00.000Z", 5)], { after: 0, upTo: 9 }, false)).toEqual({
+      ends: [0, 15, 30, 45, 60].map((m) => Date.parse("2026-07-23T12:00:00.000Z") + m * MIN),
+      upTo: 9,
+      pogingen: 1,
+      meer: false,
+    });
+    const r = lateWindows([at("2026-07-23T12:07:00.000Z", 5), at("2026-07-23T12:08:00.000Z", 7)], { after: 0, upTo: 9 }, true);
+    expect(r.ends).toHaveLength(4);
+    expect([r.upTo, r.pogingen, r.meer]).toEqual([7, 2, true]);
+  });
+
+  test("on a database the job ran on before the watermark existed, judging starts at the newest attempt", async () => {
+    const env = await makeEnv();
+    try {
+      expect((await call(env.app, "/api/cron/beveiligingslog-analyse")).status).toBe(200);
+      await env.db.run(`DELETE FROM service_meta WHERE key = '${SEEN_KEY}'`);
+      await failures(env, 30, { ip: "203.0.113.7", account: () => "anna@x.nl", startMinAgo: 61 });
+      const r = await runBeveiligingslogAnalyse(env.deps, NOW);
+      expect([r.status, r.body.laat.pogingen]).toEqual([200, 0]);
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("on PostgreSQL the highest id is read only once no batch holds ids it has not committed", async () => {
+    const env = await makeEnv();
+    try {
+      if (env.store.kind !== "pg") return; // SQLite: one writer at a time commits its ids in order
+      // A batch as storeLoginAttemptsPg writes one, left open after its insert.
+      const conn = await env.store.sql.reserve();
+      try {
+        await conn`BEGIN`;
+        await conn`SELECT pg_advisory_xact_lock_shared(${LOCK_NAMESPACE}, ${LOCK_LOGIN_IDS})`;
+        const [{ id }] = await conn`INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (${NOW.toISOString()}, 'a', '10.0.0.1', false) RETURNING id`;
+        let read: number | undefined;
+        const reading = storedLoginIdsPg(env.store).then((v) => (read = v));
+        // Until the reader either waits for the batch's lock or has read without waiting.
+        const waiting = async () => ((await conn`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) as { n: number }[])[0]!.n > 0;
+        while (read === undefined && !(await waiting()));
+        expect(read).toBeUndefined();
+        await conn`COMMIT`;
+        expect(await reading).toBe(Number(id));
+      } finally {
+        conn.release();
       }
     } finally {
       await env.cleanup();

@@ -386,6 +386,32 @@ describe("beveiligingslog-analyse on PostgreSQL", () => {
         { soort: "account", waarde: "anna@x.nl", aantal: 10, eerste: "2026-07-23T11:46:00.000Z", laatste: "2026-07-23T11:55:00.000Z" },
       ],
       aantalVerdacht: { ip: 2, account: 1 },
+      // The older failures were stored after the last run (there was none): late, judged in their own hour, alike.
+      laat: {
+        pogingen: 31,
+        verdacht: [
+          {
+            soort: "ip",
+            waarde: "198.51.100.1",
+            aantal: 31,
+            eerste: "2026-07-23T10:30:00.000Z",
+            laatste: "2026-07-23T10:59:59.999Z",
+            venster: { van: "2026-07-23T10:00:00.000Z", tot: "2026-07-23T11:00:00.000Z" },
+            teLaat: 60,
+          },
+          {
+            soort: "account",
+            waarde: "bob@x.nl",
+            aantal: 30,
+            eerste: "2026-07-23T10:30:00.000Z",
+            laatste: "2026-07-23T10:59:00.000Z",
+            venster: { van: "2026-07-23T10:00:00.000Z", tot: "2026-07-23T11:00:00.000Z" },
+            teLaat: 61,
+          },
+        ],
+        aantalVerdacht: { ip: 1, account: 1 },
+        meer: false,
+      },
     });
     expect(p.pg.alarms.raised.map((a) => a.type)).toEqual(["login-bruteforce"]);
   });

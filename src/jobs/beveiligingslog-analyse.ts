@@ -4,18 +4,45 @@
 // "A threshold is passed" when the count reaches it: with a threshold of 20, the
 // 20th failure from one address raises the alarm (count >= threshold). That reads
 // the setting as "20 failures an hour is already too many".
-import { and, count, desc, gte, lte, sql, type Column, type SQL } from "drizzle-orm";
+//
+// Late deliveries: the window is on `tijdstip`, the moment the application gives, and
+// the application keeps a batch nachtwacht did not take in its outbox and sends it
+// again later (docs/integration.md). A batch that arrives more than ~45 minutes late
+// lies before every future window. So each run also judges the failed attempts stored
+// since the previous run (ids above the watermark, service_meta
+// 'beveiligingslog-gezien') whose moment lies before its window: over the hours the
+// quarter-hourly runs would have judged them in, had they arrived in time.
+import { and, count, desc, eq, gt, gte, isNotNull, lt, lte, sql, type Column, type SQL } from "drizzle-orm";
 import { t, type Static } from "elysia";
-import { loginAttempts } from "../../db/schema.ts";
-import type { Db } from "../db.ts";
+import { jobRuns, loginAttempts, serviceMeta } from "../../db/schema.ts";
+import { writeTransaction, type Db } from "../db.ts";
 import type { AnyStore, Deps } from "../deps.ts";
-import { offenderQueryPg } from "../pg/status.ts";
+import { lateFailuresPg, offenderQueryPg, seenStatePg, storedLoginIdsPg, writeSeenUpToPg } from "../pg/status.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
 
 /** Offenders listed per kind; a wider attack is summed up in `aantalVerdacht`. */
 const MAX_LISTED = 100;
 const WINDOW_MS = 3600_000;
+/** The job's schedule (every quarter hour): late attempts are judged in the windows of the runs they missed. */
+const QUARTER_MS = 15 * 60_000;
+/**
+ * Late failed attempts read per run (an id and a moment each, a few hundred KiB): a
+ * larger backlog (an outbox emptied after days) is carried to the next runs by the
+ * watermark, which then stops at the last attempt read.
+ */
+export const MAX_LATE_ROWS = 10_000;
+/** Missed windows judged per run (a day's worth): two indexed queries each. Beyond them, as MAX_LATE_ROWS. */
+export const MAX_LATE_WINDOWS = 96;
+/**
+ * service_meta key: the highest login_attempts id a run has judged (ids grow in the order
+ * attempts are stored, on PostgreSQL too: see storedLoginIdsPg). Not sealed, like the other
+ * job state in service_meta: a database writer could raise it so late attempts are never
+ * judged (they can as well delete the attempts), or lower it so old attempts are judged
+ * again (repeat alarms, each run bounded by MAX_LATE_ROWS); the window of the last hour
+ * does not depend on it.
+ */
+export const SEEN_KEY = "beveiligingslog-gezien";
 
 export const Verdacht = t.Object({
   soort: enumOf(["ip", "account"]),
@@ -26,6 +53,16 @@ export const Verdacht = t.Object({
 });
 export type Verdacht = Static<typeof Verdacht>;
 
+export const LaatVerdacht = t.Object({
+  ...Verdacht.properties,
+  venster: t.Object({ van: dateTime(), tot: dateTime() }, { description: "Het uur waarin de drempel werd bereikt: het venster van de run die deze pogingen had moeten zien." }),
+  teLaat: integer({
+    minimum: 0,
+    description: "Minuten tussen `laatste` en deze analyse: hoogstens zo laat kwamen de pogingen binnen (na de vorige analyse). De aanval was toen, niet nu.",
+  }),
+});
+export type LaatVerdacht = Static<typeof LaatVerdacht>;
+
 const perSoort = (description: string) => t.Object({ ip: integer({ minimum: 0 }), account: integer({ minimum: 0 }) }, { description });
 
 export const BeveiligingslogAnalyseBody = t.Object({
@@ -34,11 +71,27 @@ export const BeveiligingslogAnalyseBody = t.Object({
   drempels: perSoort("INLOG_DREMPEL_IP en INLOG_DREMPEL_ACCOUNT."),
   verdacht: t.Array(Verdacht, { description: "Eerst de IP-adressen, dan de accounts, elk met de meeste pogingen voorop; hoogstens 100 van elk." }),
   aantalVerdacht: perSoort("Hoeveel IP-adressen en accounts de drempel bereikten (ook voorbij de 100 in `verdacht`)."),
+  laat: t.Object(
+    {
+      pogingen: integer({ minimum: 0, description: "Mislukte pogingen van vóór het venster die sinds de vorige analyse binnenkwamen en nu zijn beoordeeld." }),
+      verdacht: t.Array(LaatVerdacht, {
+        description: "Wie in een van die uren de drempel bereikte, elk in het uur met de meeste pogingen; eerst de IP-adressen, dan de accounts, hoogstens 100 van elk.",
+      }),
+      aantalVerdacht: perSoort("Hoeveel IP-adressen en accounts in die uren de drempel bereikten."),
+      meer: t.Boolean({ description: `true: er wachten meer te laat ontvangen pogingen dan één run leest (${MAX_LATE_ROWS} pogingen, ${MAX_LATE_WINDOWS} uren); de volgende run gaat verder.` }),
+    },
+    {
+      description:
+        "Te laat ontvangen pogingen (bv. uit de outbox van de applicatie na een storing): hun tijdstip ligt vóór het venster, maar geen eerdere analyse zag ze. " +
+        "Ze worden beoordeeld in de uren van de runs die ze hadden moeten zien, met dezelfde drempels.",
+    },
+  ),
 });
 export type BeveiligingslogAnalyseBody = Static<typeof BeveiligingslogAnalyseBody>;
 
 /** The columns of login_attempts the offender rule reads, on either store's schema. */
 export interface LoginAttemptColumns {
+  id: Column;
   tijdstip: Column;
 }
 
@@ -55,9 +108,17 @@ export const offenderRule = {
   },
   /** `failed`: the store's term for a failed attempt, the one its partial index is defined by. */
   inWindow: (c: LoginAttemptColumns, failed: SQL, van: string, tot: string) => and(failed, gte(c.tijdstip, van), lte(c.tijdstip, tot)),
+  /** Only the attempts stored in (after, upTo]: a late delivery is judged on its own. */
+  stored: (c: LoginAttemptColumns, ids: StoredIds) => and(gt(c.id, ids.after), lte(c.id, ids.upTo)),
   /** count >= threshold: the 20th failure with a threshold of 20 is the alarm. */
   reaches: (threshold: number) => gte(count(), threshold),
 };
+
+/** A range of login_attempts ids, (after, upTo]. */
+export interface StoredIds {
+  after: number;
+  upTo: number;
+}
 
 /** One offender as both stores' queries return it: most attempts first, then the value in byte order. */
 export interface OffenderRow {
@@ -75,7 +136,7 @@ export interface OffenderRow {
  * last hour's failures in the index and never touches the table, however many millions
  * of rows it holds. Run twice a job, so not kept prepared.
  */
-export function offenderQuery(db: Db, column: "ip" | "account", van: string, tot: string, threshold: number) {
+export function offenderQuery(db: Db, column: "ip" | "account", van: string, tot: string, threshold: number, ids?: StoredIds) {
   const a = loginAttempts;
   const waarde = a[column];
   const aantal = count().as("aantal");
@@ -88,16 +149,166 @@ export function offenderQuery(db: Db, column: "ip" | "account", van: string, tot
       laatste: sql`max(${a.tijdstip})`.mapWith(a.tijdstip),
     })
     .from(a)
-    .where(offenderRule.inWindow(a, sql`${a.gelukt} = 0`, van, tot))
+    .where(and(offenderRule.inWindow(a, sql`${a.gelukt} = 0`, van, tot), ids && offenderRule.stored(a, ids)))
     .groupBy(waarde)
     .having(offenderRule.reaches(threshold))
     // BINARY, SQLite's default collation: byte order
     .orderBy(desc(aantal), waarde);
 }
 
-async function offenders(store: AnyStore, soort: "ip" | "account", van: string, tot: string, threshold: number): Promise<OffenderRow[]> {
-  return store.kind === "pg" ? offenderQueryPg(store.db, soort, van, tot, threshold) : offenderQuery(store.db, soort, van, tot, threshold).all();
+async function offenders(store: AnyStore, soort: "ip" | "account", van: string, tot: string, threshold: number, ids?: StoredIds): Promise<OffenderRow[]> {
+  return store.kind === "pg" ? offenderQueryPg(store.db, soort, van, tot, threshold, ids) : offenderQuery(store.db, soort, van, tot, threshold, ids).all();
 }
+
+/** What a run knows of the watermark: the stored value (unchecked), and whether a run of this job ever ended here. */
+export interface SeenState {
+  value: string | undefined;
+  ended: boolean;
+}
+
+function seenStateSqlite(db: Db): SeenState {
+  const row = db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, SEEN_KEY)).get();
+  const run = db
+    .select({ id: jobRuns.id })
+    .from(jobRuns)
+    .where(and(eq(jobRuns.job, "beveiligingslog-analyse"), isNotNull(jobRuns.beeindigd)))
+    .limit(1)
+    .get();
+  return { value: row?.value, ended: run !== undefined };
+}
+
+/**
+ * Where this run's late attempts begin: after the watermark. Without one (a database that
+ * never had this job's run end: all its attempts are unjudged), from the first attempt;
+ * on a database the job ran on before the watermark existed (or whose watermark a writer
+ * removed or spoiled), from now on, as before: which of its older rows came late cannot
+ * be told, and judging its whole history would raise its old alarms again.
+ */
+export function seenAfter(state: SeenState, upTo: number): number {
+  if (state.value !== undefined && /^(0|[1-9][0-9]{0,15})$/.test(state.value)) return Math.min(Number(state.value), upTo);
+  return state.ended ? upTo : 0;
+}
+
+/** The highest id stored, on SQLite: its one writer at a time commits ids in order. */
+function storedIdsSqlite(db: Db): number {
+  return db.select({ id: sql<number>`coalesce(max(${loginAttempts.id}), 0)` }).from(loginAttempts).get()!.id;
+}
+
+/** Failed attempts stored in `ids` with a moment before `before`, in the order stored: at most `limit`. */
+export function lateFailuresQuery(db: Db, ids: StoredIds, before: string, limit: number) {
+  const a = loginAttempts;
+  return db
+    .select({ id: a.id, tijdstip: a.tijdstip })
+    .from(a)
+    .where(and(sql`${a.gelukt} = 0`, offenderRule.stored(a, ids), lt(a.tijdstip, before)))
+    .orderBy(a.id)
+    .limit(limit);
+}
+
+function writeSeenSqlite(db: Db, value: number): void {
+  db.insert(serviceMeta)
+    .values({ key: SEEN_KEY, value: String(value) })
+    .onConflictDoUpdate({ target: serviceMeta.key, set: { value: String(value), zegel: null } })
+    .run();
+}
+
+/** The windows [t − 1 h, t] of the quarter-hourly runs (t on the quarter hour) that hold moment `x`. */
+function windowsHolding(x: number): number[] {
+  const ends: number[] = [];
+  for (let t = Math.ceil(x / QUARTER_MS) * QUARTER_MS; t <= x + WINDOW_MS; t += QUARTER_MS) ends.push(t);
+  return ends;
+}
+
+/**
+ * Of the late attempts (in the order stored), those this run judges and the windows they
+ * fall in: all of them, unless their windows exceed MAX_LATE_WINDOWS; then up to the last
+ * attempt that fits. `upTo` is the last id judged; the next run starts after it.
+ */
+export function lateWindows(rows: readonly { id: number; tijdstip: string }[], ids: StoredIds, limitReached: boolean): { ends: number[]; upTo: number; pogingen: number; meer: boolean } {
+  const ends = new Set<number>();
+  let pogingen = 0;
+  for (const r of rows) {
+    const own = windowsHolding(Date.parse(r.tijdstip)).filter((t) => !ends.has(t));
+    if (ends.size + own.length > MAX_LATE_WINDOWS && pogingen > 0) {
+      return { ends: [...ends].sort((a, b) => a - b), upTo: rows[pogingen - 1]!.id, pogingen, meer: true };
+    }
+    for (const t of own) ends.add(t);
+    pogingen++;
+  }
+  const upTo = limitReached ? rows[rows.length - 1]!.id : ids.upTo;
+  return { ends: [...ends].sort((a, b) => a - b), upTo, pogingen, meer: limitReached };
+}
+
+/** Each offender once, in the window where it had the most attempts (the first such); most first. */
+function strongest(found: LaatVerdacht[]): LaatVerdacht[] {
+  const best = new Map<string, LaatVerdacht>();
+  for (const v of found) {
+    const had = best.get(v.waarde);
+    if (!had || v.aantal > had.aantal) best.set(v.waarde, v);
+  }
+  return [...best.values()].sort((a, b) => b.aantal - a.aantal || (a.eerste < b.eerste ? -1 : a.eerste > b.eerste ? 1 : 0));
+}
+
+type LateResult = BeveiligingslogAnalyseBody["laat"] & { upTo: number };
+
+/**
+ * The late attempts: failed, stored after the watermark, dated before this run's window
+ * `van`. Each window of a run that missed them is judged by offenders, the same rule as
+ * the last hour's, over the late attempts only (the others in that hour were judged when
+ * they arrived).
+ */
+async function judgeLate(store: AnyStore, now: Date, van: string, drempels: { ip: number; account: number }): Promise<LateResult> {
+  let stored: StoredIds;
+  let rows: { id: number; tijdstip: string }[];
+  if (store.kind === "pg") {
+    const upTo = await storedLoginIdsPg(store);
+    stored = { after: seenAfter(await seenStatePg(store.db), upTo), upTo };
+    rows = await lateFailuresPg(store.db, stored, van, MAX_LATE_ROWS);
+  } else {
+    const upTo = storedIdsSqlite(store.db);
+    stored = { after: seenAfter(seenStateSqlite(store.db), upTo), upTo };
+    rows = lateFailuresQuery(store.db, stored, van, MAX_LATE_ROWS).all();
+  }
+  const late = lateWindows(rows, stored, rows.length === MAX_LATE_ROWS);
+  const judged: StoredIds = { after: stored.after, upTo: late.upTo };
+  // Only moments before the window: the attempts in it are the window's (text order is
+  // moment order for the stored form, toISOString's, in milliseconds).
+  const lastBefore = new Date(Date.parse(van) - 1).toISOString();
+  const found = { ip: [] as LaatVerdacht[], account: [] as LaatVerdacht[] };
+  for (const t of late.ends) {
+    const venster = { van: new Date(t - WINDOW_MS).toISOString(), tot: new Date(t).toISOString() };
+    const tot = venster.tot < lastBefore ? venster.tot : lastBefore;
+    for (const soort of ["ip", "account"] as const) {
+      for (const r of await offenders(store, soort, venster.van, tot, drempels[soort], judged)) {
+        found[soort].push({ soort, ...r, venster, teLaat: Math.max(0, Math.floor((now.getTime() - Date.parse(r.laatste)) / 60_000)) });
+      }
+    }
+  }
+  const ips = strongest(found.ip);
+  const accounts = strongest(found.account);
+  return {
+    pogingen: late.pogingen,
+    verdacht: [...ips.slice(0, MAX_LISTED), ...accounts.slice(0, MAX_LISTED)],
+    aantalVerdacht: { ip: ips.length, account: accounts.length },
+    meer: late.meer,
+    upTo: late.upTo,
+  };
+}
+
+/** Moves the watermark to `upTo`, after the run's alarm: a run that dies before it leaves those attempts to the next run. */
+async function writeSeen(store: AnyStore, upTo: number): Promise<void> {
+  if (store.kind === "pg") return writeSeenUpToPg(store.db, upTo);
+  const s = store;
+  await writeTransaction(s.sqlite, () => writeSeenSqlite(s.db, upTo));
+}
+
+const topOf = (vs: readonly Verdacht[]) =>
+  vs
+    .slice()
+    .sort((a, b) => b.aantal - a.aantal)
+    .slice(0, 5)
+    .map((v) => `${v.soort} ${v.waarde} (${v.aantal}×)`)
+    .join(", ");
 
 export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<JobResult<BeveiligingslogAnalyseBody>> {
   const { van, tot } = offenderRule.window(now);
@@ -107,20 +318,31 @@ export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<
   const accounts = (await offenders(deps.store, "account", van, tot, drempels.account)).map((r) => ({ soort: "account" as const, ...r }));
   const aantalVerdacht = { ip: ips.length, account: accounts.length };
   const verdacht: Verdacht[] = [...ips.slice(0, MAX_LISTED), ...accounts.slice(0, MAX_LISTED)];
-  const body: BeveiligingslogAnalyseBody = { ok: verdacht.length === 0, venster: { van, tot }, drempels, verdacht, aantalVerdacht };
-  if (body.ok) return { status: 200, body };
+  const { upTo, ...laat } = await judgeLate(deps.store, now, van, drempels);
+  const body: BeveiligingslogAnalyseBody = { ok: verdacht.length === 0 && laat.verdacht.length === 0, venster: { van, tot }, drempels, verdacht, aantalVerdacht, laat };
+  if (body.ok) {
+    await writeSeen(deps.store, upTo);
+    return { status: 200, body };
+  }
 
-  const top = verdacht
-    .slice()
-    .sort((a, b) => b.aantal - a.aantal)
-    .slice(0, 5)
-    .map((v) => `${v.soort} ${v.waarde} (${v.aantal}×)`)
-    .join(", ");
+  const parts: string[] = [];
+  if (verdacht.length > 0) {
+    parts.push(`${aantalVerdacht.ip} IP-adres(sen) en ${aantalVerdacht.account} account(s) boven de drempel van mislukte inlogpogingen in het afgelopen uur (${topOf(verdacht)})`);
+  }
+  if (laat.verdacht.length > 0) {
+    const teLaat = Math.max(...laat.verdacht.map((v) => v.teLaat));
+    const eerste = laat.verdacht.reduce((m, v) => (v.eerste < m ? v.eerste : m), laat.verdacht[0]!.eerste);
+    parts.push(
+      `${laat.aantalVerdacht.ip} IP-adres(sen) en ${laat.aantalVerdacht.account} account(s) boven de drempel in pogingen die te laat binnenkwamen ` +
+        `(vanaf ${eerste}, tot ${teLaat} minuten na de poging; de aanval was toen, niet nu: ${topOf(laat.verdacht)})`,
+    );
+  }
   await deps.alarms.raise({
     type: "login-bruteforce",
-    message: `Mogelijke brute-force-aanval: ${aantalVerdacht.ip} IP-adres(sen) en ${aantalVerdacht.account} account(s) boven de drempel van mislukte inlogpogingen in het afgelopen uur (${top}).`,
-    context: { venster: body.venster, drempels, aantalVerdacht, verdacht: verdacht.slice(0, 20) },
+    message: `Mogelijke brute-force-aanval: ${parts.join("; ")}.`,
+    context: { venster: body.venster, drempels, aantalVerdacht, verdacht: verdacht.slice(0, 20), laat: { ...laat, verdacht: laat.verdacht.slice(0, 20) } },
   });
+  await writeSeen(deps.store, upTo);
   return { status: 409, body };
 }
 
@@ -130,10 +352,13 @@ export const beveiligingslogAnalyseJob = defineJob({
   description:
     "Telt de mislukte inlogpogingen in [nu − 1 uur, nu] per IP-adres en per account. Een IP-adres of account waarvan het aantal " +
     "de drempel (INLOG_DREMPEL_IP, INLOG_DREMPEL_ACCOUNT) bereikt, is verdacht: 409 met elke overtreder (soort, waarde, aantal, eerste en laatste poging) " +
-    "en een alarm (`type` = `login-bruteforce`). Anders 200 met een lege lijst.",
+    "en een alarm (`type` = `login-bruteforce`). Anders 200 met een lege lijst. " +
+    "Daarnaast beoordeelt elke run de mislukte pogingen die sinds de vorige run binnenkwamen maar een tijdstip vóór het venster hebben " +
+    "(te laat afgeleverd, bv. uit de outbox van de applicatie na een storing), met dezelfde drempels, in de uren van de runs die ze hadden moeten zien (`laat`); " +
+    "een overtreder daar geeft ook 409 en een alarm dat zegt hoe laat de pogingen binnenkwamen.",
   run: (deps, now) => runBeveiligingslogAnalyse(deps, now),
   responses: {
-    200: { description: "Niets verdachts in het afgelopen uur.", schema: BeveiligingslogAnalyseBody },
+    200: { description: "Niets verdachts in het afgelopen uur, noch in de te laat ontvangen pogingen.", schema: BeveiligingslogAnalyseBody },
     409: { description: "Een drempel is bereikt; alarm verstuurd.", schema: BeveiligingslogAnalyseBody },
   },
 });

@@ -37,7 +37,7 @@ import {
 import { appendEntriesPg } from "./chain.ts";
 import { certainTransaction, WRITE_API_ADVICE } from "./commit.ts";
 import { driverError, HttpError } from "../http/errors.ts";
-import { LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
+import { LOCK_LOGIN_IDS, LOCK_NAMESPACE, LOCK_TENANT_IDS, type PgStore } from "./store.ts";
 
 /**
  * Whatever the server's default: every statement after a lock then reads a fresh
@@ -125,6 +125,9 @@ export function storeLoginAttemptsPg(store: PgStore, attempts: readonly AttemptR
   return writeCall(store, async (tx) => {
     const existing = await existingTenants(tx, attemptTenants(attempts));
     refuseUnknownAttemptTenants(attempts, (id) => existing.has(id));
+    // Held until the commit: beveiligingslog-analyse reads the highest id only when no
+    // batch holds ids it has not committed (LOCK_LOGIN_IDS).
+    await tx`SELECT pg_advisory_xact_lock_shared(${LOCK_NAMESPACE}, ${LOCK_LOGIN_IDS})`;
     // Ids increasing in batch order, as SQLite's inserts one by one give them: taken
     // from the identity's sequence first, since a multi-row INSERT … RETURNING
     // promises no order.

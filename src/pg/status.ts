@@ -3,16 +3,16 @@
 // feed live once, for both stores: statusesOf (src/schedule-due.ts),
 // backupOverdue (src/jobs/backup-controle.ts), offenderRule
 // (src/jobs/beveiligingslog-analyse.ts). Only the reading differs from SQLite.
-import { count, desc, eq, sql } from "drizzle-orm";
+import { and, count, desc, eq, isNotNull, lt, sql } from "drizzle-orm";
 import { backupStatuses, jobRuns, loginAttempts, serviceMeta } from "../../db/schema-pg.ts";
 import { receivedBy, type NewestBackup } from "../jobs/backup-controle.ts";
-import { offenderRule } from "../jobs/beveiligingslog-analyse.ts";
+import { offenderRule, SEEN_KEY, type SeenState, type StoredIds } from "../jobs/beveiligingslog-analyse.ts";
 import type { JobContext } from "../jobs/job.ts";
 import { statusesOf, type JobStatus, type NewestRun } from "../schedule-due.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { lastRunOf, runsOfJob, type LastRun } from "../job-runs.ts";
 import { liveLeasesPg } from "./job-lease.ts";
-import type { PgDb, PgDbTx } from "./store.ts";
+import { LOCK_LOGIN_IDS, LOCK_NAMESPACE, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
 import { INSTALLED, NEWEST_ROWS, newestSealedBackup, sealedBackupColumns, sealedRunColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
 
 /** The sealed first start of the service on this database (installedAt on SQLite); null when the row is gone or its seal does not hold. */
@@ -76,7 +76,7 @@ export async function recordBackupStatusPg(db: PgDb, row: typeof backupStatuses.
  * BINARY: ip and account are plain text in the database's collation, and a linguistic
  * one ("Bob" after "anna") would list ties in another order than SQLite.
  */
-export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string, tot: string, threshold: number) {
+export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string, tot: string, threshold: number, ids?: StoredIds) {
   const a = loginAttempts;
   const waarde = a[column];
   const aantal = count().as("aantal");
@@ -89,9 +89,52 @@ export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string,
       laatste: sql<string>`max(${a.tijdstip})`,
     })
     .from(a)
-    .where(offenderRule.inWindow(a, sql`${a.gelukt} = false`, van, tot))
+    .where(and(offenderRule.inWindow(a, sql`${a.gelukt} = false`, van, tot), ids && offenderRule.stored(a, ids)))
     .groupBy(waarde)
     .having(offenderRule.reaches(threshold))
     .orderBy(desc(aantal), sql`${waarde} COLLATE "C"`);
 }
 
+
+/**
+ * The highest login_attempts id, read under LOCK_LOGIN_IDS taken exclusively: it waits
+ * for the batches that hold ids (their shared lock, until their commit), so every id up
+ * to it is committed or never will be; later batches take higher ids.
+ */
+export async function storedLoginIdsPg(store: PgStore): Promise<number> {
+  return store.sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_LOGIN_IDS})`;
+    const [row] = (await tx`SELECT coalesce(max(id), 0)::bigint AS id FROM login_attempts`) as { id: string | number }[];
+    return Number(row!.id);
+  });
+}
+
+/** seenStateSqlite on PostgreSQL: the watermark as stored, and whether a run of the job ever ended. */
+export async function seenStatePg(db: PgDb): Promise<SeenState> {
+  const [row] = await db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, SEEN_KEY));
+  const [run] = await db
+    .select({ id: jobRuns.id })
+    .from(jobRuns)
+    .where(and(eq(jobRuns.job, "beveiligingslog-analyse"), isNotNull(jobRuns.beeindigd)))
+    .limit(1);
+  return { value: row?.value, ended: run !== undefined };
+}
+
+/** lateFailuresQuery on PostgreSQL. */
+export function lateFailuresPg(db: PgDb, ids: StoredIds, before: string, limit: number): Promise<{ id: number; tijdstip: string }[]> {
+  const a = loginAttempts;
+  return db
+    .select({ id: a.id, tijdstip: a.tijdstip })
+    .from(a)
+    .where(and(sql`${a.gelukt} = false`, offenderRule.stored(a, ids), lt(a.tijdstip, before)))
+    .orderBy(a.id)
+    .limit(limit);
+}
+
+/** writeSeenSqlite on PostgreSQL. */
+export async function writeSeenUpToPg(db: PgDb, value: number): Promise<void> {
+  await db
+    .insert(serviceMeta)
+    .values({ key: SEEN_KEY, value: String(value) })
+    .onConflictDoUpdate({ target: serviceMeta.key, set: { value: String(value), zegel: null } });
+}

@@ -46,6 +46,14 @@ export const LOCK_MIGRATE = 0;
 export const LOCK_JOB_LEASE = 1;
 /** Held while tenants' id sequence is moved past an id given by PUT /api/tenants/{id} (putTenantPg). */
 export const LOCK_TENANT_IDS = 2;
+/**
+ * Shared by every batch of login attempts (storeLoginAttemptsPg) from before it takes its
+ * ids until it commits; taken exclusively by beveiligingslog-analyse to read the highest
+ * id (storedLoginIdsPg). A sequence hands out ids in order but transactions commit in any
+ * order: without it, a batch that took lower ids and committed after the read would lie
+ * below the watermark, never judged.
+ */
+export const LOCK_LOGIN_IDS = 3;
 
 /**
  * How long a statement of the service waits for a lock another session holds (a row, a
