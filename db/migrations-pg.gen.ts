@@ -8,5 +8,6 @@ import m4 from "./migrations-pg/0004_commit_markers.sql" with { type: "text" };
 import m5 from "./migrations-pg/0005_job_run_seal.sql" with { type: "text" };
 import m6 from "./migrations-pg/0006_sealed_ends_and_backups.sql" with { type: "text" };
 import m7 from "./migrations-pg/0007_sealed_leases_install_state.sql" with { type: "text" };
+import m8 from "./migrations-pg/0008_alarm_mails.sql" with { type: "text" };
 
-export const embeddedMigrations = { journal, sql: { "0000_init": m0, "0001_drop_audit_tenant_fks": m1, "0002_tenants_keep_their_audit": m2, "0003_keys_in_entries": m3, "0004_commit_markers": m4, "0005_job_run_seal": m5, "0006_sealed_ends_and_backups": m6, "0007_sealed_leases_install_state": m7 } as Record<string, string> };
+export const embeddedMigrations = { journal, sql: { "0000_init": m0, "0001_drop_audit_tenant_fks": m1, "0002_tenants_keep_their_audit": m2, "0003_keys_in_entries": m3, "0004_commit_markers": m4, "0005_job_run_seal": m5, "0006_sealed_ends_and_backups": m6, "0007_sealed_leases_install_state": m7, "0008_alarm_mails": m8 } as Record<string, string> };

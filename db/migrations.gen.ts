@@ -11,5 +11,6 @@ import m7 from "./migrations/0007_keys_in_entries.sql" with { type: "text" };
 import m8 from "./migrations/0008_job_run_seal.sql" with { type: "text" };
 import m9 from "./migrations/0009_sealed_ends_and_backups.sql" with { type: "text" };
 import m10 from "./migrations/0010_sealed_leases_install_state.sql" with { type: "text" };
+import m11 from "./migrations/0011_alarm_mails.sql" with { type: "text" };
 
-export const embeddedMigrations = { journal, sql: { "0000_init": m0, "0001_verification_state": m1, "0002_anchor_log": m2, "0003_ingest_keys": m3, "0004_job_leases": m4, "0005_unused_scattered_indexes": m5, "0006_operator_records_index": m6, "0007_keys_in_entries": m7, "0008_job_run_seal": m8, "0009_sealed_ends_and_backups": m9, "0010_sealed_leases_install_state": m10 } as Record<string, string> };
+export const embeddedMigrations = { journal, sql: { "0000_init": m0, "0001_verification_state": m1, "0002_anchor_log": m2, "0003_ingest_keys": m3, "0004_job_leases": m4, "0005_unused_scattered_indexes": m5, "0006_operator_records_index": m6, "0007_keys_in_entries": m7, "0008_job_run_seal": m8, "0009_sealed_ends_and_backups": m9, "0010_sealed_leases_install_state": m10, "0011_alarm_mails": m11 } as Record<string, string> };

@@ -228,6 +228,13 @@ export const jobLeases = pgTable("job_leases", {
   zegel: text("zegel"),
 });
 
+// The e-mail channel's memory of the alarm conditions it mailed (db/schema.ts explains).
+export const alarmMails = pgTable("alarm_mails", {
+  about: text("about").primaryKey(),
+  state: text("state").notNull(),
+  gemaild: time("gemaild").notNull(),
+});
+
 // PostgreSQL only (no counterpart in db/schema.ts): a row per write transaction whose
 // outcome must be certain (src/pg/commit.ts). When the answer to its COMMIT is lost, the
 // server's word that the transaction id committed counts only if this row, written by

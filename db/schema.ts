@@ -253,3 +253,14 @@ export const jobLeases = sqliteTable("job_leases", {
   // The lease signed with the anchor key (src/row-seal.ts): an unsealed lease holds nothing.
   zegel: text("zegel"),
 });
+
+// The e-mail channel's memory of the alarm conditions it mailed (src/alarms/alarm-memory.ts):
+// one row per condition (`about`) with the `state` mailed and when (`gemaild`), shared by
+// every instance on this database, so that the hourly checks mail a condition once
+// whichever instance runs them. Not sealed: a database writer could only cause a
+// duplicate mail or keep one back until its daily reminder.
+export const alarmMails = sqliteTable("alarm_mails", {
+  about: text("about").primaryKey(),
+  state: text("state").notNull(),
+  gemaild: text("gemaild").notNull(),
+});

@@ -45,7 +45,7 @@ export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = 
   // Serious alarms (broken chain, backup, database integrity) are also mailed to the
   // daily-report recipient when there is one.
   const channels = config.dagrapportEmail
-    ? [mailAlarmChannel({ mailer, recipient: config.dagrapportEmail, tijdzone: config.rapportTijdzone, clock })]
+    ? [mailAlarmChannel({ mailer, recipient: config.dagrapportEmail, tijdzone: config.rapportTijdzone, clock, store })]
     : [];
   const alarms = createAlarmSink({ sentryDsn: config.sentryDsn, clock, secrets, channels });
   return { store, mailer, alarms, clock, config };

@@ -23,7 +23,7 @@ function realAlarms(e: Env) {
   let now = new Date(0);
   const clock = () => now;
   const mailer: Mailer = { bezorging: "smtp", send: async (m) => (sent.push(m), { messageId: String(sent.length) }), close: async () => {} };
-  const alarms = createAlarmSink({ sentryDsn: null, clock, channels: [mailAlarmChannel({ mailer, recipient: "ops@example.test", tijdzone: "Europe/Amsterdam", clock })], writeLine: (l) => lines.push(l) });
+  const alarms = createAlarmSink({ sentryDsn: null, clock, channels: [mailAlarmChannel({ mailer, recipient: "ops@example.test", tijdzone: "Europe/Amsterdam", clock, store: e.deps.store })], writeLine: (l) => lines.push(l) });
   return { sent, lines, deps: { ...e.deps, alarms }, at: (d: Date) => ((now = d), d) };
 }
 

@@ -35,7 +35,7 @@ function realAlarms(e: Env, fail: (m: MailMessage) => Error | null = () => null)
     },
     close: async () => {},
   };
-  const alarms = createAlarmSink({ sentryDsn: null, clock, channels: [mailAlarmChannel({ mailer, recipient: "ops@example.test", tijdzone: "Europe/Amsterdam", clock })], writeLine: (l) => lines.push(l) });
+  const alarms = createAlarmSink({ sentryDsn: null, clock, channels: [mailAlarmChannel({ mailer, recipient: "ops@example.test", tijdzone: "Europe/Amsterdam", clock, store: e.deps.store })], writeLine: (l) => lines.push(l) });
   const deps = { ...e.deps, alarms };
   const at = (d: Date) => ((now = d), d);
   return { sent, lines, deps, at, subjects: () => sent.map((m) => m.subject.replace(/:.*/, "")) };

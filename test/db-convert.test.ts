@@ -58,10 +58,11 @@ test("a database of an earlier version is refused, not migrated: the service's s
   dirs.push(d);
   const path = join(d.dir, "eerder.db");
   openStore(path).close();
-  // One migration undone: as the version before left it.
+  // The last two migrations undone (0011 alarm_mails, 0010 seal columns): as a version before the seals left it.
   const raw = new Database(path);
+  raw.run("DROP TABLE alarm_mails");
   for (const c of ["job_leases", "service_meta", "audit_verification_state"]) raw.run(`ALTER TABLE ${c} DROP COLUMN zegel`);
-  raw.run("DELETE FROM __drizzle_migrations WHERE created_at = (SELECT max(created_at) FROM __drizzle_migrations)");
+  raw.run("DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT 2)");
   raw.close();
   const r = await run(["db-convert", "--ja", "--db", path], {});
   expect(r.code).toBe(2);

@@ -76,14 +76,15 @@ describe("PostgreSQL schema", () => {
     const url = await cluster.createDatabase();
     try {
       const old = await openPgStore(url);
-      // The database as the version before runs were sealed left it: its last three migrations undone.
+      // The database as the version before runs were sealed left it: its last four migrations undone (0008 alarm_mails, then the seals').
+      await old.sql`DROP TABLE alarm_mails`;
       await old.sql`ALTER TABLE job_runs DROP COLUMN zegel`;
       await old.sql`ALTER TABLE job_runs DROP COLUMN eindzegel`;
       await old.sql`ALTER TABLE backup_statuses DROP COLUMN zegel`;
       await old.sql`ALTER TABLE job_leases DROP COLUMN zegel`;
       await old.sql`ALTER TABLE service_meta DROP COLUMN zegel`;
       await old.sql`ALTER TABLE audit_verification_state DROP COLUMN zegel`;
-      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at IN (SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 3)`;
+      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at IN (SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 4)`;
       await old.sql`INSERT INTO service_meta (key, value) VALUES ('geinstalleerd', '2026-07-22T12:00:00.000Z')`;
       await old.sql`INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status) VALUES ('weekrapport', '2026-07-20T06:00:01.000Z', '2026-07-20T06:00:09.000Z', 'ok', 200)`;
       await old.sql`INSERT INTO job_runs (job, gestart, uitkomst) VALUES ('audit-verificatie', '9999-12-31T00:00:00.000Z', 'ok')`;
@@ -119,9 +120,10 @@ describe("PostgreSQL schema", () => {
       expect(existsSync(marker)).toBe(true);
       const old = await openPgStore(url);
       await old.sql`INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES ('2026-07-23T11:00:00.000Z', 0, true, 'x.gz', 1, NULL, 'host-cron')`;
+      await old.sql`DROP TABLE alarm_mails`;
       for (const c of ["job_leases", "service_meta", "audit_verification_state", "backup_statuses"]) await old.sql.unsafe(`ALTER TABLE ${c} DROP COLUMN zegel`);
       await old.sql`ALTER TABLE job_runs DROP COLUMN eindzegel`;
-      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at IN (SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 2)`;
+      await old.sql`DELETE FROM drizzle.__drizzle_migrations WHERE created_at IN (SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 3)`;
       await old.close();
       const store = await openPgStore(url, { seal: TEST_SEAL, now: NOW, pastMarker: marker });
       try {
@@ -160,7 +162,7 @@ describe("PostgreSQL schema", () => {
         return shape(c.name, c.columns, c.indexes.map((i) => i.config.name!));
       })
       .sort((a, b) => a.name.localeCompare(b.name));
-    expect(pg.length).toBe(13);
+    expect(pg.length).toBe(14);
     expect(pg).toEqual(lite);
   });
 
@@ -176,9 +178,9 @@ describe("PostgreSQL schema", () => {
       const sql = stores[0]!.sql;
       const rows = await sql`SELECT hash FROM drizzle.__drizzle_migrations`;
       expect(rows.length).toBe(embeddedPgMigrations.journal.entries.length);
-      expect(rows.length).toBe(8);
+      expect(rows.length).toBe(9);
       const [{ n }] = await sql`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`;
-      expect(n).toBe(13 + PG_ONLY.length);
+      expect(n).toBe(14 + PG_ONLY.length);
       const [{ collation }] = await sql`SELECT collation_name AS collation FROM information_schema.columns WHERE table_name = 'audit_entries' AND column_name = 'created_at'`;
       expect(collation).toBe("C");
       // The audit tables' tenants are checked per statement by migration 0002's triggers, not per row by a foreign key (db/schema-pg.ts).

@@ -222,13 +222,17 @@ describe("sealed backup reports", () => {
 /** The seal columns of the version after the one that sealed ends and backups (migration 0010: leases, install time, verification results). */
 const LATER_SEALS = ["job_leases DROP COLUMN zegel", "service_meta DROP COLUMN zegel", "audit_verification_state DROP COLUMN zegel"];
 
-/** The database as an older version left it: its last `migrations` undone and these columns dropped, installed at NOW − 1 day (unsealed). */
+/** The migrations after the seal columns' (0011_alarm_mails), undone with them: each undoes its own. */
+const AFTER_SEALS = ["DROP TABLE alarm_mails"];
+
+/** The database as an older version left it: its last `migrations` of the seal columns' undone (and those after them) and these columns dropped, installed at NOW − 1 day (unsealed). */
 function asOlderVersion(path: string, migrations: number, drop: readonly string[]): Database {
   openStore(path, NOW).close();
   const raw = new Database(path);
   raw.run("INSERT INTO service_meta (key, value) VALUES ('geinstalleerd', '2026-07-22T12:00:00.000Z')");
+  for (const c of AFTER_SEALS) raw.run(c);
   for (const c of drop) raw.run(`ALTER TABLE ${c}`);
-  raw.run(`DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT ${migrations})`);
+  raw.run(`DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT ${migrations + AFTER_SEALS.length})`);
   return raw;
 }
 
@@ -571,8 +575,9 @@ describe("the rows of the past are sealed once per installation", () => {
       // The writer: a forged good backup, then the column and its migration record dropped, hoping the next start seals it.
       const raw = new Database(path);
       raw.run("INSERT INTO backup_statuses (ontvangen, exit_code, gelukt, bestandsnaam, grootte, foutmelding, bron) VALUES ('2026-07-23T11:00:00.000Z', 0, 1, 'x.gz', 1, NULL, 'host-cron')");
+      for (const c of AFTER_SEALS) raw.run(c);
       for (const c of [...LATER_SEALS, "job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel"]) raw.run(`ALTER TABLE ${c}`);
-      raw.run("DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT 2)");
+      raw.run(`DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT ${2 + AFTER_SEALS.length})`);
       raw.close();
       const store = openStore(path, NOW, TEST_SEAL, marker);
       const b = store.sqlite.query("SELECT ontvangen, exit_code AS exitCode, gelukt, bestandsnaam, grootte, foutmelding, bron, zegel FROM backup_statuses").get() as Omit<BackupColumns, "gelukt"> & { gelukt: number; zegel: string | null };
@@ -582,8 +587,9 @@ describe("the rows of the past are sealed once per installation", () => {
       // Without the marker (an installation's first start of this version) the same is sealed: what the marker prevents.
       rmSync(marker);
       const raw2 = new Database(path);
+      for (const c of AFTER_SEALS) raw2.run(c);
       for (const c of [...LATER_SEALS, "job_runs DROP COLUMN eindzegel", "backup_statuses DROP COLUMN zegel"]) raw2.run(`ALTER TABLE ${c}`);
-      raw2.run("DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT 2)");
+      raw2.run(`DELETE FROM __drizzle_migrations WHERE created_at IN (SELECT created_at FROM __drizzle_migrations ORDER BY created_at DESC LIMIT ${2 + AFTER_SEALS.length})`);
       raw2.close();
       const first = openStore(path, NOW, TEST_SEAL, marker);
       expect((first.sqlite.query("SELECT zegel FROM backup_statuses").get() as { zegel: string | null }).zegel).not.toBeNull();

@@ -67,9 +67,9 @@ export interface AlarmSink {
    * The check that raises the condition `about` (Alarm.condition) found it gone: the
    * channels forget it, so that it is mailed when it comes back, in the same state too
    * (a forged row deleted and forged again). Optional: sinks without memory (tests) need
-   * none.
+   * none. Never rejects (a channel that fails is logged).
    */
-  settled?(about: string): void;
+  settled?(about: string): Promise<void>;
   /**
    * Alarms a channel did not deliver since the process started (it threw: refused,
    * unreachable, no answer in time), per channel name; read by /metrics. Absent on

@@ -5,13 +5,14 @@
 // next daily report shows in its job table and as a point of its status; a
 // mail-failure alarm mailed through the failing mail server would go nowhere anyway).
 // A condition an hourly check keeps finding is mailed when it starts or changes and then
-// once a day (mailAlarmChannel), not every hour.
+// once a day (mailAlarmChannel), not every hour, whichever instance raises it.
 import { Alarm as AlarmTemplate, type AlarmProps } from "../../emails/Alarm.tsx";
 import { displayText, formatDatum } from "../format.ts";
 import { renderEmail } from "../mail/render.ts";
 import { surelyNotDelivered, type Mailer } from "../mail/mailer.ts";
-import { DAY_MS } from "../time.ts";
-import type { Alarm, AlarmCondition, AlarmType } from "./alarm.ts";
+import type { AnyStore } from "../deps.ts";
+import { claimMail, databaseAlarmMemory, processAlarmMemory } from "./alarm-memory.ts";
+import type { Alarm, AlarmType } from "./alarm.ts";
 
 interface Guidance {
   titel: string;
@@ -117,9 +118,6 @@ export function alarmSubject(p: AlarmProps): string {
   return `ALARM ${p.titel}: ${message}`;
 }
 
-/** How long a condition in the same state goes unmailed after its mail: a reminder a day. */
-export const REMINDER_MS = DAY_MS;
-
 /**
  * An alarm channel (src/alarms/sink.ts) that mails `recipient` for the serious alarm
  * types only. A failed send rejects; the sink logs it and the other channels go on.
@@ -127,38 +125,34 @@ export const REMINDER_MS = DAY_MS;
  * An alarm with a `condition` (src/alarms/alarm.ts) is mailed when its condition is new
  * or its state changed, and again REMINDER_MS after its last mail while it stays the
  * same, by the alarm's time (`clock`): backup-controle and taken-controle raise it every
- * hour. The memory is this process's: a restart forgets it, so the first raise after one
- * is mailed (a reminder early at most). A send that surely failed (surelyNotDelivered)
- * is forgotten, so the next raise tries again; one that perhaps arrived is not sent again
- * before its reminder. A condition its check found gone (settled) is forgotten: when it
- * comes back, in the same state too, it is mailed at once. A raise at a time before the last mail (the clock was ahead then and
- * is put right) is due: the memory is only trusted forwards.
+ * hour (mailDue, src/alarms/alarm-memory.ts). The memory is `store`'s table alarm_mails,
+ * shared by every instance on the database, so a condition is mailed once whichever
+ * instance raises it, and a restart forgets nothing; without a store, this process's
+ * (a restart forgets it, so the first raise after one is mailed). A send that surely
+ * failed (surelyNotDelivered) is forgotten, so the next raise tries again; one that
+ * perhaps arrived is not sent again before its reminder. A condition its check found
+ * gone (settled) is forgotten: when it comes back, in the same state too, it is mailed at
+ * once. A memory that cannot be read or written (the database down) does not hold a
+ * mail back: it is sent, a duplicate at most.
  */
-export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzone: string; clock: () => Date }) {
-  const mailed = new Map<string, { state: string; at: number }>();
-  const due = (c: AlarmCondition, at: number) => {
-    const last = mailed.get(c.about);
-    // A mail from a clock that has since been put back (at < last.at) would otherwise keep
-    // the condition quiet until real time caught up with it, a year for a clock a year ahead.
-    return !last || last.state !== c.state || at < last.at || at - last.at >= REMINDER_MS;
-  };
+export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzone: string; clock: () => Date; store?: AnyStore }) {
+  const memory = o.store ? databaseAlarmMemory(o.store) : processAlarmMemory();
   return {
     name: "e-mail",
     /** The check found the condition gone: its next raise is a new condition, mailed at once. */
-    settled(about: string): void {
-      mailed.delete(about);
+    async settled(about: string): Promise<void> {
+      // Looked up first: most hourly runs find nothing remembered, and then write nothing
+      // (on SQLite a write waits for the write lock the host application may hold).
+      if (await memory.read(about)) await memory.forget(about);
     },
     async raise(alarm: Alarm): Promise<void> {
       const now = o.clock();
       const props = alarmEmailProps(alarm, now, o.tijdzone);
       if (!props) return;
-      const c = alarm.condition;
-      if (c && !due(c, now.getTime())) return;
-      // Marked before anything is awaited: a raise of the same condition meanwhile (another
-      // job) does not mail it twice.
-      const before = c && mailed.get(c.about);
-      const mark = c && { state: c.state, at: now.getTime() };
-      if (c && mark) mailed.set(c.about, mark);
+      // Marked as mailed before the mail goes out: a raise of the same condition meanwhile
+      // (another job, another instance) does not mail it twice.
+      const claim = alarm.condition ? await claimMail(memory, alarm.condition, now) : null;
+      if (claim && !claim.due) return;
       let sending = false;
       try {
         const { html, text } = await renderEmail(AlarmTemplate, props);
@@ -166,10 +160,7 @@ export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzon
         await o.mailer.send({ to: o.recipient, subject: alarmSubject(props), html, text });
       } catch (e) {
         // Not rendered, or surely not delivered: forgotten, so the next raise tries again.
-        if (c && (!sending || surelyNotDelivered(e)) && mailed.get(c.about) === mark) {
-          if (before) mailed.set(c.about, before);
-          else mailed.delete(c.about);
-        }
+        if (claim && (!sending || surelyNotDelivered(e))) await claim.release();
         throw e;
       }
     },

@@ -2,7 +2,7 @@
 // error-tracking event when SENTRY_DSN is set, and any further channels (the e-mail
 // channel joins from src/mail/). A channel that fails is logged and never stops the
 // others, nor the job that raised the alarm; it is counted per channel for /metrics.
-import { log } from "../logger.ts";
+import { errorText, log } from "../logger.ts";
 import { stderrAlarmLine, type Alarm, type AlarmSink } from "./alarm.ts";
 import { createSentryChannel, scrubSecrets } from "./sentry.ts";
 
@@ -11,8 +11,8 @@ export interface AlarmChannel {
   /** For the log line when the channel fails, e.g. "e-mail". */
   name?: string;
   raise(alarm: Alarm): Promise<void>;
-  /** The condition `about` is gone (AlarmSink.settled); for a channel that remembers conditions. */
-  settled?(about: string): void;
+  /** The condition `about` is gone (AlarmSink.settled); for a channel that remembers conditions. May reject; the sink catches it. */
+  settled?(about: string): Promise<void> | void;
 }
 
 export interface AlarmSinkOptions {
@@ -40,8 +40,14 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
 
   return {
     undelivered,
-    settled(about) {
-      for (const c of channels) c.settled?.(about);
+    async settled(about) {
+      const results = await Promise.allSettled(channels.map(async (c) => c.settled?.(about)));
+      results.forEach((r, i) => {
+        if (r.status === "rejected") {
+          // The channel still remembers the condition: its return is mailed at its reminder, not at once.
+          log("error", "alarm channel did not forget a condition that is gone", { channel: nameOf(i), about, error: scrubSecrets(errorText(r.reason), secrets) });
+        }
+      });
     },
     async raise(raw) {
       const alarm = scrubSecrets(raw, secrets);

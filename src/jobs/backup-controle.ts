@@ -109,9 +109,9 @@ export async function runBackupControle(deps: Deps, now: Date): Promise<JobResul
     witnessed !== null && witnessed <= latestCountingStart(now) && (laatsteBackup === null || laatsteBackup.ontvangen < witnessed) ? witnessed : null;
 
   // What this run finds gone is settled, so that the mail channel mails its return at once.
-  if (ontbreekt === null) deps.alarms.settled?.(ONTBREEKT);
-  if (vervalst === 0) deps.alarms.settled?.(VERVALST);
-  if (!reden) deps.alarms.settled?.(ALARM_CONDITIONS.backupAbout);
+  if (ontbreekt === null) await deps.alarms.settled?.(ONTBREEKT);
+  if (vervalst === 0) await deps.alarms.settled?.(VERVALST);
+  if (!reden) await deps.alarms.settled?.(ALARM_CONDITIONS.backupAbout);
 
   if (!reden && vervalst === 0 && ontbreekt === null) return { status: 200, body: { ok: true, laatsteBackup, leeftijdUren, maxUren, ontbreekt: null, vervalst: 0, toekomst: null } };
 

@@ -176,7 +176,7 @@ export async function runTakenControle(
   const ok = gemist.length === 0 && falend.length === 0 && hangend.length === 0 && vervalst.length === 0;
   const body: TakenControleBody = { ok, margeMinuten, taken, gemist, falend, onderbroken, hangend, vervalst };
   // No forged rows left: settled, so that the mail channel mails new ones at once, of the same jobs too.
-  if (vervalst.length === 0) deps.alarms.settled?.(VERVALST);
+  if (vervalst.length === 0) await deps.alarms.settled?.(VERVALST);
   if (ok) return { status: 200, body };
   for (const alarm of alarmsFor(body, byStatus)) await deps.alarms.raise(alarm);
   return { status: 409, body };

@@ -18,8 +18,9 @@ import { schemaVersionProblem } from "../db.ts";
 
 /**
  * The tables copied, parents before children (foreign keys). Not copied: job_leases
- * (who runs a job now; nothing runs during the move) and drizzle's own migration table
- * (the target has its own).
+ * (who runs a job now; nothing runs during the move), alarm_mails (which alarm conditions
+ * were mailed: after the move a condition that lasts is mailed once more, a reminder early
+ * at most) and drizzle's own migration table (the target has its own).
  */
 export const COPIED_TABLES: readonly PgTable[] = [
   pgSchema.tenants,
