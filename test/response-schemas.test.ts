@@ -215,6 +215,15 @@ describe("every job's real answers match the schemas it declares", () => {
     expect(retentie.json.verwijderd).toBeGreaterThan(0);
   });
 
+  test("beveiligingslog-retentie 409: the host clock was stepped forward since the start, nothing deleted", async () => {
+    const e = await installation();
+    await addLoginAttempt(e.db, { account: "oud", ip: "10.9.9.9", gelukt: false, tijdstip: new Date(NOW.getTime() - 900 * DAY) });
+    e.deps.clockStep = () => 365 * DAY;
+    const r = await post(e, "beveiligingslog-retentie");
+    expectDeclared("beveiligingslog-retentie", 409, r);
+    expect(r.json).toMatchObject({ ok: false, verwijderd: 0, reden: "klok-verzet" });
+  });
+
   test("weekrapport 200 when everything went out, 502 with a refused message, 409 with a report whose earlier send never finished (onzeker)", async () => {
     const clean = await installation();
     expectDeclared("weekrapport", 200, await post(clean, "weekrapport"));
