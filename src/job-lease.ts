@@ -31,7 +31,7 @@ import { BUSY_TIMEOUT_MS, isBusy, retryWhenBusy, writeTransaction, type Db } fro
 import type { AnyStore } from "./deps.ts";
 import { runsOfJob, startRun, withDeadline } from "./job-runs.ts";
 import { NEWEST_ROWS, sealedRunColumns, type RowSeal, type SealedRunRow } from "./row-seal.ts";
-import { releaseLeasePg, renewLeasePg, startLeasedRunPg } from "./pg/job-lease.ts";
+import { releaseLeasePg, renewLeasePg, startLeasedRunPg, startUnleasedRunPg } from "./pg/job-lease.ts";
 import { log } from "./logger.ts";
 import { maxRuntimeMs, type JobName } from "./schedule.ts";
 import { latestCountingStart } from "./time.ts";
@@ -243,6 +243,18 @@ export function startLeasedRun(
     },
     deadlineMs,
   );
+}
+
+/**
+ * Writes the job_runs row ('bezig') of a call of a job that is not exclusive
+ * (JobDefinition.exclusive false): no lease is read or taken, so nothing is refused.
+ * Waits for another process's write lock as startLeasedRun does (SQLITE_BUSY after
+ * `deadlineMs`, nothing written).
+ */
+export function startUnleasedRun(store: AnyStore, seal: RowSeal, job: JobName, now: Date, deadlineMs = BUSY_TIMEOUT_MS): Promise<number> {
+  if (store.kind === "pg") return startUnleasedRunPg(store, seal, job, now);
+  const { db } = store;
+  return writeTransaction(store.sqlite, () => startRun(db, job, now, seal), deadlineMs);
 }
 
 /** The columns the rules below name, of either dialect's job_leases and job_runs. */

@@ -49,10 +49,16 @@ export class JobStoppedForShutdown extends JobInterrupted {
   }
 }
 
-/** Jobs running in this process; a second call of one of them is refused. */
+/**
+ * Jobs running in this process; a second call of one of them is refused, except of a
+ * job that is not exclusive (JobDefinition.exclusive: backup-status), whose calls run
+ * side by side, each its own run.
+ */
 export class RunningJobs {
-  private readonly running = new Set<JobName>();
-  private readonly runIds = new Map<JobName, { runId: number; gestart: string }>();
+  /** How many calls of each job run now (more than one only for a job that is not exclusive). */
+  private readonly running = new Map<JobName, number>();
+  /** The job_runs rows of the running calls, by run id. */
+  private readonly runIds = new Map<number, { job: JobName; gestart: string }>();
   private readonly idle: (() => void)[] = [];
   private readonly interrupters = new Set<(e: Error) => void>();
   private readonly keptEnds = new Map<number, KeptEnd>();
@@ -61,20 +67,26 @@ export class RunningJobs {
   /** This instance as the holder of job leases: the pid and a random id of its own. */
   readonly holder: LeaseHolder = newLeaseHolder();
 
-  tryStart(job: JobName): boolean {
-    if (this.running.has(job)) return false;
-    this.running.add(job);
+  /** Starts a call of `job`: false when it runs already and is exclusive. */
+  tryStart(job: JobName, exclusive = true): boolean {
+    const n = this.running.get(job) ?? 0;
+    if (exclusive && n > 0) return false;
+    this.running.set(job, n + 1);
     return true;
   }
 
-  /** The job_runs row of a running job, so shutdown can close it when it must give up waiting. */
+  /** The job_runs row of a running call, so shutdown can close it when it must give up waiting. */
   setRun(job: JobName, runId: number, gestart: string): void {
-    if (this.running.has(job)) this.runIds.set(job, { runId, gestart });
+    if (this.running.has(job)) this.runIds.set(runId, { job, gestart });
   }
 
-  finish(job: JobName): void {
-    this.running.delete(job);
-    this.runIds.delete(job);
+  /** A call of `job` ended; `runId`: its job_runs row, if it had one (without it, every row of the job goes with its last call). */
+  finish(job: JobName, runId: number | null = null): void {
+    const n = (this.running.get(job) ?? 1) - 1;
+    if (n > 0) this.running.set(job, n);
+    else this.running.delete(job);
+    if (runId !== null) this.runIds.delete(runId);
+    if (n <= 0) for (const [id, r] of this.runIds) if (r.job === job) this.runIds.delete(id);
     if (this.running.size === 0) for (const f of this.idle.splice(0)) f();
   }
 
@@ -105,11 +117,12 @@ export class RunningJobs {
 
   /** Running jobs that have a job_runs row. */
   runs(): { job: JobName; runId: number; gestart: string }[] {
-    return [...this.runIds].map(([job, r]) => ({ job, ...r }));
+    return [...this.runIds].map(([runId, r]) => ({ job: r.job, runId, gestart: r.gestart }));
   }
 
+  /** The jobs running now, each once however many of its calls run. */
   names(): JobName[] {
-    return [...this.running];
+    return [...this.running.keys()];
   }
 
   /**

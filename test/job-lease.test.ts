@@ -14,7 +14,7 @@
 // for SQLite's write lock are defined on the SQLite run only (PostgreSQL has no such lock).
 import { Database } from "bun:sqlite";
 import { afterAll, afterEach, beforeAll, describe, expect, spyOn, test } from "bun:test";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { SMTPServer } from "smtp-server";
 import { holderGone, leaseTiming, liveLeases, newLeaseHolder, releaseLease, renewLease, startLeasedRun, startRenewing, type JobLease, type LeaseHolder } from "../src/job-lease.ts";
@@ -112,8 +112,8 @@ async function startInstance(env: Record<string, string>, entry?: string): Promi
   return instance;
 }
 
-async function post(i: Instance, job: string): Promise<{ status: number; json: any }> {
-  const r = await fetch(`${i.url}/api/cron/${job}`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` } });
+async function post(i: Instance, job: string, body?: object): Promise<{ status: number; json: any }> {
+  const r = await fetch(`${i.url}/api/cron/${job}`, { method: "POST", headers: { authorization: `Bearer ${SECRET}` }, body: body ? JSON.stringify(body) : undefined });
   return { status: r.status, json: await r.json() };
 }
 
@@ -326,6 +326,44 @@ describe("the lease across two real processes on one database", () => {
     await c.exited;
     b.proc.kill("SIGTERM");
     expect(await b.exited).toBe(0);
+  }, 60_000);
+});
+
+describe("a job that is not exclusive (backup-status) across two real processes on one database", () => {
+  test("two hosts' backup reports at the same moment are both stored: while A's failure report waits for its alarm mail, B's success (and a second one in A) are answered 200, not 409; each call its own run, no lease, the witness holds the newest", async () => {
+    const db = await sharedDatabase();
+    const a = await startInstance(db.env);
+    const b = await startInstance(db.env);
+
+    // A's failure report holds its call (and, before, would have held the job) while its alarm mail waits for the server.
+    smtp.hold();
+    const heldBefore = smtp.held;
+    const first = post(a, "backup-status", { exitCode: 74, foutmelding: "host A: schijf vol" });
+    await until("A's alarm mail to be held", () => smtp.held > heldBefore);
+    expect((await runsOf(db, "backup-status")).map((r) => r.uitkomst)).toEqual(["bezig"]);
+
+    const second = await post(b, "backup-status", { exitCode: 0, bestandsnaam: "nachtwacht-hostB.pgdump", grootte: 123 });
+    expect(second).toEqual({ status: 200, json: { ok: true, gelukt: true } });
+    // In the same process too.
+    const third = await post(a, "backup-status", { exitCode: 0, bestandsnaam: "nachtwacht-hostA.pgdump", grootte: 456 });
+    expect(third).toEqual({ status: 200, json: { ok: true, gelukt: true } });
+    expect(await leaseOf(db, "backup-status")).toBeUndefined();
+
+    smtp.release();
+    expect(await first).toEqual({ status: 200, json: { ok: true, gelukt: false } });
+    const reports = await db.all<{ exit_code: number; bestandsnaam: string | null; ontvangen: string }>("SELECT exit_code, bestandsnaam, ontvangen FROM backup_statuses ORDER BY id");
+    expect(reports.map((r) => [r.exit_code, r.bestandsnaam])).toEqual([
+      [74, null],
+      [0, "nachtwacht-hostB.pgdump"],
+      [0, "nachtwacht-hostA.pgdump"],
+    ]);
+    expect((await runsOf(db, "backup-status")).map((r) => r.uitkomst)).toEqual(["ok", "ok", "ok"]);
+    // Of the reports this host's processes received, the newest is witnessed beside the anchor file.
+    const newest = reports.map((r) => r.ontvangen).sort().at(-1)!;
+    expect(readFileSync(join(dirname(db.env.AUDIT_ANKER_BESTAND!), "laatste-backupmelding"), "utf8").trim()).toBe(newest);
+    // The one error logged is the alarm itself.
+    const errors = (a.output() + b.output()).split("\n").filter((l) => l.includes('"level":"error"'));
+    expect(errors.map((l) => JSON.parse(l).alarm)).toEqual(["backup-failure"]);
   }, 60_000);
 });
 

@@ -1,7 +1,8 @@
 // The job wrapper: every job goes through here. It reads the job's input (auth was
 // already decided in onRequest; src/http/body.ts), refuses a second concurrent call of
 // the same job with 409 — in this process (RunningJobs) and in any other process on
-// the same database (the lease, src/job-lease.ts) — and records every run in the
+// the same database (the lease, src/job-lease.ts), unless the job is not exclusive
+// (JobDefinition.exclusive: backup-status) — and records every run in the
 // job-run history: start, end, outcome, summary, error. mountJob documents each route: the job's own answers and the
 // wrapper's (routeResponses).
 // A job that completed is answered with its own result even when recording its end
@@ -13,7 +14,7 @@
 import { t, type Elysia, type TSchema } from "elysia";
 import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
 import type { Deps } from "../deps.ts";
-import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, type LeasedStart } from "../job-lease.ts";
+import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeasedRun, startRenewing, startUnleasedRun, type LeasedStart } from "../job-lease.ts";
 import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd, type RunRef } from "../job-runs.ts";
 import { rowSealOf } from "../row-seal.ts";
 import { JobInterrupted, JobStoppedForShutdown, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
@@ -329,9 +330,13 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
   if (running.isClosed) {
     return json(503, { error: "De service wordt gestopt; roep de taak over een minuut opnieuw aan." }, { "retry-after": "60" });
   }
-  if (!running.tryStart(def.name)) {
+  // A job that is not exclusive (backup-status) is neither refused here nor leased below.
+  const exclusive = def.exclusive !== false;
+  if (!running.tryStart(def.name, exclusive)) {
     return notRun(scheduled, `De taak ${def.name} loopt al; een tweede aanroep wordt niet tegelijk uitgevoerd.`);
   }
+  // This call's job_runs row once written: finish() forgets it, not another call's of the same job.
+  let ownRun: number | null = null;
   try {
     if (running.keptEndsList().length > 0) {
       // One try each, no waiting: this job's lease waits for the lock anyway.
@@ -342,10 +347,13 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     const started = deps.clock();
     const firedAt = scheduled ? lastFireOf(def.name, started) : null;
     // The guard across processes: the lease and the run's row in one IMMEDIATE transaction.
+    // A job that is not exclusive gets its row only (no lease to expire: `verloopt` is not read, no renewer).
     const timing = leaseTiming(def.name);
     let lease: LeasedStart;
     try {
-      lease = await startLeasedRun(deps.store, rowSealOf(deps.config), def.name, running.holder, started, timing.ttlMs, BUSY_TIMEOUT_MS, firedAt);
+      lease = exclusive
+        ? await startLeasedRun(deps.store, rowSealOf(deps.config), def.name, running.holder, started, timing.ttlMs, BUSY_TIMEOUT_MS, firedAt)
+        : { ok: true, runId: await startUnleasedRun(deps.store, rowSealOf(deps.config), def.name, started, BUSY_TIMEOUT_MS), verloopt: started, overgenomen: null };
     } catch (e) {
       // Another database error (read-only, disk full) is onError's 503 with an alarm.
       // On SQLite the write lock is taken now and then by the host application or a
@@ -375,10 +383,11 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       }
     }
     const runId = lease.runId;
+    ownRun = runId;
     // The run's start as written (runStartValues): its end is sealed over it.
     const run = { job: def.name, runId, gestart: started.toISOString() };
     running.setRun(def.name, runId, run.gestart);
-    const renewer = startRenewing(deps.store, rowSealOf(deps.config), deps.clock, def.name, running.holder, runId, timing, lease.verloopt);
+    const renewer = exclusive ? startRenewing(deps.store, rowSealOf(deps.config), deps.clock, def.name, running.holder, runId, timing, lease.verloopt) : null;
     // An interrupted job is left running until the process exits: its lease stays until it
     // expires. One that stopped itself for the shutdown (JobStoppedForShutdown) has ended.
     let keepLease = false;
@@ -419,13 +428,15 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
       return json(result.status, result.body);
     } finally {
       // No renewal writes after this; a lease taken over meanwhile is not ours to release.
-      const renewal = await renewer.stop();
-      const overlap = () => alarmOverlap(deps, def.name, runId, renewal.verloopt);
-      if (renewal.lost) overlap();
-      else if (!keepLease) await releaseAfterEnd(deps, running, def.name, runId, renewal.verloopt, endLater, overlap);
+      if (renewer) {
+        const renewal = await renewer.stop();
+        const overlap = () => alarmOverlap(deps, def.name, runId, renewal.verloopt);
+        if (renewal.lost) overlap();
+        else if (!keepLease) await releaseAfterEnd(deps, running, def.name, runId, renewal.verloopt, endLater, overlap);
+      }
     }
   } finally {
-    running.finish(def.name);
+    running.finish(def.name, ownRun);
   }
 }
 
@@ -438,7 +449,8 @@ export interface RouteResponse {
 /**
  * Every answer of a job's route, for the OpenAPI document: the job's own (its
  * `responses`) and the wrapper's beside them. A 409 is also the answer to a second call
- * while the job runs, so a job's own 409 body is documented as either.
+ * while the job runs, so a job's own 409 body is documented as either (not for a job that
+ * is not exclusive, which never refuses a call for that).
  */
 export function routeResponses(def: JobDefinition<any>): Record<number, RouteResponse> {
   const own = def.responses;
@@ -456,9 +468,14 @@ export function routeResponses(def: JobDefinition<any>): Record<number, RouteRes
   }
   out[401] = { description: "Ontbrekend of ongeldig token.", schema: ErrorBody };
   out[403] = { description: "Een geldig token voor iets anders (APP_SECRET): de taken vragen CRON_SECRET.", schema: ErrorBody };
-  out[409] = own?.[409]
-    ? { description: `${own[409].description} Loopt de taak al (hier of in een ander proces): \`{error}\`.`, schema: t.Union([own[409].schema, ErrorBody]) }
-    : { description: "De taak loopt al (in deze service of in een ander proces op dezelfde database).", schema: ErrorBody };
+  // A job that is not exclusive runs every call, also beside another: no 409 "loopt al".
+  if (def.exclusive === false) {
+    if (own?.[409]) out[409] = own[409];
+  } else {
+    out[409] = own?.[409]
+      ? { description: `${own[409].description} Loopt de taak al (hier of in een ander proces): \`{error}\`.`, schema: t.Union([own[409].schema, ErrorBody]) }
+      : { description: "De taak loopt al (in deze service of in een ander proces op dezelfde database).", schema: ErrorBody };
+  }
   if (own?.[502]) out[502] = own[502];
   out[500] = { description: "Onverwachte fout; gemeld als alarm internal-error, zonder details in het antwoord.", schema: ErrorBody };
   out[503] = { description: "De service wordt gestopt of de database is tijdelijk niet beschikbaar; probeer het na Retry-After opnieuw.", schema: ErrorBody };

@@ -11,7 +11,8 @@ import { ALARM_CONDITIONS } from "../alarms/alarm.ts";
 import { scrubSecrets } from "../alarms/sentry.ts";
 import { secretValues } from "../config.ts";
 import type { Deps } from "../deps.ts";
-import { recordBackupStatusPg } from "../pg/status.ts";
+import { recordBackupStatusPg, withBackupWitnessLockPg } from "../pg/status.ts";
+import { writeTransaction } from "../db.ts";
 import { storableText } from "../format.ts";
 import { log } from "../logger.ts";
 import { backupWitnessFile, rowSealOf, witnessMoment } from "../row-seal.ts";
@@ -58,6 +59,21 @@ function cut(s: string | null | undefined, max: number, secrets: readonly string
   return storableText(scrubSecrets(s, secrets), max);
 }
 
+/**
+ * Records a stored report's time in the witness file (witnessMoment: never moved back).
+ * Reports run side by side (the job is not exclusive), here and in another instance
+ * that shares the anchor file's folder: the file's read and write happen under the
+ * database's write lock (SQLite; on PostgreSQL an advisory lock), so another process's
+ * older time cannot overwrite a newer one read before it was written. In this process
+ * the read and write are synchronous and cannot interleave anyway.
+ */
+async function witnessReport(deps: Deps, at: string): Promise<void> {
+  const write = () => witnessMoment(backupWitnessFile(deps.config), at);
+  const { store } = deps;
+  if (store.kind === "pg") await withBackupWitnessLockPg(store.db, write);
+  else await writeTransaction(store.sqlite, write);
+}
+
 export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport): Promise<JobResult<BackupStatusBody>> {
   const secrets = secretValues(deps.config);
   const report = {
@@ -77,7 +93,7 @@ export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport
   // The report is stored either way; a file that cannot be written is logged, not a 500
   // (which would make the backup script send the stored report again).
   try {
-    witnessMoment(backupWitnessFile(deps.config), row.ontvangen);
+    await witnessReport(deps, row.ontvangen);
   } catch (e) {
     log("error", "could not record the newest backup report beside the anchor file; backup-controle cannot notice it if it is deleted", { error: e instanceof Error ? e.message : String(e) });
   }
@@ -101,8 +117,12 @@ export const backupStatusJob = defineJob<BackupReport>({
     "Aangeroepen door de backup-taak van de host na elke run. JSON-body, met of zonder JSON content-type, hoogstens 64 KiB (anders 413). " +
     "400 met de naam van het veld bij ongeldige JSON, een ontbrekende of niet-gehele `exitCode`, of een verkeerd type. " +
     "Optionele velden mogen ontbreken of null zijn; `bestandsnaam` wordt ingekort tot 1024 en `foutmelding` tot 8192 tekens. " +
-    "Opgeslagen met ontvangsttijd en bron `host-cron`, verzegeld met de ankersleutel. exitCode ≠ 0 geeft een alarm (`backup-failure`).",
+    "Opgeslagen met ontvangsttijd en bron `host-cron`, verzegeld met de ankersleutel. exitCode ≠ 0 geeft een alarm (`backup-failure`). " +
+    "Elke melding wordt opgeslagen, ook als er tegelijk een andere binnenkomt (twee hosts die op hetzelfde moment een back-up maken): geen 409 omdat de taak al loopt.",
   input: { schema: BackupReport, maxBytes: MAX_BODY_BYTES },
+  // Every call is a report of its own, stored as a row of its own: refusing one while
+  // another is handled (a failure report waits for its alarm mail) would lose it.
+  exclusive: false,
   run: (deps, now, input) => runBackupStatus(deps, now, input),
   responses: {
     200: { description: "Opgeslagen.", schema: BackupStatusBody },

@@ -65,6 +65,15 @@ export interface JobDefinition<I = undefined> {
   input?: JobInput<TSchema & { static: I }>;
   run(deps: Deps, now: Date, input: I, context: JobContext): Promise<JobResult<object>>;
   /**
+   * false: calls of the job may run at the same time, here and in other processes on the
+   * same database; the job wrapper (src/http/job-route.ts) neither refuses a second call
+   * with 409 nor takes a lease, and still records each call as a run in job_runs. For a
+   * job whose every call is a separate report that must be stored (backup-status: two
+   * hosts back up at the same time), where refusing one loses it. Such a job must not
+   * rely on running alone. Absent: true, one run at a time (the lease, src/job-lease.ts).
+   */
+  exclusive?: boolean;
+  /**
    * The job's own answers, shown in the OpenAPI document: 200, 409 for a check that
    * found something not in order (or a send that perhaps arrived), 502 for a send that
    * surely failed. The job wrapper documents its

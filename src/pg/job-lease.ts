@@ -77,6 +77,12 @@ export function startLeasedRunPg(store: PgStore, seal: RowSeal, job: JobName, ho
   );
 }
 
+/** The job_runs row of a call of a job that is not exclusive, without a lease (startUnleasedRun on SQLite). */
+export async function startUnleasedRunPg(store: PgStore, seal: RowSeal, job: JobName, now: Date): Promise<number> {
+  const [run] = await store.db.insert(jobRuns).values(runStartValues(job, now, seal)).returning({ id: jobRuns.id });
+  return run!.id;
+}
+
 const heldBy = (job: JobName, holder: LeaseHolder, runId: number) => leaseHeldBy(jobLeases, job, holder, runId);
 
 /** Moves the expiry of this holder's lease of the run on; false when it is no longer this holder's (taken over after it expired). */

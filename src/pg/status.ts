@@ -12,7 +12,7 @@ import { statusesOf, type JobStatus, type NewestRun } from "../schedule-due.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { lastRunOf, runsOfJob, type LastRun } from "../job-runs.ts";
 import { liveLeasesPg } from "./job-lease.ts";
-import { LOCK_LOGIN_IDS, LOCK_NAMESPACE, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
+import { LOCK_BACKUP_WITNESS, LOCK_LOGIN_IDS, LOCK_NAMESPACE, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
 import { INSTALLED, NEWEST_ROWS, newestSealedBackup, sealedBackupColumns, sealedRunColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
 
 /** The sealed first start of the service on this database (installedAt on SQLite); null when the row is gone or its seal does not hold. */
@@ -67,6 +67,18 @@ export async function newestBackupPg(db: PgDb, seal: RowSeal, now: Date): Promis
 /** Stores a report of the host backup, as backup-status does on SQLite. */
 export async function recordBackupStatusPg(db: PgDb, row: typeof backupStatuses.$inferInsert): Promise<void> {
   await db.insert(backupStatuses).values(row);
+}
+
+/**
+ * Runs `write` (backup-status's witness file) while holding LOCK_BACKUP_WITNESS, as
+ * SQLite's write lock serialises it there: reports run side by side in both instances,
+ * and the file's read and write must not interleave with another's (src/jobs/backup-status.ts).
+ */
+export async function withBackupWitnessLockPg(db: PgDb, write: () => void): Promise<void> {
+  await db.transaction(async (tx) => {
+    await tx.execute(sql`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_BACKUP_WITNESS})`);
+    write();
+  });
 }
 
 /**

@@ -54,6 +54,8 @@ export const LOCK_TENANT_IDS = 2;
  * below the watermark, never judged.
  */
 export const LOCK_LOGIN_IDS = 3;
+/** Held while backup-status records a report's time in the witness file beside the anchor file, which both instances share (withBackupWitnessLockPg). */
+export const LOCK_BACKUP_WITNESS = 4;
 
 /**
  * How long a statement of the service waits for a lock another session holds (a row, a
