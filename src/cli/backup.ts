@@ -283,20 +283,49 @@ export function toPrune(files: { f: string; mtimeMs: number }[], keepDays: numbe
   return pruned;
 }
 
-/** POSTs a result to backup-status on the local service; returns its answer. */
-async function report(env: Record<string, string>, body: object): Promise<{ status: number; text: string }> {
+/**
+ * How `report` tries again while the service answers 503 (its database busy, or the
+ * service stopping for a restart: both say Retry-After): at most `tries` calls, pausing
+ * as Retry-After says (else `pauseMs`), no more than `budgetMs` of pauses in all. A report
+ * not stored is a backup backup-controle calls missing. Other answers are final (backup-status never
+ * answers 409 for another report under way: it is not exclusive); an unreachable service
+ * is not retried (the exit 75 says so at once).
+ */
+export const REPORT_RETRY = { tries: 5, budgetMs: 120_000, pauseMs: 10_000 };
+
+/** Retry-After as the service sends it (seconds), in ms; null when absent or not a number of seconds. */
+function retryAfterMs(header: string | null): number | null {
+  return header !== null && /^\d+$/.test(header.trim()) ? Number(header.trim()) * 1000 : null;
+}
+
+/** POSTs a result to backup-status on the local service, tried again on 503 (REPORT_RETRY); returns its last answer. */
+export async function report(
+  env: Record<string, string>,
+  body: object,
+  out: (s: string) => void,
+  sleep: (ms: number) => Promise<unknown> = Bun.sleep,
+): Promise<{ status: number; text: string }> {
   const secret = env.CRON_SECRET;
   if (!secret) throw new Error("CRON_SECRET staat niet in het omgevingsbestand");
   // As ops/env-file.sh maps it for the call script: a wildcard is called on loopback.
   const host = !env.HOST || env.HOST === "0.0.0.0" ? "127.0.0.1" : env.HOST === "::" ? "::1" : env.HOST;
   const url = `http://${host.includes(":") ? `[${host}]` : host}:${env.PORT || "3000"}/api/cron/backup-status`;
-  const r = await fetch(url, {
-    method: "POST",
-    headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(30_000),
-  });
-  return { status: r.status, text: await r.text() };
+  let paused = 0;
+  for (let attempt = 1; ; attempt++) {
+    const r = await fetch(url, {
+      method: "POST",
+      headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(30_000),
+    });
+    const answer = { status: r.status, text: await r.text() };
+    if (answer.status !== 503 || attempt >= REPORT_RETRY.tries) return answer;
+    const pause = retryAfterMs(r.headers.get("retry-after")) ?? REPORT_RETRY.pauseMs;
+    if (paused + pause > REPORT_RETRY.budgetMs) return answer;
+    out(`backup-status: HTTP 503 ${answer.text}; opnieuw over ${Math.round(pause / 1000)} s (poging ${attempt + 1} van ${REPORT_RETRY.tries})`);
+    await sleep(pause);
+    paused += pause;
+  }
 }
 
 export async function runBackup(argv: string[], processEnv: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
@@ -436,7 +465,7 @@ async function backupAndReport(options: BackupOptions, url: string | null, env: 
   }
   if (!reporting) return code;
   try {
-    const r = await report(env, body);
+    const r = await report(env, body, out);
     out(`backup-status: HTTP ${r.status} ${r.text}`);
     if (r.status !== 200) return code || 75;
   } catch (e) {
