@@ -507,6 +507,22 @@ describe("dagrapport: a run that stopped while its report went out", () => {
     expect(await markOf(env)).toBe(String(runs[2]!.id));
   });
 
+  test("a mark a database writer made does not hold the report back: an unsealed 'bezig' row, or a sealed one dated ahead", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    env.setNow(new Date(FIRED.getTime() + 60_000));
+    const forge = async (gestart: string, seal: string | null) => {
+      await env.db.run("INSERT INTO job_runs (job, gestart, uitkomst, zegel) VALUES ('dagrapport', ?, 'bezig', ?)", gestart, seal);
+      const [run] = await env.db.all<{ id: number }>("SELECT id FROM job_runs WHERE job = 'dagrapport' AND gestart = ?", gestart);
+      await env.db.run("INSERT INTO service_meta (key, value) VALUES ('dagrapport-verzenden', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", String(run!.id));
+    };
+    await forge("2026-07-23T06:00:10.000Z", null);
+    expect((await call(env.app, "/api/cron/dagrapport", { headers: { "x-nachtwacht-gepland": "1" } })).status).toBe(200);
+    await forge("9999-01-01T00:00:00.000Z", zegel("dagrapport", "9999-01-01T00:00:00.000Z"));
+    expect((await call(env.app, "/api/cron/dagrapport")).status).toBe(200);
+    expect(smtp.received).toHaveLength(2);
+    expect(env.alarms.raised.filter((a) => a.type === "mail-failure")).toEqual([]);
+  });
+
   test("a run of an earlier scheduled time that stopped mid-send does not hold back this one's report", async () => {
     const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
     await killedMidSend(env, new Date(FIRED.getTime() - DAY + 20_000));

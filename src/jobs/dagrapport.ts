@@ -16,6 +16,8 @@ import { buildDailyReportPg } from "../pg/daily.ts";
 import { WATCHED_FILES } from "../disk-space.ts";
 import { buildDailyReport, dailySubject, type DailyReport as DailyReportData } from "../reports/daily.ts";
 import { takeSendMark, type MarkedRun } from "../reports/daily-send-mark.ts";
+import { rowSealOf } from "../row-seal.ts";
+import { latestCountingStart } from "../time.ts";
 import { JOB_STATUSES, lastFireOf } from "../schedule-due.ts";
 import { defineJob, type JobContext, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
@@ -223,8 +225,18 @@ async function markSend(deps: Deps, now: Date, context: JobContext): Promise<Mar
   const own = context.running.find((r) => r.job === "dagrapport")?.runId;
   if (own === undefined) return null;
   const fired = lastFireOf("dagrapport", now)?.toISOString() ?? "";
+  const latest = latestCountingStart(now);
+  const seal = rowSealOf(deps.config);
+  // Only a run nachtwacht started (its start sealed, not dated ahead) holds a report back:
+  // a row and a mark a database writer inserted must not silence the report every day.
   const cutShort = (earlier: MarkedRun | null): earlier is MarkedRun =>
-    earlier !== null && earlier.runId !== own && earlier.uitkomst === "bezig" && earlier.gestart >= fired && !context.unrecorded.some((u) => u.runId === earlier.runId);
+    earlier !== null &&
+    earlier.runId !== own &&
+    earlier.uitkomst === "bezig" &&
+    earlier.gestart >= fired &&
+    earlier.gestart <= latest &&
+    seal.startSealed({ job: "dagrapport", gestart: earlier.gestart, zegel: earlier.zegel }) &&
+    !context.unrecorded.some((u) => u.runId === earlier.runId);
   const earlier = await takeSendMark(deps.store, own, (e) => ({ send: !cutShort(e) }));
   return cutShort(earlier) ? earlier : null;
 }

@@ -21,6 +21,8 @@ export interface MarkedRun {
   gestart: string;
   /** 'bezig': the run never ended (killed, or frozen past its lease). */
   uitkomst: string;
+  /** The seal of its start: only a sealed run (not one a database writer inserted) holds a report back. */
+  zegel: string | null;
 }
 
 /**
@@ -39,7 +41,7 @@ function takeSqlite(db: Db, runId: number, decide: MarkDecision): MarkedRun | nu
     id === null
       ? null
       : (db
-          .select({ runId: jobRuns.id, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst })
+          .select({ runId: jobRuns.id, gestart: jobRuns.gestart, uitkomst: jobRuns.uitkomst, zegel: jobRuns.zegel })
           .from(jobRuns)
           .where(and(eq(jobRuns.id, id), eq(jobRuns.job, "dagrapport")))
           .get() ?? null);
@@ -62,7 +64,7 @@ async function takePg(db: PgDb, runId: number, decide: MarkDecision): Promise<Ma
       id === null
         ? []
         : await tx
-            .select({ runId: jobRunsPg.id, gestart: jobRunsPg.gestart, uitkomst: jobRunsPg.uitkomst })
+            .select({ runId: jobRunsPg.id, gestart: jobRunsPg.gestart, uitkomst: jobRunsPg.uitkomst, zegel: jobRunsPg.zegel })
             .from(jobRunsPg)
             .where(and(eq(jobRunsPg.id, id), eq(jobRunsPg.job, "dagrapport")));
     if (decide(earlier ?? null).send) {
