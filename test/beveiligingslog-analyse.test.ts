@@ -11,6 +11,10 @@ import { APP_SECRET } from "./ingest-fixtures.ts";
 setDefaultTimeout(30_000);
 
 const MIN = 60_000;
+/** `m` minutes after NOW (12:00). */
+const at = (m: number) => new Date(NOW.getTime() + m * MIN);
+/** The watermark as stored (null: none). */
+const watermark = async (env: Env) => (await env.db.get<{ value: string }>("SELECT value FROM service_meta WHERE key = ?", SEEN_KEY))?.value ?? null;
 
 /** `n` failed attempts, one a minute going back from `startMinAgo`. */
 async function failures(env: Env, n: number, o: { ip: string; account: (i: number) => string; startMinAgo?: number; gelukt?: boolean }) {
@@ -45,7 +49,7 @@ describe("beveiligingslog-analyse", () => {
         drempels: { ip: 20, account: 10 },
         verdacht: [],
         aantalVerdacht: { ip: 0, account: 0 },
-        laat: { pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: false },
+        laat: { pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: false, uitgesteld: false },
       });
       expect(env.alarms.raised).toHaveLength(alarmsBefore);
     } finally {
@@ -172,7 +176,7 @@ describe("beveiligingslog-analyse", () => {
         teLaat: 88,
       });
       expect(first.laat.verdacht.slice(1).map((v: { soort: string; aantal: number }) => [v.soort, v.aantal])).toEqual(Array(5).fill(["account", 20]));
-      expect(runs[1]!.json.laat).toEqual({ pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: false });
+      expect(runs[1]!.json.laat).toEqual({ pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: false, uitgesteld: false });
       expect(env.alarms.raised).toHaveLength(1);
       expect(env.alarms.raised[0]!.type).toBe("login-bruteforce");
       expect(env.alarms.raised[0]!.message).toContain("te laat binnenkwamen (vanaf 2026-07-23T12:00:00.000Z, tot 88 minuten na de poging; de aanval was toen, niet nu");
@@ -182,19 +186,113 @@ describe("beveiligingslog-analyse", () => {
     }
   });
 
-  test("late attempts below the threshold in every hour of theirs → 200; they are not counted with the last hour's", async () => {
+  test("late attempts are counted with the other failures of the hour that missed them, the last hour's among them; hours they are not in stay below the threshold", async () => {
     const env = await makeEnv({ INLOG_DREMPEL_IP: "5" });
     try {
       await runBeveiligingslogAnalyse(env.deps, NOW);
       // At 12:15: 4 late failures at 9:45 and 4 at 11:05 (no hour of a run holds both), and
-      // 4 in the last hour at 11:15: the run of 12:00 would have held 8, but the last
-      // hour's are this window's, not the late attempts'.
+      // 4 in the last hour at 11:15: the run of 11:30 would have held 8 (11:05 to 11:18),
+      // the last hour's among them: a burst straddling this run's window start is judged whole.
       for (const minAgo of [150, 149, 148, 147, 70, 69, 68, 67, 60, 59, 58, 57]) {
         await addLoginAttempt(env.db, { ip: "10.0.0.9", account: `a${minAgo}`, gelukt: false, tijdstip: new Date(NOW.getTime() + 15 * MIN - minAgo * MIN) });
       }
-      const r = await runBeveiligingslogAnalyse(env.deps, new Date(NOW.getTime() + 15 * MIN));
-      expect(r.status).toBe(200);
+      const r = await runBeveiligingslogAnalyse(env.deps, at(15));
+      expect(r.status).toBe(409);
+      expect(r.body.verdacht).toEqual([]);
       expect(r.body.laat.pogingen).toBe(8);
+      expect(r.body.laat.verdacht).toEqual([
+        {
+          soort: "ip",
+          waarde: "10.0.0.9",
+          aantal: 8,
+          eerste: "2026-07-23T11:05:00.000Z",
+          laatste: "2026-07-23T11:18:00.000Z",
+          venster: { van: "2026-07-23T10:30:00.000Z", tot: "2026-07-23T11:30:00.000Z" },
+          teLaat: 57,
+        },
+      ]);
+      // The 4 at 9:45 alone stay below 5 in every hour of theirs: only the one offender, once.
+      expect(r.body.laat.aantalVerdacht).toEqual({ ip: 1, account: 0 });
+      // Judged once: the next runs are quiet.
+      for (const m of [30, 45, 60]) expect((await runBeveiligingslogAnalyse(env.deps, at(m))).status).toBe(200);
+      expect(env.alarms.raised).toHaveLength(1);
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("a burst delivered late that straddles the first run's window start is alarmed whole, once", async () => {
+    const env = await makeEnv({ INLOG_DREMPEL_IP: "25" });
+    try {
+      for (let m = 0; m <= 75; m += 15) expect((await runBeveiligingslogAnalyse(env.deps, at(m))).status).toBe(200);
+      // 40 failures 12:10 to 12:49, delivered after the run of 13:15: the run of 13:30
+      // (window from 12:30) holds 20 of them, the 20 before are late; none reaches 25 alone.
+      for (let i = 0; i < 40; i++) await addLoginAttempt(env.db, { ip: "198.51.100.7", account: `a${i}`, gelukt: false, tijdstip: at(10 + i) });
+      const runs = [];
+      for (let m = 90; m <= 180; m += 15) runs.push(await runBeveiligingslogAnalyse(env.deps, at(m)));
+      expect(runs.map((r) => r.status)).toEqual([409, 200, 200, 200, 200, 200, 200]);
+      expect(runs[0]!.body.verdacht).toEqual([]);
+      expect(runs[0]!.body.laat.verdacht.map((v) => [v.waarde, v.aantal, v.venster.tot])).toEqual([["198.51.100.7", 40, "2026-07-23T13:00:00.000Z"]]);
+      expect(env.alarms.raised).toHaveLength(1);
+      expect(env.alarms.raised[0]!.message).toContain("ip 198.51.100.7 (40×)");
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("a late burst delivered in two batches with a run between them is alarmed once, when it is whole", async () => {
+    const env = await makeEnv({ INLOG_DREMPEL_IP: "20" });
+    try {
+      for (let m = 0; m <= 90; m += 15) expect((await runBeveiligingslogAnalyse(env.deps, at(m))).status).toBe(200);
+      for (let i = 0; i < 15; i++) await addLoginAttempt(env.db, { ip: "198.51.100.8", account: `a${i}`, gelukt: false, tijdstip: at(i) });
+      const first = await runBeveiligingslogAnalyse(env.deps, at(105));
+      for (let i = 15; i < 30; i++) await addLoginAttempt(env.db, { ip: "198.51.100.8", account: `a${i}`, gelukt: false, tijdstip: at(i) });
+      const second = await runBeveiligingslogAnalyse(env.deps, at(120));
+      expect([first.status, second.status]).toEqual([200, 409]);
+      // The 15 of the first batch, judged by the run of 13:45, count again with the 15 new ones.
+      expect(second.body.laat.pogingen).toBe(15);
+      expect(second.body.laat.verdacht.map((v) => [v.waarde, v.aantal, v.eerste, v.laatste])).toEqual([
+        ["198.51.100.8", 30, "2026-07-23T12:00:00.000Z", "2026-07-23T12:29:00.000Z"],
+      ]);
+      for (let m = 135; m <= 180; m += 15) expect((await runBeveiligingslogAnalyse(env.deps, at(m))).status).toBe(200);
+      expect(env.alarms.raised).toHaveLength(1);
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("an offender of the last hour whose late attempts also reach the threshold is listed once, in the one alarm", async () => {
+    const env = await makeEnv({ INLOG_DREMPEL_IP: "20" });
+    try {
+      for (let m = 0; m <= 75; m += 15) expect((await runBeveiligingslogAnalyse(env.deps, at(m))).status).toBe(200);
+      // 60 failures 12:00 to 12:59, delivered after the run of 13:15: 30 before the window of
+      // 13:30 (late, enough alone), 30 in it.
+      for (let i = 0; i < 60; i++) await addLoginAttempt(env.db, { ip: "198.51.100.9", account: `a${i}`, gelukt: false, tijdstip: at(i) });
+      const r = await runBeveiligingslogAnalyse(env.deps, at(90));
+      expect(r.status).toBe(409);
+      expect(r.body.verdacht.map((v) => [v.waarde, v.aantal])).toEqual([["198.51.100.9", 30]]);
+      expect(r.body.laat).toEqual({ pogingen: 30, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: false, uitgesteld: false });
+      expect(env.alarms.raised).toHaveLength(1);
+      expect(env.alarms.raised[0]!.message).not.toContain("te laat");
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("when judging the late attempts fails, the last hour's offenders are still alarmed before the run fails", async () => {
+    const env = await makeEnv();
+    try {
+      await failures(env, 20, { ip: "203.0.113.7", account: (i) => `user${i}@x.nl` });
+      // The watermark's table gone: the late part cannot read where it starts.
+      await env.db.run("ALTER TABLE service_meta RENAME TO service_meta_weg");
+      try {
+        await expect(runBeveiligingslogAnalyse(env.deps, NOW)).rejects.toThrow();
+      } finally {
+        await env.db.run("ALTER TABLE service_meta_weg RENAME TO service_meta");
+      }
+      expect(env.alarms.raised.map((a) => a.type)).toEqual(["login-bruteforce"]);
+      expect(env.alarms.raised[0]!.message).toContain("ip 203.0.113.7 (20×)");
+      expect(env.alarms.raised[0]!.message).toContain("de te laat ontvangen pogingen konden niet worden beoordeeld");
     } finally {
       await env.cleanup();
     }
@@ -252,27 +350,39 @@ describe("beveiligingslog-analyse", () => {
     }
   });
 
-  test("on PostgreSQL the highest id is read only once no batch holds ids it has not committed", async () => {
-    const env = await makeEnv();
+  test("on PostgreSQL a batch still being stored postpones the late attempts: the run answers at once, the last hour is alarmed, the next run judges them", async () => {
+    const env = await makeEnv({ INLOG_DREMPEL_IP: "20" });
     try {
       if (env.store.kind !== "pg") return; // SQLite: one writer at a time commits its ids in order
-      // A batch as storeLoginAttemptsPg writes one, left open after its insert.
+      expect((await runBeveiligingslogAnalyse(env.deps, at(-15))).status).toBe(200);
+      const before = await watermark(env);
+      // 25 late failures at 9:00 and a brute force in the last hour.
+      for (let i = 0; i < 25; i++) await addLoginAttempt(env.db, { ip: "198.51.100.9", account: `l${i}`, gelukt: false, tijdstip: at(-180 + i) });
+      await failures(env, 20, { ip: "203.0.113.7", account: (i) => `user${i}@x.nl` });
+      // A batch as storeLoginAttemptsPg writes one, still open after its insert.
       const conn = await env.store.sql.reserve();
       try {
         await conn`BEGIN`;
         await conn`SELECT pg_advisory_xact_lock_shared(${LOCK_NAMESPACE}, ${LOCK_LOGIN_IDS})`;
-        const [{ id }] = await conn`INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (${NOW.toISOString()}, 'a', '10.0.0.1', false) RETURNING id`;
-        let read: number | undefined;
-        const reading = storedLoginIdsPg(env.store).then((v) => (read = v));
-        // Until the reader either waits for the batch's lock or has read without waiting.
-        const waiting = async () => ((await conn`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) as { n: number }[])[0]!.n > 0;
-        while (read === undefined && !(await waiting()));
-        expect(read).toBeUndefined();
+        const [{ id }] = await conn`INSERT INTO login_attempts (tijdstip, account, ip, gelukt) VALUES (${at(-170).toISOString()}, 'b', '198.51.100.9', false) RETURNING id`;
+        // Tried, not waited for: no lock_timeout (55P03), and no exclusive request in the queue before new batches.
+        expect(await storedLoginIdsPg(env.store)).toBeNull();
+        const r = await runBeveiligingslogAnalyse(env.deps, NOW);
+        expect(r.status).toBe(409);
+        expect(r.body.verdacht.map((v) => [v.waarde, v.aantal])).toEqual([["203.0.113.7", 20]]);
+        expect(r.body.laat).toEqual({ pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: true, uitgesteld: true });
+        expect(await watermark(env)).toBe(before);
+        expect(env.alarms.raised).toHaveLength(1);
+        expect(env.alarms.raised[0]!.message).toContain("ip 203.0.113.7 (20×)");
         await conn`COMMIT`;
-        expect(await reading).toBe(Number(id));
+        expect(await storedLoginIdsPg(env.store)).toBe(Number(id));
       } finally {
         conn.release();
       }
+      const next = await runBeveiligingslogAnalyse(env.deps, at(15));
+      expect(next.body.laat.pogingen).toBe(26);
+      expect(next.body.laat.verdacht.map((v) => [v.waarde, v.aantal])).toEqual([["198.51.100.9", 26]]);
+      expect(next.body.laat.uitgesteld).toBe(false);
     } finally {
       await env.cleanup();
     }

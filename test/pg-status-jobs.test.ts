@@ -411,6 +411,7 @@ describe("beveiligingslog-analyse on PostgreSQL", () => {
         ],
         aantalVerdacht: { ip: 1, account: 1 },
         meer: false,
+        uitgesteld: false,
       },
     });
     expect(p.pg.alarms.raised.map((a) => a.type)).toEqual(["login-bruteforce"]);

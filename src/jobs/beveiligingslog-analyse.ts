@@ -10,11 +10,14 @@
 // again later (docs/integration.md). A batch that arrives more than ~45 minutes late
 // lies before every future window. So each run also judges the failed attempts stored
 // since the previous run (ids above the watermark, service_meta
-// 'beveiligingslog-gezien') whose moment lies before its window: over the hours the
-// quarter-hourly runs would have judged them in, had they arrived in time.
+// 'beveiligingslog-gezien') whose moment lies before its window: over the whole hours the
+// quarter-hourly runs would have judged them in, had they arrived in time, together with
+// every other failed attempt stored in those hours (a burst that straddles this run's
+// window start, or that came in two deliveries, is counted whole).
 import { and, count, desc, eq, gt, gte, isNotNull, lt, lte, sql, type Column, type SQL } from "drizzle-orm";
 import { t, type Static } from "elysia";
 import { jobRuns, loginAttempts, serviceMeta } from "../../db/schema.ts";
+import type { Alarm } from "../alarms/alarm.ts";
 import { writeTransaction, type Db } from "../db.ts";
 import type { AnyStore, Deps } from "../deps.ts";
 import { lateFailuresPg, offenderQueryPg, seenStatePg, storedLoginIdsPg, writeSeenUpToPg } from "../pg/status.ts";
@@ -75,15 +78,24 @@ export const BeveiligingslogAnalyseBody = t.Object({
     {
       pogingen: integer({ minimum: 0, description: "Mislukte pogingen van vóór het venster die sinds de vorige analyse binnenkwamen en nu zijn beoordeeld." }),
       verdacht: t.Array(LaatVerdacht, {
-        description: "Wie in een van die uren de drempel bereikte, elk in het uur met de meeste pogingen; eerst de IP-adressen, dan de accounts, hoogstens 100 van elk.",
+        description:
+          "Wie in een van die uren de drempel bereikte met ten minste één te laat ontvangen poging, elk in het uur met de meeste pogingen; " +
+          "wie al in `verdacht` staat (het afgelopen uur) niet nogmaals. Eerst de IP-adressen, dan de accounts, hoogstens 100 van elk.",
       }),
-      aantalVerdacht: perSoort("Hoeveel IP-adressen en accounts in die uren de drempel bereikten."),
-      meer: t.Boolean({ description: `true: er wachten meer te laat ontvangen pogingen dan één run leest (${MAX_LATE_ROWS} pogingen, ${MAX_LATE_WINDOWS} uren); de volgende run gaat verder.` }),
+      aantalVerdacht: perSoort("Hoeveel IP-adressen en accounts in die uren de drempel bereikten (zonder wie al in `verdacht` staat)."),
+      meer: t.Boolean({
+        description: `true: er wachten meer te laat ontvangen pogingen dan één run leest (${MAX_LATE_ROWS} pogingen, ${MAX_LATE_WINDOWS} uren), of ze zijn uitgesteld; de volgende run gaat verder.`,
+      }),
+      uitgesteld: t.Boolean({
+        description:
+          "true: de te laat ontvangen pogingen zijn deze run niet beoordeeld, omdat er op dat moment een partij inlogpogingen werd opgeslagen (PostgreSQL); " +
+          "de volgende run beoordeelt ze. Het afgelopen uur is wel beoordeeld.",
+      }),
     },
     {
       description:
         "Te laat ontvangen pogingen (bv. uit de outbox van de applicatie na een storing): hun tijdstip ligt vóór het venster, maar geen eerdere analyse zag ze. " +
-        "Ze worden beoordeeld in de uren van de runs die ze hadden moeten zien, met dezelfde drempels.",
+        "Ze worden beoordeeld in de uren van de runs die ze hadden moeten zien, samen met de andere mislukte pogingen in die uren, met dezelfde drempels.",
     },
   ),
 });
@@ -106,12 +118,24 @@ export const offenderRule = {
   window(now: Date): { van: string; tot: string } {
     return { van: new Date(now.getTime() - WINDOW_MS).toISOString(), tot: now.toISOString() };
   },
-  /** `failed`: the store's term for a failed attempt, the one its partial index is defined by. */
-  inWindow: (c: LoginAttemptColumns, failed: SQL, van: string, tot: string) => and(failed, gte(c.tijdstip, van), lte(c.tijdstip, tot)),
-  /** Only the attempts stored in (after, upTo]: a late delivery is judged on its own. */
+  /**
+   * The rows counted: failed (`failed`, the store's term, the one its partial index is
+   * defined by) in [van, tot]. In a missed window (`ids`), every one stored up to
+   * ids.upTo, the ones judged before too: the run that missed them would have counted
+   * them together, and a burst delivered in two parts, or straddling this run's window
+   * start, only reaches the threshold whole. Not above upTo: those are the next run's.
+   */
+  where: (c: LoginAttemptColumns, failed: SQL, van: string, tot: string, ids?: StoredIds) =>
+    and(failed, gte(c.tijdstip, van), lte(c.tijdstip, tot), ids && lte(c.id, ids.upTo)),
+  /**
+   * count >= threshold: the 20th failure with a threshold of 20 is the alarm. In a missed
+   * window, only with at least one attempt stored after the watermark: what an earlier
+   * run judged whole is not alarmed again, but an hour that gains late attempts is
+   * judged again, and alarmed again if it reaches the threshold (new information).
+   */
+  having: (c: LoginAttemptColumns, threshold: number, ids?: StoredIds) => and(gte(count(), threshold), ids && sql`max(${c.id}) > ${ids.after}`),
+  /** Only the attempts stored in (after, upTo]: the late ones this run reads. */
   stored: (c: LoginAttemptColumns, ids: StoredIds) => and(gt(c.id, ids.after), lte(c.id, ids.upTo)),
-  /** count >= threshold: the 20th failure with a threshold of 20 is the alarm. */
-  reaches: (threshold: number) => gte(count(), threshold),
 };
 
 /** A range of login_attempts ids, (after, upTo]. */
@@ -149,9 +173,9 @@ export function offenderQuery(db: Db, column: "ip" | "account", van: string, tot
       laatste: sql`max(${a.tijdstip})`.mapWith(a.tijdstip),
     })
     .from(a)
-    .where(and(offenderRule.inWindow(a, sql`${a.gelukt} = 0`, van, tot), ids && offenderRule.stored(a, ids)))
+    .where(offenderRule.where(a, sql`${a.gelukt} = 0`, van, tot, ids))
     .groupBy(waarde)
-    .having(offenderRule.reaches(threshold))
+    .having(offenderRule.having(a, threshold, ids))
     // BINARY, SQLite's default collation: byte order
     .orderBy(desc(aantal), waarde);
 }
@@ -249,19 +273,33 @@ function strongest(found: LaatVerdacht[]): LaatVerdacht[] {
   return [...best.values()].sort((a, b) => b.aantal - a.aantal || (a.eerste < b.eerste ? -1 : a.eerste > b.eerste ? 1 : 0));
 }
 
-type LateResult = BeveiligingslogAnalyseBody["laat"] & { upTo: number };
+/** The late part of the body, and the id the watermark moves to (none: it stays). */
+type LateResult = BeveiligingslogAnalyseBody["laat"] & { upTo?: number };
+
+/**
+ * A run that could not tell which ids are committed (PostgreSQL: a batch of login attempts
+ * was being stored, see storedLoginIdsPg): nothing late judged, the watermark kept, so
+ * the next run judges them.
+ */
+const POSTPONED: Omit<LateResult, "upTo"> = { pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: true, uitgesteld: true };
+
+/** The offenders of the last hour, per kind: the late part does not list them again. */
+type Reported = Record<"ip" | "account", ReadonlySet<string>>;
 
 /**
  * The late attempts: failed, stored after the watermark, dated before this run's window
- * `van`. Each window of a run that missed them is judged by offenders, the same rule as
- * the last hour's, over the late attempts only (the others in that hour were judged when
- * they arrived).
+ * `van`. Each whole window [t − 1 h, t] of a run that missed them is judged by offenders,
+ * the same rule as the last hour's, over every failed attempt stored in it so far; an
+ * offender counts there only with at least one attempt stored after the watermark
+ * (offenderRule.having). Called after the last hour's query: whatever was stored before
+ * that is at or below the ids read here, so none of it is taken for new next run.
  */
-async function judgeLate(store: AnyStore, now: Date, van: string, drempels: { ip: number; account: number }): Promise<LateResult> {
+async function judgeLate(store: AnyStore, now: Date, van: string, drempels: { ip: number; account: number }, reported: Reported): Promise<LateResult> {
   let stored: StoredIds;
   let rows: { id: number; tijdstip: string }[];
   if (store.kind === "pg") {
     const upTo = await storedLoginIdsPg(store);
+    if (upTo === null) return { ...POSTPONED };
     stored = { after: seenAfter(await seenStatePg(store.db), upTo), upTo };
     rows = await lateFailuresPg(store.db, stored, van, MAX_LATE_ROWS);
   } else {
@@ -271,15 +309,13 @@ async function judgeLate(store: AnyStore, now: Date, van: string, drempels: { ip
   }
   const late = lateWindows(rows, stored, rows.length === MAX_LATE_ROWS);
   const judged: StoredIds = { after: stored.after, upTo: late.upTo };
-  // Only moments before the window: the attempts in it are the window's (text order is
-  // moment order for the stored form, toISOString's, in milliseconds).
-  const lastBefore = new Date(Date.parse(van) - 1).toISOString();
   const found = { ip: [] as LaatVerdacht[], account: [] as LaatVerdacht[] };
   for (const t of late.ends) {
     const venster = { van: new Date(t - WINDOW_MS).toISOString(), tot: new Date(t).toISOString() };
-    const tot = venster.tot < lastBefore ? venster.tot : lastBefore;
     for (const soort of ["ip", "account"] as const) {
-      for (const r of await offenders(store, soort, venster.van, tot, drempels[soort], judged)) {
+      for (const r of await offenders(store, soort, venster.van, venster.tot, drempels[soort], judged)) {
+        // Already an offender of the last hour: reported there, once in this run's alarm.
+        if (reported[soort].has(r.waarde)) continue;
         found[soort].push({ soort, ...r, venster, teLaat: Math.max(0, Math.floor((now.getTime() - Date.parse(r.laatste)) / 60_000)) });
       }
     }
@@ -291,12 +327,14 @@ async function judgeLate(store: AnyStore, now: Date, van: string, drempels: { ip
     verdacht: [...ips.slice(0, MAX_LISTED), ...accounts.slice(0, MAX_LISTED)],
     aantalVerdacht: { ip: ips.length, account: accounts.length },
     meer: late.meer,
+    uitgesteld: false,
     upTo: late.upTo,
   };
 }
 
 /** Moves the watermark to `upTo`, after the run's alarm: a run that dies before it leaves those attempts to the next run. */
-async function writeSeen(store: AnyStore, upTo: number): Promise<void> {
+async function writeSeen(store: AnyStore, upTo: number | undefined): Promise<void> {
+  if (upTo === undefined) return;
   if (store.kind === "pg") return writeSeenUpToPg(store.db, upTo);
   const s = store;
   await writeTransaction(s.sqlite, () => writeSeenSqlite(s.db, upTo));
@@ -310,6 +348,39 @@ const topOf = (vs: readonly Verdacht[]) =>
     .map((v) => `${v.soort} ${v.waarde} (${v.aantal}×)`)
     .join(", ");
 
+/**
+ * The run's one login-bruteforce alarm (every raise is mailed: one per run). `laat`
+ * undefined: the late part failed, and the last hour's offenders are alarmed without it.
+ */
+function bruteforceAlarm(body: Omit<BeveiligingslogAnalyseBody, "laat" | "ok"> & { laat?: BeveiligingslogAnalyseBody["laat"] }): Alarm {
+  const { verdacht, aantalVerdacht, laat } = body;
+  const parts: string[] = [];
+  if (verdacht.length > 0) {
+    parts.push(`${aantalVerdacht.ip} IP-adres(sen) en ${aantalVerdacht.account} account(s) boven de drempel van mislukte inlogpogingen in het afgelopen uur (${topOf(verdacht)})`);
+  }
+  if (laat === undefined) {
+    parts.push("de te laat ontvangen pogingen konden niet worden beoordeeld (zie de run)");
+  } else if (laat.verdacht.length > 0) {
+    const teLaat = Math.max(...laat.verdacht.map((v) => v.teLaat));
+    const eerste = laat.verdacht.reduce((m, v) => (v.eerste < m ? v.eerste : m), laat.verdacht[0]!.eerste);
+    parts.push(
+      `${laat.aantalVerdacht.ip} IP-adres(sen) en ${laat.aantalVerdacht.account} account(s) boven de drempel in pogingen die te laat binnenkwamen ` +
+        `(vanaf ${eerste}, tot ${teLaat} minuten na de poging; de aanval was toen, niet nu: ${topOf(laat.verdacht)})`,
+    );
+  }
+  return {
+    type: "login-bruteforce",
+    message: `Mogelijke brute-force-aanval: ${parts.join("; ")}.`,
+    context: {
+      venster: body.venster,
+      drempels: body.drempels,
+      aantalVerdacht,
+      verdacht: verdacht.slice(0, 20),
+      laat: laat && { ...laat, verdacht: laat.verdacht.slice(0, 20) },
+    },
+  };
+}
+
 export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<JobResult<BeveiligingslogAnalyseBody>> {
   const { van, tot } = offenderRule.window(now);
   const drempels = { ip: deps.config.inlogDrempelIp, account: deps.config.inlogDrempelAccount };
@@ -318,30 +389,23 @@ export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<
   const accounts = (await offenders(deps.store, "account", van, tot, drempels.account)).map((r) => ({ soort: "account" as const, ...r }));
   const aantalVerdacht = { ip: ips.length, account: accounts.length };
   const verdacht: Verdacht[] = [...ips.slice(0, MAX_LISTED), ...accounts.slice(0, MAX_LISTED)];
-  const { upTo, ...laat } = await judgeLate(deps.store, now, van, drempels);
-  const body: BeveiligingslogAnalyseBody = { ok: verdacht.length === 0 && laat.verdacht.length === 0, venster: { van, tot }, drempels, verdacht, aantalVerdacht, laat };
+  const lastHour = { venster: { van, tot }, drempels, verdacht, aantalVerdacht };
+  const reported: Reported = { ip: new Set(ips.map((v) => v.waarde)), account: new Set(accounts.map((v) => v.waarde)) };
+  let late: LateResult;
+  try {
+    late = await judgeLate(deps.store, now, van, drempels, reported);
+  } catch (err) {
+    // Nothing in the late part swallows the last hour's alarm: raised, then the run fails.
+    if (verdacht.length > 0) await deps.alarms.raise(bruteforceAlarm(lastHour));
+    throw err;
+  }
+  const { upTo, ...laat } = late;
+  const body: BeveiligingslogAnalyseBody = { ok: verdacht.length === 0 && laat.verdacht.length === 0, ...lastHour, laat };
   if (body.ok) {
     await writeSeen(deps.store, upTo);
     return { status: 200, body };
   }
-
-  const parts: string[] = [];
-  if (verdacht.length > 0) {
-    parts.push(`${aantalVerdacht.ip} IP-adres(sen) en ${aantalVerdacht.account} account(s) boven de drempel van mislukte inlogpogingen in het afgelopen uur (${topOf(verdacht)})`);
-  }
-  if (laat.verdacht.length > 0) {
-    const teLaat = Math.max(...laat.verdacht.map((v) => v.teLaat));
-    const eerste = laat.verdacht.reduce((m, v) => (v.eerste < m ? v.eerste : m), laat.verdacht[0]!.eerste);
-    parts.push(
-      `${laat.aantalVerdacht.ip} IP-adres(sen) en ${laat.aantalVerdacht.account} account(s) boven de drempel in pogingen die te laat binnenkwamen ` +
-        `(vanaf ${eerste}, tot ${teLaat} minuten na de poging; de aanval was toen, niet nu: ${topOf(laat.verdacht)})`,
-    );
-  }
-  await deps.alarms.raise({
-    type: "login-bruteforce",
-    message: `Mogelijke brute-force-aanval: ${parts.join("; ")}.`,
-    context: { venster: body.venster, drempels, aantalVerdacht, verdacht: verdacht.slice(0, 20), laat: { ...laat, verdacht: laat.verdacht.slice(0, 20) } },
-  });
+  await deps.alarms.raise(bruteforceAlarm(body));
   await writeSeen(deps.store, upTo);
   return { status: 409, body };
 }

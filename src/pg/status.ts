@@ -101,21 +101,26 @@ export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string,
       laatste: sql<string>`max(${a.tijdstip})`,
     })
     .from(a)
-    .where(and(offenderRule.inWindow(a, sql`${a.gelukt} = false`, van, tot), ids && offenderRule.stored(a, ids)))
+    .where(offenderRule.where(a, sql`${a.gelukt} = false`, van, tot, ids))
     .groupBy(waarde)
-    .having(offenderRule.reaches(threshold))
+    .having(offenderRule.having(a, threshold, ids))
     .orderBy(desc(aantal), sql`${waarde} COLLATE "C"`);
 }
 
 
 /**
- * The highest login_attempts id, read under LOCK_LOGIN_IDS taken exclusively: it waits
- * for the batches that hold ids (their shared lock, until their commit), so every id up
- * to it is committed or never will be; later batches take higher ids.
+ * The highest login_attempts id, read under LOCK_LOGIN_IDS taken exclusively: only when
+ * no batch holds ids it has not committed (their shared lock, until their commit), so
+ * every id up to it is committed or never will be; later batches take higher ids.
+ * null when a batch holds it now: tried, never waited for. A waiting exclusive request
+ * would queue every new batch's shared one behind it (POST /api/inlogpogingen held up
+ * by one slow batch), and fail the run after lock_timeout; the caller leaves the late
+ * attempts to the next run instead.
  */
-export async function storedLoginIdsPg(store: PgStore): Promise<number> {
+export async function storedLoginIdsPg(store: PgStore): Promise<number | null> {
   return store.sql.begin(async (tx) => {
-    await tx`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_LOGIN_IDS})`;
+    const [lock] = (await tx`SELECT pg_try_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_LOGIN_IDS}) AS taken`) as { taken: boolean }[];
+    if (!lock!.taken) return null;
     const [row] = (await tx`SELECT coalesce(max(id), 0)::bigint AS id FROM login_attempts`) as { id: string | number }[];
     return Number(row!.id);
   });

@@ -49,7 +49,8 @@ export const LOCK_TENANT_IDS = 2;
 /**
  * Shared by every batch of login attempts (storeLoginAttemptsPg) from before it takes its
  * ids until it commits; taken exclusively by beveiligingslog-analyse to read the highest
- * id (storedLoginIdsPg). A sequence hands out ids in order but transactions commit in any
+ * id (storedLoginIdsPg), only tried (pg_try_advisory_xact_lock): a waiting exclusive
+ * request would hold up every new batch behind it. A sequence hands out ids in order but transactions commit in any
  * order: without it, a batch that took lower ids and committed after the read would lie
  * below the watermark, never judged.
  */
