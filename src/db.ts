@@ -174,7 +174,8 @@ export function installedAt(db: Db, seal: RowSeal): Date | null {
  * rows), the rows already recorded are sealed with it (sealLegacyRows), so they count as
  * the runs and reports they are; but never again once `pastMarker` exists
  * (pastRowsToSeal). When `keyMarker` (sealKeyMarker) names another key than `seal`'s, the
- * rows sealed with that key are re-sealed with this one, once (keyChange).
+ * rows sealed with that key are re-sealed with this one, once (keyChange); when it names a
+ * key `seal` does not trust, the open is refused (UntrustedSealKey), the marker unchanged.
  */
 export function openStore(
   path: string,
@@ -219,7 +220,14 @@ export function openStore(
     db.insert(serviceMeta).values({ key: INSTALLED, value, zegel: seal.sealInstalled(value) }).onConflictDoNothing().run();
   }
   if (seal) markPastSealed(pastMarker, now);
-  const change = seal ? keyChange(keyMarker, seal) : null;
+  let change: ReturnType<typeof keyChange> = null;
+  try {
+    change = seal ? keyChange(keyMarker, seal) : null;
+  } catch (e) {
+    // A refused start (UntrustedSealKey) leaves no open handle behind.
+    sqlite.close();
+    throw e;
+  }
   if (seal && change) {
     if (change.former) log("info", "rows sealed with the previous key re-sealed with AUDIT_ANKER_SLEUTEL", { ...resealRows(db, seal, change.former), marker: keyMarker });
     markSealKey(keyMarker!, seal);

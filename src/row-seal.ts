@@ -477,6 +477,24 @@ export function markPastSealed(marker: string | undefined, now: Date): void {
 }
 
 /**
+ * A start refused because the key the rows were sealed with (sealKeyMarker) is not one
+ * this start trusts, or the marker names no key: the entry point prints its message in one
+ * line and exits 2 (src/start-failure.ts). The marker is left as it is.
+ */
+export class UntrustedSealKey extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UntrustedSealKey";
+  }
+}
+
+/** What the operator can do about a marker naming a key this start does not trust (UntrustedSealKey). */
+const sealKeyRemedy =
+  "start met de AUDIT_ANKER_SLEUTEL van die sleutel (een tweede instantie of een teruggezet env-bestand met een oude sleutel?), " +
+  "of zet die publieke sleutel in AUDIT_VERTROUWDE_SLEUTELS (dan verzegelt deze start de rijen die ermee verzegeld zijn opnieuw met AUDIT_ANKER_SLEUTEL), " +
+  "of schrijf na een restore de publieke sleutel die AUDIT_ANKER_SLEUTEL had toen de backup werd gemaakt in het bestand (docs/operations.md, sleutel wisselen)";
+
+/**
  * What this start does about the key the rows were sealed with (sealKeyMarker `marker`):
  * null, nothing (the marker names this seal's key, or there is no marker: tools and
  * tests); otherwise re-seal the rows whose seals open under `former` (resealUpdates; null:
@@ -485,26 +503,39 @@ export function markPastSealed(marker: string | undefined, now: Date): void {
  * of this version, or of an installation) under every other trusted key. Only the key the
  * marker names: rows sealed with a key rotated out before it (one that may have leaked)
  * after that rotation's start stay as they are, not counting.
+ * A marker naming a key this start does not trust, or no key, refuses the start
+ * (UntrustedSealKey) before anything is re-sealed or marked: a start with the key before
+ * (a second instance sharing the anchor folder whose environment was not switched, an
+ * environment file put back) would otherwise name that key in the marker, and the next
+ * start with the current key would re-seal, as genuine, every row sealed with it since
+ * the rotation: a thief's forgeries among them.
  */
 export function keyChange(marker: string | undefined, seal: RowSeal): { former: RowSeal | null } | null {
   if (marker === undefined) return null;
-  let named: string | null = null;
+  let text: string | null = null;
   try {
-    named = readFileSync(marker, "utf8").trim();
+    text = readFileSync(marker, "utf8").trim();
   } catch (e) {
     if ((e as { code?: unknown }).code !== "ENOENT") throw e;
   }
   const current = seal.keys.signer.verifierKey;
-  if (named === current) return null;
   const others = seal.keys.verifiers.filter((v) => v.verifierKey !== current);
-  const former = named === null ? others : others.filter((v) => v.verifierKey === named);
-  if (named !== null && former.length === 0) {
-    log("error", "the key this installation's rows were sealed with is not among AUDIT_VERTROUWDE_SLEUTELS: its rows are not re-sealed with AUDIT_ANKER_SLEUTEL and count as forged (docs/operations.md, rotating the key)", {
-      marker,
-      sleutel: named,
-    });
+  if (text === null) return { former: others.length > 0 ? rowSeal(seal.keys, others) : null };
+  let named: string;
+  try {
+    // Compared as parsed (canonical): a key written into the marker by hand, its key ID in upper case, is the same key.
+    named = parseVerifierKey(text).verifierKey;
+  } catch {
+    throw new UntrustedSealKey(`${marker} hoort de publieke sleutel te noemen waarmee de rijen van deze installatie zijn verzegeld, maar is leeg of bevat geen geldige publieke sleutel: schrijf daarin die sleutel (de verificatieSleutel van de laatste start, of na een restore die van AUDIT_ANKER_SLEUTEL toen de backup werd gemaakt; docs/operations.md, sleutel wisselen)`);
   }
-  return { former: former.length > 0 ? rowSeal(seal.keys, former) : null };
+  if (named === current) return null;
+  const former = others.filter((v) => v.verifierKey === named);
+  if (former.length === 0) {
+    throw new UntrustedSealKey(
+      `${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${named}, en die sleutel is niet die van AUDIT_ANKER_SLEUTEL en staat niet in AUDIT_VERTROUWDE_SLEUTELS: ${sealKeyRemedy}`,
+    );
+  }
+  return { former: rowSeal(seal.keys, former) };
 }
 
 /** Names `seal`'s key in `marker` (sealKeyMarker), after the rows sealed with the one before were re-sealed (keyChange). */

@@ -1,11 +1,12 @@
 // Why the service could not start, in one line for the operator (the entry point prints
 // it and exits 2): the address it cannot listen on, a path it may not write, a database
-// of a newer version, a move's copy that was never proved. Without this such a start
-// ended in a stack trace (and, under systemd, in a restart every 2 s with nothing but
-// that trace in the journal).
+// of a newer version, a move's copy that was never proved, a marker `zegelsleutel` naming
+// a key the start does not trust. Without this such a start ended in a stack trace (and,
+// under systemd, in a restart every 2 s with nothing but that trace in the journal).
 import { dirname, resolve, sep } from "node:path";
 import type { Config } from "./config.ts";
 import { SchemaTooNew, UnprovedCopy } from "./db.ts";
+import { UntrustedSealKey } from "./row-seal.ts";
 
 /** A start that failed for a reason the operator can mend; the message says which. */
 export class StartError extends Error {}
@@ -37,7 +38,7 @@ const within = (path: string, dir: string) => resolve(path) === resolve(dir) || 
  * mend from here (then it is thrown on, with its stack).
  */
 export function startFailureMessage(e: unknown, config: Config): string | null {
-  if (e instanceof StartError || e instanceof SchemaTooNew || e instanceof UnprovedCopy) return e.message;
+  if (e instanceof StartError || e instanceof SchemaTooNew || e instanceof UnprovedCopy || e instanceof UntrustedSealKey) return e.message;
   const err = e as { code?: unknown; path?: unknown; message?: unknown };
   const message = typeof err?.message === "string" ? err.message : String(e);
   const code = typeof err?.code === "string" ? err.code : "";

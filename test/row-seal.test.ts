@@ -4,7 +4,7 @@
 // call the backups fine. On both stores (NACHTWACHT_TEST_DB=pg).
 import { afterEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { drizzle } from "drizzle-orm/bun-sqlite";
 import { installedAt, migrate, openStore } from "../src/db.ts";
@@ -13,10 +13,11 @@ import { writeRunEnd } from "../src/job-runs.ts";
 import { scheduledJobRunsPg, verificationCountsPg, verificationSincePg } from "../src/pg/daily.ts";
 import { scheduledJobRuns, verificationCounts, verificationSinceIn } from "../src/reports/daily.ts";
 import { weekStatsOf } from "../src/reports/weekly.ts";
-import { pastSealedMarker, rowSeal, rowSealOf, sealKeyMarker, sealLegacyRows, verificationWitnessFile, type BackupColumns } from "../src/row-seal.ts";
+import { pastSealedMarker, rowSeal, rowSealOf, sealKeyMarker, sealLegacyRows, UntrustedSealKey, verificationWitnessFile, type BackupColumns } from "../src/row-seal.ts";
+import { startFailureMessage } from "../src/start-failure.ts";
 import { auditKeys } from "../src/audit/keys.ts";
 import { generateKeyPair } from "../src/audit/note.ts";
-import { insertBackupRow, call, eindzegel, NOW, tempDir, TEST_SEAL, TEST_VERIFIER_KEY, zegel } from "./helpers.ts";
+import { insertBackupRow, call, eindzegel, NOW, tempDir, TEST_SEAL, TEST_SIGNING_KEY, TEST_VERIFIER_KEY, zegel } from "./helpers.ts";
 import { addTenant, fillChain, makeEnv, restartService, type Env } from "./dialect.ts";
 import type { Config } from "../src/config.ts";
 
@@ -695,6 +696,84 @@ describe("a key change (AUDIT_ANKER_SLEUTEL rotated, the old key kept in AUDIT_V
     const real = await env.db.get<{ zegel: string }>("SELECT zegel FROM job_runs WHERE job = 'audit-verificatie' AND gestart = '2026-07-24T01:00:05.000Z'");
     expect(real!.zegel).toStartWith("\u2014 nachtwacht.test/derde ");
   });
+
+  test("a trusted old key written with an upper-case key ID is the same key: the rotation re-seals the history as with its canonical spelling", async () => {
+    env = await makeEnv();
+    await restartService(env, env.config, NOW);
+    await forgeRun("2026-07-23T01:00:05.000Z");
+    const [name, id, ...rest] = TEST_VERIFIER_KEY.split("+");
+    const upper = [name, id!.toUpperCase(), ...rest].join("+");
+    expect(upper).not.toBe(TEST_VERIFIER_KEY);
+    const nieuw = generateKeyPair("nachtwacht.test/nieuw");
+    await restartService(env, rotated(nieuw.signerKey, [upper]), NOW);
+    expect(readFileSync(sealKeyMarker(env.config), "utf8")).toBe(`${nieuw.verifierKey}\n`);
+    const row = await env.db.get<{ zegel: string; eindzegel: string }>("SELECT zegel, eindzegel FROM job_runs WHERE gestart = '2026-07-23T01:00:05.000Z'");
+    expect(row!.zegel).toStartWith("\u2014 nachtwacht.test/nieuw ");
+    expect(row!.eindzegel).toStartWith("\u2014 nachtwacht.test/nieuw ");
+  });
+
+  test("a start with the key before (a second instance not switched, an environment file put back) is refused: the marker keeps naming the new key, and the next start with it does not re-seal the old key's forgery", async () => {
+    env = await makeEnv();
+    await restartService(env, env.config, NOW);
+    const old = env.config;
+    const nieuw = generateKeyPair("nachtwacht.test/nieuw");
+    const current = rotated(nieuw.signerKey, [TEST_VERIFIER_KEY]);
+    await restartService(env, current, NOW);
+    const marker = sealKeyMarker(env.config);
+    expect(readFileSync(marker, "utf8")).toBe(`${nieuw.verifierKey}\n`);
+    // The thief of the old key forges tonight's run after the rotation.
+    await forgeRun("2026-07-24T01:00:01.000Z");
+
+    const refused = await restartService(env, old, at("2026-07-24T01:00:02.000Z")).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(refused).toBeInstanceOf(UntrustedSealKey);
+    const message = startFailureMessage(refused, old);
+    expect(message).toBe((refused as Error).message);
+    expect(message).toStartWith(`${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${nieuw.verifierKey}, en die sleutel is niet die van AUDIT_ANKER_SLEUTEL en staat niet in AUDIT_VERTROUWDE_SLEUTELS: start met de AUDIT_ANKER_SLEUTEL van die sleutel`);
+    expect(message).toContain("AUDIT_VERTROUWDE_SLEUTELS");
+    expect(message).not.toContain("\n");
+    expect(readFileSync(marker, "utf8")).toBe(`${nieuw.verifierKey}\n`);
+
+    await restartService(env, current, at("2026-07-24T01:00:03.000Z"));
+    const forged = await env.db.get<{ zegel: string }>("SELECT zegel FROM job_runs WHERE gestart = '2026-07-24T01:00:01.000Z'");
+    expect(forged!.zegel).toStartWith("\u2014 nachtwacht.test/sleutel ");
+    expect(rowSealOf(current).startSealed({ job: "audit-verificatie", gestart: "2026-07-24T01:00:01.000Z", zegel: forged!.zegel })).toBe(false);
+  });
+
+  test("the start with the key before that trusts the new one (an operator's choice) re-seals the new key's rows with its own, and names its key", async () => {
+    env = await makeEnv();
+    await restartService(env, env.config, NOW);
+    const nieuw = generateKeyPair("nachtwacht.test/nieuw");
+    await restartService(env, rotated(nieuw.signerKey, [TEST_VERIFIER_KEY]), NOW);
+    await restartService(env, rotated(TEST_SIGNING_KEY, [nieuw.verifierKey]), NOW);
+    expect(readFileSync(sealKeyMarker(env.config), "utf8")).toBe(`${TEST_VERIFIER_KEY}\n`);
+    const row = await env.db.get<{ zegel: string }>("SELECT zegel FROM service_meta WHERE key = 'geinstalleerd'");
+    expect(row!.zegel).toStartWith("\u2014 nachtwacht.test/sleutel ");
+  });
+
+  for (const [what, text] of [
+    ["empty", ""],
+    ["no key", "niet-een-sleutel\n"],
+  ] as const) {
+    test(`a marker holding ${what} refuses the start and is left as it is`, async () => {
+      env = await makeEnv();
+      await restartService(env, env.config, NOW);
+      const marker = sealKeyMarker(env.config);
+      writeFileSync(marker, text);
+      const refused = await restartService(env, env.config, NOW).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(refused).toBeInstanceOf(UntrustedSealKey);
+      expect((refused as Error).message).toStartWith(`${marker} hoort de publieke sleutel te noemen waarmee de rijen van deze installatie zijn verzegeld, maar is leeg of bevat geen geldige publieke sleutel`);
+      expect(readFileSync(marker, "utf8")).toBe(text);
+      // Written back by hand, the start goes on.
+      writeFileSync(marker, `${TEST_VERIFIER_KEY}\n`);
+      await restartService(env, env.config, NOW);
+    });
+  }
 });
 
 describe("a sealed text is the text the store keeps", () => {

@@ -4,13 +4,14 @@
 // serves a fresh database of the run's cluster (DATABASE_URL), which it migrates at start.
 // And a start that cannot succeed: one line naming the setting and what to do, exit 2.
 import { afterEach, describe, expect, test } from "bun:test";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BUN, freePort, ROOT } from "./binary.ts";
 import { startService, testDatabase } from "./fixtures/hardening.ts";
 import { DIALECT, sqliteOnly, testCluster } from "./dialect.ts";
 import { NOW, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { generateKeyPair } from "../src/audit/note.ts";
 
 const DB_PASSWORD = "db-wachtwoord-7c41e0";
 const cleanups: (() => unknown)[] = [];
@@ -104,6 +105,18 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     expect(r.err).toStartWith(`nachtwacht: cannot start: AUDIT_ANKER_BESTAND: cannot write ${join(ro, "zegels-sinds")} (EROFS). `);
     expect(r.err).toContain(`ReadWritePaths=${ro}`);
     expect(r.err.trim().split("\n")).toHaveLength(1);
+  });
+
+  test("a row seal key marker naming a key the start does not trust (a start with the key before a rotation): one line naming the file and what to do; the marker unchanged", async () => {
+    const db = testDatabase(cleanups, NOW, () => {});
+    const marker = join(db.dir, "zegelsleutel");
+    const nieuw = generateKeyPair("nachtwacht.test/nieuw");
+    writeFileSync(marker, `${nieuw.verifierKey}\n`);
+    const r = await failedStart({ ...(await database(db.env)), PORT: String(freePort()) });
+    expect(r.code).toBe(2);
+    expect(r.err).toStartWith(`nachtwacht: cannot start: ${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${nieuw.verifierKey}, `);
+    expect(r.err.trim().split("\n")).toHaveLength(1);
+    expect(readFileSync(marker, "utf8")).toBe(`${nieuw.verifierKey}\n`);
   });
 
   sqliteOnly("a database in a folder the service may not write: DATABASE_PATH, and ReadWritePaths", async () => {

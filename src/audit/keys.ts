@@ -6,8 +6,9 @@ import type { Keys } from "./records.ts";
 
 export function auditKeys(config: Pick<Config, "auditAnkerSleutel" | "auditVertrouwdeSleutels">): Keys {
   const signer = parseSignerKey(config.auditAnkerSleutel);
-  const vkeys = [signer.verifierKey, ...config.auditVertrouwdeSleutels.filter((k) => k !== signer.verifierKey)];
-  return { signer, verifiers: vkeys.map(parseVerifierKey) };
+  // Compared as parsed (canonical, parseVerifierKey): the signer's own key written with an upper-case key ID is the same key, once.
+  const trusted = config.auditVertrouwdeSleutels.map(parseVerifierKey).filter((v) => v.verifierKey !== signer.verifierKey);
+  return { signer, verifiers: [parseVerifierKey(signer.verifierKey), ...trusted] };
 }
 
 /** AUDIT_VERTROUWDE_SLEUTELS as a list: public keys separated by commas or white space. */

@@ -110,7 +110,12 @@ export function parseSignerKey(skey: string): Signer {
   return { name, keyId: id, verifierKey: verifierKeyString(name, pub), sign: (text) => new Uint8Array(sign(null, Buffer.from(text, "utf8"), priv)) };
 }
 
-/** Parses a verifier key (<name>+<id>+<key>). */
+/**
+ * Parses a verifier key (<name>+<id>+<key>). Its `verifierKey` is the canonical spelling
+ * (verifierKeyString: a lower-case key ID), however it was written: the key ID is accepted
+ * in either case, as Go does, and keys are compared by that string (the marker of the
+ * row seals' key, keyChange in src/row-seal.ts; a note's verifiedBy).
+ */
 export function parseVerifierKey(vkey: string): Verifier {
   const parts = chop(vkey, 3);
   if (parts.length !== 3) throw new NoteKeyError("is not a verifier key of the form <naam>+<id>+<sleutel>");
@@ -125,7 +130,7 @@ export function parseVerifierKey(vkey: string): Verifier {
   const id = keyId(name, pubBytes);
   if (id !== givenId) throw new NoteKeyError("has a key ID that does not match its key");
   const pub = createPublicKey({ key: Buffer.concat([SPKI_ED25519, pubBytes]), format: "der", type: "spki" });
-  return { name, keyId: id, verifierKey: vkey, verify: (text, sig) => sig.length === 64 && verify(null, Buffer.from(text, "utf8"), pub, sig) };
+  return { name, keyId: id, verifierKey: verifierKeyString(name, pubBytes), verify: (text, sig) => sig.length === 64 && verify(null, Buffer.from(text, "utf8"), pub, sig) };
 }
 
 /** A new key pair in note format. */
