@@ -7,15 +7,18 @@
 // sequences came back too), audit-anker signs on, and the offline verifier agrees. A
 // restore older than what was anchored since is named for what it lost.
 import { afterEach, expect, setDefaultTimeout, test } from "bun:test";
-import { mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { makeBackup, stampOf, type BackupDone } from "../src/cli/backup.ts";
 import { makeBackupPg } from "../src/pg/backup.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { call, DAY_MS, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { call, DAY_MS, eindzegel, NOW, TEST_VERIFIER_KEY, zegel } from "./helpers.ts";
+import { generateKeyPair } from "../src/audit/note.ts";
+import { sealKeyMarker } from "../src/row-seal.ts";
+import type { Config } from "../src/config.ts";
 import { APP_SECRET, auditEntry } from "./ingest-fixtures.ts";
-import { addTenant, fillChain, makeEnv, restoreBackup, type Env } from "./dialect.ts";
+import { addTenant, fillChain, makeEnv, restartService, restoreBackup, type Env } from "./dialect.ts";
 
 setDefaultTimeout(60_000);
 
@@ -98,18 +101,19 @@ test("a backup older than what audit-anker signed since: 409 database-teruggezet
 });
 
 /**
- * A backup folder with `days` earlier backups of each kind (database copy, anchor file),
- * one a day, the newest a day and a half before `real`; then a backup made at `now`.
+ * A backup folder with `days` earlier backups of each kind (database copy, anchor file,
+ * seal key marker), one a day, the newest a day and a half before `real`; then a backup made at `now`.
  */
 async function backupWithHistory(days: number, real: number, now: Date): Promise<{ done: BackupDone; left: string[] }> {
   env = await makeEnv({ APP_SECRET });
   dir = mkdtempSync(join(tmpdir(), "nachtwacht-backups-"));
+  await restartService(env, env.config, new Date(real)); // the marker zegelsleutel, as the service's start writes it
   fill(await addTenant(env.db, "Gemeente Delft"), 3, "eerst");
   expect((await job("audit-anker")).status).toBe(200);
   const ext = env.store.kind === "sqlite" ? "db.gz" : "pgdump";
   for (let i = 1; i <= days; i++) {
     const at = new Date(real - i * DAY_MS - DAY_MS / 2);
-    for (const f of [`nachtwacht-${stampOf(at)}.${ext}`, `audit-ankers-${stampOf(at)}.jsonl.gz`]) {
+    for (const f of [`nachtwacht-${stampOf(at)}.${ext}`, `audit-ankers-${stampOf(at)}.jsonl.gz`, `zegelsleutel-${stampOf(at)}.txt`]) {
       writeFileSync(join(dir, f), "x");
       utimesSync(join(dir, f), at, at);
     }
@@ -117,6 +121,7 @@ async function backupWithHistory(days: number, real: number, now: Date): Promise
   const o = { dir, anchors: env.config.auditAnkerBestand, keepDays: 30, now };
   const done = env.store.kind === "sqlite" ? await makeBackup({ ...o, db: env.config.databasePath }) : await makeBackupPg({ ...o, url: env.store.url });
   expect(done.anchorsCopied).toBe(true);
+  expect(done.sealKeyCopied).toBe(true);
   return { done, left: readdirSync(dir) };
 }
 
@@ -124,7 +129,7 @@ test("a backup with the host clock a year ahead prunes nothing: the newest 30 of
   const real = Date.now();
   const { done, left } = await backupWithHistory(30, real, new Date(real + 365 * DAY_MS));
   expect(done.pruned).toEqual([]);
-  expect(left.length).toBe(62);
+  expect(left.length).toBe(93);
   expect(left).toContain(done.name);
 });
 
@@ -132,8 +137,39 @@ test("with the clock right, backups older than 30 days are pruned as before", as
   const real = Date.now();
   const { done, left } = await backupWithHistory(40, real, new Date(real));
   // Kept per kind: the new one and the 30 newest earlier ones (1.5 to 30.5 days old); 31.5 to 40.5 days old go.
-  expect(done.pruned.length).toBe(20);
+  expect(done.pruned.length).toBe(30);
   expect(done.pruned).toContain(`audit-ankers-${stampOf(new Date(real - 31 * DAY_MS - DAY_MS / 2))}.jsonl.gz`);
-  expect(left.length).toBe(62);
+  expect(done.pruned).toContain(`zegelsleutel-${stampOf(new Date(real - 31 * DAY_MS - DAY_MS / 2))}.txt`);
+  expect(left.length).toBe(93);
   expect(left).toContain(done.name);
+});
+
+test("a backup made before a key change, restored after it: nachtwacht backup copies zegelsleutel beside it, and written back into the marker it re-seals the backup's history, not a forgery with the key rotated out before it", async () => {
+  env = await makeEnv({ APP_SECRET });
+  dir = mkdtempSync(join(tmpdir(), "nachtwacht-backups-"));
+  const keys = (signer: string, trusted: string[]): Config => ({ ...env.config, auditAnkerSleutel: signer, auditVertrouwdeSleutels: trusted });
+  const k1 = generateKeyPair("nachtwacht.test/k1");
+  const k2 = generateKeyPair("nachtwacht.test/k2");
+  await restartService(env, env.config, NOW); // K0, the test key
+  await restartService(env, keys(k1.signerKey, [TEST_VERIFIER_KEY]), NOW); // K0 → K1
+  // The thief of K0 forges a run after that rotation: it does not count, and never may.
+  const forged = { job: "audit-verificatie", gestart: "2026-07-23T01:00:01.000Z", beeindigd: "2026-07-23T01:00:02.000Z", uitkomst: "ok", httpStatus: 200 };
+  await env.db.run("INSERT INTO job_runs (job, gestart, beeindigd, uitkomst, http_status, zegel, eindzegel) VALUES (?, ?, ?, 'ok', 200, ?, ?)", forged.job, forged.gestart, forged.beeindigd, zegel(forged.job, forged.gestart), eindzegel(forged));
+  const o = { dir, anchors: env.config.auditAnkerBestand, keepDays: 30, now: NOW };
+  const done = env.store.kind === "sqlite" ? await makeBackup({ ...o, db: env.config.databasePath }) : await makeBackupPg({ ...o, url: env.store.url });
+  expect(done.sealKeyCopied).toBe(true);
+  const copy = join(dir, `zegelsleutel-${stampOf(NOW)}.txt`);
+  expect(readFileSync(copy, "utf8")).toBe(`${k1.verifierKey}\n`);
+
+  const current = keys(k2.signerKey, [TEST_VERIFIER_KEY, k1.verifierKey]);
+  await restartService(env, current, NOW); // K1 → K2
+  await restoreBackup(env, done.path);
+  // As docs/operations.md says: the backup's zegelsleutel written into the marker before the start.
+  copyFileSync(copy, sealKeyMarker(env.config));
+  await restartService(env, current, NOW);
+  expect(readFileSync(sealKeyMarker(env.config), "utf8")).toBe(`${k2.verifierKey}\n`);
+  const installed = await env.db.get<{ zegel: string }>("SELECT zegel FROM service_meta WHERE key = 'geinstalleerd'");
+  expect(installed!.zegel).toStartWith("\u2014 nachtwacht.test/k2 ");
+  const row = await env.db.get<{ zegel: string }>("SELECT zegel FROM job_runs WHERE gestart = ?", forged.gestart);
+  expect(row!.zegel).toStartWith("\u2014 nachtwacht.test/sleutel ");
 });

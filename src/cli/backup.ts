@@ -29,7 +29,8 @@ import { parseEnvFile } from "./config-check.ts";
 import { databaseUrl } from "./database-url.ts";
 import { parseOptions } from "./options.ts";
 import { StdoutFailed } from "./stdout.ts";
-import { renameDurably } from "../durable-file.ts";
+import { renameDurably, writeFileDurably } from "../durable-file.ts";
+import { sealKeyMarker } from "../row-seal.ts";
 import { driverError } from "../http/errors.ts";
 import { DAY_MS } from "../time.ts";
 
@@ -37,7 +38,7 @@ const USAGE =
   "gebruik: nachtwacht backup [--env BESTAND] [--db BESTAND | --database-url URL|-] [--map MAP] [--ankers BESTAND] [--bewaar-dagen N] [--geen-melding]\n" +
   "  Maakt een online kopie van de database (VACUUM INTO), controleert en comprimeert die in --map,\n" +
   "  of van PostgreSQL met pg_dump (--database-url of DATABASE_URL zonder --db; gecontroleerd met pg_restore --list),\n" +
-  "  kopieert het ankerbestand ernaast en meldt het resultaat aan backup-status.\n" +
+  "  kopieert het ankerbestand ernaast (en zegelsleutel, de sleutel waarmee de rijen zijn verzegeld) en meldt het resultaat aan backup-status.\n" +
   "  --env           omgevingsbestand met CRON_SECRET, PORT, HOST (standaard /etc/nachtwacht/nachtwacht.env)\n" +
   "  --db            standaard DATABASE_PATH uit --env, anders /var/lib/nachtwacht/nachtwacht.db\n" +
   "  --map           standaard /var/backups/nachtwacht\n" +
@@ -64,6 +65,8 @@ export interface BackupDone {
   path: string;
   size: number;
   anchorsCopied: boolean;
+  /** Whether the marker zegelsleutel beside the anchor file was copied (zegelsleutel-<stamp>.txt). */
+  sealKeyCopied: boolean;
   pruned: string[];
 }
 
@@ -204,8 +207,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     }
     const size = statSync(path).size;
 
-    const { anchorsCopied, pruned } = await copyAnchorsAndPrune(o, stamp, steps, anchored);
-    return { name, path, size, anchorsCopied, pruned };
+    return { name, path, size, ...(await copyAnchorsAndPrune(o, stamp, steps, anchored)) };
   } finally {
     clean();
   }
@@ -216,9 +218,19 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
  * without it fails verification), then old backups pruned (toPrune). `anchored`:
  * the backed-up database has rows in audit_anchor_log, so an absent anchor file is a
  * failure (66; the database copy stays, nothing is pruned); without them (nothing
- * anchored yet) the database alone is the backup.
+ * anchored yet) the database alone is the backup. And the marker zegelsleutel beside the
+ * anchor file (sealKeyMarker), as `zegelsleutel-<stamp>.txt`: the key the copy's rows are
+ * sealed with, which a restore after a key change writes back into the marker
+ * (docs/operations.md). Read after the database was copied: a rotation in between makes
+ * it name the newer key, and the restored rows then read as forged (loud), never the
+ * older key's rows since the rotation re-sealed as genuine.
  */
-export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; keepDays: number; now: Date }, stamp: string, steps: BackupSteps, anchored: boolean): Promise<{ anchorsCopied: boolean; pruned: string[] }> {
+export async function copyAnchorsAndPrune(
+  o: { dir: string; anchors: string; keepDays: number; now: Date },
+  stamp: string,
+  steps: BackupSteps,
+  anchored: boolean,
+): Promise<{ anchorsCopied: boolean; sealKeyCopied: boolean; pruned: string[] }> {
   let anchorsCopied = false;
   if (!existsSync(o.anchors) && anchored) {
     steps.step = `kopiëren van het ankerbestand ${o.anchors}`;
@@ -245,6 +257,18 @@ export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; kee
     }
     anchorsCopied = true;
   }
+  let sealKeyCopied = false;
+  const marker = sealKeyMarker({ auditAnkerBestand: o.anchors });
+  if (existsSync(marker)) {
+    steps.step = `kopiëren van ${marker}`;
+    if (!lstatSync(marker).isFile()) steps.fail(66, new Error(`${marker} is geen gewoon bestand (een symbolische koppeling?); die volgt backup niet`));
+    try {
+      writeFileDurably(join(o.dir, `zegelsleutel-${stamp}.txt`), readFileSync(marker), 0o600);
+    } catch (e) {
+      steps.fail(74, e);
+    }
+    sealKeyCopied = true;
+  }
 
   steps.step = `opruimen van back-ups ouder dan ${o.keepDays} dagen`;
   let pruned: string[] = [];
@@ -258,15 +282,18 @@ export async function copyAnchorsAndPrune(o: { dir: string; anchors: string; kee
   } catch (e) {
     steps.fail(74, e);
   }
-  return { anchorsCopied, pruned };
+  return { anchorsCopied, sealKeyCopied, pruned };
 }
 
-/** The files a backup leaves in its folder: database copies (SQLite's or pg_dump's) and anchor files. */
-const BACKUP_FILE = /^nachtwacht-\d{8}T\d{6}Z\.(db\.gz|pgdump)$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz$/;
+/** The files a backup leaves in its folder: database copies (SQLite's or pg_dump's), anchor files and seal key markers. */
+const BACKUP_FILE = /^nachtwacht-\d{8}T\d{6}Z\.(db\.gz|pgdump)$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz$|^zegelsleutel-\d{8}T\d{6}Z\.txt$/;
+
+/** A backup file's kind, for pruning each kind on its own (toPrune). */
+const kindOf = (f: string) => (f.startsWith("audit-ankers-") ? "ankers" : f.startsWith("zegelsleutel-") ? "zegelsleutel" : "database");
 
 /**
  * Which earlier backups to prune (the one just made is not among `files`): of each kind
- * (database copies, anchor files) the newest `keepDays` by modification time are kept
+ * (database copies, anchor files, seal key markers) the newest `keepDays` by modification time are kept
  * whatever their age, and of the older ones those older than `keepDays` days go. With a
  * backup a day that is what the age alone keeps. Age is measured by the host clock:
  * with it a year ahead (an RTC wrong at boot, a VM restored with a skewed clock, a typo in
@@ -276,8 +303,8 @@ const BACKUP_FILE = /^nachtwacht-\d{8}T\d{6}Z\.(db\.gz|pgdump)$|^audit-ankers-\d
 export function toPrune(files: { f: string; mtimeMs: number }[], keepDays: number, now: Date): string[] {
   const cutoff = now.getTime() - keepDays * DAY_MS;
   const pruned: string[] = [];
-  for (const anchors of [false, true]) {
-    const kind = files.filter((x) => x.f.startsWith("audit-ankers-") === anchors).sort((a, b) => b.mtimeMs - a.mtimeMs);
+  for (const k of new Set(files.map((x) => kindOf(x.f)))) {
+    const kind = files.filter((x) => kindOf(x.f) === k).sort((a, b) => b.mtimeMs - a.mtimeMs);
     for (const x of kind.slice(keepDays)) if (x.mtimeMs < cutoff) pruned.push(x.f);
   }
   return pruned;
@@ -430,7 +457,7 @@ async function backupCommand(argv: string[], processEnv: Record<string, string |
 }
 
 /** The files a backup writes before it renames them into place (makeBackup, makeBackupPg, copyAnchorsAndPrune). */
-const LEFTOVER = /^\.nachtwacht-\d{8}T\d{6}Z\.(db\.tmp(\.gz)?|pgdump\.tmp)$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz\.tmp$/;
+const LEFTOVER = /^\.nachtwacht-\d{8}T\d{6}Z\.(db\.tmp(\.gz)?|pgdump\.tmp)$|^audit-ankers-\d{8}T\d{6}Z\.jsonl\.gz\.tmp$|^\.zegelsleutel-\d{8}T\d{6}Z\.txt\.\d+\.[0-9a-f]{8}\.tmp$/;
 
 /** Removes what a killed backup left in `dir` (only while holding its lock); a file it cannot remove is said, not fatal. */
 export function removeLeftovers(dir: string, out: (s: string) => void, err: (s: string) => void): void {
@@ -455,7 +482,7 @@ async function backupAndReport(options: BackupOptions, url: string | null, env: 
   let body: object;
   try {
     const done = url !== null ? await (await import("../pg/backup.ts")).makeBackupPg({ ...options, url }) : await makeBackup(options);
-    out(`backup ok: ${done.path} (${done.size} bytes)${done.anchorsCopied ? "; ankerbestand ernaast" : ""}${done.pruned.length ? `; ${done.pruned.length} oude verwijderd` : ""}`);
+    out(`backup ok: ${done.path} (${done.size} bytes)${done.anchorsCopied ? "; ankerbestand ernaast" : ""}${done.sealKeyCopied ? "; zegelsleutel ernaast" : ""}${done.pruned.length ? `; ${done.pruned.length} oude verwijderd` : ""}`);
     body = { exitCode: 0, bestandsnaam: basename(done.path), grootte: done.size };
   } catch (e) {
     const be = e instanceof BackupError ? e : new BackupError(74, `backup mislukt: ${why(e)}`);
