@@ -541,6 +541,8 @@ export function keyChange(marker: string | undefined, seal: RowSeal): { former: 
 /** Names `seal`'s key in `marker` (sealKeyMarker), after the rows sealed with the one before were re-sealed (keyChange). */
 export function markSealKey(marker: string, seal: RowSeal): void {
   writeBesideAnchorFile(marker, `${seal.keys.signer.verifierKey}\n`);
+  // Said once, when the file is written: an operator who rolls back or restores reads here which key it named.
+  log("info", "zegelsleutel names the key this installation's rows are sealed with", { marker, sleutel: seal.keys.signer.verifierKey });
 }
 
 /** The sealed rows of every kind, as a store reads them for re-sealing after a key change (resealUpdates). */
