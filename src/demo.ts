@@ -10,10 +10,13 @@ import { openStore } from "./db.ts";
 import { rowSealOf } from "./row-seal.ts";
 import { DEMO_DEFAULT, fillDemoData } from "./cli/demo-data.ts";
 import { startServer } from "./server.ts";
+import { startFailureMessage } from "./start-failure.ts";
 
 const env = { ...process.env };
 env.DATABASE_PATH ??= "./data/demo.db";
-env.AUDIT_ANKER_BESTAND ??= "./data/demo-audit-ankers.jsonl";
+// In a folder of its own: the files beside the anchor file (zegelsleutel, zegels-sinds,
+// the witnesses) are the demo's, not those of a service started in ./data with another key.
+env.AUDIT_ANKER_BESTAND ??= "./data/demo/audit-ankers.jsonl";
 // The demo's signing key lives beside its database, so its checkpoints stay verifiable
 // from one start to the next (production keeps it in the root-only env file).
 const KEY_FILE = "./data/demo-audit-sleutel";
@@ -36,7 +39,16 @@ if (!existsSync(config.databasePath)) {
   store.close();
 }
 
-const { url } = startServer(config);
+let url: string;
+try {
+  ({ url } = startServer(config));
+} catch (e) {
+  // The same one line as the service's start (src/index.ts), not a stack trace.
+  const message = startFailureMessage(e, config);
+  if (message === null) throw e;
+  process.stderr.write(`nachtwacht: cannot start: ${message}\n`);
+  process.exit(2);
+}
 const secretLine = generated ? config.cronSecret : "(the CRON_SECRET from your environment)";
 const appSecretLine = appGenerated ? config.appSecret : "(the APP_SECRET from your environment)";
 process.stdout.write(`

@@ -488,11 +488,18 @@ export class UntrustedSealKey extends Error {
   }
 }
 
-/** What the operator can do about a marker naming a key this start does not trust (UntrustedSealKey). */
+/** Where the operator reads what to do about a refused start over zegelsleutel. */
+const SEAL_KEY_DOCS = 'docs/operations.md, "A start refused over zegelsleutel"';
+
+/**
+ * What the operator can do about a marker naming a key this start does not trust
+ * (UntrustedSealKey). One remedy only: the likeliest cause is an instance whose
+ * environment was not switched, and trusting the marker's key there instead would
+ * re-seal the switched instance's rows with the old key (the docs say when that is right).
+ */
 const sealKeyRemedy =
-  "start met de AUDIT_ANKER_SLEUTEL van die sleutel (een tweede instantie of een teruggezet env-bestand met een oude sleutel?), " +
-  "of zet die publieke sleutel in AUDIT_VERTROUWDE_SLEUTELS (dan verzegelt deze start de rijen die ermee verzegeld zijn opnieuw met AUDIT_ANKER_SLEUTEL), " +
-  "of schrijf na een restore de publieke sleutel die AUDIT_ANKER_SLEUTEL had toen de backup werd gemaakt in het bestand (docs/operations.md, sleutel wisselen)";
+  "geef deze instantie de AUDIT_ANKER_SLEUTEL die zegelsleutel noemt (een tweede instantie waarvan de omgeving niet is omgezet, of een teruggezet env-bestand?); " +
+  `na een restore of een bewuste terugkeer naar een oude sleutel: zie ${SEAL_KEY_DOCS}`;
 
 /**
  * What this start does about the key the rows were sealed with (sealKeyMarker `marker`):
@@ -526,13 +533,13 @@ export function keyChange(marker: string | undefined, seal: RowSeal): { former: 
     // Compared as parsed (canonical): a key written into the marker by hand, its key ID in upper case, is the same key.
     named = parseVerifierKey(text).verifierKey;
   } catch {
-    throw new UntrustedSealKey(`${marker} hoort de publieke sleutel te noemen waarmee de rijen van deze installatie zijn verzegeld, maar is leeg of bevat geen geldige publieke sleutel: schrijf daarin die sleutel (de verificatieSleutel van de laatste start, of na een restore die van AUDIT_ANKER_SLEUTEL toen de backup werd gemaakt; docs/operations.md, sleutel wisselen)`);
+    throw new UntrustedSealKey(`${marker} hoort de publieke sleutel te noemen waarmee de rijen van deze installatie zijn verzegeld, maar is leeg of bevat geen geldige publieke sleutel: schrijf daarin die sleutel (de verificatieSleutel van de laatste start, of na een restore die van AUDIT_ANKER_SLEUTEL toen de backup werd gemaakt; ${SEAL_KEY_DOCS})`);
   }
   if (named === current) return null;
   const former = others.filter((v) => v.verifierKey === named);
   if (former.length === 0) {
     throw new UntrustedSealKey(
-      `${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${named}, en die sleutel is niet die van AUDIT_ANKER_SLEUTEL en staat niet in AUDIT_VERTROUWDE_SLEUTELS: ${sealKeyRemedy}`,
+      `${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${named}; deze start heeft AUDIT_ANKER_SLEUTEL ${current}, en ${named} staat niet in AUDIT_VERTROUWDE_SLEUTELS: ${sealKeyRemedy}`,
     );
   }
   return { former: rowSeal(seal.keys, former) };

@@ -3,10 +3,11 @@
 // per test run by test/binary.ts) as a real process; the environment file is read from
 // disk, so no secret is on a command line.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildBinary, freePort, ROOT } from "./binary.ts";
+import { generateKeyPair, parseSignerKey } from "../src/audit/note.ts";
 import { TEST_SIGNING_KEY } from "./helpers.ts";
 
 let bin: string;
@@ -96,6 +97,11 @@ describe("nachtwacht crontab and demo", () => {
   });
 
   test("demo starts the service on a demo database in ./data, answers /health, and its printed write-API line works", async () => {
+    // A service started in ./data with a key of its own left its zegelsleutel there: the
+    // demo keeps the files beside its anchor file in ./data/demo, so it starts all the same.
+    const other = generateKeyPair("nachtwacht.test/eigen").verifierKey;
+    mkdirSync(join(dir, "data"), { recursive: true });
+    writeFileSync(join(dir, "data", "zegelsleutel"), `${other}\n`);
     const port = freePort();
     const p = Bun.spawn([bin, "demo"], { cwd: dir, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, PORT: String(port) }, stdout: "pipe", stderr: "pipe" });
     let printed = "";
@@ -114,7 +120,10 @@ describe("nachtwacht crontab and demo", () => {
         if (health !== 200) await Bun.sleep(50);
       }
       expect(health).toBe(200);
-      expect(readFileSync(join(dir, "data", "demo-audit-sleutel"), "utf8")).toStartWith("PRIVATE+KEY+");
+      const demoKey = readFileSync(join(dir, "data", "demo-audit-sleutel"), "utf8").trim();
+      expect(demoKey).toStartWith("PRIVATE+KEY+");
+      expect(readFileSync(join(dir, "data", "demo", "zegelsleutel"), "utf8")).toBe(`${parseSignerKey(demoKey).verifierKey}\n`);
+      expect(readFileSync(join(dir, "data", "zegelsleutel"), "utf8")).toBe(`${other}\n`);
       // The banner is written right after the server listens; wait for its last line.
       for (let i = 0; i < 200 && !printed.includes(`"sleutel":"demo-1"}]}'`); i++) await Bun.sleep(25);
       const lines = printed.split("\n");

@@ -731,7 +731,11 @@ describe("a key change (AUDIT_ANKER_SLEUTEL rotated, the old key kept in AUDIT_V
     expect(refused).toBeInstanceOf(UntrustedSealKey);
     const message = startFailureMessage(refused, old);
     expect(message).toBe((refused as Error).message);
-    expect(message).toStartWith(`${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${nieuw.verifierKey}, en die sleutel is niet die van AUDIT_ANKER_SLEUTEL en staat niet in AUDIT_VERTROUWDE_SLEUTELS: start met de AUDIT_ANKER_SLEUTEL van die sleutel`);
+    // Both keys named, and the one remedy that cannot re-seal the switched rows with the old key.
+    expect(message).toStartWith(
+      `${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${nieuw.verifierKey}; deze start heeft AUDIT_ANKER_SLEUTEL ${TEST_VERIFIER_KEY}, en ${nieuw.verifierKey} staat niet in AUDIT_VERTROUWDE_SLEUTELS: geef deze instantie de AUDIT_ANKER_SLEUTEL die zegelsleutel noemt`,
+    );
+    expect(message).toContain('docs/operations.md, "A start refused over zegelsleutel"');
     expect(message).toContain("AUDIT_VERTROUWDE_SLEUTELS");
     expect(message).not.toContain("\n");
     expect(readFileSync(marker, "utf8")).toBe(`${nieuw.verifierKey}\n`);

@@ -114,7 +114,7 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     writeFileSync(marker, `${nieuw.verifierKey}\n`);
     const r = await failedStart({ ...(await database(db.env)), PORT: String(freePort()) });
     expect(r.code).toBe(2);
-    expect(r.err).toStartWith(`nachtwacht: cannot start: ${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${nieuw.verifierKey}, `);
+    expect(r.err).toStartWith(`nachtwacht: cannot start: ${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${nieuw.verifierKey}; `);
     expect(r.err.trim().split("\n")).toHaveLength(1);
     expect(readFileSync(marker, "utf8")).toBe(`${nieuw.verifierKey}\n`);
   });
