@@ -158,7 +158,10 @@ try {
     const dir = scratch();
     const state = join(dir, "state");
     const r = await traced([], dir, ["-e", openOnce(join(dir, "nachtwacht.db"), state)]);
-    expect([r.code, r.out.trim()]).toEqual([0, "open"]);
+    // The start logs (stdout, info) the key it named in zegelsleutel, then the script says "open".
+    const lines = r.out.trim().split("\n");
+    expect([r.code, lines.at(-1)]).toEqual([0, "open"]);
+    expect(lines.map((l) => (l.startsWith("{") ? JSON.parse(l).message : l))).toEqual(["zegelsleutel names the key this installation's rows are sealed with", "open"]);
     expectDurablyPlaced(r.calls, join(state, "zegels-sinds"), "link");
     expectDurablyPlaced(r.calls, join(state, "zegelsleutel"), "rename");
   });
