@@ -10,7 +10,6 @@ import type { AnySQLiteColumn } from "drizzle-orm/sqlite-core";
 import { embeddedMigrations } from "../db/migrations.gen.ts";
 import * as schema from "../db/schema.ts";
 import { INSTALLED, keyChange, markPastSealed, markSealKey, pastRowsToSeal, resealRows, SEAL_COLUMNS, sealLegacyRows, type RowSeal, type SealColumns } from "./row-seal.ts";
-import { log } from "./logger.ts";
 import { serviceMeta } from "../db/schema.ts";
 
 export type Db = BunSQLiteDatabase<typeof schema>;
@@ -228,10 +227,7 @@ export function openStore(
     sqlite.close();
     throw e;
   }
-  if (seal && change) {
-    if (change.former) log("info", "rows sealed with the previous key re-sealed with AUDIT_ANKER_SLEUTEL", { ...resealRows(db, seal, change.former), marker: keyMarker });
-    markSealKey(keyMarker!, seal);
-  }
+  if (seal && change) markSealKey(keyMarker!, seal, change.former && resealRows(db, seal, change.former));
   return {
     kind: "sqlite",
     db,

@@ -67,7 +67,6 @@ export function isoWeek(instant: Date): string {
   return `${year}-W${String(week).padStart(2, "0")}`;
 }
 
-/** Dutch count with a noun: `1 bericht`, `3 berichten`. */
 /**
  * How a backup report ended, in the words of backup-controle's alarm, the daily report and
  * its e-mail when they name a report dated ahead: it may be a failure the one that counts hides.
@@ -76,6 +75,7 @@ export function backupUitkomst(b: { gelukt: boolean; exitCode: number }): string
   return b.gelukt ? "geslaagd" : `mislukt met exitcode ${b.exitCode}`;
 }
 
+/** Dutch count with a noun: `1 bericht`, `3 berichten`. */
 export function aantal(n: number, enkelvoud: string, meervoud: string): string {
   return `${n.toLocaleString("nl-NL")} ${n === 1 ? enkelvoud : meervoud}`;
 }

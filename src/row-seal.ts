@@ -545,8 +545,14 @@ export function keyChange(marker: string | undefined, seal: RowSeal): { former: 
   return { former: rowSeal(seal.keys, former) };
 }
 
-/** Names `seal`'s key in `marker` (sealKeyMarker), after the rows sealed with the one before were re-sealed (keyChange). */
-export function markSealKey(marker: string, seal: RowSeal): void {
+/**
+ * Names `seal`'s key in `marker` (sealKeyMarker), after the rows sealed with the one
+ * before were re-sealed (keyChange; `resealed`: how many, null when there was no key to
+ * look for): the caller re-seals first, so a crash in between re-seals again, never marks
+ * a key whose rows were left unsealed. The one step of a key change for both stores.
+ */
+export function markSealKey(marker: string, seal: RowSeal, resealed: ReturnType<typeof resealCounts> | null): void {
+  if (resealed) log("info", "rows sealed with the previous key re-sealed with AUDIT_ANKER_SLEUTEL", { ...resealed, marker });
   writeBesideAnchorFile(marker, `${seal.keys.signer.verifierKey}\n`);
   // Said once, when the file is written: an operator who rolls back or restores reads here which key it named.
   log("info", "zegelsleutel names the key this installation's rows are sealed with", { marker, sleutel: seal.keys.signer.verifierKey });

@@ -152,10 +152,8 @@ export function logUndoFailed(run: RunAppend, e: unknown): void {
 
 /**
  * The write transaction of a run that appends to the anchor file, on SQLite: BEGIN
- * IMMEDIATE, `work`, COMMIT; on a failure (also at COMMIT) rolled back when SQLite did
- * not already (on SQLITE_FULL it did: a second ROLLBACK would throw and hide the cause),
- * the run's lines taken back (undoFailedAppend) and the failure thrown. Synchronous: the
- * connection may be shared with the rest of the process.
+ * IMMEDIATE, `work`, COMMIT; on a failure (also at COMMIT) abandoned (abandonAppend) and
+ * the failure thrown. Synchronous: the connection may be shared with the rest of the process.
  */
 export function appendingTransaction<T>(sqlite: Database, work: (run: RunAppend) => T): T {
   const run = new RunAppend();
@@ -165,10 +163,20 @@ export function appendingTransaction<T>(sqlite: Database, work: (run: RunAppend)
     sqlite.run("COMMIT");
     return r;
   } catch (e) {
-    if (sqlite.inTransaction) sqlite.run("ROLLBACK");
-    undoFailedAppend(sqlite, run);
+    abandonAppend(sqlite, run);
     throw e;
   }
+}
+
+/**
+ * After an appending transaction on SQLite failed (also at COMMIT): rolled back unless
+ * SQLite already did (on SQLITE_FULL it does, and a second ROLLBACK would throw and hide
+ * the cause), then the run's lines taken back (undoFailedAppend). appendingTransaction's,
+ * and the operator commands' transaction that awaits its work (src/audit/operator.ts).
+ */
+export function abandonAppend(sqlite: Database, run: RunAppend): void {
+  if (sqlite.inTransaction) sqlite.run("ROLLBACK");
+  undoFailedAppend(sqlite, run);
 }
 
 export interface FileLine {

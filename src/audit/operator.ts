@@ -26,7 +26,7 @@
 import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { applyPragmas, newerSqliteSchemaProblem } from "../db.ts";
-import { insertRows, readLines, RunAppend, undoFailedAppend, type StoredLine } from "./anchor-file.ts";
+import { insertRows, readLines, abandonAppend, RunAppend, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type AnchorComparison } from "./anchor-check.ts";
 import { checkpointLine, syncTail, writeRun } from "./anchoring.ts";
 import { entriesAfter, type EntryRow } from "./chain.ts";
@@ -488,8 +488,8 @@ export function sqliteOperatorStore(sqlite: Database, dbPath: string): OperatorS
   return {
     compare: (path, verifiers) => compareWithFile(dbPath, path, verifiers),
     // IMMEDIATE (the write lock first) when it writes, else a read snapshot. The connection is the command's own.
-    // A failure (also at COMMIT) takes back what the transaction appended, as appendingTransaction
-    // (src/audit/anchor-file.ts) does; that one is synchronous, this one awaits the command's work.
+    // A failure (also at COMMIT) takes back what the transaction appended (abandonAppend), as
+    // appendingTransaction (src/audit/anchor-file.ts) does; that one is synchronous, this one awaits the command's work.
     async transaction(writes, work) {
       appended = new RunAppend();
       sqlite.run(writes ? "BEGIN IMMEDIATE" : "BEGIN");
@@ -498,9 +498,7 @@ export function sqliteOperatorStore(sqlite: Database, dbPath: string): OperatorS
         sqlite.run("COMMIT");
         return r;
       } catch (e) {
-        // SQLite already rolled back after SQLITE_FULL: a second ROLLBACK would throw and hide the cause.
-        if (sqlite.inTransaction) sqlite.run("ROLLBACK");
-        undoFailedAppend(sqlite, appended);
+        abandonAppend(sqlite, appended);
         throw e;
       }
     },

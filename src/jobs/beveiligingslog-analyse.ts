@@ -273,7 +273,7 @@ function strongest(found: LaatVerdacht[]): LaatVerdacht[] {
   return [...best.values()].sort((a, b) => b.aantal - a.aantal || (a.eerste < b.eerste ? -1 : a.eerste > b.eerste ? 1 : 0));
 }
 
-/** The late part of the body, and the id the watermark moves to (none: it stays). */
+/** The late part of the body, and the id the watermark moves to (none: it stays as stored). */
 type LateResult = BeveiligingslogAnalyseBody["laat"] & { upTo?: number };
 
 /**
@@ -295,16 +295,19 @@ type Reported = Record<"ip" | "account", ReadonlySet<string>>;
  * that is at or below the ids read here, so none of it is taken for new next run.
  */
 async function judgeLate(store: AnyStore, now: Date, van: string, drempels: { ip: number; account: number }, reported: Reported): Promise<LateResult> {
+  let state: SeenState;
   let stored: StoredIds;
   let rows: { id: number; tijdstip: string }[];
   if (store.kind === "pg") {
     const upTo = await storedLoginIdsPg(store);
     if (upTo === null) return { ...POSTPONED };
-    stored = { after: seenAfter(await seenStatePg(store.db), upTo), upTo };
+    state = await seenStatePg(store.db);
+    stored = { after: seenAfter(state, upTo), upTo };
     rows = await lateFailuresPg(store.db, stored, van, MAX_LATE_ROWS);
   } else {
     const upTo = storedIdsSqlite(store.db);
-    stored = { after: seenAfter(seenStateSqlite(store.db), upTo), upTo };
+    state = seenStateSqlite(store.db);
+    stored = { after: seenAfter(state, upTo), upTo };
     rows = lateFailuresQuery(store.db, stored, van, MAX_LATE_ROWS).all();
   }
   const late = lateWindows(rows, stored, rows.length === MAX_LATE_ROWS);
@@ -328,7 +331,8 @@ async function judgeLate(store: AnyStore, now: Date, van: string, drempels: { ip
     aantalVerdacht: { ip: ips.length, account: accounts.length },
     meer: late.meer,
     uitgesteld: false,
-    upTo: late.upTo,
+    // Written only when it moves: most runs find nothing new (on SQLite a write waits for the lock).
+    upTo: state.value === String(late.upTo) ? undefined : late.upTo,
   };
 }
 
@@ -401,13 +405,9 @@ export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<
   }
   const { upTo, ...laat } = late;
   const body: BeveiligingslogAnalyseBody = { ok: verdacht.length === 0 && laat.verdacht.length === 0, ...lastHour, laat };
-  if (body.ok) {
-    await writeSeen(deps.store, upTo);
-    return { status: 200, body };
-  }
-  await deps.alarms.raise(bruteforceAlarm(body));
+  if (!body.ok) await deps.alarms.raise(bruteforceAlarm(body));
   await writeSeen(deps.store, upTo);
-  return { status: 409, body };
+  return { status: body.ok ? 200 : 409, body };
 }
 
 export const beveiligingslogAnalyseJob = defineJob({

@@ -107,7 +107,6 @@ export function offenderQueryPg(db: PgDb, column: "ip" | "account", van: string,
     .orderBy(desc(aantal), sql`${waarde} COLLATE "C"`);
 }
 
-
 /**
  * The highest login_attempts id, read under LOCK_LOGIN_IDS taken exclusively: only when
  * no batch holds ids it has not committed (their shared lock, until their commit), so

@@ -14,7 +14,6 @@ import * as schema from "../../db/schema-pg.ts";
 import { BUSY_TIMEOUT_MS, migrationsFolder, newerSchemaProblem, SchemaTooNew, UnprovedCopy } from "../db.ts";
 import { certainDbTransaction } from "./commit.ts";
 import { INSTALLED, keyChange, markPastSealed, markSealKey, pastRowsToSeal, resealRowsPg, SEAL_COLUMNS, sealLegacyRowsPg, type RowSeal, type SealColumns } from "../row-seal.ts";
-import { log } from "../logger.ts";
 
 export type PgDb = BunSQLDatabase<typeof schema>;
 
@@ -230,10 +229,7 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
       if (seal) markPastSealed(pastMarker, now);
       // After a key change, the rows sealed with the key before, once (openStore on SQLite does the same).
       const change = seal ? keyChange(keyMarker, seal) : null;
-      if (seal && change) {
-        if (change.former) log("info", "rows sealed with the previous key re-sealed with AUDIT_ANKER_SLEUTEL", { ...(await resealRowsPg(db, seal, change.former)), marker: keyMarker });
-        markSealKey(keyMarker!, seal);
-      }
+      if (seal && change) markSealKey(keyMarker!, seal, change.former && (await resealRowsPg(db, seal, change.former)));
     } finally {
       m.remove();
       await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
