@@ -87,6 +87,30 @@ describe("nachtwacht config check", () => {
     expect(r.err).not.toContain("GEHEIM-REGEL");
     expect((await run(["config"])).code).toBe(2);
   });
+
+  test("a key change that left the old key untrusted is named (the start would refuse it), once the old key is trusted it is in order; an unreadable zegelsleutel: exit 2", async () => {
+    const state = join(dir, "sleutelwissel");
+    mkdirSync(state, { recursive: true });
+    const old = generateKeyPair("nachtwacht.test/oud").verifierKey;
+    writeFileSync(join(state, "zegelsleutel"), `${old}\n`);
+    const file = join(dir, "sleutelwissel.env");
+    const lines = [`CRON_SECRET=${SECRET}`, `AUDIT_ANKER_SLEUTEL=${TEST_SIGNING_KEY}`, `AUDIT_ANKER_BESTAND=${join(state, "audit-ankers.jsonl")}`];
+    writeFileSync(file, lines.join("\n"));
+    const r = await run(["config", "check", "--env", file]);
+    expect(r.code).toBe(1);
+    expect(r.out).toContain(`zegelsleutel: ${join(state, "zegelsleutel")} zegt dat de rijen van deze installatie zijn verzegeld met ${old}`);
+    expect(r.out).toContain("1 fout in");
+    expect(r.out + r.err).not.toContain(TEST_SIGNING_KEY);
+    writeFileSync(file, [...lines, `AUDIT_VERTROUWDE_SLEUTELS=${old}`].join("\n"));
+    expect(await run(["config", "check", "--env", file])).toMatchObject({ code: 0 });
+    // Only read: the marker still names the old key (the start re-seals, then names the new one).
+    expect(readFileSync(join(state, "zegelsleutel"), "utf8")).toBe(`${old}\n`);
+    rmSync(join(state, "zegelsleutel"));
+    mkdirSync(join(state, "zegelsleutel"));
+    const unreadable = await run(["config", "check", "--env", file]);
+    expect(unreadable.code).toBe(2);
+    expect(unreadable.err).toContain("zegelsleutel niet leesbaar (EISDIR)");
+  });
 });
 
 describe("nachtwacht crontab and demo", () => {

@@ -3,12 +3,18 @@
 // Without --env it checks the environment it runs in. Values are never printed: the
 // file holds the secret and the signing key.
 //
-// Exit codes: 0 in order, 1 one or more variables wrong, 2 the check could not run
-// (unreadable file, a line that is no KEY=VALUE, unknown option).
+// A configuration in order is also held against the marker zegelsleutel beside the anchor
+// file, as the start does (keyChange): a key change that left the old key out of
+// AUDIT_VERTROUWDE_SLEUTELS is named here, not by a refused restart.
+//
+// Exit codes: 0 in order, 1 one or more variables wrong (or a signing key the start
+// would refuse), 2 the check could not run (unreadable file or marker, a line that is no
+// KEY=VALUE, unknown option).
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { generateKeyPair } from "../audit/note.ts";
-import { ConfigError, parseConfig } from "../config.ts";
+import { ConfigError, parseConfig, type Config } from "../config.ts";
+import { keyChange, rowSealOf, sealKeyMarker, UntrustedSealKey } from "../row-seal.ts";
 import { parseOptions } from "./options.ts";
 
 const USAGE =
@@ -93,13 +99,33 @@ export function runConfigCheck(argv: string[], env: Record<string, string | unde
       return 2;
     }
   }
-  const errors = allConfigErrors(checked);
+  const errors: string[] = allConfigErrors(checked).map((e) => e.message);
   const where = values.env ?? "de omgeving";
+  if (errors.length === 0) {
+    try {
+      const refused = sealKeyRefusal(parseConfig(checked));
+      if (refused !== null) errors.push(`zegelsleutel: ${refused}`);
+    } catch (e) {
+      err(`nachtwacht config check: zegelsleutel niet leesbaar (${(e as NodeJS.ErrnoException).code ?? "fout"})`);
+      return 2;
+    }
+  }
   if (errors.length === 0) {
     out(`in orde: ${where}`);
     return 0;
   }
-  for (const e of errors) out(e.message);
+  for (const e of errors) out(e);
   out(`${errors.length} ${errors.length === 1 ? "fout" : "fouten"} in ${where}`);
   return 1;
+}
+
+/** Why the start would refuse this configuration over zegelsleutel (UntrustedSealKey), or null; only reads the marker. */
+function sealKeyRefusal(config: Config): string | null {
+  try {
+    keyChange(sealKeyMarker(config), rowSealOf(config));
+    return null;
+  } catch (e) {
+    if (e instanceof UntrustedSealKey) return e.message;
+    throw e;
+  }
 }
