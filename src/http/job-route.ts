@@ -18,7 +18,7 @@ import { doneMessage, heldElsewhereMessage, leaseTiming, releaseLease, startLeas
 import { DeadlineError, finishRun, startRun, writeKeptEnds, writeRunEnd, type RunEnd, type RunRef } from "../job-runs.ts";
 import { rowSealOf } from "../row-seal.ts";
 import { JobInterrupted, JobStoppedForShutdown, type KeptEnd, type PendingWrite, type RunningJobs } from "../running-jobs.ts";
-import type { JobContext, JobDefinition, JobResult } from "../jobs/job.ts";
+import { isExclusive, type JobContext, type JobDefinition, type JobResult } from "../jobs/job.ts";
 import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
 import { lastFireOf } from "../schedule-due.ts";
 import { errorText, log } from "../logger.ts";
@@ -331,7 +331,7 @@ async function runJobRequest(deps: Deps, running: RunningJobs, def: JobDefinitio
     return json(503, { error: "De service wordt gestopt; roep de taak over een minuut opnieuw aan." }, { "retry-after": "60" });
   }
   // A job that is not exclusive (backup-status) is neither refused here nor leased below.
-  const exclusive = def.exclusive !== false;
+  const exclusive = isExclusive(def);
   if (!running.tryStart(def.name, exclusive)) {
     return notRun(scheduled, `De taak ${def.name} loopt al; een tweede aanroep wordt niet tegelijk uitgevoerd.`);
   }
@@ -469,7 +469,7 @@ export function routeResponses(def: JobDefinition<any>): Record<number, RouteRes
   out[401] = { description: "Ontbrekend of ongeldig token.", schema: ErrorBody };
   out[403] = { description: "Een geldig token voor iets anders (APP_SECRET): de taken vragen CRON_SECRET.", schema: ErrorBody };
   // A job that is not exclusive runs every call, also beside another: no 409 "loopt al".
-  if (def.exclusive === false) {
+  if (!isExclusive(def)) {
     if (own?.[409]) out[409] = own[409];
   } else {
     out[409] = own?.[409]

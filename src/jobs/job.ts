@@ -82,6 +82,9 @@ export interface JobDefinition<I = undefined> {
   responses?: { 200: JobResponse; 409?: JobResponse; 502?: JobResponse };
 }
 
+/** Whether calls of the job run one at a time (JobDefinition.exclusive; absent: they do). */
+export const isExclusive = (def: Pick<JobDefinition<unknown>, "exclusive">): boolean => def.exclusive !== false;
+
 /** Keeps the input type of a job definition while storing it in a list. */
 export function defineJob<I>(def: JobDefinition<I>): JobDefinition<any> {
   return def as JobDefinition<any>;
