@@ -3,7 +3,7 @@
 // the start with a message naming the variable; no value silently falls back to its
 // default.
 import { isIP } from "node:net";
-import { isPostgresUrl, redactUrl } from "./pg/url.ts";
+import { isPostgresUrl, redactUrl, urlPasswords } from "./pg/url.ts";
 import { keyList } from "./audit/keys.ts";
 import { NoteKeyError, parseSignerKey, parseVerifierKey } from "./audit/note.ts";
 import { isEmailAddress } from "./mail/address.ts";
@@ -115,13 +115,12 @@ function timeZone(env: Env, name: string, fallback: string): string {
 /** The longest secret: the auth gate refuses longer Authorization headers without hashing them (src/http/auth.ts). */
 /**
  * The values no output may carry: the bearer secrets (the previous ones of a rotation too), the anchor key and the passwords in
- * SMTP_URL and DATABASE_URL. Alarms are scrubbed of them (src/alarms/sink.ts), and so is
+ * SMTP_URL and DATABASE_URL (urlPasswords: as written and decoded, in the user info or the query string). Alarms are scrubbed of them (src/alarms/sink.ts), and so is
  * what a caller sends that is stored and shown again (a backup report's texts).
  */
 export function secretValues(
   config: Pick<Config, "cronSecret" | "appSecret" | "appSecretVorig" | "metricsSecret" | "metricsSecretVorig" | "auditAnkerSleutel" | "smtpUrl" | "databaseUrl">,
 ): string[] {
-  const password = (url: string | null) => (url !== null && URL.canParse(url) ? decodeURIComponent(new URL(url).password) : "");
   return [
     config.cronSecret,
     config.appSecret ?? "",
@@ -129,8 +128,8 @@ export function secretValues(
     config.metricsSecret ?? "",
     config.metricsSecretVorig ?? "",
     config.auditAnkerSleutel,
-    password(config.smtpUrl),
-    password(config.databaseUrl),
+    ...urlPasswords(config.smtpUrl ?? ""),
+    ...urlPasswords(config.databaseUrl ?? ""),
   ].filter((s) => s.length > 0);
 }
 
@@ -311,12 +310,6 @@ export function parseConfig(env: Env): Config {
 
 /** The config as it may be logged: every secret replaced. */
 export function redactedConfig(c: Config): Record<string, unknown> {
-  let smtp: string | null = null;
-  if (c.smtpUrl) {
-    const u = new URL(c.smtpUrl);
-    if (u.password) u.password = "***";
-    smtp = u.toString();
-  }
   return {
     ...c,
     cronSecret: "***",
@@ -325,7 +318,7 @@ export function redactedConfig(c: Config): Record<string, unknown> {
     metricsSecret: c.metricsSecret ? "***" : null,
     metricsSecretVorig: c.metricsSecretVorig ? "***" : null,
     auditAnkerSleutel: "***",
-    smtpUrl: smtp,
+    smtpUrl: c.smtpUrl ? redactUrl(c.smtpUrl) : null,
     databaseUrl: c.databaseUrl ? redactUrl(c.databaseUrl) : null,
     sentryDsn: c.sentryDsn ? "(set)" : null,
   };

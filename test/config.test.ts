@@ -280,6 +280,19 @@ describe("configuration", () => {
     expect(lines.join("\n")).toContain("APP_SECRET_VORIG: is shorter than 32 characters");
   });
 
+  test("the passwords of SMTP_URL and DATABASE_URL are secret values as written and as decoded, in the user info and in the query string", () => {
+    const c = ok({
+      SMTP_URL: "smtps://mailer:p%40ss%2Fword-smtp@smtp.example.nl:465",
+      DATABASE_URL: "postgres://nw@db.example.nl/nachtwacht?sslmode=require&password=Pg%2BSecret%20In-Query",
+    });
+    const values = secretValues(c);
+    for (const p of ["p%40ss%2Fword-smtp", "p@ss/word-smtp", "Pg%2BSecret%20In-Query", "Pg+Secret In-Query"]) expect(values).toContain(p);
+    // Neither the host nor another parameter is taken for a password.
+    expect(values.some((v) => v.includes("require") || v.includes("db.example.nl"))).toBe(false);
+    const text = JSON.stringify(redactedConfig(c));
+    for (const p of ["p%40ss%2Fword-smtp", "Pg%2BSecret"]) expect(text).not.toContain(p);
+  });
+
   test("the redacted config hides the secrets, the anchor key and the SMTP password", () => {
     const c = ok({
       SMTP_URL: "smtp://user:hunter2hunter2@mail.example.nl:587",
