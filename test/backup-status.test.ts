@@ -111,6 +111,7 @@ describe("backup-status", () => {
     ["grootte as a string", '{"exitCode":0,"grootte":"12"}', /grootte/],
     ["bestandsnaam a number", '{"exitCode":0,"bestandsnaam":12}', /bestandsnaam/],
     ["foutmelding an object", '{"exitCode":1,"foutmelding":{"a":1}}', /foutmelding/],
+    ["exitCode twice (a failure, then a success: JSON.parse would store the success)", '{"exitCode":1,"exitCode":0}', /de naam "exitCode" staat twee keer/],
   ];
   for (const [what, body, message] of cases) {
     test(`400 naming the problem for ${what}; nothing stored, no alarm`, async () => {

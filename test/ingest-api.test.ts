@@ -366,6 +366,37 @@ describe("POST /api/audit", () => {
     expect(await count("audit_entries")).toBe(6);
   });
 
+  test("a name twice in one object (JSON.parse would keep the last, another reader the first) is 400 naming it, nothing stored; the same name in different objects, or inside a text, passes", async () => {
+    await appEnv();
+    const a = await addTenant(env.db);
+    const b = await addTenant(env.db, "Beta");
+    const one = (fields: string) => `{"tenantId":${a},"actor":"x","action":"a","subject":"",${fields}}`;
+    for (const [text, name] of [
+      [`{"entries":[${one('"details":{"bedrag":100,"bedrag":999}')}]}`, "bedrag"],
+      [`{"entries":[${one('"details":{}')}],"entries":[${one('"details":{}')}]}`, "entries"],
+      [`{"entries":[{"tenantId":${a},"actor":"x","action":"a","subject":"","details":{},"tenantId":${b}}]}`, "tenantId"],
+      // spelt differently, the same name once decoded; and white space before the colon
+      [`{"entries":[${one('"details":{"ab":1,"a\\u0062" :2}')}]}`, "ab"],
+      [`{"entries":[${one('"details":{"x":[{"y":1,"y":1}]}')}]}`, "y"],
+    ] as const) {
+      const r = await send("/api/audit", text);
+      expect({ text, status: r.status, error: r.json.error }).toEqual({
+        text,
+        status: 400,
+        error: `Ongeldige body: de naam "${name}" staat twee keer in hetzelfde object; welke waarde geldt, verschilt per JSON-lezer: stuur hem één keer.`,
+      });
+    }
+    expect(await count("audit_entries")).toBe(0);
+    // A name again in another object, and a text that holds `":` (the quick count sees more names than there are).
+    const fine = await send("/api/audit", `{"entries":[${one('"details":{"a":{"a":1},"b":[{"a":1},{"a":2}],"s":"{\\"a\\":1,\\"a\\":2}"}')}]}`);
+    expect(fine.status).toBe(200);
+    expect((await stored(a))[0]!.details).toBe('{"a":{"a":1},"b":[{"a":1},{"a":2}],"s":"{\\"a\\":1,\\"a\\":2}"}');
+    // The login attempts' and the jobs' bodies are read by the same reader.
+    const login = await send("/api/inlogpogingen", `{"account":"x","account":"y","ip":"10.0.0.1","gelukt":false}`);
+    expect([login.status, login.json.error]).toEqual([400, 'Ongeldige body: de naam "account" staat twee keer in hetzelfde object; welke waarde geldt, verschilt per JSON-lezer: stuur hem één keer.']);
+    expect(await count("login_attempts")).toBe(0);
+  });
+
   test("details with more values than 64 KiB holds are refused by count, before they are copied, with the size refusal; the count refuses nothing that fits", async () => {
     await appEnv();
     const a = await addTenant(env.db);

@@ -70,11 +70,99 @@ export function jsonBodyReader<T extends TSchema>(schema: T, maxBytes: number, t
     } catch {
       throw new HttpError(400, "Ongeldige body: geen geldige JSON.");
     }
+    const twice = repeatedMember(text, value);
+    if (twice !== null) {
+      throw new HttpError(400, `Ongeldige body: de naam ${JSON.stringify(twice.length > 40 ? `${twice.slice(0, 40)}…` : twice)} staat twee keer in hetzelfde object; welke waarde geldt, verschilt per JSON-lezer: stuur hem één keer.`);
+    }
     // The first error only, by field: Elysia's ValidationError would render the whole
     // value into its message (a 40 KB body of deep arrays: 800 MB, and a stack overflow deeper).
     if (!check.Check(value)) throw new HttpError(400, validationMessage({ valueError: check.Errors(value).First() }));
     return value;
   };
+}
+
+/**
+ * A member name that occurs twice in one object of `text` (JSON that `value` was parsed
+ * from), or null. JSON.parse keeps the last one silently, where another reader (a proxy,
+ * a log) may take the first: what is chained and signed must be what was sent, once.
+ * Cheap first: every member name ends in a quote before a colon, so a text with no more
+ * of those than `value` has members has no repeat (~0.2 µs a write-API entry); only
+ * otherwise (a repeat, or a string holding `\":`) is the text scanned.
+ */
+export function repeatedMember(text: string, value: unknown): string | null {
+  const members = memberCount(value);
+  return members === null || nameEnds(text) === members ? null : firstRepeat(text);
+}
+
+/** At least the number of member names in a JSON text: each ":" whose nearest character before it, white space skipped, is a quote. */
+function nameEnds(text: string): number {
+  let n = 0;
+  for (let i = text.indexOf(":"); i >= 0; i = text.indexOf(":", i + 1)) {
+    let j = i - 1;
+    let c = text.charCodeAt(j);
+    while (c === 32 || c === 9 || c === 10 || c === 13) c = text.charCodeAt(--j);
+    if (c === 34) n++;
+  }
+  return n;
+}
+
+/** Nesting beyond which memberCount does not count: no body schema takes it (details: MAX_DETAILS_DEPTH), so validation refuses it anyway. */
+const MAX_COUNTED_DEPTH = 64;
+
+/** The members of every object in a parsed value; null when it is nested deeper than MAX_COUNTED_DEPTH. */
+function memberCount(value: unknown): number | null {
+  let n = 0;
+  const stack: [unknown, number][] = [[value, 0]];
+  for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
+    const [v, depth] = top;
+    if (v === null || typeof v !== "object") continue;
+    if (depth > MAX_COUNTED_DEPTH) return null;
+    if (Array.isArray(v)) {
+      for (const x of v) if (x !== null && typeof x === "object") stack.push([x, depth + 1]);
+      continue;
+    }
+    for (const k in v) {
+      n++;
+      const x = (v as Record<string, unknown>)[k];
+      if (x !== null && typeof x === "object") stack.push([x, depth + 1]);
+    }
+  }
+  return n;
+}
+
+/** The first member name repeated within one object of a valid JSON text (names compared decoded: "a" and "\u0061" are one). */
+function firstRepeat(text: string): string | null {
+  const open: (Set<string> | null)[] = [];
+  let atName = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 34) {
+      let j = i + 1;
+      let escaped = false;
+      for (let d = text.charCodeAt(j); d !== 34; d = text.charCodeAt(j)) {
+        if (d === 92) escaped = true;
+        j += d === 92 ? 2 : 1;
+      }
+      if (atName) {
+        const name = escaped ? (JSON.parse(text.slice(i, j + 1)) as string) : text.slice(i + 1, j);
+        const names = open[open.length - 1]!;
+        if (names.has(name)) return name;
+        names.add(name);
+        atName = false;
+      }
+      i = j;
+    } else if (c === 123) {
+      open.push(new Set());
+      atName = true;
+    } else if (c === 91) {
+      open.push(null);
+    } else if (c === 125 || c === 93) {
+      open.pop();
+    } else if (c === 44) {
+      atName = open.length > 0 && open[open.length - 1] !== null;
+    }
+  }
+  return null;
 }
 
 /** The reader of one job's body: compiled once, when the route is mounted. */
