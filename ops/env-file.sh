@@ -40,3 +40,29 @@ service_origin() {
   esac
   printf 'http://%s:%s' "$host" "${2:-3000}"
 }
+
+# check_listener PORT ANCHOR_FILE: whether whatever listens on TCP PORT on this host may be
+# handed CRON_SECRET. The port is unprivileged: while the service is down (a restart, an
+# upgrade, the boot) any local user can bind it, keep it, and collect the secret from the
+# next call. So every socket listening on PORT (IPv4 and IPv6, from /proc/net/tcp*, no
+# `ss` needed) must belong to the service's user, the owner of ANCHOR_FILE (the anchor
+# file the service writes; before it exists, the owner of its directory), or to root
+# (docker-proxy, a service run as root; root can read the environment file anyway).
+# Returns 0 when it may (also when nothing listens: the call then fails to connect as
+# before); otherwise prints one Dutch line naming the port and both uids, returns 1.
+check_listener() {
+  local port=$1 owner=$2 expected='' uid files=() f
+  [ -e "$owner" ] || owner=$(dirname -- "$owner")
+  [ -e "$owner" ] && expected=$(stat -c %u -- "$owner")
+  for f in /proc/net/tcp /proc/net/tcp6; do [ -r "$f" ] && files+=("$f"); done
+  [ "${#files[@]}" -gt 0 ] || return 0
+  # Columns: sl local_address(hexip:HEXPORT) rem_address st(0A = LISTEN) … uid(8th).
+  for uid in $(awk -v port="$(printf '%04X' "$port")" \
+    'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); if (a[n] == port) print $8 }' "${files[@]}"); do
+    [ "$uid" = 0 ] || [ "$uid" = "$expected" ] && continue
+    printf 'poort %s is in gebruik door uid %s, niet door de dienst (verwacht uid %s, eigenaar van %s, of root): CRON_SECRET niet verstuurd\n' \
+      "$port" "$uid" "${expected:-onbekend}" "$owner"
+    return 1
+  done
+  return 0
+}

@@ -4,7 +4,9 @@
 #   nachtwacht-call.sh <job> <max-time-seconds> [json-body]
 #
 # Exits with curl's status: 0 for a 2xx answer, 22 for any other HTTP status (the body
-# is still logged: --fail-with-body), 28 on --max-time, 7 when nothing listens.
+# is still logged: --fail-with-body), 28 on --max-time, 7 when nothing listens; or
+# 64 usage, 78 no readable environment file or no CRON_SECRET in it, 77 (EX_NOPERM) the
+# port is held by another user than the service's (check_listener): nothing was sent.
 # Output goes to syslog with the tag nachtwacht-<job>; NACHTWACHT_LOG=stdout prints it
 # instead (by hand, and in the tests).
 #
@@ -22,6 +24,11 @@
 # the pipe itself without starting a process, so no process's argv (ps,
 # /proc/<pid>/cmdline) ever contains it, and curl's argv holds only "@-". Do not turn on
 # `set -x` here: it would print the printf line, secret included, to stderr.
+#
+# The listener: the secret goes only to a port whose listening sockets are the service's
+# user's (the owner of AUDIT_ANKER_BESTAND) or root's (check_listener in env-file.sh). A
+# relative AUDIT_ANKER_BESTAND is the service's, from its working directory
+# NACHTWACHT_STATE_DIR (default /var/lib/nachtwacht), as backup.sh takes it.
 set -euo pipefail
 
 job="${1:-}"
@@ -42,14 +49,14 @@ else
   sink() { logger -t "nachtwacht-$job"; }
 fi
 
-CRON_SECRET="" PORT="" HOST=""
+CRON_SECRET="" PORT="" HOST="" AUDIT_ANKER_BESTAND=""
 # read_env and service_origin: the environment file and the address, as install.sh reads them.
 . "$(dirname "$(readlink -f "$0")")/env-file.sh"
 if [ ! -r "$env_file" ]; then
   echo "nachtwacht-call: cannot read $env_file (run as root)" | sink
   exit 78
 fi
-read_env "$env_file" CRON_SECRET PORT HOST
+read_env "$env_file" CRON_SECRET PORT HOST AUDIT_ANKER_BESTAND
 if [ -z "$CRON_SECRET" ]; then
   echo "nachtwacht-call: CRON_SECRET is not set in $env_file" | sink
   exit 78
@@ -57,6 +64,14 @@ fi
 
 # The service listens on HOST (default loopback); a wildcard address is reached on loopback.
 url="$(service_origin "$HOST" "$PORT")/api/cron/$job"
+
+# The default and the unit's working directory as in nachtwacht.service.
+anchor="${AUDIT_ANKER_BESTAND:-/var/lib/nachtwacht/audit-ankers.jsonl}"
+case "$anchor" in /*) ;; *) anchor="${NACHTWACHT_STATE_DIR:-/var/lib/nachtwacht}/$anchor" ;; esac
+if ! refusal=$(check_listener "${PORT:-3000}" "$anchor"); then
+  echo "nachtwacht-call: $job niet aangeroepen: $refusal" | sink
+  exit 77
+fi
 
 args=(--fail-with-body --silent --show-error --max-time "$max_time" --request POST
   --write-out '\n(HTTP %{http_code}, %{time_total} s) %header{x-nachtwacht-overgeslagen}\n' --header @-)

@@ -17,7 +17,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function service(): Promise<{ path: string; app: ServiceProcess; env: Record<string, string> }> {
+async function service(): Promise<{ path: string; app: ServiceProcess; env: Record<string, string>; anchors: string }> {
   const { dir, cleanup } = tempDir("nachtwacht-report-");
   cleanups.push(cleanup);
   const path = join(dir, "data", "nachtwacht.db");
@@ -27,7 +27,7 @@ async function service(): Promise<{ path: string; app: ServiceProcess; env: Reco
     app.proc.kill("SIGKILL");
     await app.exited;
   });
-  return { path, app, env: { CRON_SECRET: SECRET, HOST: "127.0.0.1", PORT: new URL(app.url).port } };
+  return { path, app, env: { CRON_SECRET: SECRET, HOST: "127.0.0.1", PORT: new URL(app.url).port }, anchors: join(dir, "ankers.jsonl") };
 }
 
 const reports = (path: string) => {
@@ -40,12 +40,12 @@ const reports = (path: string) => {
 };
 
 test("a 503 (the database's write lock held past the wait) is tried again after Retry-After: the report is stored, 200", async () => {
-  const { path, env } = await service();
+  const { path, env, anchors } = await service();
   const lock = await holdWriteLock(path);
   cleanups.push(() => lock.release().catch(() => {}));
   const said: string[] = [];
   const pauses: number[] = [];
-  const r = await report(env, { exitCode: 0, bestandsnaam: "nachtwacht-x.db.gz", grootte: 1 }, (s) => said.push(s), async (ms) => {
+  const r = await report(env, anchors, { exitCode: 0, bestandsnaam: "nachtwacht-x.db.gz", grootte: 1 }, (s) => said.push(s), async (ms) => {
     pauses.push(ms);
     if (pauses.length === 1) await lock.release();
   });
@@ -59,11 +59,11 @@ test("a 503 (the database's write lock held past the wait) is tried again after 
 }, 60_000);
 
 test("a 503 that lasts: pauses of at most REPORT_RETRY.budgetMs in all, then the 503 is the answer (nachtwacht backup exits 75)", async () => {
-  const { path, env } = await service();
+  const { path, env, anchors } = await service();
   const lock = await holdWriteLock(path);
   cleanups.push(() => lock.release().catch(() => {}));
   const pauses: number[] = [];
-  const r = await report(env, { exitCode: 0 }, () => {}, async (ms) => void pauses.push(ms));
+  const r = await report(env, anchors, { exitCode: 0 }, () => {}, async (ms) => void pauses.push(ms));
   expect(r.status).toBe(503);
   // Retry-After 60 twice fits the 2 minutes; a third pause would not.
   expect(pauses).toEqual([60_000, 60_000]);

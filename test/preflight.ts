@@ -18,6 +18,8 @@ const needs: [boolean, string][] = [
   // test/durable-file.test.ts traces `nachtwacht backup` and `export`: fsync before rename.
   [has("strace"), "strace"],
   [has("php") && ok(["php", "-r", 'exit(function_exists("curl_init") ? 0 : 1);']), "php-cli php-curl"],
+  // test/listener-owner.test.ts runs its listener as `nobody` when the tests run as root.
+  [process.getuid?.() !== 0 || has("setpriv"), "util-linux"],
   // The PostgreSQL tests start their own throw-away cluster (test/pg.ts); as root it runs as `postgres`.
   [postgresBinDir() !== null && (process.getuid?.() !== 0 || has("runuser")), "postgresql"],
 ];

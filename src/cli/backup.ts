@@ -17,8 +17,9 @@
 // 66 no database, or no anchor file while the database has anchors (the database copy
 // is kept), 69 another backup into the same folder is running (refused at once, nothing
 // written or reported), 73 backup folder not usable, 74 any other I/O error, 75 backup
-// made but the report to backup-status failed, 78 (PostgreSQL) a DATABASE_URL parameter
-// pg_dump cannot be given.
+// made but the report to backup-status failed (also when the port is held by another
+// user than the service's: the secret is then not sent, src/cli/listener.ts), 78
+// (PostgreSQL) a DATABASE_URL parameter pg_dump cannot be given.
 import { dlopen, FFIType } from "bun:ffi";
 import { Database } from "bun:sqlite";
 import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, accessSync, closeSync, openSync, constants } from "node:fs";
@@ -27,6 +28,7 @@ import { pipeline } from "node:stream/promises";
 import { createGzip } from "node:zlib";
 import { parseEnvFile } from "./config-check.ts";
 import { databaseUrl } from "./database-url.ts";
+import { listenerRefusal } from "./listener.ts";
 import { parseOptions } from "./options.ts";
 import { StdoutFailed } from "./stdout.ts";
 import { renameDurably, writeFileDurably } from "../durable-file.ts";
@@ -49,7 +51,8 @@ const USAGE =
   "                 de N nieuwste eerdere van elke soort blijven altijd staan, hoe oud ook (een klok die voorloopt)\n" +
   "  --geen-melding  niets aan backup-status melden\n" +
   "  Exitcode: 0 gelukt, 64 gebruik, 65 kopie niet in orde, 66 geen database, of geen ankerbestand terwijl de database ankers heeft\n" +
-  "  (de kopie van de database blijft staan), 69 er loopt al een back-up in --map (niets gedaan, niets gemeld), 73 map onbruikbaar, 74 andere I/O-fout, 75 back-up gemaakt maar melding mislukt,\n" +
+  "  (de kopie van de database blijft staan), 69 er loopt al een back-up in --map (niets gedaan, niets gemeld), 73 map onbruikbaar, 74 andere I/O-fout, 75 back-up gemaakt maar melding mislukt\n" +
+  "  (ook als een andere gebruiker dan die van de dienst de poort bezet houdt: CRON_SECRET wordt dan niet verstuurd),\n" +
   "  78 een parameter in DATABASE_URL die niet aan pg_dump door te geven is (PostgreSQL).";
 
 export interface BackupOptions {
@@ -325,9 +328,18 @@ function retryAfterMs(header: string | null): number | null {
   return header !== null && /^\d+$/.test(header.trim()) ? Number(header.trim()) * 1000 : null;
 }
 
-/** POSTs a result to backup-status on the local service, tried again on 503 (REPORT_RETRY); returns its last answer. */
+/** The port is held by another user than the service's: nothing was sent (listenerRefusal). */
+export class ListenerRefused extends Error {}
+
+/**
+ * POSTs a result to backup-status on the local service, tried again on 503 (REPORT_RETRY);
+ * returns its last answer. Before each call the port's listeners are checked against the
+ * owner of `anchors`, the service's anchor file (listenerRefusal): a port taken by another
+ * user while the service restarted throws ListenerRefused, and the secret is not sent.
+ */
 export async function report(
   env: Record<string, string>,
+  anchors: string,
   body: object,
   out: (s: string) => void,
   sleep: (ms: number) => Promise<unknown> = Bun.sleep,
@@ -336,9 +348,13 @@ export async function report(
   if (!secret) throw new Error("CRON_SECRET staat niet in het omgevingsbestand");
   // As ops/env-file.sh maps it for the call script: a wildcard is called on loopback.
   const host = !env.HOST || env.HOST === "0.0.0.0" ? "127.0.0.1" : env.HOST === "::" ? "::1" : env.HOST;
-  const url = `http://${host.includes(":") ? `[${host}]` : host}:${env.PORT || "3000"}/api/cron/backup-status`;
+  const port = env.PORT || "3000";
+  const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}/api/cron/backup-status`;
   let paused = 0;
   for (let attempt = 1; ; attempt++) {
+    // Each time: a 503 is often a restart, the window in which the port can be taken.
+    const refusal = listenerRefusal(Number(port), anchors);
+    if (refusal !== null) throw new ListenerRefused(refusal);
     const r = await fetch(url, {
       method: "POST",
       headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
@@ -492,11 +508,11 @@ async function backupAndReport(options: BackupOptions, url: string | null, env: 
   }
   if (!reporting) return code;
   try {
-    const r = await report(env, body, out);
+    const r = await report(env, options.anchors, body, out);
     out(`backup-status: HTTP ${r.status} ${r.text}`);
     if (r.status !== 200) return code || 75;
   } catch (e) {
-    err(`backup-status niet bereikt: ${why(e)}`);
+    err(e instanceof ListenerRefused ? `backup-status niet gemeld: ${e.message}` : `backup-status niet bereikt: ${why(e)}`);
     return code || 75;
   }
   return code;
