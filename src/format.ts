@@ -110,8 +110,42 @@ export function jsonLine(value: unknown): string {
   return JSON.stringify(value).replace(JSON_UNESCAPED_LAYOUT, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
-/** A lone surrogate (half of a character that takes two UTF-16 units), or NUL. */
-const NOT_STORABLE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]|\u0000/g;
+// Text as both stores keep it: well-formed Unicode without NUL (U+0000). SQLite stores a
+// NUL; PostgreSQL's text refuses it, so a row holding one is a 500 there (lost on every
+// retry), and a SQLite file holding one cannot move to PostgreSQL (migrate-to). A lone
+// UTF-16 surrogate (half of a character, "\ud800" in JSON) is hashed or sealed as
+// JavaScript holds it, but both stores keep U+FFFD instead: the entry would never verify
+// again (and an e-mail address would be stored as another one). The one rule, spelled
+// twice from the same parts: per character for a schema's pattern (which counts its
+// length in characters), and as what breaks it for a whole text (isStorableText,
+// storableText): the pattern repeated over a whole text backtracks, slower than linear,
+// and JavaScriptCore gives up on it (false) at a few million UTF-16 units.
+const NUL = "\\u0000";
+const HIGH = "\\ud800-\\udbff";
+const LOW = "\\udc00-\\udfff";
+const SURROGATE = "\\ud800-\\udfff";
+
+/**
+ * One character of storable text, as a pattern source: anything but NUL and a surrogate
+ * half, or a high and a low half together. Matched per UTF-16 unit, a pair as one
+ * character, so the same with or without the u flag. The write API's text fields
+ * (textPattern, src/jobs/schema.ts) are made of it.
+ */
+export const STORABLE_CHARACTER = `(?:[^${NUL}${SURROGATE}]|[${HIGH}][${LOW}])`;
+
+/** What STORABLE_CHARACTER leaves out, wherever it stands in a text: a lone surrogate, or NUL. */
+const NOT_STORABLE_SOURCE = `[${HIGH}](?![${LOW}])|(?<![${HIGH}])[${LOW}]|${NUL}`;
+const NOT_STORABLE = new RegExp(NOT_STORABLE_SOURCE, "g");
+const HAS_NOT_STORABLE = new RegExp(NOT_STORABLE_SOURCE);
+
+/**
+ * Whether both stores keep `s` exactly as it is: every character a STORABLE_CHARACTER.
+ * What the write API's text fields take, for the writers that do not go through it
+ * (appendAuditEntry, recordLoginAttempt: src/audit/chain.ts).
+ */
+export function isStorableText(s: string): boolean {
+  return !HAS_NOT_STORABLE.test(s);
+}
 
 /**
  * `s` as both stores keep it, exactly: a lone surrogate and NUL (which PostgreSQL's text

@@ -13,6 +13,23 @@ export function retentionBoundary(now: Date, days: number): string {
 }
 
 /**
+ * Whether a date-time text (`2026-02-28T23:59:59…`, its date and time of day read from
+ * its start) names a moment that exists: a day the month has, an hour up to 23, minutes
+ * and seconds up to 59. Date would read 2026-02-30 as 2026-03-02, and a shape check lets
+ * 2026-13-45T25:61:61 through. The one rule for the write API's tijdstip (storedMoment,
+ * src/ingest/audit.ts) and the library appenders' createdAt and tijdstip (src/audit/chain.ts).
+ */
+export function isExistingMoment(dateTime: string): boolean {
+  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})/.exec(dateTime);
+  if (m === null) return false;
+  const [, y, mo, d, h, mi, s] = m.map(Number);
+  // setUTCFullYear, not Date.UTC: that reads the years 0000–0099 as 1900–1999.
+  const day = new Date(0);
+  day.setUTCFullYear(y!, mo! - 1, d!);
+  return day.getUTCMonth() === mo! - 1 && day.getUTCDate() === d! && h! <= 23 && mi! <= 59 && s! <= 59;
+}
+
+/**
  * How far after `now` a run's start may lie and still count as a start: for "done since
  * the scheduled time" (doneSince), a job's last run (lastRun, lastRunPg) and "started
  * since" (dueStateOf), and the newest verification run (verificationSince); and a

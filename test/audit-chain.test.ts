@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import vectors from "./vectors/audit-chain.json" with { type: "json" };
-import { appendAuditEntry, canonicalJson, canonicalText, entryHash, GENESIS_HASH, type AppendedEntry, type ChainFields, type NewAuditEntry } from "../src/audit/chain.ts";
+import { appendAuditEntry, canonicalJson, recordLoginAttempt, canonicalText, entryHash, GENESIS_HASH, type AppendedEntry, type ChainFields, type NewAuditEntry } from "../src/audit/chain.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
 import { generateKeyPair, parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { signRetentionRecord } from "../src/audit/records.ts";
@@ -9,7 +9,7 @@ import { verifyTenantChain, type CheckpointRef, type TenantChainResult, type Ver
 import type { AnyStore } from "../src/deps.ts";
 import { appendEntriesPg, verifyTenantChainPg } from "../src/pg/chain.ts";
 import { BUN, ROOT } from "./binary.ts";
-import { TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { makeTestEnv, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { addTenant, makeEnv } from "./dialect.ts";
 
 const SIGNER = parseSignerKey(TEST_SIGNING_KEY);
@@ -308,6 +308,35 @@ describe("appending", () => {
     await c.done();
   });
 
+  test("refuses actor, action or subject with a NUL or a lone surrogate, as the write API does, storing nothing", async () => {
+    const c = await chainOf(1);
+    const base = { tenantId: c.tenant, actor: "a", action: "b", subject: "c", details: {} };
+    for (const field of ["actor", "action", "subject"] as const) {
+      for (const bad of ["a\u0000b", "x\ud800y", "\udc00"]) {
+        await expect(append(c.store, { ...base, [field]: bad })).rejects.toThrow(new RegExp(`^${field} holds a NUL character \\(U\\+0000\\) or a lone UTF-16 surrogate`));
+      }
+    }
+    // A pair is one character: taken.
+    await append(c.store, { ...base, actor: "\ud83d\ude00" });
+    expect(await c.db.all("SELECT seq, actor FROM audit_entries WHERE tenant_id = ? ORDER BY seq", c.tenant)).toEqual([
+      { seq: 1, actor: "user0@example.nl" },
+      { seq: 2, actor: "\ud83d\ude00" },
+    ]);
+    expect(await c.verify()).toEqual({ intact: true, aantalEntries: 2 });
+    await c.done();
+  });
+
+  test("refuses a createdAt that names no existing moment (geen bestaand tijdstip), storing nothing", async () => {
+    const c = await chainOf(0);
+    for (const createdAt of ["2026-13-45T25:61:61.000Z", "2026-02-30T00:00:00.000Z", "2026-01-01T24:00:00.000Z", "2026-01-01T00:00:60.000Z"]) {
+      await expect(append(c.store, { tenantId: c.tenant, actor: "a", action: "b", subject: "c", createdAt })).rejects.toThrow(`createdAt is no existing moment (the write API's "geen bestaand tijdstip"), got ${createdAt}`);
+    }
+    expect(await c.db.all("SELECT seq FROM audit_entries WHERE tenant_id = ?", c.tenant)).toEqual([]);
+    await append(c.store, { tenantId: c.tenant, actor: "a", action: "b", subject: "c", createdAt: "2028-02-29T23:59:59.999Z" });
+    expect(await c.verify()).toEqual({ intact: true, aantalEntries: 1 });
+    await c.done();
+  });
+
   test("two processes appending to the same tenant at once leave one valid chain", async () => {
     const env = await makeEnv();
     try {
@@ -345,4 +374,28 @@ describe("appending", () => {
       await env.cleanup();
     }
   }, 60_000);
+});
+
+
+describe("recordLoginAttempt (SQLite: the library's appender of the BeveiligingsLog)", () => {
+  test("refuses what the write API refuses: NUL or a lone surrogate in account, ip or reden, a tijdstip that is no existing moment; stores nothing", async () => {
+    const env = makeTestEnv();
+    try {
+      const sqlite = env.store.sqlite;
+      const base = { account: "anna@example.nl", ip: "10.0.0.1", gelukt: false, reden: "wachtwoord", tijdstip: "2026-07-23T12:00:00.000Z" };
+      for (const field of ["account", "ip", "reden"] as const) {
+        for (const bad of ["a\u0000b", "x\ud800y"]) {
+          expect(() => recordLoginAttempt(sqlite, { ...base, [field]: bad })).toThrow(new RegExp(`^${field} holds a NUL character`));
+        }
+      }
+      for (const tijdstip of ["2026-99-99T99:99:99.999Z", "2026-02-30T00:00:00.000Z"]) {
+        expect(() => recordLoginAttempt(sqlite, { ...base, tijdstip })).toThrow(`tijdstip is no existing moment (the write API's "geen bestaand tijdstip"), got ${tijdstip}`);
+      }
+      expect(sqlite.query("SELECT count(*) AS n FROM login_attempts").get()).toEqual({ n: 0 });
+      const id = recordLoginAttempt(sqlite, { ...base, reden: null, account: "\ud83d\ude00" });
+      expect(sqlite.query("SELECT account, tijdstip, reden FROM login_attempts WHERE id = ?").get(id)).toEqual({ account: "\ud83d\ude00", tijdstip: base.tijdstip, reden: null });
+    } finally {
+      await env.cleanup();
+    }
+  });
 });

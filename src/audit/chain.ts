@@ -2,6 +2,8 @@
 // the specification for other implementations; test/vectors/audit-chain.json holds
 // known-answer vectors that both must reproduce.
 import type { Database } from "bun:sqlite";
+import { isStorableText } from "../format.ts";
+import { isExistingMoment } from "../time.ts";
 
 /** prevHash of a tenant's first entry (seq 1). */
 export const GENESIS_HASH = "0".repeat(64);
@@ -204,6 +206,26 @@ export function requireStoredAsAppended(appended: readonly AppendedEntry[], stor
   }
 }
 
+/**
+ * Refuses (throws) a moment that is not ISO 8601 UTC with milliseconds, as
+ * Date.toISOString() writes it, or names no existing moment (isExistingMoment: the write
+ * API's rule): 2026-02-30 would be hashed as written and read as 2026-03-02.
+ */
+function requireMoment(field: string, value: string): void {
+  if (!ISO_UTC.test(value)) throw new Error(`${field} must be ISO 8601 UTC with milliseconds, got ${value}`);
+  if (!isExistingMoment(value)) throw new Error(`${field} is no existing moment (the write API's "geen bestaand tijdstip"), got ${value}`);
+}
+
+/**
+ * Refuses (throws) text that not both stores keep as it is (isStorableText, the write
+ * API's rule): a NUL, which PostgreSQL's text cannot hold (a signed entry with one could
+ * never move there: migrate-to), or a lone UTF-16 surrogate, which both keep as U+FFFD
+ * (an entry hashed over it would never verify again).
+ */
+function requireStorableText(field: string, value: string): void {
+  if (!isStorableText(value)) throw new Error(`${field} holds a NUL character (U+0000) or a lone UTF-16 surrogate, which the stores cannot keep as written: not stored`);
+}
+
 /** A chain's head: the seq and hash the next entry links to. */
 export interface ChainHead {
   seq: number;
@@ -219,12 +241,10 @@ export interface ChainHead {
 export function linkEntries(inputs: readonly ChainInput[], headOf: (tenantId: number) => ChainHead, nextId: () => number): AppendedEntry[] {
   const heads = new Map<number, ChainHead>();
   return inputs.map((input) => {
-    if (!ISO_UTC.test(input.createdAt)) throw new Error(`createdAt must be ISO 8601 UTC with milliseconds, got ${input.createdAt}`);
-    for (const field of ["actor", "action", "subject", "details"] as const) {
-      // A lone surrogate is hashed as JavaScript holds it, but both stores keep U+FFFD:
-      // the entry would never verify again (the write API refuses it with a 400 first).
-      if (!input[field].isWellFormed()) throw new Error(`${field} is not well-formed Unicode (a lone UTF-16 surrogate): it cannot be stored as hashed`);
-    }
+    // What the write API refuses with a 400, refused here for every other writer
+    // (appendAuditEntry, the operator's commands) before anything is stored.
+    requireMoment("createdAt", input.createdAt);
+    for (const field of ["actor", "action", "subject", "details"] as const) requireStorableText(field, input[field]);
     const prev = heads.get(input.tenantId) ?? headOf(input.tenantId);
     // A head whose seq is no integer was written by hand (SQLite's column checks no type).
     if (!Number.isSafeInteger(prev.seq)) throw new Error(`the chain of tenant ${input.tenantId} ends in an entry whose seq is not an integer (${JSON.stringify(prev.seq)}): not appended; audit-verificatie reports it`);
@@ -267,7 +287,10 @@ export interface NewLoginAttempt {
 export function recordLoginAttempt(sqlite: Database, a: NewLoginAttempt): number {
   const tijdstip =
     a.tijdstip === undefined ? new Date().toISOString() : typeof a.tijdstip === "string" ? a.tijdstip : a.tijdstip.toISOString();
-  if (!ISO_UTC.test(tijdstip)) throw new Error(`tijdstip must be ISO 8601 UTC with milliseconds, got ${tijdstip}`);
+  requireMoment("tijdstip", tijdstip);
+  requireStorableText("account", a.account);
+  requireStorableText("ip", a.ip);
+  if (a.reden != null) requireStorableText("reden", a.reden);
   const row = sqlite
     .query(
       "INSERT INTO login_attempts (tijdstip, account, ip, gelukt, reden, tenant_id) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",

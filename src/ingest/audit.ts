@@ -11,7 +11,7 @@ import { t, type Static } from "elysia";
 import { appendEntries, canonicalJson, sha256Hex, type AppendedEntry, type ChainInput } from "../audit/chain.ts";
 import { dateTime, integer, positiveIntegerPattern, text } from "../jobs/schema.ts";
 import { Refusal } from "./refusal.ts";
-import { retentionBoundary } from "../time.ts";
+import { isExistingMoment, retentionBoundary } from "../time.ts";
 
 export const MAX_BATCH_ENTRIES = 1000;
 /** The request body's limit: 1 MiB. */
@@ -90,13 +90,7 @@ export type AuditBatchResult = Static<typeof AuditBatchResult>;
 export function storedMoment(tijdstip: string | undefined, now: Date, field: string): string {
   if (tijdstip === undefined) return now.toISOString();
   // The schema's date-time check lets 2026-02-30 through, and Date would store 2026-03-02.
-  const [, y, mo, d, h, mi, s] = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})/.exec(tijdstip)!.map(Number);
-  // setUTCFullYear, not Date.UTC: that reads the years 0000–0099 as 1900–1999.
-  const day = new Date(0);
-  day.setUTCFullYear(y!, mo! - 1, d!);
-  if (day.getUTCMonth() !== mo! - 1 || day.getUTCDate() !== d! || h! > 23 || mi! > 59 || s! > 59) {
-    throw new Refusal(400, `Veld ${field} is geen bestaand tijdstip.`);
-  }
+  if (!isExistingMoment(tijdstip)) throw new Refusal(400, `Veld ${field} is geen bestaand tijdstip.`);
   const at = new Date(tijdstip);
   if (at.getTime() > now.getTime() + MAX_FUTURE_MS) throw new Refusal(400, `Veld ${field} ligt meer dan een minuut in de toekomst.`);
   const stored = at.toISOString();

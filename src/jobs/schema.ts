@@ -10,6 +10,7 @@
 //    default: enumOf() leaves it out.
 import { Type, type IntegerOptions, type SchemaOptions, type StringOptions, type TSchema } from "@sinclair/typebox";
 import { t } from "elysia";
+import { STORABLE_CHARACTER } from "../format.ts";
 import { EMAIL_PATTERN } from "../mail/address.ts";
 
 export const integer = (options?: IntegerOptions) => Type.Integer(options);
@@ -19,16 +20,6 @@ export const nullable = <T extends TSchema>(schema: T, options?: SchemaOptions) 
 export const enumOf = <const V extends readonly [string, ...string[]]>(values: V, options?: SchemaOptions) =>
   t.UnionEnum(values, { ...options, default: undefined });
 
-/**
- * One character of text as both stores keep it: well-formed Unicode without NUL
- * (U+0000). SQLite stores a NUL; PostgreSQL's text refuses it, so a batch holding one
- * would be a 500 there (and lost on every retry) while SQLite took it. A lone UTF-16
- * surrogate (half of a character, "\ud800" in JSON) is hashed as JavaScript holds it, but
- * both stores keep U+FFFD instead: the entry would never verify again (and an e-mail
- * address would be stored as another one). Both refused, with a 400 that says why.
- * Matched per UTF-16 unit, a pair as one character, so the same with or without the u flag.
- */
-const CHARACTER = "(?:[^\\u0000\\ud800-\\udfff]|[\\ud800-\\udbff][\\udc00-\\udfff])";
 
 /** What a string pattern of these schemas asks for, in Dutch, by pattern: the 400 message says it (src/http/errors.ts). */
 export const PATTERN_MEANINGS = new Map<string, string>();
@@ -47,13 +38,14 @@ const meaning = (pattern: string, dutch: string) => {
 };
 
 /**
- * The pattern of `min` to `max` characters (CHARACTER). The length is in the pattern, not
+ * The pattern of `min` to `max` characters of storable text (STORABLE_CHARACTER, src/format.ts:
+ * well-formed Unicode without NUL, as both stores keep it; refused with a 400 that says why). The length is in the pattern, not
  * in minLength/maxLength: TypeBox counts those in UTF-16 units, where JSON Schema (the
  * OpenAPI document, and a client built from it) counts characters, so 150 emoji would
  * pass the document's maxLength 200 and be refused here.
  */
 export function textPattern(min = 0, max?: number): string {
-  return meaning(`^${CHARACTER}{${min},${max ?? ""}}$`, `een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft)${lengths(min, max, "tekens")}`);
+  return meaning(`^${STORABLE_CHARACTER}{${min},${max ?? ""}}$`, `een tekst (geldige Unicode, zonder NUL-teken U+0000 of losse surrogaathelft)${lengths(min, max, "tekens")}`);
 }
 
 /**
