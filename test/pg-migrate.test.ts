@@ -6,7 +6,7 @@ import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { appendAuditEntry, canonicalJson, type EntryRow } from "../src/audit/chain.ts";
+import { appendAuditEntry, canonicalJson, entryHash, type EntryRow } from "../src/audit/chain.ts";
 import { parseVerifierKey } from "../src/audit/note.ts";
 import { compareWithFile } from "../src/audit/anchor-check.ts";
 import { anchorRecords } from "../src/reports/daily.ts";
@@ -397,6 +397,35 @@ describe("migrate-to", () => {
     w.query("DELETE FROM tenants WHERE id = ?").run(d);
     w.run("PRAGMA foreign_keys = ON");
     await expectSourceRefused(`tenant ${d} heeft audit-entries maar staat niet in tenants`);
+  });
+
+  test("refuses a source with a NUL in copied text (an audit entry that verifies and is signed, a login attempt, a tenant), naming table, row and column, and copies nothing (exit 1)", async () => {
+    const { a, c } = await livedInstallation();
+    const w = env!.store.sqlite;
+    // The first such row in the tables' order, by its id.
+    const { id } = w.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, reden, tenant_id) VALUES (?, 'x@alfa.nl', '10.0.0.9', 0, 'ww' || char(0), NULL) RETURNING id").get(NOW.toISOString()) as { id: number };
+    await expectSourceRefused(`login_attempts (id ${id}) heeft in kolom reden een NUL-teken`);
+    w.query("UPDATE tenants SET naam = 'Leeg' || char(0) WHERE id = ?").run(c);
+    await expectSourceRefused(`tenants (id ${c}) heeft in kolom naam een NUL-teken`);
+    w.query("UPDATE tenants SET naam = 'Leeg' WHERE id = ?").run(c);
+    w.query("DELETE FROM login_attempts WHERE id = ?").run(id);
+
+    // As appendAuditEntry stored it before it refused a NUL: linked and hashed as written,
+    // so the chain verifies; an anchor run then signs it (and it can no longer be taken out).
+    const head = w.query("SELECT seq, hash FROM audit_entries WHERE tenant_id = ? ORDER BY seq DESC LIMIT 1").get(a) as { seq: number; hash: string };
+    const fields = { tenantId: a, seq: head.seq + 1, createdAt: NOW.toISOString(), actor: "a\u0000b", action: "x", subject: "s", details: "{}", prevHash: head.hash };
+    w.query("INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash) VALUES (?, ?, (SELECT max(id) + 1 FROM audit_entries), ?, ?, ?, ?, ?, ?, ?)").run(
+      a, fields.seq, fields.createdAt, fields.actor, fields.action, fields.subject, fields.details, fields.prevHash, entryHash(fields),
+    );
+    expect((await call(env!.app, "/api/cron/audit-anker")).status).toBe(200);
+    expect((await compareWithFile(env!.config.databasePath, env!.config.auditAnkerBestand, VERIFIERS)).checkpoints.get(a)?.size).toBe(fields.seq);
+    await expectSourceRefused(`audit_entries (tenant_id ${a}, seq ${fields.seq}) heeft in kolom actor een NUL-teken (U+0000), dat PostgreSQL niet kan opslaan; eerst uitzoeken, niets gekopieerd`);
+    // The command: exit 1, as for a source that does not verify; no driver error.
+    const err: string[] = [];
+    const code = await runMigrateTo(["--database-url", await cluster.createDatabase(), "--db", env!.config.databasePath, "--bestand", env!.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY], {}, () => {}, (s) => err.push(s));
+    expect(code).toBe(1);
+    expect(err.join("\n")).toContain(`nachtwacht migrate-to: bron-niet-in-orde: audit_entries (tenant_id ${a}, seq ${fields.seq}) heeft in kolom actor een NUL-teken`);
+    expect(err.join("\n")).not.toContain("PostgresError");
   });
 
   test("refuses a source another version left (fewer or more migrations than this one's), saying what to do, and copies nothing", async () => {

@@ -44,6 +44,8 @@ interface TableShape {
   booleans: boolean[];
   /** Per column: an integer type (a key printed as a number). */
   integers: boolean[];
+  /** Per column: text in PostgreSQL (which cannot hold a NUL). */
+  texts: boolean[];
   key: string[];
   /** Columns whose sequence must continue after the copied ids. */
   sequences: string[];
@@ -57,6 +59,7 @@ export function tableShape(table: PgTable): TableShape {
     columns: c.columns.map((k) => k.name),
     booleans: c.columns.map((k) => k.columnType === "PgBoolean"),
     integers: c.columns.map((k) => ["PgInteger", "PgSerial", "PgBigInt53"].includes(k.columnType)),
+    texts: c.columns.map((k) => k.getSQLType().startsWith("text")),
     key,
     sequences: c.columns.filter((k) => k.columnType === "PgSerial" || (k as { generatedIdentity?: unknown }).generatedIdentity !== undefined).map((k) => k.name),
   };
@@ -78,6 +81,30 @@ export function copyText(v: unknown, boolean: boolean): string {
   if (boolean) return v ? "t" : "f";
   const s = typeof v === "string" ? v : String(v);
   return s.replace(TO_ESCAPE, (ch) => ESCAPED[ch]!);
+}
+
+/**
+ * The first row (in key order) of a table of the source with a NUL character (U+0000) in
+ * a text column, and that column; null when there is none. SQLite keeps a NUL that a
+ * writer put there (before the library's appenders refused it as the write API does:
+ * isStorableText); PostgreSQL's text cannot hold one, and COPY would stop at it with an
+ * encoding error naming no row. A lone surrogate the source cannot hold: SQLite's text
+ * is UTF-8, and the driver wrote U+FFFD for it. One scan of the table.
+ */
+export function rowWithNul(source: Database, shape: TableShape): { sleutel: string; kolom: string } | null {
+  const texts = shape.columns.filter((_, i) => shape.texts[i]);
+  if (texts.length === 0) return null;
+  const has = (c: string) => `instr(${quote(c)}, char(0)) > 0`;
+  // Raw SQL: SQLite's instr finds a NUL inside a text (its length() stops there).
+  const row = source
+    .query(
+      `SELECT ${shape.key.map(quote).join(", ")}, CASE ${texts.map((c, i) => `WHEN ${has(c)} THEN ${i}`).join(" ")} END AS "kolom#"
+       FROM ${quote(shape.name)} WHERE ${texts.map(has).join(" OR ")} ORDER BY ${shape.key.map(quote).join(", ")} LIMIT 1`,
+    )
+    .get() as Record<string, unknown> | null;
+  if (row === null) return null;
+  // The key's values as JSON: a text key may hold the NUL itself.
+  return { sleutel: shape.key.map((k) => `${k} ${JSON.stringify(row[k])}`).join(", "), kolom: texts[row["kolom#"] as number]! };
 }
 
 /** SQLite's AUTOINCREMENT counters (sqlite_sequence): the highest id each such table ever gave out, by table; empty without any. */
@@ -265,6 +292,20 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
     source.close();
     return { uitkomst: "bron-niet-in-orde", toelichting: `tenant ${orphan} heeft audit-entries maar staat niet in tenants; eerst uitzoeken, niets gekopieerd` };
   }
+  // Text PostgreSQL cannot hold (a NUL): named with its row and column before anything
+  // is created or copied, where COPY would stop at it with a bare encoding error. An
+  // audit entry holding one may be signed: then the installation stays on SQLite until
+  // it is looked into.
+  const shapes = COPIED_TABLES.map(tableShape);
+  for (const s of shapes) {
+    const nul = rowWithNul(source, s);
+    if (nul === null) continue;
+    source.close();
+    return {
+      uitkomst: "bron-niet-in-orde",
+      toelichting: `${s.name} (${nul.sleutel}) heeft in kolom ${nul.kolom} een NUL-teken (U+0000), dat PostgreSQL niet kan opslaan; eerst uitzoeken, niets gekopieerd`,
+    };
+  }
   // Never into another application's database: checked before the migrations create
   // anything there.
   let foreign: string[];
@@ -285,7 +326,6 @@ export async function migrateToPostgres(o: MigrateOptions): Promise<MigrateResul
   const target = await openPgStore(o.url, { max: Math.max(2, (o.parallel ?? 2) + 1) });
   let snapshotOpen = true;
   try {
-    const shapes = COPIED_TABLES.map(tableShape);
     // 2. Only into an empty database: never merge two installations' chains.
     for (const s of shapes) {
       const [row] = await target.sql.unsafe(`SELECT EXISTS (SELECT 1 FROM ${quote(s.name)}) AS filled`);
