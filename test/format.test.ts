@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { displayText, formatDatum, formatSize, isoWeek, jsonLine } from "../src/format.ts";
+import { displayText, formatDatum, formatSize, isoWeek, isStorableText, jsonLine, STORABLE_CHARACTER, storableText } from "../src/format.ts";
 import { alarmSubject } from "../src/alarms/mail-channel.ts";
 
 describe("formatSize (1024-based)", () => {
@@ -84,3 +84,22 @@ describe("text from the application in lines a person reads", () => {
   });
 });
 
+describe("storable text (STORABLE_CHARACTER, isStorableText)", () => {
+  test("the whole-text check takes exactly what the schema's per-character pattern takes, and what storableText leaves as it is", () => {
+    const pattern = new RegExp(`^${STORABLE_CHARACTER}*$`);
+    const units = ["a", "\u0000", "\u0001", "\ud800", "\udbff", "\udc00", "\udfff", "\ud83d\ude00", "\ufffd", "é"];
+    // Every text of up to three of these units, pairs split and joined in every way.
+    let texts = [""];
+    for (let n = 0; n < 3; n++) texts = [...texts, ...texts.flatMap((t) => units.map((u) => t + u))];
+    for (const t of new Set(texts)) {
+      expect([t, isStorableText(t)]).toEqual([t, pattern.test(t)]);
+      expect([t, isStorableText(t)]).toEqual([t, storableText(t) === t]);
+    }
+  });
+
+  test("judges a text of six million UTF-16 units (the pattern repeated over such a text answers false)", () => {
+    const long = "aé\ud83d\ude00".repeat(1_500_000);
+    expect(isStorableText(long)).toBe(true);
+    expect(isStorableText(long + "\u0000")).toBe(false);
+  });
+});
