@@ -431,7 +431,7 @@ describe("POST /api/audit", () => {
     expect(row!.details).toBe('{"lone":"\\ud800"}');
     expect((await call(env.app, "/api/cron/audit-verificatie")).status).toBe(200);
     expect(() => linkEntries([{ tenantId: a, createdAt: "2026-01-01T00:00:00.000Z", actor: "x\ud800", action: "a", subject: "", details: "{}" }], () => ({ seq: 0, hash: GENESIS_HASH }), () => 1)).toThrow(
-      "actor is not well-formed Unicode",
+      "actor holds a NUL character (U+0000) or a lone UTF-16 surrogate",
     );
   });
 
