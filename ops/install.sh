@@ -198,6 +198,15 @@ pre_upgrade_backup() { # <env file> <backup.sh> <data dir>
     say "no $script: no backup before the upgrade (install the new version, then run backup.sh)"
     return 0
   fi
+  # The installed binary runs this backup, as root, in the service user's folder. One of
+  # an earlier version reads a bunfig.toml (whose preload is code) and .env files there:
+  # none of them is nachtwacht's, so one found there was planted.
+  local planted
+  for planted in "$data_dir"/bunfig.toml "$data_dir"/.env "$data_dir"/.env.*; do
+    if [ -e "$planted" ] || [ -L "$planted" ]; then
+      die "found $planted in the service's folder: the installed binary would read it as root during the pre-upgrade backup. It is not nachtwacht's: find out who wrote it (the service user can), remove it, and rerun this install"
+    fi
+  done
   while IFS= read -r line || [ -n "$line" ]; do
     split_env_line "$line"
     [ "$line" != "$key" ] || continue

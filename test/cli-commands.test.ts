@@ -3,7 +3,7 @@
 // per test run by test/binary.ts) as a real process; the environment file is read from
 // disk, so no secret is on a command line.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildBinary, freePort, ROOT } from "./binary.ts";
@@ -110,6 +110,24 @@ describe("nachtwacht config check", () => {
     const unreadable = await run(["config", "check", "--env", file]);
     expect(unreadable.code).toBe(2);
     expect(unreadable.err).toContain("zegelsleutel niet leesbaar (EISDIR)");
+  });
+});
+
+describe("the binary and its working directory", () => {
+  test("a bunfig.toml and a .env where it is started are not read: root's backup starts in the service user's folder, whose preload would run as root", async () => {
+    const folder = join(dir, "dienstmap");
+    mkdirSync(folder, { recursive: true });
+    const marker = join(folder, "preload-liep");
+    writeFileSync(join(folder, "bunfig.toml"), 'preload = ["./p.js"]\n');
+    writeFileSync(join(folder, "p.js"), `require("node:fs").writeFileSync(${JSON.stringify(marker)}, "als " + process.getuid());\n`);
+    writeFileSync(join(folder, ".env"), `CRON_SECRET=${SECRET}\nAUDIT_ANKER_SLEUTEL=${TEST_SIGNING_KEY}\n`);
+    const p = Bun.spawn([bin, "config", "check"], { cwd: folder, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir }, stdout: "pipe", stderr: "pipe" });
+    const [code, out] = await Promise.all([p.exited, new Response(p.stdout).text()]);
+    // The environment it was given lacks both: .env supplied nothing.
+    expect(code).toBe(1);
+    expect(out).toContain("CRON_SECRET: is required");
+    expect(out).toContain("AUDIT_ANKER_SLEUTEL: is required");
+    expect(existsSync(marker)).toBe(false);
   });
 });
 

@@ -334,6 +334,20 @@ describe("ops/install.sh: the backup before an upgrade", () => {
     expect([r.code, r.called]).toEqual([0, [`DB=${join(r.data, "nachtwacht.db")} ENV=${join(dir, "nachtwacht.env")}`]]);
   });
 
+  test("a bunfig.toml or .env file in the data folder stops the upgrade before the installed binary runs as root there (one of an earlier version would read it)", async () => {
+    const f = envFile("DATABASE_URL=postgres://nachtwacht@db.internal/nachtwacht\n");
+    for (const name of ["bunfig.toml", ".env", ".env.production"]) {
+      const data = join(dir, "data");
+      mkdirSync(data, { recursive: true });
+      writeFileSync(join(data, name), 'preload = ["./p.js"]\n');
+      const r = await preUpgradeBackup(f, 0);
+      expect({ name, code: r.code, called: r.called }).toEqual({ name, code: 1, called: [] });
+      expect(r.out).toContain(`found ${join(data, name)} in the service's folder`);
+      rmSync(join(data, name));
+    }
+    expect((await preUpgradeBackup(f, 0)).called).toEqual([`DB=unset ENV=${f}`]);
+  });
+
   test("exit 75 (backup made, not reported: the service is down) is a warning and the upgrade goes on; any other failure stops it, 69 (a backup running) named as such", async () => {
     const f = envFile("DATABASE_URL=postgres://nachtwacht@db.internal/nachtwacht\n");
     const down = await preUpgradeBackup(f, 75);
