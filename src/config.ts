@@ -42,7 +42,12 @@ export interface Config {
   takenMargeMinuten: number;
   inlogDrempelIp: number;
   inlogDrempelAccount: number;
-  /** TENANTS_MAX: the write API creates no tenant beyond this many (PUT /api/tenants/{id} answers 422). */
+  /**
+   * TENANTS_MAX: the write API creates no tenant beyond this many (PUT /api/tenants/{id}
+   * answers 422). Each tenant with new entries costs a signed line in the anchor file and
+   * a row in audit_anchor_log every night, never deleted (the evidence), and each run
+   * compares the whole file: the default is the size docs/operations.md plans the years for.
+   */
   tenantsMax: number;
   /** WEEKRAPPORT_MAX_BERICHTEN: at most this many weekly-report messages per ISO week; more recipients are left out and alarmed. */
   weekrapportMaxBerichten: number;
@@ -304,7 +309,7 @@ export function parseConfig(env: Env): Config {
     inlogDrempelAccount: positiveInt(env, "INLOG_DREMPEL_ACCOUNT", 10),
     schijfMinVrijProcent: wholeNumber(env, "SCHIJF_MIN_VRIJ_PROCENT", 10, 0, 50),
     weekrapportMaxBerichten: positiveInt(env, "WEEKRAPPORT_MAX_BERICHTEN", 10_000),
-    tenantsMax: positiveInt(env, "TENANTS_MAX", 100_000, 10_000_000),
+    tenantsMax: positiveInt(env, "TENANTS_MAX", 5_000, 10_000_000),
   };
 }
 

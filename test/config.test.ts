@@ -58,7 +58,7 @@ describe("configuration", () => {
       inlogDrempelAccount: 10,
       schijfMinVrijProcent: 10,
       weekrapportMaxBerichten: 10_000,
-      tenantsMax: 100_000,
+      tenantsMax: 5_000,
     });
     // 0 is allowed: never name a disk.
     expect(ok({ SCHIJF_MIN_VRIJ_PROCENT: "0" }).schijfMinVrijProcent).toBe(0);
