@@ -15,6 +15,7 @@ export function log(level: Level, message: string, fields: Record<string, unknow
  * An error as logs, alarms and job_runs show it, bounded. Drizzle's query error spells
  * out the statement's parameters (e-mail addresses, account names, audit details), which
  * must not travel to the error tracker: it is shown as its cause and the statement only.
+ * Personal data an alarm needs goes in its `personal` part (src/alarms/alarm.ts).
  */
 export function errorText(e: unknown): string {
   if (e instanceof DrizzleQueryError) return errorText(`${e.cause instanceof Error ? `${e.cause.name}: ${e.cause.message}` : "query failed"} (statement: ${e.query.slice(0, 300)})`);

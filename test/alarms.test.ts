@@ -3,10 +3,12 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { gunzipSync } from "node:zlib";
 import type { Alarm } from "../src/alarms/alarm.ts";
+import { alarmEmailProps } from "../src/alarms/mail-channel.ts";
 import { createAlarmSink, type AlarmChannel } from "../src/alarms/sink.ts";
 import { canonicalJson } from "../src/audit/chain.ts";
 import { call, NOW, SECRET } from "./helpers.ts";
-import { addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
+import { addAdmin, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
+import { APP_SECRET } from "./ingest-fixtures.ts";
 
 interface Envelope {
   path: string;
@@ -52,8 +54,8 @@ afterEach(async () => {
 });
 
 /** The test env with the real alarm sink in place of the recording one. */
-async function envWithRealSink(dsn: string | null, lines: string[]): Promise<Env> {
-  const e = await makeEnv(dsn ? { SENTRY_DSN: dsn } : {});
+async function envWithRealSink(dsn: string | null, lines: string[], vars: Record<string, string> = {}): Promise<Env> {
+  const e = await makeEnv({ ...vars, ...(dsn ? { SENTRY_DSN: dsn } : {}) });
   e.deps.alarms = createAlarmSink({
     sentryDsn: e.config.sentryDsn,
     clock: e.deps.clock,
@@ -187,6 +189,88 @@ describe("alarm sink", () => {
     expect(got).toEqual([{ type: "mail-failure", message: "m" }]);
     const failure = logged.find((l) => l.message === "alarm channel failed");
     expect(failure).toMatchObject({ level: "error", channel: "e-mail", alarm: "mail-failure", error: "Error: 550 mailbox unavailable" });
+  });
+});
+
+describe("personal data reaches the operator's channels, never the error tracker", () => {
+  const MIN = 60_000;
+  const post = (e: Env, pogingen: object[]) => call(e.app, "/api/inlogpogingen", { token: APP_SECRET, method: "POST", body: JSON.stringify({ pogingen }) });
+
+  test("login-bruteforce: the event names no account nor IP that was posted, in the last hour nor late; the stderr line names the offenders", async () => {
+    sink = startSink();
+    const lines: string[] = [];
+    env = await envWithRealSink(sink.dsn, lines, { APP_SECRET });
+    await addTenant(env.db);
+    // The last hour: one IP over its threshold (20), two accounts over theirs (10).
+    const lastHour = [
+      ...Array.from({ length: 20 }, (_, i) => ({ account: "jan.jansen@voorbeeld.nl", ip: "203.0.113.7", gelukt: false, tijdstip: new Date(NOW.getTime() - i * MIN).toISOString() })),
+      ...Array.from({ length: 10 }, (_, i) => ({ account: "piet.pieters@voorbeeld.nl", ip: "198.51.100.23", gelukt: false, tijdstip: new Date(NOW.getTime() - i * MIN).toISOString() })),
+    ];
+    expect((await post(env, lastHour)).status).toBe(200);
+    expect((await call(env.app, "/api/cron/beveiligingslog-analyse")).status).toBe(409);
+
+    // A burst delivered 80 minutes late: judged as late by the next run.
+    const late = Array.from({ length: 30 }, (_, i) => ({ account: "klaas.klaassen@voorbeeld.nl", ip: "192.0.2.44", gelukt: false, tijdstip: new Date(NOW.getTime() + (i + 1) * 1000).toISOString() }));
+    env.setNow(new Date(NOW.getTime() + 80 * MIN));
+    expect((await post(env, late)).status).toBe(200);
+    env.setNow(new Date(NOW.getTime() + 90 * MIN));
+    const second = await call(env.app, "/api/cron/beveiligingslog-analyse");
+    expect(second.status).toBe(409);
+    expect(second.json.laat.aantalVerdacht).toEqual({ ip: 1, account: 1 });
+
+    // Still raised and grouped in the tracker, with the counts and the window.
+    const events = sink.events();
+    expect(events.map((e) => e.tags.type)).toEqual(["login-bruteforce", "login-bruteforce"]);
+    expect(events[0].message).toBe("Mogelijke brute-force-aanval: 1 IP-adres(sen) en 2 account(s) boven de drempel van mislukte inlogpogingen in het afgelopen uur.");
+    expect(events[0].contexts.alarm).toMatchObject({ aantalVerdacht: { ip: 1, account: 2 }, drempels: { ip: 20, account: 10 } });
+    expect(events[1].message).toContain("1 IP-adres(sen) en 1 account(s) boven de drempel in pogingen die te laat binnenkwamen");
+    const posted = [...new Set([...lastHour, ...late].flatMap((p) => [p.account, p.ip]))];
+    for (const raw of sink.envelopes.map((e) => e.raw)) for (const p of posted) expect(raw).not.toContain(p);
+
+    // The journal names them: the message's top and the context.
+    const [first, again] = lines.map((l) => JSON.parse(l));
+    for (const p of ["203.0.113.7", "jan.jansen@voorbeeld.nl", "piet.pieters@voorbeeld.nl"]) expect(first.message).toContain(p);
+    expect(first.context.verdacht.map((v: { waarde: string }) => v.waarde)).toEqual(["203.0.113.7", "jan.jansen@voorbeeld.nl", "piet.pieters@voorbeeld.nl"]);
+    expect(again.message).toContain("te laat binnengekomen: ip 192.0.2.44 (30×), account klaas.klaassen@voorbeeld.nl (30×)");
+    expect(again.context.laatVerdacht.map((v: { waarde: string }) => v.waarde)).toEqual(["192.0.2.44", "klaas.klaassen@voorbeeld.nl"]);
+  });
+
+  test("mail-failure: the event names no recipient address of the weekly nor the daily report; the stderr line does", async () => {
+    sink = startSink();
+    const lines: string[] = [];
+    env = await envWithRealSink(sink.dsn, lines, { DAGRAPPORT_EMAIL: "ops.persoon@voorbeeld.nl" });
+    const t = await addTenant(env.db);
+    await addAdmin(env.db, t, "anna@alfa.test");
+    await addAdmin(env.db, t, "weg@alfa.test");
+    const mailer = env.mailer as unknown as { refuse: Set<string> };
+    mailer.refuse.add("weg@alfa.test");
+    mailer.refuse.add("ops.persoon@voorbeeld.nl");
+    expect((await call(env.app, "/api/cron/weekrapport")).status).toBe(502);
+    expect((await call(env.app, "/api/cron/dagrapport")).status).toBe(502);
+
+    const events = sink.events();
+    expect(events.map((e) => e.tags.type)).toEqual(["mail-failure", "mail-failure"]);
+    expect(events[0].contexts.alarm).toMatchObject({ verstuurd: 1, fouten: 1 });
+    expect(events[1].message).toBe("Het dagrapport kon niet worden verstuurd.");
+    for (const raw of sink.envelopes.map((e) => e.raw)) for (const a of ["anna@alfa.test", "weg@alfa.test", "ops.persoon@voorbeeld.nl"]) expect(raw).not.toContain(a);
+
+    const [week, dag] = lines.map((l) => JSON.parse(l));
+    expect(week.context.mislukt).toEqual([{ adres: "weg@alfa.test", tenantId: t, fout: expect.stringContaining("550") }]);
+    expect(dag.message).toBe("Het dagrapport kon niet worden verstuurd. Ontvanger: ops.persoon@voorbeeld.nl.");
+    expect(dag.context).toMatchObject({ ontvanger: "ops.persoon@voorbeeld.nl", fout: expect.stringContaining("550") });
+  });
+
+  test("the alarm e-mail shows the personal part: in the message and as context rows", () => {
+    const props = alarmEmailProps(
+      { type: "db-integrity", message: "Iets klopt niet.", context: { aantal: 1 }, personal: { message: "Account: jan@voorbeeld.nl.", context: { account: "jan@voorbeeld.nl" } } },
+      NOW,
+      "Europe/Amsterdam",
+    );
+    expect(props?.message).toBe("Iets klopt niet. Account: jan@voorbeeld.nl.");
+    expect(props?.context).toEqual([
+      { sleutel: "aantal", waarde: "1" },
+      { sleutel: "account", waarde: "jan@voorbeeld.nl" },
+    ]);
   });
 });
 

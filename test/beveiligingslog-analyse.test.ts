@@ -1,4 +1,5 @@
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
+import { forOperator } from "../src/alarms/alarm.ts";
 import { lateWindows, MAX_LATE_WINDOWS, offenderQuery, runBeveiligingslogAnalyse, SEEN_KEY } from "../src/jobs/beveiligingslog-analyse.ts";
 import { offenderQueryPg, storedLoginIdsPg } from "../src/pg/status.ts";
 import { LOCK_LOGIN_IDS, LOCK_NAMESPACE } from "../src/pg/store.ts";
@@ -69,7 +70,7 @@ describe("beveiligingslog-analyse", () => {
       ]);
       expect(env.alarms.raised).toHaveLength(1);
       expect(env.alarms.raised[0]!.type).toBe("login-bruteforce");
-      expect(env.alarms.raised[0]!.message).toContain("203.0.113.7");
+      expect(forOperator(env.alarms.raised[0]!).message).toContain("203.0.113.7");
     } finally {
       await env.cleanup();
     }
@@ -180,7 +181,7 @@ describe("beveiligingslog-analyse", () => {
       expect(env.alarms.raised).toHaveLength(1);
       expect(env.alarms.raised[0]!.type).toBe("login-bruteforce");
       expect(env.alarms.raised[0]!.message).toContain("te laat binnenkwamen (vanaf 2026-07-23T12:00:00.000Z, tot 88 minuten na de poging; de aanval was toen, niet nu");
-      expect(env.alarms.raised[0]!.message).toContain("ip 203.0.113.66 (100×)");
+      expect(forOperator(env.alarms.raised[0]!).message).toContain("ip 203.0.113.66 (100×)");
     } finally {
       await env.cleanup();
     }
@@ -234,7 +235,7 @@ describe("beveiligingslog-analyse", () => {
       expect(runs[0]!.body.verdacht).toEqual([]);
       expect(runs[0]!.body.laat.verdacht.map((v) => [v.waarde, v.aantal, v.venster.tot])).toEqual([["198.51.100.7", 40, "2026-07-23T13:00:00.000Z"]]);
       expect(env.alarms.raised).toHaveLength(1);
-      expect(env.alarms.raised[0]!.message).toContain("ip 198.51.100.7 (40×)");
+      expect(forOperator(env.alarms.raised[0]!).message).toContain("ip 198.51.100.7 (40×)");
     } finally {
       await env.cleanup();
     }
@@ -291,7 +292,7 @@ describe("beveiligingslog-analyse", () => {
         await env.db.run("ALTER TABLE service_meta_weg RENAME TO service_meta");
       }
       expect(env.alarms.raised.map((a) => a.type)).toEqual(["login-bruteforce"]);
-      expect(env.alarms.raised[0]!.message).toContain("ip 203.0.113.7 (20×)");
+      expect(forOperator(env.alarms.raised[0]!).message).toContain("ip 203.0.113.7 (20×)");
       expect(env.alarms.raised[0]!.message).toContain("de te laat ontvangen pogingen konden niet worden beoordeeld");
     } finally {
       await env.cleanup();
@@ -373,7 +374,7 @@ describe("beveiligingslog-analyse", () => {
         expect(r.body.laat).toEqual({ pogingen: 0, verdacht: [], aantalVerdacht: { ip: 0, account: 0 }, meer: true, uitgesteld: true });
         expect(await watermark(env)).toBe(before);
         expect(env.alarms.raised).toHaveLength(1);
-        expect(env.alarms.raised[0]!.message).toContain("ip 203.0.113.7 (20×)");
+        expect(forOperator(env.alarms.raised[0]!).message).toContain("ip 203.0.113.7 (20×)");
         await conn`COMMIT`;
         expect(await storedLoginIdsPg(env.store)).toBe(Number(id));
       } finally {

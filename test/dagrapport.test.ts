@@ -2,6 +2,7 @@ import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { simpleParser } from "mailparser";
+import { forOperator } from "../src/alarms/alarm.ts";
 import { canonicalJson } from "../src/audit/chain.ts";
 import { openNote, parseVerifierKey } from "../src/audit/note.ts";
 import { openInstallationCheckpoint } from "../src/audit/records.ts";
@@ -429,9 +430,10 @@ describe("dagrapport: a failed send", () => {
     expect(res.json).toMatchObject({ ok: false, verzonden: false, mogelijkAfgeleverd: true, ontvanger: "ops@example.test", bezorging: "smtp" });
     expect(res.json.error).toStartWith("Het dagrapport aan ops@example.test is mogelijk wel afgeleverd");
     expect(res.json.taken).toHaveLength(10);
-    expect(env.alarms.raised.map((a) => [a.type, a.message.split(":")[0]])).toEqual([
-      ["mail-failure", "Het dagrapport aan ops@example.test is mogelijk wel afgeleverd; niet opnieuw verstuurd"],
-    ]);
+    expect(env.alarms.raised.map((a) => [a.type, a.message.split(":")[0]])).toEqual([["mail-failure", "Het dagrapport is mogelijk wel afgeleverd; niet opnieuw verstuurd"]]);
+    // The address on the operator's channels only (Alarm.personal).
+    expect(env.alarms.raised[0]!.message).not.toContain("ops@example.test");
+    expect(forOperator(env.alarms.raised[0]!).message).toEndWith("Ontvanger: ops@example.test.");
     expect(env.alarms.raised[0]!.message).not.toContain("kon niet worden verstuurd");
 
     smtp.mode = "accept";
@@ -449,7 +451,8 @@ describe("dagrapport: a failed send", () => {
     expect(res.json).toMatchObject({ ok: false, verzonden: false, ontvanger: "ops@example.test" });
     expect(res.json.mogelijkAfgeleverd).toBeUndefined();
     expect(res.json.error).toContain("451");
-    expect(env.alarms.raised.map((a) => a.message)).toEqual(["Het dagrapport kon niet worden verstuurd naar ops@example.test."]);
+    expect(env.alarms.raised.map((a) => a.message)).toEqual(["Het dagrapport kon niet worden verstuurd."]);
+    expect(env.alarms.raised.map((a) => forOperator(a).message)).toEqual(["Het dagrapport kon niet worden verstuurd. Ontvanger: ops@example.test."]);
 
     smtp.mode = "accept";
     const again = await call(env.app, "/api/cron/dagrapport", scheduled);

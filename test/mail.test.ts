@@ -2,6 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { simpleParser } from "mailparser";
+import { forOperator } from "../src/alarms/alarm.ts";
 import { mailAlarmChannel } from "../src/alarms/mail-channel.ts";
 import { createAlarmSink } from "../src/alarms/sink.ts";
 import { parseConfig } from "../src/config.ts";
@@ -112,7 +113,7 @@ describe("outbox when no SMTP_URL is set", () => {
     expect(during.status).toBe(502);
     expect(during.json).toMatchObject({ verstuurd: 0, fouten: 1, overgeslagen: 0, bezorging: "outbox" });
     expect(during.json.onzeker).toBeUndefined();
-    expect((env.alarms.raised[0]!.context as { mislukt: { fout: string }[] }).mislukt[0]!.fout).toStartWith("outbox: ");
+    expect((forOperator(env.alarms.raised[0]!).context as { mislukt: { fout: string }[] }).mislukt[0]!.fout).toStartWith("outbox: ");
 
     rmSync(env.outboxDir);
     const rerun = await call(env.app, "/api/cron/weekrapport");

@@ -333,7 +333,7 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
       const dying: Deps = { ...side.deps, clock: () => { throw new Error("stroomuitval"); } };
       const died = await runWeekrapport(dying, RUN);
       expect(died.body).toEqual({ verstuurd: 0, fouten: 0, overgeslagen: 0, onzeker: 1, bezorging: "smtp", week: "2026-W30" });
-      expect(side.env.alarms.raised.map((a) => a.context)).toMatchObject([{ onzeker: [{ adres: "anna@alfa.test", fout: expect.stringContaining("stroomuitval") }] }]);
+      expect(side.env.alarms.raised.map((a) => a.personal?.context)).toMatchObject([{ onzeker: [{ adres: "anna@alfa.test", fout: expect.stringContaining("stroomuitval") }] }]);
       expect(side.env.mailer.sent.map((m) => m.to)).toEqual(["anna@alfa.test"]);
       runs[i]!.push(await side.seed.deliveries());
 
@@ -353,7 +353,7 @@ describe("weekrapport on PostgreSQL: exactly once, as on SQLite", () => {
     expect(rerun!.result).toEqual({ status: 409, body: { verstuurd: 1, fouten: 0, overgeslagen: 1, onzeker: 1, bezorging: "smtp", week: "2026-W30" } });
     expect(rerun!.mails.map((m) => m.to)).toEqual(["piet@alfa.test"]);
     expect(rerun!.alarms).toHaveLength(1);
-    expect(rerun!.alarms[0]).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", onzeker: [{ adres: "anna@alfa.test", tenantId: 1 }], aantal: 1 } });
+    expect(rerun!.alarms[0]).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", aantal: 1 }, personal: { context: { onzeker: [{ adres: "anna@alfa.test", tenantId: 1 }] } } });
     expect(again!.result).toMatchObject({ body: { verstuurd: 0, overgeslagen: 2, onzeker: 1 } });
     expect(again!.mails).toEqual([]);
     expect(released!.result).toEqual({ status: 200, body: { verstuurd: 1, fouten: 0, overgeslagen: 1, bezorging: "smtp", week: "2026-W30" } });

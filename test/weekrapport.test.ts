@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { fillPlaceholders } from "drizzle-orm";
 import { SMTPServer } from "smtp-server";
+import { forOperator } from "../src/alarms/alarm.ts";
 import { canonicalJson } from "../src/audit/chain.ts";
 import type { Deps } from "../src/deps.ts";
 import { errorText } from "../src/logger.ts";
@@ -244,7 +245,7 @@ describe("weekrapport: failures and reruns", () => {
     const alarm = env.alarms.raised[0]!;
     expect(alarm.type).toBe("mail-failure");
     expect(alarm.context).toMatchObject({ week: "2026-W30", verstuurd: 2, fouten: 1 });
-    const mislukt = (alarm.context as { mislukt: { adres: string; fout: string }[] }).mislukt;
+    const mislukt = (forOperator(alarm).context as { mislukt: { adres: string; fout: string }[] }).mislukt;
     expect(mislukt.map((f) => f.adres)).toEqual(["weg@alfa.test"]);
     expect(mislukt[0]!.fout).toContain("550");
   });
@@ -586,8 +587,8 @@ describe("weekrapport: a send whose outcome is not known is not repeated", () =>
     expect([...smtp.received].sort()).toEqual(["snel@alfa.test", "traag@alfa.test"]);
     expect(env.alarms.raised).toHaveLength(1);
     const alarm = env.alarms.raised[0]!;
-    expect(alarm).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", aantal: 1, onzeker: [{ adres: "traag@alfa.test", tenantId: t, week: "2026-W30" }] } });
-    expect((alarm.context as { onzeker: { fout: string }[] }).onzeker[0]!.fout).toContain("Timeout");
+    expect(alarm).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", aantal: 1 }, personal: { context: { onzeker: [{ adres: "traag@alfa.test", tenantId: t, week: "2026-W30" }] } } });
+    expect((forOperator(alarm).context as { onzeker: { fout: string }[] }).onzeker[0]!.fout).toContain("Timeout");
     expect(alarm.message).toContain("DELETE FROM weekly_report_deliveries WHERE iso_week = '2026-W30' AND verstuurd = 'verzenden'");
     expect(await env.db.all("SELECT verstuurd FROM weekly_report_deliveries WHERE administrator_id = (SELECT id FROM administrators WHERE email = ?)", "traag@alfa.test")).toEqual([
       { verstuurd: "verzenden" },
@@ -608,7 +609,7 @@ describe("weekrapport: a send whose outcome is not known is not repeated", () =>
     const mute = mailerFor(env, `smtp://127.0.0.1:${silent.port}`, { connection: 2000, greeting: 300, socket: 500 });
     const during = await runWeekrapport({ ...env.deps, mailer: mute }, NOW);
     expect(during.body).toEqual({ verstuurd: 0, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
-    expect((env.alarms.raised[0]!.context as { mislukt: { fout: string }[] }).mislukt[0]!.fout).toContain("Greeting never received");
+    expect((forOperator(env.alarms.raised[0]!).context as { mislukt: { fout: string }[] }).mislukt[0]!.fout).toContain("Greeting never received");
 
     expect((await runWeekrapport(env.deps, NOW)).body).toMatchObject({ verstuurd: 1, fouten: 0, overgeslagen: 0 });
     expect(recipientsOf(smtp)).toEqual(["anna@alfa.test"]);
@@ -679,8 +680,8 @@ describe("weekrapport: a database write failing in the middle of the run", () =>
     expect({ started: mailer.started, settled: mailer.settled }).toEqual({ started: 1, settled: 1 });
     expect(recipientsOf(smtp)).toEqual(["anna@alfa.test"]);
     expect(env.alarms.raised).toHaveLength(1);
-    expect(env.alarms.raised[0]).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", aantal: 1, onzeker: [{ adres: "anna@alfa.test", week: "2026-W30" }] } });
-    expect((env.alarms.raised[0]!.context as { onzeker: { fout: string }[] }).onzeker[0]!.fout).toContain("niet vastgelegd");
+    expect(env.alarms.raised[0]).toMatchObject({ type: "mail-failure", context: { week: "2026-W30", aantal: 1 }, personal: { context: { onzeker: [{ adres: "anna@alfa.test", week: "2026-W30" }] } } });
+    expect((forOperator(env.alarms.raised[0]!).context as { onzeker: { fout: string }[] }).onzeker[0]!.fout).toContain("niet vastgelegd");
     expect(unhandled).toEqual([]);
   });
 });
@@ -731,7 +732,7 @@ describe("weekrapport: the week is that of the scheduled time", () => {
     expect(r.body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 0, onzeker: 1, bezorging: "smtp", week: "2026-W30" });
     expect(env.alarms.raised).toHaveLength(1);
     const alarm = env.alarms.raised[0]!;
-    expect(alarm.context).toMatchObject({ week: "2026-W30", aantal: 1, onzeker: [{ adres: "anna@alfa.test", tenantId: t, week: "2026-W29" }] });
+    expect(forOperator(alarm).context).toMatchObject({ week: "2026-W30", aantal: 1, onzeker: [{ adres: "anna@alfa.test", tenantId: t, week: "2026-W29" }] });
     const advice = /DELETE FROM weekly_report_deliveries WHERE iso_week IN \([^)]*\) AND verstuurd = 'verzenden'/.exec(alarm.message);
     expect(advice?.[0]).toBe("DELETE FROM weekly_report_deliveries WHERE iso_week IN ('2026-W29') AND verstuurd = 'verzenden'");
 

@@ -1,6 +1,7 @@
 // The one alarm sink every job raises through. Channels: a structured JSON line on
 // stderr (always), an error-tracking event (when SENTRY_DSN is set) and, for the
-// alarms that need a person, an e-mail to the daily-report recipient.
+// alarms that need a person, an e-mail to the daily-report recipient. Personal data
+// (Alarm.personal) reaches the first and the last, never the error tracker.
 
 import { jsonLine } from "../format.ts";
 
@@ -23,8 +24,18 @@ export interface Alarm {
   type: AlarmType;
   /** One Dutch sentence an operator can act on. */
   message: string;
-  /** Facts for the event; never a secret. */
+  /** Facts for the event; never a secret, never personal data (that is `personal`'s). */
   context?: Record<string, unknown>;
+  /**
+   * Personal data the operator needs to act: account names and IP addresses (an attacker
+   * types the account names, mostly e-mail addresses), recipient addresses, a mail
+   * server's answer that may repeat them. It goes to the operator's own channels, the
+   * stderr line and the alarm e-mail (forOperator), and never to the error tracker, a
+   * third party that keeps it beyond the service's retention: that event has `message`
+   * and `context` only, so they say enough without it (the counts, the window).
+   * `message` is appended to the alarm's message, `context` joins its context.
+   */
+  personal?: { message?: string; context?: Record<string, unknown> };
   /**
    * The condition this alarm reports, for the e-mail channel's memory
    * (src/alarms/mail-channel.ts): a check that runs hourly raises it every run while the
@@ -78,10 +89,22 @@ export interface AlarmSink {
   readonly undelivered?: Readonly<Record<string, number>>;
 }
 
-/** Writes one JSON line per alarm; `write` defaults to stderr. */
+/**
+ * The alarm as the operator's own channels show it (the stderr line, the e-mail): its
+ * personal part joined in. The error-tracking channel (src/alarms/sentry.ts) reads
+ * `message` and `context` alone.
+ */
+export function forOperator(alarm: Alarm): { message: string; context?: Record<string, unknown> } {
+  const { personal } = alarm;
+  if (!personal) return { message: alarm.message, context: alarm.context };
+  return {
+    message: personal.message ? `${alarm.message} ${personal.message}` : alarm.message,
+    context: alarm.context || personal.context ? { ...alarm.context, ...personal.context } : undefined,
+  };
+}
+
+/** Writes one JSON line per alarm, its personal part included; `write` defaults to stderr. */
 export function stderrAlarmLine(alarm: Alarm, now: Date, write: (line: string) => void = (l) => process.stderr.write(l)): void {
-  write(
-    jsonLine({ time: now.toISOString(), level: "error", alarm: alarm.type, message: alarm.message, ...(alarm.context ? { context: alarm.context } : {}) }) +
-      "\n",
-  );
+  const { message, context } = forOperator(alarm);
+  write(jsonLine({ time: now.toISOString(), level: "error", alarm: alarm.type, message, ...(context ? { context } : {}) }) + "\n");
 }

@@ -12,7 +12,7 @@ import { renderEmail } from "../mail/render.ts";
 import { surelyNotDelivered, type Mailer } from "../mail/mailer.ts";
 import type { AnyStore } from "../deps.ts";
 import { claimMail, databaseAlarmMemory, processAlarmMemory } from "./alarm-memory.ts";
-import type { Alarm, AlarmType } from "./alarm.ts";
+import { forOperator, type Alarm, type AlarmType } from "./alarm.ts";
 
 interface Guidance {
   titel: string;
@@ -100,13 +100,15 @@ function contextRows(context: Record<string, unknown> | undefined): AlarmProps["
 export function alarmEmailProps(alarm: Alarm, now: Date, tijdzone: string): AlarmProps | null {
   const guidance = MAILED_ALARMS[alarm.type];
   if (!guidance) return null;
+  // The operator's own mailbox: the personal part too.
+  const { message, context } = forOperator(alarm);
   return {
     type: alarm.type,
     titel: guidance.titel,
-    message: alarm.message,
+    message,
     tijdstip: formatDatum(now, tijdzone),
     tijdzone,
-    context: contextRows(alarm.context),
+    context: contextRows(context),
     watTeDoen: guidance.watTeDoen,
   };
 }

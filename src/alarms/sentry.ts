@@ -68,6 +68,7 @@ export function createSentryChannel(o: SentryChannelOptions): SentryChannel {
 
   return {
     async raise(alarm) {
+      // message and context only: alarm.personal never leaves for the tracker (src/alarms/alarm.ts).
       const scope = new Sentry.Scope();
       scope.setClient(client);
       scope.setLevel("error");

@@ -353,14 +353,19 @@ const topOf = (vs: readonly Verdacht[]) =>
     .join(", ");
 
 /**
- * The run's one login-bruteforce alarm (every raise is mailed: one per run). `laat`
- * undefined: the late part failed, and the last hour's offenders are alarmed without it.
+ * The run's one login-bruteforce alarm. `laat` undefined: the late part failed, and the
+ * last hour's offenders are alarmed without it. The offenders' IP addresses and account
+ * names (typed by the attacker: mostly e-mail addresses) are its personal part: the
+ * journal names them, the error tracker gets the counts and the window only, every
+ * quarter hour while an attack lasts.
  */
 function bruteforceAlarm(body: Omit<BeveiligingslogAnalyseBody, "laat" | "ok"> & { laat?: BeveiligingslogAnalyseBody["laat"] }): Alarm {
   const { verdacht, aantalVerdacht, laat } = body;
   const parts: string[] = [];
+  const named: string[] = [];
   if (verdacht.length > 0) {
-    parts.push(`${aantalVerdacht.ip} IP-adres(sen) en ${aantalVerdacht.account} account(s) boven de drempel van mislukte inlogpogingen in het afgelopen uur (${topOf(verdacht)})`);
+    parts.push(`${aantalVerdacht.ip} IP-adres(sen) en ${aantalVerdacht.account} account(s) boven de drempel van mislukte inlogpogingen in het afgelopen uur`);
+    named.push(`afgelopen uur: ${topOf(verdacht)}`);
   }
   if (laat === undefined) {
     parts.push("de te laat ontvangen pogingen konden niet worden beoordeeld (zie de run)");
@@ -369,18 +374,18 @@ function bruteforceAlarm(body: Omit<BeveiligingslogAnalyseBody, "laat" | "ok"> &
     const eerste = laat.verdacht.reduce((m, v) => (v.eerste < m ? v.eerste : m), laat.verdacht[0]!.eerste);
     parts.push(
       `${laat.aantalVerdacht.ip} IP-adres(sen) en ${laat.aantalVerdacht.account} account(s) boven de drempel in pogingen die te laat binnenkwamen ` +
-        `(vanaf ${eerste}, tot ${teLaat} minuten na de poging; de aanval was toen, niet nu: ${topOf(laat.verdacht)})`,
+        `(vanaf ${eerste}, tot ${teLaat} minuten na de poging; de aanval was toen, niet nu)`,
     );
+    named.push(`te laat binnengekomen: ${topOf(laat.verdacht)}`);
   }
+  const { verdacht: laatVerdacht, ...laatCounts } = laat ?? { verdacht: [] };
   return {
     type: "login-bruteforce",
     message: `Mogelijke brute-force-aanval: ${parts.join("; ")}.`,
-    context: {
-      venster: body.venster,
-      drempels: body.drempels,
-      aantalVerdacht,
-      verdacht: verdacht.slice(0, 20),
-      laat: laat && { ...laat, verdacht: laat.verdacht.slice(0, 20) },
+    context: { venster: body.venster, drempels: body.drempels, aantalVerdacht, ...(laat ? { laat: laatCounts } : {}) },
+    personal: {
+      ...(named.length > 0 ? { message: `Meeste pogingen (${named.join("; ")}).` } : {}),
+      context: { verdacht: verdacht.slice(0, 20), ...(laat ? { laatVerdacht: laatVerdacht.slice(0, 20) } : {}) },
     },
   };
 }

@@ -9,6 +9,7 @@
 // next run for the same scheduled time answers that 409 instead of sending a second copy.
 import { t, type Static } from "elysia";
 import { DailyReport } from "../../emails/DailyReport.tsx";
+import type { Alarm } from "../alarms/alarm.ts";
 import type { Deps } from "../deps.ts";
 import { surelyNotDelivered } from "../mail/mailer.ts";
 import { renderEmail } from "../mail/render.ts";
@@ -241,6 +242,11 @@ async function markSend(deps: Deps, now: Date, context: JobContext): Promise<Mar
   return cutShort(earlier) ? earlier : null;
 }
 
+/** The recipient in a mail-failure alarm, and `more` about it: an e-mail address, for the operator's channels only (Alarm.personal). */
+function recipientOf(ontvanger: string, more: Record<string, unknown> = {}): Alarm["personal"] {
+  return { message: `Ontvanger: ${ontvanger}.`, context: { ontvanger, ...more } };
+}
+
 /** `context`: what the job wrapper knows of this process (its own run is alive); called directly, nothing of this process runs. */
 export async function runDagrapport(deps: Deps, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<JobResult<DagrapportResult>> {
   // Only the reads differ per store; the report made of them, and so the mail, is one.
@@ -260,7 +266,7 @@ export async function runDagrapport(deps: Deps, now: Date, context: JobContext =
     const why =
       `een eerdere run voor dit tijdstip (run ${left.runId}, gestart ${left.gestart}) was het aan het versturen en eindigde nooit (het proces stopte of bevroor); het is mogelijk afgeleverd. ` +
       `Niet opnieuw verstuurd. Controleer het log van de mailserver; roep dagrapport nog eens aan als het niet aankwam.`;
-    await deps.alarms.raise({ type: "mail-failure", message: `Het dagrapport aan ${ontvanger}: ${why}`, context: { ontvanger, bezorging, runId: left.runId, gestart: left.gestart } });
+    await deps.alarms.raise({ type: "mail-failure", message: `Het dagrapport: ${why}`, context: { bezorging, runId: left.runId, gestart: left.gestart }, personal: recipientOf(ontvanger) });
     return { status: 409, body: { ...failed, mogelijkAfgeleverd: true, error: `Het dagrapport aan ${ontvanger} is mogelijk al afgeleverd: ${why}` } };
   }
   try {
@@ -272,10 +278,12 @@ export async function runDagrapport(deps: Deps, now: Date, context: JobContext =
     await deps.alarms.raise({
       type: "mail-failure",
       message: perhaps
-        ? `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd; niet opnieuw verstuurd: het hele bericht ging naar de mailserver (of de outbox), ` +
+        ? `Het dagrapport is mogelijk wel afgeleverd; niet opnieuw verstuurd: het hele bericht ging naar de mailserver (of de outbox), ` +
           `maar de bevestiging ontbrak. Controleer het log van de mailserver; roep dagrapport met de hand aan als het niet aankwam.`
-        : `Het dagrapport kon niet worden verstuurd naar ${ontvanger}.`,
-      context: { ontvanger, bezorging, fout: reason },
+        : `Het dagrapport kon niet worden verstuurd.`,
+      context: { bezorging },
+      // The mail server's answer often repeats the address ("550 <…>: unknown user").
+      personal: recipientOf(ontvanger, { fout: reason }),
     });
     return perhaps
       ? { status: 409, body: { ...failed, mogelijkAfgeleverd: true, error: `Het dagrapport aan ${ontvanger} is mogelijk wel afgeleverd (niet bevestigd; niet opnieuw verstuurd): ${reason}` } }

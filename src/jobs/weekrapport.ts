@@ -259,7 +259,9 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
       await deps.alarms.raise({
         type: "mail-failure",
         message: `Weekrapport ${week}: ${fouten} van ${fouten + verstuurd} berichten niet verstuurd; een nieuwe aanroep voor deze week verstuurt alleen die.`,
-        context: { week, verstuurd, fouten, overgeslagen, bezorging: deps.mailer.bezorging, mislukt },
+        context: { week, verstuurd, fouten, overgeslagen, bezorging: deps.mailer.bezorging },
+        // Recipient addresses, and the mail server's answers that often repeat them: the operator's channels only.
+        personal: { context: { mislukt } },
       });
     }
     if (onzeker.length > 0) {
@@ -275,7 +277,8 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
             ? ` Die van eerdere weken (${eerder.join(", ")}) kunnen niet meer verstuurd worden; na controle beëindigt ` +
               `DELETE FROM weekly_report_deliveries WHERE iso_week IN (${eerder.map((w) => `'${w}'`).join(", ")}) AND verstuurd = '${SENDING}' deze melding.`
             : ""),
-        context: { week, onzeker: onzeker.slice(0, MAX_NAMED_FAILURES), aantal: onzeker.length },
+        context: { week, aantal: onzeker.length },
+        personal: { context: { onzeker: onzeker.slice(0, MAX_NAMED_FAILURES) } },
       });
     }
   }
