@@ -93,9 +93,22 @@ export function getal(n: number): string {
  */
 const LAYOUT_CHARACTERS = /[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
 
-/** Text from the application for a line a person reads (a subject, a status line): without LAYOUT_CHARACTERS. */
+/**
+ * White space and what breaks a line, as one space each: \s (tab, line feed, U+000B, U+000C,
+ * carriage return, NBSP, U+1680, U+2000–U+200A, U+2028, U+2029, U+202F, U+205F, U+3000,
+ * U+FEFF) and U+0085 and U+001C–U+001F, which some readers take for line ends. A run of them is
+ * one space: sixty NBSPs in a tenant name pushed the subject's real status out of view, and a
+ * line separator deleted glued the words on either side together ("failedSTATUS").
+ */
+const SPACING = /[\s\u0085\u001c-\u001f]+/g;
+
+/**
+ * Text from the application for a line a person reads (a subject, a status line, a cell of
+ * a report): each run of SPACING as one space, the other LAYOUT_CHARACTERS left out. The
+ * spaces are folded last, so a space on either side of a character left out is one space.
+ */
 export function displayText(text: string): string {
-  return text.replace(LAYOUT_CHARACTERS, "");
+  return text.replace(SPACING, " ").replace(LAYOUT_CHARACTERS, "").replace(/ {2,}/g, " ");
 }
 
 /** What JSON.stringify leaves as they are of LAYOUT_CHARACTERS (it escapes C0 itself). */

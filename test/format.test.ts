@@ -67,8 +67,16 @@ describe("text from the application in lines a person reads", () => {
   // U+202E shows what follows backwards; U+009B is a one-character ESC [ for a terminal.
   const name = "Oefening\u202e nekorbeg tein \u2066x\u2069\u009b2K\r\nBcc: a@b";
   test("displayText drops what changes the layout of the line, and nothing else", () => {
-    expect(displayText(name)).toBe("Oefening nekorbeg tein x2KBcc: a@b");
+    expect(displayText(name)).toBe("Oefening nekorbeg tein x2K Bcc: a@b");
     expect(displayText("Gemeente ’s-Hertogenbosch — Zuid 😀")).toBe("Gemeente ’s-Hertogenbosch — Zuid 😀");
+  });
+  test("displayText makes a line break one space and any run of white space (NBSP, U+2003, U+3000) one space", () => {
+    expect(displayText("failed\u2028STATUS")).toBe("failed STATUS");
+    expect(displayText("a\u2029b\u0085c\u000bd\u000ce\r\nf\u001eg")).toBe("a b c d e f g");
+    expect(displayText("in orde" + "\u00a0".repeat(60) + "(Holding)")).toBe("in orde (Holding)");
+    expect(displayText("a\u2003\u3000\t b")).toBe("a b");
+    // A space on either side of a character left out is one space.
+    expect(displayText("a \u202e b\u2028\u202e\u2029c")).toBe("a b c");
   });
   test("jsonLine escapes C1 controls, bidi controls and line separators too, and parses to the same value", () => {
     const value = { actor: name, ok: "\u2028\u2029\u007f" };
