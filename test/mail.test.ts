@@ -98,7 +98,7 @@ describe("outbox when no SMTP_URL is set", () => {
     const parsed = await Promise.all(files.map((f) => simpleParser(readFileSync(join(env.outboxDir, f)))));
     const to = parsed.map((p) => (Array.isArray(p.to) ? p.to[0] : p.to)?.text).sort();
     expect(to).toEqual(["anna@alfa.test", "piet@alfa.test"]);
-    expect(parsed[0]!.subject).toStartWith("Weekrapport Alfa BV, week 29");
+    expect(parsed[0]!.subject).toMatch(/^Weekrapport week 29: .* — Alfa BV$/);
     expect(parsed[0]!.text).toContain("Audit-gebeurtenissen: 0");
     expect(parsed[0]!.html).toContain("Alfa BV");
   });

@@ -237,11 +237,11 @@ describe("weekrapport on PostgreSQL: the same reports as on SQLite", () => {
       // And what they agree on is the report: not two stores wrong the same way.
       expect(onPg!.result).toEqual({ status: 502, body: { verstuurd: 5, fouten: 1, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" } });
       expect(onPg!.mails.map((m) => `${m.to} ${m.subject}`)).toEqual([
-        "anna@alfa.test Weekrapport Alfa BV, week 30: alles in orde",
-        "gedeeld@example.test Weekrapport Alfa BV, week 30: alles in orde",
-        "gedeeld@example.test Weekrapport Beta BV, week 30: actie nodig",
-        "bert@beta.test Weekrapport Beta BV, week 30: actie nodig",
-        "dirk@delta.test Weekrapport Delta BV, week 30: aandacht nodig",
+        "anna@alfa.test Weekrapport week 30: alles in orde — Alfa BV",
+        "gedeeld@example.test Weekrapport week 30: alles in orde — Alfa BV",
+        "gedeeld@example.test Weekrapport week 30: actie nodig — Beta BV",
+        "bert@beta.test Weekrapport week 30: actie nodig — Beta BV",
+        "dirk@delta.test Weekrapport week 30: aandacht nodig — Delta BV",
       ]);
       const alfa = onPg!.mails[0]!.text;
       expect(alfa).toContain("Audit-gebeurtenissen: 15");

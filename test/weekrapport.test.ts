@@ -66,7 +66,7 @@ describe("weekrapport: who receives it", () => {
     expect(recipientsOf(smtp)).toEqual(["anna@alfa.test", "gedeeld@example.test", "gedeeld@example.test"]);
     // The administrator of two tenants gets each tenant's own report.
     const gedeeld = smtp.received.filter((m) => m.to[0] === "gedeeld@example.test").map((m) => m.subject).sort();
-    expect(gedeeld).toEqual(["Weekrapport Alfa BV, week 30: aandacht nodig", "Weekrapport Beta BV, week 30: aandacht nodig"]);
+    expect(gedeeld).toEqual(["Weekrapport week 30: aandacht nodig — Alfa BV", "Weekrapport week 30: aandacht nodig — Beta BV"]);
     expect(smtp.received.every((m) => m.from === "nachtwacht@example.test")).toBe(true);
     expect(env.alarms.raised).toEqual([]);
   });
@@ -141,7 +141,7 @@ describe("weekrapport: content", () => {
     expect(r.body).toMatchObject({ verstuurd: 1, fouten: 0 });
     expect(smtp.received).toHaveLength(1);
     const m = smtp.received[0]!;
-    expect(m.subject).toBe("Weekrapport Alfa BV, week 30: alles in orde");
+    expect(m.subject).toBe("Weekrapport week 30: alles in orde — Alfa BV");
 
     // Text part: the key figures and the tables.
     expect(m.text).toContain("Audit-gebeurtenissen: 7");
@@ -201,7 +201,7 @@ describe("weekrapport: content", () => {
     );
     await runWeekrapport(env.deps, NOW);
     const m = smtp.received[0]!;
-    expect(m.subject).toBe("Weekrapport Alfa BV, week 30: actie nodig");
+    expect(m.subject).toBe("Weekrapport week 30: actie nodig — Alfa BV");
     expect(m.text).toContain("Actie nodig: de auditketen is gebroken");
     expect(m.text).toContain("De auditketen is gebroken bij volgnummer 57");
     expect(m.text).toMatch(/Eerste fout bij volgnummer\s+57/);
@@ -214,10 +214,42 @@ describe("weekrapport: content", () => {
     await addAdmin(env.db, t, "anna@alfa.test");
     expect((await call(env.app, "/api/cron/weekrapport")).status).toBe(200);
     const [m] = smtp.received;
-    expect(m!.subject).toStartWith("Weekrapport Alfa VB afla, week 30");
+    expect(m!.subject).toStartWith("Weekrapport week 30: aandacht nodig — Alfa VB afla");
     for (const part of [m!.text, m!.html]) {
       expect(part).toContain("Alfa VB afla");
       expect(part).not.toMatch(/[\u202E\u0007]/);
+    }
+  });
+
+  test("a tampered chain's subject starts with its status, whatever the tenant's name says or however it is padded", async () => {
+    const { smtp, env } = await setup();
+    // The host application names the tenant: a fake status, then 60 NBSPs to push the real one out of view.
+    const t = await addTenant(env.db, "Alfa BV, week 30: alles in orde" + "\u00a0".repeat(60) + "(Alfa BV Holding)");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    await env.db.run(
+      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, 120, 57, 57, 'hash-afwijkend', ?)",
+      t,
+      "2026-07-23T01:00:00.000Z",
+      false,
+      stateZegel({ tenantId: t, gecontroleerd: "2026-07-23T01:00:00.000Z", intact: false, aantalEntries: 120, foutSeq: 57, foutEntryId: 57, foutReden: "hash-afwijkend" }),
+    );
+    await runWeekrapport(env.deps, NOW);
+    const m = smtp.received[0]!;
+    expect(m.subject).toStartWith("Weekrapport week 30: actie nodig — ");
+    // The run of white space is one space: the name is shown whole, not as a screen of blanks.
+    expect(m.subject).toBe("Weekrapport week 30: actie nodig — Alfa BV, week 30: alles in orde (Alfa BV Holding)");
+  });
+
+  test("an action with a line separator and a bidi override is one line in its cell, its words a space apart", async () => {
+    const { smtp, env } = await setup();
+    const t = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, t, "anna@alfa.test");
+    await audit(env, { tenantId: t, actor: "x", action: "export.gemaakt\u2028\u2028ALLES IN ORDE\u202e\u2029\u0085\u000bklaar", subject: "d", createdAt: ago(DAY) });
+    await runWeekrapport(env.deps, NOW);
+    const m = smtp.received[0]!;
+    for (const part of [m.text, m.html]) {
+      expect(part).toContain("export.gemaakt ALLES IN ORDE klaar");
+      expect(part).not.toMatch(/[\u2028\u2029\u0085\u000b\u202e]/);
     }
   });
 
@@ -695,7 +727,7 @@ describe("weekrapport: the week is that of the scheduled time", () => {
     expect(monday.body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 0, bezorging: "smtp", week: "2026-W30" });
     // The seven days up to Sunday 18:00 UTC (20:00 in the report's time zone), not up to the call.
     expect(smtp.received[0]!.text).toContain("van 19/07/2026 20:00 tot 26/07/2026 20:00");
-    expect(smtp.received[0]!.subject).toStartWith("Weekrapport Alfa BV, week 30");
+    expect(smtp.received[0]!.subject).toMatch(/^Weekrapport week 30: .* — Alfa BV$/);
 
     const sunday = await runWeekrapport(env.deps, new Date("2026-08-02T18:00:00.000Z"));
     expect(sunday.body).toEqual({ verstuurd: 1, fouten: 0, overgeslagen: 0, bezorging: "smtp", week: "2026-W31" });

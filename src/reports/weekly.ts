@@ -451,7 +451,8 @@ export function weeklyReportProps(
     tot: formatDatum(o.tot, o.tijdzone),
     tijdzone: o.tijdzone,
     status: weekStatus(s, o.tot, o.tijdzone),
-    audit: s.audit,
+    // An action is any text of the application's (audit entries' `action`): shown as a line.
+    audit: { totaal: s.audit.totaal, perActie: s.audit.perActie.map((r) => ({ actie: displayText(r.actie), aantal: r.aantal })) },
     inlog: { ...s.inlog, opvallend: veelMislukt(s.inlog) },
     keten: {
       staat: s.keten.staat,
@@ -465,5 +466,7 @@ export function weeklyReportProps(
 export function weeklySubject(p: WeeklyReportProps): string {
   const weekNr = Number(p.week.slice(p.week.indexOf("W") + 1));
   const staat = p.status.niveau === "ok" ? "alles in orde" : p.status.niveau === "actie" ? "actie nodig" : "aandacht nodig";
-  return `Weekrapport ${displayText(p.tenant)}, week ${weekNr}: ${staat}`;
+  // The status before the name: the name is the application's (up to 200 characters), and
+  // whatever it says or however long it is, it cannot push the real status out of view.
+  return `Weekrapport week ${weekNr}: ${staat} — ${displayText(p.tenant)}`;
 }
