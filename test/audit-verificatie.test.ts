@@ -1,12 +1,16 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { appendEntries, canonicalJson, entryHash, type AppendedEntry, type ChainInput } from "../src/audit/chain.ts";
 import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { mailAlarmChannel } from "../src/alarms/mail-channel.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { runAuditAnker } from "../src/jobs/audit-anker.ts";
 import { runAuditVerificatie } from "../src/jobs/audit-verificatie.ts";
+import { createMailer } from "../src/mail/transport.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
 import { call, NOW, stateZegel } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
+import { startSmtp } from "./smtp.ts";
 
 let env: Env;
 afterEach(() => env?.cleanup());
@@ -266,6 +270,31 @@ describe("audit-verificatie", () => {
     expect(env.alarms.raised[0]!.message).toContain("Alfa");
     expect(env.alarms.raised[0]!.message).toContain("Gamma");
     expect(env.alarms.raised[0]!.message).not.toContain("Beta");
+  });
+
+  test("the alarm mail of a broken chain shows a tenant named with U+202E without it, in the HTML and the text", async () => {
+    env = await makeEnv();
+    const a = await chain(env, "\u202eGemeente Noord", 3);
+    await env.db.run("UPDATE audit_entries SET actor = 'x' WHERE tenant_id = ? AND seq = 2", a.tenantId);
+    expect((await call(env.app, PATH)).status).toBe(409);
+    const [alarm] = env.alarms.raised;
+    expect(alarm!.type).toBe("audit-chain-broken");
+    // The alarm as the service's e-mail channel mails it, over real SMTP.
+    const smtp = await startSmtp();
+    const mailer = createMailer({ smtpUrl: smtp.url, from: "nw@example.test", outboxDir: join(env.config.databasePath, "..", "outbox") });
+    try {
+      await mailAlarmChannel({ mailer, recipient: "ops@example.test", tijdzone: "Europe/Amsterdam", clock: () => NOW }).raise(alarm!);
+    } finally {
+      await mailer.close();
+      await smtp.stop();
+    }
+    const [m] = smtp.received;
+    for (const part of [m!.subject, m!.text, m!.html]) {
+      expect(part).toContain("Gemeente Noord");
+      expect(part).not.toContain("\u202e");
+    }
+    // The context's rows too: the tenant's name in `gebroken`.
+    expect(m!.text).toMatch(/gebroken\s+tenantId: \d+, tenant: Gemeente Noord,/);
   });
 
   test("a repaired chain is reported intact again, and the kept state follows", async () => {

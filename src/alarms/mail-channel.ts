@@ -86,7 +86,7 @@ function readable(v: unknown, depth = 0): string {
 function contextRows(context: Record<string, unknown> | undefined): AlarmProps["context"] {
   if (!context) return [];
   const rows = Object.entries(context).map(([sleutel, v]) => {
-    let waarde = readable(v);
+    let waarde = displayText(readable(v));
     if (waarde.length > MAX_VALUE_CHARS) waarde = waarde.slice(0, MAX_VALUE_CHARS - 1) + "…";
     return { sleutel, waarde };
   });
@@ -105,7 +105,10 @@ export function alarmEmailProps(alarm: Alarm, now: Date, tijdzone: string): Alar
   return {
     type: alarm.type,
     titel: guidance.titel,
-    message,
+    // Every mailed alarm passes here: its message and context hold tenant names and other
+    // text of the application's (audit-verificatie's), shown without layout characters in
+    // the body as in the subject (a U+202E reversed the rest of the alarm).
+    message: displayText(message),
     tijdstip: formatDatum(now, tijdzone),
     tijdzone,
     context: contextRows(context),
