@@ -139,12 +139,13 @@ function Backup({ p }: { p: DailyReportProps }) {
     ["Resultaat", <Label niveau={b.gelukt ? "ok" : "actie"}>{b.resultaat}</Label>],
     ["Datum", d.teOud ? <Label niveau="actie">{`${b.datum} (${d.ouderdomUren} uur geleden, grens ${d.maxUren} uur)`}</Label> : b.datum],
     ["Grootte", b.grootte],
-    ["Bestand", d.bestandsnaam ?? "-"],
+    // The host's words, as sent to backup-status (the JSON keeps them as they are): one line each.
+    ["Bestand", d.bestandsnaam === null ? "-" : displayText(d.bestandsnaam)],
     ["Bron", b.bron],
   ];
   if (!b.gelukt) {
     rijen.push(["Exitcode", String(d.exitCode)]);
-    rijen.push(["Foutmelding", d.foutmelding ?? "(geen)"]);
+    rijen.push(["Foutmelding", d.foutmelding === null ? "(geen)" : displayText(d.foutmelding)]);
   }
   if (d.toekomst) rijen.push(["In de toekomst", <Label niveau="actie">{displayText(toekomstTekst(d.toekomst))}</Label>]);
   return <Feiten rijen={rijen} />;

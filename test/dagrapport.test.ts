@@ -144,6 +144,24 @@ describe("dagrapport: backup section", () => {
     expect(m.html).toContain("schijf vol");
   });
 
+  test("a foutmelding and bestandsnaam with line separators and a bidi override are one line in the mail, their words a space apart; the JSON keeps them", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test" });
+    // The host's words: drawn on lines of their own, they would read as a section saying all is well.
+    const foutmelding = "rsync failed\u2028\u2028STATUS: ALLES IN ORDE\u2029\u0085\u000bgeen actie nodig";
+    await addBackup(env, { ontvangen: WINTER, exitCode: 3, grootte: 1023, bestandsnaam: "db\u202e.zst\u2028KLAAR", foutmelding });
+    const r = await runDagrapport(env.deps, new Date(WINTER.getTime() + 60_000));
+    expect(r.body.backupDetail).toMatchObject({ foutmelding, bestandsnaam: "db\u202e.zst\u2028KLAAR" });
+    // The status points are the mail's text, in the JSON too.
+    expect(r.body.status.punten).toContain("De laatste back-up (05/01/2026 08:03) is mislukt: rsync failed STATUS: ALLES IN ORDE geen actie nodig.");
+    const m = smtp.received[0]!;
+    for (const part of [m.text, m.html]) {
+      expect(part).toContain("rsync failed STATUS: ALLES IN ORDE geen actie nodig");
+      expect(part).toContain("db.zst KLAAR");
+      expect(part).not.toMatch(/[\u2028\u2029\u0085\u000b\u202e]/);
+    }
+    expect(m.text).toMatch(/Foutmelding\s+rsync failed STATUS: ALLES IN ORDE geen actie nodig/);
+  });
+
   test("no backup ever reported: FOUT, gelukt false, and '-' for datum, grootte and bron", async () => {
     const { env } = await setup();
     const r = await runDagrapport(env.deps, NOW);

@@ -34,7 +34,7 @@ export const DailyReportBody = t.Object({
   status: t.Object({
     niveau: enumOf(["ok", "let-op", "actie"]),
     kop: t.String(),
-    punten: t.Array(t.String(), { description: "Wat aandacht of actie vraagt, één zin per punt." }),
+    punten: t.Array(t.String(), { description: "Wat aandacht of actie vraagt, één zin per punt, zoals de mail het toont: tekst van de host (de foutmelding van een back-up) zonder opmaaktekens, een regeleinde of reeks witruimte als één spatie." }),
   }),
   backup: t.Object({
     resultaat: enumOf(["OK", "FOUT"]),

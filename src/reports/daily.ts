@@ -286,7 +286,8 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
   if (r.backupDetail.ontvangen === null) {
     punten.push(["actie", "Er is nog nooit een back-up gemeld."]);
   } else if (!r.backup.gelukt) {
-    punten.push(["actie", `De laatste back-up (${r.backup.datum}) is mislukt${r.backupDetail.foutmelding ? `: ${r.backupDetail.foutmelding}` : ""}.`]);
+    // The host's own words (any text): a point is one line, in the JSON as in the mail.
+    punten.push(["actie", `De laatste back-up (${r.backup.datum}) is mislukt${r.backupDetail.foutmelding ? `: ${displayText(r.backupDetail.foutmelding)}` : ""}.`]);
   } else if (r.backupDetail.teOud) {
     punten.push(["actie", `De laatste back-up is ${r.backupDetail.ouderdomUren} uur oud (${r.backup.datum}); de grens is ${r.backupDetail.maxUren} uur.`]);
   }
@@ -294,7 +295,7 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
   if (r.backupDetail.toekomst) {
     punten.push([
       "actie",
-      `Een back-upmelding staat in de toekomst geregistreerd (${toekomstTekst(r.backupDetail.toekomst)}): de klok van de server liep voor toen ze binnenkwam, en ze telt niet. ` +
+      `Een back-upmelding staat in de toekomst geregistreerd (${displayText(toekomstTekst(r.backupDetail.toekomst))}): de klok van de server liep voor toen ze binnenkwam, en ze telt niet. ` +
         `Controleer de tijdsynchronisatie (NTP) van de server; docs/operations.md zegt hoe de melding weg kan.`,
     ]);
   }
