@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { libpqEnv } from "../src/pg/backup.ts";
 import { openPgStore } from "../src/pg/store.ts";
 import { buildBinary, ROOT, startBinary, type RunningBinary } from "./binary.ts";
-import { DIALECT, openServiceDb, pgOnly, testCluster } from "./dialect.ts";
+import { DIALECT, openServiceDb, pgOnly, sqliteOnly, testCluster } from "./dialect.ts";
 
 const SCRIPT = join(ROOT, "ops", "backup.sh");
 const SECRET = "backup-" + "5a".repeat(30);
@@ -351,10 +351,32 @@ describe("ops/backup.sh → nachtwacht backup", () => {
       expect(readdirSync(dir)).toEqual([]);
       const row = await newestStatus();
       expect(row).toMatchObject({ exit_code: 74, gelukt: 0 });
-      expect(row.foutmelding).toContain(url === null ? "online kopie (VACUUM INTO)" : "pg_dump");
-      if (mounted) expect(row.foutmelding).toMatch(url === null ? /full|SQLITE_FULL/i : /No space left on device/);
+      // On SQLite a full disk is refused before the copy (checkBackupRoom); under the file size limit the copy fails.
+      expect(row.foutmelding).toContain(url !== null ? "pg_dump" : mounted ? "controleren van de vrije ruimte" : "online kopie (VACUUM INTO)");
+      if (mounted) expect(row.foutmelding).toMatch(url === null ? /te weinig vrije ruimte/ : /No space left on device/);
     } finally {
       if (mounted) Bun.spawnSync(["umount", "-l", dir]);
+    }
+  });
+
+  sqliteOnly("room for the copy but not for twice the database (a tmpfs of 1.5 times its size): refused with 74 before the copy, reported as failed, nothing left; the blocks reserved for root are not spent", async () => {
+    const dir = join(work, "krap");
+    mkdirSync(dir);
+    const size = statSync(dbPath).size;
+    const room = Math.ceil((size * 1.5) / 4096) * 4096;
+    const mounted = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", `size=${room},mode=700`, "tmpfs", dir], { stderr: "pipe" });
+    if (mounted.exitCode !== 0) throw new Error(`this test needs root to mount a tmpfs (as .ci/run runs it): ${mounted.stderr.toString().trim()}`);
+    try {
+      const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir });
+      expect(r.code).toBe(74);
+      expect(readdirSync(dir)).toEqual([]);
+      const row = await newestStatus();
+      expect(row).toMatchObject({ exit_code: 74, gelukt: 0, bron: "host-cron" });
+      expect(row.foutmelding).toContain(`controleren van de vrije ruimte in ${dir}`);
+      expect(row.foutmelding).toMatch(/te weinig vrije ruimte: \d+ bytes vrij, \d+ bytes nodig \(twee keer de database van \d+ bytes/);
+      expect(r.out).toContain('{"ok":true,"gelukt":false}');
+    } finally {
+      Bun.spawnSync(["umount", "-l", dir]);
     }
   });
 

@@ -3,11 +3,11 @@
 // The daily report names a disk below SCHIJF_MIN_VRIJ_PROCENT (let-op; actie below
 // half of it); /metrics exports each disk's free and total bytes and the threshold.
 import { afterEach, describe, expect, test } from "bun:test";
-import { closeSync, mkdirSync, openSync, statfsSync, writeSync } from "node:fs";
+import { mkdirSync, statfsSync } from "node:fs";
 import { join } from "node:path";
 import { diskLevel, fileSystemSpace, watchedPaths } from "../src/disk-space.ts";
 import { parseConfig } from "../src/config.ts";
-import { call, SECRET, tempDir, TEST_SIGNING_KEY } from "./helpers.ts";
+import { call, fillUntilFree, mountTmpfs, SECRET, TEST_SIGNING_KEY } from "./helpers.ts";
 import { DIALECT, makeEnv, type Env } from "./dialect.ts";
 
 const cleanups: (() => unknown)[] = [];
@@ -18,28 +18,17 @@ afterEach(async () => {
 const MIB = 1024 * 1024;
 const METRICS_SECRET = "metrics-secret-0123456789abcdef0123456789abcdef";
 
-/** A fresh tmpfs of `mib` MiB at a new folder. */
+/** A fresh tmpfs of `mib` MiB at a new folder (mountTmpfs). */
 function tmpfs(mib: number): string {
-  const { dir, cleanup } = tempDir();
+  const { dir, cleanup } = mountTmpfs(`${mib}m`);
   cleanups.push(cleanup);
-  const r = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", `size=${mib}m`, "tmpfs", dir], { stderr: "pipe" });
-  if (r.exitCode !== 0) throw new Error(`this test needs root to mount a tmpfs (as .ci/run runs it): ${r.stderr.toString().trim()}`);
-  cleanups.push(() => Bun.spawnSync(["umount", "-l", dir]));
   return dir;
 }
 
 /** Fills `dir`'s file system with a ballast file until `percent` of it is free (for an unprivileged writer). */
 function fillTo(dir: string, percent: number): void {
   const s = statfsSync(dir);
-  const target = Math.floor((s.blocks * s.bsize * percent) / 100);
-  let left = s.bavail * s.bsize - target;
-  const fd = openSync(join(dir, `ballast-${percent}`), "w");
-  const chunk = Buffer.alloc(64 * 1024, 1);
-  try {
-    while (left > 0) left -= writeSync(fd, chunk, 0, Math.min(chunk.length, left));
-  } finally {
-    closeSync(fd);
-  }
+  fillUntilFree(dir, Math.floor((s.blocks * s.bsize * percent) / 100), `ballast-${percent}`);
 }
 
 describe("the disks nachtwacht writes to", () => {

@@ -2,7 +2,7 @@
 // sink, a fixed clock, a tiny request helper, and for the audit tests: filling a chain,
 // RFC 6962 written out, and the anchor file's lines.
 import { createHash } from "node:crypto";
-import { copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { closeSync, copyFileSync, mkdtempSync, openSync, readFileSync, rmSync, statfsSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Alarm, AlarmSink } from "../src/alarms/alarm.ts";
@@ -81,6 +81,39 @@ export async function until<T>(what: string, check: () => T | undefined | false 
 export function tempDir(prefix = "nachtwacht-test-"): { dir: string; cleanup(): void } {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/**
+ * A fresh tmpfs of `size` (mount's size=, e.g. "4m") at a new folder: a real file system of a
+ * known size, to fill. Needs root, as .ci/run runs the tests. `cleanup` unmounts it and removes the folder.
+ */
+export function mountTmpfs(size: string): { dir: string; cleanup(): void } {
+  const { dir, cleanup } = tempDir();
+  const r = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir], { stderr: "pipe" });
+  if (r.exitCode !== 0) {
+    cleanup();
+    throw new Error(`this test needs root to mount a tmpfs (as .ci/run runs it): ${r.stderr.toString().trim()}`);
+  }
+  return {
+    dir,
+    cleanup: () => {
+      Bun.spawnSync(["umount", "-l", dir]);
+      cleanup();
+    },
+  };
+}
+
+/** Fills `dir`'s file system with a ballast file `name` until `freeBytes` are left for an unprivileged writer (statfs f_bavail). */
+export function fillUntilFree(dir: string, freeBytes: number, name = "ballast"): void {
+  const s = statfsSync(dir);
+  let left = s.bavail * s.bsize - freeBytes;
+  const fd = openSync(join(dir, name), "w");
+  const chunk = Buffer.alloc(64 * 1024, 1);
+  try {
+    while (left > 0) left -= writeSync(fd, chunk, 0, Math.min(chunk.length, left));
+  } finally {
+    closeSync(fd);
+  }
 }
 
 export class RecordingMailer implements Mailer {

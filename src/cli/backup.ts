@@ -21,8 +21,8 @@
 // user than the service's: the secret is then not sent, src/cli/listener.ts), 78
 // (PostgreSQL) a DATABASE_URL parameter pg_dump cannot be given.
 import { dlopen, FFIType } from "bun:ffi";
-import { Database } from "bun:sqlite";
-import { createReadStream, createWriteStream, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, accessSync, closeSync, openSync, constants } from "node:fs";
+import { Database, constants as sqlite } from "bun:sqlite";
+import { createReadStream, createWriteStream, fstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statfsSync, statSync, accessSync, closeSync, openSync, constants } from "node:fs";
 import { basename, join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { createGzip } from "node:zlib";
@@ -117,8 +117,88 @@ export function lockBackupDir(dir: string): (() => void) | "busy" | null {
 
 const why = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
-async function gzipFile(from: string, to: string): Promise<void> {
-  await pipeline(createReadStream(from), createGzip({ level: 9 }), createWriteStream(to, { mode: 0o600 }));
+/** What openRegularFile refuses: a symbolic link at the path, or something else than a regular file (a FIFO, a folder, a device). */
+export class NotARegularFile extends Error {
+  constructor(
+    readonly path: string,
+    readonly symlink: boolean,
+  ) {
+    super(
+      symlink
+        ? `${path} is geen gewoon bestand maar een symbolische koppeling; die volgt backup niet`
+        : `${path} is geen gewoon bestand (een FIFO, map of apparaat); dat leest backup niet`,
+    );
+  }
+}
+
+/**
+ * Opens a file of the service's folder for reading, once: the backup runs as root in a
+ * folder the service's user writes, so a check by path followed by an open by path can
+ * be raced (a symlink to /etc/nachtwacht/nachtwacht.env renamed in between is followed).
+ * O_NOFOLLOW refuses a symlink at the open itself, O_NONBLOCK makes a FIFO open at once
+ * instead of blocking root (and the folder's lock) forever, and fstat of the descriptor
+ * says what was opened: anything but a regular file is refused (NotARegularFile). Read
+ * from the returned descriptor only (readFileSync(fd), createReadStream with `fd`), never
+ * by the path again. Other errors (ENOENT, EACCES) are thrown as they are.
+ */
+export function openRegularFile(path: string): { fd: number; size: number } {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ELOOP") throw new NotARegularFile(path, true);
+    throw e;
+  }
+  const st = fstatSync(fd);
+  if (!st.isFile()) {
+    closeSync(fd);
+    throw new NotARegularFile(path, false);
+  }
+  return { fd, size: st.size };
+}
+
+/** openRegularFile, or null when nothing is at `path` (ENOENT). */
+function openIfPresent(path: string): { fd: number; size: number } | null {
+  try {
+    return openRegularFile(path);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw e;
+  }
+}
+
+/** Gzips `from` (a path, or a descriptor it then closes) into a new file `to`. */
+async function gzipFile(from: string | number, to: string): Promise<void> {
+  const source = typeof from === "number" ? createReadStream("", { fd: from }) : createReadStream(from);
+  await pipeline(source, createGzip({ level: 9 }), createWriteStream(to, { mode: 0o600 }));
+}
+
+/**
+ * Room for the copy of a database of `size` bytes in `dir`: the uncompressed VACUUM INTO
+ * copy and its gzip, at most twice the database, counted in what an unprivileged user
+ * may still write (statfs f_bavail). Root may write past that into the blocks reserved
+ * for root; a backup that did would fill the disk for the service and everyone else with
+ * data the service's user chose. Else exit 74, naming both figures.
+ */
+export function checkBackupRoom(dir: string, size: number, steps: BackupSteps): void {
+  steps.step = `controleren van de vrije ruimte in ${dir}`;
+  let free: number;
+  try {
+    const s = statfsSync(dir);
+    free = s.bavail * s.bsize;
+  } catch (e) {
+    return steps.fail(74, e);
+  }
+  const need = 2 * size;
+  if (free < need) {
+    steps.fail(
+      74,
+      new Error(
+        `te weinig vrije ruimte: ${free} bytes vrij, ${need} bytes nodig (twee keer de database van ${size} bytes: de ongecomprimeerde kopie en de gzip). ` +
+          "Maak ruimte vrij of geef een map op een ander bestandssysteem (--map); de ruimte die alleen root mag gebruiken wordt niet aangesproken",
+      ),
+    );
+  }
 }
 
 /** The step a backup is at, named in the BackupError that `fail` throws. */
@@ -143,22 +223,33 @@ export function prepareBackupDir(dir: string, steps: BackupSteps): void {
 /** SQLite failures of VACUUM INTO that are the disk's, not the database's. */
 const DISK_CODES = /^SQLITE_(FULL|IOERR|CANTOPEN|READONLY)/;
 
+const symlinkRefused = (db: string) => new Error(`database ${db} is een symbolische koppeling; die volgt backup niet`);
+
 /** The backup itself: every step, or a BackupError naming the one that failed. */
 export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   const steps = new BackupSteps(`controleren van de database ${o.db}`);
   const fail = (code: number, e?: unknown): never => steps.fail(code, e);
-  // Opening a missing path would create an empty database and back that up.
-  let readable = false;
+  // Opening a missing path would create an empty database and back that up. Run as root
+  // in a folder the service's user owns: a symlink planted there would have root copy
+  // whatever it points at into the backup (openRegularFile). The descriptor is held until
+  // the copy is made: its size is what the free space is measured against.
+  let db: { fd: number; size: number };
   try {
-    accessSync(o.db, constants.R_OK);
-    readable = statSync(o.db).isFile();
-  } catch {}
-  if (!readable) fail(66, new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
-  // Run as root in a directory the service's user owns: a symlink planted there would
-  // have root copy whatever it points at into the backup.
-  if (lstatSync(o.db).isSymbolicLink()) fail(66, new Error(`database ${o.db} is een symbolische koppeling; die volgt backup niet`));
+    db = openRegularFile(o.db);
+  } catch (e) {
+    return fail(66, e instanceof NotARegularFile && e.symlink ? symlinkRefused(o.db) : new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
+  }
+  try {
+    return await copyDatabase(o, db.size, steps);
+  } finally {
+    closeSync(db.fd);
+  }
+}
 
+async function copyDatabase(o: BackupOptions, dbSize: number, steps: BackupSteps): Promise<BackupDone> {
+  const fail = (code: number, e?: unknown): never => steps.fail(code, e);
   prepareBackupDir(o.dir, steps);
+  checkBackupRoom(o.dir, dbSize, steps);
 
   const stamp = stampOf(o.now);
   const name = `nachtwacht-${stamp}.db.gz`;
@@ -169,7 +260,10 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   try {
     steps.step = "online kopie (VACUUM INTO)";
     try {
-      const src = new Database(o.db, { readonly: true });
+      // SQLITE_OPEN_NOFOLLOW: a symlink at the path (or above it) is refused, and SQLite
+      // opens the file itself with O_NOFOLLOW, so one swapped in since openRegularFile is
+      // refused at the open too, not followed.
+      const src = new Database(o.db, sqlite.SQLITE_OPEN_READONLY | sqlite.SQLITE_OPEN_NOFOLLOW);
       try {
         // Raw SQL: pragmas and VACUUM INTO have no Drizzle builder.
         src.run("PRAGMA busy_timeout = 30000");
@@ -178,6 +272,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
         src.close();
       }
     } catch (e) {
+      if (driverError(e)?.code === "SQLITE_CANTOPEN_SYMLINK") fail(66, symlinkRefused(o.db));
       // The disk (full, an I/O error, the copy not creatable) is 74; what it read (a corrupt database) 65.
       fail(DISK_CODES.test(String(driverError(e)?.code ?? "")) ? 74 : 65, e);
     }
@@ -235,8 +330,10 @@ export async function copyAnchorsAndPrune(
   anchored: boolean,
 ): Promise<{ anchorsCopied: boolean; sealKeyCopied: boolean; pruned: string[] }> {
   let anchorsCopied = false;
-  if (!existsSync(o.anchors) && anchored) {
-    steps.step = `kopiëren van het ankerbestand ${o.anchors}`;
+  steps.step = `kopiëren van het ankerbestand ${o.anchors}`;
+  // As for the database: opened once, no symlink (or anything but a file) followed.
+  const anchorFile = openOrRefuse(o.anchors, steps);
+  if (anchorFile === null && anchored) {
     steps.fail(
       66,
       new Error(
@@ -245,14 +342,10 @@ export async function copyAnchorsAndPrune(
       ),
     );
   }
-  if (existsSync(o.anchors)) {
-    steps.step = `kopiëren van het ankerbestand ${o.anchors}`;
-    // As for the database: no symlink (or anything but a file) is followed.
-    const st = lstatSync(o.anchors);
-    if (!st.isFile()) steps.fail(66, new Error(`${o.anchors} is geen gewoon bestand (een symbolische koppeling?); die volgt backup niet`));
+  if (anchorFile !== null) {
     const to = join(o.dir, `audit-ankers-${stamp}.jsonl.gz`);
     try {
-      await gzipFile(o.anchors, `${to}.tmp`);
+      await gzipFile(anchorFile.fd, `${to}.tmp`); // closes the descriptor
       renameDurably(`${to}.tmp`, to);
     } catch (e) {
       rmSync(`${to}.tmp`, { force: true });
@@ -262,13 +355,15 @@ export async function copyAnchorsAndPrune(
   }
   let sealKeyCopied = false;
   const marker = sealKeyMarker({ auditAnkerBestand: o.anchors });
-  if (existsSync(marker)) {
-    steps.step = `kopiëren van ${marker}`;
-    if (!lstatSync(marker).isFile()) steps.fail(66, new Error(`${marker} is geen gewoon bestand (een symbolische koppeling?); die volgt backup niet`));
+  steps.step = `kopiëren van ${marker}`;
+  const markerFile = openOrRefuse(marker, steps);
+  if (markerFile !== null) {
     try {
-      writeFileDurably(join(o.dir, `zegelsleutel-${stamp}.txt`), readFileSync(marker), 0o600);
+      writeFileDurably(join(o.dir, `zegelsleutel-${stamp}.txt`), readFileSync(markerFile.fd), 0o600);
     } catch (e) {
       steps.fail(74, e);
+    } finally {
+      closeSync(markerFile.fd);
     }
     sealKeyCopied = true;
   }
@@ -286,6 +381,15 @@ export async function copyAnchorsAndPrune(
     steps.fail(74, e);
   }
   return { anchorsCopied, sealKeyCopied, pruned };
+}
+
+/** openIfPresent for a step of copyAnchorsAndPrune: a symlink or other non-file 66, another error 74. */
+function openOrRefuse(path: string, steps: BackupSteps): { fd: number; size: number } | null {
+  try {
+    return openIfPresent(path);
+  } catch (e) {
+    return steps.fail(e instanceof NotARegularFile ? 66 : 74, e);
+  }
 }
 
 /** The files a backup leaves in its folder: database copies (SQLite's or pg_dump's), anchor files and seal key markers. */
