@@ -16,7 +16,8 @@
 // command line. Exit codes (sysexits): 0 ok, 64 usage, 65 the copy is not sound,
 // 66 no database, or no anchor file while the database has anchors (the database copy
 // is kept), 69 another backup into the same folder is running (refused at once, nothing
-// written or reported), 73 backup folder not usable, 74 any other I/O error, 75 backup
+// written or reported), 73 backup folder not usable, 74 any other I/O error (also less
+// than twice the database free in the backup folder: checkBackupRoom), 75 backup
 // made but the report to backup-status failed (also when the port is held by another
 // user than the service's: the secret is then not sent, src/cli/listener.ts), 78
 // (PostgreSQL) a DATABASE_URL parameter pg_dump cannot be given.
@@ -51,7 +52,8 @@ const USAGE =
   "                 de N nieuwste eerdere van elke soort blijven altijd staan, hoe oud ook (een klok die voorloopt)\n" +
   "  --geen-melding  niets aan backup-status melden\n" +
   "  Exitcode: 0 gelukt, 64 gebruik, 65 kopie niet in orde, 66 geen database, of geen ankerbestand terwijl de database ankers heeft\n" +
-  "  (de kopie van de database blijft staan), 69 er loopt al een back-up in --map (niets gedaan, niets gemeld), 73 map onbruikbaar, 74 andere I/O-fout, 75 back-up gemaakt maar melding mislukt\n" +
+  "  (de kopie van de database blijft staan), 69 er loopt al een back-up in --map (niets gedaan, niets gemeld), 73 map onbruikbaar, 74 andere I/O-fout\n" +
+  "  (ook: minder dan twee keer de database vrij in --map), 75 back-up gemaakt maar melding mislukt\n" +
   "  (ook als een andere gebruiker dan die van de dienst de poort bezet houdt: CRON_SECRET wordt dan niet verstuurd),\n" +
   "  78 een parameter in DATABASE_URL die niet aan pg_dump door te geven is (PostgreSQL).";
 
