@@ -15,7 +15,8 @@ import { NachtwachtClient, NachtwachtError, NOTHING_STORED_HEADER, NOTHING_STORE
 import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { holdWriteLock } from "./ingest-fixtures.ts";
-import { TEST_SIGNING_KEY } from "./helpers.ts";
+import { TEST_SIGNING_KEY, until } from "./helpers.ts";
+import { MAX_WRITES_IN_FLIGHT } from "../src/http/ingest-routes.ts";
 import { DIALECT, pgOnly, serviceReader, sqliteOnly, testCluster } from "./dialect.ts";
 
 const APP = `app-${randomBytes(24).toString("hex")}`;
@@ -352,6 +353,45 @@ describe("retries", () => {
   });
 });
 
+
+// The service's own limit on write-API requests at once (MAX_WRITES_IN_FLIGHT): with that
+// many bodies held open, one more is a 503 that says nothing was stored, so the client
+// repeats even login attempts (no keys), after the Retry-After (5 s); then it is stored once.
+test("a real 503 of a full write API: login attempts (no keys) are repeated after its Retry-After and stored once", async () => {
+  const inFlight = async () => {
+    const text = await (await fetch(`${svc.url}/metrics`, { headers: { authorization: `Bearer ${CRON}` } })).text();
+    return Number(/^nachtwacht_ingest_requests_in_flight (\d+)$/m.exec(text)?.[1]);
+  };
+  const held = Array.from({ length: MAX_WRITES_IN_FLIGHT }, (_, i) => {
+    let c!: ReadableStreamDefaultController<Uint8Array>;
+    const body = new ReadableStream<Uint8Array>({ start: (x) => void (c = x) });
+    c.enqueue(new TextEncoder().encode('{"pogingen": ['));
+    const answer = fetch(`${svc.url}/api/inlogpogingen`, { method: "POST", headers: { authorization: `Bearer ${APP}` }, body });
+    const release = () => {
+      c.enqueue(new TextEncoder().encode(`{"account": "held${i}", "ip": "192.0.2.7", "gelukt": false}]}`));
+      c.close();
+    };
+    return { answer, release };
+  });
+  const before = await count("SELECT count(*) AS n FROM login_attempts");
+  await until("every held request taken", async () => (await inFlight()) === MAX_WRITES_IN_FLIGHT);
+  const retries: RetryInfo[] = [];
+  const c = client({
+    maxAttempts: 2,
+    onRetry: (info) => {
+      retries.push(info);
+      for (const h of held) h.release();
+    },
+  });
+  const r = await c.recordLoginAttempts([{ account: "na-de-503", ip: "192.0.2.8", gelukt: false }]);
+  expect(r.opgeslagen).toBe(1);
+  expect(retries.map((x) => [x.status, x.delayMs >= 5000])).toEqual([[503, true]]);
+  expect(retries[0]!.reason).toContain("schrijfacties tegelijk");
+  expect((await Promise.all(held.map((h) => h.answer))).map((x) => x.status)).toEqual(held.map(() => 200));
+  expect(await count("SELECT count(*) AS n FROM login_attempts")).toBe(before + MAX_WRITES_IN_FLIGHT + 1);
+  expect(await count("SELECT count(*) AS n FROM login_attempts WHERE account = 'na-de-503'")).toBe(1);
+  expect(await inFlight()).toBe(0);
+}, 30_000);
 
 // SQLite's write lock, held by another process past the service's busy_timeout; PostgreSQL
 // has no such lock (its counterpart below: a database that refuses writes).

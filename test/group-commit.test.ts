@@ -8,7 +8,7 @@ import { Database } from "bun:sqlite";
 import { afterEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import { BUSY_TIMEOUT_MS } from "../src/db.ts";
-import { GROUP_MAX_ROWS, groupedWriter } from "../src/ingest/group-commit.ts";
+import { GROUP_MAX_ROWS, groupedWriter, WriteWaitGivenUp } from "../src/ingest/group-commit.ts";
 import { Refusal } from "../src/ingest/refusal.ts";
 import { tempDir } from "./helpers.ts";
 
@@ -153,6 +153,9 @@ test("each call waits for another connection's write lock at most the wait from 
   const settled = await Promise.all([w.write(1, insert("a")), w.write(1, insert("b")), w.write(1, insert("c"))].map((c) => c.then(() => null, (e) => ({ e, at: performance.now() - start }))));
   other.run("ROLLBACK");
   for (const r of settled) expect((r?.e as { code?: string }).code).toBe("SQLITE_BUSY");
+  // Each is told how its wait went: the first waited for the lock, the others' waits ran out in the queue behind it (one try of the lock).
+  expect(settled.map((r) => r?.e instanceof WriteWaitGivenUp)).toEqual([true, true, true]);
+  expect(settled.map((r) => (r?.e as WriteWaitGivenUp).lockWaitMs > (r?.e as WriteWaitGivenUp).queuedMs)).toEqual([true, false, false]);
   // All three arrived together: the later ones give up with the first (their deadline has passed), not 400 ms after it.
   expect(settled[2]!.at - settled[0]!.at).toBeLessThan(200);
   expect(seen()).toEqual([]);

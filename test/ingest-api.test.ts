@@ -12,6 +12,8 @@ import { addTenant, DIALECT, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET, auditEntry, INGEST } from "./ingest-fixtures.ts";
 import { detailsProblem, MAX_BATCH_BYTES, MAX_DETAILS_BYTES, MAX_NUMBER_SHOWN } from "../src/ingest/audit.ts";
 import { positiveIntegerPattern } from "../src/jobs/schema.ts";
+import { MAX_WRITES_IN_FLIGHT } from "../src/http/ingest-routes.ts";
+import { NOTHING_STORED_HEADER } from "../src/client.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
 const DAY = 24 * 3600 * 1000;
@@ -28,6 +30,40 @@ const send = (path: string, body: unknown, o: { token?: string | null; method?: 
   call(env.app, path, { token: o.token === undefined ? APP_SECRET : o.token, method: o.method ?? "POST", body: typeof body === "string" ? body : JSON.stringify(body) });
 
 const entry = auditEntry;
+
+/** A write-API request straight to the app, with `body` as it is (a stream the test controls). */
+const post = (path: string, body: BodyInit) => env.app.handle(new Request(`http://localhost${path}`, { method: "POST", headers: { authorization: `Bearer ${APP_SECRET}` }, body }));
+
+/**
+ * A request body the test holds open: `taken` resolves when the server first asks for it
+ * (highWaterMark 0: only a read asks); `release` sends `text` and ends it, `abort` breaks
+ * it off as a dropped connection does.
+ */
+function heldBody(text: string) {
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  let pulled = false;
+  let taken!: () => void;
+  const body = new ReadableStream<Uint8Array>(
+    {
+      start: (c) => void (controller = c),
+      pull: () => {
+        if (!pulled) taken();
+        pulled = true;
+      },
+    },
+    { highWaterMark: 0 },
+  );
+  return {
+    body,
+    taken: new Promise<void>((resolve) => (taken = resolve)),
+    pulled: () => pulled,
+    release: () => {
+      controller.enqueue(new TextEncoder().encode(text));
+      controller.close();
+    },
+    abort: () => controller.error(new Error("The connection was closed.")),
+  };
+}
 
 const count = async (table: string) => (await env.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
 const stored = (tenantId: number) =>
@@ -538,6 +574,59 @@ describe("POST /api/audit", () => {
     expect(((await res.json()) as { error: string }).error).toStartWith("Body onvolledig");
     expect(await count("audit_entries")).toBe(0);
     expect(env.alarms.raised).toEqual([]);
+  });
+
+  test("at most MAX_WRITES_IN_FLIGHT requests at once: one more is 503 with Retry-After 5 and the nothing-stored header, its body unread; released, they are stored and the next passes", async () => {
+    const counters = newIngestCounters();
+    env = await makeEnv({ APP_SECRET }, { counters });
+    const a = await addTenant(env.db);
+    const held = Array.from({ length: MAX_WRITES_IN_FLIGHT }, (_, i) => heldBody(JSON.stringify({ entries: [entry(a, i, { sleutel: `h${i}` })] })));
+    const answers = held.map((h) => post("/api/audit", h.body));
+    // Each has passed the gate and the cap once the server asks for its body.
+    await Promise.all(held.map((h) => h.taken));
+    expect(counters.inFlight).toBe(MAX_WRITES_IN_FLIGHT);
+    // One more, on every endpoint: refused before its body is read.
+    for (const e of INGEST) {
+      const extra = heldBody(JSON.stringify(e.body));
+      const res = await env.app.handle(new Request(`http://localhost${e.path.replace("/1", `/${a}`)}`, { method: e.method, headers: { authorization: `Bearer ${APP_SECRET}` }, body: extra.body }));
+      expect({ path: e.path, status: res.status, retryAfter: res.headers.get("retry-after"), stored: res.headers.get(NOTHING_STORED_HEADER) }).toEqual({ path: e.path, status: 503, retryAfter: "5", stored: "nee" });
+      expect(((await res.json()) as { error: string }).error).toBe(`De service verwerkt al ${MAX_WRITES_IN_FLIGHT} schrijfacties tegelijk; niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.`);
+      expect(extra.pulled()).toBe(false);
+    }
+    expect(counters.rejected["503"]).toBe(INGEST.length);
+    expect(await count("audit_entries")).toBe(0);
+    expect(await count("login_attempts")).toBe(0);
+    for (const h of held) h.release();
+    expect((await Promise.all(answers)).map((r) => r.status)).toEqual(held.map(() => 200));
+    expect(counters.inFlight).toBe(0);
+    expect(await count("audit_entries")).toBe(MAX_WRITES_IN_FLIGHT);
+    expect((await send("/api/audit", { entries: [entry(a, 999)] })).status).toBe(200);
+    expect(counters.inFlight).toBe(0);
+  });
+
+  test("a request's place is given back on every way out: refused (400, 413, 422) or the client gone mid-body (a 503 of the database: test/ingest-lock.test.ts)", async () => {
+    const counters = newIngestCounters();
+    env = await makeEnv({ APP_SECRET }, { counters });
+    const a = await addTenant(env.db);
+    const gone = heldBody("");
+    const answer = post("/api/audit", gone.body);
+    await gone.taken;
+    expect(counters.inFlight).toBe(1);
+    gone.abort();
+    expect((await answer).status).toBe(400);
+    expect(counters.inFlight).toBe(0);
+    expect((await send("/api/audit", "{")).status).toBe(400);
+    expect((await send("/api/audit", { entries: [entry(4242, 0)] })).status).toBe(422);
+    expect((await send("/api/audit", JSON.stringify({ entries: [entry(a, 0, { details: { x: "y".repeat(1024 * 1024) } })] }))).status).toBe(413);
+    expect(counters.inFlight).toBe(0);
+    // Every place given back: a full set fits again.
+    const held = Array.from({ length: MAX_WRITES_IN_FLIGHT }, (_, i) => heldBody(JSON.stringify({ entries: [entry(a, i)] })));
+    const answers = held.map((h) => post("/api/audit", h.body));
+    await Promise.all(held.map((h) => h.taken));
+    expect(counters.inFlight).toBe(MAX_WRITES_IN_FLIGHT);
+    for (const h of held) h.release();
+    expect(new Set((await Promise.all(answers)).map((r) => r.status))).toEqual(new Set([200]));
+    expect(counters.inFlight).toBe(0);
   });
 
   test("a keyed entry just inside the retention period, sent again after it passed the limit, gets its receipt while it is still stored", async () => {

@@ -5,6 +5,8 @@ import { afterEach, expect, test } from "bun:test";
 import { writeTransaction } from "../src/db.ts";
 import { addTenant, call, makeTestEnv, type TestEnv } from "./helpers.ts";
 import { APP_SECRET, holdWriteLock } from "./ingest-fixtures.ts";
+import { newIngestCounters } from "../src/ingest/counters.ts";
+import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../src/client.ts";
 
 let env: TestEnv;
 afterEach(() => env?.cleanup());
@@ -54,23 +56,39 @@ test("past its deadline the write gives up with SQLITE_BUSY and stores nothing; 
   expect((env.store.sqlite.query("SELECT count(*) AS n FROM login_attempts").get() as { n: number }).n).toBe(1);
 });
 
-test("a lock held longer than the wait: 503 with Retry-After 5 and {error}, nothing stored, no alarm; the retry stores it", async () => {
-  env = makeTestEnv({ APP_SECRET });
+test("a lock held longer than the wait: 503 with Retry-After 5 and {error}, nothing stored, no alarm; the log says how the wait went; the retry stores it", async () => {
+  const counters = newIngestCounters();
+  env = makeTestEnv({ APP_SECRET }, { counters });
   const tenantId = addTenant(env.store);
-  const body = JSON.stringify({ entries: [{ tenantId, actor: "a", action: "b", subject: "c", sleutel: "k" }] });
+  const body = (sleutel: string) => JSON.stringify({ entries: [{ tenantId, actor: "a", action: "b", subject: "c", sleutel }] });
   const lock = await holdWriteLock(env.config.databasePath);
+  const lines: string[] = [];
+  const stderrWrite = process.stderr.write;
+  process.stderr.write = ((chunk: string) => (lines.push(String(chunk)), true)) as typeof process.stderr.write;
   let r;
   try {
-    r = await call(env.app, "/api/audit", { token: APP_SECRET, body });
+    // Two at once: nothing measured yet, so each is a group of its own; the second waits
+    // in the service's own queue while the first waits out its 5 s, and its wait is then over.
+    r = await Promise.all([call(env.app, "/api/audit", { token: APP_SECRET, body: body("k") }), call(env.app, "/api/audit", { token: APP_SECRET, body: body("l") })]);
   } finally {
+    process.stderr.write = stderrWrite;
     await lock.release();
   }
-  expect(r.status).toBe(503);
-  expect(r.headers.get("retry-after")).toBe("5");
-  expect(r.json.error).toContain("SQLITE_BUSY");
+  for (const x of r) {
+    expect(x.status).toBe(503);
+    expect(x.headers.get("retry-after")).toBe("5");
+    expect(x.headers.get(NOTHING_STORED_HEADER)).toBe(NOTHING_STORED_VALUE);
+    expect(x.json.error).toContain("SQLITE_BUSY");
+  }
+  const logged = lines.map((l) => JSON.parse(l) as { message: string; queuedMs: number; lockWaitMs: number });
+  expect(logged.map((l) => l.message)).toEqual([
+    "write API: the write lock stayed taken by another connection for most of the wait (lockWaitMs; before it queuedMs in this process's own write queue); answered 503",
+    "write API: the wait ran out mostly in this process's own write queue, behind other write-API requests (queuedMs); the write lock, tried for the rest (lockWaitMs), was taken by another connection; answered 503",
+  ]);
   expect(env.alarms.raised).toEqual([]);
+  expect(counters.inFlight).toBe(0);
   expect((env.store.sqlite.query("SELECT count(*) AS n FROM audit_entries").get() as { n: number }).n).toBe(0);
-  const retry = await call(env.app, "/api/audit", { token: APP_SECRET, body });
+  const retry = await call(env.app, "/api/audit", { token: APP_SECRET, body: body("k") });
   expect(retry.status).toBe(200);
   expect(retry.json.opgeslagen).toBe(1);
 }, 20_000);

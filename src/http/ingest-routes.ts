@@ -21,7 +21,7 @@ import {
   TenantInput,
   TenantResult,
 } from "../ingest/tenants.ts";
-import { groupedWriter } from "../ingest/group-commit.ts";
+import { groupedWriter, WriteWaitGivenUp } from "../ingest/group-commit.ts";
 import { NOTHING_STORED_HEADER, NOTHING_STORED_VALUE } from "../client.ts";
 import { putAdministratorsPg, putTenantPg, storeAuditBatchPg, storeLoginAttemptsPg } from "../pg/ingest.ts";
 import { Refusal } from "../ingest/refusal.ts";
@@ -40,17 +40,43 @@ function statusOf(e: unknown): number {
   return unexpectedStatus(e);
 }
 
+/** Retry-After of the write API's "busy" 503s (a lock wait given up, too many requests in flight), seconds: about one lock wait (BUSY_TIMEOUT_MS). */
+export const BUSY_RETRY_AFTER_S = 5;
+
+/**
+ * The most write-API requests this process handles at once, from the gate to the answer;
+ * one more is answered 503 before its body is read. Each holds its body (up to 1 MiB)
+ * and what is parsed from it while it waits in the queue (src/ingest/group-commit.ts,
+ * which has no limit of its own): 200 clients sending 1 MiB for 15 s took the process to
+ * 1.5 GB. 64 bound that to 64 bodies and their parsed form, and are well above what a
+ * host application sends at once (32 clients of single entries already fill the grouped
+ * COMMITs, docs/performance.md).
+ */
+export const MAX_WRITES_IN_FLIGHT = 64;
+
 /**
  * A lock this batch needs stayed taken for the whole wait (lockWaitGivenUp): a 503 the
  * client retries after a few seconds, logged, not an alarm per waiting request. Other
- * errors pass on unchanged.
+ * errors pass on unchanged. On SQLite the wait from the call's arrival may have run out
+ * mostly in this process's own write queue (WriteWaitGivenUp says how it went), which
+ * the log says as it was.
  */
 function busyAnswer(e: unknown): unknown {
   const wait = lockWaitGivenUp(e);
   if (!wait) return e;
-  log("warn", "write API: a lock stayed taken by another process or session for the whole wait; answered 503", { code: wait.code });
+  if (e instanceof WriteWaitGivenUp) {
+    log(
+      "warn",
+      e.queuedMs > e.lockWaitMs
+        ? "write API: the wait ran out mostly in this process's own write queue, behind other write-API requests (queuedMs); the write lock, tried for the rest (lockWaitMs), was taken by another connection; answered 503"
+        : "write API: the write lock stayed taken by another connection for most of the wait (lockWaitMs; before it queuedMs in this process's own write queue); answered 503",
+      { code: wait.code, queuedMs: e.queuedMs, lockWaitMs: e.lockWaitMs },
+    );
+  } else {
+    log("warn", "write API: a lock stayed taken by another session or process for the whole wait; answered 503", { code: wait.code });
+  }
   return new HttpError(503, `De database is bezet (${wait.why}); niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.`, {
-    "retry-after": "5",
+    "retry-after": String(BUSY_RETRY_AFTER_S),
   });
 }
 
@@ -96,7 +122,7 @@ function detail(e: Endpoint<TSchema>) {
     413: error(`Body groter dan ${kib(e.maxBytes)}.`),
     500: error("Onverwachte fout; gemeld als alarm internal-error. Onbekend of de batch is opgeslagen: herhaal hem met dezelfde sleutels."),
     503: {
-      ...error("De database is bezet of niet beschikbaar; niets is opgeslagen. Probeer het na Retry-After opnieuw (met dezelfde sleutels)."),
+      ...error(`De database is bezet of niet beschikbaar, of de service verwerkt al ${MAX_WRITES_IN_FLIGHT} schrijfacties tegelijk (de body is dan niet gelezen); niets is opgeslagen. Probeer het na Retry-After opnieuw (met dezelfde sleutels).`),
       headers: {
         [NOTHING_STORED_HEADER]: { description: "Dat niets is opgeslagen, van de service zelf (de 503 van een proxy ervoor heeft hem niet).", schema: { type: "string", enum: [NOTHING_STORED_VALUE] } },
         "retry-after": { description: "Seconden tot een nieuwe poging.", schema: { type: "string" } },
@@ -122,6 +148,17 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
     const read = jsonBodyReader(e.body, e.maxBytes, `Body te groot: ${shown} accepteert hoogstens ${kib(e.maxBytes)}.`, e.parse);
     const handler = async ({ request, params }: { request: Request; params: Record<string, string> }) => {
       deps.writeApi?.seen();
+      // Before the body is read: a refused request costs no memory (MAX_WRITES_IN_FLIGHT).
+      if (counters.inFlight >= MAX_WRITES_IN_FLIGHT) {
+        countRejected(counters, 503);
+        throw markNothingStored(
+          new HttpError(503, `De service verwerkt al ${MAX_WRITES_IN_FLIGHT} schrijfacties tegelijk; niets is opgeslagen. Probeer het na Retry-After opnieuw, met dezelfde sleutels.`, {
+            "retry-after": String(BUSY_RETRY_AFTER_S),
+          }),
+        );
+      }
+      counters.inFlight++;
+      // Released on every way out: answered, refused, failed, or the client gone mid-body.
       try {
         const response = await handle(await read(request), params);
         counters.accepted[e.kind]++;
@@ -131,6 +168,8 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
         const status = statusOf(err);
         countRejected(counters, status);
         throw status === 503 && storedNothing(err) ? markNothingStored(err) : err;
+      } finally {
+        counters.inFlight--;
       }
     };
     // Elysia never reads the body (parse: "none"): only the capped reader does, after the gate.

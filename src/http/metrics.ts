@@ -390,6 +390,7 @@ export function renderMetrics(m: MetricsSnapshot): string {
     "Write API requests refused since the process started, per HTTP status.",
     statuses.map((s): [Labels, number] => [{ status: s }, c.rejected[s] ?? 0]),
   );
+  out.family(`${N}ingest_requests_in_flight`, "gauge", "Write API requests being handled now; at the limit (MAX_WRITES_IN_FLIGHT, 64) more are answered 503 unread.", [[{}, c.inFlight]]);
   out.family(
     `${N}ingest_sqlite_transactions_total`,
     "counter",

@@ -15,6 +15,8 @@ export interface IngestCounters {
   replayed: number;
   /** Requests refused, by HTTP status ("400", "401", "403", "409", "413", "422", "503", …). */
   rejected: Record<string, number>;
+  /** Requests between the gate and their answer now (a gauge; at most MAX_WRITES_IN_FLIGHT, src/http/ingest-routes.ts). */
+  inFlight: number;
   /** On SQLite: the write transactions committed, and the requests they stored (src/ingest/group-commit.ts). */
   sqlite: GroupStats;
 }
@@ -25,6 +27,7 @@ export function newIngestCounters(): IngestCounters {
     stored: { audit: 0, inlogpogingen: 0 },
     replayed: 0,
     rejected: {},
+    inFlight: 0,
     sqlite: { groups: 0, calls: 0 },
   };
 }

@@ -17,9 +17,10 @@
 // so it fails the whole group, nothing of which is then stored. Waiting for another
 // process's write lock does not block the event loop (writeTransaction, src/db.ts), and
 // each call waits at most BUSY_TIMEOUT_MS from its arrival: the groups behind one that
-// waited get no new wait of their own.
+// waited get no new wait of their own. Part of that wait may be spent in this queue,
+// behind other calls: a call given up on is told how the wait went (WriteWaitGivenUp).
 import { Database, SQLiteError } from "bun:sqlite";
-import { BUSY_TIMEOUT_MS, writeTransaction } from "../db.ts";
+import { BUSY_TIMEOUT_MS, isBusy, writeTransaction } from "../db.ts";
 
 /**
  * How long one group's transaction may take by the estimate, ms: it runs on the event
@@ -41,8 +42,30 @@ export const GROUP_MAX_ROWS = 1000;
 /** How many groups' cost per row the estimate takes the largest of. */
 const GROUPS_REMEMBERED = 8;
 
+/**
+ * A call's wait given up: another connection held the write lock (SQLITE_BUSY, which is
+ * its `code` and `cause`, so it is read as that error everywhere) when the wait from the
+ * call's arrival ran out. How the wait went: `queuedMs` in this writer's own queue,
+ * behind other calls, then `lockWaitMs` for the lock (0: the deadline passed in the
+ * queue, and the lock was tried once).
+ */
+export class WriteWaitGivenUp extends Error {
+  override readonly name = "WriteWaitGivenUp";
+  readonly code: string;
+  constructor(
+    busy: SQLiteError,
+    readonly queuedMs: number,
+    readonly lockWaitMs: number,
+  ) {
+    super(busy.message, { cause: busy });
+    this.code = busy.code ?? "SQLITE_BUSY";
+  }
+}
+
 interface Call {
   rows: number;
+  /** performance.now() at its arrival. */
+  arrived: number;
   /** performance.now() past which it no longer waits for the write lock. */
   deadline: number;
   work: () => unknown;
@@ -93,11 +116,12 @@ export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: 
   const commit = async (group: Call[]) => {
     let outcomes: ({ ok: true; value: unknown } | { ok: false; error: unknown })[] = [];
     let t0 = 0;
+    const begun = performance.now();
+    const deadline = Math.min(...group.map((c) => c.deadline));
     try {
       // Nothing may be open on this connection: BEGIN would become a savepoint of that
       // transaction, and the answers would go out before anything is committed.
       if (sqlite.inTransaction) throw new Error("group-commit: a transaction is already open on the service's connection; nothing of this group was written");
-      const deadline = Math.min(...group.map((c) => c.deadline));
       await writeTransaction(sqlite, () => {
         // Run again from the start when BEGIN found the lock taken (nothing was written).
         t0 = clock();
@@ -119,9 +143,13 @@ export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: 
             return { ok: false, error };
           }
         });
-      }, Math.max(0, deadline - performance.now()));
+      }, Math.max(0, deadline - begun));
     } catch (error) {
-      for (const call of group) call.reject(error);
+      const lockWaited = Math.round(Math.max(0, deadline - begun));
+      for (const call of group) {
+        const queuedMs = Math.round(begun - call.arrived);
+        call.reject(error instanceof SQLiteError && isBusy(error) ? new WriteWaitGivenUp(error, queuedMs, lockWaited) : error);
+      }
       return;
     }
     // The transaction's time, COMMIT included (the await resumes right after it).
@@ -154,7 +182,8 @@ export function groupedWriter(sqlite: Database, o: { budgetMs?: number; stats?: 
     stats,
     write<T>(rows: number, work: () => T): Promise<T> {
       return new Promise<T>((resolve, reject) => {
-        queue.push({ rows, deadline: performance.now() + lockWaitMs, work, resolve: resolve as (v: unknown) => void, reject });
+        const arrived = performance.now();
+        queue.push({ rows, arrived, deadline: arrived + lockWaitMs, work, resolve: resolve as (v: unknown) => void, reject });
         if (flushing) return;
         flushing = true;
         // After this turn of the event loop: the other requests read in it join the group.
