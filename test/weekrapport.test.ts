@@ -9,7 +9,7 @@ import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { createMailer } from "../src/mail/transport.ts";
 import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
-import { WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
+import { MAX_ACTIES, TOP_IPS, WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { stateZegel, call, TEST_SEAL, until } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
@@ -544,6 +544,104 @@ describe("weekLogins: every tenant's week in one pass", () => {
     expect(logins.get(b)).toEqual({ totaal: 1, gelukt: 0, mislukt: 1, mislukteIps: 1, topMislukteIps: [{ ip: "192.0.2.1", aantal: 1 }] });
     expect(logins.has(c)).toBe(false);
     expect((await q.tenantWeekStats(c, van, NOW, logins, NOW)).inlog).toEqual({ totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] });
+  });
+});
+
+describe("weekrapport: only what the report shows leaves the database", () => {
+  test("500,000 distinct failed IPs of one tenant and 300,000 distinct actions: TOP_IPS rows per tenant and MAX_ACTIES action rows reach JavaScript; the week's distinct IPs, top five (ties by address) and the rest row stay exact", async () => {
+    const env = await makeEnv();
+    toClean.push(() => env.cleanup());
+    const q = env.store.kind === "pg" ? weeklyQueriesPg(env.store, TEST_SEAL, env.config) : weeklyQueries(env.store.db, TEST_SEAL, env.config);
+    const a = await addTenant(env.db, "A");
+    const b = await addTenant(env.db, "B");
+    const van = new Date(NOW.getTime() - WEEK_MS);
+    const day = (n: number) => new Date(NOW.getTime() - n * DAY - 3600_000).toISOString();
+    // An attacker rotating addresses of one IPv6 /64: one failure each from 2001:db8::1 .. ::500000, over three days.
+    const N = 500_000;
+    await env.db.run(
+      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${N})
+       INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id)
+       SELECT CASE i % 3 WHEN 0 THEN CAST(? AS text) WHEN 1 THEN CAST(? AS text) ELSE CAST(? AS text) END, 'x', '2001:db8::' || i, false, CAST(? AS integer) FROM n`,
+      day(1),
+      day(2),
+      day(3),
+      a,
+    );
+    // More failures of some of those addresses on a fourth day: counted per address over the
+    // week (::7 4 times; ::30 and ::4 3 times, ::10, ::100 and ::9 twice: ties by address, byte order).
+    const more: [string, number][] = [["2001:db8::7", 3], ["2001:db8::4", 2], ["2001:db8::30", 2], ["2001:db8::9", 1], ["2001:db8::100", 1], ["2001:db8::10", 1]];
+    for (const [ip, n] of more) for (let i = 0; i < n; i++) await addLoginAttempt(env.db, { tenantId: a, account: "x", ip, gelukt: false, tijdstip: day(5) });
+    // Not in a's figures: before the week, another tenant's, nobody's.
+    await addLoginAttempt(env.db, { tenantId: a, account: "x", ip: "2001:db8:ffff::1", gelukt: false, tijdstip: new Date(van.getTime() - 1) });
+    for (let i = 0; i < 2; i++) await addLoginAttempt(env.db, { tenantId: b, account: "x", ip: "2001:db8::7", gelukt: false, tijdstip: day(4) });
+    await addLoginAttempt(env.db, { tenantId: b, account: "x", ip: "2001:db8::7", gelukt: true, tijdstip: day(4) });
+    await addLoginAttempt(env.db, { tenantId: null, account: "x", ip: "2001:db8::8", gelukt: false, tijdstip: day(4) });
+
+    // 300,000 actions the application made up, once each; three more frequent ones (a tie among them).
+    const M = 300_000;
+    await env.db.run(
+      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${M})
+       INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash)
+       SELECT CAST(? AS integer), i, i, CAST(? AS text), 'x', 'actie.' || i, 's', '{}', '', '' FROM n`,
+      a,
+      day(2),
+    );
+    const frequent: [string, number][] = [["dossier.bekeken", 4], ["b.gelijk", 3], ["a.gelijk", 3]];
+    let seq = M;
+    for (const [action, n] of frequent) {
+      for (let i = 0; i < n; i++) {
+        seq++;
+        await env.db.run(
+          "INSERT INTO audit_entries (tenant_id, seq, id, created_at, actor, action, subject, details, prev_hash, hash) VALUES (?, ?, ?, ?, 'x', ?, 's', '{}', '', '')",
+          a,
+          seq,
+          seq,
+          day(2),
+          action,
+        );
+      }
+    }
+
+    // What reaches JavaScript: the statements' rows.
+    const week = { van: van.toISOString(), tot: NOW.toISOString() };
+    const [failureRows, actionRowsRead] =
+      env.store.kind === "pg"
+        ? await (async (db) => [await weekLoginQueriesPg(db, van, NOW).mislukt, await weekStatsQueriesPg(db, a, van, NOW).auditPerActie])(env.store.db)
+        : [weekLoginStatements(env.store.db).mislukt.all(week), weekStatsStatements(env.store.db).auditPerActie.all({ tenantId: a, ...week })];
+    expect(failureRows.filter((r) => r.tenantId === a)).toHaveLength(TOP_IPS);
+    expect(failureRows.filter((r) => r.tenantId === b)).toHaveLength(1);
+    expect(failureRows).toHaveLength(TOP_IPS + 1);
+    expect(actionRowsRead).toHaveLength(MAX_ACTIES);
+
+    const logins = await q.weekLogins(van, NOW);
+    expect(logins.get(a)).toEqual({
+      totaal: N + 10,
+      gelukt: 0,
+      mislukt: N + 10,
+      // The week's distinct addresses, not the sum of its days' (that would be N + 6).
+      mislukteIps: N,
+      topMislukteIps: [
+        { ip: "2001:db8::7", aantal: 4 },
+        { ip: "2001:db8::30", aantal: 3 },
+        { ip: "2001:db8::4", aantal: 3 },
+        { ip: "2001:db8::10", aantal: 2 },
+        { ip: "2001:db8::100", aantal: 2 },
+      ],
+    });
+    expect(logins.get(b)).toEqual({ totaal: 3, gelukt: 1, mislukt: 2, mislukteIps: 1, topMislukteIps: [{ ip: "2001:db8::7", aantal: 2 }] });
+
+    const { audit } = await q.tenantWeekStats(a, van, NOW, logins, NOW);
+    const onceEach = Array.from({ length: M }, (_, i) => `actie.${i + 1}`).sort().slice(0, MAX_ACTIES - 1 - frequent.length);
+    expect(audit).toEqual({
+      totaal: M + 10,
+      perActie: [
+        { actie: "dossier.bekeken", aantal: 4 },
+        { actie: "a.gelijk", aantal: 3 },
+        { actie: "b.gelijk", aantal: 3 },
+        ...onceEach.map((actie) => ({ actie, aantal: 1 })),
+        { actie: `(${M + 3 - (MAX_ACTIES - 1)} andere acties)`, aantal: M + 10 - 10 - onceEach.length },
+      ],
+    });
   });
 });
 

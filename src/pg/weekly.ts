@@ -2,16 +2,16 @@
 // SQLite, answered into the same shapes, so the rules there (recipientOf, loginTally,
 // weekStatsOf) and the job make the same reports of them. What differs, and why:
 //
-// - Login attempts are read for the whole week in one pass per statement, not a day at
-//   a time: a query here waits on the server without holding the event loop, which is
-//   what the slices protect on SQLite.
+// - Login attempts are counted for the whole week in one pass, not a day at a time: a
+//   query here waits on the server without holding the event loop, which is what the
+//   slices protect on SQLite.
 // - Audit actions are ordered COLLATE "C" and the ISO weeks compared COLLATE "C": those
 //   columns have the database's collation, and a linguistic one would order them
 //   otherwise than SQLite's byte order (and the mail would list ties differently).
 // - Each bookkeeping statement is its own transaction (autocommit): a reservation is
 //   committed before the message goes to the transport, as on SQLite.
 import type { Config } from "../config.ts";
-import { and, count, desc, eq, gte, lt, sql } from "drizzle-orm";
+import { and, count, desc, eq, gte, isNotNull, lt, lte, sql } from "drizzle-orm";
 import {
   administrators,
   auditEntries,
@@ -21,10 +21,14 @@ import {
   weeklyReportDeliveries as deliveries,
 } from "../../db/schema-pg.ts";
 import {
+  actionTotals,
+  failedIpRanking,
   loginTally,
+  MAX_ACTIES,
   recipientOf,
   recipientRule,
   SENDING,
+  TOP_IPS,
   weekStatsOf,
   type TenantWeekLogins,
   type TenantWeekStats,
@@ -122,6 +126,22 @@ export async function recordDeliveryPg(db: PgDb, r: DeliveryKey, isoWeek: string
  */
 export function weekLoginQueriesPg(db: PgDb, van: Date, tot: Date) {
   const inWindow = and(gte(loginAttempts.tijdstip, van.toISOString()), lt(loginAttempts.tijdstip, tot.toISOString()));
+  // Ranked as on SQLite (failedIpRanking), ties by address in byte order (COLLATE "C");
+  // only each tenant's TOP_IPS rows leave the server.
+  const ranking = failedIpRanking(loginAttempts, sql`${loginAttempts.ip} COLLATE "C"`);
+  const failed = db
+    .select({
+      tenantId: loginAttempts.tenantId,
+      ip: loginAttempts.ip,
+      aantal: count().as("aantal"),
+      ips: ranking.ips.as("ips"),
+      rang: ranking.rang.as("rang"),
+    })
+    .from(loginAttempts)
+    // Written as the partial index login_attempts_failed_idx's predicate (gelukt = false), which bounds it.
+    .where(and(inWindow, sql`${loginAttempts.gelukt} = false`, isNotNull(loginAttempts.tenantId)))
+    .groupBy(loginAttempts.tenantId, loginAttempts.ip)
+    .as("failed");
   return {
     perTenant: db
       .select({
@@ -132,12 +152,7 @@ export function weekLoginQueriesPg(db: PgDb, van: Date, tot: Date) {
       .from(loginAttempts)
       .where(inWindow)
       .groupBy(loginAttempts.tenantId),
-    // Written as the partial index login_attempts_failed_idx's predicate (gelukt = false), which bounds it.
-    mislukt: db
-      .select({ tenantId: loginAttempts.tenantId, ip: loginAttempts.ip, aantal: count() })
-      .from(loginAttempts)
-      .where(and(inWindow, sql`${loginAttempts.gelukt} = false`))
-      .groupBy(loginAttempts.tenantId, loginAttempts.ip),
+    mislukt: db.select().from(failed).where(lte(failed.rang, TOP_IPS)),
   };
 }
 
@@ -147,7 +162,7 @@ export async function weekLoginsPg(db: PgDb, van: Date, tot: Date): Promise<Map<
   const [perTenant, mislukt] = await Promise.all([q.perTenant, q.mislukt]);
   const tally = loginTally();
   tally.addCounts(perTenant);
-  tally.addFailures(mislukt);
+  tally.setFailures(mislukt);
   return tally.result();
 }
 
@@ -155,12 +170,14 @@ export async function weekLoginsPg(db: PgDb, van: Date, tot: Date): Promise<Map<
 export function weekStatsQueriesPg(db: PgDb, tenantId: number, van: Date, tot: Date) {
   const aantal = count().as("aantal");
   return {
+    // Only the rows the report shows, with the week's totals beside them (actionTotals).
     auditPerActie: db
-      .select({ actie: auditEntries.action, aantal })
+      .select({ actie: auditEntries.action, aantal, ...actionTotals })
       .from(auditEntries)
       .where(and(eq(auditEntries.tenantId, tenantId), gte(auditEntries.createdAt, van.toISOString()), lt(auditEntries.createdAt, tot.toISOString())))
       .groupBy(auditEntries.action)
-      .orderBy(desc(aantal), sql`${auditEntries.action} COLLATE "C"`),
+      .orderBy(desc(aantal), sql`${auditEntries.action} COLLATE "C"`)
+      .limit(MAX_ACTIES),
     keten: db
       .select()
       .from(auditVerificationState)

@@ -9,7 +9,7 @@
 // rules here (recipientOf, loginTally, weekStatsOf, the status and the mail's props), so
 // the two stores send the same reports to the same people.
 import type { Config } from "../config.ts";
-import { and, count, desc, eq, gte, lt, sql, type AnyColumn } from "drizzle-orm";
+import { and, count, desc, eq, gte, isNotNull, lt, lte, sql, type AnyColumn, type SQL } from "drizzle-orm";
 import {
   administrators,
   auditEntries,
@@ -28,6 +28,47 @@ import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 export const WEEK_MS = 7 * 24 * 3600 * 1000;
 
 /**
+ * How many actions a weekly report lists one by one, most frequent first; the rest are
+ * one row. The application chooses the actions: 20,000 distinct ones made a report of
+ * 19 MB that the mail server refused (and took seconds of the event loop to render).
+ */
+export const MAX_ACTIES = 25;
+
+/**
+ * Beside each of the (at most MAX_ACTIES) action rows the statement returns, on both
+ * stores: how many distinct actions and how many entries the whole week has. Window
+ * functions over the grouped rows, computed before the LIMIT, so the rest row and the
+ * total are exact without the rest reaching JavaScript.
+ */
+export const actionTotals = {
+  acties: sql<number>`count(*) OVER ()`.mapWith(Number),
+  totaal: sql<number>`sum(count(*)) OVER ()`.mapWith(Number),
+};
+
+/** A row of the action statement: one of the week's MAX_ACTIES most frequent actions (by count, then action), with actionTotals. */
+export interface ActionRow {
+  actie: string;
+  aantal: number;
+  acties: number;
+  totaal: number;
+}
+
+/**
+ * The report's action table from the action statement's rows: the MAX_ACTIES - 1 most
+ * frequent, then the rest as one row when the week has more than MAX_ACTIES actions.
+ */
+export function actionTable(rows: readonly ActionRow[]): TenantWeekStats["audit"] {
+  const perActie = rows.slice(0, MAX_ACTIES).map(({ actie, aantal }) => ({ actie, aantal }));
+  const acties = rows[0]?.acties ?? 0;
+  const totaal = rows[0]?.totaal ?? 0;
+  if (acties <= MAX_ACTIES) return { totaal, perActie };
+  const shown = perActie.slice(0, MAX_ACTIES - 1);
+  const rest = { actie: `(${acties - shown.length} andere acties)`, aantal: totaal - shown.reduce((n, r) => n + r.aantal, 0) };
+  return { totaal, perActie: [...shown, rest] };
+}
+
+
+/**
  * The statements per tenant, run for every tenant and so prepared once per connection;
  * exported so a test can check their query plans. Parameters: tenantId, van, tot.
  */
@@ -37,12 +78,15 @@ export const weekStatsStatements = preparedPerConnection((db) => {
   const tot = sql.placeholder("tot");
   const auditAantal = count().as("aantal");
   return {
+    // Only the rows the report shows (actionTable): the application chooses the actions, and
+    // 300,000 distinct ones of a week were 300,000 rows in the JavaScript heap for 25 lines.
     auditPerActie: db
-      .select({ actie: auditEntries.action, aantal: auditAantal })
+      .select({ actie: auditEntries.action, aantal: auditAantal, ...actionTotals })
       .from(auditEntries)
       .where(and(eq(auditEntries.tenantId, tenantId), gte(auditEntries.createdAt, van), lt(auditEntries.createdAt, tot)))
       .groupBy(auditEntries.action)
       .orderBy(desc(auditAantal), auditEntries.action)
+      .limit(MAX_ACTIES)
       .prepare(),
     keten: db
       .select()
@@ -223,12 +267,44 @@ export interface TenantWeekStats {
   };
 }
 
+/** Failed-login IPs the report lists per tenant: the most failures first, then by address. */
+export const TOP_IPS = 5;
+
+/**
+ * The ranking of a tenant's failed-login IPs over the grouped (tenant, ip) rows, on both
+ * stores: `ips` the tenant's number of distinct IPs, `rang` an IP's place (most failures
+ * first, then by address in byte order: `ipOrder` is the column as the store compares
+ * bytes). Window functions, so only the TOP_IPS best of each tenant leave the database
+ * with that count, however many distinct addresses an attacker rotated through.
+ */
+export function failedIpRanking(t: { tenantId: AnyColumn; ip: AnyColumn }, ipOrder: SQL) {
+  return {
+    ips: sql<number>`count(*) OVER (PARTITION BY ${t.tenantId})`.mapWith(Number),
+    rang: sql<number>`row_number() OVER (PARTITION BY ${t.tenantId} ORDER BY count(*) DESC, ${ipOrder})`.mapWith(Number),
+  };
+}
+
 /**
  * The two statements behind weekLogins, over every tenant's attempts in [van, tot);
  * exported so a test can check their query plans. Parameters: van, tot.
  */
 export const weekLoginStatements = preparedPerConnection((db) => {
   const inWindow = and(gte(loginAttempts.tijdstip, sql.placeholder("van")), lt(loginAttempts.tijdstip, sql.placeholder("tot")));
+  // The partial index login_attempts_failed_idx (gelukt = 0) bounds the rows read; no index
+  // has (tenant_id, ip), so they are grouped and ranked in SQLite's sorter, not in JavaScript.
+  // Attempts without a tenant belong to nobody's report.
+  const failed = db
+    .select({
+      tenantId: loginAttempts.tenantId,
+      ip: loginAttempts.ip,
+      aantal: count().as("aantal"),
+      ips: failedIpRanking(loginAttempts, sql`${loginAttempts.ip}`).ips.as("ips"),
+      rang: failedIpRanking(loginAttempts, sql`${loginAttempts.ip}`).rang.as("rang"),
+    })
+    .from(loginAttempts)
+    .where(and(inWindow, sql`${loginAttempts.gelukt} = 0`, isNotNull(loginAttempts.tenantId)))
+    .groupBy(loginAttempts.tenantId, loginAttempts.ip)
+    .as("failed");
   return {
     perTenant: db
       .select({ tenantId: loginAttempts.tenantId, totaal: count(), gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)` })
@@ -236,31 +312,38 @@ export const weekLoginStatements = preparedPerConnection((db) => {
       .where(inWindow)
       .groupBy(loginAttempts.tenantId)
       .prepare(),
-    // The partial index login_attempts_failed_idx (gelukt = 0) bounds this one.
-    mislukt: db
-      .select({ tenantId: loginAttempts.tenantId, ip: loginAttempts.ip, aantal: count() })
-      .from(loginAttempts)
-      .where(and(inWindow, sql`${loginAttempts.gelukt} = 0`))
-      .groupBy(loginAttempts.tenantId, loginAttempts.ip)
-      .prepare(),
+    mislukt: db.select().from(failed).where(lte(failed.rang, TOP_IPS)).prepare(),
   };
 });
 
 export type TenantWeekLogins = TenantWeekStats["inlog"];
 
-/** Failed-login IPs the report lists per tenant: the most failures first, then by address. */
-const TOP_IPS = 5;
-/** The week is read a day at a time, with a turn of the event loop between: one grouped scan of a whole week held it 150–200 ms at L. */
+/** A row of the failures' statement: one of a tenant's TOP_IPS failing IPs of the week, with failedIpRanking's figures. */
+export interface FailedIpRow {
+  tenantId: number | null;
+  ip: string;
+  aantal: number;
+  ips: number;
+  rang: number;
+}
+
+/**
+ * The counts per tenant are read a day at a time, with a turn of the event loop between,
+ * so each of their statements costs one day's attempts (a whole week's in one grouped scan
+ * held the loop 150–200 ms at L). The failures cannot be sliced: the distinct IPs of seven
+ * days do not add up to the week's, nor do seven top fives make the week's, so they are
+ * one statement over the week, bounded only by the week's failed attempts (weekLogins).
+ */
 const SLICE_MS = 24 * 3600 * 1000;
 
 /**
  * Adds up a week's login rows into each tenant's figures, however the store read them
- * (SQLite a day at a time, PostgreSQL at once): counts per tenant, failures per tenant
- * and IP. Attempts without a tenant belong to nobody's report.
+ * (SQLite the counts a day at a time, PostgreSQL at once): counts per tenant, and each
+ * tenant's top failing IPs as failedIpRanking ranked them over the whole week.
  */
 export function loginTally() {
   const counts = new Map<number, { totaal: number; gelukt: number }>();
-  const failedByIp = new Map<number, Map<string, number>>();
+  const failed = new Map<number, FailedIpRow[]>();
   return {
     addCounts(rows: Iterable<{ tenantId: number | null; totaal: number; gelukt: number }>): void {
       for (const r of rows) {
@@ -271,38 +354,56 @@ export function loginTally() {
         counts.set(r.tenantId, c);
       }
     },
-    addFailures(rows: Iterable<{ tenantId: number | null; ip: string; aantal: number }>): void {
+    /** The whole week's ranked rows, once: they are not added up. */
+    setFailures(rows: Iterable<FailedIpRow>): void {
       for (const r of rows) {
         if (r.tenantId === null) continue;
-        const ips = failedByIp.get(r.tenantId) ?? new Map<string, number>();
-        ips.set(r.ip, (ips.get(r.ip) ?? 0) + r.aantal);
-        failedByIp.set(r.tenantId, ips);
+        failed.set(r.tenantId, [...(failed.get(r.tenantId) ?? []), r]);
       }
     },
     /** Keyed by tenant; a tenant without attempts is absent. */
     result(): Map<number, TenantWeekLogins> {
       const out = new Map<number, TenantWeekLogins>();
       for (const [tenantId, c] of counts) {
-        const ips = [...(failedByIp.get(tenantId) ?? new Map<string, number>())].map(([ip, aantal]) => ({ ip, aantal }));
-        // Ties by address here, not in SQL: the same order on both stores, whatever the server's collation.
-        ips.sort((x, y) => y.aantal - x.aantal || (x.ip < y.ip ? -1 : x.ip > y.ip ? 1 : 0));
-        out.set(tenantId, { totaal: c.totaal, gelukt: c.gelukt, mislukt: c.totaal - c.gelukt, mislukteIps: ips.length, topMislukteIps: ips.slice(0, TOP_IPS) });
+        const top = (failed.get(tenantId) ?? []).sort((x, y) => x.rang - y.rang);
+        out.set(tenantId, {
+          totaal: c.totaal,
+          gelukt: c.gelukt,
+          mislukt: c.totaal - c.gelukt,
+          mislukteIps: top[0]?.ips ?? 0,
+          topMislukteIps: top.slice(0, TOP_IPS).map(({ ip, aantal }) => ({ ip, aantal })),
+        });
       }
       return out;
     },
   };
 }
 
-/** Every tenant's login attempts in [van, tot), keyed by tenant; a tenant without attempts is absent. */
+/**
+ * Every tenant's login attempts in [van, tot), keyed by tenant; a tenant without attempts
+ * is absent. What reaches JavaScript is bounded by the tenants: a count row per tenant and
+ * day, and at most TOP_IPS failure rows per tenant, however many addresses an attacker
+ * rotates through (one row per distinct address was 0.3 KB of heap and 3–5 µs of event
+ * loop each: a million made the report's run hold /health 4.9 s).
+ *
+ * What is not bounded is the failures' one statement over the week (SLICE_MS says why it
+ * cannot be sliced): SQLite reads the week's failed attempts by the partial index and
+ * groups and ranks their distinct (tenant, ip) pairs in its sorter (temporary files, not
+ * the JavaScript heap), and the event loop waits for it: its time grows with the week's
+ * failed attempts. Measured on a loaded 2-core host: about 80 ms for an L-sized week
+ * (39,000 failures of 1,000 tenants; a day's slice of the old statement took 5–18 ms),
+ * about 1.7 s with 500,000 distinct addresses more (before: 4.9 s for a million, and the
+ * heap). docs/performance.md.
+ */
 export async function weekLogins(db: Db, van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>> {
   const statements = weekLoginStatements(db);
   const tally = loginTally();
   for (let from = van.getTime(); from < tot.getTime(); from += SLICE_MS) {
     const params = { van: new Date(from).toISOString(), tot: new Date(Math.min(from + SLICE_MS, tot.getTime())).toISOString() };
     tally.addCounts(statements.perTenant.all(params));
-    tally.addFailures(statements.mislukt.all(params));
     await new Promise((r) => setImmediate(r));
   }
+  tally.setFailures(statements.mislukt.all({ van: van.toISOString(), tot: tot.toISOString() }));
   return tally.result();
 }
 
@@ -311,24 +412,10 @@ const NO_LOGINS: TenantWeekLogins = { totaal: 0, gelukt: 0, mislukt: 0, mislukte
 /** A tenant's row of audit_verification_state, as either store reads it: with its seal. */
 export type VerificationRow = VerificationColumns & { zegel: string | null };
 
-/**
- * How many actions a weekly report lists one by one, most frequent first; the rest are
- * one row. The application chooses the actions: 20,000 distinct ones made a report of
- * 19 MB that the mail server refused (and took seconds of the event loop to render).
- */
-export const MAX_ACTIES = 25;
-
-/** The rows of the report's action table: the MAX_ACTIES - 1 most frequent, then the rest as one row, when there are more than MAX_ACTIES. */
-export function actionRows(perActie: readonly { actie: string; aantal: number }[]): { actie: string; aantal: number }[] {
-  if (perActie.length <= MAX_ACTIES) return [...perActie];
-  const rest = perActie.slice(MAX_ACTIES - 1);
-  return [...perActie.slice(0, MAX_ACTIES - 1), { actie: `(${rest.length} andere acties)`, aantal: rest.reduce((n, r) => n + r.aantal, 0) }];
-}
-
-/** One tenant's week from its audit counts per action (most first), its verification state (none: never verified) and weekLogins. */
+/** One tenant's week from its action statement's rows (actionTable), its verification state (none: never verified) and weekLogins. */
 export function weekStatsOf(
   tenantId: number,
-  perActie: { actie: string; aantal: number }[],
+  perActie: readonly ActionRow[],
   row: VerificationRow | undefined,
   logins: Map<number, TenantWeekLogins>,
   seal: RowSeal,
@@ -340,7 +427,7 @@ export function weekStatsOf(
   // A result that does not count (countsAsVerification: unsealed, dated ahead, or older than the newest run) is none: the chain reads as never checked, not as intact.
   const keten = row && countsAsVerification(row, seal, now, since) ? row : undefined;
   return {
-    audit: { totaal: perActie.reduce((s, r) => s + r.aantal, 0), perActie: actionRows(perActie) },
+    audit: actionTable(perActie),
     inlog: logins.get(tenantId) ?? NO_LOGINS,
     keten: keten
       ? {
