@@ -44,6 +44,17 @@ function audit(env: Env, e: { tenantId: number; actor: string; action: string; s
   return appendInputs(env.store, [{ ...e, createdAt: e.createdAt.toISOString(), details: canonicalJson({}) }]);
 }
 
+/** Last night's sealed verification result of tenant `t`: broken at seq 57 (hash-afwijkend). */
+function brokenAt57(env: Env, t: number) {
+  return env.db.run(
+    "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, 120, 57, 57, 'hash-afwijkend', ?)",
+    t,
+    "2026-07-23T01:00:00.000Z",
+    false,
+    stateZegel({ tenantId: t, gecontroleerd: "2026-07-23T01:00:00.000Z", intact: false, aantalEntries: 120, foutSeq: 57, foutEntryId: 57, foutReden: "hash-afwijkend" }),
+  );
+}
+
 function recipientsOf(smtp: TestSmtp): string[] {
   return smtp.received.flatMap((m) => m.to).sort();
 }
@@ -192,13 +203,7 @@ describe("weekrapport: content", () => {
     const { smtp, env } = await setup();
     const t = await addTenant(env.db, "Alfa BV");
     await addAdmin(env.db, t, "anna@alfa.test");
-    await env.db.run(
-      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, 120, 57, 57, 'hash-afwijkend', ?)",
-      t,
-      "2026-07-23T01:00:00.000Z",
-      false,
-      stateZegel({ tenantId: t, gecontroleerd: "2026-07-23T01:00:00.000Z", intact: false, aantalEntries: 120, foutSeq: 57, foutEntryId: 57, foutReden: "hash-afwijkend" }),
-    );
+    await brokenAt57(env, t);
     await runWeekrapport(env.deps, NOW);
     const m = smtp.received[0]!;
     expect(m.subject).toBe("Weekrapport week 30: actie nodig — Alfa BV");
@@ -226,13 +231,7 @@ describe("weekrapport: content", () => {
     // The host application names the tenant: a fake status, then 60 NBSPs to push the real one out of view.
     const t = await addTenant(env.db, "Alfa BV, week 30: alles in orde" + "\u00a0".repeat(60) + "(Alfa BV Holding)");
     await addAdmin(env.db, t, "anna@alfa.test");
-    await env.db.run(
-      "INSERT INTO audit_verification_state (tenant_id, gecontroleerd, intact, aantal_entries, fout_seq, fout_entry_id, fout_reden, zegel) VALUES (?, ?, ?, 120, 57, 57, 'hash-afwijkend', ?)",
-      t,
-      "2026-07-23T01:00:00.000Z",
-      false,
-      stateZegel({ tenantId: t, gecontroleerd: "2026-07-23T01:00:00.000Z", intact: false, aantalEntries: 120, foutSeq: 57, foutEntryId: 57, foutReden: "hash-afwijkend" }),
-    );
+    await brokenAt57(env, t);
     await runWeekrapport(env.deps, NOW);
     const m = smtp.received[0]!;
     expect(m.subject).toStartWith("Weekrapport week 30: actie nodig — ");
