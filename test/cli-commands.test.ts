@@ -109,7 +109,23 @@ describe("nachtwacht config check", () => {
     mkdirSync(join(state, "zegelsleutel"));
     const unreadable = await run(["config", "check", "--env", file]);
     expect(unreadable.code).toBe(2);
-    expect(unreadable.err).toContain("zegelsleutel niet leesbaar (EISDIR)");
+    expect(unreadable.err).toContain(`${join(state, "zegelsleutel")} niet leesbaar (EISDIR)`);
+  });
+
+  test("with --env the anchor file is where the service under its unit finds it: a relative AUDIT_ANKER_BESTAND from /var/lib/nachtwacht, not from where the command runs; a marker not there is said", async () => {
+    // A marker where the command runs, which the service would never read: no refusal from it.
+    const sub = `nw-test-${process.pid}-${Date.now()}`;
+    mkdirSync(join(dir, sub), { recursive: true });
+    writeFileSync(join(dir, sub, "zegelsleutel"), `${generateKeyPair("nachtwacht.test/elders").verifierKey}\n`);
+    const file = join(dir, "relatief.env");
+    writeFileSync(file, [`CRON_SECRET=${SECRET}`, `AUDIT_ANKER_SLEUTEL=${TEST_SIGNING_KEY}`, `AUDIT_ANKER_BESTAND=${sub}/audit-ankers.jsonl`].join("\n"));
+    const r = await run(["config", "check", "--env", file]);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain(`zegelsleutel: /var/lib/nachtwacht/${sub}/zegelsleutel bestaat niet (nog geen start met deze map), niet gecontroleerd`);
+    // Without --env, the environment it runs in: relative from here, as a service started here would read it.
+    const here = await run(["config", "check"], { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY, AUDIT_ANKER_BESTAND: `${sub}/audit-ankers.jsonl` });
+    expect(here.code).toBe(1);
+    expect(here.out).toContain(`zegelsleutel: ${join(dir, sub, "zegelsleutel")} zegt dat`);
   });
 });
 

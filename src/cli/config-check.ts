@@ -5,13 +5,16 @@
 //
 // A configuration in order is also held against the marker zegelsleutel beside the anchor
 // file, as the start does (keyChange): a key change that left the old key out of
-// AUDIT_VERTROUWDE_SLEUTELS is named here, not by a refused restart.
+// AUDIT_VERTROUWDE_SLEUTELS is named here, not by a refused restart. With --env the anchor
+// file is where the service under ops/nachtwacht.service finds it (its working directory
+// and default are /var/lib/nachtwacht's), not where the command runs.
 //
 // Exit codes: 0 in order, 1 one or more variables wrong (or a signing key the start
 // would refuse), 2 the check could not run (unreadable file or marker, a line that is no
 // KEY=VALUE, unknown option).
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { resolve } from "node:path";
 import { generateKeyPair } from "../audit/note.ts";
 import { ConfigError, parseConfig, type Config } from "../config.ts";
 import { keyChange, rowSealOf, sealKeyMarker, UntrustedSealKey } from "../row-seal.ts";
@@ -101,22 +104,36 @@ export function runConfigCheck(argv: string[], env: Record<string, string | unde
   }
   const errors: string[] = allConfigErrors(checked).map((e) => e.message);
   const where = values.env ?? "de omgeving";
+  let marker = "";
   if (errors.length === 0) {
+    const config = parseConfig(checked);
+    // An env file is the unit's: its anchor file where the service finds it (asService).
+    if (values.env !== undefined) config.auditAnkerBestand = asService(checked.AUDIT_ANKER_BESTAND);
+    marker = sealKeyMarker(config);
     try {
-      const refused = sealKeyRefusal(parseConfig(checked));
+      const refused = sealKeyRefusal(config);
       if (refused !== null) errors.push(`zegelsleutel: ${refused}`);
     } catch (e) {
-      err(`nachtwacht config check: zegelsleutel niet leesbaar (${(e as NodeJS.ErrnoException).code ?? "fout"})`);
+      err(`nachtwacht config check: ${marker} niet leesbaar (${(e as NodeJS.ErrnoException).code ?? "fout"})`);
       return 2;
     }
   }
   if (errors.length === 0) {
     out(`in orde: ${where}`);
+    out(existsSync(marker) ? `zegelsleutel: ${marker} noemt een sleutel die deze configuratie vertrouwt` : `zegelsleutel: ${marker} bestaat niet (nog geen start met deze map), niet gecontroleerd`);
     return 0;
   }
   for (const e of errors) out(e);
   out(`${errors.length} ${errors.length === 1 ? "fout" : "fouten"} in ${where}`);
   return 1;
+}
+
+/** Where the unit (ops/nachtwacht.service) runs the service: its WorkingDirectory, and its AUDIT_ANKER_BESTAND when the env file sets none. */
+const SERVICE_DIR = "/var/lib/nachtwacht";
+
+/** AUDIT_ANKER_BESTAND of an env file as the service under the unit reads it: unset, the unit's; relative, from the unit's working directory. */
+function asService(anchorFile: string | undefined): string {
+  return resolve(SERVICE_DIR, anchorFile?.trim() || "audit-ankers.jsonl");
 }
 
 /** Why the start would refuse this configuration over zegelsleutel (UntrustedSealKey), or null; only reads the marker. */
