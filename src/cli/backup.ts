@@ -176,8 +176,19 @@ async function gzipFile(from: string | number, to: string): Promise<void> {
 }
 
 /**
- * Room for the copy of a database of `size` bytes in `dir`: the uncompressed VACUUM INTO
- * copy and its gzip, at most twice the database, counted in what an unprivileged user
+ * What VACUUM INTO copies of `db`: its pages in use, as this connection sees them (the
+ * WAL's included), not the file's size, which counts free pages (a retention run's, until
+ * db-onderhoud) and not what the WAL adds.
+ */
+function usedBytes(db: Database): number {
+  // Raw SQL: pragmas.
+  const pragma = (name: string) => Number((db.query(`PRAGMA ${name}`).values() as [number][])[0]![0]);
+  return (pragma("page_count") - pragma("freelist_count")) * pragma("page_size");
+}
+
+/**
+ * Room for the copy of a database that uses `size` bytes (usedBytes) in `dir`: the uncompressed VACUUM INTO
+ * copy and its gzip, at most twice that, counted in what an unprivileged user
  * may still write (statfs f_bavail). Root may write past that into the blocks reserved
  * for root; a backup that did would fill the disk for the service and everyone else with
  * data the service's user chose. Else exit 74, naming both figures.
@@ -196,7 +207,7 @@ export function checkBackupRoom(dir: string, size: number, steps: BackupSteps): 
     steps.fail(
       74,
       new Error(
-        `te weinig vrije ruimte: ${free} bytes vrij, ${need} bytes nodig (twee keer de database van ${size} bytes: de ongecomprimeerde kopie en de gzip). ` +
+        `te weinig vrije ruimte: ${free} bytes vrij, ${need} bytes nodig (twee keer de ${size} bytes in gebruik in de database: de ongecomprimeerde kopie en de gzip). ` +
           "Maak ruimte vrij of geef een map op een ander bestandssysteem (--map); de ruimte die alleen root mag gebruiken wordt niet aangesproken",
       ),
     );
@@ -234,7 +245,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   // Opening a missing path would create an empty database and back that up. Run as root
   // in a folder the service's user owns: a symlink planted there would have root copy
   // whatever it points at into the backup (openRegularFile). The descriptor is held until
-  // the copy is made: its size is what the free space is measured against.
+  // the copy is made.
   let db: { fd: number; size: number };
   try {
     db = openRegularFile(o.db);
@@ -242,16 +253,15 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
     return fail(66, e instanceof NotARegularFile && e.symlink ? symlinkRefused(o.db) : new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
   }
   try {
-    return await copyDatabase(o, db.size, steps);
+    return await copyDatabase(o, steps);
   } finally {
     closeSync(db.fd);
   }
 }
 
-async function copyDatabase(o: BackupOptions, dbSize: number, steps: BackupSteps): Promise<BackupDone> {
+async function copyDatabase(o: BackupOptions, steps: BackupSteps): Promise<BackupDone> {
   const fail = (code: number, e?: unknown): never => steps.fail(code, e);
   prepareBackupDir(o.dir, steps);
-  checkBackupRoom(o.dir, dbSize, steps);
 
   const stamp = stampOf(o.now);
   const name = `nachtwacht-${stamp}.db.gz`;
@@ -269,11 +279,14 @@ async function copyDatabase(o: BackupOptions, dbSize: number, steps: BackupSteps
       try {
         // Raw SQL: pragmas and VACUUM INTO have no Drizzle builder.
         src.run("PRAGMA busy_timeout = 30000");
+        checkBackupRoom(o.dir, usedBytes(src), steps);
+        steps.step = "online kopie (VACUUM INTO)";
         src.query("VACUUM INTO ?").run(tmp);
       } finally {
         src.close();
       }
     } catch (e) {
+      if (e instanceof BackupError) throw e;
       if (driverError(e)?.code === "SQLITE_CANTOPEN_SYMLINK") fail(66, symlinkRefused(o.db));
       // The disk (full, an I/O error, the copy not creatable) is 74; what it read (a corrupt database) 65.
       fail(DISK_CODES.test(String(driverError(e)?.code ?? "")) ? 74 : 65, e);
