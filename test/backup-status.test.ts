@@ -112,6 +112,7 @@ describe("backup-status", () => {
     ["bestandsnaam a number", '{"exitCode":0,"bestandsnaam":12}', /bestandsnaam/],
     ["foutmelding an object", '{"exitCode":1,"foutmelding":{"a":1}}', /foutmelding/],
     ["exitCode twice (a failure, then a success: JSON.parse would store the success)", '{"exitCode":1,"exitCode":0}', /de naam "exitCode" staat twee keer/],
+    ["exitCode twice beside an unknown field nested deeper than the quick count goes", `{"exitCode":1,"exitCode":0,"x":${"[".repeat(66)}${"]".repeat(66)}}`, /de naam "exitCode" staat twee keer/],
   ];
   for (const [what, body, message] of cases) {
     test(`400 naming the problem for ${what}; nothing stored, no alarm`, async () => {

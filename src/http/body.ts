@@ -91,7 +91,8 @@ export function jsonBodyReader<T extends TSchema>(schema: T, maxBytes: number, t
  */
 export function repeatedMember(text: string, value: unknown): string | null {
   const members = memberCount(value);
-  return members === null || nameEnds(text) === members ? null : firstRepeat(text);
+  // Too deep to count: scanned (firstRepeat keeps its own stack), as a body some schema lets through may be.
+  return members !== null && nameEnds(text) === members ? null : firstRepeat(text);
 }
 
 /** At least the number of member names in a JSON text: each ":" whose nearest character before it, white space skipped, is a quote. */
@@ -106,7 +107,7 @@ function nameEnds(text: string): number {
   return n;
 }
 
-/** Nesting beyond which memberCount does not count: no body schema takes it (details: MAX_DETAILS_DEPTH), so validation refuses it anyway. */
+/** Nesting beyond which memberCount does not count (the text is scanned instead): deeper than any write-API body may be (details: MAX_DETAILS_DEPTH). */
 const MAX_COUNTED_DEPTH = 64;
 
 /** The members of every object in a parsed value; null when it is nested deeper than MAX_COUNTED_DEPTH. */
