@@ -10,7 +10,7 @@ import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, test } from "bun:test";
 import { closeSync, mkdirSync, readdirSync, readFileSync, renameSync, statfsSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { BackupError, makeBackup, NotARegularFile, openRegularFile } from "../src/cli/backup.ts";
 import { openStore } from "../src/db.ts";
 import { fillUntilFree, mountTmpfs, tempDir } from "./helpers.ts";
@@ -117,6 +117,14 @@ describe("nachtwacht backup on a service folder with symlinks and FIFOs", () => 
     expect(e).toBeInstanceOf(BackupError);
     expect((e as BackupError).exitCode).toBe(66);
     expect((e as Error).message).toContain(`database ${link} is een symbolische koppeling; die volgt backup niet`);
+  });
+
+  test("a folder on the way that is a symlink (root's: /var/lib/nachtwacht linked to a larger disk) is followed; only the file itself must not be one", async () => {
+    const s = serviceFolder();
+    const linked = join(folder(), "state");
+    symlinkSync(s.dir, linked);
+    const done = await makeBackup({ db: join(linked, "nachtwacht.db"), dir: s.backups, anchors: join(linked, "audit-ankers.jsonl"), keepDays: 30, now });
+    expect(readdirSync(s.backups)).toContain(basename(done.path));
   });
 
   test("the database as a FIFO: 66 at once", async () => {

@@ -23,8 +23,8 @@
 // (PostgreSQL) a DATABASE_URL parameter pg_dump cannot be given.
 import { dlopen, FFIType } from "bun:ffi";
 import { Database, constants as sqlite } from "bun:sqlite";
-import { createReadStream, createWriteStream, fstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statfsSync, statSync, accessSync, closeSync, openSync, constants } from "node:fs";
-import { basename, join } from "node:path";
+import { createReadStream, createWriteStream, fstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statfsSync, statSync, accessSync, closeSync, openSync, constants } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { createGzip } from "node:zlib";
 import { parseEnvFile } from "./config-check.ts";
@@ -247,19 +247,24 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   // whatever it points at into the backup (openRegularFile). The descriptor is held until
   // the copy is made.
   let db: { fd: number; size: number };
+  let file: string;
   try {
-    db = openRegularFile(o.db);
+    // SQLite's NOFOLLOW refuses a symlink anywhere in the path: the folders are resolved
+    // here (root's, such as /var/lib/nachtwacht linked to a larger disk), the file is not.
+    file = join(realpathSync(dirname(o.db)), basename(o.db));
+    db = openRegularFile(file);
   } catch (e) {
     return fail(66, e instanceof NotARegularFile && e.symlink ? symlinkRefused(o.db) : new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
   }
   try {
-    return await copyDatabase(o, steps);
+    return await copyDatabase(o, file, steps);
   } finally {
     closeSync(db.fd);
   }
 }
 
-async function copyDatabase(o: BackupOptions, steps: BackupSteps): Promise<BackupDone> {
+/** The copy of the database at `file` (o.db with its folders resolved). */
+async function copyDatabase(o: BackupOptions, file: string, steps: BackupSteps): Promise<BackupDone> {
   const fail = (code: number, e?: unknown): never => steps.fail(code, e);
   prepareBackupDir(o.dir, steps);
 
@@ -275,7 +280,7 @@ async function copyDatabase(o: BackupOptions, steps: BackupSteps): Promise<Backu
       // SQLITE_OPEN_NOFOLLOW: a symlink at the path (or above it) is refused, and SQLite
       // opens the file itself with O_NOFOLLOW, so one swapped in since openRegularFile is
       // refused at the open too, not followed.
-      const src = new Database(o.db, sqlite.SQLITE_OPEN_READONLY | sqlite.SQLITE_OPEN_NOFOLLOW);
+      const src = new Database(file, sqlite.SQLITE_OPEN_READONLY | sqlite.SQLITE_OPEN_NOFOLLOW);
       try {
         // Raw SQL: pragmas and VACUUM INTO have no Drizzle builder.
         src.run("PRAGMA busy_timeout = 30000");
