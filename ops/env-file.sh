@@ -52,6 +52,12 @@ service_origin() {
 # before); otherwise prints one Dutch line naming the port and both uids, returns 1.
 check_listener() {
   local port=$1 owner=$2 expected='' uid files=() f
+  # Read as the service and curl read it: decimal, leading zeros and all (printf would take 03001 for octal).
+  if ! [[ $port =~ ^[0-9]+$ ]] || [ "$((10#$port))" -gt 65535 ]; then
+    printf 'PORT %s is geen poortnummer: CRON_SECRET niet verstuurd\n' "$port"
+    return 1
+  fi
+  port=$((10#$port))
   [ -e "$owner" ] || owner=$(dirname -- "$owner")
   [ -e "$owner" ] && expected=$(stat -c %u -- "$owner")
   for f in /proc/net/tcp /proc/net/tcp6; do [ -r "$f" ] && files+=("$f"); done

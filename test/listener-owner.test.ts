@@ -7,7 +7,7 @@
 // service's. Whether it got a request is read from its own output, up to a probe the test
 // sends after the caller has exited: the callers' requests would have come before it.
 import { afterEach, describe, expect, test } from "bun:test";
-import { chownSync, existsSync, readdirSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { runBackup } from "../src/cli/backup.ts";
 import { listenerRefusal, listenerUids } from "../src/cli/listener.ts";
@@ -126,6 +126,16 @@ describe.each([["IPv4", "127.0.0.1"], ["IPv6 (dual-stack ::)", "::"]])("a port h
       `nachtwacht-call: backup-status niet aangeroepen: poort ${l.port} is in gebruik door uid ${OTHER_UID}, niet door de dienst (verwacht uid 0, eigenaar van /, of root): CRON_SECRET niet verstuurd`,
     );
     expect(r.out).not.toContain(SECRET);
+  });
+
+  test("a PORT written with a leading zero is the same port to the check as to curl (not read as octal): refused", async () => {
+    const l = await listen(host);
+    const w = work(l.port, ROOT_OWNED_ANCHOR);
+    writeFileSync(w.env, readFileSync(w.env, "utf8").replace(`PORT=${l.port}`, `PORT=0${l.port}`));
+    const r = await call(w.env);
+    expect(await l.received()).toEqual([]);
+    expect(r.code).toBe(77);
+    expect(r.out).toContain(`poort ${l.port} is in gebruik door uid ${OTHER_UID}`);
   });
 
   test("nachtwacht backup keeps its backup, sends no secret, and exits 75 (made, not reported)", async () => {
