@@ -291,6 +291,9 @@ describe("configuration", () => {
     expect(values.some((v) => v.includes("require") || v.includes("db.example.nl"))).toBe(false);
     const text = JSON.stringify(redactedConfig(c));
     for (const p of ["p%40ss%2Fword-smtp", "Pg%2BSecret"]) expect(text).not.toContain(p);
+    // Written partly raw, partly encoded: URL re-encodes it (`^` as %5E), an echo shows it as written.
+    const mixed = ok({ DATABASE_URL: 'postgres://nw:ab^cd%40ef@db.example.nl/nachtwacht?password=a"b%41' });
+    for (const p of ["ab^cd%40ef", 'a"b%41']) expect(secretValues(mixed)).toContain(p);
   });
 
   test("the redacted config hides the secrets, the anchor key and the SMTP password", () => {

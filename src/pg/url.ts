@@ -40,7 +40,14 @@ export function urlPasswords(url: string): string[] {
     }
   };
   const found = u.password === "" ? [] : [u.password, decoded(u.password)];
-  for (const part of u.search.slice(1).split("&")) {
+  // URL re-encodes what it parses (`^` becomes `%5E`): the password as written too, cut
+  // from the text itself, which is what an echo of the URL shows.
+  const rest = url.slice(url.indexOf("//") + 2);
+  const authority = rest.slice(0, rest.search(/[/?#]|$/));
+  const userinfo = authority.lastIndexOf("@") < 0 ? "" : authority.slice(0, authority.lastIndexOf("@"));
+  if (userinfo.includes(":")) found.push(userinfo.slice(userinfo.indexOf(":") + 1));
+  const query = (written: string) => (written.includes("?") ? written.slice(written.indexOf("?") + 1).split("#")[0]! : "");
+  for (const part of [...u.search.slice(1).split("&"), ...query(url).split("&")]) {
     const eq = part.indexOf("=");
     if (eq < 0 || !isPasswordParam(decoded(part.slice(0, eq)))) continue;
     const raw = part.slice(eq + 1);
