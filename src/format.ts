@@ -104,11 +104,12 @@ const SPACING = /[\s\u0085\u001c-\u001f]+/g;
 
 /**
  * Text from the application for a line a person reads (a subject, a status line, a cell of
- * a report): each run of SPACING as one space, the other LAYOUT_CHARACTERS left out. The
- * spaces are folded last, so a space on either side of a character left out is one space.
+ * a report): each run of SPACING as one space, the other LAYOUT_CHARACTERS left out, none
+ * at either end (a name starting with an NBSP or U+3000 would put two spaces in a subject).
+ * The spaces are folded last, so a space on either side of a character left out is one space.
  */
 export function displayText(text: string): string {
-  return text.replace(SPACING, " ").replace(LAYOUT_CHARACTERS, "").replace(/ {2,}/g, " ");
+  return text.replace(SPACING, " ").replace(LAYOUT_CHARACTERS, "").replace(/ {2,}/g, " ").trim();
 }
 
 /** What JSON.stringify leaves as they are of LAYOUT_CHARACTERS (it escapes C0 itself). */

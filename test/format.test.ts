@@ -77,6 +77,8 @@ describe("text from the application in lines a person reads", () => {
     expect(displayText("a\u2003\u3000\t b")).toBe("a b");
     // A space on either side of a character left out is one space.
     expect(displayText("a \u202e b\u2028\u202e\u2029c")).toBe("a b c");
+    // None at either end: "— " + a name starting with an NBSP is not two spaces.
+    expect(displayText("\u00a0\u3000Alfa BV\u2028 ")).toBe("Alfa BV");
   });
   test("jsonLine escapes C1 controls, bidi controls and line separators too, and parses to the same value", () => {
     const value = { actor: name, ok: "\u2028\u2029\u007f" };
