@@ -97,6 +97,8 @@ export interface DailyReportProps {
     /** Against SCHIJF_MIN_VRIJ_PROCENT: let-op below it, actie below half of it. */
     niveau: Niveau;
   }[];
+  /** The tenants against TENANTS_MAX (tenantsLevel): actie at it (new tenants are refused), let-op from 90 % of it. Also a status point. */
+  tenants: { aantal: number; max: number; niveau: Niveau };
 }
 
 const UITKOMST: Record<Uitkomst, { tekst: string; niveau: Niveau | null }> = {
@@ -285,6 +287,10 @@ export function DailyReport(p: DailyReportProps) {
         rijen={[
           ["Grootte", `${p.database.grootte} (${getal(p.database.bytes)} bytes)`],
           ["Waarvan write-ahead log", `${getal(p.database.walBytes)} bytes`],
+          [
+            "Tenants",
+            p.tenants.niveau === "ok" ? `${getal(p.tenants.aantal)} (TENANTS_MAX ${getal(p.tenants.max)})` : <Label niveau={p.tenants.niveau}>{`${getal(p.tenants.aantal)} (TENANTS_MAX ${getal(p.tenants.max)})`}</Label>,
+          ],
         ]}
       />
 
@@ -358,6 +364,7 @@ DailyReport.PreviewProps = {
   ],
   database: { bytes: 48_922_624, grootte: "46.7 MB", walBytes: 4_128_768, klokAfwijkingSeconden: null },
   schijf: [{ bestanden: ["database", "ankerbestand"], map: "/var/lib/nachtwacht", vrijBytes: 41_875_931_136, totaalBytes: 105_089_261_568, vrij: "39.0 GB", totaal: "97.9 GB", vrijProcent: 39.8, niveau: "ok" }],
+  tenants: { aantal: 42, max: 5000, niveau: "ok" },
 } satisfies DailyReportProps;
 
 export default DailyReport;

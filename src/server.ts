@@ -15,7 +15,9 @@ import { openPgStore, type PgStore } from "./pg/store.ts";
 import { CLOCK_SKEW_LIMIT_MS, databaseClockOffsetMs, offsetSeconds } from "./pg/clock.ts";
 import { redactUrl } from "./pg/url.ts";
 import { writeKeptEnds, writeRunEnd } from "./job-runs.ts";
-import { log } from "./logger.ts";
+import { errorText, log } from "./logger.ts";
+import { countTenants, tenantsLevel } from "./ingest/tenants.ts";
+import { countTenantsPg } from "./pg/daily.ts";
 import { createMailer } from "./mail/transport.ts";
 import { RunningJobs } from "./running-jobs.ts";
 import { listenFailure } from "./start-failure.ts";
@@ -49,6 +51,22 @@ export function wireDeps<S extends AnyStore = Store>(config: Config, store: S = 
     : [];
   const alarms = createAlarmSink({ sentryDsn: config.sentryDsn, clock, secrets, channels });
   return { store, mailer, alarms, clock, config };
+}
+
+/**
+ * Logs one warning when the store already holds TENANTS_MAX tenants or more (tenantsLevel
+ * "actie"): every new tenant is refused then (422, and its audit entries and login
+ * attempts after it), which an installation upgraded past a lowered default would
+ * otherwise learn only from its application's errors. Resolves to whether it warned.
+ */
+export async function warnIfTenantsFull(store: AnyStore, max: number): Promise<boolean> {
+  const aantal = store.kind === "pg" ? await countTenantsPg(store.db) : countTenants(store.db);
+  if (tenantsLevel(aantal, max) !== "actie") return false;
+  log("warn", "TENANTS_MAX is reached: the write API refuses every new tenant (422), and then its audit entries and login attempts; existing tenants are still updated. Raise TENANTS_MAX in the env file and restart, knowing what each tenant costs (docs/operations.md, \"What grows with the years\")", {
+    tenants: aantal,
+    tenantsMax: max,
+  });
+  return true;
 }
 
 /**
@@ -129,6 +147,7 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
     });
   }
   if (!config.sentryDsn) log("warn", "SENTRY_DSN is not set: alarms go to the log on stderr only");
+  void warnIfTenantsFull(deps.store, config.tenantsMax).catch((e) => log("warn", "could not count the tenants at start", { error: errorText(e) }));
 
   let stopping = false;
   const shutdown = async (signal: string) => {

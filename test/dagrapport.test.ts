@@ -369,6 +369,36 @@ describe("dagrapport: further sections", () => {
     ]);
   });
 
+  test("tenants against TENANTS_MAX: no point below 90 %, let-op from 90 %, actie at the maximum and past it (an installation upgraded past a lowered default), with the count, the maximum and what to do; the mail shows it", async () => {
+    const { smtp, env } = await setup({ DAGRAPPORT_EMAIL: "ops@example.test", TENANTS_MAX: "10" });
+    const tenantsPoints = async () => {
+      const r = await runDagrapport(env.deps, NOW);
+      return { tenants: r.body.tenants, punten: r.body.status.punten.filter((p) => p.includes("TENANTS_MAX")) };
+    };
+    for (let i = 1; i <= 8; i++) await addTenant(env.db, `T${i}`);
+    expect(await tenantsPoints()).toEqual({ tenants: { aantal: 8, max: 10, niveau: "ok" }, punten: [] });
+    await addTenant(env.db, "T9");
+    const raise =
+      'Verhoog TENANTS_MAX in het env-bestand van nachtwacht (/etc/nachtwacht/nachtwacht.env) en herstart de service; reken met wat elke tenant elke nacht blijvend kost (een regel in het ankerbestand, docs/operations.md "What grows with the years").';
+    expect(await tenantsPoints()).toEqual({
+      tenants: { aantal: 9, max: 10, niveau: "let-op" },
+      punten: [`Er zijn 9 tenants, 90 % van TENANTS_MAX (10): vanaf 10 worden nieuwe tenants geweigerd (422). ${raise}`],
+    });
+    await addTenant(env.db, "T10");
+    const full = (n: number) =>
+      `Er zijn ${n} tenants en TENANTS_MAX is 10: nieuwe tenants worden geweigerd (PUT /api/tenants/{id} antwoordt 422, en hun auditregels en inlogpogingen worden niet opgeslagen). Bestaande tenants werken gewoon. ${raise}`;
+    expect(await tenantsPoints()).toEqual({ tenants: { aantal: 10, max: 10, niveau: "actie" }, punten: [full(10)] });
+    for (let i = 11; i <= 12; i++) await addTenant(env.db, `T${i}`);
+    const r = await runDagrapport(env.deps, NOW);
+    expect(r.body.tenants).toEqual({ aantal: 12, max: 10, niveau: "actie" });
+    expect(r.body.status.niveau).toBe("actie");
+    expect(r.body.status.punten).toContain(full(12));
+    const m = smtp.received.at(-1)!;
+    expect(m.text).toContain("Er zijn 12 tenants en TENANTS_MAX is 10");
+    expect(m.text).toMatch(/Tenants\s+12 \(TENANTS_MAX 10\)/);
+    expect(m.html).toContain("12 (TENANTS_MAX 10)");
+  });
+
   test("database size is page_count × page_size plus the write-ahead log (on PostgreSQL: pg_database_size, walBytes 0)", async () => {
     const { env } = await setup();
     if (env.store.kind === "sqlite") {

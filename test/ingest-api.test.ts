@@ -1,7 +1,7 @@
 // The write API (src/http/ingest-routes.ts, src/ingest/): who may call what, exactly
 // once, all or nothing, every refusal naming what is wrong, and chains written through
 // it verify after retention and anchoring.
-import { afterEach, describe, expect, test } from "bun:test";
+import { afterEach, describe, expect, spyOn, test } from "bun:test";
 import { authGate } from "../src/http/auth.ts";
 import { OPEN_PATHS } from "../src/app.ts";
 import { GENESIS_HASH, linkEntries, rowHash, type EntryRow } from "../src/audit/chain.ts";
@@ -14,6 +14,7 @@ import { detailsProblem, MAX_BATCH_BYTES, MAX_DETAILS_BYTES, MAX_NUMBER_SHOWN } 
 import { positiveIntegerPattern } from "../src/jobs/schema.ts";
 import { MAX_WRITES_IN_FLIGHT } from "../src/http/ingest-routes.ts";
 import { NOTHING_STORED_HEADER } from "../src/client.ts";
+import { warnIfTenantsFull } from "../src/server.ts";
 
 const WRONG = "wrong-secret-0123456789abcdef0123456789abcdef";
 const DAY = 24 * 3600 * 1000;
@@ -865,11 +866,43 @@ describe("PUT /api/tenants/{id} and /beheerders", () => {
     await appEnv({ TENANTS_MAX: "2" });
     for (const id of [1, 2]) expect((await send(`/api/tenants/${id}`, { naam: `T${id}`, actief: true }, { method: "PUT" })).status).toBe(201);
     const refused = await send("/api/tenants/3", { naam: "T3", actief: true }, { method: "PUT" });
-    expect([refused.status, refused.json]).toEqual([422, { error: "Tenant 3 is niet aangemaakt: er zijn al 2 tenants, het maximum (TENANTS_MAX). Bestaande tenants bijwerken kan wel." }]);
+    expect([refused.status, refused.json]).toEqual([422, { error: "Tenant 3 is niet aangemaakt: er zijn al 2 tenants, en TENANTS_MAX is 2. Bestaande tenants bijwerken kan wel." }]);
     expect((await send("/api/tenants/2", { naam: "T2 BV", actief: false }, { method: "PUT" })).status).toBe(200);
     expect(await env.db.all("SELECT id, naam FROM tenants ORDER BY id")).toEqual([
       { id: 1, naam: "T1" },
       { id: 2, naam: "T2 BV" },
+    ]);
+  });
+
+  test("an installation holding more tenants than TENANTS_MAX (a lowered default): the 422 names the real count and the maximum; existing tenants still update", async () => {
+    await appEnv({ TENANTS_MAX: "5" });
+    const ids: number[] = [];
+    for (let i = 1; i <= 8; i++) ids.push(await addTenant(env.db, `T${i}`));
+    const refused = await send("/api/tenants/100", { naam: "Nieuw", actief: true }, { method: "PUT" });
+    expect([refused.status, refused.json]).toEqual([422, { error: "Tenant 100 is niet aangemaakt: er zijn al 8 tenants, en TENANTS_MAX is 5. Bestaande tenants bijwerken kan wel." }]);
+    expect((await send(`/api/tenants/${ids[7]}`, { naam: "T8 BV", actief: true }, { method: "PUT" })).status).toBe(200);
+    expect(await env.db.get("SELECT count(*) AS n FROM tenants")).toEqual({ n: 8 });
+  });
+
+  test("at start one warning when there are TENANTS_MAX tenants or more, with the count and the maximum; none below", async () => {
+    await appEnv();
+    for (let i = 1; i <= 3; i++) await addTenant(env.db, `T${i}`);
+    const lines: string[] = [];
+    const stderr = spyOn(process.stderr, "write").mockImplementation(((chunk: unknown) => {
+      lines.push(String(chunk));
+      return true;
+    }) as typeof process.stderr.write);
+    try {
+      expect(await warnIfTenantsFull(env.store, 4)).toBe(false);
+      expect(lines).toEqual([]);
+      expect(await warnIfTenantsFull(env.store, 3)).toBe(true);
+      expect(await warnIfTenantsFull(env.store, 2)).toBe(true);
+    } finally {
+      stderr.mockRestore();
+    }
+    expect(lines.map((l) => JSON.parse(l)).map(({ level, message, tenants, tenantsMax }) => ({ level, reached: message.startsWith("TENANTS_MAX is reached: the write API refuses every new tenant (422)"), tenants, tenantsMax }))).toEqual([
+      { level: "warn", reached: true, tenants: 3, tenantsMax: 3 },
+      { level: "warn", reached: true, tenants: 3, tenantsMax: 2 },
     ]);
   });
 

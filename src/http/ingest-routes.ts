@@ -235,7 +235,7 @@ export function mountIngest(app: Elysia<any, any, any, any, any, any, any>, deps
       maxBytes: MAX_TENANT_BYTES,
       result: TenantResult,
       created: "Aangemaakt.",
-      refusals: { 422: "Een nieuwe tenant terwijl er al TENANTS_MAX zijn; niets is aangemaakt (bestaande bijwerken kan wel)." },
+      refusals: { 422: "Een nieuwe tenant terwijl er al TENANTS_MAX of meer zijn; niets is aangemaakt (bestaande bijwerken kan wel)." },
     },
     async (body, params) => {
       const id = Number(params.id);

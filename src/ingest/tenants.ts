@@ -65,26 +65,46 @@ export const newTenant = (tenantId: number, input: TenantInput, now: Date) => ({
 /** The answer: naam and actief as given, aangemaakt as stored (an update keeps it). */
 export const tenantResult = (tenantId: number, input: TenantInput, aangemaakt: string, nieuw: boolean): TenantResult => ({ tenantId, ...input, aangemaakt, nieuw });
 
-/**
- * A new tenant past TENANTS_MAX (422): each tenant costs every night (a line in the
- * anchor file, a result in audit-verificatie's answer) and every week (its reports), so
- * whoever holds APP_SECRET must not be able to create them without end.
- */
-export const tooManyTenants = (tenantId: number, max: number) =>
-  new Refusal(422, `Tenant ${tenantId} is niet aangemaakt: er zijn al ${max} tenants, het maximum (TENANTS_MAX). Bestaande tenants bijwerken kan wel.`);
+/** From this share of TENANTS_MAX on, the daily report says the limit is near (let-op). */
+export const TENANTS_NEAR_MAX_PERCENT = 90;
 
-/** Creates or updates a tenant on SQLite; runs inside the write transaction. At most `max` tenants are created (tooManyTenants). */
+/**
+ * Where `aantal` tenants stand against TENANTS_MAX: the one rule for the write API (a new
+ * tenant is refused at "actie"), the daily report's point and the warning at start.
+ * "actie": no new tenant is created; "let-op": from TENANTS_NEAR_MAX_PERCENT of it on.
+ */
+export function tenantsLevel(aantal: number, max: number): "ok" | "let-op" | "actie" {
+  if (aantal >= max) return "actie";
+  if (aantal * 100 >= max * TENANTS_NEAR_MAX_PERCENT) return "let-op";
+  return "ok";
+}
+
+/**
+ * A new tenant while there are `aantal` already, at or past TENANTS_MAX (422): each
+ * tenant costs every night (a line in the anchor file, a result in audit-verificatie's
+ * answer) and every week (its reports), so whoever holds APP_SECRET must not be able to
+ * create them without end. The count is the real one: an installation upgraded past a
+ * lowered default holds more than the maximum.
+ */
+export const tooManyTenants = (tenantId: number, aantal: number, max: number) =>
+  new Refusal(422, `Tenant ${tenantId} is niet aangemaakt: er zijn al ${aantal} tenants, en TENANTS_MAX is ${max}. Bestaande tenants bijwerken kan wel.`);
+
+/** Creates or updates a tenant on SQLite; runs inside the write transaction. No tenant is created once tenantsLevel is "actie" (tooManyTenants). */
 export function putTenant(db: Db, tenantId: number, input: TenantInput, now: Date, max: number): TenantResult {
   const existing = db.select({ aangemaakt: tenants.aangemaakt }).from(tenants).where(eq(tenants.id, tenantId)).get();
   if (existing) {
     db.update(tenants).set({ naam: input.naam, actief: input.actief }).where(eq(tenants.id, tenantId)).run();
     return tenantResult(tenantId, input, existing.aangemaakt, false);
   }
-  if (db.select({ n: count() }).from(tenants).get()!.n >= max) throw tooManyTenants(tenantId, max);
+  const aantal = countTenants(db);
+  if (tenantsLevel(aantal, max) === "actie") throw tooManyTenants(tenantId, aantal, max);
   const row = newTenant(tenantId, input, now);
   db.insert(tenants).values(row).run();
   return tenantResult(tenantId, input, row.aangemaakt, true);
 }
+
+/** The number of tenants on SQLite (countTenantsPg on PostgreSQL). */
+export const countTenants = (db: Db): number => db.select({ n: count() }).from(tenants).get()!.n;
 
 /** PUT …/beheerders for a tenant nachtwacht does not know (404). */
 export const unknownTenant = (tenantId: number) => new Refusal(404, `Onbekende tenant ${tenantId}: maak hem eerst aan met PUT /api/tenants/${tenantId}.`);

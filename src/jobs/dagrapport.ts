@@ -171,6 +171,16 @@ export const DailyReportBody = t.Object({
     }),
     { description: "Elk bestandssysteem van deze host waarop nachtwacht schrijft, één keer." },
   ),
+  tenants: t.Object(
+    {
+      aantal: count("Het aantal tenants."),
+      max: integer({ minimum: 1, description: "TENANTS_MAX." }),
+      niveau: enumOf(["ok", "let-op", "actie"], {
+        description: "actie vanaf TENANTS_MAX (nieuwe tenants worden geweigerd, 422), let-op vanaf 90 % ervan; beide ook een punt in `status`.",
+      }),
+    },
+    { description: "De tenants tegenover TENANTS_MAX: zo weet de beheerder van een nieuwe tenant die geweigerd wordt." },
+  ),
 });
 
 // The wire body and the e-mail's props are one shape: a change to either that the other

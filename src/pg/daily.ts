@@ -71,10 +71,16 @@ export async function verificationCountsPg(db: PgDb, now: Date, seal: RowSeal, c
       .select({ ...getTableColumns(state), tenant: tenants.naam })
       .from(state)
       .innerJoin(tenants, eq(tenants.id, state.tenantId)),
-    db.select({ n: count() }).from(tenants),
+    countTenantsPg(db),
     verificationSincePg(db, seal, now, config),
   ]);
-  return verificationSummary(rows, counted[0]!.n, seal, now, since);
+  return verificationSummary(rows, counted, seal, now, since);
+}
+
+/** The number of tenants on PostgreSQL (countTenants on SQLite). */
+export async function countTenantsPg(db: PgDb): Promise<number> {
+  const [row] = await db.select({ n: count() }).from(tenants);
+  return row!.n;
 }
 
 /** verificationSince on PostgreSQL (verificationSinceIn on SQLite), over audit-verificatie's newest rows that count at `now` and its witness file. */

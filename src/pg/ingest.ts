@@ -26,6 +26,7 @@ import {
   administratorChanges,
   keptIds,
   newTenant,
+  tenantsLevel,
   tooManyTenants,
   tenantResult,
   unknownTenant,
@@ -159,7 +160,8 @@ export function putTenantPg(store: PgStore, tenantId: number, input: TenantInput
       await tx`SELECT pg_advisory_xact_lock(${LOCK_NAMESPACE}, ${LOCK_TENANT_IDS})`;
       // Under the same lock, so two instances' creations are counted one after the other (this one included).
       const [counted] = (await tx`SELECT count(*)::int AS n FROM tenants`) as { n: number }[];
-      if (counted!.n > max) throw tooManyTenants(tenantId, max);
+      const before = counted!.n - 1;
+      if (tenantsLevel(before, max) === "actie") throw tooManyTenants(tenantId, before, max);
       await tx`SELECT setval(seq, ${tenantId}) FROM (SELECT pg_get_serial_sequence('tenants', 'id')::regclass AS seq) AS s
         WHERE coalesce(pg_sequence_last_value(seq), 0) < ${tenantId}`;
       return tenantResult(tenantId, input, created.aangemaakt, true);

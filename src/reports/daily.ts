@@ -26,6 +26,7 @@ import { jobStatuses, type DueState, type JobStatus, type JobStatusName } from "
 import type { JobContext } from "../jobs/job.ts";
 import { DAY_MS } from "../time.ts";
 import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
+import { countTenants, tenantsLevel } from "../ingest/tenants.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export type DailyReport = DailyReportProps;
@@ -59,6 +60,8 @@ export interface VerificationCounts {
   aantalGebroken: number;
   /** At most MAX_GEBROKEN, by tenant id. */
   gebroken: { tenantId: number; tenant: string; seq: number | null; reden: string | null; gecontroleerd: string }[];
+  /** The number of tenants (the report's `tenants` section against TENANTS_MAX). */
+  tenants: number;
 }
 
 /** A record the operator signed by hand, as audit_anchor_log holds it (operatorRecords checks its signature). */
@@ -264,6 +267,33 @@ export function diskSection(spaces: FileSystemSpace[], minVrijProcent: number): 
   }));
 }
 
+/** The tenants against TENANTS_MAX, by the write API's own rule (tenantsLevel). */
+export function tenantsSection(aantal: number, max: number): DailyReport["tenants"] {
+  return { aantal, max, niveau: tenantsLevel(aantal, max) };
+}
+
+/**
+ * The tenants' status point: at TENANTS_MAX every new tenant is refused (422, and then
+ * its audit entries and login attempts as an unknown tenant), which nothing else tells
+ * the operator of; from TENANTS_NEAR_MAX_PERCENT on, before that happens.
+ */
+function tenantsPoint(t: DailyReport["tenants"]): StatusPunt | null {
+  const raise = `Verhoog TENANTS_MAX in het env-bestand van nachtwacht (/etc/nachtwacht/nachtwacht.env) en herstart de service; reken met wat elke tenant elke nacht blijvend kost (een regel in het ankerbestand, docs/operations.md "What grows with the years").`;
+  if (t.niveau === "actie") {
+    return [
+      "actie",
+      `Er zijn ${getal(t.aantal)} tenants en TENANTS_MAX is ${getal(t.max)}: nieuwe tenants worden geweigerd (PUT /api/tenants/{id} antwoordt 422, en hun auditregels en inlogpogingen worden niet opgeslagen). Bestaande tenants werken gewoon. ${raise}`,
+    ];
+  }
+  if (t.niveau === "let-op") {
+    return [
+      "let-op",
+      `Er zijn ${getal(t.aantal)} tenants, ${Math.floor((t.aantal * 100) / t.max)} % van TENANTS_MAX (${getal(t.max)}): vanaf ${getal(t.max)} worden nieuwe tenants geweigerd (422). ${raise}`,
+    ];
+  }
+  return null;
+}
+
 export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzone">): DailyReport["status"] {
   const punten: StatusPunt[] = [];
   const skew = r.database.klokAfwijkingSeconden;
@@ -300,6 +330,8 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
     ]);
   }
   if (r.anker.checkpointProbleem !== null) punten.push(["actie", r.anker.checkpointProbleem]);
+  const tenantsPunt = tenantsPoint(r.tenants);
+  if (tenantsPunt) punten.push(tenantsPunt);
   if (r.verificatie.aantalGebroken > 0) {
     const namen = r.verificatie.gebroken.slice(0, 3).map((g) => displayText(g.tenant)).join(", ");
     punten.push([
@@ -343,6 +375,7 @@ export function dailyReport(inputs: DailyInputs, config: Config, now: Date): Dai
     taken: jobsSection(inputs.jobs, config),
     database: inputs.database,
     schijf: diskSection(inputs.schijf, config.schijfMinVrijProcent),
+    tenants: tenantsSection(inputs.verification.tenants, config.tenantsMax),
   };
   return { gemaakt: formatDatum(now, tz), tijdzone: tz, status: dailyStatus(body), ...body };
 }
@@ -397,6 +430,7 @@ export async function verificationSummary(
     nietGecontroleerd: tenantCount - real.length,
     aantalGebroken: broken.length,
     gebroken: broken.slice(0, MAX_GEBROKEN).map((r) => ({ tenantId: r.tenantId, tenant: r.tenant, seq: r.foutSeq, reden: r.foutReden, gecontroleerd: r.gecontroleerd })),
+    tenants: tenantCount,
   };
 }
 
@@ -408,8 +442,7 @@ export function verificationCounts(db: Db, now: Date, seal: RowSeal, config: Pic
     .from(state)
     .innerJoin(tenants, eq(tenants.id, state.tenantId))
     .all();
-  const { n } = db.select({ n: count() }).from(tenants).get()!;
-  return verificationSummary(rows, n, seal, now, verificationSinceIn(db, seal, now, config));
+  return verificationSummary(rows, countTenants(db), seal, now, verificationSinceIn(db, seal, now, config));
 }
 
 /** verificationSince on SQLite, over audit-verificatie's newest rows that count at `now` (newestRunRows) and its witness file. */
