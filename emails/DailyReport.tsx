@@ -99,6 +99,12 @@ export interface DailyReportProps {
   }[];
   /** The tenants against TENANTS_MAX (tenantsLevel): actie at it (new tenants are refused), let-op from 90 % of it. Also a status point. */
   tenants: { aantal: number; max: number; niveau: Niveau };
+  /**
+   * beveiligingslog-analyse's late failed logins, postponed run after run (PostgreSQL, a
+   * batch of login attempts holding their lock): runs in a row and since when (dd/mm/yyyy
+   * hh:mm, null when not postponed). let-op past an hour, also a status point.
+   */
+  laatUitgesteld: { runs: number; sinds: string | null; niveau: "ok" | "let-op" };
 }
 
 const UITKOMST: Record<Uitkomst, { tekst: string; niveau: Niveau | null }> = {
@@ -365,6 +371,7 @@ DailyReport.PreviewProps = {
   database: { bytes: 48_922_624, grootte: "46.7 MB", walBytes: 4_128_768, klokAfwijkingSeconden: null },
   schijf: [{ bestanden: ["database", "ankerbestand"], map: "/var/lib/nachtwacht", vrijBytes: 41_875_931_136, totaalBytes: 105_089_261_568, vrij: "39.0 GB", totaal: "97.9 GB", vrijProcent: 39.8, niveau: "ok" }],
   tenants: { aantal: 42, max: 5000, niveau: "ok" },
+  laatUitgesteld: { runs: 0, sinds: null, niveau: "ok" },
 } satisfies DailyReportProps;
 
 export default DailyReport;

@@ -1,6 +1,8 @@
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { forOperator } from "../src/alarms/alarm.ts";
 import { lateWindows, MAX_LATE_WINDOWS, offenderQuery, runBeveiligingslogAnalyse, SEEN_KEY } from "../src/jobs/beveiligingslog-analyse.ts";
+import { POSTPONED_KEY } from "../src/jobs/late-postponed.ts";
+import { formatDatum } from "../src/format.ts";
 import { offenderQueryPg, storedLoginIdsPg } from "../src/pg/status.ts";
 import { LOCK_LOGIN_IDS, LOCK_NAMESPACE } from "../src/pg/store.ts";
 import { call, NOW } from "./helpers.ts";
@@ -384,6 +386,71 @@ describe("beveiligingslog-analyse", () => {
       expect(next.body.laat.pogingen).toBe(26);
       expect(next.body.laat.verdacht.map((v) => [v.waarde, v.aantal])).toEqual([["198.51.100.9", 26]]);
       expect(next.body.laat.uitgesteld).toBe(false);
+    } finally {
+      await env.cleanup();
+    }
+  });
+
+  test("runs in a row that postpone the late part are counted (on PostgreSQL, while a batch holds the lock): /metrics shows the count, the daily report names it past an hour with since when, and the first run that judges the late part resets it", async () => {
+    const METRICS_SECRET = "metrics-secret-0123456789abcdef0123456789abcdef";
+    const env = await makeEnv({ METRICS_SECRET });
+    try {
+      const analyse = async (m: number) => {
+        env.setNow(at(m));
+        const r = await call(env.app, "/api/cron/beveiligingslog-analyse");
+        expect(r.status).toBe(200);
+        return r.json.laat as { pogingen: number; uitgesteld: boolean };
+      };
+      const gauge = async () => {
+        const text = (await call(env.app, "/metrics", { method: "GET", token: METRICS_SECRET })).text;
+        return Number(/^nachtwacht_login_analysis_postponed_runs (\S+)$/m.exec(text)?.[1]);
+      };
+      const report = async (m: number) => {
+        env.setNow(at(m));
+        const r = await call(env.app, "/api/cron/dagrapport");
+        return { laatUitgesteld: r.json.laatUitgesteld, punten: (r.json.status.punten as string[]).filter((p) => p.startsWith("beveiligingslog-analyse")) };
+      };
+      expect((await analyse(-15)).uitgesteld).toBe(false);
+      expect(await gauge()).toBe(0);
+      // A late failure from 9:00, waiting to be judged.
+      await addLoginAttempt(env.db, { ip: "198.51.100.9", account: "l", gelukt: false, tijdstip: at(-180) });
+      const pg = env.store.kind === "pg";
+      // SQLite never postpones; a count that came along from PostgreSQL (db-convert) is removed by its next run.
+      if (!pg) await env.db.run("INSERT INTO service_meta (key, value) VALUES (?, '3 2026-07-23T11:00:00.000Z')", POSTPONED_KEY);
+      // A batch as storeLoginAttemptsPg writes one, stuck open: it holds LOCK_LOGIN_IDS shared.
+      const conn = env.store.kind === "pg" ? await env.store.sql.reserve() : null;
+      try {
+        if (conn) {
+          await conn`BEGIN`;
+          await conn`SELECT pg_advisory_xact_lock_shared(${LOCK_NAMESPACE}, ${LOCK_LOGIN_IDS})`;
+        }
+        const seen: [boolean, number][] = [];
+        for (const m of [0, 15, 30, 45, 60]) seen.push([(await analyse(m)).uitgesteld, await gauge()]);
+        expect(seen).toEqual(pg ? [[true, 1], [true, 2], [true, 3], [true, 4], [true, 5]] : [[false, 0], [false, 0], [false, 0], [false, 0], [false, 0]]);
+        const sinds = formatDatum(NOW, env.config.rapportTijdzone);
+        // Exactly an hour: not yet named.
+        expect(await report(60)).toEqual({ laatUitgesteld: pg ? { runs: 5, sinds, niveau: "ok" } : { runs: 0, sinds: null, niveau: "ok" }, punten: [] });
+        expect([(await analyse(75)).uitgesteld, await gauge()]).toEqual(pg ? [true, 6] : [false, 0]);
+        const past = await report(76);
+        if (pg) {
+          expect(past.laatUitgesteld).toEqual({ runs: 6, sinds, niveau: "let-op" });
+          expect(past.punten).toEqual([
+            `beveiligingslog-analyse heeft de te laat ontvangen mislukte inlogpogingen sinds ${sinds} niet beoordeeld (6 runs op rij uitgesteld): ` +
+              `steeds werd er een partij inlogpogingen opgeslagen. Zo blijft een late brute-force-aanval onopgemerkt. ` +
+              `Zoek in PostgreSQL een sessie die al lang een transactie openhoudt (pg_stat_activity, docs/operations.md "Late login attempts postponed").`,
+          ]);
+        } else {
+          expect(past).toEqual({ laatUitgesteld: { runs: 0, sinds: null, niveau: "ok" }, punten: [] });
+        }
+        if (conn) await conn`COMMIT`;
+      } finally {
+        conn?.release();
+      }
+      // The lock free again: this run judges the late failure, and the count is gone.
+      const judged = await analyse(90);
+      expect([judged.uitgesteld, judged.pogingen, await gauge()]).toEqual([false, pg ? 1 : 0, 0]);
+      expect(await env.db.get("SELECT value FROM service_meta WHERE key = ?", POSTPONED_KEY)).toBeFalsy();
+      expect(await report(91)).toEqual({ laatUitgesteld: { runs: 0, sinds: null, niveau: "ok" }, punten: [] });
     } finally {
       await env.cleanup();
     }

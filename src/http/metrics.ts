@@ -16,6 +16,7 @@ import type { Deps } from "../deps.ts";
 import type { IngestCounters, IngestKind } from "../ingest/counters.ts";
 import type { Outcome } from "../job-runs.ts";
 import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
+import { readPostponement } from "../jobs/late-postponed.ts";
 import type { JobContext } from "../jobs/job.ts";
 import { errorText, log } from "../logger.ts";
 import { fileSystemSpace, watchedPaths, type WatchedFile } from "../disk-space.ts";
@@ -89,6 +90,8 @@ export interface DatabaseMetrics {
     /** A sealed report is dated ahead (SealedBackup.future: backup-controle's `toekomst`); it does not count. */
     ahead: boolean;
   };
+  /** beveiligingslog-analyse's runs in a row that postponed the late failed logins (src/jobs/late-postponed.ts); 0 on SQLite. */
+  loginAnalysisPostponedRuns: number;
 }
 
 export interface MetricsSnapshot {
@@ -167,6 +170,7 @@ interface DatabaseReads {
   /** audit_verification_state: one row per tenant, never audit_entries. */
   audit: { checked: number; broken: number; last: string | null };
   backup: SealedBackup<NewestBackup>;
+  postponedRuns: number;
 }
 
 /** `witness`: where the verification witness file is (verificationCounts). */
@@ -176,15 +180,21 @@ async function readDatabase(store: Store, seal: RowSeal, now: Date, graceMs: num
   const audit = verificationCounts(db, now, seal, witness);
   const statuses = jobStatuses(db, seal, now, graceMs, context);
   const backup = newestBackup(db, seal, now);
-  return { statuses, audit: auditSummary(await audit), backup };
+  const postponed = readPostponement(store);
+  return { statuses, audit: auditSummary(await audit), backup, postponedRuns: (await postponed)?.runs ?? 0 };
 }
 
 /** /metrics' view of the verification section (verificationSummary: only sealed results count). */
 const auditSummary = (v: VerificationCounts) => ({ checked: v.gecontroleerd, broken: v.aantalGebroken, last: v.laatste });
 
 async function readDatabasePg(store: PgStore, seal: RowSeal, now: Date, graceMs: number, context: JobContext, witness: Pick<Config, "auditAnkerBestand">): Promise<DatabaseReads> {
-  const [statuses, audit, backup] = await Promise.all([jobStatusesPg(store.db, seal, now, graceMs, context), verificationCountsPg(store.db, now, seal, witness), newestBackupPg(store.db, seal, now)]);
-  return { statuses, audit: auditSummary(audit), backup };
+  const [statuses, audit, backup, postponed] = await Promise.all([
+    jobStatusesPg(store.db, seal, now, graceMs, context),
+    verificationCountsPg(store.db, now, seal, witness),
+    newestBackupPg(store.db, seal, now),
+    readPostponement(store),
+  ]);
+  return { statuses, audit: auditSummary(audit), backup, postponedRuns: postponed?.runs ?? 0 };
 }
 
 /** The metrics of the reads, whichever store they came from. */
@@ -211,6 +221,7 @@ function databaseMetrics(reads: DatabaseReads, now: Date, runningHere: Set<JobNa
       overdue: received === null || backupOverdue(now.getTime() - received.getTime(), backupMaxUren),
       ahead: reads.backup.future !== null,
     },
+    loginAnalysisPostponedRuns: reads.postponedRuns,
   };
 }
 
@@ -337,6 +348,14 @@ export function renderMetrics(m: MetricsSnapshot): string {
       "gauge",
       "1 when a backup status is dated more than 5 minutes ahead (received while the host clock ran ahead; it does not count, backup-controle's toekomst).",
       [[{}, bool(db.backup.ahead)]],
+    );
+  }
+  if (db) {
+    out.family(
+      `${N}login_analysis_postponed_runs`,
+      "gauge",
+      "Runs of beveiligingslog-analyse in a row that postponed judging the late failed logins because a batch of login attempts held their lock (PostgreSQL); 0 once a run judged them, always 0 on SQLite.",
+      [[{}, db.loginAnalysisPostponedRuns]],
     );
   }
   out.family(`${N}backup_max_age_seconds`, "gauge", "BACKUP_MAX_UREN in seconds.", [[{}, m.backupMaxAgeSeconds]]);

@@ -22,6 +22,7 @@ import { writeTransaction, type Db } from "../db.ts";
 import type { AnyStore, Deps } from "../deps.ts";
 import { lateFailuresPg, offenderQueryPg, seenStatePg, storedLoginIdsPg, writeSeenUpToPg } from "../pg/status.ts";
 import { defineJob, type JobResult } from "./job.ts";
+import { recordPostponement } from "./late-postponed.ts";
 import { dateTime, integer, enumOf } from "./schema.ts";
 
 /** Offenders listed per kind; a wider attack is summed up in `aantalVerdacht`. */
@@ -412,6 +413,8 @@ export async function runBeveiligingslogAnalyse(deps: Deps, now: Date): Promise<
   const body: BeveiligingslogAnalyseBody = { ok: verdacht.length === 0 && laat.verdacht.length === 0, ...lastHour, laat };
   if (!body.ok) await deps.alarms.raise(bruteforceAlarm(body));
   await writeSeen(deps.store, upTo);
+  // Run after run postponed (a stuck batch holding LOCK_LOGIN_IDS): counted for /metrics and the daily report.
+  await recordPostponement(deps.store, laat.uitgesteld, now);
   return { status: body.ok ? 200 : 409, body };
 }
 

@@ -181,6 +181,18 @@ export const DailyReportBody = t.Object({
     },
     { description: "De tenants tegenover TENANTS_MAX: zo weet de beheerder van een nieuwe tenant die geweigerd wordt." },
   ),
+  laatUitgesteld: t.Object(
+    {
+      runs: count("Runs van beveiligingslog-analyse op rij die de te laat ontvangen inlogpogingen uitstelden (`laat.uitgesteld`); 0 zodra een run ze beoordeelde, op SQLite altijd 0."),
+      sinds: nullable(datum("De eerste van die runs,"), { description: "null als de laatste run ze beoordeelde." }),
+      niveau: enumOf(["ok", "let-op"], { description: "let-op als ze langer dan een uur zijn uitgesteld; dan ook een punt in `status`." }),
+    },
+    {
+      description:
+        "PostgreSQL: zolang een partij inlogpogingen wordt opgeslagen, stelt beveiligingslog-analyse het beoordelen van te laat ontvangen pogingen uit. " +
+        "Gebeurt dat run na run (een sessie die de vergrendeling vasthoudt), dan worden late brute-force-pogingen niet beoordeeld.",
+    },
+  ),
 });
 
 // The wire body and the e-mail's props are one shape: a change to either that the other

@@ -39,6 +39,7 @@ import { databaseSize } from "./maintenance.ts";
 import { databaseClockOffsetMs } from "./clock.ts";
 import { fileSystemSpace, watchedPaths } from "../disk-space.ts";
 import type { JobContext } from "../jobs/job.ts";
+import { readPostponement } from "../jobs/late-postponed.ts";
 import { jobStatusesPg, newestBackupPg, newestRunRowsPg } from "./status.ts";
 import type { PgDb, PgStore } from "./store.ts";
 
@@ -142,15 +143,16 @@ export async function databaseSectionPg(store: PgStore): Promise<DailyReport["da
 }
 
 export async function readDailyInputsPg(store: PgStore, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyInputs> {
-  const [backup, logins, verification, anchor, jobs, database] = await Promise.all([
+  const [backup, logins, verification, anchor, jobs, database, postponement] = await Promise.all([
     newestBackupPg(store.db, rowSealOf(config), now),
     loginCountsPg(store.db, now),
     verificationCountsPg(store.db, now, rowSealOf(config), config),
     anchorRecordsPg(store.db, config),
     scheduledJobRunsPg(store.db, now, config, context),
     databaseSectionPg(store),
+    readPostponement(store),
   ]);
-  return { ...backupInputs(backup), logins, verification, anchor, jobs, database, schijf: fileSystemSpace(watchedPaths(config, null)) };
+  return { ...backupInputs(backup), logins, verification, anchor, jobs, database, schijf: fileSystemSpace(watchedPaths(config, null)), postponement };
 }
 
 /** The whole daily report at `now` on PostgreSQL: buildDailyReport's counterpart. */

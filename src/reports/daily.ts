@@ -27,6 +27,7 @@ import type { JobContext } from "../jobs/job.ts";
 import { DAY_MS } from "../time.ts";
 import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
 import { countTenants, tenantsLevel } from "../ingest/tenants.ts";
+import { postponedTooLong, readPostponement, type Postponement } from "../jobs/late-postponed.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
 
 export type DailyReport = DailyReportProps;
@@ -104,6 +105,8 @@ export interface DailyInputs {
   database: DailyReport["database"];
   /** The file systems of this host nachtwacht writes to (src/disk-space.ts): the same read for both stores. */
   schijf: FileSystemSpace[];
+  /** beveiligingslog-analyse's postponed late part (src/jobs/late-postponed.ts), read the same way on both stores. */
+  postponement: Postponement | null;
 }
 
 /** The login window: the 24 hours before `now`, as ISO bounds (from inclusive, to exclusive). */
@@ -272,6 +275,11 @@ export function tenantsSection(aantal: number, max: number): DailyReport["tenant
   return { aantal, max, niveau: tenantsLevel(aantal, max) };
 }
 
+/** The postponed late part: let-op once it lasts longer than an hour (postponedTooLong, four quarter-hourly runs). */
+export function postponedSection(p: Postponement | null, now: Date, tijdzone: string): DailyReport["laatUitgesteld"] {
+  return { runs: p?.runs ?? 0, sinds: p ? formatDatum(p.sinds, tijdzone) : null, niveau: postponedTooLong(p, now) ? "let-op" : "ok" };
+}
+
 /**
  * The tenants' status point: at TENANTS_MAX every new tenant is refused (422, and then
  * its audit entries and login attempts as an unknown tenant), which nothing else tells
@@ -332,6 +340,15 @@ export function dailyStatus(r: Omit<DailyReport, "status" | "gemaakt" | "tijdzon
   if (r.anker.checkpointProbleem !== null) punten.push(["actie", r.anker.checkpointProbleem]);
   const tenantsPunt = tenantsPoint(r.tenants);
   if (tenantsPunt) punten.push(tenantsPunt);
+  const u = r.laatUitgesteld;
+  if (u.niveau === "let-op") {
+    punten.push([
+      "let-op",
+      `beveiligingslog-analyse heeft de te laat ontvangen mislukte inlogpogingen sinds ${u.sinds} niet beoordeeld (${getal(u.runs)} runs op rij uitgesteld): ` +
+        `steeds werd er een partij inlogpogingen opgeslagen. Zo blijft een late brute-force-aanval onopgemerkt. ` +
+        `Zoek in PostgreSQL een sessie die al lang een transactie openhoudt (pg_stat_activity, docs/operations.md "Late login attempts postponed").`,
+    ]);
+  }
   if (r.verificatie.aantalGebroken > 0) {
     const namen = r.verificatie.gebroken.slice(0, 3).map((g) => displayText(g.tenant)).join(", ");
     punten.push([
@@ -376,6 +393,7 @@ export function dailyReport(inputs: DailyInputs, config: Config, now: Date): Dai
     database: inputs.database,
     schijf: diskSection(inputs.schijf, config.schijfMinVrijProcent),
     tenants: tenantsSection(inputs.verification.tenants, config.tenantsMax),
+    laatUitgesteld: postponedSection(inputs.postponement, now, tz),
   };
   return { gemaakt: formatDatum(now, tz), tijdzone: tz, status: dailyStatus(body), ...body };
 }
@@ -548,6 +566,7 @@ export const backupInputs = (b: SealedBackup<NewestBackup>): Pick<DailyInputs, "
 
 export async function readDailyInputs(store: Store, config: Config, now: Date, context: JobContext = { running: [], unrecorded: [] }): Promise<DailyInputs> {
   const verification = verificationCounts(store.db, now, rowSealOf(config), config);
+  const postponement = readPostponement(store);
   return {
     ...backupInputs(newestBackup(store.db, rowSealOf(config), now)),
     logins: loginCounts(store.db, now),
@@ -556,6 +575,7 @@ export async function readDailyInputs(store: Store, config: Config, now: Date, c
     jobs: scheduledJobRuns(store.db, now, config, context),
     database: databaseSize(store),
     schijf: fileSystemSpace(watchedPaths(config, store.path)),
+    postponement: await postponement,
   };
 }
 
