@@ -1,3 +1,4 @@
+import { Database } from "bun:sqlite";
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { fillPlaceholders } from "drizzle-orm";
 import { SMTPServer } from "smtp-server";
@@ -9,7 +10,7 @@ import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { createMailer } from "../src/mail/transport.ts";
 import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
-import { MAX_ACTIES, TOP_IPS, WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
+import { MAX_ACTIES, openReportConnection, stagedWeek, stageWeek, TOP_IPS, WEEK_MS, weeklyQueries, weekLoginStatements, weekStatsStatements } from "../src/reports/weekly.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { stateZegel, call, TEST_SEAL, until } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
@@ -459,17 +460,28 @@ describe("weekrapport: the statistics use indexes", () => {
         const rows = store.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all(...(fillPlaceholders(params, values) as (string | number)[])) as { detail: string }[];
         return rows.map((r) => r.detail).join(" | ");
       };
+      // weekLogins' statements run on its own connection, whose TEMP schema has the staging tables.
+      const report = openReportConnection(store.db);
+      toClean.push(async () => report.close());
+      const reportPlanOf = (statement: { getQuery(): { sql: string; params: unknown[] } }, values: Record<string, string | number>) => {
+        const { sql, params } = statement.getQuery();
+        const rows = report.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all(...(fillPlaceholders(params, values) as (string | number)[])) as { detail: string }[];
+        return rows.map((r) => r.detail).join(" | ");
+      };
       const plans = [
         ...Object.entries(weekStatsStatements(store.db)).map(([name, st]) => [name, planOf(st, { tenantId: 1, ...week })] as const),
-        ...Object.entries(weekLoginStatements(store.db)).map(([name, st]) => [name, planOf(st, week)] as const),
+        ...Object.entries(weekLoginStatements(report.db)).map(([name, st]) => [name, reportPlanOf(st, { tenantId: 1, ...week })] as const),
       ];
       for (const [name, plan] of plans) {
         expect({ name, plan }).not.toMatchObject({ plan: expect.stringMatching(/SCAN (audit_entries|login_attempts)/) });
       }
       const byName = Object.fromEntries(plans);
       expect(byName.auditPerActie).toContain("SEARCH audit_entries USING INDEX audit_entries_tenant_created_idx (tenant_id=? AND created_at>? AND created_at<?)");
-      expect(byName.perTenant).toContain("SEARCH login_attempts USING INDEX login_attempts_tijdstip_idx (tijdstip>? AND tijdstip<?)");
-      expect(byName.mislukt).toContain("SEARCH login_attempts USING INDEX login_attempts_failed_idx (tijdstip>? AND tijdstip<?)");
+      expect(byName.counts).toContain("SEARCH login_attempts USING INDEX login_attempts_tijdstip_idx (tijdstip>? AND tijdstip<?)");
+      expect(byName.failures).toContain("SEARCH login_attempts USING INDEX login_attempts_failed_idx (tijdstip>? AND tijdstip<?)");
+      // A tenant's top five by the rank index, in its order: no sort of the tenant's pairs.
+      expect(byName.top).toContain("SEARCH week_failed_pairs USING COVERING INDEX week_failed_pairs_rank (tenant_id=?)");
+      expect(byName.top).not.toContain("TEMP B-TREE");
       expect(byName.keten).toMatch(/^SEARCH audit_verification_state USING/);
     } else {
       const { db } = env.store;
@@ -546,6 +558,65 @@ describe("weekLogins: every tenant's week in one pass", () => {
   });
 });
 
+describe("weekLogins on SQLite: no statement reads more than an hour of attempts", () => {
+  test("every statement that reads login_attempts is bounded by tijdstip to at most an hour, and the week's figures (distinct IPs, top five across hours) stay exact", async () => {
+    const env = await makeEnv();
+    toClean.push(() => env.cleanup());
+    if (env.store.kind !== "sqlite") return; // PostgreSQL's statements wait on the server, not the event loop.
+    const q = weeklyQueries(env.store.db, TEST_SEAL, env.config);
+    const a = await addTenant(env.db, "A");
+    const van = new Date(NOW.getTime() - WEEK_MS);
+    const HOUR = 3600_000;
+    const at = (hoursAgo: number) => new Date(NOW.getTime() - hoursAgo * HOUR);
+    // The same addresses fail in different hours and days: their counts add up across hours, and each is one distinct IP.
+    const failures: [string, number[]][] = [["10.0.0.1", [1, 30, 100]], ["10.0.0.2", [2, 2]], ["10.0.0.3", [160]], ["10.0.0.4", [5, 50]]];
+    for (const [ip, hours] of failures) for (const h of hours) await addLoginAttempt(env.db, { tenantId: a, account: "x", ip, gelukt: false, tijdstip: at(h) });
+    await addLoginAttempt(env.db, { tenantId: a, account: "x", ip: "10.0.0.1", gelukt: true, tijdstip: at(3) });
+
+    // Every statement SQLite runs, as it ran (its SQL with the values bound), from every connection.
+    const ran: string[] = [];
+    const prepare = Database.prototype.prepare;
+    Database.prototype.prepare = function (this: Database, ...args: Parameters<Database["prepare"]>) {
+      const statement = prepare.apply(this, args);
+      for (const m of ["run", "all", "get", "values"] as const) {
+        const original = statement[m] as (...a: unknown[]) => unknown;
+        (statement as unknown as Record<string, unknown>)[m] = (...a: unknown[]) => {
+          const result = original.apply(statement, a);
+          ran.push(statement.toString());
+          return result;
+        };
+      }
+      return statement;
+    } as Database["prepare"];
+    let logins;
+    try {
+      logins = await q.weekLogins(van, NOW);
+    } finally {
+      Database.prototype.prepare = prepare;
+    }
+
+    const reads = ran.filter((s) => /\blogin_attempts\b/.test(s));
+    expect(reads.length).toBeGreaterThan(0);
+    for (const statement of reads) {
+      const instants = [...statement.matchAll(/'(\d{4}-\d\d-\d\dT[\d:.]+Z)'/g)].map((m) => Date.parse(m[1]!));
+      expect({ statement, instants: instants.length }).toEqual({ statement, instants: 2 });
+      expect({ statement, span: Math.abs(instants[1]! - instants[0]!) <= HOUR }).toEqual({ statement, span: true });
+    }
+    expect(logins.get(a)).toEqual({
+      totaal: 9,
+      gelukt: 1,
+      mislukt: 8,
+      mislukteIps: 4,
+      topMislukteIps: [
+        { ip: "10.0.0.1", aantal: 3 },
+        { ip: "10.0.0.2", aantal: 2 },
+        { ip: "10.0.0.4", aantal: 2 },
+        { ip: "10.0.0.3", aantal: 1 },
+      ],
+    });
+  });
+});
+
 describe("weekrapport: only what the report shows leaves the database", () => {
   test("500,000 distinct failed IPs of one tenant and 300,000 distinct actions: TOP_IPS rows per tenant and MAX_ACTIES action rows reach JavaScript; the week's distinct IPs, top five (ties by address) and the rest row stay exact", async () => {
     const env = await makeEnv();
@@ -606,7 +677,15 @@ describe("weekrapport: only what the report shows leaves the database", () => {
     const [failureRows, actionRowsRead] =
       env.store.kind === "pg"
         ? await (async (db) => [await weekLoginQueriesPg(db, van, NOW).mislukt, await weekStatsQueriesPg(db, a, van, NOW).auditPerActie])(env.store.db)
-        : [weekLoginStatements(env.store.db).mislukt.all(week), weekStatsStatements(env.store.db).auditPerActie.all({ tenantId: a, ...week })];
+        : await (async (db) => {
+            const report = openReportConnection(db);
+            try {
+              await stageWeek(report, van, NOW);
+              return [stagedWeek(report).failures, weekStatsStatements(db).auditPerActie.all({ tenantId: a, ...week })];
+            } finally {
+              report.close();
+            }
+          })(env.store.db);
     expect(failureRows.filter((r) => r.tenantId === a)).toHaveLength(TOP_IPS);
     expect(failureRows.filter((r) => r.tenantId === b)).toHaveLength(1);
     expect(failureRows).toHaveLength(TOP_IPS + 1);

@@ -1,15 +1,18 @@
 // The data of the weekly report: who receives it, and per tenant the last seven days
 // (audit activity, login attempts, chain state). Every per-tenant statement is bounded
 // by an index on (tenant_id, time), so a run costs the tenant's week, not the table.
-// Login attempts are counted for every tenant at once, in one pass over the week by
-// the tijdstip index (weekLogins): a (tenant_id, tijdstip) index for per-tenant counts
+// Login attempts are counted for every tenant at once, in one pass over the week (an hour
+// at a time) by the tijdstip index (weekLogins): a (tenant_id, tijdstip) index for per-tenant counts
 // would put one scattered page per tenant into every retention batch and every insert.
 //
 // The queries below are SQLite's; src/pg/weekly.ts has PostgreSQL's. Both feed the
 // rules here (recipientOf, loginTally, weekStatsOf, the status and the mail's props), so
 // the two stores send the same reports to the same people.
 import type { Config } from "../config.ts";
-import { and, count, desc, eq, gte, isNotNull, lt, lte, sql, type AnyColumn, type SQL } from "drizzle-orm";
+import { Database } from "bun:sqlite";
+import { and, count, desc, eq, gte, isNotNull, lt, sql, type AnyColumn, type SQL } from "drizzle-orm";
+import { drizzle } from "drizzle-orm/bun-sqlite";
+import { integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import {
   administrators,
   auditEntries,
@@ -18,8 +21,9 @@ import {
   tenants,
   weeklyReportDeliveries as deliveries,
 } from "../../db/schema.ts";
+import * as schema from "../../db/schema.ts";
 import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
-import { excluded, preparedPerConnection, type Db } from "../db.ts";
+import { BUSY_TIMEOUT_MS, excluded, preparedPerConnection, type Db } from "../db.ts";
 import { displayText, formatDatum, getal } from "../format.ts";
 import { countsAsVerification, type RowSeal, type VerificationColumns, type VerificationSince } from "../row-seal.ts";
 import { verificationSinceIn } from "./daily.ts";
@@ -271,11 +275,13 @@ export interface TenantWeekStats {
 export const TOP_IPS = 5;
 
 /**
- * The ranking of a tenant's failed-login IPs over the grouped (tenant, ip) rows, on both
- * stores: `ips` the tenant's number of distinct IPs, `rang` an IP's place (most failures
- * first, then by address in byte order: `ipOrder` is the column as the store compares
- * bytes). Window functions, so only the TOP_IPS best of each tenant leave the database
- * with that count, however many distinct addresses an attacker rotated through.
+ * The ranking of a tenant's failed-login IPs over the grouped (tenant, ip) rows, as
+ * PostgreSQL computes it: `ips` the tenant's number of distinct IPs, `rang` an IP's place
+ * (most failures first, then by address in byte order: `ipOrder` is the column as the
+ * store compares bytes). Window functions, so only the TOP_IPS best of each tenant leave
+ * the database with that count, however many distinct addresses an attacker rotated
+ * through. SQLite keeps the same order in its staging index (stagingDdl's
+ * week_failed_pairs_rank: aantal DESC, then ip in BINARY collation, byte order).
  */
 export function failedIpRanking(t: { tenantId: AnyColumn; ip: AnyColumn }, ipOrder: SQL) {
   return {
@@ -284,41 +290,9 @@ export function failedIpRanking(t: { tenantId: AnyColumn; ip: AnyColumn }, ipOrd
   };
 }
 
-/**
- * The two statements behind weekLogins, over every tenant's attempts in [van, tot);
- * exported so a test can check their query plans. Parameters: van, tot.
- */
-export const weekLoginStatements = preparedPerConnection((db) => {
-  const inWindow = and(gte(loginAttempts.tijdstip, sql.placeholder("van")), lt(loginAttempts.tijdstip, sql.placeholder("tot")));
-  // The partial index login_attempts_failed_idx (gelukt = 0) bounds the rows read; no index
-  // has (tenant_id, ip), so they are grouped and ranked in SQLite's sorter, not in JavaScript.
-  // Attempts without a tenant belong to nobody's report.
-  const failed = db
-    .select({
-      tenantId: loginAttempts.tenantId,
-      ip: loginAttempts.ip,
-      aantal: count().as("aantal"),
-      ips: failedIpRanking(loginAttempts, sql`${loginAttempts.ip}`).ips.as("ips"),
-      rang: failedIpRanking(loginAttempts, sql`${loginAttempts.ip}`).rang.as("rang"),
-    })
-    .from(loginAttempts)
-    .where(and(inWindow, sql`${loginAttempts.gelukt} = 0`, isNotNull(loginAttempts.tenantId)))
-    .groupBy(loginAttempts.tenantId, loginAttempts.ip)
-    .as("failed");
-  return {
-    perTenant: db
-      .select({ tenantId: loginAttempts.tenantId, totaal: count(), gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)` })
-      .from(loginAttempts)
-      .where(inWindow)
-      .groupBy(loginAttempts.tenantId)
-      .prepare(),
-    mislukt: db.select().from(failed).where(lte(failed.rang, TOP_IPS)).prepare(),
-  };
-});
-
 export type TenantWeekLogins = TenantWeekStats["inlog"];
 
-/** A row of the failures' statement: one of a tenant's TOP_IPS failing IPs of the week, with failedIpRanking's figures. */
+/** A row of the failures: one of a tenant's TOP_IPS failing IPs of the week, with failedIpRanking's figures. */
 export interface FailedIpRow {
   tenantId: number | null;
   ip: string;
@@ -328,18 +302,159 @@ export interface FailedIpRow {
 }
 
 /**
- * The counts per tenant are read a day at a time, with a turn of the event loop between,
- * so each of their statements costs one day's attempts (a whole week's in one grouped scan
- * held the loop 150–200 ms at L). The failures cannot be sliced: the distinct IPs of seven
- * days do not add up to the week's, nor do seven top fives make the week's, so they are
- * one statement over the week, bounded only by the week's failed attempts (weekLogins).
+ * SQLite reads a week's login attempts an hour at a time, with a turn of the event loop
+ * between, so each statement costs one hour's attempts, however many an attacker sends
+ * in the week. The week's distinct failing IPs and its top five are not sums of hours',
+ * so the hours' figures are added up in temporary tables of the report's own connection
+ * (openReportConnection): per tenant its counts and per (tenant, ip) its failures. A
+ * (tenant, ip) pair seen for the first time adds one to its tenant's distinct count (a
+ * trigger), so no statement counts a tenant's pairs afterwards.
  */
-const SLICE_MS = 24 * 3600 * 1000;
+export const SLICE_MS = 3600 * 1000;
+
+/** The report's staging tables, in the TEMP schema of its own connection: they exist only there, for one weekLogins. */
+const weekCounts = sqliteTable("week_counts", {
+  tenantId: integer("tenant_id").primaryKey(),
+  totaal: integer("totaal").notNull(),
+  gelukt: integer("gelukt").notNull(),
+  ips: integer("ips").notNull(),
+});
+const weekFailedPairs = sqliteTable(
+  "week_failed_pairs",
+  { tenantId: integer("tenant_id").notNull(), ip: text("ip").notNull(), aantal: integer("aantal").notNull() },
+  (t) => [primaryKey({ columns: [t.tenantId, t.ip] })],
+);
+
+// Drizzle has no builder for TEMP tables or triggers. The rank index is kept up to date
+// by every hour's upsert, so a tenant's top five are read by it with LIMIT, never sorted
+// from all of its pairs. ip is TEXT in BINARY collation: byte order, as login_attempts.ip.
+const stagingDdl = [
+  "CREATE TEMP TABLE week_counts (tenant_id INTEGER PRIMARY KEY, totaal INTEGER NOT NULL, gelukt INTEGER NOT NULL, ips INTEGER NOT NULL DEFAULT 0)",
+  "CREATE TEMP TABLE week_failed_pairs (tenant_id INTEGER NOT NULL, ip TEXT NOT NULL, aantal INTEGER NOT NULL, PRIMARY KEY (tenant_id, ip)) WITHOUT ROWID",
+  "CREATE INDEX temp.week_failed_pairs_rank ON week_failed_pairs (tenant_id, aantal DESC, ip)",
+  // Fires only when the upsert inserts (a pair new this week), not when it updates.
+  "CREATE TEMP TRIGGER week_failed_pairs_new AFTER INSERT ON week_failed_pairs BEGIN UPDATE week_counts SET ips = ips + 1 WHERE tenant_id = new.tenant_id; END",
+];
+
+/** weekLogins' own connection to the database file, with the staging tables in its TEMP schema. */
+export interface ReportConnection {
+  db: Db;
+  sqlite: Database;
+  close(): void;
+}
 
 /**
- * Adds up a week's login rows into each tenant's figures, however the store read them
- * (SQLite the counts a day at a time, PostgreSQL at once): counts per tenant, and each
- * tenant's top failing IPs as failedIpRanking ranked them over the whole week.
+ * A second connection to the service's database file, read-only, for weekLogins' staging
+ * tables. Not the service's connection: TEMP tables there would be shared with every
+ * other code path, and a rollback of another path's transaction could take staged rows
+ * with it. The TEMP schema lives in a temporary file (temp_store FILE; SQLite keeps only
+ * its page cache of it in memory), so millions of staged pairs do not take the heap.
+ */
+export function openReportConnection(db: Db): ReportConnection {
+  // The file the service's connection has open, as SQLite names it ("" for an in-memory database).
+  const path = db.all<{ file: string }>(sql`SELECT file FROM pragma_database_list WHERE name = 'main'`)[0]?.file ?? "";
+  if (path === "") throw new Error("weekLogins needs the database in a file: a second connection cannot open an in-memory one");
+  const sqlite = new Database(path, { readonly: true });
+  try {
+    sqlite.run(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
+    sqlite.run("PRAGMA temp_store = FILE");
+    for (const ddl of stagingDdl) sqlite.run(ddl);
+  } catch (e) {
+    sqlite.close();
+    throw e;
+  }
+  return { db: drizzle(sqlite, { schema }), sqlite, close: () => sqlite.close() };
+}
+
+/**
+ * The statements behind weekLogins, on its ReportConnection; exported so a test can check
+ * their query plans. `counts` and `failures` stage the attempts in [van, tot) (one hour),
+ * `top` reads a tenant's TOP_IPS from the staged pairs.
+ */
+export const weekLoginStatements = preparedPerConnection((db) => {
+  const inWindow = and(gte(loginAttempts.tijdstip, sql.placeholder("van")), lt(loginAttempts.tijdstip, sql.placeholder("tot")));
+  return {
+    // Attempts without a tenant belong to nobody's report.
+    counts: db
+      .insert(weekCounts)
+      .select(
+        db
+          .select({
+            tenantId: loginAttempts.tenantId,
+            totaal: count().as("totaal"),
+            gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)`.as("gelukt"),
+            ips: sql<number>`0`.as("ips"),
+          })
+          .from(loginAttempts)
+          .where(and(inWindow, isNotNull(loginAttempts.tenantId)))
+          .groupBy(loginAttempts.tenantId),
+      )
+      .onConflictDoUpdate({
+        target: weekCounts.tenantId,
+        set: { totaal: sql`${weekCounts.totaal} + ${excluded(weekCounts.totaal)}`, gelukt: sql`${weekCounts.gelukt} + ${excluded(weekCounts.gelukt)}` },
+      })
+      .prepare(),
+    // The partial index login_attempts_failed_idx (gelukt = 0) bounds the rows read.
+    failures: db
+      .insert(weekFailedPairs)
+      .select(
+        db
+          .select({ tenantId: loginAttempts.tenantId, ip: loginAttempts.ip, aantal: count().as("aantal") })
+          .from(loginAttempts)
+          .where(and(inWindow, sql`${loginAttempts.gelukt} = 0`, isNotNull(loginAttempts.tenantId)))
+          .groupBy(loginAttempts.tenantId, loginAttempts.ip),
+      )
+      .onConflictDoUpdate({
+        target: [weekFailedPairs.tenantId, weekFailedPairs.ip],
+        set: { aantal: sql`${weekFailedPairs.aantal} + ${excluded(weekFailedPairs.aantal)}` },
+      })
+      .prepare(),
+    staged: db.select().from(weekCounts).prepare(),
+    top: db
+      .select({ ip: weekFailedPairs.ip, aantal: weekFailedPairs.aantal })
+      .from(weekFailedPairs)
+      .where(eq(weekFailedPairs.tenantId, sql.placeholder("tenantId")))
+      .orderBy(desc(weekFailedPairs.aantal), weekFailedPairs.ip)
+      .limit(TOP_IPS)
+      .prepare(),
+  };
+});
+
+/**
+ * Stages every tenant's attempts in [van, tot) on `report`, an hour per statement pair
+ * with a turn of the event loop between. Each hour is its own read transaction: its
+ * counts and failures are of one moment, but the hours are read at different moments
+ * (an attempt stored late for an hour already read is not in the report; one for an
+ * hour still to come is). One transaction over the week would hold a WAL snapshot for
+ * as long as the staging takes, seconds under attack: checkpoints could not reset the
+ * WAL meanwhile, and db-onderhoud's TRUNCATE would wait for it.
+ */
+export async function stageWeek(report: ReportConnection, van: Date, tot: Date): Promise<void> {
+  const statements = weekLoginStatements(report.db);
+  const hour = report.sqlite.transaction((params: { van: string; tot: string }) => {
+    // Counts first: the failures' trigger adds to the tenant's row they create.
+    statements.counts.run(params);
+    statements.failures.run(params);
+  });
+  for (let from = van.getTime(); from < tot.getTime(); from += SLICE_MS) {
+    hour({ van: new Date(from).toISOString(), tot: new Date(Math.min(from + SLICE_MS, tot.getTime())).toISOString() });
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+/** The staged week (stageWeek): every tenant's counts, and its TOP_IPS failing IPs each read by the rank index. */
+export function stagedWeek(report: ReportConnection): { counts: { tenantId: number; totaal: number; gelukt: number }[]; failures: FailedIpRow[] } {
+  const statements = weekLoginStatements(report.db);
+  const counts = statements.staged.all();
+  const failures = counts.flatMap(({ tenantId, ips }) =>
+    ips === 0 ? [] : statements.top.all({ tenantId }).map((r, i) => ({ tenantId, ...r, ips, rang: i + 1 })),
+  );
+  return { counts, failures };
+}
+
+/**
+ * Adds up a week's login rows into each tenant's figures, however the store read them:
+ * counts per tenant, and each tenant's top failing IPs ranked over the whole week.
  */
 export function loginTally() {
   const counts = new Map<number, { totaal: number; gelukt: number }>();
@@ -382,29 +497,25 @@ export function loginTally() {
 /**
  * Every tenant's login attempts in [van, tot), keyed by tenant; a tenant without attempts
  * is absent. What reaches JavaScript is bounded by the tenants: a count row per tenant and
- * day, and at most TOP_IPS failure rows per tenant, however many addresses an attacker
- * rotates through (one row per distinct address was 0.3 KB of heap and 3–5 µs of event
- * loop each: a million made the report's run hold /health 4.9 s).
- *
- * What is not bounded is the failures' one statement over the week (SLICE_MS says why it
- * cannot be sliced): SQLite reads the week's failed attempts by the partial index and
- * groups and ranks their distinct (tenant, ip) pairs in its sorter (temporary files, not
- * the JavaScript heap), and the event loop waits for it: its time grows with the week's
- * failed attempts. Measured on a loaded 2-core host: about 80 ms for an L-sized week
- * (39,000 failures of 1,000 tenants; a day's slice of the old statement took 5–18 ms),
- * about 1.7 s with 500,000 distinct addresses more (before: 4.9 s for a million, and the
- * heap). docs/performance.md.
+ * at most TOP_IPS failure rows per tenant, however many addresses an attacker rotates
+ * through (one row per distinct address was 0.3 KB of heap and 3–5 µs of event loop each:
+ * a million made the report's run hold /health 4.9 s). What holds the event loop is
+ * bounded by an hour's attempts (SLICE_MS), not the week's: one statement over the week
+ * held it about 1.7 s with 500,000 distinct addresses, and grew with them
+ * (docs/performance.md). The staged pairs live in SQLite's temporary file, not the heap.
  */
 export async function weekLogins(db: Db, van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>> {
-  const statements = weekLoginStatements(db);
-  const tally = loginTally();
-  for (let from = van.getTime(); from < tot.getTime(); from += SLICE_MS) {
-    const params = { van: new Date(from).toISOString(), tot: new Date(Math.min(from + SLICE_MS, tot.getTime())).toISOString() };
-    tally.addCounts(statements.perTenant.all(params));
-    await new Promise((r) => setImmediate(r));
+  const report = openReportConnection(db);
+  try {
+    await stageWeek(report, van, tot);
+    const { counts, failures } = stagedWeek(report);
+    const tally = loginTally();
+    tally.addCounts(counts);
+    tally.setFailures(failures);
+    return tally.result();
+  } finally {
+    report.close();
   }
-  tally.setFailures(statements.mislukt.all({ van: van.toISOString(), tot: tot.toISOString() }));
-  return tally.result();
 }
 
 const NO_LOGINS: TenantWeekLogins = { totaal: 0, gelukt: 0, mislukt: 0, mislukteIps: 0, topMislukteIps: [] };
