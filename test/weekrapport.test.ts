@@ -520,7 +520,7 @@ describe("weekLogins: every tenant's week in one pass", () => {
   test("counts per tenant inside [van, tot) only (across its day slices), the top five failing IPs by count then address, no tenant's attempts in another's figures", async () => {
     const env = await makeEnv();
     toClean.push(() => env.cleanup());
-    // The store's own queries, as weekrapport takes them (SQLite reads the week a day at a time).
+    // The store's own queries, as weekrapport takes them (SQLite reads the week an hour at a time).
     const q = env.store.kind === "pg" ? weeklyQueriesPg(env.store, TEST_SEAL, env.config) : weeklyQueries(env.store.db, TEST_SEAL, env.config);
     const a = await addTenant(env.db, "A");
     const b = await addTenant(env.db, "B");

@@ -2,9 +2,9 @@
 // SQLite, answered into the same shapes, so the rules there (recipientOf, loginTally,
 // weekStatsOf) and the job make the same reports of them. What differs, and why:
 //
-// - Login attempts are counted for the whole week in one pass, not a day at a time: a
-//   query here waits on the server without holding the event loop, which is what the
-//   slices protect on SQLite.
+// - Login attempts are read for the whole week in one statement each, not an hour at a
+//   time through staging tables: a query here waits on the server without holding the
+//   event loop, which is what the slices protect on SQLite.
 // - Audit actions are ordered COLLATE "C" and the ISO weeks compared COLLATE "C": those
 //   columns have the database's collation, and a linguistic one would order them
 //   otherwise than SQLite's byte order (and the mail would list ties differently).
