@@ -1,5 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import vectors from "./vectors/audit-chain.json" with { type: "json" };
 import { appendAuditEntry, canonicalJson, recordLoginAttempt, canonicalText, entryHash, GENESIS_HASH, type AppendedEntry, type ChainFields, type NewAuditEntry } from "../src/audit/chain.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
@@ -44,6 +46,18 @@ describe("known-answer vectors (test/vectors/audit-chain.json, docs/audit-chain.
       expect(createHash("sha256").update(Buffer.from(v.canonicalText, "utf8")).digest("hex")).toBe(v.hash);
     });
   }
+
+  test("a vector holds the key order of docs/audit-chain.md's example, an astral key before a BMP key above U+D800, and numbers in exponent form", () => {
+    const doc = readFileSync(join(ROOT, "docs/audit-chain.md"), "utf8");
+    expect(doc).toContain('`{"b":1,"10":2,"9":3,"01":4}` → `{"9":3,"10":2,"01":4,"b":1}`');
+    const v = vectors.vectors.find((x) => x.entry.details.includes('"volgorde":'))!;
+    expect(v.entry.details).toContain('"volgorde":{"9":3,"10":2,"01":4,"b":1}');
+    // UTF-16 code units: U+1F600 is D83D DE00, below U+FF61; by code point it would come after.
+    expect(v.entry.details).toContain('"😀":"astraal","｡":"bmp-boven-d800"}');
+    expect(v.entry.details).toContain('"groot":1e+21,"klein":1.5e-7');
+    // The loop above checks canonicalJson, the canonical text and the hash of this vector as of every other.
+    expect(canonicalJson(v.input.details)).toBe(v.entry.details);
+  });
 
   test("each vector of tenant 1 links to the one before it", () => {
     const t1 = vectors.vectors.filter((v) => v.entry.tenantId === 1);

@@ -7,12 +7,14 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
+import { parseSignerKey, parseVerifierKey, signNote } from "../src/audit/note.ts";
+import { openTreeHead, signRestoreRecord } from "../src/audit/records.ts";
+import { runAuditCommand } from "../src/cli/audit.ts";
 import { anchorRecordsPg } from "../src/pg/daily.ts";
 import { anchorRecords } from "../src/reports/daily.ts";
 import { BUN, buildBinary, ROOT } from "./binary.ts";
 import { addTenant, copyDatabase, fillChain, makeEnv, restoreCopy, type Env } from "./dialect.ts";
-import { call, DAY_MS, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { call, DAY_MS, NOW, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 let env: Env;
 /** What the commands read: the SQLite file, or the PostgreSQL database's URL (`--database-url`). */
@@ -159,6 +161,102 @@ describe("nachtwacht export and verify --bundel", () => {
     const wrongProof = await run(["verify", "--bundel", file, "--sleutel", TEST_VERIFIER_KEY]);
     expect(wrongProof.code).toBe(1);
     expect(wrongProof.out).toContain("inclusiebewijs voor seq 24 klopt niet");
+  });
+});
+
+/** verify --bundel in this process (runAuditCommand): its exit code and output. */
+async function verifyBundleFile(file: string) {
+  const o: string[] = [];
+  const code = await runAuditCommand(["verify", "--bundel", file, "--sleutel", TEST_VERIFIER_KEY], {}, (s) => o.push(s), (s) => o.push(s));
+  return { code, out: o.join("\n") };
+}
+
+/** Exports tenant `a`'s bundle into the test directory and returns its file and lines. */
+async function exported(a: number, name: string, extra: string[] = []): Promise<{ file: string; lines: string[] }> {
+  const file = join(env.dir, name);
+  expect((await run(["export", ...base(), "--tenant", String(a), "--uit", file, ...extra])).code).toBe(0);
+  return { file, lines: readFileSync(file, "utf8").trimEnd().split("\n") };
+}
+
+describe("verify --bundel names its head: a bundle proves its entries against its own head only", () => {
+  test("the result lines give the head's tree size, newest seq and root; an older export still verifies, and its numbers show its age", async () => {
+    const { a } = await signed();
+    const old = await exported(a, "oud.jsonl");
+    const oldRoot = JSON.parse(old.lines[0]!).checkpoint.split("\n")[2];
+    await fillChain(env.store, a, 5, { from: 37, at });
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const now = await exported(a, "nu.jsonl");
+    const newRoot = JSON.parse(now.lines[0]!).checkpoint.split("\n")[2];
+    expect(newRoot).not.toBe(oldRoot);
+
+    const r = await verifyBundleFile(old.file);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain(`kop van de bundel: checkpoint, boomgrootte 37, nieuwste seq 37, root ${oldRoot}`);
+    expect(r.out).toContain(`RESULTAAT: de bundel van tenant ${a} klopt (37 entries) tegen haar eigen kop, tot en met seq 37.`);
+    expect(r.out).toContain("Of die kop de nieuwste van de tenant is, zegt de bundel niet");
+    const n = await verifyBundleFile(now.file);
+    expect(n.code).toBe(0);
+    expect(n.out).toContain(`kop van de bundel: checkpoint, boomgrootte 42, nieuwste seq 42, root ${newRoot}`);
+  });
+});
+
+describe("verify --bundel: why a head does not open", () => {
+  test("a head relabelled to another tenant, or with a foreign origin signed by a trusted key, is andere-oorsprong; so openTreeHead says", async () => {
+    const { a, b } = await signed();
+    const { file, lines } = await exported(a, "bundel.jsonl");
+    const header = JSON.parse(lines[0]!);
+    writeFileSync(file, [JSON.stringify({ ...header, tenantId: b }), ...lines.slice(1)].join("\n"));
+    const relabelled = await verifyBundleFile(file);
+    expect(relabelled.code).toBe(1);
+    expect(relabelled.out).toContain("RESULTAAT: de bundel klopt NIET: het checkpoint is geldig ondertekend, maar van een andere tenant, sleutel of boom (andere-oorsprong)");
+
+    const signer = parseSignerKey(TEST_SIGNING_KEY);
+    const [, size, root] = header.checkpoint.split("\n");
+    const foreign = signNote(`ander.voorbeeld/log/tenant/${a}\n${size}\n${root}\n`, signer);
+    writeFileSync(file, [JSON.stringify({ ...header, checkpoint: foreign }), ...lines.slice(1)].join("\n"));
+    const r = await verifyBundleFile(file);
+    expect(r.code).toBe(1);
+    expect(r.out).toContain("het checkpoint is geldig ondertekend, maar van een andere tenant, sleutel of boom (andere-oorsprong)");
+
+    const verifiers = [parseVerifierKey(TEST_VERIFIER_KEY)];
+    expect(openTreeHead(foreign, a, verifiers)).toEqual({ ok: false, error: "andere-oorsprong" });
+    expect(openTreeHead(header.checkpoint, b, verifiers, "checkpoint")).toEqual({ ok: false, error: "andere-oorsprong" });
+    // A restore acceptance of another tenant, as openTreeHead reads a herstel line of the file.
+    const restore = signRestoreRecord(signer, { tenantId: b, basis: 0, van: 37, vanRoot: new Uint8Array(32), naar: 30, root: new Uint8Array(32), tijdstip: NOW.toISOString() });
+    expect(openTreeHead(restore, a, verifiers, "herstel")).toEqual({ ok: false, error: "andere-oorsprong" });
+    expect(openTreeHead(restore, b, verifiers, "herstel").ok).toBe(true);
+    // Not a head at all, or not the kind asked for: still misvormd.
+    expect(openTreeHead(signNote("geen checkpoint\n", signer), a, verifiers)).toEqual({ ok: false, error: "misvormd" });
+    expect(openTreeHead(restore, b, verifiers, "checkpoint")).toEqual({ ok: false, error: "misvormd" });
+    expect(openTreeHead(header.checkpoint, a, verifiers, "herstel")).toEqual({ ok: false, error: "misvormd" });
+  });
+});
+
+describe("verify --bundel: a header of the wrong shape", () => {
+  test("a header without retentie, a bewijs without hashes, adoptie 5 or an entry without its hash: exit 2 naming the field", async () => {
+    const { a } = await signed();
+    const { file, lines } = await exported(a, "bundel.jsonl", ["--bewijs", "5"]);
+    const header = JSON.parse(lines[0]!);
+    const { retentie: _, ...withoutRetentie } = header;
+    const { hashes: __, ...bewijsWithoutHashes } = header.bewijs;
+    const cases: [unknown, string][] = [
+      [withoutRetentie, "het veld retentie (een ondertekend retentierecord als tekst, of null) van de kopregel"],
+      [{ ...header, bewijs: bewijsWithoutHashes }, "het veld bewijs.hashes ("],
+      [{ ...header, bewijs: { ...header.bewijs, hashes: ["AAAA"] } }, "het veld bewijs.hashes ("],
+      [{ ...header, bewijs: { ...header.bewijs, index: "4" } }, "het veld bewijs.index ("],
+      [{ ...header, bewijs: 1 }, "het veld bewijs (een object"],
+      [{ ...header, adoptie: 5 }, "het veld adoptie (een ondertekend adoptierecord als tekst, null of afwezig)"],
+    ];
+    for (const [h, field] of cases) {
+      writeFileSync(file, [JSON.stringify(h), ...lines.slice(1)].join("\n"));
+      const r = await verifyBundleFile(file);
+      expect([r.code, r.out]).toEqual([2, expect.stringContaining(`geen geldige bundel: ${field}`)]);
+      expect(r.out).not.toContain("TypeError");
+    }
+    const { hash: ___, ...entryWithoutHash } = JSON.parse(lines[3]!);
+    writeFileSync(file, [lines[0], ...lines.slice(1, 3), JSON.stringify(entryWithoutHash), ...lines.slice(4)].join("\n"));
+    const r = await verifyBundleFile(file);
+    expect([r.code, r.out]).toEqual([2, expect.stringContaining("geen geldige bundel: regel 4, veld hash van de entry")]);
   });
 });
 

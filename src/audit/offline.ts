@@ -126,7 +126,7 @@ async function witnessCheck(
   return { grootte: size, verdict: await verifyAt(targets) };
 }
 
-/** The first line of a bundle. */
+/** The first line of a bundle (docs/audit-chain.md, "Offline verification", gives each field's encoding). */
 export interface BundleHeader {
   soort: "nachtwacht-bundel-v1";
   tenantId: number;
@@ -232,6 +232,55 @@ export interface BundleVerdict {
   adoptie?: AdoptionRecord;
   /** The bundle's head is a restore acceptance: the chain went back from `van` to `naar`. */
   herstel?: { van: number; naar: number };
+  /**
+   * The head the bundle was checked against, once it opened: an auditor compares it with
+   * the anchor file and the newest e-mailed installation checkpoint, since a bundle alone
+   * never shows that its head is still the tenant's newest. `grootte` is the tree size as
+   * signed, `seq` the newest seq (basis + tree size), `root` base64.
+   */
+  kop?: { soort: "checkpoint" | "herstel"; grootte: number; seq: number; root: string };
+}
+
+/** Why a signed note of the bundle does not open, worded by openNote's or the parser's reason. */
+function unopened(what: string, reason: string): string {
+  switch (reason) {
+    case "andere-oorsprong":
+      return `${what} is geldig ondertekend, maar van een andere tenant, sleutel of boom (andere-oorsprong)`;
+    case "misvormd":
+      return `${what} is niet te openen (misvormd)`;
+    default:
+      return `${what} is niet geldig ondertekend door een vertrouwde sleutel (${reason})`;
+  }
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+const isSeq = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+const isHash32 = (v: unknown) => typeof v === "string" && Buffer.from(v, "base64").length === 32 && Buffer.from(v, "base64").toString("base64") === v;
+
+/**
+ * Which field of a bundle's header does not have its documented shape, or null: checked
+ * before use, so a hand-edited or foreign bundle is refused by name (exit 2), never by a
+ * TypeError halfway through.
+ */
+function malformedHeaderField(h: Record<string, unknown>): string | null {
+  if (!("retentie" in h) || (h.retentie !== null && typeof h.retentie !== "string")) return "retentie (een ondertekend retentierecord als tekst, of null)";
+  if (h.adoptie !== undefined && h.adoptie !== null && typeof h.adoptie !== "string") return "adoptie (een ondertekend adoptierecord als tekst, null of afwezig)";
+  if (h.bewijs === undefined) return null;
+  const b = h.bewijs;
+  if (!isObject(b)) return "bewijs (een object {seq, index, grootte, hashes})";
+  for (const k of ["seq", "index", "grootte"] as const) if (!isSeq(b[k])) return `bewijs.${k} (een geheel getal van 0 of meer)`;
+  if (!Array.isArray(b.hashes) || !b.hashes.every(isHash32)) return "bewijs.hashes (een lijst van 32-byte hashes in standaard base64 met opvulling)";
+  return null;
+}
+
+const ENTRY_TEXT_FIELDS = ["createdAt", "actor", "action", "subject", "details", "prevHash", "hash"] as const;
+
+/** The same for an entry line: `seq` and `id` integers, the other fields strings (`details` the stored text). */
+function malformedEntryField(e: unknown): string | null {
+  if (!isObject(e)) return "(geen object)";
+  if (!isSeq(e.seq)) return "seq";
+  if (!Number.isSafeInteger(e.id)) return "id";
+  return ENTRY_TEXT_FIELDS.find((k) => typeof e[k] !== "string") ?? null;
 }
 
 /** Checks a bundle offline, with only the trusted public keys. */
@@ -245,14 +294,22 @@ export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerd
   } catch {
     throw new CannotCheck("geen bundel: een regel is geen JSON");
   }
-  if (header?.soort !== "nachtwacht-bundel-v1" || !Number.isSafeInteger(header.tenantId) || typeof header.checkpoint !== "string") {
+  if (!isObject(header) || header.soort !== "nachtwacht-bundel-v1" || !Number.isSafeInteger(header.tenantId) || typeof header.checkpoint !== "string") {
     throw new CannotCheck("geen bundel van nachtwacht (nachtwacht-bundel-v1)");
   }
+  const badField = malformedHeaderField(header as unknown as Record<string, unknown>);
+  if (badField) throw new CannotCheck(`geen geldige bundel: het veld ${badField} van de kopregel is ongeldig of ontbreekt`);
+  for (const [i, e] of entries.entries()) {
+    const bad = malformedEntryField(e);
+    if (bad) throw new CannotCheck(`geen geldige bundel: regel ${i + 2}, veld ${bad} van de entry is ongeldig of ontbreekt`);
+  }
   const tenantId = header.tenantId;
-  const fail = (fout: string): BundleVerdict => ({ ok: false, tenantId, entries: entries.length, fout });
+  let kop: BundleVerdict["kop"];
+  const fail = (fout: string): BundleVerdict => ({ ok: false, tenantId, entries: entries.length, fout, ...(kop ? { kop } : {}) });
   const cp = openTreeHead(header.checkpoint, tenantId, verifiers);
-  if (!cp.ok) return fail(`het checkpoint is niet geldig ondertekend door een vertrouwde sleutel (${cp.error})`);
+  if (!cp.ok) return fail(unopened("het checkpoint", cp.error));
   const head = cp.head;
+  kop = { soort: head.soort, grootte: head.size - head.basis, seq: head.size, root: Buffer.from(head.root).toString("base64") };
   let range = new CompactRange();
   let prevSeq = 0;
   let prevHash = GENESIS_HASH;
@@ -260,14 +317,14 @@ export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerd
   let adoption: AdoptionRecord | undefined;
   if (header.adoptie != null) {
     const a = openAdoptionRecord(header.adoptie, tenantId, verifiers);
-    if (!a.ok) return fail(`het adoptierecord is niet geldig ondertekend (${a.error})`);
+    if (!a.ok) return fail(unopened("het adoptierecord", a.error));
     adoption = a.record;
     basis = prevSeq = a.record.seq;
     prevHash = a.record.hash;
   }
   if (header.retentie !== null) {
     const r = openRetentionRecord(header.retentie, tenantId, verifiers);
-    if (!r.ok) return fail(`het retentierecord is niet geldig ondertekend (${r.error})`);
+    if (!r.ok) return fail(unopened("het retentierecord", r.error));
     const why = retentionUnjustified(r.record);
     if (why) return fail(`het retentierecord rechtvaardigt de verwijdering niet: ${why}`);
     if (r.record.basis !== basis) return fail("het retentierecord hoort bij een andere boom dan het adoptierecord");
@@ -286,7 +343,7 @@ export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerd
   }
   if (basis + range.size !== head.size) return fail(`de bundel bevat entries tot seq ${basis + range.size}, het checkpoint telt er tot seq ${head.size}`);
   if (!Buffer.from(range.root()).equals(head.root)) return fail("de entries geven een andere Merkle-root dan het ondertekende checkpoint");
-  const out: BundleVerdict = { ok: true, tenantId, entries: entries.length };
+  const out: BundleVerdict = { ok: true, tenantId, entries: entries.length, kop };
   if (adoption) out.adoptie = adoption;
   if (head.soort === "herstel") {
     const h = openRestoreHead(header.checkpoint, tenantId, verifiers);

@@ -202,18 +202,23 @@ function root32(text: string): Uint8Array | null {
 
 export function parseRestoreText(keyName: string, tenantId: number, text: string): RestoreRecord | null {
   const lines = text.split("\n");
-  const basis = lines[lines.length - 1] === "" ? originBasis(lines[0]!, keyName, tenantId, "/herstel") : null;
-  if (basis === null) return null;
+  const body = restoreBody(lines);
+  const basis = body ? originBasis(lines[0]!, keyName, tenantId, "/herstel") : null;
+  if (!body || basis === null || body.van < basis || body.naar < basis) return null;
+  return { tenantId, basis, ...body };
+}
+
+/** A restore acceptance's lines after its origin, whatever the origin says; null when they are not one's. */
+function restoreBody(lines: string[]): Omit<RestoreRecord, "tenantId" | "basis"> | null {
+  if (lines[lines.length - 1] !== "") return null;
   const v = keyedLines(lines, RESTORE_KEYS);
   if (!v) return null;
   const seq = /^(0|[1-9][0-9]{0,15})$/;
   if (!seq.test(v.van!) || !seq.test(v.naar!) || !ISO.test(v.tijdstip!)) return null;
   const vanRoot = root32(v["van-root"]!);
   const root = root32(v.root!);
-  const van = Number(v.van);
-  const naar = Number(v.naar);
-  if (!vanRoot || !root || van < basis || naar < basis) return null;
-  return { tenantId, basis, van, vanRoot, naar, root, tijdstip: v.tijdstip! };
+  if (!vanRoot || !root) return null;
+  return { van: Number(v.van), vanRoot, naar: Number(v.naar), root, tijdstip: v.tijdstip! };
 }
 
 
@@ -324,20 +329,28 @@ export interface TreeHead {
   root: Uint8Array;
 }
 
-/** A checkpoint or restore acceptance (`soort`; either when omitted) of this tenant, opened. */
+/**
+ * A checkpoint or restore acceptance (`soort`; either when omitted) of this tenant,
+ * opened. `andere-oorsprong` when the text is one but its origin names another key,
+ * tenant or tree (a relabelled head, as openCheckpoint says); `misvormd` when it is neither.
+ */
 export function openTreeHead(note: string, tenantId: number, verifiers: Verifier[], soort?: TreeHead["soort"]): { ok: true; head: TreeHead } | { ok: false; error: string } {
   const o = opened(note, verifiers);
   if ("error" in o) return { ok: false, error: o.error };
+  let foreignOrigin = false;
   if (soort !== "herstel") {
     const c = parseCheckpointText(o.text);
     const basis = c && originBasis(c.origin, o.keyName, tenantId, "");
     if (c && basis !== null) return { ok: true, head: { soort: "checkpoint", basis, size: basis + c.size, root: c.root } };
+    foreignOrigin ||= c !== null; // parsed, so only its origin did not fit
   }
   if (soort !== "checkpoint") {
     const r = parseRestoreText(o.keyName, tenantId, o.text);
     if (r) return { ok: true, head: { soort: "herstel", basis: r.basis, size: r.naar, root: r.root } };
+    const lines = o.text.split("\n");
+    foreignOrigin ||= restoreBody(lines) !== null && originBasis(lines[0]!, o.keyName, tenantId, "/herstel") === null;
   }
-  return { ok: false, error: "misvormd" };
+  return { ok: false, error: foreignOrigin ? "andere-oorsprong" : "misvormd" };
 }
 
 export function openInstallationCheckpoint(note: string, verifiers: Verifier[]): { ok: true; checkpoint: Checkpoint } | { ok: false; error: string } {

@@ -453,8 +453,14 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
         out(`LET OP: de keten is op ${v.adoptie.tijdstip} geadopteerd vanaf seq ${v.adoptie.seq + 1}: de entries 1 t/m ${v.adoptie.seq} zijn door een eerdere versie verwijderd zonder ondertekend retentierecord.`);
       }
       if (v.herstel) out(`LET OP: het checkpoint is een herstelrecord: de keten ging na een teruggezette database terug van seq ${v.herstel.van} naar ${v.herstel.naar}.`);
-      if (v.ok) out(`RESULTAAT: de bundel van tenant ${v.tenantId} klopt (${v.entries} entries${v.bewijs ? ", inclusiebewijs klopt" : ""}).`);
-      else out(`RESULTAAT: de bundel klopt NIET: ${v.fout}`);
+      // The head's numbers, to compare with the anchor file and the e-mailed installation
+      // checkpoint: the bundle proves its entries against its own head, never that the
+      // head is still the tenant's newest (docs/audit-chain.md, "Offline verification").
+      if (v.kop) out(`kop van de bundel: ${v.kop.soort}, boomgrootte ${v.kop.grootte}, nieuwste seq ${v.kop.seq}, root ${v.kop.root}`);
+      if (v.ok) {
+        out(`RESULTAAT: de bundel van tenant ${v.tenantId} klopt (${v.entries} entries${v.bewijs ? ", inclusiebewijs klopt" : ""}) tegen haar eigen kop, tot en met seq ${v.kop!.seq}.`);
+        out("  Of die kop de nieuwste van de tenant is, zegt de bundel niet: vergelijk hem met het ankerbestand en het nieuwste installatie-checkpoint uit de e-mail.");
+      } else out(`RESULTAAT: de bundel klopt NIET: ${v.fout}`);
       return v.ok ? 0 : 1;
     }
     if (o.checkpoint === "-" && o["database-url"] === "-") throw new UsageError("--checkpoint - en --database-url - kunnen niet allebei standaardinvoer lezen");
