@@ -1,5 +1,5 @@
 // weekrapport at scale: the real job and the real pooled SMTP mailer, delivering to
-// bench/smtp-sink.ts in another process. The delivery guard of this ISO week is
+// bench/smtp-sink.ts in another process. The delivery guard of the job's ISO week is
 // emptied first, so every run sends every message. After the job (its peak RSS taken
 // first) a profile pass times the parts alone: the per-tenant statistics (SQLite) and
 // the rendering of the first tenants' reports.
@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { WeeklyReport } from "../../emails/WeeklyReport.tsx";
 import { openStore } from "../../src/db.ts";
 import { isoWeek } from "../../src/format.ts";
-import { runWeekrapport } from "../../src/jobs/weekrapport.ts";
+import { reportEnd, runWeekrapport } from "../../src/jobs/weekrapport.ts";
 import { renderEmail } from "../../src/mail/render.ts";
 import { createMailer } from "../../src/mail/transport.ts";
 import { tenantWeekStats, WEEK_MS, weekLogins, weeklyReportProps } from "../../src/reports/weekly.ts";
@@ -23,7 +23,9 @@ import { startSink } from "../sink-client.ts";
 
 const store = openStore(arg("db"), NOW);
 const { sqlite } = store;
-sqlite.query("DELETE FROM weekly_report_deliveries WHERE iso_week = ?").run(isoWeek(NOW));
+// The job's week is that of its last scheduled time (reportEnd), not NOW's: deleting NOW's
+// week left the previous run's deliveries, and a second run on the cached data sent nothing.
+sqlite.query("DELETE FROM weekly_report_deliveries WHERE iso_week = ?").run(isoWeek(reportEnd(NOW)));
 
 const sink = await startSink();
 const outbox = mkdtempSync(join(tmpdir(), "nachtwacht-bench-outbox-"));
