@@ -1,4 +1,5 @@
 import { Database } from "bun:sqlite";
+import { readdirSync, readlinkSync } from "node:fs";
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { fillPlaceholders } from "drizzle-orm";
 import { SMTPServer } from "smtp-server";
@@ -614,6 +615,37 @@ describe("weekLogins on SQLite: no statement reads more than an hour of attempts
         { ip: "10.0.0.3", aantal: 1 },
       ],
     });
+  });
+});
+
+describe("weekLogins on SQLite: its own connection is closed when it is done", () => {
+  test("its TEMP file of staged pairs does not outlive the run (bun leaves a connection with unfinalized statements open, with that file)", async () => {
+    const env = await makeEnv();
+    toClean.push(() => env.cleanup());
+    if (env.store.kind !== "sqlite") return; // PostgreSQL opens no second connection.
+    const q = weeklyQueries(env.store.db, TEST_SEAL, env.config);
+    const a = await addTenant(env.db, "A");
+    // More pairs than SQLite's 2 MB cache of the TEMP schema holds: the staging spills to its file.
+    const insert = env.store.sqlite.prepare("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, reden, tenant_id) VALUES (?, 'x', ?, 0, NULL, ?)");
+    const at = new Date(NOW.getTime() - 3600_000).toISOString();
+    env.store.sqlite.transaction(() => {
+      for (let k = 0; k < 80_000; k++) insert.run(at, `2001:db8::${k.toString(16)}`, a);
+    })();
+    insert.finalize();
+    const deleted = () =>
+      readdirSync("/proc/self/fd")
+        .map((fd) => {
+          try {
+            return readlinkSync(`/proc/self/fd/${fd}`);
+          } catch {
+            return "";
+          }
+        })
+        .filter((link) => link.endsWith("(deleted)"));
+    const before = deleted();
+    for (let run = 0; run < 2; run++) expect((await q.weekLogins(new Date(NOW.getTime() - WEEK_MS), NOW)).get(a)!.mislukteIps).toBe(80_000);
+    // Other tests' files may close meanwhile: no new one is left.
+    expect(deleted().filter((link) => !before.includes(link))).toEqual([]);
   });
 });
 

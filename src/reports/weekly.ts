@@ -363,7 +363,18 @@ export function openReportConnection(db: Db): ReportConnection {
     sqlite.close();
     throw e;
   }
-  return { db: drizzle(sqlite, { schema }), sqlite, close: () => sqlite.close() };
+  const rdb = drizzle(sqlite, { schema });
+  return {
+    db: rdb,
+    sqlite,
+    close: () => {
+      // bun's close() leaves a connection whose statements are not finalized open (its file
+      // and its TEMP file with the staged pairs) until the collector frees them; drizzle's
+      // prepared queries hold theirs as `stmt`.
+      for (const p of Object.values(weekLoginStatements(rdb))) (p as { stmt?: { finalize(): void } }).stmt?.finalize();
+      sqlite.close();
+    },
+  };
 }
 
 /**
