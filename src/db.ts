@@ -43,6 +43,15 @@ export function preparedPerConnection<T>(prepare: (db: Db) => T): (db: Db) => T 
   };
 }
 
+/**
+ * Sets a service_meta value that carries no seal (a watermark, a mark of the job that
+ * owns the key), in the caller's transaction: an earlier seal of the row does not stay
+ * beside a value it was not made for. putMetaPg on PostgreSQL.
+ */
+export function putMeta(db: Db, key: string, value: string): void {
+  db.insert(serviceMeta).values({ key, value }).onConflictDoUpdate({ target: serviceMeta.key, set: { value, zegel: null } }).run();
+}
+
 /** `excluded.<column>` in an upsert's SET: the value the insert that conflicted would have written. */
 export function excluded(column: AnySQLiteColumn): SQL {
   return sql`excluded.${sql.identifier(column.name)}`;

@@ -20,14 +20,22 @@ export function retentionBoundary(now: Date, days: number): string {
  * src/ingest/audit.ts) and the library appenders' createdAt and tijdstip (src/audit/chain.ts).
  */
 export function isExistingMoment(dateTime: string): boolean {
-  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})/.exec(dateTime);
-  if (m === null) return false;
-  const [, y, mo, d, h, mi, s] = m.map(Number);
-  // setUTCFullYear, not Date.UTC: that reads the years 0000–0099 as 1900–1999.
-  const day = new Date(0);
-  day.setUTCFullYear(y!, mo! - 1, d!);
-  return day.getUTCMonth() === mo! - 1 && day.getUTCDate() === d! && h! <= 23 && mi! <= 59 && s! <= 59;
+  if (!DATE_TIME_START.test(dateTime)) return false;
+  // By digits, not Date: it runs for every entry appended (0.03 against 0.3 µs), and Date
+  // rolls 2026-02-30 over instead of refusing it. The Gregorian calendar, as Date's.
+  const n = (at: number, digits: number) => {
+    let v = 0;
+    for (let i = at; i < at + digits; i++) v = v * 10 + dateTime.charCodeAt(i) - 48;
+    return v;
+  };
+  const [y, mo, d] = [n(0, 4), n(5, 2), n(8, 2)];
+  if (mo < 1 || mo > 12 || d < 1) return false;
+  const leap = y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);
+  return d <= (mo === 2 && leap ? 29 : MONTH_DAYS[mo - 1]!) && n(11, 2) <= 23 && n(14, 2) <= 59 && n(17, 2) <= 59;
 }
+
+const DATE_TIME_START = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}/;
+const MONTH_DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
 /**
  * How far after `now` a run's start may lie and still count as a start: for "done since

@@ -244,28 +244,17 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
   const fail = (code: number, e?: unknown): never => steps.fail(code, e);
   // Opening a missing path would create an empty database and back that up. Run as root
   // in a folder the service's user owns: a symlink planted there would have root copy
-  // whatever it points at into the backup (openRegularFile). The descriptor is held until
-  // the copy is made.
-  let db: { fd: number; size: number };
+  // whatever it points at into the backup (openRegularFile here; SQLite's own open below
+  // refuses one swapped in since).
   let file: string;
   try {
     // SQLite's NOFOLLOW refuses a symlink anywhere in the path: the folders are resolved
     // here (root's, such as /var/lib/nachtwacht linked to a larger disk), the file is not.
     file = join(realpathSync(dirname(o.db)), basename(o.db));
-    db = openRegularFile(file);
+    closeSync(openRegularFile(file).fd);
   } catch (e) {
     return fail(66, e instanceof NotARegularFile && e.symlink ? symlinkRefused(o.db) : new Error(`database ${o.db} bestaat niet of is niet leesbaar`));
   }
-  try {
-    return await copyDatabase(o, file, steps);
-  } finally {
-    closeSync(db.fd);
-  }
-}
-
-/** The copy of the database at `file` (o.db with its folders resolved). */
-async function copyDatabase(o: BackupOptions, file: string, steps: BackupSteps): Promise<BackupDone> {
-  const fail = (code: number, e?: unknown): never => steps.fail(code, e);
   prepareBackupDir(o.dir, steps);
 
   const stamp = stampOf(o.now);

@@ -18,7 +18,7 @@ import { and, count, desc, eq, gt, gte, isNotNull, lt, lte, sql, type Column, ty
 import { t, type Static } from "elysia";
 import { jobRuns, loginAttempts, serviceMeta } from "../../db/schema.ts";
 import type { Alarm } from "../alarms/alarm.ts";
-import { writeTransaction, type Db } from "../db.ts";
+import { putMeta, writeTransaction, type Db } from "../db.ts";
 import type { AnyStore, Deps } from "../deps.ts";
 import { lateFailuresPg, offenderQueryPg, seenStatePg, storedLoginIdsPg, writeSeenUpToPg } from "../pg/status.ts";
 import { defineJob, type JobResult } from "./job.ts";
@@ -231,10 +231,7 @@ export function lateFailuresQuery(db: Db, ids: StoredIds, before: string, limit:
 }
 
 function writeSeenSqlite(db: Db, value: number): void {
-  db.insert(serviceMeta)
-    .values({ key: SEEN_KEY, value: String(value) })
-    .onConflictDoUpdate({ target: serviceMeta.key, set: { value: String(value), zegel: null } })
-    .run();
+  putMeta(db, SEEN_KEY, String(value));
 }
 
 /** The windows [t − 1 h, t] of the quarter-hourly runs (t on the quarter hour) that hold moment `x`. */

@@ -16,9 +16,9 @@
 import { eq } from "drizzle-orm";
 import { serviceMeta } from "../../db/schema.ts";
 import { serviceMeta as serviceMetaPg } from "../../db/schema-pg.ts";
-import { writeTransaction, type Db } from "../db.ts";
+import { putMeta, writeTransaction, type Db } from "../db.ts";
 import type { AnyStore } from "../deps.ts";
-import type { PgDb } from "../pg/store.ts";
+import { putMetaPg, type PgDb } from "../pg/store.ts";
 
 export const POSTPONED_KEY = "beveiligingslog-uitgesteld";
 
@@ -80,8 +80,7 @@ export async function recordPostponement(store: AnyStore, postponed: boolean, no
       if (before !== null) await db.delete(serviceMetaPg).where(eq(serviceMetaPg.key, POSTPONED_KEY));
       return;
     }
-    const value = formatPostponement(next);
-    await db.insert(serviceMetaPg).values({ key: POSTPONED_KEY, value }).onConflictDoUpdate({ target: serviceMetaPg.key, set: { value, zegel: null } });
+    await putMetaPg(db, POSTPONED_KEY, formatPostponement(next));
     return;
   }
   const db = store.db;
@@ -93,7 +92,6 @@ export async function recordPostponement(store: AnyStore, postponed: boolean, no
       db.delete(serviceMeta).where(eq(serviceMeta.key, POSTPONED_KEY)).run();
       return;
     }
-    const value = formatPostponement(next);
-    db.insert(serviceMeta).values({ key: POSTPONED_KEY, value }).onConflictDoUpdate({ target: serviceMeta.key, set: { value, zegel: null } }).run();
+    putMeta(db, POSTPONED_KEY, formatPostponement(next));
   });
 }

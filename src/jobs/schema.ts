@@ -20,7 +20,6 @@ export const nullable = <T extends TSchema>(schema: T, options?: SchemaOptions) 
 export const enumOf = <const V extends readonly [string, ...string[]]>(values: V, options?: SchemaOptions) =>
   t.UnionEnum(values, { ...options, default: undefined });
 
-
 /** What a string pattern of these schemas asks for, in Dutch, by pattern: the 400 message says it (src/http/errors.ts). */
 export const PATTERN_MEANINGS = new Map<string, string>();
 

@@ -12,7 +12,7 @@ import { statusesOf, type JobStatus, type NewestRun } from "../schedule-due.ts";
 import { SCHEDULE } from "../schedule.ts";
 import { lastRunOf, runsOfJob, type LastRun } from "../job-runs.ts";
 import { liveLeasesPg } from "./job-lease.ts";
-import { LOCK_BACKUP_WITNESS, LOCK_LOGIN_IDS, LOCK_NAMESPACE, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
+import { LOCK_BACKUP_WITNESS, LOCK_LOGIN_IDS, LOCK_NAMESPACE, putMetaPg, type PgDb, type PgDbTx, type PgStore } from "./store.ts";
 import { INSTALLED, NEWEST_ROWS, newestSealedBackup, sealedBackupColumns, sealedRunColumns, type RowSeal, type SealedBackup } from "../row-seal.ts";
 
 /** The sealed first start of the service on this database (installedAt on SQLite); null when the row is gone or its seal does not hold. */
@@ -149,8 +149,5 @@ export function lateFailuresPg(db: PgDb, ids: StoredIds, before: string, limit: 
 
 /** writeSeenSqlite on PostgreSQL. */
 export async function writeSeenUpToPg(db: PgDb, value: number): Promise<void> {
-  await db
-    .insert(serviceMeta)
-    .values({ key: SEEN_KEY, value: String(value) })
-    .onConflictDoUpdate({ target: serviceMeta.key, set: { value: String(value), zegel: null } });
+  await putMetaPg(db, SEEN_KEY, String(value));
 }

@@ -100,6 +100,11 @@ export function pgPool(url: string, max: number): SQL {
 /** A transaction of `db` (Drizzle's) as passed to its callback. */
 export type PgDbTx = Parameters<Parameters<PgDb["transaction"]>[0]>[0];
 
+/** putMeta (src/db.ts) on PostgreSQL, on `db` or in a transaction's `tx`. */
+export async function putMetaPg(db: PgDb | PgDbTx, key: string, value: string): Promise<void> {
+  await db.insert(schema.serviceMeta).values({ key, value }).onConflictDoUpdate({ target: schema.serviceMeta.key, set: { value, zegel: null } });
+}
+
 /**
  * `work` in a transaction whose statements wait for another session's lock at most
  * `lockWaitMs` instead of the pool's LOCK_TIMEOUT_MS: as long as the caller waits (5 s

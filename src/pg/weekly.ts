@@ -126,8 +126,8 @@ export async function recordDeliveryPg(db: PgDb, r: DeliveryKey, isoWeek: string
  */
 export function weekLoginQueriesPg(db: PgDb, van: Date, tot: Date) {
   const inWindow = and(gte(loginAttempts.tijdstip, van.toISOString()), lt(loginAttempts.tijdstip, tot.toISOString()));
-  // Ranked as on SQLite (failedIpRanking), ties by address in byte order (COLLATE "C");
-  // only each tenant's TOP_IPS rows leave the server.
+  // Ranked in the order of SQLite's staging index (failedIpRanking), ties by address in
+  // byte order (COLLATE "C"); only each tenant's TOP_IPS rows leave the server.
   const ranking = failedIpRanking(loginAttempts, sql`${loginAttempts.ip} COLLATE "C"`);
   const failed = db
     .select({

@@ -8,9 +8,9 @@
 import { and, eq } from "drizzle-orm";
 import { jobRuns, serviceMeta } from "../../db/schema.ts";
 import { jobRuns as jobRunsPg, serviceMeta as serviceMetaPg } from "../../db/schema-pg.ts";
-import { writeTransaction, type Db, type Store } from "../db.ts";
+import { putMeta, writeTransaction, type Db, type Store } from "../db.ts";
 import type { AnyStore } from "../deps.ts";
-import type { PgDb } from "../pg/store.ts";
+import { putMetaPg, type PgDb } from "../pg/store.ts";
 
 /** The service_meta key of the mark. */
 export const SEND_MARK_KEY = "dagrapport-verzenden";
@@ -46,10 +46,7 @@ function takeSqlite(db: Db, runId: number, decide: MarkDecision): MarkedRun | nu
           .where(and(eq(jobRuns.id, id), eq(jobRuns.job, "dagrapport")))
           .get() ?? null);
   if (decide(earlier).send) {
-    db.insert(serviceMeta)
-      .values({ key: SEND_MARK_KEY, value: String(runId) })
-      .onConflictDoUpdate({ target: serviceMeta.key, set: { value: String(runId), zegel: null } })
-      .run();
+    putMeta(db, SEND_MARK_KEY, String(runId));
   } else {
     db.delete(serviceMeta).where(eq(serviceMeta.key, SEND_MARK_KEY)).run();
   }
@@ -68,10 +65,7 @@ async function takePg(db: PgDb, runId: number, decide: MarkDecision): Promise<Ma
             .from(jobRunsPg)
             .where(and(eq(jobRunsPg.id, id), eq(jobRunsPg.job, "dagrapport")));
     if (decide(earlier ?? null).send) {
-      await tx
-        .insert(serviceMetaPg)
-        .values({ key: SEND_MARK_KEY, value: String(runId) })
-        .onConflictDoUpdate({ target: serviceMetaPg.key, set: { value: String(runId), zegel: null } });
+      await putMetaPg(tx, SEND_MARK_KEY, String(runId));
     } else {
       await tx.delete(serviceMetaPg).where(eq(serviceMetaPg.key, SEND_MARK_KEY));
     }

@@ -484,7 +484,9 @@ export function loginTally() {
     setFailures(rows: Iterable<FailedIpRow>): void {
       for (const r of rows) {
         if (r.tenantId === null) continue;
-        failed.set(r.tenantId, [...(failed.get(r.tenantId) ?? []), r]);
+        const rows = failed.get(r.tenantId);
+        if (rows) rows.push(r);
+        else failed.set(r.tenantId, [r]);
       }
     },
     /** Keyed by tenant; a tenant without attempts is absent. */
