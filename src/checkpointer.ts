@@ -3,7 +3,8 @@
 // inside that COMMIT: an append of 500 entries then took 31–40 ms instead of 4, and the
 // single-entry p99 was 10 ms (bench/ingest.ts, docs/performance.md). The service's
 // connection therefore does no automatic checkpoints, and a worker thread with its own
-// connection runs a PASSIVE checkpoint every 50 ms. Should the worker fail, the
+// connection runs a PASSIVE checkpoint every 50 ms (every 500 ms while only a trickle is
+// written: checkpointDue). Should the worker fail, the
 // connection's automatic checkpoints are switched back on: the WAL never grows unbounded.
 import type { Database } from "bun:sqlite";
 import { log } from "./logger.ts";
@@ -28,9 +29,27 @@ export interface WalLimits {
    * lock every tick.
    */
   restartLagPages: number;
+  /** Fewer new WAL pages than this since the last checkpoint (1 MB) is a trickle; see checkpointDue. */
+  tricklePages: number;
+  /** After a trickle, the next checkpoint waits until this long after the last: 500 ms. */
+  trickleWaitMs: number;
 }
 
-export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384, shrinkBytes: 64 * 1024 * 1024, shrinkAfterMs: 1000, restartLagPages: 4096 };
+export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384, shrinkBytes: 64 * 1024 * 1024, shrinkAfterMs: 1000, restartLagPages: 4096, tricklePages: 256, trickleWaitMs: 500 };
+
+/**
+ * Whether the worker's tick checkpoints now, given what the last checkpoint found. Each
+ * checkpoint ends with an fsync of the database file, and a COMMIT's own fsync of the
+ * WAL waits behind it on the disk: at one every 50 ms, single-entry appends (a few pages
+ * each) had a p99 of 2.7–3.8 ms against 1.9–2.3 ms at one every 500 ms, in four runs
+ * each (docs/performance.md, round 22). So a trickle (fewer than tricklePages new since
+ * the one before) is copied back every trickleWaitMs; anything more every tick, as
+ * before. The first checkpoint after a trickle waits at most trickleWaitMs, and a large
+ * commit asks for one at once (Checkpointer.now).
+ */
+export function checkpointDue(last: { grownPages: number; agoMs: number }, limits: WalLimits = WAL_LIMITS): boolean {
+  return last.grownPages >= limits.tricklePages || last.agoMs >= limits.trickleWaitMs;
+}
 
 /**
  * Whether the worker rewinds the WAL (RESTART) after its PASSIVE checkpoint (`r`):

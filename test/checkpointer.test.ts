@@ -5,7 +5,7 @@ import { afterEach, expect, test } from "bun:test";
 import { statSync } from "node:fs";
 import { Database } from "bun:sqlite";
 import { deleteOldLoginAttempts, pinCacheSize } from "../src/audit/retention.ts";
-import { startCheckpointer, WAL_LIMITS, walStep, type CheckpointResult } from "../src/checkpointer.ts";
+import { checkpointDue, startCheckpointer, WAL_LIMITS, walStep, type CheckpointResult } from "../src/checkpointer.ts";
 import { addTenant, makeTestEnv, until, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
@@ -129,6 +129,39 @@ test("walStep: a copied, quiet WAL past rewindPages is rewound; past growLimitPa
   expect(walStep({ log: 1500 + WAL_LIMITS.restartLagPages + 1, checkpointed: 1500 }, busy, limits)).toBe("none");
   // The service's limits: 16 MB quiet, 64 MB under load.
   expect([WAL_LIMITS.rewindPages, WAL_LIMITS.growLimitPages]).toEqual([4096, 16384]);
+});
+
+test("checkpointDue: after a checkpoint that found a trickle, the next waits trickleWaitMs; after more, none waits", () => {
+  const limits = { ...WAL_LIMITS, tricklePages: 256, trickleWaitMs: 500 };
+  expect(checkpointDue({ grownPages: 10, agoMs: 60 }, limits)).toBe(false);
+  expect(checkpointDue({ grownPages: 255, agoMs: 499 }, limits)).toBe(false);
+  expect(checkpointDue({ grownPages: 255, agoMs: 500 }, limits)).toBe(true);
+  expect(checkpointDue({ grownPages: 256, agoMs: 0 }, limits)).toBe(true);
+  // The first checkpoint of a worker: nothing found yet.
+  expect(checkpointDue({ grownPages: Number.POSITIVE_INFINITY, agoMs: Number.POSITIVE_INFINITY }, limits)).toBe(true);
+});
+
+test("a trickle of small commits is copied back after trickleWaitMs; now() does not wait for it", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const login = env.store.sqlite.query("INSERT INTO login_attempts (tenant_id, tijdstip, ip, account, gelukt) VALUES (?, ?, '192.0.2.1', 'a', 0)");
+  const copied = (seen: CheckpointResult[], from: number) => seen.slice(from).some((r) => r.log > 0 && r.checkpointed === r.log);
+  for (const trickleWaitMs of [20, 3_600_000]) {
+    const seen: CheckpointResult[] = [];
+    const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, limits: { ...WAL_LIMITS, trickleWaitMs }, onCheckpoint: (r) => seen.push(r) });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const from = seen.length;
+        login.run(tenantId, new Date(Date.UTC(2026, 0, 1, 0, 0, i)).toISOString()); // a page or two: a trickle
+        // An hour's wait: only now() brings the checkpoint within the test's deadline.
+        if (trickleWaitMs > 60_000) checkpointer.now();
+        await until(`trickle ${i} copied back (trickleWaitMs ${trickleWaitMs})`, () => copied(seen, from));
+      }
+    } finally {
+      await checkpointer.stop();
+    }
+  }
+  expect((env.store.sqlite.query("SELECT count(*) AS n FROM login_attempts").get() as { n: number }).n).toBe(6);
 });
 
 test("a WAL file a burst left larger than shrinkBytes is truncated once nothing was committed for shrinkAfterMs", async () => {
