@@ -8,7 +8,8 @@ import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseSignerKey, parseVerifierKey, signNote } from "../src/audit/note.ts";
-import { openTreeHead, signRestoreRecord } from "../src/audit/records.ts";
+import { adoptionText, openAdoptionRecord, openRestoreRecord, openRetentionRecord, openStartRecord, openTreeHead, signAdoptionRecord, signRestoreRecord, signRetentionRecord } from "../src/audit/records.ts";
+import { CompactRange } from "../src/audit/merkle.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { anchorRecordsPg } from "../src/pg/daily.ts";
 import { anchorRecords } from "../src/reports/daily.ts";
@@ -225,6 +226,30 @@ describe("verify --bundel: why a head does not open", () => {
     const restore = signRestoreRecord(signer, { tenantId: b, basis: 0, van: 37, vanRoot: new Uint8Array(32), naar: 30, root: new Uint8Array(32), tijdstip: NOW.toISOString() });
     expect(openTreeHead(restore, a, verifiers, "herstel")).toEqual({ ok: false, error: "andere-oorsprong" });
     expect(openTreeHead(restore, b, verifiers, "herstel").ok).toBe(true);
+    // Retention, adoption and restore records of another tenant, or under another key
+    // name, say so too (they said misvormd); a record of this tenant with a broken body,
+    // or a record of another kind, stays misvormd.
+    const bereik = new CompactRange();
+    for (const h of ["1", "2", "3"]) bereik.pushEntryHash(h.repeat(64));
+    const retention = signRetentionRecord(signer, { tenantId: b, seq: 3, hash: "a".repeat(64), createdAt: "2019-01-01T00:00:00.000Z", grens: "2019-02-01T00:00:00.000Z", retentieDagen: 2555, tijdstip: NOW.toISOString(), bereik });
+    const adoption = signAdoptionRecord(signer, { tenantId: b, seq: 5, hash: "b".repeat(64), tijdstip: NOW.toISOString() });
+    expect(openRetentionRecord(retention, b, verifiers).ok).toBe(true);
+    expect(openAdoptionRecord(adoption, b, verifiers).ok).toBe(true);
+    expect(openRetentionRecord(retention, a, verifiers)).toEqual({ ok: false, error: "andere-oorsprong" });
+    expect(openAdoptionRecord(adoption, a, verifiers)).toEqual({ ok: false, error: "andere-oorsprong" });
+    expect(openRestoreRecord(restore, a, verifiers)).toEqual({ ok: false, error: "andere-oorsprong" });
+    expect(openStartRecord(retention, a, verifiers)).toEqual({ ok: false, error: "andere-oorsprong" });
+    expect(openStartRecord(adoption, a, verifiers)).toEqual({ ok: false, error: "andere-oorsprong" });
+    const otherKeyName = signNote(adoptionText(signer.name, { tenantId: a, seq: 5, hash: "b".repeat(64), tijdstip: NOW.toISOString() }).replace(signer.name, "ander.voorbeeld/log"), signer);
+    expect(openAdoptionRecord(otherKeyName, a, verifiers)).toEqual({ ok: false, error: "andere-oorsprong" });
+    const broken = signNote(adoptionText(signer.name, { tenantId: a, seq: 5, hash: "b".repeat(64), tijdstip: NOW.toISOString() }).replace("seq 5", "seq vijf"), signer);
+    expect(openAdoptionRecord(broken, a, verifiers)).toEqual({ ok: false, error: "misvormd" });
+    expect(openAdoptionRecord(retention, b, verifiers)).toEqual({ ok: false, error: "misvormd" });
+    // A bundle whose adoption record is another tenant's: named as such.
+    writeFileSync(file, [JSON.stringify({ ...header, adoptie: adoption }), ...lines.slice(1)].join("\n"));
+    const withForeignAdoption = await verifyBundleFile(file);
+    expect(withForeignAdoption.code).toBe(1);
+    expect(withForeignAdoption.out).toContain("het adoptierecord is geldig ondertekend, maar van een andere tenant, sleutel of boom (andere-oorsprong)");
     // Not a head at all, or not the kind asked for: still misvormd.
     expect(openTreeHead(signNote("geen checkpoint\n", signer), a, verifiers)).toEqual({ ok: false, error: "misvormd" });
     expect(openTreeHead(restore, b, verifiers, "checkpoint")).toEqual({ ok: false, error: "misvormd" });

@@ -362,11 +362,25 @@ export function openInstallationCheckpoint(note: string, verifiers: Verifier[]):
   return { ok: true, checkpoint: c };
 }
 
+/**
+ * Why a signed text that `parse` refused is not this tenant's record: `andere-oorsprong`
+ * when it would be one had its origin named this key and tenant (a record of another
+ * tenant or key, relabelled or mixed up, as openTreeHead says of heads), `misvormd` otherwise.
+ */
+function refusal(text: string, keyName: string, tenantId: number, ...parsers: ((text: string) => unknown)[]): "andere-oorsprong" | "misvormd" {
+  const nl = text.indexOf("\n");
+  if (nl < 0) return "misvormd";
+  // `<key name>/tenant/<id>` and what follows it: `/retentie`, `/adoptie/5/herstel` …
+  const m = /^.+\/tenant\/[0-9]+((?:\/[a-z]+(?:\/[0-9]+)?)*)$/.exec(text.slice(0, nl));
+  const ours = m && `${keyName}/tenant/${tenantId}${m[1]}${text.slice(nl)}`;
+  return ours && ours !== text && parsers.some((parse) => parse(ours) !== null) ? "andere-oorsprong" : "misvormd";
+}
+
 export function openRetentionRecord(note: string, tenantId: number, verifiers: Verifier[]): { ok: true; record: RetentionRecord & { basis: number } } | { ok: false; error: string } {
   const o = opened(note, verifiers);
   if ("error" in o) return { ok: false, error: o.error };
   const r = parseRetentionText(o.keyName, tenantId, o.text);
-  if (!r) return { ok: false, error: "misvormd" };
+  if (!r) return { ok: false, error: refusal(o.text, o.keyName, tenantId, (t) => parseRetentionText(o.keyName, tenantId, t)) };
   return { ok: true, record: { ...r, basis: r.basis ?? 0 } };
 }
 
@@ -374,7 +388,7 @@ export function openAdoptionRecord(note: string, tenantId: number, verifiers: Ve
   const o = opened(note, verifiers);
   if ("error" in o) return { ok: false, error: o.error };
   const a = parseAdoptionText(o.keyName, tenantId, o.text);
-  if (!a) return { ok: false, error: "misvormd" };
+  if (!a) return { ok: false, error: refusal(o.text, o.keyName, tenantId, (t) => parseAdoptionText(o.keyName, tenantId, t)) };
   return { ok: true, record: a };
 }
 
@@ -382,7 +396,7 @@ export function openRestoreRecord(note: string, tenantId: number, verifiers: Ver
   const o = opened(note, verifiers);
   if ("error" in o) return { ok: false, error: o.error };
   const r = parseRestoreText(o.keyName, tenantId, o.text);
-  if (!r) return { ok: false, error: "misvormd" };
+  if (!r) return { ok: false, error: refusal(o.text, o.keyName, tenantId, (t) => parseRestoreText(o.keyName, tenantId, t)) };
   return { ok: true, record: r };
 }
 
@@ -398,5 +412,5 @@ export function openStartRecord(
   if (r) return { ok: true, retention: { ...r, basis: r.basis ?? 0 } };
   const a = parseAdoptionText(o.keyName, tenantId, o.text);
   if (a) return { ok: true, adoption: a };
-  return { ok: false, error: "misvormd" };
+  return { ok: false, error: refusal(o.text, o.keyName, tenantId, (t) => parseRetentionText(o.keyName, tenantId, t), (t) => parseAdoptionText(o.keyName, tenantId, t)) };
 }
