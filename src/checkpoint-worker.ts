@@ -5,7 +5,8 @@
 // Built into the binary as an entry point of its own (see package.json "build").
 import { Database } from "bun:sqlite";
 import { closeSync, openSync, readSync, statSync } from "node:fs";
-import { checkpointDue, walStep, type WalLimits } from "./checkpointer.ts";
+import { endianness } from "node:os";
+import { checkpointDue, walIndexHeader, walStep, type WalLimits } from "./checkpointer.ts";
 
 declare var self: Worker;
 
@@ -45,30 +46,26 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number; limits: 
       return 0;
     }
   };
-  // Which WAL this is: its header's checkpoint sequence and first salt (bytes 12–19, SQLite's
-  // file format), new each time a writer rewinds it. A WAL written again from its start to
-  // the same length as before is new pages, not none.
-  const header = Buffer.alloc(8);
-  const walGeneration = () => {
+  const shm = Buffer.alloc(96);
+  const walIndex = () => {
     try {
-      const fd = openSync(`${dbPath}-wal`, "r");
+      const fd = openSync(`${dbPath}-shm`, "r");
       try {
-        return readSync(fd, header, 0, 8, 12) === 8 ? header.toString("hex") : "";
+        return readSync(fd, shm, 0, 96, 0) === 96 ? walIndexHeader(shm, endianness() === "LE") : null;
       } finally {
         closeSync(fd);
       }
     } catch {
-      return "";
+      return null;
     }
   };
   let seen = -1;
   let complete = true;
   let changedAt = performance.now();
   let shrunk = false;
-  // What the last checkpoint found: which WAL, its length then, how much it had grown, when.
-  let lastGeneration = "";
-  let lastLog = 0;
-  let grownPages = Number.POSITIVE_INFINITY;
+  // The WAL as the last checkpoint began: its salts and length (walIndex), and when.
+  let lastSalts = "";
+  let lastFrame = 0;
   let lastAt = Number.NEGATIVE_INFINITY;
   tick = (forced = false) => {
     try {
@@ -81,29 +78,29 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number; limits: 
         }
         return;
       }
-      // A trickle waits (checkpointDue); `seen` stays, so a later tick takes it.
-      if (!forced && !checkpointDue({ grownPages, agoMs: performance.now() - lastAt }, limits)) return;
+      // A trickle waits (checkpointDue); `seen` stays, so a later tick takes it. Pages
+      // committed since: the frames past the last checkpoint's, or all in a rewound WAL.
+      const index = walIndex();
+      const pendingPages = index === null ? Number.POSITIVE_INFINITY : index.salts === lastSalts && index.mxFrame >= lastFrame ? index.mxFrame - lastFrame : index.mxFrame;
+      if (!forced && !checkpointDue({ pendingPages, agoMs: performance.now() - lastAt }, limits)) return;
       if (version !== seen) {
         changedAt = performance.now();
         shrunk = false;
       }
       seen = version;
       let r = checkpoint.get() as { busy: number; log: number; checkpointed: number };
-      // A rewound WAL (another generation, or shorter) has grown from its start. Read after
-      // the checkpoint: a rewind in between counts the whole WAL, a checkpoint too many.
-      // One that found nothing new (a writer just rewound the WAL: its header changed, not
-      // yet its pages) leaves the last finding in force.
-      const generation = walGeneration();
-      const grown = generation === lastGeneration && r.log >= lastLog ? r.log - lastLog : r.log;
-      lastGeneration = generation;
-      if (grown > 0) {
-        grownPages = grown;
+      // What this checkpoint began from; a WAL rewound since reads as another, all pending.
+      // Not when it was busy (below): it copied nothing.
+      if (r.log >= 0) {
+        lastSalts = index?.salts ?? "";
+        lastFrame = index?.mxFrame ?? 0;
         lastAt = performance.now();
       }
       // Rewound when walStep says so; busy_timeout 0: never waiting for anyone.
       if (walStep(r, () => (dataVersion.get() as { data_version: number }).data_version === version, limits) === "restart") r = restart.get() as typeof r;
-      lastLog = r.log;
-      complete = r.checkpointed === r.log;
+      // Another connection's checkpoint running: SQLite answers busy with -1 for both, and
+      // this one copied nothing; the next tick tries again.
+      complete = r.log >= 0 && r.checkpointed === r.log;
       if (r.log > 0) self.postMessage({ log: r.log, checkpointed: r.checkpointed });
     } catch (err) {
       complete = false;

@@ -29,26 +29,40 @@ export interface WalLimits {
    * lock every tick.
    */
   restartLagPages: number;
-  /** Fewer new WAL pages than this since the last checkpoint (1 MB) is a trickle; see checkpointDue. */
+  /** Fewer WAL pages than this committed since the last checkpoint (1 MB) is a trickle; see checkpointDue. */
   tricklePages: number;
-  /** After a trickle, the next checkpoint waits until this long after the last: 500 ms. */
+  /** A trickle is copied back this long after the last checkpoint: 500 ms. */
   trickleWaitMs: number;
 }
 
 export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384, shrinkBytes: 64 * 1024 * 1024, shrinkAfterMs: 1000, restartLagPages: 4096, tricklePages: 256, trickleWaitMs: 500 };
 
 /**
- * Whether the worker's tick checkpoints now, given what the last checkpoint found. Each
- * checkpoint ends with an fsync of the database file, and a COMMIT's own fsync of the
- * WAL waits behind it on the disk: at one every 50 ms, single-entry appends (a few pages
- * each) had a p99 of 2.7–3.8 ms against 1.9–2.3 ms at one every 500 ms, in four runs
- * each (docs/performance.md, round 22). So a trickle (fewer than tricklePages new since
- * the one before) is copied back every trickleWaitMs; anything more every tick, as
- * before. The first checkpoint after a trickle waits at most trickleWaitMs, and a large
- * commit asks for one at once (Checkpointer.now).
+ * Whether the worker's tick checkpoints now: `pendingPages` were committed to the WAL
+ * since the last checkpoint, `agoMs` ago. Each checkpoint ends with an fsync of the
+ * database file, and a COMMIT's own fsync of the WAL waits behind it on the disk: at one
+ * every 50 ms, single-entry appends (a few pages each) had a p99 of 2.7–3.8 ms against
+ * 1.9–2.3 ms at one every 500 ms, in four runs each (docs/performance.md, round 22). So a
+ * trickle (fewer than tricklePages) is copied back once trickleWaitMs have passed; more
+ * at the next tick, as before, and Checkpointer.now() never waits.
  */
-export function checkpointDue(last: { grownPages: number; agoMs: number }, limits: WalLimits = WAL_LIMITS): boolean {
-  return last.grownPages >= limits.tricklePages || last.agoMs >= limits.trickleWaitMs;
+export function checkpointDue(since: { pendingPages: number; agoMs: number }, limits: WalLimits = WAL_LIMITS): boolean {
+  return since.pendingPages >= limits.tricklePages || since.agoMs >= limits.trickleWaitMs;
+}
+
+/**
+ * The WAL's identity and length as the wal-index header says (the first 96 bytes of the
+ * `-shm` file: two copies of a 48-byte header, in the host's byte order; mxFrame at byte
+ * 16, the salts at 32–39 change at each rewind; https://www.sqlite.org/walformat.html).
+ * Every SQLite that opens the database shares this file, so its layout is fixed. Null
+ * when it cannot be read or the two copies differ (a writer updating it): the caller then
+ * checkpoints as if much were pending.
+ */
+export function walIndexHeader(bytes: Uint8Array, littleEndian: boolean): { salts: string; mxFrame: number } | null {
+  if (bytes.length < 96 || bytes[12] !== 1) return null;
+  for (let i = 0; i < 48; i++) if (bytes[i] !== bytes[48 + i]) return null;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, 96);
+  return { salts: Buffer.from(bytes.subarray(32, 40)).toString("hex"), mxFrame: view.getUint32(16, littleEndian) };
 }
 
 /**

@@ -2,10 +2,11 @@
 // checkpointing, a worker thread checkpoints; the WAL stays bounded, and when the worker
 // is stopped the connection's automatic checkpoints are back.
 import { afterEach, expect, test } from "bun:test";
-import { statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
+import { endianness } from "node:os";
 import { Database } from "bun:sqlite";
 import { deleteOldLoginAttempts, pinCacheSize } from "../src/audit/retention.ts";
-import { checkpointDue, startCheckpointer, WAL_LIMITS, walStep, type CheckpointResult } from "../src/checkpointer.ts";
+import { checkpointDue, startCheckpointer, WAL_LIMITS, walIndexHeader, walStep, type CheckpointResult } from "../src/checkpointer.ts";
 import { addTenant, makeTestEnv, until, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
@@ -131,14 +132,55 @@ test("walStep: a copied, quiet WAL past rewindPages is rewound; past growLimitPa
   expect([WAL_LIMITS.rewindPages, WAL_LIMITS.growLimitPages]).toEqual([4096, 16384]);
 });
 
-test("checkpointDue: after a checkpoint that found a trickle, the next waits trickleWaitMs; after more, none waits", () => {
+test("checkpointDue: fewer than tricklePages committed since the last checkpoint wait until trickleWaitMs after it; more do not wait", () => {
   const limits = { ...WAL_LIMITS, tricklePages: 256, trickleWaitMs: 500 };
-  expect(checkpointDue({ grownPages: 10, agoMs: 60 }, limits)).toBe(false);
-  expect(checkpointDue({ grownPages: 255, agoMs: 499 }, limits)).toBe(false);
-  expect(checkpointDue({ grownPages: 255, agoMs: 500 }, limits)).toBe(true);
-  expect(checkpointDue({ grownPages: 256, agoMs: 0 }, limits)).toBe(true);
-  // The first checkpoint of a worker: nothing found yet.
-  expect(checkpointDue({ grownPages: Number.POSITIVE_INFINITY, agoMs: Number.POSITIVE_INFINITY }, limits)).toBe(true);
+  expect(checkpointDue({ pendingPages: 10, agoMs: 60 }, limits)).toBe(false);
+  expect(checkpointDue({ pendingPages: 255, agoMs: 499 }, limits)).toBe(false);
+  expect(checkpointDue({ pendingPages: 255, agoMs: 500 }, limits)).toBe(true);
+  expect(checkpointDue({ pendingPages: 256, agoMs: 0 }, limits)).toBe(true);
+  // The first checkpoint of a worker, or a wal-index that could not be read.
+  expect(checkpointDue({ pendingPages: Number.POSITIVE_INFINITY, agoMs: Number.POSITIVE_INFINITY }, limits)).toBe(true);
+});
+
+test("walIndexHeader reads the -shm header of a real WAL database: mxFrame counts the committed frames, the salts change when the WAL is rewound; a torn header is null", () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const header = () => walIndexHeader(readFileSync(env.store.path + "-shm").subarray(0, 96), endianness() === "LE");
+  env.store.sqlite.run("PRAGMA wal_autocheckpoint = 0");
+  env.store.sqlite.query("PRAGMA wal_checkpoint(TRUNCATE)").get();
+  const before = header()!;
+  writeBatch(tenantId, 0);
+  const after = header()!;
+  const { log } = env.store.sqlite.query("PRAGMA wal_checkpoint(PASSIVE)").get() as { log: number };
+  expect(after.mxFrame).toBe(log);
+  expect(after.mxFrame).toBeGreaterThan(before.mxFrame + 400);
+  expect(after.salts).toBe(before.salts);
+  writeBatch(tenantId, 1); // the WAL was copied back entirely: this writer starts it again
+  const rewound = header()!;
+  expect(rewound.salts).not.toBe(after.salts);
+  expect(rewound.mxFrame).toBeLessThan(after.mxFrame + 400);
+  const torn = Buffer.from(readFileSync(env.store.path + "-shm").subarray(0, 96));
+  torn[16] = torn[16]! ^ 1;
+  expect(walIndexHeader(torn, endianness() === "LE")).toBeNull();
+});
+
+test("a burst committed right after a trickle is copied back without waiting trickleWaitMs", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const insert = env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES (?, ?, '192.0.2.1', 0, ?)");
+  const seen: CheckpointResult[] = [];
+  // An hour's wait for a trickle: only the burst's size can bring its checkpoint within the test's deadline.
+  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, limits: { ...WAL_LIMITS, trickleWaitMs: 3_600_000 }, onCheckpoint: (r) => seen.push(r) });
+  try {
+    insert.run(new Date(Date.UTC(2026, 0, 1)).toISOString(), "eerste", tenantId);
+    checkpointer.now();
+    await until("the trickle copied back", () => seen.some((r) => r.log > 0 && r.checkpointed === r.log));
+    const from = seen.length;
+    writeBatch(tenantId, 2); // some 500 pages
+    await until("the burst copied back", () => seen.slice(from).some((r) => r.log > WAL_LIMITS.tricklePages && r.checkpointed === r.log));
+  } finally {
+    await checkpointer.stop();
+  }
 });
 
 test("a trickle of small commits is copied back after trickleWaitMs; now() does not wait for it", async () => {
