@@ -1,8 +1,8 @@
 // The data of the weekly report: who receives it, and per tenant the last seven days
 // (audit activity, login attempts, chain state). Every per-tenant statement is bounded
 // by an index on (tenant_id, time), so a run costs the tenant's week, not the table.
-// Login attempts are counted for every tenant at once, in one pass over the week (an hour
-// at a time) by the tijdstip index (weekLogins): a (tenant_id, tijdstip) index for per-tenant counts
+// Login attempts are counted for every tenant at once, in one pass over the week (PAGE_ROWS
+// attempts at a time) by the tijdstip indexes (weekLogins): a (tenant_id, tijdstip) index for per-tenant counts
 // would put one scattered page per tenant into every retention batch and every insert.
 //
 // The queries below are SQLite's; src/pg/weekly.ts has PostgreSQL's. Both feed the
@@ -10,7 +10,7 @@
 // the two stores send the same reports to the same people.
 import type { Config } from "../config.ts";
 import { Database } from "bun:sqlite";
-import { and, count, desc, eq, gte, isNotNull, lt, sql, type AnyColumn, type SQL } from "drizzle-orm";
+import { and, count, desc, eq, gt, gte, isNotNull, lt, sql, type AnyColumn, type SQL } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/bun-sqlite";
 import { integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import {
@@ -302,15 +302,19 @@ export interface FailedIpRow {
 }
 
 /**
- * SQLite reads a week's login attempts an hour at a time, with a turn of the event loop
- * between, so each statement costs one hour's attempts, however many an attacker sends
- * in the week. The week's distinct failing IPs and its top five are not sums of hours',
- * so the hours' figures are added up in temporary tables of the report's own connection
- * (openReportConnection): per tenant its counts and per (tenant, ip) its failures. A
- * (tenant, ip) pair seen for the first time adds one to its tenant's distinct count (a
- * trigger), so no statement counts a tenant's pairs afterwards.
+ * SQLite reads a week's login attempts at most PAGE_ROWS at a time, with a turn of the
+ * event loop between, so each statement costs a bounded number of attempts however many
+ * an attacker sends in the week, or in one hour, or at one instant. The week's distinct
+ * failing IPs and its top five are not sums of the steps', so the steps' figures are
+ * added up in temporary tables of the report's own connection (openReportConnection):
+ * per tenant its counts and per (tenant, ip) its failures. A (tenant, ip) pair seen for
+ * the first time adds one to its tenant's distinct count (a trigger), so no statement
+ * counts a tenant's pairs afterwards.
+ *
+ * 5,000 attempts are a step of about 20 ms on the 2-core host (an hour of 167,000 held
+ * the loop 0.65 s: 4 µs an attempt, counts and failures together; docs/performance.md).
  */
-export const SLICE_MS = 3600 * 1000;
+export const PAGE_ROWS = 5_000;
 
 /** The report's staging tables, in the TEMP schema of its own connection: they exist only there, for one weekLogins. */
 const weekCounts = sqliteTable("week_counts", {
@@ -379,52 +383,98 @@ export function openReportConnection(db: Db): ReportConnection {
 
 /**
  * The statements behind weekLogins, on its ReportConnection; exported so a test can check
- * their query plans. `counts` and `failures` stage the attempts in [van, tot) (one hour),
- * `top` reads a tenant's TOP_IPS from the staged pairs.
+ * their query plans. Each reads at most `n` (PAGE_ROWS) attempts, by an index range:
+ * - `boundary` finds where a step over whole instants ends (the instant of the attempt
+ *   after the step's n), `counts` and `failures` stage the attempts in [van, tot);
+ * - at an instant `t` with more than n attempts, `instantCountsEnd` and `instantCounts`
+ *   page its attempts by id (login_attempts_tijdstip_idx is (tijdstip, rowid)), and
+ *   `instantFailuresEnd` and `instantFailures` its failures by (ip, account, id), the
+ *   order of login_attempts_failed_idx (its rowid last): a key carried from page to page,
+ *   unique by the id, so attempts with the same ip and account are split across pages
+ *   without one counted twice or skipped. SQLite seeks an index by a row value only up to
+ *   its key columns, not into the rowid after them, so the key is two ranges in index
+ *   order merged (UNION ALL), each a seek: the rest of the key's (ip, account) by id, then
+ *   the (ip, account) after it;
+ * - `nextInstant` is the first instant after t;
+ * - `top` reads a tenant's TOP_IPS from the staged pairs.
  */
 export const weekLoginStatements = preparedPerConnection((db) => {
-  const inWindow = and(gte(loginAttempts.tijdstip, sql.placeholder("van")), lt(loginAttempts.tijdstip, sql.placeholder("tot")));
-  return {
-    // Attempts without a tenant belong to nobody's report.
-    counts: db
+  const la = loginAttempts;
+  const p = sql.placeholder;
+  const inWindow = and(gte(la.tijdstip, p("van")), lt(la.tijdstip, p("tot")));
+  // The partial index login_attempts_failed_idx (gelukt = 0) bounds the rows read.
+  const failed = sql`${la.gelukt} = 0`;
+  const atInstant = eq(la.tijdstip, p("t"));
+  // The rows a staging statement groups; where (and, at an instant, the order and page) varies.
+  const countRows = (where: SQL | undefined) => db.select({ tenantId: la.tenantId, gelukt: la.gelukt }).from(la).where(where).$dynamic();
+  const failureRows = (where: SQL | undefined) => db.select({ tenantId: la.tenantId, ip: la.ip, account: la.account, id: la.id }).from(la).where(where).$dynamic();
+  // Attempts without a tenant belong to nobody's report.
+  const countsOf = (rows: ReturnType<typeof countRows>) => {
+    const r = rows.as("r");
+    return db
       .insert(weekCounts)
       .select(
         db
           .select({
-            tenantId: loginAttempts.tenantId,
+            tenantId: r.tenantId,
             totaal: count().as("totaal"),
-            gelukt: sql<number>`coalesce(sum(${loginAttempts.gelukt}), 0)`.as("gelukt"),
+            gelukt: sql<number>`coalesce(sum(${r.gelukt}), 0)`.as("gelukt"),
             ips: sql<number>`0`.as("ips"),
           })
-          .from(loginAttempts)
-          .where(and(inWindow, isNotNull(loginAttempts.tenantId)))
-          .groupBy(loginAttempts.tenantId),
+          .from(r)
+          .where(isNotNull(r.tenantId))
+          .groupBy(r.tenantId),
       )
       .onConflictDoUpdate({
         target: weekCounts.tenantId,
         set: { totaal: sql`${weekCounts.totaal} + ${excluded(weekCounts.totaal)}`, gelukt: sql`${weekCounts.gelukt} + ${excluded(weekCounts.gelukt)}` },
       })
-      .prepare(),
-    // The partial index login_attempts_failed_idx (gelukt = 0) bounds the rows read.
-    failures: db
+      .prepare();
+  };
+  const failuresOf = (rows: ReturnType<typeof failureRows>) => {
+    const r = rows.as("r");
+    return db
       .insert(weekFailedPairs)
-      .select(
-        db
-          .select({ tenantId: loginAttempts.tenantId, ip: loginAttempts.ip, aantal: count().as("aantal") })
-          .from(loginAttempts)
-          .where(and(inWindow, sql`${loginAttempts.gelukt} = 0`, isNotNull(loginAttempts.tenantId)))
-          .groupBy(loginAttempts.tenantId, loginAttempts.ip),
-      )
+      .select(db.select({ tenantId: r.tenantId, ip: r.ip, aantal: count().as("aantal") }).from(r).where(isNotNull(r.tenantId)).groupBy(r.tenantId, r.ip))
       .onConflictDoUpdate({
         target: [weekFailedPairs.tenantId, weekFailedPairs.ip],
         set: { aantal: sql`${weekFailedPairs.aantal} + ${excluded(weekFailedPairs.aantal)}` },
       })
+      .prepare();
+  };
+  // An instant's attempts after id :id.
+  const instantAfter = and(atInstant, gt(la.id, p("id")));
+  // An instant's failures after the key (:ip, :account, :id): the rest of the key's (ip, account), then the (ip, account) after it.
+  const sameIpAccount = and(failed, atInstant, eq(la.ip, p("ip")), eq(la.account, p("account")), gt(la.id, p("id")));
+  const laterIpAccount = and(failed, atInstant, sql`(${la.ip}, ${la.account}) > (${p("ip")}, ${p("account")})`);
+  // A compound select's ORDER BY names its result columns.
+  const keyOrder = [sql.identifier("ip"), sql.identifier("account"), sql.identifier("id")].map((c) => sql`${c}`);
+  const failureKey = (where: SQL | undefined) => db.select({ ip: la.ip, account: la.account, id: la.id }).from(la).where(where);
+  return {
+    boundary: db.select({ tijdstip: la.tijdstip }).from(la).where(inWindow).orderBy(la.tijdstip).limit(1).offset(p("n")).prepare(),
+    counts: countsOf(countRows(inWindow)),
+    failures: failuresOf(failureRows(and(inWindow, failed))),
+    instantCountsEnd: db.select({ id: la.id }).from(la).where(instantAfter).orderBy(la.id).limit(1).offset(p("last")).prepare(),
+    instantCounts: countsOf(countRows(instantAfter).orderBy(la.id).limit(p("n"))),
+    instantFailuresEnd: failureKey(sameIpAccount)
+      .unionAll(failureKey(laterIpAccount))
+      .orderBy(...keyOrder)
+      .limit(1)
+      .offset(p("last"))
+      .prepare(),
+    instantFailures: failuresOf(failureRows(sameIpAccount).unionAll(failureRows(laterIpAccount)).orderBy(...keyOrder).limit(p("n"))),
+    nextInstant: db
+      .select({ tijdstip: la.tijdstip })
+      .from(la)
+      .where(and(gt(la.tijdstip, p("t")), lt(la.tijdstip, p("tot"))))
+      .orderBy(la.tijdstip)
+      .limit(1)
       .prepare(),
     staged: db.select().from(weekCounts).prepare(),
     top: db
       .select({ ip: weekFailedPairs.ip, aantal: weekFailedPairs.aantal })
       .from(weekFailedPairs)
-      .where(eq(weekFailedPairs.tenantId, sql.placeholder("tenantId")))
+      .where(eq(weekFailedPairs.tenantId, p("tenantId")))
       .orderBy(desc(weekFailedPairs.aantal), weekFailedPairs.ip)
       .limit(TOP_IPS)
       .prepare(),
@@ -432,24 +482,56 @@ export const weekLoginStatements = preparedPerConnection((db) => {
 });
 
 /**
- * Stages every tenant's attempts in [van, tot) on `report`, an hour per statement pair
- * with a turn of the event loop between. Each hour is its own read transaction: its
- * counts and failures are of one moment, but the hours are read at different moments
- * (an attempt stored late for an hour already read is not in the report; one for an
- * hour still to come is). One transaction over the week would hold a WAL snapshot for
- * as long as the staging takes, seconds under attack: checkpoints could not reset the
- * WAL meanwhile, and db-onderhoud's TRUNCATE would wait for it.
+ * Stages every tenant's attempts in [van, tot) on `report`, at most `n` attempts
+ * (PAGE_ROWS) per statement, with a turn of the event loop between steps. A step is
+ * whole instants, [from, the instant of the attempt after the first n): its counts and
+ * failures are read in one read transaction, so they are of one moment, but the steps
+ * are read at different moments (an attempt stored late for a part already read is not
+ * in the report; one for a part still to come is). An instant with more than n attempts
+ * (an attacker's burst stored with one tijdstip) is paged on its own: its counts n
+ * attempts a page, then its failures n a page, each page a read transaction, so there an
+ * attempt stored late at that very instant may be in the counts and not the failures or
+ * the other way round. One transaction over the week would hold a WAL snapshot for as
+ * long as the staging takes, seconds under attack: checkpoints could not reset the WAL
+ * meanwhile, and db-onderhoud's TRUNCATE would wait for it.
  */
-export async function stageWeek(report: ReportConnection, van: Date, tot: Date): Promise<void> {
+export async function stageWeek(report: ReportConnection, van: Date, tot: Date, n = PAGE_ROWS): Promise<void> {
+  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`stageWeek: n must be a positive integer, not ${n}`);
   const statements = weekLoginStatements(report.db);
-  const hour = report.sqlite.transaction((params: { van: string; tot: string }) => {
+  const end = tot.toISOString();
+  const turn = () => new Promise((r) => setImmediate(r));
+  // Each returns where the next one starts: an instant, or null at the window's end.
+  const step = report.sqlite.transaction((from: string): { heavy: boolean; next: string | null } => {
+    const boundary = statements.boundary.get({ van: from, tot: end, n })?.tijdstip ?? end;
+    if (boundary === from) return { heavy: true, next: from };
     // Counts first: the failures' trigger adds to the tenant's row they create.
-    statements.counts.run(params);
-    statements.failures.run(params);
+    statements.counts.run({ van: from, tot: boundary });
+    statements.failures.run({ van: from, tot: boundary });
+    return { heavy: false, next: boundary === end ? null : boundary };
   });
-  for (let from = van.getTime(); from < tot.getTime(); from += SLICE_MS) {
-    hour({ van: new Date(from).toISOString(), tot: new Date(Math.min(from + SLICE_MS, tot.getTime())).toISOString() });
-    await new Promise((r) => setImmediate(r));
+  const countsPage = report.sqlite.transaction((t: string, id: number): number | null => {
+    const last = statements.instantCountsEnd.get({ t, id, last: n - 1 });
+    statements.instantCounts.run({ t, id, n });
+    return last?.id ?? null;
+  });
+  type FailureKey = { ip: string; account: string; id: number };
+  const failuresPage = report.sqlite.transaction((t: string, after: FailureKey): FailureKey | null => {
+    const last = statements.instantFailuresEnd.get({ t, ...after, last: n - 1 });
+    statements.instantFailures.run({ t, ...after, n });
+    return last ?? null;
+  });
+  const after = report.sqlite.transaction((t: string) => statements.nextInstant.get({ t, tot: end })?.tijdstip ?? null);
+
+  let from: string | null = van.toISOString();
+  while (from !== null && from < end) {
+    const s: { heavy: boolean; next: string | null } = step(from);
+    if (s.heavy) {
+      // ids start at 1; ("", "", 0) is before every failure's key.
+      for (let id: number | null = 0; id !== null; await turn()) id = countsPage(from, id);
+      for (let key: FailureKey | null = { ip: "", account: "", id: 0 }; key !== null; await turn()) key = failuresPage(from, key);
+      from = after(from);
+    } else from = s.next;
+    await turn();
   }
 }
 
@@ -513,14 +595,15 @@ export function loginTally() {
  * at most TOP_IPS failure rows per tenant, however many addresses an attacker rotates
  * through (one row per distinct address was 0.3 KB of heap and 3–5 µs of event loop each:
  * a million made the report's run hold /health 4.9 s). What holds the event loop is
- * bounded by an hour's attempts (SLICE_MS), not the week's: one statement over the week
- * held it about 1.7 s with 500,000 distinct addresses, and grew with them
- * (docs/performance.md). The staged pairs live in SQLite's temporary file, not the heap.
+ * bounded by PAGE_ROWS attempts, not the week's or an hour's: one statement over the week
+ * held it about 1.7 s with 500,000 distinct addresses, one over an hour 0.65 s with
+ * 167,000 sent within it (docs/performance.md). The staged pairs live in SQLite's
+ * temporary file, not the heap.
  */
-export async function weekLogins(db: Db, van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>> {
+export async function weekLogins(db: Db, van: Date, tot: Date, n = PAGE_ROWS): Promise<Map<number, TenantWeekLogins>> {
   const report = openReportConnection(db);
   try {
-    await stageWeek(report, van, tot);
+    await stageWeek(report, van, tot, n);
     const { counts, failures } = stagedWeek(report);
     const tally = loginTally();
     tally.addCounts(counts);
