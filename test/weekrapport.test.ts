@@ -652,6 +652,8 @@ describe("weekLogins: a bounded number of attempts per statement, whatever their
       if (table === undefined) return statement;
       const sum = table === "week_counts" ? "totaal" : "aantal";
       const total = prepare.call(this, `SELECT coalesce(sum(${sum}), 0) AS n FROM ${table}`);
+      // Finalized with the test's end: an open statement keeps its closed connection (and TEMP file) open.
+      toClean.push(async () => total.finalize());
       const run = statement.run;
       (statement as { run: unknown }).run = (...a: unknown[]) => {
         const before = (total.get() as { n: number }).n;
