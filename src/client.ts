@@ -10,7 +10,8 @@
 //
 // Retries: a call is tried again, with exponential backoff and jitter, at most
 // `maxAttempts` times, after an answer that says "not now" (503, 429) and after a
-// connection error. A Retry-After of the server is honoured: never tried earlier; when
+// connection error. A Retry-After of the server is honoured: never tried earlier (it
+// waits that long plus a random part of the backoff, so refused clients spread); when
 // it asks for longer than `maxDelayMs`, the client stops and throws (the error carries
 // retryAfterMs, so the caller can queue the batch). After a timeout, a dropped
 // connection, a 429 or another 5xx the request may have been stored; such calls are
@@ -20,7 +21,11 @@
 // name that did not resolve, a refused connection, or a 503 carrying the service's own
 // NOTHING_STORED_HEADER (a proxy's 503 may come after it passed the request on).
 // Every other answer (4xx) is final: NachtwachtError with the status and the server's
-// `error` message.
+// `error` message. A body larger than its route takes is refused before sending (413,
+// nothingStored): Bun closes the connection on one over 2 MiB without reading it, which
+// a sending client sees as a reset, not as the refusal it is. A 2xx is the service's
+// answer only when it has the call's shape (one receipt per entry, one id per attempt):
+// a gateway's `{"status":"ok"}` is no receipt.
 import type { Static } from "@sinclair/typebox";
 import type { AuditBatchResult as AuditBatchResultSchema, AuditEntryInput, Receipt as ReceiptSchema } from "./ingest/audit.ts";
 import type { LoginAttemptInput, LoginAttemptResult as LoginAttemptResultSchema } from "./ingest/login-attempts.ts";
@@ -121,6 +126,16 @@ export class NachtwachtError extends Error {
   get retryable(): boolean {
     return this.status === null || this.status === 408 || this.status === 429 || this.status >= 500;
   }
+
+  /**
+   * True when the batch must be kept to send again later: `retryable`, or refused 401 or
+   * 403 — the secret is wrong (a rotation out of step), not the batch; send it again,
+   * with the same keys, once the configuration is fixed, and alert. False for a refusal
+   * of the batch itself (400, 404, 409, 413, 422).
+   */
+  get keepForLater(): boolean {
+    return this.retryable || this.status === 401 || this.status === 403;
+  }
 }
 
 /** Retry-After as milliseconds: delta-seconds or an HTTP date; null when absent or unreadable. */
@@ -138,6 +153,27 @@ function neverSent(e: unknown): boolean {
   return [code(e), code((e as { cause?: unknown } | null)?.cause)].some((c) => c === "ECONNREFUSED" || c === "ENOTFOUND" || c === "EAI_AGAIN");
 }
 
+/**
+ * The largest body each write-API route takes, in bytes of the serialised JSON: the
+ * server's MAX_BATCH_BYTES, MAX_ATTEMPTS_BYTES (src/ingest/audit.ts, login-attempts.ts),
+ * MAX_TENANT_BYTES and MAX_ADMINISTRATORS_BYTES (src/ingest/tenants.ts). Mirrored, not
+ * imported: this file is bundled standalone, without the server's runtime code;
+ * test/client.test.ts asserts they are equal.
+ */
+export const MAX_BODY_BYTES = {
+  audit: 1024 * 1024,
+  loginAttempts: 256 * 1024,
+  tenant: 64 * 1024,
+  administrators: 512 * 1024,
+} as const;
+
+/**
+ * What the service takes as a secret (src/config.ts `secret()`): 32 to 1024 printable
+ * ASCII characters without spaces. Checked up front: a line break (a multi-line secrets
+ * file) would otherwise reach fetch, which puts the whole header value in its error.
+ */
+const SECRET_FORM = /^[\x21-\x7e]{32,1024}$/;
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export class NachtwachtClient {
@@ -151,7 +187,10 @@ export class NachtwachtClient {
     const url = new URL(options.baseUrl);
     if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError("baseUrl moet http: of https: zijn");
     if (url.username !== "" || url.password !== "") throw new TypeError("baseUrl mag geen gebruikersnaam of wachtwoord bevatten");
-    if (typeof options.secret !== "string" || options.secret.length < 32) throw new TypeError("secret (APP_SECRET) ontbreekt of is korter dan 32 tekens");
+    // Never echo the value, not even in this message.
+    if (typeof options.secret !== "string" || !SECRET_FORM.test(options.secret)) {
+      throw new TypeError("secret (APP_SECRET) moet 32 tot 1024 afdrukbare ASCII-tekens zijn, zonder spaties of regelovergangen (zoals de service eist)");
+    }
     this.baseUrl = url.href.replace(/\/+$/, "");
     this.#secret = options.secret;
     this.#o = {
@@ -171,27 +210,47 @@ export class NachtwachtClient {
    */
   appendAudit(entries: readonly AuditEntry[]): Promise<AuditBatchResult> {
     const idempotent = entries.length > 0 && entries.every((e) => e.sleutel !== undefined);
-    return this.#call<AuditBatchResult>("POST", "/api/audit", { entries }, idempotent);
+    return this.#call<AuditBatchResult>("POST", "/api/audit", { entries }, idempotent, MAX_BODY_BYTES.audit, (r) => {
+      const receipts = (r as Partial<AuditBatchResult> | null)?.ontvangstbewijzen;
+      if (!Array.isArray(receipts) || receipts.length !== entries.length) return `geen ${entries.length} ontvangstbewijzen`;
+      const bad = receipts.findIndex((x, i) => !isInteger(x?.seq) || !isInteger(x?.id) || x?.tenantId !== entries[i]!.tenantId || typeof x?.hash !== "string" || !/^[0-9a-f]{64}$/.test(x.hash));
+      return bad < 0 ? null : `ontvangstbewijzen[${bad}] is geen ontvangstbewijs van entries[${bad}]`;
+    });
   }
 
   /** Stores 1–1000 login attempts, all or nothing. No idempotency keys: retried only when nothing can have been stored. */
   recordLoginAttempts(pogingen: readonly LoginAttempt[]): Promise<LoginAttemptResult> {
-    return this.#call<LoginAttemptResult>("POST", "/api/inlogpogingen", { pogingen }, false);
+    return this.#call<LoginAttemptResult>("POST", "/api/inlogpogingen", { pogingen }, false, MAX_BODY_BYTES.loginAttempts, (r) => {
+      const ids = (r as Partial<LoginAttemptResult> | null)?.ids;
+      return Array.isArray(ids) && ids.length === pogingen.length && ids.every(isInteger) ? null : `geen ${pogingen.length} ids`;
+    });
   }
 
   /** Creates (`nieuw: true`, HTTP 201) or updates a tenant. */
   putTenant(id: number, tenant: TenantInput): Promise<TenantResult> {
-    return this.#call<TenantResult>("PUT", `/api/tenants/${tenantPath(id)}`, { naam: tenant.naam, actief: tenant.actief }, true);
+    return this.#call<TenantResult>("PUT", `/api/tenants/${tenantPath(id)}`, { naam: tenant.naam, actief: tenant.actief }, true, MAX_BODY_BYTES.tenant, (r) => {
+      const x = r as Partial<TenantResult> | null;
+      return x?.tenantId === id && typeof x.naam === "string" && typeof x.actief === "boolean" && typeof x.aangemaakt === "string" && typeof x.nieuw === "boolean" ? null : `geen tenant ${id}`;
+    });
   }
 
   /** Makes the tenant's administrators exactly this list (by e-mail; the missing ones removed, or kept inactive while a weekly report's delivery record names them). 404 for an unknown tenant. */
   putAdministrators(id: number, beheerders: readonly Administrator[]): Promise<AdministratorsResult> {
-    return this.#call<AdministratorsResult>("PUT", `/api/tenants/${tenantPath(id)}/beheerders`, { beheerders }, true);
+    return this.#call<AdministratorsResult>("PUT", `/api/tenants/${tenantPath(id)}/beheerders`, { beheerders }, true, MAX_BODY_BYTES.administrators, (r) => {
+      const x = r as Partial<AdministratorsResult> | null;
+      const valid = x?.tenantId === id && Array.isArray(x.beheerders) && x.beheerders.every((b) => isInteger(b?.id) && typeof b?.email === "string" && typeof b?.actief === "boolean");
+      return valid ? null : `geen beheerderslijst van tenant ${id}`;
+    });
   }
 
-  async #call<T>(method: string, path: string, body: unknown, idempotent: boolean): Promise<T> {
+  /** `problem` says why a 2xx body is not this call's answer, or null when it is. */
+  async #call<T>(method: string, path: string, body: unknown, idempotent: boolean, maxBytes: number, problem: (answer: unknown) => string | null): Promise<T> {
     // Serialised once: every attempt sends the same bytes, the same sleutels.
     const payload = JSON.stringify(body);
+    const bytes = new TextEncoder().encode(payload).byteLength;
+    if (bytes > maxBytes) {
+      throw new NachtwachtError(method, path, 413, `body is ${bytes} bytes, meer dan de ${maxBytes} die ${path} aanneemt; niet verstuurd, niets opgeslagen: splits de batch`, 0, null, { nothingStored: true });
+    }
     const headers = { authorization: `Bearer ${this.#secret}`, "content-type": "application/json", accept: "application/json" };
     for (let attempt = 1; ; attempt++) {
       let status: number | null = null;
@@ -205,7 +264,13 @@ export class NachtwachtClient {
         const res = await this.#fetch(this.baseUrl + path, { method, headers, body: payload, redirect: "manual", signal: AbortSignal.timeout(this.#o.timeoutMs) });
         status = res.status;
         const text = await res.text();
-        if (status >= 200 && status < 300) return JSON.parse(text) as T;
+        if (status >= 200 && status < 300) {
+          const answer: unknown = JSON.parse(text);
+          const why = problem(answer);
+          // Not the service's answer (a gateway's {"status":"ok"}): treated as unreadable, never as a success.
+          if (why !== null) throw new Error(`niet het antwoord van nachtwacht: ${why}`);
+          return answer as T;
+        }
         reason = errorMessage(text, status);
         retryAfterMs = parseRetryAfter(res.headers.get("retry-after"));
         // Only the service's own word counts: a proxy's 503 or 429 may come after it passed the request on.
@@ -230,12 +295,19 @@ export class NachtwachtClient {
       if (attempt >= this.#o.maxAttempts) throw giveUp(`opgegeven na ${attempt} pogingen`);
       if (retryAfterMs !== null && retryAfterMs > this.#o.maxDelayMs) throw giveUp(`Retry-After ${retryAfterMs / 1000} s is langer dan maxDelayMs`);
       const backoff = Math.min(this.#o.maxDelayMs, this.#o.baseDelayMs * 2 ** (attempt - 1));
-      const delayMs = Math.max(retryAfterMs ?? 0, Math.round(backoff / 2 + Math.random() * (backoff / 2)));
+      // After a Retry-After: that wait plus a random part of the backoff, so that clients
+      // refused at once (the busy 503's Retry-After: 5) do not all return at once; never sooner.
+      const delayMs =
+        retryAfterMs === null
+          ? Math.round(backoff / 2 + Math.random() * (backoff / 2))
+          : Math.max(retryAfterMs, Math.min(this.#o.maxDelayMs, Math.round(retryAfterMs + Math.random() * backoff)));
       this.#o.onRetry?.({ method, path, attempt, delayMs, status, reason });
       await sleep(delayMs);
     }
   }
 }
+
+const isInteger = (v: unknown): boolean => Number.isSafeInteger(v);
 
 function tenantPath(id: number): string {
   if (!Number.isSafeInteger(id) || id < 1) throw new TypeError(`tenant-id moet een geheel getal ≥ 1 zijn, niet ${id}`);

@@ -11,12 +11,16 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { NachtwachtClient, NachtwachtError, NOTHING_STORED_HEADER, NOTHING_STORED_VALUE, parseRetryAfter, type AuditEntry, type ClientOptions, type RetryInfo } from "../src/client.ts";
+import { MAX_BODY_BYTES, NachtwachtClient, NachtwachtError, NOTHING_STORED_HEADER, NOTHING_STORED_VALUE, parseRetryAfter, type AuditEntry, type ClientOptions, type RetryInfo } from "../src/client.ts";
 import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { holdWriteLock } from "./ingest-fixtures.ts";
 import { TEST_SIGNING_KEY, until } from "./helpers.ts";
 import { MAX_WRITES_IN_FLIGHT } from "../src/http/ingest-routes.ts";
+import { MAX_BATCH_BYTES } from "../src/ingest/audit.ts";
+import { MAX_ATTEMPTS_BYTES } from "../src/ingest/login-attempts.ts";
+import { MAX_ADMINISTRATORS_BYTES, MAX_TENANT_BYTES } from "../src/ingest/tenants.ts";
+import { parseConfig } from "../src/config.ts";
 import { DIALECT, pgOnly, serviceReader, sqliteOnly, testCluster } from "./dialect.ts";
 
 const APP = `app-${randomBytes(24).toString("hex")}`;
@@ -212,12 +216,115 @@ describe("refusals: NachtwachtError with the status and the server's message, ne
     expect(() => new NachtwachtClient({ baseUrl: svc.url, secret: "short" })).toThrow(TypeError);
   });
 
+  test("a body larger than its route takes is refused before sending: 413, nothingStored, nothing sent (Bun closes the connection on one over 2 MiB unread, a reset to a client still sending)", async () => {
+    const t = await newTenant();
+    let sent = 0;
+    const retries: RetryInfo[] = [];
+    const c = client({ onRetry: (i) => retries.push(i), fetch: (input, init) => (sent++, fetch(input, init)) });
+    const padded = (kib: number, keyed: boolean) =>
+      Array.from({ length: 100 }, (_, i) => ({ ...entry(t, i, keyed ? `groot-${kib}-${i}` : undefined), details: { pad: "x".repeat(kib * 10.24 + 1) } }));
+    for (const [batch, keyed] of [[padded(3 * 1024, true), true], [padded(1536, false), false]] as const) {
+      const e = await failure(c.appendAudit(batch));
+      expect({ keyed, status: e.status, attempts: e.attempts, nothingStored: e.nothingStored, retryable: e.retryable }).toEqual({ keyed, status: 413, attempts: 0, nothingStored: true, retryable: false });
+      expect(e.error).toContain("niets opgeslagen");
+    }
+    const attempts = Array.from({ length: 1000 }, (_, i) => ({ account: `${"a".repeat(300)}${i}`, ip: "192.0.2.1", gelukt: false }));
+    expect((await failure(c.recordLoginAttempts(attempts))).status).toBe(413);
+    expect({ sent, retries }).toEqual({ sent: 0, retries: [] });
+    expect(await entriesOf(t)).toBe(0);
+    // Within the limit: sent, and the server's own answer (here: stored).
+    const r = await c.appendAudit([{ ...entry(t, 0, "binnen"), details: { pad: "x".repeat(60_000) } }]);
+    expect({ sent, opgeslagen: r.opgeslagen }).toEqual({ sent: 1, opgeslagen: 1 });
+  }, 30_000);
+
+  test("MAX_BODY_BYTES mirrors the server's limits per route (the client is bundled without server code)", () => {
+    expect(MAX_BODY_BYTES).toEqual({ audit: MAX_BATCH_BYTES, loginAttempts: MAX_ATTEMPTS_BYTES, tenant: MAX_TENANT_BYTES, administrators: MAX_ADMINISTRATORS_BYTES });
+  });
+
+  test("a secret the service would not take (a line break from a multi-line secrets file, a space, too short or long) is refused up front, without its value in the error", () => {
+    const serverTakes = (v: string) => {
+      try {
+        parseConfig({ CRON_SECRET: CRON, APP_SECRET: v, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY });
+        return true;
+      } catch (e) {
+        expect(String(e)).not.toContain(v);
+        return false;
+      }
+    };
+    const values = [`geheim-${"y".repeat(30)}\n`, `geheim-${"y".repeat(30)}\r`, `geheim ${"y".repeat(30)}`, `geheim-${"é".repeat(30)}`, "g".repeat(31), "g".repeat(1025), "g".repeat(32), "g".repeat(1024), APP];
+    for (const v of values) {
+      let error: unknown = null;
+      try {
+        new NachtwachtClient({ baseUrl: svc.url, secret: v });
+      } catch (e) {
+        error = e;
+      }
+      // The client's rule is the server's: what one takes, the other takes.
+      expect({ v, clientTakes: error === null }).toEqual({ v, clientTakes: serverTakes(v) });
+      if (error !== null) {
+        expect(error).toBeInstanceOf(TypeError);
+        expect(Bun.inspect(error)).not.toContain(v.trim());
+      }
+    }
+  });
+
   test("the secret is not visible in the client or its errors", async () => {
     const c = client();
     expect(JSON.stringify(c)).not.toContain(APP);
     expect(Bun.inspect(c)).not.toContain(APP);
     const e = await failure(c.putAdministrators(999_999, []));
     expect(Bun.inspect(e)).not.toContain(APP);
+  });
+});
+
+describe("a 2xx that is not the call's answer (a gateway's {\"status\":\"ok\"}) is no success", () => {
+  /** A server that answers every request 200 with `answer`. */
+  function answering(answer: unknown) {
+    let requests = 0;
+    const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => (requests++, Response.json(answer)) });
+    return { url: `http://127.0.0.1:${server.port}`, requests: () => requests, stop: () => server.stop(true) };
+  }
+
+  test("keyed and PUT calls are retried and then fail unreadable (nothingStored false); calls without keys fail at once", async () => {
+    const ok = answering({ status: "ok" });
+    try {
+      const c = client({ baseUrl: ok.url, maxAttempts: 2 });
+      const keyed = await failure(c.appendAudit([entry(1, 0, "gw-0")]));
+      expect(keyed).toMatchObject({ status: 200, attempts: 2, nothingStored: false });
+      expect(keyed.error).toContain("antwoord 200 onleesbaar");
+      expect(keyed.error).toContain("ontvangstbewijzen");
+      const login = await failure(c.recordLoginAttempts([{ account: "a", ip: "192.0.2.1", gelukt: false }]));
+      expect(login).toMatchObject({ status: 200, attempts: 1, nothingStored: false });
+      expect(login.error).toContain("niet herhaald");
+      const unkeyed = await failure(c.appendAudit([entry(1, 0)]));
+      expect(unkeyed).toMatchObject({ status: 200, attempts: 1 });
+      expect((await failure(c.putTenant(1, { naam: "x", actief: true }))).attempts).toBe(2);
+      expect((await failure(c.putAdministrators(1, []))).attempts).toBe(2);
+      expect(ok.requests()).toBe(2 + 1 + 1 + 2 + 2);
+    } finally {
+      ok.stop();
+    }
+  });
+
+  test("receipts that do not match the batch (too few, another tenant, no hash), ids of the wrong count and another tenant's PUT answer are no answer", async () => {
+    const receipt = { tenantId: 1, seq: 1, id: 1, hash: "a".repeat(64) };
+    const attempt = { ip: "192.0.2.1", gelukt: false };
+    const cases: [answer: unknown, call: (c: NachtwachtClient) => Promise<unknown>][] = [
+      [{ opgeslagen: 1, alBekend: 0, ontvangstbewijzen: [receipt] }, (c) => c.appendAudit([entry(1, 0, "k0"), entry(1, 1, "k1")])],
+      [{ opgeslagen: 1, alBekend: 0, ontvangstbewijzen: [{ ...receipt, tenantId: 2 }] }, (c) => c.appendAudit([entry(1, 0, "k0")])],
+      [{ opgeslagen: 1, alBekend: 0, ontvangstbewijzen: [{ ...receipt, hash: "" }] }, (c) => c.appendAudit([entry(1, 0, "k0")])],
+      [{ opgeslagen: 1, ids: [1] }, (c) => c.recordLoginAttempts([{ account: "a", ...attempt }, { account: "b", ...attempt }])],
+      [{ tenantId: 2, naam: "x", actief: true, aangemaakt: "2026-01-01T00:00:00.000Z", nieuw: true }, (c) => c.putTenant(1, { naam: "x", actief: true })],
+    ];
+    for (const [answer, call] of cases) {
+      const s = answering(answer);
+      try {
+        const e = await failure(call(client({ baseUrl: s.url, maxAttempts: 1 })));
+        expect({ answer, error: e.error }).toEqual({ answer, error: expect.stringContaining("onleesbaar") });
+      } finally {
+        s.stop();
+      }
+    }
   });
 });
 
@@ -251,6 +358,27 @@ describe("retries", () => {
       expect(retries).toHaveLength(1);
       expect(retries[0]!.delayMs).toBeGreaterThanOrEqual(1000);
       expect(proxy.seen[1]!.at - proxy.seen[0]!.at).toBeGreaterThanOrEqual(990);
+    } finally {
+      proxy.stop();
+    }
+  });
+
+  test("clients refused with the same Retry-After do not all return at once: each waits it plus a random part of its backoff, never less", async () => {
+    const n = 8;
+    const proxy = flakyProxy(Array.from({ length: n }, () => ({ status: 503, retryAfter: "1" })));
+    try {
+      const t = await newTenant();
+      const delays = await Promise.all(
+        Array.from({ length: n }, async (_, i) => {
+          const retries: RetryInfo[] = [];
+          await client({ baseUrl: proxy.url, baseDelayMs: 1000, maxAttempts: 2, onRetry: (x) => retries.push(x) }).appendAudit([entry(t, i, `kudde-${i}`)]);
+          return retries.map((x) => x.delayMs);
+        }),
+      );
+      expect(delays.every((d) => d.length === 1 && d[0]! >= 1000 && d[0]! <= 2000)).toBe(true);
+      // Before: max(Retry-After, a backoff of at most 1000) — every client 1000 ms exactly.
+      expect(new Set(delays.flat()).size).toBeGreaterThan(1);
+      expect(await entriesOf(t)).toBe(n);
     } finally {
       proxy.stop();
     }
@@ -341,6 +469,12 @@ describe("retries", () => {
     const of = (status: number | null) => new NachtwachtError("POST", "/api/inlogpogingen", status, "x", 1).nothingStored;
     expect([400, 401, 403, 409, 413, 422].map(of)).toEqual([true, true, true, true, true, true]);
     expect([408, 429, 500, 502, 503, 504, null].map(of)).toEqual([false, false, false, false, false, false, false]);
+  });
+
+  test("keepForLater: what must stay in the outbox — retryable, and 401/403 (the secret is wrong, not the batch); not a refusal of the batch itself", () => {
+    const keep = (status: number | null) => new NachtwachtError("POST", "/api/audit", status, "x", 1).keepForLater;
+    expect([null, 401, 403, 408, 429, 500, 502, 503].map(keep)).toEqual([true, true, true, true, true, true, true, true]);
+    expect([400, 404, 409, 413, 422].map(keep)).toEqual([false, false, false, false, false]);
   });
 
   test("parseRetryAfter: seconds, an HTTP date, nonsense", () => {
