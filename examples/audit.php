@@ -49,6 +49,20 @@ final class NachtwachtMaybeStored extends RuntimeException
 {
 }
 
+/**
+ * The largest batch POST /api/audit takes, in bytes: the service's MAX_BATCH_BYTES
+ * (src/ingest/audit.ts). A larger one is refused before sending: the service would close
+ * the connection on it unread, which looks like a lost answer, not like the 413 it is.
+ */
+const NACHTWACHT_MAX_BATCH_BYTES = 1048576;
+/** What the service takes as a secret (src/config.ts). */
+const NACHTWACHT_SECRET_RULE = "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)";
+
+function nachtwacht_secret_ok(string $secret): bool
+{
+    return preg_match('/^[\x21-\x7e]{32,1024}$/D', $secret) === 1;
+}
+
 function nachtwacht_retry_after_ms(?string $value): ?int
 {
     if ($value === null) {
@@ -90,9 +104,11 @@ function nachtwacht_error_of(string $body, int $status): string
  * (opgeslagen, alBekend, ontvangstbewijzen). Retries (the same bytes, so the same
  * sleutels) after a connection error, a timeout, 408, 429, 5xx and an answer that is
  * not nachtwacht's, waiting
- * 2^(attempt−1) × backoff_ms with jitter, or the server's Retry-After when longer; a
- * batch with an entry without a sleutel only when nothing was stored. Throws
- * NachtwachtRefused for a final answer, NachtwachtMaybeStored when a batch without
+ * 2^(attempt−1) × backoff_ms with jitter, or the server's Retry-After plus a random
+ * part of that; a batch with an entry without a sleutel only when nothing was stored.
+ * Throws InvalidArgumentException for a secret the service would not take,
+ * NachtwachtRefused for a final answer (a batch over NACHTWACHT_MAX_BATCH_BYTES: 413
+ * without sending), NachtwachtMaybeStored when a batch without
  * sleutels may have been stored, NachtwachtGaveUp otherwise.
  *
  * `details` must encode as a JSON object: an empty PHP array [] encodes as a JSON array
@@ -103,6 +119,9 @@ function nachtwacht_error_of(string $body, int $status): string
  */
 function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, int $maxAttempts = 5, int $backoffMs = 500, int $maxDelayMs = 60000, ?callable $log = null): array
 {
+    if (!nachtwacht_secret_ok($secret)) {
+        throw new InvalidArgumentException(NACHTWACHT_SECRET_RULE); // never the value itself
+    }
     $keyed = true;
     foreach ($entries as $e) {
         $sleutel = is_array($e) ? ($e['sleutel'] ?? null) : (is_object($e) ? ($e->sleutel ?? null) : null);
@@ -110,6 +129,9 @@ function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, 
     }
     // Encoded once: every attempt sends the same bytes, so the same sleutels.
     $payload = json_encode(['entries' => $entries], JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_THROW_ON_ERROR);
+    if (strlen($payload) > NACHTWACHT_MAX_BATCH_BYTES) {
+        throw new NachtwachtRefused(413, 'the batch is ' . strlen($payload) . ' bytes, more than the ' . NACHTWACHT_MAX_BATCH_BYTES . ' the service takes; not sent, nothing stored: split it');
+    }
     $url = rtrim($baseUrl, '/') . '/api/audit';
     for ($attempt = 1; ; $attempt++) {
         $retryAfter = null;
@@ -175,7 +197,10 @@ function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, 
             throw new NachtwachtGaveUp("$reason; the server asks to wait " . ($retryAfter / 1000) . ' s (Retry-After), more than max_delay_ms');
         }
         $backoff = min($maxDelayMs, $backoffMs * 2 ** ($attempt - 1));
-        $delay = max($retryAfter ?? 0, intdiv($backoff, 2) + random_int(0, intdiv($backoff, 2)));
+        // After a Retry-After: that plus a random part of the backoff, so clients refused at once do not all return at once.
+        $delay = $retryAfter === null
+            ? intdiv($backoff, 2) + random_int(0, intdiv($backoff, 2))
+            : max($retryAfter, min($maxDelayMs, $retryAfter + random_int(0, $backoff)));
         if ($log !== null) {
             $log("attempt $attempt: $reason; again in $delay ms");
         }
@@ -206,8 +231,8 @@ function nachtwacht_main(array $argv): int
         $say("cannot read the batch from $file");
         return 2;
     }
-    if (strpbrk($secret, "\r\n") !== false) {
-        $say('APP_SECRET holds a line break');
+    if (!nachtwacht_secret_ok($secret)) {
+        $say(NACHTWACHT_SECRET_RULE);
         return 2;
     }
     if (preg_match('#^https?://#i', $baseUrl) !== 1) {

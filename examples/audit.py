@@ -46,6 +46,13 @@ import urllib.request
 
 # nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not).
 NOTHING_STORED = ("nachtwacht-opgeslagen", "nee")
+# The largest batch POST /api/audit takes, in bytes: the service's MAX_BATCH_BYTES
+# (src/ingest/audit.ts). A larger one is refused before sending: the service would close
+# the connection on it unread, which looks like a lost answer, not like the 413 it is.
+MAX_BATCH_BYTES = 1048576
+# What the service takes as a secret (src/config.ts): a line break would otherwise end up in an error text.
+_SECRET = re.compile(r"[\x21-\x7e]{32,1024}")
+SECRET_RULE = "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)"
 
 
 def _final(status):
@@ -116,13 +123,18 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
 
     Retries (the same bytes, so the same sleutels) after a connection error, a timeout,
     408, 429, 5xx and an answer that is not nachtwacht's, waiting 2^(attempt-1) x
-    backoff_ms with jitter, or the server's Retry-After when longer; a batch with an
-    entry without a sleutel only when nothing was stored. Raises Refused for a final
-    answer, MaybeStored when a batch without sleutels may have been stored, GaveUp
+    backoff_ms with jitter, or the server's Retry-After plus a random part of that; a
+    batch with an entry without a sleutel only when nothing was stored. Raises
+    ValueError for a secret the service would not take, Refused for a final answer (a
+    batch over MAX_BATCH_BYTES: 413 without sending), MaybeStored when a batch without sleutels may have been stored, GaveUp
     otherwise.
     """
+    if not isinstance(secret, str) or not _SECRET.fullmatch(secret):
+        raise ValueError(SECRET_RULE)  # never the value itself
     keyed = all(isinstance(e, dict) and isinstance(e.get("sleutel"), str) for e in entries)
     payload = json.dumps({"entries": entries}).encode("utf-8")
+    if len(payload) > MAX_BATCH_BYTES:
+        raise Refused(413, f"the batch is {len(payload)} bytes, more than the {MAX_BATCH_BYTES} the service takes; not sent, nothing stored: split it")
     url = base_url.rstrip("/") + "/api/audit"
     headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json", "Accept": "application/json"}
     for attempt in range(1, max_attempts + 1):
@@ -158,9 +170,12 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
             raise GaveUp(f"gave up after {attempt} attempts: {reason}")
         if retry_after is not None and retry_after > max_delay_ms:
             raise GaveUp(f"{reason}; the server asks to wait {retry_after / 1000:g} s (Retry-After), more than max_delay_ms")
-        delay = min(max_delay_ms, backoff_ms * 2 ** (attempt - 1))
-        delay = delay / 2 + random.random() * delay / 2
-        delay = max(delay, retry_after or 0)
+        backoff = min(max_delay_ms, backoff_ms * 2 ** (attempt - 1))
+        if retry_after is None:
+            delay = backoff / 2 + random.random() * backoff / 2
+        else:
+            # Retry-After plus a random part of the backoff: clients refused at once do not all return at once.
+            delay = max(retry_after, min(max_delay_ms, retry_after + random.random() * backoff))
         if log:
             log(f"attempt {attempt}: {reason}; again in {delay:.0f} ms")
         time.sleep(delay / 1000)
@@ -178,8 +193,8 @@ def main(argv):
     if not base_url or not secret:
         say("NACHTWACHT_URL and APP_SECRET must be set (in the environment, never as arguments)")
         return 2
-    if "\r" in secret or "\n" in secret:
-        say("APP_SECRET holds a line break")
+    if not _SECRET.fullmatch(secret):
+        say(SECRET_RULE)
         return 2
     if not re.match(r"https?://", base_url, re.IGNORECASE):
         say("NACHTWACHT_URL must start with http:// or https://")

@@ -35,7 +35,9 @@ die() { echo "$me: $*" >&2; exit 2; }
 
 [[ -n ${NACHTWACHT_URL:-} ]] || die "NACHTWACHT_URL is not set (e.g. http://127.0.0.1:3000)"
 [[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"
-[[ $APP_SECRET != *[$'\r\n']* ]] || die "APP_SECRET holds a line break"
+# What the service takes as a secret (src/config.ts); [!-~] is printable ASCII in the C locale.
+LC_ALL=C
+[[ $APP_SECRET =~ ^[!-~]{32,1024}$ ]] || die "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)"
 [[ ${NACHTWACHT_URL,,} =~ ^https?:// ]] || die "NACHTWACHT_URL must start with http:// or https://"
 [[ $# -le 1 ]] || die "usage: $me [BATCH.json | -]"
 # setting VAR NAME DEFAULT: the environment's NAME (or DEFAULT) into VAR, as a decimal
@@ -56,6 +58,15 @@ trap 'rm -rf "$work"' EXIT
 # Read once: every attempt sends the same bytes, so the same sleutels.
 if [[ $# -eq 0 || $1 == - ]]; then cat >"$work/batch.json"; else cp -- "$1" "$work/batch.json" || die "cannot read $1"; fi
 url=${NACHTWACHT_URL%/}/api/audit
+# The largest batch POST /api/audit takes, in bytes: the service's MAX_BATCH_BYTES
+# (src/ingest/audit.ts). A larger one is refused before sending: the service would close
+# the connection on it unread, which looks like a lost answer, not like the 413 it is.
+max_batch_bytes=1048576
+size=$(wc -c <"$work/batch.json")
+if ((size > max_batch_bytes)); then
+  echo "$me: refused, 413: the batch is $size bytes, more than the $max_batch_bytes the service takes; not sent, nothing stored: split it" >&2
+  exit 1
+fi
 # Every entry with a sleutel: then a repeat is answered from them, and may always be sent.
 keyed=0
 if ! command -v jq >/dev/null; then
@@ -137,13 +148,18 @@ for ((attempt = 1; ; attempt++)); do
   delay=$base_ms
   for ((i = 1; i < attempt && delay < max_delay_ms; i++)); do delay=$((delay * 2)); done
   ((delay <= max_delay_ms)) || delay=$max_delay_ms
-  delay=$((delay / 2 + RANDOM % (delay / 2 + 1)))
+  # RANDOM is 0..32767: two of them for a random part of a backoff up to max_delay_ms.
+  jitter=$(((RANDOM * 32768 + RANDOM) % (delay + 1)))
   if [[ -n $retry_after ]]; then
     if ((retry_after * 1000 > max_delay_ms)); then
       echo "$me: gave up: $reason; the server asks to wait ${retry_after} s (Retry-After), more than NACHTWACHT_MAX_DELAY_MS" >&2
       exit 75
     fi
-    ((retry_after * 1000 <= delay)) || delay=$((retry_after * 1000))
+    # Retry-After plus a random part of the backoff: clients refused at once do not all return at once.
+    delay=$((retry_after * 1000 + jitter))
+    ((delay <= max_delay_ms)) || delay=$((max_delay_ms > retry_after * 1000 ? max_delay_ms : retry_after * 1000))
+  else
+    delay=$((delay / 2 + jitter / 2))
   fi
   echo "$me: attempt $attempt: $reason; again in ${delay} ms" >&2
   sleep "$((delay / 1000)).$(printf '%03d' $((delay % 1000)))"

@@ -79,6 +79,15 @@ export interface SendOptions {
 const isFinal = (status: number) => status >= 300 && status < 500 && status !== 408 && status !== 429;
 /** nachtwacht's own 503 carries it when nothing of the request was stored (a proxy's 503 does not). */
 const NOTHING_STORED = ["nachtwacht-opgeslagen", "nee"] as const;
+/**
+ * The largest batch POST /api/audit takes, in bytes: the service's MAX_BATCH_BYTES
+ * (src/ingest/audit.ts). A larger one is refused before sending: the service would close
+ * the connection on it unread, which looks like a lost answer, not like the 413 it is.
+ */
+const MAX_BATCH_BYTES = 1048576;
+/** What the service takes as a secret (src/config.ts): a line break would otherwise end up in fetch's error text. */
+const SECRET = /^[\x21-\x7e]{32,1024}$/;
+export const SECRET_RULE = "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)";
 
 /** The name did not resolve or the connection was refused: the request never left this machine (Bun: e.code; Node: e.cause.code). */
 function neverSent(e: unknown): boolean {
@@ -117,17 +126,21 @@ function errorOf(text: string, status: number): string {
  * POSTs the entries as one batch and returns the answer. Retries (the same bytes, so
  * the same sleutels) after a connection error, a timeout, 408, 429, 5xx and an answer
  * that is not nachtwacht's, waiting
- * 2^(attempt−1) × backoffMs with jitter, or the server's Retry-After when longer; a batch
- * with an entry without a sleutel only when nothing was stored. Throws Refused for a
- * final answer, MaybeStored when a batch without sleutels may have been stored, GaveUp
+ * 2^(attempt−1) × backoffMs with jitter, or the server's Retry-After plus a random part
+ * of that; a batch with an entry without a sleutel only when nothing was stored. Throws
+ * TypeError for a secret the service would not take, Refused for a final answer (a batch
+ * over MAX_BATCH_BYTES: 413 without sending), MaybeStored when a batch without sleutels may have been stored, GaveUp
  * otherwise.
  */
 export async function sendAudit(baseUrl: string, secret: string, entries: AuditEntry[], o: SendOptions = {}): Promise<AuditAnswer> {
   const maxAttempts = o.maxAttempts ?? 5;
   const backoffMs = o.backoffMs ?? 500;
   const maxDelayMs = o.maxDelayMs ?? 60_000;
+  if (typeof secret !== "string" || !SECRET.test(secret)) throw new TypeError(SECRET_RULE); // never the value itself
   const keyed = entries.every((e) => typeof e?.sleutel === "string");
   const body = JSON.stringify({ entries });
+  const bytes = new TextEncoder().encode(body).byteLength;
+  if (bytes > MAX_BATCH_BYTES) throw new Refused(413, `the batch is ${bytes} bytes, more than the ${MAX_BATCH_BYTES} the service takes; not sent, nothing stored: split it`);
   const url = `${baseUrl.replace(/\/+$/, "")}/api/audit`;
   for (let attempt = 1; ; attempt++) {
     let reason: string;
@@ -163,7 +176,8 @@ export async function sendAudit(baseUrl: string, secret: string, entries: AuditE
     if (attempt >= maxAttempts) throw new GaveUp(`gave up after ${attempt} attempts: ${reason}`);
     if (wait !== null && wait > maxDelayMs) throw new GaveUp(`${reason}; the server asks to wait ${wait / 1000} s (Retry-After), more than maxDelayMs`);
     const backoff = Math.min(maxDelayMs, backoffMs * 2 ** (attempt - 1));
-    const delay = Math.round(Math.max(wait ?? 0, backoff / 2 + (Math.random() * backoff) / 2));
+    // After a Retry-After: that plus a random part of the backoff, so clients refused at once do not all return at once.
+    const delay = Math.round(wait === null ? backoff / 2 + (Math.random() * backoff) / 2 : Math.max(wait, Math.min(maxDelayMs, wait + Math.random() * backoff)));
     o.log?.(`attempt ${attempt}: ${reason}; again in ${delay} ms`);
     await new Promise((resolve) => setTimeout(resolve, delay));
   }
@@ -189,8 +203,8 @@ async function main(args: string[]): Promise<number> {
     if (!/^\d{1,9}$/.test(v)) throw new Error(`${name} takes a whole number`);
     return Number(v);
   };
-  if (/[\r\n]/.test(secret)) {
-    say("APP_SECRET holds a line break");
+  if (!SECRET.test(secret)) {
+    say(SECRET_RULE);
     return 2;
   }
   if (!/^https?:\/\//i.test(baseUrl)) {

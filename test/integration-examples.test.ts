@@ -21,6 +21,7 @@ import { freePort } from "./binary.ts";
 import { ROOT, startService, type ServiceProcess } from "./fixtures/hardening.ts";
 import { TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { DIALECT, serviceReader, testCluster } from "./dialect.ts";
+import { MAX_BATCH_BYTES } from "../src/ingest/audit.ts";
 
 // Random per run, so finding one on a command line cannot be a coincidence.
 const APP = `app-${randomBytes(24).toString("hex")}`;
@@ -123,7 +124,7 @@ function keylessBatchFor(tenantId: number): { path: string; text: string } {
 function pathWithoutJq(): string {
   const bin = join(dir, "bin-without-jq");
   mkdirSync(bin, { recursive: true });
-  for (const tool of ["bash", "curl", "cat", "cp", "mktemp", "rm", "tr", "awk", "grep", "head", "sleep", "printf"]) {
+  for (const tool of ["bash", "curl", "cat", "cp", "mktemp", "rm", "tr", "awk", "grep", "head", "sleep", "printf", "wc"]) {
     const at = Bun.which(tool);
     if (at && !existsSync(join(bin, tool))) symlinkSync(at, join(bin, tool));
   }
@@ -176,7 +177,7 @@ function commandLines(): { pid: string; argv: string }[] {
   return out;
 }
 
-type Step = "busy" | "busy-long" | "busy-nothing-stored" | "lose" | "odd-5xx" | "html-200" | "empty-2xx" | "redirect" | "pass";
+type Step = "busy" | "busy-1s" | "busy-long" | "busy-nothing-stored" | "lose" | "odd-5xx" | "html-200" | "empty-2xx" | "redirect" | "pass";
 
 /**
  * A real HTTP server between an example and the service. Per request, in order: `busy`
@@ -205,6 +206,7 @@ function flakyProxy(steps: Step[]) {
       scans.push(commandLines());
       const step = steps[seen.length - 1] ?? "pass";
       if (step === "busy") return Response.json({ error: "bezet (proxy)" }, { status: 503, headers: { "retry-after": "0" } });
+      if (step === "busy-1s") return Response.json({ error: "bezet (proxy)" }, { status: 503, headers: { "retry-after": "1" } });
       if (step === "busy-long") return Response.json({ error: "bezet (proxy)" }, { status: 503, headers: { "retry-after": "60" } });
       if (step === "busy-nothing-stored") return Response.json({ error: "De database is bezet" }, { status: 503, headers: { "retry-after": "0", [NOTHING_STORED_HEADER]: NOTHING_STORED_VALUE } });
       if (step === "redirect") return new Response("", { status: 302, headers: { location: "http://127.0.0.1:1/elders" } });
@@ -519,6 +521,45 @@ describe.each(EXAMPLES)("$file", (ex) => {
     }
   });
 
+  it("a batch over the service's limit (MAX_BATCH_BYTES, named in the example) is refused before sending: exit 1, 413, nothing sent, also with sleutels", async () => {
+    expect(Number(/max_batch_bytes\s*=\s*(\d+)/i.exec(source(ex.file))?.[1])).toBe(MAX_BATCH_BYTES);
+    const tenantId = await newTenant();
+    const proxy = flakyProxy([]);
+    try {
+      // Over Bun's 2 MiB too: sent, the service would close the connection on it unread.
+      for (const mib of [1.5, 3]) {
+        const entries = Array.from({ length: 100 }, (_, i) => ({ tenantId, actor: "a", action: "b", subject: "s", details: { pad: "x".repeat((mib * 1024 * 1024) / 100) }, sleutel: `groot-${mib}-${i}` }));
+        const path = join(dir, `groot-${tenantId}-${mib}.json`);
+        writeFileSync(path, JSON.stringify({ entries }));
+        const run = await runExample(ex, [path], envFor(proxy.url));
+        expect({ mib, code: run.code, stdout: run.stdout }).toEqual({ mib, code: 1, stdout: "" });
+        expect(run.stderr).toContain("413");
+        expect(run.stderr).toContain("nothing stored");
+      }
+      expect(proxy.seen).toHaveLength(0);
+      expect(await rowsOf(tenantId)).toEqual([]);
+    } finally {
+      proxy.stop();
+    }
+  });
+
+  it("after a Retry-After it waits that plus a random part of its backoff: two runs refused at once do not return at once", async () => {
+    const tenantId = await newTenant();
+    const proxy = flakyProxy(["busy-1s", "busy-1s"]);
+    try {
+      const runs = await Promise.all(
+        ["-a", "-b"].map((suffix) => runExample(ex, [batchFor(tenantId, `-kudde${suffix}`).path], envFor(proxy.url, { NACHTWACHT_BACKOFF_MS: "1000", NACHTWACHT_MAX_ATTEMPTS: "2" }))),
+      );
+      const delays = runs.map((r) => Number(/again in (\d+) ms/.exec(r.stderr)?.[1]));
+      expect(runs.map((r) => r.code)).toEqual([0, 0]);
+      expect(delays.every((d) => d >= 1000 && d <= 2000)).toBe(true);
+      // Before: max(Retry-After, a backoff of at most 1000) — 1000 ms for both.
+      expect(delays.some((d) => d > 1000)).toBe(true);
+    } finally {
+      proxy.stop();
+    }
+  });
+
   it("a refusal is final (exit 1, the server's message on stderr, one request); no answer gives up (75); a long Retry-After is honoured by stopping", async () => {
     const proxy = flakyProxy(["pass", "pass", "busy-long"]);
     try {
@@ -589,7 +630,7 @@ describe("the secret stays off command lines (static)", () => {
     // The emptiness and line-break checks (inside [[ ]], a shell keyword, no process) and the here-string.
     expect(expansions.map((l) => l.trim())).toEqual([
       '[[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"',
-      `[[ $APP_SECRET != *[$'\\r\\n']* ]] || die "APP_SECRET holds a line break"`,
+      '[[ $APP_SECRET =~ ^[!-~]{32,1024}$ ]] || die "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)"',
       '"$url" <<<"Authorization: Bearer $APP_SECRET") || rc=$?',
     ]);
     const script = lines.join("\n");
@@ -628,6 +669,24 @@ describe("the secret stays off command lines (static)", () => {
       await p.exited;
     }
   });
+});
+
+describe("the importable functions check the secret before sending, without its value in the error", () => {
+  const bad = `geheim-${randomBytes(16).toString("hex")}\n`;
+  const cases = [
+    { file: "examples/audit.py", cmd: ["python3", "-c", "import os, sys; sys.path.insert(0, 'examples'); import audit; audit.send_audit('http://127.0.0.1:1', os.environ['S'], [])"] },
+    { file: "examples/audit.ts", cmd: [process.execPath, "-e", "const { sendAudit } = await import('./examples/audit.ts'); await sendAudit('http://127.0.0.1:1', process.env.S, [])"] },
+    { file: "examples/audit.php", cmd: ["php", "-r", "require 'examples/audit.php'; nachtwacht_send_audit('http://127.0.0.1:1', getenv('S'), []);"] },
+  ];
+  for (const c of cases) {
+    test(c.file, async () => {
+      const p = Bun.spawn(c.cmd, { cwd: ROOT, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, S: bad, PYTHONDONTWRITEBYTECODE: "1" }, stdout: "pipe", stderr: "pipe" });
+      const [code, stdout, stderr] = await Promise.all([p.exited, new Response(p.stdout).text(), new Response(p.stderr).text()]);
+      expect(code).not.toBe(0);
+      expect(stderr).toContain("printable ASCII");
+      expect(stdout + stderr).not.toContain(bad.trim());
+    });
+  }
 });
 
 describe("docs/integration.md", () => {
