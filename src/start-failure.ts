@@ -42,14 +42,26 @@ export function startFailureMessage(e: unknown, config: Config): string | null {
   const err = e as { code?: unknown; path?: unknown; message?: unknown };
   const message = typeof err?.message === "string" ? err.message : String(e);
   const code = typeof err?.code === "string" ? err.code : "";
-  // SQLite says no path: it is the database's folder or file.
-  if (/^SQLITE_(CANTOPEN|READONLY|PERM|FULL)/.test(code)) {
-    return `DATABASE_PATH: cannot open or write ${config.databasePath} (${code}: ${message}). ${writableHint(dirname(config.databasePath))}`;
+  // SQLite says no path: it is the database's folder or file. IOERR too: a clean stop
+  // removes the -shm file, and on a full disk the next start fails making it again
+  // (SQLITE_IOERR_SHMSIZE), which ended in a stack trace and a restart loop.
+  if (/^SQLITE_(CANTOPEN|READONLY|PERM|FULL|IOERR)/.test(code)) {
+    return `DATABASE_PATH: cannot open or write ${config.databasePath} (${code}: ${message}). ${hint(code, dirname(config.databasePath))}`;
   }
   if (!FS_CODES.has(code) || typeof err.path !== "string") return null;
   const setting = config.databaseUrl === null && within(err.path, dirname(config.databasePath)) ? "DATABASE_PATH" : within(err.path, dirname(config.auditAnkerBestand)) ? "AUDIT_ANKER_BESTAND" : null;
   const what = `cannot write ${err.path} (${code})`;
-  return `${setting ? `${setting}: ` : ""}${what}. ${writableHint(dirname(err.path))}`;
+  return `${setting ? `${setting}: ` : ""}${what}. ${hint(code, dirname(err.path))}`;
+}
+
+/** Codes that say (or, IOERR, may say) the disk is full rather than closed to the service. */
+const FULL_CODES = /^(SQLITE_FULL|SQLITE_IOERR|ENOSPC|EDQUOT)/;
+
+/** What the operator should look at for `code` in `dir`: the free space, or whether the service may write there. */
+function hint(code: string, dir: string): string {
+  if (!FULL_CODES.test(code)) return writableHint(dir);
+  const io = code.startsWith("SQLITE_IOERR") ? " (else a disk fault: see `journalctl -k`)" : "";
+  return `The disk may be full${io}: see \`df -h ${dir}\`, make room and start again.`;
 }
 
 /** Where the service may write under the shipped unit, and how to add a folder. */

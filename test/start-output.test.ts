@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { BUN, freePort, ROOT } from "./binary.ts";
 import { startService, testDatabase } from "./fixtures/hardening.ts";
 import { DIALECT, sqliteOnly, testCluster } from "./dialect.ts";
-import { NOW, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { fillUntilFree, mountTmpfs, NOW, SECRET, TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { generateKeyPair } from "../src/audit/note.ts";
 
 const DB_PASSWORD = "db-wachtwoord-7c41e0";
@@ -126,6 +126,23 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     expect(r.code).toBe(2);
     expect(r.err).toStartWith(`nachtwacht: cannot start: DATABASE_PATH: cannot open or write ${join(ro, "nachtwacht.db")} (SQLITE_CANTOPEN`);
     expect(r.err).toContain(`ReadWritePaths=${ro}`);
+    expect(r.err.trim().split("\n")).toHaveLength(1);
+  });
+
+  sqliteOnly("a restart on a full disk (a clean stop removed -shm, which SQLite cannot make again: SQLITE_IOERR_SHMSIZE): DATABASE_PATH, and that the disk may be full", async () => {
+    const fs = mountTmpfs("4m");
+    cleanups.push(fs.cleanup);
+    const db = testDatabase(cleanups, NOW, () => {});
+    const env = { ...db.env, DATABASE_PATH: join(fs.dir, "nachtwacht.db") };
+    const first = await startService(env);
+    cleanups.push(() => (first.proc.exitCode === null ? first.proc.kill("SIGKILL") : undefined));
+    first.proc.kill("SIGTERM");
+    expect(await first.exited).toBe(0);
+    fillUntilFree(fs.dir, 0);
+    const r = await failedStart({ ...env, PORT: String(freePort()) });
+    expect(r.code).toBe(2);
+    expect(r.err).toStartWith(`nachtwacht: cannot start: DATABASE_PATH: cannot open or write ${join(fs.dir, "nachtwacht.db")} (SQLITE_IOERR`);
+    expect(r.err).toContain(`df -h ${fs.dir}`);
     expect(r.err.trim().split("\n")).toHaveLength(1);
   });
 });
