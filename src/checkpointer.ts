@@ -6,6 +6,9 @@
 // connection runs a PASSIVE checkpoint every 50 ms (every 500 ms while only a trickle is
 // written: checkpointDue). Should the worker fail, the
 // connection's automatic checkpoints are switched back on: the WAL never grows unbounded.
+// A failed checkpoint (a full disk: the database file cannot grow) does not end the
+// thread: it tries again each tick, and its first success moves the checkpoints off the
+// commit path again. Only a thread that died (an uncaught error) is given up for good.
 import type { Database } from "bun:sqlite";
 import { log } from "./logger.ts";
 import { startWorker } from "./workers.ts";
@@ -99,6 +102,8 @@ export interface CheckpointResult {
 export interface Checkpointer {
   /** A checkpoint now, in the thread (after a large commit), besides the periodic ones. */
   now(): void;
+  /** Whether the thread failed and the service's connection checkpoints inside its commits (`nachtwacht_wal_checkpointer_fallback`). */
+  fallenBack(): boolean;
   stop(): Promise<void>;
 }
 
@@ -111,20 +116,35 @@ export function startCheckpointer(sqlite: Database, dbPath: string, options: { i
     sqlite.run(`PRAGMA wal_autocheckpoint = ${DEFAULT_AUTOCHECKPOINT}`);
     log("error", "the WAL checkpointer thread failed; automatic checkpoints are back on the service's connection", { error: why });
   };
+  // The thread itself died: nothing will checkpoint there again, the fallback stays.
+  let dead = false;
   let stopped: (() => void) | null = null;
   worker.onmessage = (e: MessageEvent<CheckpointResult | { error: string } | { stopped: true }>) => {
     const m = e.data;
     if ("stopped" in m) stopped?.();
     else if ("error" in m) fallBack(m.error);
-    else options.onCheckpoint?.(m);
+    else {
+      // The thread checkpoints again (space freed, the I/O fault gone): a single full disk
+      // left the checkpoints on the commit path until the next restart.
+      if (failed && !dead) {
+        failed = false;
+        sqlite.run("PRAGMA wal_autocheckpoint = 0");
+        log("info", "the WAL checkpointer thread checkpoints again; automatic checkpoints are off the service's connection again");
+      }
+      options.onCheckpoint?.(m);
+    }
   };
-  worker.onerror = (e) => fallBack(e.message);
+  worker.onerror = (e) => {
+    dead = true;
+    fallBack(e.message);
+  };
   sqlite.run("PRAGMA wal_autocheckpoint = 0");
   worker.postMessage({ dbPath, intervalMs: options.intervalMs ?? 50, limits: options.limits ?? WAL_LIMITS });
   return {
     now: () => {
       if (!failed) worker.postMessage("now");
     },
+    fallenBack: () => failed,
     async stop() {
       const done = new Promise<void>((r) => (stopped = r));
       worker.postMessage("stop");

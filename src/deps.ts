@@ -26,6 +26,11 @@ export interface Deps<S extends AnyStore = AnyStore> {
    */
   checkpointNow?: () => void;
   /**
+   * Whether that thread failed and the service's connection checkpoints inside its own
+   * commits again (Checkpointer.fallenBack), for /metrics; absent where no such thread runs.
+   */
+  walCheckpointerFallback?: () => boolean;
+  /**
    * When the write API was last called in this process (src/ingest/activity.ts), for the
    * retention jobs' pacing on SQLite; wired by startServer, absent elsewhere (the jobs
    * then keep their usual batches).

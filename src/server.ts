@@ -102,11 +102,11 @@ export function startServer(config: Config, options: ServerOptions = {}) {
 }
 
 /**
- * The deps the service runs with on SQLite: the checkpoint thread's trigger, and one
+ * The deps the service runs with on SQLite: the checkpoint thread's trigger and state, and one
  * tracker for the write API's routes and the retention jobs' batches (src/ingest/activity.ts).
  */
-export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer, "now">): Deps<Store> {
-  return { ...wired, checkpointNow: () => checkpointer.now(), writeApi: new WriteApiActivity() };
+export function serviceDeps(wired: Deps<Store>, checkpointer: Pick<Checkpointer, "now" | "fallenBack">): Deps<Store> {
+  return { ...wired, checkpointNow: () => checkpointer.now(), walCheckpointerFallback: () => checkpointer.fallenBack(), writeApi: new WriteApiActivity() };
 }
 
 /**

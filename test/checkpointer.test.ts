@@ -2,15 +2,24 @@
 // checkpointing, a worker thread checkpoints; the WAL stays bounded, and when the worker
 // is stopped the connection's automatic checkpoints are back.
 import { afterEach, expect, test } from "bun:test";
-import { readFileSync, statSync } from "node:fs";
+import { readFileSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { endianness } from "node:os";
 import { Database } from "bun:sqlite";
 import { deleteOldLoginAttempts, pinCacheSize } from "../src/audit/retention.ts";
 import { checkpointDue, startCheckpointer, WAL_LIMITS, walIndexHeader, walStep, type CheckpointResult } from "../src/checkpointer.ts";
-import { addTenant, makeTestEnv, until, type TestEnv } from "./helpers.ts";
+import { collectMetrics, renderMetrics } from "../src/http/metrics.ts";
+import { newIngestCounters } from "../src/ingest/counters.ts";
+import { RunningJobs } from "../src/running-jobs.ts";
+import { serviceDeps } from "../src/server.ts";
+import { addTenant, fillUntilFree, makeTestEnv, mountTmpfs, NOW, until, type TestEnv } from "./helpers.ts";
 
 let env: TestEnv;
-afterEach(() => env?.cleanup());
+const cleanups: (() => void)[] = [];
+afterEach(async () => {
+  await env?.cleanup();
+  for (const c of cleanups.splice(0).reverse()) c();
+});
 
 const autocheckpoint = () => (env.store.sqlite.query("PRAGMA wal_autocheckpoint").get() as { wal_autocheckpoint: number }).wal_autocheckpoint;
 
@@ -97,6 +106,46 @@ test("a worker that fails switches the connection's automatic checkpoints back o
   expect(autocheckpoint()).toBe(1000);
   await checkpointer.stop();
 });
+
+test("a full disk fails the thread's checkpoint only for a while: checkpoints fall back to the service's connection (nachtwacht_wal_checkpointer_fallback 1), and the thread's first checkpoint after space is freed takes them off the commit path again", async () => {
+  const fs = mountTmpfs("8m");
+  cleanups.push(fs.cleanup);
+  env = makeTestEnv({ DATABASE_PATH: join(fs.dir, "n.db"), AUDIT_ANKER_BESTAND: join(fs.dir, "a.jsonl") });
+  const tenantId = addTenant(env.store);
+  const results: CheckpointResult[] = [];
+  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, onCheckpoint: (r) => results.push(r) });
+  const deps = serviceDeps(env.deps, checkpointer);
+  const gauge = async () => Number(/^nachtwacht_wal_checkpointer_fallback (\S+)$/m.exec(renderMetrics(await collectMetrics({ deps, running: new RunningJobs(), counters: newIngestCounters() }, NOW)))?.[1]);
+  const insert = env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES (?, ?, '192.0.2.1', 0, ?)");
+  const batch = (n: number, round: number) =>
+    env.store.sqlite.transaction(() => {
+      for (let i = 0; i < n; i++) insert.run(new Date(Date.UTC(2026, 0, 1, 0, 0, round, i % 1000)).toISOString(), `${round}-${i}-${"x".repeat(900)}`, tenantId);
+    })();
+  try {
+    // A WAL of some 1 MB, copied back entirely: the next commit writes over it from its start.
+    batch(1000, 0);
+    await until("the first batch checkpointed", () => results.some((r) => r.log > 200 && r.checkpointed === r.log));
+    expect([autocheckpoint(), await gauge()]).toEqual([0, 0]);
+    // The disk fills (logs, a backup, another process). The commit fits in the reused WAL,
+    // but copying it back needs the database file to grow: the thread's checkpoint meets SQLITE_FULL.
+    fillUntilFree(fs.dir, 0);
+    batch(300, 1);
+    await until("the fallback", () => checkpointer.fallenBack());
+    expect([autocheckpoint(), await gauge()]).toEqual([1000, 1]);
+    // Space is freed: the thread, trying again each tick, copies the WAL back.
+    rmSync(join(fs.dir, "ballast"));
+    results.length = 0;
+    await until("a checkpoint after space was freed", () => results.some((r) => r.checkpointed === r.log));
+    expect([checkpointer.fallenBack(), autocheckpoint(), await gauge()]).toEqual([false, 0, 0]);
+    // and now() reaches the thread again (it was a no-op during the fallback)
+    batch(300, 2);
+    results.length = 0;
+    checkpointer.now();
+    await until("now() after the re-arm", () => results.some((r) => r.checkpointed === r.log));
+  } finally {
+    await checkpointer.stop();
+  }
+}, 30_000);
 
 test("a retention run does not switch automatic checkpoints off again after the checkpoint thread fell back", async () => {
   env = makeTestEnv();

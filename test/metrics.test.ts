@@ -421,6 +421,7 @@ describe("the format", () => {
       disks: [],
       minFreeRatio: 0.1,
       databaseClockOffsetSeconds: null,
+      walCheckpointerFallback: false,
     };
     const text = renderMetrics(snapshot);
     expect(text.endsWith("\n")).toBe(true);

@@ -110,6 +110,8 @@ export interface MetricsSnapshot {
   minFreeRatio: number;
   /** PostgreSQL: how far the server's clock is ahead of this host's (src/pg/clock.ts); null on SQLite or when it could not be read. */
   databaseClockOffsetSeconds: number | null;
+  /** SQLite: the WAL checkpoint thread failed, its checkpoints are back inside the service's commits (Checkpointer.fallenBack); false without the thread. */
+  walCheckpointerFallback: boolean;
 }
 
 /**
@@ -161,6 +163,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     disks,
     minFreeRatio: deps.config.schijfMinVrijProcent / 100,
     databaseClockOffsetSeconds,
+    walCheckpointerFallback: deps.walCheckpointerFallback?.() ?? false,
   };
 }
 
@@ -385,6 +388,13 @@ export function renderMetrics(m: MetricsSnapshot): string {
       [[{}, m.databaseClockOffsetSeconds]],
     );
   }
+
+  out.family(
+    `${N}wal_checkpointer_fallback`,
+    "gauge",
+    "SQLite: 1 while the WAL checkpoint thread has failed (a full disk, an I/O error) and the service's own connection checkpoints inside its commits, slower; 0 again once the thread checkpoints. Always 0 on PostgreSQL.",
+    [[{}, bool(m.walCheckpointerFallback)]],
+  );
 
   const c = m.counters;
   out.family(
