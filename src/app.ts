@@ -13,6 +13,7 @@ import { docs, DOCS_PATHS } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
 import { METRICS_PATH, metricsRoute } from "./http/metrics.ts";
 import { enumOf } from "./jobs/schema.ts";
+import { databaseDiskFull } from "./disk-space.ts";
 import { Refusal } from "./ingest/refusal.ts";
 import { countRejected, newIngestCounters, type IngestCounters } from "./ingest/counters.ts";
 import { errorText, log } from "./logger.ts";
@@ -46,9 +47,10 @@ function mayWrite(path: string): boolean {
 
 const HealthDown = t.Object({
   status: t.Literal("fout"),
-  database: enumOf(["onbereikbaar", "alleen-lezen"], {
+  database: enumOf(["onbereikbaar", "alleen-lezen", "schijf-vol"], {
     description:
-      "onbereikbaar: de query mislukte. alleen-lezen: de database neemt geen schrijfacties aan (PostgreSQL: een standby na een failover, default_transaction_read_only; SQLite: het bestand is niet schrijfbaar voor de service: het bestandssysteem alleen-lezen opnieuw aangekoppeld na schijffouten, of rechten die de volgende start het openen beletten).",
+      "onbereikbaar: de query mislukte. alleen-lezen: de database neemt geen schrijfacties aan (PostgreSQL: een standby na een failover, default_transaction_read_only; SQLite: het bestand is niet schrijfbaar voor de service: het bestandssysteem alleen-lezen opnieuw aangekoppeld na schijffouten, of rechten die de volgende start het openen beletten). " +
+      "schijf-vol (SQLite): op de schijf van de database is minder dan 1 MiB vrij voor de service; schrijfacties mislukken (SQLITE_FULL).",
   }),
 });
 
@@ -132,6 +134,8 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
             // file whose mode no longer lets the service write is reported too: the open
             // connection still writes, but the next start cannot open it.
             if (!mayWrite(store.path)) return json(503, { status: "fout", database: "alleen-lezen" });
+            // Nor is a full disk: every write fails with SQLITE_FULL while reads go on.
+            if (databaseDiskFull(store.path)) return json(503, { status: "fout", database: "schijf-vol" });
           }
           return json(200, { status: "ok", database: "bereikbaar", lopendeTaken: running.names() });
         } catch {
@@ -143,7 +147,7 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
           summary: "Of de service en de database bereikbaar zijn (zonder token).",
           responses: {
             200: { description: "Service en database bereikbaar.", content: { "application/json": { schema: HealthOk } } },
-            503: { description: "De database is niet bereikbaar, of (PostgreSQL) neemt geen schrijfacties aan.", content: { "application/json": { schema: HealthDown } } },
+            503: { description: "De database is niet bereikbaar, neemt geen schrijfacties aan, of (SQLite) haar schijf is vol.", content: { "application/json": { schema: HealthDown } } },
           },
         } as any,
       },

@@ -61,6 +61,23 @@ export function fileSystemSpace(paths: { bestand: WatchedFile; pad: string }[]):
   return [...byDevice.values()];
 }
 
+/**
+ * Less free than this for the service's user on the SQLite database's file system, and
+ * /health says `schijf-vol`: writes fail now, not soon (that is SCHIJF_MIN_VRIJ_PROCENT's
+ * warning). Not 0: a commit needs its pages in the WAL (4 KiB each) and the checkpoint a
+ * database file that can grow; with a few pages left the next writes fail with
+ * SQLITE_FULL while a small one may still pass. 1 MiB is 256 pages: room for the WAL and
+ * the file to grow a little, and far below any disk the daily report would call fine.
+ */
+export const DISK_FULL_BELOW_BYTES = 1024 * 1024;
+
+/** Whether the file system holding the SQLite database at `path` is full by DISK_FULL_BELOW_BYTES (statfs, as fileSystemSpace measures it). */
+export function databaseDiskFull(path: string): boolean {
+  if (path === ":memory:") return false;
+  const [fs] = fileSystemSpace([{ bestand: "database", pad: resolve(path) }]);
+  return fs !== undefined && fs.vrijBytes < DISK_FULL_BELOW_BYTES;
+}
+
 /** The share of a file system that is free, in percent (0 for one of size 0). */
 export function freePercent(fs: Pick<FileSystemSpace, "vrijBytes" | "totaalBytes">): number {
   return fs.totaalBytes === 0 ? 0 : (100 * fs.vrijBytes) / fs.totaalBytes;

@@ -3,7 +3,7 @@
 // The daily report names a disk below SCHIJF_MIN_VRIJ_PROCENT (let-op; actie below
 // half of it); /metrics exports each disk's free and total bytes and the threshold.
 import { afterEach, describe, expect, test } from "bun:test";
-import { mkdirSync, statfsSync } from "node:fs";
+import { mkdirSync, rmSync, statfsSync } from "node:fs";
 import { join } from "node:path";
 import { diskLevel, fileSystemSpace, watchedPaths } from "../src/disk-space.ts";
 import { parseConfig } from "../src/config.ts";
@@ -62,6 +62,22 @@ describe("the disks nachtwacht writes to", () => {
 describe("dagrapport and /metrics on a disk that fills up", () => {
   let env: Env;
   afterEach(() => env?.cleanup());
+
+  test("GET /health answers 503 schijf-vol once the SQLite database's disk has less than 1 MiB free (it answered 200 while every write failed with SQLITE_FULL); on PostgreSQL this disk is not the database's", async () => {
+    const disk = tmpfs(8);
+    env = await makeEnv({ DATABASE_PATH: join(disk, "data", "nachtwacht.db"), AUDIT_ANKER_BESTAND: join(disk, "ankers.jsonl") });
+    const health = async () => {
+      const r = await call(env.app, "/health", { method: "GET", token: null });
+      return [r.status, r.json.database];
+    };
+    expect(await health()).toEqual([200, "bereikbaar"]);
+    fillUntilFree(disk, 2 * MIB, "ballast-2m");
+    expect(await health()).toEqual([200, "bereikbaar"]);
+    fillUntilFree(disk, 0, "ballast-0");
+    expect(await health()).toEqual(DIALECT === "sqlite" ? [503, "schijf-vol"] : [200, "bereikbaar"]);
+    rmSync(join(disk, "ballast-0"));
+    expect(await health()).toEqual([200, "bereikbaar"]);
+  });
 
   test("the report's disk section, its status (let-op at 7 % free, actie at 3 %) and /metrics's figures", async () => {
     const disk = tmpfs(16);
