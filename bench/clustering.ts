@@ -1,7 +1,6 @@
 // Would another clustering of the audit entries reach 50,000 entries/s with 500-entry
 // batches spread over 1,000 tenants? A prototype, not the service: the write path alone,
-// in one process, with no HTTP, JSON or validation (the API adds about a quarter to it,
-// docs/performance.md).
+// in one process, with no HTTP, JSON or validation.
 //
 //   direct  what the service does: each entry into audit_entries, a WITHOUT ROWID table
 //           clustered by (tenant_id, seq), and its two tenant-ordered indexes (created_at,

@@ -36,8 +36,9 @@ die() { echo "$me: $*" >&2; exit 2; }
 [[ -n ${NACHTWACHT_URL:-} ]] || die "NACHTWACHT_URL is not set (e.g. http://127.0.0.1:3000)"
 [[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"
 # What the service takes as a secret (src/config.ts); [!-~] is printable ASCII in the C locale.
+# The length is counted apart: BSD's regex (macOS) takes no repeat count above 255.
 LC_ALL=C
-[[ $APP_SECRET =~ ^[!-~]{32,1024}$ ]] || die "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)"
+[[ ${#APP_SECRET} -ge 32 && ${#APP_SECRET} -le 1024 && $APP_SECRET =~ ^[!-~]+$ ]] || die "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)"
 [[ ${NACHTWACHT_URL,,} =~ ^https?:// ]] || die "NACHTWACHT_URL must start with http:// or https://"
 [[ $# -le 1 ]] || die "usage: $me [BATCH.json | -]"
 # setting VAR NAME DEFAULT: the environment's NAME (or DEFAULT) into VAR, as a decimal

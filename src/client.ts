@@ -128,13 +128,15 @@ export class NachtwachtError extends Error {
   }
 
   /**
-   * True when the batch must be kept to send again later: `retryable`, or refused 401 or
-   * 403 — the secret is wrong (a rotation out of step), not the batch; send it again,
+   * True when the batch must be kept to send again later: `retryable`; refused 401 or
+   * 403 — the secret is wrong (a rotation out of step), not the batch; or an answer
+   * below 400 that was not the service's (a gateway's 200 without receipts, a redirect
+   * this client does not follow) — the address is wrong, not the batch. Send it again,
    * with the same keys, once the configuration is fixed, and alert. False for a refusal
    * of the batch itself (400, 404, 409, 413, 422).
    */
   get keepForLater(): boolean {
-    return this.retryable || this.status === 401 || this.status === 403;
+    return this.retryable || this.status === 401 || this.status === 403 || (this.status !== null && this.status < 400);
   }
 }
 

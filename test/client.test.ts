@@ -474,6 +474,8 @@ describe("retries", () => {
   test("keepForLater: what must stay in the outbox — retryable, and 401/403 (the secret is wrong, not the batch); not a refusal of the batch itself", () => {
     const keep = (status: number | null) => new NachtwachtError("POST", "/api/audit", status, "x", 1).keepForLater;
     expect([null, 401, 403, 408, 429, 500, 502, 503].map(keep)).toEqual([true, true, true, true, true, true, true, true]);
+    // An answer below 400 reaches an error only when it was not the service's: the address is wrong, not the batch.
+    expect([200, 201, 301, 308].map(keep)).toEqual([true, true, true, true]);
     expect([400, 404, 409, 413, 422].map(keep)).toEqual([false, false, false, false, false]);
   });
 

@@ -630,7 +630,7 @@ describe("the secret stays off command lines (static)", () => {
     // The emptiness and line-break checks (inside [[ ]], a shell keyword, no process) and the here-string.
     expect(expansions.map((l) => l.trim())).toEqual([
       '[[ -n ${APP_SECRET:-} ]] || die "APP_SECRET is not set"',
-      '[[ $APP_SECRET =~ ^[!-~]{32,1024}$ ]] || die "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)"',
+      '[[ ${#APP_SECRET} -ge 32 && ${#APP_SECRET} -le 1024 && $APP_SECRET =~ ^[!-~]+$ ]] || die "APP_SECRET must be 32 to 1024 printable ASCII characters, without spaces or line breaks (as the service requires)"',
       '"$url" <<<"Authorization: Bearer $APP_SECRET") || rc=$?',
     ]);
     const script = lines.join("\n");
