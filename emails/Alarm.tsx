@@ -1,5 +1,6 @@
 // Alarm: one e-mail per serious alarm (broken chain, failed or missing backup, database
-// integrity), to the daily-report recipient, with what happened and what to do.
+// integrity, storage that takes no writes), to the daily-report recipient, with what
+// happened and what to do.
 import { Alinea, Feiten, Kop, Layout, StatusBanner } from "./layout.tsx";
 
 export interface AlarmProps {

@@ -127,7 +127,7 @@ describe("the job wrapper", () => {
     expect(run).toMatchObject({ uitkomst: "fout", httpStatus: 503 });
     expect(run.fout).toContain("ENOSPC");
     await Bun.sleep(0);
-    expect(env.alarms.raised.map((a) => [a.type, a.message])).toEqual([["internal-error", "Schijf vol of alleen-lezen (ENOSPC)"]]);
+    expect(env.alarms.raised.map((a) => [a.type, a.message])).toEqual([["storage-unwritable", "Schijf vol of alleen-lezen (ENOSPC)"]]);
   });
   test("over real HTTP, a job running past the server's idle timeout still gets its answer (the connection is not cut)", async () => {
     let started!: () => void;

@@ -158,7 +158,7 @@ describe("alarm e-mail", () => {
     expect(m.text).toMatch(/gebroken\s+tenantId: 2, tenant: Beta BV, seq: 7, reden: hash-afwijkend/);
   });
 
-  test("only broken chains, backup failures, missing backups and database integrity are mailed", async () => {
+  test("only broken chains, backup failures, missing backups, database integrity and unwritable storage are mailed", async () => {
     const sent: string[] = [];
     const mailer = {
       bezorging: "smtp" as const,
@@ -173,7 +173,7 @@ describe("alarm e-mail", () => {
       await channel.raise({ type, message: type });
     }
     expect(sent).toEqual([]);
-    for (const type of ["audit-chain-broken", "backup-failure", "backup-missing", "db-integrity"] as const) {
+    for (const type of ["audit-chain-broken", "backup-failure", "backup-missing", "db-integrity", "storage-unwritable"] as const) {
       await channel.raise({ type, message: `m-${type}` });
     }
     expect(sent).toEqual([
@@ -181,6 +181,7 @@ describe("alarm e-mail", () => {
       "ALARM Back-up mislukt: m-backup-failure",
       "ALARM Back-up ontbreekt of is te oud: m-backup-missing",
       "ALARM Database-integriteit aangetast: m-db-integrity",
+      "ALARM Opslag niet schrijfbaar (schijf vol of alleen-lezen): m-storage-unwritable",
     ]);
   });
 

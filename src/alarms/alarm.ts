@@ -18,6 +18,7 @@ export type AlarmType =
   | "job-overlap"
   | "db-integrity"
   | "login-bruteforce"
+  | "storage-unwritable"
   | "internal-error";
 
 export interface Alarm {

@@ -5,19 +5,31 @@
 // next daily report shows in its job table and as a point of its status; a
 // mail-failure alarm mailed through the failing mail server would go nowhere anyway).
 // A condition an hourly check keeps finding is mailed when it starts or changes and then
-// once a day (mailAlarmChannel), not every hour, whichever instance raises it.
+// once a day (mailAlarmChannel), not every hour, whichever instance raises it. Storage
+// that takes no writes (storage-unwritable) is mailed although it is raised per request:
+// every job then fails at its first write, so no report or check can tell the operator;
+// at most once an hour per process (Guidance.onceEveryMs).
 import { Alarm as AlarmTemplate, type AlarmProps } from "../../emails/Alarm.tsx";
 import { displayText, formatDatum } from "../format.ts";
 import { renderEmail } from "../mail/render.ts";
 import { surelyNotDelivered, type Mailer } from "../mail/mailer.ts";
 import type { AnyStore } from "../deps.ts";
-import { claimMail, databaseAlarmMemory, processAlarmMemory } from "./alarm-memory.ts";
+import { claimMail, databaseAlarmMemory, processAlarmMemory, type MailClaim } from "./alarm-memory.ts";
 import { forOperator, type Alarm, type AlarmType } from "./alarm.ts";
 
 interface Guidance {
   titel: string;
   watTeDoen: string[];
+  /**
+   * At most one mail of this type per this many milliseconds, remembered in this process
+   * only (mailAlarmChannel). For an alarm raised per request while it lasts, whose
+   * condition cannot be kept in alarm_mails.
+   */
+  onceEveryMs?: number;
 }
+
+/** How often storage-unwritable is mailed at most while it lasts (per process). */
+export const STORAGE_MAIL_EVERY_MS = 3600_000;
 
 /** The alarms that are mailed, with what the recipient should do. */
 export const MAILED_ALARMS: Partial<Record<AlarmType, Guidance>> = {
@@ -61,6 +73,20 @@ export const MAILED_ALARMS: Partial<Record<AlarmType, Guidance>> = {
       "Voer `sqlite3 <bestand> 'PRAGMA integrity_check'` uit op de kopie voor de volledige lijst van fouten.",
       "Herstel zo nodig de laatste goede back-up en controleer daarna de auditketens met audit-verificatie.",
     ],
+  },
+  "storage-unwritable": {
+    titel: "Opslag niet schrijfbaar (schijf vol of alleen-lezen)",
+    watTeDoen: [
+      "Zolang dit duurt start geen taak en slaat de schrijf-API niets op (503): er komt geen dagrapport en backup-controle en taken-controle melden niets. Alleen deze e-mail en het log (journalctl -u nachtwacht) zeggen het.",
+      "Kijk hoeveel ruimte vrij is op de schijf van de database en het ankerbestand (df -h /var/lib/nachtwacht) en maak ruimte vrij; bij PostgreSQL (53100) op de schijf van de databaseserver.",
+      "Is er ruimte maar is de schijf alleen-lezen (SQLITE_READONLY, EROFS) of geeft ze schrijffouten (SQLITE_IOERR): zoek de oorzaak in dmesg, herstel de schijf en herstart de service.",
+      "Roep daarna dagrapport en taken-controle met de hand aan en controleer dat ze 200 antwoorden. Dit alarm wordt hoogstens eens per uur gemaild zolang het duurt.",
+    ],
+    // Not through alarm_mails (claimMail): that table is on the storage that takes no
+    // writes, and a memory that cannot be written mails every raise, which here is every
+    // failing request of the write API. So this process remembers it, by type: a restart
+    // or a second instance mails it once more.
+    onceEveryMs: STORAGE_MAIL_EVERY_MS,
   },
 };
 
@@ -142,6 +168,29 @@ export function alarmSubject(p: AlarmProps): string {
  */
 export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzone: string; clock: () => Date; store?: AnyStore }) {
   const memory = o.store ? databaseAlarmMemory(o.store) : processAlarmMemory();
+  // Per type with onceEveryMs: when this process last mailed it (by the alarm's time).
+  const lastMailed = new Map<AlarmType, number>();
+  /**
+   * The claim of a type with onceEveryMs, as claimMail's for a condition: due when this
+   * process did not mail it within the interval (or mailed it at a later time: the clock
+   * was put back), marked at once, before any await, so that requests failing together
+   * mail it once. Null for the other types: every raise is mailed.
+   */
+  const onceEvery = (type: AlarmType, at: number): MailClaim | null => {
+    const every = MAILED_ALARMS[type]?.onceEveryMs;
+    if (every === undefined) return null;
+    const last = lastMailed.get(type);
+    if (last !== undefined && at >= last && at - last < every) return { due: false };
+    lastMailed.set(type, at);
+    return {
+      due: true,
+      release: async () => {
+        if (lastMailed.get(type) !== at) return;
+        if (last === undefined) lastMailed.delete(type);
+        else lastMailed.set(type, last);
+      },
+    };
+  };
   return {
     name: "e-mail",
     /** The check found the condition gone: its next raise is a new condition, mailed at once. */
@@ -156,7 +205,7 @@ export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzon
       if (!props) return;
       // Marked as mailed before the mail goes out: a raise of the same condition meanwhile
       // (another job, another instance) does not mail it twice.
-      const claim = alarm.condition ? await claimMail(memory, alarm.condition, now) : null;
+      const claim = alarm.condition ? await claimMail(memory, alarm.condition, now) : onceEvery(alarm.type, now.getTime());
       if (claim && !claim.due) return;
       let sending = false;
       try {

@@ -132,6 +132,24 @@ export function fileSystemUnavailableCode(e: unknown): string | undefined {
   return typeof code === "string" && FS_UNAVAILABLE.has(code) ? code : undefined;
 }
 
+/**
+ * The "not now" codes (unavailableCode, fileSystemUnavailableCode) that mean the storage
+ * itself takes no writes, which passes only when someone frees space or repairs the disk:
+ * SQLite's full, read-only or failing file (SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR*),
+ * PostgreSQL's disk_full (53100; the rest of its class 53 is memory and connection
+ * limits, not storage), and a full or read-only file system under a file the service
+ * writes (ENOSPC, EDQUOT, EFBIG, EROFS). Busy, locked or lost connections are not among
+ * them: those pass by themselves.
+ */
+const STORAGE_UNWRITABLE = new Set(["SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "53100"]);
+
+/** The code (SQLITE_FULL, 53100, ENOSPC, …) when `e` says the storage takes no writes (STORAGE_UNWRITABLE); else undefined. */
+export function storageUnwritableCode(e: unknown): string | undefined {
+  const code = unavailableCode(e);
+  if (code !== undefined) return STORAGE_UNWRITABLE.has(code) ? code : undefined;
+  return fileSystemUnavailableCode(e);
+}
+
 /** The status onError answers an unexpected error with: 503 for an unavailable database or a full or read-only disk, else 500. */
 export function unexpectedStatus(e: unknown): 500 | 503 {
   return unavailableCode(e) === undefined && fileSystemUnavailableCode(e) === undefined ? 500 : 503;
