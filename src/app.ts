@@ -7,7 +7,7 @@ import { RunningJobs } from "./running-jobs.ts";
 import { ALL_JOBS } from "./jobs/index.ts";
 import type { JobDefinition } from "./jobs/job.ts";
 import { authGate } from "./http/auth.ts";
-import { fileSystemUnavailableCode, HttpError, json, nothingStoredHeaders, storageUnwritableCode, unavailableCode, validationMessage } from "./http/errors.ts";
+import { fileSystemUnavailableCode, HttpError, json, nothingStoredHeaders, unavailableCode, unexpectedAlarmType, validationMessage } from "./http/errors.ts";
 import { mountJob } from "./http/job-route.ts";
 import { docs, DOCS_PATHS } from "./http/docs.ts";
 import { mountIngest } from "./http/ingest-routes.ts";
@@ -94,14 +94,12 @@ export function createApp(deps: Deps, options: AppOptions = {}) {
       const unavailable = reason !== undefined;
       const disk = fileSystemUnavailableCode(error);
       const unknownOutcome = error instanceof CommitOutcomeUnknown;
-      // A full, read-only or failing disk under the database or a file beside it: every job
-      // fails so at its first write (its job_runs row), so no report or check can tell the
-      // operator; this alarm, mailed, is what does (src/alarms/mail-channel.ts).
-      const storage = unknownOutcome ? undefined : storageUnwritableCode(error);
-      // Unexpected: reported with its message, answered without a stack trace.
+      // Unexpected: reported with its message, answered without a stack trace. A full,
+      // read-only or failing disk is storage-unwritable, mailed: every job fails so at its
+      // first write (its job_runs row), so no report or check can tell the operator.
       void deps.alarms
         .raise({
-          type: storage !== undefined ? "storage-unwritable" : "internal-error",
+          type: unknownOutcome ? "internal-error" : unexpectedAlarmType(error),
           message: unavailable
             ? `Database niet beschikbaar (${reason})`
             : disk !== undefined

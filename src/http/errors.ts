@@ -150,6 +150,15 @@ export function storageUnwritableCode(e: unknown): string | undefined {
   return fileSystemUnavailableCode(e);
 }
 
+/**
+ * The alarm an error no job expected raises: storage-unwritable (mailed) when the storage
+ * takes no writes (storageUnwritableCode), else internal-error. onError's, and a job's that
+ * carries on past a file it could not write (src/jobs/witness-alarm.ts).
+ */
+export function unexpectedAlarmType(e: unknown): "storage-unwritable" | "internal-error" {
+  return storageUnwritableCode(e) !== undefined ? "storage-unwritable" : "internal-error";
+}
+
 /** The status onError answers an unexpected error with: 503 for an unavailable database or a full or read-only disk, else 500. */
 export function unexpectedStatus(e: unknown): 500 | 503 {
   return unavailableCode(e) === undefined && fileSystemUnavailableCode(e) === undefined ? 500 : 503;

@@ -22,7 +22,7 @@ import { maxAuditEntryIdPg, saveVerificationStatePg, tenantNamesPg } from "../pg
 import { defineJob, type JobResult } from "./job.ts";
 import { dateTime, integer, nullable, enumOf } from "./schema.ts";
 import { mapInTurns, rowSealOf, stateNotAfter, verificationWitnessFile, witnessMoment, type VerificationColumns } from "../row-seal.ts";
-import { log } from "../logger.ts";
+import { alarmWitnessNotWritten } from "./witness-alarm.ts";
 
 // Every reason code the verifier reports; the type assertions below make a new code
 // that is missing here a compile error.
@@ -278,12 +278,18 @@ export async function runAuditVerificatie(deps: Deps, now: Date, o: VerificatieO
   else saveState(store.db, sealed, writtenAt);
   // Out of a database writer's reach: this run's start, its results' `gecontroleerd`, so
   // that the reports count no older result put back (verificationSince). The results are
-  // stored either way; a file that cannot be written is logged, and the reports then go
+  // stored either way; a file that cannot be written is an alarm, and the reports then go
   // by the sealed job_runs rows alone.
   try {
     witnessMoment(verificationWitnessFile(deps.config), now.toISOString());
   } catch (e) {
-    log("error", "could not record the verification run beside the anchor file; the reports cannot notice its results replaced by older ones", { error: e instanceof Error ? e.message : String(e) });
+    await alarmWitnessNotWritten(
+      deps,
+      verificationWitnessFile(deps.config),
+      e,
+      "de rapporten merken niet op wanneer de resultaten van deze controle door oudere worden vervangen, tot een volgende audit-verificatie het bestand schrijft.",
+      "could not record the verification run beside the anchor file; the reports cannot notice its results replaced by older ones",
+    );
   }
   if (alarm) await deps.alarms.raise(alarm);
   return result;

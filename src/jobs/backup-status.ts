@@ -14,8 +14,8 @@ import type { Deps } from "../deps.ts";
 import { recordBackupStatusPg, withBackupWitnessLockPg } from "../pg/status.ts";
 import { writeTransaction } from "../db.ts";
 import { storableText } from "../format.ts";
-import { log } from "../logger.ts";
 import { backupWitnessFile, rowSealOf, witnessMoment } from "../row-seal.ts";
+import { alarmWitnessNotWritten } from "./witness-alarm.ts";
 import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable } from "./schema.ts";
 
@@ -90,12 +90,18 @@ export async function runBackupStatus(deps: Deps, now: Date, input: BackupReport
   if (store.kind === "pg") await recordBackupStatusPg(store.db, row);
   else store.db.insert(backupStatuses).values(row).run();
   // Out of a database writer's reach: backup-controle notices when this report is gone.
-  // The report is stored either way; a file that cannot be written is logged, not a 500
+  // The report is stored either way; a file that cannot be written is an alarm, not a 500
   // (which would make the backup script send the stored report again).
   try {
     await witnessReport(deps, row.ontvangen);
   } catch (e) {
-    log("error", "could not record the newest backup report beside the anchor file; backup-controle cannot notice it if it is deleted", { error: e instanceof Error ? e.message : String(e) });
+    await alarmWitnessNotWritten(
+      deps,
+      backupWitnessFile(deps.config),
+      e,
+      "backup-controle merkt niet op wanneer deze melding uit de database verdwijnt (verwijderd, of een oudere database teruggezet), tot een volgende melding het bestand schrijft.",
+      "could not record the newest backup report beside the anchor file; backup-controle cannot notice it if it is deleted",
+    );
   }
   if (!gelukt) {
     const melding = report.foutmelding?.trim();
