@@ -12,6 +12,28 @@ export function log(level: Level, message: string, fields: Record<string, unknow
 }
 
 /**
+ * A log line written at most once per `everyMs` per key, for a warning that would repeat
+ * with every request or scrape while a fault lasts (an unreadable database under a
+ * Prometheus that scrapes every few seconds, or a local process that scrapes in a loop):
+ * journald drops a service's lines past its rate limit, and the dropped ones would be the
+ * alarms. The next line that is written says how many were held back (`herhaaldSindsVorige`).
+ * Keys are few and fixed (the message), so the map stays small.
+ */
+export function limitedLog(everyMs: number, clock: () => number = Date.now) {
+  const last = new Map<string, { at: number; held: number }>();
+  return (level: Level, message: string, fields: Record<string, unknown> = {}): void => {
+    const now = clock();
+    const seen = last.get(message);
+    if (seen && now >= seen.at && now - seen.at < everyMs) {
+      seen.held++;
+      return;
+    }
+    last.set(message, { at: now, held: 0 });
+    log(level, message, seen && seen.held > 0 ? { ...fields, herhaaldSindsVorige: seen.held } : fields);
+  };
+}
+
+/**
  * An error as logs, alarms and job_runs show it, bounded. Drizzle's query error spells
  * out the statement's parameters (e-mail addresses, account names, audit details), which
  * must not travel to the error tracker: it is shown as its cause and the statement only.

@@ -6,7 +6,7 @@ import type { Alarm } from "../src/alarms/alarm.ts";
 import { alarmEmailProps } from "../src/alarms/mail-channel.ts";
 import { createAlarmSink, type AlarmChannel } from "../src/alarms/sink.ts";
 import { canonicalJson } from "../src/audit/chain.ts";
-import { call, NOW, SECRET } from "./helpers.ts";
+import { call, makeTestEnv, NOW, SECRET } from "./helpers.ts";
 import { addAdmin, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
 
@@ -135,6 +135,57 @@ describe("alarm sink", () => {
     expect(sink.events()[0].message).toBe("failed with Bearer [verwijderd]");
     expect(lines.join("")).not.toContain(SECRET);
     expect(JSON.parse(lines[0]!).context).toEqual({ header: "Bearer [verwijderd]", nested: [{ s: "[verwijderd]" }] });
+  });
+
+  test("an alarm raised per request while a fault lasts: one stderr line and one event per minute and message; the next says how many were held back", async () => {
+    sink = startSink();
+    const lines: string[] = [];
+    let now = NOW.getTime();
+    const alarms = createAlarmSink({ sentryDsn: sink.dsn, clock: () => new Date(now), writeLine: (l) => lines.push(l) });
+    for (let i = 0; i < 200; i++) await alarms.raise({ type: "storage-unwritable", message: "Database niet beschikbaar (SQLITE_FULL)" });
+    expect(lines).toHaveLength(1);
+    expect(sink.events()).toHaveLength(1);
+    // Another message, or another type, is its own alarm; other types are never held back.
+    await alarms.raise({ type: "storage-unwritable", message: "Database niet beschikbaar (53100)" });
+    await alarms.raise({ type: "internal-error", message: "Database niet beschikbaar (SQLITE_FULL)" });
+    await alarms.raise({ type: "backup-failure", message: "disk full" });
+    await alarms.raise({ type: "backup-failure", message: "disk full" });
+    expect(lines.map((l) => JSON.parse(l).alarm)).toEqual(["storage-unwritable", "storage-unwritable", "internal-error", "backup-failure", "backup-failure"]);
+    // A minute later the next goes out, saying how many were held back.
+    now += 59_999;
+    await alarms.raise({ type: "storage-unwritable", message: "Database niet beschikbaar (SQLITE_FULL)" });
+    expect(lines).toHaveLength(5);
+    now += 1;
+    await alarms.raise({ type: "storage-unwritable", message: "Database niet beschikbaar (SQLITE_FULL)" });
+    expect(JSON.parse(lines.at(-1)!)).toMatchObject({ alarm: "storage-unwritable", context: { herhaaldSindsVorige: 200 } });
+    expect(sink.events()).toHaveLength(6);
+    // A clock put back opens a new window at once.
+    now -= 3_600_000;
+    await alarms.raise({ type: "storage-unwritable", message: "Database niet beschikbaar (SQLITE_FULL)" });
+    expect(lines).toHaveLength(7);
+  });
+
+  test("a SQLite database that takes no writes: a thousand failing write-API calls write a single alarm line", async () => {
+    const lines: string[] = [];
+    const testEnv = makeTestEnv({ APP_SECRET });
+    try {
+      testEnv.deps.alarms = createAlarmSink({ sentryDsn: null, clock: () => NOW, writeLine: (l) => lines.push(l) });
+      expect((await call(testEnv.app, "/api/tenants/1", { token: APP_SECRET, method: "PUT", body: JSON.stringify({ naam: "T", actief: true }) })).status).toBe(201);
+      // The file may not grow: every insert that needs a page fails with SQLITE_FULL, as on a full disk.
+      const { page_count } = testEnv.store.sqlite.query("PRAGMA page_count").get() as { page_count: number };
+      testEnv.store.sqlite.run(`PRAGMA max_page_count = ${page_count}`);
+      const statuses = new Map<number, number>();
+      for (let i = 0; i < 1000; i++) {
+        const body = JSON.stringify({ entries: [{ tenantId: 1, actor: "a", action: "b", subject: "x".repeat(900), details: { pad: "y".repeat(60_000) }, sleutel: `k${i}` }] });
+        const r = await call(testEnv.app, "/api/audit", { token: APP_SECRET, body });
+        statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+      }
+      expect([...statuses]).toEqual([[503, 1000]]);
+      expect(lines).toHaveLength(1);
+      expect(JSON.parse(lines[0]!)).toMatchObject({ alarm: "storage-unwritable" });
+    } finally {
+      testEnv.cleanup();
+    }
   });
 
   test("two sinks with different DSNs do not share a client", async () => {

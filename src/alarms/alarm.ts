@@ -104,8 +104,25 @@ export function forOperator(alarm: Alarm): { message: string; context?: Record<s
   };
 }
 
-/** Writes one JSON line per alarm, its personal part included; `write` defaults to stderr. */
+/**
+ * The longest alarm line on stderr. journald splits a line longer than its LineMax (48 KiB
+ * by default) into several records, and the JSON of each no longer parses: a failed
+ * backup's report (8,192 characters, control characters escaped six bytes each, in the
+ * message and again in the context) made one of 104 KB.
+ */
+export const MAX_ALARM_LINE = 16 * 1024;
+
+/**
+ * Writes one JSON line per alarm, its personal part included; `write` defaults to stderr.
+ * A line longer than MAX_ALARM_LINE is written with its message and its context (as JSON
+ * text) cut short and `afgekapt: true`; the whole is where the alarm came from (the
+ * backup report in the database, the e-mail).
+ */
 export function stderrAlarmLine(alarm: Alarm, now: Date, write: (line: string) => void = (l) => process.stderr.write(l)): void {
   const { message, context } = forOperator(alarm);
-  write(jsonLine({ time: now.toISOString(), level: "error", alarm: alarm.type, message, ...(context ? { context } : {}) }) + "\n");
+  const head = { time: now.toISOString(), level: "error", alarm: alarm.type };
+  let line = jsonLine({ ...head, message, ...(context ? { context } : {}) });
+  // At most six bytes a character (escaped, or in UTF-8): 1,000 + 1,500 of them stay under the bound.
+  if (Buffer.byteLength(line) > MAX_ALARM_LINE) line = jsonLine({ ...head, message: message.slice(0, 1000), afgekapt: true, ...(context ? { context: jsonLine(context).slice(0, 1500) } : {}) });
+  write(line + "\n");
 }

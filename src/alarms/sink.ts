@@ -3,7 +3,7 @@
 // channel joins from src/mail/). A channel that fails is logged and never stops the
 // others, nor the job that raised the alarm; it is counted per channel for /metrics.
 import { errorText, log } from "../logger.ts";
-import { stderrAlarmLine, type Alarm, type AlarmSink } from "./alarm.ts";
+import { stderrAlarmLine, type Alarm, type AlarmSink, type AlarmType } from "./alarm.ts";
 import { createSentryChannel, scrubSecrets } from "./sentry.ts";
 
 /** One more way an alarm reaches someone. raise() may throw; the sink catches it. */
@@ -27,6 +27,19 @@ export interface AlarmSinkOptions {
   writeLine?: (line: string) => void;
 }
 
+/**
+ * The alarms raised per request while a fault lasts (src/app.ts onError): a full disk or
+ * a database that is down fails every write-API call, and each raised its own stderr line
+ * and error-tracking event — 2,000 a second under load, past journald's rate limit (whose
+ * dropped lines were the other alarms) and through an error tracker's quota. A repeat with
+ * the same type and message within REPEAT_WINDOW_MS of the one that went out is held back
+ * and counted; the next that goes out says how many (context `herhaaldSindsVorige`).
+ */
+const PER_REQUEST_TYPES: ReadonlySet<AlarmType> = new Set(["internal-error", "storage-unwritable"]);
+export const REPEAT_WINDOW_MS = 60_000;
+/** Messages remembered at most (oldest forgotten first): a bound whatever the messages say. */
+const MAX_REMEMBERED_MESSAGES = 256;
+
 export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
   const secrets = o.secrets ?? [];
   const channels: AlarmChannel[] = [];
@@ -37,6 +50,24 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
   const nameOf = (i: number) => channels[i]!.name ?? `channel ${i}`;
   // Every channel's series from the start (at 0), so that increase() sees its first failure.
   const undelivered: Record<string, number> = Object.fromEntries(channels.map((_, i) => [nameOf(i), 0]));
+  // Per type and message of PER_REQUEST_TYPES: until when repeats are held, and how many were.
+  const repeats = new Map<string, { until: number; held: number }>();
+  /** The alarm to deliver (with the count of those held before it), or null to hold it back. */
+  const heldBack = (alarm: Alarm): Alarm | null => {
+    if (!PER_REQUEST_TYPES.has(alarm.type)) return alarm;
+    const key = `${alarm.type}\n${alarm.message}`;
+    const at = o.clock().getTime();
+    const r = repeats.get(key);
+    // A clock put back opens a new window, as one past its end does.
+    if (r && at < r.until && at >= r.until - REPEAT_WINDOW_MS) {
+      r.held++;
+      return null;
+    }
+    repeats.delete(key);
+    if (repeats.size >= MAX_REMEMBERED_MESSAGES) repeats.delete(repeats.keys().next().value!);
+    repeats.set(key, { until: at + REPEAT_WINDOW_MS, held: 0 });
+    return r && r.held > 0 ? { ...alarm, context: { ...alarm.context, herhaaldSindsVorige: r.held } } : alarm;
+  };
 
   return {
     undelivered,
@@ -49,7 +80,9 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
         }
       });
     },
-    async raise(raw) {
+    async raise(raised) {
+      const raw = heldBack(raised);
+      if (raw === null) return;
       const alarm = scrubSecrets(raw, secrets);
       try {
         stderrAlarmLine(alarm, o.clock(), o.writeLine);

@@ -18,7 +18,7 @@ import type { Outcome } from "../job-runs.ts";
 import { backupOverdue, newestBackup, type NewestBackup } from "../jobs/backup-controle.ts";
 import { readPostponement } from "../jobs/late-postponed.ts";
 import type { JobContext } from "../jobs/job.ts";
-import { errorText, log } from "../logger.ts";
+import { errorText, limitedLog } from "../logger.ts";
 import { fileSystemSpace, watchedPaths, type WatchedFile } from "../disk-space.ts";
 import { databaseClockOffsetMs } from "../pg/clock.ts";
 import { jobStatusesPg, newestBackupPg } from "../pg/status.ts";
@@ -33,6 +33,13 @@ import { anySecretChecker, bearerChecker, unauthorized } from "./auth.ts";
 import { driverError, ErrorBody, json } from "./errors.ts";
 import { jobContext } from "./job-route.ts";
 import packageJson from "../../package.json" with { type: "json" };
+
+/**
+ * The scrape's warnings, at most one per 10 minutes each: a Prometheus scrapes every few
+ * seconds, and a local process without a token (loopback) as often as it likes — one line
+ * per scrape while the database is down was 2,300 a second.
+ */
+const scrapeWarning = limitedLog(10 * 60_000);
 
 export const METRICS_PATH = "/metrics";
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
@@ -140,7 +147,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
     // must not raise an alarm each time; `nachtwacht_database_up 0` says it. Anything else is a bug.
     const cause = driverError(e);
     if (cause === undefined) throw e;
-    log("warn", "/metrics could not read the database", { error: String(cause.message), code: cause.code });
+    scrapeWarning("warn", "/metrics could not read the database", { error: String(cause.message), code: cause.code });
   }
   let disks: MetricsSnapshot["disks"] = [];
   try {
@@ -149,7 +156,7 @@ export async function collectMetrics(sources: MetricsSources, now: Date): Promis
       fs.bestanden.map((bestand) => ({ bestand, vrijBytes: fs.vrijBytes, totaalBytes: fs.totaalBytes })),
     );
   } catch (e) {
-    log("warn", "/metrics could not read the free space of the disks", { error: errorText(e) });
+    scrapeWarning("warn", "/metrics could not read the free space of the disks", { error: errorText(e) });
   }
   return {
     now,
