@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { buildBinary, freePort, ROOT } from "./binary.ts";
+import { buildBinary, freePort, removeEndedBuilds, ROOT } from "./binary.ts";
 import { generateKeyPair, parseSignerKey } from "../src/audit/note.ts";
 import { TEST_SIGNING_KEY } from "./helpers.ts";
 
@@ -127,6 +127,30 @@ describe("nachtwacht config check", () => {
     expect(here.code).toBe(1);
     expect(here.out).toContain(`zegelsleutel: ${join(dir, sub, "zegelsleutel")} zegt dat`);
   });
+});
+
+test("the binaries test runs build are removed once their run has ended (bun test runs no exit handler), those of live runs are kept", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "nachtwacht-builds-"));
+  try {
+    const ended = Bun.spawn(["true"]);
+    await ended.exited;
+    const alive = Bun.spawn(["sleep", "60"]);
+    try {
+      for (const name of [`nachtwacht-bin-${ended.pid}-aB3dE6`, `nachtwacht-bin-${alive.pid}-aB3dE6`, `nachtwacht-bin-${process.pid}-aB3dE6`, "nachtwacht-bin-Xy12Zq", "nachtwacht-test-aB3dE6", "nachtwacht-bin-12-notours"]) {
+        mkdirSync(join(dir, name));
+        writeFileSync(join(dir, name, "nachtwacht"), "binary");
+      }
+      expect(removeEndedBuilds(dir).sort()).toEqual([`nachtwacht-bin-${ended.pid}-aB3dE6`, "nachtwacht-bin-Xy12Zq"].sort());
+      expect(existsSync(join(dir, `nachtwacht-bin-${alive.pid}-aB3dE6`, "nachtwacht"))).toBe(true);
+      expect(existsSync(join(dir, `nachtwacht-bin-${process.pid}-aB3dE6`))).toBe(true);
+      expect(existsSync(join(dir, "nachtwacht-test-aB3dE6"))).toBe(true);
+      expect(existsSync(join(dir, "nachtwacht-bin-12-notours"))).toBe(true);
+    } finally {
+      alive.kill();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 describe("the binary and its working directory", () => {
