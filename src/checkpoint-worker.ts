@@ -5,8 +5,7 @@
 // Built into the binary as an entry point of its own (see package.json "build").
 import { Database } from "bun:sqlite";
 import { closeSync, openSync, readSync, statSync } from "node:fs";
-import { endianness } from "node:os";
-import { checkpointDue, walIndexHeader, walStep, type WalLimits } from "./checkpointer.ts";
+import { checkpointDue, walProbe, walStep, type WalLimits } from "./checkpointer.ts";
 
 declare var self: Worker;
 
@@ -46,24 +45,27 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number; limits: 
       return 0;
     }
   };
-  const shm = Buffer.alloc(96);
-  const walIndex = () => {
+  // The -wal file's bytes for walProbe: a descriptor of its own, opened and closed each
+  // time. SQLite holds no lock on this file (only on the database and -shm files).
+  const walRead = (offset: number, length: number): Uint8Array => {
+    const buf = Buffer.alloc(length);
+    let fd: number;
     try {
-      const fd = openSync(`${dbPath}-shm`, "r");
-      try {
-        return readSync(fd, shm, 0, 96, 0) === 96 ? walIndexHeader(shm, endianness() === "LE") : null;
-      } finally {
-        closeSync(fd);
-      }
+      fd = openSync(`${dbPath}-wal`, "r");
     } catch {
-      return null;
+      return buf.subarray(0, 0);
+    }
+    try {
+      return buf.subarray(0, readSync(fd, buf, 0, length, offset));
+    } finally {
+      closeSync(fd);
     }
   };
   let seen = -1;
   let complete = true;
   let changedAt = performance.now();
   let shrunk = false;
-  // The WAL as the last checkpoint began: its salts and length (walIndex), and when.
+  // The WAL as the last checkpoint found it: its salts (walProbe) and its frames, and when.
   let lastSalts = "";
   let lastFrame = 0;
   let lastAt = Number.NEGATIVE_INFINITY;
@@ -78,22 +80,21 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number; limits: 
         }
         return;
       }
-      // A trickle waits (checkpointDue); `seen` stays, so a later tick takes it. Pages
-      // committed since: the frames past the last checkpoint's, or all in a rewound WAL.
-      const index = walIndex();
-      const pendingPages = index === null ? Number.POSITIVE_INFINITY : index.salts === lastSalts && index.mxFrame >= lastFrame ? index.mxFrame - lastFrame : index.mxFrame;
-      if (!forced && !checkpointDue({ pendingPages, agoMs: performance.now() - lastAt }, limits)) return;
+      // A trickle waits (checkpointDue); `seen` stays, so a later tick takes it. A WAL
+      // that cannot be read counts as much pending: checkpointed as before.
+      const probe = walProbe(walRead, { salts: lastSalts, frame: lastFrame }, limits.tricklePages);
+      if (!forced && !checkpointDue({ manyPending: probe?.manyPending ?? true, agoMs: performance.now() - lastAt }, limits)) return;
       if (version !== seen) {
         changedAt = performance.now();
         shrunk = false;
       }
       seen = version;
       let r = checkpoint.get() as { busy: number; log: number; checkpointed: number };
-      // What this checkpoint began from; a WAL rewound since reads as another, all pending.
-      // Not when it was busy (below): it copied nothing.
+      // The frames this checkpoint found, of the WAL probed before it (rewound in between:
+      // other salts at the next probe, all pending). Not when it was busy (below): it copied nothing.
       if (r.log >= 0) {
-        lastSalts = index?.salts ?? "";
-        lastFrame = index?.mxFrame ?? 0;
+        lastSalts = probe?.salts ?? "";
+        lastFrame = r.log;
         lastAt = performance.now();
       }
       // Rewound when walStep says so; busy_timeout 0: never waiting for anyone.

@@ -41,31 +41,42 @@ export interface WalLimits {
 export const WAL_LIMITS: WalLimits = { rewindPages: 4096, growLimitPages: 16384, shrinkBytes: 64 * 1024 * 1024, shrinkAfterMs: 1000, restartLagPages: 4096, tricklePages: 256, trickleWaitMs: 500 };
 
 /**
- * Whether the worker's tick checkpoints now: `pendingPages` were committed to the WAL
- * since the last checkpoint, `agoMs` ago. Each checkpoint ends with an fsync of the
- * database file, and a COMMIT's own fsync of the WAL waits behind it on the disk: at one
- * every 50 ms, single-entry appends (a few pages each) had a p99 of 2.7–3.8 ms against
- * 1.9–2.3 ms at one every 500 ms, in four runs each (docs/performance.md, round 22). So a
- * trickle (fewer than tricklePages) is copied back once trickleWaitMs have passed; more
- * at the next tick, as before, and Checkpointer.now() never waits.
+ * Whether the worker's tick checkpoints now: `manyPending` when at least tricklePages were
+ * written to the WAL since the last checkpoint (walProbe), which was `agoMs` ago. Each
+ * checkpoint ends with an fsync of the database file, and a COMMIT's own fsync of the WAL
+ * waits behind it on the disk: at one every 50 ms, single-entry appends (a few pages
+ * each) had a p99 of 2.7–3.8 ms against 1.9–2.3 ms at one every 500 ms, in four runs each
+ * (docs/performance.md, round 22). So a trickle is copied back once trickleWaitMs have
+ * passed; more at the next tick, as before, and Checkpointer.now() never waits.
  */
-export function checkpointDue(since: { pendingPages: number; agoMs: number }, limits: WalLimits = WAL_LIMITS): boolean {
-  return since.pendingPages >= limits.tricklePages || since.agoMs >= limits.trickleWaitMs;
+export function checkpointDue(since: { manyPending: boolean; agoMs: number }, limits: WalLimits = WAL_LIMITS): boolean {
+  return since.manyPending || since.agoMs >= limits.trickleWaitMs;
 }
 
 /**
- * The WAL's identity and length as the wal-index header says (the first 96 bytes of the
- * `-shm` file: two copies of a 48-byte header, in the host's byte order; mxFrame at byte
- * 16, the salts at 32–39 change at each rewind; https://www.sqlite.org/walformat.html).
- * Every SQLite that opens the database shares this file, so its layout is fixed. Null
- * when it cannot be read or the two copies differ (a writer updating it): the caller then
- * checkpoints as if much were pending.
+ * Whether `pages` frames or more were written to the WAL since frame `last.frame` of the
+ * WAL whose salts were `last.salts` (since its start, when it has other salts now: it was
+ * rewound), read from the -wal file alone (https://www.sqlite.org/fileformat2.html, "WAL
+ * file format"): its 32-byte header (magic, the page size at 8, the salts at 16–23) and the
+ * 24-byte header of the frame `pages` further on, which carries the salts of the WAL it was
+ * written into; frames are written in order, so one there means all before it. `read`
+ * gives the bytes at an offset, fewer at the file's end. Null when the file has no WAL
+ * header. Not the -shm file's wal-index, although it says the length at once: SQLite
+ * holds its locks there, and closing any descriptor of a file drops every POSIX lock the
+ * process holds on it — the service connection's read and write locks with it (the first
+ * version of this did, and other processes' writes then corrupted the database).
  */
-export function walIndexHeader(bytes: Uint8Array, littleEndian: boolean): { salts: string; mxFrame: number } | null {
-  if (bytes.length < 96 || bytes[12] !== 1) return null;
-  for (let i = 0; i < 48; i++) if (bytes[i] !== bytes[48 + i]) return null;
-  const view = new DataView(bytes.buffer, bytes.byteOffset, 96);
-  return { salts: Buffer.from(bytes.subarray(32, 40)).toString("hex"), mxFrame: view.getUint32(16, littleEndian) };
+export function walProbe(read: (offset: number, length: number) => Uint8Array, last: { salts: string; frame: number }, pages: number): { salts: string; manyPending: boolean } | null {
+  const header = read(0, 32);
+  if (header.length < 32) return null;
+  const view = new DataView(header.buffer, header.byteOffset, 32);
+  const magic = view.getUint32(0);
+  if (magic !== 0x377f0682 && magic !== 0x377f0683) return null;
+  const pageSize = view.getUint32(8) === 1 ? 65536 : view.getUint32(8);
+  const salts = Buffer.from(header.subarray(16, 24)).toString("hex");
+  const from = salts === last.salts ? last.frame : 0;
+  const frame = read(32 + (from + pages - 1) * (pageSize + 24), 24);
+  return { salts, manyPending: frame.length === 24 && Buffer.from(frame.subarray(8, 16)).toString("hex") === salts };
 }
 
 /**

@@ -4,10 +4,9 @@
 import { afterEach, expect, test } from "bun:test";
 import { readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { endianness } from "node:os";
 import { Database } from "bun:sqlite";
 import { deleteOldLoginAttempts, pinCacheSize } from "../src/audit/retention.ts";
-import { checkpointDue, startCheckpointer, WAL_LIMITS, walIndexHeader, walStep, type CheckpointResult } from "../src/checkpointer.ts";
+import { checkpointDue, startCheckpointer, WAL_LIMITS, walProbe, walStep, type CheckpointResult } from "../src/checkpointer.ts";
 import { collectMetrics, renderMetrics } from "../src/http/metrics.ts";
 import { newIngestCounters } from "../src/ingest/counters.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
@@ -181,36 +180,75 @@ test("walStep: a copied, quiet WAL past rewindPages is rewound; past growLimitPa
   expect([WAL_LIMITS.rewindPages, WAL_LIMITS.growLimitPages]).toEqual([4096, 16384]);
 });
 
-test("checkpointDue: fewer than tricklePages committed since the last checkpoint wait until trickleWaitMs after it; more do not wait", () => {
-  const limits = { ...WAL_LIMITS, tricklePages: 256, trickleWaitMs: 500 };
-  expect(checkpointDue({ pendingPages: 10, agoMs: 60 }, limits)).toBe(false);
-  expect(checkpointDue({ pendingPages: 255, agoMs: 499 }, limits)).toBe(false);
-  expect(checkpointDue({ pendingPages: 255, agoMs: 500 }, limits)).toBe(true);
-  expect(checkpointDue({ pendingPages: 256, agoMs: 0 }, limits)).toBe(true);
-  // The first checkpoint of a worker, or a wal-index that could not be read.
-  expect(checkpointDue({ pendingPages: Number.POSITIVE_INFINITY, agoMs: Number.POSITIVE_INFINITY }, limits)).toBe(true);
+test("checkpointDue: a trickle waits until trickleWaitMs after the last checkpoint; many pages pending do not wait", () => {
+  const limits = { ...WAL_LIMITS, trickleWaitMs: 500 };
+  expect(checkpointDue({ manyPending: false, agoMs: 60 }, limits)).toBe(false);
+  expect(checkpointDue({ manyPending: false, agoMs: 499 }, limits)).toBe(false);
+  expect(checkpointDue({ manyPending: false, agoMs: 500 }, limits)).toBe(true);
+  expect(checkpointDue({ manyPending: true, agoMs: 0 }, limits)).toBe(true);
+  // The first checkpoint of a worker.
+  expect(checkpointDue({ manyPending: false, agoMs: Number.POSITIVE_INFINITY }, limits)).toBe(true);
 });
 
-test("walIndexHeader reads the -shm header of a real WAL database: mxFrame counts the committed frames, the salts change when the WAL is rewound; a torn header is null", () => {
+test("walProbe reads the -wal file of a real database: whether n pages were written since a frame of a WAL, all of them once it was rewound (other salts)", () => {
   env = makeTestEnv();
   const tenantId = addTenant(env.store);
-  const header = () => walIndexHeader(readFileSync(env.store.path + "-shm").subarray(0, 96), endianness() === "LE");
+  const path = env.store.path + "-wal";
+  const read = (offset: number, length: number) => {
+    const b = readFileSync(path);
+    return b.subarray(offset, offset + length);
+  };
   env.store.sqlite.run("PRAGMA wal_autocheckpoint = 0");
   env.store.sqlite.query("PRAGMA wal_checkpoint(TRUNCATE)").get();
-  const before = header()!;
+  expect(walProbe(read, { salts: "", frame: 0 }, 1)).toBeNull(); // an empty WAL file: no header
   writeBatch(tenantId, 0);
-  const after = header()!;
   const { log } = env.store.sqlite.query("PRAGMA wal_checkpoint(PASSIVE)").get() as { log: number };
-  expect(after.mxFrame).toBe(log);
-  expect(after.mxFrame).toBeGreaterThan(before.mxFrame + 400);
-  expect(after.salts).toBe(before.salts);
-  writeBatch(tenantId, 1); // the WAL was copied back entirely: this writer starts it again
-  const rewound = header()!;
-  expect(rewound.salts).not.toBe(after.salts);
-  expect(rewound.mxFrame).toBeLessThan(after.mxFrame + 400);
-  const torn = Buffer.from(readFileSync(env.store.path + "-shm").subarray(0, 96));
-  torn[16] = torn[16]! ^ 1;
-  expect(walIndexHeader(torn, endianness() === "LE")).toBeNull();
+  expect(log).toBeGreaterThan(400);
+  const first = walProbe(read, { salts: "", frame: 0 }, log)!;
+  expect(first.manyPending).toBe(true);
+  expect(walProbe(read, { salts: first.salts, frame: 0 }, log + 1)!.manyPending).toBe(false);
+  expect(walProbe(read, { salts: first.salts, frame: log - 10 }, 10)!.manyPending).toBe(true);
+  expect(walProbe(read, { salts: first.salts, frame: log - 10 }, 11)!.manyPending).toBe(false);
+  // Copied back entirely: the next writer rewinds the WAL (new salts) and writes over the old frames.
+  env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES ('2026-01-02T00:00:00.000Z', 'a', '192.0.2.1', 0, ?)").run(tenantId);
+  const rewound = walProbe(read, { salts: first.salts, frame: log }, 1)!;
+  expect(rewound.salts).not.toBe(first.salts);
+  expect(rewound.manyPending).toBe(true); // counted from the start of the rewound WAL
+  // The old frames further on still hold the old salts: not pending.
+  expect(walProbe(read, { salts: rewound.salts, frame: 0 }, 100)!.manyPending).toBe(false);
+});
+
+test("the checkpoint thread drops none of this process's SQLite locks (closing any descriptor of a file drops every POSIX lock the process holds on it)", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const seen: CheckpointResult[] = [];
+  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, limits: { ...WAL_LIMITS, trickleWaitMs: 20 }, onCheckpoint: (r) => seen.push(r) });
+  // Another connection of this process reads: it holds a read lock in the -shm file.
+  const reader = new Database(env.store.path, { readonly: true });
+  try {
+    reader.run("BEGIN");
+    reader.query("SELECT count(*) FROM login_attempts").get();
+    const locks = () => {
+      const inodes = [env.store.path, env.store.path + "-shm"].map((f) => statSync(f).ino);
+      return readFileSync("/proc/locks", "utf8")
+        .split("\n")
+        .filter((l) => l.includes(` ${process.pid} `) && inodes.some((ino) => l.includes(`:${ino} `))).length;
+    };
+    const before = locks();
+    expect(before).toBeGreaterThan(0);
+    // Trickles and a burst: the thread probes the WAL and checkpoints, many ticks.
+    for (let i = 0; i < 5; i++) {
+      const from = seen.length;
+      if (i === 4) writeBatch(tenantId, 9);
+      else env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES (?, 'a', '192.0.2.1', 0, ?)").run(`2026-01-03T00:00:0${i}.000Z`, tenantId);
+      await until(`checkpoint ${i}`, () => seen.length > from);
+    }
+    expect(locks()).toBe(before);
+    reader.run("COMMIT");
+  } finally {
+    reader.close();
+    await checkpointer.stop();
+  }
 });
 
 test("a burst committed right after a trickle is copied back without waiting trickleWaitMs", async () => {
