@@ -257,14 +257,15 @@ test("a burst committed right after a trickle is copied back without waiting tri
   const insert = env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES (?, ?, '192.0.2.1', 0, ?)");
   const seen: CheckpointResult[] = [];
   // An hour's wait for a trickle: only the burst's size can bring its checkpoint within the test's deadline.
-  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, limits: { ...WAL_LIMITS, trickleWaitMs: 3_600_000 }, onCheckpoint: (r) => seen.push(r) });
+  const limits = { ...WAL_LIMITS, tricklePages: 256, trickleWaitMs: 3_600_000 };
+  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, limits, onCheckpoint: (r) => seen.push(r) });
   try {
     insert.run(new Date(Date.UTC(2026, 0, 1)).toISOString(), "eerste", tenantId);
     checkpointer.now();
     await until("the trickle copied back", () => seen.some((r) => r.log > 0 && r.checkpointed === r.log));
     const from = seen.length;
     writeBatch(tenantId, 2); // some 500 pages
-    await until("the burst copied back", () => seen.slice(from).some((r) => r.log > WAL_LIMITS.tricklePages && r.checkpointed === r.log));
+    await until("the burst copied back", () => seen.slice(from).some((r) => r.log > limits.tricklePages && r.checkpointed === r.log));
   } finally {
     await checkpointer.stop();
   }
