@@ -45,18 +45,25 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number; limits: 
       return 0;
     }
   };
-  // The -wal file's bytes for walProbe: a descriptor of its own, opened and closed each
-  // time. SQLite holds no lock on this file (only on the database and -shm files).
-  const walRead = (offset: number, length: number): Uint8Array => {
-    const buf = Buffer.alloc(length);
+  // walProbe on the -wal file, through one descriptor of its own. SQLite holds no lock on
+  // this file (only on the database and -shm files), so closing it drops none. Null when
+  // there is no -wal file (a WAL that cannot be read counts as much pending).
+  const probeWal = (last: { salts: string; frame: number }, pages: number) => {
     let fd: number;
     try {
       fd = openSync(`${dbPath}-wal`, "r");
     } catch {
-      return buf.subarray(0, 0);
+      return null;
     }
     try {
-      return buf.subarray(0, readSync(fd, buf, 0, length, offset));
+      return walProbe(
+        (offset, length) => {
+          const buf = Buffer.alloc(length);
+          return buf.subarray(0, readSync(fd, buf, 0, length, offset));
+        },
+        last,
+        pages,
+      );
     } finally {
       closeSync(fd);
     }
@@ -82,7 +89,7 @@ self.onmessage = (e: MessageEvent<{ dbPath: string; intervalMs: number; limits: 
       }
       // A trickle waits (checkpointDue); `seen` stays, so a later tick takes it. A WAL
       // that cannot be read counts as much pending: checkpointed as before.
-      const probe = walProbe(walRead, { salts: lastSalts, frame: lastFrame }, limits.tricklePages);
+      const probe = probeWal({ salts: lastSalts, frame: lastFrame }, limits.tricklePages);
       if (!forced && !checkpointDue({ manyPending: probe?.manyPending ?? true, agoMs: performance.now() - lastAt }, limits)) return;
       if (version !== seen) {
         changedAt = performance.now();

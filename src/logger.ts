@@ -12,24 +12,42 @@ export function log(level: Level, message: string, fields: Record<string, unknow
 }
 
 /**
- * A log line written at most once per `everyMs` per key, for a warning that would repeat
- * with every request or scrape while a fault lasts (an unreadable database under a
- * Prometheus that scrapes every few seconds, or a local process that scrapes in a loop):
- * journald drops a service's lines past its rate limit, and the dropped ones would be the
- * alarms. The next line that is written says how many were held back (`herhaaldSindsVorige`).
- * Keys are few and fixed (the message), so the map stays small.
+ * Per key, whether a repeat within `everyMs` of the last one let through is held back:
+ * null when held, else how many were held since that one. For what would repeat with
+ * every request or scrape while a fault lasts (limitedLog, and the alarm sink's
+ * per-request alarms): journald drops a service's lines past its rate limit, and the
+ * dropped ones would be the alarms. A clock put back lets the next one through. At most
+ * `maxKeys` keys are remembered (the oldest forgotten first), whatever the keys say.
  */
-export function limitedLog(everyMs: number, clock: () => number = Date.now) {
+export function repeatGate(everyMs: number, clock: () => number, maxKeys = 256) {
   const last = new Map<string, { at: number; held: number }>();
-  return (level: Level, message: string, fields: Record<string, unknown> = {}): void => {
+  return (key: string): { held: number } | null => {
     const now = clock();
-    const seen = last.get(message);
+    const seen = last.get(key);
     if (seen && now >= seen.at && now - seen.at < everyMs) {
       seen.held++;
-      return;
+      return null;
     }
-    last.set(message, { at: now, held: 0 });
-    log(level, message, seen && seen.held > 0 ? { ...fields, herhaaldSindsVorige: seen.held } : fields);
+    last.delete(key);
+    if (last.size >= maxKeys) last.delete(last.keys().next().value!);
+    last.set(key, { at: now, held: 0 });
+    return { held: seen?.held ?? 0 };
+  };
+}
+
+/**
+ * A log line written at most once per `everyMs` per message (repeatGate), for a warning
+ * that would repeat with every request or scrape while a fault lasts (an unreadable
+ * database under a Prometheus that scrapes every few seconds, or a local process that
+ * scrapes in a loop). The next line that is written says how many were held back
+ * (`herhaaldSindsVorige`).
+ */
+export function limitedLog(everyMs: number, clock: () => number = Date.now) {
+  const gate = repeatGate(everyMs, clock);
+  return (level: Level, message: string, fields: Record<string, unknown> = {}): void => {
+    const passed = gate(message);
+    if (passed === null) return;
+    log(level, message, passed.held > 0 ? { ...fields, herhaaldSindsVorige: passed.held } : fields);
   };
 }
 

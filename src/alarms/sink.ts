@@ -2,7 +2,7 @@
 // error-tracking event when SENTRY_DSN is set, and any further channels (the e-mail
 // channel joins from src/mail/). A channel that fails is logged and never stops the
 // others, nor the job that raised the alarm; it is counted per channel for /metrics.
-import { errorText, log } from "../logger.ts";
+import { errorText, log, repeatGate } from "../logger.ts";
 import { stderrAlarmLine, type Alarm, type AlarmSink, type AlarmType } from "./alarm.ts";
 import { createSentryChannel, scrubSecrets } from "./sentry.ts";
 
@@ -37,8 +37,6 @@ export interface AlarmSinkOptions {
  */
 const PER_REQUEST_TYPES: ReadonlySet<AlarmType> = new Set(["internal-error", "storage-unwritable"]);
 export const REPEAT_WINDOW_MS = 60_000;
-/** Messages remembered at most (oldest forgotten first): a bound whatever the messages say. */
-const MAX_REMEMBERED_MESSAGES = 256;
 
 export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
   const secrets = o.secrets ?? [];
@@ -50,23 +48,14 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
   const nameOf = (i: number) => channels[i]!.name ?? `channel ${i}`;
   // Every channel's series from the start (at 0), so that increase() sees its first failure.
   const undelivered: Record<string, number> = Object.fromEntries(channels.map((_, i) => [nameOf(i), 0]));
-  // Per type and message of PER_REQUEST_TYPES: until when repeats are held, and how many were.
-  const repeats = new Map<string, { until: number; held: number }>();
+  // Per type and message of PER_REQUEST_TYPES (repeatGate, by the alarms' clock).
+  const gate = repeatGate(REPEAT_WINDOW_MS, () => o.clock().getTime());
   /** The alarm to deliver (with the count of those held before it), or null to hold it back. */
   const heldBack = (alarm: Alarm): Alarm | null => {
     if (!PER_REQUEST_TYPES.has(alarm.type)) return alarm;
-    const key = `${alarm.type}\n${alarm.message}`;
-    const at = o.clock().getTime();
-    const r = repeats.get(key);
-    // A clock put back opens a new window, as one past its end does.
-    if (r && at < r.until && at >= r.until - REPEAT_WINDOW_MS) {
-      r.held++;
-      return null;
-    }
-    repeats.delete(key);
-    if (repeats.size >= MAX_REMEMBERED_MESSAGES) repeats.delete(repeats.keys().next().value!);
-    repeats.set(key, { until: at + REPEAT_WINDOW_MS, held: 0 });
-    return r && r.held > 0 ? { ...alarm, context: { ...alarm.context, herhaaldSindsVorige: r.held } } : alarm;
+    const passed = gate(`${alarm.type}\n${alarm.message}`);
+    if (passed === null) return null;
+    return passed.held > 0 ? { ...alarm, context: { ...alarm.context, herhaaldSindsVorige: passed.held } } : alarm;
   };
 
   return {

@@ -330,7 +330,7 @@ const weekFailedPairs = sqliteTable(
 );
 
 // Drizzle has no builder for TEMP tables or triggers. The rank index is kept up to date
-// by every hour's upsert, so a tenant's top five are read by it with LIMIT, never sorted
+// by every step's upsert, so a tenant's top five are read by it with LIMIT, never sorted
 // from all of its pairs. ip is TEXT in BINARY collation: byte order, as login_attempts.ip.
 const stagingDdl = [
   "CREATE TEMP TABLE week_counts (tenant_id INTEGER PRIMARY KEY, totaal INTEGER NOT NULL, gelukt INTEGER NOT NULL, ips INTEGER NOT NULL DEFAULT 0)",
