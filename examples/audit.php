@@ -31,11 +31,14 @@ declare(strict_types=1);
 final class NachtwachtRefused extends RuntimeException
 {
     public int $status;
+    /** False when this client refused the batch itself, before sending (over NACHTWACHT_MAX_BATCH_BYTES): no answer came. */
+    public bool $sent;
 
-    public function __construct(int $status, string $error)
+    public function __construct(int $status, string $error, bool $sent = true)
     {
-        parent::__construct("HTTP $status: $error");
+        parent::__construct($sent ? "HTTP $status: $error" : "by this client, before sending ($status, no answer from the service): $error");
         $this->status = $status;
+        $this->sent = $sent;
     }
 }
 
@@ -130,7 +133,7 @@ function nachtwacht_send_audit(string $baseUrl, string $secret, array $entries, 
     // Encoded once: every attempt sends the same bytes, so the same sleutels.
     $payload = json_encode(['entries' => $entries], JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_THROW_ON_ERROR);
     if (strlen($payload) > NACHTWACHT_MAX_BATCH_BYTES) {
-        throw new NachtwachtRefused(413, 'the batch is ' . strlen($payload) . ' bytes, more than the ' . NACHTWACHT_MAX_BATCH_BYTES . ' the service takes; not sent, nothing stored: split it');
+        throw new NachtwachtRefused(413, 'the batch is ' . strlen($payload) . ' bytes, more than the ' . NACHTWACHT_MAX_BATCH_BYTES . ' bytes the service takes; nothing sent, nothing stored: split it', false);
     }
     $url = rtrim($baseUrl, '/') . '/api/audit';
     for ($attempt = 1; ; $attempt++) {

@@ -61,12 +61,14 @@ def _final(status):
 
 
 class Refused(Exception):
-    """A final answer (a 3xx, or a 4xx other than 408/429): sending the same batch again will not help."""
+    """A final answer (a 3xx, or a 4xx other than 408/429): sending the same batch again will not help.
+    sent is False when this client refused the batch itself, before sending (over MAX_BATCH_BYTES): no answer came."""
 
-    def __init__(self, status, error):
-        super().__init__(f"HTTP {status}: {error}")
+    def __init__(self, status, error, sent=True):
+        super().__init__(f"HTTP {status}: {error}" if sent else f"by this client, before sending ({status}, no answer from the service): {error}")
         self.status = status
         self.error = error
+        self.sent = sent
 
 
 class GaveUp(Exception):
@@ -134,7 +136,7 @@ def send_audit(base_url, secret, entries, max_attempts=5, backoff_ms=500, max_de
     keyed = all(isinstance(e, dict) and isinstance(e.get("sleutel"), str) for e in entries)
     payload = json.dumps({"entries": entries}).encode("utf-8")
     if len(payload) > MAX_BATCH_BYTES:
-        raise Refused(413, f"the batch is {len(payload)} bytes, more than the {MAX_BATCH_BYTES} the service takes; not sent, nothing stored: split it")
+        raise Refused(413, f"the batch is {len(payload)} bytes, more than the {MAX_BATCH_BYTES} bytes the service takes; nothing sent, nothing stored: split it", sent=False)
     url = base_url.rstrip("/") + "/api/audit"
     headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json", "Accept": "application/json"}
     for attempt in range(1, max_attempts + 1):

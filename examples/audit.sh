@@ -63,9 +63,9 @@ url=${NACHTWACHT_URL%/}/api/audit
 # (src/ingest/audit.ts). A larger one is refused before sending: the service would close
 # the connection on it unread, which looks like a lost answer, not like the 413 it is.
 max_batch_bytes=1048576
-size=$(wc -c <"$work/batch.json")
+size=$(($(wc -c <"$work/batch.json"))) # BSD's wc pads the number with spaces
 if ((size > max_batch_bytes)); then
-  echo "$me: refused, 413: the batch is $size bytes, more than the $max_batch_bytes the service takes; not sent, nothing stored: split it" >&2
+  echo "$me: refused, by this client, before sending (413, no answer from the service): the batch is $size bytes, more than the $max_batch_bytes bytes the service takes; nothing sent, nothing stored: split it" >&2
   exit 1
 fi
 # Every entry with a sleutel: then a repeat is answered from them, and may always be sent.

@@ -55,9 +55,12 @@ export interface AuditAnswer {
 /** A final answer (a 3xx, or a 4xx other than 408/429): sending the same batch again will not help. */
 export class Refused extends Error {
   readonly status: number;
-  constructor(status: number, error: string) {
-    super(`HTTP ${status}: ${error}`);
+  /** False when this client refused the batch itself, before sending (over MAX_BATCH_BYTES): no answer came. */
+  readonly sent: boolean;
+  constructor(status: number, error: string, sent = true) {
+    super(sent ? `HTTP ${status}: ${error}` : `by this client, before sending (${status}, no answer from the service): ${error}`);
     this.status = status;
+    this.sent = sent;
   }
 }
 
@@ -140,7 +143,7 @@ export async function sendAudit(baseUrl: string, secret: string, entries: AuditE
   const keyed = entries.every((e) => typeof e?.sleutel === "string");
   const body = JSON.stringify({ entries });
   const bytes = new TextEncoder().encode(body).byteLength;
-  if (bytes > MAX_BATCH_BYTES) throw new Refused(413, `the batch is ${bytes} bytes, more than the ${MAX_BATCH_BYTES} the service takes; not sent, nothing stored: split it`);
+  if (bytes > MAX_BATCH_BYTES) throw new Refused(413, `the batch is ${bytes} bytes, more than the ${MAX_BATCH_BYTES} bytes the service takes; nothing sent, nothing stored: split it`, false);
   const url = `${baseUrl.replace(/\/+$/, "")}/api/audit`;
   for (let attempt = 1; ; attempt++) {
     let reason: string;

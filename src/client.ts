@@ -94,7 +94,9 @@ export const NOTHING_STORED_VALUE = "nee";
 /**
  * A call that did not succeed. `status` is the HTTP status, or null when no answer came
  * (connection error, timeout); `error` is the server's message (`{ error }`), or the
- * connection error's. Never carries the secret.
+ * connection error's. With `attempts` 0 the client refused the call itself before
+ * sending (a body over its route's limit: status 413, as the service would answer, and
+ * the message says the client refused it). Never carries the secret.
  */
 export class NachtwachtError extends Error {
   override readonly name = "NachtwachtError";
@@ -103,13 +105,13 @@ export class NachtwachtError extends Error {
     readonly path: string,
     readonly status: number | null,
     readonly error: string,
-    /** How many attempts were made. */
+    /** How many requests were sent; 0 when the client refused the call itself, before sending (a body over its route's limit): then no status or error is the server's. */
     readonly attempts: number,
     /** The server's Retry-After, in milliseconds, when it sent one. */
     readonly retryAfterMs: number | null = null,
     options?: { cause?: unknown; nothingStored?: boolean },
   ) {
-    super(`nachtwacht ${method} ${path}: ${status === null ? "geen antwoord" : `HTTP ${status}`}: ${error}`, options);
+    super(`nachtwacht ${method} ${path}: ${attempts === 0 ? `door de client geweigerd vóór het versturen (${status}, geen antwoord van de service)` : status === null ? "geen antwoord" : `HTTP ${status}`}: ${error}`, options);
     // A final refusal (4xx but 408 and 429, which may come from a proxy after it passed the call on) stored nothing.
     this.nothingStored = options?.nothingStored ?? (status !== null && status >= 400 && status < 500 && status !== 408 && status !== 429);
   }
@@ -251,7 +253,8 @@ export class NachtwachtClient {
     const payload = JSON.stringify(body);
     const bytes = new TextEncoder().encode(payload).byteLength;
     if (bytes > maxBytes) {
-      throw new NachtwachtError(method, path, 413, `body is ${bytes} bytes, meer dan de ${maxBytes} die ${path} aanneemt; niet verstuurd, niets opgeslagen: splits de batch`, 0, null, { nothingStored: true });
+      // attempts 0: nothing was sent, and the message says the refusal is the client's own, not an answer.
+      throw new NachtwachtError(method, path, 413, `body is ${bytes} bytes, meer dan de ${maxBytes} bytes die ${path} aanneemt; niets verstuurd, niets opgeslagen: splits de batch`, 0, null, { nothingStored: true });
     }
     const headers = { authorization: `Bearer ${this.#secret}`, "content-type": "application/json", accept: "application/json" };
     for (let attempt = 1; ; attempt++) {

@@ -226,15 +226,28 @@ describe("refusals: NachtwachtError with the status and the server's message, ne
     for (const [batch, keyed] of [[padded(3 * 1024, true), true], [padded(1536, false), false]] as const) {
       const e = await failure(c.appendAudit(batch));
       expect({ keyed, status: e.status, attempts: e.attempts, nothingStored: e.nothingStored, retryable: e.retryable }).toEqual({ keyed, status: 413, attempts: 0, nothingStored: true, retryable: false });
+      // The message says the client refused it before sending (not "HTTP 413", as if the service had answered), with the size and the limit.
+      const bytes = new TextEncoder().encode(JSON.stringify({ entries: batch })).byteLength;
+      expect(e.message).toBe(
+        `nachtwacht POST /api/audit: door de client geweigerd vóór het versturen (413, geen antwoord van de service): ` +
+          `body is ${bytes} bytes, meer dan de ${MAX_BODY_BYTES.audit} bytes die /api/audit aanneemt; niets verstuurd, niets opgeslagen: splits de batch`,
+      );
+      expect(e.message).not.toContain("HTTP");
       expect(e.error).toContain("niets opgeslagen");
     }
     const attempts = Array.from({ length: 1000 }, (_, i) => ({ account: `${"a".repeat(300)}${i}`, ip: "192.0.2.1", gelukt: false }));
-    expect((await failure(c.recordLoginAttempts(attempts))).status).toBe(413);
+    const login = await failure(c.recordLoginAttempts(attempts));
+    expect({ status: login.status, attempts: login.attempts, nothingStored: login.nothingStored }).toEqual({ status: 413, attempts: 0, nothingStored: true });
+    expect(login.message).toContain(`door de client geweigerd vóór het versturen (413, geen antwoord van de service)`);
+    expect(login.message).toContain(`meer dan de ${MAX_BODY_BYTES.loginAttempts} bytes die /api/inlogpogingen aanneemt`);
     expect({ sent, retries }).toEqual({ sent: 0, retries: [] });
     expect(await entriesOf(t)).toBe(0);
     // Within the limit: sent, and the server's own answer (here: stored).
     const r = await c.appendAudit([{ ...entry(t, 0, "binnen"), details: { pad: "x".repeat(60_000) } }]);
     expect({ sent, opgeslagen: r.opgeslagen }).toEqual({ sent: 1, opgeslagen: 1 });
+    // A 413 the service (or a proxy) answers is told apart: HTTP 413, one attempt, its own message.
+    const answered = await failure(client({ fetch: async () => Response.json({ error: "te groot" }, { status: 413 }) }).appendAudit([entry(t, 1, "klein")]));
+    expect({ status: answered.status, attempts: answered.attempts, message: answered.message }).toEqual({ status: 413, attempts: 1, message: "nachtwacht POST /api/audit: HTTP 413: te groot" });
   }, 30_000);
 
   test("MAX_BODY_BYTES mirrors the server's limits per route (the client is bundled without server code)", () => {

@@ -533,8 +533,12 @@ describe.each(EXAMPLES)("$file", (ex) => {
         writeFileSync(path, JSON.stringify({ entries }));
         const run = await runExample(ex, [path], envFor(proxy.url));
         expect({ mib, code: run.code, stdout: run.stdout }).toEqual({ mib, code: 1, stdout: "" });
-        expect(run.stderr).toContain("413");
-        expect(run.stderr).toContain("nothing stored");
+        // The same words in every example: refused by the example itself, before sending, not an answer of the service ("HTTP 413").
+        const said = /refused, by this client, before sending \(413, no answer from the service\): the batch is (\d+) bytes, more than the (\d+) bytes the service takes; nothing sent, nothing stored: split it\n/.exec(run.stderr);
+        expect({ mib, stderr: said === null ? run.stderr : "as said" }).toEqual({ mib, stderr: "as said" });
+        expect(Number(said![1])).toBeGreaterThan(mib * 1024 * 1024);
+        expect(Number(said![2])).toBe(MAX_BATCH_BYTES);
+        expect(run.stderr).not.toContain("HTTP 413");
       }
       expect(proxy.seen).toHaveLength(0);
       expect(await rowsOf(tenantId)).toEqual([]);
