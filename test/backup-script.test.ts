@@ -314,13 +314,14 @@ describe("ops/backup.sh → nachtwacht backup", () => {
     expect(r.out).toContain('{"ok":true,"gelukt":false}');
   });
 
-  pgOnly("an unreachable PostgreSQL server is reported as no database (66), with pg_dump's reason, and the script fails", async () => {
+  pgOnly("an unreachable PostgreSQL server is reported as no database (66), with libpq's reason (psql's, asking the size before pg_dump), and the script fails", async () => {
     const dir = join(work, "geen-server");
     const r = await runBackup({ NACHTWACHT_BACKUP_DIR: dir, DATABASE_URL: "postgres://nw@127.0.0.1:1/nachtwacht" });
     expect(r.code).toBe(66);
     const row = await newestStatus();
     expect(row).toMatchObject({ exit_code: 66, gelukt: 0, bron: "host-cron" });
-    expect(row.foutmelding).toContain("pg_dump");
+    // The first to reach for the server is psql, asking the database's size for the free-space check before pg_dump.
+    expect(row.foutmelding).toContain("grootte van de database (psql, vóór pg_dump)");
     expect(row.foutmelding).toContain('"127.0.0.1", port 1 failed');
     expect(readdirSync(dir)).toEqual([]);
     expect(r.out).toContain('{"ok":true,"gelukt":false}');
@@ -361,9 +362,9 @@ describe("ops/backup.sh → nachtwacht backup", () => {
       expect(readdirSync(dir)).toEqual([]);
       const row = await newestStatus();
       expect(row).toMatchObject({ exit_code: 74, gelukt: 0 });
-      // On SQLite a full disk is refused before the copy (checkBackupRoom); under the file size limit the copy fails.
-      expect(row.foutmelding).toContain(url !== null ? "pg_dump" : mounted ? "controleren van de vrije ruimte" : "online kopie (VACUUM INTO)");
-      if (mounted) expect(row.foutmelding).toMatch(url === null ? /te weinig vrije ruimte/ : /No space left on device/);
+      // A full disk is refused before the copy or pg_dump (checkBackupRoom); under the file size limit (SQLite) the copy fails.
+      expect(row.foutmelding).toContain(mounted ? "controleren van de vrije ruimte" : "online kopie (VACUUM INTO)");
+      if (mounted) expect(row.foutmelding).toMatch(/te weinig vrije ruimte/);
     } finally {
       if (mounted) Bun.spawnSync(["umount", "-l", dir]);
     }

@@ -17,7 +17,8 @@
 // 66 no database, or no anchor file while the database has anchors (the database copy
 // is kept), 69 another backup into the same folder is running (refused at once, nothing
 // written or reported), 73 backup folder not usable, 74 any other I/O error (also less
-// than twice the database free in the backup folder: checkBackupRoom), 75 backup
+// free in the backup folder than the backup needs, checkBackupRoom: on SQLite twice the
+// database's pages in use, on PostgreSQL its size, pg_database_size), 75 backup
 // made but the report to backup-status failed (also when the port is held by another
 // user than the service's: the secret is then not sent, src/cli/listener.ts), 78
 // (PostgreSQL) a DATABASE_URL parameter pg_dump cannot be given.
@@ -53,7 +54,7 @@ const USAGE =
   "  --geen-melding  niets aan backup-status melden\n" +
   "  Exitcode: 0 gelukt, 64 gebruik, 65 kopie niet in orde, 66 geen database, of geen ankerbestand terwijl de database ankers heeft\n" +
   "  (de kopie van de database blijft staan), 69 er loopt al een back-up in --map (niets gedaan, niets gemeld), 73 map onbruikbaar, 74 andere I/O-fout\n" +
-  "  (ook: minder dan twee keer de database vrij in --map), 75 back-up gemaakt maar melding mislukt\n" +
+  "  (ook: te weinig vrij in --map: twee keer de database, op PostgreSQL zijn grootte), 75 back-up gemaakt maar melding mislukt\n" +
   "  (ook als een andere gebruiker dan die van de dienst de poort bezet houdt: CRON_SECRET wordt dan niet verstuurd),\n" +
   "  78 een parameter in DATABASE_URL die niet aan pg_dump door te geven is (PostgreSQL).";
 
@@ -187,13 +188,15 @@ function usedBytes(db: Database): number {
 }
 
 /**
- * Room for the copy of a database that uses `size` bytes (usedBytes) in `dir`: the uncompressed VACUUM INTO
- * copy and its gzip, at most twice that, counted in what an unprivileged user
- * may still write (statfs f_bavail). Root may write past that into the blocks reserved
- * for root; a backup that did would fill the disk for the service and everyone else with
- * data the service's user chose. Else exit 74, naming both figures.
+ * The one rule for room in the backup folder, on both stores: `need` bytes, the store's
+ * estimate of what its backup writes there (`basis` says how it was reckoned; SQLite:
+ * sqliteBackupNeed, PostgreSQL: src/pg/backup.ts), counted in what an unprivileged user
+ * may still write (statfs f_bavail). Checked before the backup writes anything. Root may
+ * write past that into the blocks reserved for root; a backup that did would fill the
+ * disk for the service and everyone else with data the service's user chose. Else exit
+ * 74, naming both figures.
  */
-export function checkBackupRoom(dir: string, size: number, steps: BackupSteps): void {
+export function checkBackupRoom(dir: string, need: { bytes: number; basis: string }, steps: BackupSteps): void {
   steps.step = `controleren van de vrije ruimte in ${dir}`;
   let free: number;
   try {
@@ -202,17 +205,19 @@ export function checkBackupRoom(dir: string, size: number, steps: BackupSteps): 
   } catch (e) {
     return steps.fail(74, e);
   }
-  const need = 2 * size;
-  if (free < need) {
+  if (free < need.bytes) {
     steps.fail(
       74,
       new Error(
-        `te weinig vrije ruimte: ${free} bytes vrij, ${need} bytes nodig (twee keer de ${size} bytes in gebruik in de database: de ongecomprimeerde kopie en de gzip). ` +
+        `te weinig vrije ruimte: ${free} bytes vrij, ${need.bytes} bytes nodig (${need.basis}). ` +
           "Maak ruimte vrij of geef een map op een ander bestandssysteem (--map); de ruimte die alleen root mag gebruiken wordt niet aangesproken",
       ),
     );
   }
 }
+
+/** What a SQLite backup of a database that uses `size` bytes (usedBytes) needs: the uncompressed VACUUM INTO copy and its gzip, at most twice that. */
+export const sqliteBackupNeed = (size: number) => ({ bytes: 2 * size, basis: `twee keer de ${size} bytes in gebruik in de database: de ongecomprimeerde kopie en de gzip` });
 
 /** The step a backup is at, named in the BackupError that `fail` throws. */
 export class BackupSteps {
@@ -273,7 +278,7 @@ export async function makeBackup(o: BackupOptions): Promise<BackupDone> {
       try {
         // Raw SQL: pragmas and VACUUM INTO have no Drizzle builder.
         src.run("PRAGMA busy_timeout = 30000");
-        checkBackupRoom(o.dir, usedBytes(src), steps);
+        checkBackupRoom(o.dir, sqliteBackupNeed(usedBytes(src)), steps);
         steps.step = "online kopie (VACUUM INTO)";
         src.query("VACUUM INTO ?").run(tmp);
       } finally {

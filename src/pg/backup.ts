@@ -1,12 +1,14 @@
-// `nachtwacht backup` for an installation on PostgreSQL: pg_dump in its custom format
-// (compressed, consistent: one snapshot), checked by pg_restore --list (the archive reads
-// back and holds every table's data), renamed into the backup folder; the anchor file
-// beside it and pruning as for SQLite (src/cli/backup.ts). The connection goes to
-// pg_dump through its environment (PGHOST, PGPASSWORD …), never its command line, where
-// ps would show a password.
+// `nachtwacht backup` for an installation on PostgreSQL: first the free space in the
+// backup folder, held against the database's size (pgBackupNeed, checkBackupRoom: the
+// SQLite backup's rule), then pg_dump in its custom format (compressed, consistent: one
+// snapshot), checked by pg_restore --list (the archive reads back and holds every
+// table's data), renamed into the backup folder; the anchor file beside it and pruning
+// as for SQLite (src/cli/backup.ts). The connection goes to psql and pg_dump through
+// their environment (PGHOST, PGPASSWORD …), never their command line, where ps would
+// show a password.
 import { existsSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { BackupError, BackupSteps, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
+import { BackupError, BackupSteps, checkBackupRoom, copyAnchorsAndPrune, prepareBackupDir, stampOf, type BackupDone } from "../cli/backup.ts";
 import { renameDurably } from "../durable-file.ts";
 import { COPIED_TABLES, tableShape } from "./migrate-to.ts";
 
@@ -129,6 +131,38 @@ async function run(cmd: string[], env: Record<string, string>): Promise<{ code: 
   return { code, out, err };
 }
 
+/**
+ * The exit code of a failed pg_dump or psql, from what it said: no database reached is
+ * 66, as a missing SQLite file (libpq 14+ says "connection to server … failed" where
+ * older ones said "could not connect"); its file not written (a full disk) an I/O error,
+ * 74, as on SQLite; anything else 65.
+ */
+function pgFailure(err: string): number {
+  if (["could not connect", "connection to server", "does not exist"].some((s) => err.includes(s))) return 66;
+  if (["could not write to output file", "could not close output file", "No space left on device"].some((s) => err.includes(s))) return 74;
+  return 65;
+}
+
+/**
+ * What a backup of the database needs in the backup folder, for checkBackupRoom (the
+ * rule SQLite's backup keeps): the database's size on the server, pg_database_size,
+ * asked with psql (beside pg_dump in the client package) over the same connection. The
+ * dump's own size is not known before it is written; this is a bound above it: it counts
+ * the indexes, the system catalogs and the room of deleted rows, none of which the dump
+ * holds, and the dump is compressed (--compress=9), where the database's pages are not.
+ * One copy, not SQLite's two: pg_dump writes the compressed archive directly, with no
+ * uncompressed copy before it. A bound that is high refuses a backup that might have fit,
+ * saying both figures; one that is low would let pg_dump fill the disk halfway through.
+ */
+async function pgBackupNeed(env: Record<string, string>, fail: (code: number, e?: unknown) => never): Promise<{ bytes: number; basis: string }> {
+  // Raw SQL: a function call psql runs; --no-psqlrc: no ~/.psqlrc of root's in between.
+  const r = await run(["psql", "--no-psqlrc", "--no-align", "--tuples-only", "--quiet", "--command=SELECT pg_database_size(current_database())"], env);
+  if (r.code !== 0) fail(pgFailure(r.err), new Error(r.err.trim().slice(0, 1000)));
+  const size = Number(r.out.trim());
+  if (!Number.isSafeInteger(size) || size < 0) fail(65, new Error(`pg_database_size gaf ${JSON.stringify(r.out.trim().slice(0, 100))}`));
+  return { bytes: size, basis: `de ${size} bytes van de database op de server (pg_database_size), een bovengrens voor de gecomprimeerde dump die pg_dump ervan schrijft` };
+}
+
 export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
   const steps = new BackupSteps("");
   const fail = (code: number, e?: unknown): never => steps.fail(code, e);
@@ -138,14 +172,13 @@ export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
   const tmp = join(o.dir, `.nachtwacht-${stamp}.pgdump.tmp`);
   const env = libpqEnv(o.url);
   try {
+    // Before pg_dump writes anything, as the SQLite backup checks before VACUUM INTO.
+    steps.step = "grootte van de database (psql, vóór pg_dump)";
+    checkBackupRoom(o.dir, await pgBackupNeed(env, fail), steps);
+
     steps.step = "pg_dump";
     const dump = await run(["pg_dump", "--format=custom", "--compress=9", "--no-owner", "--no-privileges", `--file=${tmp}`], env);
-    // No database reached is 66, as a missing SQLite file: libpq 14+ says "connection to
-    // server … failed" where older ones said "could not connect".
-    const unreached = ["could not connect", "connection to server", "does not exist"].some((s) => dump.err.includes(s));
-    // pg_dump could not write its file (a full disk): an I/O error, 74, as on SQLite.
-    const unwritten = ["could not write to output file", "could not close output file", "No space left on device"].some((s) => dump.err.includes(s));
-    if (dump.code !== 0) fail(unreached ? 66 : unwritten ? 74 : 65, new Error(dump.err.trim().slice(0, 1000)));
+    if (dump.code !== 0) fail(pgFailure(dump.err), new Error(dump.err.trim().slice(0, 1000)));
 
     steps.step = "controle van de dump (pg_restore --list)";
     const list = await run(["pg_restore", "--list", tmp], {});
