@@ -7,8 +7,8 @@
 import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { parseSignerKey, parseVerifierKey, signNote } from "../src/audit/note.ts";
-import { adoptionText, openAdoptionRecord, openRestoreRecord, openRetentionRecord, openStartRecord, openTreeHead, signAdoptionRecord, signRestoreRecord, signRetentionRecord } from "../src/audit/records.ts";
+import { generateKeyPair, parseSignerKey, parseVerifierKey, signNote } from "../src/audit/note.ts";
+import { adoptionText, openAdoptionRecord, parseAnchorLineText, openRestoreRecord, openRetentionRecord, openStartRecord, openTreeHead, signAdoptionRecord, signRestoreRecord, signRetentionRecord } from "../src/audit/records.ts";
 import { CompactRange } from "../src/audit/merkle.ts";
 import { runAuditCommand } from "../src/cli/audit.ts";
 import { anchorRecordsPg } from "../src/pg/daily.ts";
@@ -198,6 +198,141 @@ describe("verify --bundel names its head: a bundle proves its entries against it
     const n = await verifyBundleFile(now.file);
     expect(n.code).toBe(0);
     expect(n.out).toContain(`kop van de bundel: checkpoint, boomgrootte 42, nieuwste seq 42, root ${newRoot}`);
+  });
+});
+
+/** verify --bundel FILE --checkpoint MAILED in this process, the e-mailed note written beside the bundle. */
+async function verifyBundleAgainst(file: string, mailed: string) {
+  const cp = join(env.dir, "e-mail-checkpoint.txt");
+  // As pasted from an e-mail: blank lines around it.
+  writeFileSync(cp, `\n${mailed}\n\n`);
+  const o: string[] = [];
+  const code = await runAuditCommand(["verify", "--bundel", file, "--checkpoint", cp, "--sleutel", TEST_VERIFIER_KEY], {}, (s) => o.push(s), (s) => o.push(s));
+  return { code, out: o.join("\n") };
+}
+
+/** The anchor file's record lines as the installation tree counts them: each line's leaf index (or null for installation lines). */
+function anchorLeaves(): { soort: string; tenantId: number | null; note: string; leaf: number | null }[] {
+  let n = 0;
+  const out: { soort: string; tenantId: number | null; note: string; leaf: number | null }[] = [];
+  for (const text of readFileSync(env.config.auditAnkerBestand, "utf8").trimEnd().split("\n")) {
+    const p = parseAnchorLineText(text);
+    if (p.kind !== "record") continue;
+    out.push({ ...p.line, leaf: p.line.soort === "installatie" ? null : n++ });
+  }
+  return out;
+}
+
+describe("verify --bundel: the head in an installation checkpoint (the e-mailed one)", () => {
+  test("export proves the head's line in the file's newest installation checkpoint; verify checks it with the trusted key and names size and root; an altered proof or a checkpoint under another key fails", async () => {
+    const { a, b } = await signed();
+    // More runs, so that A's head is a leaf inside a larger tree: leaves cpA cpB cpB cpA cpB.
+    for (const [t, from] of [[b, 12], [a, 37], [b, 13]] as const) {
+      await fillChain(env.store, t, 1, { from, at });
+      expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    }
+    const { file, lines } = await exported(a, "bundel.jsonl");
+    const header = JSON.parse(lines[0]!);
+    const mailed = (await mailedCheckpoint())!;
+    const [, size, root] = mailed.split("\n");
+    // The head's line in the anchor file, counted as the installation tree counts its leaves.
+    const head = anchorLeaves().findLast((l) => l.soort === "checkpoint" && l.tenantId === a)!;
+    expect(head.note).toBe(header.checkpoint);
+    expect(header.installatie).toMatchObject({ checkpoint: mailed, index: 3 });
+    expect([head.leaf, size]).toEqual([3, "5"]);
+
+    const ok = await verifyBundleFile(file);
+    expect(ok.code).toBe(0);
+    expect(ok.out).toContain(`de kop staat in installatie-checkpoint grootte ${size}, root ${root} (blad ${head.leaf})`);
+    const withMail = await verifyBundleAgainst(file, mailed);
+    expect(withMail.code).toBe(0);
+    expect(withMail.out).toContain(`RESULTAAT: de kop staat in het installatie-checkpoint uit de e-mail (dezelfde boom: grootte ${size}, root ${root}).`);
+
+    const write = (h: unknown) => writeFileSync(file, [JSON.stringify(h), ...lines.slice(1)].join("\n"));
+    const i = header.installatie;
+    // An altered audit path, another index, another head: the proof does not hold (exit 1).
+    const flipped = Buffer.from(i.hashes[0], "base64");
+    flipped[0]! ^= 1;
+    for (const altered of [
+      { ...header, installatie: { ...i, hashes: [flipped.toString("base64"), ...i.hashes.slice(1)] } },
+      { ...header, installatie: { ...i, hashes: i.hashes.slice(1) } },
+      { ...header, installatie: { ...i, index: i.index + 1 } },
+    ]) {
+      write(altered);
+      const r = await verifyBundleFile(file);
+      expect([r.code, r.out]).toEqual([1, expect.stringContaining(`RESULTAAT: de bundel klopt NIET: het inclusiebewijs van de kop in het installatie-checkpoint (grootte ${size}, blad `)]);
+    }
+    // The same tree signed by a key that is not trusted, even when the header names that key.
+    const other = generateKeyPair("nachtwacht.test/sleutel");
+    const foreign = signNote(mailed.slice(0, mailed.indexOf("\n\n") + 1), parseSignerKey(other.signerKey));
+    write({ ...header, verificatieSleutels: [other.verifierKey], installatie: { ...i, checkpoint: foreign } });
+    const untrusted = await verifyBundleFile(file);
+    expect(untrusted.code).toBe(1);
+    expect(untrusted.out).toContain("RESULTAAT: de bundel klopt NIET: het installatie-checkpoint is niet geldig ondertekend door een vertrouwde sleutel (onbekende-sleutel)");
+    // A tenant checkpoint in its place (trusted key, wrong origin).
+    write({ ...header, installatie: { ...i, checkpoint: header.checkpoint } });
+    expect((await verifyBundleFile(file)).out).toContain("het installatie-checkpoint is geldig ondertekend, maar van een andere tenant, sleutel of boom (andere-oorsprong)");
+    // A field of the wrong shape: not a bundle to check (exit 2).
+    write({ ...header, installatie: { ...i, index: "3" } });
+    expect(await verifyBundleFile(file)).toEqual({ code: 2, out: expect.stringContaining("geen geldige bundel: het veld installatie.index (") });
+
+    // A bundle of an earlier version (no installatie): verifies as before, and says what it cannot tie.
+    const { installatie: _, ...older } = header;
+    write(older);
+    const old = await verifyBundleFile(file);
+    expect(old.code).toBe(0);
+    expect(old.out).toContain(`RESULTAAT: de bundel van tenant ${a} klopt (38 entries) tegen haar eigen kop`);
+    expect(old.out).toContain("de bundel bevat geen installatie-checkpoint dat de kop dekt");
+    const oldWithMail = await verifyBundleAgainst(file, mailed);
+    expect(oldWithMail.code).toBe(2);
+    expect(oldWithMail.out).toContain("RESULTAAT: niet te bewijzen tegen het installatie-checkpoint uit de e-mail: de bundel bevat geen installatie-checkpoint");
+  });
+
+  test("--checkpoint: the same tree passes; a newer e-mail cannot be proved without the file (exit 2); another root at the same size fails (exit 1); an untrusted e-mail cannot be checked (exit 2)", async () => {
+    const { a, b } = await signed();
+    const before = await exported(a, "voor.jsonl");
+    const firstMail = (await mailedCheckpoint())!;
+    // Another tenant grows: a new installation checkpoint, tenant A's head unchanged.
+    await fillChain(env.store, b, 3, { from: 12, at });
+    expect((await call(env.app, "/api/cron/audit-anker")).status).toBe(200);
+    const secondMail = (await mailedCheckpoint())!;
+    expect(secondMail).not.toBe(firstMail);
+    const after = await exported(a, "na.jsonl");
+    expect(JSON.parse(after.lines[0]!).checkpoint).toBe(JSON.parse(before.lines[0]!).checkpoint);
+    expect(JSON.parse(after.lines[0]!).installatie.checkpoint).toBe(secondMail);
+
+    expect((await verifyBundleAgainst(after.file, secondMail)).code).toBe(0);
+    const newer = await verifyBundleAgainst(before.file, secondMail);
+    expect(newer.code).toBe(2);
+    expect(newer.out).toContain("RESULTAAT: niet te bewijzen tegen het installatie-checkpoint uit de e-mail: de e-mail (grootte");
+    expect(newer.out).toContain("consistentiebewijs");
+    const older = await verifyBundleAgainst(after.file, firstMail);
+    expect(older.code).toBe(2);
+    expect(older.out).toContain("is van vóór het installatie-checkpoint van de bundel");
+
+    // A second tree of the same size, signed by the trusted key (the key holder rewrote the file).
+    const [origin, size] = secondMail.split("\n");
+    const fork = signNote(`${origin}\n${size}\n${Buffer.alloc(32, 7).toString("base64")}\n`, parseSignerKey(TEST_SIGNING_KEY));
+    const forked = await verifyBundleAgainst(after.file, fork);
+    expect(forked.code).toBe(1);
+    expect(forked.out).toContain(`RESULTAAT: de bundel klopt NIET met het installatie-checkpoint uit de e-mail: het installatie-checkpoint van de bundel en dat uit de e-mail hebben dezelfde grootte ${size} maar een andere root`);
+
+    const other = generateKeyPair("nachtwacht.test/sleutel");
+    const untrusted = await verifyBundleAgainst(after.file, signNote(secondMail.slice(0, secondMail.indexOf("\n\n") + 1), parseSignerKey(other.signerKey)));
+    expect(untrusted.code).toBe(2);
+    expect(untrusted.out).toContain("controle niet mogelijk: het installatie-checkpoint is niet geldig ondertekend door een vertrouwde sleutel (onbekende-sleutel)");
+  });
+
+  test("a head line after the file's newest installation checkpoint (a run's tail): the bundle has no installatie and still verifies", async () => {
+    const { a } = await signed();
+    const head = anchorLeaves().find((l) => l.soort === "checkpoint" && l.tenantId === a)!;
+    // The head's line once more at the end: the newest head is now past every installation checkpoint.
+    writeFileSync(env.config.auditAnkerBestand, JSON.stringify({ soort: "checkpoint", tenantId: a, note: head.note }) + "\n", { flag: "a" });
+    const { file, lines } = await exported(a, "staart.jsonl");
+    expect(JSON.parse(lines[0]!).installatie).toBeUndefined();
+    const r = await verifyBundleFile(file);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("de bundel bevat geen installatie-checkpoint dat de kop dekt");
   });
 });
 

@@ -17,6 +17,7 @@ import { signCheckpoint, signInstallationCheckpoint, signRetentionRecord, parseA
 import type { AnyStore } from "../src/deps.ts";
 import { anchorAllPg } from "../src/pg/anchoring.ts";
 import { appendEntriesPg } from "../src/pg/chain.ts";
+import { runAuditCommand } from "../src/cli/audit.ts";
 import { ROOT } from "./binary.ts";
 import { NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { addTenant, makeEnv, type Env } from "./dialect.ts";
@@ -122,6 +123,41 @@ describe("what nachtwacht signs, checked by Go's note and tlog", () => {
     const instTree = await goPeer({ vkeys: [], notes: [], trees: [{ leaves: notes.slice(0, inst).map((n) => b64(Buffer.from(n, "utf8"))), proofs: [], check: [] }] });
     expect(opened[inst]!.origin).toBe("nachtwacht.test/sleutel/installatie");
     expect(opened[inst]!.root).toBe(instTree.trees![0]!.root);
+  });
+
+  test("an exported bundle's proof of its head in the installation checkpoint: tlog.CheckRecord accepts it over the anchor file's leaves, and refuses it altered", async () => {
+    env = await makeEnv();
+    const e = env;
+    const tenants = [await addTenant(e.db, "P"), await addTenant(e.db, "Q"), await addTenant(e.db, "R")];
+    // Runs that each change some tenants: the installation tree has 7 leaves, the heads at different places.
+    for (const changed of [[0, 1, 2], [1], [0, 2], [1]]) {
+      await append(e.store, changed.map((k) => ({ tenantId: tenants[k]!, actor: "a", action: "b", subject: "s", details: canonicalJson({ k }), createdAt: NOW.toISOString() })));
+      await anchor(e);
+    }
+    const lines = readFileSync(e.config.auditAnkerBestand, "utf8").trimEnd().split("\n").map((l) => parseAnchorLineText(l));
+    const records = lines.flatMap((l) => (l.kind === "record" ? [l.line] : []));
+    const leaves = records.filter((l) => l.soort !== "installatie").map((l) => b64(Buffer.from(l.note, "utf8")));
+    const installation = records.findLast((l) => l.soort === "installatie")!.note;
+    expect(leaves).toHaveLength(7);
+    const db = e.store.kind === "sqlite" ? ["--db", e.store.path] : ["--database-url", e.store.url];
+    const bundles = [];
+    for (const t of tenants) {
+      const out: string[] = [];
+      const code = await runAuditCommand(["export", ...db, "--bestand", e.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY, "--tenant", String(t)], {}, (x) => out.push(x), (x) => out.push(x));
+      expect(code).toBe(0);
+      const header = JSON.parse(out.join("\n").split("\n")[0]!);
+      expect(header.installatie.checkpoint).toBe(installation);
+      bundles.push(header.installatie as { index: number; hashes: string[] });
+    }
+    // Leaves P Q R, Q, P R, Q: P's head is leaf 4, Q's 6 (the last), R's 5.
+    expect(bundles.map((i) => i.index)).toEqual([4, 6, 5]);
+    const altered = bundles.map((i) => ({ index: i.index, proof: i.hashes.map((h, k) => (k === 0 ? b64(Buffer.alloc(32, 9)) : h)) }));
+    const go = await goPeer({ vkeys: [TEST_VERIFIER_KEY], notes: [installation], trees: [{ leaves, proofs: [], check: [...bundles.map((i) => ({ index: i.index, proof: i.hashes })), ...altered] }] });
+    expect(go.notes![0]!.ok).toBe(true);
+    expect(go.notes![0]!.size).toBe(7);
+    expect(go.trees![0]!.root).toBe(go.notes![0]!.root!);
+    expect(go.trees![0]!.checks!.slice(0, 3)).toEqual(["", "", ""]);
+    expect(go.trees![0]!.checks!.slice(3).every((x) => x !== "")).toBe(true);
   });
 
   test("a note Go signs opens with our code; Go's key strings parse and belong together", async () => {

@@ -10,7 +10,7 @@ import type { Database } from "bun:sqlite";
 import { appendingTransaction, appendLines, databaseEnd, insertRows, lineAt, readLines, type RunAppend, type StoredLine } from "./anchor-file.ts";
 import { compareWithFile, recordSize, type AnchorComparison, type RowReason } from "./anchor-check.ts";
 import { entriesAfter, orphanChains, rowHash, type EntryRow } from "./chain.ts";
-import { CompactRange, leafHashOfBytes } from "./merkle.ts";
+import { CompactRange, installationLeafHash } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openInstallationCheckpoint, signCheckpoint, signInstallationCheckpoint, anchorLineText, type Keys } from "./records.ts";
 import { chainStart, linkBreak, type BreakReason, type ChainStart, type CheckpointRef } from "./verify.ts";
@@ -262,7 +262,7 @@ export function installationRangeFrom(last: InstallationRow | null, path: string
     }
   }
   for (const fl of readLines(path, from)) {
-    if (fl.parsed.kind === "record" && fl.parsed.line.soort !== "installatie") range.pushLeafHash(leafHashOfBytes(Buffer.from(fl.parsed.line.note, "utf8")));
+    if (fl.parsed.kind === "record" && fl.parsed.line.soort !== "installatie") range.pushLeafHash(installationLeafHash(fl.parsed.line.note));
   }
   return { range, rebuilt };
 }
@@ -385,7 +385,7 @@ export function writeRun(sqlite: Database, path: string, keys: Keys, lines: Stor
  */
 export function runLines(inst: { range: CompactRange; rebuilt: boolean }, largest: number, keys: Keys, lines: StoredLine[]): { all: StoredLine[]; installatie: string | null; herbouwd: boolean } {
   if (lines.length === 0 && inst.range.size <= largest) return { all: [], installatie: null, herbouwd: inst.rebuilt };
-  for (const l of lines) inst.range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
+  for (const l of lines) inst.range.pushLeafHash(installationLeafHash(l.note));
   const installatie = signInstallationCheckpoint(keys.signer, inst.range);
   const all = [...lines, { soort: "installatie" as const, tenantId: null, note: installatie, positie: 0, grootte: inst.range.size, bereik: inst.range.encode() }];
   return { all, installatie, herbouwd: inst.rebuilt };

@@ -37,6 +37,11 @@ export function leafHashOfBytes(data: Uint8Array): Uint8Array {
   return sha256(b);
 }
 
+/** The installation tree's leaf hash of an anchor-file line: its whole signed note as UTF-8 (docs/audit-chain.md, "Installation checkpoint"). */
+export function installationLeafHash(note: string): Uint8Array {
+  return leafHashOfBytes(Buffer.from(note, "utf8"));
+}
+
 /** SHA-256(0x01 ‖ left ‖ right). */
 export function nodeHash(left: Uint8Array, right: Uint8Array): Uint8Array {
   NODE.set(left, 1);

@@ -1,14 +1,15 @@
 // What an auditor runs, with the public key(s) alone and nothing of the service: the
 // whole check of a database against its anchor file, the check against an
 // installation checkpoint kept off the machine (the daily e-mail), and the export and
-// offline check of one tenant's bundle with an RFC 6962 inclusion proof.
+// offline check of one tenant's bundle with RFC 6962 inclusion proofs (of an entry in
+// the tenant's tree, and of the bundle's head in an installation checkpoint).
 // src/cli/audit.ts gives them their command line.
 import { Database } from "bun:sqlite";
 import { existsSync } from "node:fs";
 import { jsonLine } from "../format.ts";
 import { readLines } from "./anchor-file.ts";
 import { entriesAfter, entryHash, GENESIS_HASH, type ChainFields, type EntryRow } from "./chain.ts";
-import { CompactRange, inclusionProof, leafHashOfBytes, leafHashOfHex, verifyInclusion } from "./merkle.ts";
+import { CompactRange, inclusionProof, installationLeafHash, leafHashOfHex, treeHash, verifyInclusion } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openAdoptionRecord, openInstallationCheckpoint, openRestoreRecord, openRetentionRecord, openTreeHead, retentionUnjustified, type AdoptionRecord } from "./records.ts";
 import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
@@ -108,7 +109,7 @@ async function witnessCheck(
     if (range.size >= size) break;
     if (fl.parsed.kind !== "record" || fl.parsed.line.soort === "installatie") continue;
     const l = fl.parsed.line;
-    range.pushLeafHash(leafHashOfBytes(Buffer.from(l.note, "utf8")));
+    range.pushLeafHash(installationLeafHash(l.note));
     if ((l.soort === "checkpoint" || l.soort === "herstel") && l.tenantId !== null) newest.set(l.tenantId, { soort: l.soort, note: l.note });
   }
   if (range.size < size) {
@@ -139,6 +140,14 @@ export interface BundleHeader {
   adoptie?: string | null;
   /** RFC 6962 inclusion proof: `index` is the leaf's index in the tree (seq − 1, minus an adoption's seq), `grootte` the tree size. */
   bewijs?: { seq: number; index: number; grootte: number; hashes: string[] };
+  /**
+   * The anchor file's newest installation checkpoint (a signed note) when it covers the
+   * head's line, and the RFC 6962 inclusion proof of the head in its tree: `index` is the
+   * head line's leaf index (its place among the file's non-installation lines), `hashes`
+   * the audit path. Absent when no installation checkpoint covers the head yet, and in
+   * bundles of earlier versions.
+   */
+  installatie?: { checkpoint: string; index: number; hashes: string[] };
 }
 
 /** One entry of a bundle: the hashed fields (the tenant is the bundle's), its id and hash. */
@@ -182,13 +191,22 @@ export async function exportBundleFrom(
   verifiers: Verifier[],
   proveSeq?: number,
 ): Promise<string[]> {
-  let checkpoint: { soort: "checkpoint" | "herstel"; note: string } | null = null;
+  let checkpoint: { soort: "checkpoint" | "herstel"; note: string; leaf: number } | null = null;
   let adoptie: string | null = null;
+  // The installation tree's leaves (every record line but installation lines), and its newest checkpoint.
+  const installationLeaves: Uint8Array[] = [];
+  let installation: string | null = null;
   if (!existsSync(anchorPath)) throw new CannotCheck(`ankerbestand niet gevonden: ${anchorPath}`);
   for (const fl of readLines(anchorPath)) {
     const p = fl.parsed;
-    if (p.kind !== "record" || p.line.tenantId !== tenantId) continue;
-    if (p.line.soort === "checkpoint" || p.line.soort === "herstel") checkpoint = { soort: p.line.soort, note: p.line.note };
+    if (p.kind !== "record") continue;
+    if (p.line.soort === "installatie") {
+      installation = p.line.note;
+      continue;
+    }
+    installationLeaves.push(installationLeafHash(p.line.note));
+    if (p.line.tenantId !== tenantId) continue;
+    if (p.line.soort === "checkpoint" || p.line.soort === "herstel") checkpoint = { soort: p.line.soort, note: p.line.note, leaf: installationLeaves.length - 1 };
     if (p.line.soort === "adoptie" && openAdoptionRecord(p.line.note, tenantId, verifiers).ok) adoptie = p.line.note;
   }
   if (checkpoint === null) throw new CannotCheck(`tenant ${tenantId} heeft nog geen checkpoint in het ankerbestand`);
@@ -217,8 +235,29 @@ export async function exportBundleFrom(
     const index = proveSeq - basis - 1;
     header.bewijs = { seq: proveSeq, index, grootte: size - basis, hashes: inclusionProof(leaves, index).map((h) => Buffer.from(h).toString("base64")) };
   }
+  const covering = installation === null ? undefined : installationProof(installation, installationLeaves, checkpoint.leaf, verifiers);
+  if (covering) header.installatie = covering;
   // jsonLine: the bundle goes to a terminal as often as to a file (export without --uit).
   return [jsonLine(header), ...entries.map((e) => jsonLine(e))];
+}
+
+/**
+ * The file's newest installation checkpoint (`note`) with the inclusion proof of the
+ * head's line (leaf `leaf`) in its tree, over the file's `leaves`; undefined when it does
+ * not cover that line yet (a head appended after it). A checkpoint that does not open, or
+ * whose root the file's leaves do not give, is a file problem: export refuses, as verify
+ * would say.
+ */
+function installationProof(note: string, leaves: Uint8Array[], leaf: number, verifiers: Verifier[]): BundleHeader["installatie"] {
+  const o = openInstallationCheckpoint(note, verifiers);
+  if (!o.ok) throw new CannotCheck(`het nieuwste installatie-checkpoint in het ankerbestand is niet geldig ondertekend (${o.error}); controleer eerst met verify`);
+  const size = o.checkpoint.size;
+  if (size <= leaf) return undefined;
+  const tree = leaves.slice(0, size);
+  if (tree.length < size || !Buffer.from(treeHash(tree)).equals(Buffer.from(o.checkpoint.root))) {
+    throw new CannotCheck("het ankerbestand geeft niet de root van zijn nieuwste installatie-checkpoint; controleer eerst met verify");
+  }
+  return { checkpoint: note, index: leaf, hashes: inclusionProof(tree, leaf).map((h) => Buffer.from(h).toString("base64")) };
 }
 
 export interface BundleVerdict {
@@ -239,6 +278,12 @@ export interface BundleVerdict {
    * signed, `seq` the newest seq (basis + tree size), `root` base64.
    */
   kop?: { soort: "checkpoint" | "herstel"; grootte: number; seq: number; root: string };
+  /**
+   * The installation checkpoint whose tree holds the head (its note at leaf `index`), as
+   * proved by the header; absent when the bundle has none. `grootte` is its tree size,
+   * `root` base64: what an auditor compares with an e-mailed installation checkpoint.
+   */
+  installatie?: { grootte: number; root: string; index: number };
 }
 
 /** Why a signed note of the bundle does not open, worded by openNote's or the parser's reason. */
@@ -273,6 +318,17 @@ function malformedHeaderField(h: Record<string, unknown>): string | null {
   return null;
 }
 
+/** The same for the optional `installatie` field: {checkpoint, index, hashes}. */
+function malformedInstallationField(h: Record<string, unknown>): string | null {
+  if (h.installatie === undefined) return null;
+  const i = h.installatie;
+  if (!isObject(i)) return "installatie (een object {checkpoint, index, hashes})";
+  if (typeof i.checkpoint !== "string") return "installatie.checkpoint (een ondertekend installatie-checkpoint als tekst)";
+  if (!isSeq(i.index)) return "installatie.index (een geheel getal van 0 of meer)";
+  if (!Array.isArray(i.hashes) || !i.hashes.every(isHash32)) return "installatie.hashes (een lijst van 32-byte hashes in standaard base64 met opvulling)";
+  return null;
+}
+
 const ENTRY_TEXT_FIELDS = ["createdAt", "actor", "action", "subject", "details", "prevHash", "hash"] as const;
 
 /** The same for an entry line: `seq` and `id` integers, the other fields strings (`details` the stored text). */
@@ -297,7 +353,7 @@ export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerd
   if (!isObject(header) || header.soort !== "nachtwacht-bundel-v1" || !Number.isSafeInteger(header.tenantId) || typeof header.checkpoint !== "string") {
     throw new CannotCheck("geen bundel van nachtwacht (nachtwacht-bundel-v1)");
   }
-  const badField = malformedHeaderField(header as unknown as Record<string, unknown>);
+  const badField = malformedHeaderField(header as unknown as Record<string, unknown>) ?? malformedInstallationField(header as unknown as Record<string, unknown>);
   if (badField) throw new CannotCheck(`geen geldige bundel: het veld ${badField} van de kopregel is ongeldig of ontbreekt`);
   for (const [i, e] of entries.entries()) {
     const bad = malformedEntryField(e);
@@ -358,7 +414,52 @@ export function verifyBundle(lines: string[], verifiers: Verifier[]): BundleVerd
     if (!held) return { ...fail(`het inclusiebewijs voor seq ${b.seq} klopt niet`), bewijs: false };
     out.bewijs = true;
   }
+  if (header.installatie) {
+    // The head's note is a leaf of the installation tree: the proof ties the bundle to an installation checkpoint.
+    const i = header.installatie;
+    const o = openInstallationCheckpoint(i.checkpoint, verifiers);
+    if (!o.ok) return fail(unopened("het installatie-checkpoint", o.error));
+    const proof = i.hashes.map((h) => new Uint8Array(Buffer.from(h, "base64")));
+    if (!verifyInclusion(installationLeafHash(header.checkpoint), i.index, o.checkpoint.size, proof, o.checkpoint.root)) {
+      return fail(`het inclusiebewijs van de kop in het installatie-checkpoint (grootte ${o.checkpoint.size}, blad ${i.index}) klopt niet`);
+    }
+    out.installatie = { grootte: o.checkpoint.size, root: Buffer.from(o.checkpoint.root).toString("base64"), index: i.index };
+  }
   return out;
+}
+
+/** How a bundle's installation checkpoint compares with one kept off the machine (the daily e-mail). */
+export interface MailedComparison {
+  /** `gelijk`: the same tree, so the e-mailed root covers the head; `afwijkend`: two trees of one size (exit 1); `onbewijsbaar`: not provable from the bundle (exit 2). */
+  uitkomst: "gelijk" | "afwijkend" | "onbewijsbaar";
+  grootte: number;
+  root: string;
+  /** Dutch: why, for afwijkend and onbewijsbaar. */
+  reden?: string;
+}
+
+/**
+ * The bundle's installation checkpoint (`v.installatie`, as verifyBundle proved it)
+ * against an e-mailed one (`note`, which must open under a trusted key: else CannotCheck).
+ * Only equality is proved: that trees of different sizes are one growing tree needs a
+ * consistency proof, and that the anchor file (verify --checkpoint).
+ */
+export function compareWithMailedCheckpoint(v: BundleVerdict, note: string, verifiers: Verifier[]): MailedComparison {
+  const o = openInstallationCheckpoint(note, verifiers);
+  if (!o.ok) throw new CannotCheck(`het installatie-checkpoint is niet geldig ondertekend door een vertrouwde sleutel (${o.error})`);
+  const mail = { grootte: o.checkpoint.size, root: Buffer.from(o.checkpoint.root).toString("base64") };
+  const b = v.installatie;
+  const withFile = "dat kan alleen met het ankerbestand (verify --checkpoint, docs/audit-chain.md)";
+  if (!b) return { ...mail, uitkomst: "onbewijsbaar", reden: `de bundel bevat geen installatie-checkpoint (een export van een eerdere versie, of de kop is nieuwer dan het nieuwste installatie-checkpoint): de kop is niet aan het checkpoint uit de e-mail te binden; ${withFile}` };
+  if (b.grootte === mail.grootte) {
+    if (b.root === mail.root) return { ...mail, uitkomst: "gelijk" };
+    return { ...mail, uitkomst: "afwijkend", reden: `het installatie-checkpoint van de bundel en dat uit de e-mail hebben dezelfde grootte ${mail.grootte} maar een andere root: er zijn twee verschillende bomen ondertekend, het ankerbestand is herschreven` };
+  }
+  const what =
+    mail.grootte > b.grootte
+      ? `de e-mail (grootte ${mail.grootte}) is van na het installatie-checkpoint van de bundel (grootte ${b.grootte})`
+      : `de e-mail (grootte ${mail.grootte}) is van vóór het installatie-checkpoint van de bundel (grootte ${b.grootte})${b.index >= mail.grootte ? `, en de kop (blad ${b.index}) is pas daarna ondertekend` : ""}`;
+  return { ...mail, uitkomst: "onbewijsbaar", reden: `${what}: dat beide één groeiende boom zijn, vraagt een consistentiebewijs, en ${withFile}` };
 }
 
 function openRestoreHead(note: string, tenantId: number, verifiers: Verifier[]): { van: number; naar: number } | null {

@@ -1,7 +1,7 @@
 // The operator's and auditor's audit commands (the code is in src/audit/):
 //
 //   nachtwacht key [--naam NAAM]
-//   nachtwacht verify [--db FILE] [--bestand FILE] [--sleutel VKEY ...] [--checkpoint FILE|-] [--bundel FILE]
+//   nachtwacht verify [--db FILE] [--bestand FILE] [--sleutel VKEY ...] [--checkpoint FILE|-] [--bundel FILE [--checkpoint FILE|-]]
 //   nachtwacht export --tenant N [--bewijs SEQ] [--uit FILE] [--db FILE] [--bestand FILE] [--sleutel VKEY ...]
 //   nachtwacht adopt --tenant N [--ja] [--db FILE | --database-url URL|-] [--bestand FILE]
 //   nachtwacht accept-restore [--ja] [--vervang-keten] [--db FILE | --database-url URL|-] [--bestand FILE]
@@ -18,7 +18,7 @@ import { hostname } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import type { ParseArgsOptionsConfig } from "node:util";
 import { generateKeyPair, isValidKeyName, NoteKeyError, parseSignerKey, parseVerifierKey, type Verifier } from "../audit/note.ts";
-import { CannotCheck, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
+import { CannotCheck, compareWithMailedCheckpoint, exportBundle, verifyAgainstInstallationCheckpoint, verifyBundle, verifyDatabase } from "../audit/offline.ts";
 import { auditKeys, keyList } from "../audit/keys.ts";
 import { acceptRestoreOn, adoptChainOn, openOperatorDatabase, Refused, sqliteOperatorStore, type OperatorStore } from "../audit/operator.ts";
 import type { Keys } from "../audit/records.ts";
@@ -49,14 +49,17 @@ const HELP: Record<string, string> = {
     "                         [--checkpoint BESTAND|-] [--bundel BESTAND]\n" +
     "  Controleert met alleen de publieke sleutel(s): de database tegen het ankerbestand (standaard),\n" +
     "  tegen een installatie-checkpoint uit de dagrapport-e-mail (--checkpoint), of een bundel van export (--bundel).\n" +
+    "  --bundel met --checkpoint: of het installatie-checkpoint in de bundel (dat de kop bevat) dat uit de e-mail is.\n" +
     "  Sleutels: --sleutel (herhaalbaar), anders AUDIT_VERTROUWDE_SLEUTELS en de publieke helft van AUDIT_ANKER_SLEUTEL.\n" +
     "  Standaard DATABASE_PATH en AUDIT_ANKER_BESTAND uit de omgeving. --database-url (of DATABASE_URL zonder --db):\n" +
     "  een PostgreSQL-database, alleen gelezen; een URL met wachtwoord alleen via '-' (standaardinvoer) of DATABASE_URL.\n" +
-    "  exit 0: alles klopt; 1: iets klopt niet; 2: controle niet mogelijk.",
+    "  exit 0: alles klopt; 1: iets klopt niet; 2: controle niet mogelijk (met --bundel en --checkpoint ook: een\n" +
+    "  ander installatie-checkpoint dan dat van de bundel, wat zonder ankerbestand niet te vergelijken is).",
   export:
     "gebruik: nachtwacht export --tenant N [--bewijs SEQ] [--uit BESTAND] [--db BESTAND | --database-url URL|-] [--bestand ANKERBESTAND] [--sleutel …]\n" +
     "  Schrijft een bundel (JSON-regels: kop met checkpoint, retentierecord en publieke sleutels, dan de entries)\n" +
     "  die `nachtwacht verify --bundel` offline controleert. --bewijs voegt een RFC 6962-inclusiebewijs van één entry toe.\n" +
+    "  De kop krijgt ook het nieuwste installatie-checkpoint dat het checkpoint van de tenant bevat, met het inclusiebewijs.\n" +
     "  --uit schrijft de bundel in een nieuw bestand, alleen leesbaar voor de eigenaar (600), in zijn geheel of niet; nooit\n" +
     "  over een bestaand bestand (een bewaard checkpoint, de database, het ankerbestand: geweigerd, exit 2).\n" +
     "  exit 0: geschreven; 2: niet mogelijk.",
@@ -359,6 +362,18 @@ async function refuseNewerDatabase(pg: string | null, dbPath: string): Promise<v
   if (newer !== null) throw new CannotCheck(`${pg ? redactUrl(pg) : dbPath}: ${newer}`);
 }
 
+/** An installation checkpoint as pasted from the daily e-mail, from a file or stdin ("-"). */
+async function readCheckpointNote(path: string): Promise<string> {
+  let note: string;
+  try {
+    note = path === "-" ? await new Response(Bun.stdin.stream()).text() : readFileSync(path, "utf8");
+  } catch {
+    throw new CannotCheck(`checkpoint niet te lezen: ${path}`);
+  }
+  // An e-mail client may add blank lines or spaces around the block: the note itself ends after its signature lines.
+  return note.replace(/\r\n/g, "\n").trim() + "\n";
+}
+
 export async function runAuditCommand(argv: string[], env: Record<string, string | undefined>, out: (s: string) => void, err: (s: string) => void): Promise<number> {
   const [sub, ...args] = argv;
   if (sub === undefined || !(sub in HELP)) {
@@ -457,11 +472,29 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       // checkpoint: the bundle proves its entries against its own head, never that the
       // head is still the tenant's newest (docs/audit-chain.md, "Offline verification").
       if (v.kop) out(`kop van de bundel: ${v.kop.soort}, boomgrootte ${v.kop.grootte}, nieuwste seq ${v.kop.seq}, root ${v.kop.root}`);
-      if (v.ok) {
-        out(`RESULTAAT: de bundel van tenant ${v.tenantId} klopt (${v.entries} entries${v.bewijs ? ", inclusiebewijs klopt" : ""}) tegen haar eigen kop, tot en met seq ${v.kop!.seq}.`);
-        out("  Of die kop de nieuwste van de tenant is, zegt de bundel niet: vergelijk hem met het ankerbestand en het nieuwste installatie-checkpoint uit de e-mail.");
-      } else out(`RESULTAAT: de bundel klopt NIET: ${v.fout}`);
-      return v.ok ? 0 : 1;
+      // The installation checkpoint the header proves the head in: what the e-mailed one is compared with.
+      if (v.installatie) out(`de kop staat in installatie-checkpoint grootte ${v.installatie.grootte}, root ${v.installatie.root} (blad ${v.installatie.index})`);
+      else if (v.ok) out("de bundel bevat geen installatie-checkpoint dat de kop dekt (een export van een eerdere versie, of de kop is nieuwer dan het nieuwste installatie-checkpoint)");
+      if (!v.ok) {
+        out(`RESULTAAT: de bundel klopt NIET: ${v.fout}`);
+        return 1;
+      }
+      out(`RESULTAAT: de bundel van tenant ${v.tenantId} klopt (${v.entries} entries${v.bewijs ? ", inclusiebewijs klopt" : ""}) tegen haar eigen kop, tot en met seq ${v.kop!.seq}.`);
+      out("  Of die kop de nieuwste van de tenant is, zegt de bundel niet: vergelijk hem met het ankerbestand en het nieuwste installatie-checkpoint uit de e-mail.");
+      if (o.checkpoint === undefined) return 0;
+      const m = compareWithMailedCheckpoint(v, await readCheckpointNote(o.checkpoint), verifiers);
+      out(`installatie-checkpoint uit de e-mail: grootte ${m.grootte}, root ${m.root}`);
+      if (m.uitkomst === "gelijk") {
+        out(`RESULTAAT: de kop staat in het installatie-checkpoint uit de e-mail (dezelfde boom: grootte ${m.grootte}, root ${m.root}).`);
+        out("  Of de kop toen de nieuwste van de tenant was, zegt ook dit niet: dat staat alleen in het ankerbestand.");
+        return 0;
+      }
+      if (m.uitkomst === "afwijkend") {
+        out(`RESULTAAT: de bundel klopt NIET met het installatie-checkpoint uit de e-mail: ${m.reden}`);
+        return 1;
+      }
+      out(`RESULTAAT: niet te bewijzen tegen het installatie-checkpoint uit de e-mail: ${m.reden}`);
+      return 2;
     }
     if (o.checkpoint === "-" && o["database-url"] === "-") throw new UsageError("--checkpoint - en --database-url - kunnen niet allebei standaardinvoer lezen");
     // PostgreSQL: the same checks, read through COPY (src/pg/offline.ts).
@@ -471,14 +504,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
     out(`database:     ${pg ? redactUrl(pg) : dbPath}`);
     out(`ankerbestand: ${anchorPath}`);
     if (o.checkpoint !== undefined) {
-      let note: string;
-      try {
-        note = o.checkpoint === "-" ? await new Response(Bun.stdin.stream()).text() : readFileSync(o.checkpoint, "utf8");
-      } catch {
-        throw new CannotCheck(`checkpoint niet te lezen: ${o.checkpoint}`);
-      }
-      // An e-mail client may add blank lines or spaces around the block: the note itself ends after its signature lines.
-      note = note.replace(/\r\n/g, "\n").trim() + "\n";
+      const note = await readCheckpointNote(o.checkpoint);
       const w =
         pg && pgOffline
           ? await onPostgres(pg, () => pgOffline.verifyAgainstInstallationCheckpointPg(pg, anchorPath, note, verifiers))
