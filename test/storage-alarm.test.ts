@@ -9,7 +9,8 @@ import { join } from "node:path";
 import type { Alarm, AlarmSink } from "../src/alarms/alarm.ts";
 import { alarmEmailProps, alarmSubject, mailAlarmChannel, STORAGE_MAIL_EVERY_MS } from "../src/alarms/mail-channel.ts";
 import { createAlarmSink } from "../src/alarms/sink.ts";
-import { createApp } from "../src/app.ts";
+import { createApp, type AppOptions } from "../src/app.ts";
+import { defineJob } from "../src/jobs/job.ts";
 import { storageUnwritableCode } from "../src/http/errors.ts";
 import { createMailer } from "../src/mail/transport.ts";
 import type { Mailer } from "../src/mail/mailer.ts";
@@ -26,16 +27,16 @@ const RECIPIENT = "ops@example.test";
 /**
  * `env`'s app with the alarms as the service wires them (src/server.ts wireDeps): the sink,
  * its e-mail channel with its memory on the same store, `mailer`. `raised` holds every
- * raise's promise, so a test waits for the channels without polling.
+ * raise's promise, so a test waits for the channels without polling. `options`: the app's (its jobs).
  */
-function wired(env: Env, mailer: Mailer = env.mailer) {
+function wired(env: Env, mailer: Mailer = env.mailer, options: AppOptions = {}) {
   let now = NOW;
   const clock = () => now;
   const lines: string[] = [];
   const sink = createAlarmSink({ sentryDsn: null, clock, writeLine: (l) => lines.push(l), channels: [mailAlarmChannel({ mailer, recipient: RECIPIENT, tijdzone: "Europe/Amsterdam", clock, store: env.deps.store })] });
   const raised: { alarm: Alarm; done: Promise<void> }[] = [];
   const alarms: AlarmSink = { ...sink, raise: (alarm) => { const done = sink.raise(alarm); raised.push({ alarm, done }); return done; } };
-  const app = createApp({ ...env.deps, mailer, alarms, clock });
+  const app = createApp({ ...env.deps, mailer, alarms, clock }, options);
   return {
     app,
     sink,
@@ -104,6 +105,37 @@ test("storage full: the first failing job mails storage-unwritable in Dutch, the
   expect((await call(w.app, "/api/cron/taken-controle")).status).toBe(503);
   await w.settle();
   expect(env.mailer.sent).toHaveLength(2);
+}, 30_000);
+
+test("the disk fills up while a job runs: its end cannot be written, the caller gets the job's 200, and storage-unwritable is mailed saying the job completed and must not be run again", async () => {
+  const { env, dir } = await fullEnv();
+  let work = 0;
+  // Done its work, then the disk is full before the wrapper writes the run's end.
+  const job = defineJob({
+    name: "weekrapport",
+    summary: "t",
+    description: "t",
+    run: async () => {
+      work++;
+      await fullStorage(env, dir);
+      return { status: 200, body: { ok: true } };
+    },
+  });
+  const w = wired(env, env.mailer, { jobs: [job] });
+  const r = await call(w.app, "/api/cron/weekrapport");
+  expect(r.status).toBe(200);
+  expect(r.json).toEqual({ ok: true });
+  expect(work).toBe(1);
+  await w.settle();
+  expect(w.raised.map((x) => x.alarm.type)).toEqual(["storage-unwritable"]);
+  const alarm = w.raised[0]!.alarm;
+  expect(alarm.message).toContain("De taak weekrapport is voltooid (HTTP 200)");
+  expect(alarm.message).toContain("Voer de taak niet opnieuw uit");
+  expect(String(alarm.context?.fout)).toContain(env.store.kind === "sqlite" ? "database or disk is full" : "No space left on device");
+  // Mailed (internal-error is not), with the message whole in the text.
+  expect(env.mailer.sent.map((m) => m.to)).toEqual([RECIPIENT]);
+  expect(env.mailer.sent[0]!.subject).toStartWith("ALARM Opslag niet schrijfbaar (schijf vol of alleen-lezen): De taak weekrapport is voltooid");
+  expect(env.mailer.sent[0]!.text).toContain("Voer de taak niet opnieuw uit");
 }, 30_000);
 
 test("storage full and the outbox on the same disk (no SMTP_URL): the mail that cannot be written is logged and counted, and tried again at the next raise", async () => {

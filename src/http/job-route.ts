@@ -23,7 +23,7 @@ import { jobPath, scheduleOf, type JobName } from "../schedule.ts";
 import { lastFireOf } from "../schedule-due.ts";
 import { errorText, log } from "../logger.ts";
 import { bodyReader } from "./body.ts";
-import { connectionLost, ErrorBody, json, lockWaitGivenUp, unexpectedStatus } from "./errors.ts";
+import { connectionLost, ErrorBody, json, lockWaitGivenUp, unexpectedAlarmType, unexpectedStatus } from "./errors.ts";
 
 function outcomeOf(status: number): "ok" | "afwijking" | "fout" {
   if (status >= 200 && status < 300) return "ok";
@@ -50,7 +50,7 @@ export const RECORD_LATER_DEADLINE_MS = 60_000;
  * without blocking (retryWhenBusy / writeTransaction, awaited back-off) for at most
  * RECORD_LATER_DEADLINE_MS. RunningJobs tracks it, so shutdown waits for it or logs it
  * as lost. Failing that, `failure` is logged as an error, never swallowed, and
- * `onFailure` (an alarm) follows. Used for a refused call's fout/503 row
+ * `onFailure` (an alarm, given the error itself) follows. Used for a refused call's fout/503 row
  * (refusedOnBusyLock), a run's end (writeEnd) and a lease's release (releaseAfterEnd).
  * Resolves with whether it was written; never rejects.
  */
@@ -59,7 +59,7 @@ function writeLater(
   pending: PendingWrite,
   failure: { message: string; context: Record<string, unknown> },
   write: (deadlineMs: number) => Promise<unknown>,
-  onFailure?: (error: string) => Promise<void>,
+  onFailure?: (error: unknown) => Promise<void>,
 ): Promise<boolean> {
   // A lost connection (a server restart) is tried again on a new one, with growing pauses, within the deadline.
   const deadline = performance.now() + RECORD_LATER_DEADLINE_MS;
@@ -76,10 +76,9 @@ function writeLater(
   const done = attempt().then(
     () => true,
     async (e) => {
-      const error = errorText(e);
-      log("error", failure.message, { ...failure.context, error });
+      log("error", failure.message, { ...failure.context, error: errorText(e) });
       try {
-        await onFailure?.(error);
+        await onFailure?.(e);
       } catch (alarmError) {
         log("error", "alarm failed", { error: errorText(alarmError) });
       }
@@ -109,7 +108,7 @@ async function writeEnd(
   running: RunningJobs,
   kept: KeptEnd,
   failure: string,
-  onFailure?: (error: string) => Promise<void>,
+  onFailure?: (error: unknown) => Promise<void>,
 ): Promise<Later | null> {
   const { job, runId, end, result } = kept;
   let busy = true;
@@ -151,14 +150,19 @@ async function writeEnd(
   return { written };
 }
 
-/** The alarm for a completed job whose end is not in job_runs: it must not be run again. */
-async function alarmEndNotRecorded(deps: Deps, job: JobName, runId: number, result: RunEnd, error: string, vastgelegd: string): Promise<void> {
+/**
+ * The alarm for a completed job whose end is not in job_runs: it must not be run again.
+ * Its type is the one an unexpected `error` raises (unexpectedAlarmType): storage-unwritable,
+ * mailed, when the storage takes no writes (a full, read-only or failing disk), else
+ * internal-error.
+ */
+async function alarmEndNotRecorded(deps: Deps, job: JobName, runId: number, result: RunEnd, error: unknown, vastgelegd: string): Promise<void> {
   await deps.alarms.raise({
-    type: "internal-error",
+    type: unexpectedAlarmType(error),
     message:
       `De taak ${job} is voltooid (HTTP ${result.httpStatus}), maar het einde van run ${runId} kon niet in job_runs worden vastgelegd. ` +
       `Voer de taak niet opnieuw uit; controleer de database (schrijfbaar, schijfruimte, vergrendeling).`,
-    context: { job, runId, httpStatus: result.httpStatus, uitkomst: result.uitkomst, fout: error, vastgelegd },
+    context: { job, runId, httpStatus: result.httpStatus, uitkomst: result.uitkomst, fout: errorText(error), vastgelegd },
   });
 }
 
@@ -168,8 +172,9 @@ const END_NOT_RECORDED = "a completed job's end could not be recorded in job_run
  * Writes the end of a run whose job COMPLETED. Its work is done (a report mailed, rows
  * deleted), so whatever happens here the caller gets the job's own response: a 5xx
  * would make cron or an operator run it again, and mail the report twice. A failure is
- * never swallowed: logged as error and raised as an internal-error alarm that says the
- * job completed and must not be run again.
+ * never swallowed: logged as error and raised as an alarm that says the job completed
+ * and must not be run again (storage-unwritable, mailed, for a full, read-only or failing
+ * disk; else internal-error: alarmEndNotRecorded).
  *
  * The row must not stay 'bezig' if that can be helped: taken-controle calls such a row
  * onderbroken once no lease keeps it alive and alarms, which asks for a rerun. So:
@@ -210,16 +215,15 @@ async function recordEnd(deps: Deps, running: RunningJobs, run: RunRef & { job: 
     running.keepEnd({ ...run, end, result: minimal });
     kept = true;
   }
-  const error = errorText(firstError);
   log("error", END_NOT_RECORDED, {
     job,
     runId,
     httpStatus: result.httpStatus,
-    error,
+    error: errorText(firstError),
     recorded: kept ? "kept in memory, written at the next job call" : "without summary",
   });
   try {
-    await alarmEndNotRecorded(deps, job, runId, result, error, kept ? "nog niet (in het geheugen bewaard)" : "zonder samenvatting");
+    await alarmEndNotRecorded(deps, job, runId, result, firstError, kept ? "nog niet (in het geheugen bewaard)" : "zonder samenvatting");
   } catch (e) {
     log("error", "alarm failed", { error: errorText(e) });
   }
