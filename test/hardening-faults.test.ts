@@ -236,7 +236,7 @@ describe("database locked by another process's long write transaction", () => {
 });
 
 describe("the database read-only or the disk full", () => {
-  test("read-only from the start: 503 {error} with SQLITE_READONLY (PostgreSQL: 25006), alarm, nothing written; writable again → the job runs", async () => {
+  test("read-only from the start: 503 {error} with SQLITE_READONLY (PostgreSQL: 25006), alarm storage-unwritable (mailed), nothing written; writable again → the job runs", async () => {
     const env = track(await makeEnv());
     cleanups.push(() => setReadOnly(env, false)); // also when an expectation fails
     await addTenant(env.db, "Alfa");
@@ -246,7 +246,7 @@ describe("the database read-only or the disk full", () => {
     expect(r.json.error).toContain(READONLY(env));
     expect(r.text).not.toContain("at ");
     await Bun.sleep(0);
-    expect(env.alarms.raised.map((a) => a.message)).toEqual([`Database niet beschikbaar (${READONLY(env)})`]);
+    expect(env.alarms.raised.map((a) => [a.type, a.message])).toEqual([["storage-unwritable", `Database niet beschikbaar (${READONLY(env)})`]]);
     await setReadOnly(env, false);
     expect(await count(env, "job_runs")).toBe(0);
     const again = await call(env.app, "/api/cron/audit-verificatie");

@@ -5,7 +5,7 @@ import { expect, setDefaultTimeout, test } from "bun:test";
 import { SQL } from "bun";
 import { drizzle } from "drizzle-orm/bun-sql";
 import { sql as raw } from "drizzle-orm";
-import { unavailableCode, unexpectedStatus } from "../src/http/errors.ts";
+import { storageUnwritableCode, unavailableCode, unexpectedAlarmType, unexpectedStatus } from "../src/http/errors.ts";
 import { errorText } from "../src/logger.ts";
 import { freePort } from "./binary.ts";
 import { useTestCluster } from "./pg.ts";
@@ -55,6 +55,24 @@ test("a read-only server (25006) and a lock wait given up (55P03) are unavailabl
   const duplicate = await failure(() => db.execute(raw`INSERT INTO t VALUES (1)`));
   expect(unavailableCode(duplicate)).toBeUndefined();
   expect(unexpectedStatus(duplicate)).toBe(500);
+  await client.close();
+});
+
+test("a database set read-only (default_transaction_read_only, as a standby after a failover answers): a write's 25006 is storage that takes no writes, alarmed storage-unwritable (mailed), 503", async () => {
+  const url = await cluster.createDatabase();
+  const admin = new SQL(url, { max: 1 });
+  await admin`CREATE TABLE t (id int)`;
+  await admin.unsafe(`ALTER DATABASE "${new URL(url).pathname.slice(1)}" SET default_transaction_read_only = on`);
+  await admin.close();
+  // A new session gets the setting, as the pool's do after a failover.
+  const client = new SQL(url, { max: 1 });
+  expect((await client`SHOW default_transaction_read_only`)[0].default_transaction_read_only).toBe("on");
+  const refused = await failure(() => drizzle({ client }).execute(raw`INSERT INTO t VALUES (1)`));
+  expect(errorText(refused)).toContain("cannot execute INSERT in a read-only transaction");
+  expect(unavailableCode(refused)).toBe("25006");
+  expect(storageUnwritableCode(refused)).toBe("25006");
+  expect(unexpectedAlarmType(refused)).toBe("storage-unwritable");
+  expect(unexpectedStatus(refused)).toBe(503);
   await client.close();
 });
 

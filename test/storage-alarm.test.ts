@@ -5,16 +5,17 @@
 // the operator heard nothing. Now the alarm is storage-unwritable, mailed once an hour at
 // most (in process memory: alarm_mails is on the full disk too).
 import { afterEach, expect, spyOn, test } from "bun:test";
+import { Database } from "bun:sqlite";
 import { join } from "node:path";
 import type { Alarm, AlarmSink } from "../src/alarms/alarm.ts";
 import { alarmEmailProps, alarmSubject, mailAlarmChannel, STORAGE_MAIL_EVERY_MS } from "../src/alarms/mail-channel.ts";
 import { createAlarmSink } from "../src/alarms/sink.ts";
 import { createApp, type AppOptions } from "../src/app.ts";
 import { defineJob } from "../src/jobs/job.ts";
-import { storageUnwritableCode } from "../src/http/errors.ts";
+import { storageUnwritableCode, unexpectedAlarmType, unexpectedStatus } from "../src/http/errors.ts";
 import { createMailer } from "../src/mail/transport.ts";
 import type { Mailer } from "../src/mail/mailer.ts";
-import { call, fillUntilFree, mountTmpfs, NOW } from "./helpers.ts";
+import { call, fillUntilFree, mountTmpfs, NOW, tempDir } from "./helpers.ts";
 import { addTenant, DIALECT, makeEnv, type Env } from "./dialect.ts";
 
 const cleanups: (() => unknown)[] = [];
@@ -162,15 +163,30 @@ test("storage full and the outbox on the same disk (no SMTP_URL): the mail that 
   expect(w.sink.undelivered).toEqual({ "e-mail": 2 });
 }, 30_000);
 
-test("which codes say the storage takes no writes: full, read-only, I/O error, PostgreSQL's disk_full, a full or read-only file system; not busy, locked or a lost connection", () => {
+test("which codes say the storage takes no writes: full, read-only, I/O error, cannot open, PostgreSQL's disk_full and read-only, a full or read-only file system; not busy, locked or a lost connection", () => {
   const sqlite = (code: string) => Object.assign(new Error(code), { code });
   const pg = (errno: string) => Object.assign(new Error(errno), { name: "PostgresError", errno, code: "ERR_POSTGRES_SERVER_ERROR" });
   const fs = (code: string) => Object.assign(new Error(code), { code });
-  for (const e of [sqlite("SQLITE_FULL"), sqlite("SQLITE_READONLY"), sqlite("SQLITE_IOERR_WRITE"), pg("53100"), fs("ENOSPC"), fs("EROFS"), fs("EDQUOT")]) {
+  for (const e of [sqlite("SQLITE_FULL"), sqlite("SQLITE_READONLY"), sqlite("SQLITE_IOERR_WRITE"), sqlite("SQLITE_CANTOPEN"), pg("53100"), pg("25006"), fs("ENOSPC"), fs("EROFS"), fs("EDQUOT")]) {
     expect(storageUnwritableCode(e)).toBeDefined();
   }
   expect(storageUnwritableCode(new Error("wrapped", { cause: sqlite("SQLITE_IOERR_FSYNC") }))).toBe("SQLITE_IOERR");
-  for (const e of [sqlite("SQLITE_BUSY"), sqlite("SQLITE_LOCKED"), sqlite("SQLITE_CANTOPEN"), pg("53300"), pg("25006"), pg("55P03"), pg("08006"), fs("EACCES"), new Error("x")]) {
+  for (const e of [sqlite("SQLITE_BUSY"), sqlite("SQLITE_LOCKED"), pg("53300"), pg("55P03"), pg("08006"), fs("EACCES"), new Error("x")]) {
     expect(storageUnwritableCode(e)).toBeUndefined();
   }
+});
+
+test("SQLite's own SQLITE_CANTOPEN (a database in a folder that is gone) is storage-unwritable, answered 503", () => {
+  const { dir, cleanup } = tempDir();
+  cleanups.push(cleanup);
+  let e: unknown;
+  try {
+    new Database(join(dir, "weg", "nachtwacht.db")).close();
+  } catch (error) {
+    e = error;
+  }
+  expect((e as { code?: unknown }).code).toBe("SQLITE_CANTOPEN");
+  expect(storageUnwritableCode(e)).toBe("SQLITE_CANTOPEN");
+  expect(unexpectedAlarmType(e)).toBe("storage-unwritable");
+  expect(unexpectedStatus(e)).toBe(503);
 });

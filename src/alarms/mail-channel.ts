@@ -79,7 +79,8 @@ export const MAILED_ALARMS: Partial<Record<AlarmType, Guidance>> = {
     watTeDoen: [
       "Zolang dit duurt start geen taak en slaat de schrijf-API niets op (503): er komt geen dagrapport en backup-controle en taken-controle melden niets. Alleen deze e-mail en het log (journalctl -u nachtwacht) zeggen het.",
       "Kijk hoeveel ruimte vrij is op de schijf van de database en het ankerbestand (df -h /var/lib/nachtwacht) en maak ruimte vrij; bij PostgreSQL (53100) op de schijf van de databaseserver.",
-      "Is er ruimte maar is de schijf alleen-lezen (SQLITE_READONLY, EROFS) of geeft ze schrijffouten (SQLITE_IOERR): zoek de oorzaak in dmesg, herstel de schijf en herstart de service.",
+      "Is er ruimte maar is de schijf alleen-lezen (SQLITE_READONLY, EROFS) of geeft ze schrijffouten (SQLITE_IOERR): zoek de oorzaak in dmesg, herstel de schijf en herstart de service. Bij SQLITE_CANTOPEN: controleer dat de map van de database bestaat en dat de service erin mag schrijven.",
+      "Bij PostgreSQL alleen-lezen (25006): na een failover wijst DATABASE_URL naar een standby, of default_transaction_read_only staat aan. Wijs DATABASE_URL naar de primaire server (of zet de instelling terug) en herstart de service.",
       "Roep daarna dagrapport en taken-controle met de hand aan en controleer dat ze 200 antwoorden, behalve een taak waarvan dit alarm zegt dat ze voltooid is en niet opnieuw moet worden uitgevoerd. Dit alarm wordt hoogstens eens per uur gemaild zolang het duurt.",
     ],
     // Not through alarm_mails (claimMail): that table is on the storage that takes no

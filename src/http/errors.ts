@@ -134,14 +134,17 @@ export function fileSystemUnavailableCode(e: unknown): string | undefined {
 
 /**
  * The "not now" codes (unavailableCode, fileSystemUnavailableCode) that mean the storage
- * itself takes no writes, which passes only when someone frees space or repairs the disk:
- * SQLite's full, read-only or failing file (SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR*),
- * PostgreSQL's disk_full (53100; the rest of its class 53 is memory and connection
- * limits, not storage), and a full or read-only file system under a file the service
- * writes (ENOSPC, EDQUOT, EFBIG, EROFS). Busy, locked or lost connections are not among
- * them: those pass by themselves.
+ * itself takes no writes, which passes only when someone acts (frees space, repairs the
+ * disk, points the service at the primary): SQLite's full, read-only or failing file
+ * (SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR*) or one it cannot open (SQLITE_CANTOPEN:
+ * the database's folder gone or not accessible, so neither its -wal/-shm nor a journal
+ * can be made), PostgreSQL's disk_full (53100; the rest of its class 53 is memory and
+ * connection limits, not storage) and read_only_sql_transaction (25006: after a failover
+ * the URL reaches a standby, or default_transaction_read_only is on), and a full or
+ * read-only file system under a file the service writes (ENOSPC, EDQUOT, EFBIG, EROFS).
+ * Busy, locked or lost connections are not among them: those pass by themselves.
  */
-const STORAGE_UNWRITABLE = new Set(["SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "53100"]);
+const STORAGE_UNWRITABLE = new Set(["SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN", "53100", "25006"]);
 
 /** The code (SQLITE_FULL, 53100, ENOSPC, …) when `e` says the storage takes no writes (STORAGE_UNWRITABLE); else undefined. */
 export function storageUnwritableCode(e: unknown): string | undefined {
