@@ -11,26 +11,80 @@ export function log(level: Level, message: string, fields: Record<string, unknow
   else process.stderr.write(line);
 }
 
+/** Runs `run` once after `ms` without keeping the process alive; returns what cancels it. */
+export type Schedule = (run: () => void, ms: number) => () => void;
+
+/** The Schedule the service runs with: an unref'd setTimeout. */
+export const unrefTimeout: Schedule = (run, ms) => {
+  const timer = setTimeout(run, ms);
+  timer.unref();
+  return () => clearTimeout(timer);
+};
+
+export interface RepeatGateOptions<T> {
+  /**
+   * Writes the count of repeats of `key` held back (`held`, at least 1; `last` is what the
+   * last of them passed) when its window ends without another let through, or when the
+   * key is forgotten (maxKeys). An error it throws is dropped: there is nowhere to write it.
+   */
+  heldAtEnd(held: number, last: T, key: string): void;
+  /** At most this many keys are remembered (the oldest forgotten first); 256 by default. */
+  maxKeys?: number;
+  /** The timer for a window's end; unrefTimeout by default (tests drive their own). */
+  schedule?: Schedule;
+}
+
 /**
  * Per key, whether a repeat within `everyMs` of the last one let through is held back:
  * null when held, else how many were held since that one. For what would repeat with
  * every request or scrape while a fault lasts (limitedLog, and the alarm sink's
  * per-request alarms): journald drops a service's lines past its rate limit, and the
- * dropped ones would be the alarms. A clock put back lets the next one through. At most
- * `maxKeys` keys are remembered (the oldest forgotten first), whatever the keys say.
+ * dropped ones would be the alarms. A clock put back lets the next one through. When the
+ * fault stops, no next one comes to carry the count: a timer armed at the first repeat
+ * held (`schedule`, unref'd: it keeps no process alive) hands it to `heldAtEnd` at the
+ * window's end, and the key starts afresh. At most `maxKeys` keys are remembered, whatever
+ * the keys say; a key forgotten hands its count over too.
  */
-export function repeatGate(everyMs: number, clock: () => number, maxKeys = 256) {
-  const last = new Map<string, { at: number; held: number }>();
-  return (key: string): { held: number } | null => {
+export function repeatGate<T>(everyMs: number, clock: () => number, o: RepeatGateOptions<T>) {
+  const maxKeys = o.maxKeys ?? 256;
+  const schedule = o.schedule ?? unrefTimeout;
+  interface Window {
+    at: number;
+    held: number;
+    last?: T;
+    cancel?: () => void;
+  }
+  const windows = new Map<string, Window>();
+  /** Ends `w`, the window of `key`: its timer cancelled, and its count handed over when `handOver` and any was held. */
+  const end = (key: string, w: Window, handOver: boolean) => {
+    w.cancel?.();
+    windows.delete(key);
+    if (!handOver || w.held === 0) return;
+    try {
+      o.heldAtEnd(w.held, w.last as T, key);
+    } catch {
+      // stderr closed: nowhere to write the count
+    }
+  };
+  return (key: string, value: T): { held: number } | null => {
     const now = clock();
-    const seen = last.get(key);
+    const seen = windows.get(key);
     if (seen && now >= seen.at && now - seen.at < everyMs) {
       seen.held++;
+      seen.last = value;
+      seen.cancel ??= schedule(() => {
+        // Only when it is still this window (not let through or forgotten since).
+        if (windows.get(key) === seen) end(key, seen, true);
+      }, seen.at + everyMs - now);
       return null;
     }
-    last.delete(key);
-    if (last.size >= maxKeys) last.delete(last.keys().next().value!);
-    last.set(key, { at: now, held: 0 });
+    // This one goes out with the count.
+    if (seen) end(key, seen, false);
+    if (windows.size >= maxKeys) {
+      const [oldest, w] = windows.entries().next().value!;
+      end(oldest, w, true);
+    }
+    windows.set(key, { at: now, held: 0 });
     return { held: seen?.held ?? 0 };
   };
 }
@@ -40,12 +94,16 @@ export function repeatGate(everyMs: number, clock: () => number, maxKeys = 256) 
  * that would repeat with every request or scrape while a fault lasts (an unreadable
  * database under a Prometheus that scrapes every few seconds, or a local process that
  * scrapes in a loop). The next line that is written says how many were held back
- * (`herhaaldSindsVorige`).
+ * (`herhaaldSindsVorige`); when none comes before the interval ends, one line at its end
+ * does (with the last held one's fields: it stands for them, not one more).
  */
-export function limitedLog(everyMs: number, clock: () => number = Date.now) {
-  const gate = repeatGate(everyMs, clock);
+export function limitedLog(everyMs: number, clock: () => number = Date.now, schedule: Schedule = unrefTimeout) {
+  const gate = repeatGate<{ level: Level; fields: Record<string, unknown> }>(everyMs, clock, {
+    schedule,
+    heldAtEnd: (held, { level, fields }, message) => log(level, message, { ...fields, herhaaldSindsVorige: held }),
+  });
   return (level: Level, message: string, fields: Record<string, unknown> = {}): void => {
-    const passed = gate(message);
+    const passed = gate(message, { level, fields });
     if (passed === null) return;
     log(level, message, passed.held > 0 ? { ...fields, herhaaldSindsVorige: passed.held } : fields);
   };

@@ -165,6 +165,47 @@ describe("alarm sink", () => {
     expect(lines).toHaveLength(7);
   });
 
+  test("a per-request alarm held back, and the fault stops: at the window's end one stderr line says how many, scrubbed, the channels untouched; nothing when none was held", async () => {
+    const lines: string[] = [];
+    const got: Alarm[] = [];
+    const timers: { run: () => void; ms: number }[] = [];
+    let now = NOW.getTime();
+    const alarms = createAlarmSink({
+      sentryDsn: null,
+      clock: () => new Date(now),
+      secrets: [SECRET],
+      channels: [{ raise: async (a) => void got.push(a) }],
+      writeLine: (l) => lines.push(l),
+      schedule: (run, ms) => (timers.push({ run, ms }), () => {}),
+    });
+    // Once, nothing held: no timer.
+    await alarms.raise({ type: "internal-error", message: "Onverwachte fout in de service" });
+    expect(timers).toEqual([]);
+    const full = { type: "storage-unwritable" as const, message: "Database niet beschikbaar (SQLITE_FULL)" };
+    await alarms.raise(full);
+    now += 10_000;
+    for (let i = 0; i < 7; i++) await alarms.raise({ ...full, context: { error: `Bearer ${SECRET} ${i}` } });
+    expect(lines).toHaveLength(2);
+    expect(timers.map((t) => t.ms)).toEqual([50_000]);
+    // The window ends with no further raise: one line for the seven held.
+    now += 50_000;
+    timers[0]!.run();
+    expect(lines).toHaveLength(3);
+    expect(JSON.parse(lines[2]!)).toEqual({
+      time: new Date(now).toISOString(),
+      level: "error",
+      alarm: "storage-unwritable",
+      message: "Database niet beschikbaar (SQLITE_FULL)",
+      context: { error: "Bearer [verwijderd] 6", herhaaldSindsVorige: 7 },
+    });
+    // Only the stderr line: the channels had each alarm that went out, once.
+    expect(got.map((a) => a.type)).toEqual(["internal-error", "storage-unwritable"]);
+    // Reset: the next raise goes out without a count.
+    await alarms.raise(full);
+    expect(lines).toHaveLength(4);
+    expect(JSON.parse(lines[3]!).context).toBeUndefined();
+  });
+
   test("a SQLite database that takes no writes: a thousand failing write-API calls write a single alarm line", async () => {
     const lines: string[] = [];
     const testEnv = makeTestEnv({ APP_SECRET });

@@ -2,7 +2,7 @@
 // error-tracking event when SENTRY_DSN is set, and any further channels (the e-mail
 // channel joins from src/mail/). A channel that fails is logged and never stops the
 // others, nor the job that raised the alarm; it is counted per channel for /metrics.
-import { errorText, log, repeatGate } from "../logger.ts";
+import { errorText, log, repeatGate, type Schedule } from "../logger.ts";
 import { stderrAlarmLine, type Alarm, type AlarmSink, type AlarmType } from "./alarm.ts";
 import { createSentryChannel, scrubSecrets } from "./sentry.ts";
 
@@ -25,6 +25,8 @@ export interface AlarmSinkOptions {
   sentryFlushTimeoutMs?: number;
   /** Where the JSON line goes; stderr by default. */
   writeLine?: (line: string) => void;
+  /** The timer for the end of a repeat window (REPEAT_WINDOW_MS); an unref'd setTimeout by default. */
+  schedule?: Schedule;
 }
 
 /**
@@ -33,7 +35,10 @@ export interface AlarmSinkOptions {
  * and error-tracking event — 2,000 a second under load, past journald's rate limit (whose
  * dropped lines were the other alarms) and through an error tracker's quota. A repeat with
  * the same type and message within REPEAT_WINDOW_MS of the one that went out is held back
- * and counted; the next that goes out says how many (context `herhaaldSindsVorige`).
+ * and counted; the next that goes out says how many (context `herhaaldSindsVorige`). When
+ * none goes out before the window ends (the fault stopped), the count would be lost: at
+ * the window's end one stderr line of the last held alarm says it instead (the other
+ * channels have had the alarm once; this line stands for the held ones, not one more).
  */
 const PER_REQUEST_TYPES: ReadonlySet<AlarmType> = new Set(["internal-error", "storage-unwritable"]);
 export const REPEAT_WINDOW_MS = 60_000;
@@ -48,14 +53,17 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
   const nameOf = (i: number) => channels[i]!.name ?? `channel ${i}`;
   // Every channel's series from the start (at 0), so that increase() sees its first failure.
   const undelivered: Record<string, number> = Object.fromEntries(channels.map((_, i) => [nameOf(i), 0]));
+  const counted = (alarm: Alarm, held: number): Alarm => (held > 0 ? { ...alarm, context: { ...alarm.context, herhaaldSindsVorige: held } } : alarm);
   // Per type and message of PER_REQUEST_TYPES (repeatGate, by the alarms' clock).
-  const gate = repeatGate(REPEAT_WINDOW_MS, () => o.clock().getTime());
+  const gate = repeatGate<Alarm>(REPEAT_WINDOW_MS, () => o.clock().getTime(), {
+    schedule: o.schedule,
+    heldAtEnd: (held, last) => stderrAlarmLine(scrubSecrets(counted(last, held), secrets), o.clock(), o.writeLine),
+  });
   /** The alarm to deliver (with the count of those held before it), or null to hold it back. */
   const heldBack = (alarm: Alarm): Alarm | null => {
     if (!PER_REQUEST_TYPES.has(alarm.type)) return alarm;
-    const passed = gate(`${alarm.type}\n${alarm.message}`);
-    if (passed === null) return null;
-    return passed.held > 0 ? { ...alarm, context: { ...alarm.context, herhaaldSindsVorige: passed.held } } : alarm;
+    const passed = gate(`${alarm.type}\n${alarm.message}`, alarm);
+    return passed === null ? null : counted(alarm, passed.held);
   };
 
   return {
