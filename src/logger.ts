@@ -43,7 +43,8 @@ export interface RepeatGateOptions<T> {
  * fault stops, no next one comes to carry the count: a timer armed at the first repeat
  * held (`schedule`, unref'd: it keeps no process alive) hands it to `heldAtEnd` at the
  * window's end, and the key starts afresh. At most `maxKeys` keys are remembered, whatever
- * the keys say; a key forgotten hands its count over too.
+ * the keys say; a key forgotten hands its count over too, and `flush` hands over every
+ * count at once (a process that stops).
  */
 export function repeatGate<T>(everyMs: number, clock: () => number, o: RepeatGateOptions<T>) {
   const maxKeys = o.maxKeys ?? 256;
@@ -66,7 +67,7 @@ export function repeatGate<T>(everyMs: number, clock: () => number, o: RepeatGat
       // stderr closed: nowhere to write the count
     }
   };
-  return (key: string, value: T): { held: number } | null => {
+  const pass = (key: string, value: T): { held: number } | null => {
     const now = clock();
     const seen = windows.get(key);
     if (seen && now >= seen.at && now - seen.at < everyMs) {
@@ -87,6 +88,11 @@ export function repeatGate<T>(everyMs: number, clock: () => number, o: RepeatGat
     windows.set(key, { at: now, held: 0 });
     return { held: seen?.held ?? 0 };
   };
+  /** Ends every window now, each count held handed over and every timer cancelled: at shutdown, when no window's end will come. */
+  const flush = (): void => {
+    for (const [key, w] of [...windows]) end(key, w, true);
+  };
+  return Object.assign(pass, { flush });
 }
 
 /**

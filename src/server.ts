@@ -199,6 +199,8 @@ function serveWith<S extends AnyStore>(deps: Deps<S>, checkpointer: Checkpointer
     if (unwritten.length > 0) {
       log("error", "the end of a run could not be recorded before shutdown", { runs: unwritten.map((k) => ({ job: k.job, runId: k.runId, uitkomst: k.result.uitkomst, httpStatus: k.result.httpStatus })) });
     }
+    // Repeated alarms held back within their minute: their count goes out before the process does.
+    deps.alarms.flushHeld?.();
     void deps.mailer.close().catch(() => {});
     await checkpointer?.stop();
     const { store } = deps;

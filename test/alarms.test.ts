@@ -206,6 +206,34 @@ describe("alarm sink", () => {
     expect(JSON.parse(lines[3]!).context).toBeUndefined();
   });
 
+  test("at shutdown (flushHeld) the counts held back go out at once and their timers are cancelled; a second flush writes nothing", async () => {
+    const lines: string[] = [];
+    const cancelled: number[] = [];
+    let armed = 0;
+    const alarms = createAlarmSink({
+      sentryDsn: null,
+      clock: () => NOW,
+      writeLine: (l) => lines.push(l),
+      schedule: () => {
+        const n = armed++;
+        return () => void cancelled.push(n);
+      },
+    });
+    const full = { type: "storage-unwritable" as const, message: "Database niet beschikbaar (SQLITE_FULL)" };
+    const error = { type: "internal-error" as const, message: "Onverwachte fout in de service" };
+    for (let i = 0; i < 4; i++) await alarms.raise(full);
+    for (let i = 0; i < 2; i++) await alarms.raise(error);
+    expect(lines).toHaveLength(2);
+    alarms.flushHeld!();
+    expect(cancelled.sort()).toEqual([0, 1]);
+    expect(lines.slice(2).map((l) => [JSON.parse(l).alarm, JSON.parse(l).context.herhaaldSindsVorige])).toEqual([
+      ["storage-unwritable", 3],
+      ["internal-error", 1],
+    ]);
+    alarms.flushHeld!();
+    expect(lines).toHaveLength(4);
+  });
+
   test("a SQLite database that takes no writes: a thousand failing write-API calls write a single alarm line", async () => {
     const lines: string[] = [];
     const testEnv = makeTestEnv({ APP_SECRET });

@@ -173,10 +173,11 @@ async function verifyBundleFile(file: string) {
 }
 
 /** Exports tenant `a`'s bundle into the test directory and returns its file and lines. */
-async function exported(a: number, name: string, extra: string[] = []): Promise<{ file: string; lines: string[] }> {
+async function exported(a: number, name: string, extra: string[] = []): Promise<{ file: string; lines: string[]; err: string }> {
   const file = join(env.dir, name);
-  expect((await run(["export", ...base(), "--tenant", String(a), "--uit", file, ...extra])).code).toBe(0);
-  return { file, lines: readFileSync(file, "utf8").trimEnd().split("\n") };
+  const r = await run(["export", ...base(), "--tenant", String(a), "--uit", file, ...extra]);
+  expect(r.code).toBe(0);
+  return { file, lines: readFileSync(file, "utf8").trimEnd().split("\n"), err: r.err };
 }
 
 describe("verify --bundel names its head: a bundle proves its entries against its own head only", () => {
@@ -328,8 +329,10 @@ describe("verify --bundel: the head in an installation checkpoint (the e-mailed 
     const head = anchorLeaves().find((l) => l.soort === "checkpoint" && l.tenantId === a)!;
     // The head's line once more at the end: the newest head is now past every installation checkpoint.
     writeFileSync(env.config.auditAnkerBestand, JSON.stringify({ soort: "checkpoint", tenantId: a, note: head.note }) + "\n", { flag: "a" });
-    const { file, lines } = await exported(a, "staart.jsonl");
+    const { file, lines, err } = await exported(a, "staart.jsonl");
     expect(JSON.parse(lines[0]!).installatie).toBeUndefined();
+    // Export says so on stderr, not only verify.
+    expect(err).toContain("let op: geen installatie-checkpoint in het ankerbestand bevat de kop van deze tenant nog");
     const r = await verifyBundleFile(file);
     expect(r.code).toBe(0);
     expect(r.out).toContain("de bundel bevat geen installatie-checkpoint dat de kop dekt");

@@ -28,7 +28,7 @@ import { appendEntriesPg } from "../src/pg/chain.ts";
 import { libpqEnv } from "../src/pg/backup.ts";
 import { openPgStore, type PgStore } from "../src/pg/store.ts";
 import { DAY_MS, eindzegel, makePgTestEnv, makeTestEnv, NOW, restoreDatabase, rootOfEntryHashes, type FillOptions, type PgTestEnv, type TestEnv, zegel } from "./helpers.ts";
-import { startCluster, type TestCluster } from "./pg.ts";
+import { CLUSTERS_ENV, startCluster, type TestCluster } from "./pg.ts";
 
 export type Dialect = "sqlite" | "pg";
 export const DIALECT: Dialect = process.env.NACHTWACHT_TEST_DB === "pg" ? "pg" : "sqlite";
@@ -181,13 +181,20 @@ export const pgOnly: typeof test = (DIALECT === "pg" ? test : () => {}) as typeo
 export type Env = (TestEnv | PgTestEnv) & { db: TestDb; dialect: Dialect };
 
 // ---------------------------------------------------------------------------------
-// The PostgreSQL run's cluster (test/setup.ts stops it) and its migrated template.
+// The PostgreSQL run's cluster and its migrated template: one per process. Under
+// test/pg-pass.ts (`bun test --parallel`), a process runs several files and Bun calls the
+// preload's afterAll after each of them, with no hook after its last: so the process
+// writes its cluster's directory into CLUSTERS_ENV's folder and test/pg-pass.ts stops
+// them all once `bun test` has ended. Run alone (`NACHTWACHT_TEST_DB=pg bun test …`),
+// test/setup.ts stops it after the last file.
 
 let cluster: Promise<{ cluster: TestCluster; template: string }> | null = null;
 
 function sharedCluster(): Promise<{ cluster: TestCluster; template: string }> {
   cluster ??= (async () => {
     const c = await startCluster();
+    const registry = process.env[CLUSTERS_ENV];
+    if (registry) writeFileSync(join(registry, String(process.pid)), c.dir);
     // Migrated once; every test database is a copy of it (CREATE DATABASE … TEMPLATE).
     const template = "nachtwacht_template";
     const store = await openPgStore(await c.createDatabase(template), { max: 1 });
@@ -197,9 +204,9 @@ function sharedCluster(): Promise<{ cluster: TestCluster; template: string }> {
   return cluster;
 }
 
-/** Stops the run's cluster when one was started (test/setup.ts, after the last file). */
+/** Stops the run's cluster when one was started (test/setup.ts, after the last file), unless test/pg-pass.ts stops it. */
 export async function stopSharedCluster(): Promise<void> {
-  if (!cluster) return;
+  if (!cluster || process.env[CLUSTERS_ENV]) return;
   const { cluster: c } = await cluster;
   cluster = null;
   await c.stop();

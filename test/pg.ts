@@ -24,6 +24,8 @@ export interface TestCluster {
   /** The maintenance database's URL (user nw, no password, 127.0.0.1). */
   url: string;
   port: number;
+  /** The directory that holds its data directory and socket (stopClusterAt). */
+  dir: string;
   /**
    * A new database on the cluster; its URL. Empty, or a copy of `template` (a database
    * nobody is connected to); `icuLocale` gives it a linguistic (ICU) collation instead of
@@ -32,6 +34,24 @@ export interface TestCluster {
   createDatabase(name?: string, o?: { icuLocale?: string; template?: string }): Promise<string>;
   dropDatabase(name: string): Promise<void>;
   stop(): Promise<void>;
+}
+
+/** The folder where each process of the PostgreSQL pass names its cluster (test/pg-pass.ts, test/dialect.ts). */
+export const CLUSTERS_ENV = "NACHTWACHT_TEST_CLUSTERS";
+
+/**
+ * Stops the cluster in `dir` (startCluster's: its data directory `dir/data`), if it still
+ * runs, and removes `dir`. Also for clusters another process started (test/pg-pass.ts).
+ */
+export function stopClusterAt(dir: string): void {
+  const bin = postgresBinDir();
+  try {
+    if (bin !== null && existsSync(join(dir, "data", "postmaster.pid"))) {
+      run([join(bin, "pg_ctl"), "-D", join(dir, "data"), "-m", "immediate", "-w", "stop"], process.getuid?.() === 0);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 function run(cmd: string[], asPostgres: boolean): void {
@@ -67,6 +87,7 @@ export async function startCluster(o: { settings?: Record<string, string> } = {}
   return {
     url,
     port,
+    dir,
     async createDatabase(name = `t${process.pid}_${++counter}`, o: { icuLocale?: string; template?: string } = {}) {
       const icu = o.icuLocale ? ` TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '${o.icuLocale.replace(/'/g, "")}'` : "";
       const template = o.template ? ` TEMPLATE "${o.template.replace(/"/g, "")}"` : "";
@@ -78,11 +99,7 @@ export async function startCluster(o: { settings?: Record<string, string> } = {}
     },
     async stop() {
       await admin.close();
-      try {
-        run([join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"], asPostgres);
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
+      stopClusterAt(dir);
     },
   };
 }
@@ -110,6 +127,9 @@ export function useTestCluster(): TestCluster {
     },
     get port() {
       return it().port;
+    },
+    get dir() {
+      return it().dir;
     },
     createDatabase: (name, o) => it().createDatabase(name, o),
     dropDatabase: (name) => it().dropDatabase(name),

@@ -1,5 +1,6 @@
 // Preloaded before every test file (bunfig.toml). On the PostgreSQL run (test/dialect.ts),
-// the one cluster the files share is stopped after the last of them.
+// the one cluster the files share is stopped after the last of them (under test/pg-pass.ts,
+// which runs several processes, by test/pg-pass.ts: see test/dialect.ts).
 import { afterAll, setDefaultTimeout } from "bun:test";
 import { stopSharedCluster } from "./dialect.ts";
 

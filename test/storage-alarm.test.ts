@@ -190,3 +190,21 @@ test("SQLite's own SQLITE_CANTOPEN (a database in a folder that is gone) is stor
   expect(unexpectedAlarmType(e)).toBe("storage-unwritable");
   expect(unexpectedStatus(e)).toBe(503);
 });
+
+test("the hourly limit of storage-unwritable mails is kept per job: a job's own alarm (completed, do not run it again) is mailed within the hour of the write API's, once", async () => {
+  const sent: string[] = [];
+  const mailer: Mailer = { bezorging: "smtp", send: async (m) => (sent.push(m.text), { messageId: String(sent.length) }), close: async () => {} };
+  let now = NOW;
+  const channel = mailAlarmChannel({ mailer, recipient: RECIPIENT, tijdzone: "Europe/Amsterdam", clock: () => now });
+  const requests: Alarm = { type: "storage-unwritable", message: "Database niet beschikbaar (SQLITE_FULL)" };
+  const completed: Alarm = { type: "storage-unwritable", message: "De taak weekrapport is voltooid (HTTP 200), maar het einde van run 7 kon niet in job_runs worden vastgelegd.", context: { job: "weekrapport", runId: 7 } };
+  await channel.raise(requests);
+  now = new Date(NOW.getTime() + 10 * 60_000);
+  await channel.raise(requests);
+  await channel.raise(completed);
+  await channel.raise({ ...completed, context: { job: "weekrapport", runId: 8 } });
+  await channel.raise({ ...completed, message: completed.message.replace("weekrapport", "dagrapport"), context: { job: "dagrapport", runId: 9 } });
+  expect(sent).toHaveLength(3);
+  expect(sent[1]).toContain("De taak weekrapport is voltooid");
+  expect(sent[2]).toContain("De taak dagrapport is voltooid");
+});

@@ -88,6 +88,11 @@ export interface AlarmSink {
    * sinks without channels of their own (tests).
    */
   readonly undelivered?: Readonly<Record<string, number>>;
+  /**
+   * Writes now the counts of repeated alarms held back (src/alarms/sink.ts), whose
+   * windows would end after the process: at shutdown. Optional, as `undelivered`.
+   */
+  flushHeld?(): void;
 }
 
 /**

@@ -79,14 +79,14 @@ export const MAILED_ALARMS: Partial<Record<AlarmType, Guidance>> = {
     watTeDoen: [
       "Zolang dit duurt start geen taak en slaat de schrijf-API niets op (503): er komt geen dagrapport en backup-controle en taken-controle melden niets. Alleen deze e-mail en het log (journalctl -u nachtwacht) zeggen het.",
       "Kijk hoeveel ruimte vrij is op de schijf van de database en het ankerbestand (df -h /var/lib/nachtwacht) en maak ruimte vrij; bij PostgreSQL (53100) op de schijf van de databaseserver.",
-      "Is er ruimte maar is de schijf alleen-lezen (SQLITE_READONLY, EROFS) of geeft ze schrijffouten (SQLITE_IOERR): zoek de oorzaak in dmesg, herstel de schijf en herstart de service. Bij SQLITE_CANTOPEN: controleer dat de map van de database bestaat en dat de service erin mag schrijven.",
+      "Is er ruimte maar is de schijf alleen-lezen (SQLITE_READONLY, EROFS) of geeft ze schrijffouten (SQLITE_IOERR): zoek de oorzaak in dmesg, herstel de schijf en herstart de service. Bij SQLITE_CANTOPEN: controleer dat de map van de database bestaat en dat de service erin mag schrijven; bestaat ze en mag dat, dan kan de service door haar bestandsdescriptors heen zijn (EMFILE: vergelijk `ls /proc/<pid>/fd | wc -l` met LimitNOFILE van de unit) en helpt een herstart.",
       "Bij PostgreSQL alleen-lezen (25006): na een failover wijst DATABASE_URL naar een standby, of default_transaction_read_only staat aan. Wijs DATABASE_URL naar de primaire server (of zet de instelling terug) en herstart de service.",
       "Roep daarna dagrapport en taken-controle met de hand aan en controleer dat ze 200 antwoorden, behalve een taak waarvan dit alarm zegt dat ze voltooid is en niet opnieuw moet worden uitgevoerd. Dit alarm wordt hoogstens eens per uur gemaild zolang het duurt.",
     ],
     // Not through alarm_mails (claimMail): that table is on the storage that takes no
     // writes, and a memory that cannot be written mails every raise, which here is every
-    // failing request of the write API. So this process remembers it, by type: a restart
-    // or a second instance mails it once more.
+    // failing request of the write API. So this process remembers it, by type and job: a
+    // restart or a second instance mails it once more.
     onceEveryMs: STORAGE_MAIL_EVERY_MS,
   },
 };
@@ -169,26 +169,31 @@ export function alarmSubject(p: AlarmProps): string {
  */
 export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzone: string; clock: () => Date; store?: AnyStore }) {
   const memory = o.store ? databaseAlarmMemory(o.store) : processAlarmMemory();
-  // Per type with onceEveryMs: when this process last mailed it (by the alarm's time).
-  const lastMailed = new Map<AlarmType, number>();
+  // Per type with onceEveryMs, and per job: when this process last mailed it (by the alarm's time).
+  const lastMailed = new Map<string, number>();
   /**
    * The claim of a type with onceEveryMs, as claimMail's for a condition: due when this
    * process did not mail it within the interval (or mailed it at a later time: the clock
    * was put back), marked at once, before any await, so that requests failing together
-   * mail it once. Null for the other types: every raise is mailed.
+   * mail it once. Apart per job (context.job): a job's own alarm (one that completed but
+   * whose end was not recorded: do not run it again) is not held back by the write API's
+   * requests that failed before it; there are a dozen jobs. Null for the other types:
+   * every raise is mailed.
    */
-  const onceEvery = (type: AlarmType, at: number): MailClaim | null => {
-    const every = MAILED_ALARMS[type]?.onceEveryMs;
+  const onceEvery = (alarm: Alarm, at: number): MailClaim | null => {
+    const every = MAILED_ALARMS[alarm.type]?.onceEveryMs;
     if (every === undefined) return null;
-    const last = lastMailed.get(type);
+    const job = alarm.context?.job;
+    const key = `${alarm.type}\n${typeof job === "string" ? job : ""}`;
+    const last = lastMailed.get(key);
     if (last !== undefined && at >= last && at - last < every) return { due: false };
-    lastMailed.set(type, at);
+    lastMailed.set(key, at);
     return {
       due: true,
       release: async () => {
-        if (lastMailed.get(type) !== at) return;
-        if (last === undefined) lastMailed.delete(type);
-        else lastMailed.set(type, last);
+        if (lastMailed.get(key) !== at) return;
+        if (last === undefined) lastMailed.delete(key);
+        else lastMailed.set(key, last);
       },
     };
   };
@@ -206,7 +211,7 @@ export function mailAlarmChannel(o: { mailer: Mailer; recipient: string; tijdzon
       if (!props) return;
       // Marked as mailed before the mail goes out: a raise of the same condition meanwhile
       // (another job, another instance) does not mail it twice.
-      const claim = alarm.condition ? await claimMail(memory, alarm.condition, now) : onceEvery(alarm.type, now.getTime());
+      const claim = alarm.condition ? await claimMail(memory, alarm.condition, now) : onceEvery(alarm, now.getTime());
       if (claim && !claim.due) return;
       let sending = false;
       try {

@@ -68,6 +68,7 @@ export function createAlarmSink(o: AlarmSinkOptions): AlarmSink {
 
   return {
     undelivered,
+    flushHeld: () => gate.flush(),
     async settled(about) {
       const results = await Promise.allSettled(channels.map(async (c) => c.settled?.(about)));
       results.forEach((r, i) => {

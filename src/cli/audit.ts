@@ -440,6 +440,10 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
         ? await onPostgres(pg, () => import("../pg/offline.ts").then((m) => m.exportBundlePg(pg, anchorPath, Number(o.tenant), verifiers, proveSeq)))
         : await exportBundle(dbPath, anchorPath, Number(o.tenant), verifiers, proveSeq);
       const text = lines.join("\n") + "\n";
+      // Said on stderr either way (stdout may be the bundle): the bundle then proves its entries against its head only.
+      if ((JSON.parse(lines[0]!) as { installatie?: unknown }).installatie === undefined) {
+        err("let op: geen installatie-checkpoint in het ankerbestand bevat de kop van deze tenant nog (de kop is van na het laatste audit-anker): de bundel bewijst zijn entries tegen zijn kop, maar niet tegen een installatie-checkpoint uit de e-mail");
+      }
       if (o.uit) {
         // Owner-only (a tenant's whole audit trail), whole or not at all, on disk when reported.
         try {

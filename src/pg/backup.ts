@@ -1,5 +1,5 @@
 // `nachtwacht backup` for an installation on PostgreSQL: first the free space in the
-// backup folder, held against the database's size (pgBackupNeed, checkBackupRoom: the
+// backup folder, held against the tables' data on the server (pgBackupNeed, checkBackupRoom: the
 // SQLite backup's rule), then pg_dump in its custom format (compressed, consistent: one
 // snapshot), checked by pg_restore --list (the archive reads back and holds every
 // table's data), renamed into the backup folder; the anchor file beside it and pruning
@@ -144,23 +144,33 @@ function pgFailure(err: string): number {
 }
 
 /**
+ * What pg_dump's archive holds at the most: every table's data as it lies on the server
+ * (pg_table_size: heap with its TOAST, without indexes), summed over the tables outside
+ * the system schemas. The catalogs and indexes that pg_database_size counts are not in a
+ * dump (an empty nachtwacht database is some 8 MB on the server, its dump 36 KB).
+ */
+export const DUMPED_DATA_SQL =
+  "SELECT coalesce(sum(pg_table_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace " +
+  "WHERE c.relkind IN ('r', 'm', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')";
+
+/**
  * What a backup of the database needs in the backup folder, for checkBackupRoom (the
- * rule SQLite's backup keeps): the database's size on the server, pg_database_size,
- * asked with psql (beside pg_dump in the client package) over the same connection. The
- * dump's own size is not known before it is written; this is a bound above it: it counts
- * the indexes, the system catalogs and the room of deleted rows, none of which the dump
- * holds, and the dump is compressed (--compress=9), where the database's pages are not.
- * One copy, not SQLite's two: pg_dump writes the compressed archive directly, with no
- * uncompressed copy before it. A bound that is high refuses a backup that might have fit,
- * saying both figures; one that is low would let pg_dump fill the disk halfway through.
+ * rule SQLite's backup keeps): the tables' data on the server (DUMPED_DATA_SQL), asked
+ * with psql (beside pg_dump in the client package) over the same connection. The dump's
+ * own size is not known before it is written; this is a bound above it: a row on the
+ * server carries a header of its own and the room of deleted rows until they are
+ * vacuumed, and the dump is compressed (--compress=9), where the pages are not. One copy,
+ * not SQLite's two: pg_dump writes the compressed archive directly, with no uncompressed
+ * copy before it. A bound that is high refuses a backup that might have fit, saying both
+ * figures; one that is low would let pg_dump fill the disk halfway through.
  */
 async function pgBackupNeed(env: Record<string, string>, fail: (code: number, e?: unknown) => never): Promise<{ bytes: number; basis: string }> {
-  // Raw SQL: a function call psql runs; --no-psqlrc: no ~/.psqlrc of root's in between.
-  const r = await run(["psql", "--no-psqlrc", "--no-align", "--tuples-only", "--quiet", "--command=SELECT pg_database_size(current_database())"], env);
+  // Raw SQL: a catalog query psql runs; --no-psqlrc: no ~/.psqlrc of root's in between.
+  const r = await run(["psql", "--no-psqlrc", "--no-align", "--tuples-only", "--quiet", `--command=${DUMPED_DATA_SQL}`], env);
   if (r.code !== 0) fail(pgFailure(r.err), new Error(r.err.trim().slice(0, 1000)));
   const size = Number(r.out.trim());
-  if (!Number.isSafeInteger(size) || size < 0) fail(65, new Error(`pg_database_size gaf ${JSON.stringify(r.out.trim().slice(0, 100))}`));
-  return { bytes: size, basis: `de ${size} bytes van de database op de server (pg_database_size), een bovengrens voor de gecomprimeerde dump die pg_dump ervan schrijft` };
+  if (!Number.isSafeInteger(size) || size < 0) fail(65, new Error(`de grootte van de tabellen gaf ${JSON.stringify(r.out.trim().slice(0, 100))}`));
+  return { bytes: size, basis: `de ${size} bytes aan tabelgegevens op de server (pg_table_size, zonder indexen), een bovengrens voor de gecomprimeerde dump die pg_dump ervan schrijft` };
 }
 
 export async function makeBackupPg(o: PgBackupOptions): Promise<BackupDone> {
