@@ -30,6 +30,14 @@ export interface WeeklyReportProps {
     aantalEntries: number | null;
     fout: { seq: number | null; reden: string | null; uitleg: string } | null;
   };
+  /**
+   * Stored since the previous weekly report, dated before this week: in no earlier report
+   * (src/reports/weekly.ts, lateRule). null or absent: nothing came late, no section.
+   */
+  laat?: {
+    audit: { totaal: number; perActie: { actie: string; aantal: number }[] };
+    inlog: { mislukt: number; ips: number };
+  } | null;
 }
 
 function procent(deel: number, geheel: number): string {
@@ -66,6 +74,31 @@ function Keten({ keten }: { keten: WeeklyReportProps["keten"] }) {
           bewijsmateriaal.
         </Alinea>
       ) : null}
+    </>
+  );
+}
+
+function Laat({ laat }: { laat: NonNullable<WeeklyReportProps["laat"]> }) {
+  return (
+    <>
+      <Kop>Laat binnengekomen</Kop>
+      <Alinea>
+        Sinds het vorige weekrapport binnengekomen, met een tijdstip van vóór deze week (bijvoorbeeld uit de wachtrij van de
+        applicatie na een storing). Ze stonden in geen eerder weekrapport.
+      </Alinea>
+      {laat.audit.totaal > 0 ? (
+        <Tabel
+          kolommen={[{ kop: "Actie" }, { kop: "Aantal", rechts: true }]}
+          rijen={laat.audit.perActie.map((r) => [r.actie, getal(r.aantal)])}
+        />
+      ) : null}
+      <Feiten
+        rijen={[
+          ["Audit-gebeurtenissen", getal(laat.audit.totaal)],
+          ["Mislukte inlogpogingen", getal(laat.inlog.mislukt)],
+          ["IP-adressen met mislukte pogingen", getal(laat.inlog.ips)],
+        ]}
+      />
     </>
   );
 }
@@ -126,6 +159,8 @@ export function WeeklyReport(p: WeeklyReportProps) {
         </>
       ) : null}
 
+      {p.laat ? <Laat laat={p.laat} /> : null}
+
       <Alinea gedempt>U ontvangt dit bericht omdat u beheerder bent van {p.tenant}. Week {p.week}.</Alinea>
     </Layout>
   );
@@ -161,6 +196,10 @@ WeeklyReport.PreviewProps = {
     opvallend: false,
   },
   keten: { staat: "intact", gecontroleerd: "26/07/2026 03:00", aantalEntries: 48211, fout: null },
+  laat: {
+    audit: { totaal: 14, perActie: [{ actie: "dossier.bekeken", aantal: 11 }, { actie: "dossier.gewijzigd", aantal: 3 }] },
+    inlog: { mislukt: 4, ips: 2 },
+  },
 } satisfies WeeklyReportProps;
 
 export default WeeklyReport;

@@ -10,12 +10,12 @@ import { errorText } from "../src/logger.ts";
 import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { createMailer } from "../src/mail/transport.ts";
-import { weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
-import { MAX_ACTIES, openReportConnection, stagedWeek, stageWeek, TOP_IPS, WEEK_MS, weekLogins, weeklyQueries, weekLoginStatements, weekStatsStatements, type TenantWeekLogins } from "../src/reports/weekly.ts";
+import { lateAuditQueryPg, lateLoginsQueryPg, weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
+import { lateAuditStatement, lateLoginStatements, MAX_ACTIES, openReportConnection, stagedWeek, stageWeek, TOP_IPS, WEEK_MS, weekLogins, weeklyQueries, weekLoginStatements, weekStatsStatements, type TenantWeekLogins } from "../src/reports/weekly.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { stateZegel, call, TEST_SEAL, until } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
-import { addAdmin, addLoginAttempt, addTenant, appendInputs, makeEnv, type Env } from "./dialect.ts";
+import { addAdmin, addLoginAttempt, addTenant, appendInputs, fillChain, makeEnv, type Env } from "./dialect.ts";
 import { makeMailEnv, startSmtp, type TestSmtp } from "./smtp.ts";
 
 // bunfig.toml's 30 s is not applied by this Bun (its default is 5 s): on the PostgreSQL run
@@ -499,6 +499,12 @@ describe("weekrapport: the statistics use indexes", () => {
       expect(byName.top).toContain("SEARCH week_failed_pairs USING COVERING INDEX week_failed_pairs_rank (tenant_id=?)");
       expect(byName.top).not.toContain("TEMP B-TREE");
       expect(byName.keten).toMatch(/^SEARCH audit_verification_state USING/);
+      // The late section: by the range of stored numbers (what a week stored), never by time (back to the first row).
+      const late = { tenantId: 1, na: 10, tot: 20, van: week.van };
+      expect(planOf(lateAuditStatement(store.db), late)).toContain("SEARCH audit_entries USING PRIMARY KEY (tenant_id=? AND seq>? AND seq<?)");
+      for (const [name, st] of Object.entries(lateLoginStatements(report.db)).filter(([name]) => name !== "staged")) {
+        expect({ name, plan: reportPlanOf(st, late) }).toMatchObject({ plan: expect.stringContaining("SEARCH login_attempts USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)") });
+      }
     } else {
       const { db } = env.store;
       const van = new Date(week.van);
@@ -525,6 +531,24 @@ describe("weekrapport: the statistics use indexes", () => {
         expect(plans.mislukt).toMatch(usesIndex("login_attempts_failed_idx", "login_attempts"));
         expect(plans.mislukt).toContain(`Index Cond: ((tijdstip >= '${week.van}'::text) AND (tijdstip < '${week.tot}'::text))`);
         expect(plans.keten).toMatch(usesIndex("audit_verification_state_pkey", "audit_verification_state"));
+        // The late section: by the range of stored numbers, never by time. With rows and their
+        // statistics: on empty tables the planner has no reason to prefer one index to another.
+        const t = await addTenant(env.db, "Plan BV");
+        expect(t).toBe(1);
+        await fillChain(env.store, t, 2000, { at: (i) => new Date(van.getTime() - (2000 - i) * 60_000) });
+        await conn`INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id)
+          SELECT to_char(timestamp '2026-07-01' + i * interval '1 minute', 'YYYY-MM-DD"T"HH24:MI:SS.000"Z"'), 'a', '10.0.0.' || (i % 200), i % 2 = 0, 1 FROM generate_series(1, 2000) AS i`;
+        await conn`ANALYZE audit_entries`;
+        await conn`ANALYZE login_attempts`;
+        const late = { lateAudit: lateAuditQueryPg(db, 1, { na: 10, tot: 20 }, van), lateLogins: lateLoginsQueryPg(db, { na: 10, tot: 20 }, van) };
+        for (const [name, statement] of Object.entries(late)) {
+          const { sql, params } = statement.toSQL();
+          plans[name] = ((await conn.unsafe(`EXPLAIN ${sql}`, params as unknown[])) as { "QUERY PLAN": string }[]).map((r) => r["QUERY PLAN"]).join("\n");
+        }
+        expect(plans.lateAudit).toMatch(usesIndex("audit_entries_tenant_id_seq_pk", "audit_entries"));
+        expect(plans.lateAudit).toContain("Index Cond: ((tenant_id = 1) AND (seq > 10) AND (seq <= 20))");
+        expect(plans.lateLogins).toMatch(usesIndex("login_attempts_pkey", "login_attempts"));
+        expect(plans.lateLogins).toContain("Index Cond: ((id > 10) AND (id <= 20))");
       } finally {
         conn.release();
       }
@@ -1072,5 +1096,79 @@ describe("weekrapport: shutdown", () => {
     env.deps.mailer = real;
     expect((await runWeekrapport(env.deps, NOW)).body).toEqual({ verstuurd: 2, fouten: 0, overgeslagen: 1, bezorging: "smtp", week: "2026-W30" });
     expect(recipientsOf(smtp)).toEqual(["a@alfa.test", "b@alfa.test", "c@alfa.test"]);
+  });
+});
+
+describe("weekrapport: what arrived late", () => {
+  /** The section "Laat binnengekomen" of a message's text part, or null when it has none. */
+  function lateSection(m: { text: string }): string | null {
+    // The text part writes headings in capitals.
+    const at = m.text.indexOf("LAAT BINNENGEKOMEN");
+    if (at < 0) return null;
+    return m.text.slice(at, m.text.indexOf("U ontvangt dit bericht", at)).replace(/\s+/g, " ");
+  }
+  const W28 = ago(14 * DAY);
+  const W29 = ago(7 * DAY);
+  const W31 = new Date(NOW.getTime() + 7 * DAY);
+
+  test("entries and failed logins dated before the week but stored after the previous report are in the next report's late section, once; a rerun of the week shows the same; nothing late, no section", async () => {
+    const { smtp, env } = await setup();
+    const a = await addTenant(env.db, "Alfa BV");
+    const b = await addTenant(env.db, "Beta BV");
+    await addAdmin(env.db, a, "anna@alfa.test");
+    await addAdmin(env.db, a, "bert@alfa.test");
+    await addAdmin(env.db, b, "bea@beta.test");
+    const mailOf = (to: string, from: number) => smtp.received.slice(from).find((m) => m.to[0] === to)!;
+
+    // An entry of long ago, stored before the first report: which rows came late before any mark cannot be told.
+    await audit(env, { tenantId: a, actor: "x", action: "oud.gestuurd", subject: "s", createdAt: new Date("2026-06-01T10:00:00Z") });
+    expect((await runWeekrapport(env.deps, W28)).status).toBe(200);
+    expect(smtp.received.map(lateSection)).toEqual([null, null, null]);
+
+    // Stored after W28's report, dated before W29's week (which starts 12/07 18:00 UTC).
+    for (let i = 0; i < 2; i++) await audit(env, { tenantId: a, actor: "x", action: "dossier.bekeken", subject: `d${i}`, createdAt: new Date("2026-07-01T10:00:00Z") });
+    for (const ip of ["203.0.113.1", "203.0.113.1", "203.0.113.2"]) await addLoginAttempt(env.db, { account: "anna", ip, gelukt: false, tenantId: a, tijdstip: "2026-07-01T11:00:00.000Z" });
+    await addLoginAttempt(env.db, { account: "anna", ip: "10.0.0.1", gelukt: true, tenantId: a, tijdstip: "2026-07-01T11:00:00.000Z" });
+    // Within W29's own week: in its own section, not late.
+    await audit(env, { tenantId: a, actor: "x", action: "in.de.week", subject: "s", createdAt: new Date("2026-07-15T10:00:00Z") });
+
+    let from = smtp.received.length;
+    expect((await runWeekrapport(env.deps, W29)).status).toBe(200);
+    const w29 = lateSection(mailOf("anna@alfa.test", from));
+    expect(w29).toContain("dossier.bekeken 2");
+    expect(w29).toMatch(/Audit-gebeurtenissen 2 Mislukte inlogpogingen 3 IP-adressen met mislukte pogingen 2/);
+    expect(w29).not.toContain("oud.gestuurd");
+    expect(w29).not.toContain("in.de.week");
+    expect(lateSection(mailOf("bea@beta.test", from))).toBeNull();
+
+    // Stored after W29's report, dated in W29's week: too late for it, before W30's.
+    await audit(env, { tenantId: a, actor: "x", action: "export.gemaakt", subject: "s", createdAt: new Date("2026-07-16T10:00:00Z") });
+    await addLoginAttempt(env.db, { account: "bert", ip: "198.51.100.7", gelukt: false, tenantId: a, tijdstip: "2026-07-16T11:00:00.000Z" });
+
+    // W30's first run: bert's message is refused, so the week is not done.
+    smtp.refuse.add("bert@alfa.test");
+    from = smtp.received.length;
+    expect((await runWeekrapport(env.deps, NOW)).status).toBe(502);
+    const w30 = lateSection(mailOf("anna@alfa.test", from));
+    expect(w30).toContain("export.gemaakt 1");
+    expect(w30).toMatch(/Audit-gebeurtenissen 1 Mislukte inlogpogingen 1 IP-adressen met mislukte pogingen 1/);
+    // What W29 showed is not shown again.
+    expect(w30).not.toContain("dossier.bekeken");
+
+    // Stored after W30's first run: the rerun of W30 shows the same figures, the next week this one.
+    await audit(env, { tenantId: a, actor: "x", action: "na.eerste.run", subject: "s", createdAt: new Date("2026-07-17T10:00:00Z") });
+    smtp.refuse.clear();
+    from = smtp.received.length;
+    expect((await runWeekrapport(env.deps, NOW)).status).toBe(200);
+    expect(smtp.received.slice(from).map((m) => m.to[0])).toEqual(["bert@alfa.test"]);
+    expect(lateSection(smtp.received[from]!)).toBe(w30);
+
+    from = smtp.received.length;
+    expect((await runWeekrapport(env.deps, W31)).status).toBe(200);
+    const w31 = lateSection(mailOf("anna@alfa.test", from));
+    expect(w31).toContain("na.eerste.run 1");
+    expect(w31).toMatch(/Audit-gebeurtenissen 1 Mislukte inlogpogingen 0 /);
+    expect(w31).not.toContain("export.gemaakt");
+    expect(lateSection(mailOf("bea@beta.test", from))).toBeNull();
   });
 });

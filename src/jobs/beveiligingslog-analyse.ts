@@ -215,7 +215,7 @@ export function seenAfter(state: SeenState, upTo: number): number {
 }
 
 /** The highest id stored, on SQLite: its one writer at a time commits ids in order. */
-function storedIdsSqlite(db: Db): number {
+export function storedIdsSqlite(db: Db): number {
   return db.select({ id: sql<number>`coalesce(max(${loginAttempts.id}), 0)` }).from(loginAttempts).get()!.id;
 }
 

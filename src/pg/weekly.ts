@@ -17,12 +17,15 @@ import {
   auditEntries,
   auditVerificationState,
   loginAttempts,
+  serviceMeta,
   tenants,
   weeklyReportDeliveries as deliveries,
 } from "../../db/schema-pg.ts";
 import {
   actionTotals,
   failedIpRanking,
+  LATE_KEY,
+  lateRule,
   loginTally,
   MAX_ACTIES,
   recipientOf,
@@ -30,13 +33,16 @@ import {
   SENDING,
   TOP_IPS,
   weekStatsOf,
+  type LateLogins,
+  type StoredRange,
   type TenantWeekLogins,
   type TenantWeekStats,
   type UncertainDelivery,
   type WeeklyQueries,
   type WeekRecipient,
 } from "../reports/weekly.ts";
-import type { PgDb, PgStore } from "./store.ts";
+import { putMetaPg, type PgDb, type PgStore } from "./store.ts";
+import { storedLoginIdsPg } from "./status.ts";
 import { certainDbTransaction } from "./commit.ts";
 import type { RowSeal, VerificationSince } from "../row-seal.ts";
 import { verificationSincePg } from "./daily.ts";
@@ -203,6 +209,47 @@ export async function tenantWeekStatsPg(
   return weekStatsOf(tenantId, perActie, keten, logins, seal, now, since);
 }
 
+/**
+ * The highest audit seq of each tenant (auditHeads), one statement. Sound under concurrent
+ * appends: a tenant's seq is taken under its chain lock, held until the append commits, so
+ * every seq of it not yet committed is above the highest one visible here.
+ */
+export async function auditHeadsPg(store: PgStore, tenantIds: readonly number[]): Promise<Map<number, number>> {
+  const rows = (await store.sql`SELECT t, (SELECT max(seq) FROM audit_entries WHERE tenant_id = t) AS seq FROM unnest(${[...tenantIds]}::int[]) AS t`) as { t: number; seq: string | null }[];
+  return new Map(rows.map((r) => [Number(r.t), r.seq === null ? 0 : Number(r.seq)]));
+}
+
+/** lateLoginsPg's statement; exported so a test can check its query plan. */
+export function lateLoginsQueryPg(db: PgDb, range: StoredRange, van: Date) {
+  const la = loginAttempts;
+  return db
+    .select({ tenantId: la.tenantId, mislukt: count(), ips: sql<number>`count(DISTINCT ${la.ip})`.mapWith(Number) })
+    .from(la)
+    .where(lateRule.logins(la, sql`${la.gelukt} = false`, sql`(${la.tijdstip} || '')`, range, van.toISOString()))
+    .groupBy(la.tenantId);
+}
+
+/** Every tenant's late failed logins in one statement (lateLogins): waiting on the server holds no event loop. */
+export async function lateLoginsPg(db: PgDb, range: StoredRange, van: Date): Promise<Map<number, LateLogins>> {
+  const out = new Map<number, LateLogins>();
+  if (range.tot <= range.na) return out;
+  const rows = await lateLoginsQueryPg(db, range, van);
+  for (const r of rows) if (r.tenantId !== null) out.set(r.tenantId, { mislukt: Number(r.mislukt), ips: r.ips });
+  return out;
+}
+
+/** A tenant's late audit entries by action (lateAudit), ordered as the week's. */
+export function lateAuditQueryPg(db: PgDb, tenantId: number, range: StoredRange, van: Date) {
+  const aantal = count().as("aantal");
+  return db
+    .select({ actie: auditEntries.action, aantal, ...actionTotals })
+    .from(auditEntries)
+    .where(lateRule.audit(auditEntries, sql`(${auditEntries.createdAt} || '')`, tenantId, range, van.toISOString()))
+    .groupBy(auditEntries.action)
+    .orderBy(desc(aantal), sql`${auditEntries.action} COLLATE "C"`)
+    .limit(MAX_ACTIES);
+}
+
 /** weekrapport's queries on this store (WeeklyQueries; SQLite's are weeklyQueries). */
 export function weeklyQueriesPg(store: PgStore, seal: RowSeal, config: Pick<Config, "auditAnkerBestand">): WeeklyQueries {
   const { db } = store;
@@ -220,5 +267,11 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal, config: Pick<Conf
     recordDelivery: (r, isoWeek, now) => recordDeliveryPg(db, r, isoWeek, now),
     weekLogins: (van, tot) => weekLoginsPg(db, van, tot),
     tenantWeekStats: async (tenantId, van, tot, logins, now) => tenantWeekStatsPg(db, seal, tenantId, van, tot, logins, now, await (since ??= verificationSincePg(db, seal, now, config))),
+    readLateMark: async () => (await db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, LATE_KEY)))[0]?.value,
+    writeLateMark: (value) => putMetaPg(db, LATE_KEY, value),
+    storedLoginId: () => storedLoginIdsPg(store),
+    auditHeads: (tenantIds) => auditHeadsPg(store, tenantIds),
+    lateLogins: (range, van) => lateLoginsPg(db, range, van),
+    lateAudit: (tenantId, range, van) => lateAuditQueryPg(db, tenantId, range, van),
   };
 }

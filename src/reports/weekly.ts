@@ -18,12 +18,14 @@ import {
   auditEntries,
   auditVerificationState,
   loginAttempts,
+  serviceMeta,
   tenants,
   weeklyReportDeliveries as deliveries,
 } from "../../db/schema.ts";
 import * as schema from "../../db/schema.ts";
 import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
-import { BUSY_TIMEOUT_MS, excluded, preparedPerConnection, type Db } from "../db.ts";
+import { BUSY_TIMEOUT_MS, excluded, preparedPerConnection, putMeta, type Db } from "../db.ts";
+import { storedIdsSqlite } from "../jobs/beveiligingslog-analyse.ts";
 import { displayText, formatDatum, getal } from "../format.ts";
 import { countsAsVerification, type RowSeal, type VerificationColumns, type VerificationSince } from "../row-seal.ts";
 import { verificationSinceIn } from "./daily.ts";
@@ -338,6 +340,10 @@ const stagingDdl = [
   "CREATE INDEX temp.week_failed_pairs_rank ON week_failed_pairs (tenant_id, aantal DESC, ip)",
   // Fires only when the upsert inserts (a pair new this week), not when it updates.
   "CREATE TEMP TRIGGER week_failed_pairs_new AFTER INSERT ON week_failed_pairs BEGIN UPDATE week_counts SET ips = ips + 1 WHERE tenant_id = new.tenant_id; END",
+  // lateLogins' counts and distinct (tenant, ip) pairs, the same way.
+  "CREATE TEMP TABLE late_counts (tenant_id INTEGER PRIMARY KEY, mislukt INTEGER NOT NULL, ips INTEGER NOT NULL DEFAULT 0)",
+  "CREATE TEMP TABLE late_pairs (tenant_id INTEGER NOT NULL, ip TEXT NOT NULL, PRIMARY KEY (tenant_id, ip)) WITHOUT ROWID",
+  "CREATE TEMP TRIGGER late_pairs_new AFTER INSERT ON late_pairs BEGIN UPDATE late_counts SET ips = ips + 1 WHERE tenant_id = new.tenant_id; END",
 ];
 
 /** weekLogins' own connection to the database file, with the staging tables in its TEMP schema. */
@@ -682,6 +688,17 @@ export interface WeeklyQueries {
   weekLogins(van: Date, tot: Date): Promise<Map<number, TenantWeekLogins>>;
   /** `now`: when the report is made (weekStatsOf). */
   tenantWeekStats(tenantId: number, van: Date, tot: Date, logins: Map<number, TenantWeekLogins>, now: Date): Promise<TenantWeekStats>;
+  /** The stored LateMark's JSON (LATE_KEY), undefined when there is none. */
+  readLateMark(): Promise<string | undefined>;
+  writeLateMark(value: string): Promise<void>;
+  /** The highest login attempt id, every one up to it committed; null when that cannot be told now (PostgreSQL: a batch holds LOCK_LOGIN_IDS). */
+  storedLoginId(): Promise<number | null>;
+  /** The highest audit seq of each of these tenants (0 without entries). */
+  auditHeads(tenantIds: readonly number[]): Promise<Map<number, number>>;
+  /** Every tenant's late failed logins (lateRule.logins), keyed by tenant; a tenant without is absent. */
+  lateLogins(range: StoredRange, van: Date): Promise<Map<number, LateLogins>>;
+  /** A tenant's late audit entries by action (lateRule.audit), rows as the week's action statement's. */
+  lateAudit(tenantId: number, range: StoredRange, van: Date): Promise<ActionRow[]>;
 }
 
 export function weeklyQueries(db: Db, seal: RowSeal, config: Pick<Config, "auditAnkerBestand">): WeeklyQueries {
@@ -700,6 +717,12 @@ export function weeklyQueries(db: Db, seal: RowSeal, config: Pick<Config, "audit
       if (since === undefined) since = verificationSinceIn(db, seal, now, config);
       return tenantWeekStats(db, seal, tenantId, van, tot, logins, now, since);
     },
+    readLateMark: async () => db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, LATE_KEY)).get()?.value,
+    writeLateMark: async (value) => putMeta(db, LATE_KEY, value),
+    storedLoginId: async () => storedIdsSqlite(db),
+    auditHeads: async (tenantIds) => auditHeads(db, tenantIds),
+    lateLogins: (range, van) => lateLogins(db, range, van),
+    lateAudit: async (tenantId, range, van) => lateAuditStatement(db).all({ tenantId, na: range.na, tot: range.tot, van: van.toISOString() }),
   };
 }
 
@@ -736,6 +759,8 @@ export function weeklyReportProps(
   tenant: string,
   s: TenantWeekStats,
   o: { week: string; van: Date; tot: Date; tijdzone: string },
+  /** What came late (tenantLate); null: nothing, no section. */
+  laat: TenantLate | null = null,
 ): WeeklyReportProps {
   return {
     // Shown in the body's sentences as in the subject: without layout characters (a U+202E reversed the rest of a paragraph).
@@ -754,6 +779,10 @@ export function weeklyReportProps(
       aantalEntries: s.keten.aantalEntries,
       fout: s.keten.fout ? { seq: s.keten.fout.seq, reden: s.keten.fout.reden, uitleg: redenUitleg(s.keten.fout.reden) } : null,
     },
+    laat: laat && {
+      audit: { totaal: laat.audit.totaal, perActie: laat.audit.perActie.map((r) => ({ actie: displayText(r.actie), aantal: r.aantal })) },
+      inlog: laat.inlog,
+    },
   };
 }
 
@@ -764,3 +793,232 @@ export function weeklySubject(p: WeeklyReportProps): string {
   // whatever it says or however long it is, it cannot push the real status out of view.
   return `Weekrapport week ${weekNr}: ${staat} — ${displayText(p.tenant)}`;
 }
+
+// ── Late arrivals ────────────────────────────────────────────────────────────────────
+// The week's own figures are chosen by the moment the application gives (created_at,
+// tijdstip). An entry or failed login dated before the week but stored after the previous
+// report was made (an outbox emptied days later, a batch with an old tijdstip) would be in
+// no report: each report also counts those, in its section "Laat binnengekomen".
+// "Stored after" is told by numbers that grow in the order rows are committed: per tenant
+// the audit entries' seq (assigned under the tenant's chain lock, on both stores; the
+// global audit id is not: on PostgreSQL it comes from a sequence before the lock), and the
+// login attempts' id (SQLite's one writer; PostgreSQL reads it under LOCK_LOGIN_IDS,
+// storedLoginIdsPg). The numbers at a week's first run are its LateMark: the week counts
+// what was stored between the previous week's mark and its own.
+
+/**
+ * service_meta key of the LateMark, as JSON. Not sealed, like the other job state in
+ * service_meta (SEEN_KEY): a database writer could move it, and can as well delete rows.
+ */
+export const LATE_KEY = "weekrapport-laat";
+
+/** A range of stored numbers, (na, tot]. */
+export interface StoredRange {
+  na: number;
+  tot: number;
+}
+
+/**
+ * What a week counts as late, fixed at its first run so every rerun of the week counts the
+ * same: login attempt ids, and per tenant (by id) audit seqs. `klaar`: the week's reports
+ * all went out (a run ended without `fouten` and was not stopped); only then does the next
+ * week start at this week's `tot`, else at its `na` (its late rows are counted again rather
+ * than never). `inlog` null: no number known yet (PostgreSQL was storing a batch at the
+ * first run ever).
+ */
+export interface LateMark {
+  week: string;
+  klaar: boolean;
+  inlog: StoredRange | null;
+  audit: Record<string, StoredRange>;
+}
+
+const isCount = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0;
+const isRange = (x: unknown): x is StoredRange => typeof x === "object" && x !== null && isCount((x as StoredRange).na) && isCount((x as StoredRange).tot);
+
+/** The stored mark, or null when there is none or it is not one (then the next mark starts from now: which older rows came late cannot be told). */
+export function parseLateMark(value: string | undefined): LateMark | null {
+  if (value === undefined) return null;
+  try {
+    const m = JSON.parse(value) as LateMark;
+    if (typeof m !== "object" || m === null || typeof m.week !== "string" || !/^\d{4}-W\d{2}$/.test(m.week) || typeof m.klaar !== "boolean") return null;
+    if (m.inlog !== null && !isRange(m.inlog)) return null;
+    if (typeof m.audit !== "object" || m.audit === null || !Object.values(m.audit).every(isRange)) return null;
+    return m;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The mark of `week` after `previous` (another week's, or none), from the numbers stored
+ * now: `inlog` the highest login attempt id (null: not known now, PostgreSQL), `audit` the
+ * highest seq of each tenant reported. A tenant or the logins without a previous mark
+ * start now (nothing late). A tenant of the previous mark not reported this week keeps its
+ * start, so its late rows wait for its next report.
+ */
+export function nextLateMark(week: string, previous: LateMark | null, current: { inlog: number | null; audit: ReadonlyMap<number, number> }): LateMark {
+  const start = (r: StoredRange | undefined) => (r === undefined ? undefined : previous!.klaar ? r.tot : r.na);
+  const from = (r: StoredRange | undefined, now: number): StoredRange => ({ na: Math.min(start(r) ?? now, now), tot: now });
+  const inlogStart = start(previous?.inlog ?? undefined);
+  const audit: Record<string, StoredRange> = {};
+  for (const [tenantId, r] of Object.entries(previous?.audit ?? {})) {
+    const s = start(r)!;
+    audit[tenantId] = { na: s, tot: s };
+  }
+  for (const [tenantId, seq] of current.audit) audit[String(tenantId)] = from(previous?.audit[String(tenantId)], seq);
+  return {
+    week,
+    klaar: false,
+    // Not known now: nothing late this week; the next week starts where this one would have.
+    inlog: current.inlog === null ? (inlogStart === undefined ? null : { na: inlogStart, tot: inlogStart }) : from(previous?.inlog ?? undefined, current.inlog),
+    audit,
+  };
+}
+
+/**
+ * Which rows are late, once for both stores: stored in the range and dated before the
+ * week's start `van`. `moment` is the store's term for the time column, written so no
+ * index can serve it (SQLite `+created_at`, PostgreSQL `(created_at || '')`, the same
+ * value in the column's byte-order collation): the planner keeps to the range of stored
+ * numbers (what was stored since the previous mark), never the time index, whose range
+ * before `van` reaches back to the first row.
+ */
+export const lateRule = {
+  audit: (c: { tenantId: AnyColumn; seq: AnyColumn }, moment: SQL, tenantId: unknown, range: { na: unknown; tot: unknown }, van: unknown) =>
+    and(eq(c.tenantId, tenantId), gt(c.seq, range.na), sql`${c.seq} <= ${range.tot}`, sql`${moment} < ${van}`),
+  /** Failed (`failed`: the store's term), of a tenant: attempts without one belong to nobody's report. */
+  logins: (c: { id: AnyColumn; tenantId: AnyColumn }, failed: SQL, moment: SQL, range: { na: unknown; tot: unknown }, van: unknown) =>
+    and(failed, gt(c.id, range.na), sql`${c.id} <= ${range.tot}`, sql`${moment} < ${van}`, isNotNull(c.tenantId)),
+};
+
+/** A tenant's failed login attempts that came late: how many, from how many distinct IP addresses. */
+export interface LateLogins {
+  mislukt: number;
+  ips: number;
+}
+
+/** What a tenant's report says came late; null when nothing did (no section). */
+export interface TenantLate {
+  audit: TenantWeekStats["audit"];
+  inlog: LateLogins;
+}
+
+export function tenantLateOf(audit: TenantWeekStats["audit"], inlog: LateLogins | undefined): TenantLate | null {
+  if (audit.totaal === 0 && (inlog?.mislukt ?? 0) === 0) return null;
+  return { audit, inlog: inlog ?? { mislukt: 0, ips: 0 } };
+}
+
+/**
+ * The week's mark: the stored one when it is this week's (a rerun), else a new one from the
+ * numbers stored now, written before any message of the week is reserved. A stored mark of
+ * a later week (the clock was set back) is left alone: nothing late this run.
+ */
+export async function lateMarkOf(q: WeeklyQueries, week: string, tenantIds: readonly number[]): Promise<LateMark> {
+  const stored = parseLateMark(await q.readLateMark());
+  if (stored !== null && stored.week === week) return stored;
+  if (stored !== null && stored.week > week) return { week, klaar: true, inlog: null, audit: {} };
+  const mark = nextLateMark(week, stored, { inlog: await q.storedLoginId(), audit: await q.auditHeads(tenantIds) });
+  await q.writeLateMark(JSON.stringify(mark));
+  return mark;
+}
+
+/** A tenant's late section: its audit entries by action (actionTable) and its failed logins. */
+export async function tenantLate(q: WeeklyQueries, mark: LateMark, tenantId: number, van: Date, logins: Map<number, LateLogins>): Promise<TenantLate | null> {
+  const range = mark.audit[String(tenantId)];
+  const audit = range !== undefined && range.tot > range.na ? actionTable(await q.lateAudit(tenantId, range, van)) : { totaal: 0, perActie: [] };
+  return tenantLateOf(audit, logins.get(tenantId));
+}
+
+const lateCounts = sqliteTable("late_counts", {
+  tenantId: integer("tenant_id").primaryKey(),
+  mislukt: integer("mislukt").notNull(),
+  ips: integer("ips").notNull(),
+});
+const latePairs = sqliteTable(
+  "late_pairs",
+  { tenantId: integer("tenant_id").notNull(), ip: text("ip").notNull() },
+  (t) => [primaryKey({ columns: [t.tenantId, t.ip] })],
+);
+
+/** lateLogins' statements, on its ReportConnection (the staging tables are there); exported so a test can check their query plans. */
+export const lateLoginStatements = preparedPerConnection((db) => {
+  const p = sql.placeholder;
+  const la = loginAttempts;
+  const page = { na: p("na"), tot: p("tot") };
+  const r = db
+    .select({ tenantId: la.tenantId, ip: la.ip })
+    .from(la)
+    .where(lateRule.logins(la, sql`${la.gelukt} = 0`, sql`+${la.tijdstip}`, page, p("van")))
+    .as("r");
+  return {
+    // The WHERE of each SELECT keeps SQLite from reading the upsert's ON as a join's.
+    counts: db
+      .insert(lateCounts)
+      .select(db.select({ tenantId: r.tenantId, mislukt: count().as("mislukt"), ips: sql<number>`0`.as("ips") }).from(r).where(isNotNull(r.tenantId)).groupBy(r.tenantId))
+      .onConflictDoUpdate({ target: lateCounts.tenantId, set: { mislukt: sql`${lateCounts.mislukt} + ${excluded(lateCounts.mislukt)}` } })
+      .prepare(),
+    pairs: db.insert(latePairs).select(db.selectDistinct({ tenantId: r.tenantId, ip: r.ip }).from(r).where(isNotNull(r.tenantId))).onConflictDoNothing().prepare(),
+    staged: db.select().from(lateCounts).prepare(),
+  };
+});
+
+/** A tenant's late audit entries by action, as the week's (weekStatsStatements' auditPerActie), on the service's connection. */
+export const lateAuditStatement = preparedPerConnection((db) => {
+  const p = sql.placeholder;
+  const aantal = count().as("aantal");
+  return db
+    .select({ actie: auditEntries.action, aantal, ...actionTotals })
+    .from(auditEntries)
+    .where(lateRule.audit(auditEntries, sql`+${auditEntries.createdAt}`, p("tenantId"), { na: p("na"), tot: p("tot") }, p("van")))
+    .groupBy(auditEntries.action)
+    .orderBy(desc(aantal), auditEntries.action)
+    .limit(MAX_ACTIES)
+    .prepare();
+});
+
+/**
+ * Every tenant's late failed logins in `range` (ids), dated before `van`. Read PAGE_ROWS
+ * ids at a time (a rowid range: at most that many attempts a statement, however many an
+ * outbox brought at once), with a turn of the event loop between; the distinct addresses
+ * are added up in the report connection's staging tables (a pair seen for the first time
+ * adds one to its tenant's `ips`, as weekLogins' week_failed_pairs).
+ */
+export async function lateLogins(db: Db, range: StoredRange, van: Date, n = PAGE_ROWS): Promise<Map<number, LateLogins>> {
+  const out = new Map<number, LateLogins>();
+  if (range.tot <= range.na) return out;
+  const report = openReportConnection(db);
+  const statements = lateLoginStatements(report.db);
+  try {
+    const page = report.sqlite.transaction((na: number, tot: number) => {
+      const params = { na, tot, van: van.toISOString() };
+      statements.counts.run(params);
+      statements.pairs.run(params);
+    });
+    for (let na = range.na; na < range.tot; na += n) {
+      page(na, Math.min(na + n, range.tot));
+      await new Promise((r) => setImmediate(r));
+    }
+    for (const r of statements.staged.all()) out.set(r.tenantId, { mislukt: r.mislukt, ips: r.ips });
+    return out;
+  } finally {
+    for (const s of Object.values(statements)) (s as { stmt?: { finalize(): void } }).stmt?.finalize();
+    report.close();
+  }
+}
+
+/** The highest audit seq of each tenant (0 without entries: a new one gets a higher seq whatever retention removed). */
+export function auditHeads(db: Db, tenantIds: readonly number[]): Map<number, number> {
+  const head = auditHeadStatement(db);
+  return new Map(tenantIds.map((tenantId) => [tenantId, head.get({ tenantId })?.seq ?? 0]));
+}
+
+const auditHeadStatement = preparedPerConnection((db) =>
+  db
+    .select({ seq: auditEntries.seq })
+    .from(auditEntries)
+    .where(eq(auditEntries.tenantId, sql.placeholder("tenantId")))
+    .orderBy(desc(auditEntries.seq))
+    .limit(1)
+    .prepare(),
+);
