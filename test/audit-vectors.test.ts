@@ -8,7 +8,7 @@ import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CompactRange, leafHashOfBytes } from "../src/audit/merkle.ts";
+import { CompactRange, inclusionProof, inclusionProofOf, leafHashOfBytes, verifyInclusion } from "../src/audit/merkle.ts";
 import { parseSignerKey, parseVerifierKey, signNote } from "../src/audit/note.ts";
 import {
   openAdoptionRecord,
@@ -44,6 +44,26 @@ const range = (from: number, to: number) => {
   for (let s = from; s <= to; s++) r.pushEntryHash(H[s - 1]!);
   return r;
 };
+
+describe("RFC 6962 inclusion proofs", () => {
+  test("every leaf of trees of 1 to 70 leaves: the audit path verifies against the RFC's root (mth), also streamed from a longer list; another leaf, index or root does not", () => {
+    const data = Array.from({ length: 75 }, (_, i) => new TextEncoder().encode(`blad ${i}`));
+    const hashes = data.map((d) => leafHashOfBytes(d));
+    for (let n = 1; n <= 70; n++) {
+      const root = mth(data.slice(0, n));
+      for (let i = 0; i < n; i++) {
+        const proof = inclusionProof(hashes.slice(0, n), i);
+        expect(verifyInclusion(hashes[i]!, i, n, proof, root)).toBe(true);
+        // Streamed: only the first n leaves of the longer list are read.
+        expect(inclusionProofOf(hashes, n, i).map((h) => Buffer.from(h).toString("hex"))).toEqual(proof.map((h) => Buffer.from(h).toString("hex")));
+        expect(verifyInclusion(hashes[(i + 1) % 75]!, i, n, proof, root)).toBe(false);
+        if (n > 1) expect(verifyInclusion(hashes[i]!, (i + 1) % n, n, proof, root)).toBe(false);
+        expect(verifyInclusion(hashes[i]!, i, n, proof, mth(data.slice(0, n + 1)))).toBe(false);
+      }
+    }
+    expect(() => inclusionProofOf(hashes.slice(0, 3), 5, 1)).toThrow("a tree of 5 leaves, but only 3 given");
+  });
+});
 
 describe("known-answer vectors of the operator's records", () => {
   test("our code reproduces every note byte for byte; the roots are RFC 6962's over the entries after the adoption", () => {

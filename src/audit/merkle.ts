@@ -171,16 +171,46 @@ function largestPowerOfTwoBelow(n: number): number {
   return k;
 }
 
-/** RFC 6962 §2.1.1 audit path of leaf `index` in the tree over `leaves` (leaf hashes). */
-export function inclusionProof(leaves: Uint8Array[], index: number): Uint8Array[] {
-  if (index < 0 || index >= leaves.length) throw new Error(`leaf ${index} is not in a tree of ${leaves.length}`);
-  const path = (lo: number, hi: number, i: number): Uint8Array[] => {
+/**
+ * RFC 6962 §2.1.1: the leaf ranges [lo, hi) whose subtree hashes make the audit path of
+ * leaf `index` in a tree of `size`, in the path's order (nearest the leaf first). They
+ * are disjoint, so one pass over the leaves can hash them all (inclusionProofOf).
+ */
+export function proofRanges(size: number, index: number): [number, number][] {
+  if (!Number.isSafeInteger(index) || index < 0 || index >= size) throw new Error(`leaf ${index} is not in a tree of ${size}`);
+  const path = (lo: number, hi: number): [number, number][] => {
     if (hi - lo === 1) return [];
     const k = largestPowerOfTwoBelow(hi - lo);
-    if (i < lo + k) return [...path(lo, lo + k, i), treeHash(leaves.slice(lo + k, hi))];
-    return [...path(lo + k, hi, i), treeHash(leaves.slice(lo, lo + k))];
+    if (index < lo + k) return [...path(lo, lo + k), [lo + k, hi]];
+    return [...path(lo + k, hi), [lo, lo + k]];
   };
-  return path(0, leaves.length, index);
+  return path(0, size);
+}
+
+/**
+ * The audit path of leaf `index` in the tree of `size` whose leaf hashes `leaves` yields
+ * in order (at least `size` of them; the rest is not read), without holding them: each
+ * leaf goes into the compact range of the proof range it lies in.
+ */
+export function inclusionProofOf(leaves: Iterable<Uint8Array>, size: number, index: number): Uint8Array[] {
+  const ranges = proofRanges(size, index).map(([lo, hi]) => ({ lo, hi, range: new CompactRange() }));
+  const byStart = [...ranges].sort((a, b) => a.lo - b.lo);
+  let i = 0;
+  let at = 0;
+  for (const leaf of leaves) {
+    if (at >= size) break;
+    while (i < byStart.length && byStart[i]!.hi <= at) i++;
+    const r = byStart[i];
+    if (r !== undefined && r.lo <= at) r.range.pushLeafHash(leaf);
+    at++;
+  }
+  if (at < size) throw new Error(`a tree of ${size} leaves, but only ${at} given`);
+  return ranges.map((r) => r.range.root());
+}
+
+/** RFC 6962 §2.1.1 audit path of leaf `index` in the tree over `leaves` (leaf hashes). */
+export function inclusionProof(leaves: Uint8Array[], index: number): Uint8Array[] {
+  return inclusionProofOf(leaves, leaves.length, index);
 }
 
 /** RFC 9162 §2.1.3.2: does `proof` show leaf `index` (leaf hash `leaf`) in the tree of `size` with `root`? */

@@ -9,7 +9,7 @@ import { existsSync } from "node:fs";
 import { jsonLine } from "../format.ts";
 import { readLines } from "./anchor-file.ts";
 import { entriesAfter, entryHash, GENESIS_HASH, type ChainFields, type EntryRow } from "./chain.ts";
-import { CompactRange, inclusionProof, installationLeafHash, leafHashOfHex, treeHash, verifyInclusion } from "./merkle.ts";
+import { CompactRange, inclusionProof, inclusionProofOf, installationLeafHash, leafHashOfHex, verifyInclusion } from "./merkle.ts";
 import type { Verifier } from "./note.ts";
 import { openAdoptionRecord, openInstallationCheckpoint, openRestoreRecord, openRetentionRecord, openTreeHead, retentionUnjustified, type AdoptionRecord } from "./records.ts";
 import { verifyInstallation, type InstallationVerdict } from "./verify-all.ts";
@@ -193,8 +193,9 @@ export async function exportBundleFrom(
 ): Promise<string[]> {
   let checkpoint: { soort: "checkpoint" | "herstel"; note: string; leaf: number } | null = null;
   let adoptie: string | null = null;
-  // The installation tree's leaves (every record line but installation lines), and its newest checkpoint.
-  const installationLeaves: Uint8Array[] = [];
+  // The installation tree's leaves are counted here (every record line but installation
+  // lines) and hashed in a second pass (installationProof): a file of years holds millions.
+  let leaves = 0;
   let installation: string | null = null;
   if (!existsSync(anchorPath)) throw new CannotCheck(`ankerbestand niet gevonden: ${anchorPath}`);
   for (const fl of readLines(anchorPath)) {
@@ -204,9 +205,9 @@ export async function exportBundleFrom(
       installation = p.line.note;
       continue;
     }
-    installationLeaves.push(installationLeafHash(p.line.note));
+    leaves++;
     if (p.line.tenantId !== tenantId) continue;
-    if (p.line.soort === "checkpoint" || p.line.soort === "herstel") checkpoint = { soort: p.line.soort, note: p.line.note, leaf: installationLeaves.length - 1 };
+    if (p.line.soort === "checkpoint" || p.line.soort === "herstel") checkpoint = { soort: p.line.soort, note: p.line.note, leaf: leaves - 1 };
     if (p.line.soort === "adoptie" && openAdoptionRecord(p.line.note, tenantId, verifiers).ok) adoptie = p.line.note;
   }
   if (checkpoint === null) throw new CannotCheck(`tenant ${tenantId} heeft nog geen checkpoint in het ankerbestand`);
@@ -235,29 +236,43 @@ export async function exportBundleFrom(
     const index = proveSeq - basis - 1;
     header.bewijs = { seq: proveSeq, index, grootte: size - basis, hashes: inclusionProof(leaves, index).map((h) => Buffer.from(h).toString("base64")) };
   }
-  const covering = installation === null ? undefined : installationProof(installation, installationLeaves, checkpoint.leaf, verifiers);
+  const covering = installation === null ? undefined : installationProof(installation, anchorPath, checkpoint, verifiers);
   if (covering) header.installatie = covering;
   // jsonLine: the bundle goes to a terminal as often as to a file (export without --uit).
   return [jsonLine(header), ...entries.map((e) => jsonLine(e))];
 }
 
+/** The installation tree's leaf hashes of the anchor file, in file order (every record line but installation lines). */
+function* installationLeaves(anchorPath: string): Generator<Uint8Array> {
+  for (const fl of readLines(anchorPath)) {
+    if (fl.parsed.kind === "record" && fl.parsed.line.soort !== "installatie") yield installationLeafHash(fl.parsed.line.note);
+  }
+}
+
 /**
  * The file's newest installation checkpoint (`note`) with the inclusion proof of the
- * head's line (leaf `leaf`) in its tree, over the file's `leaves`; undefined when it does
- * not cover that line yet (a head appended after it). A checkpoint that does not open, or
- * whose root the file's leaves do not give, is a file problem: export refuses, as verify
+ * head's line (`head.leaf`) in its tree, hashed in one more pass over the file (lines
+ * appended meanwhile lie past the tree); undefined when it does not cover that line yet
+ * (a head appended after it). A checkpoint that does not open, or whose root the proof
+ * from the file's leaves does not give, is a file problem: export refuses, as verify
  * would say.
  */
-function installationProof(note: string, leaves: Uint8Array[], leaf: number, verifiers: Verifier[]): BundleHeader["installatie"] {
+function installationProof(note: string, anchorPath: string, head: { note: string; leaf: number }, verifiers: Verifier[]): BundleHeader["installatie"] {
+  const { leaf } = head;
   const o = openInstallationCheckpoint(note, verifiers);
   if (!o.ok) throw new CannotCheck(`het nieuwste installatie-checkpoint in het ankerbestand is niet geldig ondertekend (${o.error}); controleer eerst met verify`);
   const size = o.checkpoint.size;
   if (size <= leaf) return undefined;
-  const tree = leaves.slice(0, size);
-  if (tree.length < size || !Buffer.from(treeHash(tree)).equals(Buffer.from(o.checkpoint.root))) {
-    throw new CannotCheck("het ankerbestand geeft niet de root van zijn nieuwste installatie-checkpoint; controleer eerst met verify");
+  const noRoot = "het ankerbestand geeft niet de root van zijn nieuwste installatie-checkpoint; controleer eerst met verify";
+  let proof: Uint8Array[];
+  try {
+    proof = inclusionProofOf(installationLeaves(anchorPath), size, leaf);
+  } catch {
+    throw new CannotCheck(noRoot);
   }
-  return { checkpoint: note, index: leaf, hashes: inclusionProof(tree, leaf).map((h) => Buffer.from(h).toString("base64")) };
+  // For the head's note as the first pass read it: whatever the file says between the passes, the signed root holds that note there.
+  if (!verifyInclusion(installationLeafHash(head.note), leaf, size, proof, o.checkpoint.root)) throw new CannotCheck(noRoot);
+  return { checkpoint: note, index: leaf, hashes: proof.map((h) => Buffer.from(h).toString("base64")) };
 }
 
 export interface BundleVerdict {
