@@ -71,9 +71,19 @@ export function gapAfter(lockMs: number): number {
  * The options the retention jobs run with on the service's SQLite connection: a checkpoint
  * by the WAL thread after each batch, and the shorter batches while the host application
  * writes through the write API. What the caller gives (tests) comes first.
+ *
+ * While the application writes through the write API, no checkpoint right after each
+ * batch: its appends' COMMITs (an fsync each) then met the thread's writes and fsync of
+ * the batch's pages, and waited for them (append p99 during audit-retentie 47 ms against
+ * 40 without, three runs each, docs/performance.md round 23). The thread still
+ * checkpoints at its own pace, and the appends of the write API share this connection,
+ * which has no automatic checkpoints to do it in their COMMIT instead.
  */
 export function jobRetentionOptions(deps: Pick<Deps, "checkpointNow" | "writeApi">, o: RetentionOptions): RetentionOptions {
-  return { ...o, afterCommit: o.afterCommit ?? deps.checkpointNow, appWriting: o.appWriting ?? (() => deps.writeApi?.recent() ?? false) };
+  const appWriting = o.appWriting ?? (() => deps.writeApi?.recent() ?? false);
+  const checkpoint = deps.checkpointNow;
+  const afterCommit = o.afterCommit ?? (checkpoint === undefined ? undefined : () => (appWriting() ? undefined : checkpoint()));
+  return { ...o, afterCommit, appWriting };
 }
 
 export interface RetentionOptions {
@@ -721,8 +731,11 @@ async function deletePlanned(sqlite: Database, plans: DeletionPlan[], o: Retenti
   // with 2 MB, 105 and 72 ms (p99 64 and 56) in two (bench/ingest.ts, docs/performance.md
   // round 9). 20 ms while the application writes through the write API: its appends
   // waited for a whole batch, p99 50.7 ms at 30 and 41.3 at 20; at 20 throughout the job
-  // would take 1.78× one DELETE instead of 1.45× (docs/performance.md, round 12).
-  const pacing: Pacing = { targetMs: 30, chunks: 1, initial: 2000, min: 200, max: 50_000, cacheKib: 2048, whileAppWrites: { targetMs: 20, chunks: 1 } };
+  // would take 1.78× one DELETE instead of 1.45× (docs/performance.md, round 12). 12 since
+  // round 23: a batch's COMMIT comes on top of its one chunk (10–15 ms at L), and at 20
+  // batches held the event loop 30–38 ms and the appends' p99 was 55–67 ms in four runs
+  // on another machine (43.8–50.6 at 12).
+  const pacing: Pacing = { targetMs: 30, chunks: 1, initial: 2000, min: 200, max: 50_000, cacheKib: 2048, whileAppWrites: { targetMs: 12, chunks: 1 } };
   return inBatches(sqlite, o, pacing, chunk, progress);
 }
 
