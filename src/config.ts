@@ -133,10 +133,15 @@ export function secretValues(
     config.metricsSecret ?? "",
     config.metricsSecretVorig ?? "",
     config.auditAnkerSleutel,
-    ...urlPasswords(config.smtpUrl ?? ""),
-    ...urlPasswords(config.databaseUrl ?? ""),
+    // Short ones would show themselves by where they were cut out of every text ("mail",
+    // "1234"): scrubSecrets removes any password from a URL by its place instead.
+    ...urlPasswords(config.smtpUrl ?? "").filter((p) => p.length >= MIN_LISTED_URL_PASSWORD),
+    ...urlPasswords(config.databaseUrl ?? "").filter((p) => p.length >= MIN_LISTED_URL_PASSWORD),
   ].filter((s) => s.length > 0);
 }
+
+/** The shortest SMTP or database password that secretValues lists (scrubbed wherever it occurs). */
+export const MIN_LISTED_URL_PASSWORD = 8;
 
 export const MAX_SECRET_LENGTH = 1024;
 

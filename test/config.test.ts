@@ -4,6 +4,7 @@ import fc from "fast-check";
 import { ConfigError, parseConfig, redactedConfig, secretValues } from "../src/config.ts";
 import { runConfigCheck } from "../src/cli/config-check.ts";
 import { smtpOptions } from "../src/mail/transport.ts";
+import { scrubSecrets } from "../src/alarms/sentry.ts";
 import { TEST_SIGNING_KEY, TEST_VERIFIER_KEY } from "./helpers.ts";
 
 const SECRET = "x".repeat(64);
@@ -292,8 +293,26 @@ describe("configuration", () => {
     const text = JSON.stringify(redactedConfig(c));
     for (const p of ["p%40ss%2Fword-smtp", "Pg%2BSecret"]) expect(text).not.toContain(p);
     // Written partly raw, partly encoded: URL re-encodes it (`^` as %5E), an echo shows it as written.
-    const mixed = ok({ DATABASE_URL: 'postgres://nw:ab^cd%40ef@db.example.nl/nachtwacht?password=a"b%41' });
-    for (const p of ["ab^cd%40ef", 'a"b%41']) expect(secretValues(mixed)).toContain(p);
+    const mixed = ok({ DATABASE_URL: 'postgres://nw:ab^cd%40ef@db.example.nl/nachtwacht?password=a"b%41cdef' });
+    for (const p of ["ab^cd%40ef", 'a"b%41cdef']) expect(secretValues(mixed)).toContain(p);
+  });
+
+  test("a short SMTP or database password is not listed (cut out of every text it would show itself), and is scrubbed from a URL by its place; so is any password in a URL", () => {
+    const c = ok({ SMTP_URL: "smtp://mailer:mail@mail.example.nl:587", DATABASE_URL: "postgres://nw@db.example.nl/nachtwacht?password=1234" });
+    const values = secretValues(c);
+    for (const p of ["mail", "1234"]) expect(values).not.toContain(p);
+    const said = {
+      message: "smtp://mailer:mail@mail.example.nl:587 weigerde; mail niet verstuurd",
+      context: { url: "postgres://nw@db.example.nl/nachtwacht?sslmode=require&password=1234", poort: "poort 1234", other: "https://gebruiker:een-heel-ander-wachtwoord@example.nl/pad?sslpassword=x&y=1" },
+    };
+    expect(scrubSecrets(said, values)).toEqual({
+      message: "smtp://mailer:[verwijderd]@mail.example.nl:587 weigerde; mail niet verstuurd",
+      context: { url: "postgres://nw@db.example.nl/nachtwacht?sslmode=require&password=[verwijderd]", poort: "poort 1234", other: "https://gebruiker:[verwijderd]@example.nl/pad?sslpassword=[verwijderd]&y=1" },
+    });
+    // A port or a path is no password: nothing cut out.
+    expect(scrubSecrets("http://host.example.nl:8080/a@b en smtp://relay:25", values)).toBe("http://host.example.nl:8080/a@b en smtp://relay:25");
+    // A long one is still listed, and scrubbed wherever it occurs.
+    expect(secretValues(ok({ SMTP_URL: "smtp://mailer:lang-genoeg@mail.example.nl" }))).toContain("lang-genoeg");
   });
 
   test("the redacted config hides the secrets, the anchor key and the SMTP password", () => {

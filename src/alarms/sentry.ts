@@ -21,14 +21,24 @@ export interface SentryChannel {
 
 const REDACTED = "[verwijderd]";
 
-/** Replaces every occurrence of a secret in every string of a value (objects, arrays). */
+/**
+ * A password in a URL in a text, whatever its value: the user info's (`scheme://user:PW@`)
+ * and a query parameter named like password (`?password=PW`, `&sslpassword=PW`). Short
+ * URL passwords are not in the secrets list (secretValues: scrubbed wherever they occur,
+ * "mail" or "1234" would show themselves by where they were cut out); in a URL, where a
+ * connection string shows them, they go by this rule.
+ */
+const URL_USERINFO_PASSWORD = /(\b[a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*:)[^\s@/?#]*@/gi;
+const URL_QUERY_PASSWORD = /([?&][a-z_]*password=)[^\s&#"']*/gi;
+
+/** Replaces every occurrence of a secret, and every password in a URL, in every string of a value (objects, arrays). */
 export function scrubSecrets<T>(value: T, secrets: readonly string[]): T {
   const live = secrets.filter((s) => s.length > 0);
-  if (live.length === 0) return value;
   const walk = (v: unknown, depth: number): unknown => {
     if (typeof v === "string") {
       let s = v;
       for (const secret of live) if (s.includes(secret)) s = s.split(secret).join(REDACTED);
+      if (s.includes("://") || /password=/i.test(s)) s = s.replace(URL_USERINFO_PASSWORD, `$1${REDACTED}@`).replace(URL_QUERY_PASSWORD, `$1${REDACTED}`);
       return s;
     }
     if (depth > 20 || v === null || typeof v !== "object") return v;
