@@ -97,6 +97,38 @@ test("now() checkpoints at once, whatever the interval; the retention jobs call 
   }
 });
 
+test("afterCommit is told whether another connection (another process) committed since the batch before; this connection's own writes and the thread's checkpoints do not count", async () => {
+  env = makeTestEnv();
+  const tenantId = addTenant(env.store);
+  const insert = env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES (?, 'a', '10.0.0.1', 0, ?)");
+  env.store.sqlite.transaction(() => {
+    for (let i = 0; i < 2000; i++) insert.run("2026-01-01T00:00:00.000Z", tenantId);
+  })();
+  const other = new Database(env.store.path);
+  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 3_600_000 });
+  try {
+    const told: boolean[] = [];
+    let pauses = 0;
+    await deleteOldLoginAttempts(env.store.sqlite, "2027-01-01T00:00:00.000Z", {
+      batchSize: 500,
+      afterCommit: (c) => void told.push(c.othersWrote),
+      pause: async () => {
+        pauses++;
+        // After the first batch: a write of another connection. After the second: this connection's own, and a checkpoint of the thread.
+        if (pauses === 1) other.run("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES ('2030-01-01T00:00:00.000Z', 'b', '10.0.0.2', 0, NULL)");
+        if (pauses === 2) {
+          insert.run("2030-01-01T00:00:00.000Z", tenantId);
+          checkpointer.now();
+        }
+      },
+    });
+    expect(told).toEqual([false, true, false, false, false]);
+  } finally {
+    other.close();
+    await checkpointer.stop();
+  }
+});
+
 test("a worker that fails switches the connection's automatic checkpoints back on", async () => {
   env = makeTestEnv();
   const checkpointer = startCheckpointer(env.store.sqlite, "/nonexistent/nachtwacht/x.db", { intervalMs: 5 });

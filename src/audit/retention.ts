@@ -18,7 +18,8 @@
 //   Deps.checkpointNow), or, where no such thread runs, by the job itself after a turn of
 //   the event loop (automatic checkpoints are off on this connection meanwhile). Left to
 //   the automatic checkpoint, the next writer's COMMIT — the host application's — would
-//   copy them, fsync included, and wait (435–440 ms seen, docs/performance.md).
+//   copy them, fsync included, and wait (435–440 ms seen, docs/performance.md). Not at once
+//   while only the write API writes (jobRetentionOptions): it shares this connection.
 // - The gap is long enough for a writer that waited through the whole batch: SQLite's
 //   busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100, 100 … ms between
 //   tries, so after a 30 ms batch it tries again within 15 ms, after up to 128 ms
@@ -72,18 +73,25 @@ export function gapAfter(lockMs: number): number {
  * by the WAL thread after each batch, and the shorter batches while the host application
  * writes through the write API. What the caller gives (tests) comes first.
  *
- * While the application writes through the write API, no checkpoint right after each
- * batch: its appends' COMMITs (an fsync each) then met the thread's writes and fsync of
- * the batch's pages, and waited for them (append p99 during audit-retentie 47 ms against
- * 40 without, three runs each, docs/performance.md round 23). The thread still
- * checkpoints at its own pace, and the appends of the write API share this connection,
- * which has no automatic checkpoints to do it in their COMMIT instead.
+ * While the application writes through the write API and no other connection wrote since
+ * the batch before, no checkpoint right after the batch: the appends' COMMITs (an fsync
+ * each) then met the thread's writes and fsync of the batch's pages, and waited for them
+ * (append p99 during audit-retentie 47 ms against 40 without, three runs each,
+ * docs/performance.md round 23). The thread still checkpoints at its own pace, and the
+ * write API's appends share this connection, which has no automatic checkpoints to do it
+ * in their COMMIT instead. A writer in another process (the host application writing the
+ * file too) keeps its checkpoint after every batch: its COMMIT would do it otherwise.
  */
 export function jobRetentionOptions(deps: Pick<Deps, "checkpointNow" | "writeApi">, o: RetentionOptions): RetentionOptions {
   const appWriting = o.appWriting ?? (() => deps.writeApi?.recent() ?? false);
   const checkpoint = deps.checkpointNow;
-  const afterCommit = o.afterCommit ?? (checkpoint === undefined ? undefined : () => (appWriting() ? undefined : checkpoint()));
+  const afterCommit = o.afterCommit ?? (checkpoint === undefined ? undefined : ({ othersWrote }: AfterCommit) => (appWriting() && !othersWrote ? undefined : checkpoint()));
   return { ...o, afterCommit, appWriting };
+}
+
+/** What a batch's COMMIT is told: whether another connection (another process) committed since the batch before. */
+export interface AfterCommit {
+  othersWrote: boolean;
 }
 
 export interface RetentionOptions {
@@ -98,7 +106,7 @@ export interface RetentionOptions {
    * of the WAL by the checkpointer's thread before a waiting writer's COMMIT would do it
    * itself — with the fsync, inside that writer's transaction.
    */
-  afterCommit?: () => void;
+  afterCommit?: (c: AfterCommit) => void;
   /**
    * Whether the host application is writing through the write API in this process
    * (Deps.writeApi): then each batch is paced by Pacing.whileAppWrites, since such a
@@ -237,6 +245,10 @@ async function inBatches(
   });
   let verwijderd = 0;
   const { wal_autocheckpoint: autoCheckpoint } = sqlite.query("PRAGMA wal_autocheckpoint").get() as { wal_autocheckpoint: number };
+  // Changes when another connection commits (not this one): AfterCommit.othersWrote.
+  const dataVersion = sqlite.query("PRAGMA data_version");
+  const version = () => (dataVersion.get() as { data_version: number }).data_version;
+  let seenVersion = version();
   sqlite.run("PRAGMA wal_autocheckpoint = 0");
   const unpinCache = given.cacheKib === undefined ? () => {} : pinCacheSize(sqlite, given.cacheKib);
   try {
@@ -260,7 +272,9 @@ async function inBatches(
         }
       });
       progress?.save();
-      o.afterCommit?.();
+      const current = version();
+      o.afterCommit?.({ othersWrote: current !== seenVersion });
+      seenVersion = current;
       const t0 = now() - lockMs;
       // BEGIN is instant once the lock is had; the rest after the body is the COMMIT.
       const commitMs = Math.max(0, lockMs - bodyMs);
