@@ -83,8 +83,8 @@ function Laat({ laat }: { laat: NonNullable<WeeklyReportProps["laat"]> }) {
     <>
       <Kop>Laat binnengekomen</Kop>
       <Alinea>
-        Sinds het vorige weekrapport binnengekomen, met een tijdstip van vóór deze week (bijvoorbeeld uit de wachtrij van de
-        applicatie na een storing). Ze stonden in geen eerder weekrapport.
+        Na het vorige weekrapport binnengekomen, met een tijdstip in of vóór de week van dat rapport (bijvoorbeeld uit de
+        wachtrij van de applicatie na een storing). Ze stonden in geen eerder weekrapport.
       </Alinea>
       {laat.audit.totaal > 0 ? (
         <Tabel

@@ -1145,7 +1145,7 @@ describe("weekrapport: what arrived late", () => {
     await audit(env, { tenantId: a, actor: "x", action: "export.gemaakt", subject: "s", createdAt: new Date("2026-07-16T10:00:00Z") });
     await addLoginAttempt(env.db, { account: "bert", ip: "198.51.100.7", gelukt: false, tenantId: a, tijdstip: "2026-07-16T11:00:00.000Z" });
 
-    // W30's first run: bert's message is refused, so the week is not done.
+    // W30's first run: bert's message is refused (a rerun sends it).
     smtp.refuse.add("bert@alfa.test");
     from = smtp.received.length;
     expect((await runWeekrapport(env.deps, NOW)).status).toBe(502);
@@ -1170,5 +1170,44 @@ describe("weekrapport: what arrived late", () => {
     expect(w31).toMatch(/Audit-gebeurtenissen 1 Mislukte inlogpogingen 0 /);
     expect(w31).not.toContain("export.gemaakt");
     expect(lateSection(mailOf("bea@beta.test", from))).toBeNull();
+  });
+
+  test("a week whose report one address refused, and a week without a run: their ordinary rows are not called late in the next report, only rows stored after a run and dated before its week's end", async () => {
+    const { smtp, env } = await setup();
+    const a = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, a, "anna@alfa.test");
+    await addAdmin(env.db, a, "bert@alfa.test");
+    const mailOf = (to: string, from: number) => smtp.received.slice(from).find((m) => m.to[0] === to)!;
+    expect((await runWeekrapport(env.deps, W28)).status).toBe(200);
+
+    // Dated in W29 and stored before its report: W29's own rows. bert refuses every week.
+    for (let i = 0; i < 5; i++) await audit(env, { tenantId: a, actor: "x", action: "gewoon.in.w29", subject: `s${i}`, createdAt: new Date("2026-07-15T10:00:00Z") });
+    smtp.refuse.add("bert@alfa.test");
+    let from = smtp.received.length;
+    expect((await runWeekrapport(env.deps, W29)).status).toBe(502);
+    expect(lateSection(mailOf("anna@alfa.test", from))).toBeNull();
+    expect(mailOf("anna@alfa.test", from).text).toContain("gewoon.in.w29");
+
+    // Dated in W30 and stored before its report; and one late row of W29.
+    await audit(env, { tenantId: a, actor: "x", action: "gewoon.in.w30", subject: "s", createdAt: new Date("2026-07-22T10:00:00Z") });
+    await audit(env, { tenantId: a, actor: "x", action: "laat.uit.w29", subject: "s", createdAt: new Date("2026-07-16T10:00:00Z") });
+    from = smtp.received.length;
+    expect((await runWeekrapport(env.deps, NOW)).status).toBe(502);
+    const w30 = lateSection(mailOf("anna@alfa.test", from));
+    // Only the late one: W29's own rows went out in W29's report, whatever bert's server said.
+    expect(w30).toContain("laat.uit.w29 1");
+    expect(w30).not.toContain("gewoon.in.w29");
+    expect(w30).not.toContain("gewoon.in.w30");
+
+    // No run in W31 (the service was down); a row dated in W31 stored meanwhile, and one of W30 that came late.
+    await audit(env, { tenantId: a, actor: "x", action: "in.gemiste.week", subject: "s", createdAt: new Date("2026-07-29T10:00:00Z") });
+    await audit(env, { tenantId: a, actor: "x", action: "laat.uit.w30", subject: "s", createdAt: new Date("2026-07-23T10:00:00Z") });
+    from = smtp.received.length;
+    expect((await runWeekrapport(env.deps, new Date(NOW.getTime() + 14 * DAY))).status).toBe(502);
+    const w32 = lateSection(mailOf("anna@alfa.test", from));
+    expect(w32).toContain("laat.uit.w30 1");
+    // A week without a report is not made up for by the late section.
+    expect(w32).not.toContain("in.gemiste.week");
+    expect(w32).not.toContain("gewoon.in.w30");
   });
 });

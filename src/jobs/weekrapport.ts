@@ -15,6 +15,7 @@ import { renderEmail } from "../mail/render.ts";
 import { weeklyQueriesPg } from "../pg/weekly.ts";
 import {
   DELIVERY_WEEKS_KEPT,
+  lateLoginsOf,
   lateMarkOf,
   SENDING,
   tenantLate,
@@ -147,7 +148,7 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
 
   // What this week counts as late (stored since the previous week's mark, dated before
   // `van`): fixed at the week's first run, so every rerun of the week shows the same.
-  const mark = await lateMarkOf(q, week, [...byTenant.keys()]);
+  const mark = await lateMarkOf(q, week, tot);
 
   let verstuurd = 0;
   let fouten = 0;
@@ -221,8 +222,8 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
 
       logins ??= await q.weekLogins(van, tot);
       const stats = await q.tenantWeekStats(tenantId, van, tot, logins, now);
-      lateLogins ??= mark.inlog === null ? new Map() : await q.lateLogins(mark.inlog, van);
-      const laat = await tenantLate(q, mark, tenantId, van, lateLogins);
+      lateLogins ??= await lateLoginsOf(q, mark);
+      const laat = await tenantLate(q, mark, tenantId, lateLogins);
       const props = weeklyReportProps(owed[0]!.tenant, stats, { week, van, tot, tijdzone }, laat);
       const { html, text } = await renderEmail(WeeklyReport, props);
       const subject = weeklySubject(props);
@@ -298,16 +299,6 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
       `Onderbroken: de service wordt gestopt; weekrapport ${week} begon geen nieuwe berichten meer (${verstuurd} verstuurd, ${fouten} mislukt). ` +
         `Een nieuwe aanroep verstuurt de rest van deze week.`,
     );
-  }
-  // The week's reports are out (none surely failed, none left to a rerun): the next week's
-  // late rows start after this week's mark. Until then they start where this week's did.
-  if (fouten === 0 && !mark.klaar) {
-    try {
-      await q.writeLateMark(JSON.stringify({ ...mark, klaar: true }));
-    } catch (e) {
-      // The messages went out; the next week then counts this week's late rows again (rather than never).
-      log("error", "weekrapport: could not mark the week's late rows as reported", { week, error: errorText(e) });
-    }
   }
   const body: WeekrapportResult = {
     verstuurd,

@@ -271,6 +271,7 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal, config: Pick<Conf
     writeLateMark: (value) => putMetaPg(db, LATE_KEY, value),
     storedLoginId: () => storedLoginIdsPg(store),
     auditHeads: (tenantIds) => auditHeadsPg(store, tenantIds),
+    tenantIds: async () => (await db.select({ id: tenants.id }).from(tenants)).map((r) => r.id),
     lateLogins: (range, van) => lateLoginsPg(db, range, van),
     lateAudit: (tenantId, range, van) => lateAuditQueryPg(db, tenantId, range, van),
   };

@@ -695,6 +695,8 @@ export interface WeeklyQueries {
   storedLoginId(): Promise<number | null>;
   /** The highest audit seq of each of these tenants (0 without entries). */
   auditHeads(tenantIds: readonly number[]): Promise<Map<number, number>>;
+  /** Every tenant's id, reported or not (the late mark keeps each one's seq). */
+  tenantIds(): Promise<number[]>;
   /** Every tenant's late failed logins (lateRule.logins), keyed by tenant; a tenant without is absent. */
   lateLogins(range: StoredRange, van: Date): Promise<Map<number, LateLogins>>;
   /** A tenant's late audit entries by action (lateRule.audit), rows as the week's action statement's. */
@@ -721,6 +723,7 @@ export function weeklyQueries(db: Db, seal: RowSeal, config: Pick<Config, "audit
     writeLateMark: async (value) => putMeta(db, LATE_KEY, value),
     storedLoginId: async () => storedIdsSqlite(db),
     auditHeads: async (tenantIds) => auditHeads(db, tenantIds),
+    tenantIds: async () => db.select({ id: tenants.id }).from(tenants).all().map((r) => r.id),
     lateLogins: (range, van) => lateLogins(db, range, van),
     lateAudit: async (tenantId, range, van) => lateAuditStatement(db).all({ tenantId, na: range.na, tot: range.tot, van: van.toISOString() }),
   };
@@ -820,28 +823,33 @@ export interface StoredRange {
 
 /**
  * What a week counts as late, fixed at its first run so every rerun of the week counts the
- * same: login attempt ids, and per tenant (by id) audit seqs. `klaar`: the week's reports
- * all went out (a run ended without `fouten` and was not stopped); only then does the next
- * week start at this week's `tot`, else at its `na` (its late rows are counted again rather
- * than never). `inlog` null: no number known yet (PostgreSQL was storing a batch at the
- * first run ever).
+ * same: the rows stored since the previous week's first run (login attempt ids; per tenant,
+ * every tenant, audit seqs) and dated before the end of the week that run reported
+ * (`laatVoor`, null: no previous run, nothing late). Those came too late for it, and are in
+ * no report but this one. A row dated in a week that had no run (the service was down) is
+ * not called late: it lies after `laatVoor`. `eind`: the end of this mark's week, the next
+ * week's `laatVoor`. `inlog` null: no number known yet (PostgreSQL was storing a batch at
+ * the first run ever).
  */
 export interface LateMark {
   week: string;
-  klaar: boolean;
+  eind: string;
+  laatVoor: string | null;
   inlog: StoredRange | null;
   audit: Record<string, StoredRange>;
 }
 
 const isCount = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0;
 const isRange = (x: unknown): x is StoredRange => typeof x === "object" && x !== null && isCount((x as StoredRange).na) && isCount((x as StoredRange).tot);
+const isMoment = (x: unknown): x is string => typeof x === "string" && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(x);
 
 /** The stored mark, or null when there is none or it is not one (then the next mark starts from now: which older rows came late cannot be told). */
 export function parseLateMark(value: string | undefined): LateMark | null {
   if (value === undefined) return null;
   try {
     const m = JSON.parse(value) as LateMark;
-    if (typeof m !== "object" || m === null || typeof m.week !== "string" || !/^\d{4}-W\d{2}$/.test(m.week) || typeof m.klaar !== "boolean") return null;
+    if (typeof m !== "object" || m === null || typeof m.week !== "string" || !/^\d{4}-W\d{2}$/.test(m.week) || !isMoment(m.eind)) return null;
+    if (m.laatVoor !== null && !isMoment(m.laatVoor)) return null;
     if (m.inlog !== null && !isRange(m.inlog)) return null;
     if (typeof m.audit !== "object" || m.audit === null || !Object.values(m.audit).every(isRange)) return null;
     return m;
@@ -851,27 +859,22 @@ export function parseLateMark(value: string | undefined): LateMark | null {
 }
 
 /**
- * The mark of `week` after `previous` (another week's, or none), from the numbers stored
- * now: `inlog` the highest login attempt id (null: not known now, PostgreSQL), `audit` the
- * highest seq of each tenant reported. A tenant or the logins without a previous mark
- * start now (nothing late). A tenant of the previous mark not reported this week keeps its
- * start, so its late rows wait for its next report.
+ * The mark of `week` (ending at `eind`) after `previous` (an earlier week's, or none), from
+ * the numbers stored now: `inlog` the highest login attempt id (null: not known now,
+ * PostgreSQL), `audit` the highest seq of every tenant. Each range starts where the
+ * previous mark's ended; a tenant or the logins without one start now (nothing late).
  */
-export function nextLateMark(week: string, previous: LateMark | null, current: { inlog: number | null; audit: ReadonlyMap<number, number> }): LateMark {
-  const start = (r: StoredRange | undefined) => (r === undefined ? undefined : previous!.klaar ? r.tot : r.na);
-  const from = (r: StoredRange | undefined, now: number): StoredRange => ({ na: Math.min(start(r) ?? now, now), tot: now });
-  const inlogStart = start(previous?.inlog ?? undefined);
+export function nextLateMark(week: string, eind: Date, previous: LateMark | null, current: { inlog: number | null; audit: ReadonlyMap<number, number> }): LateMark {
+  const from = (before: StoredRange | undefined, now: number): StoredRange => ({ na: Math.min(before?.tot ?? now, now), tot: now });
   const audit: Record<string, StoredRange> = {};
-  for (const [tenantId, r] of Object.entries(previous?.audit ?? {})) {
-    const s = start(r)!;
-    audit[tenantId] = { na: s, tot: s };
-  }
   for (const [tenantId, seq] of current.audit) audit[String(tenantId)] = from(previous?.audit[String(tenantId)], seq);
+  const inlogBefore = previous?.inlog ?? undefined;
   return {
     week,
-    klaar: false,
+    eind: eind.toISOString(),
+    laatVoor: previous?.eind ?? null,
     // Not known now: nothing late this week; the next week starts where this one would have.
-    inlog: current.inlog === null ? (inlogStart === undefined ? null : { na: inlogStart, tot: inlogStart }) : from(previous?.inlog ?? undefined, current.inlog),
+    inlog: current.inlog === null ? (inlogBefore === undefined ? null : { na: inlogBefore.tot, tot: inlogBefore.tot }) : from(inlogBefore, current.inlog),
     audit,
   };
 }
@@ -914,20 +917,26 @@ export function tenantLateOf(audit: TenantWeekStats["audit"], inlog: LateLogins 
  * numbers stored now, written before any message of the week is reserved. A stored mark of
  * a later week (the clock was set back) is left alone: nothing late this run.
  */
-export async function lateMarkOf(q: WeeklyQueries, week: string, tenantIds: readonly number[]): Promise<LateMark> {
+export async function lateMarkOf(q: WeeklyQueries, week: string, eind: Date): Promise<LateMark> {
   const stored = parseLateMark(await q.readLateMark());
   if (stored !== null && stored.week === week) return stored;
-  if (stored !== null && stored.week > week) return { week, klaar: true, inlog: null, audit: {} };
-  const mark = nextLateMark(week, stored, { inlog: await q.storedLoginId(), audit: await q.auditHeads(tenantIds) });
+  if (stored !== null && stored.week > week) return { week, eind: eind.toISOString(), laatVoor: null, inlog: null, audit: {} };
+  const mark = nextLateMark(week, eind, stored, { inlog: await q.storedLoginId(), audit: await q.auditHeads(await q.tenantIds()) });
   await q.writeLateMark(JSON.stringify(mark));
   return mark;
 }
 
 /** A tenant's late section: its audit entries by action (actionTable) and its failed logins. */
-export async function tenantLate(q: WeeklyQueries, mark: LateMark, tenantId: number, van: Date, logins: Map<number, LateLogins>): Promise<TenantLate | null> {
+export async function tenantLate(q: WeeklyQueries, mark: LateMark, tenantId: number, logins: Map<number, LateLogins>): Promise<TenantLate | null> {
   const range = mark.audit[String(tenantId)];
-  const audit = range !== undefined && range.tot > range.na ? actionTable(await q.lateAudit(tenantId, range, van)) : { totaal: 0, perActie: [] };
+  const audit =
+    mark.laatVoor !== null && range !== undefined && range.tot > range.na ? actionTable(await q.lateAudit(tenantId, range, new Date(mark.laatVoor))) : { totaal: 0, perActie: [] };
   return tenantLateOf(audit, logins.get(tenantId));
+}
+
+/** Every tenant's late failed logins of the mark (none without a previous run). */
+export async function lateLoginsOf(q: WeeklyQueries, mark: LateMark): Promise<Map<number, LateLogins>> {
+  return mark.laatVoor === null || mark.inlog === null ? new Map() : q.lateLogins(mark.inlog, new Date(mark.laatVoor));
 }
 
 const lateCounts = sqliteTable("late_counts", {
