@@ -2,7 +2,20 @@
 // figures, section titles and data tables. Inline styles and tables only, because
 // that is what mail clients render; the plain-text part is derived from the same HTML
 // (data tables carry data-text-format="dataTable" so they stay tables in text).
-import { Body, Column, Container, Head, Heading, Hr, Html, Preview, Row, Section, Text } from "@react-email/components";
+// Each component from its own package, not from @react-email/components: that index
+// also loads its code-block component, whose Prism with all its languages took 200 ms
+// of the binary's start (docs/performance.md, round 23).
+import { Body } from "@react-email/body";
+import { Column } from "@react-email/column";
+import { Container } from "@react-email/container";
+import { Head } from "@react-email/head";
+import { Heading } from "@react-email/heading";
+import { Hr } from "@react-email/hr";
+import { Html } from "@react-email/html";
+import { Preview } from "@react-email/preview";
+import { Row } from "@react-email/row";
+import { Section } from "@react-email/section";
+import { Text } from "@react-email/text";
 import type { CSSProperties, ReactNode } from "react";
 
 export type Niveau = "ok" | "let-op" | "actie";
