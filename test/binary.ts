@@ -14,7 +14,7 @@ export const BUN = process.execPath;
 let built: Promise<{ path: string; ms: number }> | undefined;
 
 /**
- * Removes the binaries (111 MB each) that test runs which have ended left in `dir`: bun
+ * Removes the binaries (120 MB each) that test runs which have ended left in `dir`: bun
  * test runs no "exit" handler, so each run's binary stayed behind (281 of them, 31 GB, on
  * this machine). A dir is named after the pid of the run that built it; the dirs of runs
  * still alive, and of this one, are kept. Also the unnamed ones of the code before.
