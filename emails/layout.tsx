@@ -4,7 +4,7 @@
 // (data tables carry data-text-format="dataTable" so they stay tables in text).
 // Each component from its own package, not from @react-email/components: that index
 // also loads its code-block component, whose Prism with all its languages took 200 ms
-// of the binary's start (docs/performance.md, round 23).
+// of the binary's start (docs/performance.md, round 24).
 import { Body } from "@react-email/body";
 import { Column } from "@react-email/column";
 import { Container } from "@react-email/container";
