@@ -309,6 +309,11 @@ describe("configuration", () => {
       message: "smtp://mailer:[verwijderd]@mail.example.nl:587 weigerde; mail niet verstuurd",
       context: { url: "postgres://nw@db.example.nl/nachtwacht?sslmode=require&password=[verwijderd]", poort: "poort 1234", other: "https://gebruiker:[verwijderd]@example.nl/pad?sslpassword=[verwijderd]&y=1" },
     });
+    // A raw @ in the password (new URL takes it), JSON's escaped slashes, libpq's key=value form, other parameter names.
+    expect(scrubSecrets("postgres://u:p@ss@db.example.nl/x", values)).toBe("postgres://u:[verwijderd]@db.example.nl/x");
+    expect(scrubSecrets('{"url":"postgres:\\/\\/u:pw12@db.example.nl\\/x"}', values)).toBe('{"url":"postgres:\\/\\/u:[verwijderd]@db.example.nl\\/x"}');
+    expect(scrubSecrets("host=db.example.nl password=pw12 dbname=x", values)).toBe("host=db.example.nl password=[verwijderd] dbname=x");
+    expect(scrubSecrets("?password2=a&ssl-password=b&user=c", values)).toBe("?password2=[verwijderd]&ssl-password=[verwijderd]&user=c");
     // A port or a path is no password: nothing cut out.
     expect(scrubSecrets("http://host.example.nl:8080/a@b en smtp://relay:25", values)).toBe("http://host.example.nl:8080/a@b en smtp://relay:25");
     // A long one is still listed, and scrubbed wherever it occurs.

@@ -11,7 +11,7 @@ import { runWeekrapport } from "../src/jobs/weekrapport.ts";
 import type { Mailer, MailMessage } from "../src/mail/mailer.ts";
 import { createMailer } from "../src/mail/transport.ts";
 import { lateAuditQueryPg, lateLoginsQueryPg, weekLoginQueriesPg, weeklyQueriesPg, weekStatsQueriesPg } from "../src/pg/weekly.ts";
-import { lateAuditStatement, lateLoginStatements, MAX_ACTIES, openReportConnection, stagedWeek, stageWeek, TOP_IPS, WEEK_MS, weekLogins, weeklyQueries, weekLoginStatements, weekStatsStatements, type TenantWeekLogins } from "../src/reports/weekly.ts";
+import { lateAuditStatement, lateLoginStatements, lateMarkOf, MAX_ACTIES, openReportConnection, parseLateMark, stagedWeek, stageWeek, TOP_IPS, WEEK_MS, weekLogins, weeklyQueries, weekLoginStatements, weekStatsStatements, type TenantWeekLogins } from "../src/reports/weekly.ts";
 import { RunningJobs } from "../src/running-jobs.ts";
 import { stateZegel, call, TEST_SEAL, until } from "./helpers.ts";
 import { APP_SECRET } from "./ingest-fixtures.ts";
@@ -502,9 +502,12 @@ describe("weekrapport: the statistics use indexes", () => {
       // The late section: by the range of stored numbers (what a week stored), never by time (back to the first row).
       const late = { tenantId: 1, na: 10, tot: 20, van: week.van };
       expect(planOf(lateAuditStatement(store.db), late)).toContain("SEARCH audit_entries USING PRIMARY KEY (tenant_id=? AND seq>? AND seq<?)");
-      for (const [name, st] of Object.entries(lateLoginStatements(report.db)).filter(([name]) => name !== "staged")) {
+      const { next, ...pages } = lateLoginStatements(report.db);
+      for (const [name, st] of Object.entries(pages).filter(([name]) => name !== "staged")) {
         expect({ name, plan: reportPlanOf(st, late) }).toMatchObject({ plan: expect.stringContaining("SEARCH login_attempts USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)") });
       }
+      // The next page's first id: one step in the rowid order.
+      expect(reportPlanOf(next, late)).toContain("SEARCH login_attempts USING INTEGER PRIMARY KEY (rowid>?)");
     } else {
       const { db } = env.store;
       const van = new Date(week.van);
@@ -1170,6 +1173,23 @@ describe("weekrapport: what arrived late", () => {
     expect(w31).toMatch(/Audit-gebeurtenissen 1 Mislukte inlogpogingen 0 /);
     expect(w31).not.toContain("export.gemaakt");
     expect(lateSection(mailOf("bea@beta.test", from))).toBeNull();
+  });
+
+  test("a stored mark that is no mark (a date that does not exist) is replaced; one with a huge login range is read by the rows there are; one of a later week (the clock was ahead) is replaced, nothing late that week", async () => {
+    const { env } = await setup();
+    const a = await addTenant(env.db, "Alfa BV");
+    await addAdmin(env.db, a, "anna@alfa.test");
+    const q = env.store.kind === "pg" ? weeklyQueriesPg(env.store, TEST_SEAL, env.config) : weeklyQueries(env.store.db, TEST_SEAL, env.config);
+    expect(parseLateMark(JSON.stringify({ week: "2026-W29", eind: "2026-13-45T99:99:99.999Z", laatVoor: null, inlog: null, audit: {} }))).toBeNull();
+    expect(parseLateMark(JSON.stringify({ week: "2026-W29", eind: "2026-07-20T00:00:00.000Z", laatVoor: "2026-02-30T00:00:00.000Z", inlog: null, audit: {} }))).toBeNull();
+    // A range of 9e15 ids over three rows: the three are counted, at once.
+    for (const ip of ["203.0.113.1", "203.0.113.2", "203.0.113.2"]) await addLoginAttempt(env.db, { account: "anna", ip, gelukt: false, tenantId: a, tijdstip: "2026-07-01T11:00:00.000Z" });
+    expect(await q.lateLogins({ na: 0, tot: 9e15 }, new Date("2026-07-10T00:00:00.000Z"))).toEqual(new Map([[a, { mislukt: 3, ips: 2 }]]));
+    // Written while the clock read 2027: replaced at the next run, nothing called late, and the ranges go on from it.
+    await q.writeLateMark(JSON.stringify({ week: "2027-W10", eind: "2027-03-08T00:00:00.000Z", laatVoor: "2027-03-01T00:00:00.000Z", inlog: { na: 0, tot: 1 }, audit: { [a]: { na: 0, tot: 0 } } }));
+    const mark = await lateMarkOf(q, "2026-W30", new Date("2026-07-27T00:00:00.000Z"));
+    expect(mark).toMatchObject({ week: "2026-W30", laatVoor: null, inlog: { na: 1, tot: 3 } });
+    expect(parseLateMark(await q.readLateMark())).toEqual(mark);
   });
 
   test("a week whose report one address refused, and a week without a run: their ordinary rows are not called late in the next report, only rows stored after a run and dated before its week's end", async () => {

@@ -22,14 +22,16 @@ export interface SentryChannel {
 const REDACTED = "[verwijderd]";
 
 /**
- * A password in a URL in a text, whatever its value: the user info's (`scheme://user:PW@`)
- * and a query parameter named like password (`?password=PW`, `&sslpassword=PW`). Short
- * URL passwords are not in the secrets list (secretValues: scrubbed wherever they occur,
- * "mail" or "1234" would show themselves by where they were cut out); in a URL, where a
- * connection string shows them, they go by this rule.
+ * A password in a URL or connection string in a text, whatever its value: the user info's
+ * (`scheme://user:PW@`, up to the last `@` of the authority; also with JSON's escaped
+ * slashes `:\/\/`) and a parameter named like password (`?password=PW`, `&sslpassword=PW`,
+ * libpq's `password=PW` among key=value pairs). Short URL passwords are not in the secrets
+ * list (secretValues: scrubbed wherever they occur, "mail" or "1234" would show themselves
+ * by where they were cut out); in a URL, where a connection string shows them, they go by
+ * this rule. Every repeat is bounded: a long hostile text costs linear time.
  */
-const URL_USERINFO_PASSWORD = /(\b[a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*:)[^\s@/?#]*@/gi;
-const URL_QUERY_PASSWORD = /([?&][a-z_]*password=)[^\s&#"']*/gi;
+const URL_USERINFO_PASSWORD = /(\b[a-z][a-z0-9+.-]{0,31}:\\?\/\\?\/[^\s:@/?#\\]{0,256}:)[^\s/?#\\]{0,1024}@/gi;
+const PASSWORD_PARAMETER = /((?:^|[\s?&;])[\w.-]{0,64}password\w{0,16}=)[^\s&#"';]{0,1024}/gi;
 
 /** Replaces every occurrence of a secret, and every password in a URL, in every string of a value (objects, arrays). */
 export function scrubSecrets<T>(value: T, secrets: readonly string[]): T {
@@ -38,7 +40,8 @@ export function scrubSecrets<T>(value: T, secrets: readonly string[]): T {
     if (typeof v === "string") {
       let s = v;
       for (const secret of live) if (s.includes(secret)) s = s.split(secret).join(REDACTED);
-      if (s.includes("://") || /password=/i.test(s)) s = s.replace(URL_USERINFO_PASSWORD, `$1${REDACTED}@`).replace(URL_QUERY_PASSWORD, `$1${REDACTED}`);
+      if (/:\\?\/\\?\//.test(s)) s = s.replace(URL_USERINFO_PASSWORD, `$1${REDACTED}@`);
+      if (/password\w{0,16}=/i.test(s)) s = s.replace(PASSWORD_PARAMETER, `$1${REDACTED}`);
       return s;
     }
     if (depth > 20 || v === null || typeof v !== "object") return v;

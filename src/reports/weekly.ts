@@ -10,7 +10,7 @@
 // the two stores send the same reports to the same people.
 import type { Config } from "../config.ts";
 import { Database } from "bun:sqlite";
-import { and, count, desc, eq, gt, gte, isNotNull, lt, sql, type AnyColumn, type SQL } from "drizzle-orm";
+import { and, count, desc, eq, gt, gte, isNotNull, lt, min, sql, type AnyColumn, type SQL } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/bun-sqlite";
 import { integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import {
@@ -27,6 +27,7 @@ import type { WeeklyReportProps } from "../../emails/WeeklyReport.tsx";
 import { BUSY_TIMEOUT_MS, excluded, preparedPerConnection, putMeta, type Db } from "../db.ts";
 import { storedIdsSqlite } from "../jobs/beveiligingslog-analyse.ts";
 import { displayText, formatDatum, getal } from "../format.ts";
+import { log } from "../logger.ts";
 import { countsAsVerification, type RowSeal, type VerificationColumns, type VerificationSince } from "../row-seal.ts";
 import { verificationSinceIn } from "./daily.ts";
 import { redenUitleg, reportStatus, type StatusPunt } from "./shared.ts";
@@ -841,7 +842,8 @@ export interface LateMark {
 
 const isCount = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0;
 const isRange = (x: unknown): x is StoredRange => typeof x === "object" && x !== null && isCount((x as StoredRange).na) && isCount((x as StoredRange).tot);
-const isMoment = (x: unknown): x is string => typeof x === "string" && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(x);
+/** An ISO moment as toISOString writes it, and one that exists (not 2026-13-45). */
+const isMoment = (x: unknown): x is string => typeof x === "string" && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(x) && !Number.isNaN(Date.parse(x)) && new Date(x).toISOString() === x;
 
 /** The stored mark, or null when there is none or it is not one (then the next mark starts from now: which older rows came late cannot be told). */
 export function parseLateMark(value: string | undefined): LateMark | null {
@@ -915,13 +917,18 @@ export function tenantLateOf(audit: TenantWeekStats["audit"], inlog: LateLogins 
 /**
  * The week's mark: the stored one when it is this week's (a rerun), else a new one from the
  * numbers stored now, written before any message of the week is reserved. A stored mark of
- * a later week (the clock was set back) is left alone: nothing late this run.
+ * a later week (written while the clock was ahead) is replaced, with nothing late this week.
  */
 export async function lateMarkOf(q: WeeklyQueries, week: string, eind: Date): Promise<LateMark> {
   const stored = parseLateMark(await q.readLateMark());
   if (stored !== null && stored.week === week) return stored;
-  if (stored !== null && stored.week > week) return { week, eind: eind.toISOString(), laatVoor: null, inlog: null, audit: {} };
   const mark = nextLateMark(week, eind, stored, { inlog: await q.storedLoginId(), audit: await q.auditHeads(await q.tenantIds()) });
+  // A mark of a later week: written while the clock was ahead. Replaced (its ranges go on),
+  // with nothing late this week: its end would call rows of their own weeks late.
+  if (stored !== null && stored.week > week) {
+    log("warn", "weekrapport: the late mark was of a later week (the clock was ahead); replaced, nothing counted late this week", { week, stored: stored.week });
+    mark.laatVoor = null;
+  }
   await q.writeLateMark(JSON.stringify(mark));
   return mark;
 }
@@ -969,6 +976,8 @@ export const lateLoginStatements = preparedPerConnection((db) => {
       .prepare(),
     pairs: db.insert(latePairs).select(db.selectDistinct({ tenantId: r.tenantId, ip: r.ip }).from(r).where(isNotNull(r.tenantId))).onConflictDoNothing().prepare(),
     staged: db.select().from(lateCounts).prepare(),
+    // The first stored id past a page: pages start there, so a range with long empty stretches (retention, or a mark rewritten by hand) costs no more than its rows.
+    next: db.select({ id: min(la.id) }).from(la).where(gt(la.id, p("na"))).prepare(),
   };
 });
 
@@ -988,8 +997,9 @@ export const lateAuditStatement = preparedPerConnection((db) => {
 
 /**
  * Every tenant's late failed logins in `range` (ids), dated before `van`. Read PAGE_ROWS
- * ids at a time (a rowid range: at most that many attempts a statement, however many an
- * outbox brought at once), with a turn of the event loop between; the distinct addresses
+ * ids at a time from the next stored one (a rowid range: at most that many attempts a
+ * statement, however many an outbox brought at once, and empty stretches skipped), with a
+ * turn of the event loop between; the distinct addresses
  * are added up in the report connection's staging tables (a pair seen for the first time
  * adds one to its tenant's `ips`, as weekLogins' week_failed_pairs).
  */
@@ -1004,8 +1014,12 @@ export async function lateLogins(db: Db, range: StoredRange, van: Date, n = PAGE
       statements.counts.run(params);
       statements.pairs.run(params);
     });
-    for (let na = range.na; na < range.tot; na += n) {
-      page(na, Math.min(na + n, range.tot));
+    for (let na = range.na; na < range.tot; ) {
+      const first = statements.next.get({ na })?.id ?? null;
+      if (first === null || first > range.tot) break;
+      const tot = Math.min(first - 1 + n, range.tot);
+      page(first - 1, tot);
+      na = tot;
       await new Promise((r) => setImmediate(r));
     }
     for (const r of statements.staged.all()) out.set(r.tenantId, { mislukt: r.mislukt, ips: r.ips });
