@@ -723,7 +723,7 @@ export function weeklyQueries(db: Db, seal: RowSeal, config: Pick<Config, "audit
     readLateMark: async () => db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, LATE_KEY)).get()?.value,
     writeLateMark: async (value) => putMeta(db, LATE_KEY, value),
     storedLoginId: async () => storedIdsSqlite(db),
-    auditHeads: async (tenantIds) => auditHeads(db, tenantIds),
+    auditHeads: (tenantIds) => auditHeads(db, tenantIds),
     tenantIds: async () => db.select({ id: tenants.id }).from(tenants).all().map((r) => r.id),
     lateLogins: (range, van) => lateLogins(db, range, van),
     lateAudit: async (tenantId, range, van) => lateAuditStatement(db).all({ tenantId, na: range.na, tot: range.tot, van: van.toISOString() }),
@@ -1030,11 +1030,21 @@ export async function lateLogins(db: Db, range: StoredRange, van: Date, n = PAGE
   }
 }
 
-/** The highest audit seq of each tenant (0 without entries: a new one gets a higher seq whatever retention removed). */
-export function auditHeads(db: Db, tenantIds: readonly number[]): Map<number, number> {
+/**
+ * The highest audit seq of each tenant (0 without entries: a new one gets a higher seq
+ * whatever retention removed), with a turn of the event loop every HEADS_PER_TURN tenants:
+ * an installation of 10,000 tenants would otherwise hold it for the whole lookup.
+ */
+export async function auditHeads(db: Db, tenantIds: readonly number[]): Promise<Map<number, number>> {
   const head = auditHeadStatement(db);
-  return new Map(tenantIds.map((tenantId) => [tenantId, head.get({ tenantId })?.seq ?? 0]));
+  const heads = new Map<number, number>();
+  for (const [i, tenantId] of tenantIds.entries()) {
+    if (i > 0 && i % HEADS_PER_TURN === 0) await new Promise((r) => setImmediate(r));
+    heads.set(tenantId, head.get({ tenantId })?.seq ?? 0);
+  }
+  return heads;
 }
+const HEADS_PER_TURN = 500;
 
 const auditHeadStatement = preparedPerConnection((db) =>
   db
