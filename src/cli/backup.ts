@@ -18,7 +18,7 @@
 // is kept), 69 another backup into the same folder is running (refused at once, nothing
 // written or reported), 73 backup folder not usable, 74 any other I/O error (also less
 // free in the backup folder than the backup needs, checkBackupRoom: on SQLite twice the
-// database's pages in use, on PostgreSQL its size, pg_database_size), 75 backup
+// database's pages in use, on PostgreSQL its tables' data, pg_table_size), 75 backup
 // made but the report to backup-status failed (also when the port is held by another
 // user than the service's: the secret is then not sent, src/cli/listener.ts), 78
 // (PostgreSQL) a DATABASE_URL parameter pg_dump cannot be given.
@@ -54,7 +54,7 @@ const USAGE =
   "  --geen-melding  niets aan backup-status melden\n" +
   "  Exitcode: 0 gelukt, 64 gebruik, 65 kopie niet in orde, 66 geen database, of geen ankerbestand terwijl de database ankers heeft\n" +
   "  (de kopie van de database blijft staan), 69 er loopt al een back-up in --map (niets gedaan, niets gemeld), 73 map onbruikbaar, 74 andere I/O-fout\n" +
-  "  (ook: te weinig vrij in --map: twee keer de database, op PostgreSQL zijn grootte), 75 back-up gemaakt maar melding mislukt\n" +
+  "  (ook: te weinig vrij in --map: twee keer de database, op PostgreSQL de tabelgegevens), 75 back-up gemaakt maar melding mislukt\n" +
   "  (ook als een andere gebruiker dan die van de dienst de poort bezet houdt: CRON_SECRET wordt dan niet verstuurd),\n" +
   "  78 een parameter in DATABASE_URL die niet aan pg_dump door te geven is (PostgreSQL).";
 
