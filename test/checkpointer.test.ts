@@ -254,20 +254,22 @@ test("the checkpoint thread drops none of this process's SQLite locks (closing a
   env = makeTestEnv();
   const tenantId = addTenant(env.store);
   const seen: CheckpointResult[] = [];
-  const checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, limits: { ...WAL_LIMITS, trickleWaitMs: 20 }, onCheckpoint: (r) => seen.push(r) });
   // Another connection of this process reads: it holds a read lock in the -shm file.
   const reader = new Database(env.store.path, { readonly: true });
+  const locks = () => {
+    const inodes = [env.store.path, env.store.path + "-shm"].map((f) => statSync(f).ino);
+    return readFileSync("/proc/locks", "utf8")
+      .split("\n")
+      .filter((l) => l.includes(` ${process.pid} `) && inodes.some((ino) => l.includes(`:${ino} `))).length;
+  };
+  let checkpointer: ReturnType<typeof startCheckpointer> | undefined;
   try {
     reader.run("BEGIN");
     reader.query("SELECT count(*) FROM login_attempts").get();
-    const locks = () => {
-      const inodes = [env.store.path, env.store.path + "-shm"].map((f) => statSync(f).ino);
-      return readFileSync("/proc/locks", "utf8")
-        .split("\n")
-        .filter((l) => l.includes(` ${process.pid} `) && inodes.some((ino) => l.includes(`:${ino} `))).length;
-    };
+    // The service's and the reader's locks, counted while no thread runs: the thread's own come and go with its ticks.
     const before = locks();
     expect(before).toBeGreaterThan(0);
+    checkpointer = startCheckpointer(env.store.sqlite, env.store.path, { intervalMs: 5, limits: { ...WAL_LIMITS, trickleWaitMs: 20 }, onCheckpoint: (r) => seen.push(r) });
     // Trickles and a burst: the thread probes the WAL and checkpoints, many ticks.
     for (let i = 0; i < 5; i++) {
       const from = seen.length;
@@ -275,11 +277,14 @@ test("the checkpoint thread drops none of this process's SQLite locks (closing a
       else env.store.sqlite.query("INSERT INTO login_attempts (tijdstip, account, ip, gelukt, tenant_id) VALUES (?, 'a', '192.0.2.1', 0, ?)").run(`2026-01-03T00:00:0${i}.000Z`, tenantId);
       await until(`checkpoint ${i}`, () => seen.length > from);
     }
+    // Its connection closed, the thread holds nothing: the others' locks must all be there still.
+    await checkpointer.stop();
+    checkpointer = undefined;
     expect(locks()).toBe(before);
     reader.run("COMMIT");
   } finally {
     reader.close();
-    await checkpointer.stop();
+    await checkpointer?.stop();
   }
 });
 
