@@ -321,6 +321,15 @@ describe("SIGKILL in the middle of a job, again and again, then a rerun", () => 
     }
     await probe.close();
     await inspect(db, async (h) => {
+      // A COMMIT that reached the WAL but not its index when the kill came is seen only once
+      // every connection has closed and the next one rebuilds the index from the WAL (the
+      // probe stayed open through the rounds): the last run's end can appear only now. The
+      // run then did finish, every old entry gone, as a run that answered.
+      const last = await lastRun(h.db, "audit-retentie");
+      if (!finished && last.uitkomst === "ok") {
+        expect(await deletedEntriesOn(h.db)).toBe(TENANTS * OLD_PER_TENANT);
+        finished = true;
+      }
       const runs = await h.db.all("SELECT uitkomst, count(*) AS n FROM job_runs WHERE job = 'audit-retentie' GROUP BY uitkomst ORDER BY uitkomst");
       const interrupted = finished ? rounds - 1 : rounds;
       expect(runs).toEqual([...(interrupted > 0 ? [{ uitkomst: "bezig", n: interrupted }] : []), ...(finished ? [{ uitkomst: "ok", n: 1 }] : [])]);
