@@ -135,8 +135,7 @@ export function secretValues(
     config.auditAnkerSleutel,
     // Short ones would show themselves by where they were cut out of every text ("mail",
     // "1234"): scrubSecrets removes any password from a URL by its place instead.
-    ...urlPasswords(config.smtpUrl ?? "").filter((p) => p.length >= MIN_LISTED_URL_PASSWORD),
-    ...urlPasswords(config.databaseUrl ?? "").filter((p) => p.length >= MIN_LISTED_URL_PASSWORD),
+    ...[config.smtpUrl, config.databaseUrl].flatMap((url) => urlPasswords(url ?? "")).filter((p) => p.length >= MIN_LISTED_URL_PASSWORD),
   ].filter((s) => s.length > 0);
 }
 

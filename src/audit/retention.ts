@@ -85,7 +85,13 @@ export function gapAfter(lockMs: number): number {
 export function jobRetentionOptions(deps: Pick<Deps, "checkpointNow" | "writeApi">, o: RetentionOptions): RetentionOptions {
   const appWriting = o.appWriting ?? (() => deps.writeApi?.recent() ?? false);
   const checkpoint = deps.checkpointNow;
-  const afterCommit = o.afterCommit ?? (checkpoint === undefined ? undefined : ({ othersWrote }: AfterCommit) => (appWriting() && !othersWrote ? undefined : checkpoint()));
+  const afterCommit =
+    o.afterCommit ??
+    (checkpoint === undefined
+      ? undefined
+      : ({ othersWrote }: AfterCommit) => {
+          if (othersWrote || !appWriting()) checkpoint();
+        });
   return { ...o, afterCommit, appWriting };
 }
 

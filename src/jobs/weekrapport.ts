@@ -146,8 +146,9 @@ export async function runWeekrapport(deps: Deps, now: Date, stopping: () => bool
     else byTenant.set(r.tenantId, [r]);
   }
 
-  // What this week counts as late (stored since the previous week's mark, dated before
-  // `van`): fixed at the week's first run, so every rerun of the week shows the same.
+  // What this week counts as late (stored since the previous week's first run, dated before
+  // the end of the week it reported): fixed at the week's first run, so every rerun of the
+  // week shows the same (LateMark).
   const mark = await lateMarkOf(q, week, tot);
 
   let verstuurd = 0;

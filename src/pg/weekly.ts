@@ -210,12 +210,12 @@ export async function tenantWeekStatsPg(
 }
 
 /**
- * The highest audit seq of each tenant (auditHeads), one statement. Sound under concurrent
+ * The highest audit seq of every tenant (auditHeads), one statement. Sound under concurrent
  * appends: a tenant's seq is taken under its chain lock, held until the append commits, so
  * every seq of it not yet committed is above the highest one visible here.
  */
-export async function auditHeadsPg(store: PgStore, tenantIds: readonly number[]): Promise<Map<number, number>> {
-  const rows = (await store.sql`SELECT t, (SELECT max(seq) FROM audit_entries WHERE tenant_id = t) AS seq FROM unnest(${[...tenantIds]}::int[]) AS t`) as { t: number; seq: string | null }[];
+export async function auditHeadsPg(store: PgStore): Promise<Map<number, number>> {
+  const rows = (await store.sql`SELECT t.id AS t, (SELECT max(seq) FROM audit_entries WHERE tenant_id = t.id) AS seq FROM tenants t`) as { t: number; seq: string | null }[];
   return new Map(rows.map((r) => [Number(r.t), r.seq === null ? 0 : Number(r.seq)]));
 }
 
@@ -270,8 +270,7 @@ export function weeklyQueriesPg(store: PgStore, seal: RowSeal, config: Pick<Conf
     readLateMark: async () => (await db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, LATE_KEY)))[0]?.value,
     writeLateMark: (value) => putMetaPg(db, LATE_KEY, value),
     storedLoginId: () => storedLoginIdsPg(store),
-    auditHeads: (tenantIds) => auditHeadsPg(store, tenantIds),
-    tenantIds: async () => (await db.select({ id: tenants.id }).from(tenants)).map((r) => r.id),
+    auditHeads: () => auditHeadsPg(store),
     lateLogins: (range, van) => lateLoginsPg(db, range, van),
     lateAudit: (tenantId, range, van) => lateAuditQueryPg(db, tenantId, range, van),
   };

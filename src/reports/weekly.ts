@@ -694,10 +694,8 @@ export interface WeeklyQueries {
   writeLateMark(value: string): Promise<void>;
   /** The highest login attempt id, every one up to it committed; null when that cannot be told now (PostgreSQL: a batch holds LOCK_LOGIN_IDS). */
   storedLoginId(): Promise<number | null>;
-  /** The highest audit seq of each of these tenants (0 without entries). */
-  auditHeads(tenantIds: readonly number[]): Promise<Map<number, number>>;
-  /** Every tenant's id, reported or not (the late mark keeps each one's seq). */
-  tenantIds(): Promise<number[]>;
+  /** The highest audit seq of every tenant, reported or not (0 without entries): the late mark keeps each one's. */
+  auditHeads(): Promise<Map<number, number>>;
   /** Every tenant's late failed logins (lateRule.logins), keyed by tenant; a tenant without is absent. */
   lateLogins(range: StoredRange, van: Date): Promise<Map<number, LateLogins>>;
   /** A tenant's late audit entries by action (lateRule.audit), rows as the week's action statement's. */
@@ -723,8 +721,7 @@ export function weeklyQueries(db: Db, seal: RowSeal, config: Pick<Config, "audit
     readLateMark: async () => db.select({ value: serviceMeta.value }).from(serviceMeta).where(eq(serviceMeta.key, LATE_KEY)).get()?.value,
     writeLateMark: async (value) => putMeta(db, LATE_KEY, value),
     storedLoginId: async () => storedIdsSqlite(db),
-    auditHeads: (tenantIds) => auditHeads(db, tenantIds),
-    tenantIds: async () => db.select({ id: tenants.id }).from(tenants).all().map((r) => r.id),
+    auditHeads: () => auditHeads(db),
     lateLogins: (range, van) => lateLogins(db, range, van),
     lateAudit: async (tenantId, range, van) => lateAuditStatement(db).all({ tenantId, na: range.na, tot: range.tot, van: van.toISOString() }),
   };
@@ -922,7 +919,7 @@ export function tenantLateOf(audit: TenantWeekStats["audit"], inlog: LateLogins 
 export async function lateMarkOf(q: WeeklyQueries, week: string, eind: Date): Promise<LateMark> {
   const stored = parseLateMark(await q.readLateMark());
   if (stored !== null && stored.week === week) return stored;
-  const mark = nextLateMark(week, eind, stored, { inlog: await q.storedLoginId(), audit: await q.auditHeads(await q.tenantIds()) });
+  const mark = nextLateMark(week, eind, stored, { inlog: await q.storedLoginId(), audit: await q.auditHeads() });
   // A mark of a later week: written while the clock was ahead. Replaced (its ranges go on),
   // with nothing late this week: its end would call rows of their own weeks late.
   if (stored !== null && stored.week > week) {
@@ -1031,11 +1028,12 @@ export async function lateLogins(db: Db, range: StoredRange, van: Date, n = PAGE
 }
 
 /**
- * The highest audit seq of each tenant (0 without entries: a new one gets a higher seq
+ * The highest audit seq of every tenant (0 without entries: a new one gets a higher seq
  * whatever retention removed), with a turn of the event loop every HEADS_PER_TURN tenants:
  * an installation of 10,000 tenants would otherwise hold it for the whole lookup.
  */
-export async function auditHeads(db: Db, tenantIds: readonly number[]): Promise<Map<number, number>> {
+export async function auditHeads(db: Db): Promise<Map<number, number>> {
+  const tenantIds = db.select({ id: tenants.id }).from(tenants).all().map((r) => r.id);
   const head = auditHeadStatement(db);
   const heads = new Map<number, number>();
   for (const [i, tenantId] of tenantIds.entries()) {
