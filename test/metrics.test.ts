@@ -591,7 +591,7 @@ describe("cost", () => {
         seen.push(q);
         return query(q);
       }) as typeof query;
-      collect();
+      await collect();
       (sqlite as { prepare: typeof prepare }).prepare = prepare;
       (sqlite as { query: typeof query }).query = query;
 

@@ -108,7 +108,7 @@ async function backupWithHistory(days: number, real: number, now: Date): Promise
   env = await makeEnv({ APP_SECRET });
   dir = mkdtempSync(join(tmpdir(), "nachtwacht-backups-"));
   await restartService(env, env.config, new Date(real)); // the marker zegelsleutel, as the service's start writes it
-  fill(await addTenant(env.db, "Gemeente Delft"), 3, "eerst");
+  await fill(await addTenant(env.db, "Gemeente Delft"), 3, "eerst");
   expect((await job("audit-anker")).status).toBe(200);
   const ext = env.store.kind === "sqlite" ? "db.gz" : "pgdump";
   for (let i = 1; i <= days; i++) {
