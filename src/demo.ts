@@ -49,22 +49,22 @@ try {
   process.stderr.write(`nachtwacht: cannot start: ${message}\n`);
   process.exit(2);
 }
-const secretLine = generated ? config.cronSecret : "(the CRON_SECRET from your environment)";
-const appSecretLine = appGenerated ? config.appSecret : "(the APP_SECRET from your environment)";
+const secretLine = generated ? config.cronSecret : "(de CRON_SECRET uit je omgeving)";
+const appSecretLine = appGenerated ? config.appSecret : "(de APP_SECRET uit je omgeving)";
 process.stdout.write(`
-  nachtwacht demo is running on ${config.databasePath}
+  nachtwacht-demo draait op ${config.databasePath}
 
-  Swagger UI:  ${url}/docs
-  Public key (audit checkpoints): ${parseSignerKey(config.auditAnkerSleutel).verifierKey}
-  Health:      ${url}/health
-  Secrets for this demo run (new every start):
-    jobs (CRON_SECRET):       ${secretLine}
-    write API (APP_SECRET):   ${appSecretLine}
+  Swagger UI: ${url}/docs
+  Publieke sleutel (audit-checkpoints): ${parseSignerKey(config.auditAnkerSleutel).verifierKey}
+  Gezondheid: ${url}/health
+  Geheimen van deze demo-run (bij elke start nieuw):
+    taken (CRON_SECRET):      ${secretLine}
+    schrijf-API (APP_SECRET): ${appSecretLine}
 
-  Try a job (the header goes through stdin, so the secret is not on curl's command line):
+  Start een taak (de header gaat via stdin, zodat het geheim niet op de opdrachtregel van curl staat):
     printf 'Authorization: Bearer %s' '${secretLine}' | curl -sS -H @- -X POST ${url}/api/cron/audit-verificatie
 
-  Write an audit entry for tenant 1 (docs/integration.md):
+  Schrijf een auditregel voor tenant 1 (docs/integration.md):
     printf 'Authorization: Bearer %s' '${appSecretLine}' | curl -sS -H @- ${url}/api/audit \\
       -d '{"entries":[{"tenantId":1,"actor":"demo","action":"demo.geprobeerd","subject":"","sleutel":"demo-1"}]}'
 

@@ -48,6 +48,11 @@ async function noOptions(name: string): Promise<boolean> {
 
 try {
   if (command === "help" || command === "--help" || command === "-h") {
+    // As every command: a stray argument is refused (2), not passed over.
+    if (rest.length > 0) {
+      err(`nachtwacht ${command} neemt geen argument ${JSON.stringify(rest[0])}\ngebruik: nachtwacht help`);
+      process.exit(2);
+    }
     out(USAGE);
     process.exit(0);
   } else if (command !== undefined && AUDIT_COMMANDS.has(command)) {

@@ -36,6 +36,15 @@ describe("nachtwacht <command> --help", () => {
     });
   }
 
+  test("help with anything after it: exit 2 naming it, no usage on stdout", async () => {
+    for (const args of [["help", "extra"], ["--help", "--nope"], ["-h", "verify"]]) {
+      const r = await run(args);
+      expect(r.code).toBe(2);
+      expect(r.err).toContain(`neemt geen argument ${JSON.stringify(args[1])}`);
+      expect(r.out).toBe("");
+    }
+  });
+
   test("an unknown command: exit 2 with the list of commands on stderr", async () => {
     const r = await run(["vernietig"]);
     expect(r.code).toBe(2);
@@ -209,7 +218,7 @@ describe("nachtwacht crontab and demo", () => {
       // The banner is written right after the server listens; wait for its last line.
       for (let i = 0; i < 200 && !printed.includes(`"sleutel":"demo-1"}]}'`); i++) await Bun.sleep(25);
       const lines = printed.split("\n");
-      const at = lines.findIndex((l) => l.includes("Write an audit entry"));
+      const at = lines.findIndex((l) => l.includes("Schrijf een auditregel"));
       const command = (lines[at + 1]! + "\n" + lines[at + 2]!).trim();
       const run = Bun.spawnSync(["bash", "-c", command], { stdout: "pipe", stderr: "pipe" });
       expect(run.exitCode).toBe(0);

@@ -50,6 +50,11 @@ test("warns and does nothing without --ja; converts with it; then has nothing to
   const again = await run(["db-convert", "--ja", "--db", path], {});
   expect(again.code).toBe(0);
   expect(again.out).toContain("niet nodig");
+  // Already converted: without --ja it says so (0), not that it would rewrite the file.
+  const dryAgain = await run(["db-convert", "--db", path], {});
+  expect(dryAgain).toMatchObject({ code: 0 });
+  expect(dryAgain.out).toContain("niet nodig: auto_vacuum is al incremental");
+  expect(dryAgain.out).not.toContain("LET OP");
   expect((await run(["db-convert", "--db", join(d.dir, "geen.db"), "--ja"], {})).code).toBe(2);
 });
 

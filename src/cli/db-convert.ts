@@ -45,17 +45,14 @@ export function runDbConvert(argv: string[], env: Record<string, string | undefi
     err(`${path} is leeg (0 bytes): geen nachtwacht-database; geef met --db het databasebestand`);
     return 2;
   }
-  if (!values.ja) {
-    out(`LET OP: dit herschrijft ${path} volledig (VACUUM); schrijvers wachten zolang het duurt.`);
-    out("Stop eerst de service en maak een back-up; voer het dan uit met --ja.");
-    return 2;
-  }
   // Not migrated here: the service's start does that, and seals the rows of the past with the key this command does not hold.
   let version: string | null;
+  let incremental: boolean;
   try {
     const check = new Database(path, { readonly: true, strict: true });
     try {
       version = schemaVersionProblem(check);
+      incremental = (check.query("PRAGMA auto_vacuum").get() as { auto_vacuum: number }).auto_vacuum === 2;
     } finally {
       check.close();
     }
@@ -66,6 +63,16 @@ export function runDbConvert(argv: string[], env: Record<string, string | undefi
   }
   if (version !== null) {
     err(`${version}; niets omgezet`);
+    return 2;
+  }
+  // Said before --ja is asked for: without it, the command says what it would do, and here that is nothing.
+  if (incremental) {
+    out("niet nodig: auto_vacuum is al incremental.");
+    return 0;
+  }
+  if (!values.ja) {
+    out(`LET OP: dit herschrijft ${path} volledig (VACUUM); schrijvers wachten zolang het duurt.`);
+    out("Stop eerst de service en maak een back-up; voer het dan uit met --ja.");
     return 2;
   }
   let store: ReturnType<typeof openStore> | undefined;
