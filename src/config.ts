@@ -66,9 +66,9 @@ export class ConfigError extends Error {
 }
 
 export const SECRET_HINT =
-  "make one with: openssl rand -hex 32  (or: node -e \"console.log(require('crypto').randomBytes(32).toString('hex'))\")";
+  "maak er een met: openssl rand -hex 32  (of: node -e \"console.log(require('crypto').randomBytes(32).toString('hex'))\")";
 
-export const KEY_HINT = "make a key pair with: nachtwacht key  (or: bun run key)";
+export const KEY_HINT = "maak een sleutelpaar met: nachtwacht key  (of: bun run key)";
 
 type Env = Record<string, string | undefined>;
 
@@ -83,18 +83,18 @@ function read(env: Env, name: string): string | undefined {
 function positiveInt(env: Env, name: string, fallback: number, max = 1_000_000): number {
   const v = read(env, name);
   if (v === undefined) return fallback;
-  if (!/^[0-9]+$/.test(v)) throw new ConfigError(name, `must be a positive integer, got ${JSON.stringify(v)}`);
+  if (!/^[0-9]+$/.test(v)) throw new ConfigError(name, `moet een positief geheel getal zijn, niet ${JSON.stringify(v)}`);
   const n = Number(v);
-  if (n < 1 || n > max) throw new ConfigError(name, `must be between 1 and ${max}, got ${v}`);
+  if (n < 1 || n > max) throw new ConfigError(name, `moet tussen 1 en ${max} liggen, niet ${v}`);
   return n;
 }
 
 function wholeNumber(env: Env, name: string, fallback: number, min: number, max: number): number {
   const v = read(env, name);
   if (v === undefined) return fallback;
-  if (!/^[0-9]+$/.test(v)) throw new ConfigError(name, `must be a whole number, got ${JSON.stringify(v)}`);
+  if (!/^[0-9]+$/.test(v)) throw new ConfigError(name, `moet een geheel getal zijn, niet ${JSON.stringify(v)}`);
   const n = Number(v);
-  if (n < min || n > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${v}`);
+  if (n < min || n > max) throw new ConfigError(name, `moet tussen ${min} en ${max} liggen, niet ${v}`);
   return n;
 }
 
@@ -102,7 +102,7 @@ function email(env: Env, name: string): string | undefined {
   const v = read(env, name);
   if (v === undefined) return undefined;
   if (!isEmailAddress(v)) {
-    throw new ConfigError(name, `is not an e-mail address: ${JSON.stringify(v)}`);
+    throw new ConfigError(name, `is geen e-mailadres: ${JSON.stringify(v)}`);
   }
   return v;
 }
@@ -112,7 +112,7 @@ function timeZone(env: Env, name: string, fallback: string): string {
   try {
     new Intl.DateTimeFormat("en-GB", { timeZone: v });
   } catch {
-    throw new ConfigError(name, `is not a known time zone: ${JSON.stringify(v)}`);
+    throw new ConfigError(name, `is geen bekende tijdzone: ${JSON.stringify(v)}`);
   }
   return v;
 }
@@ -149,9 +149,9 @@ function secret(env: Env, name: string): string | undefined {
   const v = env[name];
   if (v === undefined || v === "") return undefined;
   // Never echo the value, not even in these messages.
-  if (v.length < 32) throw new ConfigError(name, `is shorter than 32 characters; ${SECRET_HINT}`);
-  if (v.length > MAX_SECRET_LENGTH) throw new ConfigError(name, `is longer than ${MAX_SECRET_LENGTH} characters; ${SECRET_HINT}`);
-  if (!/^[\x21-\x7e]+$/.test(v)) throw new ConfigError(name, `may contain only printable ASCII without spaces; ${SECRET_HINT}`);
+  if (v.length < 32) throw new ConfigError(name, `is korter dan 32 tekens; ${SECRET_HINT}`);
+  if (v.length > MAX_SECRET_LENGTH) throw new ConfigError(name, `is langer dan ${MAX_SECRET_LENGTH} tekens; ${SECRET_HINT}`);
+  if (!/^[\x21-\x7e]+$/.test(v)) throw new ConfigError(name, `mag alleen afdrukbare ASCII-tekens bevatten, zonder spaties; ${SECRET_HINT}`);
   return v;
 }
 
@@ -163,8 +163,8 @@ function secret(env: Env, name: string): string | undefined {
 function previousSecret(env: Env, name: string, primaryName: string, primary: string | null): string | null {
   const v = secret(env, name) ?? null;
   if (v === null) return null;
-  if (primary === null) throw new ConfigError(name, `is set without ${primaryName}: it is the previous value during a rotation, beside the new one in ${primaryName}; set ${primaryName} or remove ${name}`);
-  if (v === primary) throw new ConfigError(name, `is the same as ${primaryName}: during a rotation ${primaryName} holds the new value and ${name} the old one; after the rotation remove ${name}`);
+  if (primary === null) throw new ConfigError(name, `is gezet zonder ${primaryName}: het is de vorige waarde tijdens een rotatie, naast de nieuwe in ${primaryName}; zet ${primaryName} of verwijder ${name}`);
+  if (v === primary) throw new ConfigError(name, `is gelijk aan ${primaryName}: tijdens een rotatie heeft ${primaryName} de nieuwe waarde en ${name} de oude; verwijder ${name} na de rotatie`);
   return v;
 }
 
@@ -176,7 +176,7 @@ function distinctSecrets(secrets: [name: string, value: string | null][]): void 
   secrets.forEach(([name, value], i) => {
     if (value === null) return;
     const same = secrets.slice(0, i).filter(([, v]) => v === value).map(([n]) => n);
-    if (same.length > 0) throw new ConfigError(name, `must differ from ${same.join(" and ")}: each secret opens only its own endpoints`);
+    if (same.length > 0) throw new ConfigError(name, `moet verschillen van ${same.join(" en ")}: elk geheim opent alleen zijn eigen endpoints`);
   });
 }
 
@@ -190,18 +190,18 @@ function listenHost(env: Env): string {
   const name = /^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
   // A name of digits and dots only would be read as an IPv4 address (256.1.1.1).
   if (isIP(host) !== 0 || (name.test(host) && !/^[0-9.]+$/.test(host))) return host;
-  throw new ConfigError("HOST", `must be an IP address (127.0.0.1, 0.0.0.0, ::1, ::) or a host name, got ${JSON.stringify(host.slice(0, 100))}`);
+  throw new ConfigError("HOST", `moet een IP-adres (127.0.0.1, 0.0.0.0, ::1, ::) of een hostnaam zijn, niet ${JSON.stringify(host.slice(0, 100))}`);
 }
 
 export function parseConfig(env: Env): Config {
   const cronSecret = secret(env, "CRON_SECRET");
-  if (cronSecret === undefined) throw new ConfigError("CRON_SECRET", `is required; ${SECRET_HINT}`);
+  if (cronSecret === undefined) throw new ConfigError("CRON_SECRET", `is verplicht; ${SECRET_HINT}`);
   // Never ignored and never half read: a service that ran on the SQLite file while the
   // operator believed it wrote to PostgreSQL would split the audit log in two.
   const databaseUrl = read(env, "DATABASE_URL") ?? null;
   if (databaseUrl !== null && !(isPostgresUrl(databaseUrl) && URL.canParse(databaseUrl))) {
     // Never echoed: it may carry a password.
-    throw new ConfigError("DATABASE_URL", "must be a PostgreSQL URL (postgres://user@host:5432/database); unset it to serve from the SQLite file (DATABASE_PATH)");
+    throw new ConfigError("DATABASE_URL", "moet een PostgreSQL-URL zijn (postgres://user@host:5432/database); laat DATABASE_URL weg om vanuit het SQLite-bestand (DATABASE_PATH) te draaien");
   }
   if (databaseUrl !== null) {
     // The driver decodes them later, and a bad %-escape would stop the service with a stack trace.
@@ -210,7 +210,7 @@ export function parseConfig(env: Env): Config {
       decodeURIComponent(u.username);
       decodeURIComponent(u.password);
     } catch {
-      throw new ConfigError("DATABASE_URL", "has a user name or password with an invalid %-escape (write % itself as %25)");
+      throw new ConfigError("DATABASE_URL", "heeft een gebruikersnaam of wachtwoord met een ongeldige %-escape (schrijf % zelf als %25)");
     }
   }
   const appSecret = secret(env, "APP_SECRET") ?? null;
@@ -234,7 +234,7 @@ export function parseConfig(env: Env): Config {
       parseSmtpUrl(smtpUrl);
     } catch (e) {
       if (e instanceof SmtpUrlError) throw new ConfigError("SMTP_URL", e.message);
-      throw new ConfigError("SMTP_URL", "could not be read");
+      throw new ConfigError("SMTP_URL", "kon niet worden gelezen");
     }
   }
 
@@ -245,37 +245,37 @@ export function parseConfig(env: Env): Config {
       const u = new URL(sentryDsn);
       ok = (u.protocol === "http:" || u.protocol === "https:") && u.username !== "" && /\/\d+$/.test(u.pathname);
     } catch {}
-    if (!ok) throw new ConfigError("SENTRY_DSN", "is not a DSN (expected https://<key>@<host>/<project-id>)");
+    if (!ok) throw new ConfigError("SENTRY_DSN", "is geen DSN (verwacht: https://<sleutel>@<host>/<project-id>)");
   }
 
   const port = read(env, "PORT");
   let portNumber = 3000;
   if (port !== undefined) {
     if (!/^[0-9]+$/.test(port) || Number(port) > 65535) {
-      throw new ConfigError("PORT", `must be a port number 0-65535, got ${JSON.stringify(port)}`);
+      throw new ConfigError("PORT", `moet een poortnummer 0-65535 zijn, niet ${JSON.stringify(port)}`);
     }
     portNumber = Number(port);
   }
 
   const ankerSleutel = read(env, "AUDIT_ANKER_SLEUTEL");
   if (ankerSleutel === undefined) {
-    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `is required: the Ed25519 key that signs the audit checkpoints; ${KEY_HINT}`);
+    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `is verplicht: de Ed25519-sleutel die de audit-checkpoints ondertekent; ${KEY_HINT}`);
   }
   if (!ankerSleutel.startsWith("PRIVATE+KEY+")) {
     // Never echo the value: it may be an old HMAC secret.
-    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `is not an Ed25519 signing key (PRIVATE+KEY+…); an HMAC key of an earlier version is no longer used; ${KEY_HINT}`);
+    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `is geen Ed25519-ondertekeningssleutel (PRIVATE+KEY+…); een HMAC-sleutel van een eerdere versie wordt niet meer gebruikt; ${KEY_HINT}`);
   }
   try {
     parseSignerKey(ankerSleutel);
   } catch (e) {
-    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `${e instanceof NoteKeyError ? e.message : "is not a valid signing key"}; ${KEY_HINT}`);
+    throw new ConfigError("AUDIT_ANKER_SLEUTEL", `${e instanceof NoteKeyError ? e.message : "is geen geldige ondertekeningssleutel"}; ${KEY_HINT}`);
   }
   const vertrouwd = keyList(read(env, "AUDIT_VERTROUWDE_SLEUTELS"));
   for (const [i, k] of vertrouwd.entries()) {
     try {
       parseVerifierKey(k);
     } catch (e) {
-      throw new ConfigError("AUDIT_VERTROUWDE_SLEUTELS", `key ${i + 1} ${e instanceof NoteKeyError ? e.message : "is not a verifier key"}`);
+      throw new ConfigError("AUDIT_VERTROUWDE_SLEUTELS", `sleutel ${i + 1} ${e instanceof NoteKeyError ? e.message : "is geen publieke sleutel"}`);
     }
   }
 

@@ -46,7 +46,7 @@ try {
   // The same one line as the service's start (src/index.ts), not a stack trace.
   const message = startFailureMessage(e, config);
   if (message === null) throw e;
-  process.stderr.write(`nachtwacht: cannot start: ${message}\n`);
+  process.stderr.write(`nachtwacht: kan niet starten: ${message}\n`);
   process.exit(2);
 }
 const secretLine = generated ? config.cronSecret : "(de CRON_SECRET uit je omgeving)";

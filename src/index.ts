@@ -102,7 +102,7 @@ try {
       config = parseConfig(process.env);
     } catch (e) {
       if (!(e instanceof ConfigError)) throw e;
-      process.stderr.write(`nachtwacht: configuration error: ${e.message}\n`);
+      process.stderr.write(`nachtwacht: configuratiefout: ${e.message}\n`);
       process.exit(2);
     }
     try {
@@ -111,7 +111,7 @@ try {
     } catch (e) {
       const message = startFailureMessage(e, config);
       if (message === null) throw e;
-      process.stderr.write(`nachtwacht: cannot start: ${message}\n`);
+      process.stderr.write(`nachtwacht: kan niet starten: ${message}\n`);
       process.exit(2);
     }
   }

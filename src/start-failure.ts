@@ -13,19 +13,19 @@ export class StartError extends Error {}
 
 /** What a failed listen on HOST:PORT means, by the system's error code. */
 const LISTEN_HINTS: Record<string, string> = {
-  EADDRINUSE: "another process listens there already (a second nachtwacht?); stop it or choose another PORT",
-  EADDRNOTAVAIL: "that address is not one of this host's (HOST)",
-  ENOTFOUND: "HOST is not a name this host can resolve",
-  EAI_AGAIN: "HOST could not be resolved (DNS)",
-  EINVAL: "HOST is not a valid address",
-  EACCES: "a port below 1024 needs privileges the service should not have; choose PORT 1024 or higher",
+  EADDRINUSE: "daar luistert al een ander proces (een tweede nachtwacht?); stop het of kies een andere PORT",
+  EADDRNOTAVAIL: "dat adres hoort niet bij deze host (HOST)",
+  ENOTFOUND: "HOST is geen naam die deze host kan opzoeken",
+  EAI_AGAIN: "HOST kon niet worden opgezocht (DNS)",
+  EINVAL: "HOST is geen geldig adres",
+  EACCES: "een poort onder 1024 vraagt rechten die de service niet hoort te hebben; kies PORT 1024 of hoger",
 };
 
 /** The listen's failure as a StartError naming HOST and PORT, or the error itself when it is not one. */
 export function listenFailure(e: unknown, host: string, port: number): unknown {
   const code = (e as { code?: unknown })?.code;
   if (typeof code !== "string" || !(code in LISTEN_HINTS)) return e;
-  return new StartError(`cannot listen on HOST ${host}, PORT ${port} (${code}): ${LISTEN_HINTS[code]}`);
+  return new StartError(`kan niet luisteren op HOST ${host}, PORT ${port} (${code}): ${LISTEN_HINTS[code]}`);
 }
 
 /** File-system errors that a start meets where it may not write, or where nothing is. */
@@ -46,11 +46,11 @@ export function startFailureMessage(e: unknown, config: Config): string | null {
   // removes the -shm file, and on a full disk the next start fails making it again
   // (SQLITE_IOERR_SHMSIZE), which ended in a stack trace and a restart loop.
   if (/^SQLITE_(CANTOPEN|READONLY|PERM|FULL|IOERR)/.test(code)) {
-    return `DATABASE_PATH: cannot open or write ${config.databasePath} (${code}: ${message}). ${hint(code, dirname(config.databasePath))}`;
+    return `DATABASE_PATH: kan ${config.databasePath} niet openen of schrijven (${code}: ${message}). ${hint(code, dirname(config.databasePath))}`;
   }
   if (!FS_CODES.has(code) || typeof err.path !== "string") return null;
   const setting = config.databaseUrl === null && within(err.path, dirname(config.databasePath)) ? "DATABASE_PATH" : within(err.path, dirname(config.auditAnkerBestand)) ? "AUDIT_ANKER_BESTAND" : null;
-  const what = `cannot write ${err.path} (${code})`;
+  const what = `kan ${err.path} niet schrijven (${code})`;
   return `${setting ? `${setting}: ` : ""}${what}. ${hint(code, dirname(err.path))}`;
 }
 
@@ -60,14 +60,14 @@ const FULL_CODES = /^(SQLITE_FULL|SQLITE_IOERR|ENOSPC|EDQUOT)/;
 /** What the operator should look at for `code` in `dir`: the free space, or whether the service may write there. */
 function hint(code: string, dir: string): string {
   if (!FULL_CODES.test(code)) return writableHint(dir);
-  const io = code.startsWith("SQLITE_IOERR") ? " (else a disk fault: see `journalctl -k`)" : "";
-  return `The disk may be full${io}: see \`df -h ${dir}\`, make room and start again.`;
+  const io = code.startsWith("SQLITE_IOERR") ? " (anders een schijffout: zie `journalctl -k`)" : "";
+  return `De schijf is misschien vol${io}: zie \`df -h ${dir}\`, maak ruimte en start opnieuw.`;
 }
 
 /** Where the service may write under the shipped unit, and how to add a folder. */
 function writableHint(dir: string): string {
   return (
-    `The folder must exist and be writable by the service's user; under ops/nachtwacht.service it may write only /var/lib/nachtwacht: ` +
-    `keep the file there, or add its folder with \`systemctl edit nachtwacht\` ([Service] ReadWritePaths=${dir}).`
+    `De map moet bestaan en schrijfbaar zijn voor de gebruiker van de service; onder ops/nachtwacht.service mag die alleen in /var/lib/nachtwacht schrijven: ` +
+    `zet het bestand daar, of voeg de map toe met \`systemctl edit nachtwacht\` ([Service] ReadWritePaths=${dir}).`
   );
 }

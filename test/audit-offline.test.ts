@@ -97,7 +97,9 @@ describe("nachtwacht verify (public key only)", () => {
     expect(noKey.code).toBe(2);
     expect(noKey.err).toContain("geen publieke sleutel");
     expect((await run(["verify", ...base(), ...dbArgs(missingDatabase())])).code).toBe(2);
-    expect((await run(["verify", ...dbArgs(), "--sleutel", "geen-sleutel"])).code).toBe(2);
+    const malformed = await run(["verify", ...dbArgs(), "--sleutel", "geen-sleutel"]);
+    expect(malformed.code).toBe(2);
+    expect(malformed.err).toContain("controle niet mogelijk: sleutel 1 is geen publieke sleutel van de vorm <naam>+<id>+<sleutel>");
     expect((await run(["verify", "--onbekend"])).code).toBe(2);
     // --db and --database-url together: refused, whichever store the run is on.
     const both = await run(["verify", "--bestand", env.config.auditAnkerBestand, "--sleutel", TEST_VERIFIER_KEY, "--db", env.config.databasePath, "--database-url", "postgres://nw@127.0.0.1:1/geen"]);

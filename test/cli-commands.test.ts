@@ -74,13 +74,15 @@ describe("nachtwacht config check", () => {
     const named = r.out.split("\n").filter((l) => /^[A-Z_]+:/.test(l)).map((l) => l.split(":")[0]);
     expect(named.sort()).toEqual(["AUDIT_ANKER_SLEUTEL", "CRON_SECRET", "PORT", "RAPPORT_TIJDZONE", "SMTP_URL"]);
     expect(r.out).toContain("5 fouten");
+    // What the operator reads is Dutch: none of the English of the earlier messages.
+    expect(r.out + r.err).not.toMatch(/\b(is required|must be|is not|got|shorter than|the)\b/);
     for (const secret of ["kort-geheim", "oude-hmac-sleutel", password]) expect(r.out + r.err).not.toContain(secret);
   });
 
   test("the environment itself when no file is given; a missing signing key is named", async () => {
     const r = await run(["config", "check"], { CRON_SECRET: SECRET });
     expect(r.code).toBe(1);
-    expect(r.out).toContain("AUDIT_ANKER_SLEUTEL: is required");
+    expect(r.out).toContain("AUDIT_ANKER_SLEUTEL: is verplicht");
     expect(r.out).toContain("nachtwacht key");
     const ok = await run(["config", "check"], { CRON_SECRET: SECRET, AUDIT_ANKER_SLEUTEL: TEST_SIGNING_KEY });
     expect(ok.code).toBe(0);
@@ -174,8 +176,8 @@ describe("the binary and its working directory", () => {
     const [code, out] = await Promise.all([p.exited, new Response(p.stdout).text()]);
     // The environment it was given lacks both: .env supplied nothing.
     expect(code).toBe(1);
-    expect(out).toContain("CRON_SECRET: is required");
-    expect(out).toContain("AUDIT_ANKER_SLEUTEL: is required");
+    expect(out).toContain("CRON_SECRET: is verplicht");
+    expect(out).toContain("AUDIT_ANKER_SLEUTEL: is verplicht");
     expect(existsSync(marker)).toBe(false);
   });
 });

@@ -33,7 +33,7 @@ describe("configuration", () => {
     expect(ok().databaseUrl).toBeNull();
     // A bad %-escape in the password: refused here, not a stack trace from the driver at start.
     const bad = failure({ ...REQUIRED, DATABASE_URL: "postgres://nw:geheim%zz@db.example/nachtwacht" });
-    expect(bad.message).toContain("invalid %-escape");
+    expect(bad.message).toContain("ongeldige %-escape");
     expect(bad.message).not.toContain("geheim");
     expect(ok({ DATABASE_URL: "postgres://nw:geheim%25zz@db.example/nachtwacht" }).databaseUrl).toContain("%25");
   });
@@ -171,7 +171,7 @@ describe("configuration", () => {
     expect(ok({ AUDIT_VERTROUWDE_SLEUTELS: ` ${TEST_VERIFIER_KEY},  ` }).auditVertrouwdeSleutels).toEqual([TEST_VERIFIER_KEY]);
     const e = failure({ ...REQUIRED, AUDIT_VERTROUWDE_SLEUTELS: `${TEST_VERIFIER_KEY} nachtwacht.oud/sleutel+00000000+AAAA` });
     expect(e.variable).toBe("AUDIT_VERTROUWDE_SLEUTELS");
-    expect(e.message).toContain("key 2");
+    expect(e.message).toContain("sleutel 2");
     // A signing key there by mistake is refused too: it would publish the private key as "trusted".
     expect(failure({ ...REQUIRED, AUDIT_VERTROUWDE_SLEUTELS: TEST_SIGNING_KEY }).variable).toBe("AUDIT_VERTROUWDE_SLEUTELS");
   });
@@ -230,7 +230,7 @@ describe("configuration", () => {
       const primaryName = name.replace("_VORIG", "");
       const same = failure({ ...REQUIRED, ...primary, [name]: primary[primaryName as keyof typeof primary] });
       expect(same.variable).toBe(name);
-      expect(same.message).toContain(`same as ${primaryName}`);
+      expect(same.message).toContain(`gelijk aan ${primaryName}`);
       expect(same.message).not.toContain(app);
       expect(same.message).not.toContain(metrics);
       const cron = failure({ ...REQUIRED, ...primary, [name]: SECRET });
@@ -239,7 +239,7 @@ describe("configuration", () => {
       expect(cron.message).not.toContain(SECRET);
       const alone = failure({ ...REQUIRED, [name]: appOld });
       expect(alone.variable).toBe(name);
-      expect(alone.message).toContain(`without ${primaryName}`);
+      expect(alone.message).toContain(`zonder ${primaryName}`);
     }
     // Across scopes too: an old app secret must not open /metrics, nor an old metrics secret the write API.
     expect(failure({ ...REQUIRED, APP_SECRET: app, APP_SECRET_VORIG: appOld, METRICS_SECRET: appOld }).variable).toBe("METRICS_SECRET");
@@ -252,8 +252,8 @@ describe("configuration", () => {
     const env = { ...REQUIRED, APP_SECRET: app, APP_SECRET_VORIG: app, METRICS_SECRET_VORIG: "m".repeat(40) };
     expect(runConfigCheck([], env, (s) => lines.push(s), (s) => lines.push(s))).toBe(1);
     const out = lines.join("\n");
-    expect(out).toContain("APP_SECRET_VORIG: is the same as APP_SECRET");
-    expect(out).toContain("METRICS_SECRET_VORIG: is set without METRICS_SECRET");
+    expect(out).toContain("APP_SECRET_VORIG: is gelijk aan APP_SECRET");
+    expect(out).toContain("METRICS_SECRET_VORIG: is gezet zonder METRICS_SECRET");
     for (const v of [app, "m".repeat(40), SECRET]) expect(out).not.toContain(v);
     lines.length = 0;
     expect(runConfigCheck([], { ...REQUIRED, APP_SECRET: app, APP_SECRET_VORIG: "o".repeat(40) }, (s) => lines.push(s), (s) => lines.push(s))).toBe(0);
@@ -271,14 +271,14 @@ describe("configuration", () => {
     };
     expect(runConfigCheck([], env, (s) => lines.push(s), (s) => lines.push(s))).toBe(1);
     const out = lines.join("\n");
-    expect(out).toContain("APP_SECRET: is shorter than 32 characters");
-    expect(out).toContain("METRICS_SECRET: is shorter than 32 characters");
+    expect(out).toContain("APP_SECRET: is korter dan 32 tekens");
+    expect(out).toContain("METRICS_SECRET: is korter dan 32 tekens");
     expect(out).not.toContain("_VORIG");
     expect(out).toContain("2 fouten in de omgeving");
     // A _VORIG with its own fault is still named beside its invalid primary.
     lines.length = 0;
     expect(runConfigCheck([], { ...env, APP_SECRET_VORIG: "kort-oud-geheim" }, (s) => lines.push(s), (s) => lines.push(s))).toBe(1);
-    expect(lines.join("\n")).toContain("APP_SECRET_VORIG: is shorter than 32 characters");
+    expect(lines.join("\n")).toContain("APP_SECRET_VORIG: is korter dan 32 tekens");
   });
 
   test("the passwords of SMTP_URL and DATABASE_URL are secret values as written and as decoded, in the user info and in the query string", () => {

@@ -285,7 +285,7 @@ describe("migrate-to", () => {
       failure = e;
     }
     expect(failure).toBeInstanceOf(UnprovedCopy);
-    expect(startFailureMessage(failure, env!.config)).toContain("DATABASE_URL holds a copy made by nachtwacht migrate-to that was never proved");
+    expect(startFailureMessage(failure, env!.config)).toContain("DATABASE_URL bevat een kopie van nachtwacht migrate-to die nooit is bewezen");
     expect(await meta()).toEqual(metaBefore);
     expect(Number((await pg`SELECT count(*) AS n FROM audit_entries`)[0].n)).toBe(before);
     for (const args of [

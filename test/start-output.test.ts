@@ -85,7 +85,7 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     const second = await failedStart({ ...(await database(other.env)), HOST: "127.0.0.1", PORT: port });
     expect({ code: second.code, err: second.err }).toEqual({
       code: 2,
-      err: `nachtwacht: cannot start: cannot listen on HOST 127.0.0.1, PORT ${port} (EADDRINUSE): another process listens there already (a second nachtwacht?); stop it or choose another PORT\n`,
+      err: `nachtwacht: kan niet starten: kan niet luisteren op HOST 127.0.0.1, PORT ${port} (EADDRINUSE): daar luistert al een ander proces (een tweede nachtwacht?); stop het of kies een andere PORT\n`,
     });
     for (let i = 0; i < 5; i++) expect((await fetch(`${first.url}/health`)).status).toBe(200);
   });
@@ -94,7 +94,7 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     const db = testDatabase(cleanups, NOW, () => {});
     const r = await failedStart({ ...(await database(db.env)), HOST: "192.0.2.55", PORT: String(freePort()) });
     expect(r.code).toBe(2);
-    expect(r.err).toMatch(/^nachtwacht: cannot start: cannot listen on HOST 192\.0\.2\.55, PORT \d+ \(EADDRNOTAVAIL\): that address is not one of this host's \(HOST\)\n$/);
+    expect(r.err).toMatch(/^nachtwacht: kan niet starten: kan niet luisteren op HOST 192\.0\.2\.55, PORT \d+ \(EADDRNOTAVAIL\): dat adres hoort niet bij deze host \(HOST\)\n$/);
   });
 
   test("an anchor file in a folder the service may not write (as under the unit's ProtectSystem): the setting, the path, and ReadWritePaths", async () => {
@@ -102,7 +102,7 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     const ro = readOnlyFolder(db.dir);
     const r = await failedStart({ ...(await database(db.env)), AUDIT_ANKER_BESTAND: join(ro, "audit-ankers.jsonl"), PORT: String(freePort()) });
     expect(r.code).toBe(2);
-    expect(r.err).toStartWith(`nachtwacht: cannot start: AUDIT_ANKER_BESTAND: cannot write ${join(ro, "zegels-sinds")} (EROFS). `);
+    expect(r.err).toStartWith(`nachtwacht: kan niet starten: AUDIT_ANKER_BESTAND: kan ${join(ro, "zegels-sinds")} niet schrijven (EROFS). `);
     expect(r.err).toContain(`ReadWritePaths=${ro}`);
     expect(r.err.trim().split("\n")).toHaveLength(1);
   });
@@ -114,7 +114,7 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     writeFileSync(marker, `${nieuw.verifierKey}\n`);
     const r = await failedStart({ ...(await database(db.env)), PORT: String(freePort()) });
     expect(r.code).toBe(2);
-    expect(r.err).toStartWith(`nachtwacht: cannot start: ${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${nieuw.verifierKey}; `);
+    expect(r.err).toStartWith(`nachtwacht: kan niet starten: ${marker} zegt dat de rijen van deze installatie zijn verzegeld met ${nieuw.verifierKey}; `);
     expect(r.err.trim().split("\n")).toHaveLength(1);
     expect(readFileSync(marker, "utf8")).toBe(`${nieuw.verifierKey}\n`);
   });
@@ -124,7 +124,7 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     const ro = readOnlyFolder(db.dir);
     const r = await failedStart({ ...db.env, DATABASE_PATH: join(ro, "nachtwacht.db"), PORT: String(freePort()) });
     expect(r.code).toBe(2);
-    expect(r.err).toStartWith(`nachtwacht: cannot start: DATABASE_PATH: cannot open or write ${join(ro, "nachtwacht.db")} (SQLITE_CANTOPEN`);
+    expect(r.err).toStartWith(`nachtwacht: kan niet starten: DATABASE_PATH: kan ${join(ro, "nachtwacht.db")} niet openen of schrijven (SQLITE_CANTOPEN`);
     expect(r.err).toContain(`ReadWritePaths=${ro}`);
     expect(r.err.trim().split("\n")).toHaveLength(1);
   });
@@ -141,7 +141,7 @@ describe("a start that cannot succeed: exit 2 and one line that says why, no sta
     fillUntilFree(fs.dir, 0);
     const r = await failedStart({ ...env, PORT: String(freePort()) });
     expect(r.code).toBe(2);
-    expect(r.err).toStartWith(`nachtwacht: cannot start: DATABASE_PATH: cannot open or write ${join(fs.dir, "nachtwacht.db")} (SQLITE_IOERR`);
+    expect(r.err).toStartWith(`nachtwacht: kan niet starten: DATABASE_PATH: kan ${join(fs.dir, "nachtwacht.db")} niet openen of schrijven (SQLITE_IOERR`);
     expect(r.err).toContain(`df -h ${fs.dir}`);
     expect(r.err.trim().split("\n")).toHaveLength(1);
   });

@@ -94,19 +94,19 @@ function chop(s: string, n: number): string[] {
 export function parseSignerKey(skey: string): Signer {
   const parts = chop(skey, 5);
   if (parts.length !== 5 || parts[0] !== "PRIVATE" || parts[1] !== "KEY") {
-    throw new NoteKeyError("is not a signing key of the form PRIVATE+KEY+<naam>+<id>+<sleutel>");
+    throw new NoteKeyError("is geen ondertekeningssleutel van de vorm PRIVATE+KEY+<naam>+<id>+<sleutel>");
   }
   const [, , name, idHex, b64] = parts as [string, string, string, string, string];
-  if (!isValidKeyName(name)) throw new NoteKeyError("has an invalid key name");
+  if (!isValidKeyName(name)) throw new NoteKeyError("heeft een ongeldige sleutelnaam");
   const raw = decodeBase64(b64);
   const givenId = parseKeyId(idHex);
   if (givenId === null || !raw || raw.length !== 33 || raw[0] !== ALG_ED25519) {
-    throw new NoteKeyError("is not a valid Ed25519 signing key");
+    throw new NoteKeyError("is geen geldige Ed25519-ondertekeningssleutel");
   }
   const priv = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519, raw.subarray(1)]), format: "der", type: "pkcs8" });
   const pub = rawPublicKey(createPublicKey(priv));
   const id = keyId(name, pub);
-  if (id !== givenId) throw new NoteKeyError("has a key ID that does not match its key");
+  if (id !== givenId) throw new NoteKeyError("heeft een sleutel-ID dat niet bij de sleutel past");
   return { name, keyId: id, verifierKey: verifierKeyString(name, pub), sign: (text) => new Uint8Array(sign(null, Buffer.from(text, "utf8"), priv)) };
 }
 
@@ -118,24 +118,24 @@ export function parseSignerKey(skey: string): Signer {
  */
 export function parseVerifierKey(vkey: string): Verifier {
   const parts = chop(vkey, 3);
-  if (parts.length !== 3) throw new NoteKeyError("is not a verifier key of the form <naam>+<id>+<sleutel>");
+  if (parts.length !== 3) throw new NoteKeyError("is geen publieke sleutel van de vorm <naam>+<id>+<sleutel>");
   const [name, idHex, b64] = parts as [string, string, string];
-  if (!isValidKeyName(name)) throw new NoteKeyError("has an invalid key name");
+  if (!isValidKeyName(name)) throw new NoteKeyError("heeft een ongeldige sleutelnaam");
   const raw = decodeBase64(b64);
   const givenId = parseKeyId(idHex);
   if (givenId === null || !raw || raw.length !== 33 || raw[0] !== ALG_ED25519) {
-    throw new NoteKeyError("is not a valid Ed25519 verifier key");
+    throw new NoteKeyError("is geen geldige publieke Ed25519-sleutel");
   }
   const pubBytes = new Uint8Array(raw.subarray(1));
   const id = keyId(name, pubBytes);
-  if (id !== givenId) throw new NoteKeyError("has a key ID that does not match its key");
+  if (id !== givenId) throw new NoteKeyError("heeft een sleutel-ID dat niet bij de sleutel past");
   const pub = createPublicKey({ key: Buffer.concat([SPKI_ED25519, pubBytes]), format: "der", type: "spki" });
   return { name, keyId: id, verifierKey: verifierKeyString(name, pubBytes), verify: (text, sig) => sig.length === 64 && verify(null, Buffer.from(text, "utf8"), pub, sig) };
 }
 
 /** A new key pair in note format. */
 export function generateKeyPair(name: string): { signerKey: string; verifierKey: string } {
-  if (!isValidKeyName(name)) throw new NoteKeyError("has an invalid key name");
+  if (!isValidKeyName(name)) throw new NoteKeyError("heeft een ongeldige sleutelnaam");
   const { privateKey, publicKey } = generateKeyPairSync("ed25519");
   const seed = Buffer.from(privateKey.export({ format: "jwk" }).d!, "base64url");
   const pub = rawPublicKey(publicKey);

@@ -543,7 +543,7 @@ export async function runAuditCommand(argv: string[], env: Record<string, string
       return 2;
     }
     if (e instanceof CannotCheck || e instanceof NoteKeyError) {
-      err(`${SIGNING.has(sub) ? `nachtwacht ${sub}: niet mogelijk` : "controle niet mogelijk"}: ${e.message}`);
+      err(`${SIGNING.has(sub) ? `nachtwacht ${sub}: niet mogelijk` : "controle niet mogelijk"}: ${e instanceof NoteKeyError ? `een sleutel ${e.message}` : e.message}`);
       return 2;
     }
     err(`nachtwacht ${sub}: ${e instanceof Error ? e.message : String(e)}`);

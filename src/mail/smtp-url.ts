@@ -23,12 +23,12 @@ export class SmtpUrlError extends Error {
   }
 }
 
-function decodePart(value: string, what: "user name" | "password"): string {
+function decodePart(value: string, what: "de gebruikersnaam" | "het wachtwoord"): string {
   try {
     return decodeURIComponent(value);
   } catch {
     throw new SmtpUrlError(
-      `the ${what} is not valid percent-encoding: every % must start a UTF-8 escape such as %40 for @; write a literal % as %25`,
+      `${what} is geen geldige procentcodering: elke % moet een UTF-8-escape beginnen, zoals %40 voor @; schrijf een letterlijke % als %25`,
     );
   }
 }
@@ -39,22 +39,22 @@ export function parseSmtpUrl(smtpUrl: string): SmtpUrlParts {
     u = new URL(smtpUrl);
   } catch {
     throw new SmtpUrlError(
-      "is not a URL (expected smtp://host:port or smtps://user:pass@host:port; percent-encode @ : / # ? % in user name and password, a port is 1-65535)",
+      "is geen URL (verwacht: smtp://host:port of smtps://user:pass@host:port; codeer @ : / # ? % in gebruikersnaam en wachtwoord als procentcodering, een poort is 1-65535)",
     );
   }
   if (u.protocol !== "smtp:" && u.protocol !== "smtps:") {
-    throw new SmtpUrlError(`must start with smtp:// or smtps://, got ${u.protocol}//`);
+    throw new SmtpUrlError(`moet beginnen met smtp:// of smtps://, niet ${u.protocol}//`);
   }
   const host = u.hostname.replace(/^\[|\]$/g, "");
-  if (!host) throw new SmtpUrlError("has no host");
+  if (!host) throw new SmtpUrlError("heeft geen host");
   // The URL parser already refuses a port above 65535; 0 would reach nodemailer as a port.
   const port = u.port === "" ? undefined : Number(u.port);
   if (port !== undefined && !(Number.isInteger(port) && port >= 1 && port <= 65535)) {
-    throw new SmtpUrlError("has port 0; leave the port out for the default (587 for smtp, 465 for smtps) or give 1-65535");
+    throw new SmtpUrlError("heeft poort 0; laat de poort weg voor de standaard (587 voor smtp, 465 voor smtps) of geef 1-65535");
   }
-  const user = decodePart(u.username, "user name");
-  const pass = decodePart(u.password, "password");
+  const user = decodePart(u.username, "de gebruikersnaam");
+  const pass = decodePart(u.password, "het wachtwoord");
   // Without a user name nodemailer does not authenticate at all: the password would be ignored.
-  if (user === "" && pass !== "") throw new SmtpUrlError("has a password but no user name");
+  if (user === "" && pass !== "") throw new SmtpUrlError("heeft een wachtwoord maar geen gebruikersnaam");
   return { secure: u.protocol === "smtps:", host, ...(port !== undefined ? { port } : {}), user, pass };
 }

@@ -178,10 +178,7 @@ export async function moveState(sql: SQL): Promise<"geen" | "bewezen" | "onbewez
   return keys.has(PROVED_KEY) ? "bewezen" : keys.has(MOVE_BEGUN_KEY) ? "onbewezen" : "geen";
 }
 
-/** What an unproved copy is and what to do with it: for the service's start (its log is English) and the operator's commands (Dutch). */
-export const unprovedCopyMessage = (where: string) =>
-  `${where} holds a copy made by nachtwacht migrate-to that was never proved (the command was stopped, its proof failed, or the SQLite file was written to during the copy): ` +
-  "entries received after the copy may be missing from it. Do not use it: drop that database, create it empty and run migrate-to again with the service stopped";
+/** What an unproved copy is and what to do with it: for the service's start (its one line, src/start-failure.ts) and the operator's commands. */
 export const unprovedCopyMelding = (where: string) =>
   `${where} bevat een kopie van nachtwacht migrate-to die nooit is bewezen (het commando werd gestopt, het bewijs mislukte, of in het SQLite-bestand werd tijdens het kopiëren geschreven): ` +
   "entries van na de kopie kunnen ontbreken. Niet gebruiken: verwijder die database, maak haar leeg opnieuw aan en draai migrate-to opnieuw terwijl de service stilstaat";
@@ -211,7 +208,7 @@ export async function migratePg(sql: SQL, seal?: RowSeal, now: Date = new Date()
     if (move === "onbewezen") {
       await conn`SELECT pg_advisory_unlock(${LOCK_NAMESPACE}, ${LOCK_MIGRATE})`;
       await conn`RESET lock_timeout`;
-      throw new UnprovedCopy(unprovedCopyMessage("DATABASE_URL"));
+      throw new UnprovedCopy(unprovedCopyMelding("DATABASE_URL"));
     }
     const m = migrationsFolder(embeddedMigrations);
     try {
