@@ -24,7 +24,7 @@
 // 2026-07-23, audit-retentie at its default 2555 days deletes roughly a third.
 // weekrapport delivers to bench/smtp-sink.ts (its own process) over SMTP_URL.
 //
-//   bun bench/ingest.ts --db <copy> [--seconds 10] [--jobs audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie]
+//   bun bench/ingest.ts --db <copy> [--seconds 10] [--jobs audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie,db-onderhoud]
 //                       [--tenants-per-batch N] [--also-tenants-per-batch 10,1] [--profile] [--variant checkpoint-thread,cache64]
 //   bun bench/ingest.ts --db <copy> --commit-profile     (where a spread batch's time goes, without the service)
 //   (bench/run.ts L --cases ingest makes the copy, runs this and prints the figures)
@@ -308,7 +308,7 @@ async function drive(): Promise<void> {
 async function driveAll(): Promise<void> {
   const dbPath = arg("db");
   const seconds = Number(arg("seconds", "10"));
-  const jobs = arg("jobs", "audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie").split(",").filter(Boolean);
+  const jobs = arg("jobs", "audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie,db-onderhoud").split(",").filter(Boolean);
   const profile = process.argv.includes("--profile");
   const variant = arg("variant", "");
   /** Tenants per throughput batch: 0 = every entry from any tenant. */
@@ -552,7 +552,7 @@ async function driveAll(): Promise<void> {
     summary?: unknown;
     /** The job's HTTP request got no answer: the server closed it after this many seconds. */
     closedAfterSeconds?: number;
-    append: Stats & { errors: number; worst: { at: number; ms: number }[] };
+    append: Stats & { errors: number; failures: Record<string, number>; worst: { at: number; ms: number }[] };
     health: Stats & { errors: number; worst: { at: number; ms: number }[] };
     probe: ProbeReport;
   }
@@ -563,23 +563,25 @@ async function driveAll(): Promise<void> {
     const healthMs: { at: number; ms: number }[] = [];
     let appendErrors = 0;
     let healthErrors = 0;
+    // What the failed appends were answered (an HTTP status, or the fetch's error), and how often.
+    const appendFailures: Record<string, number> = {};
     const inFlight = new Set<Promise<void>>();
-    const fire = (send: () => Promise<number>, into: { at: number; ms: number }[], fail: () => void) => {
+    const fire = (send: () => Promise<number>, into: { at: number; ms: number }[], fail: (why: string) => void) => {
       const at = Date.now();
       const s = performance.now();
       const p = send().then(
         (status) => {
           into.push({ at, ms: performance.now() - s });
-          if (status !== 200) fail();
+          if (status !== 200) fail(String(status));
         },
-        () => fail(),
+        (e) => fail(e instanceof Error ? e.name : String(e)),
       );
       inFlight.add(p);
       void p.finally(() => inFlight.delete(p));
     };
     // Open loop: one of each every 10 ms, on time, answered or not.
     const timer = setInterval(() => {
-      fire(() => appendOne(`load-${label}`), appendMs, () => appendErrors++);
+      fire(() => appendOne(`load-${label}`), appendMs, (why) => (appendErrors++, (appendFailures[why] = (appendFailures[why] ?? 0) + 1)));
       fire(health, healthMs, () => healthErrors++);
     }, PERIOD_MS);
     const w0 = performance.now();
@@ -593,12 +595,12 @@ async function driveAll(): Promise<void> {
       label,
       seconds: +secs.toFixed(2),
       ...r,
-      append: { ...stats(appendMs.map((x) => x.ms)), errors: appendErrors, worst: worst(appendMs) },
+      append: { ...stats(appendMs.map((x) => x.ms)), errors: appendErrors, failures: appendFailures, worst: worst(appendMs) },
       health: { ...stats(healthMs.map((x) => x.ms)), errors: healthErrors, worst: worst(healthMs) },
       probe,
     };
     log(
-      `${label}: ${w.seconds} s${w.status ? ` (HTTP ${w.status})` : ""}; appends p99 ${w.append.p99Ms} max ${w.append.maxMs} ms (${w.append.n}, ${appendErrors} errors); ` +
+      `${label}: ${w.seconds} s${w.status ? ` (HTTP ${w.status})` : ""}; appends p99 ${w.append.p99Ms} max ${w.append.maxMs} ms (${w.append.n}, ${appendErrors} errors${appendErrors > 0 ? ` ${JSON.stringify(appendFailures)}` : ""}); ` +
         `/health max ${w.health.maxMs} ms; event-loop interval max ${probe.maxMs} ms`,
     );
     windows.push(w);
@@ -614,6 +616,7 @@ async function driveAll(): Promise<void> {
     weekrapport: ["verstuurd", "fouten", "overgeslagen", "bezorging"],
     "audit-retentie": ["verwijderd", "grens", "retentieDagen"],
     "beveiligingslog-retentie": ["verwijderd", "grens", "retentieDagen"],
+    "db-onderhoud": ["integriteit", "vacuumStappen", "vrijgemaakt"],
   };
   for (const job of jobs) {
     log(`${job}: started over HTTP, with appends and /health every ${PERIOD_MS} ms`);

@@ -142,6 +142,16 @@ describe("the compiled binary", () => {
     expect(app.output()).not.toContain("ModuleNotFound");
   });
 
+  test("db-onderhoud in the binary: on SQLite its quick_check runs on a worker thread, which the binary must carry", async () => {
+    const r = await post("/api/cron/db-onderhoud");
+    expect(r.status).toBe(200);
+    const body = JSON.parse(r.text) as { ok: boolean; integriteit: unknown };
+    expect(body.ok).toBe(true);
+    // SQLite: "ok" from quick_check; PostgreSQL: amcheck's answer (src/pg/maintenance.ts).
+    expect(DIALECT === "sqlite" ? body.integriteit : typeof body.integriteit).toEqual(DIALECT === "sqlite" ? "ok" : "object");
+    expect(app.output()).not.toContain("ModuleNotFound");
+  });
+
   test("dagrapport renders its e-mail template inside the binary and writes it to the outbox", async () => {
     const r = await post("/api/cron/dagrapport");
     expect(r.status).toBe(200);

@@ -28,6 +28,7 @@ import type { AlarmSink } from "../alarms/alarm.ts";
 import { BUSY_TIMEOUT_MS, excluded, type Db, type Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { log } from "../logger.ts";
+import { optimize, optimizeOnWorker, quickCheck, quickCheckOnWorker } from "../maintenance/whole-file.ts";
 import {
   BACKUP_STATUSES_BEWAAR_DAGEN,
   JOB_RUNS_BEWAAR_DAGEN,
@@ -54,8 +55,6 @@ export const VACUUM_STEP_PAGES = 1000;
 const STEP_PAUSE_MS = 5;
 /** How long the TRUNCATE checkpoint may wait for readers and writers before falling back. */
 const CHECKPOINT_WAIT_MS = 250;
-/** quick_check reports at most this many problems; more add nothing an operator needs. */
-const MAX_PROBLEMS = 100;
 
 export const AutoVacuum = enumOf(["none", "full", "incremental"]);
 export type AutoVacuum = Static<typeof AutoVacuum>;
@@ -129,22 +128,6 @@ export function databaseBytes(path: string): number {
 function pragmaNumber(sqlite: Database, name: string): number {
   const row = sqlite.query(`PRAGMA ${name}`).values()[0];
   return Number(row?.[0] ?? 0);
-}
-
-export function quickCheck(sqlite: Database): "ok" | string[] {
-  try {
-    const rows = sqlite.query(`PRAGMA quick_check(${MAX_PROBLEMS})`).values() as [string][];
-    if (rows.length === 1 && rows[0]![0] === "ok") return "ok";
-    // SQLite may put several findings in one row, one per line.
-    return rows
-      .flatMap((r) => String(r[0]).split("\n"))
-      .filter((l) => l.trim() !== "")
-      .slice(0, MAX_PROBLEMS)
-      .map((l) => l.slice(0, 500));
-  } catch (e) {
-    // A damaged header or schema page makes the check itself fail: that is a finding too.
-    return [`quick_check kon niet worden uitgevoerd: ${e instanceof Error ? e.message : String(e)}`];
-  }
 }
 
 function checkpoint(sqlite: Database): Checkpoint {
@@ -309,7 +292,9 @@ async function maintainSqlite(store: Store, seal: RowSeal, alarms: AlarmSink, no
   const autoVacuum = autoVacuumOf(sqlite);
   const omzetting = pendingConversion(autoVacuum, vrijePaginasVoor, paginaGrootte);
 
-  const integriteit = quickCheck(sqlite);
+  // On a worker thread: it reads the whole file (src/maintenance/whole-file.ts).
+  const onWorker = path !== ":memory:";
+  const integriteit = onWorker ? await quickCheckOnWorker(path) : quickCheck(sqlite);
   if (integriteit !== "ok") {
     // Moving pages around in a damaged file can make it worse: report and stop.
     const body: DbOnderhoudBody = {
@@ -334,8 +319,9 @@ async function maintainSqlite(store: Store, seal: RowSeal, alarms: AlarmSink, no
   // The own history tables, before the vacuum so that the pages they free are given back too.
   const opgeschoond = await pruneOwnTables(store, seal, now);
 
-  // Refreshes the planner's statistics where they are stale; bounded by SQLite itself.
-  sqlite.run("PRAGMA optimize");
+  // The planner's statistics where they are stale; on a worker thread too (whole-file.ts).
+  if (onWorker) await optimizeOnWorker(path);
+  else optimize(sqlite);
 
   let vacuumStappen = 0;
   if (omzetting) {
