@@ -1,12 +1,13 @@
 // The steps of db-onderhoud that read the whole file: PRAGMA quick_check (every page; at 5 M
-// audit entries, 3.3 GB, 3–20 s) and PRAGMA optimize, whose ANALYZE counts every row of a
-// table it analyses (0.5–1 s for audit_entries at that size; it analyses only a table never
-// analysed or grown tenfold since). The service runs both on a worker thread with a
-// connection of its own (src/verify-worker.ts): on the service's connection they held the
-// event loop, and with it every request and /health, for as long (bench/ingest.ts
-// --jobs db-onderhoud at L: 4.4 s). The analysis still holds the write lock while it
-// writes its statistics: the application's appends wait for it, without blocking the
-// event loop, on the rare runs that analyse.
+// audit entries, 3.3 GB: about 3 s here, up to 20 s with a cold page cache) and PRAGMA
+// optimize, whose ANALYZE counts every row of a table it analyses (0.5–1 s for
+// audit_entries at that size; it analyses only a table never analysed, or one whose row
+// count grew or shrank many times over since). The service runs both on a worker thread
+// with a connection of its own (src/verify-worker.ts): on the service's connection they
+// held the event loop, and with it every request and /health, for as long (bench/ingest.ts
+// --jobs db-onderhoud at L: 4.4 s). The analysis holds the write lock from start to end
+// (0.7 s there): the application's appends wait for it, without blocking the event loop,
+// on the rare runs that analyse.
 import type { Database } from "bun:sqlite";
 import { onWorkers } from "../worker-pool.ts";
 
