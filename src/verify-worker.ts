@@ -1,8 +1,8 @@
 // A verification worker: opens its own read-only connection (WAL lets readers run
 // beside the writer) and checks the tenants the pool hands it, one at a time: a whole
 // chain (audit-verificatie, verify) or the prefix audit-retentie would delete; or, for
-// db-onderhoud, the whole file (quick_check, and ANALYZE on a writable connection of its
-// own: src/maintenance/whole-file.ts).
+// db-onderhoud, the whole file (quick_check; ANALYZE, the incremental vacuum and the WAL
+// checkpoint on a writable connection of its own: src/maintenance/whole-file.ts).
 // Built into the binary as a second entry point (see package.json "build").
 import { Database } from "bun:sqlite";
 import { parseVerifierKey, type Verifier } from "./audit/note.ts";
@@ -10,7 +10,7 @@ import { verifyTenantChain, type TenantChainResult } from "./audit/verify.ts";
 import type { TenantTask } from "./audit/verify-parallel.ts";
 import { checkPrefixSqlite, prefixCheckMessage, type PrefixCheckMessage, type PrefixTask } from "./audit/retention.ts";
 import { BUSY_TIMEOUT_MS } from "./db.ts";
-import { optimize, quickCheck, type WholeFileTask } from "./maintenance/whole-file.ts";
+import { checkpointTruncate, optimize, quickCheck, vacuumInSteps, type WholeFileTask } from "./maintenance/whole-file.ts";
 
 declare var self: Worker;
 
@@ -28,22 +28,25 @@ self.onmessage = async (e: MessageEvent<{ init: { dbPath: string; verifierKeys: 
     return;
   }
   const task = msg.task;
-  if ("quickCheck" in task || "optimize" in task) {
-    // One task per worker. Its connections are closed before the answer: the job's WAL
-    // checkpoint (TRUNCATE) comes after it and must not meet one of them closing.
+  if ("quickCheck" in task || "optimize" in task || "vacuum" in task || "walCheckpoint" in task) {
+    // One task per worker. Its connections are closed before the answer: the job's next
+    // step may be a TRUNCATE checkpoint, which must not meet one of them closing.
     db!.close();
     db = null;
+    const what = Object.keys(task)[0]!;
     try {
       const conn = new Database(dbPath, { readonly: "quickCheck" in task });
       try {
         conn.run(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
         // quickCheck reports its own failures as findings.
-        self.postMessage({ result: "quickCheck" in task ? quickCheck(conn) : (optimize(conn), null) });
+        const result =
+          "quickCheck" in task ? quickCheck(conn) : "optimize" in task ? (optimize(conn), null) : "vacuum" in task ? await vacuumInSteps(conn) : checkpointTruncate(conn, BUSY_TIMEOUT_MS);
+        self.postMessage({ result });
       } finally {
         conn.close();
       }
     } catch (err) {
-      self.postMessage({ error: `${"quickCheck" in task ? "quick_check" : "PRAGMA optimize"}: ${err instanceof Error ? err.message : String(err)}` });
+      self.postMessage({ error: `${what}: ${err instanceof Error ? err.message : String(err)}` });
     }
     return;
   }

@@ -9,7 +9,10 @@
 // Writers (the host application, other jobs) must never wait long: every step is
 // either a read (quick_check runs on a WAL snapshot and blocks nobody) or a short
 // write transaction — the incremental vacuum works in steps with a pause between
-// them, and the checkpoint waits at most CHECKPOINT_WAIT_MS for the lock.
+// them, and the checkpoint waits at most 250 ms for the lock; the one exception is an
+// analysis by PRAGMA optimize, rare (src/maintenance/whole-file.ts). And the event loop
+// must stay free: the steps that read or rewrite much of the file run on a worker thread
+// with a connection of their own (whole-file.ts), the pruning here in short batches.
 //
 // The weekly job never runs a full VACUUM. An old database without auto-vacuum needs
 // one, once, to become incremental: on a large file that blocks every writer for
@@ -28,7 +31,7 @@ import type { AlarmSink } from "../alarms/alarm.ts";
 import { BUSY_TIMEOUT_MS, excluded, type Db, type Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { log } from "../logger.ts";
-import { optimize, optimizeOnWorker, quickCheck, quickCheckOnWorker } from "../maintenance/whole-file.ts";
+import { checkpointOnWorker, checkpointTruncate, optimize, optimizeOnWorker, quickCheck, quickCheckOnWorker, STEP_PAUSE_MS, vacuumInSteps, vacuumOnWorker } from "../maintenance/whole-file.ts";
 import {
   BACKUP_STATUSES_BEWAAR_DAGEN,
   JOB_RUNS_BEWAAR_DAGEN,
@@ -49,12 +52,6 @@ import { defineJob, type JobResult } from "./job.ts";
 import { integer, nullable, enumOf } from "./schema.ts";
 
 
-/** Pages freed per incremental-vacuum transaction (4 MiB at the default page size). */
-export const VACUUM_STEP_PAGES = 1000;
-/** Pause between steps, so a waiting writer gets the lock in between. */
-const STEP_PAUSE_MS = 5;
-/** How long the TRUNCATE checkpoint may wait for readers and writers before falling back. */
-const CHECKPOINT_WAIT_MS = 250;
 
 export const AutoVacuum = enumOf(["none", "full", "incremental"]);
 export type AutoVacuum = Static<typeof AutoVacuum>;
@@ -128,25 +125,6 @@ export function databaseBytes(path: string): number {
 function pragmaNumber(sqlite: Database, name: string): number {
   const row = sqlite.query(`PRAGMA ${name}`).values()[0];
   return Number(row?.[0] ?? 0);
-}
-
-function checkpoint(sqlite: Database): Checkpoint {
-  // TRUNCATE also empties the -wal file, but it waits for readers and writers;
-  // a short busy timeout bounds how long it may hold up a writer. When busy, a
-  // PASSIVE checkpoint copies what it can without waiting for anyone.
-  sqlite.run(`PRAGMA busy_timeout = ${CHECKPOINT_WAIT_MS}`);
-  let r: { busy: number; log: number; checkpointed: number };
-  let modus: Checkpoint["modus"] = "TRUNCATE";
-  try {
-    r = sqlite.query("PRAGMA wal_checkpoint(TRUNCATE)").get() as typeof r;
-  } finally {
-    sqlite.run(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
-  }
-  if (r.busy !== 0) {
-    modus = "PASSIVE";
-    r = sqlite.query("PRAGMA wal_checkpoint(PASSIVE)").get() as typeof r;
-  }
-  return { modus, busy: r.busy !== 0, logPaginas: r.log, gecheckpoint: r.checkpointed };
 }
 
 function autoVacuumOf(sqlite: Database): AutoVacuum {
@@ -332,21 +310,13 @@ async function maintainSqlite(store: Store, seal: RowSeal, alarms: AlarmSink, no
       vrijTeMaken: omzetting.vrijTeMaken,
     });
   } else if (autoVacuum === "incremental") {
-    // Each PRAGMA is its own short write transaction. The pruning may have freed pages.
-    let free = pragmaNumber(sqlite, "freelist_count");
-    while (free > 0) {
-      sqlite.run(`PRAGMA incremental_vacuum(${VACUUM_STEP_PAGES})`);
-      vacuumStappen++;
-      const left = pragmaNumber(sqlite, "freelist_count");
-      if (left >= free) break; // no progress: never loop forever
-      free = left;
-      if (free > 0) await Bun.sleep(STEP_PAUSE_MS);
-    }
+    // Each step is its own short write transaction. The pruning may have freed pages.
+    vacuumStappen = onWorker ? await vacuumOnWorker(path) : await vacuumInSteps(sqlite);
   }
   // With auto_vacuum FULL, SQLite already gave free pages back at every commit.
 
   // In WAL mode the shrunken file only reaches the disk when the WAL is checkpointed.
-  const cp = checkpoint(sqlite);
+  const cp: Checkpoint = onWorker ? await checkpointOnWorker(path) : checkpointTruncate(sqlite, BUSY_TIMEOUT_MS);
   const grootteNa = databaseBytes(path);
   const body: DbOnderhoudBody = {
     ok: true,
@@ -430,7 +400,7 @@ export function convertToIncrementalAutoVacuum(store: Store, now: Date): Omzetti
       .run();
   }
   // The VACUUM went through the WAL: the file only shrinks once that is checkpointed.
-  const cp = checkpoint(sqlite);
+  const cp = checkpointTruncate(sqlite, BUSY_TIMEOUT_MS);
   const grootteNa = databaseBytes(path);
   log("info", "auto_vacuum conversion done", { database: path, autoVacuum, grootteVoor, grootteNa });
   return {
