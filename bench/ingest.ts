@@ -24,7 +24,9 @@
 // 2026-07-23, audit-retentie at its default 2555 days deletes roughly a third.
 // weekrapport delivers to bench/smtp-sink.ts (its own process) over SMTP_URL.
 //
-//   bun bench/ingest.ts --db <copy> [--seconds 10] [--jobs audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie,db-onderhoud]
+//   bun bench/ingest.ts --db <copy> [--seconds 10] [--jobs audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie,db-onderhoud,audit-anker,dagrapport,beveiligingslog-analyse,taken-controle,backup-controle]
+//                       (every scheduled job by default, db-onderhoud after the retention jobs as at night;
+//                       not backup-status, which the host's backup calls with a report)
 //                       [--tenants-per-batch N] [--also-tenants-per-batch 10,1] [--profile] [--variant checkpoint-thread,cache64]
 //   bun bench/ingest.ts --db <copy> --commit-profile     (where a spread batch's time goes, without the service)
 //   (bench/run.ts L --cases ingest makes the copy, runs this and prints the figures)
@@ -308,7 +310,7 @@ async function drive(): Promise<void> {
 async function driveAll(): Promise<void> {
   const dbPath = arg("db");
   const seconds = Number(arg("seconds", "10"));
-  const jobs = arg("jobs", "audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie,db-onderhoud").split(",").filter(Boolean);
+  const jobs = arg("jobs", "audit-verificatie,weekrapport,audit-retentie,beveiligingslog-retentie,db-onderhoud,audit-anker,dagrapport,beveiligingslog-analyse,taken-controle,backup-controle").split(",").filter(Boolean);
   const profile = process.argv.includes("--profile");
   const variant = arg("variant", "");
   /** Tenants per throughput batch: 0 = every entry from any tenant. */

@@ -11,7 +11,7 @@ import { chainStart, type ChainStart } from "../src/audit/verify.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { chainStartPg, readEntriesPg } from "../src/pg/chain.ts";
 import { anchorFileLines, call, mth, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
-import { addTenant, chainRoot, copyDatabase, fillChain, makeEnv, restoreCopy, type Env } from "./dialect.ts";
+import { addTenant, chainRoot, copyDatabase, fillChain, makeEnv, restoreCopy, sqliteOnly, type Env } from "./dialect.ts";
 
 let env: Env;
 afterEach(() => env?.cleanup());
@@ -74,6 +74,33 @@ async function expectRefused(e: Env, refused: { tenantId: number; seq: number; r
 }
 
 describe("audit-anker", () => {
+  sqliteOnly("the chains are read on a connection of the anchoring's own, never the service's: a walk that gives the event loop turns inside a read transaction of the shared connection would let a request's write start in it", async () => {
+    env = await makeEnv();
+    const a = await addTenant(env.db, "Gemeente Delft");
+    const b = await addTenant(env.db, "Stichting Leiden");
+    await fill(env, a, 30);
+    await fill(env, b, 40);
+    if (env.store.kind !== "sqlite") throw new Error("sqliteOnly");
+    const { sqlite } = env.store;
+    const seen: string[] = [];
+    const query = sqlite.query.bind(sqlite);
+    (sqlite as { query: typeof query }).query = ((q: string) => (seen.push(q), query(q))) as typeof query;
+    let r;
+    try {
+      r = await call(env.app, "/api/cron/audit-anker");
+    } finally {
+      (sqlite as { query: typeof query }).query = query;
+    }
+    expect(r.status).toBe(200);
+    expect(r.json.checkpoints).toEqual([
+      { tenantId: a, grootte: 30, root: await chainRoot(env.db, a) },
+      { tenantId: b, grootte: 40, root: await chainRoot(env.db, b) },
+    ]);
+    // The service's connection wrote the run, and read no entry of a chain.
+    expect(seen.some((q) => q.includes("audit_anchor_log"))).toBe(true);
+    expect(seen.filter((q) => /FROM audit_entries WHERE tenant_id = \? AND seq > \?/.test(q))).toEqual([]);
+  });
+
   test("signs per tenant a checkpoint (origin, newest seq, RFC 6962 root) and one installation checkpoint; the file and the database hold the same lines", async () => {
     env = await makeEnv();
     const a = await addTenant(env.db, "Gemeente Delft");
