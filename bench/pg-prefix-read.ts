@@ -10,10 +10,11 @@
 //              REPEATABLE READ transaction per tenant, each hash made a tree leaf here
 //   rows       the same prefixes as whole rows (what the job's check reads now), not hashed
 //   pipelined  on another fresh copy: per group of 100 tenants, (seq, id, created_at,
-//              prev_hash, hash, whether xmin is newer than the verification) read and leaf-
-//              hashed as above while the group before is deleted in the job's batches
-//              (about 100 ms each), then a CHECKPOINT: such a job's reading and deleting,
-//              without its anchor file, proofs, records or per-tenant queries
+//              prev_hash, hash, whether xmin is newer than the verification) read and
+//              leaf-hashed as above while the group before is deleted by the job's own
+//              batches (deletePlannedPg, about 100 ms each), then a CHECKPOINT: such a
+//              job's reading and deleting, without its anchor file, proofs, records or
+//              per-tenant queries
 //
 //   bun run bench -- L --cases verify   # once, to build the L data
 //   bun bench/pg-prefix-read.ts [--rounds 2]
@@ -22,6 +23,7 @@ import { existsSync } from "node:fs";
 import { parseSignerKey, parseVerifierKey } from "../src/audit/note.ts";
 import { leafHashOfHex } from "../src/audit/merkle.ts";
 import { copyRows, ENTRY_COLUMNS } from "../src/pg/chain.ts";
+import { deletePlannedPg } from "../src/pg/audit-retention.ts";
 import { migrateToPostgres } from "../src/pg/migrate-to.ts";
 import { retentionBoundary } from "../src/time.ts";
 import { startCluster } from "../test/pg.ts";
@@ -117,7 +119,7 @@ try {
     for (let g = 0; g < groups.length; g++) {
       await checking;
       checking = g + 1 < groups.length ? check(groups[g + 1]!) : null;
-      gone += await deleteGroup(db, groups[g]!);
+      gone += await deletePlannedPg(db, groups[g]!.map((p) => ({ tenantId: p.t, from: Number(p.f), seq: Number(p.s), hash: "", record: null })), {});
     }
     await db`CHECKPOINT`;
     const pipelined = performance.now() - t0;
@@ -136,29 +138,4 @@ try {
   await reads.close();
 } finally {
   await cluster.stop();
-}
-
-/** A group's prefixes deleted in batches of one transaction, sized to about 100 ms each, as src/pg/audit-retention.ts deletePlannedPg does. */
-async function deleteGroup(db: SQL, group: readonly Prefix[]): Promise<number> {
-  const next = new Map(group.map((p) => [p.t, Number(p.f)]));
-  let active = group.filter((p) => Number(p.f) <= Number(p.s));
-  let size = 2000;
-  let n = 0;
-  while (active.length > 0) {
-    const per = Math.max(1, Math.floor(size / active.length));
-    const upTo = active.map((p) => Math.min(Number(p.s), next.get(p.t)! + per - 1));
-    const ids = active.map((p) => p.t);
-    const t0 = performance.now();
-    n += await db.begin(async (tx) => {
-      const [{ k }] = (await tx`
-        WITH gone AS (DELETE FROM audit_entries e USING unnest(${ids}::int[], ${upTo}::bigint[]) AS u(t, s) WHERE e.tenant_id = u.t AND e.seq <= u.s RETURNING 1)
-        SELECT count(*)::int AS k FROM gone`) as [{ k: number }];
-      return k;
-    });
-    const ms = performance.now() - t0;
-    active.forEach((p, i) => next.set(p.t, upTo[i]! + 1));
-    active = active.filter((p) => next.get(p.t)! <= Number(p.s));
-    size = Math.max(200, Math.min(50_000, Math.round(size * Math.min(1.5, Math.sqrt(100 / Math.max(ms, 1))))));
-  }
-  return n;
 }

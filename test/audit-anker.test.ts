@@ -10,7 +10,7 @@ import { openNote, parseVerifierKey } from "../src/audit/note.ts";
 import { chainStart, type ChainStart } from "../src/audit/verify.ts";
 import type { AnyStore } from "../src/deps.ts";
 import { chainStartPg, readEntriesPg } from "../src/pg/chain.ts";
-import { anchorFileLines, call, mth, NOW, TEST_VERIFIER_KEY } from "./helpers.ts";
+import { anchorFileLines, call, mth, NOW, statementsDuring, TEST_VERIFIER_KEY } from "./helpers.ts";
 import { addTenant, chainRoot, copyDatabase, fillChain, makeEnv, restoreCopy, sqliteOnly, type Env } from "./dialect.ts";
 
 let env: Env;
@@ -82,15 +82,7 @@ describe("audit-anker", () => {
     await fill(env, b, 40);
     if (env.store.kind !== "sqlite") throw new Error("sqliteOnly");
     const { sqlite } = env.store;
-    const seen: string[] = [];
-    const query = sqlite.query.bind(sqlite);
-    (sqlite as { query: typeof query }).query = ((q: string) => (seen.push(q), query(q))) as typeof query;
-    let r;
-    try {
-      r = await call(env.app, "/api/cron/audit-anker");
-    } finally {
-      (sqlite as { query: typeof query }).query = query;
-    }
+    const { seen, result: r } = await statementsDuring(sqlite, () => call(env.app, "/api/cron/audit-anker"));
     expect(r.status).toBe(200);
     expect(r.json.checkpoints).toEqual([
       { tenantId: a, grootte: 30, root: await chainRoot(env.db, a) },

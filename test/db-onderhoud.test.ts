@@ -11,7 +11,7 @@ import type { PruneOptions } from "../src/maintenance/pruning.ts";
 import { buildDailyReportPg } from "../src/pg/daily.ts";
 import { pruneOwnTablesPg } from "../src/pg/maintenance.ts";
 import { buildDailyReport } from "../src/reports/daily.ts";
-import { call, makeTestEnv, NOW, tempDir, TEST_SEAL, backupZegel, eindzegel, zegel, type TestEnv } from "./helpers.ts";
+import { call, makeTestEnv, NOW, statementsDuring, tempDir, TEST_SEAL, backupZegel, eindzegel, zegel, type TestEnv } from "./helpers.ts";
 import { makeEnv, pgOnly, sqliteOnly, type Env, type TestDb } from "./dialect.ts";
 
 function addLoginAttempts(sqlite: Database, n: number) {
@@ -46,16 +46,7 @@ describe("db-onderhoud", () => {
       addLoginAttempts(sqlite, 20_000);
       // Pages to give back, and rows left to analyse.
       sqlite.run("DELETE FROM login_attempts WHERE id <= 15000");
-      const seen: string[] = [];
-      const record = <F extends (q: string, ...rest: never[]) => unknown>(f: F) => ((q: string, ...rest: never[]) => (seen.push(q), f(q, ...rest))) as F;
-      const original = { query: sqlite.query, prepare: sqlite.prepare, run: sqlite.run, exec: sqlite.exec };
-      Object.assign(sqlite, { query: record(sqlite.query.bind(sqlite)), prepare: record(sqlite.prepare.bind(sqlite)), run: record(sqlite.run.bind(sqlite)), exec: record(sqlite.exec.bind(sqlite)) });
-      let res: Awaited<ReturnType<typeof runDbOnderhoud>>;
-      try {
-        res = await runDbOnderhoud(env.deps, NOW);
-      } finally {
-        Object.assign(sqlite, original);
-      }
+      const { seen, result: res } = await statementsDuring(sqlite, () => runDbOnderhoud(env.deps, NOW));
       expect(res.status).toBe(200);
       expect(res.body).toMatchObject({ ok: true, integriteit: "ok", vrijePaginasNa: 0, checkpoint: { modus: "TRUNCATE", busy: false } });
       const b = res.body as { vacuumStappen: number; vrijgemaakt: number };

@@ -1,6 +1,7 @@
 // Shared test helpers: a fresh database file per test, a recording mailer and alarm
 // sink, a fixed clock, a tiny request helper, and for the audit tests: filling a chain,
 // RFC 6962 written out, and the anchor file's lines.
+import type { Database } from "bun:sqlite";
 import { createHash } from "node:crypto";
 import { closeSync, copyFileSync, mkdtempSync, openSync, readFileSync, rmSync, statfsSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -75,6 +76,22 @@ export async function until<T>(what: string, check: () => T | undefined | false 
     if (v !== undefined && v !== false) return v;
     if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await Bun.sleep(5);
+  }
+}
+
+/**
+ * Every SQL text `sqlite` is given (query, prepare, run, exec) while `during` runs: which
+ * statements a call sends on that connection, and so which it leaves to another.
+ */
+export async function statementsDuring<T>(sqlite: Database, during: () => Promise<T>): Promise<{ seen: string[]; result: T }> {
+  const seen: string[] = [];
+  const record = <F extends (q: string, ...rest: never[]) => unknown>(f: F) => ((q: string, ...rest: never[]) => (seen.push(q), f(q, ...rest))) as F;
+  const original = { query: sqlite.query, prepare: sqlite.prepare, run: sqlite.run, exec: sqlite.exec };
+  Object.assign(sqlite, { query: record(sqlite.query.bind(sqlite)), prepare: record(sqlite.prepare.bind(sqlite)), run: record(sqlite.run.bind(sqlite)), exec: record(sqlite.exec.bind(sqlite)) });
+  try {
+    return { seen, result: await during() };
+  } finally {
+    Object.assign(sqlite, original);
   }
 }
 

@@ -31,7 +31,18 @@ import type { AlarmSink } from "../alarms/alarm.ts";
 import { BUSY_TIMEOUT_MS, excluded, type Db, type Store } from "../db.ts";
 import type { Deps } from "../deps.ts";
 import { log } from "../logger.ts";
-import { checkpointOnWorker, checkpointTruncate, optimize, optimizeOnWorker, quickCheck, quickCheckOnWorker, STEP_PAUSE_MS, vacuumInSteps, vacuumOnWorker } from "../maintenance/whole-file.ts";
+import {
+  checkpointOnWorker,
+  checkpointTruncate,
+  optimize,
+  optimizeOnWorker,
+  pragmaNumber,
+  quickCheck,
+  quickCheckOnWorker,
+  STEP_PAUSE_MS,
+  vacuumInSteps,
+  vacuumOnWorker,
+} from "../maintenance/whole-file.ts";
 import {
   BACKUP_STATUSES_BEWAAR_DAGEN,
   JOB_RUNS_BEWAAR_DAGEN,
@@ -120,11 +131,6 @@ function fileSize(path: string): number {
 
 export function databaseBytes(path: string): number {
   return fileSize(path) + fileSize(`${path}-wal`);
-}
-
-function pragmaNumber(sqlite: Database, name: string): number {
-  const row = sqlite.query(`PRAGMA ${name}`).values()[0];
-  return Number(row?.[0] ?? 0);
 }
 
 function autoVacuumOf(sqlite: Database): AutoVacuum {

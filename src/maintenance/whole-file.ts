@@ -67,7 +67,8 @@ export function optimize(sqlite: Database): void {
   sqlite.run("PRAGMA optimize(0x10002)");
 }
 
-function pragmaNumber(sqlite: Database, name: string): number {
+/** A PRAGMA's single number (page_size, freelist_count, auto_vacuum), 0 when it gives none. */
+export function pragmaNumber(sqlite: Database, name: string): number {
   return Number(sqlite.query(`PRAGMA ${name}`).values()[0]?.[0] ?? 0);
 }
 

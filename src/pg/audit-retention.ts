@@ -147,7 +147,7 @@ async function recordPlansPg(sql: SQL, plans: DeletionPlan[], signing: PgRetenti
  * The planned prefixes, in batches of one transaction: the next rows of every unfinished
  * tenant of the group (round robin). Sized so a batch takes about TARGET_MS.
  */
-async function deletePlannedPg(sql: SQL, plans: DeletionPlan[], o: RetentionOptions): Promise<number> {
+export async function deletePlannedPg(sql: SQL, plans: DeletionPlan[], o: RetentionOptions): Promise<number> {
   const clock = o.clock ?? (() => performance.now());
   const next = new Map(plans.map((p) => [p.tenantId, p.from]));
   let active = plans.filter((p) => p.from <= p.seq);
